@@ -1,0 +1,65 @@
+//! The crate's error type. Each variant has a stable, low-cardinality label for metrics.
+
+use std::path::PathBuf;
+
+/// Anything that can go wrong in linnet, with the context a user needs to act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A subcommand that is planned but not built yet.
+    #[error("`linnet {command}` is not built yet: {planned}")]
+    NotBuiltYet {
+        command: &'static str,
+        planned: &'static str,
+    },
+
+    #[error("cannot connect to Kubernetes: {0}")]
+    KubeConfig(#[source] Box<dyn std::error::Error + Send + Sync>),
+
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl Error {
+    /// A stable label for the `error` dimension of metrics; never includes user data.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NotBuiltYet { .. } => "not_built_yet",
+            Error::KubeConfig(_) => "kubeconfig",
+            Error::Kube(_) => "kube_api",
+            Error::Io { .. } => "io",
+            Error::Runtime(_) => "runtime",
+        }
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_labels_are_stable_snake_case() {
+        let e = Error::NotBuiltYet {
+            command: "agent",
+            planned: "x",
+        };
+        assert_eq!(e.metric_label(), "not_built_yet");
+        assert!(
+            e.metric_label()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '_')
+        );
+    }
+}

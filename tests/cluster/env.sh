@@ -1,0 +1,21 @@
+# Shared settings for the local control plane scripts. Sourced, not run.
+K8S_VERSION=v1.36.3
+LINNET_CACHE=${LINNET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/linnet}
+# The cache key covers the pinned module set, so a change to go.mod/go.sum or the build rebuilds.
+_cp_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Bump CP_BUILD_REV when build.sh changes what it produces.
+CP_BUILD_REV=1
+_cp_key=$( (cat "$_cp_here/go.mod" "$_cp_here/go.sum" "$_cp_here/cmd/etcd/main.go"; echo "$CP_BUILD_REV") | sha256sum | cut -c1-12)
+CP_BIN=$LINNET_CACHE/controlplane/$K8S_VERSION-$_cp_key/bin
+# Where a running control plane keeps its data, certificates, logs and kubeconfigs.
+CP_RUN=${LINNET_CLUSTER_DIR:-${TMPDIR:-/tmp}/linnet-cluster}
+CP_ETCD_PORT=${CP_ETCD_PORT:-23791}
+CP_ETCD_PEER_PORT=${CP_ETCD_PEER_PORT:-23801}
+CP_API_PORT=${CP_API_PORT:-16443}
+
+# True when a control plane started by up.sh is up and answering.
+cp_running() {
+  [ -f "$CP_RUN/ready" ] && curl -fsS --max-time 2 --cacert "$CP_RUN/pki/ca.crt" \
+    -H "Authorization: Bearer $(cat "$CP_RUN/admin.token")" \
+    "https://127.0.0.1:$CP_API_PORT/readyz" >/dev/null 2>&1
+}

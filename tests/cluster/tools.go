@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools pins the commands that build.sh compiles, so `go mod tidy` keeps them.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "sigs.k8s.io/kwok/cmd/kwok"
+)

@@ -1,0 +1,149 @@
+//! Shared set-up for the integration tests: clients for the local control plane
+//! (`tests/cluster/up.sh`) and a namespace per test, deleted afterwards.
+//!
+//! Tests that need the cluster fail loudly when it is not running; they are never skipped.
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+/// The run directory of the local control plane, as `tests/cluster/env.sh` chooses it.
+pub fn cluster_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("LINNET_CLUSTER_DIR") {
+        return PathBuf::from(dir);
+    }
+    std::env::temp_dir().join("linnet-cluster")
+}
+
+/// Path of the admin kubeconfig written by `up.sh`.
+pub fn admin_kubeconfig() -> PathBuf {
+    cluster_dir().join("admin.kubeconfig")
+}
+
+/// Path of the kubeconfig for linnet's own, non-admin identity (user `linnet`).
+pub fn linnet_kubeconfig() -> PathBuf {
+    cluster_dir().join("linnet.kubeconfig")
+}
+
+async fn client_from(path: PathBuf) -> Client {
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "the local control plane is not running: cannot read {}: {e}\n\
+             Start it with `make cluster-up` (or run everything with `make test`).",
+            path.display()
+        )
+    });
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("bad kubeconfig {}: {e}", path.display()));
+    let client = Client::try_from(config).expect("build a kube client");
+    // Fail here, with a clear message, rather than in the middle of a test.
+    if let Err(e) = client.apiserver_version().await {
+        panic!(
+            "the local control plane at {} does not answer: {e}\n\
+             Start it with `make cluster-up` (or run everything with `make test`).",
+            path.display()
+        );
+    }
+    client
+}
+
+/// A client with cluster-admin rights, for the tests' own set-up.
+pub async fn admin_client() -> Client {
+    client_from(admin_kubeconfig()).await
+}
+
+/// A client for linnet's non-admin identity; it can do only what RBAC grants user `linnet`.
+pub async fn linnet_client() -> Client {
+    client_from(linnet_kubeconfig()).await
+}
+
+/// A namespace of the test's own, deleted when dropped (also when the test panics).
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates `t-<prefix>-<unique suffix>`.
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!(
+            "t-{prefix}-{:x}{:x}{n}",
+            std::process::id() % 4096,
+            nanos % 65536
+        );
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"linnet.dev/test": "true"}},
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        TestNamespace { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("LINNET_KEEP_NAMESPACES").is_some() {
+            eprintln!("keeping namespace {} (LINNET_KEEP_NAMESPACES)", self.name);
+            return;
+        }
+        // The test's runtime may be single-threaded and busy dropping us, so delete from a
+        // thread with a runtime and a client of its own.
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let client = client_from(admin_kubeconfig()).await;
+                let _ = Api::<Namespace>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing the test with `what` after `timeout`.
+/// Use a watch (`kube::runtime::wait::await_condition`) where one fits; this is for checks
+/// that span several objects.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Builds a typed object from JSON, for compact test fixtures.
+pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+    serde_json::from_value(v).expect("fixture matches its type")
+}

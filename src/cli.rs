@@ -1,10 +1,11 @@
 //! The command line: `linnet agent | diff | validate | status | crds`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::specs::{LoadOptions, load_dir};
 use crate::telemetry::{self, LogFormat};
 use crate::{Error, Result};
 
@@ -22,20 +23,74 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// How specs are read (shared by `validate`, `diff` and `agent`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SpecArgs {
+    /// Namespace for objects that name none.
+    #[arg(long, default_value = "default", env = "LINNET_DEFAULT_NAMESPACE")]
+    pub default_namespace: String,
+    /// Namespaces specs may use (repeat or comma-separate); any namespace when not set.
+    #[arg(
+        long = "allow-namespace",
+        value_delimiter = ',',
+        env = "LINNET_ALLOW_NAMESPACES"
+    )]
+    pub allowed_namespaces: Vec<String>,
+    /// Largest spec file read, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_file_bytes: usize,
+}
+
+impl SpecArgs {
+    /// The loader options these flags describe.
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            default_namespace: self.default_namespace.clone(),
+            allowed_namespaces: self.allowed_namespaces.clone(),
+            max_file_bytes: self.max_file_bytes,
+        }
+    }
+}
+
+/// How the cluster is synced (shared by `diff` and `agent`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SyncArgs {
+    /// Name of this source; linnet labels what it applies with it, and prunes only its own.
+    #[arg(long, default_value = "default", env = "LINNET_SOURCE_NAME")]
+    pub source_name: String,
+    /// Delete objects that linnet applied earlier and that are no longer in Git. Never deletes
+    /// PersistentVolumeClaims or PersistentVolumes.
+    #[arg(long, env = "LINNET_PRUNE")]
+    pub prune: bool,
+}
+
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent: follow the repository, keep the cluster in line, drive rollouts.
     Agent,
     /// Show what a sync of DIR would change in the live cluster; exit 1 if anything would.
+    ///
+    /// Prints each object that would be created, updated or pruned, with a YAML diff of the
+    /// fields Git sets. Uses the current kubeconfig context (or `KUBECONFIG`).
     Diff {
         /// The directory of specs (a checkout of the GitOps repository).
         dir: PathBuf,
+        #[command(flatten)]
+        specs: SpecArgs,
+        #[command(flatten)]
+        sync: SyncArgs,
     },
     /// Check the specs in DIR offline, for your own pre-merge CI; exit 1 on any error.
+    ///
+    /// Checks YAML syntax, types and unknown fields of linnet kinds, the CRDs' validation rules
+    /// (evaluated locally), duplicate objects and the namespace allow-list. Errors are printed
+    /// as `file:line:column: message`.
     Validate {
         /// The directory of specs (a checkout of the GitOps repository).
         dir: PathBuf,
+        #[command(flatten)]
+        specs: SpecArgs,
     },
     /// Show the source's state and every managed rollout's phase.
     Status,
@@ -65,18 +120,46 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             command: "diff",
             planned: "comes with the desired-state engine",
         }),
-        Command::Validate { .. } => Err(Error::NotBuiltYet {
-            command: "validate",
-            planned: "comes with the spec loader",
-        }),
+        Command::Validate { dir, specs } => validate(&dir, &specs),
         Command::Status => Err(Error::NotBuiltYet {
             command: "status",
             planned: "comes with the agent",
         }),
-        Command::Crds => Err(Error::NotBuiltYet {
-            command: "crds",
-            planned: "comes with the rollout API types",
-        }),
+        Command::Crds => {
+            let yaml = crate::api::crds_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
+            print!("{yaml}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn validate(dir: &Path, args: &SpecArgs) -> Result<ExitCode> {
+    let set = load_dir(dir, &args.load_options())?;
+    for e in &set.errors {
+        println!("{e}");
+    }
+    let files = set
+        .objects
+        .values()
+        .map(|o| o.location.file.as_str())
+        .collect::<std::collections::BTreeSet<_>>();
+    if set.errors.is_empty() {
+        println!(
+            "{}: {} objects in {} files, no errors",
+            dir.display(),
+            set.objects.len(),
+            files.len()
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "{}: {} error(s); {} file(s) blocked: {}",
+            dir.display(),
+            set.errors.len(),
+            set.blocked_files.len(),
+            set.blocked_files.join(", ")
+        );
+        Ok(ExitCode::from(1))
     }
 }
 

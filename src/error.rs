@@ -25,6 +25,9 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    #[error("cannot serialise: {0}")]
+    Serialize(String),
+
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -37,6 +40,7 @@ impl Error {
             Error::KubeConfig(_) => "kubeconfig",
             Error::Kube(_) => "kube_api",
             Error::Io { .. } => "io",
+            Error::Serialize(_) => "serialize",
             Error::Runtime(_) => "runtime",
         }
     }

@@ -1,2 +1,167 @@
-//! Specs from a repository: reads the YAML files at a revision into typed objects, with every
-//! error located at `file:line:column`. An invalid file blocks only its own objects.
+//! Specs from a repository: reads the YAML files under a path into typed objects, with every
+//! error located at `file:line:column`. An invalid file blocks only its own objects; every
+//! other file is still loaded.
+//!
+//! [`load_file`] is a pure function of a file's path and bytes, so the Git source can re-parse
+//! only the files that changed between two revisions and keep the rest.
+
+mod load;
+mod locate;
+mod validate;
+
+pub use load::{LoadOptions, load_dir, load_file};
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use kube::api::DynamicObject;
+
+use crate::api::{CanaryDeployment, CanaryStatefulSet};
+
+/// A place in a spec file. Lines and columns start at 1.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    /// Path relative to the spec root, with `/` separators.
+    pub file: String,
+    pub line: u64,
+    pub column: u64,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+/// What is wrong with a spec, and where.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SpecError {
+    pub location: Location,
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// Identifies an object in the cluster: group, kind, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    /// `apiVersion` as written, e.g. `apps/v1`.
+    pub api_version: String,
+    pub kind: String,
+    /// Empty for cluster-scoped objects.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The API group (`""` for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// A typed object from a spec file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Spec {
+    CanaryStatefulSet(Box<CanaryStatefulSet>),
+    CanaryDeployment(Box<CanaryDeployment>),
+    /// Any other manifest (a Service, a ConfigMap, ...), applied as it is.
+    Manifest(Box<DynamicObject>),
+}
+
+impl Spec {
+    /// The object as JSON, as it would be sent to the API server.
+    pub fn to_json(&self) -> serde_json::Value {
+        let v = match self {
+            Spec::CanaryStatefulSet(o) => serde_json::to_value(o),
+            Spec::CanaryDeployment(o) => serde_json::to_value(o),
+            Spec::Manifest(o) => serde_json::to_value(o),
+        };
+        // Serialising these types cannot fail: they hold only JSON-representable data.
+        v.unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// An object and where it was declared.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedObject {
+    pub key: ObjectKey,
+    pub spec: Spec,
+    /// Where its document starts.
+    pub location: Location,
+}
+
+/// The objects and errors of one file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FileSpecs {
+    /// Empty whenever `errors` is not: a file with an error contributes nothing.
+    pub objects: Vec<LoadedObject>,
+    pub errors: Vec<SpecError>,
+}
+
+/// Everything loaded from a spec root.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpecSet {
+    /// The valid objects, by key.
+    pub objects: BTreeMap<ObjectKey, LoadedObject>,
+    /// Every error, sorted by location.
+    pub errors: Vec<SpecError>,
+    /// Files that contributed nothing because of an error in them.
+    pub blocked_files: Vec<String>,
+}
+
+impl SpecSet {
+    /// Combines per-file results: drops files with errors, and objects declared twice.
+    pub fn from_files(files: BTreeMap<String, FileSpecs>) -> SpecSet {
+        let mut set = SpecSet::default();
+        let mut first_seen: BTreeMap<ObjectKey, Location> = BTreeMap::new();
+        let mut duplicated: Vec<ObjectKey> = Vec::new();
+        for (file, specs) in files {
+            if !specs.errors.is_empty() {
+                set.blocked_files.push(file);
+                set.errors.extend(specs.errors);
+                continue;
+            }
+            for object in specs.objects {
+                if let Some(first) = first_seen.get(&object.key) {
+                    set.errors.push(SpecError {
+                        message: format!(
+                            "{} is declared twice: here and at {first}; remove one of them \
+                             (neither is applied until then)",
+                            object.key
+                        ),
+                        location: object.location.clone(),
+                    });
+                    duplicated.push(object.key.clone());
+                    continue;
+                }
+                first_seen.insert(object.key.clone(), object.location.clone());
+                set.objects.insert(object.key.clone(), object);
+            }
+        }
+        for key in duplicated {
+            set.objects.remove(&key);
+        }
+        set.errors.sort();
+        set
+    }
+}

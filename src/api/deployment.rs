@@ -1,0 +1,176 @@
+//! `CanaryDeployment`: a Deployment rolled out in batches, with pauses for a human and
+//! rollback.
+
+use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Condition;
+
+/// Desired state of a CanaryDeployment.
+// The derive takes one `printcolumn` per column; clippy reads them as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "rollouts.linnet.dev",
+    version = "v1alpha1",
+    kind = "CanaryDeployment",
+    namespaced,
+    derive = "PartialEq",
+    status = "CanaryDeploymentStatus",
+    shortname = "cdeploy",
+    shortname = "canarydeploy",
+    category = "linnet",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableImage"),
+    printcolumn(name = "Canary", type_ = "string", json_path = ".status.canaryImage"),
+    printcolumn(name = "Batch", type_ = "string", json_path = ".status.batch"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    doc = "A Deployment rolled out in batches, promoted batch by batch from Git."
+)]
+#[x_kube(
+    validation = Rule::new("size(self.image) > 0").message("image must not be empty"),
+    validation = Rule::new("self.batches >= 1").message("batches must be at least 1"),
+    validation = Rule::new("self.currentBatch >= 1 && self.currentBatch <= self.batches").message("currentBatch must be between 1 and batches"),
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CanaryDeploymentSpec {
+    /// Replicas when the rollout is complete.
+    #[schemars(range(min = 1))]
+    pub replicas: i32,
+    /// The image to roll out.
+    pub image: String,
+    /// The container whose image is rolled out; the first container when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The Deployment to run (its `replicas` is ignored; `replicas` above wins).
+    #[schemars(schema_with = "super::embedded_object")]
+    pub template: DeploymentSpec,
+    /// CPU and memory for the rolled-out container; drift from these is corrected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    pub strategy: DeploymentStrategy,
+    /// How many batches a `Batches` rollout takes.
+    #[serde(default = "one")]
+    pub batches: i32,
+    /// Where the rollout waits for a human.
+    #[serde(default)]
+    pub pause: PauseMode,
+    /// The batch a human has allowed so far; a pull request bumps it to continue.
+    #[serde(default = "one")]
+    pub current_batch: i32,
+}
+
+fn one() -> i32 {
+    1
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentStrategy {
+    #[serde(rename = "type", default)]
+    pub type_: DeploymentStrategyType,
+}
+
+/// How a CanaryDeployment rolls out.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeploymentStrategyType {
+    /// An ordinary rolling update.
+    #[default]
+    Rolling,
+    /// In `batches`, pausing as `pause` says.
+    Batches,
+    /// Back to the previous image.
+    Rollback,
+}
+
+/// Where a batched rollout pauses for a human (who bumps `currentBatch` in Git).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PauseMode {
+    /// After the first batch only.
+    First,
+    /// After every batch but the last.
+    All,
+    /// Never.
+    #[default]
+    #[serde(rename = "None")]
+    Never,
+}
+
+/// Where a CanaryDeployment is in its rollout.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeploymentPhase {
+    Initializing,
+    Progressing,
+    Paused,
+    Completed,
+    RollingBack,
+    RolledBack,
+    Failed,
+}
+
+/// The state of one batch.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchState {
+    Pending,
+    InProgress,
+    Finished,
+}
+
+/// One batch of a batched rollout.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchStatus {
+    /// 1-based batch number.
+    pub batch: i32,
+    /// New-image replicas this batch brings the rollout to.
+    pub target: i32,
+    pub state: BatchState,
+}
+
+/// Progress of a rollback.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackStatus {
+    pub from_image: String,
+    pub to_image: String,
+    pub state: BatchState,
+}
+
+/// Observed state of a CanaryDeployment.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryDeploymentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<DeploymentPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_image: Option<String>,
+    /// Current batch over batches, e.g. `1/2`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
+    /// Available replicas over desired replicas, e.g. `4/4`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    #[serde(default)]
+    pub available_replicas: i32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<BatchStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,196 @@
+//! `CanaryStatefulSet`: a canary rollout of a stateful application whose replicas keep their
+//! identity (ordinal) and their volume through canary, promotion and rollback.
+
+use k8s_openapi::api::apps::v1::StatefulSetSpec;
+use k8s_openapi::api::batch::v1::JobTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Condition;
+
+/// Desired state of a CanaryStatefulSet.
+// The derive takes one `printcolumn` per column; clippy reads them as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "rollouts.linnet.dev",
+    version = "v1alpha1",
+    kind = "CanaryStatefulSet",
+    namespaced,
+    derive = "PartialEq",
+    status = "CanaryStatefulSetStatus",
+    shortname = "csts",
+    shortname = "canarysts",
+    category = "linnet",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableImage"),
+    printcolumn(name = "Canary", type_ = "string", json_path = ".status.canaryImage"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    doc = "A canary rollout of a StatefulSet in which every replica keeps its ordinal and its volume."
+)]
+#[x_kube(
+    validation = Rule::new("self.canaryReplicas <= self.replicas").message("canaryReplicas must not exceed replicas"),
+    validation = Rule::new("size(self.image) > 0").message("image must not be empty"),
+    validation = Rule::new("!has(self.steps) || self.steps.all(s, s >= 1 && s <= self.canaryReplicas)").message("every step must be at least 1 and at most canaryReplicas"),
+    validation = Rule::new("!has(self.steps) || self.steps.all(s, self.steps.indexOf(s) == self.steps.lastIndexOf(s)) && self.steps.isSorted()").message("steps must be strictly ascending"),
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CanaryStatefulSetSpec {
+    /// Replicas of the application when no canary runs.
+    #[schemars(range(min = 1))]
+    pub replicas: i32,
+    /// Replicas that run the new image during a canary: the top ordinals.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1))]
+    pub canary_replicas: i32,
+    /// The image to roll out. A change starts a canary; reverting it aborts one.
+    pub image: String,
+    /// The container whose image is rolled out; the first container when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The StatefulSet to run (its `replicas` is ignored; `replicas` above wins).
+    #[schemars(schema_with = "super::embedded_object")]
+    pub template: StatefulSetSpec,
+    /// How the canary is placed.
+    #[serde(default)]
+    pub strategy: StatefulSetStrategy,
+    /// Optional canary batch sizes, ascending, e.g. `[1, 2]`; the last may not exceed
+    /// `canaryReplicas`. Without steps the whole canary comes up at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub steps: Option<Vec<i32>>,
+    /// When a healthy canary is promoted.
+    #[serde(default)]
+    pub promotion: Promotion,
+    /// How long a step may take to become Ready before the canary is rolled back.
+    #[serde(default = "default_progress_deadline")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: i64,
+    /// A Job run before promotion (for example, a schema migration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<Migration>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+fn default_progress_deadline() -> i64 {
+    600
+}
+
+/// Where the canary runs.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StatefulSetStrategy {
+    #[serde(rename = "type", default)]
+    pub type_: StatefulSetStrategyType,
+}
+
+/// The two ways to canary a StatefulSet.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StatefulSetStrategyType {
+    /// `<name>-stable` and `<name>-canary`; each freed replica's volume moves to the canary.
+    #[default]
+    TwoSets,
+    /// One StatefulSet; the canary is the top ordinals above the partition.
+    Partition,
+}
+
+/// When a canary is promoted.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Promotion {
+    #[serde(rename = "type", default)]
+    pub type_: PromotionType,
+    /// With `Auto`: how long every canary pod must have been Ready before promotion.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub bake_seconds: i64,
+}
+
+impl Default for Promotion {
+    fn default() -> Self {
+        Promotion {
+            type_: PromotionType::Manual,
+            bake_seconds: 0,
+        }
+    }
+}
+
+/// Who promotes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PromotionType {
+    /// linnet, once the canary has baked.
+    Auto,
+    /// A human, with the `rollouts.linnet.dev/promote: "true"` annotation (from Git).
+    #[default]
+    Manual,
+}
+
+/// A Job to run before promotion.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Migration {
+    /// The Job to run; a failure stops the rollout in `MigrationFailed`.
+    #[schemars(schema_with = "super::embedded_object")]
+    pub template: JobTemplateSpec,
+}
+
+/// Where a CanaryStatefulSet is in its rollout.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StatefulSetPhase {
+    Initializing,
+    Stable,
+    ScalingDownStable,
+    DeployingCanary,
+    CanaryActive,
+    AwaitingMigration,
+    MigratingData,
+    MigrationFailed,
+    Promoting,
+    RollingBack,
+    RolledBack,
+    Failed,
+}
+
+/// Observed state of a CanaryStatefulSet.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatefulSetStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<StatefulSetPhase>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, Progressing and Degraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_image: Option<String>,
+    /// Ready pods over desired replicas, e.g. `3/3`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    #[serde(default)]
+    pub ready_replicas: i32,
+    #[serde(default)]
+    pub canary_ready_replicas: i32,
+    /// Index into `spec.steps` of the step being rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<i32>,
+    /// When the current phase began; bake times and deadlines count from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<Time>,
+    /// What is happening, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,424 @@
+//! Reading spec files: bytes -> documents -> typed objects, each error located.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::locate::find_key;
+use super::validate::{cel_errors, check_canary_deployment, check_canary_statefulset};
+use super::{FileSpecs, LoadedObject, Location, ObjectKey, Spec, SpecError, SpecSet};
+use crate::api::{API_VERSION, CanaryDeployment, CanaryStatefulSet};
+use crate::{Error, Result};
+
+/// How specs are read.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Namespace for namespaced objects that name none.
+    pub default_namespace: String,
+    /// Namespaces objects may be in; empty allows any.
+    pub allowed_namespaces: Vec<String>,
+    /// Files larger than this are refused whole.
+    pub max_file_bytes: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            default_namespace: "default".into(),
+            allowed_namespaces: Vec::new(),
+            max_file_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// Kinds that live outside namespaces; the rest are taken as namespaced.
+const CLUSTER_SCOPED_KINDS: &[&str] = &[
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "StorageClass",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "PriorityClass",
+    "IngressClass",
+    "RuntimeClass",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "APIService",
+];
+
+/// Whether a kind is cluster-scoped, as far as linnet knows offline.
+pub fn is_cluster_scoped(kind: &str) -> bool {
+    CLUSTER_SCOPED_KINDS.contains(&kind)
+}
+
+/// Loads every `*.yaml` / `*.yml` below `root` (hidden directories such as `.git` and
+/// `.linnet` are skipped). Fails only if `root` itself cannot be read; problems with files are
+/// reported as located errors in the result.
+pub fn load_dir(root: &Path, opts: &LoadOptions) -> Result<SpecSet> {
+    let mut files = BTreeMap::new();
+    let mut paths = Vec::new();
+    collect_spec_files(root, root, &mut paths)?;
+    for (rel, path) in paths {
+        let specs = match std::fs::read(&path) {
+            Ok(bytes) => load_file(&rel, &bytes, opts),
+            Err(e) => FileSpecs {
+                objects: Vec::new(),
+                errors: vec![error_at(&rel, 1, 1, format!("cannot read the file: {e}"))],
+            },
+        };
+        files.insert(rel, specs);
+    }
+    Ok(SpecSet::from_files(files))
+}
+
+fn collect_spec_files(
+    root: &Path,
+    dir: &Path,
+    out: &mut Vec<(String, std::path::PathBuf)>,
+) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            collect_spec_files(root, &path, out)?;
+        } else if meta.is_file() && is_spec_file(&name) {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            out.push((rel, path));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a file name is a spec file.
+pub fn is_spec_file(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+fn error_at(file: &str, line: u64, column: u64, message: String) -> SpecError {
+    SpecError {
+        location: Location {
+            file: file.to_string(),
+            line,
+            column,
+        },
+        message,
+    }
+}
+
+/// Loads one file. Pure: the same path and bytes always give the same result. If any
+/// document has an error, the file's objects are all withheld.
+pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
+    let mut errors = Vec::new();
+    let mut objects = Vec::new();
+    if bytes.len() > opts.max_file_bytes {
+        errors.push(error_at(
+            file,
+            1,
+            1,
+            format!(
+                "file is {} bytes, over the limit of {} bytes; split it into smaller files",
+                bytes.len(),
+                opts.max_file_bytes
+            ),
+        ));
+        return FileSpecs { objects, errors };
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(t) => t.strip_prefix('\u{feff}').unwrap_or(t),
+        Err(e) => {
+            let (line, column) = line_col_of_byte(bytes, e.valid_up_to());
+            let bad = bytes.get(e.valid_up_to()).copied().unwrap_or(0);
+            errors.push(error_at(
+                file,
+                line,
+                column,
+                format!("file is not valid UTF-8 (byte 0x{bad:02x}); save it as UTF-8"),
+            ));
+            return FileSpecs { objects, errors };
+        }
+    };
+    for doc in split_documents(text) {
+        match load_document(file, &doc, opts) {
+            Ok(Some(object)) => objects.push(object),
+            Ok(None) => {}
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+    if !errors.is_empty() {
+        objects.clear();
+    }
+    FileSpecs { objects, errors }
+}
+
+fn line_col_of_byte(bytes: &[u8], offset: usize) -> (u64, u64) {
+    let before = &bytes[..offset.min(bytes.len())];
+    let line = before.iter().filter(|b| **b == b'\n').count() as u64 + 1;
+    let line_start = before
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map(|p| p + 1)
+        .unwrap_or(0);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count() as u64
+        + 1;
+    (line, column)
+}
+
+/// One YAML document and the line it starts on (1-based) in its file.
+struct Document {
+    text: String,
+    first_line: u64,
+}
+
+/// Splits a YAML stream at `---` lines. A `---` at column 0 always starts a document in YAML
+/// (block scalars are indented), so this split is exact for the documents linnet reads.
+fn split_documents(text: &str) -> Vec<Document> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut first_line = 1u64;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let trimmed = line.trim_end_matches(['\n', '\r']);
+        let is_marker =
+            trimmed == "---" || trimmed.starts_with("--- ") || trimmed.starts_with("---\t");
+        if is_marker {
+            if !current.trim().is_empty() {
+                docs.push(Document {
+                    text: std::mem::take(&mut current),
+                    first_line,
+                });
+            }
+            current.clear();
+            // Keep the marker line (it may carry content); it parses as a document start.
+            current.push_str(line);
+            first_line = i as u64 + 1;
+            continue;
+        }
+        current.push_str(line);
+    }
+    if !current.trim().is_empty() {
+        docs.push(Document {
+            text: current,
+            first_line,
+        });
+    }
+    docs
+}
+
+/// A serde-saphyr error, moved from document coordinates to file coordinates.
+fn yaml_error(file: &str, doc: &Document, err: &serde_saphyr::Error, what: &str) -> SpecError {
+    let (line, column) = err
+        .location()
+        .map(|l| (l.line(), l.column()))
+        .unwrap_or((1, 1));
+    let message = clean_yaml_message(&err.without_snippet().to_string());
+    error_at(
+        file,
+        doc.first_line + line.saturating_sub(1),
+        column.max(1),
+        format!("{what}{message}"),
+    )
+}
+
+/// serde-saphyr puts the location into its message as well; we print it once, in front.
+fn clean_yaml_message(message: &str) -> String {
+    let first = message.lines().next().unwrap_or(message).trim();
+    let cut = first
+        .find(" at line ")
+        .map(|i| &first[..i])
+        .unwrap_or(first);
+    cut.trim_end_matches(['.', ',']).to_string()
+}
+
+fn load_document(
+    file: &str,
+    doc: &Document,
+    opts: &LoadOptions,
+) -> std::result::Result<Option<LoadedObject>, Vec<SpecError>> {
+    let at_start = |message: String| error_at(file, doc.first_line, 1, message);
+    let at_key = |path: &[&str], message: String| match find_key(&doc.text, path) {
+        Some((line, column)) => error_at(file, doc.first_line + line - 1, column, message),
+        None => at_start(message),
+    };
+
+    let value: Value = serde_saphyr::from_str(&doc.text)
+        .map_err(|e| vec![yaml_error(file, doc, &e, "invalid YAML: ")])?;
+    let map = match &value {
+        Value::Null => return Ok(None),
+        Value::Object(map) => map,
+        _ => {
+            return Err(vec![at_start(
+                "a document must be a mapping with `apiVersion`, `kind` and `metadata`".into(),
+            )]);
+        }
+    };
+    let string_field = |name: &str| {
+        map.get(name)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let Some(kind) = string_field("kind") else {
+        return Err(vec![at_start(
+            "document has no `kind`; every document needs `apiVersion` and `kind` \
+             (e.g. `kind: CanaryStatefulSet`)"
+                .into(),
+        )]);
+    };
+    let Some(api_version) = string_field("apiVersion") else {
+        return Err(vec![at_start(format!(
+            "{kind} has no `apiVersion`; expected e.g. `apiVersion: {}`",
+            if kind.starts_with("Canary") {
+                API_VERSION
+            } else {
+                "v1"
+            }
+        ))]);
+    };
+    let metadata = map.get("metadata").and_then(Value::as_object);
+    let Some(name) = metadata
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    else {
+        return Err(vec![at_start(format!(
+            "{kind} has no `metadata.name`; every object needs a name"
+        ))]);
+    };
+    let explicit_namespace = metadata
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let namespace = if is_cluster_scoped(kind) {
+        String::new()
+    } else {
+        explicit_namespace
+            .unwrap_or(&opts.default_namespace)
+            .to_string()
+    };
+    if !namespace.is_empty()
+        && !opts.allowed_namespaces.is_empty()
+        && !opts.allowed_namespaces.iter().any(|n| n == &namespace)
+    {
+        let message = format!(
+            "namespace {namespace:?} is not allowed for this agent; allowed: {}",
+            opts.allowed_namespaces.join(", ")
+        );
+        return Err(vec![if explicit_namespace.is_some() {
+            at_key(&["metadata", "namespace"], message)
+        } else {
+            at_start(format!("{message} (the default namespace applies here)"))
+        }]);
+    }
+
+    let key = ObjectKey {
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        namespace: namespace.clone(),
+        name: name.to_string(),
+    };
+    let location = Location {
+        file: file.to_string(),
+        line: doc.first_line,
+        column: 1,
+    };
+
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    let spec = if group == crate::api::GROUP {
+        if api_version != API_VERSION {
+            return Err(vec![at_key(
+                &["apiVersion"],
+                format!("unsupported apiVersion {api_version:?}; expected {API_VERSION:?}"),
+            )]);
+        }
+        for field in map.keys() {
+            if !["apiVersion", "kind", "metadata", "spec", "status"].contains(&field.as_str()) {
+                return Err(vec![at_key(
+                    &[field],
+                    format!(
+                        "unknown field `{field}` in {kind}; expected `apiVersion`, `kind`, \
+                         `metadata` or `spec`"
+                    ),
+                )]);
+            }
+        }
+        let mut errors = cel_errors(kind, &value)
+            .into_iter()
+            .map(|(path, message)| {
+                let segments: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
+                at_key(&segments, message)
+            })
+            .collect::<Vec<_>>();
+        let spec = match kind {
+            "CanaryStatefulSet" => match serde_saphyr::from_str::<CanaryStatefulSet>(&doc.text) {
+                Ok(mut o) => {
+                    o.metadata.namespace = Some(namespace);
+                    o.status = None;
+                    for (path, message) in check_canary_statefulset(&o) {
+                        errors.push(at_key(&path, message));
+                    }
+                    Spec::CanaryStatefulSet(Box::new(o))
+                }
+                Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
+            },
+            "CanaryDeployment" => match serde_saphyr::from_str::<CanaryDeployment>(&doc.text) {
+                Ok(mut o) => {
+                    o.metadata.namespace = Some(namespace);
+                    o.status = None;
+                    for (path, message) in check_canary_deployment(&o) {
+                        errors.push(at_key(&path, message));
+                    }
+                    Spec::CanaryDeployment(Box::new(o))
+                }
+                Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
+            },
+            other => {
+                return Err(vec![at_key(
+                    &["kind"],
+                    format!(
+                        "unknown kind {other:?} in {}; expected CanaryStatefulSet or CanaryDeployment",
+                        crate::api::GROUP
+                    ),
+                )]);
+            }
+        };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        spec
+    } else {
+        let mut object: DynamicObject = serde_json::from_value(value.clone())
+            .map_err(|e| vec![at_start(format!("{kind} {name}: {e}"))])?;
+        if !namespace.is_empty() {
+            object.metadata.namespace = Some(namespace);
+        }
+        Spec::Manifest(Box::new(object))
+    };
+    Ok(Some(LoadedObject {
+        key,
+        spec,
+        location,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+use super::*;
+
+const STS: &str = "\
+apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryStatefulSet
+metadata:
+  name: redis
+spec:
+  replicas: 3
+  canaryReplicas: 1
+  image: redis:7.2
+  template:
+    serviceName: redis
+    selector:
+      matchLabels: {app: redis}
+    template:
+      metadata:
+        labels: {app: redis}
+      spec:
+        containers:
+        - name: redis
+          image: redis:7.0
+";
+
+fn load(text: &str) -> FileSpecs {
+    load_file("apps/redis.yaml", text.as_bytes(), &LoadOptions::default())
+}
+
+fn only_error(text: &str) -> SpecError {
+    let specs = load(text);
+    assert!(
+        specs.objects.is_empty(),
+        "objects from a file with errors: {specs:?}"
+    );
+    assert_eq!(specs.errors.len(), 1, "errors: {:#?}", specs.errors);
+    specs.errors[0].clone()
+}
+
+#[test]
+fn loads_a_valid_canary_statefulset() {
+    let specs = load(STS);
+    assert_eq!(specs.errors, vec![]);
+    assert_eq!(specs.objects.len(), 1);
+    let o = &specs.objects[0];
+    assert_eq!(o.key.kind, "CanaryStatefulSet");
+    assert_eq!(o.key.namespace, "default");
+    assert_eq!(o.key.name, "redis");
+    match &o.spec {
+        Spec::CanaryStatefulSet(s) => {
+            assert_eq!(s.spec.replicas, 3);
+            assert_eq!(s.spec.image, "redis:7.2");
+        }
+        other => panic!("wrong spec {other:?}"),
+    }
+}
+
+#[test]
+fn multi_document_files_mix_linnet_kinds_and_manifests() {
+    let text = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: redis\nspec:\n  clusterIP: None\n---\n{STS}---\n# only a comment\n"
+    );
+    let specs = load(&text);
+    assert_eq!(specs.errors, vec![]);
+    let kinds: Vec<&str> = specs.objects.iter().map(|o| o.key.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["Service", "CanaryStatefulSet"]);
+    assert_eq!(specs.objects[1].location.line, 7);
+}
+
+#[test]
+fn syntax_error_is_located() {
+    let e = only_error("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [unclosed\n");
+    assert_eq!(e.location.file, "apps/redis.yaml");
+    assert!(e.location.line >= 4, "{e}");
+    assert!(e.message.starts_with("invalid YAML"), "{e}");
+}
+
+#[test]
+fn syntax_error_in_second_document_counts_lines_from_file_start() {
+    let e = only_error(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: : :\n  - x\n",
+    );
+    assert!(e.location.line >= 9, "{e}");
+}
+
+#[test]
+fn unknown_field_in_linnet_kind_is_located_and_named() {
+    let e = only_error(&STS.replace(
+        "  canaryReplicas: 1\n",
+        "  canaryReplicas: 1\n  canaryReplicaz: 2\n",
+    ));
+    assert_eq!(e.location.line, 8, "{e}");
+    assert!(e.message.contains("canaryReplicaz"), "{e}");
+}
+
+#[test]
+fn unknown_top_level_field_is_located() {
+    let e = only_error(&format!("{STS}specs: {{}}\n"));
+    assert_eq!(e.location.line, 20, "{e}");
+    assert!(e.message.contains("unknown field `specs`"), "{e}");
+}
+
+#[test]
+fn wrong_type_is_located() {
+    let e = only_error(&STS.replace("replicas: 3", "replicas: three"));
+    assert_eq!(e.location.line, 6, "{e}");
+}
+
+#[test]
+fn missing_required_field_is_reported() {
+    let e = only_error(&STS.replace("  image: redis:7.2\n", ""));
+    assert!(e.message.contains("image"), "{e}");
+}
+
+#[test]
+fn cel_rule_is_checked_offline_with_its_message() {
+    let e = only_error(&STS.replace("canaryReplicas: 1", "canaryReplicas: 5"));
+    assert!(
+        e.message
+            .contains("canaryReplicas must not exceed replicas"),
+        "{e}"
+    );
+    assert_eq!(e.location.line, 5, "{e}");
+}
+
+#[test]
+fn steps_must_ascend() {
+    let e = only_error(&STS.replace("canaryReplicas: 1", "canaryReplicas: 2\n  steps: [2, 1]"));
+    assert!(
+        e.message.contains("steps must be strictly ascending"),
+        "{e}"
+    );
+}
+
+#[test]
+fn named_container_must_exist() {
+    let e = only_error(&STS.replace(
+        "  image: redis:7.2\n",
+        "  image: redis:7.2\n  container: sidecar\n",
+    ));
+    assert!(
+        e.message
+            .contains("container \"sidecar\" is not in the template"),
+        "{e}"
+    );
+    assert_eq!(e.location.line, 9, "{e}");
+}
+
+#[test]
+fn document_without_kind() {
+    let e = only_error("apiVersion: v1\nmetadata:\n  name: a\n");
+    assert!(e.message.contains("no `kind`"), "{e}");
+    assert_eq!((e.location.line, e.location.column), (1, 1));
+}
+
+#[test]
+fn namespace_outside_allow_list_is_refused_at_the_namespace_key() {
+    let opts = LoadOptions {
+        allowed_namespaces: vec!["apps".into()],
+        ..LoadOptions::default()
+    };
+    let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: kube-system\n";
+    let specs = load_file("x.yaml", text.as_bytes(), &opts);
+    assert!(specs.objects.is_empty());
+    assert_eq!(specs.errors[0].location.line, 5);
+    assert!(
+        specs.errors[0]
+            .message
+            .contains("\"kube-system\" is not allowed")
+    );
+}
+
+#[test]
+fn non_utf8_file_is_located_at_the_bad_byte() {
+    let mut bytes = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: caf".to_vec();
+    bytes.push(0xe9);
+    bytes.extend_from_slice(b"\n");
+    let specs = load_file("x.yaml", &bytes, &LoadOptions::default());
+    let e = &specs.errors[0];
+    assert_eq!((e.location.line, e.location.column), (4, 12));
+    assert!(e.message.contains("not valid UTF-8"), "{e}");
+}
+
+#[test]
+fn oversized_file_is_refused_whole() {
+    let opts = LoadOptions {
+        max_file_bytes: 10,
+        ..LoadOptions::default()
+    };
+    let specs = load_file("x.yaml", STS.as_bytes(), &opts);
+    assert!(specs.objects.is_empty());
+    assert!(
+        specs.errors[0]
+            .message
+            .contains("over the limit of 10 bytes")
+    );
+}
+
+#[test]
+fn one_bad_document_blocks_its_whole_file() {
+    let text = format!("{STS}---\napiVersion: v1\nmetadata:\n  name: nokind\n");
+    let specs = load(&text);
+    assert!(specs.objects.is_empty());
+    assert_eq!(specs.errors.len(), 1);
+}
+
+#[test]
+fn object_declared_in_two_files_names_both_and_blocks_only_that_object() {
+    let cm = |name: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n");
+    let opts = LoadOptions::default();
+    let mut files = BTreeMap::new();
+    files.insert(
+        "a.yaml".to_string(),
+        load_file("a.yaml", cm("shared").as_bytes(), &opts),
+    );
+    files.insert(
+        "b.yaml".to_string(),
+        load_file(
+            "b.yaml",
+            format!("{}---\n{}", cm("shared"), cm("other")).as_bytes(),
+            &opts,
+        ),
+    );
+    let set = SpecSet::from_files(files);
+    assert_eq!(set.errors.len(), 1);
+    let e = &set.errors[0];
+    assert_eq!(e.location.file, "b.yaml");
+    assert!(e.message.contains("a.yaml:1:1"), "{e}");
+    let names: Vec<&str> = set.objects.keys().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, vec!["other"]);
+}
+
+proptest::proptest! {
+    #[test]
+    fn loader_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+        let _ = load_file("fuzz.yaml", &bytes, &LoadOptions::default());
+    }
+
+    #[test]
+    fn loader_never_panics_on_yaml_like_text(text in "([a-zA-Z:\\-\\[\\]{}#'\" \n]|---\n|  ){0,200}") {
+        let _ = load_file("fuzz.yaml", text.as_bytes(), &LoadOptions::default());
+        let with_header = format!("apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryStatefulSet\n{text}");
+        let _ = load_file("fuzz.yaml", with_header.as_bytes(), &LoadOptions::default());
+    }
+}

@@ -1,0 +1,119 @@
+//! Checks on linnet objects beyond their types: the CRDs' own CEL rules, evaluated offline
+//! exactly as the API server would, and rules that need more than one object's fields
+//! (a named container exists, the selector matches the template).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResourceExt;
+use kube::core::cel::Validator;
+use serde_json::Value;
+
+use crate::api::{CanaryDeployment, CanaryStatefulSet};
+
+fn crd_schema<K: CustomResourceExt>(cell: &'static OnceLock<Value>) -> &'static Value {
+    cell.get_or_init(|| {
+        K::crd()
+            .spec
+            .versions
+            .first()
+            .and_then(|v| v.schema.as_ref())
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .and_then(|s| serde_json::to_value(s).ok())
+            .unwrap_or(Value::Null)
+    })
+}
+
+/// Evaluates the kind's CRD validation rules against `object`; returns `(field path, message)`.
+pub fn cel_errors(kind: &str, object: &Value) -> Vec<(String, String)> {
+    static STS: OnceLock<Value> = OnceLock::new();
+    static DEPLOY: OnceLock<Value> = OnceLock::new();
+    let schema = match kind {
+        "CanaryStatefulSet" => crd_schema::<CanaryStatefulSet>(&STS),
+        "CanaryDeployment" => crd_schema::<CanaryDeployment>(&DEPLOY),
+        _ => return Vec::new(),
+    };
+    match Validator::new().validate(schema, object, None) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors
+            .into_vec()
+            .into_iter()
+            // Type errors are reported, better located, by the typed parse.
+            .filter(|e| !e.rule.is_empty())
+            .map(|e| (e.field_path, e.message))
+            .collect(),
+    }
+}
+
+type Problem = (Vec<&'static str>, String);
+
+/// Checks that the template's pods have the container to roll out.
+fn check_pod_template(
+    template: &PodTemplateSpec,
+    container: Option<&str>,
+    selector: Option<&LabelSelector>,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let containers = template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    if containers.is_empty() {
+        problems.push((
+            vec!["spec", "template", "template"],
+            "template.template.spec.containers is empty; the pods need a container".into(),
+        ));
+    } else if let Some(name) = container
+        && !containers.iter().any(|c| c.name == name)
+    {
+        let names: Vec<&str> = containers.iter().map(|c| c.name.as_str()).collect();
+        problems.push((
+            vec!["spec", "container"],
+            format!(
+                "container {name:?} is not in the template; its containers are: {}",
+                names.join(", ")
+            ),
+        ));
+    }
+    if let Some(match_labels) = selector.and_then(|s| s.match_labels.as_ref()) {
+        let empty = BTreeMap::new();
+        let labels = template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .unwrap_or(&empty);
+        for (k, v) in match_labels {
+            if labels.get(k) != Some(v) {
+                problems.push((
+                    vec!["spec", "template", "selector"],
+                    format!(
+                        "selector label {k}={v} is not on the pod template's labels; \
+                         the workload would never find its pods"
+                    ),
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Cross-field checks of a CanaryStatefulSet.
+pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
+    check_pod_template(
+        &o.spec.template.template,
+        o.spec.container.as_deref(),
+        Some(&o.spec.template.selector),
+    )
+}
+
+/// Cross-field checks of a CanaryDeployment.
+pub fn check_canary_deployment(o: &CanaryDeployment) -> Vec<Problem> {
+    check_pod_template(
+        &o.spec.template.template,
+        o.spec.container.as_deref(),
+        Some(&o.spec.template.selector),
+    )
+}

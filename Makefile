@@ -2,7 +2,7 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build test test-unit lint fmt demo cluster-build cluster-up cluster-down bench clean
+.PHONY: all build test test-unit lint fmt crds demo cluster-build cluster-up cluster-down clean
 
 all: build
 
@@ -25,9 +25,18 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
+## crds: regenerate deploy/crds/ from the Rust types (a test fails when they differ).
+crds:
+	$(CARGO) run --quiet -- crds > deploy/crds/crds.yaml
+
 ## demo: the main job on the local control plane (filled in as linnet grows).
 demo: cluster-up
-	@. tests/cluster/env.sh; \
+	$(CARGO) build --quiet
+	@. tests/cluster/env.sh; export KUBECONFIG=$$CP_RUN/admin.kubeconfig; \
+	echo; echo "\$$ linnet validate examples/gitops-repo"; \
+	target/debug/linnet validate examples/gitops-repo; \
+	echo; echo "\$$ linnet diff examples/gitops-repo   # what a sync would create"; \
+	target/debug/linnet diff examples/gitops-repo | head -40 || true; \
 	echo; \
 	echo "The local control plane is running. Point kubectl at it:"; \
 	echo "  export KUBECONFIG=$$CP_RUN/admin.kubeconfig"; \

@@ -9,6 +9,22 @@ use crate::specs::{LoadOptions, load_dir};
 use crate::telemetry::{self, LogFormat};
 use crate::{Error, Result};
 
+/// Writes a line to stdout; a closed pipe (`linnet diff | head`) is not an error.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// Like [`say!`] without the newline.
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// linnet follows a Git repository of canary specs and rolls them out to Kubernetes:
 /// canary StatefulSets (with their volumes) and batched Deployments. You roll out with
 /// `git push`, and promote by merging a pull request.
@@ -116,10 +132,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             command: "agent",
             planned: "following a Git repository and driving rollouts comes with the Git source",
         }),
-        Command::Diff { .. } => Err(Error::NotBuiltYet {
-            command: "diff",
-            planned: "comes with the desired-state engine",
-        }),
+        Command::Diff { dir, specs, sync } => runtime()?.block_on(diff(&dir, &specs, &sync)),
         Command::Validate { dir, specs } => validate(&dir, &specs),
         Command::Status => Err(Error::NotBuiltYet {
             command: "status",
@@ -127,16 +140,75 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         }),
         Command::Crds => {
             let yaml = crate::api::crds_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
-            print!("{yaml}");
+            say_raw!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)
+}
+
+async fn diff(dir: &Path, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> {
+    use crate::sync::{Change, Syncer, diff::render_diff};
+    let set = load_dir(dir, &args.load_options())?;
+    for e in &set.errors {
+        eprintln!("{e}");
+    }
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| Error::KubeConfig(Box::new(e)))?;
+    let syncer = Syncer::new(client, &sync.source_name, args.allowed_namespaces.clone());
+    let (plan, read_errors) = syncer.plan(&set, "working-tree", sync.prune).await;
+    let mut changed = 0;
+    for change in &plan {
+        let verb = match change.change {
+            Change::Unchanged => continue,
+            Change::Create => "create",
+            Change::Update => "update",
+            Change::Prune => "prune",
+            Change::KeepVolume => {
+                say!(
+                    "= keep {} (no longer in Git, but linnet never deletes volumes)",
+                    change.key
+                );
+                continue;
+            }
+        };
+        changed += 1;
+        let from = change
+            .desired
+            .as_ref()
+            .map(|d| format!(" ({})", d.source_path))
+            .unwrap_or_default();
+        say!("~ {verb} {}{from}", change.key);
+        say_raw!("{}", render_diff(change));
+    }
+    for (key, e) in &read_errors {
+        eprintln!("error: {key}: {e}");
+    }
+    let unchanged = plan
+        .iter()
+        .filter(|c| c.change == Change::Unchanged)
+        .count();
+    say!("{changed} to change, {unchanged} unchanged");
+    Ok(
+        if changed == 0 && set.errors.is_empty() && read_errors.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
+}
+
 fn validate(dir: &Path, args: &SpecArgs) -> Result<ExitCode> {
     let set = load_dir(dir, &args.load_options())?;
     for e in &set.errors {
-        println!("{e}");
+        say!("{e}");
     }
     let files = set
         .objects
@@ -144,7 +216,7 @@ fn validate(dir: &Path, args: &SpecArgs) -> Result<ExitCode> {
         .map(|o| o.location.file.as_str())
         .collect::<std::collections::BTreeSet<_>>();
     if set.errors.is_empty() {
-        println!(
+        say!(
             "{}: {} objects in {} files, no errors",
             dir.display(),
             set.objects.len(),
@@ -152,7 +224,7 @@ fn validate(dir: &Path, args: &SpecArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     } else {
-        println!(
+        say!(
             "{}: {} error(s); {} file(s) blocked: {}",
             dir.display(),
             set.errors.len(),

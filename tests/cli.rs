@@ -1,5 +1,5 @@
 //! The `linnet` binary's command line, run as a user would run it.
-#![allow(clippy::expect_used)]
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::process::Command;
 
@@ -26,4 +26,36 @@ fn unbuilt_subcommand_says_so_and_fails() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not built yet"), "stderr: {err}");
+}
+
+#[test]
+fn validate_accepts_the_example_repository() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gitops-repo");
+    let out = linnet(&["validate", dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("no errors"), "{stdout}");
+}
+
+#[test]
+fn validate_prints_a_located_error_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryDeployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  image: web:1\n  batches: 2\n  currentBatch: 3\n  template:\n    selector:\n      matchLabels: {app: web}\n    template:\n      metadata:\n        labels: {app: web}\n      spec:\n        containers:\n        - name: web\n          image: web:1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("good.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fine\n",
+    )
+    .unwrap();
+    let out = linnet(&["validate", dir.path().to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("bad.yaml:9:3: currentBatch must be between 1 and batches"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 file(s) blocked: bad.yaml"), "{stdout}");
 }

@@ -36,9 +36,9 @@ use super::Condition;
     doc = "A Deployment rolled out in batches, promoted batch by batch from Git."
 )]
 #[x_kube(
-    validation = Rule::new("size(self.image) > 0").message("image must not be empty"),
-    validation = Rule::new("self.batches >= 1").message("batches must be at least 1"),
-    validation = Rule::new("self.currentBatch >= 1 && self.currentBatch <= self.batches").message("currentBatch must be between 1 and batches"),
+    validation = Rule::new("size(self.image) > 0").message("image must not be empty").field_path(".image"),
+    validation = Rule::new("self.batches >= 1").message("batches must be at least 1").field_path(".batches"),
+    validation = Rule::new("self.currentBatch >= 1 && self.currentBatch <= self.batches").message("currentBatch must be between 1 and batches").field_path(".currentBatch"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryDeploymentSpec {

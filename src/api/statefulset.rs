@@ -36,10 +36,10 @@ use super::Condition;
     doc = "A canary rollout of a StatefulSet in which every replica keeps its ordinal and its volume."
 )]
 #[x_kube(
-    validation = Rule::new("self.canaryReplicas <= self.replicas").message("canaryReplicas must not exceed replicas"),
-    validation = Rule::new("size(self.image) > 0").message("image must not be empty"),
-    validation = Rule::new("!has(self.steps) || self.steps.all(s, s >= 1 && s <= self.canaryReplicas)").message("every step must be at least 1 and at most canaryReplicas"),
-    validation = Rule::new("!has(self.steps) || self.steps.all(s, self.steps.indexOf(s) == self.steps.lastIndexOf(s)) && self.steps.isSorted()").message("steps must be strictly ascending"),
+    validation = Rule::new("self.canaryReplicas <= self.replicas").message("canaryReplicas must not exceed replicas").field_path(".canaryReplicas"),
+    validation = Rule::new("size(self.image) > 0").message("image must not be empty").field_path(".image"),
+    validation = Rule::new("!has(self.steps) || self.steps.all(s, s >= 1 && s <= self.canaryReplicas)").message("every step must be at least 1 and at most canaryReplicas").field_path(".steps"),
+    validation = Rule::new("!has(self.steps) || self.steps.all(s, self.steps.indexOf(s) == self.steps.lastIndexOf(s)) && self.steps.isSorted()").message("steps must be strictly ascending").field_path(".steps"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryStatefulSetSpec {

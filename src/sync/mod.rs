@@ -1,2 +1,17 @@
 //! The desired-state engine: compares what Git wants with what linnet manages in the cluster,
-//! and applies the difference with server-side apply. Pruning is opt-in.
+//! and applies the difference with server-side apply under one field manager. When Git and
+//! the cluster agree, a sync writes nothing. Pruning is opt-in and never deletes
+//! PersistentVolumeClaims or PersistentVolumes.
+//!
+//! [`desired`] and [`diff`] are pure; [`apply`] does the cluster I/O.
+
+pub mod apply;
+pub mod desired;
+pub mod diff;
+
+pub use apply::{SyncReport, Syncer};
+pub use desired::{DesiredObject, desired_set};
+pub use diff::{Change, PlannedChange, plan_changes};
+
+/// The field manager of every server-side apply linnet makes.
+pub const FIELD_MANAGER: &str = "linnet";

@@ -173,3 +173,93 @@ pub async fn install_crds(client: &Client) {
         .unwrap();
     }
 }
+
+/// Counts the write requests (anything but GET) a client sends.
+#[derive(Clone, Default)]
+pub struct WriteCounter(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl WriteCounter {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl<S> tower::Layer<S> for WriteCounter {
+    type Service = CountedService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        CountedService {
+            inner,
+            counter: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct CountedService<S> {
+    inner: S,
+    counter: WriteCounter,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for CountedService<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.method() != http::Method::GET {
+            self.counter.0.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.call(req)
+    }
+}
+
+/// An admin client whose write requests are counted.
+pub async fn counting_admin_client() -> (Client, WriteCounter) {
+    let kubeconfig = Kubeconfig::read_from(admin_kubeconfig()).expect("admin kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kube config");
+    let counter = WriteCounter::default();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .expect("client builder")
+        .with_layer(&counter)
+        .build();
+    (client, counter)
+}
+
+/// Copies `examples/gitops-repo` into a temporary directory, moving every object into
+/// namespace `ns`.
+pub fn example_repo_in(ns: &str) -> tempfile::TempDir {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");
+    let dst = tempfile::tempdir().expect("temp dir");
+    copy_tree(&src, dst.path(), ns);
+    dst
+}
+
+fn copy_tree(src: &std::path::Path, dst: &std::path::Path, ns: &str) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &to, ns);
+        } else {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            std::fs::write(
+                &to,
+                text.replace("namespace: demo", &format!("namespace: {ns}")),
+            )
+            .unwrap();
+        }
+    }
+}

@@ -119,7 +119,7 @@ fn cel_rule_is_checked_offline_with_its_message() {
             .contains("canaryReplicas must not exceed replicas"),
         "{e}"
     );
-    assert_eq!(e.location.line, 5, "{e}");
+    assert_eq!((e.location.line, e.location.column), (7, 3), "{e}");
 }
 
 #[test]

@@ -1,0 +1,287 @@
+//! Cluster I/O of a sync: discover each kind, read the live objects, and apply the plan with
+//! server-side apply. Reads are one list per kind (by linnet's labels) plus one get for each
+//! desired object that is not labelled yet; writes happen only for creates, updates and prunes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope, pinned_kind};
+use kube::{Api, Client};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use super::FIELD_MANAGER;
+use super::desired::desired_set;
+use super::diff::{Change, PlannedChange, plan_changes};
+use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
+use crate::specs::{ObjectKey, SpecSet};
+
+/// Kinds that are listed for pruning even when Git no longer declares any object of them.
+const PRUNABLE_KINDS: &[(&str, &str)] = &[
+    ("rollouts.linnet.dev/v1alpha1", "CanaryStatefulSet"),
+    ("rollouts.linnet.dev/v1alpha1", "CanaryDeployment"),
+    ("v1", "ConfigMap"),
+    ("v1", "Service"),
+    ("v1", "Secret"),
+    ("v1", "ServiceAccount"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
+    // Listed so that pruning can say it keeps them.
+    ("v1", "PersistentVolumeClaim"),
+];
+
+/// The outcome of a sync.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncReport {
+    pub created: Vec<ObjectKey>,
+    pub updated: Vec<ObjectKey>,
+    pub unchanged: usize,
+    pub pruned: Vec<ObjectKey>,
+    /// Volumes that pruning left in place.
+    pub kept_volumes: Vec<ObjectKey>,
+    /// Objects that could not be read or written, with the reason.
+    pub errors: Vec<(ObjectKey, String)>,
+}
+
+impl SyncReport {
+    /// Write requests this sync made.
+    pub fn writes(&self) -> usize {
+        self.created.len() + self.updated.len() + self.pruned.len()
+    }
+}
+
+/// Applies desired sets to one cluster under linnet's field manager.
+pub struct Syncer {
+    client: Client,
+    source: String,
+    /// Namespaces to look in for objects to prune; empty means all namespaces.
+    namespaces: Vec<String>,
+    discovery: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
+}
+
+fn split_api_version(api_version: &str) -> (&str, &str) {
+    api_version.rsplit_once('/').unwrap_or(("", api_version))
+}
+
+impl Syncer {
+    /// A syncer for objects labelled with `source`.
+    pub fn new(client: Client, source: impl Into<String>, namespaces: Vec<String>) -> Self {
+        Syncer {
+            client,
+            source: source.into(),
+            namespaces,
+            discovery: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, ApiCapabilities), String> {
+        let cache_key = (api_version.to_string(), kind.to_string());
+        if let Some(found) = self.discovery.lock().await.get(&cache_key) {
+            return Ok(found.clone());
+        }
+        let (group, version) = split_api_version(api_version);
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let found = pinned_kind(&self.client, &gvk).await.map_err(|e| {
+            format!(
+                "the cluster does not serve {kind} in {api_version} ({e}); is its CRD installed?"
+            )
+        })?;
+        self.discovery.lock().await.insert(cache_key, found.clone());
+        Ok(found)
+    }
+
+    fn api(&self, ar: &ApiResource, caps: &ApiCapabilities, namespace: &str) -> Api<DynamicObject> {
+        if caps.scope == Scope::Namespaced && !namespace.is_empty() {
+            Api::namespaced_with(self.client.clone(), namespace, ar)
+        } else {
+            Api::all_with(self.client.clone(), ar)
+        }
+    }
+
+    fn selector(&self) -> String {
+        format!(
+            "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_LABEL}={}",
+            self.source
+        )
+    }
+
+    /// Plans a sync of `specs` at `revision`, reading the cluster but writing nothing.
+    pub async fn plan(
+        &self,
+        specs: &SpecSet,
+        revision: &str,
+        prune: bool,
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
+        let desired = desired_set(specs, &self.source, revision);
+        let mut errors = Vec::new();
+        let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+
+        // One labelled list per kind finds everything this source manages.
+        let mut kinds: Vec<(String, String)> = PRUNABLE_KINDS
+            .iter()
+            .map(|(a, k)| (a.to_string(), k.to_string()))
+            .collect();
+        for d in &desired {
+            let k = (d.key.api_version.clone(), d.key.kind.clone());
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+        let params = ListParams::default().labels(&self.selector());
+        for (api_version, kind) in &kinds {
+            let Ok((ar, caps)) = self.resource(api_version, kind).await else {
+                continue; // not served; desired objects of this kind report it below
+            };
+            let namespaces: Vec<&str> =
+                if self.namespaces.is_empty() || caps.scope == Scope::Cluster {
+                    vec![""]
+                } else {
+                    self.namespaces.iter().map(String::as_str).collect()
+                };
+            for ns in namespaces {
+                match self.api(&ar, &caps, ns).list(&params).await {
+                    Ok(list) => {
+                        for object in list.items {
+                            let key = ObjectKey {
+                                api_version: api_version.clone(),
+                                kind: kind.clone(),
+                                namespace: object.metadata.namespace.clone().unwrap_or_default(),
+                                name: object.metadata.name.clone().unwrap_or_default(),
+                            };
+                            live.insert(key, to_value(object, &ar));
+                        }
+                    }
+                    Err(e) => errors.push((
+                        ObjectKey {
+                            api_version: api_version.clone(),
+                            kind: kind.clone(),
+                            namespace: ns.to_string(),
+                            name: "*".into(),
+                        },
+                        format!("cannot list: {e}"),
+                    )),
+                }
+            }
+        }
+        // Desired objects that exist without linnet's labels (adopted on first sync).
+        let mut servable = Vec::new();
+        for d in desired {
+            match self.resource(&d.key.api_version, &d.key.kind).await {
+                Ok((ar, caps)) => {
+                    if !live.contains_key(&d.key) {
+                        match self
+                            .api(&ar, &caps, &d.key.namespace)
+                            .get_opt(&d.key.name)
+                            .await
+                        {
+                            Ok(Some(object)) => {
+                                live.insert(d.key.clone(), to_value(object, &ar));
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                errors.push((d.key.clone(), format!("cannot read: {e}")));
+                                continue;
+                            }
+                        }
+                    }
+                    servable.push(d);
+                }
+                Err(e) => errors.push((d.key.clone(), e)),
+            }
+        }
+        (plan_changes(&servable, &live, prune), errors)
+    }
+
+    /// Executes a plan; one object's failure does not stop the others.
+    pub async fn apply(&self, plan: &[PlannedChange]) -> SyncReport {
+        let mut report = SyncReport::default();
+        for change in plan {
+            let key = &change.key;
+            let result = match change.change {
+                Change::Unchanged => {
+                    report.unchanged += 1;
+                    continue;
+                }
+                Change::KeepVolume => {
+                    tracing::info!(object = %key, "not pruning: linnet never deletes volumes");
+                    report.kept_volumes.push(key.clone());
+                    continue;
+                }
+                Change::Create | Change::Update => self.apply_one(change).await,
+                Change::Prune => self.delete_one(key).await,
+            };
+            match (result, change.change) {
+                (Ok(()), Change::Create) => {
+                    tracing::info!(object = %key, "created");
+                    report.created.push(key.clone())
+                }
+                (Ok(()), Change::Update) => {
+                    tracing::info!(object = %key, "updated");
+                    report.updated.push(key.clone())
+                }
+                (Ok(()), _) => {
+                    tracing::info!(object = %key, "pruned: no longer in Git");
+                    report.pruned.push(key.clone())
+                }
+                (Err(e), _) => {
+                    tracing::warn!(object = %key, error = %e, "sync failed for object");
+                    report.errors.push((key.clone(), e))
+                }
+            }
+        }
+        report
+    }
+
+    async fn apply_one(&self, change: &PlannedChange) -> Result<(), String> {
+        let Some(desired) = &change.desired else {
+            return Ok(());
+        };
+        let key = &desired.key;
+        let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
+        self.api(&ar, &caps, &key.namespace)
+            .patch(
+                &key.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired.object),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("apply failed: {e}"))
+    }
+
+    async fn delete_one(&self, key: &ObjectKey) -> Result<(), String> {
+        let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
+        match self
+            .api(&ar, &caps, &key.namespace)
+            .delete(&key.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(format!("delete failed: {e}")),
+        }
+    }
+
+    /// Plans and applies in one go.
+    pub async fn sync(&self, specs: &SpecSet, revision: &str, prune: bool) -> SyncReport {
+        let (plan, read_errors) = self.plan(specs, revision, prune).await;
+        let mut report = self.apply(&plan).await;
+        report.errors.extend(read_errors);
+        report
+    }
+}
+
+fn to_value(mut object: DynamicObject, ar: &ApiResource) -> Value {
+    if object.types.is_none() {
+        object.types = Some(kube::core::TypeMeta {
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+        });
+    }
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}

@@ -1,0 +1,289 @@
+//! The plan of a sync: which objects to create, update, leave alone or prune. Pure: it compares
+//! the desired set with live objects, and renders readable per-object diffs for `linnet diff`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::desired::{APPLIED_HASH_ANNOTATION, DesiredObject};
+use crate::api::REVISION_ANNOTATION;
+use crate::specs::ObjectKey;
+
+/// What a sync does with one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    Create,
+    Update,
+    Unchanged,
+    /// Linnet applied it earlier, Git no longer has it, and pruning is on.
+    Prune,
+    /// It would be pruned, but it holds data (a PersistentVolumeClaim or PersistentVolume),
+    /// and linnet never deletes those.
+    KeepVolume,
+}
+
+/// One object's planned change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedChange {
+    pub key: ObjectKey,
+    pub change: Change,
+    /// What Git wants (absent for prunes).
+    pub desired: Option<DesiredObject>,
+    /// What the cluster has (absent for creates).
+    pub live: Option<Value>,
+}
+
+/// Plans a sync. `live` holds the live version of every desired object that exists, and every
+/// object this source manages (by label).
+pub fn plan_changes(
+    desired: &[DesiredObject],
+    live: &BTreeMap<ObjectKey, Value>,
+    prune: bool,
+) -> Vec<PlannedChange> {
+    let mut changes = Vec::new();
+    let mut wanted = std::collections::BTreeSet::new();
+    for d in desired {
+        wanted.insert(&d.key);
+        let live_object = live.get(&d.key);
+        let change = match live_object {
+            None => Change::Create,
+            Some(l) if is_unchanged(d, l) => Change::Unchanged,
+            Some(_) => Change::Update,
+        };
+        changes.push(PlannedChange {
+            key: d.key.clone(),
+            change,
+            desired: Some(d.clone()),
+            live: live_object.cloned(),
+        });
+    }
+    if prune {
+        for (key, l) in live {
+            if wanted.contains(key) {
+                continue;
+            }
+            let change = if matches!(
+                key.kind.as_str(),
+                "PersistentVolumeClaim" | "PersistentVolume"
+            ) {
+                Change::KeepVolume
+            } else {
+                Change::Prune
+            };
+            changes.push(PlannedChange {
+                key: key.clone(),
+                change,
+                desired: None,
+                live: Some(l.clone()),
+            });
+        }
+    }
+    changes
+}
+
+/// Unchanged when linnet applied this very content last (hash) and nobody has changed any
+/// field Git sets since (drift).
+fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
+    let live_hash = live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
+        .and_then(Value::as_str);
+    live_hash == Some(desired.hash.as_str()) && is_subset(&comparable(&desired.object), live)
+}
+
+/// The desired object without the annotations that change on every revision.
+fn comparable(object: &Value) -> Value {
+    let mut o = object.clone();
+    if let Some(Value::Object(a)) = o.pointer_mut("/metadata/annotations") {
+        a.remove(REVISION_ANNOTATION);
+    }
+    o
+}
+
+/// Whether every field set in `want` has the same value in `have`. The API server adds
+/// defaults and status, so `have` may hold more.
+pub fn is_subset(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Null, _) => true,
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .all(|(k, v)| v.is_null() || h.get(k).is_some_and(|hv| is_subset(v, hv))),
+        (Value::Object(w), Value::Null) => w.values().all(Value::is_null),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| is_subset(a, b))
+        }
+        (Value::Array(w), Value::Null) => w.is_empty(),
+        // `port: "80"` in Git and `80` in the cluster are the same to a user.
+        (Value::String(s), Value::Number(n)) | (Value::Number(n), Value::String(s)) => {
+            s == &n.to_string()
+        }
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (a, b) => a == b,
+    }
+}
+
+/// `have`, cut down to the fields `want` sets, so a diff shows only what Git controls.
+fn project(want: &Value, have: &Value) -> Value {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => Value::Object(
+            w.iter()
+                .filter_map(|(k, wv)| h.get(k).map(|hv| (k.clone(), project(wv, hv))))
+                .collect(),
+        ),
+        (Value::Array(w), Value::Array(h)) => Value::Array(
+            h.iter()
+                .enumerate()
+                .map(|(i, hv)| {
+                    w.get(i)
+                        .map(|wv| project(wv, hv))
+                        .unwrap_or_else(|| hv.clone())
+                })
+                .collect(),
+        ),
+        _ => have.clone(),
+    }
+}
+
+fn without_bookkeeping(object: &Value) -> Value {
+    let mut o = comparable(object);
+    if let Some(Value::Object(a)) = o.pointer_mut("/metadata/annotations") {
+        a.remove(APPLIED_HASH_ANNOTATION);
+        if a.is_empty()
+            && let Some(Value::Object(m)) = o.pointer_mut("/metadata")
+        {
+            m.remove("annotations");
+        }
+    }
+    o
+}
+
+fn to_yaml(v: &Value) -> String {
+    serde_saphyr::to_string(v).unwrap_or_else(|e| format!("<cannot render: {e}>\n"))
+}
+
+/// A unified diff of one change, live (`-`) against Git (`+`), over the fields Git sets.
+pub fn render_diff(change: &PlannedChange) -> String {
+    let git = change
+        .desired
+        .as_ref()
+        .map(|d| to_yaml(&without_bookkeeping(&d.object)))
+        .unwrap_or_default();
+    let live = match (&change.desired, &change.live) {
+        (Some(d), Some(l)) => to_yaml(&without_bookkeeping(&project(&d.object, l))),
+        (None, Some(l)) => {
+            let mut l = l.clone();
+            if let Some(Value::Object(m)) = l.pointer_mut("/metadata") {
+                m.retain(|k, _| ["name", "namespace", "labels"].contains(&k.as_str()));
+            }
+            if let Value::Object(m) = &mut l {
+                m.retain(|k, _| ["apiVersion", "kind", "metadata"].contains(&k.as_str()));
+            }
+            to_yaml(&l)
+        }
+        _ => String::new(),
+    };
+    similar::TextDiff::from_lines(&live, &git)
+        .unified_diff()
+        .context_radius(3)
+        .header("live", "git")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key(kind: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    fn desired(name: &str, data: Value) -> DesiredObject {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "annotations": {APPLIED_HASH_ANNOTATION: "h1", REVISION_ANNOTATION: "r2"}},
+            "data": data});
+        DesiredObject {
+            key: key("ConfigMap", name),
+            object,
+            hash: "h1".into(),
+            source_path: "a.yaml".into(),
+        }
+    }
+
+    fn live_of(d: &DesiredObject, revision: &str) -> Value {
+        let mut l = d.object.clone();
+        l["metadata"]["annotations"][REVISION_ANNOTATION] = json!(revision);
+        l["metadata"]["uid"] = json!("123");
+        l["metadata"]["resourceVersion"] = json!("9");
+        l
+    }
+
+    #[test]
+    fn missing_object_is_created() {
+        let d = desired("a", json!({"k": "v"}));
+        let plan = plan_changes(&[d], &BTreeMap::new(), false);
+        assert_eq!(plan[0].change, Change::Create);
+    }
+
+    #[test]
+    fn same_content_from_an_older_revision_is_unchanged() {
+        let d = desired("a", json!({"k": "v"}));
+        let live = BTreeMap::from([(d.key.clone(), live_of(&d, "r1"))]);
+        let plan = plan_changes(&[d], &live, false);
+        assert_eq!(plan[0].change, Change::Unchanged);
+    }
+
+    #[test]
+    fn drift_in_the_cluster_is_an_update() {
+        let d = desired("a", json!({"k": "v"}));
+        let mut l = live_of(&d, "r1");
+        l["data"]["k"] = json!("edited by hand");
+        let live = BTreeMap::from([(d.key.clone(), l)]);
+        let plan = plan_changes(&[d], &live, false);
+        assert_eq!(plan[0].change, Change::Update);
+        let diff = render_diff(&plan[0]);
+        assert!(diff.contains("-  k: edited by hand"), "{diff}");
+        assert!(diff.contains("+  k: v"), "{diff}");
+        assert!(!diff.contains("resourceVersion"), "{diff}");
+    }
+
+    #[test]
+    fn new_hash_is_an_update() {
+        let d = desired("a", json!({"k": "v"}));
+        let mut l = live_of(&d, "r1");
+        l["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("old");
+        let live = BTreeMap::from([(d.key.clone(), l)]);
+        assert_eq!(plan_changes(&[d], &live, false)[0].change, Change::Update);
+    }
+
+    #[test]
+    fn pruning_is_opt_in_and_never_touches_volumes() {
+        let cm = key("ConfigMap", "gone");
+        let pvc = key("PersistentVolumeClaim", "data-redis-0");
+        let live = BTreeMap::from([(cm.clone(), json!({})), (pvc.clone(), json!({}))]);
+        assert!(plan_changes(&[], &live, false).is_empty());
+        let plan = plan_changes(&[], &live, true);
+        let by_key: BTreeMap<_, _> = plan.iter().map(|c| (c.key.clone(), c.change)).collect();
+        assert_eq!(by_key[&cm], Change::Prune);
+        assert_eq!(by_key[&pvc], Change::KeepVolume);
+    }
+
+    #[test]
+    fn subset_allows_server_defaults_but_not_changes() {
+        let want = json!({"spec": {"ports": [{"port": 80}]}});
+        let have =
+            json!({"spec": {"ports": [{"port": 80, "protocol": "TCP"}], "clusterIP": "10.0.0.1"}});
+        assert!(is_subset(&want, &have));
+        assert!(!is_subset(
+            &json!({"spec": {"ports": [{"port": 81}]}}),
+            &have
+        ));
+        assert!(!is_subset(&json!({"spec": {"ports": []}}), &have));
+        assert!(is_subset(&json!({"port": "80"}), &json!({"port": 80})));
+    }
+}

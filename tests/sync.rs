@@ -1,0 +1,331 @@
+//! The desired-state engine against the real control plane: apply the example repository,
+//! write nothing when nothing changed, correct drift, prune without touching volumes, and
+//! keep going when one file is broken.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Resource};
+use linnet::specs::{LoadOptions, load_dir};
+use linnet::sync::Syncer;
+use serde_json::json;
+use support::{
+    TestNamespace, admin_client, counting_admin_client, eventually, example_repo_in, from_json,
+    install_crds,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn names(keys: &[linnet::specs::ObjectKey]) -> Vec<String> {
+    let mut v: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{}/{}", k.kind, k.name))
+        .collect();
+    v.sort();
+    v
+}
+
+fn canary_statefulsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("rollouts.linnet.dev", "v1alpha1", "CanaryStatefulSet");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+#[tokio::test]
+async fn applying_the_example_twice_writes_nothing_the_second_time() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "sync").await;
+    let repo = example_repo_in(&ns.name);
+    let opts = LoadOptions::default();
+    let source = ns.name.clone(); // a source of the test's own, so tests do not prune each other
+
+    let (client, writes) = counting_admin_client().await;
+    let syncer = Syncer::new(client, &source, vec![ns.name.clone()]);
+    let specs = load_dir(repo.path(), &opts).unwrap();
+    assert_eq!(specs.errors, vec![]);
+
+    let first = syncer.sync(&specs, "rev1", false).await;
+    assert_eq!(first.errors, vec![]);
+    assert_eq!(
+        names(&first.created),
+        vec![
+            "CanaryDeployment/web",
+            "CanaryStatefulSet/redis",
+            "Service/redis",
+            "Service/web"
+        ]
+    );
+    assert_eq!(writes.get(), 4);
+
+    // Same content at a new revision: nothing to write.
+    let before = writes.get();
+    let second = syncer.sync(&specs, "rev2", false).await;
+    assert_eq!(second.errors, vec![]);
+    assert_eq!(second.unchanged, 4);
+    assert_eq!(second.writes(), 0);
+    assert_eq!(
+        writes.get(),
+        before,
+        "a sync with nothing to change sent write requests"
+    );
+
+    // A changed file updates only its own object.
+    let web = repo.path().join("apps/web/web.yaml");
+    let text = std::fs::read_to_string(&web).unwrap();
+    std::fs::write(
+        &web,
+        text.replace(
+            "image: nginx:1.27\n  strategy",
+            "image: nginx:1.28\n  strategy",
+        ),
+    )
+    .unwrap();
+    let specs = load_dir(repo.path(), &opts).unwrap();
+    let third = syncer.sync(&specs, "rev3", false).await;
+    assert_eq!(names(&third.updated), vec!["CanaryDeployment/web"]);
+    assert_eq!(third.unchanged, 3);
+
+    // Drift made by hand in the cluster is put back.
+    let services: Api<Service> = Api::namespaced(admin.clone(), &ns.name);
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"selector": {"app": "someone-else"}}})),
+        )
+        .await
+        .unwrap();
+    let fourth = syncer.sync(&specs, "rev3", false).await;
+    assert_eq!(names(&fourth.updated), vec!["Service/web"]);
+    let selector = services
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .selector
+        .unwrap();
+    assert_eq!(selector["app"], "web");
+
+    // And the object carries linnet's bookkeeping.
+    let redis = canary_statefulsets(&admin, &ns.name)
+        .get("redis")
+        .await
+        .unwrap();
+    let annotations = redis.metadata.annotations.unwrap();
+    assert_eq!(
+        annotations["rollouts.linnet.dev/source-path"],
+        "apps/redis/redis.yaml"
+    );
+    assert_eq!(annotations["rollouts.linnet.dev/revision"], "rev1");
+}
+
+#[tokio::test]
+async fn pruning_removes_a_deleted_files_objects_and_keeps_their_volumes() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "prune").await;
+    let repo = example_repo_in(&ns.name);
+    // A claim declared in Git, to show that pruning never deletes one.
+    std::fs::write(
+        repo.path().join("apps/redis/scratch.yaml"),
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: scratch\n  namespace: {}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n",
+            ns.name
+        ),
+    )
+    .unwrap();
+    let opts = LoadOptions::default();
+    let syncer = Syncer::new(admin.clone(), &ns.name, vec![ns.name.clone()]);
+    let report = syncer
+        .sync(&load_dir(repo.path(), &opts).unwrap(), "rev1", true)
+        .await;
+    assert_eq!(report.errors, vec![]);
+    assert_eq!(report.created.len(), 5);
+
+    // What the StatefulSet controller will own: a set, and the claim of its replica.
+    let csts = canary_statefulsets(&admin, &ns.name)
+        .get("redis")
+        .await
+        .unwrap();
+    let owner = json!({"apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryStatefulSet",
+        "name": "redis", "uid": csts.meta().uid, "controller": true, "blockOwnerDeletion": true});
+    let set: StatefulSet = from_json(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "redis-stable", "ownerReferences": [owner]},
+        "spec": {
+            "replicas": 1, "serviceName": "redis",
+            "selector": {"matchLabels": {"app": "redis"}},
+            "template": {"metadata": {"labels": {"app": "redis"}},
+                         "spec": {"containers": [{"name": "redis", "image": "redis:7.2"}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
+        }
+    }));
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let set = sets.create(&PostParams::default(), &set).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), &ns.name);
+    let bound = |c: Option<&PersistentVolumeClaim>| {
+        c.and_then(|c| c.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            == Some("Bound")
+    };
+    tokio::time::timeout(
+        WAIT,
+        await_condition(claims.clone(), "data-redis-stable-0", bound),
+    )
+    .await
+    .expect("replica claim never bound")
+    .unwrap();
+    let volume_before = claims
+        .get("data-redis-stable-0")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name;
+
+    // Remove the redis files from Git, and sync with pruning.
+    std::fs::remove_file(repo.path().join("apps/redis/redis.yaml")).unwrap();
+    std::fs::remove_file(repo.path().join("apps/redis/service.yaml")).unwrap();
+    std::fs::remove_file(repo.path().join("apps/redis/scratch.yaml")).unwrap();
+    let report = syncer
+        .sync(&load_dir(repo.path(), &opts).unwrap(), "rev2", true)
+        .await;
+    assert_eq!(report.errors, vec![]);
+    assert_eq!(
+        names(&report.pruned),
+        vec!["CanaryStatefulSet/redis", "Service/redis"]
+    );
+    assert_eq!(
+        names(&report.kept_volumes),
+        vec!["PersistentVolumeClaim/scratch"]
+    );
+    assert_eq!(report.unchanged, 2);
+
+    // The rollout and what it owned go; the volumes stay, bound as before.
+    tokio::time::timeout(
+        WAIT,
+        await_condition(
+            sets.clone(),
+            "redis-stable",
+            conditions::is_deleted(set.meta().uid.as_ref().unwrap()),
+        ),
+    )
+    .await
+    .expect("the owned StatefulSet was not garbage-collected")
+    .unwrap();
+    let claim = claims.get("data-redis-stable-0").await.unwrap();
+    assert!(bound(Some(&claim)));
+    assert_eq!(claim.spec.unwrap().volume_name, volume_before);
+    assert!(bound(Some(&claims.get("scratch").await.unwrap())));
+
+    // Without --prune nothing is deleted.
+    std::fs::remove_dir_all(repo.path().join("apps/web")).unwrap();
+    let report = syncer
+        .sync(&load_dir(repo.path(), &opts).unwrap(), "rev3", false)
+        .await;
+    assert_eq!(report.writes(), 0);
+    eventually("web Service still there", Duration::from_secs(2), || {
+        let services: Api<Service> = Api::namespaced(admin.clone(), &ns.name);
+        async move { services.get_opt("web").await.ok().flatten().map(|_| ()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_broken_file_blocks_only_its_own_objects() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "broken-file").await;
+    let repo = example_repo_in(&ns.name);
+    let web = repo.path().join("apps/web/web.yaml");
+    let text = std::fs::read_to_string(&web).unwrap();
+    std::fs::write(
+        &web,
+        text.replace("  batches: 2\n", "  batches: 2\n  batchez: 3\n"),
+    )
+    .unwrap();
+
+    let specs = load_dir(repo.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(specs.blocked_files, vec!["apps/web/web.yaml"]);
+    assert_eq!(specs.errors.len(), 1);
+    assert!(
+        specs.errors[0]
+            .to_string()
+            .starts_with("apps/web/web.yaml:14:3: CanaryDeployment: unknown field `batchez`"),
+        "{}",
+        specs.errors[0]
+    );
+
+    let syncer = Syncer::new(admin.clone(), &ns.name, vec![ns.name.clone()]);
+    let report = syncer.sync(&specs, "rev1", true).await;
+    assert_eq!(report.errors, vec![]);
+    assert_eq!(
+        names(&report.created),
+        vec!["CanaryStatefulSet/redis", "Service/redis"]
+    );
+    let services: Api<Service> = Api::namespaced(admin.clone(), &ns.name);
+    assert!(services.get_opt("web").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn linnet_diff_shows_what_would_change_and_exits_1() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "diff").await;
+    let repo = example_repo_in(&ns.name);
+    let syncer = Syncer::new(admin.clone(), &ns.name, vec![ns.name.clone()]);
+    let specs = load_dir(repo.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(syncer.sync(&specs, "rev1", false).await.errors, vec![]);
+
+    let diff = |dir: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
+            .args(["diff", dir.to_str().unwrap(), "--source-name", &ns.name])
+            .args(["--allow-namespace", &ns.name])
+            .env("KUBECONFIG", support::admin_kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let out = diff(repo.path());
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("0 to change, 4 unchanged"), "{stdout}");
+
+    let redis = repo.path().join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&redis).unwrap();
+    std::fs::write(
+        &redis,
+        text.replace(
+            "  image: redis:7.2\n  strategy",
+            "  image: redis:7.4\n  strategy",
+        ),
+    )
+    .unwrap();
+    let out = diff(repo.path());
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "~ update CanaryStatefulSet {}/redis (apps/redis/redis.yaml)",
+            ns.name
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("-  image: redis:7.2"), "{stdout}");
+    assert!(stdout.contains("+  image: redis:7.4"), "{stdout}");
+    assert!(stdout.contains("1 to change, 3 unchanged"), "{stdout}");
+    println!("{stdout}");
+}

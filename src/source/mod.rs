@@ -1,2 +1,8 @@
-//! The Git source: the only module that reads Git. It keeps a local clone (git2) and learns of
-//! new revisions by polling, from Git host webhooks (axum), or from local file changes (notify).
+//! The Git source: the only module that reads Git. It keeps a local mirror of the tracked
+//! branch (git2) and learns of new revisions by polling, from Git host webhooks, or from local
+//! file changes. Only files whose content changed are parsed again.
+
+pub mod git;
+pub mod hooks;
+pub mod snapshot;
+pub mod webhook;

@@ -9,7 +9,7 @@ mod load;
 mod locate;
 mod validate;
 
-pub use load::{LoadOptions, load_dir, load_file};
+pub use load::{LoadOptions, is_spec_file, load_dir, load_file};
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,0 +1,315 @@
+//! A bare mirror of one branch of a remote repository, through git2. Every call blocks; the
+//! agent runs them on `spawn_blocking`.
+//!
+//! A poll first asks the remote for the branch tip only ([`GitMirror::remote_tip`]); only a new
+//! tip is fetched. Force pushes are just new tips. A cache directory that is not a usable
+//! repository is removed and cloned again.
+
+use std::path::{Path, PathBuf};
+
+use git2::{
+    AutotagOption, Cred, CredentialType, Direction, FetchOptions, Oid, RemoteCallbacks, Repository,
+};
+
+/// Credentials for the remote. Secrets are read from files on every connection, so a mounted
+/// Kubernetes Secret can rotate without a restart.
+#[derive(Clone, Debug, Default)]
+pub enum GitAuth {
+    /// `file://`, plain paths, or public HTTPS.
+    #[default]
+    Anonymous,
+    /// HTTPS with a user name and a password or token read from a file.
+    Basic {
+        username: String,
+        password_file: PathBuf,
+    },
+    /// SSH with a private key file; the host must be in `known_hosts`.
+    SshKey {
+        username: String,
+        private_key: PathBuf,
+        known_hosts: PathBuf,
+    },
+}
+
+/// What to follow.
+#[derive(Clone, Debug)]
+pub struct GitRemote {
+    /// `https://…`, `ssh://…`, `user@host:path`, `file://…` or a plain path.
+    pub url: String,
+    pub branch: String,
+    pub auth: GitAuth,
+}
+
+/// Why talking to Git failed, with what the user can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("cannot reach {url}: {source}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("authentication to {url} failed: {source}")]
+    Auth {
+        url: String,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("branch {branch:?} does not exist on {url}")]
+    NoSuchBranch { url: String, branch: String },
+    #[error("cannot read {path}: {source}")]
+    CredentialFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl GitError {
+    /// A stable metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            GitError::Unreachable { .. } => "unreachable",
+            GitError::Auth { .. } => "auth",
+            GitError::NoSuchBranch { .. } => "no_such_branch",
+            GitError::CredentialFile { .. } => "credential_file",
+            GitError::Git(_) => "git",
+            GitError::Io { .. } => "io",
+        }
+    }
+}
+
+/// A local bare mirror of one remote branch.
+pub struct GitMirror {
+    remote: GitRemote,
+    dir: PathBuf,
+    repo: Repository,
+}
+
+impl GitMirror {
+    /// Opens the mirror in `dir`, or creates it. A directory that is not a usable repository
+    /// (corrupt, half-written) is removed and made again.
+    pub fn open(dir: &Path, remote: GitRemote) -> Result<GitMirror, GitError> {
+        let repo = match Repository::open_bare(dir) {
+            Ok(repo) if repo.is_bare() && repo.find_remote("origin").is_ok() => repo,
+            other => {
+                if let Err(e) = other
+                    && dir.exists()
+                {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cache is not a usable repository; cloning again");
+                }
+                if dir.exists() {
+                    std::fs::remove_dir_all(dir).map_err(|source| GitError::Io {
+                        path: dir.to_path_buf(),
+                        source,
+                    })?;
+                }
+                let repo = Repository::init_bare(dir)?;
+                repo.remote("origin", &remote.url)?;
+                repo
+            }
+        };
+        if repo.find_remote("origin")?.url().ok() != Some(remote.url.as_str()) {
+            repo.remote_set_url("origin", &remote.url)?;
+        }
+        Ok(GitMirror {
+            remote,
+            dir: dir.to_path_buf(),
+            repo,
+        })
+    }
+
+    /// The local ref the fetched branch is kept in.
+    fn tracking_ref(&self) -> String {
+        format!("refs/remotes/origin/{}", self.remote.branch)
+    }
+
+    fn callbacks(&self) -> RemoteCallbacks<'_> {
+        let auth = self.remote.auth.clone();
+        let mut callbacks = RemoteCallbacks::new();
+        let mut attempts = 0;
+        callbacks.credentials(move |_url, username_from_url, allowed| {
+            // libgit2 asks again after a refusal; give up instead of looping.
+            attempts += 1;
+            if attempts > 3 {
+                return Err(git2::Error::from_str("credentials were refused"));
+            }
+            match &auth {
+                GitAuth::Anonymous => Cred::default(),
+                GitAuth::Basic {
+                    username,
+                    password_file,
+                } if allowed.contains(CredentialType::USER_PASS_PLAINTEXT) => {
+                    let password = std::fs::read_to_string(password_file).map_err(|e| {
+                        git2::Error::from_str(&format!(
+                            "cannot read {}: {e}",
+                            password_file.display()
+                        ))
+                    })?;
+                    Cred::userpass_plaintext(username, password.trim())
+                }
+                GitAuth::SshKey {
+                    username,
+                    private_key,
+                    ..
+                } => Cred::ssh_key(
+                    username_from_url.unwrap_or(username),
+                    None,
+                    private_key,
+                    None,
+                ),
+                _ => Err(git2::Error::from_str(
+                    "the remote asks for credentials linnet was not given",
+                )),
+            }
+        });
+        if let GitAuth::SshKey { known_hosts, .. } = &self.remote.auth {
+            let known_hosts = known_hosts.clone();
+            callbacks.certificate_check(move |cert, host| {
+                let Some(hostkey) = cert.as_hostkey().and_then(|h| h.hostkey()) else {
+                    return Err(git2::Error::from_str("the server sent no SSH host key"));
+                };
+                if ssh_host_known(&known_hosts, host, hostkey) {
+                    Ok(git2::CertificateCheckStatus::CertificateOk)
+                } else {
+                    Err(git2::Error::from_str(&format!(
+                        "host key of {host} is not in {}",
+                        known_hosts.display()
+                    )))
+                }
+            });
+        }
+        callbacks
+    }
+
+    fn classify(&self, e: git2::Error) -> GitError {
+        let url = self.remote.url.clone();
+        match e.class() {
+            git2::ErrorClass::Http | git2::ErrorClass::Ssh
+                if e.code() == git2::ErrorCode::Auth || e.message().contains("credentials") =>
+            {
+                GitError::Auth { url, source: e }
+            }
+            _ if e.code() == git2::ErrorCode::Auth => GitError::Auth { url, source: e },
+            git2::ErrorClass::Net
+            | git2::ErrorClass::Http
+            | git2::ErrorClass::Ssh
+            | git2::ErrorClass::Os => GitError::Unreachable { url, source: e },
+            _ if e.message().contains("credentials") => GitError::Auth { url, source: e },
+            _ => GitError::Unreachable { url, source: e },
+        }
+    }
+
+    /// Asks the remote for the branch tip, and nothing else: no objects are transferred.
+    pub fn remote_tip(&self) -> Result<Oid, GitError> {
+        let mut remote = self.repo.remote_anonymous(&self.remote.url)?;
+        let connection = remote
+            .connect_auth(Direction::Fetch, Some(self.callbacks()), None)
+            .map_err(|e| self.classify(e))?;
+        let wanted = format!("refs/heads/{}", self.remote.branch);
+        let tip = connection
+            .list()
+            .map_err(|e| self.classify(e))?
+            .iter()
+            .find(|head| head.name() == wanted)
+            .map(|head| head.oid());
+        tip.ok_or_else(|| GitError::NoSuchBranch {
+            url: self.remote.url.clone(),
+            branch: self.remote.branch.clone(),
+        })
+    }
+
+    /// The tip fetched last, if any.
+    pub fn local_tip(&self) -> Option<Oid> {
+        self.repo.refname_to_id(&self.tracking_ref()).ok()
+    }
+
+    /// Fetches the branch (only it; shallow where the transport allows) and returns its tip.
+    /// A rewritten history (force push) is taken as it is.
+    pub fn fetch(&self) -> Result<Oid, GitError> {
+        let refspec = format!("+refs/heads/{}:{}", self.remote.branch, self.tracking_ref());
+        let mut remote = self.repo.find_remote("origin")?;
+        let local = is_local(&self.remote.url);
+        let mut options = FetchOptions::new();
+        options.remote_callbacks(self.callbacks());
+        options.download_tags(AutotagOption::None);
+        if !local {
+            options.depth(1);
+        }
+        remote
+            .fetch(&[refspec.as_str()], Some(&mut options), None)
+            .map_err(|e| self.classify(e))?;
+        self.local_tip().ok_or_else(|| GitError::NoSuchBranch {
+            url: self.remote.url.clone(),
+            branch: self.remote.branch.clone(),
+        })
+    }
+
+    /// Every file below `path` at `commit`, as `(path relative to `path`, blob id)`, skipping
+    /// hidden directories (`.git`, `.linnet`).
+    pub fn list_files(&self, commit: Oid, path: &str) -> Result<Vec<(String, Oid)>, GitError> {
+        let tree = self.repo.find_commit(commit)?.tree()?;
+        let root = path.trim_matches('/');
+        let tree = if root.is_empty() || root == "." {
+            tree
+        } else {
+            match tree.get_path(Path::new(root)) {
+                Ok(entry) => self.repo.find_tree(entry.id())?,
+                Err(_) => return Ok(Vec::new()),
+            }
+        };
+        let mut files = Vec::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            let name = entry.name().unwrap_or("");
+            if name.starts_with('.') {
+                return git2::TreeWalkResult::Skip;
+            }
+            if entry.kind() == Some(git2::ObjectType::Blob) {
+                files.push((format!("{dir}{name}"), entry.id()));
+            }
+            git2::TreeWalkResult::Ok
+        })?;
+        Ok(files)
+    }
+
+    /// The content of a blob.
+    pub fn read_blob(&self, id: Oid) -> Result<Vec<u8>, GitError> {
+        Ok(self.repo.find_blob(id)?.content().to_vec())
+    }
+
+    /// Where the mirror lives.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+fn is_local(url: &str) -> bool {
+    url.starts_with("file://") || url.starts_with('/') || url.starts_with('.')
+}
+
+/// Whether `known_hosts` lists `host` with this raw host key.
+fn ssh_host_known(known_hosts: &Path, host: &str, key: &[u8]) -> bool {
+    use base64::Engine as _;
+    let Ok(text) = std::fs::read_to_string(known_hosts) else {
+        return false;
+    };
+    let key = base64::engine::general_purpose::STANDARD.encode(key);
+    text.lines().any(|line| {
+        let mut parts = line.split_whitespace();
+        let (Some(hosts), Some(_kind), Some(k)) = (parts.next(), parts.next(), parts.next()) else {
+            return false;
+        };
+        k == key
+            && hosts
+                .split(',')
+                .any(|h| h == host || h.trim_start_matches('[').starts_with(&format!("{host}]")))
+    })
+}

@@ -1,0 +1,245 @@
+//! The Git source against real repositories: a bare repository served over `file://`, pushed
+//! to with the `git` command line as a user would.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use linnet::source::git::{GitAuth, GitError, GitMirror, GitRemote};
+use linnet::source::snapshot::SpecSnapshot;
+use linnet::specs::LoadOptions;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A bare "remote" and a working clone of it, seeded with the example repository.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    bare: PathBuf,
+    work: PathBuf,
+    cache: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let bare = tmp.path().join("remote.git");
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&bare).unwrap();
+        git(&bare, &["init", "--bare", "-q"]);
+        git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");
+        copy_dir(&example, &work);
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "seed"]);
+        git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        Fixture {
+            cache: tmp.path().join("cache"),
+            _tmp: tmp,
+            bare,
+            work,
+        }
+    }
+
+    fn remote(&self) -> GitRemote {
+        GitRemote {
+            url: format!("file://{}", self.bare.display()),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        }
+    }
+
+    fn commit(&self, path: &str, content: &str, message: &str) -> String {
+        let file = self.work.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+        git(&self.work, &["add", "-A"]);
+        git(&self.work, &["commit", "-qm", message]);
+        git(&self.work, &["push", "-q", "origin", "HEAD:main"]);
+        git(&self.work, &["rev-parse", "HEAD"])
+    }
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn snapshot_update(
+    mirror: &GitMirror,
+    snap: &mut SpecSnapshot,
+    tip: git2::Oid,
+) -> linnet::source::snapshot::SnapshotUpdate {
+    let listing: Vec<(String, String)> = mirror
+        .list_files(tip, "")
+        .unwrap()
+        .into_iter()
+        .map(|(p, id)| (p, id.to_string()))
+        .collect();
+    snap.update(
+        &listing,
+        |_, id| mirror.read_blob(git2::Oid::from_str(id).unwrap()),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn remote_tip_is_read_without_fetching_and_a_fetch_brings_the_specs() {
+    let f = Fixture::new();
+    let head = git(&f.work, &["rev-parse", "HEAD"]);
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    assert_eq!(mirror.remote_tip().unwrap().to_string(), head);
+    assert_eq!(
+        mirror.local_tip(),
+        None,
+        "asking for the tip must not fetch"
+    );
+
+    let tip = mirror.fetch().unwrap();
+    assert_eq!(tip.to_string(), head);
+    let mut snap = SpecSnapshot::default();
+    let update = snapshot_update(&mirror, &mut snap, tip);
+    assert_eq!(update.parsed, 3);
+    assert_eq!(snap.spec_set().objects.len(), 4);
+}
+
+#[test]
+fn a_status_only_commit_changes_no_spec() {
+    let f = Fixture::new();
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    let mut snap = SpecSnapshot::default();
+    snapshot_update(&mirror, &mut snap, mirror.fetch().unwrap());
+
+    f.commit(
+        ".linnet/status/demo/redis.yaml",
+        "phase: Stable\n",
+        "linnet: status",
+    );
+    let tip = mirror.fetch().unwrap();
+    let update = snapshot_update(&mirror, &mut snap, tip);
+    assert!(
+        !update.changed,
+        "a status-only commit must not start a sync"
+    );
+    assert_eq!(update.parsed, 0);
+
+    f.commit(
+        "apps/extra.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n",
+        "add extra",
+    );
+    let update = snapshot_update(&mirror, &mut snap, mirror.fetch().unwrap());
+    assert!(update.changed);
+    assert_eq!(update.parsed, 1, "only the new file is parsed");
+}
+
+#[test]
+fn a_force_push_is_just_a_new_tip() {
+    let f = Fixture::new();
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    let first = f.commit(
+        "apps/a.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
+        "a",
+    );
+    assert_eq!(mirror.fetch().unwrap().to_string(), first);
+
+    // Rewrite history: drop the commit and push something else in its place.
+    git(&f.work, &["reset", "-q", "--hard", "HEAD~1"]);
+    std::fs::write(
+        f.work.join("apps/b.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n",
+    )
+    .unwrap();
+    git(&f.work, &["add", "-A"]);
+    git(&f.work, &["commit", "-qm", "b instead"]);
+    git(&f.work, &["push", "-q", "--force", "origin", "HEAD:main"]);
+    let rewritten = git(&f.work, &["rev-parse", "HEAD"]);
+
+    assert_eq!(mirror.remote_tip().unwrap().to_string(), rewritten);
+    let tip = mirror.fetch().unwrap();
+    assert_eq!(tip.to_string(), rewritten);
+    let files: Vec<String> = mirror
+        .list_files(tip, "apps")
+        .unwrap()
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    assert!(files.contains(&"b.yaml".to_string()), "{files:?}");
+    assert!(!files.contains(&"a.yaml".to_string()), "{files:?}");
+}
+
+#[test]
+fn a_remote_that_goes_away_is_an_error_and_recovers_when_it_returns() {
+    let f = Fixture::new();
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    let tip = mirror.fetch().unwrap();
+
+    let hidden = f.bare.with_extension("away");
+    std::fs::rename(&f.bare, &hidden).unwrap();
+    let err = mirror.remote_tip().unwrap_err();
+    assert!(matches!(err, GitError::Unreachable { .. }), "{err:?}");
+    assert!(mirror.fetch().is_err());
+    // The last good state is still there.
+    assert_eq!(mirror.local_tip(), Some(tip));
+
+    std::fs::rename(&hidden, &f.bare).unwrap();
+    assert_eq!(mirror.remote_tip().unwrap(), tip);
+}
+
+#[test]
+fn a_corrupted_cache_is_cloned_again() {
+    let f = Fixture::new();
+    {
+        let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+        mirror.fetch().unwrap();
+    }
+    // Trash the cache: no HEAD, garbage config.
+    std::fs::remove_file(f.cache.join("HEAD")).unwrap();
+    std::fs::write(f.cache.join("config"), "this is not a git config [[[").unwrap();
+
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    let tip = mirror.fetch().unwrap();
+    assert_eq!(tip.to_string(), git(&f.work, &["rev-parse", "HEAD"]));
+}
+
+#[test]
+fn a_missing_branch_is_named() {
+    let f = Fixture::new();
+    let mut remote = f.remote();
+    remote.branch = "release".into();
+    let mirror = GitMirror::open(&f.cache, remote).unwrap();
+    let err = mirror.remote_tip().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("branch \"release\" does not exist"),
+        "{err}"
+    );
+}

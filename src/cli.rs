@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -80,11 +81,91 @@ pub struct SyncArgs {
     pub prune: bool,
 }
 
+/// Flags of `linnet agent`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// The repository to follow: https://, ssh://, user@host:path, file:// or a path.
+    #[arg(
+        long,
+        env = "LINNET_REPO_URL",
+        conflicts_with = "repo_path",
+        required_unless_present = "repo_path"
+    )]
+    pub repo_url: Option<String>,
+    /// Follow a plain directory instead (no Git), syncing whenever a file changes.
+    #[arg(long, env = "LINNET_REPO_PATH")]
+    pub repo_path: Option<PathBuf>,
+    /// The branch to follow.
+    #[arg(long, default_value = "main", env = "LINNET_BRANCH")]
+    pub branch: String,
+    /// Directory inside the repository that holds the specs.
+    #[arg(long, default_value = ".", env = "LINNET_PATH")]
+    pub path: String,
+    /// How often to ask the remote for its tip (up to 10% jitter is added).
+    #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_POLL_INTERVAL")]
+    pub poll_interval: Duration,
+    /// Longest one Git operation may take.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub git_timeout: Duration,
+    /// Where the local mirror of the repository is kept.
+    #[arg(long, default_value = "/tmp/linnet/repo", env = "LINNET_CACHE_DIR")]
+    pub cache_dir: PathBuf,
+    /// HTTPS user name (with --git-password-file).
+    #[arg(long, default_value = "git", env = "LINNET_GIT_USERNAME")]
+    pub git_username: String,
+    /// File with the HTTPS password or token; read on every connection.
+    #[arg(long, env = "LINNET_GIT_PASSWORD_FILE")]
+    pub git_password_file: Option<PathBuf>,
+    /// SSH private key (deploy key) for ssh:// and scp-style URLs.
+    #[arg(long, env = "LINNET_SSH_KEY_FILE", requires = "ssh_known_hosts")]
+    pub ssh_key_file: Option<PathBuf>,
+    /// known_hosts file that must list the SSH server's key.
+    #[arg(long, env = "LINNET_SSH_KNOWN_HOSTS")]
+    pub ssh_known_hosts: Option<PathBuf>,
+    /// File with the webhook secret; enables /hooks/*. Read on every request.
+    #[arg(long, env = "LINNET_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Largest webhook body accepted; larger ones get 413.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub webhook_max_body_bytes: usize,
+    /// Address for health, metrics, status and webhooks.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "LINNET_LISTEN")]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub specs: SpecArgs,
+    #[command(flatten)]
+    pub sync: SyncArgs,
+}
+
+fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(text.len()),
+    );
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 5m or 1h"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("unknown unit in {text:?}; use ms, s, m or h")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the agent: follow the repository, keep the cluster in line, drive rollouts.
-    Agent,
+    /// Run the agent: follow the repository and keep the cluster in line with it.
+    ///
+    /// It looks at the remote every --poll-interval (asking only for the branch tip; a fetch
+    /// and a sync happen only when it moved), at once when a verified webhook arrives, or, with
+    /// --repo-path, when a file in the directory changes. It serves /healthz, /readyz,
+    /// /metrics, /status and /hooks/{github,gitlab,gitea,bitbucket,generic}.
+    Agent(Box<AgentArgs>),
     /// Show what a sync of DIR would change in the live cluster; exit 1 if anything would.
     ///
     /// Prints each object that would be created, updated or pruned, with a YAML diff of the
@@ -108,8 +189,16 @@ pub enum Command {
         #[command(flatten)]
         specs: SpecArgs,
     },
-    /// Show the source's state and every managed rollout's phase.
-    Status,
+    /// Show the agent's source state (revision, last error, last sync) and every rollout's phase.
+    Status {
+        /// The agent's HTTP address.
+        #[arg(
+            long,
+            default_value = "http://127.0.0.1:8080",
+            env = "LINNET_AGENT_URL"
+        )]
+        agent_url: String,
+    },
     /// Print the CustomResourceDefinitions for `kubectl apply -f -`.
     Crds,
 }
@@ -128,22 +217,155 @@ pub fn run(cli: Cli) -> ExitCode {
 
 fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Agent => Err(Error::NotBuiltYet {
-            command: "agent",
-            planned: "following a Git repository and driving rollouts comes with the Git source",
-        }),
+        Command::Agent(args) => runtime()?.block_on(agent(*args)),
         Command::Diff { dir, specs, sync } => runtime()?.block_on(diff(&dir, &specs, &sync)),
         Command::Validate { dir, specs } => validate(&dir, &specs),
-        Command::Status => Err(Error::NotBuiltYet {
-            command: "status",
-            planned: "comes with the agent",
-        }),
+        Command::Status { agent_url } => runtime()?.block_on(status(&agent_url)),
         Command::Crds => {
             let yaml = crate::api::crds_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
             say_raw!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn agent(args: AgentArgs) -> Result<ExitCode> {
+    use crate::agent::{AgentConfig, SourceConfig};
+    use crate::source::git::{GitAuth, GitRemote};
+    let source = match (&args.repo_url, &args.repo_path) {
+        (_, Some(dir)) => SourceConfig::Local { dir: dir.clone() },
+        (Some(url), None) => {
+            let auth = if let Some(key) = &args.ssh_key_file {
+                GitAuth::SshKey {
+                    username: "git".into(),
+                    private_key: key.clone(),
+                    known_hosts: args.ssh_known_hosts.clone().unwrap_or_default(),
+                }
+            } else if let Some(file) = &args.git_password_file {
+                GitAuth::Basic {
+                    username: args.git_username.clone(),
+                    password_file: file.clone(),
+                }
+            } else {
+                GitAuth::Anonymous
+            };
+            SourceConfig::Remote {
+                remote: GitRemote {
+                    url: url.clone(),
+                    branch: args.branch.clone(),
+                    auth,
+                },
+                cache_dir: args.cache_dir.clone(),
+            }
+        }
+        (None, None) => unreachable_source()?,
+    };
+    let config = AgentConfig {
+        source,
+        path: args.path.clone(),
+        poll_interval: args.poll_interval,
+        git_timeout: args.git_timeout,
+        listen: args.listen,
+        webhook: args
+            .webhook_secret_file
+            .as_ref()
+            .map(|f| crate::source::hooks::HookSettings {
+                secret_file: f.clone(),
+                branch: args.branch.clone(),
+                max_body_bytes: args.webhook_max_body_bytes,
+            }),
+        load: args.specs.load_options(),
+        source_name: args.sync.source_name.clone(),
+        prune: args.sync.prune,
+    };
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| Error::KubeConfig(Box::new(e)))?;
+    crate::agent::run(config, client).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unreachable_source() -> Result<crate::agent::SourceConfig> {
+    Err(Error::Usage("give --repo-url or --repo-path".into()))
+}
+
+async fn status(agent_url: &str) -> Result<ExitCode> {
+    use crate::api::{CanaryDeployment, CanaryStatefulSet};
+    let url = format!("{}/status", agent_url.trim_end_matches('/'));
+    match reqwest::get(&url).await.and_then(|r| r.error_for_status()) {
+        Ok(response) => match response.json::<crate::agent::SourceStatus>().await {
+            Ok(s) => {
+                say!("source {}:", s.source);
+                say!(
+                    "  revision:   {}",
+                    s.revision.as_deref().unwrap_or("(not synced yet)")
+                );
+                say!("  last sync:  {}", s.last_sync.as_deref().unwrap_or("-"));
+                say!(
+                    "  last error: {}",
+                    s.last_error.as_deref().unwrap_or("none")
+                );
+                say!("  objects:    {}", s.objects);
+                for e in &s.spec_errors {
+                    say!("  spec error: {e}");
+                }
+            }
+            Err(e) => say!("source: {url} answered, but not with a status: {e}"),
+        },
+        Err(e) => say!("source: cannot reach the agent at {url}: {e}"),
+    }
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| Error::KubeConfig(Box::new(e)))?;
+    let list = kube::api::ListParams::default();
+    let sets = kube::Api::<CanaryStatefulSet>::all(client.clone())
+        .list(&list)
+        .await?;
+    let deploys = kube::Api::<CanaryDeployment>::all(client)
+        .list(&list)
+        .await?;
+    say!(
+        "{:<14} {:<40} {:<18} {:<7} MESSAGE",
+        "KIND",
+        "NAMESPACE/NAME",
+        "PHASE",
+        "READY"
+    );
+    for o in &sets.items {
+        let st = o.status.clone().unwrap_or_default();
+        say!(
+            "{:<14} {:<40} {:<18} {:<7} {}",
+            "csts",
+            format!(
+                "{}/{}",
+                o.metadata.namespace.as_deref().unwrap_or(""),
+                o.metadata.name.as_deref().unwrap_or("")
+            ),
+            st.phase
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_else(|| "-".into()),
+            st.ready.unwrap_or_else(|| "-".into()),
+            st.message.unwrap_or_default()
+        );
+    }
+    for o in &deploys.items {
+        let st = o.status.clone().unwrap_or_default();
+        say!(
+            "{:<14} {:<40} {:<18} {:<7} {}",
+            "cdeploy",
+            format!(
+                "{}/{}",
+                o.metadata.namespace.as_deref().unwrap_or(""),
+                o.metadata.name.as_deref().unwrap_or("")
+            ),
+            st.phase
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_else(|| "-".into()),
+            st.ready.unwrap_or_else(|| "-".into()),
+            st.message.unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

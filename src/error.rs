@@ -25,6 +25,9 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    #[error("{0}")]
+    Usage(String),
+
     #[error("cannot serialise: {0}")]
     Serialize(String),
 
@@ -41,6 +44,7 @@ impl Error {
             Error::Kube(_) => "kube_api",
             Error::Io { .. } => "io",
             Error::Serialize(_) => "serialize",
+            Error::Usage(_) => "usage",
             Error::Runtime(_) => "runtime",
         }
     }

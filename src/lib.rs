@@ -13,6 +13,7 @@
 //! - [`sync`] and [`controller`] are the only modules that talk to the cluster.
 //! - [`plan`] makes every rollout decision, as pure functions of spec, observed state and time.
 
+pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod controller;

@@ -21,11 +21,14 @@ fn help_lists_every_subcommand() {
 }
 
 #[test]
-fn unbuilt_subcommand_says_so_and_fails() {
-    let out = linnet(&["status"]);
+fn agent_without_a_source_says_what_to_give() {
+    let out = linnet(&["agent"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not built yet"), "stderr: {err}");
+    assert!(
+        err.contains("--repo-url") && err.contains("--repo-path"),
+        "stderr: {err}"
+    );
 }
 
 #[test]

@@ -28,6 +28,7 @@ async fn start(queue: usize) -> Listener {
             max_body_bytes: 64 * 1024,
         },
         tx,
+        std::sync::Arc::new(linnet::telemetry::Metrics::default()),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

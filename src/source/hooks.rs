@@ -14,6 +14,7 @@ use axum::routing::post;
 use tokio::sync::mpsc;
 
 use super::webhook::{GitHost, HookEvent, parse_event, verify};
+use crate::telemetry::Metrics;
 
 /// A reason for the source to look at the remote now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,14 +39,16 @@ pub struct HookSettings {
 struct HookState {
     settings: Arc<HookSettings>,
     wake: mpsc::Sender<Wake>,
+    metrics: Arc<Metrics>,
 }
 
 /// The `/hooks/*` routes. Wake-ups go to `wake`; a full queue answers 503.
-pub fn router(settings: HookSettings, wake: mpsc::Sender<Wake>) -> Router {
+pub fn router(settings: HookSettings, wake: mpsc::Sender<Wake>, metrics: Arc<Metrics>) -> Router {
     let limit = settings.max_body_bytes;
     let state = HookState {
         settings: Arc::new(settings),
         wake,
+        metrics,
     };
     let mut router = Router::new();
     for host in GitHost::ALL {
@@ -67,6 +70,17 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, String) {
+    let (status, text) = respond(host, &state, &headers, &body).await;
+    state.metrics.webhook(host.name(), status.as_str());
+    (status, text)
+}
+
+async fn respond(
+    host: GitHost,
+    state: &HookState,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> (StatusCode, String) {
     let secret = match tokio::fs::read(&state.settings.secret_file).await {
         Ok(s) => s,
         Err(e) => {
@@ -78,7 +92,7 @@ async fn handle(
         }
     };
     let secret = secret.trim_ascii();
-    if let Err(refusal) = verify(host, &headers, &body, secret) {
+    if let Err(refusal) = verify(host, headers, body, secret) {
         tracing::warn!(
             host = host.name(),
             reason = refusal.label(),
@@ -86,7 +100,7 @@ async fn handle(
         );
         return (StatusCode::UNAUTHORIZED, format!("{refusal}\n"));
     }
-    let event = match parse_event(host, &headers, &body) {
+    let event = match parse_event(host, headers, body) {
         Ok(e) => e,
         Err(refusal) => return (StatusCode::BAD_REQUEST, format!("{refusal}\n")),
     };

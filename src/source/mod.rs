@@ -4,5 +4,6 @@
 
 pub mod git;
 pub mod hooks;
+pub mod local;
 pub mod snapshot;
 pub mod webhook;

@@ -1,0 +1,442 @@
+//! `linnet agent`: the runtime wiring of source -> specs -> sync. It serves `/healthz`,
+//! `/readyz`, `/metrics`, `/status` and the webhook routes, and wakes on a poll timer (with
+//! jitter), a verified webhook, or a local file change. Every decision about what to apply is
+//! made from Git and the cluster, so a restarted agent simply syncs again.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use kube::runtime::utils::Backoff as _;
+use kube::runtime::watcher::DefaultBackoff;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::source::git::{GitError, GitMirror, GitRemote};
+use crate::source::hooks::{self, HookSettings, Wake};
+use crate::source::local;
+use crate::source::snapshot::SpecSnapshot;
+use crate::specs::{LoadOptions, SpecSet};
+use crate::sync::Syncer;
+use crate::telemetry::{ActionLabel, Metrics, ReasonLabel, RevisionLabel};
+use crate::{Error, Result};
+
+/// Where specs come from.
+#[derive(Clone, Debug)]
+pub enum SourceConfig {
+    /// A remote repository, mirrored into `cache_dir`.
+    Remote {
+        remote: GitRemote,
+        cache_dir: PathBuf,
+    },
+    /// A plain directory on disk, watched for changes.
+    Local { dir: PathBuf },
+}
+
+/// Everything the agent needs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub source: SourceConfig,
+    /// Directory inside the repository that holds the specs.
+    pub path: String,
+    pub poll_interval: Duration,
+    /// Longest a single Git operation may take.
+    pub git_timeout: Duration,
+    pub listen: SocketAddr,
+    pub webhook: Option<HookSettings>,
+    pub load: LoadOptions,
+    pub source_name: String,
+    pub prune: bool,
+}
+
+/// What `/status` and `linnet status` report about the source.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    pub source: String,
+    /// The revision last synced.
+    pub revision: Option<String>,
+    pub last_sync: Option<String>,
+    /// The last failure to reach Git or to sync, cleared by the next success.
+    pub last_error: Option<String>,
+    pub objects: usize,
+    /// Located errors in the specs at the current revision.
+    pub spec_errors: Vec<String>,
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::try_from(SystemTime::now())
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// `interval` plus up to 10% so that many agents do not poll in step.
+fn with_jitter(interval: Duration) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    interval + interval.mul_f64(f64::from(nanos % 1000) / 10_000.0)
+}
+
+struct RemoteState {
+    mirror: GitMirror,
+    snapshot: SpecSnapshot,
+    fetched: Option<git2::Oid>,
+}
+
+/// What a look at the source found.
+enum Found {
+    /// Nothing new since the last successful sync: no fetch, no parse, no API call.
+    Nothing,
+    /// Specs to sync at a revision.
+    Specs { revision: String, specs: SpecSet },
+}
+
+struct Shared {
+    config: AgentConfig,
+    metrics: Arc<Metrics>,
+    status: RwLock<SourceStatus>,
+    ready: AtomicBool,
+}
+
+/// Runs the agent until SIGINT or SIGTERM.
+pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
+    let shared = Arc::new(Shared {
+        metrics: Arc::new(Metrics::default()),
+        status: RwLock::new(SourceStatus {
+            source: config.source_name.clone(),
+            ..SourceStatus::default()
+        }),
+        ready: AtomicBool::new(false),
+        config,
+    });
+    let config = &shared.config;
+
+    let (wake_tx, mut wake_rx) = mpsc::channel::<Wake>(16);
+    let mut app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        .with_state(shared.clone());
+    if let Some(settings) = &config.webhook {
+        app = app.merge(hooks::router(
+            settings.clone(),
+            wake_tx.clone(),
+            shared.metrics.clone(),
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Io {
+            path: config.listen.to_string().into(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| Error::Io {
+        path: "listener".into(),
+        source,
+    })?;
+    tracing::info!(%addr, webhooks = config.webhook.is_some(), "listening");
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+
+    // A local directory is watched; a remote is polled and woken by webhooks.
+    let (_watcher, mut changes) = match &config.source {
+        SourceConfig::Local { dir } => {
+            let (w, rx) =
+                local::watch(dir.clone(), Duration::from_millis(200)).map_err(|e| Error::Io {
+                    path: dir.clone(),
+                    source: std::io::Error::other(e),
+                })?;
+            (Some(w), rx)
+        }
+        SourceConfig::Remote { .. } => (None, mpsc::channel(1).1),
+    };
+    let remote = match &config.source {
+        SourceConfig::Remote { remote, cache_dir } => {
+            let (remote, cache_dir) = (remote.clone(), cache_dir.clone());
+            let mirror = tokio::task::spawn_blocking(move || GitMirror::open(&cache_dir, remote))
+                .await
+                .map_err(|e| Error::Runtime(std::io::Error::other(e)))?
+                .map_err(|e| Error::Runtime(std::io::Error::other(e)))?;
+            Some(Arc::new(Mutex::new(RemoteState {
+                mirror,
+                snapshot: SpecSnapshot::default(),
+                fetched: None,
+            })))
+        }
+        SourceConfig::Local { .. } => None,
+    };
+    let mut local_snapshot = SpecSnapshot::default();
+    let syncer = Syncer::new(
+        client,
+        &config.source_name,
+        config.load.allowed_namespaces.clone(),
+    );
+    let mut backoff = DefaultBackoff::default();
+    let mut synced: Option<String> = None;
+    let mut delay = Duration::ZERO;
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
+            Some(wakes) = hooks::next_coalesced(&mut wake_rx) => {
+                tracing::info!(webhooks = wakes.len(), after = ?wakes.last().and_then(|w| w.after.clone()), "woken by webhook");
+            }
+            Some(()) = changes.recv() => tracing::info!("files changed on disk"),
+            _ = &mut shutdown => {
+                tracing::info!("shutting down");
+                return Ok(());
+            }
+        }
+        let started = Instant::now();
+        let found = match &remote {
+            Some(state) => look_at_remote(state.clone(), &shared, synced.clone()).await,
+            None => look_at_local(&mut local_snapshot, &shared, synced.is_some()),
+        };
+        let outcome = match found {
+            Ok(Found::Nothing) => Ok(()),
+            Ok(Found::Specs { revision, specs }) => {
+                let result = sync(&syncer, &shared, &revision, &specs).await;
+                if result.is_ok() {
+                    synced = Some(revision);
+                }
+                result
+            }
+            Err(e) => Err(e),
+        };
+        shared.ready.store(true, Ordering::Relaxed);
+        match outcome {
+            Ok(()) => {
+                backoff.reset();
+                delay = with_jitter(config.poll_interval);
+                if let Ok(mut s) = shared.status.write() {
+                    s.last_error = None;
+                }
+            }
+            Err(message) => {
+                delay = backoff
+                    .next()
+                    .unwrap_or(Duration::from_secs(30))
+                    .min(config.poll_interval);
+                tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state");
+                if let Ok(mut s) = shared.status.write() {
+                    s.last_error = Some(message);
+                }
+            }
+        }
+        tracing::debug!(took = ?started.elapsed(), "source step done");
+    }
+}
+
+async fn look_at_remote(
+    state: Arc<Mutex<RemoteState>>,
+    shared: &Arc<Shared>,
+    synced: Option<String>,
+) -> Result<Found, String> {
+    let path = shared.config.path.clone();
+    let load = shared.config.load.clone();
+    let started = Instant::now();
+    let job = tokio::task::spawn_blocking(move || -> Result<Found, GitError> {
+        let mut guard = state
+            .lock()
+            .map_err(|_| GitError::Git(git2::Error::from_str("source state poisoned")))?;
+        let s = &mut *guard;
+        let tip = s.mirror.remote_tip()?;
+        if Some(tip) == s.fetched && synced.as_deref() == Some(&tip.to_string()) {
+            return Ok(Found::Nothing);
+        }
+        let tip = if Some(tip) == s.fetched {
+            tip
+        } else {
+            s.mirror.fetch()?
+        };
+        let listing: Vec<(String, String)> = s
+            .mirror
+            .list_files(tip, &path)?
+            .into_iter()
+            .map(|(p, id)| (p, id.to_string()))
+            .collect();
+        let mirror = &s.mirror;
+        let update = s.snapshot.update(
+            &listing,
+            |_, id| mirror.read_blob(git2::Oid::from_str(id)?),
+            &load,
+        )?;
+        s.fetched = Some(tip);
+        if !update.changed && synced.is_some() {
+            tracing::info!(revision = %tip, "new revision changes no spec (e.g. status only); nothing to sync");
+            return Ok(Found::Nothing);
+        }
+        tracing::info!(revision = %tip, parsed = update.parsed, "new revision");
+        Ok(Found::Specs {
+            revision: tip.to_string(),
+            specs: s.snapshot.spec_set(),
+        })
+    });
+    let result = tokio::time::timeout(shared.config.git_timeout, job).await;
+    shared
+        .metrics
+        .fetch_duration
+        .observe(started.elapsed().as_secs_f64());
+    let error = match result {
+        Ok(Ok(Ok(found))) => return Ok(found),
+        Ok(Ok(Err(e))) => (e.label(), e.to_string()),
+        Ok(Err(e)) => ("panic", format!("Git task failed: {e}")),
+        Err(_) => (
+            "timeout",
+            format!("Git did not answer within {:?}", shared.config.git_timeout),
+        ),
+    };
+    shared
+        .metrics
+        .fetch_errors
+        .get_or_create(&ReasonLabel {
+            reason: error.0.to_string(),
+        })
+        .inc();
+    Err(error.1)
+}
+
+fn look_at_local(
+    snapshot: &mut SpecSnapshot,
+    shared: &Arc<Shared>,
+    synced: bool,
+) -> Result<Found, String> {
+    let SourceConfig::Local { dir } = &shared.config.source else {
+        return Ok(Found::Nothing);
+    };
+    let root = dir.join(&shared.config.path);
+    let listing = local::list_files(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let update = snapshot
+        .update(
+            &listing,
+            |p, _| std::fs::read(root.join(p)),
+            &shared.config.load,
+        )
+        .map_err(|e| format!("{}: {e}", root.display()))?;
+    if !update.changed && synced {
+        return Ok(Found::Nothing);
+    }
+    Ok(Found::Specs {
+        revision: "working-tree".into(),
+        specs: snapshot.spec_set(),
+    })
+}
+
+async fn sync(
+    syncer: &Syncer,
+    shared: &Arc<Shared>,
+    revision: &str,
+    specs: &SpecSet,
+) -> Result<(), String> {
+    for e in &specs.errors {
+        tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
+    }
+    let started = Instant::now();
+    let report = syncer.sync(specs, revision, shared.config.prune).await;
+    shared
+        .metrics
+        .sync_duration
+        .observe(started.elapsed().as_secs_f64());
+    for (action, n) in [
+        ("create", report.created.len()),
+        ("update", report.updated.len()),
+        ("prune", report.pruned.len()),
+    ] {
+        if n > 0 {
+            shared
+                .metrics
+                .objects_applied
+                .get_or_create(&ActionLabel {
+                    action: action.into(),
+                })
+                .inc_by(n as u64);
+        }
+    }
+    tracing::info!(
+        revision,
+        created = report.created.len(),
+        updated = report.updated.len(),
+        unchanged = report.unchanged,
+        pruned = report.pruned.len(),
+        errors = report.errors.len(),
+        took = ?started.elapsed(),
+        "synced"
+    );
+    if let Ok(mut s) = shared.status.write() {
+        s.objects = specs.objects.len();
+        s.spec_errors = specs.errors.iter().map(ToString::to_string).collect();
+        if report.errors.is_empty() {
+            s.revision = Some(revision.to_string());
+            s.last_sync = Some(now_rfc3339());
+            s.last_error = None;
+        }
+    }
+    if report.errors.is_empty() {
+        shared.metrics.synced_revision.clear();
+        shared
+            .metrics
+            .synced_revision
+            .get_or_create(&RevisionLabel {
+                revision: revision.to_string(),
+            })
+            .set(1);
+        Ok(())
+    } else {
+        let (key, e) = &report.errors[0];
+        Err(format!(
+            "{} object(s) failed to sync; first: {key}: {e}",
+            report.errors.len()
+        ))
+    }
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    if shared.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "first sync not done yet\n")
+    }
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> ([(&'static str, &'static str); 1], String) {
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        shared.metrics.encode(),
+    )
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> axum::Json<SourceStatus> {
+    axum::Json(shared.status.read().map(|s| s.clone()).unwrap_or_default())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

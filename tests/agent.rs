@@ -1,0 +1,371 @@
+//! `linnet agent` end to end: a real bare repository whose post-receive hook sends a signed
+//! GitHub-style webhook, the agent binary, and the real control plane.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::DynamicObject;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::wait::await_condition;
+use support::{TestNamespace, admin_client, admin_kubeconfig, example_repo_in, install_crds};
+
+const SECRET: &str = "hook-secret";
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The agent process; killed when dropped.
+struct Agent {
+    child: Child,
+    base: String,
+    log: PathBuf,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- agent log\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
+    let port = free_port();
+    let log = dir.join("agent.log");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .arg("agent")
+        .args(source_args)
+        .args([
+            "--poll-interval",
+            "1h",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(["--webhook-secret-file", secret.to_str().unwrap()])
+        .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
+        .args(["--source-name", ns, "--allow-namespace", ns])
+        .env("KUBECONFIG", admin_kubeconfig())
+        .env("RUST_LOG", "linnet=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Agent {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        log,
+    }
+}
+
+async fn wait_ready(agent: &Agent) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = reqwest::get(format!("{}/readyz", agent.base)).await
+            && r.status() == 200
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "agent never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn csts_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("rollouts.linnet.dev", "v1alpha1", "CanaryStatefulSet");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+async fn wait_image(client: &kube::Client, ns: &str, image: &str) -> Duration {
+    let started = Instant::now();
+    let want = image.to_string();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(
+            csts_api(client, ns),
+            "redis",
+            move |o: Option<&DynamicObject>| {
+                o.and_then(|o| o.data.pointer("/spec/image"))
+                    .and_then(|v| v.as_str())
+                    == Some(want.as_str())
+            },
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("CanaryStatefulSet redis never got image {image}"))
+    .unwrap();
+    started.elapsed()
+}
+
+fn set_redis_image(work: &Path, image: &str) {
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let current = text
+        .lines()
+        .find(|l| l.starts_with("  image: "))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &file,
+        text.replacen(&current, &format!("  image: {image}"), 1),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_push_reaches_the_cluster_through_the_webhook_without_a_poll() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-hook").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let bare = tmp.path().join("remote.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "--bare", "-q"]);
+    let seed = example_repo_in(&ns.name);
+    let work = tmp.path().join("work");
+    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    for entry in ["apps", "README.md"] {
+        let status = Command::new("cp")
+            .args(["-r"])
+            .arg(seed.path().join(entry))
+            .arg(&work)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "seed"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    let agent = start_agent(
+        tmp.path(),
+        &[format!("--repo-url=file://{}", bare.display())],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+
+    // The Git host's part: a post-receive hook that signs the push event the way GitHub does.
+    let hook = bare.join("hooks/post-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            r#"#!/bin/sh
+while read old new ref; do
+  body=$(printf '{{"ref":"%s","before":"%s","after":"%s"}}' "$ref" "$old" "$new")
+  sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac '{SECRET}' | sed 's/^.*= //')
+  curl -s -o /dev/null -X POST -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$sig" \
+    -H 'Content-Type: application/json' --data "$body" {base}/hooks/github
+done
+"#,
+            base = agent.base
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .args(["+x", hook.to_str().unwrap()])
+        .status()
+        .unwrap();
+
+    set_redis_image(&work, "redis:7.4");
+    git(&work, &["commit", "-qam", "redis 7.4"]);
+    let pushed = Instant::now();
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    wait_image(&admin, &ns.name, "redis:7.4").await;
+    println!("push to apply through the webhook: {:?}", pushed.elapsed());
+
+    let metrics = reqwest::get(format!("{}/metrics", agent.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"linnet_webhook_requests_total{host="github",result="202"} 1"#),
+        "{metrics}"
+    );
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    assert!(
+        metrics.contains(&format!(
+            r#"linnet_source_synced_revision{{revision="{head}"}} 1"#
+        )),
+        "{metrics}"
+    );
+
+    // A commit that only touches status files is fetched but syncs nothing.
+    std::fs::create_dir_all(work.join(".linnet/status")).unwrap();
+    std::fs::write(work.join(".linnet/status/redis.yaml"), "phase: Stable\n").unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "status"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&agent.log).unwrap();
+        if log.contains("changes no spec") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status-only commit was not recognised:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        status["revision"],
+        head.as_str(),
+        "a status-only commit must not count as a sync"
+    );
+}
+
+#[tokio::test]
+async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-down").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let bare = tmp.path().join("remote.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "--bare", "-q"]);
+    let seed = example_repo_in(&ns.name);
+    let work = tmp.path().join("work");
+    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    Command::new("cp")
+        .arg("-r")
+        .arg(seed.path().join("apps"))
+        .arg(&work)
+        .status()
+        .unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "seed"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    let agent = start_agent(
+        tmp.path(),
+        &[format!("--repo-url=file://{}", bare.display())],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+
+    let away = tmp.path().join("away.git");
+    std::fs::rename(&bare, &away).unwrap();
+    let body = br#"{"ref":"refs/heads/main","after":"x"}"#;
+    let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
+    let poke = || async {
+        reqwest::Client::new()
+            .post(format!("{}/hooks/generic", agent.base))
+            .header("x-linnet-signature", format!("sha256={sig}"))
+            .body(body.to_vec())
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(poke().await, 202);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if s["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot reach"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not report the unreachable remote: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Nothing in the cluster changed.
+    assert!(
+        csts_api(&admin, &ns.name)
+            .get_opt("redis")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    std::fs::rename(&away, &bare).unwrap();
+    set_redis_image(&work, "redis:7.4");
+    git(&work, &["commit", "-qam", "redis 7.4"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    // It retries with backoff by itself; no webhook needed.
+    wait_image(&admin, &ns.name, "redis:7.4").await;
+    let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(s["lastError"].is_null(), "{s}");
+}
+
+#[tokio::test]
+async fn repo_path_syncs_a_file_edited_on_disk() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-path").await;
+    let repo = example_repo_in(&ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = start_agent(
+        tmp.path(),
+        &[format!("--repo-path={}", repo.path().display())],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+
+    set_redis_image(repo.path(), "redis:7.4");
+    let took = wait_image(&admin, &ns.name, "redis:7.4").await;
+    println!("edit to apply with --repo-path: {took:?}");
+}

@@ -83,6 +83,7 @@ pub struct SyncArgs {
 
 /// Flags of `linnet agent`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["repo_url", "repo_path"])))]
 pub struct AgentArgs {
     /// The repository to follow: https://, ssh://, user@host:path, file:// or a path.
     #[arg(

@@ -2,7 +2,7 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build test test-unit lint fmt crds demo cluster-build cluster-up cluster-down clean
+.PHONY: all build test test-unit lint fmt crds demo cluster-build cluster-up cluster-down bench clean
 
 all: build
 
@@ -42,6 +42,10 @@ demo: cluster-up
 	echo "  export KUBECONFIG=$$CP_RUN/admin.kubeconfig"; \
 	echo "  kubectl get nodes"; \
 	echo "Stop it with: make cluster-down"
+
+## bench: measurements, not pass/fail tests (idle poll cost; more in later issues).
+bench:
+	$(CARGO) bench --bench source
 
 cluster-build:
 	tests/cluster/build.sh >/dev/null

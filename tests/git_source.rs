@@ -2,6 +2,9 @@
 //! to with the `git` command line as a user would.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+#[path = "support/git_http.rs"]
+mod git_http;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -242,4 +245,41 @@ fn a_missing_branch_is_named() {
             .contains("branch \"release\" does not exist"),
         "{err}"
     );
+}
+
+#[test]
+fn https_style_auth_with_a_token_file_over_smart_http() {
+    let f = Fixture::new();
+    let root = f.bare.parent().unwrap().to_path_buf();
+    let base = git_http::serve(root, Some(("git", "t0ken")));
+    let token_file = f._tmp.path().join("token");
+    std::fs::write(&token_file, "wrong\n").unwrap();
+    let remote = GitRemote {
+        url: format!("{base}/remote.git"),
+        branch: "main".into(),
+        auth: GitAuth::Basic {
+            username: "git".into(),
+            password_file: token_file.clone(),
+        },
+    };
+    let mirror = GitMirror::open(&f.cache, remote).unwrap();
+    let err = mirror.remote_tip().unwrap_err();
+    assert!(matches!(err, GitError::Auth { .. }), "{err:?}");
+    assert!(mirror.fetch().is_err());
+
+    // The token file is read on every connection, so a rotated Secret takes effect at once.
+    std::fs::write(&token_file, "t0ken\n").unwrap();
+    let head = git(&f.work, &["rev-parse", "HEAD"]);
+    assert_eq!(mirror.remote_tip().unwrap().to_string(), head);
+    let tip = mirror.fetch().unwrap();
+    assert_eq!(tip.to_string(), head);
+    assert!(!mirror.list_files(tip, "apps").unwrap().is_empty());
+
+    // A force push over the same transport.
+    let rewritten = f.commit(
+        "apps/c.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n",
+        "c",
+    );
+    assert_eq!(mirror.fetch().unwrap().to_string(), rewritten);
 }

@@ -212,23 +212,29 @@ done
     wait_image(&admin, &ns.name, "redis:7.4").await;
     println!("push to apply through the webhook: {:?}", pushed.elapsed());
 
-    let metrics = reqwest::get(format!("{}/metrics", agent.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains(r#"linnet_webhook_requests_total{host="github",result="202"} 1"#),
-        "{metrics}"
-    );
+    // Metrics are recorded just after the cluster write; give them a moment.
     let head = git(&work, &["rev-parse", "HEAD"]);
-    assert!(
-        metrics.contains(&format!(
-            r#"linnet_source_synced_revision{{revision="{head}"}} 1"#
-        )),
-        "{metrics}"
-    );
+    let wanted = [
+        r#"linnet_webhook_requests_total{host="github",result="202"} 1"#.to_string(),
+        format!(r#"linnet_source_synced_revision{{revision="{head}"}} 1"#),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = reqwest::get(format!("{}/metrics", agent.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if wanted.iter().all(|w| metrics.contains(w.as_str())) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "missing {wanted:?} in\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // A commit that only touches status files is fetched but syncs nothing.
     std::fs::create_dir_all(work.join(".linnet/status")).unwrap();
@@ -259,6 +265,22 @@ done
         head.as_str(),
         "a status-only commit must not count as a sync"
     );
+
+    // `linnet status` shows the same, and the rollouts in the cluster.
+    let out = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(["status", "--agent-url", &agent.base])
+        .env("KUBECONFIG", admin_kubeconfig())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&format!("revision:   {head}")), "{text}");
+    assert!(text.contains("last error: none"), "{text}");
+    assert!(text.contains(&format!("{}/redis", ns.name)), "{text}");
 }
 
 #[tokio::test]
@@ -341,13 +363,24 @@ async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     // It retries with backoff by itself; no webhook needed.
     wait_image(&admin, &ns.name, "redis:7.4").await;
-    let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(s["lastError"].is_null(), "{s}");
+    // The status is written just after the cluster; give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if s["lastError"].is_null() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the error was never cleared: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]

@@ -55,6 +55,10 @@ pub enum GitError {
         #[source]
         source: git2::Error,
     },
+    #[error(
+        "the SSH host key of {url} is not in {known_hosts}; add it (for example with `ssh-keyscan`)"
+    )]
+    UnknownHostKey { url: String, known_hosts: String },
     #[error("branch {branch:?} does not exist on {url}")]
     NoSuchBranch { url: String, branch: String },
     #[error("cannot read {path}: {source}")]
@@ -79,6 +83,7 @@ impl GitError {
         match self {
             GitError::Unreachable { .. } => "unreachable",
             GitError::Auth { .. } => "auth",
+            GitError::UnknownHostKey { .. } => "unknown_host_key",
             GitError::NoSuchBranch { .. } => "no_such_branch",
             GitError::CredentialFile { .. } => "credential_file",
             GitError::Git(_) => "git",
@@ -192,6 +197,15 @@ impl GitMirror {
 
     fn classify(&self, e: git2::Error) -> GitError {
         let url = self.remote.url.clone();
+        // libgit2 replaces the certificate callback's error with its own words.
+        let host_key_refused = e.code() == git2::ErrorCode::Certificate
+            || (e.class() == git2::ErrorClass::Ssh && e.message().contains("hostkey"));
+        if host_key_refused && let GitAuth::SshKey { known_hosts, .. } = &self.remote.auth {
+            return GitError::UnknownHostKey {
+                url,
+                known_hosts: known_hosts.display().to_string(),
+            };
+        }
         match e.class() {
             git2::ErrorClass::Http | git2::ErrorClass::Ssh
                 if e.code() == git2::ErrorCode::Auth || e.message().contains("credentials") =>

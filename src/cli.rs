@@ -334,39 +334,47 @@ async fn status(agent_url: &str) -> Result<ExitCode> {
     );
     for o in &sets.items {
         let st = o.status.clone().unwrap_or_default();
-        say!(
-            "{:<14} {:<40} {:<18} {:<7} {}",
+        status_row(
             "csts",
-            format!(
-                "{}/{}",
-                o.metadata.namespace.as_deref().unwrap_or(""),
-                o.metadata.name.as_deref().unwrap_or("")
-            ),
-            st.phase
-                .map(|p| format!("{p:?}"))
-                .unwrap_or_else(|| "-".into()),
-            st.ready.unwrap_or_else(|| "-".into()),
-            st.message.unwrap_or_default()
+            &o.metadata,
+            st.phase.map(|p| format!("{p:?}")),
+            st.ready,
+            st.message,
         );
     }
     for o in &deploys.items {
         let st = o.status.clone().unwrap_or_default();
-        say!(
-            "{:<14} {:<40} {:<18} {:<7} {}",
+        status_row(
             "cdeploy",
-            format!(
-                "{}/{}",
-                o.metadata.namespace.as_deref().unwrap_or(""),
-                o.metadata.name.as_deref().unwrap_or("")
-            ),
-            st.phase
-                .map(|p| format!("{p:?}"))
-                .unwrap_or_else(|| "-".into()),
-            st.ready.unwrap_or_else(|| "-".into()),
-            st.message.unwrap_or_default()
+            &o.metadata,
+            st.phase.map(|p| format!("{p:?}")),
+            st.ready,
+            st.message,
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line of `linnet status`'s rollout table.
+fn status_row(
+    kind: &str,
+    meta: &kube::api::ObjectMeta,
+    phase: Option<String>,
+    ready: Option<String>,
+    message: Option<String>,
+) {
+    say!(
+        "{:<14} {:<40} {:<18} {:<7} {}",
+        kind,
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or(""),
+            meta.name.as_deref().unwrap_or("")
+        ),
+        phase.unwrap_or_else(|| "-".into()),
+        ready.unwrap_or_else(|| "-".into()),
+        message.unwrap_or_default()
+    );
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

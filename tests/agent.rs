@@ -12,30 +12,30 @@ use kube::Api;
 use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
-use support::{TestNamespace, admin_client, admin_kubeconfig, example_repo_in, install_crds};
+use support::{TestNamespace, admin_client, admin_kubeconfig, example_repo_in, git, install_crds};
 
 const SECRET: &str = "hook-secret";
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
+/// A bare "remote" seeded with the example repository (in namespace `ns`), and a working
+/// clone of it to push from.
+fn seeded_remote(dir: &Path, ns: &str) -> (PathBuf, PathBuf) {
+    let bare = dir.join("remote.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "--bare", "-q"]);
+    let seed = example_repo_in(ns);
+    let work = dir.join("work");
+    git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(seed.path().join("apps"))
+        .arg(&work)
+        .status()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    assert!(copied.success());
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "seed"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    (bare, work)
 }
 
 fn free_port() -> u16 {
@@ -156,24 +156,7 @@ async fn a_push_reaches_the_cluster_through_the_webhook_without_a_poll() {
     install_crds(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-hook").await;
     let tmp = tempfile::tempdir().unwrap();
-    let bare = tmp.path().join("remote.git");
-    std::fs::create_dir_all(&bare).unwrap();
-    git(&bare, &["init", "--bare", "-q"]);
-    let seed = example_repo_in(&ns.name);
-    let work = tmp.path().join("work");
-    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    for entry in ["apps", "README.md"] {
-        let status = Command::new("cp")
-            .args(["-r"])
-            .arg(seed.path().join(entry))
-            .arg(&work)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    git(&work, &["add", "-A"]);
-    git(&work, &["commit", "-qm", "seed"]);
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let (bare, work) = seeded_remote(tmp.path(), &ns.name);
 
     let agent = start_agent(
         tmp.path(),
@@ -289,21 +272,7 @@ async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
     install_crds(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-down").await;
     let tmp = tempfile::tempdir().unwrap();
-    let bare = tmp.path().join("remote.git");
-    std::fs::create_dir_all(&bare).unwrap();
-    git(&bare, &["init", "--bare", "-q"]);
-    let seed = example_repo_in(&ns.name);
-    let work = tmp.path().join("work");
-    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    Command::new("cp")
-        .arg("-r")
-        .arg(seed.path().join("apps"))
-        .arg(&work)
-        .status()
-        .unwrap();
-    git(&work, &["add", "-A"]);
-    git(&work, &["commit", "-qm", "seed"]);
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let (bare, work) = seeded_remote(tmp.path(), &ns.name);
 
     let agent = start_agent(
         tmp.path(),

@@ -2,37 +2,14 @@
 //! to with the `git` command line as a user would.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-#[path = "support/git_http.rs"]
-mod git_http;
+mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use linnet::source::git::{GitAuth, GitError, GitMirror, GitRemote};
 use linnet::source::snapshot::SpecSnapshot;
 use linnet::specs::LoadOptions;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.invalid",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use support::{git, git_http};
 
 /// A bare "remote" and a working clone of it, seeded with the example repository.
 struct Fixture {

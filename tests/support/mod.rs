@@ -4,6 +4,8 @@
 //! Tests that need the cluster fail loudly when it is not running; they are never skipped.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod git_http;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -262,4 +264,26 @@ fn copy_tree(src: &std::path::Path, dst: &std::path::Path, ns: &str) {
             .unwrap();
         }
     }
+}
+
+/// Runs the `git` command line in `dir` as a user would, and returns its trimmed stdout.
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

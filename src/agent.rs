@@ -95,6 +95,8 @@ struct RemoteState {
 enum Found {
     /// Nothing new since the last successful sync: no fetch, no parse, no API call.
     Nothing,
+    /// A new revision whose specs equal those last synced (e.g. a status-only commit).
+    SameSpecs { revision: String },
     /// Specs to sync at a revision.
     Specs { revision: String, specs: SpecSet },
 }
@@ -185,6 +187,8 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
     );
     let mut backoff = DefaultBackoff::default();
     let mut synced: Option<String> = None;
+    // Whether the last sync attempt succeeded; a failed one is retried even without a change.
+    let mut last_sync_ok = false;
     let mut delay = Duration::ZERO;
     let mut shutdown = std::pin::pin!(shutdown_signal());
 
@@ -203,12 +207,17 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         let started = Instant::now();
         let found = match &remote {
             Some(state) => look_at_remote(state.clone(), &shared, synced.clone()).await,
-            None => look_at_local(&mut local_snapshot, &shared, synced.is_some()),
+            None => look_at_local(&mut local_snapshot, &shared, last_sync_ok),
         };
         let outcome = match found {
             Ok(Found::Nothing) => Ok(()),
+            Ok(Found::SameSpecs { revision }) => {
+                synced = Some(revision);
+                Ok(())
+            }
             Ok(Found::Specs { revision, specs }) => {
                 let result = sync(&syncer, &shared, &revision, &specs).await;
+                last_sync_ok = result.is_ok();
                 if result.is_ok() {
                     synced = Some(revision);
                 }
@@ -253,8 +262,9 @@ async fn look_at_remote(
             .lock()
             .map_err(|_| GitError::Git(git2::Error::from_str("source state poisoned")))?;
         let s = &mut *guard;
+        let previous = s.fetched;
         let tip = s.mirror.remote_tip()?;
-        if Some(tip) == s.fetched && synced.as_deref() == Some(&tip.to_string()) {
+        if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
             return Ok(Found::Nothing);
         }
         let tip = if Some(tip) == s.fetched {
@@ -275,9 +285,14 @@ async fn look_at_remote(
             &load,
         )?;
         s.fetched = Some(tip);
-        if !update.changed && synced.is_some() {
+        // Only when the last sync succeeded for the snapshot as it was; a failed sync is retried.
+        let last_sync_covers_snapshot =
+            synced.is_some() && synced == previous.map(|p| p.to_string());
+        if !update.changed && last_sync_covers_snapshot {
             tracing::info!(revision = %tip, "new revision changes no spec (e.g. status only); nothing to sync");
-            return Ok(Found::Nothing);
+            return Ok(Found::SameSpecs {
+                revision: tip.to_string(),
+            });
         }
         tracing::info!(revision = %tip, parsed = update.parsed, "new revision");
         Ok(Found::Specs {
@@ -312,7 +327,7 @@ async fn look_at_remote(
 fn look_at_local(
     snapshot: &mut SpecSnapshot,
     shared: &Arc<Shared>,
-    synced: bool,
+    last_sync_ok: bool,
 ) -> Result<Found, String> {
     let SourceConfig::Local { dir } = &shared.config.source else {
         return Ok(Found::Nothing);
@@ -326,7 +341,7 @@ fn look_at_local(
             &shared.config.load,
         )
         .map_err(|e| format!("{}: {e}", root.display()))?;
-    if !update.changed && synced {
+    if !update.changed && last_sync_ok {
         return Ok(Found::Nothing);
     }
     Ok(Found::Specs {

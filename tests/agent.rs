@@ -82,7 +82,17 @@ fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
         ])
         .args(["--webhook-secret-file", secret.to_str().unwrap()])
         .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
-        .args(["--source-name", ns, "--allow-namespace", ns])
+        .args(["--source-name", ns])
+        .args(
+            if source_args
+                .iter()
+                .any(|a| a.starts_with("--allow-namespace"))
+            {
+                vec![]
+            } else {
+                vec!["--allow-namespace", ns]
+            },
+        )
         .env("KUBECONFIG", admin_kubeconfig())
         .env("RUST_LOG", "linnet=debug")
         .stdout(Stdio::null())
@@ -370,4 +380,54 @@ async fn repo_path_syncs_a_file_edited_on_disk() {
     set_redis_image(repo.path(), "redis:7.4");
     let took = wait_image(&admin, &ns.name, "redis:7.4").await;
     println!("edit to apply with --repo-path: {took:?}");
+}
+
+/// Regression: a sync that failed must be retried even when Git has nothing new, because
+/// the snapshot already holds the revision that failed.
+#[tokio::test]
+async fn a_failed_sync_is_retried_without_a_new_commit() {
+    let admin = admin_client().await;
+    install_crds(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-retry").await;
+    // Specs for a namespace that does not exist yet: every apply fails until it does.
+    let late = format!("{}-late", ns.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, _work) = seeded_remote(tmp.path(), &late);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            format!("--allow-namespace={late}"),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if s["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("failed to sync"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no sync failure reported: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    namespaces
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": late}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let _late = TestNamespace { name: late.clone() };
+    wait_image(&admin, &late, "redis:7.2").await;
 }

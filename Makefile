@@ -12,7 +12,11 @@ build:
 ## test: build the control plane if its cache is missing, start it, run every test, stop it.
 test: cluster-build
 	$(CARGO) test --all-targets --no-run
-	tests/cluster/with-cluster.sh $(CARGO) test --all-targets
+	@mkdir -p target; \
+	tests/cluster/with-cluster.sh $(CARGO) test --all-targets 2>&1 | tee target/test.log; \
+	rc=$${PIPESTATUS[0]}; \
+	awk '/^test result:/ { p += $$4; f += $$6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test.log; \
+	exit $$rc
 
 ## test-unit: the quick loop, no cluster needed.
 test-unit:

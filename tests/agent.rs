@@ -119,6 +119,28 @@ async fn wait_ready(agent: &Agent) {
     }
 }
 
+/// Polls the agent's `/status` until `done` holds; the agent writes it just after the cluster.
+async fn wait_status(
+    agent: &Agent,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if done(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn csts_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("rollouts.linnet.dev", "v1alpha1", "CanaryStatefulSet");
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
@@ -307,26 +329,16 @@ async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
             .status()
     };
     assert_eq!(poke().await, 202);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if s["lastError"]
-            .as_str()
-            .is_some_and(|e| e.contains("cannot reach"))
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the agent did not report the unreachable remote: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_status(
+        &agent,
+        "the agent did not report the unreachable remote",
+        |s| {
+            s["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("cannot reach"))
+        },
+    )
+    .await;
     // Nothing in the cluster changed.
     assert!(
         csts_api(&admin, &ns.name)
@@ -343,23 +355,10 @@ async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
     // It retries with backoff by itself; no webhook needed.
     wait_image(&admin, &ns.name, "redis:7.4").await;
     // The status is written just after the cluster; give it a moment.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if s["lastError"].is_null() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the error was never cleared: {s}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_status(&agent, "the error was never cleared", |s| {
+        s["lastError"].is_null()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -402,23 +401,12 @@ async fn a_failed_sync_is_retried_without_a_new_commit() {
         &ns.name,
     );
     wait_ready(&agent).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if s["lastError"]
+    wait_status(&agent, "no sync failure reported", |s| {
+        s["lastError"]
             .as_str()
             .is_some_and(|e| e.contains("failed to sync"))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no sync failure reported: {s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
     namespaces

@@ -1,4 +1,5 @@
-//! `linnet agent`: the runtime wiring of source -> specs -> sync. It serves `/healthz`,
+//! `linnet agent`: the runtime wiring of source -> specs -> sync, and the rollout
+//! controllers beside it. It serves `/healthz`,
 //! `/readyz`, `/metrics`, `/status` and the webhook routes, and wakes on a poll timer (with
 //! jitter), a verified webhook, or a local file change. Every decision about what to apply is
 //! made from Git and the cluster, so a restarted agent simply syncs again.
@@ -179,6 +180,15 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         }
         SourceConfig::Local { .. } => None,
     };
+    // The rollout controllers run beside the sync loop; they act on what the sync applied.
+    let controllers = Arc::new(crate::controller::Context::new(
+        client.clone(),
+        &config.source_name,
+    ));
+    tokio::spawn(crate::controller::statefulset::run(
+        controllers,
+        shutdown_signal(),
+    ));
     let mut local_snapshot = SpecSnapshot::default();
     let syncer = Syncer::new(
         client,

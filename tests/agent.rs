@@ -5,16 +5,15 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube::Api;
 use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
+use support::agent::{Agent, SECRET, start_agent, wait_ready};
 use support::{TestNamespace, admin_client, admin_kubeconfig, example_repo_in, git, install_crds};
-
-const SECRET: &str = "hook-secret";
 
 /// A bare "remote" seeded with the example repository (in namespace `ns`), and a working
 /// clone of it to push from.
@@ -36,87 +35,6 @@ fn seeded_remote(dir: &Path, ns: &str) -> (PathBuf, PathBuf) {
     git(&work, &["commit", "-qm", "seed"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     (bare, work)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The agent process; killed when dropped.
-struct Agent {
-    child: Child,
-    base: String,
-    log: PathBuf,
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "---- agent log\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
-    let port = free_port();
-    let log = dir.join("agent.log");
-    let secret = dir.join("secret");
-    std::fs::write(&secret, SECRET).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_linnet"))
-        .arg("agent")
-        .args(source_args)
-        .args([
-            "--poll-interval",
-            "1h",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(["--webhook-secret-file", secret.to_str().unwrap()])
-        .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
-        .args(["--source-name", ns])
-        .args(
-            if source_args
-                .iter()
-                .any(|a| a.starts_with("--allow-namespace"))
-            {
-                vec![]
-            } else {
-                vec!["--allow-namespace", ns]
-            },
-        )
-        .env("KUBECONFIG", admin_kubeconfig())
-        .env("RUST_LOG", "linnet=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    Agent {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-        log,
-    }
-}
-
-async fn wait_ready(agent: &Agent) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = reqwest::get(format!("{}/readyz", agent.base)).await
-            && r.status() == 200
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "agent never became ready");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Polls the agent's `/status` until `done` holds; the agent writes it just after the cluster.

@@ -36,6 +36,19 @@ pub const SOURCE_PATH_ANNOTATION: &str = "rollouts.linnet.dev/source-path";
 /// Annotation with the Git revision the object was last applied from.
 pub const REVISION_ANNOTATION: &str = "rollouts.linnet.dev/revision";
 
+/// Label on every object a rollout creates (sets, claims, Jobs, and the volumes it hands
+/// over), naming the rollout; StatefulSets put it on their claims too.
+pub const ROLLOUT_LABEL: &str = "rollouts.linnet.dev/rollout";
+/// Label on a rollout's StatefulSets and their pods: `stable`, `canary` or `single`.
+pub const ROLE_LABEL: &str = "rollouts.linnet.dev/role";
+/// Annotation with the hash of what linnet last applied to a child object; equal hashes mean
+/// nothing to write.
+pub const CHILD_HASH_ANNOTATION: &str = "rollouts.linnet.dev/child-hash";
+/// Annotation on a PersistentVolume during a handoff: the claim it is being handed to.
+pub const HANDOFF_TO_ANNOTATION: &str = "rollouts.linnet.dev/handoff-to";
+/// The finalizer that scales a rollout's sets down before they are deleted.
+pub const FINALIZER: &str = "rollouts.linnet.dev/cleanup";
+
 /// The standard condition types on both kinds.
 pub mod condition {
     /// The workload serves at full strength on the intended image.

@@ -193,4 +193,14 @@ pub struct CanaryStatefulSetStatus {
     /// What is happening, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The Git commit that last set this spec (from the sync's revision annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_revision: Option<String>,
+    /// The promote annotation's value when the current canary started. A `"true"` that was
+    /// already there does not promote the new canary (it was meant for an earlier one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promote_at_start: Option<String>,
+    /// The abort annotation's value when the current canary started (same rule as promote).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_at_start: Option<String>,
 }

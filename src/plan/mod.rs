@@ -1,2 +1,17 @@
 //! Rollout decisions, as pure functions `(spec, observed, now) -> (status, actions)`. Nothing in
 //! here does I/O or reads a clock; the controllers execute the actions.
+//!
+//! - [`observed`]: the plain views of the cluster the planners read;
+//! - [`objects`]: the child objects a rollout wants (sets, handoff claims, Jobs);
+//! - [`handoff`]: moving one replica's volume between two StatefulSets;
+//! - [`statefulset`]: the CanaryStatefulSet phase machine;
+//! - [`actions`]: what a plan asks the controller to do.
+
+pub mod actions;
+pub mod handoff;
+pub mod objects;
+pub mod observed;
+pub mod statefulset;
+
+pub use actions::{Action, PlanEvent};
+pub use observed::Observed;

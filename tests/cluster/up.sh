@@ -138,7 +138,8 @@ start kube-controller-manager --kubeconfig admin.kubeconfig --leader-elect=false
 start kube-scheduler --kubeconfig admin.kubeconfig --leader-elect=false --secure-port 0
 
 # kwok: the stock node and pod stages, except that pods whose image tag is `broken` run but
-# never become Ready (tests use that to reach rollback paths).
+# never become Ready, and Job pods whose image tag is `fail` fail (tests use these to reach
+# rollback and migration-failure paths).
 stages=$bin/kwok-stages
 {
   cat "$stages/node-initialize.yaml"; echo "---"
@@ -147,10 +148,14 @@ stages=$bin/kwok-stages
   sed "s|^    matchExpressions:|    matchExpressions:\n    - key: '[.spec.containers[].image \| endswith(\":broken\")] \| any'\n      operator: 'NotIn'\n      values: ['true']|" \
     "$stages/pod-ready.yaml"; echo "---"
   cat "$here/kwok-stage-broken.yaml"; echo "---"
-  cat "$stages/pod-complete.yaml"; echo "---"
+  # pod-complete, narrowed to Job pods with no `fail` image; those fail instead.
+  sed "s|^    matchExpressions:|    matchExpressions:\n    - key: '[.spec.containers[].image \| endswith(\":fail\")] \| any'\n      operator: 'NotIn'\n      values: ['true']|" \
+    "$stages/pod-complete.yaml"; echo "---"
+  cat "$here/kwok-stage-fail.yaml"; echo "---"
   cat "$stages/pod-delete.yaml"
 } >kwok.yaml
 grep -q 'endswith(":broken")' kwok.yaml || die "could not narrow kwok's pod-ready stage"
+[ "$(grep -c 'endswith(":fail")' kwok.yaml)" = 2 ] || die "could not narrow kwok's pod-complete stage"
 
 log "starting kwok"
 start kwok --kubeconfig admin.kubeconfig --config kwok.yaml \

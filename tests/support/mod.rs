@@ -4,6 +4,7 @@
 //! Tests that need the cluster fail loudly when it is not running; they are never skipped.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod agent;
 pub mod git_http;
 
 use std::future::Future;

@@ -1,0 +1,409 @@
+//! The CanaryStatefulSet controller: observes a rollout's sets, pods, claims, volumes and
+//! migration Job, asks [`crate::plan::statefulset::plan`] what to do, does it, and writes
+//! status and events. Child changes wake it (`owns`/`watches`); it requeues only for the bake
+//! timer and the progress deadline.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::{Context, Doing, ReconcileError};
+use crate::api::{
+    ABORT_ANNOTATION, CanaryStatefulSet, FINALIZER, HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION,
+    REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL, StatefulSetStrategyType,
+};
+use crate::plan::Action;
+use crate::plan::objects::{Role, RolloutRef, migration_job_name};
+use crate::plan::observed::{ClaimView, JobView, Observed, PodView, SetView, VolumeView};
+use crate::plan::statefulset::{Rollout, plan, plan_cleanup};
+use crate::sync::FIELD_MANAGER;
+
+/// Label on volumes linnet has handed over: the namespace of the rollout that owns the data.
+pub const VOLUME_NAMESPACE_LABEL: &str = "rollouts.linnet.dev/namespace";
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let scoped = watcher::Config::default().labels(&ctx.selector());
+    let rollouts: Api<CanaryStatefulSet> = Api::all(client.clone());
+    // Claims that a StatefulSet creates carry its selector's labels, not the source label.
+    let claims = watcher::Config::default().labels(ROLLOUT_LABEL);
+    // Our own status write wakes one more reconcile, which finds nothing to do and writes
+    // nothing.
+    Controller::new(rollouts, scoped.clone())
+        .owns(Api::<StatefulSet>::all(client.clone()), scoped.clone())
+        .owns(Api::<Job>::all(client.clone()), scoped)
+        .watches(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            claims,
+            |claim| {
+                let rollout = claim.labels().get(ROLLOUT_LABEL)?.clone();
+                Some(ObjectRef::<CanaryStatefulSet>::new(&rollout).within(&claim.namespace()?))
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile did not finish");
+            }
+        })
+        .await;
+}
+
+fn error_policy(
+    rollout: Arc<CanaryStatefulSet>,
+    error: &ReconcileError,
+    _ctx: Arc<Context>,
+) -> Requeue {
+    match error {
+        // Child changes wake us; this is only a safety net.
+        ReconcileError::Waiting(what) => {
+            tracing::info!(rollout = %rollout.name_any(), "deleting: waiting for {what}");
+            Requeue::requeue(Duration::from_secs(30))
+        }
+        e => {
+            tracing::warn!(
+                rollout = %format!("{}/{}", rollout.namespace().unwrap_or_default(), rollout.name_any()),
+                error = %e,
+                "reconcile failed; retrying"
+            );
+            Requeue::requeue(Duration::from_secs(5))
+        }
+    }
+}
+
+async fn reconcile(
+    rollout: Arc<CanaryStatefulSet>,
+    ctx: Arc<Context>,
+) -> Result<Requeue, ReconcileError> {
+    let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, rollout, |event| async {
+        match event {
+            Finalizer::Apply(r) => apply(&r, &ctx, &ns).await,
+            Finalizer::Cleanup(r) => cleanup(&r, &ctx, &ns).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => ReconcileError::Finalizer(other.to_string()),
+    })
+}
+
+fn reference(rollout: &CanaryStatefulSet, ns: &str) -> RolloutRef {
+    RolloutRef {
+        name: rollout.name_any(),
+        namespace: ns.to_string(),
+        uid: rollout.uid().unwrap_or_default(),
+        source: rollout.labels().get(SOURCE_LABEL).cloned(),
+    }
+}
+
+async fn apply(
+    rollout: &CanaryStatefulSet,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Requeue, ReconcileError> {
+    let started = Instant::now();
+    let observed = observe(rollout, ctx, ns).await?;
+    let annotation = |key: &str| rollout.annotations().get(key).cloned();
+    let input = Rollout {
+        reference: reference(rollout, ns),
+        generation: rollout.metadata.generation,
+        spec: &rollout.spec,
+        promote: annotation(PROMOTE_ANNOTATION),
+        abort: annotation(ABORT_ANNOTATION),
+        source_revision: annotation(REVISION_ANNOTATION),
+        status: rollout.status.clone().unwrap_or_default(),
+    };
+    let now = jiff::Timestamp::now();
+    let planned = plan(&input, &observed, now);
+    let name = rollout.name_any();
+    for action in &planned.actions {
+        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
+        execute(action, ctx, ns, &name).await?;
+    }
+    let object = rollout.object_ref(&());
+    for e in &planned.events {
+        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
+        ctx.publish(&object, e.warning, e.reason, &e.message).await;
+    }
+    if Some(&planned.status) != rollout.status.as_ref() {
+        let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+        let patch = json!({
+            "apiVersion": crate::api::API_VERSION,
+            "kind": "CanaryStatefulSet",
+            "status": planned.status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .doing(|| format!("writing the status of {ns}/{name}"))?;
+    }
+    tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase, took = ?started.elapsed(), "reconciled");
+    Ok(match planned.requeue_after {
+        Some(after) => Requeue::requeue(after),
+        None => Requeue::await_change(),
+    })
+}
+
+async fn cleanup(
+    rollout: &CanaryStatefulSet,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Requeue, ReconcileError> {
+    let observed = observe(rollout, ctx, ns).await?;
+    let name = rollout.name_any();
+    let (actions, waiting) = plan_cleanup(&observed);
+    for action in &actions {
+        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "deleting");
+        execute(action, ctx, ns, &name).await?;
+    }
+    match waiting {
+        Some(what) => Err(ReconcileError::Waiting(what)),
+        None if observed.stable.is_none() && observed.canary.is_none() => {
+            tracing::info!(rollout = %format!("{ns}/{name}"), "deleted; its claims and volumes stay");
+            Ok(Requeue::await_change())
+        }
+        None => Err(ReconcileError::Waiting("the sets to be deleted".into())),
+    }
+}
+
+/// Reads what the planner needs: the sets, and the pods and claims labelled with the
+/// rollout's name, the volumes behind those claims (or handed over by linnet), and the
+/// migration Job for the current canary image.
+async fn observe(
+    rollout: &CanaryStatefulSet,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Observed, ReconcileError> {
+    let client = &ctx.client;
+    let name = rollout.name_any();
+    let container = rollout.spec.container.as_deref();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let (stable_name, canary_name) = match rollout.spec.strategy.type_ {
+        StatefulSetStrategyType::TwoSets => (
+            Role::Stable.set_name(&name),
+            Some(Role::Canary.set_name(&name)),
+        ),
+        StatefulSetStrategyType::Partition => (Role::Single.set_name(&name), None),
+    };
+    let get_set = |set: String| {
+        let sets = sets.clone();
+        async move {
+            sets.get_opt(&set)
+                .await
+                .doing(|| format!("reading StatefulSet {ns}/{set}"))
+                .map(|s| s.map(|s| SetView::from_object(&s, container)))
+        }
+    };
+    let stable = get_set(stable_name).await?;
+    let canary = match canary_name {
+        Some(c) => get_set(c).await?,
+        None => None,
+    };
+    let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
+    let pods: Vec<PodView> = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&own)
+        .await
+        .doing(|| format!("listing the pods of {ns}/{name}"))?
+        .items
+        .iter()
+        .filter_map(PodView::from_object)
+        .collect();
+    let claims: Vec<ClaimView> = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .list(&own)
+        .await
+        .doing(|| format!("listing the claims of {ns}/{name}"))?
+        .items
+        .iter()
+        .map(ClaimView::from_object)
+        .collect();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let handed = ListParams::default().labels(&format!(
+        "{ROLLOUT_LABEL}={name},{VOLUME_NAMESPACE_LABEL}={ns}"
+    ));
+    let mut volumes: Vec<VolumeView> = pvs
+        .list(&handed)
+        .await
+        .doing(|| format!("listing the volumes handed over by {ns}/{name}"))?
+        .items
+        .iter()
+        .map(|pv| VolumeView::from_object(pv, ns))
+        .collect();
+    let known: BTreeSet<String> = volumes.iter().map(|v| v.name.clone()).collect();
+    let wanted: BTreeSet<String> = claims
+        .iter()
+        .filter_map(|c| c.volume.clone())
+        .filter(|v| !known.contains(v))
+        .collect();
+    for v in wanted {
+        if let Some(pv) = pvs
+            .get_opt(&v)
+            .await
+            .doing(|| format!("reading PersistentVolume {v}"))?
+        {
+            volumes.push(VolumeView::from_object(&pv, ns));
+        }
+    }
+    let job = match &rollout.spec.migration {
+        Some(_) => {
+            let image = rollout
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_image.clone())
+                .unwrap_or_else(|| rollout.spec.image.clone());
+            let job_name = migration_job_name(&name, &image);
+            Api::<Job>::namespaced(client.clone(), ns)
+                .get_opt(&job_name)
+                .await
+                .doing(|| format!("reading Job {ns}/{job_name}"))?
+                .map(|j| JobView::from_object(&j))
+        }
+        None => None,
+    };
+    Ok(Observed {
+        stable,
+        canary,
+        pods,
+        claims,
+        volumes,
+        job,
+    })
+}
+
+fn ignore_status(result: Result<(), kube::Error>, code: u16) -> Result<(), kube::Error> {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == code => Ok(()),
+        other => other,
+    }
+}
+
+async fn execute(
+    action: &Action,
+    ctx: &Context,
+    ns: &str,
+    rollout: &str,
+) -> Result<(), ReconcileError> {
+    let client = ctx.client.clone();
+    let what = || action.describe();
+    match action {
+        Action::ApplySet(set) => {
+            let name = set.metadata.name.clone().unwrap_or_default();
+            Api::<StatefulSet>::namespaced(client, ns)
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(set.as_ref()),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
+        Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .map(|_| ())
+            .doing(what),
+        Action::DeleteSet { name } => ignore_status(
+            Api::<StatefulSet>::namespaced(client, ns)
+                .delete(name, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+            404,
+        )
+        .doing(what),
+        Action::RetainVolume { volume, handoff_to } => Api::<PersistentVolume>::all(client)
+            .patch(
+                volume,
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {
+                        "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
+                        "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
+                    },
+                    "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+                })),
+            )
+            .await
+            .map(|_| ())
+            .doing(what),
+        Action::CreateClaim(claim) => ignore_status(
+            Api::<PersistentVolumeClaim>::namespaced(client, ns)
+                .create(&PostParams::default(), claim)
+                .await
+                .map(|_| ()),
+            409,
+        )
+        .doing(what),
+        Action::DeleteClaim { name, .. } => ignore_status(
+            Api::<PersistentVolumeClaim>::namespaced(client, ns)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            404,
+        )
+        .doing(what),
+        Action::BindVolume {
+            volume,
+            claim,
+            claim_uid,
+        } => Api::<PersistentVolume>::all(client)
+            .patch(
+                volume,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": ns,
+                    "name": claim,
+                    "uid": claim_uid,
+                    "resourceVersion": null,
+                }}})),
+            )
+            .await
+            .map(|_| ())
+            .doing(what),
+        Action::CreateJob(job) => ignore_status(
+            Api::<Job>::namespaced(client, ns)
+                .create(&PostParams::default(), job)
+                .await
+                .map(|_| ()),
+            409,
+        )
+        .doing(what),
+        Action::DeletePod { name } => ignore_status(
+            Api::<Pod>::namespaced(client, ns)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            404,
+        )
+        .doing(what),
+    }
+}

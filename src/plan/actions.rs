@@ -1,0 +1,81 @@
+//! What a plan asks the controller to do. Every variant is one idempotent API call; none of
+//! them deletes a PersistentVolume, and [`Action::DeleteClaim`] exists only for a handoff.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+
+/// One thing for the controller to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create or update a StatefulSet (server-side apply).
+    ApplySet(Box<StatefulSet>),
+    /// Set a StatefulSet's replicas (used when a rollout is deleted).
+    ScaleSet { name: String, replicas: i32 },
+    /// Delete a StatefulSet whose pods are already gone; its claims stay.
+    DeleteSet { name: String },
+    /// Set a volume's reclaim policy to Retain and mark which claim it is being handed to.
+    RetainVolume { volume: String, handoff_to: String },
+    /// Create the claim a volume is handed to (bound to it by `volumeName`).
+    CreateClaim(Box<PersistentVolumeClaim>),
+    /// Delete a claim inside a handoff: its volume is already Retain and marked for `to`.
+    DeleteClaim {
+        name: String,
+        volume: String,
+        to: String,
+    },
+    /// Point a released volume's `claimRef` at its new claim.
+    BindVolume {
+        volume: String,
+        claim: String,
+        claim_uid: String,
+    },
+    /// Create the migration Job (owned by the rollout).
+    CreateJob(Box<Job>),
+    /// Delete a pod stuck on a bad revision, so its set can recreate it.
+    DeletePod { name: String },
+}
+
+/// An event to publish on the rollout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanEvent {
+    pub warning: bool,
+    /// PascalCase, e.g. `CanaryStarted`.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Action {
+    /// The action in words, for logs and status messages.
+    pub fn describe(&self) -> String {
+        let name = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.name.clone().unwrap_or_default()
+        };
+        match self {
+            Action::ApplySet(s) => format!("apply StatefulSet {}", name(&s.metadata)),
+            Action::ScaleSet { name, replicas } => {
+                format!("scale StatefulSet {name} to {replicas}")
+            }
+            Action::DeleteSet { name } => format!("delete StatefulSet {name} (its claims stay)"),
+            Action::RetainVolume { volume, handoff_to } => {
+                format!("set volume {volume} to Retain for handoff to {handoff_to}")
+            }
+            Action::CreateClaim(c) => format!(
+                "create claim {} for volume {}",
+                name(&c.metadata),
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.clone())
+                    .unwrap_or_default()
+            ),
+            Action::DeleteClaim { name, volume, to } => {
+                format!("release volume {volume} from claim {name} (moving to {to})")
+            }
+            Action::BindVolume { volume, claim, .. } => {
+                format!("bind volume {volume} to claim {claim}")
+            }
+            Action::CreateJob(j) => format!("create Job {}", name(&j.metadata)),
+            Action::DeletePod { name } => format!("delete stuck pod {name}"),
+        }
+    }
+}

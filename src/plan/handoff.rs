@@ -1,0 +1,132 @@
+//! The volume handoff, one replica at a time: the PersistentVolume of replica k moves from
+//! `<claim>-<from>-k` to `<claim>-<to>-k`, so the pod that takes over ordinal k finds its data.
+//!
+//! 1. The volume is set to Retain and annotated with the claim it goes to.
+//! 2. The new claim is created with `volumeName` set (it stays Pending for now).
+//! 3. The old claim is deleted, once no pod of the old set uses it.
+//! 4. The released volume's `claimRef` is pointed at the new claim, which then binds.
+//!
+//! Each call looks at the cluster as it is and returns the next step, so a handoff cut off at
+//! any point carries on where it stopped. A claim is deleted only when its volume is Retain
+//! and marked for a new claim that exists; a volume is never deleted.
+
+use super::actions::Action;
+use super::objects::{Role, RolloutRef, claim_name, handoff_claim};
+use super::observed::Observed;
+use crate::api::CanaryStatefulSetSpec;
+
+/// Where the handoff of one volume stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HandoffStep {
+    /// The volume is bound to the target claim (or replica k never had one).
+    Done,
+    /// Waiting for the cluster; the text says for what.
+    Waiting(String),
+    /// The next step.
+    Act(Action),
+}
+
+/// The next step of moving replica `ordinal`'s volume of claim template `template` from set
+/// `from` to set `to`.
+pub fn handoff_step(
+    rollout: &RolloutRef,
+    spec: &CanaryStatefulSetSpec,
+    observed: &Observed,
+    template: &str,
+    ordinal: i32,
+    from: Role,
+    to: Role,
+) -> HandoffStep {
+    let from_set = from.set_name(&rollout.name);
+    let src_name = claim_name(template, &from_set, ordinal);
+    let dst_name = claim_name(template, &to.set_name(&rollout.name), ordinal);
+    let src = observed.claim(&src_name);
+    let dst = observed.claim(&dst_name);
+
+    if src.is_none() && dst.is_some_and(|d| d.bound) {
+        return HandoffStep::Done;
+    }
+    let volume = observed
+        .volumes
+        .iter()
+        .find(|v| v.handoff_to.as_deref() == Some(dst_name.as_str()))
+        .or_else(|| {
+            observed
+                .volumes
+                .iter()
+                .find(|v| v.claim.as_ref().is_some_and(|(n, _)| *n == src_name))
+        })
+        // A handoff the other way that stopped after its old claim was deleted: the volume
+        // still names that claim, which is this handoff's target.
+        .or_else(|| {
+            observed
+                .volumes
+                .iter()
+                .find(|v| v.claim.as_ref().is_some_and(|(n, _)| *n == dst_name))
+        });
+    let Some(volume) = volume else {
+        return match (src, dst) {
+            (None, None) => HandoffStep::Done,
+            (Some(s), _) if !s.bound => {
+                HandoffStep::Waiting(format!("claim {src_name} is not bound to a volume yet"))
+            }
+            _ => HandoffStep::Waiting(format!("looking for the volume of {src_name}")),
+        };
+    };
+    if let Some(d) = dst
+        && d.volume.as_deref().is_some_and(|v| v != volume.name)
+    {
+        return HandoffStep::Waiting(format!(
+            "claim {dst_name} names another volume than {}; leaving both alone",
+            volume.name
+        ));
+    }
+    if !volume.retain || volume.handoff_to.as_deref() != Some(dst_name.as_str()) {
+        return HandoffStep::Act(Action::RetainVolume {
+            volume: volume.name.clone(),
+            handoff_to: dst_name,
+        });
+    }
+    let Some(dst) = dst else {
+        return HandoffStep::Act(Action::CreateClaim(Box::new(handoff_claim(
+            rollout,
+            spec,
+            template,
+            to,
+            ordinal,
+            &volume.name,
+            volume.storage_class.as_deref(),
+        ))));
+    };
+    if let Some(src) = src {
+        if src.volume.as_deref() != Some(volume.name.as_str()) {
+            return HandoffStep::Waiting(format!(
+                "claim {src_name} is not bound to {}; leaving it alone",
+                volume.name
+            ));
+        }
+        if observed.pods_of(&from_set).any(|p| p.ordinal == ordinal) {
+            return HandoffStep::Waiting(format!("pod {from_set}-{ordinal} still uses {src_name}"));
+        }
+        if src.deleting {
+            return HandoffStep::Waiting(format!("claim {src_name} is being deleted"));
+        }
+        return HandoffStep::Act(Action::DeleteClaim {
+            name: src_name,
+            volume: volume.name.clone(),
+            to: dst_name,
+        });
+    }
+    let bound_to_dst = volume
+        .claim
+        .as_ref()
+        .is_some_and(|(n, uid)| *n == dst.name && uid.as_deref() == Some(dst.uid.as_str()));
+    if !bound_to_dst {
+        return HandoffStep::Act(Action::BindVolume {
+            volume: volume.name.clone(),
+            claim: dst.name.clone(),
+            claim_uid: dst.uid.clone(),
+        });
+    }
+    HandoffStep::Waiting(format!("claim {dst_name} to bind volume {}", volume.name))
+}

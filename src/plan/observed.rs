@@ -1,0 +1,230 @@
+//! What the planners see of the cluster: small, plain views of StatefulSets, pods, claims,
+//! volumes and Jobs, built from the Kubernetes objects by pure conversions. Tests build them
+//! directly.
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+
+use crate::api::{CHILD_HASH_ANNOTATION, HANDOFF_TO_ANNOTATION};
+
+/// A StatefulSet as the planner needs it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SetView {
+    pub name: String,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// Whether `status` describes the current `spec` (`observedGeneration == generation`).
+    pub status_fresh: bool,
+    pub ready_replicas: i32,
+    pub updated_replicas: i32,
+    pub current_revision: Option<String>,
+    pub update_revision: Option<String>,
+    /// The hash linnet put on the set when it last applied it.
+    pub applied_hash: Option<String>,
+    /// The image of the rolled-out container in the set's template.
+    pub image: Option<String>,
+}
+
+/// A pod of one of the rollout's sets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodView {
+    pub name: String,
+    /// The StatefulSet that owns it.
+    pub set: String,
+    pub ordinal: i32,
+    pub ready: bool,
+    /// When it last became Ready.
+    pub ready_since: Option<Timestamp>,
+    /// `controller-revision-hash`: the set revision the pod runs.
+    pub revision: Option<String>,
+    pub deleting: bool,
+}
+
+/// A PersistentVolumeClaim of the rollout.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClaimView {
+    pub name: String,
+    pub uid: String,
+    /// `spec.volumeName`.
+    pub volume: Option<String>,
+    pub bound: bool,
+    pub deleting: bool,
+}
+
+/// A PersistentVolume that holds (or held) one of the rollout's claims.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VolumeView {
+    pub name: String,
+    pub retain: bool,
+    /// `spec.claimRef`: the claim's name and uid, when it names one in the rollout's namespace.
+    pub claim: Option<(String, Option<String>)>,
+    /// The claim a handoff in progress is moving it to.
+    pub handoff_to: Option<String>,
+    pub storage_class: Option<String>,
+}
+
+/// The rollout's migration Job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobView {
+    pub name: String,
+    pub succeeded: bool,
+    pub failed: bool,
+}
+
+/// Everything the StatefulSet planner reads from the cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// `<name>-stable` (TwoSets) or `<name>` (Partition).
+    pub stable: Option<SetView>,
+    /// `<name>-canary` (TwoSets only).
+    pub canary: Option<SetView>,
+    pub pods: Vec<PodView>,
+    pub claims: Vec<ClaimView>,
+    pub volumes: Vec<VolumeView>,
+    /// The migration Job for the current canary image, if one was created.
+    pub job: Option<JobView>,
+}
+
+impl Observed {
+    pub fn claim(&self, name: &str) -> Option<&ClaimView> {
+        self.claims.iter().find(|c| c.name == name)
+    }
+
+    pub fn pods_of<'a>(&'a self, set: &'a str) -> impl Iterator<Item = &'a PodView> + 'a {
+        self.pods.iter().filter(move |p| p.set == set)
+    }
+}
+
+/// The image of container `container` (or the first) in a pod spec.
+pub fn container_image(
+    spec: Option<&k8s_openapi::api::core::v1::PodSpec>,
+    container: Option<&str>,
+) -> Option<String> {
+    let containers = &spec?.containers;
+    let c = match container {
+        Some(name) => containers.iter().find(|c| c.name == name),
+        None => containers.first(),
+    };
+    c.and_then(|c| c.image.clone())
+}
+
+impl SetView {
+    pub fn from_object(set: &StatefulSet, container: Option<&str>) -> SetView {
+        let status = set.status.clone().unwrap_or_default();
+        let spec = set.spec.clone().unwrap_or_default();
+        SetView {
+            name: set.metadata.name.clone().unwrap_or_default(),
+            replicas: spec.replicas.unwrap_or(1),
+            status_fresh: status.observed_generation.is_some()
+                && status.observed_generation == set.metadata.generation,
+            ready_replicas: status.ready_replicas.unwrap_or(0),
+            updated_replicas: status.updated_replicas.unwrap_or(0),
+            current_revision: status.current_revision,
+            update_revision: status.update_revision,
+            applied_hash: set
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
+            image: container_image(spec.template.spec.as_ref(), container),
+        }
+    }
+}
+
+impl PodView {
+    /// A pod owned by a StatefulSet; `None` for any other pod.
+    pub fn from_object(pod: &Pod) -> Option<PodView> {
+        let owner = pod
+            .metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|o| o.kind == "StatefulSet" && o.controller == Some(true))?;
+        let name = pod.metadata.name.clone()?;
+        let ordinal = name
+            .strip_prefix(&format!("{}-", owner.name))?
+            .parse()
+            .ok()?;
+        let ready_condition = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+        let ready = ready_condition.is_some_and(|c| c.status == "True");
+        Some(PodView {
+            set: owner.name.clone(),
+            ordinal,
+            ready,
+            ready_since: ready_condition
+                .filter(|_| ready)
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0),
+            revision: pod
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("controller-revision-hash").cloned()),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            name,
+        })
+    }
+}
+
+impl ClaimView {
+    pub fn from_object(claim: &PersistentVolumeClaim) -> ClaimView {
+        ClaimView {
+            name: claim.metadata.name.clone().unwrap_or_default(),
+            uid: claim.metadata.uid.clone().unwrap_or_default(),
+            volume: claim.spec.as_ref().and_then(|s| s.volume_name.clone()),
+            bound: claim
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|p| p == "Bound"),
+            deleting: claim.metadata.deletion_timestamp.is_some(),
+        }
+    }
+}
+
+impl VolumeView {
+    /// A volume as seen from namespace `namespace`: a claimRef elsewhere is not ours.
+    pub fn from_object(pv: &PersistentVolume, namespace: &str) -> VolumeView {
+        let spec = pv.spec.clone().unwrap_or_default();
+        VolumeView {
+            name: pv.metadata.name.clone().unwrap_or_default(),
+            retain: spec.persistent_volume_reclaim_policy.as_deref() == Some("Retain"),
+            claim: spec
+                .claim_ref
+                .filter(|r| r.namespace.as_deref() == Some(namespace))
+                .and_then(|r| Some((r.name?, r.uid))),
+            handoff_to: pv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(HANDOFF_TO_ANNOTATION).cloned()),
+            storage_class: spec.storage_class_name,
+        }
+    }
+}
+
+impl JobView {
+    pub fn from_object(job: &Job) -> JobView {
+        let conditions = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let has = |t: &str| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == t && c.status == "True")
+        };
+        JobView {
+            name: job.metadata.name.clone().unwrap_or_default(),
+            succeeded: has("Complete"),
+            failed: has("Failed"),
+        }
+    }
+}

@@ -1,0 +1,1047 @@
+//! The CanaryStatefulSet state machine: `plan(rollout, observed, now) -> Plan`.
+//!
+//! All rollout state lives in the CR's status (phase, images, step, when the phase began), so
+//! a restarted agent plans from the cluster alone. Phases with several sub-steps (Promoting,
+//! RollingBack) derive where they are from what they observe (is the canary drained? are the
+//! volumes handed back?) rather than from a counter, so a step cut off by a crash is simply
+//! done again or found done.
+//!
+//! See DESIGN.md §3 and the README for the phases and the two strategies.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::actions::{Action, PlanEvent};
+use super::handoff::{HandoffStep, handoff_step};
+use super::objects::{
+    Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
+};
+use super::observed::{Observed, PodView, SetView};
+use crate::api::{
+    CanaryStatefulSetSpec, CanaryStatefulSetStatus, Condition, PromotionType,
+    StatefulSetPhase as Phase, StatefulSetStrategyType, condition,
+};
+
+/// The rollout as the planner sees it.
+#[derive(Clone, Debug)]
+pub struct Rollout<'a> {
+    pub reference: RolloutRef,
+    pub generation: Option<i64>,
+    pub spec: &'a CanaryStatefulSetSpec,
+    /// The `rollouts.linnet.dev/promote` annotation.
+    pub promote: Option<String>,
+    /// The `rollouts.linnet.dev/abort` annotation.
+    pub abort: Option<String>,
+    /// The `rollouts.linnet.dev/revision` annotation set by sync.
+    pub source_revision: Option<String>,
+    /// The status as last written.
+    pub status: CanaryStatefulSetStatus,
+}
+
+/// What to do now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub status: CanaryStatefulSetStatus,
+    pub actions: Vec<Action>,
+    pub events: Vec<PlanEvent>,
+    /// A real timer: the bake time or the progress deadline.
+    pub requeue_after: Option<Duration>,
+    /// Every phase this plan entered, in order (usually none or one).
+    pub entered: Vec<Phase>,
+}
+
+enum Next {
+    Stay(String),
+    Go {
+        phase: Phase,
+        reason: &'static str,
+        message: String,
+        warning: bool,
+        /// Keep the actions the phase emitted before it moved on (its last step).
+        keep: bool,
+    },
+}
+
+fn go(phase: Phase, reason: &'static str, message: String) -> Next {
+    Next::Go {
+        phase,
+        reason,
+        message,
+        warning: false,
+        keep: false,
+    }
+}
+
+fn go_warning(phase: Phase, reason: &'static str, message: String) -> Next {
+    Next::Go {
+        phase,
+        reason,
+        message,
+        warning: true,
+        keep: false,
+    }
+}
+
+/// A move on that keeps the actions of the phase's last step.
+fn keeping(next: Next) -> Next {
+    match next {
+        Next::Go {
+            phase,
+            reason,
+            message,
+            warning,
+            ..
+        } => Next::Go {
+            phase,
+            reason,
+            message,
+            warning,
+            keep: true,
+        },
+        stay => stay,
+    }
+}
+
+struct Planner<'a> {
+    r: &'a Rollout<'a>,
+    o: &'a Observed,
+    now: Timestamp,
+    st: CanaryStatefulSetStatus,
+    actions: Vec<Action>,
+    events: Vec<PlanEvent>,
+    requeue: Option<Duration>,
+}
+
+/// Plans one reconcile of a CanaryStatefulSet.
+pub fn plan(rollout: &Rollout<'_>, observed: &Observed, now: Timestamp) -> Plan {
+    let mut p = Planner {
+        r: rollout,
+        o: observed,
+        now,
+        st: rollout.status.clone(),
+        actions: Vec::new(),
+        events: Vec::new(),
+        requeue: None,
+    };
+    if p.st.stable_image.is_none() {
+        // A new status (or a CR created over existing sets): the stable image is what the
+        // stable set runs, else the spec's.
+        p.st.stable_image = Some(
+            observed
+                .stable
+                .as_ref()
+                .and_then(|s| s.image.clone())
+                .unwrap_or_else(|| rollout.spec.image.clone()),
+        );
+    }
+    let mut message = String::new();
+    let mut entered = Vec::new();
+    p.st.phase.get_or_insert(Phase::Initializing);
+    // A few transitions may happen in one plan (e.g. Stable -> ScalingDownStable); each
+    // phase's actions are only emitted by the phase that stays.
+    for _ in 0..6 {
+        let phase = p.st.phase.unwrap_or(Phase::Initializing);
+        let mark = p.actions.len();
+        match p.step(phase) {
+            Next::Stay(m) => {
+                message = m;
+                break;
+            }
+            Next::Go {
+                phase: next,
+                reason,
+                message: m,
+                warning,
+                keep,
+            } => {
+                if !keep {
+                    p.actions.truncate(mark);
+                }
+                entered.push(next);
+                p.events.push(PlanEvent {
+                    warning,
+                    reason,
+                    message: m.clone(),
+                });
+                p.st.phase = Some(next);
+                p.st.phase_since = Some(Time(now));
+                message = m;
+            }
+        }
+    }
+    let mut plan = p.finish(message);
+    plan.entered = entered;
+    plan
+}
+
+impl<'a> Planner<'a> {
+    fn spec(&self) -> &CanaryStatefulSetSpec {
+        self.r.spec
+    }
+
+    fn replicas(&self) -> i32 {
+        self.spec().replicas.max(0)
+    }
+
+    fn two_sets(&self) -> bool {
+        self.spec().strategy.type_ == StatefulSetStrategyType::TwoSets
+    }
+
+    fn stable_image(&self) -> String {
+        self.st.stable_image.clone().unwrap_or_default()
+    }
+
+    fn canary_image(&self) -> String {
+        self.st
+            .canary_image
+            .clone()
+            .unwrap_or_else(|| self.spec().image.clone())
+    }
+
+    fn step_index(&self) -> usize {
+        self.st.current_step.unwrap_or(0).max(0) as usize
+    }
+
+    fn last_step(&self) -> usize {
+        self.spec()
+            .steps
+            .as_ref()
+            .map_or(0, |s| s.len().saturating_sub(1))
+    }
+
+    /// Canary replicas at step `i`, within 1..=replicas.
+    fn size(&self, i: usize) -> i32 {
+        let s = self
+            .spec()
+            .steps
+            .as_ref()
+            .and_then(|s| s.get(i).copied())
+            .unwrap_or(self.spec().canary_replicas);
+        s.clamp(1, self.replicas().max(1))
+    }
+
+    fn main_role(&self) -> Role {
+        if self.two_sets() {
+            Role::Stable
+        } else {
+            Role::Single
+        }
+    }
+
+    /// Emits an apply when the observed set differs from `shape`; returns the observed set
+    /// when it already is `shape`.
+    fn ensure(&mut self, shape: SetShape<'_>) -> Option<&SetView> {
+        let desired = stateful_set(&self.r.reference, self.spec(), &shape);
+        let observed = match shape.role {
+            Role::Canary => self.o.canary.as_ref(),
+            _ => self.o.stable.as_ref(),
+        };
+        let hash = applied_hash(&desired).map(str::to_string);
+        if observed.is_some_and(|s| s.applied_hash == hash) {
+            observed
+        } else {
+            self.actions.push(Action::ApplySet(Box::new(desired)));
+            None
+        }
+    }
+
+    fn pods_of(&self, role: Role) -> Vec<&'a PodView> {
+        let name = role.set_name(&self.r.reference.name);
+        self.o.pods.iter().filter(|p| p.set == name).collect()
+    }
+
+    /// The set has settled on what linnet last applied: `n` replicas, all ready and updated.
+    fn settled(set: Option<&SetView>, n: i32) -> bool {
+        set.is_some_and(|s| {
+            s.status_fresh
+                && s.ready_replicas == n
+                && s.updated_replicas == n
+                && s.current_revision == s.update_revision
+        })
+    }
+
+    fn gate(value: Option<&str>, at_start: Option<&str>, canary: &str) -> bool {
+        match value {
+            Some(v) if v == canary => true,
+            Some("true") => at_start != Some("true"),
+            _ => false,
+        }
+    }
+
+    /// Why a running canary must end, if it must.
+    fn abort_reason(&self) -> Option<Next> {
+        let canary = self.canary_image();
+        let stable = self.stable_image();
+        let image = &self.spec().image;
+        if Self::gate(
+            self.r.abort.as_deref(),
+            self.st.abort_at_start.as_deref(),
+            &canary,
+        ) {
+            return Some(go(
+                Phase::RollingBack,
+                "Aborted",
+                format!("the abort annotation is set; rolling {canary} back to {stable}"),
+            ));
+        }
+        if *image == stable {
+            return Some(go(
+                Phase::RollingBack,
+                "Reverted",
+                format!("image set back to {stable} in Git; rolling the canary of {canary} back"),
+            ));
+        }
+        if *image != canary {
+            return Some(go(
+                Phase::RollingBack,
+                "Superseded",
+                format!(
+                    "image changed to {image} during the canary of {canary}; ending this canary before starting the next"
+                ),
+            ));
+        }
+        None
+    }
+
+    fn deadline_passed(&mut self, what: &str) -> Option<Next> {
+        let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
+        let since = self.st.phase_since.as_ref().map_or(self.now, |t| t.0);
+        let elapsed = self.now.duration_since(since).unsigned_abs();
+        if elapsed >= deadline {
+            return Some(go_warning(
+                Phase::RollingBack,
+                "ProgressDeadlineExceeded",
+                format!(
+                    "{what} within progressDeadlineSeconds ({}s); rolling back",
+                    deadline.as_secs()
+                ),
+            ));
+        }
+        self.timer(deadline - elapsed);
+        None
+    }
+
+    fn timer(&mut self, after: Duration) {
+        let after = after + Duration::from_millis(100);
+        self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+    }
+
+    fn step(&mut self, phase: Phase) -> Next {
+        if self.replicas() == 0 || claim_templates(self.spec()).len() > 8 {
+            return Next::Stay("nothing to run".into());
+        }
+        match (phase, self.two_sets()) {
+            (Phase::Initializing, _) => self.initializing(),
+            (Phase::Stable, _) => self.stable(),
+            (Phase::ScalingDownStable, true) => self.scaling_down_stable(),
+            (Phase::ScalingDownStable, false) | (Phase::DeployingCanary, false) => {
+                self.deploying_partition()
+            }
+            (Phase::DeployingCanary, true) => self.deploying_two_sets(),
+            (Phase::CanaryActive, _) => self.canary_active(),
+            (Phase::AwaitingMigration, _) => self.awaiting_migration(),
+            (Phase::MigratingData, _) => self.migrating_data(),
+            (Phase::Promoting, true) => self.promoting_two_sets(),
+            (Phase::Promoting, false) => self.promoting_partition(),
+            (Phase::RollingBack | Phase::MigrationFailed, true) => self.rolling_back_two_sets(),
+            (Phase::RollingBack | Phase::MigrationFailed, false) => self.rolling_back_partition(),
+            (Phase::RolledBack, _) => self.rolled_back(),
+            (Phase::Failed, _) => {
+                if self.st.observed_generation != self.r.generation {
+                    go(
+                        Phase::Stable,
+                        "SpecChanged",
+                        "the spec changed; trying again".into(),
+                    )
+                } else {
+                    Next::Stay(self.st.message.clone().unwrap_or_default())
+                }
+            }
+        }
+    }
+
+    fn main_shape<'s>(&self, image: &'s str, replicas: i32, partition: i32) -> SetShape<'s> {
+        SetShape {
+            role: self.main_role(),
+            image,
+            replicas,
+            ordinals_start: 0,
+            partition,
+        }
+    }
+
+    fn initializing(&mut self) -> Next {
+        let image = self.stable_image();
+        let r = self.replicas();
+        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if Self::settled(set.as_ref(), r) {
+            return go(
+                Phase::Stable,
+                "Available",
+                format!("{r}/{r} replicas ready on {image}"),
+            );
+        }
+        Next::Stay(format!(
+            "starting {r} replicas of {image} ({} ready)",
+            set.map_or(0, |s| s.ready_replicas)
+        ))
+    }
+
+    fn stable(&mut self) -> Next {
+        let image = self.stable_image();
+        if self.spec().image != image {
+            return self.start_canary();
+        }
+        let r = self.replicas();
+        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        Next::Stay(format!(
+            "{}/{r} replicas ready on {image}",
+            set.map_or(0, |s| s.ready_replicas)
+        ))
+    }
+
+    fn start_canary(&mut self) -> Next {
+        let image = self.spec().image.clone();
+        self.st.canary_image = Some(image.clone());
+        self.st.current_step = Some(0);
+        self.st.promote_at_start = self.r.promote.clone();
+        self.st.abort_at_start = self.r.abort.clone();
+        let n = self.size(0);
+        let r = self.replicas();
+        let next = if self.two_sets() {
+            Phase::ScalingDownStable
+        } else {
+            Phase::DeployingCanary
+        };
+        go(
+            next,
+            "CanaryStarted",
+            format!(
+                "canary of {image} on {n} of {r} replicas (ordinals {}..{}); stable stays on {}",
+                r - n,
+                r - 1,
+                self.stable_image()
+            ),
+        )
+    }
+
+    // --- TwoSets -------------------------------------------------------------------------
+
+    fn scaling_down_stable(&mut self) -> Next {
+        if let Some(next) = self.abort_reason() {
+            return next;
+        }
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        let keep = r - n;
+        let image = self.stable_image();
+        if let Some(next) = self.deadline_passed("stable replicas did not stop") {
+            return next;
+        }
+        let set = self.ensure(self.main_shape(&image, keep, 0)).cloned();
+        let freed: Vec<String> = self
+            .pods_of(Role::Stable)
+            .iter()
+            .filter(|p| p.ordinal >= keep)
+            .map(|p| p.name.clone())
+            .collect();
+        if !freed.is_empty() || !set.is_some_and(|s| s.status_fresh) {
+            return Next::Stay(format!(
+                "scaling {} down to {keep}; waiting for {} to stop",
+                Role::Stable.set_name(&self.r.reference.name),
+                if freed.is_empty() {
+                    "the set".to_string()
+                } else {
+                    freed.join(", ")
+                }
+            ));
+        }
+        go(
+            Phase::DeployingCanary,
+            "StableScaledDown",
+            format!(
+                "stable scaled down to {keep}; handing ordinals {keep}..{} to the canary",
+                r - 1
+            ),
+        )
+    }
+
+    /// Runs the handoffs of ordinals `range` from `from` to `to`; what is still to do, or
+    /// `None` when every volume is where it belongs.
+    fn hand_over(&mut self, range: std::ops::Range<i32>, from: Role, to: Role) -> Option<String> {
+        let mut pending = Vec::new();
+        for k in range {
+            for t in claim_templates(self.spec()) {
+                match handoff_step(&self.r.reference, self.spec(), self.o, &t, k, from, to) {
+                    HandoffStep::Done => {}
+                    HandoffStep::Waiting(why) => pending.push(why),
+                    HandoffStep::Act(a) => {
+                        pending.push(a.describe());
+                        self.actions.push(a);
+                    }
+                }
+            }
+        }
+        (!pending.is_empty()).then(|| pending.join("; "))
+    }
+
+    fn deploying_two_sets(&mut self) -> Next {
+        if let Some(next) = self.abort_reason() {
+            return next;
+        }
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        let start = r - n;
+        if let Some(next) = self.deadline_passed(&format!("the canary's {n} pod(s) were not Ready"))
+        {
+            return next;
+        }
+        let stable_image = self.stable_image();
+        self.ensure(self.main_shape(&stable_image, start, 0));
+        if let Some(why) = self.hand_over(start..r, Role::Stable, Role::Canary) {
+            return Next::Stay(format!(
+                "handing the volumes of ordinals {start}..{} to the canary: {why}",
+                r - 1
+            ));
+        }
+        let image = self.canary_image();
+        let canary = self
+            .ensure(SetShape {
+                role: Role::Canary,
+                image: &image,
+                replicas: n,
+                ordinals_start: start,
+                partition: 0,
+            })
+            .cloned();
+        if !Self::settled(canary.as_ref(), n) {
+            return Next::Stay(format!(
+                "waiting for {n} canary pod(s) on {image} to be Ready ({} ready)",
+                canary.map_or(0, |c| c.ready_replicas)
+            ));
+        }
+        self.step_done(n)
+    }
+
+    fn step_done(&mut self, n: i32) -> Next {
+        let i = self.step_index();
+        if i < self.last_step() {
+            self.st.current_step = Some(i as i32 + 1);
+            let next = if self.two_sets() {
+                Phase::ScalingDownStable
+            } else {
+                Phase::DeployingCanary
+            };
+            return go(
+                next,
+                "StepComplete",
+                format!(
+                    "step {} of {} done ({n} canary replicas Ready); next: {}",
+                    i + 1,
+                    self.last_step() + 1,
+                    self.size(i + 1)
+                ),
+            );
+        }
+        go(
+            Phase::CanaryActive,
+            "CanaryReady",
+            format!("{n} canary replica(s) Ready on {}", self.canary_image()),
+        )
+    }
+
+    fn canary_drained(&self) -> bool {
+        self.o.canary.as_ref().is_none_or(|c| c.replicas == 0)
+            && self.pods_of(Role::Canary).is_empty()
+    }
+
+    /// Scales the canary set to 0 (keeping its shape otherwise).
+    fn drain_canary(&mut self) {
+        if self.o.canary.is_none() {
+            return;
+        }
+        let image = self.canary_image();
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        self.ensure(SetShape {
+            role: Role::Canary,
+            image: &image,
+            replicas: 0,
+            ordinals_start: r - n,
+            partition: 0,
+        });
+    }
+
+    fn promoting_two_sets(&mut self) -> Next {
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        let image = self.canary_image();
+        let canary_range = r - self.spec().canary_replicas.clamp(1, r.max(1))..r;
+        if !self.canary_drained() {
+            // 1. The stable replicas move to the new image first; the canary keeps serving.
+            let stable = self.ensure(self.main_shape(&image, r - n, 0)).cloned();
+            if !Self::settled(stable.as_ref(), r - n) {
+                return Next::Stay(format!(
+                    "updating the {} stable replica(s) to {image}",
+                    r - n
+                ));
+            }
+            // 2. Then the canary stops.
+            self.drain_canary();
+            return Next::Stay("stopping the canary pods".into());
+        }
+        // 3. Its volumes go back to the stable set.
+        if let Some(why) = self.hand_over(canary_range, Role::Canary, Role::Stable) {
+            return Next::Stay(format!("handing volumes back to the stable set: {why}"));
+        }
+        // 4. The stable set comes back to full size on the new image.
+        let stable = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if !Self::settled(stable.as_ref(), r) {
+            return Next::Stay(format!(
+                "scaling the stable set back to {r} on {image} ({} ready)",
+                stable.map_or(0, |s| s.ready_replicas)
+            ));
+        }
+        // 5. The canary set goes.
+        if self.o.canary.is_some() {
+            self.actions.push(Action::DeleteSet {
+                name: Role::Canary.set_name(&self.r.reference.name),
+            });
+        }
+        self.finish_promotion()
+    }
+
+    fn finish_promotion(&mut self) -> Next {
+        let image = self.canary_image();
+        self.st.stable_image = Some(image.clone());
+        self.st.canary_image = None;
+        self.st.current_step = None;
+        let r = self.replicas();
+        keeping(go(
+            Phase::Stable,
+            "Promoted",
+            format!("promoted: {r}/{r} replicas on {image}"),
+        ))
+    }
+
+    fn rolling_back_two_sets(&mut self) -> Next {
+        let r = self.replicas();
+        let stable_image = self.stable_image();
+        if !self.canary_drained() {
+            self.drain_canary();
+            return Next::Stay("stopping the canary pods".into());
+        }
+        let canary_range = r - self.spec().canary_replicas.clamp(1, r.max(1))..r;
+        if let Some(why) = self.hand_over(canary_range, Role::Canary, Role::Stable) {
+            return Next::Stay(format!("handing volumes back to the stable set: {why}"));
+        }
+        let stable = self.ensure(self.main_shape(&stable_image, r, 0)).cloned();
+        if !Self::settled(stable.as_ref(), r) {
+            return Next::Stay(format!(
+                "scaling the stable set back to {r} on {stable_image} ({} ready)",
+                stable.map_or(0, |s| s.ready_replicas)
+            ));
+        }
+        if self.o.canary.is_some() {
+            self.actions.push(Action::DeleteSet {
+                name: Role::Canary.set_name(&self.r.reference.name),
+            });
+        }
+        self.finish_rollback()
+    }
+
+    fn finish_rollback(&mut self) -> Next {
+        let r = self.replicas();
+        let stable = self.stable_image();
+        self.st.current_step = None;
+        keeping(go_warning(
+            Phase::RolledBack,
+            "RolledBack",
+            format!(
+                "rolled back: {r}/{r} replicas on {stable}; {} was not promoted",
+                self.canary_image()
+            ),
+        ))
+    }
+
+    // --- Partition -------------------------------------------------------------------------
+
+    /// Pods at or above `partition` that run the set's update revision and are Ready.
+    fn updated_ready(&self, set: Option<&SetView>, partition: i32) -> i32 {
+        let Some(set) = set else { return 0 };
+        self.pods_of(Role::Single)
+            .iter()
+            .filter(|p| {
+                p.ordinal >= partition
+                    && p.ready
+                    && !p.deleting
+                    && p.revision == set.update_revision
+            })
+            .count() as i32
+    }
+
+    fn deploying_partition(&mut self) -> Next {
+        if let Some(next) = self.abort_reason() {
+            return next;
+        }
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        if let Some(next) = self.deadline_passed(&format!("the canary's {n} pod(s) were not Ready"))
+        {
+            return next;
+        }
+        let image = self.canary_image();
+        let set = self.ensure(self.main_shape(&image, r, r - n)).cloned();
+        let ready = self.updated_ready(set.as_ref(), r - n);
+        if !set.as_ref().is_some_and(|s| s.status_fresh) || ready < n {
+            return Next::Stay(format!(
+                "waiting for ordinals {}..{} to run {image} and be Ready ({ready}/{n})",
+                r - n,
+                r - 1
+            ));
+        }
+        self.step_done(n)
+    }
+
+    fn promoting_partition(&mut self) -> Next {
+        let r = self.replicas();
+        let image = self.canary_image();
+        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if !Self::settled(set.as_ref(), r) {
+            return Next::Stay(format!(
+                "rolling all {r} replicas to {image} ({} updated)",
+                set.map_or(0, |s| s.updated_replicas)
+            ));
+        }
+        self.finish_promotion()
+    }
+
+    fn rolling_back_partition(&mut self) -> Next {
+        let r = self.replicas();
+        let image = self.stable_image();
+        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if let Some(set) = set.as_ref().filter(|s| s.status_fresh) {
+            // A pod that never became Ready blocks its set's rolling update for good (a known
+            // StatefulSet trap); delete it so the set recreates it on the restored revision.
+            let stuck: Vec<String> = self
+                .pods_of(Role::Single)
+                .iter()
+                .filter(|p| !p.ready && !p.deleting && p.revision != set.update_revision)
+                .map(|p| p.name.clone())
+                .collect();
+            for name in stuck {
+                self.actions.push(Action::DeletePod { name });
+            }
+        }
+        if !Self::settled(set.as_ref(), r) {
+            return Next::Stay(format!(
+                "restoring {image} on every replica ({} updated and Ready)",
+                set.map_or(0, |s| s.ready_replicas.min(s.updated_replicas))
+            ));
+        }
+        self.finish_rollback()
+    }
+
+    // --- Both ----------------------------------------------------------------------------
+
+    /// The canary pods (those on the canary image) as the strategy places them.
+    fn canary_pods(&self) -> Vec<&PodView> {
+        if self.two_sets() {
+            return self.pods_of(Role::Canary);
+        }
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        let revision = self
+            .o
+            .stable
+            .as_ref()
+            .and_then(|s| s.update_revision.clone());
+        self.pods_of(Role::Single)
+            .into_iter()
+            .filter(|p| p.ordinal >= r - n && p.revision == revision)
+            .collect()
+    }
+
+    fn keep_canary_shape(&mut self) {
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        let image = self.canary_image();
+        if self.two_sets() {
+            let stable = self.stable_image();
+            self.ensure(self.main_shape(&stable, r - n, 0));
+            self.ensure(SetShape {
+                role: Role::Canary,
+                image: &image,
+                replicas: n,
+                ordinals_start: r - n,
+                partition: 0,
+            });
+        } else {
+            self.ensure(self.main_shape(&image, r, r - n));
+        }
+    }
+
+    fn canary_active(&mut self) -> Next {
+        if let Some(next) = self.abort_reason() {
+            return next;
+        }
+        self.keep_canary_shape();
+        let n = self.size(self.step_index());
+        let image = self.canary_image();
+        let pods = self.canary_pods();
+        let ready: Vec<&PodView> = pods.iter().copied().filter(|p| p.ready).collect();
+        let promote = match self.spec().promotion.type_ {
+            PromotionType::Auto => {
+                if (ready.len() as i32) < n {
+                    return Next::Stay(format!(
+                        "{}/{n} canary pods Ready; the bake time starts when all are",
+                        ready.len()
+                    ));
+                }
+                let bake = Duration::from_secs(self.spec().promotion.bake_seconds.max(0) as u64);
+                let since = ready
+                    .iter()
+                    .filter_map(|p| p.ready_since)
+                    .max()
+                    .unwrap_or(self.now);
+                let baked = self.now.duration_since(since).unsigned_abs();
+                if baked < bake {
+                    self.timer(bake - baked);
+                    return Next::Stay(format!(
+                        "baking: canary Ready for {}s of {}s",
+                        baked.as_secs(),
+                        bake.as_secs()
+                    ));
+                }
+                true
+            }
+            PromotionType::Manual => Self::gate(
+                self.r.promote.as_deref(),
+                self.st.promote_at_start.as_deref(),
+                &image,
+            ),
+        };
+        if !promote {
+            let stale = self.r.promote.as_deref() == Some("true");
+            return Next::Stay(format!(
+                "canary of {image} Ready on {n} replica(s); waiting for promotion: set the annotation {}: \"true\" in Git{}",
+                crate::api::PROMOTE_ANNOTATION,
+                if stale {
+                    " (it was already \"true\" when this canary started, so it counts for an earlier one; remove it and set it again, or set it to the canary's image)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if self.spec().migration.is_some() {
+            return go(
+                Phase::AwaitingMigration,
+                "PromotionApproved",
+                format!("promotion of {image} approved; running the migration Job first"),
+            );
+        }
+        go(
+            Phase::Promoting,
+            "PromotionStarted",
+            format!("promoting {image} to all {} replicas", self.replicas()),
+        )
+    }
+
+    fn awaiting_migration(&mut self) -> Next {
+        if let Some(next) = self.abort_reason() {
+            return next;
+        }
+        self.keep_canary_shape();
+        if let Some(job) = &self.o.job {
+            return go(
+                Phase::MigratingData,
+                "MigrationStarted",
+                format!("migration Job {} started", job.name),
+            );
+        }
+        let image = self.canary_image();
+        match migration_job(&self.r.reference, self.spec(), &image) {
+            Some(job) => {
+                self.actions.push(Action::CreateJob(Box::new(job)));
+                Next::Stay("creating the migration Job".into())
+            }
+            None => go(
+                Phase::Promoting,
+                "PromotionStarted",
+                "the migration was removed from the spec; promoting".into(),
+            ),
+        }
+    }
+
+    fn migrating_data(&mut self) -> Next {
+        if let Some(next) = self.abort_reason() {
+            return next;
+        }
+        self.keep_canary_shape();
+        match &self.o.job {
+            Some(j) if j.succeeded => go(
+                Phase::Promoting,
+                "MigrationSucceeded",
+                format!("migration Job {} succeeded; promoting", j.name),
+            ),
+            Some(j) if j.failed => go_warning(
+                Phase::MigrationFailed,
+                "MigrationFailed",
+                format!(
+                    "migration Job {} failed; rolling back (see `kubectl logs job/{}`)",
+                    j.name, j.name
+                ),
+            ),
+            Some(j) => Next::Stay(format!("migration Job {} running", j.name)),
+            None => Next::Stay(
+                "the migration Job is gone before it finished; it is not run twice for the same image. Abort or change the image in Git"
+                    .into(),
+            ),
+        }
+    }
+
+    fn rolled_back(&mut self) -> Next {
+        let stable = self.stable_image();
+        let image = self.spec().image.clone();
+        if image == stable {
+            self.st.canary_image = None;
+            return go(
+                Phase::Stable,
+                "Available",
+                format!("image is {stable} again in Git; stable"),
+            );
+        }
+        if Some(&image) != self.st.canary_image.as_ref() {
+            return self.start_canary();
+        }
+        let r = self.replicas();
+        self.ensure(self.main_shape(&stable, r, 0));
+        Next::Stay(format!(
+            "rolled back to {stable}; {image} stays off until the image in Git changes"
+        ))
+    }
+
+    // --- Status --------------------------------------------------------------------------
+
+    fn finish(mut self, message: String) -> Plan {
+        let r = self.replicas();
+        let ready = self
+            .o
+            .pods
+            .iter()
+            .filter(|p| p.ready && !p.deleting)
+            .count() as i32;
+        let canary_ready = match self.st.phase {
+            Some(Phase::Stable | Phase::Initializing | Phase::RolledBack | Phase::Failed) => 0,
+            _ => self
+                .canary_pods()
+                .iter()
+                .filter(|p| p.ready && !p.deleting)
+                .count() as i32,
+        };
+        let phase = self.st.phase.unwrap_or(Phase::Initializing);
+        if !matches!(
+            phase,
+            Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed
+        ) && self.st.canary_image.is_none()
+        {
+            self.st.canary_image = Some(self.spec().image.clone());
+        }
+        self.st.ready_replicas = ready;
+        self.st.canary_ready_replicas = canary_ready;
+        self.st.ready = Some(format!("{ready}/{r}"));
+        self.st.observed_generation = self.r.generation;
+        self.st.source_revision = self.r.source_revision.clone();
+        self.st.message = Some(message.clone());
+
+        let progressing = !matches!(
+            phase,
+            Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed
+        );
+        let degraded = matches!(
+            phase,
+            Phase::RolledBack | Phase::Failed | Phase::MigrationFailed
+        ) || (phase == Phase::RollingBack && self.events.iter().any(|e| e.warning));
+        let is_ready = matches!(phase, Phase::Stable | Phase::RolledBack) && ready >= r;
+        let reason = format!("{phase:?}");
+        let mut conditions = std::mem::take(&mut self.st.conditions);
+        for (type_, value) in [
+            (condition::READY, is_ready),
+            (condition::PROGRESSING, progressing),
+            (condition::DEGRADED, degraded),
+        ] {
+            set_condition(&mut conditions, type_, value, &reason, &message, self.now);
+        }
+        self.st.conditions = conditions;
+        Plan {
+            status: self.st,
+            actions: self.actions,
+            events: self.events,
+            requeue_after: self.requeue,
+            entered: Vec::new(),
+        }
+    }
+}
+
+/// Sets a condition, keeping its transition time when its status did not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let status = if value { "True" } else { "False" }.to_string();
+    let message: String = message.chars().take(1000).collect();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = Time(now);
+            }
+            c.status = status;
+            c.reason = reason.to_string();
+            c.message = message;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status,
+            reason: reason.to_string(),
+            message,
+            last_transition_time: Time(now),
+            observed_generation: None,
+        }),
+    }
+}
+
+/// What deleting a rollout takes: scale each set to 0, wait for its pods, then delete it.
+/// Claims and volumes stay. Returns the actions and, while not done, what it waits for.
+pub fn plan_cleanup(observed: &Observed) -> (Vec<Action>, Option<String>) {
+    let mut actions = Vec::new();
+    let mut waiting = Vec::new();
+    for set in [observed.stable.as_ref(), observed.canary.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        let pods = observed.pods_of(&set.name).count();
+        if set.replicas > 0 {
+            actions.push(Action::ScaleSet {
+                name: set.name.clone(),
+                replicas: 0,
+            });
+            waiting.push(format!("scaling {} to 0", set.name));
+        } else if pods > 0 {
+            waiting.push(format!("{pods} pod(s) of {} to stop", set.name));
+        } else {
+            actions.push(Action::DeleteSet {
+                name: set.name.clone(),
+            });
+        }
+    }
+    (actions, (!waiting.is_empty()).then(|| waiting.join("; ")))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,989 @@
+//! Tests of the CanaryStatefulSet planner. A small model of the StatefulSet, PV binder and Job
+//! controllers executes the plans, so whole rollouts run here in microseconds; the real
+//! control plane runs them again in `tests/statefulset.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use proptest::prelude::*;
+
+use super::*;
+use crate::api::{Migration, Promotion};
+use crate::plan::objects::claim_name;
+use crate::plan::observed::{ClaimView, JobView, PodView, SetView, VolumeView};
+
+const NAME: &str = "redis";
+
+fn spec(strategy: StatefulSetStrategyType) -> CanaryStatefulSetSpec {
+    serde_json::from_value(serde_json::json!({
+        "replicas": 3,
+        "canaryReplicas": 1,
+        "image": "redis:1",
+        "strategy": {"type": format!("{strategy:?}")},
+        "template": {
+            "serviceName": "redis",
+            "selector": {"matchLabels": {"app": "redis"}},
+            "template": {
+                "metadata": {"labels": {"app": "redis"}},
+                "spec": {"containers": [{"name": "redis", "image": "redis:1"}]}
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+/// A model of the cluster's controllers, enough to run plans to the end.
+#[derive(Clone, Debug)]
+struct Sim {
+    spec: CanaryStatefulSetSpec,
+    status: CanaryStatefulSetStatus,
+    promote: Option<String>,
+    abort: Option<String>,
+    generation: i64,
+    sets: BTreeMap<String, SimSet>,
+    pods: BTreeMap<String, PodView>,
+    claims: BTreeMap<String, ClaimView>,
+    volumes: BTreeMap<String, VolumeView>,
+    job: Option<JobView>,
+    job_fails: bool,
+    jobs_created: usize,
+    now: Timestamp,
+    next_id: u32,
+    events: Vec<&'static str>,
+    /// Actions executed, in order.
+    log: Vec<Action>,
+    /// Phases passed through.
+    phases: Vec<Phase>,
+}
+
+#[derive(Clone, Debug)]
+struct SimSet {
+    replicas: i32,
+    start: i32,
+    partition: i32,
+    image: String,
+    hash: String,
+}
+
+fn revision(image: &str) -> String {
+    format!("rev-{image}")
+}
+
+impl Sim {
+    fn new(strategy: StatefulSetStrategyType) -> Sim {
+        Sim {
+            spec: spec(strategy),
+            status: CanaryStatefulSetStatus::default(),
+            promote: None,
+            abort: None,
+            generation: 1,
+            sets: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            job: None,
+            job_fails: false,
+            jobs_created: 0,
+            now: Timestamp::from_second(1_700_000_000).unwrap(),
+            next_id: 0,
+            events: Vec::new(),
+            log: Vec::new(),
+            phases: Vec::new(),
+        }
+    }
+
+    fn id(&mut self) -> String {
+        self.next_id += 1;
+        format!("{:03}", self.next_id)
+    }
+
+    fn observed(&self) -> Observed {
+        let view = |name: &str| {
+            self.sets.get(name).map(|s| {
+                let pods: Vec<&PodView> = self.pods.values().filter(|p| p.set == name).collect();
+                let updated = pods
+                    .iter()
+                    .filter(|p| p.revision.as_deref() == Some(revision(&s.image).as_str()))
+                    .count() as i32;
+                let all_updated = updated == s.replicas && pods.len() as i32 == s.replicas;
+                SetView {
+                    name: name.to_string(),
+                    replicas: s.replicas,
+                    status_fresh: true,
+                    ready_replicas: pods.iter().filter(|p| p.ready).count() as i32,
+                    updated_replicas: updated,
+                    current_revision: Some(if all_updated {
+                        revision(&s.image)
+                    } else {
+                        "old".into()
+                    }),
+                    update_revision: Some(revision(&s.image)),
+                    applied_hash: Some(s.hash.clone()),
+                    image: Some(s.image.clone()),
+                }
+            })
+        };
+        let two = self.spec.strategy.type_ == StatefulSetStrategyType::TwoSets;
+        let job_name = super::super::objects::migration_job_name(
+            NAME,
+            self.status
+                .canary_image
+                .as_deref()
+                .unwrap_or(&self.spec.image),
+        );
+        Observed {
+            stable: view(if two { "redis-stable" } else { "redis" }),
+            canary: view("redis-canary"),
+            pods: self.pods.values().cloned().collect(),
+            claims: self.claims.values().cloned().collect(),
+            volumes: self.volumes.values().cloned().collect(),
+            job: self.job.clone().filter(|j| j.name == job_name),
+        }
+    }
+
+    fn rollout(&self) -> Rollout<'_> {
+        Rollout {
+            reference: RolloutRef {
+                name: NAME.into(),
+                namespace: "ns".into(),
+                uid: "uid-cr".into(),
+                source: None,
+            },
+            generation: Some(self.generation),
+            spec: &self.spec,
+            promote: self.promote.clone(),
+            abort: self.abort.clone(),
+            source_revision: Some("abc".into()),
+            status: self.status.clone(),
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        plan(&self.rollout(), &self.observed(), self.now)
+    }
+
+    /// Plans and executes the first `keep` actions (all when `None`): a crash mid-plan loses
+    /// the rest and the status write.
+    fn reconcile_partial(&mut self, keep: Option<usize>) -> Plan {
+        let p = self.plan();
+        // Invariants that every plan must keep.
+        check_plan(&self.rollout(), &self.observed(), &p);
+        let n = keep.unwrap_or(p.actions.len()).min(p.actions.len());
+        for a in &p.actions[..n] {
+            self.execute(a);
+        }
+        if keep.is_none() {
+            for e in &p.events {
+                self.events.push(e.reason);
+            }
+            if self.phases.is_empty() && p.entered.is_empty() {
+                self.phases.extend(p.status.phase);
+            }
+            self.phases.extend(p.entered.iter().copied());
+            self.status = p.status.clone();
+        }
+        p
+    }
+
+    fn reconcile(&mut self) -> Plan {
+        self.reconcile_partial(None)
+    }
+
+    fn execute(&mut self, a: &Action) {
+        self.log.push(a.clone());
+        match a {
+            Action::ApplySet(set) => {
+                let name = set.metadata.name.clone().unwrap();
+                let spec = set.spec.clone().unwrap();
+                let image =
+                    crate::plan::observed::container_image(spec.template.spec.as_ref(), None)
+                        .unwrap();
+                self.sets.insert(
+                    name,
+                    SimSet {
+                        replicas: spec.replicas.unwrap(),
+                        start: spec.ordinals.and_then(|o| o.start).unwrap_or(0),
+                        partition: spec
+                            .update_strategy
+                            .and_then(|u| u.rolling_update)
+                            .and_then(|r| r.partition)
+                            .unwrap_or(0),
+                        image,
+                        hash: applied_hash(set).unwrap().to_string(),
+                    },
+                );
+            }
+            Action::ScaleSet { name, replicas } => {
+                if let Some(s) = self.sets.get_mut(name) {
+                    s.replicas = *replicas;
+                    s.hash = "scaled".into();
+                }
+            }
+            Action::DeleteSet { name } => {
+                assert!(
+                    !self.pods.values().any(|p| p.set == *name),
+                    "deleted set {name} with pods"
+                );
+                self.sets.remove(name);
+            }
+            Action::RetainVolume { volume, handoff_to } => {
+                let v = self.volumes.get_mut(volume).unwrap();
+                v.retain = true;
+                v.handoff_to = Some(handoff_to.clone());
+            }
+            Action::CreateClaim(c) => {
+                let name = c.metadata.name.clone().unwrap();
+                assert!(!self.claims.contains_key(&name), "claim {name} exists");
+                let uid = format!("uid-{}", self.id());
+                self.claims.insert(
+                    name.clone(),
+                    ClaimView {
+                        name,
+                        uid,
+                        volume: c.spec.as_ref().and_then(|s| s.volume_name.clone()),
+                        bound: false,
+                        deleting: false,
+                    },
+                );
+            }
+            Action::DeleteClaim { name, volume, .. } => {
+                let v = &self.volumes[volume];
+                assert!(
+                    v.retain,
+                    "deleted claim {name} of a volume that is not Retain"
+                );
+                self.claims.remove(name).expect("deleted claim exists");
+            }
+            Action::BindVolume {
+                volume,
+                claim,
+                claim_uid,
+            } => {
+                self.volumes.get_mut(volume).unwrap().claim =
+                    Some((claim.clone(), Some(claim_uid.clone())));
+            }
+            Action::CreateJob(j) => {
+                self.jobs_created += 1;
+                self.job = Some(JobView {
+                    name: j.metadata.name.clone().unwrap(),
+                    succeeded: false,
+                    failed: false,
+                });
+            }
+            Action::DeletePod { name } => {
+                self.pods.remove(name);
+            }
+        }
+    }
+
+    /// One round of the cluster's controllers; then a second passes.
+    fn tick(&mut self) {
+        self.now += jiff::SignedDuration::from_secs(1);
+        // Jobs finish.
+        if let Some(j) = &mut self.job
+            && !j.succeeded
+            && !j.failed
+        {
+            if self.job_fails {
+                j.failed = true;
+            } else {
+                j.succeeded = true;
+            }
+        }
+        // The PV binder.
+        let volumes = self.volumes.clone();
+        for c in self.claims.values_mut() {
+            if let Some(v) = c.volume.as_ref().and_then(|v| volumes.get(v))
+                && v.claim.as_ref() == Some(&(c.name.clone(), Some(c.uid.clone())))
+            {
+                c.bound = true;
+            }
+        }
+        // The StatefulSet controller, one set at a time.
+        let sets = self.sets.clone();
+        for (name, set) in &sets {
+            let range = set.start..set.start + set.replicas;
+            // Scale down: remove pods outside the range.
+            self.pods
+                .retain(|_, p| p.set != *name || range.contains(&p.ordinal));
+            // OrderedReady: create the lowest missing ordinal once all below are Ready.
+            let mut blocked = false;
+            for k in range.clone() {
+                let pod = format!("{name}-{k}");
+                match self.pods.get(&pod) {
+                    Some(p) if p.ready => continue,
+                    Some(_) => {
+                        blocked = true;
+                        break;
+                    }
+                    None => {}
+                }
+                let claim = claim_name("data", name, k);
+                if !self.claims.contains_key(&claim) {
+                    let pv = format!("pv-{}", self.id());
+                    let uid = format!("uid-{}", self.id());
+                    self.volumes.insert(
+                        pv.clone(),
+                        VolumeView {
+                            name: pv.clone(),
+                            retain: false,
+                            claim: Some((claim.clone(), Some(uid.clone()))),
+                            handoff_to: None,
+                            storage_class: Some("local".into()),
+                        },
+                    );
+                    self.claims.insert(
+                        claim.clone(),
+                        ClaimView {
+                            name: claim.clone(),
+                            uid,
+                            volume: Some(pv),
+                            bound: true,
+                            deleting: false,
+                        },
+                    );
+                }
+                let ready = self.claims[&claim].bound && !set.image.ends_with(":broken");
+                let rev = if k >= set.partition {
+                    revision(&set.image)
+                } else {
+                    self.pods
+                        .get(&pod)
+                        .and_then(|p| p.revision.clone())
+                        .unwrap_or_else(|| "old".into())
+                };
+                self.pods.insert(
+                    pod.clone(),
+                    PodView {
+                        name: pod,
+                        set: name.clone(),
+                        ordinal: k,
+                        ready,
+                        ready_since: ready.then_some(self.now),
+                        revision: Some(rev),
+                        deleting: false,
+                    },
+                );
+                blocked = true;
+                break;
+            }
+            // Rolling update, highest ordinal first, only when every pod is Ready.
+            if !blocked {
+                let stale = self
+                    .pods
+                    .values()
+                    .filter(|p| {
+                        p.set == *name
+                            && p.ordinal >= set.partition
+                            && p.revision.as_deref() != Some(revision(&set.image).as_str())
+                    })
+                    .map(|p| (p.ordinal, p.name.clone()))
+                    .max();
+                if let Some((_, pod)) = stale {
+                    self.pods.remove(&pod);
+                }
+            }
+        }
+    }
+
+    /// Reconciles and ticks until `done` or a bound, checking the invariants each round.
+    fn run_until(&mut self, what: &str, done: impl Fn(&Sim) -> bool) {
+        for _ in 0..300 {
+            if done(self) {
+                return;
+            }
+            self.reconcile();
+            self.check_ready_floor();
+            self.tick();
+        }
+        panic!(
+            "never reached: {what}; phase {:?}: {:?}\nphases {:?}\nlast actions {:?}",
+            self.status.phase,
+            self.status.message,
+            self.phases,
+            self.log.iter().rev().take(5).collect::<Vec<_>>()
+        );
+    }
+
+    fn phase(&self) -> Option<Phase> {
+        self.status.phase
+    }
+
+    fn check_ready_floor(&self) {
+        // Once the rollout has first been Stable, and while canaries are healthy.
+        if !self.phases.contains(&Phase::Stable) || self.spec.image.ends_with(":broken") {
+            return;
+        }
+        let ready = self.pods.values().filter(|p| p.ready).count() as i32;
+        let floor = self.spec.replicas - self.spec.canary_replicas;
+        assert!(
+            ready >= floor,
+            "Ready dropped to {ready} (< {floor}) in {:?}: {:?}",
+            self.status.phase,
+            self.pods.keys().collect::<Vec<_>>()
+        );
+    }
+
+    /// Replica k's volume, by the pod (or claim) that holds ordinal k now.
+    fn volume_of(&self, k: i32) -> String {
+        let holders: Vec<&ClaimView> = self
+            .claims
+            .values()
+            .filter(|c| c.name.ends_with(&format!("-{k}")) && c.bound)
+            .collect();
+        assert_eq!(holders.len(), 1, "ordinal {k} has claims {holders:?}");
+        holders[0].volume.clone().unwrap()
+    }
+
+    fn volumes_by_ordinal(&self) -> Vec<String> {
+        (0..self.spec.replicas).map(|k| self.volume_of(k)).collect()
+    }
+
+    fn stabilise(&mut self) {
+        self.run_until("Stable", |s| s.phase() == Some(Phase::Stable));
+    }
+}
+
+/// Invariants every single plan keeps, whatever it observed.
+fn check_plan(r: &Rollout<'_>, o: &Observed, p: &Plan) {
+    let replicas = r.spec.replicas;
+    let floor = replicas - r.spec.canary_replicas;
+    let max_step = r.spec.canary_replicas;
+    for a in &p.actions {
+        match a {
+            Action::ApplySet(set) => {
+                let spec = set.spec.as_ref().unwrap();
+                let n = spec.replicas.unwrap();
+                let name = set.metadata.name.as_deref().unwrap();
+                if name.ends_with("-canary") {
+                    assert!(n <= max_step, "canary set asks for {n} > {max_step}");
+                } else if name.ends_with("-stable") {
+                    assert!(n >= floor, "stable set asks for {n} < {floor}");
+                }
+                if let Some(part) = spec
+                    .update_strategy
+                    .as_ref()
+                    .and_then(|u| u.rolling_update.as_ref())
+                    .and_then(|r| r.partition)
+                {
+                    assert!(part >= floor || part == 0, "partition {part} below {floor}");
+                }
+                let retention = spec
+                    .persistent_volume_claim_retention_policy
+                    .as_ref()
+                    .unwrap();
+                assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
+                assert_eq!(retention.when_scaled.as_deref(), Some("Retain"));
+            }
+            Action::DeleteClaim { name, volume, to } => {
+                let v = o.volumes.iter().find(|v| v.name == *volume).unwrap();
+                assert!(
+                    v.retain,
+                    "claim {name} deleted while {volume} is not Retain"
+                );
+                assert_eq!(v.handoff_to.as_deref(), Some(to.as_str()));
+                assert!(
+                    o.claim(to).is_some(),
+                    "claim {name} deleted before {to} exists"
+                );
+                let claim = o.claim(name).unwrap();
+                assert_eq!(claim.volume.as_deref(), Some(volume.as_str()));
+                let ordinal = name.rsplit('-').next().unwrap();
+                assert!(
+                    !o.pods
+                        .iter()
+                        .any(|p| name.ends_with(&format!("{}-{ordinal}", p.set))
+                            && p.ordinal.to_string() == ordinal),
+                    "claim {name} deleted while its pod runs"
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+fn two_sets() -> Sim {
+    Sim::new(StatefulSetStrategyType::TwoSets)
+}
+
+fn partition() -> Sim {
+    Sim::new(StatefulSetStrategyType::Partition)
+}
+
+#[test]
+fn initializing_creates_the_stable_set_and_becomes_stable() {
+    let mut s = two_sets();
+    let first = s.reconcile();
+    assert_eq!(first.status.phase, Some(Phase::Initializing));
+    assert!(
+        matches!(&first.actions[..], [Action::ApplySet(set)] if set.metadata.name.as_deref() == Some("redis-stable"))
+    );
+    s.stabilise();
+    assert_eq!(s.status.stable_image.as_deref(), Some("redis:1"));
+    assert_eq!(s.status.ready.as_deref(), Some("3/3"));
+    assert!(s.events.contains(&"Available"));
+    // Stable and nothing changed: no actions at all.
+    assert!(s.reconcile().actions.is_empty());
+}
+
+#[test]
+fn two_sets_walkthrough_keeps_every_volume_with_its_replica() {
+    let mut s = two_sets();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    assert_eq!(
+        s.phases,
+        [
+            Phase::Initializing,
+            Phase::Stable,
+            Phase::ScalingDownStable,
+            Phase::DeployingCanary,
+            Phase::CanaryActive
+        ]
+    );
+    assert_eq!(s.sets["redis-stable"].replicas, 2);
+    assert_eq!(s.sets["redis-canary"].start, 2);
+    assert!(s.pods.contains_key("redis-canary-2"));
+    assert!(s.claims.contains_key("data-redis-canary-2"));
+    assert!(!s.claims.contains_key("data-redis-stable-2"));
+    assert_eq!(
+        s.volumes_by_ordinal(),
+        before,
+        "the canary got replica 2's own volume"
+    );
+    assert_eq!(s.status.canary_image.as_deref(), Some("redis:2"));
+
+    // Manual promotion waits for the annotation.
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::CanaryActive));
+    assert!(
+        s.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("waiting for promotion")
+    );
+
+    s.promote = Some("true".into());
+    s.stabilise();
+    assert_eq!(s.status.stable_image.as_deref(), Some("redis:2"));
+    assert_eq!(s.status.canary_image, None);
+    assert!(!s.sets.contains_key("redis-canary"));
+    assert_eq!(s.sets["redis-stable"].replicas, 3);
+    assert!(
+        s.pods
+            .values()
+            .all(|p| p.revision.as_deref() == Some("rev-redis:2"))
+    );
+    assert_eq!(s.volumes_by_ordinal(), before, "promotion moved a volume");
+    assert!(s.events.contains(&"Promoted"));
+    assert_eq!(s.volumes.len(), 3, "a volume was created or lost");
+}
+
+#[test]
+fn a_promote_annotation_left_from_an_earlier_canary_does_not_promote_the_next() {
+    let mut s = two_sets();
+    s.stabilise();
+    s.promote = Some("true".into());
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::CanaryActive));
+    assert!(s.status.message.as_deref().unwrap().contains("already"));
+    // Naming the canary's image promotes it.
+    s.promote = Some("redis:2".into());
+    s.stabilise();
+    assert_eq!(s.status.stable_image.as_deref(), Some("redis:2"));
+}
+
+#[test]
+fn auto_promotion_waits_for_the_bake_time() {
+    let mut s = two_sets();
+    s.spec.promotion = Promotion {
+        type_: PromotionType::Auto,
+        bake_seconds: 30,
+    };
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::CanaryActive));
+    let after = p.requeue_after.expect("a bake timer");
+    assert!(
+        after <= Duration::from_secs(31) && after >= Duration::from_secs(20),
+        "{after:?}"
+    );
+    s.now += jiff::SignedDuration::from_secs(31);
+    s.stabilise();
+    assert_eq!(s.status.stable_image.as_deref(), Some("redis:2"));
+}
+
+#[test]
+fn a_broken_canary_rolls_back_at_the_deadline_with_volumes_back_in_place() {
+    let mut s = two_sets();
+    s.spec.progress_deadline_seconds = 20;
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:broken".into();
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert!(s.events.contains(&"ProgressDeadlineExceeded"));
+    assert!(s.events.contains(&"RolledBack"));
+    assert!(!s.sets.contains_key("redis-canary"));
+    assert_eq!(s.sets["redis-stable"].replicas, 3);
+    assert_eq!(s.sets["redis-stable"].image, "redis:1");
+    assert_eq!(s.volumes_by_ordinal(), before);
+    assert_eq!(s.status.canary_image.as_deref(), Some("redis:broken"));
+    let degraded = crate::api::find_condition(&s.status.conditions, condition::DEGRADED).unwrap();
+    assert_eq!(degraded.status, "True");
+    // It stays rolled back until Git changes the image.
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::RolledBack));
+    s.spec.image = "redis:1".into();
+    s.stabilise();
+    assert_eq!(s.volumes_by_ordinal(), before);
+}
+
+#[test]
+fn abort_by_annotation_rolls_back() {
+    let mut s = two_sets();
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.abort = Some("true".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert!(s.events.contains(&"Aborted"));
+    assert_eq!(s.sets["redis-stable"].image, "redis:1");
+}
+
+#[test]
+fn reverting_the_image_in_git_rolls_back_then_is_stable() {
+    let mut s = two_sets();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.spec.image = "redis:1".into();
+    s.phases.clear();
+    s.stabilise();
+    assert_eq!(
+        s.phases,
+        [Phase::RollingBack, Phase::RolledBack, Phase::Stable]
+    );
+    assert!(s.events.contains(&"Reverted"));
+    assert_eq!(s.volumes_by_ordinal(), before);
+}
+
+#[test]
+fn a_new_image_during_a_canary_ends_it_before_starting_the_next() {
+    let mut s = two_sets();
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.spec.image = "redis:3".into();
+    s.phases.clear();
+    s.run_until("CanaryActive on 3", |s| {
+        s.phase() == Some(Phase::CanaryActive)
+            && s.status.canary_image.as_deref() == Some("redis:3")
+    });
+    assert!(s.events.contains(&"Superseded"));
+    assert_eq!(s.phases[..2], [Phase::RollingBack, Phase::RolledBack]);
+    assert_eq!(s.sets["redis-canary"].image, "redis:3");
+}
+
+#[test]
+fn steps_bring_the_canary_up_in_batches() {
+    let mut s = two_sets();
+    s.spec.canary_replicas = 2;
+    s.spec.steps = Some(vec![1, 2]);
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.run_until("step 1 done", |s| s.events.contains(&"StepComplete"));
+    assert_eq!(s.sets["redis-canary"].replicas, 1);
+    assert_eq!(s.sets["redis-canary"].start, 2);
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    assert_eq!(s.sets["redis-canary"].replicas, 2);
+    assert_eq!(s.sets["redis-canary"].start, 1);
+    assert_eq!(s.sets["redis-stable"].replicas, 1);
+    assert_eq!(s.volumes_by_ordinal(), before);
+    s.promote = Some("true".into());
+    s.stabilise();
+    assert_eq!(s.volumes_by_ordinal(), before);
+}
+
+#[test]
+fn migration_runs_once_then_promotes() {
+    let mut s = two_sets();
+    s.spec.migration = Some(Migration {
+        template: serde_json::from_value(serde_json::json!({
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "migrate:1"}]}}}
+        }))
+        .unwrap(),
+    });
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.promote = None;
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.promote = Some("true".into());
+    s.stabilise();
+    assert_eq!(s.jobs_created, 1);
+    for ph in [
+        Phase::AwaitingMigration,
+        Phase::MigratingData,
+        Phase::Promoting,
+    ] {
+        assert!(s.phases.contains(&ph), "{ph:?} missing from {:?}", s.phases);
+    }
+}
+
+#[test]
+fn a_failed_migration_rolls_back_and_never_runs_again() {
+    let mut s = two_sets();
+    s.spec.migration = Some(Migration {
+        template: serde_json::from_value(
+            serde_json::json!({"spec": {"template": {"spec": {"containers": []}}}}),
+        )
+        .unwrap(),
+    });
+    s.job_fails = true;
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.promote = Some("redis:2".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert!(s.phases.contains(&Phase::MigrationFailed));
+    assert_eq!(s.jobs_created, 1);
+    assert_eq!(s.volumes_by_ordinal(), before);
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.jobs_created, 1);
+}
+
+#[test]
+fn partition_walkthrough_and_promotion() {
+    let mut s = partition();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    assert_eq!(s.sets["redis"].partition, 2);
+    assert_eq!(s.pods["redis-2"].revision.as_deref(), Some("rev-redis:2"));
+    assert_eq!(s.pods["redis-1"].revision.as_deref(), Some("rev-redis:1"));
+    s.promote = Some("true".into());
+    s.stabilise();
+    assert_eq!(s.sets["redis"].partition, 0);
+    assert!(
+        s.pods
+            .values()
+            .all(|p| p.revision.as_deref() == Some("rev-redis:2"))
+    );
+    assert_eq!(s.volumes_by_ordinal(), before);
+    assert!(
+        !s.log
+            .iter()
+            .any(|a| matches!(a, Action::DeleteClaim { .. }))
+    );
+}
+
+#[test]
+fn partition_rollback_recreates_the_pod_stuck_on_the_bad_revision() {
+    let mut s = partition();
+    s.spec.progress_deadline_seconds = 10;
+    s.stabilise();
+    s.spec.image = "redis:broken".into();
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert!(
+        s.log
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { name } if name == "redis-2"))
+    );
+    assert!(
+        s.pods
+            .values()
+            .all(|p| p.ready && p.revision.as_deref() == Some("rev-redis:1"))
+    );
+}
+
+#[test]
+fn cleanup_scales_down_waits_then_deletes_and_keeps_claims() {
+    let mut s = two_sets();
+    s.stabilise();
+    let claims = s.claims.len();
+    for _ in 0..20 {
+        let (actions, waiting) = plan_cleanup(&s.observed());
+        for a in &actions {
+            assert!(!matches!(a, Action::DeleteClaim { .. }));
+            s.execute(a);
+        }
+        if waiting.is_none() && s.sets.is_empty() {
+            break;
+        }
+        s.tick();
+    }
+    assert!(s.sets.is_empty() && s.pods.is_empty());
+    assert_eq!(s.claims.len(), claims);
+}
+
+#[test]
+fn an_interrupted_handoff_carries_on_after_a_crash_at_every_point() {
+    // Crash after each possible number of actions in every plan of a full rollout.
+    for crash_at in 0..4 {
+        let mut s = two_sets();
+        s.stabilise();
+        let before = s.volumes_by_ordinal();
+        s.spec.image = "redis:2".into();
+        s.promote = Some("redis:2".into());
+        for round in 0..400 {
+            if s.phase() == Some(Phase::Stable)
+                && s.status.stable_image.as_deref() == Some("redis:2")
+            {
+                break;
+            }
+            if round % 3 == 0 {
+                s.reconcile_partial(Some(crash_at));
+            } else {
+                s.reconcile();
+            }
+            s.tick();
+        }
+        assert_eq!(
+            s.status.stable_image.as_deref(),
+            Some("redis:2"),
+            "crash at {crash_at}"
+        );
+        assert_eq!(s.volumes_by_ordinal(), before, "crash at {crash_at}");
+    }
+}
+
+#[test]
+fn conditions_keep_their_transition_time_while_unchanged() {
+    let mut s = two_sets();
+    s.stabilise();
+    let t1 = s.status.conditions.clone();
+    s.tick();
+    let p = s.reconcile();
+    assert_eq!(p.status.conditions, t1);
+    assert_eq!(p.status, s.status);
+}
+
+#[test]
+fn handoff_claims_are_bound_by_volume_name_and_not_owned() {
+    let mut s = two_sets();
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    let mut created = None;
+    for _ in 0..50 {
+        let p = s.reconcile();
+        if let Some(Action::CreateClaim(c)) = p
+            .actions
+            .iter()
+            .find(|a| matches!(a, Action::CreateClaim(_)))
+        {
+            created = Some(c.clone());
+            break;
+        }
+        s.tick();
+    }
+    let c = created.expect("a handoff claim");
+    assert_eq!(c.metadata.name.as_deref(), Some("data-redis-canary-2"));
+    assert!(c.metadata.owner_references.is_none());
+    let spec = c.spec.unwrap();
+    assert!(spec.volume_name.is_some());
+    assert_eq!(spec.storage_class_name.as_deref(), Some("local"));
+}
+
+/// One thing that can happen between reconciles.
+#[derive(Clone, Debug)]
+enum Event {
+    Tick,
+    Image(u8),
+    Promote(bool),
+    Abort(bool),
+    Crash(usize),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => Just(Event::Tick),
+        1 => (0u8..4).prop_map(Event::Image),
+        1 => any::<bool>().prop_map(Event::Promote),
+        1 => any::<bool>().prop_map(Event::Abort),
+        1 => (0usize..3).prop_map(Event::Crash),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random Git changes, crashes and clock ticks: every plan keeps the invariants (checked
+    /// in `reconcile`), Ready never drops below the floor while canaries are healthy, no
+    /// volume is ever lost, and once things calm down the rollout settles with every replica
+    /// on its own volume.
+    #[test]
+    fn invariants_hold_over_random_histories(
+        two in any::<bool>(),
+        steps in any::<bool>(),
+        events in proptest::collection::vec(event(), 1..60),
+    ) {
+        let mut s = if two { two_sets() } else { partition() };
+        if steps {
+            s.spec.canary_replicas = 2;
+            s.spec.steps = Some(vec![1, 2]);
+        }
+        s.stabilise();
+        let before = s.volumes_by_ordinal();
+        let pv_count = s.volumes.len();
+        for e in events {
+            match e {
+                Event::Tick => {
+                    s.reconcile();
+                    s.check_ready_floor();
+                    s.tick();
+                }
+                Event::Image(i) => s.spec.image = format!("redis:{}", i + 1),
+                Event::Promote(on) => s.promote = on.then(|| "true".into()),
+                Event::Abort(on) => s.abort = on.then(|| "true".into()),
+                Event::Crash(n) => {
+                    s.reconcile_partial(Some(n));
+                    s.tick();
+                }
+            }
+            // Determinism: the same state plans the same way.
+            prop_assert_eq!(s.plan(), s.plan());
+            prop_assert!(s.volumes.len() >= pv_count, "a volume disappeared");
+        }
+        // Calm: Git settles on the last image, promoted.
+        s.abort = None;
+        s.promote = Some(s.spec.image.clone());
+        s.run_until("settled", |s| {
+            s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some(&s.spec.image)
+                || s.phase() == Some(Phase::RolledBack)
+        });
+        if s.phase() == Some(Phase::RolledBack) {
+            let image = s.status.stable_image.clone().unwrap();
+            s.spec.image = image;
+            s.stabilise();
+        }
+        prop_assert_eq!(s.volumes_by_ordinal(), before);
+        prop_assert_eq!(s.volumes.len(), pv_count, "volumes were created: a replica lost its data");
+    }
+}

@@ -1,0 +1,524 @@
+//! CanaryStatefulSet end to end on the real control plane: the agent binary follows a spec
+//! directory (`--repo-path`, the same sync Git uses), and the controller rolls out, promotes,
+//! rolls back, migrates and deletes. Every test ends by checking that replica k's volume is
+//! the same PersistentVolume (name and uid) it started with.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client};
+use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
+use serde_json::{Value, json};
+use support::agent::{Agent, start_agent, wait_ready};
+use support::{TestNamespace, admin_client, eventually, install_crds};
+
+/// A rollout under test: its namespace, its spec directory and the agent following it.
+struct Fixture {
+    // Fields drop in order: the agent (printing its log on failure) before its directory.
+    agent: Option<Agent>,
+    admin: Client,
+    ns: TestNamespace,
+    dir: tempfile::TempDir,
+    spec: Value,
+}
+
+fn redis(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "redis", "namespace": ns},
+        "spec": {
+            "replicas": 3,
+            "canaryReplicas": 1,
+            "image": "redis:7.2",
+            "progressDeadlineSeconds": 60,
+            "template": {
+                "serviceName": "redis",
+                "selector": {"matchLabels": {"app": "redis"}},
+                "template": {
+                    "metadata": {"labels": {"app": "redis"}},
+                    "spec": {"containers": [{
+                        "name": "redis", "image": "redis:7.2",
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+                    }]}
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+                }]
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
+fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
+impl Fixture {
+    async fn start(prefix: &str, patch: Value) -> Fixture {
+        let admin = admin_client().await;
+        install_crds(&admin).await;
+        let ns = TestNamespace::create(&admin, prefix).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("specs")).unwrap();
+        let mut f = Fixture {
+            spec: redis(&ns.name, patch),
+            admin,
+            ns,
+            dir,
+            agent: None,
+        };
+        f.write();
+        f.start_agent().await;
+        f
+    }
+
+    async fn start_agent(&mut self) {
+        let agent = start_agent(
+            self.dir.path(),
+            &[format!(
+                "--repo-path={}",
+                self.dir.path().join("specs").display()
+            )],
+            &self.ns.name,
+        );
+        wait_ready(&agent).await;
+        self.agent = Some(agent);
+    }
+
+    /// Kills the agent like `kill -9`.
+    fn kill_agent(&mut self) {
+        if let Some(mut a) = self.agent.take() {
+            a.kill();
+            // Keep its log for a failure report.
+            std::mem::forget(a);
+        }
+    }
+
+    /// Writes the spec file, as a Git sync would see it (JSON is YAML).
+    fn write(&self) {
+        std::fs::write(
+            self.spec_file(),
+            serde_json::to_string_pretty(&self.spec).unwrap(),
+        )
+        .unwrap();
+    }
+
+    fn spec_file(&self) -> PathBuf {
+        self.dir.path().join("specs/redis.yaml")
+    }
+
+    fn set_image(&mut self, image: &str) {
+        self.spec["spec"]["image"] = json!(image);
+        self.write();
+    }
+
+    fn annotate(&mut self, key: &str, value: &str) {
+        self.spec["metadata"]["annotations"][key] = json!(value);
+        self.write();
+    }
+
+    fn rollouts(&self) -> Api<CanaryStatefulSet> {
+        Api::namespaced(self.admin.clone(), &self.ns.name)
+    }
+
+    async fn rollout(&self) -> Option<CanaryStatefulSet> {
+        self.rollouts().get_opt("redis").await.unwrap()
+    }
+
+    /// Waits until the rollout is in `phase` and `extra` holds.
+    async fn wait_phase_with(
+        &self,
+        phase: StatefulSetPhase,
+        secs: u64,
+        extra: impl Fn(&CanaryStatefulSet) -> bool,
+    ) -> CanaryStatefulSet {
+        let what = format!("phase {phase:?} in {}", self.ns.name);
+        eventually(&what, Duration::from_secs(secs), || async {
+            self.rollout()
+                .await
+                .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(phase) && extra(r))
+        })
+        .await
+    }
+
+    async fn wait_phase(&self, phase: StatefulSetPhase, secs: u64) -> CanaryStatefulSet {
+        self.wait_phase_with(phase, secs, |_| true).await
+    }
+
+    async fn wait_stable_on(&self, image: &str, secs: u64) -> CanaryStatefulSet {
+        let image = image.to_string();
+        self.wait_phase_with(StatefulSetPhase::Stable, secs, move |r| {
+            r.status.as_ref().and_then(|s| s.stable_image.as_deref()) == Some(image.as_str())
+        })
+        .await
+    }
+
+    /// Ordinal -> (PV name, PV uid), from the bound claims of either set.
+    async fn volumes(&self) -> BTreeMap<i32, (String, String)> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.admin.clone(), &self.ns.name);
+        let pvs: Api<PersistentVolume> = Api::all(self.admin.clone());
+        let mut out = BTreeMap::new();
+        for c in claims.list(&ListParams::default()).await.unwrap().items {
+            let name = c.metadata.name.clone().unwrap();
+            let bound = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            let Some(pv) = c.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
+                continue;
+            };
+            if !bound {
+                continue;
+            }
+            let k: i32 = name.rsplit('-').next().unwrap().parse().unwrap();
+            let uid = pvs.get(&pv).await.unwrap().metadata.uid.unwrap();
+            assert!(
+                out.insert(k, (pv.clone(), uid)).is_none(),
+                "ordinal {k} has two bound claims"
+            );
+        }
+        out
+    }
+
+    /// The volume-identity invariant: each ordinal still has its first volume, and every
+    /// volume still exists.
+    async fn assert_volumes(&self, before: &BTreeMap<i32, (String, String)>) {
+        let after = self.volumes().await;
+        assert_eq!(&after, before, "a replica's volume changed");
+        let pvs: Api<PersistentVolume> = Api::all(self.admin.clone());
+        for (pv, uid) in before.values() {
+            let live = pvs.get(pv).await.unwrap();
+            assert_eq!(
+                live.metadata.uid.as_ref(),
+                Some(uid),
+                "volume {pv} was replaced"
+            );
+        }
+    }
+
+    async fn sets(&self) -> BTreeMap<String, i32> {
+        Api::<StatefulSet>::namespaced(self.admin.clone(), &self.ns.name)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|s| {
+                (
+                    s.metadata.name.unwrap(),
+                    s.spec.and_then(|s| s.replicas).unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
+    async fn event_reasons(&self) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.admin.clone(), &self.ns.name);
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+}
+
+fn image_of(r: &CanaryStatefulSet) -> (Option<String>, Option<String>) {
+    let s = r.status.clone().unwrap_or_default();
+    (s.stable_image, s.canary_image)
+}
+
+#[tokio::test]
+async fn two_sets_walkthrough_with_manual_promotion_keeps_each_volume() {
+    let mut f = Fixture::start("sts-walk", json!({})).await;
+    let stable = f.wait_stable_on("redis:7.2", 90).await;
+    assert_eq!(
+        stable.status.as_ref().unwrap().ready.as_deref(),
+        Some("3/3")
+    );
+    let before = f.volumes().await;
+    assert_eq!(before.len(), 3);
+
+    f.set_image("redis:7.4");
+    let active = f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    assert_eq!(
+        image_of(&active),
+        (Some("redis:7.2".into()), Some("redis:7.4".into()))
+    );
+    assert_eq!(
+        f.sets().await,
+        BTreeMap::from([("redis-canary".into(), 1), ("redis-stable".into(), 2)])
+    );
+    // Replica 2 runs the canary on replica 2's own volume.
+    f.assert_volumes(&before).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(f.admin.clone(), &f.ns.name);
+    assert!(
+        claims
+            .get_opt("data-redis-canary-2")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        claims
+            .get_opt("data-redis-stable-2")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let pv = Api::<PersistentVolume>::all(f.admin.clone())
+        .get(&before[&2].0)
+        .await
+        .unwrap();
+    assert_eq!(
+        pv.spec.unwrap().persistent_volume_reclaim_policy.as_deref(),
+        Some("Retain")
+    );
+    let status = active.status.unwrap();
+    assert!(status.message.unwrap().contains("waiting for promotion"));
+    assert_eq!(status.canary_ready_replicas, 1);
+
+    // A merged pull request sets the promote annotation.
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "true");
+    f.wait_stable_on("redis:7.4", 120).await;
+    assert_eq!(f.sets().await, BTreeMap::from([("redis-stable".into(), 3)]));
+    f.assert_volumes(&before).await;
+    let reasons = f.event_reasons().await;
+    for r in [
+        "CanaryStarted",
+        "CanaryReady",
+        "PromotionStarted",
+        "Promoted",
+    ] {
+        assert!(
+            reasons.iter().any(|x| x == r),
+            "no {r} event in {reasons:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn auto_promotion_after_the_bake_time() {
+    let mut f = Fixture::start(
+        "sts-auto",
+        json!({"promotion": {"type": "Auto", "bakeSeconds": 3}}),
+    )
+    .await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_stable_on("redis:7.4", 150).await;
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn abort_by_annotation_rolls_back() {
+    let mut f = Fixture::start("sts-abort", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    let done = f.wait_phase(StatefulSetPhase::RolledBack, 120).await;
+    assert_eq!(image_of(&done).0.as_deref(), Some("redis:7.2"));
+    assert_eq!(f.sets().await, BTreeMap::from([("redis-stable".into(), 3)]));
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn a_broken_canary_rolls_back_by_itself_at_the_deadline() {
+    let mut f = Fixture::start("sts-broken", json!({"progressDeadlineSeconds": 8})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:broken");
+    let done = f.wait_phase(StatefulSetPhase::RolledBack, 150).await;
+    assert_eq!(image_of(&done).0.as_deref(), Some("redis:7.2"));
+    let message = done.status.unwrap().message.unwrap();
+    assert!(
+        message.contains("redis:broken stays off until the image in Git changes"),
+        "{message}"
+    );
+    let reasons = f.event_reasons().await;
+    assert!(
+        reasons.iter().any(|r| r == "ProgressDeadlineExceeded"),
+        "{reasons:?}"
+    );
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn steps_one_then_two() {
+    let mut f = Fixture::start("sts-steps", json!({"canaryReplicas": 2, "steps": [1, 2]})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 180).await;
+    assert_eq!(
+        f.sets().await,
+        BTreeMap::from([("redis-canary".into(), 2), ("redis-stable".into(), 1)])
+    );
+    assert!(f.event_reasons().await.iter().any(|r| r == "StepComplete"));
+    f.assert_volumes(&before).await;
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
+    f.wait_stable_on("redis:7.4", 180).await;
+    f.assert_volumes(&before).await;
+}
+
+fn migration(image: &str) -> Value {
+    json!({"migration": {"template": {"spec": {"backoffLimit": 0, "template": {"spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "migrate", "image": image}]
+    }}}}}})
+}
+
+#[tokio::test]
+async fn migration_success_promotes() {
+    let mut f = Fixture::start("sts-migrate", migration("migrate:1")).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "true");
+    f.wait_stable_on("redis:7.4", 150).await;
+    let reasons = f.event_reasons().await;
+    assert!(
+        reasons.iter().any(|r| r == "MigrationSucceeded"),
+        "{reasons:?}"
+    );
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(f.admin.clone(), &f.ns.name);
+    assert_eq!(
+        jobs.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn migration_failure_rolls_back() {
+    let mut f = Fixture::start("sts-migfail", migration("migrate:fail")).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "true");
+    let done = f.wait_phase(StatefulSetPhase::RolledBack, 150).await;
+    assert_eq!(image_of(&done).0.as_deref(), Some("redis:7.2"));
+    let reasons = f.event_reasons().await;
+    assert!(
+        reasons.iter().any(|r| r == "MigrationFailed"),
+        "{reasons:?}"
+    );
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn partition_canary_promotion_and_broken_rollback() {
+    let mut f = Fixture::start(
+        "sts-part",
+        json!({"strategy": {"type": "Partition"}, "progressDeadlineSeconds": 8}),
+    )
+    .await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    let set = Api::<StatefulSet>::namespaced(f.admin.clone(), &f.ns.name)
+        .get("redis")
+        .await
+        .unwrap();
+    let partition = set
+        .spec
+        .unwrap()
+        .update_strategy
+        .unwrap()
+        .rolling_update
+        .unwrap()
+        .partition;
+    assert_eq!(partition, Some(2));
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
+    f.wait_stable_on("redis:7.4", 150).await;
+
+    // A broken image: the canary pod never becomes Ready, and the rollback must recreate it.
+    f.set_image("redis:broken");
+    let done = f.wait_phase(StatefulSetPhase::RolledBack, 150).await;
+    assert_eq!(image_of(&done).0.as_deref(), Some("redis:7.4"));
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn deletion_scales_down_and_keeps_every_claim() {
+    let f = Fixture::start("sts-delete", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.rollouts()
+        .delete("redis", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the rollout to be gone",
+        Duration::from_secs(90),
+        || async { f.rollout().await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(f.sets().await.is_empty());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(f.admin.clone(), &f.ns.name);
+    assert_eq!(
+        claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+    f.assert_volumes(&before).await;
+}
+
+/// Kills the agent as soon as the rollout reaches `phase`, restarts it, and checks that the
+/// rollout converges with every volume in place.
+async fn kill_in(phase: StatefulSetPhase, prefix: &str) {
+    let mut f = Fixture::start(prefix, json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
+    f.set_image("redis:7.4");
+    f.wait_phase(phase, 120).await;
+    f.kill_agent();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    f.start_agent().await;
+    f.wait_stable_on("redis:7.4", 180).await;
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn killed_while_scaling_down_the_stable_set_converges() {
+    kill_in(StatefulSetPhase::ScalingDownStable, "sts-kill-down").await;
+}
+
+#[tokio::test]
+async fn killed_during_the_handoff_converges() {
+    kill_in(StatefulSetPhase::DeployingCanary, "sts-kill-hand").await;
+}
+
+#[tokio::test]
+async fn killed_while_promoting_converges() {
+    kill_in(StatefulSetPhase::Promoting, "sts-kill-prom").await;
+}

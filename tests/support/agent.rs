@@ -1,0 +1,107 @@
+//! The `linnet agent` binary as a test runs it: started with a source, a webhook secret and a
+//! scratch directory, killed (SIGKILL, like `kill -9`) when dropped, its log printed when the
+//! test fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The secret the test agents verify webhooks with.
+pub const SECRET: &str = "hook-secret";
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The agent process; killed when dropped.
+pub struct Agent {
+    pub child: Child,
+    pub base: String,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Kills the process at once (SIGKILL): no shutdown, no last writes.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- agent log {}\n{}", self.log.display(), self.log_text());
+        }
+    }
+}
+
+/// Starts `linnet agent` with `source_args` (e.g. `--repo-url=...`), source name `ns`, and,
+/// unless the args say otherwise, only namespace `ns` allowed. Logs go to `dir/agent.log`
+/// (appended, so a restarted agent keeps the first one's lines).
+pub fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
+    let port = free_port();
+    let log = dir.join("agent.log");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .arg("agent")
+        .args(source_args)
+        .args([
+            "--poll-interval",
+            "1h",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(["--webhook-secret-file", secret.to_str().unwrap()])
+        .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
+        .args(["--source-name", ns])
+        .args(
+            if source_args
+                .iter()
+                .any(|a| a.starts_with("--allow-namespace"))
+            {
+                vec![]
+            } else {
+                vec!["--allow-namespace", ns]
+            },
+        )
+        .env("KUBECONFIG", super::admin_kubeconfig())
+        .env("RUST_LOG", "linnet=debug")
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+    Agent {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        log,
+    }
+}
+
+pub async fn wait_ready(agent: &Agent) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = reqwest::get(format!("{}/readyz", agent.base)).await
+            && r.status() == 200
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "agent never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -13,7 +13,7 @@ build:
 test: cluster-build
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
-	tests/cluster/with-cluster.sh $(CARGO) test --all-targets 2>&1 | tee target/test.log; \
+	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
 	rc=$${PIPESTATUS[0]}; \
 	awk '/^test result:/ { p += $$4; f += $$6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test.log; \
 	exit $$rc

@@ -193,6 +193,12 @@ pub struct CanaryStatefulSetStatus {
     /// What is happening, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The StatefulSet revision (`controller-revision-hash`) the stable replicas run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+    /// The StatefulSet revision the canary replicas run, during a canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_revision: Option<String>,
     /// The Git commit that last set this spec (from the sync's revision annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_revision: Option<String>,

@@ -329,8 +329,10 @@ impl<'a> Planner<'a> {
     }
 
     fn step(&mut self, phase: Phase) -> Next {
-        if self.replicas() == 0 || claim_templates(self.spec()).len() > 8 {
-            return Next::Stay("nothing to run".into());
+        if phase != Phase::Failed
+            && let Some(problem) = self.template_problem()
+        {
+            return go_warning(Phase::Failed, "InvalidSpec", problem);
         }
         match (phase, self.two_sets()) {
             (Phase::Initializing, _) => self.initializing(),
@@ -348,17 +350,35 @@ impl<'a> Planner<'a> {
             (Phase::RollingBack | Phase::MigrationFailed, true) => self.rolling_back_two_sets(),
             (Phase::RollingBack | Phase::MigrationFailed, false) => self.rolling_back_partition(),
             (Phase::RolledBack, _) => self.rolled_back(),
-            (Phase::Failed, _) => {
-                if self.st.observed_generation != self.r.generation {
-                    go(
-                        Phase::Stable,
-                        "SpecChanged",
-                        "the spec changed; trying again".into(),
-                    )
-                } else {
-                    Next::Stay(self.st.message.clone().unwrap_or_default())
-                }
+            (Phase::Failed, _) => match self.template_problem() {
+                Some(problem) => Next::Stay(problem),
+                None if self.o.stable.is_none() => go(
+                    Phase::Initializing,
+                    "SpecFixed",
+                    "the spec is valid again; starting".into(),
+                ),
+                None => go(
+                    Phase::Stable,
+                    "SpecFixed",
+                    "the spec is valid again; carrying on from the stable set".into(),
+                ),
+            },
+        }
+    }
+
+    /// What makes the spec impossible to act on (the API server's rules cannot see it).
+    fn template_problem(&self) -> Option<String> {
+        let pod = self.spec().template.template.spec.as_ref();
+        let containers = pod.map(|p| p.containers.as_slice()).unwrap_or_default();
+        match self.spec().container.as_deref() {
+            Some(c) if !containers.iter().any(|x| x.name == c) => Some(format!(
+                "container {c:?} is not in the template; fix spec.container or the template in Git"
+            )),
+            None if containers.is_empty() => {
+                Some("the template has no containers; add one in Git".into())
             }
+            _ if self.replicas() == 0 => Some("replicas must be at least 1".into()),
+            _ => None,
         }
     }
 
@@ -942,13 +962,23 @@ impl<'a> Planner<'a> {
                 .count() as i32,
         };
         let phase = self.st.phase.unwrap_or(Phase::Initializing);
-        if !matches!(
-            phase,
-            Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed
-        ) && self.st.canary_image.is_none()
-        {
+        if progressing_phase(phase) && self.st.canary_image.is_none() {
             self.st.canary_image = Some(self.spec().image.clone());
         }
+        let stable_set = self.o.stable.as_ref();
+        let stable_revision = stable_set.and_then(|s| s.current_revision.clone());
+        let canary_revision = if self.two_sets() {
+            self.o
+                .canary
+                .as_ref()
+                .and_then(|c| c.update_revision.clone())
+        } else {
+            stable_set
+                .and_then(|s| s.update_revision.clone())
+                .filter(|u| Some(u) != stable_revision.as_ref())
+        };
+        self.st.stable_revision = stable_revision;
+        self.st.canary_revision = canary_revision.filter(|_| progressing_phase(phase));
         self.st.ready_replicas = ready;
         self.st.canary_ready_replicas = canary_ready;
         self.st.ready = Some(format!("{ready}/{r}"));
@@ -956,10 +986,7 @@ impl<'a> Planner<'a> {
         self.st.source_revision = self.r.source_revision.clone();
         self.st.message = Some(message.clone());
 
-        let progressing = !matches!(
-            phase,
-            Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed
-        );
+        let progressing = progressing_phase(phase);
         let degraded = matches!(
             phase,
             Phase::RolledBack | Phase::Failed | Phase::MigrationFailed
@@ -983,6 +1010,14 @@ impl<'a> Planner<'a> {
             entered: Vec::new(),
         }
     }
+}
+
+/// Whether a canary is under way in `phase`.
+fn progressing_phase(phase: Phase) -> bool {
+    !matches!(
+        phase,
+        Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed
+    )
 }
 
 /// Sets a condition, keeping its transition time when its status did not change.

@@ -453,7 +453,14 @@ impl Sim {
 fn check_plan(r: &Rollout<'_>, o: &Observed, p: &Plan) {
     let replicas = r.spec.replicas;
     let floor = replicas - r.spec.canary_replicas;
-    let max_step = r.spec.canary_replicas;
+    // The canary never outgrows the step the new status records.
+    let step = p.status.current_step.unwrap_or(0).max(0) as usize;
+    let max_step = r
+        .spec
+        .steps
+        .as_ref()
+        .and_then(|s| s.get(step).copied())
+        .unwrap_or(r.spec.canary_replicas);
     for a in &p.actions {
         match a {
             Action::ApplySet(set) => {
@@ -872,6 +879,63 @@ fn an_interrupted_handoff_carries_on_after_a_crash_at_every_point() {
         );
         assert_eq!(s.volumes_by_ordinal(), before, "crash at {crash_at}");
     }
+}
+
+#[test]
+fn abort_while_scaling_down_the_stable_set_rolls_back() {
+    let mut s = two_sets();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.reconcile();
+    assert_eq!(s.phase(), Some(Phase::ScalingDownStable));
+    s.abort = Some("true".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(
+        s.phases[2..],
+        [
+            Phase::ScalingDownStable,
+            Phase::RollingBack,
+            Phase::RolledBack
+        ]
+    );
+    assert_eq!(s.volumes_by_ordinal(), before);
+}
+
+#[test]
+fn a_missing_container_fails_until_the_spec_is_fixed() {
+    let mut s = two_sets();
+    s.stabilise();
+    s.spec.container = Some("sidecar".into());
+    s.generation += 1;
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Failed));
+    assert!(p.actions.is_empty());
+    assert!(
+        p.status
+            .message
+            .unwrap()
+            .contains("\"sidecar\" is not in the template")
+    );
+    let degraded = crate::api::find_condition(&p.status.conditions, condition::DEGRADED);
+    assert_eq!(degraded.unwrap().status, "True");
+    s.spec.container = Some("redis".into());
+    s.generation += 1;
+    s.stabilise();
+    assert_eq!(s.phases[2..], [Phase::Failed, Phase::Stable]);
+}
+
+#[test]
+fn status_names_the_revisions_during_a_canary() {
+    let mut s = two_sets();
+    s.stabilise();
+    assert_eq!(s.status.stable_revision.as_deref(), Some("rev-redis:1"));
+    assert_eq!(s.status.canary_revision, None);
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.reconcile();
+    assert_eq!(s.status.canary_revision.as_deref(), Some("rev-redis:2"));
+    assert_eq!(s.status.source_revision.as_deref(), Some("abc"));
 }
 
 #[test]

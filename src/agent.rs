@@ -186,6 +186,10 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         &config.source_name,
     ));
     tokio::spawn(crate::controller::statefulset::run(
+        controllers.clone(),
+        shutdown_signal(),
+    ));
+    tokio::spawn(crate::controller::deployment::run(
         controllers,
         shutdown_signal(),
     ));

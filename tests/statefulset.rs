@@ -7,27 +7,16 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
 use kube::api::{DeleteParams, ListParams};
-use kube::{Api, Client};
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::{Value, json};
-use support::agent::{Agent, start_agent, wait_ready};
-use support::{TestNamespace, admin_client, eventually, install_crds};
-
-/// A rollout under test: its namespace, its spec directory and the agent following it.
-struct Fixture {
-    // Fields drop in order: the agent (printing its log on failure) before its directory.
-    agent: Option<Agent>,
-    admin: Client,
-    ns: TestNamespace,
-    dir: tempfile::TempDir,
-    spec: Value,
-}
+use support::eventually;
+use support::rollout::{Fixture, merge};
 
 fn redis(ns: &str, patch: Value) -> Value {
     let mut spec = json!({
@@ -60,120 +49,58 @@ fn redis(ns: &str, patch: Value) -> Value {
     spec
 }
 
-fn merge(base: &mut Value, patch: Value) {
-    match (base, patch) {
-        (Value::Object(b), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(b.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (b, p) => *b = p,
-    }
+async fn start(prefix: &str, patch: Value) -> Fixture {
+    Fixture::start(prefix, |ns| redis(ns, patch)).await
 }
 
-impl Fixture {
-    async fn start(prefix: &str, patch: Value) -> Fixture {
-        let admin = admin_client().await;
-        install_crds(&admin).await;
-        let ns = TestNamespace::create(&admin, prefix).await;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("specs")).unwrap();
-        let mut f = Fixture {
-            spec: redis(&ns.name, patch),
-            admin,
-            ns,
-            dir,
-            agent: None,
-        };
-        f.write();
-        f.start_agent().await;
-        f
-    }
+/// CanaryStatefulSet helpers on the shared fixture.
+trait Redis {
+    fn set_image(&mut self, image: &str);
+    async fn rollout(&self) -> Option<CanaryStatefulSet>;
+    async fn wait_phase(&self, phase: StatefulSetPhase, secs: u64) -> CanaryStatefulSet;
+    async fn wait_stable_on(&self, image: &str, secs: u64) -> CanaryStatefulSet;
+    async fn volumes(&self) -> BTreeMap<i32, (String, String)>;
+    async fn assert_volumes(&self, before: &BTreeMap<i32, (String, String)>);
+    async fn sets(&self) -> BTreeMap<String, i32>;
+}
 
-    async fn start_agent(&mut self) {
-        let agent = start_agent(
-            self.dir.path(),
-            &[format!(
-                "--repo-path={}",
-                self.dir.path().join("specs").display()
-            )],
-            &self.ns.name,
-        );
-        wait_ready(&agent).await;
-        self.agent = Some(agent);
-    }
-
-    /// Kills the agent like `kill -9`.
-    fn kill_agent(&mut self) {
-        if let Some(mut a) = self.agent.take() {
-            a.kill();
-            // Keep its log for a failure report.
-            std::mem::forget(a);
-        }
-    }
-
-    /// Writes the spec file, as a Git sync would see it (JSON is YAML).
-    fn write(&self) {
-        std::fs::write(
-            self.spec_file(),
-            serde_json::to_string_pretty(&self.spec).unwrap(),
-        )
-        .unwrap();
-    }
-
-    fn spec_file(&self) -> PathBuf {
-        self.dir.path().join("specs/redis.yaml")
-    }
-
+impl Redis for Fixture {
     fn set_image(&mut self, image: &str) {
-        self.spec["spec"]["image"] = json!(image);
-        self.write();
-    }
-
-    fn annotate(&mut self, key: &str, value: &str) {
-        self.spec["metadata"]["annotations"][key] = json!(value);
-        self.write();
-    }
-
-    fn rollouts(&self) -> Api<CanaryStatefulSet> {
-        Api::namespaced(self.admin.clone(), &self.ns.name)
+        self.patch_spec(json!({"image": image}));
     }
 
     async fn rollout(&self) -> Option<CanaryStatefulSet> {
-        self.rollouts().get_opt("redis").await.unwrap()
-    }
-
-    /// Waits until the rollout is in `phase` and `extra` holds.
-    async fn wait_phase_with(
-        &self,
-        phase: StatefulSetPhase,
-        secs: u64,
-        extra: impl Fn(&CanaryStatefulSet) -> bool,
-    ) -> CanaryStatefulSet {
-        let what = format!("phase {phase:?} in {}", self.ns.name);
-        eventually(&what, Duration::from_secs(secs), || async {
-            self.rollout()
-                .await
-                .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(phase) && extra(r))
-        })
-        .await
+        self.api::<CanaryStatefulSet>()
+            .get_opt("redis")
+            .await
+            .unwrap()
     }
 
     async fn wait_phase(&self, phase: StatefulSetPhase, secs: u64) -> CanaryStatefulSet {
-        self.wait_phase_with(phase, secs, |_| true).await
+        self.wait_for(
+            &format!("phase {phase:?}"),
+            secs,
+            |r: &CanaryStatefulSet| r.status.as_ref().and_then(|s| s.phase) == Some(phase),
+        )
+        .await
     }
 
     async fn wait_stable_on(&self, image: &str, secs: u64) -> CanaryStatefulSet {
-        let image = image.to_string();
-        self.wait_phase_with(StatefulSetPhase::Stable, secs, move |r| {
-            r.status.as_ref().and_then(|s| s.stable_image.as_deref()) == Some(image.as_str())
-        })
+        self.wait_for(
+            &format!("Stable on {image}"),
+            secs,
+            |r: &CanaryStatefulSet| {
+                let s = r.status.clone().unwrap_or_default();
+                s.phase == Some(StatefulSetPhase::Stable)
+                    && s.stable_image.as_deref() == Some(image)
+            },
+        )
         .await
     }
 
     /// Ordinal -> (PV name, PV uid), from the bound claims of either set.
     async fn volumes(&self) -> BTreeMap<i32, (String, String)> {
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.admin.clone(), &self.ns.name);
+        let claims = self.api::<PersistentVolumeClaim>();
         let pvs: Api<PersistentVolume> = Api::all(self.admin.clone());
         let mut out = BTreeMap::new();
         for c in claims.list(&ListParams::default()).await.unwrap().items {
@@ -212,7 +139,7 @@ impl Fixture {
     }
 
     async fn sets(&self) -> BTreeMap<String, i32> {
-        Api::<StatefulSet>::namespaced(self.admin.clone(), &self.ns.name)
+        self.api::<StatefulSet>()
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -226,19 +153,6 @@ impl Fixture {
             })
             .collect()
     }
-
-    async fn event_reasons(&self) -> Vec<String> {
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(self.admin.clone(), &self.ns.name);
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|e| e.reason)
-            .collect()
-    }
 }
 
 fn image_of(r: &CanaryStatefulSet) -> (Option<String>, Option<String>) {
@@ -248,7 +162,7 @@ fn image_of(r: &CanaryStatefulSet) -> (Option<String>, Option<String>) {
 
 #[tokio::test]
 async fn two_sets_walkthrough_with_manual_promotion_keeps_each_volume() {
-    let mut f = Fixture::start("sts-walk", json!({})).await;
+    let mut f = start("sts-walk", json!({})).await;
     let stable = f.wait_stable_on("redis:7.2", 90).await;
     assert_eq!(
         stable.status.as_ref().unwrap().ready.as_deref(),
@@ -269,7 +183,7 @@ async fn two_sets_walkthrough_with_manual_promotion_keeps_each_volume() {
     );
     // Replica 2 runs the canary on replica 2's own volume.
     f.assert_volumes(&before).await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(f.admin.clone(), &f.ns.name);
+    let claims = f.api::<PersistentVolumeClaim>();
     assert!(
         claims
             .get_opt("data-redis-canary-2")
@@ -317,7 +231,7 @@ async fn two_sets_walkthrough_with_manual_promotion_keeps_each_volume() {
 
 #[tokio::test]
 async fn auto_promotion_after_the_bake_time() {
-    let mut f = Fixture::start(
+    let mut f = start(
         "sts-auto",
         json!({"promotion": {"type": "Auto", "bakeSeconds": 3}}),
     )
@@ -331,7 +245,7 @@ async fn auto_promotion_after_the_bake_time() {
 
 #[tokio::test]
 async fn abort_by_annotation_rolls_back() {
-    let mut f = Fixture::start("sts-abort", json!({})).await;
+    let mut f = start("sts-abort", json!({})).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.set_image("redis:7.4");
@@ -345,7 +259,7 @@ async fn abort_by_annotation_rolls_back() {
 
 #[tokio::test]
 async fn a_broken_canary_rolls_back_by_itself_at_the_deadline() {
-    let mut f = Fixture::start("sts-broken", json!({"progressDeadlineSeconds": 8})).await;
+    let mut f = start("sts-broken", json!({"progressDeadlineSeconds": 8})).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.set_image("redis:broken");
@@ -366,7 +280,7 @@ async fn a_broken_canary_rolls_back_by_itself_at_the_deadline() {
 
 #[tokio::test]
 async fn steps_one_then_two() {
-    let mut f = Fixture::start("sts-steps", json!({"canaryReplicas": 2, "steps": [1, 2]})).await;
+    let mut f = start("sts-steps", json!({"canaryReplicas": 2, "steps": [1, 2]})).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.set_image("redis:7.4");
@@ -391,7 +305,7 @@ fn migration(image: &str) -> Value {
 
 #[tokio::test]
 async fn migration_success_promotes() {
-    let mut f = Fixture::start("sts-migrate", migration("migrate:1")).await;
+    let mut f = start("sts-migrate", migration("migrate:1")).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.set_image("redis:7.4");
@@ -403,7 +317,7 @@ async fn migration_success_promotes() {
         reasons.iter().any(|r| r == "MigrationSucceeded"),
         "{reasons:?}"
     );
-    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(f.admin.clone(), &f.ns.name);
+    let jobs = f.api::<k8s_openapi::api::batch::v1::Job>();
     assert_eq!(
         jobs.list(&ListParams::default()).await.unwrap().items.len(),
         1
@@ -413,7 +327,7 @@ async fn migration_success_promotes() {
 
 #[tokio::test]
 async fn migration_failure_rolls_back() {
-    let mut f = Fixture::start("sts-migfail", migration("migrate:fail")).await;
+    let mut f = start("sts-migfail", migration("migrate:fail")).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.set_image("redis:7.4");
@@ -431,7 +345,7 @@ async fn migration_failure_rolls_back() {
 
 #[tokio::test]
 async fn partition_canary_promotion_and_broken_rollback() {
-    let mut f = Fixture::start(
+    let mut f = start(
         "sts-part",
         json!({"strategy": {"type": "Partition"}, "progressDeadlineSeconds": 8}),
     )
@@ -440,10 +354,7 @@ async fn partition_canary_promotion_and_broken_rollback() {
     let before = f.volumes().await;
     f.set_image("redis:7.4");
     f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
-    let set = Api::<StatefulSet>::namespaced(f.admin.clone(), &f.ns.name)
-        .get("redis")
-        .await
-        .unwrap();
+    let set = f.api::<StatefulSet>().get("redis").await.unwrap();
     let partition = set
         .spec
         .unwrap()
@@ -465,10 +376,10 @@ async fn partition_canary_promotion_and_broken_rollback() {
 
 #[tokio::test]
 async fn deletion_scales_down_and_keeps_every_claim() {
-    let f = Fixture::start("sts-delete", json!({})).await;
+    let f = start("sts-delete", json!({})).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
-    f.rollouts()
+    f.api::<CanaryStatefulSet>()
         .delete("redis", &DeleteParams::default())
         .await
         .unwrap();
@@ -479,7 +390,7 @@ async fn deletion_scales_down_and_keeps_every_claim() {
     )
     .await;
     assert!(f.sets().await.is_empty());
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(f.admin.clone(), &f.ns.name);
+    let claims = f.api::<PersistentVolumeClaim>();
     assert_eq!(
         claims
             .list(&ListParams::default())
@@ -495,7 +406,7 @@ async fn deletion_scales_down_and_keeps_every_claim() {
 /// Kills the agent as soon as the rollout reaches `phase`, restarts it, and checks that the
 /// rollout converges with every volume in place.
 async fn kill_in(phase: StatefulSetPhase, prefix: &str) {
-    let mut f = Fixture::start(prefix, json!({})).await;
+    let mut f = start(prefix, json!({})).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");

@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -67,6 +68,18 @@ pub struct CanaryDeploymentSpec {
     /// The batch a human has allowed so far; a pull request bumps it to continue.
     #[serde(default = "one")]
     pub current_batch: i32,
+    /// How long new pods may take to become available, per batch, before the rollout stops.
+    #[serde(default = "default_progress_deadline")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: i64,
+    /// Roll back by itself when the deadline passes. Off: the rollout stops in Failed and the
+    /// old version keeps serving.
+    #[serde(default)]
+    pub rollback_on_failure: bool,
+}
+
+fn default_progress_deadline() -> i64 {
+    600
 }
 
 fn one() -> i32 {
@@ -173,4 +186,16 @@ pub struct CanaryDeploymentStatus {
     pub rollback: Option<RollbackStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The batch being rolled out (1-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_batch: Option<i32>,
+    /// When the current phase (or batch) began; the progress deadline counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<Time>,
+    /// The stable image before the last completed rollout: what a `Rollback` returns to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_image: Option<String>,
+    /// The Git commit that last set this spec (from the sync's revision annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_revision: Option<String>,
 }

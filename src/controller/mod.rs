@@ -2,6 +2,7 @@
 //! cluster, ask [`crate::plan`] what to do, execute the actions and record status and events.
 
 pub mod context;
+pub mod deployment;
 pub mod statefulset;
 
 pub use context::Context;
@@ -47,4 +48,36 @@ impl<T> Doing<T> for Result<T, kube::Error> {
             source,
         })
     }
+}
+
+/// Writes a rollout's status with server-side apply (so fields it no longer has are removed),
+/// unless it is unchanged. Called before a plan's actions run: the recorded phase is never
+/// behind what was done, so a crash in between only means doing the actions again.
+pub(crate) async fn write_status<K, S>(
+    api: &kube::Api<K>,
+    name: &str,
+    kind: &str,
+    old: Option<&S>,
+    new: &S,
+) -> Result<(), ReconcileError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize + PartialEq,
+{
+    if old == Some(new) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": kind,
+        "status": new,
+    });
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::apply(crate::sync::FIELD_MANAGER).force(),
+        &kube::api::Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+    .doing(|| format!("writing the status of {kind} {name}"))
 }

@@ -19,7 +19,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Doing, ReconcileError};
+use super::{Context, Doing, ReconcileError, write_status};
 use crate::api::{
     ABORT_ANNOTATION, CanaryStatefulSet, FINALIZER, HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION,
     REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL, StatefulSetStrategyType,
@@ -137,6 +137,15 @@ async fn apply(
     let now = jiff::Timestamp::now();
     let planned = plan(&input, &observed, now);
     let name = rollout.name_any();
+    let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+    write_status(
+        &api,
+        &name,
+        "CanaryStatefulSet",
+        rollout.status.as_ref(),
+        &planned.status,
+    )
+    .await?;
     for action in &planned.actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
         execute(action, ctx, ns, &name).await?;
@@ -145,21 +154,6 @@ async fn apply(
     for e in &planned.events {
         tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
         ctx.publish(&object, e.warning, e.reason, &e.message).await;
-    }
-    if Some(&planned.status) != rollout.status.as_ref() {
-        let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), ns);
-        let patch = json!({
-            "apiVersion": crate::api::API_VERSION,
-            "kind": "CanaryStatefulSet",
-            "status": planned.status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .doing(|| format!("writing the status of {ns}/{name}"))?;
     }
     tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase, took = ?started.elapsed(), "reconciled");
     Ok(match planned.requeue_after {

@@ -5,9 +5,12 @@
 //! - [`objects`]: the child objects a rollout wants (sets, handoff claims, Jobs);
 //! - [`handoff`]: moving one replica's volume between two StatefulSets;
 //! - [`statefulset`]: the CanaryStatefulSet phase machine;
+//! - [`batch`] and [`deployment`]: the CanaryDeployment batch arithmetic and phase machine;
 //! - [`actions`]: what a plan asks the controller to do.
 
 pub mod actions;
+pub mod batch;
+pub mod deployment;
 pub mod handoff;
 pub mod objects;
 pub mod observed;

@@ -54,7 +54,12 @@ impl RolloutRef {
         l
     }
 
-    fn meta(&self, name: &str, kind: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
+    pub(crate) fn meta(
+        &self,
+        name: &str,
+        kind: &str,
+        labels: BTreeMap<String, String>,
+    ) -> ObjectMeta {
         ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(self.namespace.clone()),
@@ -176,7 +181,7 @@ pub fn stateful_set(
 }
 
 /// Puts the hash of `content` on `meta`.
-fn stamp<T: serde::Serialize>(meta: &mut ObjectMeta, content: &T) {
+pub(crate) fn stamp<T: serde::Serialize>(meta: &mut ObjectMeta, content: &T) {
     let hash = serde_json::to_value(content)
         .map(|v| content_hash(&v))
         .unwrap_or_default();

@@ -167,6 +167,7 @@ pub fn plan(rollout: &Rollout<'_>, observed: &Observed, now: Timestamp) -> Plan 
                 });
                 p.st.phase = Some(next);
                 p.st.phase_since = Some(Time(now));
+                p.st.message = Some(m.clone());
                 message = m;
             }
         }
@@ -650,6 +651,16 @@ impl<'a> Planner<'a> {
         let r = self.replicas();
         let stable_image = self.stable_image();
         if !self.canary_drained() {
+            // The stable replicas must serve, on the stable image, before the canary stops.
+            let keep = self.o.stable.as_ref().map_or(r, |s| s.replicas);
+            let stable = self
+                .ensure(self.main_shape(&stable_image, keep, 0))
+                .cloned();
+            if !Self::settled(stable.as_ref(), keep) {
+                return Next::Stay(format!(
+                    "waiting for the {keep} stable replica(s) on {stable_image} to be Ready before stopping the canary"
+                ));
+            }
             self.drain_canary();
             return Next::Stay("stopping the canary pods".into());
         }

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod git_http;
+pub mod rollout;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -167,12 +167,13 @@ impl Sim {
         plan(&self.rollout(), &self.observed(), self.now)
     }
 
-    /// Plans and executes the first `keep` actions (all when `None`): a crash mid-plan loses
-    /// the rest and the status write.
+    /// Plans, writes the status, and executes the first `keep` actions (all when `None`), as
+    /// the controller does: a crash mid-plan loses the rest of the actions.
     fn reconcile_partial(&mut self, keep: Option<usize>) -> Plan {
         let p = self.plan();
         // Invariants that every plan must keep.
         check_plan(&self.rollout(), &self.observed(), &p);
+        self.status = p.status.clone();
         let n = keep.unwrap_or(p.actions.len()).min(p.actions.len());
         for a in &p.actions[..n] {
             self.execute(a);

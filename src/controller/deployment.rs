@@ -1,0 +1,130 @@
+//! The CanaryDeployment controller: observes a rollout's Deployments, asks
+//! [`crate::plan::deployment::plan`] what to do, does it, and writes status and events. It
+//! owns its Deployments, so their changes (and hand edits) wake it; it requeues only for the
+//! progress deadline. Deleting the rollout deletes its Deployments through their owner
+//! references.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+
+use super::{Context, Doing, ReconcileError, write_status};
+use crate::api::{CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL};
+use crate::plan::deployment::{DeployAction, DeployRollout, DeploymentView, plan};
+use crate::plan::objects::RolloutRef;
+use crate::sync::FIELD_MANAGER;
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let scoped = watcher::Config::default().labels(&ctx.selector());
+    Controller::new(Api::<CanaryDeployment>::all(client.clone()), scoped.clone())
+        .owns(Api::<Deployment>::all(client), scoped)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile did not finish");
+            }
+        })
+        .await;
+}
+
+fn error_policy(
+    rollout: Arc<CanaryDeployment>,
+    error: &ReconcileError,
+    _: Arc<Context>,
+) -> Requeue {
+    tracing::warn!(
+        rollout = %format!("{}/{}", rollout.namespace().unwrap_or_default(), rollout.name_any()),
+        error = %error,
+        "reconcile failed; retrying"
+    );
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(
+    rollout: Arc<CanaryDeployment>,
+    ctx: Arc<Context>,
+) -> Result<Requeue, ReconcileError> {
+    let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let name = rollout.name_any();
+    if rollout.meta().deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let container = rollout.spec.container.as_deref();
+    let observed: Vec<DeploymentView> = deployments
+        .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}")))
+        .await
+        .doing(|| format!("listing the Deployments of {ns}/{name}"))?
+        .items
+        .iter()
+        .filter(|d| {
+            d.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == rollout.uid().as_ref())
+        })
+        .map(|d| DeploymentView::from_object(d, container))
+        .collect();
+    let input = DeployRollout {
+        reference: RolloutRef {
+            name: name.clone(),
+            namespace: ns.clone(),
+            uid: rollout.uid().unwrap_or_default(),
+            source: rollout.labels().get(SOURCE_LABEL).cloned(),
+        },
+        generation: rollout.metadata.generation,
+        spec: &rollout.spec,
+        source_revision: rollout.annotations().get(REVISION_ANNOTATION).cloned(),
+        status: rollout.status.clone().unwrap_or_default(),
+    };
+    let planned = plan(&input, &observed, jiff::Timestamp::now());
+    let api: Api<CanaryDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    write_status(
+        &api,
+        &name,
+        "CanaryDeployment",
+        rollout.status.as_ref(),
+        &planned.status,
+    )
+    .await?;
+    for action in &planned.actions {
+        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
+        let result = match action {
+            DeployAction::Apply(d) => deployments
+                .patch(
+                    d.metadata.name.as_deref().unwrap_or_default(),
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(d.as_ref()),
+                )
+                .await
+                .map(|_| ()),
+            DeployAction::Delete { name } => {
+                match deployments.delete(name, &DeleteParams::background()).await {
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            }
+        };
+        result.doing(|| action.describe())?;
+    }
+    let object = rollout.object_ref(&());
+    for e in &planned.events {
+        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
+        ctx.publish(&object, e.warning, e.reason, &e.message).await;
+    }
+    Ok(match planned.requeue_after {
+        Some(after) => Requeue::requeue(after),
+        None => Requeue::await_change(),
+    })
+}

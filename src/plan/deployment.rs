@@ -1,0 +1,840 @@
+//! The CanaryDeployment state machine: `plan(rollout, observed, now) -> DeployPlan`.
+//!
+//! - `Rolling`: one Deployment, `<name>`, kept on the spec's image, replicas and resources;
+//!   drift made by hand is put back.
+//! - `Batches`: the old and new versions run as two Deployments named
+//!   `<name>-<hash of the pod template>`, each selecting its own pods by the label
+//!   `rollouts.linnet.dev/version` (both still match the application's Service). Each batch
+//!   scales the new one to its target ([`super::batch`]) and the old one to
+//!   `total - new.available`; the last batch deletes the old one.
+//! - `Rollback`: back to the previous image: the old Deployment is scaled back up and the new
+//!   one drained and deleted, or, with one Deployment, its image is set back.
+//!
+//! The batch, its start time and the images live in status, so a restarted agent carries on
+//! from the recorded batch; every write is derived from the spec and the observed
+//! Deployments, so nothing is scaled twice.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+
+use super::actions::PlanEvent;
+use super::batch;
+use super::objects::{RolloutRef, stamp};
+use super::observed::container_image;
+use super::statefulset::set_condition;
+use crate::api::{
+    BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
+    DeploymentPhase as Phase, DeploymentStrategyType as Strategy, PauseMode, ROLLOUT_LABEL,
+    RollbackStatus, condition,
+};
+use crate::sync::desired::content_hash;
+
+/// Label that tells the two versions of a batched rollout apart.
+pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";
+
+/// A Deployment of the rollout, as the planner needs it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeploymentView {
+    pub name: String,
+    pub replicas: i32,
+    pub image: Option<String>,
+    pub resources: Option<ResourceRequirements>,
+    pub available: i32,
+    pub updated: i32,
+    /// `status.replicas`: pods of every revision.
+    pub pods: i32,
+    pub status_fresh: bool,
+    pub applied_hash: Option<String>,
+}
+
+impl DeploymentView {
+    pub fn from_object(d: &Deployment, container: Option<&str>) -> DeploymentView {
+        let spec = d.spec.clone().unwrap_or_default();
+        let status = d.status.clone().unwrap_or_default();
+        let pod = spec.template.spec.as_ref();
+        let resources = pod.and_then(|p| {
+            let c = match container {
+                Some(name) => p.containers.iter().find(|c| c.name == name),
+                None => p.containers.first(),
+            };
+            c.and_then(|c| c.resources.clone())
+        });
+        DeploymentView {
+            name: d.metadata.name.clone().unwrap_or_default(),
+            replicas: spec.replicas.unwrap_or(1),
+            image: container_image(pod, container),
+            resources,
+            available: status.available_replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            pods: status.replicas.unwrap_or(0),
+            status_fresh: status.observed_generation.is_some()
+                && status.observed_generation == d.metadata.generation,
+            applied_hash: d
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
+        }
+    }
+
+    /// Every replica runs the current template and is available.
+    fn complete(&self, n: i32) -> bool {
+        self.status_fresh && self.updated == n && self.available == n && self.pods == n
+    }
+}
+
+/// The rollout as the planner sees it.
+#[derive(Clone, Debug)]
+pub struct DeployRollout<'a> {
+    pub reference: RolloutRef,
+    pub generation: Option<i64>,
+    pub spec: &'a CanaryDeploymentSpec,
+    pub source_revision: Option<String>,
+    pub status: CanaryDeploymentStatus,
+}
+
+/// One thing for the controller to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeployAction {
+    /// Create or update a Deployment (server-side apply).
+    Apply(Box<Deployment>),
+    /// Delete a Deployment that serves no traffic any more.
+    Delete { name: String },
+}
+
+impl DeployAction {
+    pub fn describe(&self) -> String {
+        match self {
+            DeployAction::Apply(d) => format!(
+                "apply Deployment {} ({} replicas)",
+                d.metadata.name.as_deref().unwrap_or(""),
+                d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
+            ),
+            DeployAction::Delete { name } => format!("delete Deployment {name}"),
+        }
+    }
+}
+
+/// What to do now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeployPlan {
+    pub status: CanaryDeploymentStatus,
+    pub actions: Vec<DeployAction>,
+    pub events: Vec<PlanEvent>,
+    /// The progress deadline.
+    pub requeue_after: Option<Duration>,
+    /// Every phase this plan entered, in order.
+    pub entered: Vec<Phase>,
+}
+
+enum Next {
+    Stay(String),
+    Go {
+        phase: Phase,
+        reason: &'static str,
+        message: String,
+        warning: bool,
+    },
+}
+
+fn go(phase: Phase, reason: &'static str, message: String) -> Next {
+    Next::Go {
+        phase,
+        reason,
+        message,
+        warning: false,
+    }
+}
+
+fn go_warning(phase: Phase, reason: &'static str, message: String) -> Next {
+    Next::Go {
+        phase,
+        reason,
+        message,
+        warning: true,
+    }
+}
+
+/// The name of the Deployment for a pod template: `<name>-<8 hex digits>`.
+pub fn version_name(rollout: &str, template_hash: &str) -> String {
+    let prefix: String = rollout.chars().take(50).collect();
+    format!("{prefix}-{}", &template_hash[..8.min(template_hash.len())])
+}
+
+struct Planner<'a> {
+    r: &'a DeployRollout<'a>,
+    o: &'a [DeploymentView],
+    now: Timestamp,
+    st: CanaryDeploymentStatus,
+    actions: Vec<DeployAction>,
+    events: Vec<PlanEvent>,
+    requeue: Option<Duration>,
+}
+
+/// Plans one reconcile of a CanaryDeployment from its managed Deployments.
+pub fn plan(
+    rollout: &DeployRollout<'_>,
+    observed: &[DeploymentView],
+    now: Timestamp,
+) -> DeployPlan {
+    let mut p = Planner {
+        r: rollout,
+        o: observed,
+        now,
+        st: rollout.status.clone(),
+        actions: Vec::new(),
+        events: Vec::new(),
+        requeue: None,
+    };
+    p.st.phase.get_or_insert(Phase::Initializing);
+    let mut message = String::new();
+    let mut entered = Vec::new();
+    for _ in 0..6 {
+        let mark = p.actions.len();
+        match p.step(p.st.phase.unwrap_or(Phase::Initializing)) {
+            Next::Stay(m) => {
+                message = m;
+                break;
+            }
+            Next::Go {
+                phase,
+                reason,
+                message: m,
+                warning,
+            } => {
+                // Deletions are a phase's last step; everything else is redone by the next.
+                let kept: Vec<DeployAction> = p
+                    .actions
+                    .drain(mark..)
+                    .filter(|a| matches!(a, DeployAction::Delete { .. }))
+                    .collect();
+                p.actions.extend(kept);
+                p.events.push(PlanEvent {
+                    warning,
+                    reason,
+                    message: m.clone(),
+                });
+                entered.push(phase);
+                p.st.phase = Some(phase);
+                p.st.phase_since = Some(Time(now));
+                p.st.message = Some(m.clone());
+                message = m;
+            }
+        }
+    }
+    let mut plan = p.finish(message);
+    plan.entered = entered;
+    plan
+}
+
+impl<'a> Planner<'a> {
+    fn spec(&self) -> &CanaryDeploymentSpec {
+        self.r.spec
+    }
+
+    fn total(&self) -> i32 {
+        self.spec().replicas.max(0)
+    }
+
+    fn name(&self) -> &str {
+        &self.r.reference.name
+    }
+
+    fn batched(&self) -> bool {
+        self.spec().strategy.type_ == Strategy::Batches
+    }
+
+    fn stable_image(&self) -> String {
+        self.st
+            .stable_image
+            .clone()
+            .unwrap_or_else(|| self.spec().image.clone())
+    }
+
+    fn canary_image(&self) -> String {
+        self.st
+            .canary_image
+            .clone()
+            .unwrap_or_else(|| self.spec().image.clone())
+    }
+
+    fn batches(&self) -> i32 {
+        self.spec().batches.max(1)
+    }
+
+    fn current_batch(&self) -> i32 {
+        self.st.current_batch.unwrap_or(1).clamp(1, self.batches())
+    }
+
+    fn find(&self, name: &str) -> Option<&'a DeploymentView> {
+        self.o.iter().find(|d| d.name == name)
+    }
+
+    /// The pod template for `image`, with the spec's resources on the rolled-out container.
+    fn pod_template(&self, image: &str) -> k8s_openapi::api::core::v1::PodTemplateSpec {
+        let mut template = self.spec().template.template.clone();
+        if let Some(pod) = template.spec.as_mut() {
+            let index = match self.spec().container.as_deref() {
+                Some(c) => pod.containers.iter().position(|x| x.name == c),
+                None => (!pod.containers.is_empty()).then_some(0),
+            };
+            if let Some(i) = index {
+                pod.containers[i].image = Some(image.to_string());
+                if let Some(r) = &self.spec().resources {
+                    pod.containers[i].resources = Some(r.clone());
+                }
+            }
+        }
+        template
+    }
+
+    /// The Deployment a batched rollout runs `image` in.
+    fn version_for(&self, image: &str) -> String {
+        let template = serde_json::to_value(self.pod_template(image)).unwrap_or_default();
+        version_name(self.name(), &content_hash(&template))
+    }
+
+    /// The Deployment `name` running `image` with `replicas`.
+    fn deployment(&self, name: &str, image: &str, replicas: i32) -> Deployment {
+        let rollout = &self.r.reference;
+        let mut spec = self.spec().template.clone();
+        spec.replicas = Some(replicas);
+        spec.template = self.pod_template(image);
+        let mut pod_labels = spec.selector.match_labels.clone().unwrap_or_default();
+        pod_labels.insert(ROLLOUT_LABEL.into(), rollout.name.clone());
+        if let Some(version) = name.strip_prefix(&format!("{}-", rollout.name)) {
+            pod_labels.insert(VERSION_LABEL.into(), version.to_string());
+        }
+        spec.selector = LabelSelector {
+            match_labels: Some(pod_labels.clone()),
+            match_expressions: spec.selector.match_expressions.clone(),
+        };
+        spec.template
+            .metadata
+            .get_or_insert_with(ObjectMeta::default)
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .extend(pod_labels);
+        let mut d = Deployment {
+            metadata: rollout.meta(name, "CanaryDeployment", rollout.labels()),
+            spec: Some(spec),
+            status: None,
+        };
+        stamp(&mut d.metadata, &d.spec);
+        d
+    }
+
+    /// Applies Deployment `name` unless it already is what it should be: linnet's last apply,
+    /// and no drift in image, replicas, cpu or memory since.
+    fn ensure(&mut self, name: &str, image: &str, replicas: i32) -> Option<&'a DeploymentView> {
+        let desired = self.deployment(name, image, replicas);
+        let hash = desired
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned());
+        let observed = self.find(name);
+        let same = observed.is_some_and(|o| {
+            o.applied_hash == hash
+                && o.replicas == replicas
+                && o.image.as_deref() == Some(image)
+                && (self.spec().resources.is_none() || o.resources == self.spec().resources)
+        });
+        if same {
+            observed
+        } else {
+            if observed.is_some() {
+                tracing::debug!(deployment = name, "differs from the spec; applying");
+            }
+            self.actions.push(DeployAction::Apply(Box::new(desired)));
+            None
+        }
+    }
+
+    /// The Deployment currently serving the stable version: not `except`, most replicas.
+    fn stable_deployment(&self, except: &str) -> Option<&'a DeploymentView> {
+        self.o
+            .iter()
+            .filter(|d| d.name != except)
+            .max_by_key(|d| (d.replicas, d.available))
+    }
+
+    /// The Deployment that serves `image`: that version's own, else any on that image, else
+    /// the biggest.
+    fn serving(&self, image: &str) -> Option<&'a DeploymentView> {
+        let home = self.home(image);
+        self.find(&home)
+            .or_else(|| {
+                self.o
+                    .iter()
+                    .filter(|d| d.image.as_deref() == Some(image))
+                    .max_by_key(|d| (d.replicas, d.available))
+            })
+            .or_else(|| self.stable_deployment(""))
+    }
+
+    fn delete_others(&mut self, keep: &str) {
+        for d in self.o.iter().filter(|d| d.name != keep) {
+            let delete = DeployAction::Delete {
+                name: d.name.clone(),
+            };
+            if !self.actions.contains(&delete) {
+                self.actions.push(delete);
+            }
+        }
+    }
+
+    fn deadline_passed(&mut self) -> Option<Next> {
+        let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
+        let since = self.st.phase_since.as_ref().map_or(self.now, |t| t.0);
+        let elapsed = self.now.duration_since(since).unsigned_abs();
+        if elapsed < deadline {
+            let left = deadline - elapsed + Duration::from_millis(100);
+            self.requeue = Some(self.requeue.map_or(left, |r| r.min(left)));
+            return None;
+        }
+        let image = self.canary_image();
+        let what = format!(
+            "new pods on {image} were not available within progressDeadlineSeconds ({}s)",
+            deadline.as_secs()
+        );
+        if self.spec().rollback_on_failure {
+            self.start_rollback(&image, &self.stable_image());
+            return Some(go_warning(
+                Phase::RollingBack,
+                "ProgressDeadlineExceeded",
+                format!("{what}; rolling back"),
+            ));
+        }
+        Some(go_warning(
+            Phase::Failed,
+            "ProgressDeadlineExceeded",
+            format!(
+                "{what}; the rollout stopped and {} keeps serving. Fix the image in Git, or set strategy Rollback",
+                self.stable_image()
+            ),
+        ))
+    }
+
+    fn step(&mut self, phase: Phase) -> Next {
+        match phase {
+            Phase::Initializing => self.initializing(),
+            Phase::Completed => self.completed(),
+            Phase::Progressing | Phase::Paused => {
+                if self.batched() || self.st.current_batch.is_some() {
+                    self.batch_step(phase)
+                } else {
+                    self.rolling_step()
+                }
+            }
+            Phase::RollingBack => self.rolling_back(),
+            Phase::RolledBack => self.rolled_back(),
+            Phase::Failed => self.failed(),
+        }
+    }
+
+    fn home(&self, image: &str) -> String {
+        if self.batched() {
+            self.version_for(image)
+        } else {
+            self.name().to_string()
+        }
+    }
+
+    fn initializing(&mut self) -> Next {
+        let image = self.spec().image.clone();
+        self.st.stable_image = Some(image.clone());
+        let total = self.total();
+        // Adopt what a restart finds: the single Deployment that exists, else a new one.
+        let name = match self.o {
+            [only] => only.name.clone(),
+            _ => self.home(&image),
+        };
+        let d = self.ensure(&name, &image, total);
+        if d.is_some_and(|d| d.complete(total)) {
+            self.delete_others(&name);
+            return go(
+                Phase::Completed,
+                "Available",
+                format!("{total}/{total} replicas available on {image}"),
+            );
+        }
+        Next::Stay(format!(
+            "starting {total} replicas of {image} ({} available)",
+            d.map_or(0, |d| d.available)
+        ))
+    }
+
+    fn start_rollback(&mut self, from: &str, to: &str) {
+        self.st.rollback = Some(RollbackStatus {
+            from_image: from.to_string(),
+            to_image: to.to_string(),
+            state: BatchState::InProgress,
+        });
+    }
+
+    fn start_rollout(&mut self) -> Next {
+        let image = self.spec().image.clone();
+        let stable = self.stable_image();
+        self.st.canary_image = Some(image.clone());
+        self.st.rollback = None;
+        if self.batched() {
+            self.st.current_batch = Some(1);
+            let t = batch::target(self.total(), self.batches(), 1);
+            return go(
+                Phase::Progressing,
+                "BatchStarted",
+                format!(
+                    "rolling out {image} (from {stable}): batch 1 of {}, {t} new replica(s)",
+                    self.batches()
+                ),
+            );
+        }
+        self.st.current_batch = None;
+        go(
+            Phase::Progressing,
+            "RolloutStarted",
+            format!("rolling update from {stable} to {image}"),
+        )
+    }
+
+    fn completed(&mut self) -> Next {
+        let stable = self.stable_image();
+        let total = self.total();
+        if self.spec().strategy.type_ == Strategy::Rollback {
+            return match self.st.previous_image.clone() {
+                Some(previous) if previous != stable => {
+                    self.start_rollback(&stable, &previous);
+                    go(
+                        Phase::RollingBack,
+                        "RollbackStarted",
+                        format!("rolling back from {stable} to {previous}"),
+                    )
+                }
+                _ => Next::Stay(format!(
+                    "strategy is Rollback, but there is no earlier image than {stable} to go back to"
+                )),
+            };
+        }
+        if self.spec().image != stable {
+            return self.start_rollout();
+        }
+        let name = match self.serving(&stable) {
+            Some(d) => d.name.clone(),
+            None => self.home(&stable),
+        };
+        let d = self.ensure(&name, &stable, total);
+        // Leftovers of a rollout cut off before its status was written.
+        self.delete_others(&name);
+        Next::Stay(format!(
+            "{}/{total} replicas available on {stable}",
+            d.map_or(0, |d| d.available)
+        ))
+    }
+
+    /// Why an in-flight rollout must be ended, if it must.
+    fn interrupted(&mut self) -> Option<Next> {
+        let canary = self.canary_image();
+        let stable = self.stable_image();
+        let image = self.spec().image.clone();
+        let (reason, message) = if self.spec().strategy.type_ == Strategy::Rollback {
+            (
+                "RollbackStarted",
+                format!("strategy set to Rollback; rolling {canary} back to {stable}"),
+            )
+        } else if image == stable {
+            (
+                "Reverted",
+                format!("image set back to {stable} in Git; rolling {canary} back"),
+            )
+        } else if image != canary && self.batched() {
+            (
+                "Superseded",
+                format!(
+                    "image changed to {image} during the rollout of {canary}; rolling back before starting it"
+                ),
+            )
+        } else {
+            return None;
+        };
+        self.start_rollback(&canary, &stable);
+        Some(go(Phase::RollingBack, reason, message))
+    }
+
+    fn rolling_step(&mut self) -> Next {
+        if let Some(next) = self.interrupted() {
+            return next;
+        }
+        // A new image during a rolling update just becomes its target.
+        if self.spec().image != self.canary_image() {
+            self.st.canary_image = Some(self.spec().image.clone());
+        }
+        if let Some(next) = self.deadline_passed() {
+            return next;
+        }
+        let image = self.canary_image();
+        let total = self.total();
+        let name = self.name().to_string();
+        let d = self.ensure(&name, &image, total);
+        if !d.is_some_and(|d| d.complete(total)) {
+            return Next::Stay(format!(
+                "rolling update to {image}: {} of {total} updated and available",
+                d.map_or(0, |d| d.updated.min(d.available))
+            ));
+        }
+        self.delete_others(&name);
+        self.finish_rollout()
+    }
+
+    fn finish_rollout(&mut self) -> Next {
+        let image = self.canary_image();
+        self.st.previous_image = Some(self.stable_image());
+        self.st.stable_image = Some(image.clone());
+        self.st.canary_image = None;
+        let total = self.total();
+        go(
+            Phase::Completed,
+            "RolloutComplete",
+            format!("{total}/{total} replicas on {image}"),
+        )
+    }
+
+    /// May batch `n` start without (more) approval?
+    fn allowed(&self, n: i32) -> bool {
+        match self.spec().pause {
+            PauseMode::Never => true,
+            PauseMode::First => n > 2 || self.spec().current_batch >= n,
+            PauseMode::All => self.spec().current_batch >= n,
+        }
+    }
+
+    fn batch_step(&mut self, phase: Phase) -> Next {
+        if let Some(next) = self.interrupted() {
+            return next;
+        }
+        if phase == Phase::Progressing
+            && let Some(next) = self.deadline_passed()
+        {
+            return next;
+        }
+        let total = self.total();
+        let n = self.current_batch();
+        let m = self.batches();
+        let t = batch::target(total, m, n);
+        let image = self.canary_image();
+        let new_name = self.version_for(&image);
+        let new = self.ensure(&new_name, &image, t);
+        let available = new.map_or(0, |d| d.available.min(t));
+        let stable_image = self.stable_image();
+        if let Some(old) = self.stable_deployment(&new_name) {
+            let old_name = old.name.clone();
+            self.ensure(
+                &old_name,
+                &stable_image,
+                batch::old_replicas(total, available),
+            );
+        }
+        let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
+        if !done {
+            return Next::Stay(format!(
+                "batch {n} of {m}: {available}/{t} new replica(s) on {image} available"
+            ));
+        }
+        if n >= m {
+            self.delete_others(&new_name);
+            return self.finish_rollout();
+        }
+        if self.allowed(n + 1) {
+            self.st.current_batch = Some(n + 1);
+            let next = batch::target(total, m, n + 1);
+            return go(
+                Phase::Progressing,
+                "BatchStarted",
+                format!("batch {} of {m}: {next} new replica(s) on {image}", n + 1),
+            );
+        }
+        let waiting = format!(
+            "batch {n} of {m} done ({t} new, {} old); waiting for approval: set currentBatch to {} in Git",
+            total - t,
+            n + 1
+        );
+        if phase == Phase::Paused {
+            Next::Stay(waiting)
+        } else {
+            go(Phase::Paused, "Paused", waiting)
+        }
+    }
+
+    fn rolling_back(&mut self) -> Next {
+        let Some(rollback) = self.st.rollback.clone() else {
+            let (from, to) = (self.canary_image(), self.stable_image());
+            self.start_rollback(&from, &to);
+            return Next::Stay(format!("rolling {from} back to {to}"));
+        };
+        let target = rollback.to_image.clone();
+        let total = self.total();
+        // The Deployment that runs the target image (the previous version's), if it still
+        // exists; else the one that serves most, whose image is set back.
+        let home = self
+            .o
+            .iter()
+            .filter(|d| d.image.as_deref() == Some(target.as_str()))
+            .max_by_key(|d| d.replicas)
+            .or_else(|| self.stable_deployment(""))
+            .map_or_else(|| self.home(&target), |d| d.name.clone());
+        let back = self.ensure(&home, &target, total);
+        for other in self.o.iter().filter(|d| d.name != home) {
+            if other.replicas > 0 {
+                let image = other.image.clone().unwrap_or_default();
+                self.ensure(&other.name.clone(), &image, 0);
+            }
+        }
+        let drained = self
+            .o
+            .iter()
+            .filter(|d| d.name != home)
+            .all(|d| d.pods == 0);
+        if !back.is_some_and(|d| d.complete(total)) || !drained {
+            return Next::Stay(format!(
+                "rolling back to {target}: {}/{total} available",
+                back.map_or(0, |d| d.available)
+            ));
+        }
+        self.delete_others(&home);
+        if let Some(r) = self.st.rollback.as_mut() {
+            r.state = BatchState::Finished;
+        }
+        if self.st.stable_image.as_deref() != Some(target.as_str()) {
+            self.st.previous_image = self.st.stable_image.clone();
+        }
+        self.st.stable_image = Some(target.clone());
+        self.st.current_batch = None;
+        go_warning(
+            Phase::RolledBack,
+            "RolledBack",
+            format!(
+                "rolled back from {} to {target}: {total}/{total} available",
+                rollback.from_image
+            ),
+        )
+    }
+
+    fn rolled_back(&mut self) -> Next {
+        let stable = self.stable_image();
+        let from = self.st.rollback.as_ref().map(|r| r.from_image.clone());
+        let image = self.spec().image.clone();
+        if self.spec().strategy.type_ != Strategy::Rollback {
+            if image == stable {
+                self.st.canary_image = None;
+                return go(
+                    Phase::Completed,
+                    "Available",
+                    format!("image is {stable} in Git; nothing to roll out"),
+                );
+            }
+            if Some(&image) != from.as_ref() {
+                return self.start_rollout();
+            }
+        }
+        let total = self.total();
+        let name = match self.serving(&stable) {
+            Some(d) => d.name.clone(),
+            None => self.home(&stable),
+        };
+        self.ensure(&name, &stable, total);
+        Next::Stay(format!(
+            "rolled back to {stable}; {} stays off until the image in Git changes",
+            from.unwrap_or_default()
+        ))
+    }
+
+    fn failed(&mut self) -> Next {
+        if let Some(next) = self.interrupted() {
+            return next;
+        }
+        if self.spec().rollback_on_failure {
+            let (from, to) = (self.canary_image(), self.stable_image());
+            self.start_rollback(&from, &to);
+            return go(
+                Phase::RollingBack,
+                "RollbackStarted",
+                format!("rollbackOnFailure set; rolling {from} back to {to}"),
+            );
+        }
+        Next::Stay(self.st.message.clone().unwrap_or_default())
+    }
+
+    fn finish(mut self, message: String) -> DeployPlan {
+        let total = self.total();
+        let phase = self.st.phase.unwrap_or(Phase::Initializing);
+        let available: i32 = self.o.iter().map(|d| d.available).sum();
+        self.st.available_replicas = available;
+        self.st.ready = Some(format!("{available}/{total}"));
+        let m = self.batches();
+        let in_rollout = matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed);
+        if self.batched() && self.st.current_batch.is_some() {
+            let n = self.current_batch();
+            let all_done = phase == Phase::Completed;
+            self.st.batches = (1..=m)
+                .map(|b| BatchStatus {
+                    batch: b,
+                    target: batch::target(total, m, b),
+                    state: if all_done || b < n || (b == n && phase == Phase::Paused) {
+                        BatchState::Finished
+                    } else if b == n && in_rollout {
+                        BatchState::InProgress
+                    } else {
+                        BatchState::Pending
+                    },
+                })
+                .collect();
+            self.st.batch = Some(format!("{}/{m}", if all_done { m } else { n }));
+        } else if !self.batched() {
+            self.st.batches.clear();
+            self.st.batch = None;
+        }
+        if phase == Phase::Completed {
+            self.st.current_batch = None;
+        }
+        self.st.observed_generation = self.r.generation;
+        self.st.source_revision = self.r.source_revision.clone();
+        self.st.message = Some(message.clone());
+        let reason = format!("{phase:?}");
+        let mut conditions = std::mem::take(&mut self.st.conditions);
+        for (type_, value) in [
+            (
+                condition::READY,
+                matches!(phase, Phase::Completed | Phase::RolledBack) && available >= total,
+            ),
+            (
+                condition::PROGRESSING,
+                matches!(
+                    phase,
+                    Phase::Progressing | Phase::Paused | Phase::RollingBack
+                ),
+            ),
+            (
+                condition::DEGRADED,
+                matches!(phase, Phase::Failed | Phase::RolledBack),
+            ),
+        ] {
+            set_condition(&mut conditions, type_, value, &reason, &message, self.now);
+        }
+        self.st.conditions = conditions;
+        DeployPlan {
+            status: self.st,
+            actions: self.actions,
+            events: self.events,
+            requeue_after: self.requeue,
+            entered: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

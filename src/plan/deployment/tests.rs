@@ -1,0 +1,443 @@
+//! Tests of the CanaryDeployment planner against a small model of the Deployment controller;
+//! the real control plane runs the same stories in `tests/deployment.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::{Just, ProptestConfig, prop_assert, prop_assert_eq, prop_oneof, proptest};
+use proptest::strategy::Strategy as _;
+
+use super::*;
+
+fn spec(strategy: Strategy, batches: i32, pause: PauseMode) -> CanaryDeploymentSpec {
+    serde_json::from_value(serde_json::json!({
+        "replicas": 4,
+        "image": "web:1",
+        "strategy": {"type": format!("{strategy:?}")},
+        "batches": batches,
+        "pause": match pause { PauseMode::First => "First", PauseMode::All => "All", PauseMode::Never => "None" },
+        "template": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "web:1"}]}
+            }
+        }
+    }))
+    .unwrap()
+}
+
+#[derive(Clone, Debug)]
+struct Sim {
+    spec: CanaryDeploymentSpec,
+    status: CanaryDeploymentStatus,
+    deployments: BTreeMap<String, DeploymentView>,
+    now: Timestamp,
+    events: Vec<&'static str>,
+    phases: Vec<Phase>,
+    /// Every batch list status ever had, without repeats in a row.
+    batch_history: Vec<Vec<(i32, i32, BatchState)>>,
+    /// Highest replicas ever asked of each Deployment, per batch recorded in status.
+    max_asked: BTreeMap<String, i32>,
+}
+
+impl Sim {
+    fn new(strategy: Strategy, batches: i32, pause: PauseMode) -> Sim {
+        Sim {
+            spec: spec(strategy, batches, pause),
+            status: CanaryDeploymentStatus::default(),
+            deployments: BTreeMap::new(),
+            now: Timestamp::from_second(1_700_000_000).unwrap(),
+            events: Vec::new(),
+            phases: Vec::new(),
+            batch_history: Vec::new(),
+            max_asked: BTreeMap::new(),
+        }
+    }
+
+    fn rollout(&self) -> DeployRollout<'_> {
+        DeployRollout {
+            reference: RolloutRef {
+                name: "web".into(),
+                namespace: "ns".into(),
+                uid: "uid".into(),
+                source: None,
+            },
+            generation: Some(1),
+            spec: &self.spec,
+            source_revision: None,
+            status: self.status.clone(),
+        }
+    }
+
+    fn observed(&self) -> Vec<DeploymentView> {
+        self.deployments.values().cloned().collect()
+    }
+
+    fn plan(&self) -> DeployPlan {
+        plan(&self.rollout(), &self.observed(), self.now)
+    }
+
+    fn reconcile_partial(&mut self, keep: Option<usize>) -> DeployPlan {
+        let p = self.plan();
+        self.status = p.status.clone();
+        let n = keep.unwrap_or(p.actions.len()).min(p.actions.len());
+        for a in &p.actions[..n] {
+            self.execute(a);
+        }
+        if keep.is_none() {
+            self.events.extend(p.events.iter().map(|e| e.reason));
+            if self.phases.is_empty() && p.entered.is_empty() {
+                self.phases.extend(p.status.phase);
+            }
+            self.phases.extend(p.entered.iter().copied());
+            let batches: Vec<_> = p
+                .status
+                .batches
+                .iter()
+                .map(|b| (b.batch, b.target, b.state))
+                .collect();
+            if !batches.is_empty() && self.batch_history.last() != Some(&batches) {
+                self.batch_history.push(batches);
+            }
+            self.status = p.status.clone();
+        }
+        p
+    }
+
+    fn reconcile(&mut self) -> DeployPlan {
+        self.reconcile_partial(None)
+    }
+
+    fn execute(&mut self, a: &DeployAction) {
+        match a {
+            DeployAction::Apply(d) => {
+                let name = d.metadata.name.clone().unwrap();
+                let mut view = DeploymentView::from_object(d, None);
+                let prev = self.deployments.get(&name);
+                view.available = prev.map_or(0, |p| p.available);
+                view.updated = prev.map_or(0, |p| p.updated);
+                view.pods = prev.map_or(0, |p| p.pods);
+                view.status_fresh = false;
+                let max = self.max_asked.entry(name.clone()).or_insert(0);
+                *max = (*max).max(view.replicas);
+                self.deployments.insert(name, view);
+            }
+            DeployAction::Delete { name } => {
+                self.deployments.remove(name);
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        self.now += jiff::SignedDuration::from_secs(1);
+        for d in self.deployments.values_mut() {
+            let broken = d.image.as_deref().is_some_and(|i| i.ends_with(":broken"));
+            d.pods = d.replicas;
+            d.updated = d.replicas;
+            d.available = if broken { 0 } else { d.replicas };
+            d.status_fresh = true;
+        }
+    }
+
+    fn run_until(&mut self, what: &str, done: impl Fn(&Sim) -> bool) {
+        for _ in 0..200 {
+            if done(self) {
+                return;
+            }
+            self.reconcile();
+            self.tick();
+        }
+        panic!(
+            "never reached {what}: {:?} {:?}; phases {:?}",
+            self.status.phase, self.status.message, self.phases
+        );
+    }
+
+    fn phase(&self) -> Option<Phase> {
+        self.status.phase
+    }
+
+    fn completed_on(&mut self, image: &str) {
+        let image = image.to_string();
+        self.run_until(&format!("Completed on {image}"), |s| {
+            s.phase() == Some(Phase::Completed) && s.status.stable_image.as_deref() == Some(&image)
+        });
+    }
+
+    /// Replicas by image, over all Deployments.
+    fn by_image(&self) -> BTreeMap<String, i32> {
+        let mut out = BTreeMap::new();
+        for d in self.deployments.values() {
+            *out.entry(d.image.clone().unwrap()).or_insert(0) += d.replicas;
+        }
+        out
+    }
+}
+
+use BatchState::{Finished, InProgress, Pending};
+
+#[test]
+fn the_seeds_example_pauses_after_batch_one_and_finishes_on_approval() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    assert_eq!(s.deployments.len(), 1);
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    assert_eq!(
+        s.by_image(),
+        BTreeMap::from([("web:1".into(), 3), ("web:2".into(), 1)])
+    );
+    assert_eq!(s.status.batch.as_deref(), Some("1/2"));
+    // It stays paused until Git raises currentBatch.
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::Paused));
+    assert!(
+        s.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("set currentBatch to 2")
+    );
+    s.spec.current_batch = 2;
+    s.completed_on("web:2");
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 4)]));
+    assert_eq!(s.deployments.len(), 1, "the old Deployment is deleted");
+    assert_eq!(
+        s.batch_history,
+        vec![
+            vec![(1, 1, InProgress), (2, 4, Pending)],
+            vec![(1, 1, Finished), (2, 4, Pending)],
+            vec![(1, 1, Finished), (2, 4, InProgress)],
+            vec![(1, 1, Finished), (2, 4, Finished)],
+        ]
+    );
+    assert_eq!(s.status.previous_image.as_deref(), Some("web:1"));
+    assert!(s.events.contains(&"RolloutComplete"));
+}
+
+#[test]
+fn pause_all_waits_after_every_batch() {
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::All);
+    s.spec.replicas = 6;
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused at 1", |s| s.phase() == Some(Phase::Paused));
+    assert_eq!(s.by_image()["web:2"], 1);
+    s.spec.current_batch = 2;
+    s.run_until("Paused at 2", |s| {
+        s.phase() == Some(Phase::Paused) && s.status.current_batch == Some(2)
+    });
+    assert_eq!(
+        s.by_image(),
+        BTreeMap::from([("web:1".into(), 3), ("web:2".into(), 3)])
+    );
+    s.spec.current_batch = 3;
+    s.completed_on("web:2");
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 6)]));
+}
+
+#[test]
+fn pause_none_runs_through() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::Never);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.completed_on("web:2");
+    assert!(!s.phases.contains(&Phase::Paused));
+}
+
+#[test]
+fn pause_first_goes_on_by_itself_after_the_first_approval() {
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
+    s.spec.replicas = 6;
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.spec.current_batch = 2;
+    s.completed_on("web:2");
+    assert_eq!(s.phases.iter().filter(|p| **p == Phase::Paused).count(), 1);
+}
+
+#[test]
+fn rolling_updates_one_deployment_and_corrects_drift() {
+    let mut s = Sim::new(Strategy::Rolling, 1, PauseMode::Never);
+    s.completed_on("web:1");
+    assert!(s.deployments.contains_key("web"));
+    s.spec.image = "web:2".into();
+    s.completed_on("web:2");
+    assert_eq!(s.deployments.len(), 1);
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 4)]));
+    // Someone edits the Deployment by hand.
+    let d = s.deployments.get_mut("web").unwrap();
+    d.replicas = 1;
+    d.image = Some("web:hacked".into());
+    let p = s.reconcile();
+    assert!(
+        matches!(&p.actions[..], [DeployAction::Apply(d)] if d.spec.as_ref().unwrap().replicas == Some(4))
+    );
+    s.tick();
+    // Resources drift too.
+    s.spec.resources = Some(
+        serde_json::from_value(serde_json::json!({"requests": {"cpu": "100m", "memory": "64Mi"}}))
+            .unwrap(),
+    );
+    let p = s.reconcile();
+    assert_eq!(p.actions.len(), 1, "a resources change is applied");
+    s.tick();
+    assert!(s.reconcile().actions.is_empty());
+    s.deployments.get_mut("web").unwrap().resources = None;
+    assert_eq!(
+        s.reconcile().actions.len(),
+        1,
+        "a hand edit of resources is put back"
+    );
+}
+
+#[test]
+fn rollback_from_the_middle_of_batches_scales_the_old_version_back() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.spec.strategy.type_ = Strategy::Rollback;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    assert_eq!(s.deployments.len(), 1);
+    let rb = s.status.rollback.clone().unwrap();
+    assert_eq!(
+        (rb.from_image.as_str(), rb.to_image.as_str(), rb.state),
+        ("web:2", "web:1", Finished)
+    );
+}
+
+#[test]
+fn a_rolling_rollback_sets_the_image_back() {
+    let mut s = Sim::new(Strategy::Rolling, 1, PauseMode::Never);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.completed_on("web:2");
+    s.spec.strategy.type_ = Strategy::Rollback;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    assert!(s.deployments.contains_key("web"));
+}
+
+#[test]
+fn a_broken_image_stops_at_the_deadline_and_the_old_version_keeps_serving() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::Never);
+    s.spec.progress_deadline_seconds = 10;
+    s.completed_on("web:1");
+    s.spec.image = "web:broken".into();
+    s.run_until("Failed", |s| s.phase() == Some(Phase::Failed));
+    assert!(s.events.contains(&"ProgressDeadlineExceeded"));
+    // Regression: the Failed phase kept the previous phase's message.
+    assert!(
+        s.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("web:1 keeps serving")
+    );
+    assert_eq!(
+        s.by_image()["web:1"],
+        4,
+        "old version serves at full strength"
+    );
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::Failed));
+    // With automatic rollback it cleans up by itself.
+    s.spec.rollback_on_failure = true;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+}
+
+#[test]
+fn a_restart_mid_batch_carries_on_without_scaling_twice() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::Never);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    for crash in 0..3 {
+        s.reconcile_partial(Some(crash));
+        s.tick();
+    }
+    s.completed_on("web:2");
+    let new = s.deployments.keys().next().unwrap().clone();
+    assert_eq!(s.max_asked[&new], 4);
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    Tick,
+    Image(u8),
+    Approve(i32),
+    Strategy(u8),
+    Crash(usize),
+}
+
+fn event() -> impl proptest::strategy::Strategy<Value = Event> {
+    prop_oneof![
+        6 => Just(Event::Tick),
+        1 => (0u8..3).prop_map(Event::Image),
+        1 => (1i32..=3).prop_map(Event::Approve),
+        1 => (0u8..3).prop_map(Event::Strategy),
+        1 => (0usize..3).prop_map(Event::Crash),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random Git changes and crashes: the new version is never asked for more than the batch
+    /// recorded in status allows, a batched rollout serves at least `total - 1` available
+    /// replicas while it moves, and Git settling on one image always ends Completed on it.
+    #[test]
+    fn batches_never_overshoot_and_always_settle(events in proptest::collection::vec(event(), 1..60)) {
+        let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
+        s.spec.replicas = 6;
+        s.completed_on("web:1");
+        for e in events {
+            match e {
+                Event::Tick => {
+                    let p = s.reconcile();
+                    if s.status.phase == Some(Phase::Progressing) && s.spec.strategy.type_ == Strategy::Batches {
+                        let n = p.status.current_batch.unwrap_or(1);
+                        let t = batch::target(6, 3, n);
+                        let new = p.status.canary_image.clone().map(|i| {
+                            let planner = Planner { r: &s.rollout(), o: &[], now: s.now, st: s.status.clone(), actions: vec![], events: vec![], requeue: None };
+                            planner.version_for(&i)
+                        });
+                        for a in &p.actions {
+                            if let DeployAction::Apply(d) = a
+                                && Some(d.metadata.name.clone().unwrap()) == new
+                            {
+                                prop_assert!(d.spec.as_ref().unwrap().replicas.unwrap() <= t);
+                            }
+                        }
+                        let available: i32 = s.deployments.values().map(|d| d.available).sum();
+                        prop_assert!(available >= 6 - 1 || s.deployments.values().any(|d| d.available < d.replicas));
+                    }
+                    s.tick();
+                }
+                Event::Image(i) => s.spec.image = format!("web:{}", i + 1),
+                Event::Approve(n) => s.spec.current_batch = n,
+                Event::Strategy(k) => s.spec.strategy.type_ = [Strategy::Batches, Strategy::Rollback, Strategy::Batches][k as usize],
+                Event::Crash(n) => {
+                    s.reconcile_partial(Some(n));
+                    s.tick();
+                }
+            }
+            prop_assert_eq!(s.plan(), s.plan());
+        }
+        s.spec.strategy.type_ = Strategy::Batches;
+        s.spec.current_batch = 3;
+        s.spec.image = "web:9".into();
+        s.completed_on("web:9");
+        prop_assert_eq!(s.by_image(), BTreeMap::from([("web:9".to_string(), 6)]));
+    }
+}

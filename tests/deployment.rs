@@ -1,0 +1,412 @@
+//! CanaryDeployment end to end on the real control plane: the agent binary follows a spec
+//! directory (`--repo-path`), and each human gate is an edit of the spec, as a merged pull
+//! request would make it.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use linnet::api::{BatchState, CanaryDeployment, DeploymentPhase};
+use serde_json::{Value, json};
+use support::rollout::{Fixture, merge};
+
+fn web(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryDeployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 4,
+            "image": "nginx:1.27",
+            "strategy": {"type": "Batches"},
+            "batches": 2,
+            "pause": "First",
+            "currentBatch": 1,
+            "progressDeadlineSeconds": 60,
+            "template": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
+                }
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
+async fn start(prefix: &str, patch: Value) -> Fixture {
+    Fixture::start(prefix, |ns| web(ns, patch)).await
+}
+
+fn phase_of(d: &CanaryDeployment) -> Option<DeploymentPhase> {
+    d.status.as_ref().and_then(|s| s.phase)
+}
+
+async fn wait_phase(f: &Fixture, phase: DeploymentPhase, secs: u64) -> CanaryDeployment {
+    f.wait_for(&format!("{phase:?}"), secs, |d: &CanaryDeployment| {
+        phase_of(d) == Some(phase)
+    })
+    .await
+}
+
+async fn wait_completed_on(f: &Fixture, image: &str, secs: u64) -> CanaryDeployment {
+    f.wait_for(
+        &format!("Completed on {image}"),
+        secs,
+        |d: &CanaryDeployment| {
+            let s = d.status.clone().unwrap_or_default();
+            s.phase == Some(DeploymentPhase::Completed) && s.stable_image.as_deref() == Some(image)
+        },
+    )
+    .await
+}
+
+/// Replicas per image over the rollout's Deployments.
+async fn replicas_by_image(f: &Fixture) -> BTreeMap<String, i32> {
+    let mut out = BTreeMap::new();
+    for d in f
+        .api::<Deployment>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        let spec = d.spec.unwrap();
+        let image = spec.template.spec.unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap();
+        *out.entry(image).or_insert(0) += spec.replicas.unwrap_or(0);
+    }
+    out
+}
+
+/// One `status.batches` as (batch, target, state) rows.
+type Batches = Vec<(i32, i32, BatchState)>;
+
+/// Collects, from a watch, every distinct `status.batches` the rollout shows, and the most
+/// replicas each Deployment was ever asked for.
+#[derive(Clone, Default)]
+struct Recorder {
+    batches: Arc<Mutex<Vec<Batches>>>,
+    max_replicas: Arc<Mutex<BTreeMap<String, i32>>>,
+}
+
+impl Recorder {
+    fn start(f: &Fixture) -> Recorder {
+        let r = Recorder::default();
+        let rec = r.clone();
+        let rollouts = f.api::<CanaryDeployment>();
+        tokio::spawn(async move {
+            let mut s = watcher(rollouts, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(d)) = s.next().await {
+                let b: Vec<_> = d
+                    .status
+                    .unwrap_or_default()
+                    .batches
+                    .iter()
+                    .map(|b| (b.batch, b.target, b.state))
+                    .collect();
+                let mut all = rec.batches.lock().unwrap();
+                if !b.is_empty() && all.last() != Some(&b) {
+                    all.push(b);
+                }
+            }
+        });
+        let rec = r.clone();
+        let deployments = f.api::<Deployment>();
+        tokio::spawn(async move {
+            let mut s = watcher(deployments, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(d)) = s.next().await {
+                let n = d.spec.and_then(|s| s.replicas).unwrap_or(0);
+                let mut max = rec.max_replicas.lock().unwrap();
+                let e = max.entry(d.metadata.name.unwrap()).or_insert(0);
+                *e = (*e).max(n);
+            }
+        });
+        r
+    }
+
+    fn batches(&self) -> Vec<Batches> {
+        self.batches.lock().unwrap().clone()
+    }
+}
+
+use BatchState::{Finished, InProgress, Pending};
+
+#[tokio::test]
+async fn the_seeds_example_four_replicas_two_batches_pause_first() {
+    let mut f = start("cd-seed", json!({})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    let rec = Recorder::start(&f);
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+
+    // 1. After batch 1: new = 1, old = 3, and it pauses.
+    let paused = wait_phase(&f, DeploymentPhase::Paused, 90).await;
+    assert_eq!(
+        replicas_by_image(&f).await,
+        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 1)])
+    );
+    let status = paused.status.unwrap();
+    assert_eq!(status.batch.as_deref(), Some("1/2"));
+    assert!(status.message.unwrap().contains("set currentBatch to 2"));
+    assert_eq!(
+        f.api::<Deployment>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+
+    // 2. A merged pull request raises currentBatch to 2.
+    f.patch_spec(json!({"currentBatch": 2}));
+
+    // 3. new = 4, old = 0, and the old Deployment is deleted.
+    wait_completed_on(&f, "nginx:1.28", 90).await;
+    support::eventually(
+        "the old Deployment to go",
+        std::time::Duration::from_secs(30),
+        || async {
+            (replicas_by_image(&f).await == BTreeMap::from([("nginx:1.28".into(), 4)]))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        rec.batches(),
+        vec![
+            vec![(1, 1, InProgress), (2, 4, Pending)],
+            vec![(1, 1, Finished), (2, 4, Pending)],
+            vec![(1, 1, Finished), (2, 4, InProgress)],
+            vec![(1, 1, Finished), (2, 4, Finished)],
+        ],
+        "the per-batch status sequence"
+    );
+    let reasons = f.event_reasons().await;
+    for r in ["BatchStarted", "Paused", "RolloutComplete"] {
+        assert!(
+            reasons.iter().any(|x| x == r),
+            "no {r} event in {reasons:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn pause_all_with_three_batches() {
+    let mut f = start(
+        "cd-all",
+        json!({"replicas": 6, "batches": 3, "pause": "All"}),
+    )
+    .await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_phase(&f, DeploymentPhase::Paused, 90).await;
+    assert_eq!(replicas_by_image(&f).await["nginx:1.28"], 1);
+    f.patch_spec(json!({"currentBatch": 2}));
+    f.wait_for("paused at batch 2", 90, |d: &CanaryDeployment| {
+        let s = d.status.clone().unwrap_or_default();
+        s.phase == Some(DeploymentPhase::Paused) && s.current_batch == Some(2)
+    })
+    .await;
+    assert_eq!(
+        replicas_by_image(&f).await,
+        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 3)])
+    );
+    f.patch_spec(json!({"currentBatch": 3}));
+    wait_completed_on(&f, "nginx:1.28", 90).await;
+}
+
+#[tokio::test]
+async fn pause_none_runs_every_batch() {
+    let mut f = start("cd-none", json!({"batches": 3, "pause": "None"})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    let rec = Recorder::start(&f);
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_completed_on(&f, "nginx:1.28", 120).await;
+    assert!(!f.event_reasons().await.iter().any(|r| r == "Paused"));
+    assert!(rec.batches().iter().all(|b| b.len() == 3));
+}
+
+#[tokio::test]
+async fn rolling_corrects_drift_made_by_hand() {
+    let mut f = start("cd-roll", json!({"strategy": {"type": "Rolling"}})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}));
+    wait_completed_on(&f, "nginx:1.28", 90).await;
+    let deployments = f.api::<Deployment>();
+    // kubectl scale and kubectl set image, by hand.
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "web", "image": "nginx:hacked", "resources": {"requests": {"cpu": "1"}}}
+            ]}}}})),
+        )
+        .await
+        .unwrap();
+    support::eventually(
+        "drift to be corrected",
+        std::time::Duration::from_secs(30),
+        || async {
+            let d = deployments.get("web").await.unwrap();
+            let spec = d.spec.unwrap();
+            let c = &spec.template.spec.unwrap().containers[0];
+            let cpu = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("cpu"))
+                .map(|q| q.0.clone());
+            (spec.replicas == Some(4)
+                && c.image.as_deref() == Some("nginx:1.28")
+                && cpu.as_deref() == Some("100m"))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn rollback_from_the_middle_of_batches() {
+    let mut f = start("cd-rb", json!({})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_phase(&f, DeploymentPhase::Paused, 90).await;
+    f.patch_spec(json!({"strategy": {"type": "Rollback"}}));
+    let done = wait_phase(&f, DeploymentPhase::RolledBack, 90).await;
+    let rb = done.status.unwrap().rollback.unwrap();
+    assert_eq!(
+        (rb.from_image.as_str(), rb.to_image.as_str(), rb.state),
+        ("nginx:1.28", "nginx:1.27", Finished)
+    );
+    support::eventually(
+        "the new Deployment to go",
+        std::time::Duration::from_secs(30),
+        || async {
+            (replicas_by_image(&f).await == BTreeMap::from([("nginx:1.27".into(), 4)]))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_rolling_rollback_sets_the_image_back() {
+    let mut f = start("cd-rollrb", json!({"strategy": {"type": "Rolling"}})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_completed_on(&f, "nginx:1.28", 90).await;
+    f.patch_spec(json!({"strategy": {"type": "Rollback"}}));
+    wait_phase(&f, DeploymentPhase::RolledBack, 90).await;
+    assert_eq!(
+        replicas_by_image(&f).await,
+        BTreeMap::from([("nginx:1.27".into(), 4)])
+    );
+}
+
+#[tokio::test]
+async fn a_broken_image_hits_the_deadline_and_the_old_version_serves() {
+    let mut f = start(
+        "cd-broken",
+        json!({"progressDeadlineSeconds": 8, "pause": "None"}),
+    )
+    .await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:broken"}));
+    let failed = wait_phase(&f, DeploymentPhase::Failed, 90).await;
+    assert!(
+        failed
+            .status
+            .unwrap()
+            .message
+            .unwrap()
+            .contains("nginx:1.27 keeps serving")
+    );
+    assert_eq!(replicas_by_image(&f).await["nginx:1.27"], 4);
+    let reasons = f.event_reasons().await;
+    assert!(
+        reasons.iter().any(|r| r == "ProgressDeadlineExceeded"),
+        "{reasons:?}"
+    );
+    // Automatic rollback, once configured, cleans up.
+    f.patch_spec(json!({"rollbackOnFailure": true}));
+    wait_phase(&f, DeploymentPhase::RolledBack, 90).await;
+    assert_eq!(
+        replicas_by_image(&f).await,
+        BTreeMap::from([("nginx:1.27".into(), 4)])
+    );
+}
+
+#[tokio::test]
+async fn killed_mid_batch_carries_on_without_scaling_twice() {
+    let mut f = start(
+        "cd-kill",
+        json!({"replicas": 6, "batches": 3, "pause": "All"}),
+    )
+    .await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    let rec = Recorder::start(&f);
+    f.patch_spec(json!({"image": "nginx:1.28", "currentBatch": 2}));
+    // Kill it as soon as batch 2 is recorded, then bring it back.
+    f.wait_for("batch 2", 90, |d: &CanaryDeployment| {
+        d.status.as_ref().and_then(|s| s.current_batch) == Some(2)
+    })
+    .await;
+    f.kill_agent();
+    f.start_agent().await;
+    f.wait_for("paused at batch 2", 90, |d: &CanaryDeployment| {
+        let s = d.status.clone().unwrap_or_default();
+        s.phase == Some(DeploymentPhase::Paused) && s.current_batch == Some(2)
+    })
+    .await;
+    assert_eq!(
+        replicas_by_image(&f).await,
+        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 3)])
+    );
+    let new = f
+        .api::<Deployment>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|d| {
+            d.spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .image
+                .as_deref()
+                == Some("nginx:1.28")
+        })
+        .unwrap()
+        .metadata
+        .name
+        .unwrap();
+    let max = rec.max_replicas.lock().unwrap().clone();
+    assert_eq!(
+        max[&new], 3,
+        "the new version went past batch 2's target: {max:?}"
+    );
+    f.patch_spec(json!({"currentBatch": 3}));
+    wait_completed_on(&f, "nginx:1.28", 90).await;
+}

@@ -1,0 +1,142 @@
+//! A rollout under test: its own namespace, a spec directory that the agent binary follows
+//! (`--repo-path`, the same sync Git uses), and helpers to edit the spec as a merged commit
+//! would and to wait for the rollout's phase.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::api::ListParams;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::agent::{Agent, start_agent, wait_ready};
+use super::{TestNamespace, admin_client, eventually, install_crds};
+
+pub struct Fixture {
+    // Fields drop in order: the agent (printing its log on failure) before its directory.
+    pub agent: Option<Agent>,
+    pub admin: Client,
+    pub ns: TestNamespace,
+    pub dir: tempfile::TempDir,
+    /// The object in the spec file.
+    pub spec: Value,
+}
+
+/// Merges `patch` into `base`, objects key by key.
+pub fn merge(base: &mut Value, patch: Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, p) => *b = p,
+    }
+}
+
+impl Fixture {
+    /// A namespace `t-<prefix>-…`, the spec `make(namespace)` in it, and an agent following it.
+    pub async fn start(prefix: &str, make: impl FnOnce(&str) -> Value) -> Fixture {
+        let admin = admin_client().await;
+        install_crds(&admin).await;
+        let ns = TestNamespace::create(&admin, prefix).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("specs")).unwrap();
+        let mut f = Fixture {
+            spec: make(&ns.name),
+            admin,
+            ns,
+            dir,
+            agent: None,
+        };
+        f.write();
+        f.start_agent().await;
+        f
+    }
+
+    pub async fn start_agent(&mut self) {
+        let agent = start_agent(
+            self.dir.path(),
+            &[format!(
+                "--repo-path={}",
+                self.dir.path().join("specs").display()
+            )],
+            &self.ns.name,
+        );
+        wait_ready(&agent).await;
+        self.agent = Some(agent);
+    }
+
+    /// Kills the agent like `kill -9`; its log stays in the directory.
+    pub fn kill_agent(&mut self) {
+        if let Some(mut a) = self.agent.take() {
+            a.kill();
+            std::mem::forget(a);
+        }
+    }
+
+    /// Writes the spec file, as a Git sync would see it (JSON is YAML).
+    pub fn write(&self) {
+        std::fs::write(
+            self.spec_file(),
+            serde_json::to_string_pretty(&self.spec).unwrap(),
+        )
+        .unwrap();
+    }
+
+    fn spec_file(&self) -> PathBuf {
+        self.dir.path().join("specs/rollout.yaml")
+    }
+
+    /// Changes the spec by a merge patch of its `spec`, and writes it.
+    pub fn patch_spec(&mut self, patch: Value) {
+        merge(&mut self.spec["spec"], patch);
+        self.write();
+    }
+
+    pub fn annotate(&mut self, key: &str, value: &str) {
+        merge(
+            &mut self.spec["metadata"],
+            json!({"annotations": {key: value}}),
+        );
+        self.write();
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.admin.clone(), &self.ns.name)
+    }
+
+    /// Waits until the rollout `name` of kind `K` satisfies `done`.
+    pub async fn wait_for<K>(&self, what: &str, secs: u64, done: impl Fn(&K) -> bool) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let name = self.spec["metadata"]["name"].as_str().unwrap().to_string();
+        let api = self.api::<K>();
+        eventually(
+            &format!("{what} in {}", self.ns.name),
+            Duration::from_secs(secs),
+            || async { api.get_opt(&name).await.unwrap().filter(|o| done(o)) },
+        )
+        .await
+    }
+
+    pub async fn event_reasons(&self) -> Vec<String> {
+        self.api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+}

@@ -24,9 +24,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 
 use super::actions::PlanEvent;
 use super::batch;
+use super::machine::{Machine, Next, drive, elapsed, go, go_warning, set_condition};
 use super::objects::{RolloutRef, stamp};
 use super::observed::container_image;
-use super::statefulset::set_condition;
 use crate::api::{
     BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
     DeploymentPhase as Phase, DeploymentStrategyType as Strategy, PauseMode, ROLLOUT_LABEL,
@@ -132,34 +132,6 @@ pub struct DeployPlan {
     pub entered: Vec<Phase>,
 }
 
-enum Next {
-    Stay(String),
-    Go {
-        phase: Phase,
-        reason: &'static str,
-        message: String,
-        warning: bool,
-    },
-}
-
-fn go(phase: Phase, reason: &'static str, message: String) -> Next {
-    Next::Go {
-        phase,
-        reason,
-        message,
-        warning: false,
-    }
-}
-
-fn go_warning(phase: Phase, reason: &'static str, message: String) -> Next {
-    Next::Go {
-        phase,
-        reason,
-        message,
-        warning: true,
-    }
-}
-
 /// The name of the Deployment for a pod template: `<name>-<8 hex digits>`.
 pub fn version_name(rollout: &str, template_hash: &str) -> String {
     let prefix: String = rollout.chars().take(50).collect();
@@ -192,44 +164,45 @@ pub fn plan(
         requeue: None,
     };
     p.st.phase.get_or_insert(Phase::Initializing);
-    let mut message = String::new();
-    let mut entered = Vec::new();
-    for _ in 0..6 {
-        let mark = p.actions.len();
-        match p.step(p.st.phase.unwrap_or(Phase::Initializing)) {
-            Next::Stay(m) => {
-                message = m;
-                break;
-            }
-            Next::Go {
-                phase,
-                reason,
-                message: m,
-                warning,
-            } => {
-                // Deletions are a phase's last step; everything else is redone by the next.
-                let kept: Vec<DeployAction> = p
-                    .actions
-                    .drain(mark..)
-                    .filter(|a| matches!(a, DeployAction::Delete { .. }))
-                    .collect();
-                p.actions.extend(kept);
-                p.events.push(PlanEvent {
-                    warning,
-                    reason,
-                    message: m.clone(),
-                });
-                entered.push(phase);
-                p.st.phase = Some(phase);
-                p.st.phase_since = Some(Time(now));
-                p.st.message = Some(m.clone());
-                message = m;
-            }
-        }
-    }
+    let driven = drive(&mut p);
+    p.events = driven.events;
+    let message = driven.message;
+    let entered = driven.entered;
     let mut plan = p.finish(message);
     plan.entered = entered;
     plan
+}
+
+impl Machine for Planner<'_> {
+    type Phase = Phase;
+
+    fn phase(&self) -> Phase {
+        self.st.phase.unwrap_or(Phase::Initializing)
+    }
+
+    fn step(&mut self, phase: Phase) -> Next<Phase> {
+        Planner::step(self, phase)
+    }
+
+    fn mark(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// Deletions are a phase's last step; everything else is redone by the next phase.
+    fn moved_on(&mut self, mark: usize, _keep: bool) {
+        let kept: Vec<DeployAction> = self
+            .actions
+            .drain(mark..)
+            .filter(|a| matches!(a, DeployAction::Delete { .. }))
+            .collect();
+        self.actions.extend(kept);
+    }
+
+    fn enter(&mut self, phase: Phase, message: &str) {
+        self.st.phase = Some(phase);
+        self.st.phase_since = Some(Time(self.now));
+        self.st.message = Some(message.to_string());
+    }
 }
 
 impl<'a> Planner<'a> {
@@ -389,10 +362,9 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn deadline_passed(&mut self) -> Option<Next> {
+    fn deadline_passed(&mut self) -> Option<Next<Phase>> {
         let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
-        let since = self.st.phase_since.as_ref().map_or(self.now, |t| t.0);
-        let elapsed = self.now.duration_since(since).unsigned_abs();
+        let elapsed = elapsed(self.st.phase_since.as_ref(), self.now);
         if elapsed < deadline {
             let left = deadline - elapsed + Duration::from_millis(100);
             self.requeue = Some(self.requeue.map_or(left, |r| r.min(left)));
@@ -421,7 +393,7 @@ impl<'a> Planner<'a> {
         ))
     }
 
-    fn step(&mut self, phase: Phase) -> Next {
+    fn step(&mut self, phase: Phase) -> Next<Phase> {
         match phase {
             Phase::Initializing => self.initializing(),
             Phase::Completed => self.completed(),
@@ -446,7 +418,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn initializing(&mut self) -> Next {
+    fn initializing(&mut self) -> Next<Phase> {
         let image = self.spec().image.clone();
         self.st.stable_image = Some(image.clone());
         let total = self.total();
@@ -478,7 +450,7 @@ impl<'a> Planner<'a> {
         });
     }
 
-    fn start_rollout(&mut self) -> Next {
+    fn start_rollout(&mut self) -> Next<Phase> {
         let image = self.spec().image.clone();
         let stable = self.stable_image();
         self.st.canary_image = Some(image.clone());
@@ -503,7 +475,7 @@ impl<'a> Planner<'a> {
         )
     }
 
-    fn completed(&mut self) -> Next {
+    fn completed(&mut self) -> Next<Phase> {
         let stable = self.stable_image();
         let total = self.total();
         if self.spec().strategy.type_ == Strategy::Rollback {
@@ -538,7 +510,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Why an in-flight rollout must be ended, if it must.
-    fn interrupted(&mut self) -> Option<Next> {
+    fn interrupted(&mut self) -> Option<Next<Phase>> {
         let canary = self.canary_image();
         let stable = self.stable_image();
         let image = self.spec().image.clone();
@@ -566,7 +538,7 @@ impl<'a> Planner<'a> {
         Some(go(Phase::RollingBack, reason, message))
     }
 
-    fn rolling_step(&mut self) -> Next {
+    fn rolling_step(&mut self) -> Next<Phase> {
         if let Some(next) = self.interrupted() {
             return next;
         }
@@ -591,7 +563,7 @@ impl<'a> Planner<'a> {
         self.finish_rollout()
     }
 
-    fn finish_rollout(&mut self) -> Next {
+    fn finish_rollout(&mut self) -> Next<Phase> {
         let image = self.canary_image();
         self.st.previous_image = Some(self.stable_image());
         self.st.stable_image = Some(image.clone());
@@ -613,7 +585,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn batch_step(&mut self, phase: Phase) -> Next {
+    fn batch_step(&mut self, phase: Phase) -> Next<Phase> {
         if let Some(next) = self.interrupted() {
             return next;
         }
@@ -670,7 +642,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn rolling_back(&mut self) -> Next {
+    fn rolling_back(&mut self) -> Next<Phase> {
         let Some(rollback) = self.st.rollback.clone() else {
             let (from, to) = (self.canary_image(), self.stable_image());
             self.start_rollback(&from, &to);
@@ -724,7 +696,7 @@ impl<'a> Planner<'a> {
         )
     }
 
-    fn rolled_back(&mut self) -> Next {
+    fn rolled_back(&mut self) -> Next<Phase> {
         let stable = self.stable_image();
         let from = self.st.rollback.as_ref().map(|r| r.from_image.clone());
         let image = self.spec().image.clone();
@@ -753,7 +725,7 @@ impl<'a> Planner<'a> {
         ))
     }
 
-    fn failed(&mut self) -> Next {
+    fn failed(&mut self) -> Next<Phase> {
         if let Some(next) = self.interrupted() {
             return next;
         }

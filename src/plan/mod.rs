@@ -6,15 +6,18 @@
 //! - [`handoff`]: moving one replica's volume between two StatefulSets;
 //! - [`statefulset`]: the CanaryStatefulSet phase machine;
 //! - [`batch`] and [`deployment`]: the CanaryDeployment batch arithmetic and phase machine;
-//! - [`actions`]: what a plan asks the controller to do.
+//! - [`actions`]: what a plan asks the controller to do;
+//! - `machine`: the transition driver and condition helper both phase machines share.
 
 pub mod actions;
 pub mod batch;
 pub mod deployment;
 pub mod handoff;
+mod machine;
 pub mod objects;
 pub mod observed;
 pub mod statefulset;
 
 pub use actions::{Action, PlanEvent};
+pub use machine::set_condition;
 pub use observed::Observed;

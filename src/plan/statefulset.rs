@@ -15,13 +15,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::actions::{Action, PlanEvent};
 use super::handoff::{HandoffStep, handoff_step};
+use super::machine::{Machine, Next, drive, elapsed, go, go_warning, keeping, set_condition};
 use super::objects::{
     Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
 };
 use super::observed::{Observed, PodView, SetView};
 use crate::api::{
-    CanaryStatefulSetSpec, CanaryStatefulSetStatus, Condition, PromotionType,
-    StatefulSetPhase as Phase, StatefulSetStrategyType, condition,
+    CanaryStatefulSetSpec, CanaryStatefulSetStatus, PromotionType, StatefulSetPhase as Phase,
+    StatefulSetStrategyType, condition,
 };
 
 /// The rollout as the planner sees it.
@@ -50,58 +51,6 @@ pub struct Plan {
     pub requeue_after: Option<Duration>,
     /// Every phase this plan entered, in order (usually none or one).
     pub entered: Vec<Phase>,
-}
-
-enum Next {
-    Stay(String),
-    Go {
-        phase: Phase,
-        reason: &'static str,
-        message: String,
-        warning: bool,
-        /// Keep the actions the phase emitted before it moved on (its last step).
-        keep: bool,
-    },
-}
-
-fn go(phase: Phase, reason: &'static str, message: String) -> Next {
-    Next::Go {
-        phase,
-        reason,
-        message,
-        warning: false,
-        keep: false,
-    }
-}
-
-fn go_warning(phase: Phase, reason: &'static str, message: String) -> Next {
-    Next::Go {
-        phase,
-        reason,
-        message,
-        warning: true,
-        keep: false,
-    }
-}
-
-/// A move on that keeps the actions of the phase's last step.
-fn keeping(next: Next) -> Next {
-    match next {
-        Next::Go {
-            phase,
-            reason,
-            message,
-            warning,
-            ..
-        } => Next::Go {
-            phase,
-            reason,
-            message,
-            warning,
-            keep: true,
-        },
-        stay => stay,
-    }
 }
 
 struct Planner<'a> {
@@ -136,45 +85,42 @@ pub fn plan(rollout: &Rollout<'_>, observed: &Observed, now: Timestamp) -> Plan 
                 .unwrap_or_else(|| rollout.spec.image.clone()),
         );
     }
-    let mut message = String::new();
-    let mut entered = Vec::new();
     p.st.phase.get_or_insert(Phase::Initializing);
-    // A few transitions may happen in one plan (e.g. Stable -> ScalingDownStable); each
-    // phase's actions are only emitted by the phase that stays.
-    for _ in 0..6 {
-        let phase = p.st.phase.unwrap_or(Phase::Initializing);
-        let mark = p.actions.len();
-        match p.step(phase) {
-            Next::Stay(m) => {
-                message = m;
-                break;
-            }
-            Next::Go {
-                phase: next,
-                reason,
-                message: m,
-                warning,
-                keep,
-            } => {
-                if !keep {
-                    p.actions.truncate(mark);
-                }
-                entered.push(next);
-                p.events.push(PlanEvent {
-                    warning,
-                    reason,
-                    message: m.clone(),
-                });
-                p.st.phase = Some(next);
-                p.st.phase_since = Some(Time(now));
-                p.st.message = Some(m.clone());
-                message = m;
-            }
-        }
-    }
+    let driven = drive(&mut p);
+    p.events = driven.events;
+    let message = driven.message;
+    let entered = driven.entered;
     let mut plan = p.finish(message);
     plan.entered = entered;
     plan
+}
+
+impl Machine for Planner<'_> {
+    type Phase = Phase;
+
+    fn phase(&self) -> Phase {
+        self.st.phase.unwrap_or(Phase::Initializing)
+    }
+
+    fn step(&mut self, phase: Phase) -> Next<Phase> {
+        Planner::step(self, phase)
+    }
+
+    fn mark(&self) -> usize {
+        self.actions.len()
+    }
+
+    fn moved_on(&mut self, mark: usize, keep: bool) {
+        if !keep {
+            self.actions.truncate(mark);
+        }
+    }
+
+    fn enter(&mut self, phase: Phase, message: &str) {
+        self.st.phase = Some(phase);
+        self.st.phase_since = Some(Time(self.now));
+        self.st.message = Some(message.to_string());
+    }
 }
 
 impl<'a> Planner<'a> {
@@ -272,7 +218,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Why a running canary must end, if it must.
-    fn abort_reason(&self) -> Option<Next> {
+    fn abort_reason(&self) -> Option<Next<Phase>> {
         let canary = self.canary_image();
         let stable = self.stable_image();
         let image = &self.spec().image;
@@ -306,10 +252,9 @@ impl<'a> Planner<'a> {
         None
     }
 
-    fn deadline_passed(&mut self, what: &str) -> Option<Next> {
+    fn deadline_passed(&mut self, what: &str) -> Option<Next<Phase>> {
         let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
-        let since = self.st.phase_since.as_ref().map_or(self.now, |t| t.0);
-        let elapsed = self.now.duration_since(since).unsigned_abs();
+        let elapsed = elapsed(self.st.phase_since.as_ref(), self.now);
         if elapsed >= deadline {
             return Some(go_warning(
                 Phase::RollingBack,
@@ -329,7 +274,7 @@ impl<'a> Planner<'a> {
         self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
     }
 
-    fn step(&mut self, phase: Phase) -> Next {
+    fn step(&mut self, phase: Phase) -> Next<Phase> {
         if phase != Phase::Failed
             && let Some(problem) = self.template_problem()
         {
@@ -393,7 +338,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn initializing(&mut self) -> Next {
+    fn initializing(&mut self) -> Next<Phase> {
         let image = self.stable_image();
         let r = self.replicas();
         let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
@@ -410,7 +355,7 @@ impl<'a> Planner<'a> {
         ))
     }
 
-    fn stable(&mut self) -> Next {
+    fn stable(&mut self) -> Next<Phase> {
         let image = self.stable_image();
         if self.spec().image != image {
             return self.start_canary();
@@ -423,7 +368,7 @@ impl<'a> Planner<'a> {
         ))
     }
 
-    fn start_canary(&mut self) -> Next {
+    fn start_canary(&mut self) -> Next<Phase> {
         let image = self.spec().image.clone();
         self.st.canary_image = Some(image.clone());
         self.st.current_step = Some(0);
@@ -450,7 +395,7 @@ impl<'a> Planner<'a> {
 
     // --- TwoSets -------------------------------------------------------------------------
 
-    fn scaling_down_stable(&mut self) -> Next {
+    fn scaling_down_stable(&mut self) -> Next<Phase> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
@@ -508,7 +453,7 @@ impl<'a> Planner<'a> {
         (!pending.is_empty()).then(|| pending.join("; "))
     }
 
-    fn deploying_two_sets(&mut self) -> Next {
+    fn deploying_two_sets(&mut self) -> Next<Phase> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
@@ -546,7 +491,7 @@ impl<'a> Planner<'a> {
         self.step_done(n)
     }
 
-    fn step_done(&mut self, n: i32) -> Next {
+    fn step_done(&mut self, n: i32) -> Next<Phase> {
         let i = self.step_index();
         if i < self.last_step() {
             self.st.current_step = Some(i as i32 + 1);
@@ -595,7 +540,7 @@ impl<'a> Planner<'a> {
         });
     }
 
-    fn promoting_two_sets(&mut self) -> Next {
+    fn promoting_two_sets(&mut self) -> Next<Phase> {
         let r = self.replicas();
         let n = self.size(self.step_index());
         let image = self.canary_image();
@@ -634,7 +579,7 @@ impl<'a> Planner<'a> {
         self.finish_promotion()
     }
 
-    fn finish_promotion(&mut self) -> Next {
+    fn finish_promotion(&mut self) -> Next<Phase> {
         let image = self.canary_image();
         self.st.stable_image = Some(image.clone());
         self.st.canary_image = None;
@@ -647,7 +592,7 @@ impl<'a> Planner<'a> {
         ))
     }
 
-    fn rolling_back_two_sets(&mut self) -> Next {
+    fn rolling_back_two_sets(&mut self) -> Next<Phase> {
         let r = self.replicas();
         let stable_image = self.stable_image();
         if !self.canary_drained() {
@@ -683,7 +628,7 @@ impl<'a> Planner<'a> {
         self.finish_rollback()
     }
 
-    fn finish_rollback(&mut self) -> Next {
+    fn finish_rollback(&mut self) -> Next<Phase> {
         let r = self.replicas();
         let stable = self.stable_image();
         self.st.current_step = None;
@@ -713,7 +658,7 @@ impl<'a> Planner<'a> {
             .count() as i32
     }
 
-    fn deploying_partition(&mut self) -> Next {
+    fn deploying_partition(&mut self) -> Next<Phase> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
@@ -736,7 +681,7 @@ impl<'a> Planner<'a> {
         self.step_done(n)
     }
 
-    fn promoting_partition(&mut self) -> Next {
+    fn promoting_partition(&mut self) -> Next<Phase> {
         let r = self.replicas();
         let image = self.canary_image();
         let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
@@ -749,7 +694,7 @@ impl<'a> Planner<'a> {
         self.finish_promotion()
     }
 
-    fn rolling_back_partition(&mut self) -> Next {
+    fn rolling_back_partition(&mut self) -> Next<Phase> {
         let r = self.replicas();
         let image = self.stable_image();
         let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
@@ -814,7 +759,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn canary_active(&mut self) -> Next {
+    fn canary_active(&mut self) -> Next<Phase> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
@@ -880,7 +825,7 @@ impl<'a> Planner<'a> {
         )
     }
 
-    fn awaiting_migration(&mut self) -> Next {
+    fn awaiting_migration(&mut self) -> Next<Phase> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
@@ -906,7 +851,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn migrating_data(&mut self) -> Next {
+    fn migrating_data(&mut self) -> Next<Phase> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
@@ -933,7 +878,7 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn rolled_back(&mut self) -> Next {
+    fn rolled_back(&mut self) -> Next<Phase> {
         let stable = self.stable_image();
         let image = self.spec().image.clone();
         if image == stable {
@@ -1029,37 +974,6 @@ fn progressing_phase(phase: Phase) -> bool {
         phase,
         Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed
     )
-}
-
-/// Sets a condition, keeping its transition time when its status did not change.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    value: bool,
-    reason: &str,
-    message: &str,
-    now: Timestamp,
-) {
-    let status = if value { "True" } else { "False" }.to_string();
-    let message: String = message.chars().take(1000).collect();
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = Time(now);
-            }
-            c.status = status;
-            c.reason = reason.to_string();
-            c.message = message;
-        }
-        None => conditions.push(Condition {
-            type_: type_.to_string(),
-            status,
-            reason: reason.to_string(),
-            message,
-            last_transition_time: Time(now),
-            observed_generation: None,
-        }),
-    }
 }
 
 /// What deleting a rollout takes: scale each set to 0, wait for its pods, then delete it.

@@ -174,7 +174,7 @@ post /api/v1/nodes '{"apiVersion":"v1","kind":"Node","metadata":{"name":"kwok-no
 post /apis/storage.k8s.io/v1/storageclasses '{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass",
   "metadata":{"name":"local-static","annotations":{"storageclass.kubernetes.io/is-default-class":"true"}},
   "provisioner":"kubernetes.io/no-provisioner","volumeBindingMode":"Immediate","reclaimPolicy":"Retain"}'
-pv_count=${CP_PV_COUNT:-120}
+pv_count=${CP_PV_COUNT:-200}
 log "creating $pv_count static PersistentVolumes"
 pv_jobs=()
 wait_pvs() {

@@ -77,6 +77,7 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates `t-<prefix>-<unique suffix>`.
     pub async fn create(client: &Client, prefix: &str) -> Self {
+        recycle_volumes(client).await;
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -124,6 +125,61 @@ impl Drop for TestNamespace {
             });
         })
         .join();
+    }
+}
+
+/// Makes the static pool's volumes whose claims went with a deleted test namespace
+/// Available again. The pool is Retain (linnet must never lose a volume), so without this a
+/// long-lived test cluster runs out of volumes after a few suite runs. A volume whose claim's
+/// namespace still exists (also one released inside a handoff) is left alone.
+pub async fn recycle_volumes(client: &Client) {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let Ok(list) = pvs
+        .list(&ListParams::default().labels("linnet.dev/pool=static"))
+        .await
+    else {
+        return;
+    };
+    let mut gone = std::collections::BTreeMap::new();
+    for pv in list.items {
+        let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+        let Some(ns) = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| r.namespace.clone())
+        else {
+            continue;
+        };
+        if !released {
+            continue;
+        }
+        let ns_gone = match gone.get(&ns) {
+            Some(g) => *g,
+            None => {
+                let g = matches!(namespaces.get_opt(&ns).await, Ok(None));
+                gone.insert(ns.clone(), g);
+                g
+            }
+        };
+        if ns_gone {
+            let _ = pvs
+                .patch(
+                    pv.metadata.name.as_deref().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({
+                        "metadata": {
+                            "labels": {"rollouts.linnet.dev/rollout": null, "rollouts.linnet.dev/namespace": null},
+                            "annotations": {"rollouts.linnet.dev/handoff-to": null},
+                        },
+                        "spec": {"claimRef": null},
+                    })),
+                )
+                .await;
+        }
     }
 }
 

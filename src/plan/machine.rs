@@ -1,0 +1,168 @@
+//! What both phase machines share. A phase's step either stays (saying what it waits for) or
+//! moves on to another phase (with an event); [`drive`] runs steps until one stays, so a plan
+//! can pass several phases when the cluster is already ahead (e.g. after a restart).
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::actions::PlanEvent;
+use crate::api::Condition;
+
+/// The most moves one plan makes; a machine never cycles, this only bounds a bug.
+const MAX_MOVES: usize = 6;
+
+/// The outcome of one phase's step.
+pub(crate) enum Next<P> {
+    /// Stay in the phase; the text says what it waits for.
+    Stay(String),
+    Go {
+        phase: P,
+        reason: &'static str,
+        message: String,
+        warning: bool,
+        /// Keep the actions the phase emitted before it moved on (its last step).
+        keep: bool,
+    },
+}
+
+pub(crate) fn go<P>(phase: P, reason: &'static str, message: String) -> Next<P> {
+    Next::Go {
+        phase,
+        reason,
+        message,
+        warning: false,
+        keep: false,
+    }
+}
+
+pub(crate) fn go_warning<P>(phase: P, reason: &'static str, message: String) -> Next<P> {
+    Next::Go {
+        phase,
+        reason,
+        message,
+        warning: true,
+        keep: false,
+    }
+}
+
+/// A move on that keeps the actions of the phase's last step.
+pub(crate) fn keeping<P>(next: Next<P>) -> Next<P> {
+    match next {
+        Next::Go {
+            phase,
+            reason,
+            message,
+            warning,
+            ..
+        } => Next::Go {
+            phase,
+            reason,
+            message,
+            warning,
+            keep: true,
+        },
+        stay => stay,
+    }
+}
+
+/// A planner that [`drive`] can run.
+pub(crate) trait Machine {
+    type Phase: Copy;
+    fn phase(&self) -> Self::Phase;
+    fn step(&mut self, phase: Self::Phase) -> Next<Self::Phase>;
+    /// How many actions have been emitted so far.
+    fn mark(&self) -> usize;
+    /// The phase moved on: decide what becomes of the actions it emitted since `mark`.
+    fn moved_on(&mut self, mark: usize, keep: bool);
+    /// Records the new phase, its start and its message in the status.
+    fn enter(&mut self, phase: Self::Phase, message: &str);
+}
+
+/// What driving a machine produced besides its own state.
+pub(crate) struct Driven<P> {
+    /// What the phase it stopped in waits for (or the last move's message).
+    pub message: String,
+    /// Every phase entered, in order.
+    pub entered: Vec<P>,
+    /// One event per move.
+    pub events: Vec<PlanEvent>,
+}
+
+/// Runs steps until one stays.
+pub(crate) fn drive<M: Machine>(m: &mut M) -> Driven<M::Phase> {
+    let mut out = Driven {
+        message: String::new(),
+        entered: Vec::new(),
+        events: Vec::new(),
+    };
+    for _ in 0..MAX_MOVES {
+        let mark = m.mark();
+        match m.step(m.phase()) {
+            Next::Stay(message) => {
+                out.message = message;
+                break;
+            }
+            Next::Go {
+                phase,
+                reason,
+                message,
+                warning,
+                keep,
+            } => {
+                m.moved_on(mark, keep);
+                m.enter(phase, &message);
+                out.events.push(PlanEvent {
+                    warning,
+                    reason,
+                    message: message.clone(),
+                });
+                out.entered.push(phase);
+                out.message = message;
+            }
+        }
+    }
+    out
+}
+
+/// How long ago `since` was (zero when unknown or in the future).
+pub(crate) fn elapsed(since: Option<&Time>, now: Timestamp) -> std::time::Duration {
+    since.map_or(std::time::Duration::ZERO, |t| {
+        let d = now.duration_since(t.0);
+        if d.is_negative() {
+            std::time::Duration::ZERO
+        } else {
+            d.unsigned_abs()
+        }
+    })
+}
+
+/// Sets a condition, keeping its transition time when its status did not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let status = if value { "True" } else { "False" }.to_string();
+    let message: String = message.chars().take(1000).collect();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = Time(now);
+            }
+            c.status = status;
+            c.reason = reason.to_string();
+            c.message = message;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status,
+            reason: reason.to_string(),
+            message,
+            last_transition_time: Time(now),
+            observed_generation: None,
+        }),
+    }
+}

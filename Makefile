@@ -33,19 +33,13 @@ fmt:
 crds:
 	$(CARGO) run --quiet -- crds > deploy/crds/crds.yaml
 
-## demo: the main job on the local control plane (filled in as linnet grows).
-demo: cluster-up
-	$(CARGO) build --quiet
-	@. tests/cluster/env.sh; export KUBECONFIG=$$CP_RUN/admin.kubeconfig; \
-	echo; echo "\$$ linnet validate examples/gitops-repo"; \
-	target/debug/linnet validate examples/gitops-repo; \
-	echo; echo "\$$ linnet diff examples/gitops-repo   # what a sync would create"; \
-	target/debug/linnet diff examples/gitops-repo | head -40 || true; \
-	echo; \
-	echo "The local control plane is running. Point kubectl at it:"; \
-	echo "  export KUBECONFIG=$$CP_RUN/admin.kubeconfig"; \
-	echo "  kubectl get nodes"; \
-	echo "Stop it with: make cluster-down"
+## demo: the main job on the local control plane: a Git repository with a push webhook, the
+## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
+## it started it; exits non-zero if any step did not happen.
+demo: cluster-build
+	$(CARGO) build --quiet --bin linnet --example demo
+	@echo "\$$ linnet validate examples/gitops-repo"; target/debug/linnet validate examples/gitops-repo
+	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
 
 ## bench: measurements, not pass/fail tests (idle poll cost; more in later issues).
 bench:

@@ -744,7 +744,18 @@ impl<'a> Planner<'a> {
     fn finish(mut self, message: String) -> DeployPlan {
         let total = self.total();
         let phase = self.st.phase.unwrap_or(Phase::Initializing);
-        let available: i32 = self.o.iter().map(|d| d.available).sum();
+        // A Deployment this plan deletes serves no more.
+        let deleted = |name: &str| {
+            self.actions
+                .iter()
+                .any(|a| matches!(a, DeployAction::Delete { name: n } if n == name))
+        };
+        let available: i32 = self
+            .o
+            .iter()
+            .filter(|d| !deleted(&d.name))
+            .map(|d| d.available)
+            .sum();
         self.st.available_replicas = available;
         self.st.ready = Some(format!("{available}/{total}"));
         let m = self.batches();

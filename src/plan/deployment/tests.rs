@@ -204,6 +204,8 @@ fn the_seeds_example_pauses_after_batch_one_and_finishes_on_approval() {
     );
     s.spec.current_batch = 2;
     s.completed_on("web:2");
+    // Regression: the plan that deleted the old Deployment still counted its pods (7/4).
+    assert_eq!(s.status.ready.as_deref(), Some("4/4"));
     assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 4)]));
     assert_eq!(s.deployments.len(), 1, "the old Deployment is deleted");
     assert_eq!(

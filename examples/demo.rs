@@ -1,0 +1,579 @@
+//! `make demo`: linnet's main job on the local control plane, told step by step.
+//!
+//! A bare Git repository stands in for the Git host: it is seeded from
+//! `examples/gitops-repo`, and its `post-receive` hook sends a signed GitHub push webhook to
+//! the agent, as GitHub would. The agent follows it (with a one-hour poll, so every change
+//! below arrives by webhook), and the story is played by pushing commits:
+//!
+//! 1. the first sync: redis (a CanaryStatefulSet) and web (a CanaryDeployment) come up;
+//! 2. a push of a new redis image: a canary on replica 2, on replica 2's own volume;
+//! 3. a "merged pull request" that sets the promote annotation: promoted;
+//! 4. a push of a `…:broken` image: rolled back by itself at the deadline;
+//! 5. a push of a new web image: batch 1, a pause, then a `currentBatch` bump: done.
+//!
+//! It exits non-zero, naming the step, if anything does not happen in time. It expects the
+//! control plane from `make cluster-up` and the binary from `cargo build`.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
+
+const NS: &str = "demo";
+const SECRET: &str = "demo-webhook-secret";
+
+type Step<T> = Result<T, String>;
+
+fn git(dir: &Path, args: &[&str]) -> Step<String> {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Demo",
+            "-c",
+            "user.email=demo@example.invalid",
+        ])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn say(text: &str) {
+    println!("\n==> {text}");
+}
+
+/// Polls `check` every 200 ms until it gives `Some`, or fails naming `what`.
+async fn wait<T, F, Fut>(what: &str, secs: u64, mut check: F) -> Step<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{what} did not happen within {secs}s"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+struct Demo {
+    client: Client,
+    work: PathBuf,
+    agent: Child,
+    started: Instant,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
+    }
+}
+
+impl Demo {
+    fn edit(&self, file: &str, from: &str, to: &str) -> Step<()> {
+        let path = self.work.join(file);
+        let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        if !text.contains(from) {
+            return Err(format!("{file} does not contain {from:?}"));
+        }
+        std::fs::write(&path, text.replacen(from, to, 1)).map_err(|e| e.to_string())
+    }
+
+    fn push(&self, message: &str) -> Step<()> {
+        git(&self.work, &["commit", "-qam", message])?;
+        git(&self.work, &["push", "-q", "origin", "HEAD:main"])?;
+        println!("    $ git commit -am {message:?} && git push");
+        Ok(())
+    }
+
+    async fn redis(&self) -> Option<CanaryStatefulSet> {
+        Api::<CanaryStatefulSet>::namespaced(self.client.clone(), NS)
+            .get_opt("redis")
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn web(&self) -> Option<CanaryDeployment> {
+        Api::<CanaryDeployment>::namespaced(self.client.clone(), NS)
+            .get_opt("web")
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn redis_in(&self, phase: StatefulSetPhase, image: Option<&str>) -> Option<()> {
+        let s = self.redis().await?.status?;
+        (s.phase == Some(phase) && image.is_none_or(|i| s.stable_image.as_deref() == Some(i)))
+            .then_some(())
+    }
+
+    async fn web_in(&self, phase: DeploymentPhase, image: Option<&str>) -> Option<()> {
+        let s = self.web().await?.status?;
+        (s.phase == Some(phase) && image.is_none_or(|i| s.stable_image.as_deref() == Some(i)))
+            .then_some(())
+    }
+
+    /// The `kubectl get csts,cdeploy -n demo` view.
+    async fn show(&self) {
+        println!("    $ kubectl get csts,cdeploy -n {NS}");
+        println!(
+            "    {:<24} {:<14} {:<13} {:<13} {:<6} {:<6}",
+            "NAME", "PHASE", "STABLE", "CANARY", "BATCH", "READY"
+        );
+        if let Some(r) = self.redis().await {
+            let s = r.status.unwrap_or_default();
+            println!(
+                "    {:<24} {:<14} {:<13} {:<13} {:<6} {:<6}",
+                "canarystatefulset/redis",
+                s.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+                s.stable_image.unwrap_or_default(),
+                s.canary_image.unwrap_or_default(),
+                "",
+                s.ready.unwrap_or_default()
+            );
+            if let Some(m) = s.message {
+                println!("      {m}");
+            }
+        }
+        if let Some(w) = self.web().await {
+            let s = w.status.unwrap_or_default();
+            println!(
+                "    {:<24} {:<14} {:<13} {:<13} {:<6} {:<6}",
+                "canarydeployment/web",
+                s.phase.map(|p| format!("{p:?}")).unwrap_or_default(),
+                s.stable_image.unwrap_or_default(),
+                s.canary_image.unwrap_or_default(),
+                s.batch.unwrap_or_default(),
+                s.ready.unwrap_or_default()
+            );
+            if let Some(m) = s.message {
+                println!("      {m}");
+            }
+        }
+    }
+
+    /// Ordinal -> (claim, volume, volume uid) of redis's bound claims.
+    async fn volumes(&self) -> BTreeMap<String, (String, String, String)> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), NS);
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let mut out = BTreeMap::new();
+        let Ok(list) = claims.list(&ListParams::default()).await else {
+            return out;
+        };
+        for c in list.items {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let bound = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            let Some(pv) = c.spec.and_then(|s| s.volume_name) else {
+                continue;
+            };
+            if !bound || !name.starts_with("data-redis-") {
+                continue;
+            }
+            let uid = pvs
+                .get(&pv)
+                .await
+                .ok()
+                .and_then(|p| p.metadata.uid)
+                .unwrap_or_default();
+            let ordinal = name.rsplit('-').next().unwrap_or_default().to_string();
+            out.insert(ordinal, (name, pv, uid));
+        }
+        out
+    }
+
+    async fn show_volumes(&self) -> BTreeMap<String, (String, String, String)> {
+        let v = self.volumes().await;
+        println!("    replica  claim                   volume   volume uid");
+        for (k, (claim, pv, uid)) in &v {
+            println!("    {k:<8} {claim:<23} {pv:<8} {uid}");
+        }
+        v
+    }
+
+    async fn show_sets(&self) {
+        let sets: Api<StatefulSet> = Api::namespaced(self.client.clone(), NS);
+        let deps: Api<Deployment> = Api::namespaced(self.client.clone(), NS);
+        let mut line = Vec::new();
+        for s in sets
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            line.push(format!(
+                "statefulset/{} {}",
+                s.metadata.name.unwrap_or_default(),
+                s.spec.and_then(|s| s.replicas).unwrap_or(0)
+            ));
+        }
+        for d in deps
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let spec = d.spec.unwrap_or_default();
+            let image = spec
+                .template
+                .spec
+                .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
+                .unwrap_or_default();
+            line.push(format!(
+                "deployment/{} {} ({image})",
+                d.metadata.name.unwrap_or_default(),
+                spec.replicas.unwrap_or(0)
+            ));
+        }
+        println!("    workloads: {}", line.join(", "));
+    }
+}
+
+async fn fresh_namespace(client: &Client) -> Step<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces
+        .get_opt(NS)
+        .await
+        .map_err(|e| e.to_string())?
+        .is_some()
+    {
+        println!("    removing namespace {NS} left by an earlier run");
+        let _ = namespaces.delete(NS, &DeleteParams::foreground()).await;
+        wait("the old namespace to go", 120, || async {
+            matches!(namespaces.get_opt(NS).await, Ok(None)).then_some(())
+        })
+        .await?;
+    }
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}}))
+        .map_err(|e| e.to_string())?;
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .map_err(|e| format!("cannot create namespace {NS}: {e}"))?;
+    Ok(())
+}
+
+async fn install_crds(client: &Client) -> Step<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in linnet::api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(
+            &name,
+            &PatchParams::apply("linnet-demo").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(|e| format!("cannot install CRD {name}: {e}"))?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
+}
+
+/// The Git host's part: a bare repository seeded from the example, whose `post-receive` hook
+/// signs a GitHub push event and posts it to the agent.
+fn git_host(tmp: &Path, agent: &str) -> Step<(PathBuf, PathBuf)> {
+    let bare = tmp.join("gitops.git");
+    std::fs::create_dir_all(&bare).map_err(|e| e.to_string())?;
+    git(&bare, &["init", "--bare", "-q"])?;
+    let hook = bare.join("hooks/post-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            r#"#!/bin/sh
+while read old new ref; do
+  body=$(printf '{{"ref":"%s","before":"%s","after":"%s"}}' "$ref" "$old" "$new")
+  sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac '{SECRET}' | sed 's/^.*= //')
+  curl -s -o /dev/null -X POST -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$sig" \
+    -H 'Content-Type: application/json' --data "$body" {agent}/hooks/github
+done
+"#
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    Command::new("chmod")
+        .args(["+x"])
+        .arg(&hook)
+        .status()
+        .map_err(|e| e.to_string())?;
+    let work = tmp.join("work");
+    git(
+        tmp,
+        &["clone", "-q", bare.to_str().unwrap_or_default(), "work"],
+    )?;
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(example.join("apps"))
+        .arg(example.join("README.md"))
+        .arg(&work)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !copied.success() {
+        return Err("cannot copy examples/gitops-repo".into());
+    }
+    git(&work, &["add", "-A"])?;
+    git(&work, &["commit", "-qm", "Add redis and web"])?;
+    git(&work, &["push", "-q", "origin", "HEAD:main"])?;
+    Ok((bare, work))
+}
+
+fn process_usage(pid: u32) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some((rss_kib / 1024.0, ticks / 100.0))
+}
+
+async fn run() -> Step<()> {
+    let kubeconfig = std::env::var("KUBECONFIG")
+        .map_err(|_| "KUBECONFIG is not set; run `make demo`".to_string())?;
+    let client = Client::try_default()
+        .await
+        .map_err(|e| format!("cannot reach the control plane ({kubeconfig}): {e}"))?;
+    let bin = std::env::var("LINNET_BIN").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/debug/linnet")
+            .display()
+            .to_string()
+    });
+
+    say("Setting up: the CRDs, namespace demo, and a Git repository with a push webhook");
+    install_crds(&client).await?;
+    fresh_namespace(&client).await?;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let (bare, work) = git_host(tmp.path(), &base)?;
+    std::fs::write(tmp.path().join("secret"), SECRET).map_err(|e| e.to_string())?;
+    let log = tmp.path().join("agent.log");
+    println!(
+        "    repository: file://{}  (post-receive hook -> {base}/hooks/github)",
+        bare.display()
+    );
+
+    say("Starting the agent (poll interval 1h: every change below arrives by webhook)");
+    let agent = Command::new(&bin)
+        .args(["agent", "--repo-url", &format!("file://{}", bare.display())])
+        .args([
+            "--poll-interval",
+            "1h",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args([
+            "--webhook-secret-file",
+            tmp.path().join("secret").to_str().unwrap_or_default(),
+        ])
+        .args([
+            "--cache-dir",
+            tmp.path().join("cache").to_str().unwrap_or_default(),
+        ])
+        .args(["--source-name", "demo", "--allow-namespace", NS])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
+        .spawn()
+        .map_err(|e| format!("cannot start {bin}: {e}; run `cargo build` first"))?;
+    println!(
+        "    $ linnet agent --repo-url file://…/gitops.git --poll-interval 1h --webhook-secret-file …"
+    );
+    let demo = Demo {
+        client,
+        work,
+        agent,
+        started: Instant::now(),
+    };
+    let result = story(&demo).await;
+    if result.is_err() {
+        eprintln!(
+            "---- agent log (last 40 lines)\n{}",
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    if let Some((rss, cpu)) = process_usage(demo.agent.id()) {
+        println!(
+            "\n    agent: {rss:.1} MiB RSS, {cpu:.2} s CPU over {:.0} s",
+            demo.started.elapsed().as_secs_f64()
+        );
+    }
+    say("Cleaning up: agent stopped, namespace demo deleted (its volumes are Retain and stay)");
+    let _ = Api::<Namespace>::all(demo.client.clone())
+        .delete(NS, &DeleteParams::background())
+        .await;
+    result
+}
+
+async fn story(d: &Demo) -> Step<()> {
+    say("1. First sync: redis stable 3/3, web 4/4");
+    wait("redis to be Stable", 120, || {
+        d.redis_in(StatefulSetPhase::Stable, None)
+    })
+    .await?;
+    wait("web to be Completed", 120, || {
+        d.web_in(DeploymentPhase::Completed, None)
+    })
+    .await?;
+    d.show().await;
+    let before = d.show_volumes().await;
+
+    say("2. A push bumps redis's image: a canary on replica 2, with replica 2's own volume");
+    d.edit(
+        "apps/redis/redis.yaml",
+        "  image: redis:7.2",
+        "  image: redis:7.4",
+    )?;
+    let pushed = Instant::now();
+    d.push("redis 7.4")?;
+    wait("the canary to start", 30, || async {
+        d.redis()
+            .await?
+            .status?
+            .canary_image
+            .filter(|i| i == "redis:7.4")
+    })
+    .await?;
+    println!(
+        "    the canary started {:.2} s after the push",
+        pushed.elapsed().as_secs_f64()
+    );
+    wait("redis to be CanaryActive", 120, || {
+        d.redis_in(StatefulSetPhase::CanaryActive, None)
+    })
+    .await?;
+    d.show().await;
+    d.show_sets().await;
+    let during = d.show_volumes().await;
+    let same = |a: &BTreeMap<String, (String, String, String)>,
+                b: &BTreeMap<String, (String, String, String)>| {
+        a.len() == 3
+            && a.iter()
+                .all(|(k, v)| b.get(k).is_some_and(|w| w.1 == v.1 && w.2 == v.2))
+    };
+    if !same(&before, &during) {
+        return Err("a replica's volume changed during the canary".into());
+    }
+    println!(
+        "    replica 2 runs redis:7.4 in redis-canary on the same volume (name and uid) it had"
+    );
+
+    say("3. A pull request that sets rollouts.linnet.dev/promote: \"true\" is merged: promoted");
+    d.edit(
+        "apps/redis/redis.yaml",
+        "  name: redis\n",
+        "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
+    )?;
+    d.push("Merge pull request: promote redis 7.4")?;
+    wait("redis to be promoted", 120, || {
+        d.redis_in(StatefulSetPhase::Stable, Some("redis:7.4"))
+    })
+    .await?;
+    d.show().await;
+    d.show_sets().await;
+    if !same(&before, &d.show_volumes().await) {
+        return Err("a replica's volume changed during promotion".into());
+    }
+
+    say(
+        "4. A push of redis:broken (deadline 10s): its pod never becomes Ready, so linnet rolls back",
+    );
+    d.edit(
+        "apps/redis/redis.yaml",
+        "  image: redis:7.4",
+        "  image: redis:broken\n  progressDeadlineSeconds: 10",
+    )?;
+    d.push("redis broken")?;
+    wait("redis to roll back", 180, || {
+        d.redis_in(StatefulSetPhase::RolledBack, Some("redis:7.4"))
+    })
+    .await?;
+    d.show().await;
+    if !same(&before, &d.show_volumes().await) {
+        return Err("a replica's volume changed during the rollback".into());
+    }
+
+    say("5. A push bumps web's image: batch 1 of 2 (1 new, 3 old), then a pause for approval");
+    d.edit(
+        "apps/web/web.yaml",
+        "  image: nginx:1.27",
+        "  image: nginx:1.28",
+    )?;
+    d.push("web 1.28")?;
+    wait("web to pause after batch 1", 120, || {
+        d.web_in(DeploymentPhase::Paused, None)
+    })
+    .await?;
+    d.show().await;
+    d.show_sets().await;
+
+    say(
+        "   A pull request that sets currentBatch: 2 is merged: batch 2, then the old version goes",
+    );
+    d.edit(
+        "apps/web/web.yaml",
+        "  currentBatch: 1",
+        "  currentBatch: 2",
+    )?;
+    d.push("Merge pull request: web batch 2")?;
+    wait("web to complete", 120, || {
+        d.web_in(DeploymentPhase::Completed, Some("nginx:1.28"))
+    })
+    .await?;
+    d.show().await;
+    d.show_sets().await;
+
+    say("The repository's history");
+    println!("{}", git(&d.work, &["log", "--oneline"])?);
+    println!("\nDone: every step happened.");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\ndemo failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -273,6 +273,34 @@ async fn fresh_namespace(client: &Client) -> Step<()> {
     Ok(())
 }
 
+/// linnet's ClusterRole from `deploy/rbac.yaml`, bound to user `linnet`: the identity the
+/// agent runs as (the local control plane's stand-in for linnet's ServiceAccount).
+async fn install_rbac(client: &Client) -> Step<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let role: ClusterRole =
+        serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let params = PatchParams::apply("linnet-demo").force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch("linnet", &params, &Patch::Apply(&role))
+        .await
+        .map_err(|e| format!("cannot install the ClusterRole: {e}"))?;
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "linnet"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "linnet"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "linnet"}],
+    }))
+    .map_err(|e| e.to_string())?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch("linnet", &params, &Patch::Apply(&binding))
+        .await
+        .map_err(|e| format!("cannot bind the ClusterRole: {e}"))?;
+    Ok(())
+}
+
 async fn install_crds(client: &Client) -> Step<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -366,8 +394,11 @@ async fn run() -> Step<()> {
             .to_string()
     });
 
-    say("Setting up: the CRDs, namespace demo, and a Git repository with a push webhook");
+    say(
+        "Setting up: the CRDs and RBAC from deploy/, namespace demo, and a Git repository with a push webhook",
+    );
     install_crds(&client).await?;
+    install_rbac(&client).await?;
     fresh_namespace(&client).await?;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -383,8 +414,12 @@ async fn run() -> Step<()> {
         bare.display()
     );
 
-    say("Starting the agent (poll interval 1h: every change below arrives by webhook)");
+    say(
+        "Starting the agent as user linnet, with only deploy/rbac.yaml's permissions (poll interval 1h: every change below arrives by webhook)",
+    );
+    let agent_kubeconfig = std::env::var("LINNET_AGENT_KUBECONFIG").unwrap_or(kubeconfig);
     let agent = Command::new(&bin)
+        .env("KUBECONFIG", &agent_kubeconfig)
         .args(["agent", "--repo-url", &format!("file://{}", bare.display())])
         .args([
             "--poll-interval",

@@ -13,7 +13,9 @@ use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::await_condition;
 use support::agent::{Agent, SECRET, start_agent, wait_ready};
-use support::{TestNamespace, admin_client, admin_kubeconfig, example_repo_in, git, install_crds};
+use support::{
+    TestNamespace, admin_client, admin_kubeconfig, example_repo_in, git, install_linnet,
+};
 
 /// A bare "remote" seeded with the example repository (in namespace `ns`), and a working
 /// clone of it to push from.
@@ -103,7 +105,7 @@ fn set_redis_image(work: &Path, image: &str) {
 #[tokio::test]
 async fn a_push_reaches_the_cluster_through_the_webhook_without_a_poll() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-hook").await;
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = seeded_remote(tmp.path(), &ns.name);
@@ -219,7 +221,7 @@ done
 #[tokio::test]
 async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-down").await;
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = seeded_remote(tmp.path(), &ns.name);
@@ -282,7 +284,7 @@ async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
 #[tokio::test]
 async fn repo_path_syncs_a_file_edited_on_disk() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-path").await;
     let repo = example_repo_in(&ns.name);
     let tmp = tempfile::tempdir().unwrap();
@@ -304,7 +306,7 @@ async fn repo_path_syncs_a_file_edited_on_disk() {
 #[tokio::test]
 async fn a_failed_sync_is_retried_without_a_new_commit() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-retry").await;
     // Specs for a namespace that does not exist yet: every apply fails until it does.
     let late = format!("{}-late", ns.name);

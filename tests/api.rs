@@ -8,7 +8,7 @@ use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use support::{TestNamespace, admin_client, from_json, install_crds};
+use support::{TestNamespace, admin_client, from_json, install_linnet};
 
 #[test]
 fn checked_in_crds_match_the_rust_types() {
@@ -85,7 +85,7 @@ async fn create(client: &kube::Client, ns: &str, object: Value) -> Result<(), St
 #[tokio::test]
 async fn api_server_refuses_each_invalid_object_with_linnets_message() {
     let client = admin_client().await;
-    install_crds(&client).await;
+    install_linnet(&client).await;
     let ns = TestNamespace::create(&client, "cel").await;
 
     // Valid objects pass.

@@ -15,8 +15,10 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::{Value, json};
-use support::eventually;
 use support::rollout::{Fixture, merge};
+use support::{
+    admin_client, eventually, impersonating_kubeconfig, install_rbac, shipped_cluster_role,
+};
 
 fn redis(ns: &str, patch: Value) -> Value {
     let mut spec = json!({
@@ -432,4 +434,58 @@ async fn killed_during_the_handoff_converges() {
 #[tokio::test]
 async fn killed_while_promoting_converges() {
     kill_in(StatefulSetPhase::Promoting, "sts-kill-prom").await;
+}
+
+/// The agent runs as a user whose ClusterRole lacks one permission the handoff needs. The
+/// rollout stops before touching the volume, and the error names the permission and where to
+/// grant it, in the log and as a Warning event on the rollout.
+#[tokio::test]
+async fn a_missing_permission_is_named_and_loses_nothing() {
+    let user = "linnet-no-pv-patch";
+    let mut role = shipped_cluster_role();
+    for rule in role.rules.iter_mut().flatten() {
+        if rule
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.iter().any(|x| x == "persistentvolumes"))
+        {
+            rule.verbs.retain(|v| v != "patch");
+        }
+    }
+    install_rbac(&admin_client().await, user, Some(role)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let kubeconfig = impersonating_kubeconfig(scratch.path(), user);
+    let mut f = Fixture::start_as("sts-rbac", |ns| redis(ns, json!({})), kubeconfig).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    let message = eventually(
+        "a ReconcileFailed event",
+        Duration::from_secs(60),
+        || async {
+            f.api::<k8s_openapi::api::events::v1::Event>()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("ReconcileFailed"))
+                .and_then(|e| e.note)
+        },
+    )
+    .await;
+    assert!(
+        message.contains("cannot patch resource \"persistentvolumes\"")
+            && message.contains(user)
+            && message.contains("deploy/rbac.yaml"),
+        "{message}"
+    );
+    let log = f.agent.as_ref().unwrap().log_text();
+    assert!(
+        log.contains("deploy/rbac.yaml"),
+        "the log does not say what to grant"
+    );
+    let r = f.rollout().await.unwrap().status.unwrap();
+    assert_eq!(r.phase, Some(StatefulSetPhase::DeployingCanary));
+    f.assert_volumes(&before).await;
 }

@@ -18,7 +18,7 @@ use linnet::sync::Syncer;
 use serde_json::json;
 use support::{
     TestNamespace, admin_client, counting_admin_client, eventually, example_repo_in, from_json,
-    install_crds,
+    install_linnet,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -40,7 +40,7 @@ fn canary_statefulsets(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 #[tokio::test]
 async fn applying_the_example_twice_writes_nothing_the_second_time() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "sync").await;
     let repo = example_repo_in(&ns.name);
     let opts = LoadOptions::default();
@@ -130,7 +130,7 @@ async fn applying_the_example_twice_writes_nothing_the_second_time() {
 #[tokio::test]
 async fn pruning_removes_a_deleted_files_objects_and_keeps_their_volumes() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "prune").await;
     let repo = example_repo_in(&ns.name);
     // A claim declared in Git, to show that pruning never deletes one.
@@ -243,7 +243,7 @@ async fn pruning_removes_a_deleted_files_objects_and_keeps_their_volumes() {
 #[tokio::test]
 async fn a_broken_file_blocks_only_its_own_objects() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "broken-file").await;
     let repo = example_repo_in(&ns.name);
     let web = repo.path().join("apps/web/web.yaml");
@@ -279,7 +279,7 @@ async fn a_broken_file_blocks_only_its_own_objects() {
 #[tokio::test]
 async fn linnet_diff_shows_what_would_change_and_exits_1() {
     let admin = admin_client().await;
-    install_crds(&admin).await;
+    install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "diff").await;
     let repo = example_repo_in(&ns.name);
     let syncer = Syncer::new(admin.clone(), &ns.name, vec![ns.name.clone()]);

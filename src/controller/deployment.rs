@@ -56,6 +56,23 @@ async fn reconcile(
     rollout: Arc<CanaryDeployment>,
     ctx: Arc<Context>,
 ) -> Result<Requeue, ReconcileError> {
+    let result = reconcile_inner(&rollout, &ctx).await;
+    if let Err(e @ ReconcileError::Kube { .. }) = &result {
+        ctx.publish(
+            &rollout.object_ref(&()),
+            true,
+            "ReconcileFailed",
+            &e.to_string(),
+        )
+        .await;
+    }
+    result
+}
+
+async fn reconcile_inner(
+    rollout: &CanaryDeployment,
+    ctx: &Context,
+) -> Result<Requeue, ReconcileError> {
     let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = rollout.name_any();
     if rollout.meta().deletion_timestamp.is_some() {

@@ -10,7 +10,10 @@ pub use context::Context;
 /// Errors of a reconcile. Each has a stable metric label.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
-    #[error("Kubernetes API request failed while {doing}: {source}")]
+    #[error(
+        "Kubernetes API request failed while {doing}: {source}{}",
+        crate::sync::apply::forbidden_hint(source)
+    )]
     Kube {
         doing: String,
         #[source]

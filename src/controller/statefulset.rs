@@ -94,7 +94,8 @@ async fn reconcile(
 ) -> Result<Requeue, ReconcileError> {
     let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
     let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
-    finalizer(&api, FINALIZER, rollout, |event| async {
+    let object = rollout.object_ref(&());
+    let result = finalizer(&api, FINALIZER, rollout, |event| async {
         match event {
             Finalizer::Apply(r) => apply(&r, &ctx, &ns).await,
             Finalizer::Cleanup(r) => cleanup(&r, &ctx, &ns).await,
@@ -105,7 +106,12 @@ async fn reconcile(
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
-    })
+    });
+    if let Err(e @ ReconcileError::Kube { .. }) = &result {
+        ctx.publish(&object, true, "ReconcileFailed", &e.to_string())
+            .await;
+    }
+    result
 }
 
 fn reference(rollout: &CanaryStatefulSet, ns: &str) -> RolloutRef {

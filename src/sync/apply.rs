@@ -143,6 +143,9 @@ impl Syncer {
                 } else {
                     self.namespaces.iter().map(String::as_str).collect()
                 };
+            let declared = desired
+                .iter()
+                .any(|d| d.key.api_version == *api_version && d.key.kind == *kind);
             for ns in namespaces {
                 match self.api(&ar, &caps, ns).list(&params).await {
                     Ok(list) => {
@@ -156,6 +159,11 @@ impl Syncer {
                             live.insert(key, to_value(object, &ar));
                         }
                     }
+                    // A kind Git does not declare and linnet may not list (e.g. Secrets under
+                    // the least-privilege ClusterRole) cannot hold anything linnet applied.
+                    Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                        tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
+                    }
                     Err(e) => errors.push((
                         ObjectKey {
                             api_version: api_version.clone(),
@@ -163,7 +171,7 @@ impl Syncer {
                             namespace: ns.to_string(),
                             name: "*".into(),
                         },
-                        format!("cannot list: {e}"),
+                        format!("cannot list: {e}{}", forbidden_hint(&e)),
                     )),
                 }
             }
@@ -251,7 +259,7 @@ impl Syncer {
             )
             .await
             .map(|_| ())
-            .map_err(|e| format!("apply failed: {e}"))
+            .map_err(|e| format!("apply failed: {e}{}", forbidden_hint(&e)))
     }
 
     async fn delete_one(&self, key: &ObjectKey) -> Result<(), String> {
@@ -273,6 +281,16 @@ impl Syncer {
         let mut report = self.apply(&plan).await;
         report.errors.extend(read_errors);
         report
+    }
+}
+
+/// What to do about a refused request: which file grants linnet its permissions.
+pub fn forbidden_hint(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => {
+            "; linnet's identity lacks this permission: grant it in its ClusterRole (deploy/rbac.yaml)"
+        }
+        _ => "",
     }
 }
 

@@ -45,10 +45,16 @@ impl Drop for Agent {
     }
 }
 
-/// Starts `linnet agent` with `source_args` (e.g. `--repo-url=...`), source name `ns`, and,
-/// unless the args say otherwise, only namespace `ns` allowed. Logs go to `dir/agent.log`
-/// (appended, so a restarted agent keeps the first one's lines).
+/// Starts `linnet agent` as user `linnet` (bound to the shipped ClusterRole by
+/// `install_linnet`) with `source_args` (e.g. `--repo-url=...`), source name `ns`, and, unless
+/// the args say otherwise, only namespace `ns` allowed. Logs go to `dir/agent.log` (appended,
+/// so a restarted agent keeps the first one's lines).
 pub fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
+    start_agent_with(dir, source_args, ns, &super::linnet_kubeconfig())
+}
+
+/// [`start_agent`] with the identity of `kubeconfig`.
+pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig: &Path) -> Agent {
     let port = free_port();
     let log = dir.join("agent.log");
     let secret = dir.join("secret");
@@ -80,7 +86,7 @@ pub fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
                 vec!["--allow-namespace", ns]
             },
         )
-        .env("KUBECONFIG", super::admin_kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "linnet=debug")
         .stdout(Stdio::null())
         .stderr(log_file)

@@ -59,6 +59,23 @@ async fn client_from(path: PathBuf) -> Client {
     client
 }
 
+/// A kubeconfig in `dir` that acts as `user` (the admin's token, impersonating `user`), for
+/// identities the test cluster has no token for.
+pub fn impersonating_kubeconfig(dir: &std::path::Path, user: &str) -> PathBuf {
+    let text = std::fs::read_to_string(admin_kubeconfig()).expect("admin kubeconfig");
+    let token_line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("token:"))
+        .expect("a token in the admin kubeconfig");
+    let path = dir.join(format!("{user}.kubeconfig"));
+    std::fs::write(
+        &path,
+        text.replace(token_line, &format!("{token_line}\n    as: {user}")),
+    )
+    .unwrap();
+    path
+}
+
 /// A client with cluster-admin rights, for the tests' own set-up.
 pub async fn admin_client() -> Client {
     client_from(admin_kubeconfig()).await
@@ -206,6 +223,49 @@ where
 /// Builds a typed object from JSON, for compact test fixtures.
 pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
     serde_json::from_value(v).expect("fixture matches its type")
+}
+
+/// Installs what `kubectl apply -k deploy/` would give linnet: its CRDs, and its ClusterRole
+/// from `deploy/rbac.yaml` bound to user `linnet`, the identity the test agents run as. Uses
+/// server-side apply, so parallel tests can all call it.
+pub async fn install_linnet(client: &Client) {
+    install_rbac(client, "linnet", None).await;
+    install_crds(client).await;
+}
+
+/// linnet's ClusterRole as shipped in `deploy/rbac.yaml`.
+pub fn shipped_cluster_role() -> k8s_openapi::api::rbac::v1::ClusterRole {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/rbac.yaml");
+    serde_saphyr::from_str(&text).expect("deploy/rbac.yaml holds a ClusterRole")
+}
+
+/// Binds `role` (the shipped ClusterRole when `None`) to `user`, under the names `user`.
+pub async fn install_rbac(
+    client: &Client,
+    user: &str,
+    role: Option<k8s_openapi::api::rbac::v1::ClusterRole>,
+) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Patch, PatchParams};
+    let mut role = role.unwrap_or_else(shipped_cluster_role);
+    role.metadata.name = Some(user.to_string());
+    let params = PatchParams::apply("linnet-tests").force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch(user, &params, &Patch::Apply(&role))
+        .await
+        .unwrap_or_else(|e| panic!("install ClusterRole {user}: {e}"));
+    let binding: ClusterRoleBinding = from_json(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }));
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(user, &params, &Patch::Apply(&binding))
+        .await
+        .unwrap_or_else(|e| panic!("bind ClusterRole {user}: {e}"));
 }
 
 /// Installs linnet's CRDs (server-side apply, so parallel tests can all call it) and waits

@@ -9,8 +9,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::agent::{Agent, start_agent, wait_ready};
-use super::{TestNamespace, admin_client, eventually, install_crds};
+use super::agent::{Agent, start_agent_with, wait_ready};
+use super::{TestNamespace, admin_client, eventually, install_linnet};
 
 pub struct Fixture {
     // Fields drop in order: the agent (printing its log on failure) before its directory.
@@ -20,6 +20,8 @@ pub struct Fixture {
     pub dir: tempfile::TempDir,
     /// The object in the spec file.
     pub spec: Value,
+    /// The identity the agent runs as (user `linnet` unless started with [`Fixture::start_as`]).
+    pub kubeconfig: PathBuf,
 }
 
 /// Merges `patch` into `base`, objects key by key.
@@ -37,8 +39,17 @@ pub fn merge(base: &mut Value, patch: Value) {
 impl Fixture {
     /// A namespace `t-<prefix>-…`, the spec `make(namespace)` in it, and an agent following it.
     pub async fn start(prefix: &str, make: impl FnOnce(&str) -> Value) -> Fixture {
+        Fixture::start_as(prefix, make, super::linnet_kubeconfig()).await
+    }
+
+    /// [`Fixture::start`] with the agent running as the identity of `kubeconfig`.
+    pub async fn start_as(
+        prefix: &str,
+        make: impl FnOnce(&str) -> Value,
+        kubeconfig: PathBuf,
+    ) -> Fixture {
         let admin = admin_client().await;
-        install_crds(&admin).await;
+        install_linnet(&admin).await;
         let ns = TestNamespace::create(&admin, prefix).await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("specs")).unwrap();
@@ -48,6 +59,7 @@ impl Fixture {
             ns,
             dir,
             agent: None,
+            kubeconfig,
         };
         f.write();
         f.start_agent().await;
@@ -55,13 +67,14 @@ impl Fixture {
     }
 
     pub async fn start_agent(&mut self) {
-        let agent = start_agent(
+        let agent = start_agent_with(
             self.dir.path(),
             &[format!(
                 "--repo-path={}",
                 self.dir.path().join("specs").display()
             )],
             &self.ns.name,
+            &self.kubeconfig,
         );
         wait_ready(&agent).await;
         self.agent = Some(agent);

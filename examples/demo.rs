@@ -435,7 +435,14 @@ async fn run() -> Step<()> {
             "--cache-dir",
             tmp.path().join("cache").to_str().unwrap_or_default(),
         ])
-        .args(["--source-name", "demo", "--allow-namespace", NS])
+        .args([
+            "--source-name",
+            "demo",
+            "--allow-namespace",
+            NS,
+            "--lease-identity",
+            "demo",
+        ])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)
         .spawn()

@@ -54,6 +54,17 @@ pub struct AgentConfig {
     pub load: LoadOptions,
     pub source_name: String,
     pub prune: bool,
+    /// Leader election; `None` runs without it (a single replica).
+    pub leader: Option<LeaderConfig>,
+}
+
+/// The Lease that decides which replica acts.
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    pub name: String,
+    pub namespace: String,
+    pub identity: String,
+    pub duration: Duration,
 }
 
 /// What `/status` and `linnet status` report about the source.
@@ -180,6 +191,9 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         }
         SourceConfig::Local { .. } => None,
     };
+    if let Some(leader) = &config.leader {
+        wait_for_leadership(client.clone(), leader).await?;
+    }
     // The rollout controllers run beside the sync loop; they act on what the sync applied.
     let controllers = Arc::new(crate::controller::Context::new(
         client.clone(),
@@ -261,6 +275,47 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         }
         tracing::debug!(took = ?started.elapsed(), "source step done");
     }
+}
+
+/// Blocks until this replica holds the Lease, then watches it: a replica that loses the
+/// Lease exits at once (all rollout state is in the cluster, so the next leader carries on),
+/// which is the surest way never to have two replicas acting.
+async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Result<()> {
+    use kube_lease_manager::LeaseManagerBuilder;
+    let duration = leader.duration.as_secs().max(2);
+    let manager = LeaseManagerBuilder::new(client, &leader.name)
+        .with_namespace(&leader.namespace)
+        .with_identity(&leader.identity)
+        .with_duration(duration)
+        .with_grace((duration / 3).clamp(1, 5))
+        .build()
+        .await
+        .map_err(|e| {
+            Error::Runtime(std::io::Error::other(format!(
+                "cannot use Lease {}/{}: {e}; check that the namespace exists and RBAC allows leases",
+                leader.namespace, leader.name
+            )))
+        })?;
+    let (mut holding, task) = manager.watch().await;
+    tracing::info!(lease = %format!("{}/{}", leader.namespace, leader.name), identity = %leader.identity, "waiting to hold the lease; another replica may be acting");
+    while !*holding.borrow_and_update() {
+        if holding.changed().await.is_err() {
+            return Err(Error::Runtime(std::io::Error::other(
+                "the lease manager stopped before this replica got the lease",
+            )));
+        }
+    }
+    tracing::info!(lease = %leader.name, identity = %leader.identity, "holding the lease; this replica acts");
+    tokio::spawn(async move {
+        let _task = task;
+        loop {
+            if holding.changed().await.is_err() || !*holding.borrow_and_update() {
+                tracing::error!("lost the lease; exiting so that only the new holder acts");
+                std::process::exit(1);
+            }
+        }
+    });
+    Ok(())
 }
 
 async fn look_at_remote(
@@ -436,7 +491,10 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
     if shared.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "first sync not done yet\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: waiting to hold the lease (another replica acts) or for the first sync\n",
+        )
     }
 }
 

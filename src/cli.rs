@@ -54,7 +54,7 @@ pub struct SpecArgs {
     )]
     pub allowed_namespaces: Vec<String>,
     /// Largest spec file read, in bytes.
-    #[arg(long, default_value_t = 1024 * 1024)]
+    #[arg(long, default_value_t = 1024 * 1024, env = "LINNET_MAX_FILE_BYTES")]
     pub max_file_bytes: usize,
 }
 
@@ -106,7 +106,7 @@ pub struct AgentArgs {
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_POLL_INTERVAL")]
     pub poll_interval: Duration,
     /// Longest one Git operation may take.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_GIT_TIMEOUT")]
     pub git_timeout: Duration,
     /// Where the local mirror of the repository is kept.
     #[arg(long, default_value = "/tmp/linnet/repo", env = "LINNET_CACHE_DIR")]
@@ -127,11 +127,27 @@ pub struct AgentArgs {
     #[arg(long, env = "LINNET_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
     /// Largest webhook body accepted; larger ones get 413.
-    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    #[arg(long, default_value_t = 4 * 1024 * 1024, env = "LINNET_WEBHOOK_MAX_BODY_BYTES")]
     pub webhook_max_body_bytes: usize,
     /// Address for health, metrics, status and webhooks.
     #[arg(long, default_value = "0.0.0.0:8080", env = "LINNET_LISTEN")]
     pub listen: std::net::SocketAddr,
+    /// Run only while holding a coordination.k8s.io Lease, so that two replicas never both
+    /// act; the other waits (not ready) and takes over when the lease expires.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// The Lease's name [default: linnet-<source-name>].
+    #[arg(long, env = "LINNET_LEASE_NAME")]
+    pub lease_name: Option<String>,
+    /// The Lease's namespace (the agent's own, from the downward API, in a cluster).
+    #[arg(long, default_value = "default", env = "POD_NAMESPACE")]
+    pub lease_namespace: String,
+    /// This replica's name in the Lease [default: the host name and process id].
+    #[arg(long, env = "POD_NAME")]
+    pub lease_identity: Option<String>,
+    /// How long a Lease holds without renewal; a failover takes at most about this long.
+    #[arg(long, default_value = "15s", value_parser = parse_duration, env = "LINNET_LEASE_DURATION")]
+    pub lease_duration: Duration,
     #[command(flatten)]
     pub specs: SpecArgs,
     #[command(flatten)]
@@ -278,6 +294,20 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
         load: args.specs.load_options(),
         source_name: args.sync.source_name.clone(),
         prune: args.sync.prune,
+        leader: args.leader_elect.then(|| crate::agent::LeaderConfig {
+            name: args
+                .lease_name
+                .clone()
+                .unwrap_or_else(|| format!("linnet-{}", args.sync.source_name)),
+            namespace: args.lease_namespace.clone(),
+            identity: args.lease_identity.clone().unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|_| "linnet".into());
+                format!("{host}-{}", std::process::id())
+            }),
+            duration: args.lease_duration,
+        }),
     };
     let client = kube::Client::try_default()
         .await
@@ -474,6 +504,23 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// The in-cluster Deployment configures the agent by environment, so every flag needs a
+    /// variable.
+    #[test]
+    fn every_agent_flag_has_an_environment_variable() {
+        let cli = Cli::command();
+        let agent = cli.find_subcommand("agent").expect("agent subcommand");
+        let missing: Vec<String> = agent
+            .get_arguments()
+            .filter(|a| {
+                a.get_long().is_some() && !matches!(a.get_id().as_str(), "help" | "version")
+            })
+            .filter(|a| a.get_env().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "flags without an env var: {missing:?}");
     }
 
     #[test]

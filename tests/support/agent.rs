@@ -76,6 +76,19 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
         .args(["--webhook-secret-file", secret.to_str().unwrap()])
         .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
         .args(["--source-name", ns])
+        // The lease lives in the test's namespace; a restarted agent keeps its identity and so
+        // takes its own lease back at once.
+        .args(["--lease-namespace", ns, "--lease-duration", "4s"])
+        .args(
+            if source_args
+                .iter()
+                .any(|a| a.starts_with("--lease-identity"))
+            {
+                vec![]
+            } else {
+                vec!["--lease-identity".to_string(), format!("agent-{ns}")]
+            },
+        )
         .args(
             if source_args
                 .iter()

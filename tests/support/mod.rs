@@ -240,7 +240,8 @@ pub fn shipped_cluster_role() -> k8s_openapi::api::rbac::v1::ClusterRole {
     serde_saphyr::from_str(&text).expect("deploy/rbac.yaml holds a ClusterRole")
 }
 
-/// Binds `role` (the shipped ClusterRole when `None`) to `user`, under the names `user`.
+/// Binds `role` (the shipped ClusterRole when `None`) to `user`: ClusterRole `user`,
+/// ClusterRoleBinding `linnet-tests-<user>` (`deploy/` has its own binding, `linnet`).
 pub async fn install_rbac(
     client: &Client,
     user: &str,
@@ -258,12 +259,16 @@ pub async fn install_rbac(
     let binding: ClusterRoleBinding = from_json(serde_json::json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": user},
+        "metadata": {"name": format!("linnet-tests-{user}")},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }));
     Api::<ClusterRoleBinding>::all(client.clone())
-        .patch(user, &params, &Patch::Apply(&binding))
+        .patch(
+            &format!("linnet-tests-{user}"),
+            &params,
+            &Patch::Apply(&binding),
+        )
         .await
         .unwrap_or_else(|e| panic!("bind ClusterRole {user}: {e}"));
 }

@@ -67,17 +67,21 @@ impl Fixture {
     }
 
     pub async fn start_agent(&mut self) {
-        let agent = start_agent_with(
-            self.dir.path(),
-            &[format!(
-                "--repo-path={}",
-                self.dir.path().join("specs").display()
-            )],
-            &self.ns.name,
-            &self.kubeconfig,
-        );
+        let agent = self.spawn_agent("agent", &[]);
         wait_ready(&agent).await;
         self.agent = Some(agent);
+    }
+
+    /// Another agent process on the same specs, logging to `<name>.log`, with `args` added.
+    pub fn spawn_agent(&self, name: &str, args: &[String]) -> Agent {
+        let dir = self.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut all = vec![format!(
+            "--repo-path={}",
+            self.dir.path().join("specs").display()
+        )];
+        all.extend_from_slice(args);
+        start_agent_with(&dir, &all, &self.ns.name, &self.kubeconfig)
     }
 
     /// Kills the agent like `kill -9`; its log stays in the directory.

@@ -198,6 +198,7 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
     let controllers = Arc::new(crate::controller::Context::new(
         client.clone(),
         &config.source_name,
+        shared.metrics.clone(),
     ));
     tokio::spawn(crate::controller::statefulset::run(
         controllers.clone(),

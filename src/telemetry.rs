@@ -57,6 +57,23 @@ pub struct ActionLabel {
     pub action: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub kind: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: String,
+    pub error: String,
+}
+
 /// The agent's metrics, served on `/metrics` in the OpenMetrics text format.
 pub struct Metrics {
     pub registry: Registry,
@@ -67,6 +84,12 @@ pub struct Metrics {
     pub webhook_requests: Family<WebhookLabels, Counter>,
     pub sync_duration: Histogram,
     pub objects_applied: Family<ActionLabel, Counter>,
+    /// Rollouts by kind and phase.
+    pub rollouts: Family<PhaseLabels, Gauge>,
+    pub reconcile_duration: Family<KindLabel, Histogram>,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    /// Each rollout's last phase, so the phase gauges stay exact.
+    phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 impl Default for Metrics {
@@ -108,8 +131,28 @@ impl Default for Metrics {
             "Objects written to the cluster, by action (create, update, prune)",
             objects_applied.clone(),
         );
+        let rollouts = Family::<PhaseLabels, Gauge>::default();
+        registry.register("rollouts", "Rollouts by kind and phase", rollouts.clone());
+        let reconcile_duration = Family::<KindLabel, Histogram>::new_with_constructor(
+            reconcile_buckets as fn() -> Histogram,
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time to reconcile one rollout, by kind",
+            reconcile_duration.clone(),
+        );
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles by kind and error",
+            reconcile_errors.clone(),
+        );
         Metrics {
             registry,
+            rollouts,
+            reconcile_duration,
+            reconcile_errors,
+            phases: Default::default(),
             synced_revision,
             fetch_duration,
             fetch_errors,
@@ -120,7 +163,38 @@ impl Default for Metrics {
     }
 }
 
+fn reconcile_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
 impl Metrics {
+    /// Records that rollout `name` (namespace/name) of `kind` is in `phase`, or gone (`None`).
+    pub fn rollout_phase(&self, kind: &str, name: &str, phase: Option<&str>) {
+        let Ok(mut phases) = self.phases.lock() else {
+            return;
+        };
+        let key = (kind.to_string(), name.to_string());
+        let old = match phase {
+            Some(p) => phases.insert(key, p.to_string()),
+            None => phases.remove(&key),
+        };
+        if old.as_deref() == phase {
+            return;
+        }
+        let gauge = |phase: &str| {
+            self.rollouts.get_or_create(&PhaseLabels {
+                kind: kind.to_string(),
+                phase: phase.to_string(),
+            })
+        };
+        if let Some(old) = old {
+            gauge(&old).dec();
+        }
+        if let Some(p) = phase {
+            gauge(p).inc();
+        }
+    }
+
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -138,5 +212,29 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_gauges_follow_each_rollout() {
+        let m = Metrics::default();
+        m.rollout_phase("CanaryStatefulSet", "a/redis", Some("Stable"));
+        m.rollout_phase("CanaryStatefulSet", "b/redis", Some("Stable"));
+        m.rollout_phase("CanaryStatefulSet", "a/redis", Some("CanaryActive"));
+        m.rollout_phase("CanaryStatefulSet", "a/redis", Some("CanaryActive"));
+        m.rollout_phase("CanaryStatefulSet", "b/redis", None);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"linnet_rollouts{kind="CanaryStatefulSet",phase="Stable"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"linnet_rollouts{kind="CanaryStatefulSet",phase="CanaryActive"} 1"#),
+            "{text}"
+        );
     }
 }

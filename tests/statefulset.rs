@@ -229,6 +229,19 @@ async fn two_sets_walkthrough_with_manual_promotion_keeps_each_volume() {
             "no {r} event in {reasons:?}"
         );
     }
+    let metrics = reqwest::get(format!("{}/metrics", f.agent.as_ref().unwrap().base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        r#"linnet_rollouts{kind="CanaryStatefulSet",phase="Stable"} 1"#,
+        r#"linnet_rollouts{kind="CanaryStatefulSet",phase="CanaryActive"} 0"#,
+        r#"linnet_reconcile_duration_seconds_count{kind="CanaryStatefulSet"}"#,
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
 }
 
 #[tokio::test]

@@ -11,10 +11,15 @@ pub struct Context {
     /// The `rollouts.linnet.dev/source` label value this agent syncs; it runs only the
     /// rollouts (and watches only the children) that carry it.
     pub source: String,
+    pub metrics: std::sync::Arc<crate::telemetry::Metrics>,
 }
 
 impl Context {
-    pub fn new(client: Client, source: &str) -> Context {
+    pub fn new(
+        client: Client,
+        source: &str,
+        metrics: std::sync::Arc<crate::telemetry::Metrics>,
+    ) -> Context {
         let reporter = Reporter {
             controller: "linnet".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -23,6 +28,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             source: source.to_string(),
+            metrics,
         }
     }
 
@@ -53,5 +59,36 @@ impl Context {
         if let Err(e) = self.recorder.publish(&event, object).await {
             tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
         }
+    }
+}
+
+impl Context {
+    /// Times a reconcile of `kind` and counts its error, if any, by its stable label.
+    pub async fn measured<T>(
+        &self,
+        kind: &str,
+        reconcile: impl std::future::Future<Output = Result<T, super::ReconcileError>>,
+    ) -> Result<T, super::ReconcileError> {
+        use crate::telemetry::{ErrorLabels, KindLabel};
+        let started = std::time::Instant::now();
+        let result = reconcile.await;
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(e) = &result
+            && !matches!(e, super::ReconcileError::Waiting(_))
+        {
+            self.metrics
+                .reconcile_errors
+                .get_or_create(&ErrorLabels {
+                    kind: kind.to_string(),
+                    error: e.metric_label().to_string(),
+                })
+                .inc();
+        }
+        result
     }
 }

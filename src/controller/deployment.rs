@@ -56,7 +56,9 @@ async fn reconcile(
     rollout: Arc<CanaryDeployment>,
     ctx: Arc<Context>,
 ) -> Result<Requeue, ReconcileError> {
-    let result = reconcile_inner(&rollout, &ctx).await;
+    let result = ctx
+        .measured("CanaryDeployment", reconcile_inner(&rollout, &ctx))
+        .await;
     if let Err(e @ ReconcileError::Kube { .. }) = &result {
         ctx.publish(
             &rollout.object_ref(&()),
@@ -76,6 +78,8 @@ async fn reconcile_inner(
     let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = rollout.name_any();
     if rollout.meta().deletion_timestamp.is_some() {
+        ctx.metrics
+            .rollout_phase("CanaryDeployment", &format!("{ns}/{name}"), None);
         return Ok(Requeue::await_change());
     }
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
@@ -106,6 +110,11 @@ async fn reconcile_inner(
         status: rollout.status.clone().unwrap_or_default(),
     };
     let planned = plan(&input, &observed, jiff::Timestamp::now());
+    ctx.metrics.rollout_phase(
+        "CanaryDeployment",
+        &format!("{ns}/{name}"),
+        planned.status.phase.map(|p| format!("{p:?}")).as_deref(),
+    );
     let api: Api<CanaryDeployment> = Api::namespaced(ctx.client.clone(), &ns);
     write_status(
         &api,

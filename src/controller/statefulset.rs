@@ -92,13 +92,27 @@ async fn reconcile(
     rollout: Arc<CanaryStatefulSet>,
     ctx: Arc<Context>,
 ) -> Result<Requeue, ReconcileError> {
+    let object = rollout.object_ref(&());
+    let result = ctx
+        .measured("CanaryStatefulSet", reconcile_inner(rollout, &ctx))
+        .await;
+    if let Err(e @ ReconcileError::Kube { .. }) = &result {
+        ctx.publish(&object, true, "ReconcileFailed", &e.to_string())
+            .await;
+    }
+    result
+}
+
+async fn reconcile_inner(
+    rollout: Arc<CanaryStatefulSet>,
+    ctx: &Context,
+) -> Result<Requeue, ReconcileError> {
     let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
     let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let object = rollout.object_ref(&());
-    let result = finalizer(&api, FINALIZER, rollout, |event| async {
+    finalizer(&api, FINALIZER, rollout, |event| async {
         match event {
-            Finalizer::Apply(r) => apply(&r, &ctx, &ns).await,
-            Finalizer::Cleanup(r) => cleanup(&r, &ctx, &ns).await,
+            Finalizer::Apply(r) => apply(&r, ctx, &ns).await,
+            Finalizer::Cleanup(r) => cleanup(&r, ctx, &ns).await,
         }
     })
     .await
@@ -106,12 +120,7 @@ async fn reconcile(
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
-    });
-    if let Err(e @ ReconcileError::Kube { .. }) = &result {
-        ctx.publish(&object, true, "ReconcileFailed", &e.to_string())
-            .await;
-    }
-    result
+    })
 }
 
 fn reference(rollout: &CanaryStatefulSet, ns: &str) -> RolloutRef {
@@ -143,6 +152,11 @@ async fn apply(
     let now = jiff::Timestamp::now();
     let planned = plan(&input, &observed, now);
     let name = rollout.name_any();
+    ctx.metrics.rollout_phase(
+        "CanaryStatefulSet",
+        &format!("{ns}/{name}"),
+        planned.status.phase.map(|p| format!("{p:?}")).as_deref(),
+    );
     let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), ns);
     write_status(
         &api,
@@ -184,6 +198,8 @@ async fn cleanup(
         Some(what) => Err(ReconcileError::Waiting(what)),
         None if observed.stable.is_none() && observed.canary.is_none() => {
             tracing::info!(rollout = %format!("{ns}/{name}"), "deleted; its claims and volumes stay");
+            ctx.metrics
+                .rollout_phase("CanaryStatefulSet", &format!("{ns}/{name}"), None);
             Ok(Requeue::await_change())
         }
         None => Err(ReconcileError::Waiting("the sets to be deleted".into())),

@@ -1,0 +1,22 @@
+# linnet's image: a static-ish release build on Debian, copied into distroless (glibc, CA
+# certificates, user 65532). Build from the repository root:
+#
+#   docker build -t ghcr.io/linnet-dev/linnet:0.1.0 .
+#
+# The binary is the one `make test` tests (`cargo build --release --locked`); libgit2 and
+# rustls are compiled in, so the runtime image needs nothing else.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends cmake pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+COPY benches ./benches
+RUN cargo build --release --locked --bin linnet && strip target/release/linnet
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /src/target/release/linnet /usr/local/bin/linnet
+USER 65532:65532
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/linnet"]
+CMD ["agent"]

@@ -502,3 +502,45 @@ async fn a_missing_permission_is_named_and_loses_nothing() {
     assert_eq!(r.phase, Some(StatefulSetPhase::DeployingCanary));
     f.assert_volumes(&before).await;
 }
+
+#[tokio::test]
+async fn partition_abort_by_annotation_restores_every_pod() {
+    let mut f = start("sts-part-abort", json!({"strategy": {"type": "Partition"}})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    let done = f.wait_phase(StatefulSetPhase::RolledBack, 120).await;
+    assert_eq!(image_of(&done).0.as_deref(), Some("redis:7.2"));
+    let pods = f
+        .api::<k8s_openapi::api::core::v1::Pod>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(pods.len(), 3);
+    assert!(
+        pods.iter()
+            .all(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("redis:7.2")),
+        "a pod still runs the canary image"
+    );
+    f.assert_volumes(&before).await;
+}
+
+#[tokio::test]
+async fn partition_auto_promotion_survives_a_kill() {
+    let mut f = start(
+        "sts-part-auto",
+        json!({"strategy": {"type": "Partition"}, "promotion": {"type": "Auto", "bakeSeconds": 3}}),
+    )
+    .await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::DeployingCanary, 120).await;
+    f.kill_agent();
+    f.start_agent().await;
+    f.wait_stable_on("redis:7.4", 150).await;
+    f.assert_volumes(&before).await;
+}

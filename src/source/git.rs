@@ -97,6 +97,8 @@ pub struct GitMirror {
     remote: GitRemote,
     dir: PathBuf,
     repo: Repository,
+    /// Fetch only the tip (where the transport allows); off for a mirror that commits.
+    shallow: bool,
 }
 
 impl GitMirror {
@@ -129,6 +131,7 @@ impl GitMirror {
             remote,
             dir: dir.to_path_buf(),
             repo,
+            shallow: true,
         })
     }
 
@@ -137,7 +140,23 @@ impl GitMirror {
         format!("refs/remotes/origin/{}", self.remote.branch)
     }
 
-    fn callbacks(&self) -> RemoteCallbacks<'_> {
+    /// Fetch whole history from now on (a mirror that makes commits pushes them on top).
+    pub fn full_history(mut self) -> Self {
+        self.shallow = false;
+        self
+    }
+
+    /// The repository, for write-back.
+    pub(crate) fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// The remote this mirror follows.
+    pub fn remote(&self) -> &GitRemote {
+        &self.remote
+    }
+
+    pub(crate) fn callbacks(&self) -> RemoteCallbacks<'_> {
         let auth = self.remote.auth.clone();
         let mut callbacks = RemoteCallbacks::new();
         let mut attempts = 0;
@@ -195,7 +214,7 @@ impl GitMirror {
         callbacks
     }
 
-    fn classify(&self, e: git2::Error) -> GitError {
+    pub(crate) fn classify(&self, e: git2::Error) -> GitError {
         let url = self.remote.url.clone();
         // libgit2 replaces the certificate callback's error with its own words.
         let host_key_refused = e.code() == git2::ErrorCode::Certificate
@@ -255,7 +274,7 @@ impl GitMirror {
         let mut options = FetchOptions::new();
         options.remote_callbacks(self.callbacks());
         options.download_tags(AutotagOption::None);
-        if !local {
+        if !local && self.shallow {
             options.depth(1);
         }
         remote

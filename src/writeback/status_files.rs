@@ -1,0 +1,263 @@
+//! The status files linnet writes to Git: `.linnet/status/<namespace>/<name>.yaml`, one per
+//! rollout, and the commit message that says what changed. Pure: rollout status in, file
+//! text out. The text changes only when the rollout does (no clocks, no counters that tick),
+//! so an unchanged rollout never makes a commit.
+
+use serde::Serialize;
+
+use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition};
+
+/// The directory of status files in the repository.
+pub const STATUS_DIR: &str = ".linnet/status";
+
+/// One rollout's status file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusFile {
+    /// `.linnet/status/<namespace>/<name>.yaml`.
+    pub path: String,
+    pub content: String,
+    /// For the commit message, e.g. `default/redis CanaryActive (1/3 on redis:7.4)`.
+    pub summary: String,
+}
+
+/// The file's schema (documented in the README; keep it stable).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Document<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    namespace: &'a str,
+    name: &'a str,
+    /// The Git commit that last set the spec.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source_revision: Option<&'a str>,
+    phase: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since: Option<String>,
+    images: Images<'a>,
+    replicas: Replicas,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    conditions: Vec<DocCondition<'a>>,
+}
+
+#[derive(Serialize)]
+struct Images<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stable: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    canary: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Replicas {
+    desired: i32,
+    ready: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    canary: Option<i32>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DocCondition<'a> {
+    #[serde(rename = "type")]
+    type_: &'a str,
+    status: &'a str,
+    reason: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    message: &'a str,
+    last_transition_time: String,
+}
+
+fn conditions(cs: &[Condition]) -> Vec<DocCondition<'_>> {
+    cs.iter()
+        .map(|c| DocCondition {
+            type_: &c.type_,
+            status: &c.status,
+            reason: &c.reason,
+            message: &c.message,
+            last_transition_time: c.last_transition_time.0.to_string(),
+        })
+        .collect()
+}
+
+fn render(path: String, doc: &Document<'_>, summary: String) -> StatusFile {
+    let body = serde_saphyr::to_string(doc).unwrap_or_default();
+    StatusFile {
+        path,
+        content: format!("# Written by linnet: the rollout's progress. Do not edit.\n{body}"),
+        summary,
+    }
+}
+
+/// The path of a rollout's status file.
+pub fn path(namespace: &str, name: &str) -> String {
+    format!("{STATUS_DIR}/{namespace}/{name}.yaml")
+}
+
+/// The status file of a CanaryStatefulSet; `None` before it has a status.
+pub fn for_statefulset(o: &CanaryStatefulSet) -> Option<StatusFile> {
+    let s = o.status.as_ref()?;
+    let phase = format!("{:?}", s.phase?);
+    let namespace = o.metadata.namespace.as_deref()?;
+    let name = o.metadata.name.as_deref()?;
+    let canary = s.canary_image.as_deref();
+    let summary = format!(
+        "{namespace}/{name} {phase} ({} on {})",
+        s.ready.as_deref().unwrap_or("-"),
+        canary.or(s.stable_image.as_deref()).unwrap_or("-")
+    );
+    let doc = Document {
+        api_version: crate::api::API_VERSION,
+        kind: "CanaryStatefulSet",
+        namespace,
+        name,
+        source_revision: s.source_revision.as_deref(),
+        phase,
+        message: s.message.as_deref(),
+        since: s.phase_since.as_ref().map(|t| t.0.to_string()),
+        images: Images {
+            stable: s.stable_image.as_deref(),
+            canary,
+        },
+        replicas: Replicas {
+            desired: o.spec.replicas,
+            ready: s.ready_replicas,
+            canary: canary.map(|_| s.canary_ready_replicas),
+        },
+        step: s.current_step,
+        batch: None,
+        conditions: conditions(&s.conditions),
+    };
+    Some(render(path(namespace, name), &doc, summary))
+}
+
+/// The status file of a CanaryDeployment; `None` before it has a status.
+pub fn for_deployment(o: &CanaryDeployment) -> Option<StatusFile> {
+    let s = o.status.as_ref()?;
+    let phase = format!("{:?}", s.phase?);
+    let namespace = o.metadata.namespace.as_deref()?;
+    let name = o.metadata.name.as_deref()?;
+    let canary = s.canary_image.as_deref();
+    let summary = format!(
+        "{namespace}/{name} {phase} ({}{} on {})",
+        s.batch
+            .as_deref()
+            .map(|b| format!("batch {b}, "))
+            .unwrap_or_default(),
+        s.ready.as_deref().unwrap_or("-"),
+        canary.or(s.stable_image.as_deref()).unwrap_or("-")
+    );
+    let doc = Document {
+        api_version: crate::api::API_VERSION,
+        kind: "CanaryDeployment",
+        namespace,
+        name,
+        source_revision: s.source_revision.as_deref(),
+        phase,
+        message: s.message.as_deref(),
+        since: s.phase_since.as_ref().map(|t| t.0.to_string()),
+        images: Images {
+            stable: s.stable_image.as_deref(),
+            canary,
+        },
+        replicas: Replicas {
+            desired: o.spec.replicas,
+            ready: s.available_replicas,
+            canary: None,
+        },
+        step: None,
+        batch: s.batch.as_deref(),
+        conditions: conditions(&s.conditions),
+    };
+    Some(render(path(namespace, name), &doc, summary))
+}
+
+/// The commit message for a set of changed files: `linnet: <summary>; <summary>`.
+pub fn commit_message(changed: &[&StatusFile]) -> String {
+    let mut parts: Vec<&str> = changed.iter().map(|f| f.summary.as_str()).collect();
+    parts.sort_unstable();
+    let mut message = format!("linnet: {}", parts.join("; "));
+    if message.len() > 200 {
+        message = format!(
+            "linnet: status of {} rollouts\n\n{}",
+            parts.len(),
+            parts.join("\n")
+        );
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{CanaryStatefulSetStatus, StatefulSetPhase};
+
+    fn redis(phase: StatefulSetPhase) -> CanaryStatefulSet {
+        let mut o: CanaryStatefulSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "CanaryStatefulSet",
+            "metadata": {"name": "redis", "namespace": "default"},
+            "spec": {"replicas": 3, "image": "redis:7.4", "template": {
+                "selector": {"matchLabels": {"app": "redis"}},
+                "template": {"spec": {"containers": [{"name": "redis"}]}}
+            }}
+        }))
+        .unwrap();
+        o.status = Some(CanaryStatefulSetStatus {
+            phase: Some(phase),
+            stable_image: Some("redis:7.2".into()),
+            canary_image: Some("redis:7.4".into()),
+            ready: Some("1/3".into()),
+            ready_replicas: 3,
+            canary_ready_replicas: 1,
+            source_revision: Some("abc123".into()),
+            ..Default::default()
+        });
+        o
+    }
+
+    #[test]
+    fn a_status_file_says_where_the_rollout_is() {
+        let f = for_statefulset(&redis(StatefulSetPhase::CanaryActive)).unwrap();
+        assert_eq!(f.path, ".linnet/status/default/redis.yaml");
+        assert_eq!(f.summary, "default/redis CanaryActive (1/3 on redis:7.4)");
+        for line in [
+            "kind: CanaryStatefulSet",
+            "sourceRevision: abc123",
+            "phase: CanaryActive",
+            "stable: redis:7.2",
+            "canary: redis:7.4",
+            "desired: 3",
+        ] {
+            assert!(f.content.contains(line), "no {line:?} in\n{}", f.content);
+        }
+        assert_eq!(
+            commit_message(&[&f]),
+            "linnet: default/redis CanaryActive (1/3 on redis:7.4)"
+        );
+    }
+
+    #[test]
+    fn the_same_status_gives_the_same_text() {
+        let a = for_statefulset(&redis(StatefulSetPhase::Stable)).unwrap();
+        let b = for_statefulset(&redis(StatefulSetPhase::Stable)).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            for_statefulset(&redis(StatefulSetPhase::Promoting)).unwrap()
+        );
+    }
+
+    #[test]
+    fn no_status_no_file() {
+        let mut o = redis(StatefulSetPhase::Stable);
+        o.status = None;
+        assert!(for_statefulset(&o).is_none());
+    }
+}

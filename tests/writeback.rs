@@ -1,0 +1,196 @@
+//! Write-back of status files against real repositories: a bare repository over `file://`
+//! and over smart HTTP (`git http-backend`, token auth), and a human pushing to the same
+//! branch at the worst moment.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use linnet::source::git::{GitAuth, GitRemote};
+use linnet::writeback::push::{Pushed, StatusWriter};
+use linnet::writeback::status_files::StatusFile;
+use support::{git, git_http};
+
+struct Repo {
+    tmp: tempfile::TempDir,
+    bare: PathBuf,
+    /// A human's clone.
+    work: PathBuf,
+}
+
+fn repo() -> Repo {
+    let tmp = tempfile::tempdir().unwrap();
+    let bare = tmp.path().join("remote.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "--bare", "-q"]);
+    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    std::fs::write(work.join("apps/app.yaml"), "kind: ConfigMap\n").unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "first"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    Repo { tmp, bare, work }
+}
+
+fn file(name: &str, phase: &str) -> StatusFile {
+    StatusFile {
+        path: format!(".linnet/status/default/{name}.yaml"),
+        content: format!("phase: {phase}\n"),
+        summary: format!("default/{name} {phase}"),
+    }
+}
+
+fn writer(r: &Repo, url: String, branch: &str, auth: GitAuth) -> StatusWriter {
+    StatusWriter::open(
+        &r.tmp
+            .path()
+            .join(format!("cache-{branch}").replace('/', "-")),
+        GitRemote {
+            url,
+            branch: branch.into(),
+            auth,
+        },
+        "linnet",
+        "linnet@example.invalid",
+    )
+    .unwrap()
+}
+
+fn show(bare: &Path, what: &str) -> String {
+    git(bare, &["show", what])
+}
+
+#[test]
+fn status_files_go_to_a_status_branch_with_no_empty_commits() {
+    let r = repo();
+    let w = writer(
+        &r,
+        format!("file://{}", r.bare.display()),
+        "linnet/status",
+        GitAuth::Anonymous,
+    );
+    assert!(matches!(
+        w.write(&[file("redis", "Stable"), file("web", "Completed")])
+            .unwrap(),
+        Pushed::Committed { retries: 0, .. }
+    ));
+    assert_eq!(
+        show(&r.bare, "linnet/status:.linnet/status/default/redis.yaml"),
+        "phase: Stable"
+    );
+    let log = git(&r.bare, &["log", "--format=%an <%ae> %s", "linnet/status"]);
+    assert_eq!(
+        log,
+        "linnet <linnet@example.invalid> linnet: default/redis Stable; default/web Completed"
+    );
+    // The same content again: no commit.
+    assert_eq!(
+        w.write(&[file("redis", "Stable")]).unwrap(),
+        Pushed::Unchanged
+    );
+    // One file changes: one commit, with only that file's summary.
+    w.write(&[file("redis", "CanaryActive"), file("web", "Completed")])
+        .unwrap();
+    let log = git(&r.bare, &["log", "--format=%s", "linnet/status"]);
+    assert_eq!(
+        log,
+        "linnet: default/redis CanaryActive\nlinnet: default/redis Stable; default/web Completed"
+    );
+    // Every commit changes something.
+    for c in git(&r.bare, &["rev-list", "linnet/status"]).lines() {
+        let files = git(&r.bare, &["show", "--format=", "--name-only", c]);
+        assert!(!files.is_empty(), "commit {c} is empty");
+    }
+    // The tracked branch is untouched.
+    assert_eq!(git(&r.bare, &["log", "--format=%s", "main"]), "first");
+}
+
+#[test]
+fn status_files_over_smart_http_with_a_token() {
+    let r = repo();
+    let base = git_http::serve(r.tmp.path().to_path_buf(), Some(("git", "t0ken")));
+    let token = r.tmp.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let w = writer(
+        &r,
+        format!("{base}/remote.git"),
+        "linnet/status",
+        GitAuth::Basic {
+            username: "git".into(),
+            password_file: token.clone(),
+        },
+    );
+    w.write(&[file("redis", "Stable")]).unwrap();
+    assert_eq!(
+        show(&r.bare, "linnet/status:.linnet/status/default/redis.yaml"),
+        "phase: Stable"
+    );
+    // A token that may not push gets a clear error, and nothing is written.
+    std::fs::write(&token, "wrong\n").unwrap();
+    let err = w.write(&[file("redis", "Promoting")]).unwrap_err();
+    assert_eq!(err.label(), "auth", "{err}");
+    assert_eq!(
+        show(&r.bare, "linnet/status:.linnet/status/default/redis.yaml"),
+        "phase: Stable"
+    );
+}
+
+/// The race: a human pushes a spec change to the tracked branch between linnet's fetch and
+/// its push, again and again. Both commits always end up on the branch; nothing is forced.
+#[test]
+fn a_human_push_between_fetch_and_push_is_never_lost() {
+    let r = repo();
+    let w = writer(
+        &r,
+        format!("file://{}", r.bare.display()),
+        "main",
+        GitAuth::Anonymous,
+    );
+    let rounds = 25;
+    let mut retries = 0;
+    for i in 0..rounds {
+        let mut human_pushed = false;
+        let pushed = w
+            .write_with(&[file("redis", &format!("Step{i}"))], || {
+                if !human_pushed {
+                    human_pushed = true;
+                    git(&r.work, &["pull", "-q", "--rebase", "origin", "main"]);
+                    std::fs::write(
+                        r.work.join("apps/app.yaml"),
+                        format!("kind: ConfigMap\n# {i}\n"),
+                    )
+                    .unwrap();
+                    git(&r.work, &["commit", "-qam", &format!("human {i}")]);
+                    git(&r.work, &["push", "-q", "origin", "HEAD:main"]);
+                }
+            })
+            .unwrap();
+        let Pushed::Committed { retries: n, .. } = pushed else {
+            panic!("round {i}: nothing was written");
+        };
+        retries += n;
+    }
+    let log = git(&r.bare, &["log", "--format=%s", "main"]);
+    let humans = log.lines().filter(|l| l.starts_with("human ")).count();
+    let linnets = log.lines().filter(|l| l.starts_with("linnet: ")).count();
+    println!(
+        "{rounds} rounds: {humans} human commits kept, {linnets} status commits, {retries} pushes redone"
+    );
+    assert_eq!(humans, rounds, "a human commit was lost:\n{log}");
+    assert_eq!(linnets, rounds);
+    assert!(retries >= rounds as u32, "the race never happened");
+    // The human's last change and linnet's last status are both at the tip.
+    assert_eq!(
+        show(&r.bare, "main:apps/app.yaml"),
+        format!("kind: ConfigMap\n# {}", rounds - 1)
+    );
+    assert_eq!(
+        show(&r.bare, "main:.linnet/status/default/redis.yaml"),
+        format!("phase: Step{}", rounds - 1)
+    );
+    // Linear history: every human commit is an ancestor of the tip (no force push).
+    let first = git(&r.bare, &["rev-list", "--max-parents=0", "main"]);
+    assert_eq!(first.lines().count(), 1);
+}

@@ -78,6 +78,7 @@ where
 struct Demo {
     client: Client,
     work: PathBuf,
+    bare: PathBuf,
     agent: Child,
     started: Instant,
 }
@@ -258,6 +259,8 @@ async fn fresh_namespace(client: &Client) -> Step<()> {
         .is_some()
     {
         println!("    removing namespace {NS} left by an earlier run");
+        // No agent runs for it now, so its rollouts' finalizers are taken off by hand.
+        release_finalizers(client).await;
         let _ = namespaces.delete(NS, &DeleteParams::foreground()).await;
         wait("the old namespace to go", 120, || async {
             matches!(namespaces.get_opt(NS).await, Ok(None)).then_some(())
@@ -299,6 +302,24 @@ async fn install_rbac(client: &Client) -> Step<()> {
         .await
         .map_err(|e| format!("cannot bind the ClusterRole: {e}"))?;
     Ok(())
+}
+
+/// Takes linnet's finalizer off the rollouts in the demo namespace (only when no agent runs).
+async fn release_finalizers(client: &Client) {
+    let api: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), NS);
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return;
+    };
+    for r in list.items {
+        let name = r.metadata.name.unwrap_or_default();
+        let _ = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
 }
 
 async fn install_crds(client: &Client) -> Step<()> {
@@ -453,6 +474,7 @@ async fn run() -> Step<()> {
     let demo = Demo {
         client,
         work,
+        bare: bare.clone(),
         agent,
         started: Instant::now(),
     };
@@ -478,11 +500,17 @@ async fn run() -> Step<()> {
             demo.started.elapsed().as_secs_f64()
         );
     }
-    say("Cleaning up: agent stopped, namespace demo deleted (its volumes are Retain and stay)");
-    let _ = Api::<Namespace>::all(demo.client.clone())
-        .delete(NS, &DeleteParams::background())
-        .await;
-    result
+    say(
+        "Cleaning up: namespace demo deleted while the agent runs (its finalizer scales redis down; the volumes are Retain and stay), then the agent stops",
+    );
+    let namespaces = Api::<Namespace>::all(demo.client.clone());
+    let _ = namespaces.delete(NS, &DeleteParams::background()).await;
+    let gone = wait("namespace demo to go", 90, || async {
+        matches!(namespaces.get_opt(NS).await, Ok(None)).then_some(())
+    })
+    .await;
+    drop(demo);
+    result.and(gone)
 }
 
 async fn story(d: &Demo) -> Step<()> {
@@ -603,8 +631,30 @@ async fn story(d: &Demo) -> Step<()> {
     d.show().await;
     d.show_sets().await;
 
-    say("The repository's history");
+    say("The repository's history (main: people's commits)");
     println!("{}", git(&d.work, &["log", "--oneline"])?);
+    say("What linnet wrote back (branch linnet/status: one file per rollout, a commit per change)");
+    wait("the last status commit", 30, || async {
+        git(
+            &d.bare,
+            &["show", "linnet/status:.linnet/status/demo/web.yaml"],
+        )
+        .ok()
+        .filter(|t| t.contains("phase: Completed") && t.contains("nginx:1.28"))
+    })
+    .await?;
+    println!(
+        "{}",
+        git(&d.bare, &["log", "--format=%h %s", "linnet/status"])?
+    );
+    println!("\n    $ git show linnet/status:.linnet/status/demo/redis.yaml");
+    println!(
+        "{}",
+        git(
+            &d.bare,
+            &["show", "linnet/status:.linnet/status/demo/redis.yaml"]
+        )?
+    );
     println!("\nDone: every step happened.");
     Ok(())
 }

@@ -56,6 +56,8 @@ pub struct AgentConfig {
     pub prune: bool,
     /// Leader election; `None` runs without it (a single replica).
     pub leader: Option<LeaderConfig>,
+    /// Status files written to Git; `None` writes none.
+    pub writeback: Option<crate::writeback::WritebackConfig>,
 }
 
 /// The Lease that decides which replica acts.
@@ -205,9 +207,17 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         shutdown_signal(),
     ));
     tokio::spawn(crate::controller::deployment::run(
-        controllers,
+        controllers.clone(),
         shutdown_signal(),
     ));
+    if let Some(writeback) = &config.writeback {
+        tokio::spawn(crate::writeback::run(
+            client.clone(),
+            controllers.selector(),
+            writeback.clone(),
+            shared.metrics.clone(),
+        ));
+    }
     let mut local_snapshot = SpecSnapshot::default();
     let syncer = Syncer::new(
         client,

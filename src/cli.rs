@@ -132,6 +132,28 @@ pub struct AgentArgs {
     /// Address for health, metrics, status and webhooks.
     #[arg(long, default_value = "0.0.0.0:8080", env = "LINNET_LISTEN")]
     pub listen: std::net::SocketAddr,
+    /// Write each rollout's progress to `.linnet/status/<namespace>/<name>.yaml` in the
+    /// repository (with --repo-url), as commits by --git-author-name.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_WRITEBACK")]
+    pub writeback: bool,
+    /// The branch status files are committed to. The default keeps linnet's commits off the
+    /// branch people work on (and its protection rules); give the tracked branch to keep status
+    /// next to the specs.
+    #[arg(long, default_value = "linnet/status", env = "LINNET_WRITEBACK_BRANCH")]
+    pub writeback_branch: String,
+    /// Status changes within this window go into one commit.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, env = "LINNET_WRITEBACK_INTERVAL")]
+    pub writeback_interval: Duration,
+    /// Author and committer name of status commits.
+    #[arg(long, default_value = "linnet", env = "LINNET_GIT_AUTHOR_NAME")]
+    pub git_author_name: String,
+    /// Author and committer e-mail of status commits.
+    #[arg(
+        long,
+        default_value = "linnet@localhost",
+        env = "LINNET_GIT_AUTHOR_EMAIL"
+    )]
+    pub git_author_email: String,
     /// Run only while holding a coordination.k8s.io Lease, so that two replicas never both
     /// act; the other waits (not ready) and takes over when the lease expires.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_LEADER_ELECT")]
@@ -277,6 +299,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
         }
         (None, None) => unreachable_source()?,
     };
+    let writeback_source = source.clone();
     let config = AgentConfig {
         source,
         path: args.path.clone(),
@@ -294,6 +317,27 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
         load: args.specs.load_options(),
         source_name: args.sync.source_name.clone(),
         prune: args.sync.prune,
+        writeback: match (&writeback_source, args.writeback) {
+            (SourceConfig::Remote { remote, cache_dir }, true) => {
+                Some(crate::writeback::WritebackConfig {
+                    remote: crate::source::git::GitRemote {
+                        branch: args.writeback_branch.clone(),
+                        ..remote.clone()
+                    },
+                    cache_dir: cache_dir.with_file_name(format!(
+                        "{}-writeback",
+                        cache_dir
+                            .file_name()
+                            .map(|n| n.to_string_lossy().to_string())
+                            .unwrap_or_else(|| "repo".into())
+                    )),
+                    author_name: args.git_author_name.clone(),
+                    author_email: args.git_author_email.clone(),
+                    interval: args.writeback_interval,
+                })
+            }
+            _ => None,
+        },
         leader: args.leader_elect.then(|| crate::agent::LeaderConfig {
             name: args
                 .lease_name

@@ -88,6 +88,9 @@ pub struct Metrics {
     pub rollouts: Family<PhaseLabels, Gauge>,
     pub reconcile_duration: Family<KindLabel, Histogram>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub writeback_commits: Counter,
+    pub writeback_push_retries: Counter,
+    pub writeback_errors: Family<ReasonLabel, Counter>,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
@@ -147,8 +150,29 @@ impl Default for Metrics {
             "Failed reconciles by kind and error",
             reconcile_errors.clone(),
         );
+        let writeback_commits = Counter::default();
+        registry.register(
+            "writeback_commits",
+            "Status commits pushed to Git",
+            writeback_commits.clone(),
+        );
+        let writeback_push_retries = Counter::default();
+        registry.register(
+            "writeback_push_retries",
+            "Pushes redone on a new tip because the branch moved",
+            writeback_push_retries.clone(),
+        );
+        let writeback_errors = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "writeback_errors",
+            "Failed status writes, by reason",
+            writeback_errors.clone(),
+        );
         Metrics {
             registry,
+            writeback_commits,
+            writeback_push_retries,
+            writeback_errors,
             rollouts,
             reconcile_duration,
             reconcile_errors,

@@ -339,3 +339,101 @@ async fn a_failed_sync_is_retried_without_a_new_commit() {
     let _late = TestNamespace { name: late.clone() };
     wait_image(&admin, &late, "redis:7.2").await;
 }
+
+/// Reads `path` on `branch` of the bare repository, if it is there.
+fn show_on(bare: &Path, branch: &str, path: &str) -> Option<String> {
+    let out = Command::new("git")
+        .args(["show", &format!("{branch}:{path}")])
+        .current_dir(bare)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+#[tokio::test]
+async fn status_files_follow_a_real_rollout_on_their_own_branch() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-wb").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = seeded_remote(tmp.path(), &ns.name);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--writeback-interval=500ms".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let redis = format!(".linnet/status/{}/redis.yaml", ns.name);
+    let web = format!(".linnet/status/{}/web.yaml", ns.name);
+    let wait_file = |path: String, want: &'static str| {
+        let bare = bare.clone();
+        async move {
+            support::eventually(
+                &format!("{path} to say {want}"),
+                Duration::from_secs(90),
+                || {
+                    let got = show_on(&bare, "linnet/status", &path);
+                    async move { got.filter(|t| t.contains(want)) }
+                },
+            )
+            .await
+        }
+    };
+    let stable = wait_file(redis.clone(), "phase: Stable").await;
+    assert!(stable.contains("stable: redis:7.2"), "{stable}");
+    wait_file(web.clone(), "phase: Completed").await;
+
+    // A push starts a canary; the status file follows each phase.
+    set_redis_image(&work, "redis:7.4");
+    git(&work, &["commit", "-qam", "redis 7.4"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    // The Git host's webhook for that push.
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
+    let answer = reqwest::Client::new()
+        .post(format!("{}/hooks/generic", agent.base))
+        .header("x-linnet-signature", format!("sha256={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    let active = wait_file(redis.clone(), "phase: CanaryActive").await;
+    assert!(active.contains("canary: redis:7.4"), "{active}");
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    assert!(
+        active.contains(&format!("sourceRevision: {head}")),
+        "{active}"
+    );
+
+    // Never an empty commit; messages say what happened; the tracked branch has no linnet commit.
+    for c in git(&bare, &["rev-list", "linnet/status"]).lines() {
+        let files = git(&bare, &["show", "--format=", "--name-only", c]);
+        assert!(!files.is_empty(), "empty commit {c}");
+    }
+    let log = git(&bare, &["log", "--format=%an %s", "linnet/status"]);
+    assert!(
+        log.lines().all(|l| l.starts_with("linnet linnet: ")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("{}/redis CanaryActive", ns.name)),
+        "{log}"
+    );
+    assert!(!git(&bare, &["log", "--format=%an", "main"]).contains("linnet"));
+    let metrics = reqwest::get(format!("{}/metrics", agent.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("linnet_writeback_commits_total"),
+        "{metrics}"
+    );
+}

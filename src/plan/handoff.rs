@@ -46,24 +46,15 @@ pub fn handoff_step(
     if src.is_none() && dst.is_some_and(|d| d.bound) {
         return HandoffStep::Done;
     }
-    let volume = observed
-        .volumes
-        .iter()
-        .find(|v| v.handoff_to.as_deref() == Some(dst_name.as_str()))
-        .or_else(|| {
-            observed
-                .volumes
-                .iter()
-                .find(|v| v.claim.as_ref().is_some_and(|(n, _)| *n == src_name))
-        })
-        // A handoff the other way that stopped after its old claim was deleted: the volume
-        // still names that claim, which is this handoff's target.
-        .or_else(|| {
-            observed
-                .volumes
-                .iter()
-                .find(|v| v.claim.as_ref().is_some_and(|(n, _)| *n == dst_name))
-        });
+    // The volume is the one a live claim names: the target claim (linnet pre-creates it with
+    // `volumeName`), else the source claim. The target exists before the source is deleted, so
+    // one of them always names it. Annotations and `claimRef`s are not enough: a volume left
+    // Released by an earlier rollout of the same name carries the same ones.
+    let by_name = |name: &str| observed.volumes.iter().find(|v| v.name == name);
+    let volume = dst
+        .and_then(|d| d.volume.as_deref())
+        .and_then(by_name)
+        .or_else(|| src.and_then(|s| s.volume.as_deref()).and_then(by_name));
     let Some(volume) = volume else {
         return match (src, dst) {
             (None, None) => HandoffStep::Done,
@@ -73,14 +64,6 @@ pub fn handoff_step(
             _ => HandoffStep::Waiting(format!("looking for the volume of {src_name}")),
         };
     };
-    if let Some(d) = dst
-        && d.volume.as_deref().is_some_and(|v| v != volume.name)
-    {
-        return HandoffStep::Waiting(format!(
-            "claim {dst_name} names another volume than {}; leaving both alone",
-            volume.name
-        ));
-    }
     if !volume.retain || volume.handoff_to.as_deref() != Some(dst_name.as_str()) {
         return HandoffStep::Act(Action::RetainVolume {
             volume: volume.name.clone(),

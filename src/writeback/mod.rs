@@ -6,3 +6,121 @@
 
 pub mod push;
 pub mod status_files;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::api::{CanaryDeployment, CanaryStatefulSet};
+use crate::source::git::GitRemote;
+use crate::telemetry::{Metrics, ReasonLabel};
+use push::{Pushed, StatusWriter};
+use status_files::StatusFile;
+
+/// Where and as whom status files are written.
+#[derive(Clone, Debug)]
+pub struct WritebackConfig {
+    /// The repository; its `branch` is the one written.
+    pub remote: GitRemote,
+    /// The writer's own clone.
+    pub cache_dir: PathBuf,
+    pub author_name: String,
+    pub author_email: String,
+    /// Changes within this window go into one commit.
+    pub interval: Duration,
+}
+
+/// Follows the rollouts labelled with `selector` and keeps their status files in Git, until
+/// the process ends. A failure to write never touches a rollout; it is logged, counted, and
+/// tried again with the next change or after a backoff.
+pub async fn run(client: Client, selector: String, config: WritebackConfig, metrics: Arc<Metrics>) {
+    let opened = {
+        let c = config.clone();
+        tokio::task::spawn_blocking(move || {
+            StatusWriter::open(&c.cache_dir, c.remote, &c.author_name, &c.author_email)
+        })
+        .await
+    };
+    let writer = match opened {
+        Ok(Ok(w)) => Arc::new(Mutex::new(w)),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "write-back is off: cannot open its clone; check --cache-dir");
+            return;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "write-back is off");
+            return;
+        }
+    };
+    let scoped = watcher::Config::default().labels(&selector);
+    let sets = watcher(
+        Api::<CanaryStatefulSet>::all(client.clone()),
+        scoped.clone(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|o| async move { o.ok().and_then(|o| status_files::for_statefulset(&o)) })
+    .boxed();
+    let deploys = watcher(Api::<CanaryDeployment>::all(client), scoped)
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|o| async move { o.ok().and_then(|o| status_files::for_deployment(&o)) })
+        .boxed();
+    let mut changes = futures::stream::select(sets, deploys);
+    let mut latest: BTreeMap<String, StatusFile> = BTreeMap::new();
+    let mut due: Option<tokio::time::Instant> = None;
+    let mut failures = 0u32;
+    tracing::info!(branch = %config.remote.branch, "writing rollout status to Git");
+    loop {
+        let wait = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            change = changes.next() => {
+                let Some(file) = change else { return };
+                if latest.get(&file.path) != Some(&file) {
+                    latest.insert(file.path.clone(), file);
+                    // The window starts at the first change, so a steady stream of changes
+                    // cannot postpone the write for ever.
+                    due.get_or_insert_with(|| tokio::time::Instant::now() + config.interval);
+                }
+            }
+            () = wait => {
+                let files: Vec<StatusFile> = latest.values().cloned().collect();
+                let w = writer.clone();
+                // A panic inside an earlier write leaves no half-state in the writer.
+                let result = tokio::task::spawn_blocking(move || {
+                    w.lock().unwrap_or_else(|p| p.into_inner()).write(&files)
+                })
+                .await
+                .map_err(|e| ("panic", e.to_string()))
+                .and_then(|r| r.map_err(|e| (e.label(), e.to_string())));
+                match result {
+                    Ok(Pushed::Unchanged) => due = None,
+                    Ok(Pushed::Committed { commit, retries }) => {
+                        due = None;
+                        failures = 0;
+                        metrics.writeback_commits.inc();
+                        metrics.writeback_push_retries.inc_by(u64::from(retries));
+                        tracing::info!(%commit, retries, "status written to Git");
+                    }
+                    Err((reason, e)) => {
+                        failures += 1;
+                        metrics.writeback_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
+                        let backoff = config.interval * 2u32.pow(failures.min(6));
+                        tracing::warn!(error = %e, retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again");
+                        due = Some(tokio::time::Instant::now() + backoff);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -136,6 +136,23 @@ impl Drop for TestNamespace {
                 .unwrap();
             rt.block_on(async {
                 let client = client_from(admin_kubeconfig()).await;
+                // The test's agent is gone by now; take linnet's finalizers off so the
+                // namespace can go (and its volumes be recycled).
+                let rollouts: Api<linnet::api::CanaryStatefulSet> =
+                    Api::namespaced(client.clone(), &name);
+                if let Ok(list) = rollouts.list(&Default::default()).await {
+                    for r in list.items {
+                        let _ = rollouts
+                            .patch(
+                                r.metadata.name.as_deref().unwrap_or_default(),
+                                &kube::api::PatchParams::default(),
+                                &kube::api::Patch::Merge(
+                                    serde_json::json!({"metadata": {"finalizers": null}}),
+                                ),
+                            )
+                            .await;
+                    }
+                }
                 let _ = Api::<Namespace>::all(client)
                     .delete(&name, &DeleteParams::background())
                     .await;

@@ -599,6 +599,44 @@ fn two_sets_walkthrough_keeps_every_volume_with_its_replica() {
     assert_eq!(s.volumes.len(), 3, "a volume was created or lost");
 }
 
+/// Regression: volumes left Released by an earlier rollout of the same name in the same
+/// namespace carry the same handoff annotation and claimRef names; the handoff picked one and
+/// stalled. Only a live claim's volumeName identifies a replica's volume.
+#[test]
+fn stale_volumes_of_an_earlier_rollout_with_the_same_name_are_ignored() {
+    let mut s = two_sets();
+    for (name, claim) in [
+        ("pv-old-a", "data-redis-canary-2"),
+        ("pv-old-b", "data-redis-stable-2"),
+    ] {
+        s.volumes.insert(
+            name.into(),
+            VolumeView {
+                name: name.into(),
+                retain: true,
+                claim: Some((claim.into(), Some("uid-of-a-deleted-claim".into()))),
+                handoff_to: Some("data-redis-canary-2".into()),
+                storage_class: Some("local".into()),
+            },
+        );
+    }
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.promote = Some("redis:2".into());
+    s.run_until("promoted", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+    assert_eq!(s.volumes_by_ordinal(), before);
+    for stale in ["pv-old-a", "pv-old-b"] {
+        assert_eq!(
+            s.volumes[stale].claim.as_ref().map(|c| c.1.as_deref()),
+            Some(Some("uid-of-a-deleted-claim")),
+            "{stale} was touched"
+        );
+    }
+}
+
 #[test]
 fn a_promote_annotation_left_from_an_earlier_canary_does_not_promote_the_next() {
     let mut s = two_sets();

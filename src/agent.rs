@@ -58,6 +58,8 @@ pub struct AgentConfig {
     pub leader: Option<LeaderConfig>,
     /// Status files written to Git; `None` writes none.
     pub writeback: Option<crate::writeback::WritebackConfig>,
+    /// Commit statuses posted to the Git host; `None` posts none.
+    pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
 }
 
 /// The Lease that decides which replica acts.
@@ -210,6 +212,14 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         controllers.clone(),
         shutdown_signal(),
     ));
+    if let Some(commit_status) = &config.commit_status {
+        tokio::spawn(crate::writeback::post_commit_statuses(
+            client.clone(),
+            controllers.selector(),
+            commit_status.clone(),
+            shared.metrics.clone(),
+        ));
+    }
     if let Some(writeback) = &config.writeback {
         tokio::spawn(crate::writeback::run(
             client.clone(),

@@ -154,6 +154,24 @@ pub struct AgentArgs {
         env = "LINNET_GIT_AUTHOR_EMAIL"
     )]
     pub git_author_email: String,
+    /// Post each rollout's state as a commit status on this Git host (off when not given).
+    #[arg(long, value_enum, env = "LINNET_COMMIT_STATUS_PROVIDER", requires_all = ["commit_status_repo", "commit_status_token_file"])]
+    pub commit_status_provider: Option<crate::writeback::commit_status::Provider>,
+    /// The host's API base [default: https://api.github.com, https://gitlab.com/api/v4; Gitea: required].
+    #[arg(long, env = "LINNET_COMMIT_STATUS_API_URL")]
+    pub commit_status_api_url: Option<String>,
+    /// The repository: `owner/name` (GitHub, Gitea) or the project path or id (GitLab).
+    #[arg(long, env = "LINNET_COMMIT_STATUS_REPO")]
+    pub commit_status_repo: Option<String>,
+    /// File with the API token; read on every post.
+    #[arg(long, env = "LINNET_COMMIT_STATUS_TOKEN_FILE")]
+    pub commit_status_token_file: Option<PathBuf>,
+    /// A link on each status; {namespace}, {name} and {kind} are filled in.
+    #[arg(long, env = "LINNET_COMMIT_STATUS_TARGET_URL")]
+    pub commit_status_target_url: Option<String>,
+    /// This cluster's name, in the commit status context `linnet/<cluster>/<namespace>/<name>`.
+    #[arg(long, default_value = "default", env = "LINNET_CLUSTER_NAME")]
+    pub cluster_name: String,
     /// Run only while holding a coordination.k8s.io Lease, so that two replicas never both
     /// act; the other waits (not ready) and takes over when the lease expires.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_LEADER_ELECT")]
@@ -334,6 +352,34 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
                     author_name: args.git_author_name.clone(),
                     author_email: args.git_author_email.clone(),
                     interval: args.writeback_interval,
+                })
+            }
+            _ => None,
+        },
+        commit_status: match (
+            args.commit_status_provider,
+            &args.commit_status_repo,
+            &args.commit_status_token_file,
+        ) {
+            (Some(provider), Some(repo), Some(token)) => {
+                use crate::writeback::commit_status::{CommitStatusConfig, Provider};
+                let api_url = match (&args.commit_status_api_url, provider) {
+                    (Some(url), _) => url.clone(),
+                    (None, Provider::Github) => "https://api.github.com".into(),
+                    (None, Provider::Gitlab) => "https://gitlab.com/api/v4".into(),
+                    (None, Provider::Gitea) => {
+                        return Err(Error::Usage(
+                            "--commit-status-provider gitea needs --commit-status-api-url (e.g. https://gitea.example.com/api/v1)".into(),
+                        ));
+                    }
+                };
+                Some(CommitStatusConfig {
+                    provider,
+                    api_url,
+                    repository: repo.clone(),
+                    token_file: token.clone(),
+                    cluster: args.cluster_name.clone(),
+                    target_url: args.commit_status_target_url.clone(),
                 })
             }
             _ => None,

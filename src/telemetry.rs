@@ -58,6 +58,11 @@ pub struct ActionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     pub kind: String,
     pub phase: String,
@@ -91,6 +96,7 @@ pub struct Metrics {
     pub writeback_commits: Counter,
     pub writeback_push_retries: Counter,
     pub writeback_errors: Family<ReasonLabel, Counter>,
+    pub commit_status_posts: Family<ResultLabel, Counter>,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
@@ -168,8 +174,15 @@ impl Default for Metrics {
             "Failed status writes, by reason",
             writeback_errors.clone(),
         );
+        let commit_status_posts = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "commit_status_posts",
+            "Commit statuses sent to the Git host, by result",
+            commit_status_posts.clone(),
+        );
         Metrics {
             registry,
+            commit_status_posts,
             writeback_commits,
             writeback_push_retries,
             writeback_errors,

@@ -359,11 +359,21 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     let ns = TestNamespace::create(&admin, "agent-wb").await;
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = seeded_remote(tmp.path(), &ns.name);
+    let (statuses, api) = support::status_host::host().await;
+    std::fs::write(tmp.path().join("api-token"), "s3cret").unwrap();
     let agent = start_agent(
         tmp.path(),
         &[
             format!("--repo-url=file://{}", bare.display()),
             "--writeback-interval=500ms".into(),
+            "--commit-status-provider=github".into(),
+            format!("--commit-status-api-url={api}"),
+            "--commit-status-repo=acme/gitops".into(),
+            format!(
+                "--commit-status-token-file={}",
+                tmp.path().join("api-token").display()
+            ),
+            "--cluster-name=test".into(),
         ],
         &ns.name,
     );
@@ -436,4 +446,24 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
         metrics.contains("linnet_writeback_commits_total"),
         "{metrics}"
     );
+
+    // The pushed commit shows the canary as pending on the Git host.
+    let context = format!("linnet/test/{}/redis", ns.name);
+    let path = format!("/repos/acme/gitops/statuses/{head}");
+    let posted = support::eventually("a pending commit status", Duration::from_secs(30), || {
+        let found = statuses
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r.path == path
+                    && r.body["context"] == context.as_str()
+                    && r.body["state"] == "pending"
+            })
+            .cloned();
+        async move { found }
+    })
+    .await;
+    assert_eq!(posted.headers["authorization"], "Bearer s3cret");
 }

@@ -2,8 +2,10 @@
 //! commit statuses to the Git host, never force-pushes, and never loses a human's commit.
 //!
 //! - [`status_files`]: the files and commit messages (pure);
-//! - [`push`]: commit on top of the branch and push, redoing it on a new tip when rejected.
+//! - [`push`]: commit on top of the branch and push, redoing it on a new tip when rejected;
+//! - [`commit_status`]: the Git host's commit statuses (what to post, and posting it).
 
+pub mod commit_status;
 pub mod push;
 pub mod status_files;
 
@@ -122,5 +124,88 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
                 }
             }
         }
+    }
+}
+
+/// Posts each rollout's state as a commit status, never the same one twice, until the
+/// process ends. It runs on its own, so a slow or failing Git host never holds up a rollout.
+pub struct StatusPoster {
+    poster: commit_status::Poster,
+    posted: std::collections::HashMap<(String, String), (commit_status::State, String)>,
+    metrics: Arc<Metrics>,
+}
+
+impl StatusPoster {
+    pub fn new(config: commit_status::CommitStatusConfig, metrics: Arc<Metrics>) -> Self {
+        StatusPoster {
+            poster: commit_status::Poster::new(config),
+            posted: Default::default(),
+            metrics,
+        }
+    }
+
+    /// Posts `wanted` unless it is what the commit already shows.
+    pub async fn offer(&mut self, wanted: commit_status::Wanted) {
+        let key = (wanted.sha.clone(), wanted.context.clone());
+        let value = (wanted.state, wanted.description.clone());
+        if self.posted.get(&key) == Some(&value) {
+            return;
+        }
+        let result = match self.poster.post(&wanted).await {
+            Ok(_) => {
+                tracing::info!(sha = %wanted.sha, context = %wanted.context, state = ?wanted.state, "commit status posted");
+                self.posted.insert(key, value);
+                "posted"
+            }
+            Err(e) => {
+                tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, "could not post the commit status; the rollout goes on, and the next change tries again");
+                e.label()
+            }
+        };
+        self.metrics
+            .commit_status_posts
+            .get_or_create(&crate::telemetry::ResultLabel {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// Follows the rollouts labelled with `selector` and posts their commit statuses.
+pub async fn post_commit_statuses(
+    client: Client,
+    selector: String,
+    config: commit_status::CommitStatusConfig,
+    metrics: Arc<Metrics>,
+) {
+    let scoped = watcher::Config::default().labels(&selector);
+    let (c1, c2) = (config.clone(), config.clone());
+    let sets = watcher(
+        Api::<CanaryStatefulSet>::all(client.clone()),
+        scoped.clone(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(move |o| {
+        let w = o
+            .ok()
+            .and_then(|o| commit_status::wanted_for_statefulset(&c1, &o));
+        async move { w }
+    })
+    .boxed();
+    let deploys = watcher(Api::<CanaryDeployment>::all(client), scoped)
+        .default_backoff()
+        .touched_objects()
+        .filter_map(move |o| {
+            let w = o
+                .ok()
+                .and_then(|o| commit_status::wanted_for_deployment(&c2, &o));
+            async move { w }
+        })
+        .boxed();
+    let mut wanted = futures::stream::select(sets, deploys);
+    let mut poster = StatusPoster::new(config, metrics);
+    while let Some(w) = wanted.next().await {
+        poster.offer(w).await;
     }
 }

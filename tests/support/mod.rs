@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod git_http;
 pub mod rollout;
+pub mod status_host;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1,0 +1,407 @@
+//! Commit statuses on the Git host: each rollout's state, on the commit that last set its spec
+//! (`status.sourceRevision`), with context `linnet/<cluster>/<namespace>/<name>`.
+//!
+//! - [`wanted_for_statefulset`] / [`wanted_for_deployment`]: the status a rollout should show
+//!   (pure);
+//! - [`request`]: the HTTP request for a provider, as each documents it (pure);
+//! - [`Poster`]: sends it, waits out rate limits (`Retry-After`, reset headers) and retries
+//!   server errors; a failure is logged and counted, never in a rollout's way.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::api::{
+    CanaryDeployment, CanaryStatefulSet, DeploymentPhase, PromotionType, StatefulSetPhase,
+};
+
+/// The Git hosts linnet posts commit statuses to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Provider {
+    /// GitHub and GitHub Enterprise: `POST /repos/{owner}/{repo}/statuses/{sha}`.
+    Github,
+    /// GitLab: `POST /projects/{id}/statuses/{sha}`.
+    Gitlab,
+    /// Gitea and Forgejo: `POST /repos/{owner}/{repo}/statuses/{sha}`.
+    Gitea,
+}
+
+/// Where and how commit statuses are posted.
+#[derive(Clone, Debug)]
+pub struct CommitStatusConfig {
+    pub provider: Provider,
+    /// The API base, e.g. `https://api.github.com`, `https://gitlab.com/api/v4`,
+    /// `https://gitea.example.com/api/v1`.
+    pub api_url: String,
+    /// `owner/name` (GitHub, Gitea) or the project's path or id (GitLab).
+    pub repository: String,
+    /// The token, read on every post.
+    pub token_file: PathBuf,
+    /// The cluster's name in the context.
+    pub cluster: String,
+    /// A link for the status; `{namespace}`, `{name}` and `{kind}` are filled in.
+    pub target_url: Option<String>,
+}
+
+/// A commit status's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Pending,
+    Success,
+    Failure,
+    Error,
+}
+
+/// The status one rollout should show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wanted {
+    pub sha: String,
+    pub context: String,
+    pub state: State,
+    pub description: String,
+    pub target_url: Option<String>,
+}
+
+fn is_sha(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn wanted(
+    cfg: &CommitStatusConfig,
+    kind: &str,
+    meta: &kube::api::ObjectMeta,
+    revision: Option<&str>,
+    state: Option<(State, String)>,
+) -> Option<Wanted> {
+    let sha = revision.filter(|r| is_sha(r))?;
+    let (state, description) = state?;
+    let namespace = meta.namespace.as_deref()?;
+    let name = meta.name.as_deref()?;
+    Some(Wanted {
+        sha: sha.to_string(),
+        context: format!("linnet/{}/{namespace}/{name}", cfg.cluster),
+        state,
+        description: shorten(&description, 140),
+        target_url: cfg.target_url.as_ref().map(|t| {
+            t.replace("{namespace}", namespace)
+                .replace("{name}", name)
+                .replace("{kind}", kind)
+        }),
+    })
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(max - 1).collect();
+    s.push('…');
+    s
+}
+
+/// What a CanaryStatefulSet shows on its commit; `None` where it posts nothing new (a
+/// promotion under way keeps the status it had until it is done).
+pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -> Option<Wanted> {
+    let s = o.status.as_ref()?;
+    let image = s
+        .canary_image
+        .clone()
+        .unwrap_or_else(|| o.spec.image.clone());
+    let state = match s.phase? {
+        StatefulSetPhase::Initializing => Some((State::Pending, "starting".to_string())),
+        StatefulSetPhase::Stable => Some((
+            State::Success,
+            format!(
+                "stable: {} on {}",
+                s.ready.as_deref().unwrap_or("-"),
+                s.stable_image.as_deref().unwrap_or("-")
+            ),
+        )),
+        StatefulSetPhase::ScalingDownStable | StatefulSetPhase::DeployingCanary => {
+            Some((State::Pending, format!("canary of {image} in progress")))
+        }
+        StatefulSetPhase::CanaryActive => Some((
+            State::Pending,
+            match o.spec.promotion.type_ {
+                PromotionType::Manual => {
+                    format!(
+                        "canary of {image} ready; waiting for promotion (merge the promote annotation)"
+                    )
+                }
+                PromotionType::Auto => format!("canary of {image} ready; baking"),
+            },
+        )),
+        StatefulSetPhase::AwaitingMigration | StatefulSetPhase::MigratingData => Some((
+            State::Pending,
+            format!("migrating data before promoting {image}"),
+        )),
+        StatefulSetPhase::Promoting | StatefulSetPhase::RollingBack => None,
+        StatefulSetPhase::MigrationFailed | StatefulSetPhase::RolledBack => Some((
+            State::Failure,
+            format!("rolled back: {image} was not promoted"),
+        )),
+        StatefulSetPhase::Failed => Some((
+            State::Error,
+            s.message
+                .clone()
+                .unwrap_or_else(|| "the spec cannot be acted on".into()),
+        )),
+    };
+    wanted(
+        cfg,
+        "CanaryStatefulSet",
+        &o.metadata,
+        s.source_revision.as_deref(),
+        state,
+    )
+}
+
+/// What a CanaryDeployment shows on its commit.
+pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> Option<Wanted> {
+    let s = o.status.as_ref()?;
+    let image = s
+        .canary_image
+        .clone()
+        .unwrap_or_else(|| o.spec.image.clone());
+    let state = match s.phase? {
+        DeploymentPhase::Initializing => Some((State::Pending, "starting".to_string())),
+        DeploymentPhase::Progressing => Some((
+            State::Pending,
+            match s.batch.as_deref() {
+                Some(b) => format!("rolling out {image}: batch {b}"),
+                None => format!("rolling out {image}"),
+            },
+        )),
+        DeploymentPhase::Paused => Some((
+            State::Pending,
+            format!(
+                "batch {} of {image} done; waiting for approval (raise currentBatch)",
+                s.batch.as_deref().unwrap_or("-")
+            ),
+        )),
+        DeploymentPhase::Completed => Some((
+            State::Success,
+            format!(
+                "complete: {} on {}",
+                s.ready.as_deref().unwrap_or("-"),
+                s.stable_image.as_deref().unwrap_or("-")
+            ),
+        )),
+        DeploymentPhase::RollingBack => None,
+        DeploymentPhase::RolledBack | DeploymentPhase::Failed => Some((
+            State::Failure,
+            s.message
+                .clone()
+                .unwrap_or_else(|| format!("{image} failed")),
+        )),
+    };
+    wanted(
+        cfg,
+        "CanaryDeployment",
+        &o.metadata,
+        s.source_revision.as_deref(),
+        state,
+    )
+}
+
+/// One HTTP request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Value,
+}
+
+/// The provider's documented request for `w` (always a POST).
+pub fn request(cfg: &CommitStatusConfig, token: &str, w: &Wanted) -> Request {
+    let api = cfg.api_url.trim_end_matches('/');
+    let mut body = json!({"description": w.description});
+    if let Some(url) = &w.target_url {
+        body["target_url"] = json!(url);
+    }
+    match cfg.provider {
+        Provider::Github => {
+            body["state"] = json!(match w.state {
+                State::Pending => "pending",
+                State::Success => "success",
+                State::Failure => "failure",
+                State::Error => "error",
+            });
+            body["context"] = json!(w.context);
+            Request {
+                url: format!("{api}/repos/{}/statuses/{}", cfg.repository, w.sha),
+                headers: vec![
+                    ("authorization", format!("Bearer {token}")),
+                    ("accept", "application/vnd.github+json".into()),
+                    ("x-github-api-version", "2022-11-28".into()),
+                ],
+                body,
+            }
+        }
+        Provider::Gitlab => {
+            body["state"] = json!(match w.state {
+                State::Pending => "pending",
+                State::Success => "success",
+                State::Failure | State::Error => "failed",
+            });
+            body["name"] = json!(w.context);
+            let project: String = cfg
+                .repository
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    _ => format!("%{b:02X}"),
+                })
+                .collect();
+            Request {
+                url: format!("{api}/projects/{project}/statuses/{}", w.sha),
+                headers: vec![("private-token", token.to_string())],
+                body,
+            }
+        }
+        Provider::Gitea => {
+            body["state"] = json!(match w.state {
+                State::Pending => "pending",
+                State::Success => "success",
+                State::Failure => "failure",
+                State::Error => "error",
+            });
+            body["context"] = json!(w.context);
+            Request {
+                url: format!("{api}/repos/{}/statuses/{}", cfg.repository, w.sha),
+                headers: vec![("authorization", format!("token {token}"))],
+                body,
+            }
+        }
+    }
+}
+
+/// Why a post failed for good.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    #[error("cannot read the token file {path}: {source}")]
+    Token {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the Git host refused the status ({status}): {body}; check the token's scope and --commit-status-repo"
+    )]
+    Refused { status: u16, body: String },
+    #[error("the Git host did not take the status after {tries} tries: {last}")]
+    GaveUp { tries: u32, last: String },
+}
+
+impl PostError {
+    /// A stable metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PostError::Token { .. } => "token",
+            PostError::Refused { .. } => "refused",
+            PostError::GaveUp { .. } => "gave_up",
+        }
+    }
+}
+
+/// How long a rate-limited answer asks us to wait, from `Retry-After` (seconds) or a reset
+/// time (`X-RateLimit-Reset`, Unix seconds), capped at `cap`.
+pub fn rate_limit_wait(
+    headers: &reqwest::header::HeaderMap,
+    now_unix: u64,
+    cap: Duration,
+) -> Option<Duration> {
+    let number = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let wait = number("retry-after").map(Duration::from_secs).or_else(|| {
+        let exhausted = number("x-ratelimit-remaining") == Some(0);
+        let reset = number("x-ratelimit-reset").or_else(|| number("ratelimit-reset"))?;
+        exhausted.then(|| Duration::from_secs(reset.saturating_sub(now_unix)))
+    })?;
+    Some(wait.min(cap))
+}
+
+/// Posts commit statuses with retries.
+pub struct Poster {
+    config: CommitStatusConfig,
+    http: reqwest::Client,
+    tries: u32,
+    max_wait: Duration,
+}
+
+impl Poster {
+    pub fn new(config: CommitStatusConfig) -> Poster {
+        Poster {
+            config,
+            http: reqwest::Client::builder()
+                .user_agent(concat!("linnet/", env!("CARGO_PKG_VERSION")))
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap_or_default(),
+            tries: 5,
+            max_wait: Duration::from_secs(300),
+        }
+    }
+
+    /// Posts `w`, waiting out rate limits and retrying server errors; returns the attempts.
+    pub async fn post(&self, w: &Wanted) -> Result<u32, PostError> {
+        let path = &self.config.token_file;
+        let token = std::fs::read_to_string(path).map_err(|source| PostError::Token {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let req = request(&self.config, token.trim(), w);
+        let mut last = String::new();
+        for attempt in 1..=self.tries {
+            let mut call = self.http.post(&req.url).json(&req.body);
+            for (k, v) in &req.headers {
+                call = call.header(*k, v);
+            }
+            let backoff = Duration::from_millis(200 << attempt.min(6));
+            match call.send().await {
+                Ok(r) if r.status().is_success() => return Ok(attempt),
+                Ok(r) => {
+                    let status = r.status().as_u16();
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0);
+                    let limited = rate_limit_wait(r.headers(), now, self.max_wait);
+                    let body = r.text().await.unwrap_or_default();
+                    last = format!("{status} {}", shorten(&body, 200));
+                    match (status, limited) {
+                        (429 | 403, Some(wait)) => {
+                            tracing::info!(
+                                ?wait,
+                                "the Git host rate-limits commit statuses; waiting"
+                            );
+                            tokio::time::sleep(wait).await;
+                        }
+                        (429, None) | (500..=599, _) => tokio::time::sleep(backoff).await,
+                        _ => {
+                            return Err(PostError::Refused {
+                                status,
+                                body: shorten(&body, 200),
+                            });
+                        }
+                    }
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    tokio::time::sleep(backoff).await;
+                }
+            }
+        }
+        Err(PostError::GaveUp {
+            tries: self.tries,
+            last,
+        })
+    }
+}

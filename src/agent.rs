@@ -119,6 +119,9 @@ enum Found {
 
 struct Shared {
     config: AgentConfig,
+    /// Error statuses for specs that fail to load, to the commit-status task.
+    spec_error_statuses: Option<mpsc::Sender<crate::writeback::commit_status::Wanted>>,
+    client: kube::Client,
     metrics: Arc<Metrics>,
     status: RwLock<SourceStatus>,
     ready: AtomicBool,
@@ -126,7 +129,10 @@ struct Shared {
 
 /// Runs the agent until SIGINT or SIGTERM.
 pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
+    let (error_tx, error_rx) = mpsc::channel(64);
     let shared = Arc::new(Shared {
+        spec_error_statuses: config.commit_status.is_some().then_some(error_tx),
+        client: client.clone(),
         metrics: Arc::new(Metrics::default()),
         status: RwLock::new(SourceStatus {
             source: config.source_name.clone(),
@@ -218,6 +224,7 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
             controllers.selector(),
             commit_status.clone(),
             shared.metrics.clone(),
+            error_rx,
         ));
     }
     if let Some(writeback) = &config.writeback {
@@ -449,6 +456,18 @@ async fn sync(
     for e in &specs.errors {
         tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
     }
+    if !specs.errors.is_empty()
+        && let (Some(tx), Some(cfg)) = (&shared.spec_error_statuses, &shared.config.commit_status)
+    {
+        tokio::spawn(spec_error_statuses(
+            shared.client.clone(),
+            shared.config.source_name.clone(),
+            cfg.clone(),
+            revision.to_string(),
+            specs.errors.clone(),
+            tx.clone(),
+        ));
+    }
     let started = Instant::now();
     let report = syncer.sync(specs, revision, shared.config.prune).await;
     shared
@@ -505,6 +524,51 @@ async fn sync(
             "{} object(s) failed to sync; first: {key}: {e}",
             report.errors.len()
         ))
+    }
+}
+
+/// Error statuses on `revision` for the rollouts (already in the cluster, from an earlier
+/// revision) whose files now have errors.
+async fn spec_error_statuses(
+    client: kube::Client,
+    source: String,
+    cfg: crate::writeback::commit_status::CommitStatusConfig,
+    revision: String,
+    errors: Vec<crate::specs::SpecError>,
+    tx: mpsc::Sender<crate::writeback::commit_status::Wanted>,
+) {
+    use crate::api::{CanaryDeployment, CanaryStatefulSet, SOURCE_LABEL, SOURCE_PATH_ANNOTATION};
+    use crate::writeback::commit_status::wanted_for_spec_error;
+    let params = kube::api::ListParams::default().labels(&format!("{SOURCE_LABEL}={source}"));
+    let mut metas = Vec::new();
+    if let Ok(l) = kube::Api::<CanaryStatefulSet>::all(client.clone())
+        .list(&params)
+        .await
+    {
+        metas.extend(l.items.into_iter().map(|o| o.metadata));
+    }
+    if let Ok(l) = kube::Api::<CanaryDeployment>::all(client)
+        .list(&params)
+        .await
+    {
+        metas.extend(l.items.into_iter().map(|o| o.metadata));
+    }
+    for e in &errors {
+        for m in &metas {
+            let file = m
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SOURCE_PATH_ANNOTATION));
+            if file != Some(&e.location.file) {
+                continue;
+            }
+            let (Some(ns), Some(name)) = (&m.namespace, &m.name) else {
+                continue;
+            };
+            if let Some(w) = wanted_for_spec_error(&cfg, ns, name, &revision, &e.to_string()) {
+                let _ = tx.send(w).await;
+            }
+        }
     }
 }
 

@@ -466,4 +466,43 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     })
     .await;
     assert_eq!(posted.headers["authorization"], "Bearer s3cret");
+
+    // A commit that breaks the spec gets an error status that says where.
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replacen("  replicas: 3", "  replicas: 3\n  replicaz: 4", 1),
+    )
+    .unwrap();
+    git(&work, &["commit", "-qam", "typo"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let broken = git(&work, &["rev-parse", "HEAD"]);
+    let answer = reqwest::Client::new()
+        .post(format!("{}/hooks/generic", agent.base))
+        .header("x-linnet-signature", format!("sha256={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    let path = format!("/repos/acme/gitops/statuses/{broken}");
+    let error = support::eventually("an error commit status", Duration::from_secs(30), || {
+        let found = statuses
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|r| r.path == path && r.body["state"] == "error")
+            .cloned();
+        async move { found }
+    })
+    .await;
+    let description = error.body["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("invalid spec: apps/redis/redis.yaml:")
+            && description.contains("replicaz"),
+        "{description}"
+    );
+    assert_eq!(error.body["context"], context.as_str());
 }

@@ -205,6 +205,29 @@ pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> 
     )
 }
 
+/// The error status for rollout `namespace/name`, whose file has `located_error` at
+/// `revision`: the commit that broke the spec shows what is wrong and where.
+pub fn wanted_for_spec_error(
+    cfg: &CommitStatusConfig,
+    namespace: &str,
+    name: &str,
+    revision: &str,
+    located_error: &str,
+) -> Option<Wanted> {
+    let meta = kube::api::ObjectMeta {
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    wanted(
+        cfg,
+        "spec",
+        &meta,
+        Some(revision),
+        Some((State::Error, format!("invalid spec: {located_error}"))),
+    )
+}
+
 /// One HTTP request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {

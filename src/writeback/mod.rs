@@ -37,6 +37,40 @@ pub struct WritebackConfig {
     pub interval: Duration,
 }
 
+/// Gathers status file changes into one write per window. The window opens at the first
+/// change after a write, so a steady stream of changes cannot postpone a write for ever.
+#[derive(Debug, Default)]
+pub struct Coalescer {
+    latest: BTreeMap<String, StatusFile>,
+    due: Option<std::time::Instant>,
+}
+
+impl Coalescer {
+    /// Records `file`; a file that did not change opens no window.
+    pub fn offer(&mut self, file: StatusFile, now: std::time::Instant, window: Duration) {
+        if self.latest.get(&file.path) != Some(&file) {
+            self.latest.insert(file.path.clone(), file);
+            self.due.get_or_insert(now + window);
+        }
+    }
+
+    /// When the next write is due, if one is.
+    pub fn due(&self) -> Option<std::time::Instant> {
+        self.due
+    }
+
+    /// The files to write now (every rollout's latest); closes the window.
+    pub fn take(&mut self) -> Vec<StatusFile> {
+        self.due = None;
+        self.latest.values().cloned().collect()
+    }
+
+    /// A write failed: try again at `at`.
+    pub fn retry_at(&mut self, at: std::time::Instant) {
+        self.due = Some(at);
+    }
+}
+
 /// Follows the rollouts labelled with `selector` and keeps their status files in Git, until
 /// the process ends. A failure to write never touches a rollout; it is logged, counted, and
 /// tried again with the next change or after a backoff.
@@ -74,29 +108,24 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
         .filter_map(|o| async move { o.ok().and_then(|o| status_files::for_deployment(&o)) })
         .boxed();
     let mut changes = futures::stream::select(sets, deploys);
-    let mut latest: BTreeMap<String, StatusFile> = BTreeMap::new();
-    let mut due: Option<tokio::time::Instant> = None;
+    let mut pending = Coalescer::default();
     let mut failures = 0u32;
     tracing::info!(branch = %config.remote.branch, "writing rollout status to Git");
     loop {
+        let due = pending.due();
         let wait = async {
             match due {
-                Some(at) => tokio::time::sleep_until(at).await,
+                Some(at) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
             change = changes.next() => {
                 let Some(file) = change else { return };
-                if latest.get(&file.path) != Some(&file) {
-                    latest.insert(file.path.clone(), file);
-                    // The window starts at the first change, so a steady stream of changes
-                    // cannot postpone the write for ever.
-                    due.get_or_insert_with(|| tokio::time::Instant::now() + config.interval);
-                }
+                pending.offer(file, std::time::Instant::now(), config.interval);
             }
             () = wait => {
-                let files: Vec<StatusFile> = latest.values().cloned().collect();
+                let files = pending.take();
                 let w = writer.clone();
                 // A panic inside an earlier write leaves no half-state in the writer.
                 let result = tokio::task::spawn_blocking(move || {
@@ -106,9 +135,8 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
                 .map_err(|e| ("panic", e.to_string()))
                 .and_then(|r| r.map_err(|e| (e.label(), e.to_string())));
                 match result {
-                    Ok(Pushed::Unchanged) => due = None,
+                    Ok(Pushed::Unchanged) => {}
                     Ok(Pushed::Committed { commit, retries }) => {
-                        due = None;
                         failures = 0;
                         metrics.writeback_commits.inc();
                         metrics.writeback_push_retries.inc_by(u64::from(retries));
@@ -119,7 +147,7 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
                         metrics.writeback_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
                         let backoff = config.interval * 2u32.pow(failures.min(6));
                         tracing::warn!(error = %e, retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again");
-                        due = Some(tokio::time::Instant::now() + backoff);
+                        pending.retry_at(std::time::Instant::now() + backoff);
                     }
                 }
             }
@@ -177,6 +205,7 @@ pub async fn post_commit_statuses(
     selector: String,
     config: commit_status::CommitStatusConfig,
     metrics: Arc<Metrics>,
+    errors: tokio::sync::mpsc::Receiver<commit_status::Wanted>,
 ) {
     let scoped = watcher::Config::default().labels(&selector);
     let (c1, c2) = (config.clone(), config.clone());
@@ -203,9 +232,63 @@ pub async fn post_commit_statuses(
             async move { w }
         })
         .boxed();
-    let mut wanted = futures::stream::select(sets, deploys);
+    // Spec errors found by the sync arrive on `errors`.
+    let errors = tokio_stream_from(errors);
+    let mut wanted = futures::stream::select(futures::stream::select(sets, deploys), errors);
     let mut poster = StatusPoster::new(config, metrics);
     while let Some(w) = wanted.next().await {
         poster.offer(w).await;
+    }
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<commit_status::Wanted>,
+) -> futures::stream::BoxStream<'static, commit_status::Wanted> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn file(name: &str, phase: &str) -> StatusFile {
+        StatusFile {
+            path: status_files::path("default", name),
+            content: format!("phase: {phase}\n"),
+            summary: format!("default/{name} {phase}"),
+        }
+    }
+
+    #[test]
+    fn changes_within_a_window_make_one_write() {
+        let window = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let mut c = Coalescer::default();
+        c.offer(file("redis", "ScalingDownStable"), t0, window);
+        c.offer(
+            file("redis", "DeployingCanary"),
+            t0 + Duration::from_millis(500),
+            window,
+        );
+        c.offer(
+            file("web", "Progressing"),
+            t0 + Duration::from_millis(900),
+            window,
+        );
+        c.offer(
+            file("redis", "CanaryActive"),
+            t0 + Duration::from_millis(1900),
+            window,
+        );
+        // The window opened at the first change and does not move.
+        assert_eq!(c.due(), Some(t0 + window));
+        let files = c.take();
+        assert_eq!(files.len(), 2);
+        assert!(files.iter().any(|f| f.content == "phase: CanaryActive\n"));
+        assert_eq!(c.due(), None);
+        // The same content again opens no window.
+        c.offer(file("redis", "CanaryActive"), t0 + window, window);
+        assert_eq!(c.due(), None);
     }
 }

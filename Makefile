@@ -39,8 +39,7 @@ crds:
 demo: cluster-build
 	$(CARGO) build --quiet --bin linnet --example demo
 	@echo "\$$ linnet validate examples/gitops-repo"; target/debug/linnet validate examples/gitops-repo
-	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig \
-	  LINNET_AGENT_KUBECONFIG=$$LINNET_CLUSTER_DIR/linnet.kubeconfig target/debug/examples/demo'
+	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
 
 ## bench: measurements, not pass/fail tests (idle poll cost; more in later issues).
 bench:

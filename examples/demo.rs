@@ -1,8 +1,9 @@
 //! `make demo`: linnet's main job on the local control plane, told step by step.
 //!
-//! A bare Git repository stands in for the Git host: it is seeded from
-//! `examples/gitops-repo`, and its `post-receive` hook sends a signed GitHub push webhook to
-//! the agent, as GitHub would. The agent follows it (with a one-hour poll, so every change
+//! A local Git server stands in for the Git host: a bare repository seeded from
+//! `examples/gitops-repo`, served over smart HTTP (`git http-backend`, token auth), whose
+//! `post-receive` hook sends a signed GitHub push webhook to the agent, as GitHub would. The
+//! agent runs as its ServiceAccount from `deploy/`. The agent follows it (with a one-hour poll, so every change
 //! below arrives by webhook), and the story is played by pushing commits:
 //!
 //! 1. the first sync: redis (a CanaryStatefulSet) and web (a CanaryDeployment) come up;
@@ -14,6 +15,10 @@
 //! It exits non-zero, naming the step, if anything does not happen in time. It expects the
 //! control plane from `make cluster-up` and the binary from `cargo build`.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
+
+// The tests' Git server: the real `git http-backend` behind a small HTTP server.
+#[path = "../tests/support/git_http.rs"]
+mod git_http;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +33,7 @@ use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, Stateful
 
 const NS: &str = "demo";
 const SECRET: &str = "demo-webhook-secret";
+const GIT_TOKEN: &str = "demo-git-token";
 
 type Step<T> = Result<T, String>;
 
@@ -276,32 +282,72 @@ async fn fresh_namespace(client: &Client) -> Step<()> {
     Ok(())
 }
 
-/// linnet's ClusterRole from `deploy/rbac.yaml`, bound to user `linnet`: the identity the
-/// agent runs as (the local control plane's stand-in for linnet's ServiceAccount).
-async fn install_rbac(client: &Client) -> Step<()> {
+/// Applies linnet's identity from `deploy/` (namespace, ServiceAccount, ClusterRole and its
+/// binding), and returns a kubeconfig that acts as that ServiceAccount, with a token from the
+/// TokenRequest API, as a pod running it would have.
+async fn service_account_kubeconfig(
+    client: &Client,
+    admin_kubeconfig: &str,
+    dir: &Path,
+) -> Step<PathBuf> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let role: ClusterRole =
-        serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let read = |file: &str| {
+        let path = deploy.join(file);
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+    };
+    let parse_err = |e: serde_saphyr::Error| e.to_string();
+    let ns: Namespace = serde_saphyr::from_str(&read("namespace.yaml")?).map_err(parse_err)?;
+    let sa: ServiceAccount =
+        serde_saphyr::from_str(&read("serviceaccount.yaml")?).map_err(parse_err)?;
+    let role: ClusterRole = serde_saphyr::from_str(&read("rbac.yaml")?).map_err(parse_err)?;
+    let binding: ClusterRoleBinding =
+        serde_saphyr::from_str(&read("rbac-binding.yaml")?).map_err(parse_err)?;
+    let sa_ns = sa.metadata.namespace.clone().unwrap_or_default();
     let params = PatchParams::apply("linnet-demo").force();
+    let failed = |what: &'static str| move |e: kube::Error| format!("cannot apply {what}: {e}");
+    Api::<Namespace>::all(client.clone())
+        .patch(&sa_ns, &params, &Patch::Apply(&ns))
+        .await
+        .map_err(failed("the namespace"))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &sa_ns);
+    accounts
+        .patch("linnet", &params, &Patch::Apply(&sa))
+        .await
+        .map_err(failed("the ServiceAccount"))?;
     Api::<ClusterRole>::all(client.clone())
         .patch("linnet", &params, &Patch::Apply(&role))
         .await
-        .map_err(|e| format!("cannot install the ClusterRole: {e}"))?;
-    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "linnet"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "linnet"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "linnet"}],
-    }))
-    .map_err(|e| e.to_string())?;
+        .map_err(failed("the ClusterRole"))?;
     Api::<ClusterRoleBinding>::all(client.clone())
         .patch("linnet", &params, &Patch::Apply(&binding))
         .await
-        .map_err(|e| format!("cannot bind the ClusterRole: {e}"))?;
-    Ok(())
+        .map_err(failed("the ClusterRoleBinding"))?;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request("linnet", &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("cannot get a token for ServiceAccount linnet: {e}"))?
+        .status
+        .and_then(|s| s.token)
+        .ok_or("the TokenRequest returned no token")?;
+    let text = std::fs::read_to_string(admin_kubeconfig).map_err(|e| e.to_string())?;
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("token:"))
+        .ok_or("the admin kubeconfig has no token")?;
+    let path = dir.join("linnet.kubeconfig");
+    std::fs::write(&path, text.replace(line, &format!("    token: {token}")))
+        .map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 /// Takes linnet's finalizer off the rollouts in the demo namespace (only when no agent runs).
@@ -416,10 +462,9 @@ async fn run() -> Step<()> {
     });
 
     say(
-        "Setting up: the CRDs and RBAC from deploy/, namespace demo, and a Git repository with a push webhook",
+        "Setting up: the CRDs, ServiceAccount and RBAC from deploy/, namespace demo, and a Git server (smart HTTP) with a push webhook",
     );
     install_crds(&client).await?;
-    install_rbac(&client).await?;
     fresh_namespace(&client).await?;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -429,19 +474,26 @@ async fn run() -> Step<()> {
     let base = format!("http://127.0.0.1:{port}");
     let (bare, work) = git_host(tmp.path(), &base)?;
     std::fs::write(tmp.path().join("secret"), SECRET).map_err(|e| e.to_string())?;
-    let log = tmp.path().join("agent.log");
-    println!(
-        "    repository: file://{}  (post-receive hook -> {base}/hooks/github)",
-        bare.display()
+    std::fs::write(tmp.path().join("git-token"), GIT_TOKEN).map_err(|e| e.to_string())?;
+    let server = git_http::serve(
+        bare.parent().map(Path::to_path_buf).unwrap_or_default(),
+        Some(("git", GIT_TOKEN)),
     );
+    let repo_url = format!("{server}/gitops.git");
+    let agent_kubeconfig = service_account_kubeconfig(&client, &kubeconfig, tmp.path()).await?;
+    let log = tmp.path().join("agent.log");
+    println!("    repository: {repo_url}  (token auth; post-receive hook -> {base}/hooks/github)");
 
     say(
-        "Starting the agent as user linnet, with only deploy/rbac.yaml's permissions (poll interval 1h: every change below arrives by webhook)",
+        "Starting the agent as ServiceAccount linnet-system/linnet (only deploy/rbac.yaml's permissions; poll interval 1h: every change below arrives by webhook)",
     );
-    let agent_kubeconfig = std::env::var("LINNET_AGENT_KUBECONFIG").unwrap_or(kubeconfig);
     let agent = Command::new(&bin)
         .env("KUBECONFIG", &agent_kubeconfig)
-        .args(["agent", "--repo-url", &format!("file://{}", bare.display())])
+        .args(["agent", "--repo-url", &repo_url])
+        .args([
+            "--git-password-file",
+            tmp.path().join("git-token").to_str().unwrap_or_default(),
+        ])
         .args([
             "--poll-interval",
             "1h",
@@ -469,7 +521,7 @@ async fn run() -> Step<()> {
         .spawn()
         .map_err(|e| format!("cannot start {bin}: {e}; run `cargo build` first"))?;
     println!(
-        "    $ linnet agent --repo-url file://…/gitops.git --poll-interval 1h --webhook-secret-file …"
+        "    $ linnet agent --repo-url {repo_url} --git-password-file … --poll-interval 1h --webhook-secret-file …"
     );
     let demo = Demo {
         client,

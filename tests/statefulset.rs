@@ -418,15 +418,35 @@ async fn deletion_scales_down_and_keeps_every_claim() {
     f.assert_volumes(&before).await;
 }
 
-/// Kills the agent as soon as the rollout reaches `phase`, restarts it, and checks that the
-/// rollout converges with every volume in place.
+/// The phases of a promoted canary from `phase` on, before it is done. Status is written once
+/// per plan, and a plan can pass through several phases, so a short phase may never be seen.
+fn from_phase_on(phase: StatefulSetPhase) -> Vec<StatefulSetPhase> {
+    use StatefulSetPhase::*;
+    let order = [ScalingDownStable, DeployingCanary, CanaryActive, Promoting];
+    order.iter().copied().skip_while(|p| *p != phase).collect()
+}
+
+/// Kills the agent as soon as the rollout reaches `phase` (or the first later phase seen,
+/// still mid-rollout), restarts it, and checks that the rollout converges with every volume
+/// in place.
 async fn kill_in(phase: StatefulSetPhase, prefix: &str) {
     let mut f = start(prefix, json!({})).await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
     f.set_image("redis:7.4");
-    f.wait_phase(phase, 120).await;
+    let phases = from_phase_on(phase);
+    f.wait_for(
+        &format!("one of {phases:?}"),
+        120,
+        |r: &CanaryStatefulSet| {
+            r.status
+                .as_ref()
+                .and_then(|s| s.phase)
+                .is_some_and(|p| phases.contains(&p))
+        },
+    )
+    .await;
     f.kill_agent();
     tokio::time::sleep(Duration::from_secs(1)).await;
     f.start_agent().await;
@@ -532,13 +552,21 @@ async fn partition_abort_by_annotation_restores_every_pod() {
 async fn partition_auto_promotion_survives_a_kill() {
     let mut f = start(
         "sts-part-auto",
-        json!({"strategy": {"type": "Partition"}, "promotion": {"type": "Auto", "bakeSeconds": 3}}),
+        json!({"strategy": {"type": "Partition"}, "promotion": {"type": "Auto", "bakeSeconds": 10}}),
     )
     .await;
     f.wait_stable_on("redis:7.2", 90).await;
     let before = f.volumes().await;
     f.set_image("redis:7.4");
-    f.wait_phase(StatefulSetPhase::DeployingCanary, 120).await;
+    // Killed during the canary or its bake; the bake timer is rebuilt from the cluster.
+    let phases = from_phase_on(StatefulSetPhase::DeployingCanary);
+    f.wait_for("the canary", 120, |r: &CanaryStatefulSet| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| phases.contains(&p) && p != StatefulSetPhase::Promoting)
+    })
+    .await;
     f.kill_agent();
     f.start_agent().await;
     f.wait_stable_on("redis:7.4", 150).await;

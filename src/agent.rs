@@ -541,17 +541,22 @@ async fn spec_error_statuses(
     use crate::writeback::commit_status::wanted_for_spec_error;
     let params = kube::api::ListParams::default().labels(&format!("{SOURCE_LABEL}={source}"));
     let mut metas = Vec::new();
-    if let Ok(l) = kube::Api::<CanaryStatefulSet>::all(client.clone())
+    let cannot_list = |kind: &str, e: kube::Error| {
+        tracing::warn!(kind, error = %e, "cannot list rollouts to post error statuses for spec errors; the errors are still logged above");
+    };
+    match kube::Api::<CanaryStatefulSet>::all(client.clone())
         .list(&params)
         .await
     {
-        metas.extend(l.items.into_iter().map(|o| o.metadata));
+        Ok(l) => metas.extend(l.items.into_iter().map(|o| o.metadata)),
+        Err(e) => cannot_list("CanaryStatefulSet", e),
     }
-    if let Ok(l) = kube::Api::<CanaryDeployment>::all(client)
+    match kube::Api::<CanaryDeployment>::all(client)
         .list(&params)
         .await
     {
-        metas.extend(l.items.into_iter().map(|o| o.metadata));
+        Ok(l) => metas.extend(l.items.into_iter().map(|o| o.metadata)),
+        Err(e) => cannot_list("CanaryDeployment", e),
     }
     for e in &errors {
         for m in &metas {

@@ -39,6 +39,22 @@ fn seeded_remote(dir: &Path, ns: &str) -> (PathBuf, PathBuf) {
     (bare, work)
 }
 
+/// Sends the agent a signed generic push webhook for `main`, as a Git host would after a push;
+/// returns the HTTP status.
+async fn push_webhook(agent: &Agent) -> u16 {
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
+    reqwest::Client::new()
+        .post(format!("{}/hooks/generic", agent.base))
+        .header("x-linnet-signature", format!("sha256={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 /// Polls the agent's `/status` until `done` holds; the agent writes it just after the cluster.
 async fn wait_status(
     agent: &Agent,
@@ -236,19 +252,7 @@ async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
 
     let away = tmp.path().join("away.git");
     std::fs::rename(&bare, &away).unwrap();
-    let body = br#"{"ref":"refs/heads/main","after":"x"}"#;
-    let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
-    let poke = || async {
-        reqwest::Client::new()
-            .post(format!("{}/hooks/generic", agent.base))
-            .header("x-linnet-signature", format!("sha256={sig}"))
-            .body(body.to_vec())
-            .send()
-            .await
-            .unwrap()
-            .status()
-    };
-    assert_eq!(poke().await, 202);
+    assert_eq!(push_webhook(&agent).await, 202);
     wait_status(
         &agent,
         "the agent did not report the unreachable remote",
@@ -403,16 +407,7 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     git(&work, &["commit", "-qam", "redis 7.4"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     // The Git host's webhook for that push.
-    let body = br#"{"ref":"refs/heads/main"}"#;
-    let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
-    let answer = reqwest::Client::new()
-        .post(format!("{}/hooks/generic", agent.base))
-        .header("x-linnet-signature", format!("sha256={sig}"))
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 202);
+    assert_eq!(push_webhook(&agent).await, 202);
     let active = wait_file(redis.clone(), "phase: CanaryActive").await;
     assert!(active.contains("canary: redis:7.4"), "{active}");
     let head = git(&work, &["rev-parse", "HEAD"]);
@@ -478,14 +473,7 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     git(&work, &["commit", "-qam", "typo"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let broken = git(&work, &["rev-parse", "HEAD"]);
-    let answer = reqwest::Client::new()
-        .post(format!("{}/hooks/generic", agent.base))
-        .header("x-linnet-signature", format!("sha256={sig}"))
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 202);
+    assert_eq!(push_webhook(&agent).await, 202);
     let path = format!("/repos/acme/gitops/statuses/{broken}");
     let error = support::eventually("an error commit status", Duration::from_secs(30), || {
         let found = statuses

@@ -30,7 +30,8 @@ use crate::plan::observed::{ClaimView, JobView, Observed, PodView, SetView, Volu
 use crate::plan::statefulset::{Rollout, plan, plan_cleanup};
 use crate::sync::FIELD_MANAGER;
 
-/// Label on volumes linnet has handed over: the namespace of the rollout that owns the data.
+/// Label on volumes linnet has handed over: the namespace of the rollout that owns the data
+/// (for people and `kubectl get pv -l`; linnet finds volumes through their claims).
 pub const VOLUME_NAMESPACE_LABEL: &str = "rollouts.linnet.dev/namespace";
 
 /// Runs the controller until `shutdown` resolves.
@@ -206,9 +207,8 @@ async fn cleanup(
     }
 }
 
-/// Reads what the planner needs: the sets, and the pods and claims labelled with the
-/// rollout's name, the volumes behind those claims (or handed over by linnet), and the
-/// migration Job for the current canary image.
+/// Reads what the planner needs: the sets, the pods and claims labelled with the rollout's
+/// name, the volumes those claims name, and the migration Job for the current canary image.
 async fn observe(
     rollout: &CanaryStatefulSet,
     ctx: &Context,
@@ -256,25 +256,12 @@ async fn observe(
         .iter()
         .map(ClaimView::from_object)
         .collect();
+    // Only the volumes live claims name: that is how the handoff identifies a replica's
+    // volume (labels and annotations on volumes are for people reading them).
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let handed = ListParams::default().labels(&format!(
-        "{ROLLOUT_LABEL}={name},{VOLUME_NAMESPACE_LABEL}={ns}"
-    ));
-    let mut volumes: Vec<VolumeView> = pvs
-        .list(&handed)
-        .await
-        .doing(|| format!("listing the volumes handed over by {ns}/{name}"))?
-        .items
-        .iter()
-        .map(|pv| VolumeView::from_object(pv, ns))
-        .collect();
-    let known: BTreeSet<String> = volumes.iter().map(|v| v.name.clone()).collect();
-    let wanted: BTreeSet<String> = claims
-        .iter()
-        .filter_map(|c| c.volume.clone())
-        .filter(|v| !known.contains(v))
-        .collect();
-    for v in wanted {
+    let named: BTreeSet<String> = claims.iter().filter_map(|c| c.volume.clone()).collect();
+    let mut volumes = Vec::with_capacity(named.len());
+    for v in named {
         if let Some(pv) = pvs
             .get_opt(&v)
             .await

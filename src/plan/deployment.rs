@@ -321,9 +321,6 @@ impl<'a> Planner<'a> {
         if same {
             observed
         } else {
-            if observed.is_some() {
-                tracing::debug!(deployment = name, "differs from the spec; applying");
-            }
             self.actions.push(DeployAction::Apply(Box::new(desired)));
             None
         }

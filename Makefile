@@ -2,15 +2,16 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build test test-unit lint fmt crds demo cluster-build cluster-up cluster-down bench clean
+.PHONY: all build test test-unit lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench clean
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-## test: build the control plane if its cache is missing, start it, run every test, stop it.
-test: cluster-build
+## test: build the control plane and Gitea if their caches are missing, start the control
+## plane, run every test, stop it.
+test: cluster-build gitea-build
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -47,6 +48,9 @@ bench:
 
 cluster-build:
 	tests/cluster/build.sh >/dev/null
+
+gitea-build:
+	tests/gitea/build.sh >/dev/null
 
 cluster-up:
 	tests/cluster/up.sh

@@ -249,10 +249,14 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
     let mut shutdown = std::pin::pin!(shutdown_signal());
 
     loop {
+        // The commit a webhook announced, if any: when it is not the one fetched last, the
+        // fetch goes ahead without first asking the remote for its tip (one round trip less).
+        let mut announced: Option<String> = None;
         tokio::select! {
             _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
             Some(wakes) = hooks::next_coalesced(&mut wake_rx) => {
-                tracing::info!(webhooks = wakes.len(), after = ?wakes.last().and_then(|w| w.after.clone()), "woken by webhook");
+                announced = wakes.last().and_then(|w| w.after.clone());
+                tracing::info!(webhooks = wakes.len(), after = ?announced, "woken by webhook");
             }
             Some(()) = changes.recv() => tracing::info!("files changed on disk"),
             _ = &mut shutdown => {
@@ -262,7 +266,7 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         }
         let started = Instant::now();
         let found = match &remote {
-            Some(state) => look_at_remote(state.clone(), &shared, synced.clone()).await,
+            Some(state) => look_at_remote(state.clone(), &shared, synced.clone(), announced).await,
             None => look_at_local(&mut local_snapshot, &shared, last_sync_ok),
         };
         let outcome = match found {
@@ -350,6 +354,7 @@ async fn look_at_remote(
     state: Arc<Mutex<RemoteState>>,
     shared: &Arc<Shared>,
     synced: Option<String>,
+    announced: Option<String>,
 ) -> Result<Found, String> {
     let path = shared.config.path.clone();
     let load = shared.config.load.clone();
@@ -360,14 +365,22 @@ async fn look_at_remote(
             .map_err(|_| GitError::Git(git2::Error::from_str("source state poisoned")))?;
         let s = &mut *guard;
         let previous = s.fetched;
-        let tip = s.mirror.remote_tip()?;
-        if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
-            return Ok(Found::Nothing);
-        }
-        let tip = if Some(tip) == s.fetched {
-            tip
-        } else {
+        let announced_is_new = announced
+            .as_deref()
+            .and_then(|a| git2::Oid::from_str(a).ok())
+            .is_some_and(|a| Some(a) != previous);
+        let tip = if announced_is_new {
             s.mirror.fetch()?
+        } else {
+            let tip = s.mirror.remote_tip()?;
+            if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
+                return Ok(Found::Nothing);
+            }
+            if Some(tip) == s.fetched {
+                tip
+            } else {
+                s.mirror.fetch()?
+            }
         };
         let listing: Vec<(String, String)> = s
             .mirror

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod git_http;
+pub mod gitea;
 pub mod rollout;
 pub mod status_host;
 

@@ -1,0 +1,418 @@
+//! linnet against a real Git host: a Gitea built from its Go module (`tests/gitea/`), its push
+//! webhooks, its commit-status API and its pull requests, with the agent and the real control
+//! plane. Nothing here stands in for the host.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::watcher::{self, Event};
+use linnet::api::{CanaryDeployment, CanaryStatefulSet, StatefulSetPhase};
+use support::agent::{Agent, SECRET, start_agent, wait_ready};
+use support::gitea::{ADMIN, Gitea};
+use support::{TestNamespace, admin_client, eventually, example_repo_in, git, install_linnet};
+
+const REPO: &str = "gitops";
+
+fn edit(work: &Path, file: &str, from: &str, to: &str) {
+    let path = work.join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{file} has no {from:?}:\n{text}");
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// Commits everything in `work` and pushes it to `main`; returns the commit and the moment
+/// `git push` returned.
+fn commit_and_push(work: &Path, message: &str) -> (String, Instant) {
+    git(work, &["commit", "-qam", message]);
+    git(work, &["push", "-q", "origin", "HEAD:main"]);
+    let pushed = Instant::now();
+    (git(work, &["rev-parse", "HEAD"]), pushed)
+}
+
+/// Watches `api`'s object `name` from now on and resolves to the moment `changed` first holds
+/// for a new version of it. Start it before the push it should time.
+fn first_change<K>(
+    api: Api<K>,
+    name: &str,
+    changed: impl Fn(&K) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<Instant>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher::watcher(api, config));
+        while let Some(event) = events.next().await {
+            if let Ok(Event::Apply(o) | Event::InitApply(o)) = event
+                && changed(&o)
+            {
+                return Instant::now();
+            }
+        }
+        panic!("the watch ended");
+    })
+}
+
+async fn settle_watch() {
+    // A watch's initial list is done within a few ms on the local control plane; give it that
+    // before the push, so the push is timed against an open watch.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+async fn wait_redis(
+    api: &Api<CanaryStatefulSet>,
+    what: &str,
+    done: impl Fn(&CanaryStatefulSet) -> bool,
+) -> CanaryStatefulSet {
+    eventually(what, Duration::from_secs(120), || {
+        let api = api.clone();
+        let done = &done;
+        async move {
+            api.get_opt("redis")
+                .await
+                .ok()
+                .flatten()
+                .filter(|o| done(o))
+        }
+    })
+    .await
+}
+
+fn phase(o: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
+    o.status.as_ref().and_then(|s| s.phase)
+}
+
+/// Waits for a commit status of `sha` with `context` in `state`, read back through Gitea's API.
+async fn wait_commit_status(
+    gitea: &Gitea,
+    sha: &str,
+    context: &str,
+    state: &str,
+) -> serde_json::Value {
+    eventually(
+        &format!("a {state} commit status {context} on {sha}"),
+        Duration::from_secs(60),
+        || async {
+            gitea
+                .statuses(REPO, sha)
+                .await
+                .into_iter()
+                .find(|s| s["context"] == context && s["status"] == state)
+        },
+    )
+    .await
+}
+
+async fn metrics(agent: &Agent) -> String {
+    reqwest::get(format!("{}/metrics", agent.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of a counter line that starts with `prefix` (0 when absent).
+fn counter(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn median_and_max(mut v: Vec<Duration>) -> (Duration, Duration) {
+    v.sort();
+    (v[v.len() / 2], v[v.len() - 1])
+}
+
+#[tokio::test]
+async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollout() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "gitea").await;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("gitea")).unwrap();
+    let gitea = Gitea::start(&tmp.path().join("gitea")).await;
+
+    // 1. A repository created through the API, and the example repository pushed over HTTP.
+    gitea.create_repo(REPO).await;
+    let seed = example_repo_in(&ns.name);
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(seed.path().join("apps"))
+        .arg(&work)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "seed"]);
+    git(
+        &work,
+        &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    // 3. The agent follows the repository over HTTP with the token, a one-hour poll, and
+    //    Gitea commit statuses.
+    let token_file = tmp.path().join("gitea-token");
+    std::fs::write(&token_file, &gitea.token).unwrap();
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url={}", gitea.clone_url(REPO)),
+            format!("--git-username={ADMIN}"),
+            format!("--git-password-file={}", token_file.display()),
+            "--writeback-interval=500ms".into(),
+            "--commit-status-provider=gitea".into(),
+            format!("--commit-status-api-url={}/api/v1", gitea.base),
+            format!("--commit-status-repo={ADMIN}/{REPO}"),
+            format!("--commit-status-token-file={}", token_file.display()),
+            "--cluster-name=test".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let redis: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let web: Api<CanaryDeployment> = Api::namespaced(admin.clone(), &ns.name);
+    wait_redis(&redis, "redis Stable on redis:7.2", |o| {
+        phase(o) == Some(StatefulSetPhase::Stable) && o.spec.image == "redis:7.2"
+    })
+    .await;
+
+    // 2. A Gitea push webhook with a secret, aimed at the agent.
+    let hook_url = format!("{}/hooks/gitea", agent.base);
+    let hook = gitea.add_push_hook(REPO, &hook_url, SECRET).await;
+
+    let context = format!("linnet/test/{}/redis", ns.name);
+    let mut latencies = Vec::new();
+
+    // 4. A push that changes redis's image starts the canary, woken by Gitea's webhook.
+    let changed = first_change(redis.clone(), "redis", |o: &CanaryStatefulSet| {
+        o.spec.image == "redis:7.4"
+    });
+    settle_watch().await;
+    edit(
+        &work,
+        "apps/redis/redis.yaml",
+        "  image: redis:7.2",
+        "  image: redis:7.4",
+    );
+    let (canary_commit, pushed) = commit_and_push(&work, "redis 7.4");
+    latencies.push(changed.await.unwrap() - pushed);
+    wait_redis(&redis, "redis CanaryActive", |o| {
+        phase(o) == Some(StatefulSetPhase::CanaryActive)
+    })
+    .await;
+    let pending = wait_commit_status(&gitea, &canary_commit, &context, "pending").await;
+    assert!(
+        pending["description"]
+            .as_str()
+            .unwrap()
+            .contains("redis:7.4"),
+        "{pending}"
+    );
+    let m = metrics(&agent).await;
+    assert!(
+        counter(
+            &m,
+            r#"linnet_webhook_requests_total{host="gitea",result="202"}"#
+        ) >= 1.0,
+        "{m}"
+    );
+
+    // 5. A pull request that adds the promote annotation, merged through the API.
+    git(&work, &["checkout", "-q", "-b", "promote-redis"]);
+    edit(
+        &work,
+        "apps/redis/redis.yaml",
+        "  name: redis\n",
+        "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
+    );
+    git(&work, &["commit", "-qam", "Promote redis 7.4"]);
+    git(&work, &["push", "-q", "origin", "promote-redis"]);
+    // A branch push alone changes nothing in the cluster.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        phase(&redis.get("redis").await.unwrap()),
+        Some(StatefulSetPhase::CanaryActive)
+    );
+    let changed = first_change(redis.clone(), "redis", |o: &CanaryStatefulSet| {
+        o.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("rollouts.linnet.dev/promote"))
+    });
+    settle_watch().await;
+    let merged_at = Instant::now();
+    let merge_commit = gitea
+        .merge_pull_request(REPO, "promote-redis", "main", "Promote redis 7.4")
+        .await;
+    println!(
+        "merge through the API to cluster change: {:?}",
+        changed.await.unwrap() - merged_at
+    );
+    wait_redis(&redis, "redis promoted to redis:7.4", |o| {
+        phase(o) == Some(StatefulSetPhase::Stable)
+            && o.status.as_ref().and_then(|s| s.stable_image.as_deref()) == Some("redis:7.4")
+    })
+    .await;
+    let success = wait_commit_status(&gitea, &merge_commit, &context, "success").await;
+    assert!(
+        success["description"]
+            .as_str()
+            .unwrap()
+            .contains("redis:7.4"),
+        "{success}"
+    );
+    // The progress commit on linnet/status, read back through Gitea.
+    let status_path = format!(".linnet/status/{}/redis.yaml", ns.name);
+    let progress = eventually(
+        "the status file to say Stable on redis:7.4",
+        Duration::from_secs(30),
+        || async {
+            gitea
+                .raw_file(REPO, "linnet/status", &status_path)
+                .await
+                .filter(|t| t.contains("phase: Stable") && t.contains("stable: redis:7.4"))
+        },
+    )
+    .await;
+    assert!(
+        progress.contains(&format!("sourceRevision: {merge_commit}")),
+        "{progress}"
+    );
+    git(&work, &["checkout", "-q", "main"]);
+    git(&work, &["pull", "-q", "--ff-only", "origin", "main"]);
+    assert_eq!(git(&work, &["rev-parse", "HEAD"]), merge_commit);
+
+    // 6. A broken image: its pod is never Ready, so linnet rolls back at the deadline.
+    let changed = first_change(redis.clone(), "redis", |o: &CanaryStatefulSet| {
+        o.spec.image == "redis:broken"
+    });
+    settle_watch().await;
+    edit(
+        &work,
+        "apps/redis/redis.yaml",
+        "  image: redis:7.4",
+        "  image: redis:broken\n  progressDeadlineSeconds: 10",
+    );
+    let (broken_commit, pushed) = commit_and_push(&work, "redis broken");
+    latencies.push(changed.await.unwrap() - pushed);
+    wait_redis(&redis, "redis rolled back to redis:7.4", |o| {
+        phase(o) == Some(StatefulSetPhase::RolledBack)
+            && o.status.as_ref().and_then(|s| s.stable_image.as_deref()) == Some("redis:7.4")
+    })
+    .await;
+    let failure = wait_commit_status(&gitea, &broken_commit, &context, "failure").await;
+    assert!(
+        failure["description"]
+            .as_str()
+            .unwrap()
+            .contains("redis:broken"),
+        "{failure}"
+    );
+
+    // Push to first cluster change, over more pushes: each sets an annotation on web.
+    for i in 0..10 {
+        let value = format!("push-{i}");
+        let want = value.clone();
+        let changed = first_change(web.clone(), "web", move |o: &CanaryDeployment| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("linnet.test/push"))
+                == Some(&want)
+        });
+        settle_watch().await;
+        let file = work.join("apps/web/web.yaml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let text = match text.find("  annotations:\n    linnet.test/push: ") {
+            Some(_) => {
+                let old = text
+                    .lines()
+                    .find(|l| l.starts_with("    linnet.test/push: "))
+                    .unwrap()
+                    .to_string();
+                text.replacen(&old, &format!("    linnet.test/push: {value}"), 1)
+            }
+            None => text.replacen(
+                "  name: web\n",
+                &format!("  name: web\n  annotations:\n    linnet.test/push: {value}\n"),
+                1,
+            ),
+        };
+        std::fs::write(&file, text).unwrap();
+        let (_, pushed) = commit_and_push(&work, &format!("web annotation {i}"));
+        latencies.push(changed.await.unwrap() - pushed);
+    }
+    let (median, max) = median_and_max(latencies.clone());
+    println!(
+        "gitea: git push returned -> first cluster change, {} pushes: median {median:?}, max {max:?}; all {latencies:?}",
+        latencies.len()
+    );
+
+    // 7. A webhook signed with the wrong secret is refused, and nothing changes.
+    gitea
+        .replace_hook_secret(REPO, hook, &hook_url, "not-the-agents-secret")
+        .await;
+    let before = metrics(&agent).await;
+    let refused_before = counter(
+        &before,
+        r#"linnet_webhook_requests_total{host="gitea",result="401"}"#,
+    );
+    let revision_before: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    edit(
+        &work,
+        "apps/redis/redis.yaml",
+        "  image: redis:broken",
+        "  image: redis:7.6",
+    );
+    let (ignored_commit, _) = commit_and_push(&work, "redis 7.6, behind a wrong secret");
+    eventually(
+        "the agent to refuse Gitea's webhook with 401",
+        Duration::from_secs(30),
+        || async {
+            let m = metrics(&agent).await;
+            (counter(
+                &m,
+                r#"linnet_webhook_requests_total{host="gitea",result="401"}"#,
+            ) > refused_before)
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = redis.get("redis").await.unwrap();
+    assert_eq!(
+        now.spec.image, "redis:broken",
+        "a refused webhook changed the cluster"
+    );
+    assert_eq!(phase(&now), Some(StatefulSetPhase::RolledBack));
+    let revision_after: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(revision_after["revision"], revision_before["revision"]);
+    assert_ne!(revision_after["revision"], ignored_commit.as_str());
+    assert!(
+        agent.log_text().contains("webhook refused"),
+        "the agent's log does not say why it refused the webhook"
+    );
+}

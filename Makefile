@@ -42,9 +42,12 @@ demo: cluster-build
 	@echo "\$$ linnet validate examples/gitops-repo"; target/debug/linnet validate examples/gitops-repo
 	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
 
-## bench: measurements, not pass/fail tests (idle poll cost; more in later issues).
-bench:
+## bench: measurements, not pass/fail tests: the idle poll's cost, then linnet at 10, 100 and
+## 1,000 rollouts on the local control plane (push latency, idle CPU and writes, initial sync,
+## step latency, memory, churn), written to bench/RESULTS.md. About 30 minutes.
+bench: cluster-build
 	$(CARGO) bench --bench source
+	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 cluster-build:
 	tests/cluster/build.sh >/dev/null

@@ -482,7 +482,9 @@ async fn sync(
         ));
     }
     let started = Instant::now();
-    let report = syncer.sync(specs, revision, shared.config.prune).await;
+    let report = syncer
+        .sync_changes(specs, revision, shared.config.prune)
+        .await;
     shared
         .metrics
         .sync_duration
@@ -509,6 +511,7 @@ async fn sync(
         unchanged = report.unchanged,
         pruned = report.pruned.len(),
         errors = report.errors.len(),
+        full = report.full,
         took = ?started.elapsed(),
         "synced"
     );

@@ -127,6 +127,80 @@ async fn applying_the_example_twice_writes_nothing_the_second_time() {
     assert_eq!(annotations["rollouts.linnet.dev/revision"], "rev1");
 }
 
+/// The agent's way: after a full sync, a change reads and writes only its own objects, however
+/// many others there are; a file removed from Git is still pruned; an error means a full sync
+/// next time.
+#[tokio::test]
+async fn after_a_full_sync_a_change_reads_only_what_changed() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "sync-incr").await;
+    let repo = example_repo_in(&ns.name);
+    let opts = LoadOptions::default();
+    let (client, counter) = counting_admin_client().await;
+    let syncer = Syncer::new(client, ns.name.clone(), vec![ns.name.clone()]);
+    let specs = load_dir(repo.path(), &opts).unwrap();
+
+    let first = syncer.sync_changes(&specs, "rev1", true).await;
+    assert!(first.full, "the first sync is a full one");
+    assert_eq!(first.errors, vec![]);
+    assert_eq!(first.created.len(), 4);
+
+    // Nothing changed: no request at all.
+    let (reads, writes) = (counter.reads(), counter.get());
+    let same = syncer.sync_changes(&specs, "rev2", true).await;
+    assert!(!same.full);
+    assert_eq!(same.unchanged, 4);
+    assert_eq!((counter.reads(), counter.get()), (reads, writes));
+
+    // One file changed: one read and one write.
+    let web = repo.path().join("apps/web/web.yaml");
+    let text = std::fs::read_to_string(&web).unwrap();
+    std::fs::write(
+        &web,
+        text.replace("image: nginx:1.27\n", "image: nginx:1.28\n"),
+    )
+    .unwrap();
+    let specs = load_dir(repo.path(), &opts).unwrap();
+    let (reads, writes) = (counter.reads(), counter.get());
+    let changed = syncer.sync_changes(&specs, "rev3", true).await;
+    assert!(!changed.full);
+    assert_eq!(names(&changed.updated), vec!["CanaryDeployment/web"]);
+    assert_eq!(changed.unchanged, 3);
+    assert_eq!(counter.reads() - reads, 1);
+    assert_eq!(counter.get() - writes, 1);
+
+    // A file removed from Git: its objects are pruned without a list.
+    std::fs::remove_file(repo.path().join("apps/redis/service.yaml")).unwrap();
+    let specs = load_dir(repo.path(), &opts).unwrap();
+    let removed = syncer.sync_changes(&specs, "rev4", true).await;
+    assert!(!removed.full);
+    assert_eq!(names(&removed.pruned), vec!["Service/redis"]);
+    let services: Api<Service> = Api::namespaced(admin.clone(), &ns.name);
+    assert!(services.get_opt("redis").await.unwrap().is_none());
+
+    // Drift in an object Git did not change waits for the next full sync (at start, after an
+    // error, or after FULL_SYNC_EVERY): a new agent's first sync brings a deleted Service back.
+    services.delete("web", &Default::default()).await.unwrap();
+    eventually("Service web to be gone", WAIT, || async {
+        services
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let broken = Syncer::new(
+        counting_admin_client().await.0,
+        ns.name.clone(),
+        vec![ns.name.clone()],
+    );
+    let full = broken.sync_changes(&specs, "rev4", true).await;
+    assert!(full.full, "a new agent starts with a full sync");
+    assert_eq!(names(&full.created), vec!["Service/web"]);
+}
+
 #[tokio::test]
 async fn pruning_removes_a_deleted_files_objects_and_keeps_their_volumes() {
     let admin = admin_client().await;

@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -40,13 +40,18 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let scoped = watcher::Config::default().labels(&ctx.selector());
+    let scoped = watcher::Config::default()
+        .page_size(crate::controller::WATCH_PAGE)
+        .labels(&ctx.selector());
     let rollouts: Api<CanaryStatefulSet> = Api::all(client.clone());
     // Claims that a StatefulSet creates carry its selector's labels, not the source label.
-    let claims = watcher::Config::default().labels(ROLLOUT_LABEL);
+    let claims = watcher::Config::default()
+        .page_size(crate::controller::WATCH_PAGE)
+        .labels(ROLLOUT_LABEL);
     // Our own status write wakes one more reconcile, which finds nothing to do and writes
     // nothing.
     Controller::new(rollouts, scoped.clone())
+        .with_config(controller::Config::default().concurrency(super::MAX_CONCURRENT_RECONCILES))
         .owns(Api::<StatefulSet>::all(client.clone()), scoped.clone())
         .owns(Api::<Job>::all(client.clone()), scoped)
         .watches(

@@ -318,13 +318,20 @@ pub async fn install_crds(client: &Client) {
     }
 }
 
-/// Counts the write requests (anything but GET) a client sends.
+/// Counts the write requests (anything but GET) a client sends, and its reads.
 #[derive(Clone, Default)]
-pub struct WriteCounter(pub std::sync::Arc<std::sync::atomic::AtomicUsize>);
+pub struct WriteCounter(
+    pub std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub std::sync::Arc<std::sync::atomic::AtomicUsize>,
+);
 
 impl WriteCounter {
     pub fn get(&self) -> usize {
         self.0.load(Ordering::SeqCst)
+    }
+
+    pub fn reads(&self) -> usize {
+        self.1.load(Ordering::SeqCst)
     }
 }
 
@@ -362,6 +369,8 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         if req.method() != http::Method::GET {
             self.counter.0.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.counter.1.fetch_add(1, Ordering::SeqCst);
         }
         self.inner.call(req)
     }

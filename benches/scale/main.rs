@@ -1,0 +1,122 @@
+//! `make bench`: linnet at 10, 100 and 1,000 CanaryStatefulSets on the local control plane
+//! (see `run.rs` for what is measured and how). Prints a table and writes it, with the
+//! machine and the commit, into `bench/RESULTS.md` between its markers, keeping the notes
+//! around them.
+//!
+//! Settings (environment): `LINNET_BENCH_SIZES` (10,100,1000), `LINNET_BENCH_PUSHES` (20),
+//! `LINNET_BENCH_IDLE_SECS` (300), `LINNET_BENCH_CHURN_SECS` (60), `LINNET_BENCH_REPEATS` (1),
+//! `LINNET_BENCH_RESULTS` (bench/RESULTS.md; `-` for none).
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod run;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .unwrap_or("?")
+        .trim()
+        .to_string();
+    format!(
+        "{cores} cores ({cpu}), {:.1} GiB memory",
+        mem_kib / 1024.0 / 1024.0
+    )
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::var("LINNET_BENCH_SIZES")
+        .unwrap_or_else(|_| "10,100,1000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let cfg = run::Config {
+        sizes,
+        pushes: env_or("LINNET_BENCH_PUSHES", 20),
+        idle: Duration::from_secs(env_or("LINNET_BENCH_IDLE_SECS", 300)),
+        churn: Duration::from_secs(env_or("LINNET_BENCH_CHURN_SECS", 60)),
+        repeats: env_or("LINNET_BENCH_REPEATS", 1),
+        linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
+    };
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let rows = match rt.block_on(run::run(&cfg)) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("bench: failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    let table = run::table(&rows);
+    println!("{table}");
+
+    let results = std::env::var("LINNET_BENCH_RESULTS")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RESULTS.md").to_string());
+    if results == "-" {
+        return;
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let commit = sh("git", &["-C", root, "rev-parse", "--short", "HEAD"]);
+    let dirty = if sh(
+        "git",
+        &["-C", root, "status", "--porcelain", "--untracked-files=no"],
+    )
+    .is_empty()
+    {
+        ""
+    } else {
+        " (with local changes)"
+    };
+    let section = format!(
+        "<!-- bench:begin (written by `make bench`; edit outside the markers) -->\n\
+         Machine: {}. Commit `{commit}`{dirty}. Run {}. Sizes {:?}, {} pushes per size, idle window {} s, churn {} s, {} repeat(s).\n\n{table}<!-- bench:end -->",
+        machine(),
+        sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        cfg.sizes,
+        cfg.pushes,
+        cfg.idle.as_secs(),
+        cfg.churn.as_secs(),
+        cfg.repeats,
+    );
+    let old = std::fs::read_to_string(&results).unwrap_or_default();
+    let new = match (old.find("<!-- bench:begin"), old.find("<!-- bench:end -->")) {
+        (Some(a), Some(b)) if a < b => format!(
+            "{}{section}{}",
+            &old[..a],
+            &old[b + "<!-- bench:end -->".len()..]
+        ),
+        _ => format!("# Benchmark results\n\n{section}\n"),
+    };
+    std::fs::write(&results, new).expect("write the results");
+    eprintln!("bench: wrote {results}");
+}

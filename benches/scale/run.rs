@@ -1,0 +1,921 @@
+//! The scale benchmark behind `make bench`: linnet at N CanaryStatefulSets on the local control
+//! plane, with their specs in a repository served over smart HTTP whose `post-receive` hook
+//! sends signed push webhooks. For each size it measures the seven figures of issue 10 and
+//! returns them as rows; `main.rs` prints them and writes `bench/RESULTS.md`, and
+//! `tests/bench.rs` runs it once, small.
+//!
+//! Timings come from the benchmark's own watches (an object's new version arriving), so they
+//! include the API server's watch delivery, as a user's `kubectl get -w` would.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::ListParams;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
+
+use crate::support;
+
+const SECRET: &str = "bench-webhook-secret";
+const GIT_TOKEN: &str = "bench-git-token";
+
+/// What to run.
+pub struct Config {
+    pub sizes: Vec<usize>,
+    /// Pushes per size for figures 1 and 5.
+    pub pushes: usize,
+    /// The idle window for figures 2, 3 and 6.
+    pub idle: Duration,
+    /// The churn window for figure 7 (one spec changed per second).
+    pub churn: Duration,
+    /// Whole-scenario repeats per size; scalar figures are the median over repeats.
+    pub repeats: usize,
+    pub linnet_bin: PathBuf,
+}
+
+/// One line of the results table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub size: usize,
+    pub figure: &'static str,
+    pub unit: &'static str,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub samples: usize,
+    pub target: String,
+    pub met: Option<bool>,
+}
+
+pub const FIGURES: [&str; 7] = [
+    "1 push -> CR write (webhook)",
+    "2 CPU per idle poll",
+    "3 API writes in idle window",
+    "4 initial sync",
+    "5 step latency (pods Ready -> next action)",
+    "6 memory (RSS, steady)",
+    "7 CPU under churn (1 change/s)",
+];
+
+/// What one run at one size measured.
+#[derive(Default)]
+struct Samples {
+    push_to_write_ms: Vec<f64>,
+    idle_cpu_per_poll_ms: Vec<f64>,
+    idle_polls: u64,
+    idle_writes: u64,
+    idle_lease_writes: u64,
+    initial_sync_s: f64,
+    crs_applied_s: f64,
+    initial_sync_cpu_s: f64,
+    all_stable_s: f64,
+    restart_settle_s: f64,
+    step_latency_ms: Vec<f64>,
+    rss_mib: Vec<f64>,
+    churn_cpu_percent: f64,
+    churn_push_to_write_ms: Vec<f64>,
+}
+
+fn log(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.invalid",
+        ])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// (RSS in MiB, user+system CPU seconds) of a process, from /proc.
+fn usage(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    (rss_kib / 1024.0, ticks / 100.0)
+}
+
+fn spec(name: &str, ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryStatefulSet
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  replicas: 1
+  canaryReplicas: 1
+  image: {image}
+  promotion:
+    type: Manual
+  template:
+    serviceName: {name}
+    selector:
+      matchLabels:
+        app: {name}
+    template:
+      metadata:
+        labels:
+          app: {name}
+      spec:
+        containers:
+        - name: app
+          image: {image}
+"#
+    )
+}
+
+fn rollout_name(i: usize) -> String {
+    format!("r-{i:04}")
+}
+
+/// The Git host: a bare repository of `n` specs served over smart HTTP with a token, whose
+/// `post-receive` hook posts a signed GitHub push event to the agent in the background (as a
+/// host delivers webhooks after accepting the push).
+struct GitHost {
+    bare: PathBuf,
+    work: PathBuf,
+    url: String,
+}
+
+fn git_host(dir: &Path, ns: &str, n: usize, agent_base: &str) -> GitHost {
+    let bare = dir.join("repos/gitops.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "--bare", "-q"]);
+    let hook = bare.join("hooks/post-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            r#"#!/bin/sh
+while read old new ref; do
+  body=$(printf '{{"ref":"%s","before":"%s","after":"%s"}}' "$ref" "$old" "$new")
+  sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac '{SECRET}' | sed 's/^.*= //')
+  curl -s -o /dev/null -X POST -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$sig" \
+    -H 'Content-Type: application/json' --data "$body" {agent_base}/hooks/github >/dev/null 2>&1 &
+done
+"#
+        ),
+    )
+    .unwrap();
+    let made = Command::new("chmod").arg("+x").arg(&hook).status().unwrap();
+    assert!(made.success());
+    let work = dir.join("work");
+    git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    for i in 0..n {
+        let name = rollout_name(i);
+        std::fs::write(
+            work.join(format!("apps/{name}.yaml")),
+            spec(&name, ns, "bench:1"),
+        )
+        .unwrap();
+    }
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", &format!("{n} rollouts")]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let server = support::git_http::serve(dir.join("repos"), Some(("git", GIT_TOKEN)));
+    GitHost {
+        bare,
+        work,
+        url: format!("{server}/gitops.git"),
+    }
+}
+
+/// Commits `work` and pushes; returns the moment `git push` returned.
+fn push(work: &Path, message: &str) -> Instant {
+    git(work, &["commit", "-qam", message]);
+    git(work, &["push", "-q", "origin", "HEAD:main"]);
+    Instant::now()
+}
+
+struct Agent {
+    child: Child,
+    base: String,
+    port: u16,
+}
+
+impl Agent {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    fn kill(&mut self) {
+        if std::env::var_os("LINNET_BENCH_AGENT_WRAPPER").is_some() {
+            // A profiler wants a clean exit to write its data: SIGTERM the agent under it.
+            let _ = Command::new("pkill")
+                .args([
+                    "-TERM",
+                    "-f",
+                    &format!("linnet agent .*127.0.0.1:{}", self.port),
+                ])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+    async fn metrics(&self) -> String {
+        match reqwest::get(format!("{}/metrics", self.base)).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn counter(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, poll: &str) -> Agent {
+    std::fs::write(dir.join("secret"), SECRET).unwrap();
+    std::fs::write(dir.join("git-token"), GIT_TOKEN).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("agent.log"))
+        .unwrap();
+    // LINNET_BENCH_AGENT_WRAPPER runs the agent under a profiler, e.g.
+    // `heaptrack -o /tmp/agent-{n}` ({n} counts agent starts) or `perf record -g -o /tmp/perf-{port}.data`.
+    let wrapper = std::env::var("LINNET_BENCH_AGENT_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            c.args(words.map(|w| {
+                w.replace("{port}", &port.to_string())
+                    .replace("{n}", &start.to_string())
+            }))
+            .arg(&cfg.linnet_bin);
+            c
+        }
+        None => Command::new(&cfg.linnet_bin),
+    };
+    let child = command
+        .arg("agent")
+        .args(["--repo-url", repo_url])
+        .args([
+            "--git-password-file",
+            dir.join("git-token").to_str().unwrap(),
+        ])
+        .args(["--poll-interval", poll])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--webhook-secret-file",
+            dir.join("secret").to_str().unwrap(),
+        ])
+        .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
+        .args(["--source-name", ns, "--allow-namespace", ns])
+        .args(["--lease-namespace", ns, "--lease-identity", "bench"])
+        .env("KUBECONFIG", support::linnet_kubeconfig())
+        .env("RUST_LOG", "linnet=info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start linnet agent");
+    Agent {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        port,
+    }
+}
+
+/// Resolves to the moment the first version of an object in `api` (optionally only `name`)
+/// satisfying `done` arrives on a watch opened now.
+fn first_seen<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    done: impl Fn(&K) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<Instant>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher::watcher(api, config));
+        while let Some(event) = events.next().await {
+            if let Ok(Event::Apply(o) | Event::InitApply(o)) = event
+                && done(&o)
+            {
+                return Instant::now();
+            }
+        }
+        Instant::now()
+    })
+}
+
+/// Waits until `n` distinct objects in `api` satisfy `done`; returns when the last arrived.
+async fn count_seen<K>(
+    api: Api<K>,
+    n: usize,
+    timeout: Duration,
+    done: impl Fn(&K) -> bool,
+) -> Result<Instant, String>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut seen = HashSet::new();
+    let watch = async {
+        let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    let name = o.meta().name.clone().unwrap_or_default();
+                    if done(&o) {
+                        seen.insert(name);
+                    } else {
+                        seen.remove(&name);
+                    }
+                    if seen.len() >= n {
+                        return Instant::now();
+                    }
+                }
+                Ok(Event::Delete(o)) => {
+                    seen.remove(&o.meta().name.clone().unwrap_or_default());
+                }
+                _ => {}
+            }
+        }
+        Instant::now()
+    };
+    tokio::time::timeout(timeout, watch)
+        .await
+        .map_err(|_| format!("timed out after {timeout:?}"))
+}
+
+fn by_name(name: &str) -> watcher::Config {
+    watcher::Config::default().fields(&format!("metadata.name={name}"))
+}
+
+fn phase(o: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
+    o.status.as_ref().and_then(|s| s.phase)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn since_ms(later: Instant, earlier: Instant) -> f64 {
+    if later >= earlier {
+        ms(later - earlier)
+    } else {
+        -ms(earlier - later)
+    }
+}
+
+/// linnet's writes in the audit log between two byte offsets: (all but leases, leases).
+fn audit_writes(from: u64, to: u64) -> (u64, u64, Vec<String>) {
+    let path = support::cluster_dir().join("logs/audit.log");
+    let bytes = std::fs::read(&path).unwrap_or_default();
+    let (from, to) = (from as usize, (to as usize).min(bytes.len()));
+    let text = String::from_utf8_lossy(bytes.get(from..to).unwrap_or_default()).to_string();
+    let (mut writes, mut leases, mut what) = (0, 0, Vec::new());
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if e["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let resource = e["objectRef"]["resource"].as_str().unwrap_or("?");
+        if resource == "leases" {
+            leases += 1;
+        } else {
+            writes += 1;
+            what.push(format!(
+                "{} {}/{}",
+                e["verb"].as_str().unwrap_or("?"),
+                resource,
+                e["objectRef"]["name"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    (writes, leases, what)
+}
+
+fn audit_offset() -> u64 {
+    std::fs::metadata(support::cluster_dir().join("logs/audit.log"))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+/// Waits until the agent has done no reconcile for `quiet`: it has caught up.
+async fn settle(agent: &Agent, quiet: Duration, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let mut last = -1.0;
+    let mut since = Instant::now();
+    while Instant::now() < deadline {
+        let m = agent.metrics().await;
+        let now = counter(&m, "linnet_reconcile_duration_seconds_count");
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn wait_ready(agent: &Agent) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(r) = reqwest::get(format!("{}/readyz", agent.base)).await
+            && r.status() == 200
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err("the agent never became ready".into())
+}
+
+async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, String> {
+    let mut s = Samples::default();
+    let ns = support::TestNamespace::create(admin, &format!("bench-{n}")).await;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = free_port();
+    let host = git_host(tmp.path(), &ns.name, n, &format!("http://127.0.0.1:{port}"));
+    let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
+    let slow = Duration::from_secs(60 + n as u64 / 2);
+
+    // 4. Initial sync: start -> every CR applied and every stable StatefulSet created.
+    log(&format!("size {n}: initial sync"));
+    let started = Instant::now();
+    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, "1h");
+    let (crs, stables) = tokio::join!(
+        count_seen(rollouts.clone(), n, slow, |_| true),
+        count_seen(sets.clone(), n, slow, |o: &StatefulSet| o
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|x| x.ends_with("-stable"))),
+    );
+    let crs = crs?;
+    let synced = crs.max(stables?);
+    s.initial_sync_s = (synced - started).as_secs_f64();
+    s.crs_applied_s = (crs - started).as_secs_f64();
+    s.initial_sync_cpu_s = usage(agent.pid()).1;
+    let stable = count_seen(rollouts.clone(), n, slow * 3, |o| {
+        phase(o) == Some(StatefulSetPhase::Stable)
+    })
+    .await?;
+    s.all_stable_s = (stable - started).as_secs_f64();
+    log(&format!(
+        "size {n}: synced in {:.2} s, all Stable after {:.2} s",
+        s.initial_sync_s, s.all_stable_s
+    ));
+    wait_ready(&agent).await?;
+    settle(&agent, Duration::from_secs(3), slow).await;
+
+    // 1 and 5. Pushes, each changing one rollout's image: push -> CR write; canary pods Ready ->
+    // linnet's next action (the CanaryActive status).
+    log(&format!("size {n}: {} pushes", cfg.pushes));
+    let mut images = vec![1usize; n];
+    for k in 0..cfg.pushes {
+        let i = k % n;
+        let name = rollout_name(i);
+        let (old, new) = (
+            format!("bench:{}", images[i]),
+            format!("bench:{}", images[i] + 1),
+        );
+        images[i] += 1;
+        let want = new.clone();
+        let written = first_seen(rollouts.clone(), by_name(&name), move |o| {
+            o.spec.image == want
+        });
+        let want = new.clone();
+        let ready = first_seen(
+            pods.clone(),
+            watcher::Config::default().labels(&format!("app={name}")),
+            move |p: &Pod| {
+                let image_ok = p.spec.as_ref().is_some_and(|sp| {
+                    sp.containers
+                        .iter()
+                        .any(|c| c.image.as_deref() == Some(&want))
+                });
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                image_ok && ready
+            },
+        );
+        let want = new.clone();
+        let active = first_seen(rollouts.clone(), by_name(&name), move |o| {
+            phase(o) == Some(StatefulSetPhase::CanaryActive)
+                && o.status.as_ref().and_then(|st| st.canary_image.as_deref()) == Some(&want)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let file = host.work.join(format!("apps/{name}.yaml"));
+        let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+        std::fs::write(
+            &file,
+            text.replacen(
+                &format!("\n  image: {old}\n"),
+                &format!("\n  image: {new}\n"),
+                1,
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let pushed = push(&host.work, &format!("{name} {new}"));
+        let written = tokio::time::timeout(Duration::from_secs(30), written)
+            .await
+            .map_err(|_| format!("push {k}: {name} never got {new}"))?
+            .map_err(|e| e.to_string())?;
+        s.push_to_write_ms.push(since_ms(written, pushed));
+        let both = async { (ready.await, active.await) };
+        let (ready, active) = tokio::time::timeout(Duration::from_secs(60), both)
+            .await
+            .map_err(|_| format!("push {k}: {name} never became CanaryActive on {new}"))?;
+        let (ready, active) = (
+            ready.map_err(|e| e.to_string())?,
+            active.map_err(|e| e.to_string())?,
+        );
+        s.step_latency_ms.push(since_ms(active, ready).max(0.0));
+    }
+    settle(&agent, Duration::from_secs(3), slow).await;
+    let (rss, _) = usage(agent.pid());
+    s.rss_mib.push(rss);
+
+    // 2, 3 and 6. Idle: the agent restarted (kill -9) with a 1 s poll; once it has caught up,
+    // nothing changes for the idle window.
+    log(&format!("size {n}: restart and idle for {:?}", cfg.idle));
+    agent.kill();
+    let restarted = Instant::now();
+    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, agent.port, "1s");
+    wait_ready(&agent).await?;
+    settle(&agent, Duration::from_secs(3), slow).await;
+    s.restart_settle_s = (restarted.elapsed().saturating_sub(Duration::from_secs(3))).as_secs_f64();
+    let offset = audit_offset();
+    let windows = 5;
+    let m = agent.metrics().await;
+    let mut polls = counter(&m, "linnet_git_fetch_duration_seconds_count");
+    let mut cpu = usage(agent.pid()).1;
+    for _ in 0..windows {
+        let step = cfg.idle / windows;
+        let until = Instant::now() + step;
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_secs(1).min(until - Instant::now())).await;
+            s.rss_mib.push(usage(agent.pid()).0);
+        }
+        let m = agent.metrics().await;
+        let (p, c) = (
+            counter(&m, "linnet_git_fetch_duration_seconds_count"),
+            usage(agent.pid()).1,
+        );
+        if p > polls {
+            s.idle_cpu_per_poll_ms
+                .push((c - cpu) * 1000.0 / (p - polls));
+            s.idle_polls += (p - polls) as u64;
+        }
+        (polls, cpu) = (p, c);
+    }
+    let (writes, leases, what) = audit_writes(offset, audit_offset());
+    s.idle_writes = writes;
+    s.idle_lease_writes = leases;
+    if writes > 0 {
+        log(&format!("size {n}: writes while idle: {what:?}"));
+    }
+
+    // 7. Churn: one spec changed every second (an annotation, so no rollout starts).
+    log(&format!("size {n}: churn for {:?}", cfg.churn));
+    let cpu0 = usage(agent.pid()).1;
+    let churn_started = Instant::now();
+    let mut tick = 0usize;
+    while churn_started.elapsed() < cfg.churn {
+        let next = churn_started + Duration::from_secs(tick as u64 + 1);
+        let name = rollout_name(tick % n);
+        let file = host.work.join(format!("apps/{name}.yaml"));
+        let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+        let value = format!("churn-{tick}");
+        let text = match text.lines().find(|l| l.starts_with("    bench/churn: ")) {
+            Some(line) => text.replacen(line, &format!("    bench/churn: {value}"), 1),
+            None => text.replacen(
+                &format!("  name: {name}\n"),
+                &format!("  name: {name}\n  annotations:\n    bench/churn: {value}\n"),
+                1,
+            ),
+        };
+        std::fs::write(&file, text).map_err(|e| e.to_string())?;
+        let want = value.clone();
+        let written = first_seen(rollouts.clone(), by_name(&name), move |o| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("bench/churn"))
+                == Some(&want)
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let pushed = push(&host.work, &format!("churn {tick}"));
+        if let Ok(Ok(at)) = tokio::time::timeout(Duration::from_secs(10), written).await {
+            s.churn_push_to_write_ms.push(since_ms(at, pushed));
+        }
+        tick += 1;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+    let churn_secs = churn_started.elapsed().as_secs_f64();
+    s.churn_cpu_percent = (usage(agent.pid()).1 - cpu0) * 100.0 / churn_secs;
+    log(&format!(
+        "size {n}: done; {} commits on main",
+        git(&host.bare, &["rev-list", "--count", "main"])
+    ));
+
+    agent.kill();
+    drop(agent);
+    let name = ns.name.clone();
+    drop(ns);
+    // The next size starts on a quiet cluster.
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while namespaces.get_opt(&name).await.ok().flatten().is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let _ = pods.list(&ListParams::default().limit(1)).await;
+    Ok(s)
+}
+
+fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn row(
+    size: usize,
+    figure: usize,
+    unit: &'static str,
+    v: Vec<f64>,
+    target: &str,
+    met: Option<bool>,
+) -> Row {
+    let samples = v.len();
+    let (median, min, max) = stats(v);
+    Row {
+        size,
+        figure: FIGURES[figure - 1],
+        unit,
+        median,
+        min,
+        max,
+        samples,
+        target: target.to_string(),
+        met,
+    }
+}
+
+/// Extra rows that explain the seven figures.
+pub const CONTEXT: [&str; 7] = [
+    "   leader-election lease writes in idle window",
+    "   initial sync -> every rollout Stable (pods Ready)",
+    "   restart (kill -9) -> caught up, no writes",
+    "   push -> CR write under churn",
+    "   idle polls measured",
+    "   initial sync: every CR applied",
+    "   initial sync: agent CPU time used",
+];
+
+fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
+    let all = |f: &dyn Fn(&Samples) -> Vec<f64>| runs.iter().flat_map(f).collect::<Vec<f64>>();
+    let per_run = |f: &dyn Fn(&Samples) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+    let push = all(&|s| s.push_to_write_ms.clone());
+    let (pm, _, px) = stats(push.clone());
+    let at_1000 = size >= 1000;
+    let poll = all(&|s| s.idle_cpu_per_poll_ms.clone());
+    let (poll_median, _, _) = stats(poll.clone());
+    let writes = per_run(&|s| s.idle_writes as f64);
+    let sync = per_run(&|s| s.initial_sync_s);
+    let step = all(&|s| s.step_latency_ms.clone());
+    let (sm, _, _) = stats(step.clone());
+    let rss = all(&|s| s.rss_mib.clone());
+    let (rss_median, _, _) = stats(rss.clone());
+    let (sync_median, _, _) = stats(sync.clone());
+    vec![
+        row(
+            size,
+            1,
+            "ms",
+            push,
+            "median < 300 ms, max < 1 s at 1,000",
+            Some(pm < 300.0 && (!at_1000 || px < 1000.0)),
+        ),
+        row(
+            size,
+            2,
+            "ms CPU",
+            poll,
+            "< 5 ms, flat",
+            Some(poll_median < 5.0),
+        ),
+        row(
+            size,
+            3,
+            "writes",
+            writes.clone(),
+            "0",
+            Some(writes.iter().all(|w| *w == 0.0)),
+        ),
+        row(
+            size,
+            4,
+            "s",
+            sync,
+            "< 30 s at 1,000",
+            Some(sync_median < 30.0),
+        ),
+        row(size, 5, "ms", step, "median < 200 ms", Some(sm < 200.0)),
+        row(
+            size,
+            6,
+            "MiB",
+            rss,
+            "< 64 MiB at 1,000",
+            Some(rss_median < 64.0),
+        ),
+        row(
+            size,
+            7,
+            "% of a core",
+            per_run(&|s| s.churn_cpu_percent),
+            "report",
+            None,
+        ),
+        Row {
+            figure: CONTEXT[0],
+            ..row(
+                size,
+                3,
+                "writes",
+                per_run(&|s| s.idle_lease_writes as f64),
+                "-",
+                None,
+            )
+        },
+        Row {
+            figure: CONTEXT[1],
+            ..row(size, 4, "s", per_run(&|s| s.all_stable_s), "-", None)
+        },
+        Row {
+            figure: CONTEXT[2],
+            ..row(size, 4, "s", per_run(&|s| s.restart_settle_s), "-", None)
+        },
+        Row {
+            figure: CONTEXT[3],
+            ..row(
+                size,
+                1,
+                "ms",
+                all(&|s| s.churn_push_to_write_ms.clone()),
+                "-",
+                None,
+            )
+        },
+        Row {
+            figure: CONTEXT[5],
+            ..row(size, 4, "s", per_run(&|s| s.crs_applied_s), "-", None)
+        },
+        Row {
+            figure: CONTEXT[6],
+            ..row(
+                size,
+                4,
+                "s CPU",
+                per_run(&|s| s.initial_sync_cpu_s),
+                "-",
+                None,
+            )
+        },
+        Row {
+            figure: CONTEXT[4],
+            ..row(
+                size,
+                2,
+                "polls",
+                per_run(&|s| s.idle_polls as f64),
+                "-",
+                None,
+            )
+        },
+    ]
+}
+
+/// Runs every size `cfg.repeats` times and returns the rows, sizes in order.
+pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
+    let admin = support::admin_client().await;
+    support::install_linnet(&admin).await;
+    let mut rows = Vec::new();
+    for &n in &cfg.sizes {
+        let mut runs = Vec::new();
+        for r in 0..cfg.repeats {
+            log(&format!("size {n}, run {} of {}", r + 1, cfg.repeats));
+            runs.push(one_size(cfg, &admin, n).await?);
+        }
+        rows.extend(rows_for(n, &runs));
+    }
+    Ok(rows)
+}
+
+fn fmt_value(v: f64, unit: &str) -> String {
+    if v.is_nan() {
+        return "-".into();
+    }
+    let digits = if unit == "ms CPU" || v.abs() < 10.0 && v.fract() != 0.0 {
+        3
+    } else {
+        1
+    };
+    let digits = if unit == "writes" || unit == "polls" {
+        0
+    } else {
+        digits
+    };
+    format!("{v:.digits$}")
+}
+
+/// The results as a Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| size | figure | unit | median | min | max | samples | target | met |\n|---:|---|---|---:|---:|---:|---:|---|---|\n",
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.size,
+            r.figure.trim(),
+            r.unit,
+            fmt_value(r.median, r.unit),
+            fmt_value(r.min, r.unit),
+            fmt_value(r.max, r.unit),
+            r.samples,
+            r.target,
+            match r.met {
+                Some(true) => "met",
+                Some(false) => "NOT MET",
+                None => "-",
+            }
+        ));
+    }
+    out
+}

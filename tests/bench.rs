@@ -1,0 +1,37 @@
+//! `make bench` must stay runnable: this runs its scenario once, at 10 rollouts, with short
+//! windows, and checks only that it completes and reports every figure. The figures
+//! themselves are measured by `make bench`, not asserted here (timings in tests are flaky).
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+#[path = "../benches/scale/run.rs"]
+mod run;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
+    let cfg = run::Config {
+        sizes: vec![10],
+        pushes: 3,
+        idle: Duration::from_secs(10),
+        churn: Duration::from_secs(3),
+        repeats: 1,
+        linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
+    };
+    let rows = run::run(&cfg).await.expect("the benchmark completes");
+    let table = run::table(&rows);
+    println!("{table}");
+    for figure in run::FIGURES {
+        let row = rows
+            .iter()
+            .find(|r| r.figure == figure)
+            .unwrap_or_else(|| panic!("no row for {figure}:\n{table}"));
+        assert_eq!(row.size, 10);
+        assert!(row.samples > 0, "{figure} has no samples:\n{table}");
+        assert!(!row.median.is_nan(), "{figure} was not measured:\n{table}");
+        assert!(table.contains(figure), "{table}");
+    }
+}

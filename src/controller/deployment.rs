@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::{Controller, controller, watcher};
+use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use super::{Context, Doing, ReconcileError, write_status};
@@ -30,7 +30,6 @@ pub async fn run(
         .page_size(crate::controller::WATCH_PAGE)
         .labels(&ctx.selector());
     Controller::new(Api::<CanaryDeployment>::all(client.clone()), scoped.clone())
-        .with_config(controller::Config::default().concurrency(super::MAX_CONCURRENT_RECONCILES))
         .owns(Api::<Deployment>::all(client), scoped)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

@@ -1,11 +1,6 @@
 //! The kube-runtime controllers for `CanaryStatefulSet` and `CanaryDeployment`: they observe the
 //! cluster, ask [`crate::plan`] what to do, execute the actions and record status and events.
 
-/// Reconciles in flight at once, per kind. Unbounded, a start at 1,000 rollouts runs 1,000
-/// reconciles together, each holding its pod and claim lists: a memory peak for no gain on a
-/// small machine. Events for one rollout are never reconciled concurrently either way.
-pub const MAX_CONCURRENT_RECONCILES: u16 = 8;
-
 /// Objects per page of a watch's initial list (kube's default is 500): a smaller page keeps
 /// the start-up memory peak down at 1,000 rollouts, for a few more requests.
 pub const WATCH_PAGE: u32 = 100;

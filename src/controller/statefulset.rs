@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, controller, watcher};
+use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -51,7 +51,6 @@ pub async fn run(
     // Our own status write wakes one more reconcile, which finds nothing to do and writes
     // nothing.
     Controller::new(rollouts, scoped.clone())
-        .with_config(controller::Config::default().concurrency(super::MAX_CONCURRENT_RECONCILES))
         .owns(Api::<StatefulSet>::all(client.clone()), scoped.clone())
         .owns(Api::<Job>::all(client.clone()), scoped)
         .watches(

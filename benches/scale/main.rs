@@ -56,6 +56,12 @@ fn machine() -> String {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs harness-less benches too, without `--bench`; the
+    // scenario takes half an hour, and `tests/bench.rs` already runs it small.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("scale: a benchmark; run it with `make bench`");
+        return;
+    }
     let sizes: Vec<usize> = std::env::var("LINNET_BENCH_SIZES")
         .unwrap_or_else(|_| "10,100,1000".into())
         .split(',')

@@ -6,6 +6,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
+#[path = "../tests/support/process.rs"]
+mod process;
+
 use linnet::source::git::{GitAuth, GitMirror, GitRemote};
 
 fn git(dir: &Path, args: &[&str]) {
@@ -26,18 +29,9 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(ok, "git {args:?} failed");
 }
 
-/// User + system CPU time of this process, from /proc (Linux).
+/// User + system CPU time of this process.
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
-    ticks / 100.0
+    process::usage(std::process::id()).map_or(0.0, |(_, cpu)| cpu)
 }
 
 fn main() {

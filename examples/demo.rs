@@ -19,6 +19,10 @@
 // The tests' Git server: the real `git http-backend` behind a small HTTP server.
 #[path = "../tests/support/git_http.rs"]
 mod git_http;
+#[path = "../tests/support/process.rs"]
+mod process;
+#[path = "../tests/support/push_hook.rs"]
+mod push_hook;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -391,26 +395,8 @@ fn git_host(tmp: &Path, agent: &str) -> Step<(PathBuf, PathBuf)> {
     let bare = tmp.join("gitops.git");
     std::fs::create_dir_all(&bare).map_err(|e| e.to_string())?;
     git(&bare, &["init", "--bare", "-q"])?;
-    let hook = bare.join("hooks/post-receive");
-    std::fs::write(
-        &hook,
-        format!(
-            r#"#!/bin/sh
-while read old new ref; do
-  body=$(printf '{{"ref":"%s","before":"%s","after":"%s"}}' "$ref" "$old" "$new")
-  sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac '{SECRET}' | sed 's/^.*= //')
-  curl -s -o /dev/null -X POST -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$sig" \
-    -H 'Content-Type: application/json' --data "$body" {agent}/hooks/github
-done
-"#
-        ),
-    )
-    .map_err(|e| e.to_string())?;
-    Command::new("chmod")
-        .args(["+x"])
-        .arg(&hook)
-        .status()
-        .map_err(|e| e.to_string())?;
+    push_hook::install_github_push_hook(&bare, SECRET, &format!("{agent}/hooks/github"))
+        .map_err(|e| format!("cannot install the post-receive hook: {e}"))?;
     let work = tmp.join("work");
     git(
         tmp,
@@ -431,21 +417,6 @@ done
     git(&work, &["commit", "-qm", "Add redis and web"])?;
     git(&work, &["push", "-q", "origin", "HEAD:main"])?;
     Ok((bare, work))
-}
-
-fn process_usage(pid: u32) -> Option<(f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some((rss_kib / 1024.0, ticks / 100.0))
 }
 
 async fn run() -> Step<()> {
@@ -546,7 +517,7 @@ async fn run() -> Step<()> {
                 .join("\n")
         );
     }
-    if let Some((rss, cpu)) = process_usage(demo.agent.id()) {
+    if let Some((rss, cpu)) = process::usage(demo.agent.id()) {
         println!(
             "\n    agent: {rss:.1} MiB RSS, {cpu:.2} s CPU over {:.0} s",
             demo.started.elapsed().as_secs_f64()

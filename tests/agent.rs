@@ -23,18 +23,9 @@ fn seeded_remote(dir: &Path, ns: &str) -> (PathBuf, PathBuf) {
     let bare = dir.join("remote.git");
     std::fs::create_dir_all(&bare).unwrap();
     git(&bare, &["init", "--bare", "-q"]);
-    let seed = example_repo_in(ns);
     let work = dir.join("work");
     git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    let copied = Command::new("cp")
-        .arg("-r")
-        .arg(seed.path().join("apps"))
-        .arg(&work)
-        .status()
-        .unwrap();
-    assert!(copied.success());
-    git(&work, &["add", "-A"]);
-    git(&work, &["commit", "-qm", "seed"]);
+    support::commit_example(&work, ns);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     (bare, work)
 }
@@ -135,26 +126,12 @@ async fn a_push_reaches_the_cluster_through_the_webhook_without_a_poll() {
     wait_image(&admin, &ns.name, "redis:7.2").await;
 
     // The Git host's part: a post-receive hook that signs the push event the way GitHub does.
-    let hook = bare.join("hooks/post-receive");
-    std::fs::write(
-        &hook,
-        format!(
-            r#"#!/bin/sh
-while read old new ref; do
-  body=$(printf '{{"ref":"%s","before":"%s","after":"%s"}}' "$ref" "$old" "$new")
-  sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac '{SECRET}' | sed 's/^.*= //')
-  curl -s -o /dev/null -X POST -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$sig" \
-    -H 'Content-Type: application/json' --data "$body" {base}/hooks/github
-done
-"#,
-            base = agent.base
-        ),
+    support::push_hook::install_github_push_hook(
+        &bare,
+        SECRET,
+        &format!("{}/hooks/github", agent.base),
     )
     .unwrap();
-    Command::new("chmod")
-        .args(["+x", hook.to_str().unwrap()])
-        .status()
-        .unwrap();
 
     set_redis_image(&work, "redis:7.4");
     git(&work, &["commit", "-qam", "redis 7.4"]);

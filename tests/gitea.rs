@@ -6,16 +6,15 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use kube::Api;
-use kube::runtime::watcher::{self, Event};
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, StatefulSetPhase};
 use support::agent::{Agent, SECRET, start_agent, wait_ready};
 use support::gitea::{ADMIN, Gitea};
-use support::{TestNamespace, admin_client, eventually, example_repo_in, git, install_linnet};
+use support::{
+    TestNamespace, admin_client, eventually, first_seen, git, install_linnet, metric, watch_named,
+};
 
 const REPO: &str = "gitops";
 
@@ -33,36 +32,6 @@ fn commit_and_push(work: &Path, message: &str) -> (String, Instant) {
     git(work, &["push", "-q", "origin", "HEAD:main"]);
     let pushed = Instant::now();
     (git(work, &["rev-parse", "HEAD"]), pushed)
-}
-
-/// Watches `api`'s object `name` from now on and resolves to the moment `changed` first holds
-/// for a new version of it. Start it before the push it should time.
-fn first_change<K>(
-    api: Api<K>,
-    name: &str,
-    changed: impl Fn(&K) -> bool + Send + 'static,
-) -> tokio::task::JoinHandle<Instant>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher::watcher(api, config));
-        while let Some(event) = events.next().await {
-            if let Ok(Event::Apply(o) | Event::InitApply(o)) = event
-                && changed(&o)
-            {
-                return Instant::now();
-            }
-        }
-        panic!("the watch ended");
-    })
-}
-
-async fn settle_watch() {
-    // A watch's initial list is done within a few ms on the local control plane; give it that
-    // before the push, so the push is timed against an open watch.
-    tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
 async fn wait_redis(
@@ -118,15 +87,6 @@ async fn metrics(agent: &Agent) -> String {
         .unwrap()
 }
 
-/// The value of a counter line that starts with `prefix` (0 when absent).
-fn counter(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn median_and_max(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     (v[v.len() / 2], v[v.len() - 1])
@@ -143,19 +103,10 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
 
     // 1. A repository created through the API, and the example repository pushed over HTTP.
     gitea.create_repo(REPO).await;
-    let seed = example_repo_in(&ns.name);
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     git(&work, &["init", "-q", "-b", "main"]);
-    let copied = Command::new("cp")
-        .arg("-r")
-        .arg(seed.path().join("apps"))
-        .arg(&work)
-        .status()
-        .unwrap();
-    assert!(copied.success());
-    git(&work, &["add", "-A"]);
-    git(&work, &["commit", "-qm", "seed"]);
+    support::commit_example(&work, &ns.name);
     git(
         &work,
         &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
@@ -197,10 +148,12 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     let mut latencies = Vec::new();
 
     // 4. A push that changes redis's image starts the canary, woken by Gitea's webhook.
-    let changed = first_change(redis.clone(), "redis", |o: &CanaryStatefulSet| {
-        o.spec.image == "redis:7.4"
-    });
-    settle_watch().await;
+    let changed = first_seen(
+        redis.clone(),
+        watch_named("redis"),
+        |o: &CanaryStatefulSet| o.spec.image == "redis:7.4",
+    )
+    .await;
     edit(
         &work,
         "apps/redis/redis.yaml",
@@ -223,7 +176,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     );
     let m = metrics(&agent).await;
     assert!(
-        counter(
+        metric(
             &m,
             r#"linnet_webhook_requests_total{host="gitea",result="202"}"#
         ) >= 1.0,
@@ -246,13 +199,17 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         phase(&redis.get("redis").await.unwrap()),
         Some(StatefulSetPhase::CanaryActive)
     );
-    let changed = first_change(redis.clone(), "redis", |o: &CanaryStatefulSet| {
-        o.metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("rollouts.linnet.dev/promote"))
-    });
-    settle_watch().await;
+    let changed = first_seen(
+        redis.clone(),
+        watch_named("redis"),
+        |o: &CanaryStatefulSet| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("rollouts.linnet.dev/promote"))
+        },
+    )
+    .await;
     let merged_at = Instant::now();
     let merge_commit = gitea
         .merge_pull_request(REPO, "promote-redis", "main", "Promote redis 7.4")
@@ -296,10 +253,12 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     assert_eq!(git(&work, &["rev-parse", "HEAD"]), merge_commit);
 
     // 6. A broken image: its pod is never Ready, so linnet rolls back at the deadline.
-    let changed = first_change(redis.clone(), "redis", |o: &CanaryStatefulSet| {
-        o.spec.image == "redis:broken"
-    });
-    settle_watch().await;
+    let changed = first_seen(
+        redis.clone(),
+        watch_named("redis"),
+        |o: &CanaryStatefulSet| o.spec.image == "redis:broken",
+    )
+    .await;
     edit(
         &work,
         "apps/redis/redis.yaml",
@@ -326,14 +285,18 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     for i in 0..10 {
         let value = format!("push-{i}");
         let want = value.clone();
-        let changed = first_change(web.clone(), "web", move |o: &CanaryDeployment| {
-            o.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("linnet.test/push"))
-                == Some(&want)
-        });
-        settle_watch().await;
+        let changed = first_seen(
+            web.clone(),
+            watch_named("web"),
+            move |o: &CanaryDeployment| {
+                o.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("linnet.test/push"))
+                    == Some(&want)
+            },
+        )
+        .await;
         let file = work.join("apps/web/web.yaml");
         let text = std::fs::read_to_string(&file).unwrap();
         let text = match text.find("  annotations:\n    linnet.test/push: ") {
@@ -366,7 +329,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         .replace_hook_secret(REPO, hook, &hook_url, "not-the-agents-secret")
         .await;
     let before = metrics(&agent).await;
-    let refused_before = counter(
+    let refused_before = metric(
         &before,
         r#"linnet_webhook_requests_total{host="gitea",result="401"}"#,
     );
@@ -388,7 +351,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         Duration::from_secs(30),
         || async {
             let m = metrics(&agent).await;
-            (counter(
+            (metric(
                 &m,
                 r#"linnet_webhook_requests_total{host="gitea",result="401"}"#,
             ) > refused_before)

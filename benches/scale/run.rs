@@ -15,12 +15,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 
-use crate::support;
+use crate::support::{self, git};
 
 const SECRET: &str = "bench-webhook-secret";
 const GIT_TOKEN: &str = "bench-git-token";
@@ -86,53 +85,9 @@ fn log(msg: &str) {
     eprintln!("bench: {msg}");
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=bench",
-            "-c",
-            "user.email=bench@example.invalid",
-        ])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// (RSS in MiB, user+system CPU seconds) of a process, from /proc.
+/// (RSS in MiB, user+system CPU seconds) of the agent; zeros once it is gone.
 fn usage(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    (rss_kib / 1024.0, ticks / 100.0)
+    support::process::usage(pid).unwrap_or((0.0, 0.0))
 }
 
 fn spec(name: &str, ns: &str, image: &str) -> String {
@@ -182,23 +137,12 @@ fn git_host(dir: &Path, ns: &str, n: usize, agent_base: &str) -> GitHost {
     let bare = dir.join("repos/gitops.git");
     std::fs::create_dir_all(&bare).unwrap();
     git(&bare, &["init", "--bare", "-q"]);
-    let hook = bare.join("hooks/post-receive");
-    std::fs::write(
-        &hook,
-        format!(
-            r#"#!/bin/sh
-while read old new ref; do
-  body=$(printf '{{"ref":"%s","before":"%s","after":"%s"}}' "$ref" "$old" "$new")
-  sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac '{SECRET}' | sed 's/^.*= //')
-  curl -s -o /dev/null -X POST -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$sig" \
-    -H 'Content-Type: application/json' --data "$body" {agent_base}/hooks/github >/dev/null 2>&1 &
-done
-"#
-        ),
+    support::push_hook::install_github_push_hook(
+        &bare,
+        SECRET,
+        &format!("{agent_base}/hooks/github"),
     )
     .unwrap();
-    let made = Command::new("chmod").arg("+x").arg(&hook).status().unwrap();
-    assert!(made.success());
     let work = dir.join("work");
     git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
     std::fs::create_dir_all(work.join("apps")).unwrap();
@@ -273,14 +217,6 @@ impl Drop for Agent {
     }
 }
 
-fn counter(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, poll: &str) -> Agent {
     std::fs::write(dir.join("secret"), SECRET).unwrap();
     std::fs::write(dir.join("git-token"), GIT_TOKEN).unwrap();
@@ -336,29 +272,6 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
     }
 }
 
-/// Resolves to the moment the first version of an object in `api` (optionally only `name`)
-/// satisfying `done` arrives on a watch opened now.
-fn first_seen<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    done: impl Fn(&K) -> bool + Send + 'static,
-) -> tokio::task::JoinHandle<Instant>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-{
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher::watcher(api, config));
-        while let Some(event) = events.next().await {
-            if let Ok(Event::Apply(o) | Event::InitApply(o)) = event
-                && done(&o)
-            {
-                return Instant::now();
-            }
-        }
-        Instant::now()
-    })
-}
-
 /// Waits until `n` distinct objects in `api` satisfy `done`; returns when the last arrived.
 async fn count_seen<K>(
     api: Api<K>,
@@ -398,10 +311,6 @@ where
         .map_err(|_| format!("timed out after {timeout:?}"))
 }
 
-fn by_name(name: &str) -> watcher::Config {
-    watcher::Config::default().fields(&format!("metadata.name={name}"))
-}
-
 fn phase(o: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
     o.status.as_ref().and_then(|s| s.phase)
 }
@@ -420,10 +329,16 @@ fn since_ms(later: Instant, earlier: Instant) -> f64 {
 
 /// linnet's writes in the audit log between two byte offsets: (all but leases, leases).
 fn audit_writes(from: u64, to: u64) -> (u64, u64, Vec<String>) {
+    use std::io::{Read, Seek, SeekFrom};
+    // Only the window's bytes: the log holds every test run's writes too.
     let path = support::cluster_dir().join("logs/audit.log");
-    let bytes = std::fs::read(&path).unwrap_or_default();
-    let (from, to) = (from as usize, (to as usize).min(bytes.len()));
-    let text = String::from_utf8_lossy(bytes.get(from..to).unwrap_or_default()).to_string();
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(&path)
+        && file.seek(SeekFrom::Start(from)).is_ok()
+    {
+        let _ = file.take(to.saturating_sub(from)).read_to_end(&mut bytes);
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let (mut writes, mut leases, mut what) = (0, 0, Vec::new());
     for line in text.lines() {
         let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -461,7 +376,7 @@ async fn settle(agent: &Agent, quiet: Duration, timeout: Duration) {
     let mut since = Instant::now();
     while Instant::now() < deadline {
         let m = agent.metrics().await;
-        let now = counter(&m, "linnet_reconcile_duration_seconds_count");
+        let now = support::metric(&m, "linnet_reconcile_duration_seconds_count");
         if now != last {
             last = now;
             since = Instant::now();
@@ -472,24 +387,11 @@ async fn settle(agent: &Agent, quiet: Duration, timeout: Duration) {
     }
 }
 
-async fn wait_ready(agent: &Agent) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if let Ok(r) = reqwest::get(format!("{}/readyz", agent.base)).await
-            && r.status() == 200
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Err("the agent never became ready".into())
-}
-
 async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, String> {
     let mut s = Samples::default();
     let ns = support::TestNamespace::create(admin, &format!("bench-{n}")).await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = free_port();
+    let port = support::agent::free_port();
     let host = git_host(tmp.path(), &ns.name, n, &format!("http://127.0.0.1:{port}"));
     let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns.name);
@@ -522,7 +424,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
         "size {n}: synced in {:.2} s, all Stable after {:.2} s",
         s.initial_sync_s, s.all_stable_s
     ));
-    wait_ready(&agent).await?;
+    support::agent::wait_ready_at(&agent.base).await;
     settle(&agent, Duration::from_secs(3), slow).await;
 
     // 1 and 5. Pushes, each changing one rollout's image: push -> CR write; canary pods Ready ->
@@ -538,11 +440,13 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
         );
         images[i] += 1;
         let want = new.clone();
-        let written = first_seen(rollouts.clone(), by_name(&name), move |o| {
-            o.spec.image == want
-        });
+        let written =
+            support::first_seen(rollouts.clone(), support::watch_named(&name), move |o| {
+                o.spec.image == want
+            })
+            .await;
         let want = new.clone();
-        let ready = first_seen(
+        let ready = support::first_seen(
             pods.clone(),
             watcher::Config::default().labels(&format!("app={name}")),
             move |p: &Pod| {
@@ -558,13 +462,14 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
                     .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
                 image_ok && ready
             },
-        );
+        )
+        .await;
         let want = new.clone();
-        let active = first_seen(rollouts.clone(), by_name(&name), move |o| {
+        let active = support::first_seen(rollouts.clone(), support::watch_named(&name), move |o| {
             phase(o) == Some(StatefulSetPhase::CanaryActive)
                 && o.status.as_ref().and_then(|st| st.canary_image.as_deref()) == Some(&want)
-        });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        })
+        .await;
         let file = host.work.join(format!("apps/{name}.yaml"));
         let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
         std::fs::write(
@@ -602,13 +507,13 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     agent.kill();
     let restarted = Instant::now();
     let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, agent.port, "1s");
-    wait_ready(&agent).await?;
+    support::agent::wait_ready_at(&agent.base).await;
     settle(&agent, Duration::from_secs(3), slow).await;
     s.restart_settle_s = (restarted.elapsed().saturating_sub(Duration::from_secs(3))).as_secs_f64();
     let offset = audit_offset();
     let windows = 5;
     let m = agent.metrics().await;
-    let mut polls = counter(&m, "linnet_git_fetch_duration_seconds_count");
+    let mut polls = support::metric(&m, "linnet_git_fetch_duration_seconds_count");
     let mut cpu = usage(agent.pid()).1;
     for _ in 0..windows {
         let step = cfg.idle / windows;
@@ -619,7 +524,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
         }
         let m = agent.metrics().await;
         let (p, c) = (
-            counter(&m, "linnet_git_fetch_duration_seconds_count"),
+            support::metric(&m, "linnet_git_fetch_duration_seconds_count"),
             usage(agent.pid()).1,
         );
         if p > polls {
@@ -657,14 +562,15 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
         };
         std::fs::write(&file, text).map_err(|e| e.to_string())?;
         let want = value.clone();
-        let written = first_seen(rollouts.clone(), by_name(&name), move |o| {
-            o.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("bench/churn"))
-                == Some(&want)
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let written =
+            support::first_seen(rollouts.clone(), support::watch_named(&name), move |o| {
+                o.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("bench/churn"))
+                    == Some(&want)
+            })
+            .await;
         let pushed = push(&host.work, &format!("churn {tick}"));
         if let Ok(Ok(at)) = tokio::time::timeout(Duration::from_secs(10), written).await {
             s.churn_push_to_write_ms.push(since_ms(at, pushed));
@@ -691,7 +597,6 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     while namespaces.get_opt(&name).await.ok().flatten().is_some() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let _ = pods.list(&ListParams::default().limit(1)).await;
     Ok(s)
 }
 

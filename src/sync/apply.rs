@@ -141,7 +141,16 @@ impl Syncer {
         revision: &str,
         prune: bool,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
-        let desired = desired_set(specs, &self.source, revision);
+        self.plan_full(desired_set(specs, &self.source, revision), prune)
+            .await
+    }
+
+    /// [`Syncer::plan`] for a desired set already built.
+    async fn plan_full(
+        &self,
+        desired: Vec<DesiredObject>,
+        prune: bool,
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
 
@@ -429,23 +438,21 @@ impl Syncer {
         let incremental = applied
             .as_ref()
             .filter(|a| allow_incremental && a.full_at.elapsed() < FULL_SYNC_EVERY);
-        let report = match incremental {
+        let (plan, read_errors, skipped, full) = match incremental {
             Some(a) => {
-                let (plan, read_errors, skipped) =
+                let (plan, errors, skipped) =
                     self.plan_incremental(desired, &a.hashes, prune).await;
-                let mut report = self.apply(&plan).await;
-                report.unchanged += skipped;
-                report.errors.extend(read_errors);
-                report
+                (plan, errors, skipped, false)
             }
             None => {
-                let (plan, read_errors) = self.plan(specs, revision, prune).await;
-                let mut report = self.apply(&plan).await;
-                report.errors.extend(read_errors);
-                report.full = true;
-                report
+                let (plan, errors) = self.plan_full(desired, prune).await;
+                (plan, errors, 0, true)
             }
         };
+        let mut report = self.apply(&plan).await;
+        report.unchanged += skipped;
+        report.errors.extend(read_errors);
+        report.full = full;
         *applied = if report.errors.is_empty() {
             let full_at = match (&*applied, report.full) {
                 (Some(a), false) => a.full_at,

@@ -113,9 +113,14 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
 }
 
 pub async fn wait_ready(agent: &Agent) {
+    wait_ready_at(&agent.base).await
+}
+
+/// Waits until the agent at `base` (e.g. `http://127.0.0.1:8080`) answers `/readyz` with 200.
+pub async fn wait_ready_at(base: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = reqwest::get(format!("{}/readyz", agent.base)).await
+        if let Ok(r) = reqwest::get(format!("{base}/readyz")).await
             && r.status() == 200
         {
             return;

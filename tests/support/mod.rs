@@ -7,6 +7,8 @@
 pub mod agent;
 pub mod git_http;
 pub mod gitea;
+pub mod process;
+pub mod push_hook;
 pub mod rollout;
 pub mod status_host;
 
@@ -239,6 +241,58 @@ where
     }
 }
 
+/// Watches `api` (with `config`) and, once the watch's initial list is in, returns a task that
+/// resolves to the moment the first version satisfying `done` arrived (one already there
+/// counts). Call it before the change to time, so the change is timed against an open watch.
+pub async fn first_seen<K>(
+    api: Api<K>,
+    config: kube::runtime::watcher::Config,
+    done: impl Fn(&K) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<std::time::Instant>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher::{Event, watcher};
+    let (listed, ready) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut listed = Some(listed);
+        let mut events = std::pin::pin!(watcher(api, config));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Apply(o) | Event::InitApply(o)) if done(&o) => {
+                    return std::time::Instant::now();
+                }
+                Ok(Event::InitDone) => {
+                    if let Some(tx) = listed.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                _ => {}
+            }
+        }
+        panic!("the watch ended");
+    });
+    // Err: the task already returned (or failed), which the caller sees when it awaits it.
+    let _ = ready.await;
+    task
+}
+
+/// A watch of the one object named `name`.
+pub fn watch_named(name: &str) -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"))
+}
+
+/// The value of the metric line for `key` (a name, or a name with its labels) in Prometheus
+/// text; 0 when absent.
+pub fn metric(text: &str, key: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(key) && l[key.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Builds a typed object from JSON, for compact test fixtures.
 pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
     serde_json::from_value(v).expect("fixture matches its type")
@@ -415,6 +469,15 @@ fn copy_tree(src: &std::path::Path, dst: &std::path::Path, ns: &str) {
             .unwrap();
         }
     }
+}
+
+/// Copies the example repository's `apps/` (in namespace `ns`) into the work tree `work` and
+/// commits it as "seed".
+pub fn commit_example(work: &std::path::Path, ns: &str) {
+    let seed = example_repo_in(ns);
+    copy_tree(&seed.path().join("apps"), &work.join("apps"), ns);
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-qm", "seed"]);
 }
 
 /// Runs the `git` command line in `dir` as a user would, and returns its trimmed stdout.

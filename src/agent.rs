@@ -60,6 +60,8 @@ pub struct AgentConfig {
     pub writeback: Option<crate::writeback::WritebackConfig>,
     /// Commit statuses posted to the Git host; `None` posts none.
     pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
+    /// Reconciles in flight at once per controller; 0 means no limit.
+    pub max_concurrent_reconciles: u16,
 }
 
 /// The Lease that decides which replica acts.
@@ -209,6 +211,7 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         client.clone(),
         &config.source_name,
         shared.metrics.clone(),
+        config.max_concurrent_reconciles,
     ));
     tokio::spawn(crate::controller::statefulset::run(
         controllers.clone(),

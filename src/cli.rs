@@ -188,6 +188,11 @@ pub struct AgentArgs {
     /// How long a Lease holds without renewal; a failover takes at most about this long.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "LINNET_LEASE_DURATION")]
     pub lease_duration: Duration,
+    /// Reconciles in flight at once, per kind of rollout; 0 means no limit. A start with
+    /// 1,000 rollouts reconciles every one of them: a limit bounds the memory that takes, and
+    /// too low a limit slows it down.
+    #[arg(long, default_value_t = crate::controller::MAX_CONCURRENT_RECONCILES, env = "LINNET_MAX_CONCURRENT_RECONCILES")]
+    pub max_concurrent_reconciles: u16,
     #[command(flatten)]
     pub specs: SpecArgs,
     #[command(flatten)]
@@ -384,6 +389,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             }
             _ => None,
         },
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
         leader: args.leader_elect.then(|| crate::agent::LeaderConfig {
             name: args
                 .lease_name
@@ -399,7 +405,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             duration: args.lease_duration,
         }),
     };
-    let client = kube::Client::try_default()
+    let client = crate::kube_client::infer()
         .await
         .map_err(|e| Error::KubeConfig(Box::new(e)))?;
     crate::agent::run(config, client).await?;
@@ -435,7 +441,7 @@ async fn status(agent_url: &str) -> Result<ExitCode> {
         },
         Err(e) => say!("source: cannot reach the agent at {url}: {e}"),
     }
-    let client = kube::Client::try_default()
+    let client = crate::kube_client::infer()
         .await
         .map_err(|e| Error::KubeConfig(Box::new(e)))?;
     let list = kube::api::ListParams::default();
@@ -510,7 +516,7 @@ async fn diff(dir: &Path, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> 
     for e in &set.errors {
         eprintln!("{e}");
     }
-    let client = kube::Client::try_default()
+    let client = crate::kube_client::infer()
         .await
         .map_err(|e| Error::KubeConfig(Box::new(e)))?;
     let syncer = Syncer::new(client, &sync.source_name, args.allowed_namespaces.clone());

@@ -259,6 +259,12 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
         .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
         .args(["--source-name", ns, "--allow-namespace", ns])
         .args(["--lease-namespace", ns, "--lease-identity", "bench"])
+        // Extra agent flags, to compare settings: LINNET_BENCH_AGENT_ARGS="--flag value".
+        .args(
+            std::env::var("LINNET_BENCH_AGENT_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env("KUBECONFIG", support::linnet_kubeconfig())
         .env("RUST_LOG", "linnet=info")
         .stdout(Stdio::null())
@@ -506,7 +512,8 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     log(&format!("size {n}: restart and idle for {:?}", cfg.idle));
     agent.kill();
     let restarted = Instant::now();
-    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, agent.port, "1s");
+    let idle_poll = std::env::var("LINNET_BENCH_IDLE_POLL").unwrap_or_else(|_| "1s".into());
+    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, agent.port, &idle_poll);
     support::agent::wait_ready_at(&agent.base).await;
     settle(&agent, Duration::from_secs(3), slow).await;
     s.restart_settle_s = (restarted.elapsed().saturating_sub(Duration::from_secs(3))).as_secs_f64();

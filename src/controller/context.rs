@@ -12,6 +12,8 @@ pub struct Context {
     /// rollouts (and watches only the children) that carry it.
     pub source: String,
     pub metrics: std::sync::Arc<crate::telemetry::Metrics>,
+    /// Reconciles in flight at once per controller; 0 means no limit.
+    pub max_concurrent_reconciles: u16,
 }
 
 impl Context {
@@ -19,6 +21,7 @@ impl Context {
         client: Client,
         source: &str,
         metrics: std::sync::Arc<crate::telemetry::Metrics>,
+        max_concurrent_reconciles: u16,
     ) -> Context {
         let reporter = Reporter {
             controller: "linnet".into(),
@@ -29,7 +32,13 @@ impl Context {
             client,
             source: source.to_string(),
             metrics,
+            max_concurrent_reconciles,
         }
+    }
+
+    /// The controller settings every controller shares.
+    pub fn controller_config(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default().concurrency(self.max_concurrent_reconciles)
     }
 
     /// The label selector of this agent's rollouts and their children.

@@ -29,7 +29,10 @@ pub async fn run(
     let scoped = watcher::Config::default()
         .page_size(crate::controller::WATCH_PAGE)
         .labels(&ctx.selector());
-    Controller::new(Api::<CanaryDeployment>::all(client.clone()), scoped.clone())
+    let (store, rollouts) =
+        super::watch_rollouts(Api::<CanaryDeployment>::all(client.clone()), scoped.clone());
+    Controller::for_stream(rollouts, store)
+        .with_config(ctx.controller_config())
         .owns(Api::<Deployment>::all(client), scoped)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

@@ -43,14 +43,18 @@ pub async fn run(
     let scoped = watcher::Config::default()
         .page_size(crate::controller::WATCH_PAGE)
         .labels(&ctx.selector());
-    let rollouts: Api<CanaryStatefulSet> = Api::all(client.clone());
+    let (store, rollouts) = super::watch_rollouts(
+        Api::<CanaryStatefulSet>::all(client.clone()),
+        scoped.clone(),
+    );
     // Claims that a StatefulSet creates carry its selector's labels, not the source label.
     let claims = watcher::Config::default()
         .page_size(crate::controller::WATCH_PAGE)
         .labels(ROLLOUT_LABEL);
     // Our own status write wakes one more reconcile, which finds nothing to do and writes
     // nothing.
-    Controller::new(rollouts, scoped.clone())
+    Controller::for_stream(rollouts, store)
+        .with_config(ctx.controller_config())
         .owns(Api::<StatefulSet>::all(client.clone()), scoped.clone())
         .owns(Api::<Job>::all(client.clone()), scoped)
         .watches(

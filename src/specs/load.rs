@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -376,7 +377,7 @@ fn load_document(
                     for (path, message) in check_canary_statefulset(&o) {
                         errors.push(at_key(&path, message));
                     }
-                    Spec::CanaryStatefulSet(Box::new(o))
+                    Spec::CanaryStatefulSet(Arc::new(o))
                 }
                 Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
             },
@@ -387,7 +388,7 @@ fn load_document(
                     for (path, message) in check_canary_deployment(&o) {
                         errors.push(at_key(&path, message));
                     }
-                    Spec::CanaryDeployment(Box::new(o))
+                    Spec::CanaryDeployment(Arc::new(o))
                 }
                 Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
             },
@@ -411,7 +412,7 @@ fn load_document(
         if !namespace.is_empty() {
             object.metadata.namespace = Some(namespace);
         }
-        Spec::Manifest(Box::new(object))
+        Spec::Manifest(Arc::new(object))
     };
     Ok(Some(LoadedObject {
         key,

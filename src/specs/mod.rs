@@ -13,6 +13,7 @@ pub use load::{LoadOptions, is_spec_file, load_dir, load_file};
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use kube::api::DynamicObject;
 
@@ -79,22 +80,23 @@ impl fmt::Display for ObjectKey {
     }
 }
 
-/// A typed object from a spec file.
+/// A typed object from a spec file. Shared: the agent's snapshot and each sync's spec set
+/// hold the same objects.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Spec {
-    CanaryStatefulSet(Box<CanaryStatefulSet>),
-    CanaryDeployment(Box<CanaryDeployment>),
+    CanaryStatefulSet(Arc<CanaryStatefulSet>),
+    CanaryDeployment(Arc<CanaryDeployment>),
     /// Any other manifest (a Service, a ConfigMap, ...), applied as it is.
-    Manifest(Box<DynamicObject>),
+    Manifest(Arc<DynamicObject>),
 }
 
 impl Spec {
     /// The object as JSON, as it would be sent to the API server.
     pub fn to_json(&self) -> serde_json::Value {
         let v = match self {
-            Spec::CanaryStatefulSet(o) => serde_json::to_value(o),
-            Spec::CanaryDeployment(o) => serde_json::to_value(o),
-            Spec::Manifest(o) => serde_json::to_value(o),
+            Spec::CanaryStatefulSet(o) => serde_json::to_value(o.as_ref()),
+            Spec::CanaryDeployment(o) => serde_json::to_value(o.as_ref()),
+            Spec::Manifest(o) => serde_json::to_value(o.as_ref()),
         };
         // Serialising these types cannot fail: they hold only JSON-representable data.
         v.unwrap_or(serde_json::Value::Null)

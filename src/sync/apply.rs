@@ -267,7 +267,7 @@ impl Syncer {
                 Err(e) => errors.push((d.key.clone(), e)),
             }
         }
-        (plan_changes(&servable, &live, prune), errors)
+        (plan_changes(servable, &live, prune), errors)
     }
 
     /// Executes a plan; one object's failure does not stop the others.
@@ -366,13 +366,13 @@ impl Syncer {
             Vec::new()
         };
         let mut servable = Vec::new();
-        for d in &changed {
+        for d in changed {
             match self.read_one(&d.key).await {
                 Ok(Some(object)) => {
                     live.insert(d.key.clone(), object);
-                    servable.push(d.clone());
+                    servable.push(d);
                 }
-                Ok(None) => servable.push(d.clone()),
+                Ok(None) => servable.push(d),
                 Err(e) => errors.push((d.key.clone(), e)),
             }
         }
@@ -398,7 +398,7 @@ impl Syncer {
                 Err(e) => errors.push((key.clone(), e)),
             }
         }
-        (plan_changes(&servable, &live, prune), errors, skipped)
+        (plan_changes(servable, &live, prune), errors, skipped)
     }
 
     async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, String> {

@@ -34,26 +34,27 @@ pub struct PlannedChange {
 }
 
 /// Plans a sync. `live` holds the live version of every desired object that exists, and every
-/// object this source manages (by label).
+/// object this source manages (by label). Takes the desired objects (a clone of 1,000 was 10 MB
+/// of a full sync's peak).
 pub fn plan_changes(
-    desired: &[DesiredObject],
+    desired: Vec<DesiredObject>,
     live: &BTreeMap<ObjectKey, Value>,
     prune: bool,
 ) -> Vec<PlannedChange> {
     let mut changes = Vec::new();
     let mut wanted = std::collections::BTreeSet::new();
     for d in desired {
-        wanted.insert(&d.key);
         let live_object = live.get(&d.key);
         let change = match live_object {
             None => Change::Create,
-            Some(l) if is_unchanged(d, l) => Change::Unchanged,
+            Some(l) if is_unchanged(&d, l) => Change::Unchanged,
             Some(_) => Change::Update,
         };
+        wanted.insert(d.key.clone());
         changes.push(PlannedChange {
             key: d.key.clone(),
             change,
-            desired: Some(d.clone()),
+            desired: Some(d),
             // Kept only where a diff is shown; at 1,000 unchanged rollouts it doubled the peak.
             live: if change == Change::Unchanged {
                 None
@@ -239,7 +240,7 @@ mod tests {
     #[test]
     fn missing_object_is_created() {
         let d = desired("a", json!({"k": "v"}));
-        let plan = plan_changes(&[d], &BTreeMap::new(), false);
+        let plan = plan_changes(vec![d], &BTreeMap::new(), false);
         assert_eq!(plan[0].change, Change::Create);
     }
 
@@ -247,7 +248,7 @@ mod tests {
     fn same_content_from_an_older_revision_is_unchanged() {
         let d = desired("a", json!({"k": "v"}));
         let live = BTreeMap::from([(d.key.clone(), live_of(&d, "r1"))]);
-        let plan = plan_changes(&[d], &live, false);
+        let plan = plan_changes(vec![d], &live, false);
         assert_eq!(plan[0].change, Change::Unchanged);
     }
 
@@ -257,7 +258,7 @@ mod tests {
         let mut l = live_of(&d, "r1");
         l["data"]["k"] = json!("edited by hand");
         let live = BTreeMap::from([(d.key.clone(), l)]);
-        let plan = plan_changes(&[d], &live, false);
+        let plan = plan_changes(vec![d], &live, false);
         assert_eq!(plan[0].change, Change::Update);
         let diff = render_diff(&plan[0]);
         assert!(diff.contains("-  k: edited by hand"), "{diff}");
@@ -271,7 +272,10 @@ mod tests {
         let mut l = live_of(&d, "r1");
         l["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("old");
         let live = BTreeMap::from([(d.key.clone(), l)]);
-        assert_eq!(plan_changes(&[d], &live, false)[0].change, Change::Update);
+        assert_eq!(
+            plan_changes(vec![d], &live, false)[0].change,
+            Change::Update
+        );
     }
 
     #[test]
@@ -279,8 +283,8 @@ mod tests {
         let cm = key("ConfigMap", "gone");
         let pvc = key("PersistentVolumeClaim", "data-redis-0");
         let live = BTreeMap::from([(cm.clone(), json!({})), (pvc.clone(), json!({}))]);
-        assert!(plan_changes(&[], &live, false).is_empty());
-        let plan = plan_changes(&[], &live, true);
+        assert!(plan_changes(vec![], &live, false).is_empty());
+        let plan = plan_changes(vec![], &live, true);
         let by_key: BTreeMap<_, _> = plan.iter().map(|c| (c.key.clone(), c.change)).collect();
         assert_eq!(by_key[&cm], Change::Prune);
         assert_eq!(by_key[&pvc], Change::KeepVolume);

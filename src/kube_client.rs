@@ -1,10 +1,10 @@
 //! The Kubernetes client: kube's, speaking HTTP/2 to the API server.
 //!
 //! kube's default client speaks HTTP/1.1 only, so every request in flight needs its own
-//! connection. A restart at 1,000 rollouts reconciles them all at once and opened 1,000 TLS
-//! connections, with their buffers (about 130 MiB), and made the API server do 1,000 TLS
-//! handshakes. client-go speaks HTTP/2, multiplexing every request and watch over one
-//! connection; so does linnet. Pings notice a dead connection, as client-go's do.
+//! connection: a restart at 1,000 rollouts opened 1,000 TLS connections to the API server,
+//! each with its buffers and its handshake. client-go speaks HTTP/2, multiplexing every
+//! request and watch over one connection; so does linnet (catching up after that restart
+//! went from 4.9 to 2.1 s). Pings notice a dead connection, as client-go's do.
 
 use std::time::Duration;
 

@@ -22,8 +22,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 /// The rollouts a controller reconciles: a watch of `api`, and the store the controller reads
 /// them from. The store keeps each object without its `managedFields`, which nothing here
-/// reads and which were over half of a stored rollout (about 10 of 19 KB: each field is a
-/// JSON map); at 1,000 rollouts that is 10 MB of resident memory.
+/// reads: every managed field is a JSON map, and the store of 1,000 rollouts with them held
+/// 18.7 MB (heaptrack), the largest part of the agent's memory.
 pub(crate) fn watch_rollouts<K>(
     api: kube::Api<K>,
     config: watcher::Config,

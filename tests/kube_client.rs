@@ -2,6 +2,8 @@
 //! identity and multiplexes requests in flight over one HTTP/2 connection. (Its own test
 //! binary, so the socket count is this process's alone.)
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 
 use futures::future::join_all;

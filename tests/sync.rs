@@ -62,16 +62,16 @@ async fn applying_the_example_twice_writes_nothing_the_second_time() {
             "Service/web"
         ]
     );
-    assert_eq!(writes.get(), 4);
+    assert_eq!(writes.writes(), 4);
 
     // Same content at a new revision: nothing to write.
-    let before = writes.get();
+    let before = writes.writes();
     let second = syncer.sync(&specs, "rev2", false).await;
     assert_eq!(second.errors, vec![]);
     assert_eq!(second.unchanged, 4);
     assert_eq!(second.writes(), 0);
     assert_eq!(
-        writes.get(),
+        writes.writes(),
         before,
         "a sync with nothing to change sent write requests"
     );
@@ -147,11 +147,11 @@ async fn after_a_full_sync_a_change_reads_only_what_changed() {
     assert_eq!(first.created.len(), 4);
 
     // Nothing changed: no request at all.
-    let (reads, writes) = (counter.reads(), counter.get());
+    let (reads, writes) = (counter.reads(), counter.writes());
     let same = syncer.sync_changes(&specs, "rev2", true).await;
     assert!(!same.full);
     assert_eq!(same.unchanged, 4);
-    assert_eq!((counter.reads(), counter.get()), (reads, writes));
+    assert_eq!((counter.reads(), counter.writes()), (reads, writes));
 
     // One file changed: one read and one write.
     let web = repo.path().join("apps/web/web.yaml");
@@ -162,13 +162,13 @@ async fn after_a_full_sync_a_change_reads_only_what_changed() {
     )
     .unwrap();
     let specs = load_dir(repo.path(), &opts).unwrap();
-    let (reads, writes) = (counter.reads(), counter.get());
+    let (reads, writes) = (counter.reads(), counter.writes());
     let changed = syncer.sync_changes(&specs, "rev3", true).await;
     assert!(!changed.full);
     assert_eq!(names(&changed.updated), vec!["CanaryDeployment/web"]);
     assert_eq!(changed.unchanged, 3);
     assert_eq!(counter.reads() - reads, 1);
-    assert_eq!(counter.get() - writes, 1);
+    assert_eq!(counter.writes() - writes, 1);
 
     // A file removed from Git: its objects are pruned without a list.
     std::fs::remove_file(repo.path().join("apps/redis/service.yaml")).unwrap();

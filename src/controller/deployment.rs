@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use super::{Context, Doing, ReconcileError, write_status};
@@ -26,9 +26,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let scoped = watcher::Config::default()
-        .page_size(crate::controller::WATCH_PAGE)
-        .labels(&ctx.selector());
+    let scoped = crate::controller::watch_config(&ctx.selector());
     let (store, rollouts) =
         super::watch_rollouts(Api::<CanaryDeployment>::all(client.clone()), scoped.clone());
     Controller::for_stream(rollouts, store)

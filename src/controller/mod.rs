@@ -3,7 +3,15 @@
 
 /// Objects per page of a watch's initial list (kube's default is 500): a smaller page keeps
 /// the start-up memory peak down at 1,000 rollouts, for a few more requests.
-pub const WATCH_PAGE: u32 = 100;
+const WATCH_PAGE: u32 = 100;
+
+/// The configuration of every watch the agent runs: objects with `labels` (a label selector),
+/// listed [`WATCH_PAGE`] at a time.
+pub(crate) fn watch_config(labels: &str) -> watcher::Config {
+    watcher::Config::default()
+        .page_size(WATCH_PAGE)
+        .labels(labels)
+}
 
 /// The default for `--max-concurrent-reconciles`, measured at 1,000 rollouts (bench/RESULTS.md):
 /// unbounded, a restart held about 30 MiB more for a minute; 8 slowed the initial sync from

@@ -12,10 +12,10 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -40,17 +40,13 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let scoped = watcher::Config::default()
-        .page_size(crate::controller::WATCH_PAGE)
-        .labels(&ctx.selector());
+    let scoped = crate::controller::watch_config(&ctx.selector());
     let (store, rollouts) = super::watch_rollouts(
         Api::<CanaryStatefulSet>::all(client.clone()),
         scoped.clone(),
     );
     // Claims that a StatefulSet creates carry its selector's labels, not the source label.
-    let claims = watcher::Config::default()
-        .page_size(crate::controller::WATCH_PAGE)
-        .labels(ROLLOUT_LABEL);
+    let claims = crate::controller::watch_config(ROLLOUT_LABEL);
     // Our own status write wakes one more reconcile, which finds nothing to do and writes
     // nothing.
     Controller::for_stream(rollouts, store)

@@ -93,9 +93,7 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
             return;
         }
     };
-    let scoped = watcher::Config::default()
-        .page_size(crate::controller::WATCH_PAGE)
-        .labels(&selector);
+    let scoped = crate::controller::watch_config(&selector);
     let sets = watcher(
         Api::<CanaryStatefulSet>::all(client.clone()),
         scoped.clone(),
@@ -209,9 +207,7 @@ pub async fn post_commit_statuses(
     metrics: Arc<Metrics>,
     errors: tokio::sync::mpsc::Receiver<commit_status::Wanted>,
 ) {
-    let scoped = watcher::Config::default()
-        .page_size(crate::controller::WATCH_PAGE)
-        .labels(&selector);
+    let scoped = crate::controller::watch_config(&selector);
     let (c1, c2) = (config.clone(), config.clone());
     let sets = watcher(
         Api::<CanaryStatefulSet>::all(client.clone()),

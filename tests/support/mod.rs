@@ -372,24 +372,24 @@ pub async fn install_crds(client: &Client) {
     }
 }
 
-/// Counts the write requests (anything but GET) a client sends, and its reads.
+/// Counts the requests a client sends: reads (GET) and writes (anything else).
 #[derive(Clone, Default)]
-pub struct WriteCounter(
-    pub std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    pub std::sync::Arc<std::sync::atomic::AtomicUsize>,
-);
+pub struct RequestCounter {
+    writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
 
-impl WriteCounter {
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
+impl RequestCounter {
+    pub fn writes(&self) -> usize {
+        self.writes.load(Ordering::SeqCst)
     }
 
     pub fn reads(&self) -> usize {
-        self.1.load(Ordering::SeqCst)
+        self.reads.load(Ordering::SeqCst)
     }
 }
 
-impl<S> tower::Layer<S> for WriteCounter {
+impl<S> tower::Layer<S> for RequestCounter {
     type Service = CountedService<S>;
     fn layer(&self, inner: S) -> Self::Service {
         CountedService {
@@ -402,7 +402,7 @@ impl<S> tower::Layer<S> for WriteCounter {
 #[derive(Clone)]
 pub struct CountedService<S> {
     inner: S,
-    counter: WriteCounter,
+    counter: RequestCounter,
 }
 
 impl<S, B> tower::Service<http::Request<B>> for CountedService<S>
@@ -421,22 +421,23 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if req.method() != http::Method::GET {
-            self.counter.0.fetch_add(1, Ordering::SeqCst);
+        let count = if req.method() == http::Method::GET {
+            &self.counter.reads
         } else {
-            self.counter.1.fetch_add(1, Ordering::SeqCst);
-        }
+            &self.counter.writes
+        };
+        count.fetch_add(1, Ordering::SeqCst);
         self.inner.call(req)
     }
 }
 
-/// An admin client whose write requests are counted.
-pub async fn counting_admin_client() -> (Client, WriteCounter) {
+/// An admin client whose requests are counted.
+pub async fn counting_admin_client() -> (Client, RequestCounter) {
     let kubeconfig = Kubeconfig::read_from(admin_kubeconfig()).expect("admin kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .expect("kube config");
-    let counter = WriteCounter::default();
+    let counter = RequestCounter::default();
     let client = kube::client::ClientBuilder::try_from(config)
         .expect("client builder")
         .with_layer(&counter)

@@ -4,7 +4,9 @@
 //! connection: a restart at 1,000 rollouts opened 1,000 TLS connections to the API server,
 //! each with its buffers and its handshake. client-go speaks HTTP/2, multiplexing every
 //! request and watch over one connection; so does linnet (catching up after that restart
-//! went from 4.9 to 2.1 s). Pings notice a dead connection, as client-go's do.
+//! went from 4.9 to 2.1 s, with 5 sockets open). HTTP/2 is chosen by ALPN, so requests sent
+//! before the first connection is up may open a few more. Pings notice a dead connection, as
+//! client-go's do.
 
 use std::time::Duration;
 

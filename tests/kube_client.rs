@@ -23,18 +23,32 @@ fn open_sockets() -> BTreeSet<String> {
         .collect()
 }
 
+/// Once a connection is up, requests in flight share it. (Requests sent before the first
+/// connection has negotiated HTTP/2 may open their own: the protocol is chosen by ALPN, as
+/// client-go chooses it, so the pool cannot know in advance that one will do.)
 #[tokio::test]
 async fn fifty_requests_in_flight_share_one_connection() {
+    support::install_linnet(&support::admin_client().await).await;
     let path = support::linnet_kubeconfig();
     let kubeconfig = Kubeconfig::read_from(&path).expect("linnet's kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .expect("a config from linnet's kubeconfig");
     let client = linnet::kube_client::from_config(config).expect("build the agent's client");
-    let before = open_sockets();
-
-    // linnet's ClusterRole lets it read Services; 50 reads at once.
+    // linnet's ClusterRole lets it read Services.
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let before = open_sockets();
+    services
+        .get("kubernetes")
+        .await
+        .expect("read Service default/kubernetes as linnet");
+    let connected = open_sockets();
+    assert_eq!(
+        connected.difference(&before).count(),
+        1,
+        "the first request opens one connection"
+    );
+
     let reads = join_all((0..50).map(|_| {
         let services = services.clone();
         async move { services.get("kubernetes").await }
@@ -45,10 +59,9 @@ async fn fifty_requests_in_flight_share_one_connection() {
         assert_eq!(service.metadata.name.as_deref(), Some("kubernetes"));
     }
 
-    let opened: Vec<String> = open_sockets().difference(&before).cloned().collect();
-    assert_eq!(
-        opened.len(),
-        1,
+    let opened: Vec<String> = open_sockets().difference(&connected).cloned().collect();
+    assert!(
+        opened.is_empty(),
         "HTTP/1.1 would open a connection per request in flight; opened {opened:?}"
     );
 }

@@ -570,11 +570,9 @@ impl<'a> Planner<'a> {
                 stable.map_or(0, |s| s.ready_replicas)
             ));
         }
-        // 5. The canary set goes.
-        if self.o.canary.is_some() {
-            self.actions.push(Action::DeleteSet {
-                name: Role::Canary.set_name(&self.r.reference.name),
-            });
+        // 5. The canary set goes; the phase says Stable only once it has.
+        if let Some(waiting) = self.delete_canary_set() {
+            return waiting;
         }
         self.finish_promotion()
     }
@@ -620,12 +618,21 @@ impl<'a> Planner<'a> {
                 stable.map_or(0, |s| s.ready_replicas)
             ));
         }
-        if self.o.canary.is_some() {
-            self.actions.push(Action::DeleteSet {
-                name: Role::Canary.set_name(&self.r.reference.name),
-            });
+        if let Some(waiting) = self.delete_canary_set() {
+            return waiting;
         }
         self.finish_rollback()
+    }
+
+    /// Deletes the canary set while it exists. A finished phase (Stable, RolledBack) is
+    /// written before its actions run, so it must not be reached while the set is still
+    /// there: readers of the phase would see it with the set.
+    fn delete_canary_set(&mut self) -> Option<Next<Phase>> {
+        self.o.canary.as_ref()?;
+        self.actions.push(Action::DeleteSet {
+            name: Role::Canary.set_name(&self.r.reference.name),
+        });
+        Some(Next::Stay("deleting the canary set".into()))
     }
 
     fn finish_rollback(&mut self) -> Next<Phase> {

@@ -463,6 +463,17 @@ fn check_plan(r: &Rollout<'_>, o: &Observed, p: &Plan) {
         .and_then(|s| s.get(step).copied())
         .unwrap_or(r.spec.canary_replicas);
     for a in &p.actions {
+        // Status is written before the actions run: a finished phase written in the same
+        // plan as the canary's deletion was read, in the cluster tests, with the set still
+        // there (regression: abort_by_annotation_rolls_back saw redis-canary at 0).
+        if let Action::DeleteSet { name } = a {
+            assert!(
+                !(name.ends_with("-canary")
+                    && matches!(p.status.phase, Some(Phase::Stable | Phase::RolledBack))),
+                "{:?} written in the plan that deletes {name}",
+                p.status.phase
+            );
+        }
         match a {
             Action::ApplySet(set) => {
                 let spec = set.spec.as_ref().unwrap();

@@ -47,8 +47,7 @@ pub async fn run(
     );
     // Claims that a StatefulSet creates carry its selector's labels, not the source label.
     let claims = crate::controller::watch_config(ROLLOUT_LABEL);
-    // Our own status write wakes one more reconcile, which finds nothing to do and writes
-    // nothing.
+    // Our own status writes do not wake it (`watch_rollouts` filters them out).
     Controller::for_stream(rollouts, store)
         .with_config(ctx.controller_config())
         .owns(Api::<StatefulSet>::all(client.clone()), scoped.clone())
@@ -252,14 +251,26 @@ async fn observe(
         .iter()
         .filter_map(PodView::from_object)
         .collect();
-    let claims: Vec<ClaimView> = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
-        .list(&own)
-        .await
-        .doing(|| format!("listing the claims of {ns}/{name}"))?
-        .items
-        .iter()
-        .map(ClaimView::from_object)
-        .collect();
+    // Claims matter only to the handoff, which moves the claims of the spec's templates: a
+    // rollout without templates has none to read (a quarter of the reads in a first sync of 1,000).
+    let has_templates = rollout
+        .spec
+        .template
+        .volume_claim_templates
+        .as_ref()
+        .is_some_and(|t| !t.is_empty());
+    let claims: Vec<ClaimView> = if has_templates {
+        Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+            .list(&own)
+            .await
+            .doing(|| format!("listing the claims of {ns}/{name}"))?
+            .items
+            .iter()
+            .map(ClaimView::from_object)
+            .collect()
+    } else {
+        Vec::new()
+    };
     // Only the volumes live claims name: that is how the handoff identifies a replica's
     // volume (labels and annotations on volumes are for people reading them).
     let pvs: Api<PersistentVolume> = Api::all(client.clone());

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope, pinned_kind};
@@ -39,6 +40,13 @@ const PRUNABLE_KINDS: &[(&str, &str)] = &[
 
 /// Objects per list request in a full sync.
 const LIST_PAGE: u32 = 100;
+
+/// Requests in flight while a sync applies its plan (after Namespaces and CRDs).
+const APPLY_CONCURRENCY: usize = 16;
+
+/// Unlabelled desired objects of one kind in one namespace from which a full sync lists the
+/// kind to find them, instead of reading each.
+const ADOPT_BY_LIST: usize = 8;
 
 /// How old the last full sync may be before a change to Git triggers another.
 pub const FULL_SYNC_EVERY: Duration = Duration::from_secs(600);
@@ -184,69 +192,70 @@ impl Syncer {
                 .iter()
                 .any(|d| d.key.api_version == *api_version && d.key.kind == *kind);
             for ns in namespaces {
-                // Page by page, each page reduced to what the diff needs before the next:
-                // one response for 1,000 rollouts was the agent's biggest memory peak.
                 let api = self.api(&ar, &caps, ns);
-                let mut page = params.clone().limit(LIST_PAGE);
-                loop {
-                    match api.list(&page).await {
-                        Ok(list) => {
-                            let next = list.metadata.continue_.clone().filter(|c| !c.is_empty());
-                            for object in list.items {
-                                let key = ObjectKey {
-                                    api_version: api_version.clone(),
-                                    kind: kind.clone(),
-                                    namespace: object
-                                        .metadata
-                                        .namespace
-                                        .clone()
-                                        .unwrap_or_default(),
-                                    name: object.metadata.name.clone().unwrap_or_default(),
-                                };
-                                let full = to_value(object, &ar);
-                                let kept = match by_key.get(&key) {
-                                    Some(d) => project(&d.object, &full),
-                                    None => identity_only(&full),
-                                };
-                                live.insert(key, kept);
-                            }
-                            match next {
-                                Some(token) => page = page.continue_token(&token),
-                                None => break,
-                            }
-                        }
-                        // A kind Git does not declare and linnet may not list (e.g. Secrets
-                        // under the least-privilege ClusterRole) cannot hold anything linnet
-                        // applied.
-                        Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
-                            tracing::debug!(
-                                kind,
-                                "not allowed to list; nothing of this kind to prune"
-                            );
-                            break;
-                        }
-                        Err(e) => {
-                            errors.push((
-                                ObjectKey {
-                                    api_version: api_version.clone(),
-                                    kind: kind.clone(),
-                                    namespace: ns.to_string(),
-                                    name: "*".into(),
-                                },
-                                format!("cannot list: {e}{}", forbidden_hint(&e)),
-                            ));
-                            break;
-                        }
+                match list_live(&api, &params, &ar, &by_key, false, &mut live).await {
+                    Ok(()) => {}
+                    // A kind Git does not declare and linnet may not list (e.g. Secrets
+                    // under the least-privilege ClusterRole) cannot hold anything linnet
+                    // applied.
+                    Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                        tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
+                    }
+                    Err(e) => {
+                        errors.push((
+                            ObjectKey {
+                                api_version: api_version.clone(),
+                                kind: kind.clone(),
+                                namespace: ns.to_string(),
+                                name: "*".into(),
+                            },
+                            format!("cannot list: {e}{}", forbidden_hint(&e)),
+                        ));
                     }
                 }
             }
         }
-        // Desired objects that exist without linnet's labels (adopted on first sync).
+        // Desired objects that may exist without linnet's labels (adopted on first sync). Where
+        // many of one kind in one namespace are unlabelled, as in a first sync, one list of
+        // that kind finds them all; one get each made a first sync of 1,000 rollouts 1,000
+        // requests longer.
+        let mut unlabelled: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
+        for d in desired.iter().filter(|d| !live.contains_key(&d.key)) {
+            let group = (
+                d.key.api_version.as_str(),
+                d.key.kind.as_str(),
+                d.key.namespace.as_str(),
+            );
+            *unlabelled.entry(group).or_default() += 1;
+        }
+        let mut listed = std::collections::BTreeSet::new();
+        for ((api_version, kind, ns), count) in unlabelled {
+            if count < ADOPT_BY_LIST {
+                continue;
+            }
+            let Ok((ar, caps)) = self.resource(api_version, kind).await else {
+                continue;
+            };
+            let api = self.api(&ar, &caps, ns);
+            let everything = ListParams::default();
+            match list_live(&api, &everything, &ar, &by_key, true, &mut live).await {
+                Ok(()) => {
+                    listed.insert((api_version.to_string(), kind.to_string(), ns.to_string()));
+                }
+                // One get each, below.
+                Err(e) => tracing::debug!(kind, namespace = ns, error = %e, "cannot list"),
+            }
+        }
         let mut servable = Vec::new();
         for d in desired {
             match self.resource(&d.key.api_version, &d.key.kind).await {
                 Ok((ar, caps)) => {
-                    if !live.contains_key(&d.key) {
+                    let group = (
+                        d.key.api_version.clone(),
+                        d.key.kind.clone(),
+                        d.key.namespace.clone(),
+                    );
+                    if !live.contains_key(&d.key) && !listed.contains(&group) {
                         match self
                             .api(&ar, &caps, &d.key.namespace)
                             .get_opt(&d.key.name)
@@ -270,23 +279,36 @@ impl Syncer {
         (plan_changes(servable, &live, prune), errors)
     }
 
-    /// Executes a plan; one object's failure does not stop the others.
+    /// Executes a plan; one object's failure does not stop the others. Namespaces and CRDs
+    /// go first, one at a time, since other objects may need them; the rest go
+    /// [`APPLY_CONCURRENCY`] at a time (one at a time, a first sync of 1,000 rollouts spent
+    /// 25 s waiting on single requests).
     pub async fn apply(&self, plan: &[PlannedChange]) -> SyncReport {
         let mut report = SyncReport::default();
-        for change in plan {
+        let (first, rest): (Vec<&PlannedChange>, Vec<&PlannedChange>) =
+            plan.iter().partition(|c| {
+                matches!(
+                    c.key.kind.as_str(),
+                    "Namespace" | "CustomResourceDefinition"
+                )
+            });
+        let done_first = futures::stream::iter(first).then(|c| self.execute(c));
+        let done_rest = futures::stream::iter(rest)
+            .map(|c| self.execute(c))
+            .buffered(APPLY_CONCURRENCY);
+        let done: Vec<(&PlannedChange, Option<Result<(), String>>)> =
+            done_first.chain(done_rest).collect().await;
+        for (change, result) in done {
             let key = &change.key;
-            let result = match change.change {
-                Change::Unchanged => {
-                    report.unchanged += 1;
-                    continue;
+            let Some(result) = result else {
+                match change.change {
+                    Change::KeepVolume => {
+                        tracing::info!(object = %key, "not pruning: linnet never deletes volumes");
+                        report.kept_volumes.push(key.clone());
+                    }
+                    _ => report.unchanged += 1,
                 }
-                Change::KeepVolume => {
-                    tracing::info!(object = %key, "not pruning: linnet never deletes volumes");
-                    report.kept_volumes.push(key.clone());
-                    continue;
-                }
-                Change::Create | Change::Update => self.apply_one(change).await,
-                Change::Prune => self.delete_one(key).await,
+                continue;
             };
             match (result, change.change) {
                 (Ok(()), Change::Create) => {
@@ -308,6 +330,19 @@ impl Syncer {
             }
         }
         report
+    }
+
+    /// One change's request, if it needs one.
+    async fn execute<'c>(
+        &self,
+        change: &'c PlannedChange,
+    ) -> (&'c PlannedChange, Option<Result<(), String>>) {
+        let result = match change.change {
+            Change::Unchanged | Change::KeepVolume => None,
+            Change::Create | Change::Update => Some(self.apply_one(change).await),
+            Change::Prune => Some(self.delete_one(&change.key).await),
+        };
+        (change, result)
     }
 
     async fn apply_one(&self, change: &PlannedChange) -> Result<(), String> {
@@ -463,6 +498,43 @@ impl Syncer {
             None
         };
         report
+    }
+}
+
+/// Adds the objects `api` lists with `params` to `live`, page by page, each reduced to what the
+/// diff needs before the next page (one response for 1,000 rollouts was the agent's biggest
+/// memory peak): the fields its desired object sets, or its identity when Git does not have
+/// it. With `only_desired`, objects Git does not declare are skipped: they are not linnet's.
+async fn list_live(
+    api: &Api<DynamicObject>,
+    params: &ListParams,
+    ar: &ApiResource,
+    desired: &HashMap<&ObjectKey, &DesiredObject>,
+    only_desired: bool,
+    live: &mut BTreeMap<ObjectKey, Value>,
+) -> Result<(), kube::Error> {
+    let mut page = params.clone().limit(LIST_PAGE);
+    loop {
+        let list = api.list(&page).await?;
+        let next = list.metadata.continue_.clone().filter(|c| !c.is_empty());
+        for object in list.items {
+            let key = ObjectKey {
+                api_version: ar.api_version.clone(),
+                kind: ar.kind.clone(),
+                namespace: object.metadata.namespace.clone().unwrap_or_default(),
+                name: object.metadata.name.clone().unwrap_or_default(),
+            };
+            let kept = match desired.get(&key) {
+                Some(d) => project(&d.object, &to_value(object, ar)),
+                None if only_desired => continue,
+                None => identity_only(&to_value(object, ar)),
+            };
+            live.insert(key, kept);
+        }
+        match next {
+            Some(token) => page = page.continue_token(&token),
+            None => return Ok(()),
+        }
     }
 }
 

@@ -97,11 +97,15 @@ fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
     live_hash == Some(desired.hash.as_str()) && is_subset(&comparable(&desired.object), live)
 }
 
-/// The desired object without the annotations that change on every revision.
+/// The desired object without the annotations that change on every revision, and without the
+/// finalizers: the controllers add and remove theirs, and Git's are covered by the hash.
 fn comparable(object: &Value) -> Value {
     let mut o = object.clone();
-    if let Some(Value::Object(a)) = o.pointer_mut("/metadata/annotations") {
-        a.remove(REVISION_ANNOTATION);
+    if let Some(Value::Object(meta)) = o.get_mut("metadata") {
+        meta.remove("finalizers");
+        if let Some(Value::Object(a)) = meta.get_mut("annotations") {
+            a.remove(REVISION_ANNOTATION);
+        }
     }
     o
 }
@@ -264,6 +268,23 @@ mod tests {
         assert!(diff.contains("-  k: edited by hand"), "{diff}");
         assert!(diff.contains("+  k: v"), "{diff}");
         assert!(!diff.contains("resourceVersion"), "{diff}");
+    }
+
+    #[test]
+    fn finalizers_added_or_removed_by_controllers_are_not_drift() {
+        let mut d = desired("a", json!({"k": "v"}));
+        d.object["metadata"]["finalizers"] = json!(["rollouts.linnet.dev/cleanup"]);
+        let mut l = live_of(&d, "r1");
+        l["metadata"]["finalizers"] = json!(["other.example/hold", "rollouts.linnet.dev/cleanup"]);
+        let mut gone = l.clone();
+        if let Some(m) = gone["metadata"].as_object_mut() {
+            m.remove("finalizers");
+        }
+        for live in [l, gone] {
+            let live = BTreeMap::from([(d.key.clone(), live)]);
+            let plan = plan_changes(vec![d.clone()], &live, false);
+            assert_eq!(plan[0].change, Change::Unchanged);
+        }
     }
 
     #[test]

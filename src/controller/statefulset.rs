@@ -47,7 +47,9 @@ pub async fn run(
     );
     // Claims that a StatefulSet creates carry its selector's labels, not the source label.
     let claims = crate::controller::watch_config(ROLLOUT_LABEL);
-    // Our own status writes do not wake it (`watch_rollouts` filters them out).
+    // Our own status write wakes one more reconcile. Filtering it out (a predicate on the
+    // generation, labels, annotations and finalizers) stalled five cluster tests: some steps,
+    // such as patching a volume (not watched), are picked up only by that reconcile.
     Controller::for_stream(rollouts, store)
         .with_config(ctx.controller_config())
         .owns(Api::<StatefulSet>::all(client.clone()), scoped.clone())

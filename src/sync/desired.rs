@@ -5,8 +5,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::api::{
-    API_VERSION, FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL,
-    SOURCE_PATH_ANNOTATION,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
 use crate::specs::{ObjectKey, SpecSet};
 
@@ -51,9 +50,6 @@ pub fn desired_set(specs: &SpecSet, source: &str, revision: &str) -> Vec<Desired
             if let Some(metadata) = object.get_mut("metadata") {
                 set_entry(metadata, "annotations", APPLIED_HASH_ANNOTATION, &hash);
                 set_entry(metadata, "annotations", REVISION_ANNOTATION, revision);
-                if loaded.key.api_version == API_VERSION && loaded.key.kind == "CanaryStatefulSet" {
-                    add_finalizer(metadata);
-                }
             }
             DesiredObject {
                 key: loaded.key.clone(),
@@ -63,26 +59,6 @@ pub fn desired_set(specs: &SpecSet, source: &str, revision: &str) -> Vec<Desired
             }
         })
         .collect()
-}
-
-/// Creates a CanaryStatefulSet with the controller's finalizer in place, which saves a write
-/// and a reconcile per rollout (1,000 of each in a first sync of 1,000). Added after hashing:
-/// it is linnet's, not Git's, and agents that added it by a patch see no change.
-fn add_finalizer(metadata: &mut Value) {
-    let Value::Object(meta) = metadata else {
-        return;
-    };
-    let entry = meta
-        .entry("finalizers")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if !entry.is_array() {
-        *entry = Value::Array(Vec::new());
-    }
-    if let Value::Array(finalizers) = entry
-        && !finalizers.iter().any(|f| f == FINALIZER)
-    {
-        finalizers.push(Value::String(FINALIZER.to_string()));
-    }
 }
 
 fn set_entry(metadata: &mut Value, map_name: &str, key: &str, value: &str) {
@@ -191,37 +167,6 @@ mod tests {
         let a = desired_set(&specs(CM), "prod", "rev1");
         let b = desired_set(&specs(&CM.replace("k: v", "k: w")), "prod", "rev1");
         assert_ne!(a[0].hash, b[0].hash);
-    }
-
-    #[test]
-    fn canary_statefulsets_are_created_with_the_finalizer_outside_the_hash() {
-        let rollout = "\
-apiVersion: rollouts.linnet.dev/v1alpha1
-kind: CanaryStatefulSet
-metadata: {name: db}
-spec:
-  replicas: 1
-  image: db:2
-  template:
-    serviceName: db
-    selector: {matchLabels: {app: db}}
-    template:
-      metadata: {labels: {app: db}}
-      spec: {containers: [{name: db, image: db:1}]}
-";
-        let d = desired_set(&specs(rollout), "prod", "rev1");
-        assert_eq!(d[0].object["metadata"]["finalizers"], json!([FINALIZER]));
-        let mut without = d[0].object.clone();
-        if let Some(meta) = without["metadata"].as_object_mut() {
-            meta.remove("finalizers");
-            if let Some(a) = meta["annotations"].as_object_mut() {
-                a.retain(|k, _| k == SOURCE_PATH_ANNOTATION);
-            }
-        }
-        assert_eq!(content_hash(&without), d[0].hash);
-        // Other kinds get none.
-        let cm = desired_set(&specs(CM), "prod", "rev1");
-        assert!(cm[0].object["metadata"].get("finalizers").is_none());
     }
 
     #[test]

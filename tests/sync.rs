@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::{await_condition, conditions};
@@ -402,4 +402,88 @@ async fn linnet_diff_shows_what_would_change_and_exits_1() {
     assert!(stdout.contains("+  image: redis:7.4"), "{stdout}");
     assert!(stdout.contains("1 to change, 3 unchanged"), "{stdout}");
     println!("{stdout}");
+}
+
+/// A first sync of many objects of one kind in one namespace finds the unlabelled ones with
+/// one list, not one get each: it adopts those Git declares, creates the rest, and leaves
+/// alone what Git does not declare. A Namespace Git declares is created in the same sync as
+/// the objects in it (the order is `sync::diff::prerequisites_first`'s, unit-tested).
+#[tokio::test]
+async fn a_first_sync_adopts_many_unlabelled_objects_with_one_list() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "adopt").await;
+    // Git's own Namespace, deleted with the test's.
+    let apps = TestNamespace {
+        name: format!("{}-apps", ns.name),
+    };
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    for name in ["cm-0", "cm-1", "cm-2", "bystander"] {
+        let cm: ConfigMap = from_json(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"v": "old"}
+        }));
+        config_maps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    let repo = tempfile::tempdir().unwrap();
+    let mut text = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {}\n  labels: {{linnet.dev/test: \"true\"}}\n",
+        apps.name
+    );
+    for i in 0..10 {
+        text += &format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n  namespace: {}\ndata:\n  v: new\n",
+            ns.name
+        );
+    }
+    for i in 0..8 {
+        text += &format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-{i}\n  namespace: {}\ndata:\n  v: new\n",
+            apps.name
+        );
+    }
+    std::fs::write(repo.path().join("all.yaml"), text).unwrap();
+    let specs = load_dir(repo.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(specs.errors, vec![]);
+    let namespaces = vec![ns.name.clone(), apps.name.clone()];
+    let (client, counter) = counting_admin_client().await;
+
+    // What the same syncer reads with nothing declared: its labelled lists and discovery.
+    let empty = load_dir(tempfile::tempdir().unwrap().path(), &LoadOptions::default()).unwrap();
+    let baseline = Syncer::new(client.clone(), &ns.name, namespaces.clone());
+    let before = counter.reads();
+    assert_eq!(baseline.sync(&empty, "rev0", false).await.errors, vec![]);
+    let labelled_lists = counter.reads() - before;
+
+    let syncer = Syncer::new(client, &ns.name, namespaces);
+    let before = counter.reads();
+    let report = syncer.sync(&specs, "rev1", true).await;
+    let reads = counter.reads() - before;
+    assert_eq!(report.errors, vec![]);
+    let mut created: Vec<String> = (3..10).map(|i| format!("ConfigMap/cm-{i}")).collect();
+    created.extend((0..8).map(|i| format!("ConfigMap/app-{i}")));
+    created.push(format!("Namespace/{}", apps.name));
+    created.sort();
+    assert_eq!(names(&report.created), created);
+    assert_eq!(
+        names(&report.updated),
+        vec!["ConfigMap/cm-0", "ConfigMap/cm-1", "ConfigMap/cm-2"]
+    );
+    assert_eq!(report.pruned, vec![]);
+    // One get per unlabelled object would be 18 reads more than the labelled lists.
+    assert!(
+        reads < labelled_lists + 8,
+        "{reads} reads; {labelled_lists} with nothing declared"
+    );
+    let adopted = config_maps.get("cm-0").await.unwrap();
+    assert_eq!(adopted.data.unwrap()["v"], "new");
+    let bystander = config_maps.get("bystander").await.unwrap();
+    assert_eq!(bystander.data.unwrap()["v"], "old");
+    assert!(
+        bystander.metadata.labels.is_none(),
+        "the bystander was not touched"
+    );
 }

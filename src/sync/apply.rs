@@ -20,7 +20,9 @@ use tokio::sync::Mutex;
 
 use super::FIELD_MANAGER;
 use super::desired::{DesiredObject, desired_set};
-use super::diff::{Change, PlannedChange, identity_only, plan_changes, project};
+use super::diff::{
+    Change, PlannedChange, identity_only, plan_changes, prerequisites_first, project,
+};
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::specs::{ObjectKey, SpecSet};
 
@@ -250,12 +252,13 @@ impl Syncer {
         for d in desired {
             match self.resource(&d.key.api_version, &d.key.kind).await {
                 Ok((ar, caps)) => {
-                    let group = (
-                        d.key.api_version.clone(),
-                        d.key.kind.clone(),
-                        d.key.namespace.clone(),
-                    );
-                    if !live.contains_key(&d.key) && !listed.contains(&group) {
+                    let unread = !live.contains_key(&d.key)
+                        && !listed.contains(&(
+                            d.key.api_version.clone(),
+                            d.key.kind.clone(),
+                            d.key.namespace.clone(),
+                        ));
+                    if unread {
                         match self
                             .api(&ar, &caps, &d.key.namespace)
                             .get_opt(&d.key.name)
@@ -279,19 +282,13 @@ impl Syncer {
         (plan_changes(servable, &live, prune), errors)
     }
 
-    /// Executes a plan; one object's failure does not stop the others. Namespaces and CRDs
-    /// go first, one at a time, since other objects may need them; the rest go
+    /// Executes a plan; one object's failure does not stop the others. What other objects
+    /// may need goes first, one at a time ([`prerequisites_first`]); the rest go
     /// [`APPLY_CONCURRENCY`] at a time (one at a time, a first sync of 1,000 rollouts spent
     /// 25 s waiting on single requests).
     pub async fn apply(&self, plan: &[PlannedChange]) -> SyncReport {
         let mut report = SyncReport::default();
-        let (first, rest): (Vec<&PlannedChange>, Vec<&PlannedChange>) =
-            plan.iter().partition(|c| {
-                matches!(
-                    c.key.kind.as_str(),
-                    "Namespace" | "CustomResourceDefinition"
-                )
-            });
+        let (first, rest) = prerequisites_first(plan);
         let done_first = futures::stream::iter(first).then(|c| self.execute(c));
         let done_rest = futures::stream::iter(rest)
             .map(|c| self.execute(c))

@@ -94,11 +94,39 @@ fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
         .and_then(Value::as_str);
-    live_hash == Some(desired.hash.as_str()) && is_subset(&comparable(&desired.object), live)
+    live_hash == Some(desired.hash.as_str())
+        && is_subset(&comparable(&desired.object), live)
+        && has_finalizers(&desired.object, live)
 }
 
-/// The desired object without the annotations that change on every revision, and without the
-/// finalizers: the controllers add and remove theirs, and Git's are covered by the hash.
+/// A plan split into what must be applied first, one at a time, and the rest, which may go
+/// at once: Namespaces and CRDs to create or update, since other objects may need them. A plan
+/// lists objects by key, so a Namespace comes after the ConfigMaps in it. Prunes wait.
+pub fn prerequisites_first(plan: &[PlannedChange]) -> (Vec<&PlannedChange>, Vec<&PlannedChange>) {
+    plan.iter().partition(|c| {
+        matches!(c.change, Change::Create | Change::Update)
+            && matches!(
+                c.key.kind.as_str(),
+                "Namespace" | "CustomResourceDefinition"
+            )
+    })
+}
+
+/// Whether `live` still has every finalizer `desired` lists. Controllers add their own, so
+/// more is not drift; a missing one is.
+fn has_finalizers(desired: &Value, live: &Value) -> bool {
+    let listed = |o: &Value| {
+        o.pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let have = listed(live);
+    listed(desired).iter().all(|f| have.contains(f))
+}
+
+/// The desired object without the annotations that change on every revision, and without its
+/// finalizers, which [`has_finalizers`] compares as a set.
 fn comparable(object: &Value) -> Value {
     let mut o = object.clone();
     if let Some(Value::Object(meta)) = o.get_mut("metadata") {
@@ -271,20 +299,48 @@ mod tests {
     }
 
     #[test]
-    fn finalizers_added_or_removed_by_controllers_are_not_drift() {
+    fn finalizers_added_by_controllers_are_not_drift_but_a_removed_one_is() {
         let mut d = desired("a", json!({"k": "v"}));
-        d.object["metadata"]["finalizers"] = json!(["rollouts.linnet.dev/cleanup"]);
-        let mut l = live_of(&d, "r1");
-        l["metadata"]["finalizers"] = json!(["other.example/hold", "rollouts.linnet.dev/cleanup"]);
-        let mut gone = l.clone();
-        if let Some(m) = gone["metadata"].as_object_mut() {
-            m.remove("finalizers");
-        }
-        for live in [l, gone] {
-            let live = BTreeMap::from([(d.key.clone(), live)]);
-            let plan = plan_changes(vec![d.clone()], &live, false);
-            assert_eq!(plan[0].change, Change::Unchanged);
-        }
+        d.object["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        let plan_for = |finalizers: Value| {
+            let mut l = live_of(&d, "r1");
+            l["metadata"]["finalizers"] = finalizers;
+            let live = BTreeMap::from([(d.key.clone(), l)]);
+            plan_changes(vec![d.clone()], &live, false)[0].change
+        };
+        // Before: the controller's finalizer made the list differ, and every full sync wrote.
+        assert_eq!(
+            plan_for(json!(["rollouts.linnet.dev/cleanup", "example.com/hold"])),
+            Change::Unchanged
+        );
+        assert_eq!(plan_for(json!(["example.com/hold"])), Change::Unchanged);
+        assert_eq!(
+            plan_for(json!(["rollouts.linnet.dev/cleanup"])),
+            Change::Update
+        );
+        assert_eq!(plan_for(Value::Null), Change::Update);
+    }
+
+    #[test]
+    fn namespaces_and_crds_to_apply_come_first_and_prunes_wait() {
+        let change = |kind: &str, name: &str, change: Change| PlannedChange {
+            key: key(kind, name),
+            change,
+            desired: None,
+            live: None,
+        };
+        let plan = vec![
+            change("ConfigMap", "a", Change::Create),
+            change("CustomResourceDefinition", "crd", Change::Update),
+            change("Namespace", "gone", Change::Prune),
+            change("Namespace", "apps", Change::Create),
+        ];
+        let (first, rest) = prerequisites_first(&plan);
+        let names = |cs: Vec<&PlannedChange>| -> Vec<String> {
+            cs.iter().map(|c| c.key.name.clone()).collect()
+        };
+        assert_eq!(names(first), vec!["crd", "apps"]);
+        assert_eq!(names(rest), vec!["a", "gone"]);
     }
 
     #[test]

@@ -14,6 +14,9 @@ pub struct Context {
     pub metrics: std::sync::Arc<crate::telemetry::Metrics>,
     /// Reconciles in flight at once per controller; 0 means no limit.
     pub max_concurrent_reconciles: u16,
+    /// The last status written to each rollout, so that a reconcile ahead of its watch does
+    /// not write it again.
+    pub own_status_writes: super::OwnStatusWrites,
 }
 
 impl Context {
@@ -33,6 +36,7 @@ impl Context {
             source: source.to_string(),
             metrics,
             max_concurrent_reconciles,
+            own_status_writes: Default::default(),
         }
     }
 

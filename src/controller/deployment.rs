@@ -14,7 +14,7 @@ use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
-use super::{Context, Doing, ReconcileError, write_status};
+use super::{Context, Doing, ReconcileError, StatusWrite, write_status};
 use crate::api::{CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL};
 use crate::plan::deployment::{DeployAction, DeployRollout, DeploymentView, plan};
 use crate::plan::objects::RolloutRef;
@@ -118,10 +118,9 @@ async fn reconcile_inner(
         &format!("{ns}/{name}"),
         planned.status.phase.map(|p| format!("{p:?}")).as_deref(),
     );
-    let api: Api<CanaryDeployment> = Api::namespaced(ctx.client.clone(), &ns);
-    write_status(
-        &api,
-        &name,
+    let written = write_status(
+        ctx,
+        rollout,
         "CanaryDeployment",
         rollout.status.as_ref(),
         &planned.status,
@@ -148,7 +147,8 @@ async fn reconcile_inner(
         result.doing(|| action.describe())?;
     }
     let object = rollout.object_ref(&());
-    for e in &planned.events {
+    let announced = written == StatusWrite::Repeated;
+    for e in planned.events.iter().filter(|_| !announced) {
         tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
         ctx.publish(&object, e.warning, e.reason, &e.message).await;
     }

@@ -13,10 +13,11 @@ pub(crate) fn watch_config(labels: &str) -> watcher::Config {
         .labels(labels)
 }
 
-/// The default for `--max-concurrent-reconciles`, measured at 1,000 rollouts (bench/RESULTS.md):
-/// unbounded, a restart held about 30 MiB more for a minute; 8 slowed the initial sync from
-/// 40 to 56 s; 16 cost neither.
-pub const MAX_CONCURRENT_RECONCILES: u16 = 16;
+/// The default for `--max-concurrent-reconciles`, measured at 1,000 rollouts (bench/RESULTS.md).
+/// A reconcile waits on a few requests in turn, so under a busy API server this limit sets the
+/// pace of a first sync: 16 made it 40 s, 32 makes it 27 s. 64 was no faster (the sync's own
+/// applies then waited) and unbounded held more memory after a restart.
+pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 
 pub mod context;
 pub mod deployment;
@@ -104,34 +105,142 @@ impl<T> Doing<T> for Result<T, kube::Error> {
     }
 }
 
+/// What [`write_status`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusWrite {
+    /// The status was already what the plan says.
+    Unchanged,
+    /// The status was written.
+    Written,
+    /// The store has not yet seen this agent's last write, and the plan repeats it: nothing
+    /// was written, and the plan's events were already published with that write.
+    Repeated,
+}
+
 /// Writes a rollout's status with server-side apply (so fields it no longer has are removed),
 /// unless it is unchanged. Called before a plan's actions run: the recorded phase is never
 /// behind what was done, so a crash in between only means doing the actions again.
+///
+/// `rollout` is the object the plan was made from. A reconcile woken by a child's event can
+/// start before the watch has delivered this agent's previous status write; it then plans the
+/// same transition again, and [`OwnStatusWrites`] keeps it from writing and announcing it twice.
 pub(crate) async fn write_status<K, S>(
-    api: &kube::Api<K>,
-    name: &str,
+    ctx: &Context,
+    rollout: &K,
     kind: &str,
     old: Option<&S>,
     new: &S,
-) -> Result<(), ReconcileError>
+) -> Result<StatusWrite, ReconcileError>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
     S: serde::Serialize + PartialEq,
 {
     if old == Some(new) {
-        return Ok(());
+        return Ok(StatusWrite::Unchanged);
+    }
+    let name = rollout.meta().name.clone().unwrap_or_default();
+    let ns = rollout.meta().namespace.clone().unwrap_or_default();
+    let key = format!("{kind}/{ns}/{name}");
+    let planned_from = rollout.meta().resource_version.clone().unwrap_or_default();
+    let digest = status_digest(new);
+    if ctx.own_status_writes.repeats(&key, &planned_from, digest) {
+        return Ok(StatusWrite::Repeated);
     }
     let patch = serde_json::json!({
         "apiVersion": crate::api::API_VERSION,
         "kind": kind,
         "status": new,
     });
+    let api: kube::Api<K> = kube::Api::namespaced(ctx.client.clone(), &ns);
     api.patch_status(
-        name,
+        &name,
         &kube::api::PatchParams::apply(crate::sync::FIELD_MANAGER).force(),
         &kube::api::Patch::Apply(&patch),
     )
     .await
-    .map(|_| ())
-    .doing(|| format!("writing the status of {kind} {name}"))
+    .doing(|| format!("writing the status of {kind} {ns}/{name}"))?;
+    ctx.own_status_writes.record(&key, &planned_from, digest);
+    Ok(StatusWrite::Written)
+}
+
+fn status_digest(status: &impl serde::Serialize) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_vec(status)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The last status this agent wrote to each rollout, with the resourceVersion of the object it
+/// was planned from. While a rollout's store still shows that version, the write has not come
+/// back through the watch yet, and writing the same status again would change nothing.
+#[derive(Debug, Default)]
+pub struct OwnStatusWrites {
+    last: std::sync::Mutex<std::collections::HashMap<String, (String, u64)>>,
+}
+
+impl OwnStatusWrites {
+    /// True if the status with `digest`, planned from `planned_from`, is the one last written
+    /// from that same version. An entry for an older version is dropped: once the store moves
+    /// past it, it never matches again.
+    pub fn repeats(&self, key: &str, planned_from: &str, digest: u64) -> bool {
+        let Ok(mut last) = self.last.lock() else {
+            return false;
+        };
+        match last.get(key) {
+            Some((from, d)) if from == planned_from => *d == digest,
+            Some(_) => {
+                last.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers a status written from version `planned_from`.
+    pub fn record(&self, key: &str, planned_from: &str, digest: u64) {
+        if let Ok(mut last) = self.last.lock() {
+            last.insert(key.to_string(), (planned_from.to_string(), digest));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_planned_again_from_the_same_version_is_a_repeat() {
+        let writes = OwnStatusWrites::default();
+        assert!(!writes.repeats("r", "100", 1), "nothing written yet");
+        writes.record("r", "100", 1);
+        assert!(
+            writes.repeats("r", "100", 1),
+            "store still at 100: same status"
+        );
+        assert!(
+            !writes.repeats("r", "100", 2),
+            "store still at 100, but the plan changed: write it"
+        );
+        assert!(!writes.repeats("other", "100", 1), "another rollout");
+    }
+
+    #[test]
+    fn once_the_store_moves_on_the_entry_is_dropped() {
+        let writes = OwnStatusWrites::default();
+        writes.record("r", "100", 1);
+        assert!(
+            !writes.repeats("r", "101", 1),
+            "the write came back: compare as usual"
+        );
+        assert!(
+            !writes.repeats("r", "100", 1),
+            "the entry is gone, even for a version seen before"
+        );
+        assert!(writes.last.lock().map(|m| m.is_empty()).unwrap_or(false));
+    }
 }

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -377,7 +376,7 @@ fn load_document(
                     for (path, message) in check_canary_statefulset(&o) {
                         errors.push(at_key(&path, message));
                     }
-                    Spec::CanaryStatefulSet(Arc::new(o))
+                    Spec::new(&o)
                 }
                 Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
             },
@@ -388,7 +387,7 @@ fn load_document(
                     for (path, message) in check_canary_deployment(&o) {
                         errors.push(at_key(&path, message));
                     }
-                    Spec::CanaryDeployment(Arc::new(o))
+                    Spec::new(&o)
                 }
                 Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
             },
@@ -412,7 +411,7 @@ fn load_document(
         if !namespace.is_empty() {
             object.metadata.namespace = Some(namespace);
         }
-        Spec::Manifest(Arc::new(object))
+        Spec::new(&object)
     };
     Ok(Some(LoadedObject {
         key,

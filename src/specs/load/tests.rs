@@ -45,13 +45,9 @@ fn loads_a_valid_canary_statefulset() {
     assert_eq!(o.key.kind, "CanaryStatefulSet");
     assert_eq!(o.key.namespace, "default");
     assert_eq!(o.key.name, "redis");
-    match &o.spec {
-        Spec::CanaryStatefulSet(s) => {
-            assert_eq!(s.spec.replicas, 3);
-            assert_eq!(s.spec.image, "redis:7.2");
-        }
-        other => panic!("wrong spec {other:?}"),
-    }
+    let s = o.spec.typed::<CanaryStatefulSet>();
+    assert_eq!(s.as_ref().map(|s| s.spec.replicas), Some(3));
+    assert_eq!(s.as_ref().map(|s| s.spec.image.as_str()), Some("redis:7.2"));
 }
 
 #[test]

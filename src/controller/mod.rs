@@ -138,12 +138,14 @@ where
         + std::fmt::Debug,
     S: serde::Serialize + PartialEq,
 {
-    if old == Some(new) {
-        return Ok(StatusWrite::Unchanged);
-    }
     let name = rollout.meta().name.clone().unwrap_or_default();
     let ns = rollout.meta().namespace.clone().unwrap_or_default();
     let key = format!("{kind}/{ns}/{name}");
+    if old == Some(new) {
+        // The store shows this status: any write of ours has come back.
+        ctx.own_status_writes.forget(&key);
+        return Ok(StatusWrite::Unchanged);
+    }
     let planned_from = rollout.meta().resource_version.clone().unwrap_or_default();
     let digest = status_digest(new);
     if ctx.own_status_writes.repeats(&key, &planned_from, digest) {
@@ -201,6 +203,14 @@ impl OwnStatusWrites {
         }
     }
 
+    /// Drops what is known of `key`'s last write, once the store shows it: entries are kept
+    /// only while a write is on its way back, not for every rollout ever written.
+    pub fn forget(&self, key: &str) {
+        if let Ok(mut last) = self.last.lock() {
+            last.remove(key);
+        }
+    }
+
     /// Remembers a status written from version `planned_from`.
     pub fn record(&self, key: &str, planned_from: &str, digest: u64) {
         if let Ok(mut last) = self.last.lock() {
@@ -242,5 +252,18 @@ mod tests {
             "the entry is gone, even for a version seen before"
         );
         assert!(writes.last.lock().map(|m| m.is_empty()).unwrap_or(false));
+    }
+
+    #[test]
+    fn an_entry_is_forgotten_once_the_store_shows_the_write() {
+        let writes = OwnStatusWrites::default();
+        writes.record("r", "100", 1);
+        writes.record("other", "7", 2);
+        writes.forget("r");
+        assert!(!writes.repeats("r", "100", 1));
+        assert!(
+            writes.repeats("other", "7", 2),
+            "only that rollout's entry goes"
+        );
     }
 }

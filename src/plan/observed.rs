@@ -100,7 +100,7 @@ impl k8s_openapi::Metadata for StoredSet {
 }
 
 impl SetView {
-    /// The same view as [`SetView::from_object`], from the store's trimmed set.
+    /// The planner's view of a set, from the controller's store.
     pub fn from_stored(set: &StoredSet, container: Option<&str>) -> SetView {
         let status = &set.status;
         let containers = &set.spec.template.spec.containers;
@@ -211,29 +211,6 @@ pub fn container_image(
     c.and_then(|c| c.image.clone())
 }
 
-impl SetView {
-    pub fn from_object(set: &StatefulSet, container: Option<&str>) -> SetView {
-        let status = set.status.clone().unwrap_or_default();
-        let spec = set.spec.clone().unwrap_or_default();
-        SetView {
-            name: set.metadata.name.clone().unwrap_or_default(),
-            replicas: spec.replicas.unwrap_or(1),
-            status_fresh: status.observed_generation.is_some()
-                && status.observed_generation == set.metadata.generation,
-            ready_replicas: status.ready_replicas.unwrap_or(0),
-            updated_replicas: status.updated_replicas.unwrap_or(0),
-            current_revision: status.current_revision,
-            update_revision: status.update_revision,
-            applied_hash: set
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
-            image: container_image(spec.template.spec.as_ref(), container),
-        }
-    }
-}
-
 impl PodView {
     /// A pod owned by a StatefulSet; `None` for any other pod.
     pub fn from_object(pod: &Pod) -> Option<PodView> {
@@ -327,5 +304,90 @@ impl JobView {
             succeeded: has("Complete"),
             failed: has("Failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stored(set: serde_json::Value) -> StoredSet {
+        serde_json::from_value(set).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_stored_set_keeps_everything_the_planner_reads() {
+        let set = stored(json!({
+            "metadata": {
+                "name": "db-stable", "namespace": "shop", "generation": 3,
+                "labels": {"rollouts.linnet.dev/rollout": "db"},
+                "annotations": {CHILD_HASH_ANNOTATION: "abc"},
+                "ownerReferences": [{"apiVersion": "rollouts.linnet.dev/v1alpha1",
+                    "kind": "CanaryStatefulSet", "name": "db", "uid": "u1", "controller": true}],
+            },
+            "spec": {
+                "replicas": 3, "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {
+                        "containers": [
+                            {"name": "sidecar", "image": "proxy:1", "args": ["-v"]},
+                            {"name": "db", "image": "db:2", "env": [{"name": "A", "value": "b"}]},
+                        ],
+                        "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    },
+                },
+                "volumeClaimTemplates": [{"metadata": {"name": "data"}}],
+            },
+            "status": {
+                "replicas": 3, "readyReplicas": 2, "updatedReplicas": 1, "observedGeneration": 3,
+                "currentRevision": "db-stable-1", "updateRevision": "db-stable-2",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }));
+        let view = |image: Option<&str>| SetView {
+            name: "db-stable".into(),
+            replicas: 3,
+            status_fresh: true,
+            ready_replicas: 2,
+            updated_replicas: 1,
+            current_revision: Some("db-stable-1".into()),
+            update_revision: Some("db-stable-2".into()),
+            applied_hash: Some("abc".into()),
+            image: image.map(String::from),
+        };
+        assert_eq!(SetView::from_stored(&set, None), view(Some("proxy:1")));
+        assert_eq!(SetView::from_stored(&set, Some("db")), view(Some("db:2")));
+        assert_eq!(
+            SetView::from_stored(&set, Some("sidecar")),
+            view(Some("proxy:1"))
+        );
+        assert_eq!(SetView::from_stored(&set, Some("missing")), view(None));
+        // The controller finds a set's rollout through its owner.
+        let owners = set.metadata.owner_references.unwrap_or_default();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(
+            (owners[0].name.as_str(), owners[0].uid.as_str()),
+            ("db", "u1")
+        );
+    }
+
+    #[test]
+    fn a_stored_set_without_status_or_template_is_not_fresh_and_has_no_image() {
+        let expected = |name: &str| SetView {
+            name: name.into(),
+            replicas: 1,
+            ..SetView::default()
+        };
+        let new = stored(json!({"metadata": {"name": "new"}}));
+        assert_eq!(SetView::from_stored(&new, None), expected("new"));
+        let bare = stored(json!({"metadata": {"name": "bare", "generation": 1},
+            "spec": {"selector": {}, "template": {}}}));
+        assert_eq!(SetView::from_stored(&bare, Some("db")), expected("bare"));
+        let stale = stored(json!({"metadata": {"name": "stale", "generation": 4},
+            "status": {"observedGeneration": 3, "readyReplicas": 1}}));
+        assert!(!SetView::from_stored(&stale, None).status_fresh);
     }
 }

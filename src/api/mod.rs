@@ -39,6 +39,10 @@ pub const REVISION_ANNOTATION: &str = "rollouts.linnet.dev/revision";
 /// Label on every object a rollout creates (sets, claims, Jobs, and the volumes it hands
 /// over), naming the rollout; StatefulSets put it on their claims too.
 pub const ROLLOUT_LABEL: &str = "rollouts.linnet.dev/rollout";
+/// Label on the objects a rollout controller creates, naming the source of their rollout, so
+/// that an agent watches only its own children. It is deliberately not [`SOURCE_LABEL`]: that
+/// label marks what was applied from Git, the only objects prune may delete.
+pub const ROLLOUT_SOURCE_LABEL: &str = "rollouts.linnet.dev/rollout-source";
 /// Label on a rollout's StatefulSets and their pods: `stable`, `canary` or `single`.
 pub const ROLE_LABEL: &str = "rollouts.linnet.dev/role";
 /// Annotation with the hash of what linnet last applied to a child object; equal hashes mean
@@ -46,6 +50,10 @@ pub const ROLE_LABEL: &str = "rollouts.linnet.dev/role";
 pub const CHILD_HASH_ANNOTATION: &str = "rollouts.linnet.dev/child-hash";
 /// Annotation on a PersistentVolume during a handoff: the claim it is being handed to.
 pub const HANDOFF_TO_ANNOTATION: &str = "rollouts.linnet.dev/handoff-to";
+/// Annotation on a claim a handoff has pointed a volume at: the volume's name. Writing it
+/// is an update of the claim, which makes the PV controller bind the two at once instead of
+/// at its next resync (about 15 s).
+pub const BIND_REQUESTED_ANNOTATION: &str = "rollouts.linnet.dev/bind-volume";
 /// The finalizer that scales a rollout's sets down before they are deleted.
 pub const FINALIZER: &str = "rollouts.linnet.dev/cleanup";
 

@@ -45,9 +45,14 @@ impl Context {
         kube::runtime::controller::Config::default().concurrency(self.max_concurrent_reconciles)
     }
 
-    /// The label selector of this agent's rollouts and their children.
+    /// The label selector of this agent's rollouts (objects applied from its source).
     pub fn selector(&self) -> String {
         format!("{}={}", crate::api::SOURCE_LABEL, self.source)
+    }
+
+    /// The label selector of the children this agent's rollouts created.
+    pub fn child_selector(&self) -> String {
+        format!("{}={}", crate::api::ROLLOUT_SOURCE_LABEL, self.source)
     }
 
     /// Publishes an event on `object`; a failure to publish is logged, never fatal.

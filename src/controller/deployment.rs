@@ -26,12 +26,16 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let scoped = crate::controller::watch_config(&ctx.selector());
-    let (store, rollouts) =
-        super::watch_rollouts(Api::<CanaryDeployment>::all(client.clone()), scoped.clone());
+    let (store, rollouts) = super::watch_rollouts(
+        Api::<CanaryDeployment>::all(client.clone()),
+        crate::controller::watch_config(&ctx.selector()),
+    );
     Controller::for_stream(rollouts, store)
         .with_config(ctx.controller_config())
-        .owns(Api::<Deployment>::all(client), scoped)
+        .owns(
+            Api::<Deployment>::all(client),
+            crate::controller::watch_config(&ctx.child_selector()),
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -12,6 +12,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -22,8 +23,9 @@ use serde_json::json;
 
 use super::{Context, Doing, ReconcileError, StatusWrite, write_status};
 use crate::api::{
-    ABORT_ANNOTATION, CanaryStatefulSet, FINALIZER, HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION,
-    REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL, StatefulSetStrategyType,
+    ABORT_ANNOTATION, BIND_REQUESTED_ANNOTATION, CanaryStatefulSet, FINALIZER,
+    HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
+    StatefulSetStrategyType,
 };
 use crate::plan::Action;
 use crate::plan::objects::{Role, RolloutRef, migration_job_name};
@@ -43,31 +45,45 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let scoped = crate::controller::watch_config(&ctx.selector());
     let (store, rollouts) = super::watch_rollouts(
         Api::<CanaryStatefulSet>::all(client.clone()),
-        scoped.clone(),
+        crate::controller::watch_config(&ctx.selector()),
     );
+    let children = crate::controller::watch_config(&ctx.child_selector());
     // The sets are read from this watch's store, not with a GET in each reconcile: at 1,000
     // rollouts those GETs were a third of the API server's requests in a first sync.
-    let (sets, set_changes) = watch_sets(Api::<StoredSet>::all(client.clone()), scoped.clone());
-    // Claims that a StatefulSet creates carry its selector's labels, not the source label.
-    let claims = crate::controller::watch_config(ROLLOUT_LABEL);
-    // Our own status write wakes one more reconcile. Filtering it out (a predicate on the
-    // generation, labels, annotations and finalizers) stalled five cluster tests: some steps,
-    // such as patching a volume (not watched), are picked up only by that reconcile.
+    let (sets, set_changes) = watch_sets(Api::<StoredSet>::all(client.clone()), children.clone());
+    // Pods and claims carry the set's selector labels (the rollout's name), not the source;
+    // volumes carry the rollout's name and namespace once a handoff has touched them. Every
+    // wait of the phase machine is on one of these, so each is woken by what it waits for,
+    // never by linnet's own status write (which `watch_rollouts` filters out).
+    let by_rollout = crate::controller::watch_config(ROLLOUT_LABEL);
+    let pods = watcher(
+        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        by_rollout.clone(),
+    )
+    .default_backoff()
+    .touched_objects();
+    let volumes = watcher(
+        Api::<PartialObjectMeta<PersistentVolume>>::all(client.clone()),
+        by_rollout.clone(),
+    )
+    .default_backoff()
+    .touched_objects();
     Controller::for_stream(rollouts, store)
         .with_config(ctx.controller_config())
         .owns_stream(set_changes)
-        .owns(Api::<Job>::all(client.clone()), scoped)
+        .owns(Api::<Job>::all(client.clone()), children)
         .watches(
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            claims,
-            |claim| {
-                let rollout = claim.labels().get(ROLLOUT_LABEL)?.clone();
-                Some(ObjectRef::<CanaryStatefulSet>::new(&rollout).within(&claim.namespace()?))
-            },
+            by_rollout,
+            |claim| rollout_of(&claim, claim.namespace()),
         )
+        .watches_stream(pods, |pod| rollout_of(&pod, pod.namespace()))
+        .watches_stream(volumes, |volume| {
+            let ns = volume.labels().get(VOLUME_NAMESPACE_LABEL).cloned();
+            rollout_of(&volume, ns)
+        })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::new(Shared { ctx, sets }))
         .for_each(|result| async move {
@@ -76,6 +92,12 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// The rollout an object labelled with [`ROLLOUT_LABEL`] belongs to, in namespace `ns`.
+fn rollout_of(object: &impl Resource, ns: Option<String>) -> Option<ObjectRef<CanaryStatefulSet>> {
+    let rollout = object.meta().labels.as_ref()?.get(ROLLOUT_LABEL)?;
+    Some(ObjectRef::<CanaryStatefulSet>::new(rollout).within(&ns?))
 }
 
 /// What this controller's reconciles share: the agent's context and the store of the sets.
@@ -450,6 +472,19 @@ async fn execute(
             .await
             .map(|_| ())
             .doing(what),
+        Action::RequestBind { claim, volume } => {
+            Api::<PersistentVolumeClaim>::namespaced(client, ns)
+                .patch(
+                    claim,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {BIND_REQUESTED_ANNOTATION: volume}}}),
+                    ),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
         Action::CreateJob(job) => ignore_status(
             Api::<Job>::namespaced(client, ns)
                 .create(&PostParams::default(), job)

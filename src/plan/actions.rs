@@ -30,6 +30,9 @@ pub enum Action {
         claim: String,
         claim_uid: String,
     },
+    /// Annotate a claim whose volume now points at it, so that the PV controller, woken by
+    /// the claim's update, binds them now.
+    RequestBind { claim: String, volume: String },
     /// Create the migration Job (owned by the rollout).
     CreateJob(Box<Job>),
     /// Delete a pod stuck on a bad revision, so its set can recreate it.
@@ -73,6 +76,9 @@ impl Action {
             }
             Action::BindVolume { volume, claim, .. } => {
                 format!("bind volume {volume} to claim {claim}")
+            }
+            Action::RequestBind { claim, volume } => {
+                format!("ask the PV controller to bind claim {claim} to volume {volume}")
             }
             Action::CreateJob(j) => format!("create Job {}", name(&j.metadata)),
             Action::DeletePod { name } => format!("delete stuck pod {name}"),

@@ -4,7 +4,10 @@
 //! 1. The volume is set to Retain and annotated with the claim it goes to.
 //! 2. The new claim is created with `volumeName` set (it stays Pending for now).
 //! 3. The old claim is deleted, once no pod of the old set uses it.
-//! 4. The released volume's `claimRef` is pointed at the new claim, which then binds.
+//! 4. The released volume's `claimRef` is pointed at the new claim.
+//! 5. The new claim is annotated with the volume. The PV controller binds a claim when the
+//!    claim changes, or at its resync (about 15 s, most of a canary's start before); the
+//!    annotation is that change, so the claim binds at once.
 //!
 //! Each call looks at the cluster as it is and returns the next step, so a handoff cut off at
 //! any point carries on where it stopped. A claim is deleted only when its volume is Retain
@@ -109,6 +112,12 @@ pub fn handoff_step(
             volume: volume.name.clone(),
             claim: dst.name.clone(),
             claim_uid: dst.uid.clone(),
+        });
+    }
+    if dst.bind_requested.as_deref() != Some(volume.name.as_str()) {
+        return HandoffStep::Act(Action::RequestBind {
+            claim: dst.name.clone(),
+            volume: volume.name.clone(),
         });
     }
     HandoffStep::Waiting(format!("claim {dst_name} to bind volume {}", volume.name))

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 
 use crate::api::{
     API_VERSION, CHILD_HASH_ANNOTATION, CanaryStatefulSetSpec, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    ROLE_LABEL, ROLLOUT_LABEL, SOURCE_LABEL,
+    ROLE_LABEL, ROLLOUT_LABEL, ROLLOUT_SOURCE_LABEL,
 };
 use crate::sync::desired::content_hash;
 
@@ -25,8 +25,8 @@ pub struct RolloutRef {
     pub name: String,
     pub namespace: String,
     pub uid: String,
-    /// The rollout's `rollouts.linnet.dev/source` label, copied to its children so that an
-    /// agent watches only its own.
+    /// The rollout's `rollouts.linnet.dev/source` label, copied to its children as
+    /// `rollouts.linnet.dev/rollout-source` so that an agent watches only its own.
     pub source: Option<String>,
 }
 
@@ -42,14 +42,15 @@ impl RolloutRef {
         }
     }
 
-    /// Labels every child carries.
+    /// Labels every child carries. Never [`crate::api::SOURCE_LABEL`]: a child is the
+    /// rollout's, not Git's, and must not look like an object prune may delete.
     pub fn labels(&self) -> BTreeMap<String, String> {
         let mut l = BTreeMap::from([
             (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
             (ROLLOUT_LABEL.to_string(), self.name.clone()),
         ]);
         if let Some(s) = &self.source {
-            l.insert(SOURCE_LABEL.to_string(), s.clone());
+            l.insert(ROLLOUT_SOURCE_LABEL.to_string(), s.clone());
         }
         l
     }
@@ -299,4 +300,30 @@ pub fn migration_job(
         spec: template.spec.clone(),
         status: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::SOURCE_LABEL;
+
+    #[test]
+    fn children_are_owned_and_never_labelled_as_applied_from_git() {
+        let rollout = RolloutRef {
+            name: "redis".into(),
+            namespace: "ns".into(),
+            uid: "u1".into(),
+            source: Some("prod".into()),
+        };
+        let labels = rollout.labels();
+        assert!(!labels.contains_key(SOURCE_LABEL), "{labels:?}");
+        assert_eq!(labels[ROLLOUT_SOURCE_LABEL], "prod");
+        assert_eq!(labels[ROLLOUT_LABEL], "redis");
+        let meta = rollout.meta("redis-stable", "CanaryStatefulSet", labels);
+        let owner = &meta.owner_references.unwrap_or_default()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("CanaryStatefulSet", "u1", Some(true))
+        );
+    }
 }

@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 
-use crate::api::{CHILD_HASH_ANNOTATION, HANDOFF_TO_ANNOTATION};
+use crate::api::{BIND_REQUESTED_ANNOTATION, CHILD_HASH_ANNOTATION, HANDOFF_TO_ANNOTATION};
 
 /// A StatefulSet as the planner needs it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -152,6 +152,8 @@ pub struct ClaimView {
     pub volume: Option<String>,
     pub bound: bool,
     pub deleting: bool,
+    /// The volume a handoff asked this claim to bind ([`BIND_REQUESTED_ANNOTATION`]).
+    pub bind_requested: Option<String>,
 }
 
 /// A PersistentVolume that holds (or held) one of the rollout's claims.
@@ -262,6 +264,11 @@ impl ClaimView {
                 .and_then(|s| s.phase.as_deref())
                 .is_some_and(|p| p == "Bound"),
             deleting: claim.metadata.deletion_timestamp.is_some(),
+            bind_requested: claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(BIND_REQUESTED_ANNOTATION).cloned()),
         }
     }
 }

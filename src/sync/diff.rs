@@ -65,7 +65,9 @@ pub fn plan_changes(
     }
     if prune {
         for (key, l) in live {
-            if wanted.contains(key) {
+            // A rollout's own children are repaired by its controller, never pruned, whatever
+            // labels an older linnet or a person put on them.
+            if wanted.contains(key) || owned_by_rollout(l) {
                 continue;
             }
             let change = if matches!(
@@ -85,6 +87,23 @@ pub fn plan_changes(
         }
     }
     changes
+}
+
+/// Whether `object` has a controller owner reference to a linnet rollout: it was made by a
+/// rollout controller, not applied from Git.
+pub fn owned_by_rollout(object: &Value) -> bool {
+    let group = format!("{}/", crate::api::GROUP);
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| {
+            refs.iter().any(|r| {
+                r.get("controller").and_then(Value::as_bool) == Some(true)
+                    && r.get("apiVersion")
+                        .and_then(Value::as_str)
+                        .is_some_and(|v| v.starts_with(&group))
+            })
+        })
 }
 
 /// Unchanged when linnet applied this very content last (hash) and nobody has changed any
@@ -184,11 +203,11 @@ pub fn project(want: &Value, have: &Value) -> Value {
 }
 
 /// What a diff shows, and pruning needs, of an object Git no longer has: its kind, name,
-/// namespace and labels.
+/// namespace, labels and owners.
 pub fn identity_only(object: &Value) -> Value {
     let mut l = object.clone();
     if let Some(Value::Object(m)) = l.pointer_mut("/metadata") {
-        m.retain(|k, _| ["name", "namespace", "labels"].contains(&k.as_str()));
+        m.retain(|k, _| ["name", "namespace", "labels", "ownerReferences"].contains(&k.as_str()));
     }
     if let Value::Object(m) = &mut l {
         m.retain(|k, _| ["apiVersion", "kind", "metadata"].contains(&k.as_str()));
@@ -296,6 +315,38 @@ mod tests {
         assert!(diff.contains("-  k: edited by hand"), "{diff}");
         assert!(diff.contains("+  k: v"), "{diff}");
         assert!(!diff.contains("resourceVersion"), "{diff}");
+    }
+
+    #[test]
+    fn prune_never_deletes_what_a_rollout_owns_whatever_its_labels() {
+        // Issue 18: `--prune` deleted redis-stable and redis-canary, which carried the
+        // source label then. Owned children are skipped even with it.
+        let owned = |api_version: &str, controller: bool| {
+            identity_only(&json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "redis-stable", "namespace": "ns", "uid": "u",
+                    "labels": {"rollouts.linnet.dev/source": "prod"},
+                    "ownerReferences": [{"apiVersion": api_version, "kind": "CanaryStatefulSet",
+                        "name": "redis", "uid": "r", "controller": controller}]}}))
+        };
+        let plan_for = |live: Value| {
+            let k = ObjectKey {
+                api_version: "apps/v1".into(),
+                kind: "StatefulSet".into(),
+                namespace: "ns".into(),
+                name: "redis-stable".into(),
+            };
+            plan_changes(vec![], &BTreeMap::from([(k, live)]), true)
+        };
+        assert!(plan_for(owned("rollouts.linnet.dev/v1alpha1", true)).is_empty());
+        // Owned by something else, or not as its controller: Git's to prune as before.
+        assert_eq!(
+            plan_for(owned("example.com/v1", true))[0].change,
+            Change::Prune
+        );
+        assert_eq!(
+            plan_for(owned("rollouts.linnet.dev/v1alpha1", false))[0].change,
+            Change::Prune
+        );
     }
 
     #[test]

@@ -249,6 +249,7 @@ impl Sim {
                         volume: c.spec.as_ref().and_then(|s| s.volume_name.clone()),
                         bound: false,
                         deleting: false,
+                        bind_requested: None,
                     },
                 );
             }
@@ -267,6 +268,9 @@ impl Sim {
             } => {
                 self.volumes.get_mut(volume).unwrap().claim =
                     Some((claim.clone(), Some(claim_uid.clone())));
+            }
+            Action::RequestBind { claim, volume } => {
+                self.claims.get_mut(claim).unwrap().bind_requested = Some(volume.clone());
             }
             Action::CreateJob(j) => {
                 self.jobs_created += 1;
@@ -296,11 +300,13 @@ impl Sim {
                 j.succeeded = true;
             }
         }
-        // The PV binder.
+        // The PV binder. Like the real one, it binds a handed-over claim only when the claim
+        // changes after its volume points at it (else at a resync, which this never reaches).
         let volumes = self.volumes.clone();
         for c in self.claims.values_mut() {
             if let Some(v) = c.volume.as_ref().and_then(|v| volumes.get(v))
                 && v.claim.as_ref() == Some(&(c.name.clone(), Some(c.uid.clone())))
+                && c.bind_requested.as_ref() == c.volume.as_ref()
             {
                 c.bound = true;
             }
@@ -346,6 +352,7 @@ impl Sim {
                             volume: Some(pv),
                             bound: true,
                             deleting: false,
+                            bind_requested: None,
                         },
                     );
                 }

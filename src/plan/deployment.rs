@@ -600,13 +600,17 @@ impl<'a> Planner<'a> {
         let new = self.ensure(&new_name, &image, t);
         let available = new.map_or(0, |d| d.available.min(t));
         let stable_image = self.stable_image();
-        if let Some(old) = self.stable_deployment(&new_name) {
-            let old_name = old.name.clone();
-            self.ensure(
-                &old_name,
-                &stable_image,
-                batch::old_replicas(total, available),
-            );
+        let old_replicas = batch::old_replicas(total, available);
+        // The old version serves the rest; one deleted by hand comes back.
+        let old_name = match self.stable_deployment(&new_name) {
+            Some(old) => Some(old.name.clone()),
+            None if old_replicas > 0 => {
+                Some(self.version_for(&stable_image)).filter(|name| *name != new_name)
+            }
+            None => None,
+        };
+        if let Some(old_name) = old_name {
+            self.ensure(&old_name, &stable_image, old_replicas);
         }
         let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         if !done {

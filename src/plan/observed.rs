@@ -25,6 +25,8 @@ pub struct SetView {
     pub applied_hash: Option<String>,
     /// The image of the rolled-out container in the set's template.
     pub image: Option<String>,
+    /// `spec.updateStrategy.rollingUpdate.partition` (0 when unset).
+    pub partition: i32,
 }
 
 /// A StatefulSet as the controller's store keeps it: only what [`SetView`] reads, deserialized
@@ -46,6 +48,21 @@ pub struct StoredSetSpec {
     pub replicas: Option<i32>,
     #[serde(default)]
     pub template: StoredTemplate,
+    #[serde(default)]
+    pub update_strategy: StoredUpdateStrategy,
+}
+
+/// A set's update strategy, down to its partition.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredUpdateStrategy {
+    #[serde(default)]
+    pub rolling_update: StoredRollingUpdate,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+pub struct StoredRollingUpdate {
+    pub partition: Option<i32>,
 }
 
 /// A set's pod template, down to its containers' names and images.
@@ -124,6 +141,12 @@ impl SetView {
                 .as_ref()
                 .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
             image,
+            partition: set
+                .spec
+                .update_strategy
+                .rolling_update
+                .partition
+                .unwrap_or(0),
         }
     }
 }
@@ -336,6 +359,7 @@ mod tests {
             "spec": {
                 "replicas": 3, "serviceName": "db",
                 "selector": {"matchLabels": {"app": "db"}},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}},
                 "template": {
                     "metadata": {"labels": {"app": "db"}},
                     "spec": {
@@ -364,6 +388,7 @@ mod tests {
             update_revision: Some("db-stable-2".into()),
             applied_hash: Some("abc".into()),
             image: image.map(String::from),
+            partition: 2,
         };
         assert_eq!(SetView::from_stored(&set, None), view(Some("proxy:1")));
         assert_eq!(SetView::from_stored(&set, Some("db")), view(Some("db:2")));

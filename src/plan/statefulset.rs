@@ -178,7 +178,9 @@ impl<'a> Planner<'a> {
     }
 
     /// Emits an apply when the observed set differs from `shape`; returns the observed set
-    /// when it already is `shape`.
+    /// when it already is `shape`. Besides linnet's own last apply (its hash), what the
+    /// rollout owns is compared, so drift made by hand (a scaled set, another image, a moved
+    /// partition) is put back in every phase.
     fn ensure(&mut self, shape: SetShape<'_>) -> Option<&SetView> {
         let desired = stateful_set(&self.r.reference, self.spec(), &shape);
         let observed = match shape.role {
@@ -186,7 +188,18 @@ impl<'a> Planner<'a> {
             _ => self.o.stable.as_ref(),
         };
         let hash = applied_hash(&desired).map(str::to_string);
-        if observed.is_some_and(|s| s.applied_hash == hash) {
+        let partition = if shape.role == Role::Single {
+            shape.partition
+        } else {
+            0
+        };
+        let same = observed.is_some_and(|s| {
+            s.applied_hash == hash
+                && s.replicas == shape.replicas
+                && s.image.as_deref() == Some(shape.image)
+                && s.partition == partition
+        });
+        if same {
             observed
         } else {
             self.actions.push(Action::ApplySet(Box::new(desired)));
@@ -361,10 +374,20 @@ impl<'a> Planner<'a> {
             return self.start_canary();
         }
         let r = self.replicas();
-        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if self.ensure(self.main_shape(&image, r, 0)).is_none()
+            && let Some(set) = &self.o.stable
+        {
+            return Next::Stay(format!(
+                "{}/{r} replicas ready on {image}; putting back {} changed outside Git ({} replicas, image {})",
+                set.ready_replicas,
+                set.name,
+                set.replicas,
+                set.image.as_deref().unwrap_or("none"),
+            ));
+        }
         Next::Stay(format!(
             "{}/{r} replicas ready on {image}",
-            set.map_or(0, |s| s.ready_replicas)
+            self.o.stable.as_ref().map_or(0, |s| s.ready_replicas)
         ))
     }
 

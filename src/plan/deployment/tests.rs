@@ -443,3 +443,28 @@ proptest! {
         prop_assert_eq!(s.by_image(), BTreeMap::from([("web:9".to_string(), 6)]));
     }
 }
+
+#[test]
+fn a_deleted_old_version_of_a_paused_rollout_is_recreated() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    let old = s
+        .deployments
+        .iter()
+        .find(|(_, d)| d.image.as_deref() == Some("web:1"))
+        .map(|(name, _)| name.clone())
+        .unwrap();
+    s.deployments.remove(&old);
+    for _ in 0..3 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::Paused));
+    assert_eq!(
+        s.by_image(),
+        BTreeMap::from([("web:1".into(), 3), ("web:2".into(), 1)])
+    );
+    assert!(s.deployments.contains_key(&old), "recreated under its name");
+}

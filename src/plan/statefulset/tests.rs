@@ -125,6 +125,7 @@ impl Sim {
                     update_revision: Some(revision(&s.image)),
                     applied_hash: Some(s.hash.clone()),
                     image: Some(s.image.clone()),
+                    partition: s.partition,
                 }
             })
         };
@@ -555,6 +556,35 @@ fn initializing_creates_the_stable_set_and_becomes_stable() {
     assert!(s.events.contains(&"Available"));
     // Stable and nothing changed: no actions at all.
     assert!(s.reconcile().actions.is_empty());
+}
+
+#[test]
+fn a_stable_set_scaled_by_hand_is_put_back() {
+    // Issue 18: the set's own hash was all `ensure` compared, so 3 -> 1 by hand stayed.
+    for mut s in [two_sets(), partition()] {
+        s.stabilise();
+        let name = s.sets.keys().next().unwrap().clone();
+        s.sets.get_mut(&name).unwrap().replicas = 1;
+        let p = s.reconcile();
+        assert!(
+            p.actions.iter().any(|a| matches!(a, Action::ApplySet(set)
+                if set.spec.as_ref().and_then(|s| s.replicas) == Some(3))),
+            "{:?}",
+            p.actions
+        );
+        assert!(
+            p.status
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .contains("changed outside Git"),
+            "{:?}",
+            p.status.message
+        );
+        s.stabilise();
+        assert_eq!(s.sets[&name].replicas, 3);
+        assert!(s.reconcile().actions.is_empty());
+    }
 }
 
 #[test]

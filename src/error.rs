@@ -15,7 +15,7 @@ pub enum Error {
     #[error("cannot connect to Kubernetes: {0}")]
     KubeConfig(#[source] Box<dyn std::error::Error + Send + Sync>),
 
-    #[error("Kubernetes API request failed: {0}")]
+    #[error("Kubernetes API request failed: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
 
     #[error("{path}: {source}")]
@@ -50,12 +50,52 @@ impl Error {
     }
 }
 
+/// A kube error as a person reads it: for a refusal, the API server's own message, reason and
+/// code (kube's `Display` appends a debug dump of the whole `Status`), and which file grants
+/// linnet a permission it lacks.
+pub fn kube_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => {
+            let message = if s.message.is_empty() {
+                "no message"
+            } else {
+                s.message.as_str()
+            };
+            let hint = if s.code == 403 {
+                "; linnet's identity lacks this permission: grant it in its ClusterRole (deploy/rbac.yaml)"
+            } else {
+                ""
+            };
+            match s.reason.as_str() {
+                "" => format!("{message} (HTTP {}){hint}", s.code),
+                reason => format!("{message} ({reason}, HTTP {}){hint}", s.code),
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_refusal_reads_as_the_servers_message_not_a_debug_dump() {
+        let status = kube::core::Status::failure(
+            "StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden",
+            "Invalid",
+        )
+        .with_code(422);
+        let text = Error::Kube(kube::Error::Api(Box::new(status))).to_string();
+        assert_eq!(
+            text,
+            "Kubernetes API request failed: StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden (Invalid, HTTP 422)"
+        );
+        assert!(!text.contains("Status {"));
+    }
 
     #[test]
     fn metric_labels_are_stable_snake_case() {

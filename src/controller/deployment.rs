@@ -15,8 +15,11 @@ use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
 use super::{Context, Doing, ReconcileError, StatusWrite, write_status};
-use crate::api::{CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL};
+use crate::api::{
+    CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
+};
 use crate::plan::deployment::{DeployAction, DeployRollout, DeploymentView, plan};
+use crate::plan::mark_action_failed;
 use crate::plan::objects::RolloutRef;
 use crate::sync::FIELD_MANAGER;
 
@@ -114,9 +117,11 @@ async fn reconcile_inner(
         generation: rollout.metadata.generation,
         spec: &rollout.spec,
         source_revision: rollout.annotations().get(REVISION_ANNOTATION).cloned(),
+        source_path: rollout.annotations().get(SOURCE_PATH_ANNOTATION).cloned(),
         status: rollout.status.clone().unwrap_or_default(),
     };
-    let planned = plan(&input, &observed, jiff::Timestamp::now());
+    let now = jiff::Timestamp::now();
+    let planned = plan(&input, &observed, now);
     ctx.metrics.rollout_phase(
         "CanaryDeployment",
         &format!("{ns}/{name}"),
@@ -148,7 +153,24 @@ async fn reconcile_inner(
                 }
             }
         };
-        result.doing(|| action.describe())?;
+        if let Err(e) = result.doing(|| action.describe()) {
+            let mut blocked = planned.status.clone();
+            mark_action_failed(
+                &mut blocked.conditions,
+                &mut blocked.message,
+                &e.failure(),
+                now,
+            );
+            write_status(
+                ctx,
+                rollout,
+                "CanaryDeployment",
+                Some(&planned.status),
+                &blocked,
+            )
+            .await?;
+            return Err(e);
+        }
     }
     let object = rollout.object_ref(&());
     let announced = written == StatusWrite::Repeated;

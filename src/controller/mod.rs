@@ -79,8 +79,8 @@ fn own_status_writes_filtered<K: kube::Resource>() -> impl kube::runtime::Predic
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error(
-        "Kubernetes API request failed while {doing}: {source}{}",
-        crate::sync::apply::forbidden_hint(source)
+        "Kubernetes API request failed while {doing}: {}",
+        crate::error::kube_message(source)
     )]
     Kube {
         doing: String,
@@ -96,6 +96,16 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// What failed, as a rollout's status says it: the action, then the API server's message.
+    pub fn failure(&self) -> String {
+        match self {
+            ReconcileError::Kube { doing, source } => {
+                format!("{doing}: {}", crate::error::kube_message(source))
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// A stable, low-cardinality label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {

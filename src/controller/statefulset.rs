@@ -25,14 +25,14 @@ use super::{Context, Doing, ReconcileError, StatusWrite, write_status};
 use crate::api::{
     ABORT_ANNOTATION, BIND_REQUESTED_ANNOTATION, CanaryStatefulSet, FINALIZER,
     HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
-    StatefulSetStrategyType,
+    SOURCE_PATH_ANNOTATION, StatefulSetStrategyType,
 };
-use crate::plan::Action;
 use crate::plan::objects::{Role, RolloutRef, migration_job_name};
 use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
 };
 use crate::plan::statefulset::{Rollout, plan, plan_cleanup};
+use crate::plan::{Action, mark_action_failed};
 use crate::sync::FIELD_MANAGER;
 
 /// Label on volumes linnet has handed over: the namespace of the rollout that owns the data
@@ -209,6 +209,7 @@ async fn apply(
         promote: annotation(PROMOTE_ANNOTATION),
         abort: annotation(ABORT_ANNOTATION),
         source_revision: annotation(REVISION_ANNOTATION),
+        source_path: annotation(SOURCE_PATH_ANNOTATION),
         status: rollout.status.clone().unwrap_or_default(),
     };
     let now = jiff::Timestamp::now();
@@ -229,7 +230,24 @@ async fn apply(
     .await?;
     for action in &planned.actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
-        execute(action, ctx, ns, &name).await?;
+        if let Err(e) = execute(action, ctx, ns, &name).await {
+            let mut blocked = planned.status.clone();
+            mark_action_failed(
+                &mut blocked.conditions,
+                &mut blocked.message,
+                &e.failure(),
+                now,
+            );
+            write_status(
+                ctx,
+                rollout,
+                "CanaryStatefulSet",
+                Some(&planned.status),
+                &blocked,
+            )
+            .await?;
+            return Err(e);
+        }
     }
     let object = rollout.object_ref(&());
     let announced = written == StatusWrite::Repeated;
@@ -301,6 +319,24 @@ async fn observe(
     };
     let stable = get_set(stable_name);
     let canary = canary_name.and_then(get_set);
+    // A set this rollout made under its other strategy: the strategy was switched live.
+    let other_names = match rollout.spec.strategy.type_ {
+        StatefulSetStrategyType::TwoSets => vec![Role::Single.set_name(&name)],
+        StatefulSetStrategyType::Partition => {
+            vec![Role::Stable.set_name(&name), Role::Canary.set_name(&name)]
+        }
+    };
+    let uid = rollout.uid();
+    let other_strategy_set = other_names.into_iter().find(|set| {
+        shared
+            .sets
+            .get(&ObjectRef::new(set).within(ns))
+            .is_some_and(|s| {
+                s.owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == uid.as_ref())
+            })
+    });
     let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
     // Pods belong to sets; without one there are none to count (the first reconcile of each
     // rollout in a first sync).
@@ -373,6 +409,7 @@ async fn observe(
         claims,
         volumes,
         job,
+        other_strategy_set,
     })
 }
 

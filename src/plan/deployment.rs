@@ -24,9 +24,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 
 use super::actions::PlanEvent;
 use super::batch;
-use super::machine::{Machine, Next, drive, elapsed, go, go_warning, set_condition};
+use super::machine::{
+    Machine, Next, carry_action_failure, drive, elapsed, go, go_warning, set_condition,
+};
 use super::objects::{RolloutRef, stamp};
-use super::observed::container_image;
+use super::observed::{container_image, normalized_selector};
 use crate::api::{
     BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
     DeploymentPhase as Phase, DeploymentStrategyType as Strategy, PauseMode, ROLLOUT_LABEL,
@@ -36,6 +38,9 @@ use crate::sync::desired::content_hash;
 
 /// Label that tells the two versions of a batched rollout apart.
 pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";
+
+/// What a refused selector change says; the Failed phase it causes ends once it is put back.
+const SELECTOR_REFUSED: &str = "cannot change it on the live Deployment";
 
 /// A Deployment of the rollout, as the planner needs it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -50,6 +55,8 @@ pub struct DeploymentView {
     pub pods: i32,
     pub status_fresh: bool,
     pub applied_hash: Option<String>,
+    /// `spec.selector`, normalized; the API server never lets it change.
+    pub selector: Option<serde_json::Value>,
 }
 
 impl DeploymentView {
@@ -79,6 +86,7 @@ impl DeploymentView {
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
+            selector: normalized_selector(&spec.selector),
         }
     }
 
@@ -95,6 +103,8 @@ pub struct DeployRollout<'a> {
     pub generation: Option<i64>,
     pub spec: &'a CanaryDeploymentSpec,
     pub source_revision: Option<String>,
+    /// The `rollouts.linnet.dev/source-path` annotation: the rollout's file in Git.
+    pub source_path: Option<String>,
     pub status: CanaryDeploymentStatus,
 }
 
@@ -170,6 +180,13 @@ pub fn plan(
     let entered = driven.entered;
     let mut plan = p.finish(message);
     plan.entered = entered;
+    carry_action_failure(
+        &rollout.status.conditions,
+        &mut plan.status.conditions,
+        &mut plan.status.message,
+        plan.actions.iter().map(DeployAction::describe),
+        now,
+    );
     plan
 }
 
@@ -391,6 +408,24 @@ impl<'a> Planner<'a> {
     }
 
     fn step(&mut self, phase: Phase) -> Next<Phase> {
+        match (self.selector_change(), phase) {
+            (Some(problem), Phase::Failed) => return Next::Stay(problem),
+            (Some(problem), _) => return go_warning(Phase::Failed, "UnsafeChange", problem),
+            (None, Phase::Failed)
+                if self
+                    .st
+                    .message
+                    .as_deref()
+                    .is_some_and(|m| m.contains(SELECTOR_REFUSED)) =>
+            {
+                return go(
+                    Phase::Completed,
+                    "SpecFixed",
+                    "the selector is back as the live Deployments have it; carrying on".into(),
+                );
+            }
+            _ => {}
+        }
         match phase {
             Phase::Initializing => self.initializing(),
             Phase::Completed => self.completed(),
@@ -405,6 +440,28 @@ impl<'a> Planner<'a> {
             Phase::RolledBack => self.rolled_back(),
             Phase::Failed => self.failed(),
         }
+    }
+
+    /// A selector change the live Deployments cannot take (the API server refuses it).
+    fn selector_change(&self) -> Option<String> {
+        let live = self.o.iter().find(|d| {
+            let desired = self.deployment(&d.name, "", 0);
+            let want = desired
+                .spec
+                .as_ref()
+                .and_then(|s| normalized_selector(&s.selector));
+            d.selector.is_some() && d.selector != want
+        })?;
+        let at = self
+            .r
+            .source_path
+            .as_deref()
+            .map_or(String::new(), |p| format!("{p}: "));
+        Some(format!(
+            "{at}spec.template.selector changed, but Kubernetes {SELECTOR_REFUSED} {}; \
+             put it back in Git, or delete the rollout and create it again",
+            live.name
+        ))
     }
 
     fn home(&self, image: &str) -> String {

@@ -136,6 +136,62 @@ pub(crate) fn elapsed(since: Option<&Time>, now: Timestamp) -> std::time::Durati
     })
 }
 
+/// Reason of the Degraded and Ready conditions while an action the plan needs is refused.
+pub const ACTION_FAILED: &str = "ActionFailed";
+
+/// Records in a status that an action failed: Degraded=True and Ready=False with `failure`
+/// (what was done, then the API server's own message), which is also the status's message.
+pub fn mark_action_failed(
+    conditions: &mut Vec<Condition>,
+    message: &mut Option<String>,
+    failure: &str,
+    now: Timestamp,
+) {
+    set_condition(
+        conditions,
+        crate::api::condition::DEGRADED,
+        true,
+        ACTION_FAILED,
+        failure,
+        now,
+    );
+    set_condition(
+        conditions,
+        crate::api::condition::READY,
+        false,
+        ACTION_FAILED,
+        failure,
+        now,
+    );
+    *message = Some(format!("blocked: {failure}"));
+}
+
+/// Keeps a failure that an earlier reconcile recorded while the plan still asks for the same
+/// action: the status stays as written (no write per retry, no flapping Degraded). Once the
+/// plan no longer needs that action, the failure is gone with it.
+pub(crate) fn carry_action_failure(
+    old: &[Condition],
+    conditions: &mut Vec<Condition>,
+    message: &mut Option<String>,
+    actions: impl IntoIterator<Item = String>,
+    now: Timestamp,
+) {
+    let Some(failure) = old.iter().find(|c| {
+        c.type_ == crate::api::condition::DEGRADED
+            && c.status == "True"
+            && c.reason == ACTION_FAILED
+    }) else {
+        return;
+    };
+    let failure = failure.message.clone();
+    if actions
+        .into_iter()
+        .any(|a| failure.starts_with(&format!("{a}: ")))
+    {
+        mark_action_failed(conditions, message, &failure, now);
+    }
+}
+
 /// Sets a condition, keeping its transition time when its status did not change.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,

@@ -19,5 +19,5 @@ pub mod observed;
 pub mod statefulset;
 
 pub use actions::{Action, PlanEvent};
-pub use machine::set_condition;
+pub use machine::{ACTION_FAILED, mark_action_failed, set_condition};
 pub use observed::Observed;

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::api::{BIND_REQUESTED_ANNOTATION, CHILD_HASH_ANNOTATION, HANDOFF_TO_ANNOTATION};
 
@@ -27,6 +28,114 @@ pub struct SetView {
     pub image: Option<String>,
     /// `spec.updateStrategy.rollingUpdate.partition` (0 when unset).
     pub partition: i32,
+    /// What Kubernetes never lets change on the set (None when not known).
+    pub fixed: Option<FixedSetFields>,
+}
+
+/// The fields of a StatefulSet's spec that the API server refuses to change (422): a rollout
+/// that changes one must be refused before its apply is, with a message that says what to do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FixedSetFields {
+    pub selector: Option<serde_json::Value>,
+    pub service_name: String,
+    pub pod_management_policy: String,
+    pub claim_templates: Vec<ClaimTemplateView>,
+}
+
+/// A volume claim template, down to what decides the volumes it makes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClaimTemplateView {
+    pub name: String,
+    pub access_modes: Vec<String>,
+    pub storage: Option<String>,
+    pub storage_class: Option<String>,
+}
+
+/// A label selector as JSON, with empty parts dropped so that unset and empty compare equal
+/// (None when it selects nothing).
+pub fn normalized_selector(selector: &LabelSelector) -> Option<serde_json::Value> {
+    let mut s = selector.clone();
+    s.match_labels = s.match_labels.filter(|m| !m.is_empty());
+    s.match_expressions = s.match_expressions.filter(|e| !e.is_empty());
+    serde_json::to_value(s)
+        .ok()
+        .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+}
+
+impl FixedSetFields {
+    /// From a set's spec parts (the desired set's or the store's, which share these types).
+    pub fn of(
+        selector: Option<&LabelSelector>,
+        service_name: Option<&str>,
+        pod_management_policy: Option<&str>,
+        claim_templates: &[PersistentVolumeClaim],
+    ) -> FixedSetFields {
+        let selector = selector.and_then(normalized_selector);
+        FixedSetFields {
+            selector,
+            service_name: service_name.unwrap_or_default().to_string(),
+            pod_management_policy: pod_management_policy.unwrap_or("OrderedReady").to_string(),
+            claim_templates: claim_templates
+                .iter()
+                .map(|t| {
+                    let spec = t.spec.clone().unwrap_or_default();
+                    let mut access_modes = spec.access_modes.unwrap_or_default();
+                    access_modes.sort();
+                    ClaimTemplateView {
+                        name: t.metadata.name.clone().unwrap_or_default(),
+                        access_modes,
+                        storage: spec
+                            .resources
+                            .and_then(|r| r.requests)
+                            .and_then(|r| r.get("storage").map(|q| q.0.clone())),
+                        storage_class: spec.storage_class_name,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// The desired set's fixed fields.
+    pub fn of_set(set: &StatefulSet) -> FixedSetFields {
+        let spec = set.spec.clone().unwrap_or_default();
+        FixedSetFields::of(
+            Some(&spec.selector),
+            spec.service_name.as_deref(),
+            spec.pod_management_policy.as_deref(),
+            spec.volume_claim_templates.as_deref().unwrap_or_default(),
+        )
+    }
+
+    /// The rollout's fields (under `spec.template`) where `desired` differs from this live set.
+    /// A storage class Git leaves out is the cluster's default, not a change.
+    pub fn changed(&self, desired: &FixedSetFields) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.selector != desired.selector {
+            out.push("spec.template.selector");
+        }
+        if self.service_name != desired.service_name {
+            out.push("spec.template.serviceName");
+        }
+        if self.pod_management_policy != desired.pod_management_policy {
+            out.push("spec.template.podManagementPolicy");
+        }
+        let same_templates = self.claim_templates.len() == desired.claim_templates.len()
+            && self
+                .claim_templates
+                .iter()
+                .zip(&desired.claim_templates)
+                .all(|(live, want)| {
+                    live.name == want.name
+                        && live.access_modes == want.access_modes
+                        && live.storage == want.storage
+                        && (want.storage_class.is_none()
+                            || live.storage_class == want.storage_class)
+                });
+        if !same_templates {
+            out.push("spec.template.volumeClaimTemplates");
+        }
+        out
+    }
 }
 
 /// A StatefulSet as the controller's store keeps it: only what [`SetView`] reads, deserialized
@@ -50,6 +159,11 @@ pub struct StoredSetSpec {
     pub template: StoredTemplate,
     #[serde(default)]
     pub update_strategy: StoredUpdateStrategy,
+    pub selector: Option<LabelSelector>,
+    pub service_name: Option<String>,
+    pub pod_management_policy: Option<String>,
+    #[serde(default)]
+    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
 }
 
 /// A set's update strategy, down to its partition.
@@ -147,6 +261,12 @@ impl SetView {
                 .rolling_update
                 .partition
                 .unwrap_or(0),
+            fixed: Some(FixedSetFields::of(
+                set.spec.selector.as_ref(),
+                set.spec.service_name.as_deref(),
+                set.spec.pod_management_policy.as_deref(),
+                &set.spec.volume_claim_templates,
+            )),
         }
     }
 }
@@ -211,6 +331,9 @@ pub struct Observed {
     pub volumes: Vec<VolumeView>,
     /// The migration Job for the current canary image, if one was created.
     pub job: Option<JobView>,
+    /// A set of the rollout's other strategy (e.g. `<name>` when the spec says TwoSets): the
+    /// strategy was switched on a live rollout.
+    pub other_strategy_set: Option<String>,
 }
 
 impl Observed {
@@ -389,6 +512,15 @@ mod tests {
             applied_hash: Some("abc".into()),
             image: image.map(String::from),
             partition: 2,
+            fixed: Some(FixedSetFields {
+                selector: Some(json!({"matchLabels": {"app": "db"}})),
+                service_name: "db".into(),
+                pod_management_policy: "OrderedReady".into(),
+                claim_templates: vec![ClaimTemplateView {
+                    name: "data".into(),
+                    ..ClaimTemplateView::default()
+                }],
+            }),
         };
         assert_eq!(SetView::from_stored(&set, None), view(Some("proxy:1")));
         assert_eq!(SetView::from_stored(&set, Some("db")), view(Some("db:2")));
@@ -411,6 +543,10 @@ mod tests {
         let expected = |name: &str| SetView {
             name: name.into(),
             replicas: 1,
+            fixed: Some(FixedSetFields {
+                pod_management_policy: "OrderedReady".into(),
+                ..FixedSetFields::default()
+            }),
             ..SetView::default()
         };
         let new = stored(json!({"metadata": {"name": "new"}}));

@@ -15,11 +15,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::actions::{Action, PlanEvent};
 use super::handoff::{HandoffStep, handoff_step};
-use super::machine::{Machine, Next, drive, elapsed, go, go_warning, keeping, set_condition};
+use super::machine::{
+    Machine, Next, carry_action_failure, drive, elapsed, go, go_warning, keeping, set_condition,
+};
 use super::objects::{
     Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
 };
-use super::observed::{Observed, PodView, SetView};
+use super::observed::{FixedSetFields, Observed, PodView, SetView};
 use crate::api::{
     CanaryStatefulSetSpec, CanaryStatefulSetStatus, PromotionType, StatefulSetPhase as Phase,
     StatefulSetStrategyType, condition,
@@ -37,6 +39,8 @@ pub struct Rollout<'a> {
     pub abort: Option<String>,
     /// The `rollouts.linnet.dev/revision` annotation set by sync.
     pub source_revision: Option<String>,
+    /// The `rollouts.linnet.dev/source-path` annotation: the rollout's file in Git.
+    pub source_path: Option<String>,
     /// The status as last written.
     pub status: CanaryStatefulSetStatus,
 }
@@ -92,6 +96,13 @@ pub fn plan(rollout: &Rollout<'_>, observed: &Observed, now: Timestamp) -> Plan 
     let entered = driven.entered;
     let mut plan = p.finish(message);
     plan.entered = entered;
+    carry_action_failure(
+        &rollout.status.conditions,
+        &mut plan.status.conditions,
+        &mut plan.status.message,
+        plan.actions.iter().map(Action::describe),
+        now,
+    );
     plan
 }
 
@@ -289,9 +300,9 @@ impl<'a> Planner<'a> {
 
     fn step(&mut self, phase: Phase) -> Next<Phase> {
         if phase != Phase::Failed
-            && let Some(problem) = self.template_problem()
+            && let Some((reason, problem)) = self.spec_problem()
         {
-            return go_warning(Phase::Failed, "InvalidSpec", problem);
+            return go_warning(Phase::Failed, reason, problem);
         }
         match (phase, self.two_sets()) {
             (Phase::Initializing, _) => self.initializing(),
@@ -309,8 +320,8 @@ impl<'a> Planner<'a> {
             (Phase::RollingBack | Phase::MigrationFailed, true) => self.rolling_back_two_sets(),
             (Phase::RollingBack | Phase::MigrationFailed, false) => self.rolling_back_partition(),
             (Phase::RolledBack, _) => self.rolled_back(),
-            (Phase::Failed, _) => match self.template_problem() {
-                Some(problem) => Next::Stay(problem),
+            (Phase::Failed, _) => match self.spec_problem() {
+                Some((_, problem)) => Next::Stay(problem),
                 None if self.o.stable.is_none() => go(
                     Phase::Initializing,
                     "SpecFixed",
@@ -325,7 +336,66 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// What makes the spec impossible to act on (the API server's rules cannot see it).
+    /// What makes the spec impossible to act on, with the event's reason: a template linnet
+    /// cannot roll out, or a change the live sets cannot take.
+    fn spec_problem(&self) -> Option<(&'static str, String)> {
+        if let Some(problem) = self.template_problem() {
+            return Some(("InvalidSpec", problem));
+        }
+        let located = |text: String| match &self.r.source_path {
+            Some(path) => format!("{path}: {text}"),
+            None => text,
+        };
+        if let Some(other) = &self.o.other_strategy_set {
+            let (now, before) = if self.two_sets() {
+                ("TwoSets", "Partition")
+            } else {
+                ("Partition", "TwoSets")
+            };
+            return Some((
+                "UnsafeChange",
+                located(format!(
+                    "spec.strategy.type changed to {now} while StatefulSet {other} still runs this rollout's \
+                     {before} pods; a switch would start a second set of pods on new volumes. \
+                     Put spec.strategy.type back to {before} in Git; to switch, delete the rollout \
+                     (its claims and volumes stay) and create it again"
+                )),
+            ));
+        }
+        let live = [
+            (self.main_role(), self.o.stable.as_ref()),
+            (Role::Canary, self.o.canary.as_ref()),
+        ];
+        for (role, set) in live {
+            let Some((set, fixed)) = set.and_then(|s| Some((s, s.fixed.as_ref()?))) else {
+                continue;
+            };
+            let shape = SetShape {
+                role,
+                image: "",
+                replicas: 0,
+                ordinals_start: 0,
+                partition: 0,
+            };
+            let desired = stateful_set(&self.r.reference, self.spec(), &shape);
+            let changed = fixed.changed(&FixedSetFields::of_set(&desired));
+            if !changed.is_empty() {
+                return Some((
+                    "UnsafeChange",
+                    located(format!(
+                        "{} changed, but Kubernetes cannot change it on the live StatefulSet {}; \
+                         put it back in Git, or delete the rollout (its claims and volumes stay) \
+                         and create it again",
+                        changed.join(", "),
+                        set.name
+                    )),
+                ));
+            }
+        }
+        None
+    }
+
+    /// What makes the template impossible to roll out (the API server's rules cannot see it).
     fn template_problem(&self) -> Option<String> {
         let pod = self.spec().template.template.spec.as_ref();
         let containers = pod.map(|p| p.containers.as_slice()).unwrap_or_default();

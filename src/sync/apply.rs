@@ -24,6 +24,7 @@ use super::diff::{
     Change, PlannedChange, identity_only, plan_changes, prerequisites_first, project,
 };
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
+use crate::error::kube_message;
 use crate::specs::{ObjectKey, SpecSet};
 
 /// Kinds that are listed for pruning even when Git no longer declares any object of them.
@@ -122,7 +123,8 @@ impl Syncer {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let found = pinned_kind(&self.client, &gvk).await.map_err(|e| {
             format!(
-                "the cluster does not serve {kind} in {api_version} ({e}); is its CRD installed?"
+                "the cluster does not serve {kind} in {api_version} ({}); is its CRD installed?",
+                kube_message(&e)
             )
         })?;
         self.discovery.lock().await.insert(cache_key, found.clone());
@@ -211,7 +213,7 @@ impl Syncer {
                                 namespace: ns.to_string(),
                                 name: "*".into(),
                             },
-                            format!("cannot list: {e}{}", forbidden_hint(&e)),
+                            format!("cannot list: {}", kube_message(&e)),
                         ));
                     }
                 }
@@ -269,7 +271,10 @@ impl Syncer {
                             }
                             Ok(None) => {}
                             Err(e) => {
-                                errors.push((d.key.clone(), format!("cannot read: {e}")));
+                                errors.push((
+                                    d.key.clone(),
+                                    format!("cannot read: {}", kube_message(&e)),
+                                ));
                                 continue;
                             }
                         }
@@ -356,7 +361,7 @@ impl Syncer {
             )
             .await
             .map(|_| ())
-            .map_err(|e| format!("apply failed: {e}{}", forbidden_hint(&e)))
+            .map_err(|e| format!("apply failed: {}", kube_message(&e)))
     }
 
     async fn delete_one(&self, key: &ObjectKey) -> Result<(), String> {
@@ -368,7 +373,7 @@ impl Syncer {
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(format!("delete failed: {e}")),
+            Err(e) => Err(format!("delete failed: {}", kube_message(&e))),
         }
     }
 
@@ -439,7 +444,7 @@ impl Syncer {
             .get_opt(&key.name)
             .await
             .map(|o| o.map(|o| to_value(o, &ar)))
-            .map_err(|e| format!("cannot read: {e}{}", forbidden_hint(&e)))
+            .map_err(|e| format!("cannot read: {}", kube_message(&e)))
     }
 
     /// Plans and applies in one go, reading every managed object (a full sync).
@@ -532,16 +537,6 @@ async fn list_live(
             Some(token) => page = page.continue_token(&token),
             None => return Ok(()),
         }
-    }
-}
-
-/// What to do about a refused request: which file grants linnet its permissions.
-pub fn forbidden_hint(e: &kube::Error) -> &'static str {
-    match e {
-        kube::Error::Api(s) if s.code == 403 => {
-            "; linnet's identity lacks this permission: grant it in its ClusterRole (deploy/rbac.yaml)"
-        }
-        _ => "",
     }
 }
 

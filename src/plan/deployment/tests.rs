@@ -66,6 +66,7 @@ impl Sim {
             generation: Some(1),
             spec: &self.spec,
             source_revision: None,
+            source_path: Some("web.yaml".into()),
             status: self.status.clone(),
         }
     }
@@ -467,4 +468,31 @@ fn a_deleted_old_version_of_a_paused_rollout_is_recreated() {
         BTreeMap::from([("web:1".into(), 3), ("web:2".into(), 1)])
     );
     assert!(s.deployments.contains_key(&old), "recreated under its name");
+}
+
+#[test]
+fn a_selector_change_on_a_live_rollout_is_refused_until_put_back() {
+    for strategy in [Strategy::Batches, Strategy::Rolling] {
+        let mut s = Sim::new(strategy, 2, PauseMode::Never);
+        s.completed_on("web:1");
+        let before = s.spec.clone();
+        s.spec
+            .template
+            .selector
+            .match_labels
+            .get_or_insert_default()
+            .insert("tier".into(), "front".into());
+        let p = s.reconcile();
+        assert_eq!(s.phase(), Some(Phase::Failed));
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        assert!(s.events.contains(&"UnsafeChange"));
+        let message = s.status.message.clone().unwrap();
+        assert!(
+            message.starts_with("web.yaml: spec.template.selector changed"),
+            "{message}"
+        );
+        s.spec = before;
+        s.completed_on("web:1");
+        assert!(s.events.contains(&"SpecFixed"));
+    }
 }

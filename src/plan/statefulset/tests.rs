@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::api::{Migration, Promotion};
 use crate::plan::objects::claim_name;
-use crate::plan::observed::{ClaimView, JobView, PodView, SetView, VolumeView};
+use crate::plan::observed::{ClaimView, FixedSetFields, JobView, PodView, SetView, VolumeView};
 
 const NAME: &str = "redis";
 
@@ -68,6 +68,7 @@ struct SimSet {
     partition: i32,
     image: String,
     hash: String,
+    fixed: FixedSetFields,
 }
 
 fn revision(image: &str) -> String {
@@ -102,6 +103,14 @@ impl Sim {
         format!("{:03}", self.next_id)
     }
 
+    /// The sets of the spec's strategy.
+    fn strategy_sets(&self) -> &'static [&'static str] {
+        match self.spec.strategy.type_ {
+            StatefulSetStrategyType::TwoSets => &["redis-stable", "redis-canary"],
+            StatefulSetStrategyType::Partition => &["redis"],
+        }
+    }
+
     fn observed(&self) -> Observed {
         let view = |name: &str| {
             self.sets.get(name).map(|s| {
@@ -126,6 +135,7 @@ impl Sim {
                     applied_hash: Some(s.hash.clone()),
                     image: Some(s.image.clone()),
                     partition: s.partition,
+                    fixed: Some(s.fixed.clone()),
                 }
             })
         };
@@ -144,6 +154,11 @@ impl Sim {
             claims: self.claims.values().cloned().collect(),
             volumes: self.volumes.values().cloned().collect(),
             job: self.job.clone().filter(|j| j.name == job_name),
+            other_strategy_set: self
+                .sets
+                .keys()
+                .find(|n| !self.strategy_sets().contains(&n.as_str()))
+                .cloned(),
         }
     }
 
@@ -160,6 +175,7 @@ impl Sim {
             promote: self.promote.clone(),
             abort: self.abort.clone(),
             source_revision: Some("abc".into()),
+            source_path: Some("redis.yaml".into()),
             status: self.status.clone(),
         }
     }
@@ -205,6 +221,13 @@ impl Sim {
                 let image =
                     crate::plan::observed::container_image(spec.template.spec.as_ref(), None)
                         .unwrap();
+                let fixed = FixedSetFields::of_set(set);
+                if let Some(live) = self.sets.get(&name) {
+                    assert_eq!(
+                        live.fixed, fixed,
+                        "the API server refuses to change these fields of {name}"
+                    );
+                }
                 self.sets.insert(
                     name,
                     SimSet {
@@ -217,6 +240,7 @@ impl Sim {
                             .unwrap_or(0),
                         image,
                         hash: applied_hash(set).unwrap().to_string(),
+                        fixed,
                     },
                 );
             }
@@ -1136,5 +1160,112 @@ proptest! {
         }
         prop_assert_eq!(s.volumes_by_ordinal(), before);
         prop_assert_eq!(s.volumes.len(), pv_count, "volumes were created: a replica lost its data");
+    }
+}
+
+#[test]
+fn a_refused_action_shows_as_degraded_until_the_plan_no_longer_needs_it() {
+    // Issue 18: a 422 on every retry while status said Stable, Ready=True.
+    let mut s = two_sets();
+    s.stabilise();
+    s.sets.get_mut("redis-stable").unwrap().replicas = 1;
+    let p = s.plan();
+    let apply = p.actions[0].describe();
+    let mut blocked = p.status.clone();
+    let failure = format!("{apply}: spec: Forbidden (Invalid, HTTP 422)");
+    crate::plan::mark_action_failed(
+        &mut blocked.conditions,
+        &mut blocked.message,
+        &failure,
+        s.now,
+    );
+    s.status = blocked.clone();
+    let condition = |st: &CanaryStatefulSetStatus, t: &str| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    assert_eq!(
+        condition(&blocked, "Ready"),
+        Some(("False".into(), "ActionFailed".into()))
+    );
+    // A retry plans the same action: the status stays as written, so nothing is rewritten.
+    let again = s.plan();
+    assert_eq!(again.status, blocked);
+    // Once the action went through, the failure is gone with it.
+    s.sets.get_mut("redis-stable").unwrap().replicas = 3;
+    let after = s.reconcile();
+    assert!(after.actions.is_empty());
+    assert_eq!(
+        condition(&after.status, "Degraded"),
+        Some(("False".into(), "Stable".into()))
+    );
+    assert_eq!(
+        condition(&after.status, "Ready"),
+        Some(("True".into(), "Stable".into()))
+    );
+}
+
+#[test]
+fn a_strategy_switch_on_a_live_rollout_is_refused_until_put_back() {
+    // Issue 18: Partition -> TwoSets made redis-stable on new volumes beside redis: 8 pods for 4.
+    let mut s = partition();
+    s.stabilise();
+    s.spec.strategy.type_ = StatefulSetStrategyType::TwoSets;
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Failed));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == "UnsafeChange")
+    );
+    let message = p.status.message.clone().unwrap();
+    assert!(
+        message.starts_with("redis.yaml: spec.strategy.type changed to TwoSets")
+            && message.contains("Put spec.strategy.type back to Partition"),
+        "{message}"
+    );
+    assert!(!s.sets.contains_key("redis-stable"));
+    s.spec.strategy.type_ = StatefulSetStrategyType::Partition;
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Stable));
+    assert!(s.events.contains(&"SpecFixed"));
+}
+
+#[test]
+fn a_change_kubernetes_cannot_make_to_a_live_set_is_refused_by_name() {
+    // Issue 18: a selector added to a live rollout's template was a 422 retried forever.
+    for field in ["selector", "serviceName", "volumeClaimTemplates"] {
+        let mut s = two_sets();
+        s.stabilise();
+        let before = s.spec.clone();
+        match field {
+            "selector" => {
+                s.spec
+                    .template
+                    .selector
+                    .match_labels
+                    .get_or_insert_default()
+                    .insert("tier".into(), "db".into());
+            }
+            "serviceName" => s.spec.template.service_name = Some("other".into()),
+            _ => {
+                let t = s.spec.template.volume_claim_templates.as_mut().unwrap();
+                t[0].metadata.name = Some("state".into());
+            }
+        }
+        let p = s.reconcile();
+        assert_eq!(p.status.phase, Some(Phase::Failed), "{field}");
+        assert!(p.actions.is_empty(), "{field}: {:?}", p.actions);
+        let message = p.status.message.clone().unwrap();
+        assert!(
+            message.starts_with(&format!("redis.yaml: spec.template.{field} changed"))
+                && message.contains("redis-stable"),
+            "{message}"
+        );
+        s.spec = before;
+        assert_eq!(s.reconcile().status.phase, Some(Phase::Stable), "{field}");
     }
 }

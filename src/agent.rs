@@ -47,6 +47,9 @@ pub struct AgentConfig {
     /// Directory inside the repository that holds the specs.
     pub path: String,
     pub poll_interval: Duration,
+    /// How old the last full comparison with the cluster may be before drift is looked for
+    /// again, whether or not Git moved.
+    pub drift_interval: Duration,
     /// Longest a single Git operation may take.
     pub git_timeout: Duration,
     pub listen: SocketAddr,
@@ -78,7 +81,7 @@ pub struct LeaderConfig {
 #[serde(rename_all = "camelCase")]
 pub struct SourceStatus {
     pub source: String,
-    /// The revision last synced.
+    /// The revision last synced: its objects are applied, except those in `syncErrors`.
     pub revision: Option<String>,
     pub last_sync: Option<String>,
     /// The last failure to reach Git or to sync, cleared by the next success.
@@ -86,6 +89,9 @@ pub struct SourceStatus {
     pub objects: usize,
     /// Located errors in the specs at the current revision.
     pub spec_errors: Vec<String>,
+    /// Objects of `revision` that the API server refused, with its message; retried.
+    #[serde(default)]
+    pub sync_errors: Vec<String>,
 }
 
 fn now_rfc3339() -> String {
@@ -243,7 +249,12 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         client,
         &config.source_name,
         config.load.allowed_namespaces.clone(),
-    );
+    )
+    .with_drift_interval(config.drift_interval);
+    // Drift is looked for on this timer, whether or not Git moved.
+    let mut drift_check = tokio::time::interval(config.drift_interval);
+    drift_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    drift_check.reset();
     let mut backoff = DefaultBackoff::default();
     let mut synced: Option<String> = None;
     // Whether the last sync attempt succeeded; a failed one is retried even without a change.
@@ -255,6 +266,7 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
         // The commit a webhook announced, if any: when it is not the one fetched last, the
         // fetch goes ahead without first asking the remote for its tip (one round trip less).
         let mut announced: Option<String> = None;
+        let mut drift_due = false;
         tokio::select! {
             _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
             Some(wakes) = hooks::next_coalesced(&mut wake_rx) => {
@@ -262,6 +274,10 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
                 tracing::info!(webhooks = wakes.len(), after = ?announced, "woken by webhook");
             }
             Some(()) = changes.recv() => tracing::info!("files changed on disk"),
+            _ = drift_check.tick() => {
+                tracing::debug!("drift interval: comparing every object with the cluster");
+                drift_due = true;
+            }
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
                 return Ok(());
@@ -272,6 +288,27 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
             Some(state) => look_at_remote(state.clone(), &shared, synced.clone(), announced).await,
             None => look_at_local(&mut local_snapshot, &shared, last_sync_ok),
         };
+        // Git did not move, but the cluster may have: the last synced specs, compared in full.
+        let found = match found {
+            Ok(Found::Nothing) if drift_due && last_sync_ok => match &synced {
+                Some(revision) => Ok(Found::Specs {
+                    revision: revision.clone(),
+                    specs: match &remote {
+                        Some(state) => match state.lock() {
+                            Ok(s) => s.snapshot.spec_set(),
+                            Err(_) => {
+                                return Err(Error::Runtime(std::io::Error::other(
+                                    "source state poisoned",
+                                )));
+                            }
+                        },
+                        None => local_snapshot.spec_set(),
+                    },
+                }),
+                None => Ok(Found::Nothing),
+            },
+            other => other,
+        };
         let outcome = match found {
             Ok(Found::Nothing) => Ok(()),
             Ok(Found::SameSpecs { revision }) => {
@@ -279,7 +316,7 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
                 Ok(())
             }
             Ok(Found::Specs { revision, specs }) => {
-                let result = sync(&syncer, &shared, &revision, &specs).await;
+                let result = sync(&syncer, &shared, &revision, &specs, drift_due).await;
                 last_sync_ok = result.is_ok();
                 if result.is_ok() {
                     synced = Some(revision);
@@ -468,6 +505,7 @@ async fn sync(
     shared: &Arc<Shared>,
     revision: &str,
     specs: &SpecSet,
+    full: bool,
 ) -> Result<(), String> {
     for e in &specs.errors {
         tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
@@ -485,9 +523,13 @@ async fn sync(
         ));
     }
     let started = Instant::now();
-    let report = syncer
-        .sync_changes(specs, revision, shared.config.prune)
-        .await;
+    let report = if full {
+        syncer.sync(specs, revision, shared.config.prune).await
+    } else {
+        syncer
+            .sync_changes(specs, revision, shared.config.prune)
+            .await
+    };
     shared
         .metrics
         .sync_duration
@@ -518,24 +560,31 @@ async fn sync(
         took = ?started.elapsed(),
         "synced"
     );
+    // The revision is what the cluster now has, even when some objects failed: those are
+    // listed beside it (and retried), the rest of the commit was applied.
     if let Ok(mut s) = shared.status.write() {
         s.objects = specs.objects.len();
         s.spec_errors = specs.errors.iter().map(ToString::to_string).collect();
+        s.revision = Some(revision.to_string());
+        s.last_sync = Some(now_rfc3339());
+        s.sync_errors = report
+            .errors
+            .iter()
+            .map(|(key, e)| format!("{key}: {e}"))
+            .collect();
         if report.errors.is_empty() {
-            s.revision = Some(revision.to_string());
-            s.last_sync = Some(now_rfc3339());
             s.last_error = None;
         }
     }
+    shared.metrics.synced_revision.clear();
+    shared
+        .metrics
+        .synced_revision
+        .get_or_create(&RevisionLabel {
+            revision: revision.to_string(),
+        })
+        .set(1);
     if report.errors.is_empty() {
-        shared.metrics.synced_revision.clear();
-        shared
-            .metrics
-            .synced_revision
-            .get_or_create(&RevisionLabel {
-                revision: revision.to_string(),
-            })
-            .set(1);
         Ok(())
     } else {
         let (key, e) = &report.errors[0];

@@ -105,6 +105,12 @@ pub struct AgentArgs {
     /// How often to ask the remote for its tip (up to 10% jitter is added).
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_POLL_INTERVAL")]
     pub poll_interval: Duration,
+    /// How often every object applied from Git is compared with the cluster, even when Git
+    /// did not move: changes made by hand (kubectl edit, patch, scale) are put back with a
+    /// DriftReverted event naming the fields. Emergency annotations (promote, abort) are
+    /// never drift: Git does not set them.
+    #[arg(long, default_value = "3m", value_parser = parse_duration, env = "LINNET_DRIFT_INTERVAL")]
+    pub drift_interval: Duration,
     /// Longest one Git operation may take.
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_GIT_TIMEOUT")]
     pub git_timeout: Duration,
@@ -327,6 +333,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
         source,
         path: args.path.clone(),
         poll_interval: args.poll_interval,
+        drift_interval: args.drift_interval,
         git_timeout: args.git_timeout,
         listen: args.listen,
         webhook: args
@@ -435,6 +442,9 @@ async fn status(agent_url: &str) -> Result<ExitCode> {
                 say!("  objects:    {}", s.objects);
                 for e in &s.spec_errors {
                     say!("  spec error: {e}");
+                }
+                for e in &s.sync_errors {
+                    say!("  not applied: {e}");
                 }
             }
             Err(e) => say!("source: {url} answered, but not with a status: {e}"),

@@ -180,7 +180,7 @@ async fn after_a_full_sync_a_change_reads_only_what_changed() {
     assert!(services.get_opt("redis").await.unwrap().is_none());
 
     // Drift in an object Git did not change waits for the next full sync (at start, after an
-    // error, or after FULL_SYNC_EVERY): a new agent's first sync brings a deleted Service back.
+    // failed read, or each --drift-interval): a new agent's first sync brings a deleted Service back.
     services.delete("web", &Default::default()).await.unwrap();
     eventually("Service web to be gone", WAIT, || async {
         services

@@ -149,6 +149,14 @@ pub struct BatchStatus {
     pub state: BatchState,
 }
 
+/// How many available replicas run an image.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageReplicas {
+    pub image: String,
+    pub replicas: i32,
+}
+
 /// Progress of a rollback.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -180,6 +188,9 @@ pub struct CanaryDeploymentStatus {
     pub ready: Option<String>,
     #[serde(default)]
     pub available_replicas: i32,
+    /// Available replicas per image, as observed (commit subjects and `kubectl describe`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub available_by_image: Vec<ImageReplicas>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub batches: Vec<BatchStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

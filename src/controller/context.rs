@@ -71,13 +71,23 @@ impl Context {
             },
             reason: reason.to_string(),
             note: Some(message.chars().take(1000).collect()),
-            action: "Reconcile".into(),
+            action: event_action(message),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, object).await {
             tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
         }
     }
+}
+
+/// The event's `action`, which with its reason keys the Recorder's series: the same text
+/// again counts up one event, and new text (the next canary's image) makes a new event
+/// instead of raising the count of one that still shows the first occurrence's text.
+pub(crate) fn event_action(message: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    message.hash(&mut hasher);
+    format!("Reconcile-{:08x}", hasher.finish() as u32)
 }
 
 impl Context {
@@ -108,5 +118,19 @@ impl Context {
                 .inc();
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_with_new_text_are_not_folded_into_a_stale_series() {
+        // Issue 18: `CanaryStarted (x4) canary of redis:7.4.1` when the canary was redis:7.5.
+        let first = event_action("canary of redis:7.4.1");
+        assert_eq!(first, event_action("canary of redis:7.4.1"));
+        assert_ne!(first, event_action("canary of redis:7.5"));
+        assert!(first.len() <= 128, "the API's limit on action");
     }
 }

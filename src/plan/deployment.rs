@@ -31,8 +31,8 @@ use super::objects::{RolloutRef, stamp};
 use super::observed::{container_image, normalized_selector};
 use crate::api::{
     BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
-    DeploymentPhase as Phase, DeploymentStrategyType as Strategy, PauseMode, ROLLOUT_LABEL,
-    RollbackStatus, condition,
+    DeploymentPhase as Phase, DeploymentStrategyType as Strategy, ImageReplicas, PauseMode,
+    ROLLOUT_LABEL, RollbackStatus, condition,
 };
 use crate::sync::desired::content_hash;
 
@@ -815,6 +815,23 @@ impl<'a> Planner<'a> {
             .map(|d| d.available)
             .sum();
         self.st.available_replicas = available;
+        let mut by_image: BTreeMap<&str, i32> = BTreeMap::new();
+        for d in self
+            .o
+            .iter()
+            .filter(|d| !deleted(&d.name) && d.available > 0)
+        {
+            *by_image
+                .entry(d.image.as_deref().unwrap_or("unknown"))
+                .or_default() += d.available;
+        }
+        self.st.available_by_image = by_image
+            .into_iter()
+            .map(|(image, replicas)| ImageReplicas {
+                image: image.to_string(),
+                replicas,
+            })
+            .collect();
         self.st.ready = Some(format!("{available}/{total}"));
         let m = self.batches();
         let in_rollout = matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed);

@@ -3,9 +3,10 @@
 //! for each desired object that is not labelled yet. After a full sync succeeds, later syncs
 //! are incremental: only objects whose desired content changed since the last successful sync,
 //! or that left Git, are read (one get each) and planned, so a one-file push costs the same at
-//! 10 or 1,000 rollouts. A full sync is redone at start, after any error, and when the last one
-//! is older than [`FULL_SYNC_EVERY`] (it also corrects drift in objects Git did not change).
-//! Writes happen only for creates, updates and prunes.
+//! 10 or 1,000 rollouts. A full sync is redone at start, after a failed read, and when the last
+//! one is older than the drift interval: it reverts drift in objects Git did not change, with
+//! a `DriftReverted` event naming the fields. Writes happen only for creates, updates and
+//! prunes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use futures::StreamExt;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope, pinned_kind};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -21,7 +23,8 @@ use tokio::sync::Mutex;
 use super::FIELD_MANAGER;
 use super::desired::{DesiredObject, desired_set};
 use super::diff::{
-    Change, PlannedChange, identity_only, plan_changes, prerequisites_first, project,
+    Change, PlannedChange, drifted_fields, identity_only, plan_changes, prerequisites_first,
+    project,
 };
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::error::kube_message;
@@ -51,8 +54,8 @@ const APPLY_CONCURRENCY: usize = 16;
 /// kind to find them, instead of reading each.
 const ADOPT_BY_LIST: usize = 8;
 
-/// How old the last full sync may be before a change to Git triggers another.
-pub const FULL_SYNC_EVERY: Duration = Duration::from_secs(600);
+/// How old the last full sync may be before the next sync is a full one (`--drift-interval`).
+pub const DEFAULT_DRIFT_INTERVAL: Duration = Duration::from_secs(180);
 
 /// What the last successful sync applied: each object's content hash, and when the last full
 /// sync was.
@@ -72,6 +75,8 @@ pub struct SyncReport {
     pub kept_volumes: Vec<ObjectKey>,
     /// Objects that could not be read or written, with the reason.
     pub errors: Vec<(ObjectKey, String)>,
+    /// Objects changed outside Git and put back, with the fields that had drifted.
+    pub drift_reverted: Vec<(ObjectKey, Vec<String>)>,
     /// Whether the sync read every managed object (a full sync) or only what changed.
     pub full: bool,
 }
@@ -90,8 +95,11 @@ pub struct Syncer {
     /// Namespaces to look in for objects to prune; empty means all namespaces.
     namespaces: Vec<String>,
     discovery: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
-    /// None until a full sync succeeds, and again after any sync with errors.
+    /// None until a full sync succeeds, and again after a sync that could not read.
     applied: Mutex<Option<Applied>>,
+    /// How old the last full sync may be before the next is full again.
+    drift_interval: Duration,
+    recorder: Recorder,
 }
 
 fn split_api_version(api_version: &str) -> (&str, &str) {
@@ -102,12 +110,26 @@ impl Syncer {
     /// A syncer for objects labelled with `source`.
     pub fn new(client: Client, source: impl Into<String>, namespaces: Vec<String>) -> Self {
         Syncer {
-            client,
             source: source.into(),
             namespaces,
             discovery: Mutex::new(HashMap::new()),
             applied: Mutex::new(None),
+            drift_interval: DEFAULT_DRIFT_INTERVAL,
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "linnet".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
+            client,
         }
+    }
+
+    /// Makes a sync full (reverting drift) once the last full one is older than `interval`.
+    pub fn with_drift_interval(mut self, interval: Duration) -> Self {
+        self.drift_interval = interval;
+        self
     }
 
     async fn resource(
@@ -318,7 +340,17 @@ impl Syncer {
                     report.created.push(key.clone())
                 }
                 (Ok(()), Change::Update) => {
-                    tracing::info!(object = %key, "updated");
+                    let drifted = match (&change.desired, &change.live) {
+                        (Some(d), Some(live)) => drifted_fields(d, live),
+                        _ => Vec::new(),
+                    };
+                    if drifted.is_empty() {
+                        tracing::info!(object = %key, "updated");
+                    } else {
+                        tracing::warn!(object = %key, fields = %drifted.join(", "), "reverted changes made outside Git");
+                        self.announce_drift(change, &drifted).await;
+                        report.drift_reverted.push((key.clone(), drifted));
+                    }
                     report.updated.push(key.clone())
                 }
                 (Ok(()), _) => {
@@ -332,6 +364,42 @@ impl Syncer {
             }
         }
         report
+    }
+
+    /// A `DriftReverted` event on an object put back to what Git says.
+    async fn announce_drift(&self, change: &PlannedChange, fields: &[String]) {
+        let key = &change.key;
+        let uid = change
+            .live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(key.api_version.clone()),
+            kind: Some(key.kind.clone()),
+            namespace: Some(key.namespace.clone()).filter(|n| !n.is_empty()),
+            name: Some(key.name.clone()),
+            uid,
+            ..Default::default()
+        };
+        let note: String = format!(
+            "put back to what Git says; changed outside Git: {}",
+            fields.join(", ")
+        )
+        .chars()
+        .take(1000)
+        .collect();
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "DriftReverted".into(),
+            action: crate::controller::context::event_action(&note),
+            note: Some(note),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(object = %key, error = %e, "could not publish the drift event");
+        }
     }
 
     /// One change's request, if it needs one.
@@ -474,7 +542,7 @@ impl Syncer {
             .collect();
         let incremental = applied
             .as_ref()
-            .filter(|a| allow_incremental && a.full_at.elapsed() < FULL_SYNC_EVERY);
+            .filter(|a| allow_incremental && a.full_at.elapsed() < self.drift_interval);
         let (plan, read_errors, skipped, full) = match incremental {
             Some(a) => {
                 let (plan, errors, skipped) =
@@ -490,11 +558,19 @@ impl Syncer {
         report.unchanged += skipped;
         report.errors.extend(read_errors);
         report.full = full;
-        *applied = if report.errors.is_empty() {
+        // An object the API server refused is left out of what was applied, so the next sync
+        // retries it (incrementally: one refused object must not make every retry a full
+        // sync). A failed list leaves the live set unknown: the next sync is full.
+        let listed = !report.errors.iter().any(|(key, _)| key.name == "*");
+        *applied = if listed {
             let full_at = match (&*applied, report.full) {
                 (Some(a), false) => a.full_at,
                 _ => Instant::now(),
             };
+            let mut hashes = hashes;
+            for (key, _) in &report.errors {
+                hashes.remove(key);
+            }
             Some(Applied { hashes, full_at })
         } else {
             None

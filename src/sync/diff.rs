@@ -118,6 +118,52 @@ fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
         && has_finalizers(&desired.object, live)
 }
 
+/// The fields Git sets that were changed in the cluster since linnet applied this very content
+/// (JSON paths, at most 10): drift to revert and to name in an event. Empty when Git's
+/// content changed (an update, not drift) or nothing differs.
+pub fn drifted_fields(desired: &DesiredObject, live: &Value) -> Vec<String> {
+    let live_hash = live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
+        .and_then(Value::as_str);
+    if live_hash != Some(desired.hash.as_str()) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    differing_paths(&comparable(&desired.object), live, "", &mut out);
+    if !has_finalizers(&desired.object, live) {
+        out.push("metadata.finalizers".into());
+    }
+    out.truncate(10);
+    out
+}
+
+fn differing_paths(want: &Value, have: &Value, at: &str, out: &mut Vec<String>) {
+    if out.len() >= 10 || is_subset(want, have) {
+        return;
+    }
+    let join = |k: &str| {
+        if at.is_empty() {
+            k.to_string()
+        } else {
+            format!("{at}.{k}")
+        }
+    };
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => {
+            for (k, v) in w {
+                differing_paths(v, h.get(k).unwrap_or(&Value::Null), &join(k), out);
+            }
+        }
+        (Value::Array(w), Value::Array(h)) if w.len() == h.len() => {
+            for (i, (a, b)) in w.iter().zip(h).enumerate() {
+                differing_paths(a, b, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => out.push(at.to_string()),
+    }
+}
+
 /// A plan split into what must be applied first, one at a time, and the rest, which may go
 /// at once: Namespaces and CRDs to create or update, since other objects may need them. A plan
 /// lists objects by key, so a Namespace comes after the ConfigMaps in it. Prunes wait.
@@ -301,6 +347,18 @@ mod tests {
         let live = BTreeMap::from([(d.key.clone(), live_of(&d, "r1"))]);
         let plan = plan_changes(vec![d], &live, false);
         assert_eq!(plan[0].change, Change::Unchanged);
+    }
+
+    #[test]
+    fn drift_names_the_fields_changed_outside_git_and_a_git_change_is_not_drift() {
+        let d = desired("app", json!({"a": "1", "b": "2"}));
+        let mut live = d.object.clone();
+        live["data"]["b"] = json!("changed");
+        live["metadata"]["uid"] = json!("u1");
+        assert_eq!(drifted_fields(&d, &live), vec!["data.b".to_string()]);
+        assert!(drifted_fields(&d, &d.object).is_empty());
+        live["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("an older content");
+        assert!(drifted_fields(&d, &live).is_empty());
     }
 
     #[test]

@@ -107,10 +107,20 @@ pub fn for_statefulset(o: &CanaryStatefulSet) -> Option<StatusFile> {
     let namespace = o.metadata.namespace.as_deref()?;
     let name = o.metadata.name.as_deref()?;
     let canary = s.canary_image.as_deref();
+    // What each image runs, so a subject never names an image that no replica serves (a
+    // rolled-back canary's).
+    let stable_ready = s.ready_replicas - s.canary_ready_replicas;
+    let mut running = vec![format!(
+        "{stable_ready} on {}",
+        s.stable_image.as_deref().unwrap_or("-")
+    )];
+    if let Some(canary) = canary.filter(|_| s.canary_ready_replicas > 0) {
+        running.push(format!("{} on {canary}", s.canary_ready_replicas));
+    }
     let summary = format!(
-        "{namespace}/{name} {phase} ({} on {})",
+        "{namespace}/{name} {phase} ({}; {} ready)",
+        running.join(", "),
         s.ready.as_deref().unwrap_or("-"),
-        canary.or(s.stable_image.as_deref()).unwrap_or("-")
     );
     let doc = Document {
         api_version: crate::api::API_VERSION,
@@ -144,14 +154,23 @@ pub fn for_deployment(o: &CanaryDeployment) -> Option<StatusFile> {
     let namespace = o.metadata.namespace.as_deref()?;
     let name = o.metadata.name.as_deref()?;
     let canary = s.canary_image.as_deref();
+    let running: Vec<String> = s
+        .available_by_image
+        .iter()
+        .map(|r| format!("{} on {}", r.replicas, r.image))
+        .collect();
+    let running = if running.is_empty() {
+        "none available".to_string()
+    } else {
+        running.join(", ")
+    };
     let summary = format!(
-        "{namespace}/{name} {phase} ({}{} on {})",
+        "{namespace}/{name} {phase} ({}{running}; {} ready)",
         s.batch
             .as_deref()
-            .map(|b| format!("batch {b}, "))
+            .map(|b| format!("batch {b}: "))
             .unwrap_or_default(),
         s.ready.as_deref().unwrap_or("-"),
-        canary.or(s.stable_image.as_deref()).unwrap_or("-")
     );
     let doc = Document {
         api_version: crate::api::API_VERSION,
@@ -226,7 +245,10 @@ mod tests {
     fn a_status_file_says_where_the_rollout_is() {
         let f = for_statefulset(&redis(StatefulSetPhase::CanaryActive)).unwrap();
         assert_eq!(f.path, ".linnet/status/default/redis.yaml");
-        assert_eq!(f.summary, "default/redis CanaryActive (1/3 on redis:7.4)");
+        assert_eq!(
+            f.summary,
+            "default/redis CanaryActive (2 on redis:7.2, 1 on redis:7.4; 1/3 ready)"
+        );
         for line in [
             "kind: CanaryStatefulSet",
             "sourceRevision: abc123",
@@ -239,7 +261,7 @@ mod tests {
         }
         assert_eq!(
             commit_message(&[&f]),
-            "linnet: default/redis CanaryActive (1/3 on redis:7.4)"
+            "linnet: default/redis CanaryActive (2 on redis:7.2, 1 on redis:7.4; 1/3 ready)"
         );
     }
 
@@ -251,6 +273,56 @@ mod tests {
         assert_ne!(
             a,
             for_statefulset(&redis(StatefulSetPhase::Promoting)).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_subject_names_the_image_each_replica_count_runs() {
+        // Issue 18: `RolledBack (3/3 on redis:broken)` named the image no replica ran.
+        let mut o = redis(StatefulSetPhase::RolledBack);
+        let status = o.status.as_mut().unwrap();
+        status.canary_image = Some("redis:broken".into());
+        status.canary_ready_replicas = 0;
+        status.ready = Some("3/3".into());
+        let f = for_statefulset(&o).unwrap();
+        assert_eq!(
+            f.summary,
+            "default/redis RolledBack (3 on redis:7.2; 3/3 ready)"
+        );
+
+        let mut d: CanaryDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "CanaryDeployment",
+            "metadata": {"name": "app", "namespace": "default"},
+            "spec": {"replicas": 6, "image": "app:v2", "template": {
+                "selector": {"matchLabels": {"app": "app"}},
+                "template": {"spec": {"containers": [{"name": "app"}]}}
+            }}
+        }))
+        .unwrap();
+        d.status = Some(crate::api::CanaryDeploymentStatus {
+            phase: Some(crate::api::DeploymentPhase::Paused),
+            stable_image: Some("app:v1".into()),
+            canary_image: Some("app:v2".into()),
+            batch: Some("1/3".into()),
+            ready: Some("6/6".into()),
+            available_replicas: 6,
+            available_by_image: vec![
+                crate::api::ImageReplicas {
+                    image: "app:v1".into(),
+                    replicas: 4,
+                },
+                crate::api::ImageReplicas {
+                    image: "app:v2".into(),
+                    replicas: 2,
+                },
+            ],
+            ..Default::default()
+        });
+        let f = for_deployment(&d).unwrap();
+        assert_eq!(
+            f.summary,
+            "default/app Paused (batch 1/3: 4 on app:v1, 2 on app:v2; 6/6 ready)"
         );
     }
 

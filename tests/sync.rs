@@ -179,7 +179,7 @@ async fn after_a_full_sync_a_change_reads_only_what_changed() {
     let services: Api<Service> = Api::namespaced(admin.clone(), &ns.name);
     assert!(services.get_opt("redis").await.unwrap().is_none());
 
-    // Drift in an object Git did not change waits for the next full sync (at start, after an
+    // Drift in an object Git did not change waits for the next full sync (at start, after a
     // failed read, or each --drift-interval): a new agent's first sync brings a deleted Service back.
     services.delete("web", &Default::default()).await.unwrap();
     eventually("Service web to be gone", WAIT, || async {

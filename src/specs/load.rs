@@ -7,7 +7,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::locate::find_key;
-use super::validate::{cel_errors, check_canary_deployment, check_canary_statefulset};
+use super::validate::{check_canary_deployment, check_canary_statefulset, crd_errors};
 use super::{FileSpecs, LoadedObject, Location, ObjectKey, Spec, SpecError, SpecSet};
 use crate::api::{API_VERSION, CanaryDeployment, CanaryStatefulSet};
 use crate::{Error, Result};
@@ -361,7 +361,7 @@ fn load_document(
                 )]);
             }
         }
-        let mut errors = cel_errors(kind, &value)
+        let mut errors = crd_errors(kind, &value)
             .into_iter()
             .map(|(path, message)| {
                 let segments: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();

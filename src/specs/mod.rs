@@ -7,6 +7,7 @@
 
 mod load;
 mod locate;
+mod schema;
 mod validate;
 
 pub use load::{LoadOptions, is_spec_file, load_dir, load_file};

@@ -26,15 +26,36 @@ fn crd_schema<K: CustomResourceExt>(cell: &'static OnceLock<Value>) -> &'static 
     })
 }
 
-/// Evaluates the kind's CRD validation rules against `object`; returns `(field path, message)`.
-pub fn cel_errors(kind: &str, object: &Value) -> Vec<(String, String)> {
+/// The OpenAPI schema of a linnet kind's CRD, as the API server has it.
+fn schema_of(kind: &str) -> Option<&'static Value> {
     static STS: OnceLock<Value> = OnceLock::new();
     static DEPLOY: OnceLock<Value> = OnceLock::new();
-    let schema = match kind {
-        "CanaryStatefulSet" => crd_schema::<CanaryStatefulSet>(&STS),
-        "CanaryDeployment" => crd_schema::<CanaryDeployment>(&DEPLOY),
-        _ => return Vec::new(),
+    match kind {
+        "CanaryStatefulSet" => Some(crd_schema::<CanaryStatefulSet>(&STS)),
+        "CanaryDeployment" => Some(crd_schema::<CanaryDeployment>(&DEPLOY)),
+        _ => None,
+    }
+}
+
+/// Checks `object` against its kind's CRD as the API server does, in its order: the
+/// structural schema (types, bounds, enums, required fields), then, if that passed, the CEL
+/// rules. Returns `(field path, message)`.
+pub fn crd_errors(kind: &str, object: &Value) -> Vec<(String, String)> {
+    let Some(schema) = schema_of(kind) else {
+        return Vec::new();
     };
+    let structural: Vec<(String, String)> = super::schema::schema_errors(schema, object)
+        .into_iter()
+        .map(|(path, message)| (path.clone(), format!("{path}: {message}")))
+        .collect();
+    if !structural.is_empty() {
+        return structural;
+    }
+    cel_errors(schema, object)
+}
+
+/// Evaluates the CRD's CEL validation rules against `object`.
+fn cel_errors(schema: &Value, object: &Value) -> Vec<(String, String)> {
     match Validator::new().validate(schema, object, None) {
         Ok(()) => Vec::new(),
         Err(errors) => errors

@@ -238,3 +238,15 @@ proptest::proptest! {
         let _ = load_file("fuzz.yaml", with_header.as_bytes(), &LoadOptions::default());
     }
 }
+
+#[test]
+fn replicas_zero_fails_validate_at_its_line_as_the_crd_says() {
+    // Issue 18: it passed validate, then the agent got a raw ApiError dump from the server.
+    let e = only_error(&STS.replace("replicas: 3", "replicas: 0"));
+    assert_eq!(
+        e.to_string(),
+        "apps/redis.yaml:6:3: spec.replicas: must be at least 1, not 0"
+    );
+    let e = only_error(&STS.replace("canaryReplicas: 1", "canaryReplicas: 1\n  maxSurge: 2"));
+    assert!(e.message.contains("maxSurge"), "{e}");
+}

@@ -471,3 +471,111 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     );
     assert_eq!(error.body["context"], context.as_str());
 }
+
+/// Issue 18: `/status` kept the previous revision after a commit whose other files were
+/// applied; it now shows the revision applied and names what was not.
+#[tokio::test]
+async fn status_shows_the_revision_applied_and_the_objects_that_were_not() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-partial").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = seeded_remote(tmp.path(), &ns.name);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--poll-interval=1s".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+
+    // One commit: a new image for redis, and a Service the API server refuses (port 0).
+    set_redis_image(&work, "redis:7.4");
+    std::fs::write(
+        work.join("apps/refused.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: refused\n  namespace: {}\nspec:\n  ports:\n  - port: 0\n",
+            ns.name
+        ),
+    )
+    .unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "redis 7.4 and a refused Service"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    wait_image(&admin, &ns.name, "redis:7.4").await;
+    let status = wait_status(&agent, "the new revision in /status", |s| {
+        s["revision"].as_str() == Some(head.as_str())
+    })
+    .await;
+    let errors = status["syncErrors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{status}");
+    let error = errors[0].as_str().unwrap();
+    assert!(
+        error.contains("Service") && error.contains("refused") && !error.contains("Status {"),
+        "{error}"
+    );
+}
+
+/// Issue 18: a rollout CR edited with `kubectl patch` stayed edited while syncs said
+/// `unchanged`. Within the drift interval it is put back, with an event naming the field; the
+/// emergency annotations are not drift.
+#[tokio::test]
+async fn a_rollout_edited_by_hand_is_put_back_within_the_drift_interval() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-drift").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, _work) = seeded_remote(tmp.path(), &ns.name);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--drift-interval=2s".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    csts_api(&admin, &ns.name)
+        .patch(
+            "redis",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {linnet::api::ABORT_ANNOTATION: "true"}},
+                "spec": {"image": "redis:by-hand"},
+            })),
+        )
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns.name);
+    let drift = support::eventually("a DriftReverted event", Duration::from_secs(15), || async {
+        events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("DriftReverted"))
+    })
+    .await;
+    assert!(
+        drift.note.as_deref().unwrap_or("").contains("spec.image"),
+        "{drift:?}"
+    );
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    // Two more drift intervals: the annotation a person set is still there.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let live = csts_api(&admin, &ns.name).get("redis").await.unwrap();
+    assert_eq!(
+        live.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(linnet::api::ABORT_ANNOTATION)
+            .map(String::as_str),
+        Some("true")
+    );
+}

@@ -29,7 +29,10 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
             .iter()
             .find(|r| r.figure == figure)
             .unwrap_or_else(|| panic!("no row for {figure}:\n{table}"));
-        assert_eq!(row.size, 10);
+        // Figure 8 runs one rollout with volumes, beside the sizes.
+        if !figure.starts_with('8') {
+            assert_eq!(row.size, 10);
+        }
         assert!(row.samples > 0, "{figure} has no samples:\n{table}");
         assert!(!row.median.is_nan(), "{figure} was not measured:\n{table}");
         assert!(table.contains(figure), "{table}");

@@ -410,3 +410,122 @@ async fn killed_mid_batch_carries_on_without_scaling_twice() {
     f.patch_spec(json!({"currentBatch": 3}));
     wait_completed_on(&f, "nginx:1.28", 90).await;
 }
+
+/// Issue 18: with --prune, a restart pruned the old-version Deployment of a Paused rollout,
+/// and it was never recreated: 1 of 4 replicas served while status said "1 new, 3 old".
+#[tokio::test]
+async fn a_restart_with_prune_keeps_a_paused_rollouts_deployments_and_a_deleted_one_returns() {
+    let mut f = start("dep-prune", json!({})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_phase(&f, DeploymentPhase::Paused, 90).await;
+    let expected = BTreeMap::from([("nginx:1.27".into(), 2), ("nginx:1.28".into(), 2)]);
+    assert_eq!(replicas_by_image(&f).await, expected);
+    let uids = |list: Vec<Deployment>| {
+        list.into_iter()
+            .map(|d| (d.metadata.name.unwrap(), d.metadata.uid.unwrap()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let before = uids(
+        f.api::<Deployment>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items,
+    );
+
+    f.kill_agent();
+    let agent = f.spawn_agent("pruning", &["--prune".into()]);
+    support::agent::wait_ready(&agent).await;
+    support::eventually(
+        "the pruning agent's first sync",
+        std::time::Duration::from_secs(30),
+        || async { agent.log_text().contains("synced").then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let log = agent.log_text();
+    f.agent = Some(agent);
+    assert!(!log.contains("pruned"), "{log}");
+    let now = uids(
+        f.api::<Deployment>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items,
+    );
+    assert_eq!(now, before, "a Deployment was pruned or recreated");
+
+    // The old version deleted by hand comes back at its size; the rollout stays Paused.
+    let old = f
+        .api::<Deployment>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|d| {
+            d.spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .image
+                .as_deref()
+                == Some("nginx:1.27")
+        })
+        .unwrap();
+    let old_name = old.metadata.name.unwrap();
+    f.api::<Deployment>()
+        .delete(&old_name, &Default::default())
+        .await
+        .unwrap();
+    support::eventually(
+        "the old version back",
+        std::time::Duration::from_secs(30),
+        || async {
+            let d = f.api::<Deployment>().get_opt(&old_name).await.unwrap()?;
+            (d.metadata.uid.as_ref() != before.get(&old_name)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(replicas_by_image(&f).await, expected);
+    assert_eq!(
+        phase_of(&f.api::<CanaryDeployment>().get("web").await.unwrap()),
+        Some(DeploymentPhase::Paused)
+    );
+}
+
+/// Issue 18: adding a selector label to a live rollout's template was a 422 retried forever.
+#[tokio::test]
+async fn a_selector_change_on_a_live_rollout_is_refused_and_named() {
+    let mut f = start("dep-selector", json!({})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"template": {
+        "selector": {"matchLabels": {"app": "web", "tier": "front"}},
+        "template": {"metadata": {"labels": {"app": "web", "tier": "front"}}}
+    }}));
+    let failed = wait_phase(&f, DeploymentPhase::Failed, 30).await;
+    let message = failed.status.unwrap().message.unwrap();
+    assert!(
+        message.starts_with("rollout.yaml: spec.template.selector changed"),
+        "{message}"
+    );
+    assert!(
+        f.event_reasons()
+            .await
+            .contains(&"UnsafeChange".to_string())
+    );
+    for labels in [
+        "/spec/template/selector/matchLabels",
+        "/spec/template/template/metadata/labels",
+    ] {
+        let labels = f.spec.pointer_mut(labels).unwrap();
+        labels.as_object_mut().unwrap().remove("tier");
+    }
+    f.write();
+    wait_completed_on(&f, "nginx:1.27", 30).await;
+}

@@ -572,3 +572,215 @@ async fn partition_auto_promotion_survives_a_kill() {
     f.wait_stable_on("redis:7.4", 150).await;
     f.assert_volumes(&before).await;
 }
+
+/// Pod name -> uid, and set name -> uid: what a restart must leave as it is.
+async fn identities(f: &Fixture) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let of = |items: Vec<kube::core::ObjectMeta>| {
+        items
+            .into_iter()
+            .map(|m| (m.name.unwrap(), m.uid.unwrap()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let pods = f
+        .api::<k8s_openapi::api::core::v1::Pod>()
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let sets = f
+        .api::<StatefulSet>()
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    (
+        of(pods.items.into_iter().map(|p| p.metadata).collect()),
+        of(sets.items.into_iter().map(|s| s.metadata).collect()),
+    )
+}
+
+/// Issue 18: every full sync with --prune deleted redis-stable and redis-canary (`pruned: no
+/// longer in Git`), restarting every pod at once.
+#[tokio::test]
+async fn a_restart_with_prune_mid_canary_deletes_no_child_and_restarts_no_pod() {
+    let mut f = start("sts-prune", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    let (pods, sets) = identities(&f).await;
+    assert_eq!(sets.len(), 2, "{sets:?}");
+
+    f.kill_agent();
+    let agent = f.spawn_agent("pruning", &["--prune".into()]);
+    support::agent::wait_ready(&agent).await;
+    // Its first sync is a full one, with prune on.
+    eventually(
+        "the pruning agent's first sync",
+        Duration::from_secs(30),
+        || async { agent.log_text().contains("synced").then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    f.agent = Some(agent);
+    assert!(
+        !f.agent.as_ref().unwrap().log_text().contains("pruned"),
+        "{}",
+        f.agent.as_ref().unwrap().log_text()
+    );
+    assert_eq!(identities(&f).await, (pods, sets), "a child was recreated");
+    assert_eq!(
+        f.rollout().await.unwrap().status.unwrap().phase,
+        Some(StatefulSetPhase::CanaryActive)
+    );
+    f.assert_volumes(&before).await;
+}
+
+/// Issue 18: a stable set scaled by hand from 3 to 1 stayed at 1 with phase Stable.
+#[tokio::test]
+async fn a_stable_set_scaled_by_hand_is_put_back() {
+    let f = start("sts-drift", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    f.api::<StatefulSet>()
+        .patch(
+            "redis-stable",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        "redis-stable back at 3",
+        Duration::from_secs(30),
+        || async { (f.sets().await.get("redis-stable") == Some(&3)).then_some(()) },
+    )
+    .await;
+    f.wait_for("3/3 ready again", 60, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("3/3")
+    })
+    .await;
+}
+
+/// Issue 18: Partition to TwoSets made redis-stable on new volumes beside redis (8 pods for 4).
+#[tokio::test]
+async fn a_strategy_switch_on_a_live_rollout_is_refused_and_named() {
+    let mut f = start("sts-switch", json!({"strategy": {"type": "Partition"}})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.patch_spec(json!({"strategy": {"type": "TwoSets"}}));
+    let failed = f.wait_phase(StatefulSetPhase::Failed, 30).await;
+    let message = failed.status.unwrap().message.unwrap();
+    assert!(
+        message.starts_with("rollout.yaml: spec.strategy.type changed to TwoSets"),
+        "{message}"
+    );
+    assert!(
+        f.event_reasons()
+            .await
+            .contains(&"UnsafeChange".to_string())
+    );
+    assert_eq!(f.sets().await, BTreeMap::from([("redis".into(), 3)]));
+    f.patch_spec(json!({"strategy": {"type": "Partition"}}));
+    f.wait_stable_on("redis:7.2", 30).await;
+    f.assert_volumes(&before).await;
+}
+
+/// Issue 18: a field Kubernetes cannot change on a live StatefulSet was a 422 retried forever
+/// while status said Stable and Ready.
+#[tokio::test]
+async fn an_immutable_field_change_is_refused_with_the_field_named() {
+    let mut f = start("sts-immut", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    f.patch_spec(json!({"template": {"serviceName": "redis-headless"}}));
+    let failed = f.wait_phase(StatefulSetPhase::Failed, 30).await;
+    let status = failed.status.unwrap();
+    let message = status.message.clone().unwrap();
+    assert!(
+        message.contains("spec.template.serviceName changed") && message.contains("redis-stable"),
+        "{message}"
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(
+        !f.agent.as_ref().unwrap().log_text().contains("422"),
+        "the refused apply was still sent"
+    );
+}
+
+/// Issue 18: a refused apply showed phase Stable and Ready=True; now it is Degraded with the
+/// API server's own message, not a debug dump.
+#[tokio::test]
+async fn a_refused_apply_shows_as_degraded_with_the_servers_message() {
+    let f = Fixture::start("sts-refused", |ns| {
+        let mut spec = redis(ns, json!({}));
+        // A port the API server refuses (0 is not a valid port); validate does not check pods.
+        spec["spec"]["template"]["template"]["spec"]["containers"][0]["ports"] =
+            json!([{"containerPort": 0}]);
+        spec
+    })
+    .await;
+    let blocked = f
+        .wait_for("Degraded (ActionFailed)", 60, |r: &CanaryStatefulSet| {
+            r.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Degraded" && c.status == "True" && c.reason == "ActionFailed"
+                })
+            })
+        })
+        .await;
+    let status = blocked.status.unwrap();
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert!(
+        degraded
+            .message
+            .starts_with("apply StatefulSet redis-stable: ")
+            && degraded.message.contains("containerPort")
+            && !degraded.message.contains("Status {"),
+        "{}",
+        degraded.message
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False");
+}
+
+/// Issue 18: `CanaryStarted (x4) canary of redis:7.4.1` when the newest canary was redis:7.5.
+#[tokio::test]
+async fn each_canary_gets_its_own_event_text() {
+    let mut f = start("sts-events", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    f.set_image("redis:7.5");
+    f.wait_for("a canary of redis:7.5", 180, |r: &CanaryStatefulSet| {
+        let s = r.status.clone().unwrap_or_default();
+        s.phase == Some(StatefulSetPhase::CanaryActive)
+            && s.canary_image.as_deref() == Some("redis:7.5")
+    })
+    .await;
+    let notes: Vec<String> = f
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CanaryStarted"))
+        .filter_map(|e| e.note)
+        .collect();
+    for image in ["redis:7.4", "redis:7.5"] {
+        assert!(
+            notes.iter().any(|n| n.contains(image)),
+            "no CanaryStarted event names {image}: {notes:?}"
+        );
+    }
+}

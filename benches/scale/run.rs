@@ -52,7 +52,7 @@ pub struct Row {
     pub met: Option<bool>,
 }
 
-pub const FIGURES: [&str; 7] = [
+pub const FIGURES: [&str; 8] = [
     "1 push -> CR write (webhook)",
     "2 CPU per idle poll",
     "3 API writes in idle window",
@@ -60,6 +60,7 @@ pub const FIGURES: [&str; 7] = [
     "5 step latency (pods Ready -> next action)",
     "6 memory (RSS, steady)",
     "7 CPU under churn (1 change/s)",
+    "8 push -> canary pod Ready (TwoSets, 1 volume)",
 ];
 
 /// What one run at one size measured.
@@ -773,11 +774,128 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
     ]
 }
 
+/// A TwoSets rollout of 2 replicas with one volume each, promoted as soon as its canary is
+/// Ready: each push starts from Stable, the headline path of a stateful canary.
+fn volume_spec(ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryStatefulSet
+metadata:
+  name: vol
+  namespace: {ns}
+spec:
+  replicas: 2
+  canaryReplicas: 1
+  image: {image}
+  promotion:
+    type: Auto
+  template:
+    serviceName: vol
+    selector:
+      matchLabels:
+        app: vol
+    template:
+      metadata:
+        labels:
+          app: vol
+      spec:
+        containers:
+        - name: app
+          image: {image}
+          volumeMounts:
+          - name: data
+            mountPath: /data
+    volumeClaimTemplates:
+    - metadata:
+        name: data
+      spec:
+        accessModes: [ReadWriteOnce]
+        resources:
+          requests:
+            storage: 1Gi
+"#
+    )
+}
+
+/// Figure 8: `git push` of a new image -> the canary pod (on the replica's own volume, handed
+/// over from the stable set) Ready, `pushes` times.
+async fn volume_canary(cfg: &Config, admin: &Client) -> Result<Vec<f64>, String> {
+    let ns = support::TestNamespace::create(admin, "bench-vol").await;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = support::agent::free_port();
+    let host = git_host(tmp.path(), &ns.name, 0, &format!("http://127.0.0.1:{port}"));
+    let file = host.work.join("apps/vol.yaml");
+    std::fs::write(&file, volume_spec(&ns.name, "bench:1")).map_err(|e| e.to_string())?;
+    git(&host.work, &["add", "-A"]);
+    push(&host.work, "vol");
+    let _agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, "1h");
+    let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
+    let stable_on = |image: String| {
+        support::first_seen(rollouts.clone(), support::watch_named("vol"), move |o| {
+            phase(o) == Some(StatefulSetPhase::Stable)
+                && o.status.as_ref().and_then(|s| s.stable_image.as_deref()) == Some(&image)
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(120), async {
+        stable_on("bench:1".into()).await.await
+    })
+    .await
+    .map_err(|_| "vol never became Stable".to_string())?
+    .map_err(|e| e.to_string())?;
+    let mut samples = Vec::new();
+    for k in 1..=cfg.pushes.min(7) {
+        let (old, new) = (format!("bench:{k}"), format!("bench:{}", k + 1));
+        let want = new.clone();
+        let ready = support::first_seen(
+            pods.clone(),
+            watcher::Config::default().labels("app=vol,rollouts.linnet.dev/role=canary"),
+            move |p: &Pod| {
+                let image_ok = p.spec.as_ref().is_some_and(|sp| {
+                    sp.containers
+                        .iter()
+                        .any(|c| c.image.as_deref() == Some(&want))
+                });
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                image_ok && ready
+            },
+        )
+        .await;
+        let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+        std::fs::write(&file, text.replace(&old, &new)).map_err(|e| e.to_string())?;
+        let pushed = push(&host.work, &format!("vol {new}"));
+        let ready = tokio::time::timeout(Duration::from_secs(60), ready)
+            .await
+            .map_err(|_| format!("volume push {k}: no Ready canary pod on {new}"))?
+            .map_err(|e| e.to_string())?;
+        samples.push(since_ms(ready, pushed));
+        log(&format!(
+            "volume push {k}: canary pod Ready after {:.0} ms",
+            since_ms(ready, pushed)
+        ));
+        tokio::time::timeout(Duration::from_secs(120), async {
+            stable_on(new.clone()).await.await
+        })
+        .await
+        .map_err(|_| format!("vol never became Stable on {new}"))?
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(samples)
+}
+
 /// Runs every size `cfg.repeats` times and returns the rows, sizes in order.
 pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
     let admin = support::admin_client().await;
     support::install_linnet(&admin).await;
     let mut rows = Vec::new();
+    log("volume canary: TwoSets, one volume per replica");
+    let volume = volume_canary(cfg, &admin).await?;
+    let (vm, _, _) = stats(volume.clone());
+    rows.push(row(1, 8, "ms", volume, "median < 2 s", Some(vm < 2000.0)));
     for &n in &cfg.sizes {
         let mut runs = Vec::new();
         for r in 0..cfg.repeats {

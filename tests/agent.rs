@@ -483,10 +483,7 @@ async fn status_shows_the_revision_applied_and_the_objects_that_were_not() {
     let (bare, work) = seeded_remote(tmp.path(), &ns.name);
     let agent = start_agent(
         tmp.path(),
-        &[
-            format!("--repo-url=file://{}", bare.display()),
-            "--poll-interval=1s".into(),
-        ],
+        &[format!("--repo-url=file://{}", bare.display())],
         &ns.name,
     );
     wait_ready(&agent).await;
@@ -505,6 +502,7 @@ async fn status_shows_the_revision_applied_and_the_objects_that_were_not() {
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "redis 7.4 and a refused Service"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    assert_eq!(push_webhook(&agent).await, 202);
     let head = git(&work, &["rev-parse", "HEAD"]);
     wait_image(&admin, &ns.name, "redis:7.4").await;
     let status = wait_status(&agent, "the new revision in /status", |s| {

@@ -622,7 +622,11 @@ async fn a_restart_with_prune_mid_canary_deletes_no_child_and_restarts_no_pod() 
     tokio::time::sleep(Duration::from_secs(3)).await;
     f.agent = Some(agent);
     assert!(
-        !f.agent.as_ref().unwrap().log_text().contains("pruned"),
+        !f.agent
+            .as_ref()
+            .unwrap()
+            .log_text()
+            .contains("pruned: no longer in Git"),
         "{}",
         f.agent.as_ref().unwrap().log_text()
     );
@@ -704,7 +708,7 @@ async fn an_immutable_field_change_is_refused_with_the_field_named() {
         .unwrap();
     assert_eq!(ready.status, "False");
     assert!(
-        !f.agent.as_ref().unwrap().log_text().contains("422"),
+        !f.agent.as_ref().unwrap().log_text().contains("HTTP 422"),
         "the refused apply was still sent"
     );
 }

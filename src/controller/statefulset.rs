@@ -70,6 +70,15 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
+    // Pods, claims and volumes carry only the rollout's name, so these watches see every
+    // agent's; only those of a rollout this agent runs (in its store) wake a reconcile.
+    let ours = |store: &Store<CanaryStatefulSet>| {
+        let store = store.clone();
+        move |object: Option<ObjectRef<CanaryStatefulSet>>| {
+            object.filter(|r| store.get(r).is_some())
+        }
+    };
+    let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
     Controller::for_stream(rollouts, store)
         .with_config(ctx.controller_config())
         .owns_stream(set_changes)
@@ -77,12 +86,12 @@ pub async fn run(
         .watches(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             by_rollout,
-            |claim| rollout_of(&claim, claim.namespace()),
+            move |claim| for_claims(rollout_of(&claim, claim.namespace())),
         )
-        .watches_stream(pods, |pod| rollout_of(&pod, pod.namespace()))
-        .watches_stream(volumes, |volume| {
+        .watches_stream(pods, move |pod| for_pods(rollout_of(&pod, pod.namespace())))
+        .watches_stream(volumes, move |volume| {
             let ns = volume.labels().get(VOLUME_NAMESPACE_LABEL).cloned();
-            rollout_of(&volume, ns)
+            for_volumes(rollout_of(&volume, ns))
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::new(Shared { ctx, sets }))

@@ -64,7 +64,11 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
         .append(true)
         .open(&log)
         .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_linnet"))
+    // LINNET_TEST_AGENT_BIN runs another build, e.g. the commit before a fix, to see a
+    // regression test fail without it.
+    let bin = std::env::var("LINNET_TEST_AGENT_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_linnet").to_string());
+    let child = Command::new(bin)
         .arg("agent")
         .args(source_args)
         .args([

@@ -3,6 +3,12 @@
 //! new tip, write the status files onto it afresh (they are linnet's own), push again, with
 //! backoff and a bounded number of tries. The human's commit is always the new parent, so it
 //! is never lost. Every call blocks; the agent runs them on `spawn_blocking`.
+//!
+//! To a path or `file://` remote, libgit2's local transport writes the branch itself, checking
+//! fast-forward only against the tip it read when it connected: a human push landing in
+//! between would be overwritten. There the commit's objects go to a ref of linnet's own, and
+//! the branch is moved by a compare-and-swap under Git's ref lock, from the very tip the
+//! commit was built on.
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -100,7 +106,7 @@ impl StatusWriter {
                 return Ok(Pushed::Unchanged);
             };
             before_push();
-            match self.push(commit)? {
+            match self.push(commit, tip)? {
                 PushResult::Done => {
                     return Ok(Pushed::Committed {
                         commit,
@@ -159,12 +165,61 @@ impl StatusWriter {
         Ok(Some(commit))
     }
 
-    /// Pushes `commit` to the branch as a fast-forward only.
-    fn push(&self, commit: Oid) -> Result<PushResult, WriteError> {
+    /// Pushes `commit`, built on `tip`, to the branch as a fast-forward only.
+    fn push(&self, commit: Oid, tip: Option<Oid>) -> Result<PushResult, WriteError> {
         let repo = self.mirror.repo();
-        let branch = &self.mirror.remote().branch;
         repo.reference(PUSH_REF, commit, true, "linnet write-back")
             .map_err(GitError::from)?;
+        match local_path(&self.mirror.remote().url) {
+            Some(path) => self.push_local(&path, commit, tip),
+            None => self.push_refspec(&format!(
+                "{PUSH_REF}:refs/heads/{}",
+                self.mirror.remote().branch
+            )),
+        }
+    }
+
+    /// To a repository on this machine: the objects first (to a ref of linnet's own), then the
+    /// branch moved from `tip` to `commit` only if it still is at `tip`.
+    fn push_local(
+        &self,
+        path: &Path,
+        commit: Oid,
+        tip: Option<Oid>,
+    ) -> Result<PushResult, WriteError> {
+        let incoming = format!("{PUSH_REF}-incoming");
+        if let PushResult::Stale = self.push_refspec(&format!("+{PUSH_REF}:{incoming}"))? {
+            return Ok(PushResult::Stale);
+        }
+        let remote =
+            git2::Repository::open(path).map_err(|e| WriteError::Git(self.mirror.classify(e)))?;
+        let branch = format!("refs/heads/{}", self.mirror.remote().branch);
+        let moved = match tip {
+            Some(tip) => remote.reference_matching(&branch, commit, true, tip, "linnet write-back"),
+            // A new branch: created only if nobody made it meanwhile.
+            None => remote.reference(&branch, commit, false, "linnet write-back"),
+        };
+        if let Ok(mut r) = remote.find_reference(&incoming) {
+            let _ = r.delete();
+        }
+        match moved {
+            Ok(_) => Ok(PushResult::Done),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked
+                ) =>
+            {
+                Ok(PushResult::Stale)
+            }
+            Err(e) => Err(WriteError::Git(self.mirror.classify(e))),
+        }
+    }
+
+    /// Pushes one refspec; a non-fast-forward is [`PushResult::Stale`].
+    fn push_refspec(&self, refspec: &str) -> Result<PushResult, WriteError> {
+        let repo = self.mirror.repo();
+        let branch = &self.mirror.remote().branch;
         let rejected: RefCell<Option<String>> = RefCell::new(None);
         let mut callbacks = self.mirror.callbacks();
         callbacks.push_update_reference(|_, status| {
@@ -175,10 +230,9 @@ impl StatusWriter {
         });
         let mut options = PushOptions::new();
         options.remote_callbacks(callbacks);
-        // No `+`: the remote accepts only a fast-forward.
-        let refspec = format!("{PUSH_REF}:refs/heads/{branch}");
+        // No `+` on the branch: the remote accepts only a fast-forward.
         let mut remote = repo.find_remote("origin").map_err(GitError::from)?;
-        let result = remote.push(&[refspec.as_str()], Some(&mut options));
+        let result = remote.push(&[refspec], Some(&mut options));
         drop(options);
         let stale = |reason: &str| {
             reason.contains("fast-forward")
@@ -203,6 +257,15 @@ impl StatusWriter {
     }
 }
 
+/// The directory of a remote on this machine (`file://…` or a path), which libgit2 pushes to
+/// with its local transport.
+fn local_path(url: &str) -> Option<std::path::PathBuf> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return Some(path.into());
+    }
+    (url.starts_with('/') || url.starts_with('.')).then(|| url.into())
+}
+
 fn entry(path: &str, size: usize, id: Oid) -> IndexEntry {
     IndexEntry {
         ctime: IndexTime::new(0, 0),
@@ -217,5 +280,82 @@ fn entry(path: &str, size: usize, id: Oid) -> IndexEntry {
         flags: (path.len().min(0xfff)) as u16,
         flags_extended: 0,
         path: path.as_bytes().to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::source::git::GitAuth;
+
+    fn commit_on(repo: &git2::Repository, parent: Option<Oid>, file: &str) -> Oid {
+        let mut index = Index::new().unwrap();
+        if let Some(p) = parent {
+            index
+                .read_tree(&repo.find_commit(p).unwrap().tree().unwrap())
+                .unwrap();
+        }
+        let blob = repo.blob(file.as_bytes()).unwrap();
+        index.add(&entry(file, file.len(), blob)).unwrap();
+        let tree = repo.find_tree(index.write_tree_to(repo).unwrap()).unwrap();
+        let sig = Signature::now("human", "human@example.invalid").unwrap();
+        let parents: Vec<git2::Commit<'_>> = parent
+            .map(|p| repo.find_commit(p).unwrap())
+            .into_iter()
+            .collect();
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        repo.commit(None, &sig, &sig, file, &tree, &parents)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_human_push_after_the_tip_was_read_is_never_overwritten_on_a_local_remote() {
+        // Issue 26: libgit2's local transport checked fast-forward against the tip it read at
+        // connect, so a push landing after that was overwritten.
+        let dir = tempfile::tempdir().unwrap();
+        let bare = git2::Repository::init_bare(dir.path().join("remote.git")).unwrap();
+        let first = commit_on(&bare, None, "specs.yaml");
+        bare.reference("refs/heads/main", first, true, "seed")
+            .unwrap();
+        let remote = GitRemote {
+            url: format!("file://{}", dir.path().join("remote.git").display()),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        };
+        let writer =
+            StatusWriter::open(&dir.path().join("clone"), remote, "linnet", "l@x").unwrap();
+        let tip = writer.mirror.fetch().unwrap();
+        assert_eq!(tip, first);
+        let file = StatusFile {
+            path: ".linnet/status/a.yaml".into(),
+            content: "phase: Stable\n".into(),
+            summary: "a Stable".into(),
+        };
+        let ours = writer.commit_on(Some(tip), &[file]).unwrap().unwrap();
+        // The human's push lands after linnet read the tip, before its branch update.
+        let human = commit_on(&bare, Some(first), "human.yaml");
+        bare.reference("refs/heads/main", human, true, "human push")
+            .unwrap();
+        assert!(matches!(
+            writer.push(ours, Some(tip)).unwrap(),
+            PushResult::Stale
+        ));
+        assert_eq!(bare.refname_to_id("refs/heads/main").unwrap(), human);
+        // The retry, built on the human's commit, goes through.
+        assert_eq!(writer.mirror.fetch().unwrap(), human);
+        let file = StatusFile {
+            path: ".linnet/status/a.yaml".into(),
+            content: "phase: Stable\n".into(),
+            summary: "a Stable".into(),
+        };
+        let retried = writer.commit_on(Some(human), &[file]).unwrap().unwrap();
+        assert!(matches!(
+            writer.push(retried, Some(human)).unwrap(),
+            PushResult::Done
+        ));
+        let now = bare.refname_to_id("refs/heads/main").unwrap();
+        assert_eq!(now, retried);
+        assert_eq!(bare.find_commit(now).unwrap().parent_id(0).unwrap(), human);
     }
 }

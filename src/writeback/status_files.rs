@@ -16,7 +16,7 @@ pub struct StatusFile {
     /// `.linnet/status/<namespace>/<name>.yaml`.
     pub path: String,
     pub content: String,
-    /// For the commit message, e.g. `default/redis CanaryActive (1/3 on redis:7.4)`.
+    /// For the commit message, e.g. `default/redis CanaryActive (2 on redis:7.2, 1 on redis:7.4; 3/3 ready)`.
     pub summary: String,
 }
 

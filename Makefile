@@ -2,7 +2,7 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build test test-unit lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench clean
+.PHONY: all build test test-unit lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench chaos clean
 
 all: build
 
@@ -48,6 +48,10 @@ demo: cluster-build
 bench: cluster-build
 	$(CARGO) bench --bench source
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
+
+## chaos: the chaos soak (200 random kills, a kube-apiserver restart, a Git outage); writes bench/CHAOS.md.
+chaos: cluster-build
+	tests/cluster/with-cluster.sh $(CARGO) bench --bench chaos
 
 cluster-build:
 	tests/cluster/build.sh >/dev/null

@@ -65,6 +65,37 @@ where
     (reader, stream)
 }
 
+/// Whether a reflector's store has had its first list, for any number of waiters at once.
+///
+/// kube's `Store::wait_until_ready` wakes only the last of several tasks that wait on it
+/// together: it polls a oneshot receiver, which keeps one waker. After a restart, the first
+/// reconciles of several rollouts all waited on the StatefulSet store at once, and all but
+/// one hung forever, holding their rollouts: nothing else was ever reconciled for them
+/// (issue 26). Here one task waits on the store and tells a watch channel, which wakes all.
+#[derive(Clone, Debug)]
+pub(crate) struct StoreReady(tokio::sync::watch::Receiver<bool>);
+
+impl StoreReady {
+    pub(crate) fn of<K>(store: Store<K>) -> StoreReady
+    where
+        K: kube::runtime::reflector::Lookup + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let (ready, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_ok() {
+                ready.send_replace(true);
+            }
+        });
+        StoreReady(rx)
+    }
+
+    /// Waits for the first list; an error when the store's watch has stopped for good.
+    pub(crate) async fn wait(&self) -> Result<(), tokio::sync::watch::error::RecvError> {
+        self.0.clone().wait_for(|ready| *ready).await.map(|_| ())
+    }
+}
+
 /// What of a rollout wakes its reconcile: everything but its status.
 fn own_status_writes_filtered<K: kube::Resource>() -> impl kube::runtime::Predicate<K> {
     use kube::runtime::{Predicate, predicates};
@@ -248,6 +279,27 @@ impl OwnStatusWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn every_waiter_on_a_store_wakes_when_it_is_ready() {
+        // Issue 26: with kube's wait_until_ready, of several reconciles waiting together only
+        // the last one woke; the others held their rollouts forever.
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let ready = StoreReady::of(store);
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let ready = ready.clone();
+                tokio::spawn(async move { ready.wait().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        for waiter in waiters {
+            let woke = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await;
+            assert!(matches!(woke, Ok(Ok(Ok(())))), "a waiter was never woken");
+        }
+    }
 
     #[test]
     fn a_status_planned_again_from_the_same_version_is_a_repeat() {

@@ -21,7 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Doing, ReconcileError, StatusWrite, write_status};
+use super::{Context, Doing, ReconcileError, StatusWrite, StoreReady, write_status};
 use crate::api::{
     ABORT_ANNOTATION, BIND_REQUESTED_ANNOTATION, CanaryStatefulSet, FINALIZER,
     HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
@@ -94,7 +94,15 @@ pub async fn run(
             for_volumes(rollout_of(&volume, ns))
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, Arc::new(Shared { ctx, sets }))
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Shared {
+                ctx,
+                sets_ready: StoreReady::of(sets.clone()),
+                sets,
+            }),
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile did not finish");
@@ -113,6 +121,7 @@ fn rollout_of(object: &impl Resource, ns: Option<String>) -> Option<ObjectRef<Ca
 struct Shared {
     ctx: Arc<Context>,
     sets: Store<StoredSet>,
+    sets_ready: StoreReady,
 }
 
 /// A watch of the sets linnet made, and the store it fills with [`StoredSet`]s, which keep
@@ -309,8 +318,8 @@ async fn observe(
     let container = rollout.spec.container.as_deref();
     // Until the first list is in, a missing set may only be unlisted.
     shared
-        .sets
-        .wait_until_ready()
+        .sets_ready
+        .wait()
         .await
         .map_err(|_| ReconcileError::Waiting("the StatefulSet watch".into()))?;
     let (stable_name, canary_name) = match rollout.spec.strategy.type_ {

@@ -1,0 +1,87 @@
+//! `make chaos`: the chaos soak of `run.rs` on the local control plane, at 200 random kills of
+//! the agent plus a kube-apiserver restart and a Git outage. Prints a table and writes it, with
+//! the machine, the commit and the seed, into `bench/CHAOS.md`.
+//!
+//! Settings (environment): `LINNET_CHAOS_SEED` (1), `LINNET_CHAOS_KILLS` (200),
+//! `LINNET_CHAOS_GIT_OUTAGE_SECS` (60), `LINNET_CHAOS_RESULTS` (bench/CHAOS.md; `-` for none).
+//! The same seed makes the same choices (the moments still depend on the machine's speed).
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod run;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn main() {
+    // `cargo test --all-targets` runs harness-less benches too; `tests/chaos.rs` runs it short.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("chaos: a soak; run it with `make chaos`");
+        return;
+    }
+    let cfg = run::Config {
+        seed: env_or("LINNET_CHAOS_SEED", 1),
+        kills: env_or("LINNET_CHAOS_KILLS", 200),
+        faults: true,
+        git_outage: Duration::from_secs(env_or("LINNET_CHAOS_GIT_OUTAGE_SECS", 60)),
+        linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
+    };
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let report = match rt.block_on(run::run(&cfg)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("chaos: failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    let table = run::table(&report);
+    println!("{table}");
+    let results = std::env::var("LINNET_CHAOS_RESULTS")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/bench/CHAOS.md").to_string());
+    if results != "-" {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let commit = sh("git", &["-C", root, "rev-parse", "--short", "HEAD"]);
+        let text = format!(
+            "# Chaos soak\n\nWritten by `make chaos` (`benches/chaos/`): {} random kills of the agent \
+             (SIGKILL, at a moment uniform over a rollout's life; half of them hand over to the \
+             standby replica), then a kube-apiserver restart and a Git outage of {} s, over a \
+             TwoSets and a Partition CanaryStatefulSet (3 replicas, a volume each) and a batched \
+             CanaryDeployment. Commit `{commit}`, seed {}, {}, {} cores.\n\n{table}",
+            cfg.kills,
+            cfg.git_outage.as_secs(),
+            cfg.seed,
+            sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+        );
+        std::fs::write(&results, text).expect("write the results");
+        eprintln!("chaos: wrote {results}");
+    }
+    let ok = report.converged == report.runs
+        && report.pvs_moved == 0
+        && report.pvs_deleted == 0
+        && report.two_pods_on_an_ordinal.is_empty()
+        && report.replicas_above_spec.is_empty()
+        && report.apiserver_restart_s.is_some()
+        && report.git_outage_s.is_some();
+    if !ok {
+        std::process::exit(1);
+    }
+}

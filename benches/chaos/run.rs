@@ -530,28 +530,32 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         } else {
             h.start_agent(&leader);
         }
-        let outcome = h.converge(&image, limit + delay.min(life)).await;
-        let mut rep = report.lock().unwrap();
-        rep.runs += 1;
-        match outcome {
-            Ok(_) => {
-                rep.converged += 1;
-                rep.converge_s.push(restarted.elapsed().as_secs_f64());
-            }
-            Err(what) => {
-                rep.stalls.push(format!(
-                    "run {run} (kill after {:.2} s, handover {handover}): {what}",
-                    delay.as_secs_f64()
-                ));
-                drop(rep);
-                log(&format!("run {run} did not converge in time; waiting on"));
-                if h.converge(&image, Duration::from_secs(180)).await.is_err() {
-                    return Err(format!("run {run} never converged"));
+        let outcome = h.converge(&image, limit).await;
+        let stalled = {
+            let mut rep = report.lock().unwrap();
+            rep.runs += 1;
+            match outcome {
+                Ok(_) => {
+                    rep.converged += 1;
+                    rep.converge_s.push(restarted.elapsed().as_secs_f64());
+                    false
                 }
-                continue;
+                Err(what) => {
+                    rep.stalls.push(format!(
+                        "run {run} (kill after {:.2} s, handover {handover}): {what}",
+                        delay.as_secs_f64()
+                    ));
+                    true
+                }
             }
+        };
+        if stalled {
+            log(&format!("run {run} did not converge in time; waiting on"));
+            if h.converge(&image, Duration::from_secs(180)).await.is_err() {
+                return Err(format!("run {run} never converged"));
+            }
+            continue;
         }
-        drop(rep);
         let volumes = h.volumes().await;
         let mut rep = report.lock().unwrap();
         rep.pvs_moved += volumes

@@ -156,7 +156,10 @@ fn git_host(dir: &Path, ns: &str, n: usize, agent_base: &str) -> GitHost {
         .unwrap();
     }
     git(&work, &["add", "-A"]);
-    git(&work, &["commit", "-qm", &format!("{n} rollouts")]);
+    git(
+        &work,
+        &["commit", "--allow-empty", "-qm", &format!("{n} rollouts")],
+    );
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let server = support::git_http::serve(dir.join("repos"), Some(("git", GIT_TOKEN)));
     GitHost {

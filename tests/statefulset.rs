@@ -788,3 +788,23 @@ async fn each_canary_gets_its_own_event_text() {
         );
     }
 }
+
+/// Issue 18: a canary claim deleted by hand left both claims of its ordinal gone after the
+/// canary stopped; the handoff back called it done and the stable set gave the replica a new,
+/// empty volume.
+#[tokio::test]
+async fn a_canary_claim_deleted_by_hand_keeps_its_volume_through_promotion() {
+    let mut f = start("sts-claim", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    // Protected while the canary pod uses it; gone once the promotion stops that pod.
+    f.api::<PersistentVolumeClaim>()
+        .delete("data-redis-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
+    f.wait_stable_on("redis:7.4", 150).await;
+    f.assert_volumes(&before).await;
+}

@@ -395,14 +395,39 @@ async fn observe(
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let named: BTreeSet<String> = claims.iter().filter_map(|c| c.volume.clone()).collect();
     let mut volumes = Vec::with_capacity(named.len());
-    for v in named {
+    for v in &named {
         if let Some(pv) = pvs
-            .get_opt(&v)
+            .get_opt(v)
             .await
             .doing(|| format!("reading PersistentVolume {v}"))?
         {
             volumes.push(VolumeView::from_object(&pv, ns));
         }
+    }
+    // Fewer claims than replicas: one was deleted by hand. The volumes a handoff has touched
+    // (labelled with the rollout) are read too, so the handoff finds the one whose claim is
+    // gone instead of letting the replica start on a new, empty volume.
+    let templates = rollout
+        .spec
+        .template
+        .volume_claim_templates
+        .as_ref()
+        .map_or(0, Vec::len);
+    if has_templates && claims.len() < templates * rollout.spec.replicas.max(0) as usize {
+        let labelled = pvs
+            .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}")))
+            .await
+            .doing(|| format!("listing the volumes of {ns}/{name}"))?;
+        volumes.extend(
+            labelled
+                .items
+                .iter()
+                .filter(|pv| {
+                    pv.labels().get(VOLUME_NAMESPACE_LABEL).map(String::as_str) == Some(ns)
+                })
+                .filter(|pv| !named.contains(&pv.name_any()))
+                .map(|pv| VolumeView::from_object(pv, ns)),
+        );
     }
     let job = match &rollout.spec.migration {
         Some(_) => {

@@ -10,7 +10,8 @@
 //!    annotation is that change, so the claim binds at once.
 //!
 //! Each call looks at the cluster as it is and returns the next step, so a handoff cut off at
-//! any point carries on where it stopped. A claim is deleted only when its volume is Retain
+//! any point carries on where it stopped. A claim deleted by hand is recreated on its volume
+//! (found by its `claimRef`) before the volume moves on. A claim is deleted only when its volume is Retain
 //! and marked for a new claim that exists; a volume is never deleted.
 
 use super::actions::Action;
@@ -58,6 +59,41 @@ pub fn handoff_step(
         .and_then(|d| d.volume.as_deref())
         .and_then(by_name)
         .or_else(|| src.and_then(|s| s.volume.as_deref()).and_then(by_name));
+    // Both claims gone (deleted by hand): the replica's volume is the rollout's Retain volume
+    // whose claimRef still names one of them and that no live claim holds. Going on without
+    // it would let the StatefulSet controller give the replica a new, empty volume.
+    let orphaned: Vec<_> = if src.is_none() && dst.is_none() {
+        observed
+            .volumes
+            .iter()
+            .filter(|v| {
+                v.retain
+                    && v.claim
+                        .as_ref()
+                        .is_some_and(|(n, _)| *n == src_name || *n == dst_name)
+                    && !observed
+                        .claims
+                        .iter()
+                        .any(|c| c.volume.as_deref() == Some(v.name.as_str()))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let volume = match (volume, orphaned.as_slice()) {
+        (Some(v), _) => Some(v),
+        (None, [only]) => Some(*only),
+        (None, []) => None,
+        (None, several) => {
+            let names: Vec<&str> = several.iter().map(|v| v.name.as_str()).collect();
+            return HandoffStep::Waiting(format!(
+                "claims {src_name} and {dst_name} are gone, and volumes {} could each hold replica \
+                 {ordinal}'s data; point the one to keep at {dst_name} (or remove the other's \
+                 claimRef) to carry on",
+                names.join(", ")
+            ));
+        }
+    };
     let Some(volume) = volume else {
         return match (src, dst) {
             (None, None) => HandoffStep::Done,

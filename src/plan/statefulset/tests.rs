@@ -336,6 +336,15 @@ impl Sim {
                 c.bound = true;
             }
         }
+        // pvc-protection: a claim being deleted goes once no pod uses it; its volume stays,
+        // Released, its claimRef still naming it.
+        let pods = self.pods.clone();
+        self.claims.retain(|name, c| {
+            !c.deleting
+                || pods
+                    .values()
+                    .any(|p| claim_name("data", &p.set, p.ordinal) == *name)
+        });
         // The StatefulSet controller, one set at a time.
         let sets = self.sets.clone();
         for (name, set) in &sets {
@@ -1268,4 +1277,21 @@ fn a_change_kubernetes_cannot_make_to_a_live_set_is_refused_by_name() {
         s.spec = before;
         assert_eq!(s.reconcile().status.phase, Some(Phase::Stable), "{field}");
     }
+}
+
+#[test]
+fn a_canary_claim_deleted_by_hand_is_recreated_on_its_volume_before_it_moves_back() {
+    // Issue 18: with both claims of ordinal 2 gone, the handoff back called it done, and the
+    // stable set's controller gave replica 2 a new, empty volume.
+    let mut s = two_sets();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.claims.get_mut("data-redis-canary-2").unwrap().deleting = true;
+    s.promote = Some("true".into());
+    s.run_until("Stable on redis:2", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+    assert_eq!(s.volumes_by_ordinal(), before);
 }

@@ -277,8 +277,10 @@ async fn fresh_namespace(client: &Client) -> Step<()> {
         })
         .await?;
     }
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS}}))
-        .map_err(|e| e.to_string())?;
+    // A tenant namespace as the README's Security section says: Pod Security `baseline`.
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS,
+        "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}))
+    .map_err(|e| e.to_string())?;
     namespaces
         .create(&PostParams::default(), &ns)
         .await
@@ -329,6 +331,27 @@ async fn service_account_kubeconfig(
         .patch("linnet", &params, &Patch::Apply(&binding))
         .await
         .map_err(failed("the ClusterRoleBinding"))?;
+    // What the source may apply, granted in namespace demo only: linnet applies Git's objects
+    // as ServiceAccount linnet-default there, never with its own rights.
+    let source_role: ClusterRole =
+        serde_saphyr::from_str(&read("source-rbac.yaml")?).map_err(parse_err)?;
+    Api::<ClusterRole>::all(client.clone())
+        .patch("linnet-source", &params, &Patch::Apply(&source_role))
+        .await
+        .map_err(failed("the ClusterRole linnet-source"))?;
+    let grant: k8s_openapi::api::rbac::v1::RoleBinding =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "linnet-source", "namespace": NS},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "linnet-source"},
+            "subjects": [{"kind": "ServiceAccount", "name": "linnet-default", "namespace": NS}],
+        }))
+        .map_err(|e| e.to_string())?;
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), NS)
+        .patch("linnet-source", &params, &Patch::Apply(&grant))
+        .await
+        .map_err(failed("the source's RoleBinding"))?;
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
@@ -433,7 +456,7 @@ async fn run() -> Step<()> {
     });
 
     say(
-        "Setting up: the CRDs, ServiceAccount and RBAC from deploy/, namespace demo, and a Git server (smart HTTP) with a push webhook",
+        "Setting up: the CRDs, ServiceAccount and RBAC from deploy/ (the source may deploy to namespace demo only), namespace demo, and a Git server (smart HTTP) with a push webhook",
     );
     install_crds(&client).await?;
     fresh_namespace(&client).await?;
@@ -480,8 +503,9 @@ async fn run() -> Step<()> {
             tmp.path().join("cache").to_str().unwrap_or_default(),
         ])
         .args([
+            // The shipped source name: Git's objects are applied as linnet-default.
             "--source-name",
-            "demo",
+            "default",
             "--allow-namespace",
             NS,
             "--lease-identity",

@@ -57,6 +57,10 @@ pub struct AgentConfig {
     pub load: LoadOptions,
     pub source_name: String,
     pub prune: bool,
+    /// Whose rights Git's objects are applied with.
+    pub apply_as: crate::sync::ApplyAs,
+    /// Take over existing objects linnet did not apply.
+    pub adopt: bool,
     /// Leader election; `None` runs without it (a single replica).
     pub leader: Option<LeaderConfig>,
     /// Status files written to Git; `None` writes none.
@@ -89,9 +93,59 @@ pub struct SourceStatus {
     pub objects: usize,
     /// Located errors in the specs at the current revision.
     pub spec_errors: Vec<String>,
-    /// Objects of `revision` that the API server refused, with its message; retried.
+    /// Objects of `revision` that were not applied (refused by the policy, by the source's
+    /// rights or by the API server), each located in its file; retried.
     #[serde(default)]
     pub sync_errors: Vec<String>,
+    /// `Degraded`: whether part of the revision is not applied (spec or sync errors).
+    #[serde(default)]
+    pub conditions: Vec<SourceCondition>,
+}
+
+/// A condition of the source, as on Kubernetes objects.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+impl SourceStatus {
+    /// Recomputes `Degraded` from the errors.
+    fn set_degraded(&mut self) {
+        let (status, reason, message) = match (self.spec_errors.first(), self.sync_errors.first()) {
+            (_, Some(first)) => (
+                "True",
+                "SyncErrors",
+                format!(
+                    "{} object(s) of the revision not applied; first: {first}",
+                    self.sync_errors.len()
+                ),
+            ),
+            (Some(first), None) => (
+                "True",
+                "SpecErrors",
+                format!(
+                    "{} error(s) in the specs block their files; first: {first}",
+                    self.spec_errors.len()
+                ),
+            ),
+            (None, None) => (
+                "False",
+                "Synced",
+                "every object of the revision is applied".into(),
+            ),
+        };
+        self.conditions = vec![SourceCondition {
+            type_: "Degraded".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+        }];
+    }
 }
 
 fn now_rfc3339() -> String {
@@ -136,7 +190,11 @@ struct Shared {
 }
 
 /// Runs the agent until SIGINT or SIGTERM.
-pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
+pub async fn run(
+    config: AgentConfig,
+    client: kube::Client,
+    kube_config: kube::Config,
+) -> Result<()> {
     let (error_tx, error_rx) = mpsc::channel(64);
     let shared = Arc::new(Shared {
         spec_error_statuses: config.commit_status.is_some().then_some(error_tx),
@@ -248,9 +306,12 @@ pub async fn run(config: AgentConfig, client: kube::Client) -> Result<()> {
     let syncer = Syncer::new(
         client,
         &config.source_name,
-        config.load.allowed_namespaces.clone(),
+        config.load.policy.allowed_namespaces.clone(),
     )
-    .with_drift_interval(config.drift_interval);
+    .with_drift_interval(config.drift_interval)
+    .with_apply_as(config.apply_as.clone(), kube_config)
+    .with_adopt(config.adopt)
+    .with_policy(config.load.policy.clone());
     // Drift is looked for on this timer, whether or not Git moved.
     let mut drift_check = tokio::time::interval(config.drift_interval);
     drift_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -572,6 +633,7 @@ async fn sync(
             .iter()
             .map(|(key, e)| format!("{key}: {e}"))
             .collect();
+        s.set_degraded();
         if report.errors.is_empty() {
             s.last_error = None;
         }

@@ -46,13 +46,36 @@ pub struct SpecArgs {
     /// Namespace for objects that name none.
     #[arg(long, default_value = "default", env = "LINNET_DEFAULT_NAMESPACE")]
     pub default_namespace: String,
-    /// Namespaces specs may use (repeat or comma-separate); any namespace when not set.
+    /// Namespaces specs may use (repeat or comma-separate); when not set, any namespace that
+    /// --deny-namespace does not close. Naming a closed namespace here opens it.
     #[arg(
         long = "allow-namespace",
         value_delimiter = ',',
         env = "LINNET_ALLOW_NAMESPACES"
     )]
     pub allowed_namespaces: Vec<String>,
+    /// Namespaces closed to the source (repeat or comma-separate; `--deny-namespace ''`
+    /// closes none). The agent's own namespace (--agent-namespace) is closed too.
+    #[arg(
+        long = "deny-namespace",
+        value_delimiter = ',',
+        default_value = "kube-system,kube-public,kube-node-lease",
+        env = "LINNET_DENY_NAMESPACES"
+    )]
+    pub denied_namespaces: Vec<String>,
+    /// Cluster-scoped kinds the source may apply, e.g. `Namespace` (repeat or comma-separate);
+    /// none when not set. PersistentVolumes are never applied from Git.
+    #[arg(
+        long = "allow-cluster-kind",
+        value_delimiter = ',',
+        env = "LINNET_ALLOW_CLUSTER_KINDS"
+    )]
+    pub cluster_kinds: Vec<String>,
+    /// The namespace linnet runs in (in a pod: from the downward API). It is closed to the
+    /// source unless --allow-namespace names it, and holds the account that applies
+    /// cluster-scoped objects.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub agent_namespace: Option<String>,
     /// Largest spec file read, in bytes.
     #[arg(long, default_value_t = 1024 * 1024, env = "LINNET_MAX_FILE_BYTES")]
     pub max_file_bytes: usize,
@@ -61,9 +84,21 @@ pub struct SpecArgs {
 impl SpecArgs {
     /// The loader options these flags describe.
     pub fn load_options(&self) -> LoadOptions {
+        let named = |list: &[String]| -> Vec<String> {
+            list.iter()
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect()
+        };
+        let mut denied_namespaces = named(&self.denied_namespaces);
+        denied_namespaces.extend(self.agent_namespace.clone());
         LoadOptions {
             default_namespace: self.default_namespace.clone(),
-            allowed_namespaces: self.allowed_namespaces.clone(),
+            policy: crate::specs::Policy {
+                allowed_namespaces: named(&self.allowed_namespaces),
+                denied_namespaces,
+                cluster_kinds: named(&self.cluster_kinds),
+            },
             max_file_bytes: self.max_file_bytes,
         }
     }
@@ -79,6 +114,37 @@ pub struct SyncArgs {
     /// PersistentVolumeClaims or PersistentVolumes.
     #[arg(long, env = "LINNET_PRUNE")]
     pub prune: bool,
+    /// The ServiceAccount whose rights Git's objects are applied and pruned with: NAME, the
+    /// account of that name in each object's namespace (cluster-scoped objects: in
+    /// --agent-namespace), or NAMESPACE/NAME, one account for everything. Default:
+    /// `linnet-<source-name>`. A cluster admin grants it what the source may do.
+    #[arg(long, env = "LINNET_APPLY_AS")]
+    pub apply_as: Option<String>,
+    /// Take over objects that exist in the cluster but that linnet did not apply (or that
+    /// another source applied). Without it, only objects annotated
+    /// `rollouts.linnet.dev/adopt=true` are taken over; the others are located errors.
+    #[arg(long, env = "LINNET_ADOPT")]
+    pub adopt: bool,
+}
+
+impl SyncArgs {
+    /// Whose rights the sync applies with.
+    pub fn apply_as(&self, agent_namespace: Option<&str>) -> crate::sync::ApplyAs {
+        let account = self
+            .apply_as
+            .clone()
+            .unwrap_or_else(|| format!("linnet-{}", self.source_name));
+        match account.split_once('/') {
+            Some((namespace, name)) => crate::sync::ApplyAs::Account {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            },
+            None => crate::sync::ApplyAs::AccountPerNamespace {
+                name: account,
+                home: agent_namespace.unwrap_or("default").to_string(),
+            },
+        }
+    }
 }
 
 /// Flags of `linnet agent`.
@@ -249,7 +315,8 @@ pub enum Command {
     /// Check the specs in DIR offline, for your own pre-merge CI; exit 1 on any error.
     ///
     /// Checks YAML syntax, types and unknown fields of linnet kinds, the CRDs' validation rules
-    /// (evaluated locally), duplicate objects and the namespace allow-list. Errors are printed
+    /// (evaluated locally), duplicate objects, and the source's policy (--allow-namespace,
+    /// --deny-namespace, --allow-cluster-kind; PersistentVolumes never). Errors are printed
     /// as `file:line:column: message`.
     Validate {
         /// The directory of specs (a checkout of the GitOps repository).
@@ -347,6 +414,8 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
         load: args.specs.load_options(),
         source_name: args.sync.source_name.clone(),
         prune: args.sync.prune,
+        apply_as: args.sync.apply_as(args.specs.agent_namespace.as_deref()),
+        adopt: args.sync.adopt,
         writeback: match (&writeback_source, args.writeback) {
             (SourceConfig::Remote { remote, cache_dir }, true) => {
                 Some(crate::writeback::WritebackConfig {
@@ -412,10 +481,12 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             duration: args.lease_duration,
         }),
     };
-    let client = crate::kube_client::infer()
+    let kube_config = kube::Config::infer()
         .await
+        .map_err(|e| Error::KubeConfig(Box::new(kube::Error::InferConfig(e))))?;
+    let client = crate::kube_client::from_config(kube_config.clone())
         .map_err(|e| Error::KubeConfig(Box::new(e)))?;
-    crate::agent::run(config, client).await?;
+    crate::agent::run(config, client, kube_config).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -445,6 +516,9 @@ async fn status(agent_url: &str) -> Result<ExitCode> {
                 }
                 for e in &s.sync_errors {
                     say!("  not applied: {e}");
+                }
+                for c in &s.conditions {
+                    say!("  {}: {} ({}): {}", c.type_, c.status, c.reason, c.message);
                 }
             }
             Err(e) => say!("source: {url} answered, but not with a status: {e}"),
@@ -529,7 +603,14 @@ async fn diff(dir: &Path, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> 
     let client = crate::kube_client::infer()
         .await
         .map_err(|e| Error::KubeConfig(Box::new(e)))?;
-    let syncer = Syncer::new(client, &sync.source_name, args.allowed_namespaces.clone());
+    let load = args.load_options();
+    let syncer = Syncer::new(
+        client,
+        &sync.source_name,
+        load.policy.allowed_namespaces.clone(),
+    )
+    .with_adopt(sync.adopt)
+    .with_policy(load.policy);
     let (plan, read_errors) = syncer.plan(&set, "working-tree", sync.prune).await;
     let mut changed = 0;
     for change in &plan {

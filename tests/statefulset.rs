@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
-use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
+use linnet::api::{CanaryStatefulSet, StatefulSetPhase, VOLUME_NAMESPACE_LABEL};
 use serde_json::{Value, json};
 use support::rollout::{Fixture, merge};
 use support::{
@@ -807,4 +807,61 @@ async fn a_canary_claim_deleted_by_hand_keeps_its_volume_through_promotion() {
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
     f.wait_stable_on("redis:7.4", 150).await;
     f.assert_volumes(&before).await;
+}
+
+/// Issue 19: a rollout of the same name, with the same claim template, in another namespace.
+/// Its handoffs mark its volumes with the same rollout label; this rollout's handoff, looking
+/// for the volume of a claim deleted by hand among the volumes marked with its name, must touch
+/// none of them (and every volume patch is checked against the claim's namespace, name and uid).
+#[tokio::test]
+async fn a_same_named_rollout_in_another_namespace_keeps_its_volumes() {
+    let mut ours = start("sts-twin-a", json!({})).await;
+    let mut twin = start("sts-twin-b", json!({})).await;
+    ours.wait_stable_on("redis:7.2", 90).await;
+    twin.wait_stable_on("redis:7.2", 90).await;
+    // The twin's canary marks its volumes with `rollout=redis`.
+    twin.set_image("redis:7.4");
+    twin.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    let twins = twin.volumes().await;
+    let pvs: Api<PersistentVolume> = Api::all(twin.admin.clone());
+    let mut twin_claim_refs = BTreeMap::new();
+    for (pv, _) in twins.values() {
+        let live = pvs.get(pv).await.unwrap();
+        twin_claim_refs.insert(
+            pv.clone(),
+            (live.spec.unwrap().claim_ref.unwrap(), live.metadata.labels),
+        );
+    }
+
+    let before = ours.volumes().await;
+    ours.set_image("redis:7.4");
+    ours.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    ours.api::<PersistentVolumeClaim>()
+        .delete("data-redis-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    ours.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
+    ours.wait_stable_on("redis:7.4", 150).await;
+    ours.assert_volumes(&before).await;
+
+    twin.assert_volumes(&twins).await;
+    let mut marked = 0;
+    for (pv, (claim_ref, labels)) in &twin_claim_refs {
+        let live = pvs.get(pv).await.unwrap();
+        let now = live.spec.unwrap().claim_ref.unwrap();
+        assert_eq!(
+            (&now.namespace, &now.name, &now.uid),
+            (&claim_ref.namespace, &claim_ref.name, &claim_ref.uid),
+            "the twin's volume {pv} was moved"
+        );
+        assert_eq!(
+            &live.metadata.labels, labels,
+            "the twin's volume {pv} was relabelled"
+        );
+        let namespace_label = labels.as_ref().and_then(|l| l.get(VOLUME_NAMESPACE_LABEL));
+        if namespace_label == Some(&twin.ns.name) {
+            marked += 1;
+        }
+    }
+    assert!(marked > 0, "the twin's canary marked none of its volumes");
 }

@@ -409,7 +409,7 @@ async fn linnet_diff_shows_what_would_change_and_exits_1() {
 /// alone what Git does not declare. A Namespace Git declares is created in the same sync as
 /// the objects in it (the order is `sync::diff::prerequisites_first`'s, unit-tested).
 #[tokio::test]
-async fn a_first_sync_adopts_many_unlabelled_objects_with_one_list() {
+async fn with_adopt_a_first_sync_adopts_many_unlabelled_objects_with_one_list() {
     let admin = admin_client().await;
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "adopt").await;
@@ -446,7 +446,14 @@ async fn a_first_sync_adopts_many_unlabelled_objects_with_one_list() {
         );
     }
     std::fs::write(repo.path().join("all.yaml"), text).unwrap();
-    let specs = load_dir(repo.path(), &LoadOptions::default()).unwrap();
+    let may_make_namespaces = LoadOptions {
+        policy: linnet::specs::Policy {
+            cluster_kinds: vec!["Namespace".into()],
+            ..Default::default()
+        },
+        ..LoadOptions::default()
+    };
+    let specs = load_dir(repo.path(), &may_make_namespaces).unwrap();
     assert_eq!(specs.errors, vec![]);
     let namespaces = vec![ns.name.clone(), apps.name.clone()];
     let (client, counter) = counting_admin_client().await;
@@ -458,7 +465,9 @@ async fn a_first_sync_adopts_many_unlabelled_objects_with_one_list() {
     assert_eq!(baseline.sync(&empty, "rev0", false).await.errors, vec![]);
     let labelled_lists = counter.reads() - before;
 
-    let syncer = Syncer::new(client, &ns.name, namespaces);
+    let syncer = Syncer::new(client, &ns.name, namespaces)
+        .with_adopt(true)
+        .with_policy(may_make_namespaces.policy.clone());
     let before = counter.reads();
     let report = syncer.sync(&specs, "rev1", true).await;
     let reads = counter.reads() - before;
@@ -485,5 +494,85 @@ async fn a_first_sync_adopts_many_unlabelled_objects_with_one_list() {
     assert!(
         bystander.metadata.labels.is_none(),
         "the bystander was not touched"
+    );
+}
+
+/// Adoption is explicit: an object that exists and that linnet did not apply is a located
+/// error for its file, left as it is (and never pruned), while the other objects sync; the
+/// adoption annotation, put on by someone with rights on the object, lets linnet take it over.
+#[tokio::test]
+async fn an_existing_object_linnet_did_not_apply_is_not_taken_over() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "noadopt").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    let theirs: ConfigMap = from_json(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "theirs"}, "data": {"v": "old"}
+    }));
+    config_maps
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("theirs.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: theirs\n  namespace: {}\ndata:\n  v: new\n", ns.name),
+    )
+    .unwrap();
+    std::fs::write(
+        repo.path().join("ours.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ours\n  namespace: {}\ndata:\n  v: new\n", ns.name),
+    )
+    .unwrap();
+    let specs = load_dir(repo.path(), &LoadOptions::default()).unwrap();
+    let syncer = Syncer::new(admin.clone(), &ns.name, vec![ns.name.clone()]);
+    let report = syncer.sync(&specs, "rev1", true).await;
+    assert_eq!(names(&report.created), vec!["ConfigMap/ours"]);
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    let (key, e) = &report.errors[0];
+    assert_eq!(key.name, "theirs");
+    assert!(e.starts_with("theirs.yaml:1:1: "), "{e}");
+    assert!(e.contains("not managed by linnet"), "{e}");
+    assert_eq!(report.pruned, vec![]);
+    let left = config_maps.get("theirs").await.unwrap();
+    assert_eq!(left.data.unwrap()["v"], "old");
+    assert!(left.metadata.labels.is_none());
+
+    // `linnet diff` says the same, located.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args([
+            "diff",
+            repo.path().to_str().unwrap(),
+            "--source-name",
+            &ns.name,
+        ])
+        .args(["--allow-namespace", &ns.name])
+        .env("KUBECONFIG", support::admin_kubeconfig())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("theirs.yaml:1:1: exists and is not managed by linnet"),
+        "{stderr}"
+    );
+
+    // Opted in by annotation: taken over on the next sync.
+    config_maps
+        .patch(
+            "theirs",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"rollouts.linnet.dev/adopt": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let report = syncer.sync(&specs, "rev2", true).await;
+    assert_eq!(report.errors, vec![]);
+    assert_eq!(names(&report.updated), vec!["ConfigMap/theirs"]);
+    assert_eq!(
+        config_maps.get("theirs").await.unwrap().data.unwrap()["v"],
+        "new"
     );
 }

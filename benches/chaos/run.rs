@@ -217,6 +217,7 @@ impl Harness<'_> {
             ])
             .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
             .args(["--source-name", &self.ns, "--allow-namespace", &self.ns])
+            .args(["--apply-as", support::SOURCE_ACCOUNT])
             .args(["--lease-namespace", &self.ns])
             .args(["--lease-duration", &format!("{LEASE_SECS}s")])
             .args(["--lease-identity", identity])

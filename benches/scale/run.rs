@@ -262,6 +262,7 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
         ])
         .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
         .args(["--source-name", ns, "--allow-namespace", ns])
+        .args(["--apply-as", support::SOURCE_ACCOUNT])
         .args(["--lease-namespace", ns, "--lease-identity", "bench"])
         // Extra agent flags, to compare settings: LINNET_BENCH_AGENT_ARGS="--flag value".
         .args(

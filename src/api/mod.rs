@@ -43,6 +43,9 @@ pub const ROLLOUT_LABEL: &str = "rollouts.linnet.dev/rollout";
 /// that an agent watches only its own children. It is deliberately not [`SOURCE_LABEL`]: that
 /// label marks what was applied from Git, the only objects prune may delete.
 pub const ROLLOUT_SOURCE_LABEL: &str = "rollouts.linnet.dev/rollout-source";
+/// Label on volumes linnet has handed over: the namespace of the rollout that owns the data
+/// (for people and `kubectl get pv -l`; linnet finds volumes through their claims).
+pub const VOLUME_NAMESPACE_LABEL: &str = "rollouts.linnet.dev/namespace";
 /// Label on a rollout's StatefulSets and their pods: `stable`, `canary` or `single`.
 pub const ROLE_LABEL: &str = "rollouts.linnet.dev/role";
 /// Annotation with the hash of what linnet last applied to a child object; equal hashes mean

@@ -120,6 +120,9 @@ pub enum ReconcileError {
     },
     #[error("the object has no namespace")]
     NoNamespace,
+    /// A patch refused because its object is not the rollout's (a volume whose claim is not).
+    #[error("refused {doing}: {why}")]
+    NotOurs { doing: String, why: String },
     #[error("waiting: {0}")]
     Waiting(String),
     #[error("finalizer: {0}")]
@@ -142,6 +145,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Kube { .. } => "kube_api",
             ReconcileError::NoNamespace => "no_namespace",
+            ReconcileError::NotOurs { .. } => "not_ours",
             ReconcileError::Waiting(_) => "waiting",
             ReconcileError::Finalizer(_) => "finalizer",
         }

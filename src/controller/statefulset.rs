@@ -27,6 +27,7 @@ use crate::api::{
     HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
     SOURCE_PATH_ANNOTATION, StatefulSetStrategyType,
 };
+use crate::plan::handoff::{VolumePatch, volume_refusal};
 use crate::plan::objects::{Role, RolloutRef, migration_job_name};
 use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
@@ -35,9 +36,7 @@ use crate::plan::statefulset::{Rollout, plan, plan_cleanup};
 use crate::plan::{Action, mark_action_failed};
 use crate::sync::FIELD_MANAGER;
 
-/// Label on volumes linnet has handed over: the namespace of the rollout that owns the data
-/// (for people and `kubectl get pv -l`; linnet finds volumes through their claims).
-pub const VOLUME_NAMESPACE_LABEL: &str = "rollouts.linnet.dev/namespace";
+pub use crate::api::VOLUME_NAMESPACE_LABEL;
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
@@ -463,6 +462,48 @@ fn ignore_status(result: Result<(), kube::Error>, code: u16) -> Result<(), kube:
     }
 }
 
+/// Reads `volume` and the claims its patch concerns, and returns the volume's resourceVersion
+/// if [`volume_refusal`] lets the handoff of `rollout` make `patch`.
+async fn check_volume(
+    client: &kube::Client,
+    ns: &str,
+    rollout: &str,
+    volume: &str,
+    patch: VolumePatch<'_>,
+    what: &impl Fn() -> String,
+) -> Result<Option<String>, ReconcileError> {
+    let Some(pv) = Api::<PersistentVolume>::all(client.clone())
+        .get_opt(volume)
+        .await
+        .doing(what)?
+    else {
+        return Err(ReconcileError::Waiting(format!("volume {volume} is gone")));
+    };
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
+    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    let named = match claim_ref
+        .filter(|r| r.namespace.as_deref() == Some(ns))
+        .and_then(|r| r.name.as_deref())
+    {
+        Some(name) => claims.get_opt(name).await.doing(what)?,
+        None => None,
+    };
+    let target = match patch {
+        VolumePatch::Bind { claim, .. } => claims.get_opt(claim).await.doing(what)?,
+        VolumePatch::Retain => None,
+    };
+    match volume_refusal(&pv, ns, rollout, named.as_ref(), target.as_ref(), patch) {
+        Some(why) => {
+            tracing::warn!(volume, rollout = %format!("{ns}/{rollout}"), why, "refused to patch a volume that is not the rollout's");
+            Err(ReconcileError::NotOurs {
+                doing: what(),
+                why: format!("volume {volume} is not rollout {ns}/{rollout}'s: {why}"),
+            })
+        }
+        None => Ok(pv.metadata.resource_version),
+    }
+}
+
 async fn execute(
     action: &Action,
     ctx: &Context,
@@ -501,21 +542,27 @@ async fn execute(
             404,
         )
         .doing(what),
-        Action::RetainVolume { volume, handoff_to } => Api::<PersistentVolume>::all(client)
-            .patch(
-                volume,
-                &PatchParams::default(),
-                &Patch::Merge(json!({
-                    "metadata": {
-                        "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
-                        "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
-                    },
-                    "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-                })),
-            )
-            .await
-            .map(|_| ())
-            .doing(what),
+        Action::RetainVolume { volume, handoff_to } => {
+            let checked =
+                check_volume(&client, ns, rollout, volume, VolumePatch::Retain, &what).await?;
+            // The resourceVersion makes the patch fail if the volume changed since the check.
+            Api::<PersistentVolume>::all(client)
+                .patch(
+                    volume,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({
+                        "metadata": {
+                            "resourceVersion": checked,
+                            "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
+                            "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
+                        },
+                        "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+                    })),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
         Action::CreateClaim(claim) => ignore_status(
             Api::<PersistentVolumeClaim>::namespaced(client, ns)
                 .create(&PostParams::default(), claim)
@@ -536,22 +583,29 @@ async fn execute(
             volume,
             claim,
             claim_uid,
-        } => Api::<PersistentVolume>::all(client)
-            .patch(
-                volume,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"claimRef": {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "namespace": ns,
-                    "name": claim,
-                    "uid": claim_uid,
-                    "resourceVersion": null,
-                }}})),
-            )
-            .await
-            .map(|_| ())
-            .doing(what),
+        } => {
+            let patch = VolumePatch::Bind { claim, claim_uid };
+            let checked = check_volume(&client, ns, rollout, volume, patch, &what).await?;
+            Api::<PersistentVolume>::all(client)
+                .patch(
+                    volume,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({
+                        "metadata": {"resourceVersion": checked},
+                        "spec": {"claimRef": {
+                            "apiVersion": "v1",
+                            "kind": "PersistentVolumeClaim",
+                            "namespace": ns,
+                            "name": claim,
+                            "uid": claim_uid,
+                            "resourceVersion": null,
+                        }},
+                    })),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
         Action::RequestBind { claim, volume } => {
             Api::<PersistentVolumeClaim>::namespaced(client, ns)
                 .patch(

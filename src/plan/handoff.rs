@@ -14,10 +14,14 @@
 //! (found by its `claimRef`) before the volume moves on. A claim is deleted only when its volume is Retain
 //! and marked for a new claim that exists; a volume is never deleted.
 
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
 use super::actions::Action;
 use super::objects::{Role, RolloutRef, claim_name, handoff_claim};
 use super::observed::Observed;
-use crate::api::CanaryStatefulSetSpec;
+use crate::api::{
+    CanaryStatefulSetSpec, HANDOFF_TO_ANNOTATION, ROLLOUT_LABEL, VOLUME_NAMESPACE_LABEL,
+};
 
 /// Where the handoff of one volume stands.
 #[derive(Clone, Debug, PartialEq)]
@@ -157,4 +161,221 @@ pub fn handoff_step(
         });
     }
     HandoffStep::Waiting(format!("claim {dst_name} to bind volume {}", volume.name))
+}
+
+/// A patch the handoff makes to a PersistentVolume.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum VolumePatch<'a> {
+    /// Retain, labelled with the rollout, annotated with the claim it goes to.
+    Retain,
+    /// `claimRef` pointed at `claim` (uid `claim_uid`), which the handoff created.
+    Bind { claim: &'a str, claim_uid: &'a str },
+}
+
+/// Why the handoff of rollout `rollout` in namespace `ns` may not make `patch` to `pv`, if it
+/// may not. Checked against the cluster right before every patch: a volume is the rollout's
+/// only when its `claimRef` names, by namespace, name and uid, a live claim of the rollout, or
+/// (its claim deleted since) when an earlier, checked patch marked it as the rollout's.
+/// `named`: the claim in `ns` that the `claimRef`'s name names, if any; `target`: for a bind,
+/// the claim it goes to.
+pub fn volume_refusal(
+    pv: &PersistentVolume,
+    ns: &str,
+    rollout: &str,
+    named: Option<&PersistentVolumeClaim>,
+    target: Option<&PersistentVolumeClaim>,
+    patch: VolumePatch<'_>,
+) -> Option<String> {
+    let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return Some("it is bound to no claim, so to none of the rollout's".into());
+    };
+    let (ref_ns, ref_name) = (
+        claim_ref.namespace.as_deref().unwrap_or_default(),
+        claim_ref.name.as_deref().unwrap_or_default(),
+    );
+    if ref_ns != ns {
+        return Some(format!(
+            "its claimRef names {ref_ns}/{ref_name}, a claim in another namespace"
+        ));
+    }
+    let of_rollout = |c: &PersistentVolumeClaim| {
+        c.metadata.namespace.as_deref() == Some(ns)
+            && c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLLOUT_LABEL))
+                .map(String::as_str)
+                == Some(rollout)
+    };
+    // The claim the claimRef names, if it is still the same claim (same uid).
+    let holder = named.filter(|c| {
+        c.metadata.name.as_deref() == Some(ref_name)
+            && c.metadata.uid.is_some()
+            && c.metadata.uid == claim_ref.uid
+    });
+    let labels = pv.metadata.labels.as_ref();
+    let marked = labels
+        .and_then(|l| l.get(ROLLOUT_LABEL))
+        .map(String::as_str)
+        == Some(rollout)
+        && labels
+            .and_then(|l| l.get(VOLUME_NAMESPACE_LABEL))
+            .map(String::as_str)
+            == Some(ns);
+    match patch {
+        VolumePatch::Retain => match holder {
+            Some(c) if of_rollout(c) => None,
+            Some(_) => Some(format!(
+                "it is bound to claim {ns}/{ref_name}, which is not one of rollout {rollout}'s"
+            )),
+            None if marked => None,
+            None => Some(format!(
+                "its claim {ns}/{ref_name} is gone, and no earlier handoff of rollout {rollout} \
+                 marked it"
+            )),
+        },
+        VolumePatch::Bind { claim, claim_uid } => {
+            let handed_to = pv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(HANDOFF_TO_ANNOTATION))
+                .map(String::as_str);
+            if !marked || handed_to != Some(claim) {
+                return Some(format!(
+                    "no checked handoff of rollout {rollout} marked it for claim {claim}"
+                ));
+            }
+            let target_ok = target.is_some_and(|t| {
+                of_rollout(t)
+                    && t.metadata.name.as_deref() == Some(claim)
+                    && t.metadata.uid.as_deref() == Some(claim_uid)
+            });
+            if !target_ok {
+                return Some(format!(
+                    "claim {ns}/{claim} (uid {claim_uid}) is not a live claim of rollout {rollout}"
+                ));
+            }
+            match holder {
+                Some(c) if c.metadata.name.as_deref() != Some(claim) => {
+                    Some(format!("it is still bound to live claim {ns}/{ref_name}"))
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod volume_refusal_tests {
+    use super::*;
+
+    fn pv(
+        claim_ns: &str,
+        claim: &str,
+        uid: &str,
+        marked_for: Option<(&str, &str)>,
+    ) -> PersistentVolume {
+        let mut labels = serde_json::Map::new();
+        let mut annotations = serde_json::Map::new();
+        if let Some((rollout, to)) = marked_for {
+            labels.insert(ROLLOUT_LABEL.into(), rollout.into());
+            labels.insert(VOLUME_NAMESPACE_LABEL.into(), "shop".into());
+            annotations.insert(HANDOFF_TO_ANNOTATION.into(), to.into());
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv-1", "labels": labels, "annotations": annotations},
+            "spec": {"claimRef": {"namespace": claim_ns, "name": claim, "uid": uid}},
+        }))
+        .unwrap_or_default()
+    }
+
+    fn claim(ns: &str, name: &str, uid: &str, rollout: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": ns, "name": name, "uid": uid,
+                "labels": {ROLLOUT_LABEL: rollout}},
+        }))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_volume_bound_to_the_rollouts_claim_may_be_retained() {
+        let src = claim("shop", "data-db-stable-0", "u1", "db");
+        let v = pv("shop", "data-db-stable-0", "u1", None);
+        assert_eq!(
+            volume_refusal(&v, "shop", "db", Some(&src), None, VolumePatch::Retain),
+            None
+        );
+    }
+
+    #[test]
+    fn another_namespaces_volume_is_never_touched() {
+        // A claim template naming someone else's volume, or a same-named rollout elsewhere.
+        let v = pv(
+            "bank",
+            "data-db-stable-0",
+            "u9",
+            Some(("db", "data-db-canary-0")),
+        );
+        let src = claim("shop", "data-db-stable-0", "u1", "db");
+        let e = volume_refusal(&v, "shop", "db", Some(&src), None, VolumePatch::Retain).unwrap();
+        assert!(e.contains("another namespace"), "{e}");
+        let dst = claim("shop", "data-db-canary-0", "u2", "db");
+        let bind = VolumePatch::Bind {
+            claim: "data-db-canary-0",
+            claim_uid: "u2",
+        };
+        assert!(volume_refusal(&v, "shop", "db", None, Some(&dst), bind).is_some());
+    }
+
+    #[test]
+    fn a_volume_of_a_claim_that_is_not_the_rollouts_is_refused() {
+        let other = claim("shop", "data-db-stable-0", "u1", "cache");
+        let v = pv("shop", "data-db-stable-0", "u1", None);
+        assert!(
+            volume_refusal(&v, "shop", "db", Some(&other), None, VolumePatch::Retain).is_some()
+        );
+        // Same name, recreated (another uid), and never marked: not provably the rollout's.
+        let recreated = claim("shop", "data-db-stable-0", "u7", "db");
+        assert!(
+            volume_refusal(
+                &v,
+                "shop",
+                "db",
+                Some(&recreated),
+                None,
+                VolumePatch::Retain
+            )
+            .is_some()
+        );
+    }
+
+    #[test]
+    fn a_marked_volume_moves_only_to_the_claim_it_was_marked_for() {
+        let v = pv(
+            "shop",
+            "data-db-stable-0",
+            "u1",
+            Some(("db", "data-db-canary-0")),
+        );
+        let dst = claim("shop", "data-db-canary-0", "u2", "db");
+        let bind = VolumePatch::Bind {
+            claim: "data-db-canary-0",
+            claim_uid: "u2",
+        };
+        assert_eq!(
+            volume_refusal(&v, "shop", "db", None, Some(&dst), bind),
+            None
+        );
+        let elsewhere = VolumePatch::Bind {
+            claim: "evil",
+            claim_uid: "u3",
+        };
+        let evil = claim("shop", "evil", "u3", "db");
+        assert!(volume_refusal(&v, "shop", "db", None, Some(&evil), elsewhere).is_some());
+        // Still held by its live source claim: not released yet.
+        let src = claim("shop", "data-db-stable-0", "u1", "db");
+        let e = volume_refusal(&v, "shop", "db", Some(&src), Some(&dst), bind).unwrap();
+        assert!(e.contains("still bound"), "{e}");
+    }
 }

@@ -7,6 +7,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::locate::find_key;
+use super::policy::{Policy, controller_mark, never_from_git};
 use super::validate::{check_canary_deployment, check_canary_statefulset, crd_errors};
 use super::{FileSpecs, LoadedObject, Location, ObjectKey, Spec, SpecError, SpecSet};
 use crate::api::{API_VERSION, CanaryDeployment, CanaryStatefulSet};
@@ -17,8 +18,8 @@ use crate::{Error, Result};
 pub struct LoadOptions {
     /// Namespace for namespaced objects that name none.
     pub default_namespace: String,
-    /// Namespaces objects may be in; empty allows any.
-    pub allowed_namespaces: Vec<String>,
+    /// What this source may apply (namespaces, cluster-scoped kinds).
+    pub policy: Policy,
     /// Files larger than this are refused whole.
     pub max_file_bytes: usize,
 }
@@ -27,7 +28,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             default_namespace: "default".into(),
-            allowed_namespaces: Vec::new(),
+            policy: Policy::default(),
             max_file_bytes: 1024 * 1024,
         }
     }
@@ -315,19 +316,42 @@ fn load_document(
             .unwrap_or(&opts.default_namespace)
             .to_string()
     };
-    if !namespace.is_empty()
-        && !opts.allowed_namespaces.is_empty()
-        && !opts.allowed_namespaces.iter().any(|n| n == &namespace)
-    {
-        let message = format!(
-            "namespace {namespace:?} is not allowed for this agent; allowed: {}",
-            opts.allowed_namespaces.join(", ")
-        );
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    if let Some(message) = never_from_git(group, kind) {
+        return Err(vec![at_key(&["kind"], message)]);
+    }
+    if namespace.is_empty() {
+        if let Some(message) = opts.policy.cluster_kind_refusal(kind) {
+            return Err(vec![at_key(&["kind"], message)]);
+        }
+        // A Namespace object is its namespace: a closed one stays closed.
+        if kind == "Namespace"
+            && let Some(message) = opts.policy.namespace_refusal(name)
+        {
+            return Err(vec![at_key(&["metadata", "name"], message)]);
+        }
+    } else if let Some(message) = opts.policy.namespace_refusal(&namespace) {
         return Err(vec![if explicit_namespace.is_some() {
             at_key(&["metadata", "namespace"], message)
         } else {
             at_start(format!("{message} (the default namespace applies here)"))
         }]);
+    }
+    for map_name in ["labels", "annotations"] {
+        let keys = metadata
+            .and_then(|m| m.get(map_name))
+            .and_then(Value::as_object)
+            .map(|m| m.keys().map(String::as_str).collect::<Vec<_>>())
+            .unwrap_or_default();
+        if let Some(mark) = controller_mark(keys) {
+            return Err(vec![at_key(
+                &["metadata", map_name, mark],
+                format!(
+                    "{mark} is set only by linnet's controllers, on what they make (a rollout's \
+                     sets, claims and volumes); an object from Git may not carry it"
+                ),
+            )]);
+        }
     }
 
     let key = ObjectKey {
@@ -342,7 +366,6 @@ fn load_document(
         column: 1,
     };
 
-    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
     let spec = if group == crate::api::GROUP {
         if api_version != API_VERSION {
             return Err(vec![at_key(

@@ -7,10 +7,12 @@
 
 mod load;
 mod locate;
+pub mod policy;
 mod schema;
 mod validate;
 
 pub use load::{LoadOptions, is_spec_file, load_dir, load_file};
+pub use policy::Policy;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -123,11 +123,26 @@ fn check_pod_template(
 
 /// Cross-field checks of a CanaryStatefulSet.
 pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
-    check_pod_template(
+    let mut problems = check_pod_template(
         &o.spec.template.template,
         o.spec.container.as_deref(),
         Some(&o.spec.template.selector),
-    )
+    );
+    // A template naming a volume would hand every replica that one volume, perhaps another
+    // namespace's; the handoff decides which volume a replica's claim binds.
+    for t in o.spec.template.volume_claim_templates.iter().flatten() {
+        if t.spec.as_ref().is_some_and(|s| s.volume_name.is_some()) {
+            problems.push((
+                vec!["spec", "template", "volumeClaimTemplates"],
+                format!(
+                    "claim template {:?} sets volumeName; remove it: claims get their volumes \
+                     from the StorageClass, and linnet's handoff moves them between sets",
+                    t.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    problems
 }
 
 /// Cross-field checks of a CanaryDeployment.

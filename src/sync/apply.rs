@@ -24,11 +24,11 @@ use super::FIELD_MANAGER;
 use super::desired::{DesiredObject, desired_set};
 use super::diff::{
     Change, PlannedChange, drifted_fields, identity_only, plan_changes, prerequisites_first,
-    project,
+    project_owned, takeover_refusal,
 };
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::error::kube_message;
-use crate::specs::{ObjectKey, SpecSet};
+use crate::specs::{Location, ObjectKey, SpecSet};
 
 /// Kinds that are listed for pruning even when Git no longer declares any object of them.
 const PRUNABLE_KINDS: &[(&str, &str)] = &[
@@ -100,6 +100,48 @@ pub struct Syncer {
     /// How old the last full sync may be before the next is full again.
     drift_interval: Duration,
     recorder: Recorder,
+    /// Whose rights Git's objects are written with.
+    apply_as: ApplyAs,
+    /// The agent's own configuration, from which the impersonating clients are made.
+    kube_config: Option<kube::Config>,
+    /// One impersonating client per account, made on first use.
+    writers: std::sync::Mutex<HashMap<String, Client>>,
+    /// Take over objects linnet did not apply.
+    adopt: bool,
+    policy: crate::specs::Policy,
+}
+
+/// Whose rights a sync applies and prunes Git's objects with: the source's, not the agent's.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ApplyAs {
+    /// The client's own identity (the engine's tests, with an admin client).
+    Client,
+    /// ServiceAccount `name` in each object's namespace; cluster-scoped objects are applied as
+    /// the one in `home` (the agent's namespace).
+    AccountPerNamespace { name: String, home: String },
+    /// One ServiceAccount for every object.
+    Account { namespace: String, name: String },
+}
+
+impl ApplyAs {
+    /// The Kubernetes user name of the account that writes objects in `namespace` (empty for
+    /// cluster-scoped objects), or `None` for the client's own identity.
+    pub fn user_for(&self, namespace: &str) -> Option<String> {
+        match self {
+            ApplyAs::Client => None,
+            ApplyAs::AccountPerNamespace { name, home } => Some(format!(
+                "system:serviceaccount:{}:{name}",
+                if namespace.is_empty() {
+                    home
+                } else {
+                    namespace
+                }
+            )),
+            ApplyAs::Account { namespace, name } => {
+                Some(format!("system:serviceaccount:{namespace}:{name}"))
+            }
+        }
+    }
 }
 
 fn split_api_version(api_version: &str) -> (&str, &str) {
@@ -115,6 +157,11 @@ impl Syncer {
             discovery: Mutex::new(HashMap::new()),
             applied: Mutex::new(None),
             drift_interval: DEFAULT_DRIFT_INTERVAL,
+            apply_as: ApplyAs::Client,
+            kube_config: None,
+            writers: std::sync::Mutex::new(HashMap::new()),
+            adopt: false,
+            policy: crate::specs::Policy::default(),
             recorder: Recorder::new(
                 client.clone(),
                 Reporter {
@@ -130,6 +177,88 @@ impl Syncer {
     pub fn with_drift_interval(mut self, interval: Duration) -> Self {
         self.drift_interval = interval;
         self
+    }
+
+    /// Applies and prunes as `apply_as`, impersonating it with `config` (the agent's own
+    /// configuration, which needs `impersonate` on that account).
+    pub fn with_apply_as(mut self, apply_as: ApplyAs, config: kube::Config) -> Self {
+        self.apply_as = apply_as;
+        self.kube_config = Some(config);
+        self
+    }
+
+    /// Takes over objects linnet did not apply (`--adopt`).
+    pub fn with_adopt(mut self, adopt: bool) -> Self {
+        self.adopt = adopt;
+        self
+    }
+
+    /// The operator's policy; the sync checks what only the cluster knows (a kind's scope).
+    pub fn with_policy(mut self, policy: crate::specs::Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The client that writes objects in `namespace` (empty: cluster-scoped) as the source.
+    fn writer(&self, namespace: &str) -> Result<Client, String> {
+        let Some(user) = self.apply_as.user_for(namespace) else {
+            return Ok(self.client.clone());
+        };
+        let mut writers = self
+            .writers
+            .lock()
+            .map_err(|_| "the writer cache is poisoned".to_string())?;
+        if let Some(client) = writers.get(&user) {
+            return Ok(client.clone());
+        }
+        let mut config = self
+            .kube_config
+            .clone()
+            .ok_or_else(|| format!("no configuration to act as {user} with"))?;
+        config.auth_info.impersonate = Some(user.clone());
+        config.auth_info.impersonate_groups = None;
+        let client = crate::kube_client::from_config(config)
+            .map_err(|e| format!("cannot make a client acting as {user}: {e}"))?;
+        writers.insert(user, client.clone());
+        Ok(client)
+    }
+
+    /// The `Api` that writes `key` as the source.
+    fn writer_api(
+        &self,
+        ar: &ApiResource,
+        caps: &ApiCapabilities,
+        namespace: &str,
+    ) -> Result<Api<DynamicObject>, String> {
+        let namespace = if caps.scope == Scope::Cluster {
+            ""
+        } else {
+            namespace
+        };
+        let client = self.writer(namespace)?;
+        Ok(if namespace.is_empty() {
+            Api::all_with(client, ar)
+        } else {
+            Api::namespaced_with(client, namespace, ar)
+        })
+    }
+
+    /// What a 403 on a write means when the source's account made it.
+    fn forbidden_hint(&self, verb: &str, ar: &ApiResource, namespace: &str) -> String {
+        match self.apply_as.user_for(namespace) {
+            Some(user) => format!(
+                "; the source applies as {user}, which may not {verb} {}{}: a cluster admin \
+                 grants it (README: Permissions), e.g. a RoleBinding to ClusterRole \
+                 linnet-source from deploy/source-rbac.yaml",
+                ar.plural,
+                if namespace.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in namespace {namespace}")
+                }
+            ),
+            None => String::new(),
+        }
     }
 
     async fn resource(
@@ -175,8 +304,10 @@ impl Syncer {
         revision: &str,
         prune: bool,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
-        self.plan_full(desired_set(specs, &self.source, revision), prune)
-            .await
+        let desired = desired_set(specs, &self.source, revision);
+        let locations = locations_of(&desired);
+        let (plan, errors) = self.plan_full(desired, prune).await;
+        (plan, located(errors, &locations))
     }
 
     /// [`Syncer::plan`] for a desired set already built.
@@ -217,6 +348,17 @@ impl Syncer {
             let declared = desired
                 .iter()
                 .any(|d| d.key.api_version == *api_version && d.key.kind == *kind);
+            let cannot_list = |ns: &str, e: &kube::Error| {
+                (
+                    ObjectKey {
+                        api_version: api_version.clone(),
+                        kind: kind.clone(),
+                        namespace: ns.to_string(),
+                        name: "*".into(),
+                    },
+                    format!("cannot list: {}", kube_message(e)),
+                )
+            };
             for ns in namespaces {
                 let api = self.api(&ar, &caps, ns);
                 match list_live(&api, &params, &ar, &by_key, false, &mut live).await {
@@ -227,17 +369,38 @@ impl Syncer {
                     Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
                         tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
                     }
-                    Err(e) => {
-                        errors.push((
-                            ObjectKey {
-                                api_version: api_version.clone(),
-                                kind: kind.clone(),
-                                namespace: ns.to_string(),
-                                name: "*".into(),
-                            },
-                            format!("cannot list: {}", kube_message(&e)),
-                        ));
+                    // A kind only the source may read: its account lists where Git has it.
+                    Err(kube::Error::Api(s)) if s.code == 403 => {
+                        let in_git: std::collections::BTreeSet<&str> = desired
+                            .iter()
+                            .filter(|d| d.key.api_version == *api_version && d.key.kind == *kind)
+                            .map(|d| d.key.namespace.as_str())
+                            .filter(|n| ns.is_empty() || n == &ns)
+                            .collect();
+                        for source_ns in in_git {
+                            let listed = match self.writer_api(&ar, &caps, source_ns) {
+                                Ok(api) => {
+                                    list_live(&api, &params, &ar, &by_key, false, &mut live).await
+                                }
+                                Err(e) => {
+                                    errors.push((
+                                        ObjectKey {
+                                            api_version: api_version.clone(),
+                                            kind: kind.clone(),
+                                            namespace: source_ns.to_string(),
+                                            name: "*".into(),
+                                        },
+                                        e,
+                                    ));
+                                    continue;
+                                }
+                            };
+                            if let Err(e) = listed {
+                                errors.push(cannot_list(source_ns, &e));
+                            }
+                        }
                     }
+                    Err(e) => errors.push(cannot_list(ns, &e)),
                 }
             }
         }
@@ -283,20 +446,13 @@ impl Syncer {
                             d.key.namespace.clone(),
                         ));
                     if unread {
-                        match self
-                            .api(&ar, &caps, &d.key.namespace)
-                            .get_opt(&d.key.name)
-                            .await
-                        {
+                        match self.get_live(&ar, &caps, &d.key).await {
                             Ok(Some(object)) => {
                                 live.insert(d.key.clone(), to_value(object, &ar));
                             }
                             Ok(None) => {}
                             Err(e) => {
-                                errors.push((
-                                    d.key.clone(),
-                                    format!("cannot read: {}", kube_message(&e)),
-                                ));
+                                errors.push((d.key.clone(), e));
                                 continue;
                             }
                         }
@@ -306,7 +462,65 @@ impl Syncer {
                 Err(e) => errors.push((d.key.clone(), e)),
             }
         }
+        let servable = self.refuse(servable, &mut live, &mut errors).await;
         (plan_changes(servable, &live, prune), errors)
+    }
+
+    /// Reads `key` as the agent; a kind the agent may not read (e.g. a Secret) is read as the
+    /// source, which is about to write it anyway.
+    async fn get_live(
+        &self,
+        ar: &ApiResource,
+        caps: &ApiCapabilities,
+        key: &ObjectKey,
+    ) -> Result<Option<DynamicObject>, String> {
+        match self.api(ar, caps, &key.namespace).get_opt(&key.name).await {
+            Err(kube::Error::Api(s)) if s.code == 403 && self.apply_as != ApplyAs::Client => {
+                let namespace = if caps.scope == Scope::Cluster {
+                    ""
+                } else {
+                    &key.namespace
+                };
+                self.writer_api(ar, caps, namespace)?
+                    .get_opt(&key.name)
+                    .await
+                    .map_err(|e| self.write_error("read", "get", &e, ar, namespace))
+            }
+            other => other.map_err(|e| format!("cannot read: {}", kube_message(&e))),
+        }
+    }
+
+    /// Leaves out, with an error each, the desired objects this source may not write: a
+    /// cluster-scoped kind the policy does not allow (the loader knows only the common ones),
+    /// and existing objects that are not its to take over ([`takeover_refusal`]). A refused
+    /// object leaves `live` too: it is not this source's, so never a candidate for pruning.
+    async fn refuse(
+        &self,
+        desired: Vec<DesiredObject>,
+        live: &mut BTreeMap<ObjectKey, Value>,
+        errors: &mut Vec<(ObjectKey, String)>,
+    ) -> Vec<DesiredObject> {
+        let mut allowed = Vec::with_capacity(desired.len());
+        for d in desired {
+            if let Ok((_, caps)) = self.resource(&d.key.api_version, &d.key.kind).await
+                && caps.scope == Scope::Cluster
+                && let Some(why) = self.policy.cluster_kind_refusal(&d.key.kind)
+            {
+                live.remove(&d.key);
+                errors.push((d.key.clone(), why));
+                continue;
+            }
+            if let Some(why) = live
+                .get(&d.key)
+                .and_then(|l| takeover_refusal(l, &self.source, self.adopt))
+            {
+                live.remove(&d.key);
+                errors.push((d.key.clone(), why));
+                continue;
+            }
+            allowed.push(d);
+        }
+        allowed
     }
 
     /// Executes a plan; one object's failure does not stop the others. What other objects
@@ -421,7 +635,7 @@ impl Syncer {
         };
         let key = &desired.key;
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
-        self.api(&ar, &caps, &key.namespace)
+        self.writer_api(&ar, &caps, &key.namespace)?
             .patch(
                 &key.name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -429,19 +643,38 @@ impl Syncer {
             )
             .await
             .map(|_| ())
-            .map_err(|e| format!("apply failed: {}", kube_message(&e)))
+            .map_err(|e| self.write_error("apply", "patch", &e, &ar, &key.namespace))
+    }
+
+    fn write_error(
+        &self,
+        what: &str,
+        verb: &str,
+        e: &kube::Error,
+        ar: &ApiResource,
+        namespace: &str,
+    ) -> String {
+        match e {
+            kube::Error::Api(s) if s.code == 403 && self.apply_as != ApplyAs::Client => format!(
+                "{what} refused: {} (Forbidden, HTTP 403){}",
+                s.message,
+                self.forbidden_hint(verb, ar, namespace)
+            ),
+            _ if what == "read" => format!("cannot read: {}", kube_message(e)),
+            _ => format!("{what} failed: {}", kube_message(e)),
+        }
     }
 
     async fn delete_one(&self, key: &ObjectKey) -> Result<(), String> {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
         match self
-            .api(&ar, &caps, &key.namespace)
+            .writer_api(&ar, &caps, &key.namespace)?
             .delete(&key.name, &DeleteParams::background())
             .await
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(format!("delete failed: {}", kube_message(&e))),
+            Err(e) => Err(self.write_error("delete", "delete", &e, &ar, &key.namespace)),
         }
     }
 
@@ -503,16 +736,15 @@ impl Syncer {
                 Err(e) => errors.push((key.clone(), e)),
             }
         }
+        let servable = self.refuse(servable, &mut live, &mut errors).await;
         (plan_changes(servable, &live, prune), errors, skipped)
     }
 
     async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, String> {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
-        self.api(&ar, &caps, &key.namespace)
-            .get_opt(&key.name)
+        self.get_live(&ar, &caps, key)
             .await
             .map(|o| o.map(|o| to_value(o, &ar)))
-            .map_err(|e| format!("cannot read: {}", kube_message(&e)))
     }
 
     /// Plans and applies in one go, reading every managed object (a full sync).
@@ -521,7 +753,7 @@ impl Syncer {
     }
 
     /// Like [`Syncer::sync`], but only what changed since the last successful sync when a full
-    /// sync succeeded within [`FULL_SYNC_EVERY`] and nothing has failed since. The agent syncs
+    /// sync succeeded within the drift interval and nothing has failed since. The agent syncs
     /// this way.
     pub async fn sync_changes(&self, specs: &SpecSet, revision: &str, prune: bool) -> SyncReport {
         self.sync_with(specs, revision, prune, true).await
@@ -536,6 +768,7 @@ impl Syncer {
     ) -> SyncReport {
         let mut applied = self.applied.lock().await;
         let desired = desired_set(specs, &self.source, revision);
+        let locations = locations_of(&desired);
         let hashes: BTreeMap<ObjectKey, String> = desired
             .iter()
             .map(|d| (d.key.clone(), d.hash.clone()))
@@ -575,8 +808,33 @@ impl Syncer {
         } else {
             None
         };
+        report.errors = located(std::mem::take(&mut report.errors), &locations);
         report
     }
+}
+
+fn locations_of(desired: &[DesiredObject]) -> HashMap<ObjectKey, Location> {
+    desired
+        .iter()
+        .map(|d| (d.key.clone(), d.location.clone()))
+        .collect()
+}
+
+/// Each error about an object from Git, prefixed with where Git declares it.
+fn located(
+    errors: Vec<(ObjectKey, String)>,
+    locations: &HashMap<ObjectKey, Location>,
+) -> Vec<(ObjectKey, String)> {
+    errors
+        .into_iter()
+        .map(|(key, e)| match locations.get(&key) {
+            Some(at) => {
+                let e = format!("{at}: {e}");
+                (key, e)
+            }
+            None => (key, e),
+        })
+        .collect()
 }
 
 /// Adds the objects `api` lists with `params` to `live`, page by page, each reduced to what the
@@ -603,7 +861,7 @@ async fn list_live(
                 name: object.metadata.name.clone().unwrap_or_default(),
             };
             let kept = match desired.get(&key) {
-                Some(d) => project(&d.object, &to_value(object, ar)),
+                Some(d) => project_owned(&d.object, &to_value(object, ar)),
                 None if only_desired => continue,
                 None => identity_only(&to_value(object, ar)),
             };

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::api::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
-use crate::specs::{ObjectKey, SpecSet};
+use crate::specs::{Location, ObjectKey, SpecSet};
 
 /// Annotation with the hash of the object as linnet last applied it (without the revision).
 pub const APPLIED_HASH_ANNOTATION: &str = "rollouts.linnet.dev/applied-hash";
@@ -22,6 +22,8 @@ pub struct DesiredObject {
     pub hash: String,
     /// The file it came from.
     pub source_path: String,
+    /// Where in that file its document starts.
+    pub location: Location,
 }
 
 /// Builds the desired set from loaded specs. `source` names this agent's source (label);
@@ -56,6 +58,7 @@ pub fn desired_set(specs: &SpecSet, source: &str, revision: &str) -> Vec<Desired
                 object,
                 hash,
                 source_path: loaded.location.file.clone(),
+                location: loaded.location.clone(),
             }
         })
         .collect()

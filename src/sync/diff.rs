@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::desired::{APPLIED_HASH_ANNOTATION, DesiredObject};
-use crate::api::REVISION_ANNOTATION;
+use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL};
+
+/// Annotation by which a cluster user lets linnet take over an object it did not apply.
+pub const ADOPT_ANNOTATION: &str = "rollouts.linnet.dev/adopt";
 use crate::specs::ObjectKey;
 
 /// What a sync does with one object.
@@ -248,6 +251,86 @@ pub fn project(want: &Value, have: &Value) -> Value {
     }
 }
 
+/// [`project`], keeping what deciding ownership needs: the object's owners, linnet's labels and
+/// the adoption annotation.
+pub fn project_owned(want: &Value, have: &Value) -> Value {
+    let mut kept = project(want, have);
+    if let (Some(Value::Object(meta)), Some(have_meta)) =
+        (kept.get_mut("metadata"), have.get("metadata"))
+    {
+        if let Some(owners) = have_meta.get("ownerReferences") {
+            meta.insert("ownerReferences".into(), owners.clone());
+        }
+        for (map_name, key) in [
+            ("labels", MANAGED_BY_LABEL),
+            ("labels", SOURCE_LABEL),
+            ("annotations", ADOPT_ANNOTATION),
+        ] {
+            if let Some(v) = have_meta.get(map_name).and_then(|m| m.get(key)) {
+                let map = meta
+                    .entry(map_name)
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Value::Object(m) = map {
+                    m.insert(key.to_string(), v.clone());
+                }
+            }
+        }
+    }
+    kept
+}
+
+/// Why this source may not write over `live`, an object that exists in the cluster, if it may
+/// not: a rollout's controller made it, another source applied it, or nobody told linnet to
+/// take it over (`adopt`, or the object's own [`ADOPT_ANNOTATION`]).
+pub fn takeover_refusal(live: &Value, source: &str, adopt: bool) -> Option<String> {
+    if owned_by_rollout(live) {
+        let owner = live
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .and_then(|refs| {
+                refs.iter()
+                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+            })
+            .map(|r| {
+                format!(
+                    "{} {}",
+                    r.get("kind").and_then(Value::as_str).unwrap_or("rollout"),
+                    r.get("name").and_then(Value::as_str).unwrap_or("?")
+                )
+            })
+            .unwrap_or_else(|| "a rollout".into());
+        return Some(format!(
+            "exists and is managed by the controller of {owner}, which made it; Git may not \
+             declare a rollout's own objects: rename this one"
+        ));
+    }
+    let label = |key: &str| {
+        live.pointer("/metadata/labels")
+            .and_then(|l| l.get(key))
+            .and_then(Value::as_str)
+    };
+    let annotated = live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ADOPT_ANNOTATION))
+        .and_then(Value::as_str)
+        == Some("true");
+    if adopt || annotated {
+        return None;
+    }
+    match (label(MANAGED_BY_LABEL), label(SOURCE_LABEL)) {
+        (Some(MANAGED_BY_VALUE), Some(s)) if s == source => None,
+        (Some(MANAGED_BY_VALUE), Some(other)) => Some(format!(
+            "exists and is managed by linnet source {other:?}, not this one; a source takes \
+             over another's objects only with --adopt, or when the object is annotated \
+             {ADOPT_ANNOTATION}=true"
+        )),
+        _ => Some(format!(
+            "exists and is not managed by linnet; to let linnet take it over, annotate it \
+             (kubectl annotate ... {ADOPT_ANNOTATION}=true) or run the agent with --adopt"
+        )),
+    }
+}
+
 /// What a diff shows, and pruning needs, of an object Git no longer has: its kind, name,
 /// namespace, labels and owners.
 pub fn identity_only(object: &Value) -> Value {
@@ -323,7 +406,67 @@ mod tests {
             object,
             hash: "h1".into(),
             source_path: "a.yaml".into(),
+            location: crate::specs::Location {
+                file: "a.yaml".into(),
+                line: 1,
+                column: 1,
+            },
         }
+    }
+
+    fn existing(labels: Value, annotations: Value, owners: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a",
+            "labels": labels, "annotations": annotations, "ownerReferences": owners}})
+    }
+
+    #[test]
+    fn an_unlabelled_object_is_taken_over_only_when_allowed() {
+        let cm = existing(json!({}), json!({}), json!([]));
+        let e = takeover_refusal(&cm, "prod", false).unwrap();
+        assert!(e.contains("not managed by linnet"), "{e}");
+        assert_eq!(takeover_refusal(&cm, "prod", true), None, "--adopt");
+        let annotated = existing(json!({}), json!({ADOPT_ANNOTATION: "true"}), json!([]));
+        assert_eq!(takeover_refusal(&annotated, "prod", false), None);
+    }
+
+    #[test]
+    fn a_source_does_not_take_over_anothers_objects() {
+        let theirs = existing(
+            json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, SOURCE_LABEL: "team-b"}),
+            json!({}),
+            json!([]),
+        );
+        let e = takeover_refusal(&theirs, "team-a", false).unwrap();
+        assert!(e.contains("\"team-b\""), "{e}");
+        assert_eq!(takeover_refusal(&theirs, "team-b", false), None);
+    }
+
+    #[test]
+    fn a_rollouts_own_object_is_never_taken_over() {
+        let child = existing(
+            json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, SOURCE_LABEL: "prod"}),
+            json!({ADOPT_ANNOTATION: "true"}),
+            json!([{"apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryStatefulSet",
+                "name": "db", "uid": "u", "controller": true}]),
+        );
+        let e = takeover_refusal(&child, "prod", true).unwrap();
+        assert!(e.contains("CanaryStatefulSet db"), "{e}");
+    }
+
+    #[test]
+    fn projection_keeps_what_ownership_needs() {
+        let want =
+            json!({"metadata": {"name": "a", "labels": {MANAGED_BY_LABEL: "linnet"}}, "data": {}});
+        let have = existing(
+            json!({SOURCE_LABEL: "x", "other": "y"}),
+            json!({ADOPT_ANNOTATION: "true", "note": "n"}),
+            json!([{"kind": "Foo"}]),
+        );
+        let kept = project_owned(&want, &have);
+        assert_eq!(kept["metadata"]["labels"][SOURCE_LABEL], "x");
+        assert_eq!(kept["metadata"]["annotations"][ADOPT_ANNOTATION], "true");
+        assert_eq!(kept["metadata"]["ownerReferences"][0]["kind"], "Foo");
+        assert!(kept["metadata"]["labels"].get("other").is_none());
     }
 
     fn live_of(d: &DesiredObject, revision: &str) -> Value {

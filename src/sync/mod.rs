@@ -9,7 +9,7 @@ pub mod apply;
 pub mod desired;
 pub mod diff;
 
-pub use apply::{SyncReport, Syncer};
+pub use apply::{ApplyAs, SyncReport, Syncer};
 pub use desired::{DesiredObject, desired_set};
 pub use diff::{Change, PlannedChange, plan_changes};
 

@@ -68,6 +68,7 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
     // regression test fail without it.
     let bin = std::env::var("LINNET_TEST_AGENT_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_linnet").to_string());
+    let has = |flag: &str| source_args.iter().any(|a| a.starts_with(flag));
     let child = Command::new(bin)
         .arg("agent")
         .args(source_args)
@@ -79,7 +80,18 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
         ])
         .args(["--webhook-secret-file", secret.to_str().unwrap()])
         .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
-        .args(["--source-name", ns])
+        .args(if has("--source-name") {
+            vec![]
+        } else {
+            vec!["--source-name", ns]
+        })
+        // The account the shipped ClusterRole may impersonate (one name for every source); a
+        // test naming its source gets that source's default account.
+        .args(if has("--apply-as") || has("--source-name") {
+            vec![]
+        } else {
+            vec!["--apply-as", super::SOURCE_ACCOUNT]
+        })
         // The lease lives in the test's namespace; a restarted agent keeps its identity and so
         // takes its own lease back at once.
         .args(["--lease-namespace", ns, "--lease-duration", "4s"])

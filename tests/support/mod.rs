@@ -110,16 +110,22 @@ impl TestNamespace {
             std::process::id() % 4096,
             nanos % 65536
         );
+        // A tenant namespace as the README's Security section asks a cluster admin to set
+        // one up: Pod Security admission enforcing `baseline`.
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"linnet.dev/test": "true"}},
+            "metadata": {"name": name, "labels": {
+                "linnet.dev/test": "true",
+                "pod-security.kubernetes.io/enforce": "baseline",
+            }},
         }))
         .unwrap();
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        grant_source(client, &name, SOURCE_ACCOUNT).await;
         TestNamespace { name }
     }
 }
@@ -298,12 +304,57 @@ pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
     serde_json::from_value(v).expect("fixture matches its type")
 }
 
-/// Installs what `kubectl apply -k deploy/` would give linnet: its CRDs, and its ClusterRole
-/// from `deploy/rbac.yaml` bound to user `linnet`, the identity the test agents run as. Uses
+/// Installs what `kubectl apply -k deploy/` would give linnet: its CRDs, its ClusterRole
+/// from `deploy/rbac.yaml` bound to user `linnet`, the identity the test agents run as, and
+/// ClusterRole `linnet-source`, which [`TestNamespace::create`] binds to the source's account. Uses
 /// server-side apply, so parallel tests can all call it.
 pub async fn install_linnet(client: &Client) {
     install_rbac(client, "linnet", None).await;
+    {
+        use kube::api::{Patch, PatchParams};
+        Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
+            .patch(
+                "linnet-source",
+                &PatchParams::apply("linnet-tests").force(),
+                &Patch::Apply(&shipped_source_role()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("install ClusterRole linnet-source: {e}"));
+    }
     install_crds(client).await;
+}
+
+/// The account the test agents apply Git's objects as (`--apply-as`), in each namespace: the
+/// one the shipped ClusterRole may impersonate.
+pub const SOURCE_ACCOUNT: &str = "linnet-default";
+
+/// What a cluster admin does to let a source deploy to `namespace` (README: Permissions):
+/// binds ClusterRole `linnet-source` (deploy/source-rbac.yaml) to the source's account there.
+pub async fn grant_source(client: &Client, namespace: &str, account: &str) {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    use kube::api::{Patch, PatchParams};
+    let binding: RoleBinding = from_json(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": format!("linnet-source-{account}"), "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "linnet-source"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }));
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .patch(
+            &format!("linnet-source-{account}"),
+            &PatchParams::apply("linnet-tests").force(),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("grant the source in {namespace}: {e}"));
+}
+
+/// ClusterRole `linnet-source` as shipped in `deploy/source-rbac.yaml`.
+pub fn shipped_source_role() -> k8s_openapi::api::rbac::v1::ClusterRole {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/source-rbac.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/source-rbac.yaml");
+    serde_saphyr::from_str(&text).expect("deploy/source-rbac.yaml holds a ClusterRole")
 }
 
 /// linnet's ClusterRole as shipped in `deploy/rbac.yaml`.

@@ -151,7 +151,10 @@ fn document_without_kind() {
 #[test]
 fn namespace_outside_allow_list_is_refused_at_the_namespace_key() {
     let opts = LoadOptions {
-        allowed_namespaces: vec!["apps".into()],
+        policy: crate::specs::Policy {
+            allowed_namespaces: vec!["apps".into()],
+            ..Default::default()
+        },
         ..LoadOptions::default()
     };
     let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: kube-system\n";
@@ -249,4 +252,96 @@ fn replicas_zero_fails_validate_at_its_line_as_the_crd_says() {
     );
     let e = only_error(&STS.replace("canaryReplicas: 1", "canaryReplicas: 1\n  maxSurge: 2"));
     assert!(e.message.contains("maxSurge"), "{e}");
+}
+
+fn only_error_with(text: &str, opts: &LoadOptions) -> SpecError {
+    let specs = load_file("x.yaml", text.as_bytes(), opts);
+    assert!(specs.objects.is_empty(), "{:?}", specs.objects);
+    assert_eq!(specs.errors.len(), 1, "{:?}", specs.errors);
+    specs.errors[0].clone()
+}
+
+#[test]
+fn kube_system_is_closed_by_default_at_the_namespace_key() {
+    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: pwn\n  namespace: kube-system\nspec: {}\n";
+    let e = only_error_with(text, &LoadOptions::default());
+    assert_eq!((e.location.line, e.location.column), (5, 3), "{e}");
+    assert!(e.message.contains("closed to this source"), "{e}");
+}
+
+#[test]
+fn a_closed_default_namespace_is_refused_at_the_document() {
+    let opts = LoadOptions {
+        default_namespace: "kube-system".into(),
+        ..LoadOptions::default()
+    };
+    let e = only_error_with(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
+        &opts,
+    );
+    assert_eq!(e.location.line, 1);
+    assert!(
+        e.message.contains("the default namespace applies here"),
+        "{e}"
+    );
+}
+
+#[test]
+fn cluster_scoped_kinds_are_refused_unless_allowed() {
+    let crb = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: own\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n";
+    let e = only_error_with(crb, &LoadOptions::default());
+    assert_eq!((e.location.line, e.location.column), (2, 1), "{e}");
+    assert!(
+        e.message
+            .contains("--allow-cluster-kind ClusterRoleBinding"),
+        "{e}"
+    );
+    let allowed = LoadOptions {
+        policy: crate::specs::Policy {
+            cluster_kinds: vec!["ClusterRoleBinding".into()],
+            ..Default::default()
+        },
+        ..LoadOptions::default()
+    };
+    let specs = load_file("x.yaml", crb.as_bytes(), &allowed);
+    assert_eq!(specs.errors, vec![]);
+}
+
+#[test]
+fn a_closed_namespace_cannot_be_declared_as_a_namespace_object() {
+    let opts = LoadOptions {
+        policy: crate::specs::Policy {
+            cluster_kinds: vec!["Namespace".into()],
+            ..Default::default()
+        },
+        ..LoadOptions::default()
+    };
+    let e = only_error_with(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kube-system\n",
+        &opts,
+    );
+    assert_eq!(e.location.line, 4, "{e}");
+}
+
+#[test]
+fn a_persistent_volume_is_never_applied_from_git_whatever_the_policy() {
+    let opts = LoadOptions {
+        policy: crate::specs::Policy {
+            cluster_kinds: vec!["PersistentVolume".into()],
+            ..Default::default()
+        },
+        ..LoadOptions::default()
+    };
+    let pv = "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: pv-1\nspec:\n  persistentVolumeReclaimPolicy: Delete\n";
+    let e = only_error_with(pv, &opts);
+    assert_eq!(e.location.line, 2, "{e}");
+    assert!(e.message.contains("never applied from Git"), "{e}");
+}
+
+#[test]
+fn an_object_posing_as_a_rollouts_claim_is_refused_at_the_label() {
+    let text = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data-db-canary-0\n  labels:\n    rollouts.linnet.dev/rollout: db\nspec:\n  volumeName: someone-elses\n";
+    let e = only_error_with(text, &LoadOptions::default());
+    assert_eq!((e.location.line, e.location.column), (6, 5), "{e}");
+    assert!(e.message.contains("only by linnet's controllers"), "{e}");
 }

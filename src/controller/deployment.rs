@@ -137,23 +137,45 @@ async fn reconcile_inner(
     .await?;
     for action in &planned.actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
-        let result = match action {
-            DeployAction::Apply(d) => deployments
-                .patch(
-                    d.metadata.name.as_deref().unwrap_or_default(),
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(d.as_ref()),
-                )
-                .await
-                .map(|_| ()),
+        let what = || action.describe();
+        let result: Result<(), ReconcileError> = match action {
+            DeployAction::Apply(d) => {
+                let name = d.metadata.name.as_deref().unwrap_or_default();
+                // One this rollout owns (observed by its uid) needs no second look.
+                let known = observed.iter().any(|o| o.name == name);
+                let live = if known {
+                    Ok(None)
+                } else {
+                    deployments.get_metadata_opt(name).await.doing(what)
+                };
+                match live {
+                    Err(e) => Err(e),
+                    Ok(live) => {
+                        match super::foreign_child(live.as_ref().map(|l| &l.metadata), &d.metadata)
+                        {
+                            Some(why) => Err(ReconcileError::NotOurs { doing: what(), why }),
+                            None => deployments
+                                .patch(
+                                    name,
+                                    &PatchParams::apply(FIELD_MANAGER).force(),
+                                    &Patch::Apply(d.as_ref()),
+                                )
+                                .await
+                                .map(|_| ())
+                                .doing(what),
+                        }
+                    }
+                }
+            }
             DeployAction::Delete { name } => {
                 match deployments.delete(name, &DeleteParams::background()).await {
                     Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
                     other => other.map(|_| ()),
                 }
+                .doing(what)
             }
         };
-        if let Err(e) = result.doing(|| action.describe()) {
+        if let Err(e) = result {
             let mut blocked = planned.status.clone();
             mark_action_failed(
                 &mut blocked.conditions,

@@ -152,6 +152,33 @@ impl ReconcileError {
     }
 }
 
+/// Why a child the controller is about to apply may not be: an object of its name exists that
+/// this rollout did not make (no controller owner reference with the rollout's uid). A rollout
+/// named after someone's StatefulSet or Deployment must not take it over with the agent's
+/// rights; the name is refused instead.
+pub(crate) fn foreign_child(
+    live: Option<&kube::api::ObjectMeta>,
+    desired: &kube::api::ObjectMeta,
+) -> Option<String> {
+    let controller_uid = |m: &kube::api::ObjectMeta| {
+        m.owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.clone())
+    };
+    let live = live?;
+    let ours = controller_uid(desired);
+    if ours.is_some() && controller_uid(live) == ours {
+        return None;
+    }
+    Some(format!(
+        "{} already exists and this rollout did not make it; rename the rollout (linnet \
+         never takes over an object it did not create)",
+        live.name.as_deref().unwrap_or_default()
+    ))
+}
+
 /// Adds what was being done to a kube error.
 pub(crate) trait Doing<T> {
     fn doing(self, what: impl FnOnce() -> String) -> Result<T, ReconcileError>;
@@ -283,6 +310,33 @@ impl OwnStatusWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn meta(owner_uid: Option<&str>) -> kube::api::ObjectMeta {
+        serde_json::from_value(serde_json::json!({"name": "db-stable",
+            "ownerReferences": owner_uid.map(|u| vec![serde_json::json!({
+                "apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryStatefulSet",
+                "name": "db", "uid": u, "controller": true})]).unwrap_or_default()}))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_rollout_never_takes_over_a_workload_it_did_not_make() {
+        let desired = meta(Some("r1"));
+        assert_eq!(foreign_child(None, &desired), None, "absent: created");
+        assert_eq!(
+            foreign_child(Some(&meta(Some("r1"))), &desired),
+            None,
+            "its own"
+        );
+        assert!(
+            foreign_child(Some(&meta(None)), &desired).is_some(),
+            "hand-made"
+        );
+        assert!(
+            foreign_child(Some(&meta(Some("r2"))), &desired).is_some(),
+            "another rollout's (a deleted and recreated one has a new uid)"
+        );
+    }
 
     #[tokio::test]
     async fn every_waiter_on_a_store_wakes_when_it_is_ready() {

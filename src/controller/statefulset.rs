@@ -500,7 +500,10 @@ async fn check_volume(
                 why: format!("volume {volume} is not rollout {ns}/{rollout}'s: {why}"),
             })
         }
-        None => Ok(pv.metadata.resource_version),
+        // Without a resourceVersion the patch would not be conditional: fail closed.
+        None => pv.metadata.resource_version.map(Some).ok_or_else(|| {
+            ReconcileError::Waiting(format!("volume {volume} has no resourceVersion"))
+        }),
     }
 }
 
@@ -515,15 +518,21 @@ async fn execute(
     match action {
         Action::ApplySet(set) => {
             let name = set.metadata.name.clone().unwrap_or_default();
-            Api::<StatefulSet>::namespaced(client, ns)
-                .patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(set.as_ref()),
-                )
-                .await
-                .map(|_| ())
-                .doing(what)
+            let sets = Api::<StatefulSet>::namespaced(client, ns);
+            let live = sets.get_metadata_opt(&name).await.doing(what)?;
+            if let Some(why) =
+                super::foreign_child(live.as_ref().map(|l| &l.metadata), &set.metadata)
+            {
+                return Err(ReconcileError::NotOurs { doing: what(), why });
+            }
+            sets.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(set.as_ref()),
+            )
+            .await
+            .map(|_| ())
+            .doing(what)
         }
         Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
             .patch(

@@ -251,6 +251,46 @@ fn clean_yaml_message(message: &str) -> String {
     cut.trim_end_matches(['.', ',']).to_string()
 }
 
+/// The first controller mark (label or annotation key) on a `metadata` nested anywhere below
+/// the top level, with the dotted path of its map.
+fn nested_controller_mark(value: &Value) -> Option<(String, String)> {
+    fn walk(value: &Value, path: &str, depth: usize) -> Option<(String, String)> {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let here = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    if depth > 0 && k == "metadata" {
+                        for map_name in ["labels", "annotations"] {
+                            let keys = v
+                                .get(map_name)
+                                .and_then(Value::as_object)
+                                .map(|m| m.keys().map(String::as_str).collect::<Vec<_>>())
+                                .unwrap_or_default();
+                            if let Some(mark) = controller_mark(keys) {
+                                return Some((format!("{here}.{map_name}"), mark.to_string()));
+                            }
+                        }
+                    }
+                    if let Some(found) = walk(v, &here, depth + 1) {
+                        return Some(found);
+                    }
+                }
+                None
+            }
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| walk(v, &format!("{path}[{i}]"), depth + 1)),
+            _ => None,
+        }
+    }
+    walk(value, "", 0)
+}
+
 fn load_document(
     file: &str,
     doc: &Document,
@@ -336,6 +376,18 @@ fn load_document(
         } else {
             at_start(format!("{message} (the default namespace applies here)"))
         }]);
+    }
+    // Nested metadata too (pod templates, claim templates): a pod or claim made from them
+    // would pass for a rollout's own.
+    if let Some((path, mark)) = nested_controller_mark(&value) {
+        let top = path.split('.').next().unwrap_or_default().to_string();
+        return Err(vec![at_key(
+            &[top.as_str()],
+            format!(
+                "{path} has {mark}, which only linnet's controllers set, on what they make \
+                 (a rollout's sets, pods, claims and volumes); an object from Git may not carry it"
+            ),
+        )]);
     }
     for map_name in ["labels", "annotations"] {
         let keys = metadata

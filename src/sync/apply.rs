@@ -23,8 +23,8 @@ use tokio::sync::Mutex;
 use super::FIELD_MANAGER;
 use super::desired::{DesiredObject, desired_set};
 use super::diff::{
-    Change, PlannedChange, drifted_fields, identity_only, plan_changes, prerequisites_first,
-    project_owned, takeover_refusal,
+    Change, PlannedChange, drifted_fields, identity_only, keep_blocked_files, plan_changes,
+    prerequisites_first, project_owned, takeover_refusal,
 };
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::error::kube_message;
@@ -306,7 +306,8 @@ impl Syncer {
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let desired = desired_set(specs, &self.source, revision);
         let locations = locations_of(&desired);
-        let (plan, errors) = self.plan_full(desired, prune).await;
+        let (mut plan, errors) = self.plan_full(desired, prune).await;
+        keep_blocked_files(&mut plan, &specs.blocked_files);
         (plan, located(errors, &locations))
     }
 
@@ -787,6 +788,8 @@ impl Syncer {
                 (plan, errors, 0, true)
             }
         };
+        let mut plan = plan;
+        keep_blocked_files(&mut plan, &specs.blocked_files);
         let mut report = self.apply(&plan).await;
         report.unchanged += skipped;
         report.errors.extend(read_errors);

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::desired::{APPLIED_HASH_ANNOTATION, DesiredObject};
-use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL};
+use crate::api::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
+};
 
 /// Annotation by which a cluster user lets linnet take over an object it did not apply.
 pub const ADOPT_ANNOTATION: &str = "rollouts.linnet.dev/adopt";
@@ -70,7 +72,7 @@ pub fn plan_changes(
         for (key, l) in live {
             // A rollout's own children are repaired by its controller, never pruned, whatever
             // labels an older linnet or a person put on them.
-            if wanted.contains(key) || owned_by_rollout(l) {
+            if wanted.contains(key) || owned_by_a_controller(l) {
                 continue;
             }
             let change = if matches!(
@@ -90,6 +92,37 @@ pub fn plan_changes(
         }
     }
     changes
+}
+
+/// Leaves out the prunes of objects that came from a file Git still has but that has an error
+/// now: an error blocks only its own file, and must not delete what the file applied earlier.
+pub fn keep_blocked_files(plan: &mut Vec<PlannedChange>, blocked: &[String]) {
+    plan.retain(|c| {
+        let from = c
+            .live
+            .as_ref()
+            .and_then(|l| l.pointer("/metadata/annotations"))
+            .and_then(|a| a.get(SOURCE_PATH_ANNOTATION))
+            .and_then(Value::as_str);
+        let kept = c.change == Change::Prune && from.is_some_and(|f| blocked.iter().any(|b| b == f));
+        if kept {
+            tracing::warn!(object = %c.key, file = from.unwrap_or_default(), "not pruning: its file has an error");
+        }
+        !kept
+    });
+}
+
+/// Whether `object` has a controller owner reference: some controller made it (a pod, a
+/// claim of a StatefulSet, a rollout's child), so it is not pruned, whatever labels its
+/// template gave it.
+pub fn owned_by_a_controller(object: &Value) -> bool {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| {
+            refs.iter()
+                .any(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        })
 }
 
 /// Whether `object` has a controller owner reference to a linnet rollout: it was made by a
@@ -314,11 +347,17 @@ pub fn takeover_refusal(live: &Value, source: &str, adopt: bool) -> Option<Strin
         .and_then(|a| a.get(ADOPT_ANNOTATION))
         .and_then(Value::as_str)
         == Some("true");
-    if adopt || annotated {
-        return None;
-    }
     match (label(MANAGED_BY_LABEL), label(SOURCE_LABEL)) {
         (Some(MANAGED_BY_VALUE), Some(s)) if s == source => None,
+        _ if adopt => None,
+        // The annotation opens an object nobody manages, once: after that it carries a
+        // source's label, and another source may not take it by the same annotation.
+        (_, Some(_)) if annotated => Some(format!(
+            "exists and is managed by linnet source {:?}, not this one; the {ADOPT_ANNOTATION} \
+             annotation does not hand over another source's objects (only --adopt does)",
+            label(SOURCE_LABEL).unwrap_or_default()
+        )),
+        _ if annotated => None,
         (Some(MANAGED_BY_VALUE), Some(other)) => Some(format!(
             "exists and is managed by linnet source {other:?}, not this one; a source takes \
              over another's objects only with --adopt, or when the object is annotated \
@@ -336,7 +375,20 @@ pub fn takeover_refusal(live: &Value, source: &str, adopt: bool) -> Option<Strin
 pub fn identity_only(object: &Value) -> Value {
     let mut l = object.clone();
     if let Some(Value::Object(m)) = l.pointer_mut("/metadata") {
-        m.retain(|k, _| ["name", "namespace", "labels", "ownerReferences"].contains(&k.as_str()));
+        m.retain(|k, _| {
+            [
+                "name",
+                "namespace",
+                "labels",
+                "ownerReferences",
+                "annotations",
+            ]
+            .contains(&k.as_str())
+        });
+        // Of the annotations, only the file it came from (a blocked file's objects stay).
+        if let Some(Value::Object(a)) = m.get_mut("annotations") {
+            a.retain(|k, _| k == SOURCE_PATH_ANNOTATION);
+        }
     }
     if let Value::Object(m) = &mut l {
         m.retain(|k, _| ["apiVersion", "kind", "metadata"].contains(&k.as_str()));
@@ -439,6 +491,14 @@ mod tests {
         let e = takeover_refusal(&theirs, "team-a", false).unwrap();
         assert!(e.contains("\"team-b\""), "{e}");
         assert_eq!(takeover_refusal(&theirs, "team-b", false), None);
+        // Adopted once by annotation, the annotation stays: it does not open it again.
+        let adopted = existing(
+            json!({MANAGED_BY_LABEL: MANAGED_BY_VALUE, SOURCE_LABEL: "team-b"}),
+            json!({ADOPT_ANNOTATION: "true"}),
+            json!([]),
+        );
+        assert!(takeover_refusal(&adopted, "team-a", false).is_some());
+        assert_eq!(takeover_refusal(&adopted, "team-a", true), None, "--adopt");
     }
 
     #[test]
@@ -519,6 +579,25 @@ mod tests {
     }
 
     #[test]
+    fn a_file_with_an_error_keeps_what_it_applied_earlier() {
+        let live = identity_only(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "default",
+                "labels": {"rollouts.linnet.dev/source": "prod"},
+                "annotations": {SOURCE_PATH_ANNOTATION: "apps/a.yaml", "other": "x"}}}));
+        assert!(live["metadata"]["annotations"].get("other").is_none());
+        let key = key("ConfigMap", "a");
+        let mut plan = plan_changes(vec![], &BTreeMap::from([(key, live)]), true);
+        assert_eq!(plan.len(), 1);
+        keep_blocked_files(&mut plan, &["apps/b.yaml".into()]);
+        assert_eq!(plan.len(), 1, "another file's error");
+        keep_blocked_files(&mut plan, &["apps/a.yaml".into()]);
+        assert!(
+            plan.is_empty(),
+            "pruned although its file only has an error"
+        );
+    }
+
+    #[test]
     fn prune_never_deletes_what_a_rollout_owns_whatever_its_labels() {
         // Issue 18: `--prune` deleted redis-stable and redis-canary, which carried the
         // source label then. Owned children are skipped even with it.
@@ -539,11 +618,10 @@ mod tests {
             plan_changes(vec![], &BTreeMap::from([(k, live)]), true)
         };
         assert!(plan_for(owned("rollouts.linnet.dev/v1alpha1", true)).is_empty());
-        // Owned by something else, or not as its controller: Git's to prune as before.
-        assert_eq!(
-            plan_for(owned("example.com/v1", true))[0].change,
-            Change::Prune
-        );
+        // Issue 19: made by any controller (a pod of a Deployment whose template carried the
+        // source label): not Git's to prune either.
+        assert!(plan_for(owned("example.com/v1", true)).is_empty());
+        // Owned, but not by a controller: Git's to prune as before.
         assert_eq!(
             plan_for(owned("rollouts.linnet.dev/v1alpha1", false))[0].change,
             Change::Prune

@@ -345,3 +345,18 @@ fn an_object_posing_as_a_rollouts_claim_is_refused_at_the_label() {
     assert_eq!((e.location.line, e.location.column), (6, 5), "{e}");
     assert!(e.message.contains("only by linnet's controllers"), "{e}");
 }
+
+#[test]
+fn a_pod_template_posing_as_a_rollouts_pods_is_refused() {
+    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: fake\nspec:\n  template:\n    metadata:\n      labels:\n        rollouts.linnet.dev/role: canary\n";
+    let e = only_error_with(text, &LoadOptions::default());
+    assert_eq!(e.location.line, 5, "{e}");
+    assert!(e.message.contains("spec.template.metadata.labels"), "{e}");
+}
+
+#[test]
+fn git_may_not_adopt_on_its_own_behalf() {
+    let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    rollouts.linnet.dev/adopt: \"true\"\n";
+    let e = only_error_with(text, &LoadOptions::default());
+    assert_eq!(e.location.line, 6, "{e}");
+}

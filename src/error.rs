@@ -54,6 +54,15 @@ impl Error {
 /// code (kube's `Display` appends a debug dump of the whole `Status`), and which file grants
 /// linnet a permission it lacks.
 pub fn kube_message(e: &kube::Error) -> String {
+    kube_message_hinted(
+        e,
+        "; linnet's identity lacks this permission: grant it in its ClusterRole (deploy/rbac.yaml)",
+    )
+}
+
+/// [`kube_message`] with `forbidden_hint` after a 403: which identity lacks the permission and
+/// where to grant it.
+pub fn kube_message_hinted(e: &kube::Error, forbidden_hint: &str) -> String {
     match e {
         kube::Error::Api(s) => {
             let message = if s.message.is_empty() {
@@ -61,11 +70,7 @@ pub fn kube_message(e: &kube::Error) -> String {
             } else {
                 s.message.as_str()
             };
-            let hint = if s.code == 403 {
-                "; linnet's identity lacks this permission: grant it in its ClusterRole (deploy/rbac.yaml)"
-            } else {
-                ""
-            };
+            let hint = if s.code == 403 { forbidden_hint } else { "" };
             match s.reason.as_str() {
                 "" => format!("{message} (HTTP {}){hint}", s.code),
                 reason => format!("{message} ({reason}, HTTP {}){hint}", s.code),

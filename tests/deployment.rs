@@ -196,13 +196,8 @@ async fn the_seeds_example_four_replicas_two_batches_pause_first() {
         ],
         "the per-batch status sequence"
     );
-    let reasons = f.event_reasons().await;
-    for r in ["BatchStarted", "Paused", "RolloutComplete"] {
-        assert!(
-            reasons.iter().any(|x| x == r),
-            "no {r} event in {reasons:?}"
-        );
-    }
+    f.wait_event_reasons(&["BatchStarted", "Paused", "RolloutComplete"], 10)
+        .await;
 }
 
 #[tokio::test]
@@ -338,11 +333,8 @@ async fn a_broken_image_hits_the_deadline_and_the_old_version_serves() {
             .contains("nginx:1.27 keeps serving")
     );
     assert_eq!(replicas_by_image(&f).await["nginx:1.27"], 4);
-    let reasons = f.event_reasons().await;
-    assert!(
-        reasons.iter().any(|r| r == "ProgressDeadlineExceeded"),
-        "{reasons:?}"
-    );
+    f.wait_event_reasons(&["ProgressDeadlineExceeded"], 10)
+        .await;
     // Automatic rollback, once configured, cleans up.
     f.patch_spec(json!({"rollbackOnFailure": true}));
     wait_phase(&f, DeploymentPhase::RolledBack, 90).await;
@@ -514,11 +506,7 @@ async fn a_selector_change_on_a_live_rollout_is_refused_and_named() {
         message.starts_with("rollout.yaml: spec.template.selector changed"),
         "{message}"
     );
-    assert!(
-        f.event_reasons()
-            .await
-            .contains(&"UnsafeChange".to_string())
-    );
+    f.wait_event_reasons(&["UnsafeChange"], 10).await;
     for labels in [
         "/spec/template/selector/matchLabels",
         "/spec/template/template/metadata/labels",

@@ -217,18 +217,16 @@ async fn two_sets_walkthrough_with_manual_promotion_keeps_each_volume() {
     f.wait_stable_on("redis:7.4", 120).await;
     assert_eq!(f.sets().await, BTreeMap::from([("redis-stable".into(), 3)]));
     f.assert_volumes(&before).await;
-    let reasons = f.event_reasons().await;
-    for r in [
-        "CanaryStarted",
-        "CanaryReady",
-        "PromotionStarted",
-        "Promoted",
-    ] {
-        assert!(
-            reasons.iter().any(|x| x == r),
-            "no {r} event in {reasons:?}"
-        );
-    }
+    f.wait_event_reasons(
+        &[
+            "CanaryStarted",
+            "CanaryReady",
+            "PromotionStarted",
+            "Promoted",
+        ],
+        10,
+    )
+    .await;
     let metrics = reqwest::get(format!("{}/metrics", f.agent.as_ref().unwrap().base))
         .await
         .unwrap()
@@ -285,11 +283,8 @@ async fn a_broken_canary_rolls_back_by_itself_at_the_deadline() {
         message.contains("redis:broken stays off until the image in Git changes"),
         "{message}"
     );
-    let reasons = f.event_reasons().await;
-    assert!(
-        reasons.iter().any(|r| r == "ProgressDeadlineExceeded"),
-        "{reasons:?}"
-    );
+    f.wait_event_reasons(&["ProgressDeadlineExceeded"], 10)
+        .await;
     f.assert_volumes(&before).await;
 }
 
@@ -304,7 +299,7 @@ async fn steps_one_then_two() {
         f.sets().await,
         BTreeMap::from([("redis-canary".into(), 2), ("redis-stable".into(), 1)])
     );
-    assert!(f.event_reasons().await.iter().any(|r| r == "StepComplete"));
+    f.wait_event_reasons(&["StepComplete"], 10).await;
     f.assert_volumes(&before).await;
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
     f.wait_stable_on("redis:7.4", 180).await;
@@ -327,11 +322,7 @@ async fn migration_success_promotes() {
     f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "true");
     f.wait_stable_on("redis:7.4", 150).await;
-    let reasons = f.event_reasons().await;
-    assert!(
-        reasons.iter().any(|r| r == "MigrationSucceeded"),
-        "{reasons:?}"
-    );
+    f.wait_event_reasons(&["MigrationSucceeded"], 10).await;
     let jobs = f.api::<k8s_openapi::api::batch::v1::Job>();
     assert_eq!(
         jobs.list(&ListParams::default()).await.unwrap().items.len(),
@@ -350,11 +341,7 @@ async fn migration_failure_rolls_back() {
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "true");
     let done = f.wait_phase(StatefulSetPhase::RolledBack, 150).await;
     assert_eq!(image_of(&done).0.as_deref(), Some("redis:7.2"));
-    let reasons = f.event_reasons().await;
-    assert!(
-        reasons.iter().any(|r| r == "MigrationFailed"),
-        "{reasons:?}"
-    );
+    f.wait_event_reasons(&["MigrationFailed"], 10).await;
     f.assert_volumes(&before).await;
 }
 
@@ -676,11 +663,7 @@ async fn a_strategy_switch_on_a_live_rollout_is_refused_and_named() {
         message.starts_with("rollout.yaml: spec.strategy.type changed to TwoSets"),
         "{message}"
     );
-    assert!(
-        f.event_reasons()
-            .await
-            .contains(&"UnsafeChange".to_string())
-    );
+    f.wait_event_reasons(&["UnsafeChange"], 10).await;
     assert_eq!(f.sets().await, BTreeMap::from([("redis".into(), 3)]));
     f.patch_spec(json!({"strategy": {"type": "Partition"}}));
     f.wait_stable_on("redis:7.2", 30).await;
@@ -796,6 +779,12 @@ async fn each_canary_gets_its_own_event_text() {
 async fn a_canary_claim_deleted_by_hand_keeps_its_volume_through_promotion() {
     let mut f = start("sts-claim", json!({})).await;
     f.wait_stable_on("redis:7.2", 90).await;
+    promote_with_a_canary_claim_deleted(&mut f).await;
+}
+
+/// Starts a canary of redis:7.4, deletes its claim by hand, promotes, and checks that every
+/// replica ends on the volume it started with.
+async fn promote_with_a_canary_claim_deleted(f: &mut Fixture) {
     let before = f.volumes().await;
     f.set_image("redis:7.4");
     f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
@@ -833,16 +822,7 @@ async fn a_same_named_rollout_in_another_namespace_keeps_its_volumes() {
         );
     }
 
-    let before = ours.volumes().await;
-    ours.set_image("redis:7.4");
-    ours.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
-    ours.api::<PersistentVolumeClaim>()
-        .delete("data-redis-canary-2", &DeleteParams::default())
-        .await
-        .unwrap();
-    ours.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
-    ours.wait_stable_on("redis:7.4", 150).await;
-    ours.assert_volumes(&before).await;
+    promote_with_a_canary_claim_deleted(&mut ours).await;
 
     twin.assert_volumes(&twins).await;
     let mut marked = 0;

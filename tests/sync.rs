@@ -576,3 +576,62 @@ async fn an_existing_object_linnet_did_not_apply_is_not_taken_over() {
         "new"
     );
 }
+
+/// A Secret, which the agent may not list but its source may write, left Git: a full sync
+/// (after a restart of the drift interval) listed Secrets only where Git still had one, so it
+/// never pruned it, and forgot it. The source's account now lists it where it applied one.
+#[tokio::test]
+async fn a_secret_that_left_git_is_pruned_by_a_full_sync() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "secret-prune").await;
+    // The agent's shipped identity, applying as the source's account of the namespace.
+    let kubeconfig = Kubeconfig::read_from(support::linnet_kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let syncer = Syncer::new(support::linnet_client().await, &ns.name, vec![]).with_apply_as(
+        linnet::sync::ApplyAs::AccountPerNamespace {
+            name: support::SOURCE_ACCOUNT.into(),
+            home: ns.name.clone(),
+        },
+        config,
+    );
+    let repo = tempfile::tempdir().unwrap();
+    let file = repo.path().join("secret.yaml");
+    std::fs::write(
+        &file,
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: token\n  namespace: {}\nstringData:\n  t: x\n", ns.name),
+    )
+    .unwrap();
+    let report = syncer
+        .sync(
+            &load_dir(repo.path(), &LoadOptions::default()).unwrap(),
+            "rev1",
+            true,
+        )
+        .await;
+    assert_eq!(report.errors, vec![]);
+    assert_eq!(names(&report.created), vec!["Secret/token"]);
+
+    std::fs::remove_file(&file).unwrap();
+    let report = syncer
+        .sync(
+            &load_dir(repo.path(), &LoadOptions::default()).unwrap(),
+            "rev2",
+            true,
+        )
+        .await;
+    assert!(report.full);
+    assert_eq!(report.errors, vec![]);
+    assert_eq!(names(&report.pruned), vec!["Secret/token"]);
+    assert!(
+        Api::<Secret>::namespaced(admin.clone(), &ns.name)
+            .get_opt("token")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

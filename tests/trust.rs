@@ -189,6 +189,26 @@ fn write_repository(dir: &Path, t: &Targets) {
     }
 }
 
+/// Writes the commit into a directory and starts the agent on it (`--repo-path`, every
+/// namespace allowed unless denied, pruning on) with `flags`, as the shipped identity.
+async fn follow_the_commit(
+    t: &Targets,
+    flags: &[String],
+) -> (tempfile::TempDir, tempfile::TempDir, Agent) {
+    let repo = tempfile::tempdir().unwrap();
+    write_repository(repo.path(), t);
+    let scratch = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        format!("--repo-path={}", repo.path().display()),
+        "--allow-namespace=".into(),
+        "--prune".into(),
+    ];
+    args.extend_from_slice(flags);
+    let agent = start_agent(scratch.path(), &args, &t.tenant.name);
+    wait_ready(&agent).await;
+    (repo, scratch, agent)
+}
+
 async fn source_status(agent: &Agent) -> SourceStatus {
     reqwest::get(format!("{}/status", agent.base))
         .await
@@ -247,22 +267,9 @@ async fn a_hostile_commit_changes_nothing_and_its_legitimate_files_still_sync() 
     let t = targets(&admin, "trust").await;
     let _leftovers = Leftovers(t.pwn.clone(), t.pv.clone());
     let pv_before = pv_state(&admin, &t.pv).await;
-    let repo = tempfile::tempdir().unwrap();
-    write_repository(repo.path(), &t);
-    let scratch = tempfile::tempdir().unwrap();
     // The default policy, no namespace allow-list, the shipped source name (its account is
     // linnet-default in each namespace), pruning on.
-    let agent = start_agent(
-        scratch.path(),
-        &[
-            format!("--repo-path={}", repo.path().display()),
-            "--allow-namespace=".into(),
-            "--source-name=default".into(),
-            "--prune".into(),
-        ],
-        &t.tenant.name,
-    );
-    wait_ready(&agent).await;
+    let (repo, _scratch, agent) = follow_the_commit(&t, &["--source-name=default".into()]).await;
 
     // The legitimate files sync.
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &t.tenant.name);
@@ -433,25 +440,18 @@ async fn with_a_policy_and_grants_that_allow_it_the_same_commit_applies_and_prun
         .await
         .unwrap();
 
-    let repo = tempfile::tempdir().unwrap();
-    write_repository(repo.path(), &t);
-    let scratch = tempfile::tempdir().unwrap();
-    let agent = start_agent(
-        scratch.path(),
+    let (repo, _scratch, agent) = follow_the_commit(
+        &t,
         &[
-            format!("--repo-path={}", repo.path().display()),
-            "--allow-namespace=".into(),
             "--deny-namespace=".into(),
             "--allow-cluster-kind=ClusterRoleBinding,Namespace".into(),
             "--adopt".into(),
             format!("--agent-namespace={}", ops.name),
             format!("--source-name={}", t.tenant.name),
             format!("--apply-as={account}"),
-            "--prune".into(),
         ],
-        &t.tenant.name,
-    );
-    wait_ready(&agent).await;
+    )
+    .await;
 
     let deployments = Api::<Deployment>::namespaced(admin.clone(), "kube-system");
     let bindings = Api::<ClusterRoleBinding>::all(admin.clone());

@@ -15,24 +15,10 @@ mod support;
 
 mod run;
 
+use support::bench::{env_or, sh};
+
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn sh(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
 
 fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

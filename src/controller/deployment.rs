@@ -14,12 +14,11 @@ use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
-use super::{Context, Doing, ReconcileError, StatusWrite, write_status};
+use super::{Context, Doing, ReconcileError, StatusWrite, show_action_failure, write_status};
 use crate::api::{
     CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
 use crate::plan::deployment::{DeployAction, DeployRollout, DeploymentView, plan};
-use crate::plan::mark_action_failed;
 use crate::plan::objects::RolloutRef;
 use crate::sync::FIELD_MANAGER;
 
@@ -176,22 +175,8 @@ async fn reconcile_inner(
             }
         };
         if let Err(e) = result {
-            let mut blocked = planned.status.clone();
-            mark_action_failed(
-                &mut blocked.conditions,
-                &mut blocked.message,
-                &e.failure(),
-                now,
-            );
-            write_status(
-                ctx,
-                rollout,
-                "CanaryDeployment",
-                Some(&planned.status),
-                &blocked,
-            )
-            .await?;
-            return Err(e);
+            let kind = "CanaryDeployment";
+            return Err(show_action_failure(ctx, rollout, kind, &planned.status, e, now).await);
         }
     }
     let object = rollout.object_ref(&());

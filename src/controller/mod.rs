@@ -136,6 +136,9 @@ impl ReconcileError {
             ReconcileError::Kube { doing, source } => {
                 format!("{doing}: {}", crate::error::kube_message(source))
             }
+            // Led by the action, like the others: that is how the plan recognises its own
+            // failed action on the next reconcile and keeps the failure in the status.
+            ReconcileError::NotOurs { doing, why } => format!("{doing}: refused: {why}"),
             other => other.to_string(),
         }
     }
@@ -177,6 +180,49 @@ pub(crate) fn foreign_child(
          never takes over an object it did not create)",
         live.name.as_deref().unwrap_or_default()
     ))
+}
+
+/// A rollout status with the conditions and message a failed action is shown in.
+pub(crate) trait FailureShown {
+    fn conditions_and_message(&mut self) -> (&mut Vec<crate::api::Condition>, &mut Option<String>);
+}
+
+impl FailureShown for crate::api::CanaryStatefulSetStatus {
+    fn conditions_and_message(&mut self) -> (&mut Vec<crate::api::Condition>, &mut Option<String>) {
+        (&mut self.conditions, &mut self.message)
+    }
+}
+
+impl FailureShown for crate::api::CanaryDeploymentStatus {
+    fn conditions_and_message(&mut self) -> (&mut Vec<crate::api::Condition>, &mut Option<String>) {
+        (&mut self.conditions, &mut self.message)
+    }
+}
+
+/// Writes the planned status with the action that failed marked in it (Degraded and not
+/// Ready, reason ActionFailed), and hands back the failure for the reconcile to return.
+pub(crate) async fn show_action_failure<K, S>(
+    ctx: &Context,
+    rollout: &K,
+    kind: &str,
+    planned: &S,
+    failure: ReconcileError,
+    now: jiff::Timestamp,
+) -> ReconcileError
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    S: FailureShown + Clone + serde::Serialize + PartialEq,
+{
+    let mut blocked = planned.clone();
+    let (conditions, message) = blocked.conditions_and_message();
+    crate::plan::mark_action_failed(conditions, message, &failure.failure(), now);
+    match write_status(ctx, rollout, kind, Some(planned), &blocked).await {
+        Ok(_) => failure,
+        Err(e) => e,
+    }
 }
 
 /// Adds what was being done to a kube error.
@@ -317,6 +363,28 @@ mod tests {
                 "apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryStatefulSet",
                 "name": "db", "uid": u, "controller": true})]).unwrap_or_default()}))
         .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_refused_action_stays_shown_while_the_plan_repeats_it() {
+        // The plan keeps a failure shown while it still emits the failed action, recognised by
+        // the failure leading with it; a refusal's did not, so the status lost and regained
+        // its Degraded condition on every retry.
+        let action = "retain volume pv-1 for data-db-canary-0".to_string();
+        let refused = ReconcileError::NotOurs {
+            doing: action.clone(),
+            why: "volume pv-1 is not rollout shop/db's".into(),
+        };
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let (mut shown, mut message) = (Vec::new(), None);
+        crate::plan::mark_action_failed(&mut shown, &mut message, &refused.failure(), now);
+        let (mut next, mut next_message) = (Vec::new(), None);
+        crate::plan::carry_action_failure(&shown, &mut next, &mut next_message, [action], now);
+        assert!(
+            next.iter()
+                .any(|c| c.type_ == crate::api::condition::DEGRADED && c.status == "True"),
+            "{next:?}"
+        );
     }
 
     #[test]

@@ -21,19 +21,21 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, Doing, ReconcileError, StatusWrite, StoreReady, write_status};
+use super::{
+    Context, Doing, ReconcileError, StatusWrite, StoreReady, show_action_failure, write_status,
+};
 use crate::api::{
     ABORT_ANNOTATION, BIND_REQUESTED_ANNOTATION, CanaryStatefulSet, FINALIZER,
     HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
     SOURCE_PATH_ANNOTATION, StatefulSetStrategyType,
 };
+use crate::plan::Action;
 use crate::plan::handoff::{VolumePatch, volume_refusal};
 use crate::plan::objects::{Role, RolloutRef, migration_job_name};
 use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
 };
 use crate::plan::statefulset::{Rollout, plan, plan_cleanup};
-use crate::plan::{Action, mark_action_failed};
 use crate::sync::FIELD_MANAGER;
 
 pub use crate::api::VOLUME_NAMESPACE_LABEL;
@@ -248,22 +250,8 @@ async fn apply(
     for action in &planned.actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
         if let Err(e) = execute(action, ctx, ns, &name).await {
-            let mut blocked = planned.status.clone();
-            mark_action_failed(
-                &mut blocked.conditions,
-                &mut blocked.message,
-                &e.failure(),
-                now,
-            );
-            write_status(
-                ctx,
-                rollout,
-                "CanaryStatefulSet",
-                Some(&planned.status),
-                &blocked,
-            )
-            .await?;
-            return Err(e);
+            let kind = "CanaryStatefulSet";
+            return Err(show_action_failure(ctx, rollout, kind, &planned.status, e, now).await);
         }
     }
     let object = rollout.object_ref(&());
@@ -471,7 +459,7 @@ async fn check_volume(
     volume: &str,
     patch: VolumePatch<'_>,
     what: &impl Fn() -> String,
-) -> Result<Option<String>, ReconcileError> {
+) -> Result<String, ReconcileError> {
     let Some(pv) = Api::<PersistentVolume>::all(client.clone())
         .get_opt(volume)
         .await
@@ -501,7 +489,7 @@ async fn check_volume(
             })
         }
         // Without a resourceVersion the patch would not be conditional: fail closed.
-        None => pv.metadata.resource_version.map(Some).ok_or_else(|| {
+        None => pv.metadata.resource_version.ok_or_else(|| {
             ReconcileError::Waiting(format!("volume {volume} has no resourceVersion"))
         }),
     }

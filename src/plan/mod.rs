@@ -19,5 +19,7 @@ pub mod observed;
 pub mod statefulset;
 
 pub use actions::{Action, PlanEvent};
+#[cfg(test)]
+pub(crate) use machine::carry_action_failure;
 pub use machine::{ACTION_FAILED, mark_action_failed, set_condition};
 pub use observed::Observed;

@@ -325,7 +325,16 @@ impl GitMirror {
 }
 
 fn is_local(url: &str) -> bool {
-    url.starts_with("file://") || url.starts_with('/') || url.starts_with('.')
+    local_path(url).is_some()
+}
+
+/// The directory of a remote on this machine (`file://…` or a path), which libgit2 reaches
+/// with its local transport.
+pub(crate) fn local_path(url: &str) -> Option<PathBuf> {
+    if let Some(path) = url.strip_prefix("file://") {
+        return Some(path.into());
+    }
+    (url.starts_with('/') || url.starts_with('.')).then(|| url.into())
 }
 
 /// Whether `known_hosts` lists `host` with this raw host key.

@@ -1,6 +1,6 @@
 //! The OpenAPI v3 checks of a CRD's structural schema that the API server applies before any
-//! CEL rule: types, `minimum`/`maximum`, lengths, item counts, `enum`, `pattern` and
-//! `required`. `linnet validate` runs them offline so that `replicas: 0` fails in the pull
+//! CEL rule: types, `minimum`/`maximum`, lengths, item counts, `enum` and `required` (linnet's
+//! CRDs use no `pattern`). `linnet validate` runs them offline so that `replicas: 0` fails in the pull
 //! request, located, instead of as a 422 from the agent. Pure: a schema and a value in, a list
 //! of `(path, message)` out.
 
@@ -85,12 +85,6 @@ fn check(schema: &Value, value: &Value, at: &str, out: &mut Vec<(String, String)
             && chars > max
         {
             problem(format!("must be at most {max} characters long"));
-        }
-        if let Some(pattern) = get("pattern").and_then(Value::as_str)
-            && let Ok(re) = regex::Regex::new(pattern)
-            && !re.is_match(s)
-        {
-            problem(format!("must match the pattern {pattern}"));
         }
     }
     if let Some(allowed) = get("enum").and_then(Value::as_array)

@@ -23,11 +23,11 @@ use tokio::sync::Mutex;
 use super::FIELD_MANAGER;
 use super::desired::{DesiredObject, desired_set};
 use super::diff::{
-    Change, PlannedChange, drifted_fields, identity_only, keep_blocked_files, plan_changes,
-    prerequisites_first, project_owned, takeover_refusal,
+    Change, PlannedChange, Prune, drifted_fields, identity_only, plan_changes, prerequisites_first,
+    project_owned, takeover_refusal,
 };
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
-use crate::error::kube_message;
+use crate::error::{kube_message, kube_message_hinted};
 use crate::specs::{Location, ObjectKey, SpecSet};
 
 /// Kinds that are listed for pruning even when Git no longer declares any object of them.
@@ -230,17 +230,8 @@ impl Syncer {
         caps: &ApiCapabilities,
         namespace: &str,
     ) -> Result<Api<DynamicObject>, String> {
-        let namespace = if caps.scope == Scope::Cluster {
-            ""
-        } else {
-            namespace
-        };
-        let client = self.writer(namespace)?;
-        Ok(if namespace.is_empty() {
-            Api::all_with(client, ar)
-        } else {
-            Api::namespaced_with(client, namespace, ar)
-        })
+        let namespace = scoped(caps, namespace);
+        Ok(api_as(self.writer(namespace)?, ar, namespace))
     }
 
     /// What a 403 on a write means when the source's account made it.
@@ -282,12 +273,9 @@ impl Syncer {
         Ok(found)
     }
 
+    /// The `Api` that reads objects of `ar` in `namespace` as the agent.
     fn api(&self, ar: &ApiResource, caps: &ApiCapabilities, namespace: &str) -> Api<DynamicObject> {
-        if caps.scope == Scope::Namespaced && !namespace.is_empty() {
-            Api::namespaced_with(self.client.clone(), namespace, ar)
-        } else {
-            Api::all_with(self.client.clone(), ar)
-        }
+        api_as(self.client.clone(), ar, scoped(caps, namespace))
     }
 
     fn selector(&self) -> String {
@@ -306,16 +294,21 @@ impl Syncer {
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let desired = desired_set(specs, &self.source, revision);
         let locations = locations_of(&desired);
-        let (mut plan, errors) = self.plan_full(desired, prune).await;
-        keep_blocked_files(&mut plan, &specs.blocked_files);
+        let prune = Prune {
+            enabled: prune,
+            blocked_files: &specs.blocked_files,
+        };
+        let (plan, errors) = self.plan_full(desired, prune, None).await;
         (plan, located(errors, &locations))
     }
 
-    /// [`Syncer::plan`] for a desired set already built.
+    /// [`Syncer::plan`] for a desired set already built. `previous`: what the last sync
+    /// applied, if known (where to look for a kind only the source may list).
     async fn plan_full(
         &self,
         desired: Vec<DesiredObject>,
-        prune: bool,
+        prune: Prune<'_>,
+        previous: Option<&BTreeMap<ObjectKey, String>>,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
@@ -349,59 +342,62 @@ impl Syncer {
             let declared = desired
                 .iter()
                 .any(|d| d.key.api_version == *api_version && d.key.kind == *kind);
-            let cannot_list = |ns: &str, e: &kube::Error| {
-                (
-                    ObjectKey {
-                        api_version: api_version.clone(),
-                        kind: kind.clone(),
-                        namespace: ns.to_string(),
-                        name: "*".into(),
-                    },
-                    format!("cannot list: {}", kube_message(e)),
-                )
+            let list_key = |ns: &str| ObjectKey {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                namespace: ns.to_string(),
+                name: "*".into(),
             };
+            let cannot_list = |e: &kube::Error| format!("cannot list: {}", kube_message(e));
             for ns in namespaces {
                 let api = self.api(&ar, &caps, ns);
                 match list_live(&api, &params, &ar, &by_key, false, &mut live).await {
                     Ok(()) => {}
-                    // A kind Git does not declare and linnet may not list (e.g. Secrets
-                    // under the least-privilege ClusterRole) cannot hold anything linnet
-                    // applied.
-                    Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
-                        tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
-                    }
-                    // A kind only the source may read: its account lists where Git has it.
-                    Err(kube::Error::Api(s)) if s.code == 403 => {
-                        let in_git: std::collections::BTreeSet<&str> = desired
-                            .iter()
-                            .filter(|d| d.key.api_version == *api_version && d.key.kind == *kind)
-                            .map(|d| d.key.namespace.as_str())
-                            .filter(|n| ns.is_empty() || n == &ns)
-                            .collect();
-                        for source_ns in in_git {
+                    // A kind only the source may read (e.g. Secrets): its account lists it
+                    // where Git has it and where this source applied it before.
+                    Err(kube::Error::Api(s))
+                        if s.code == 403 && self.apply_as != ApplyAs::Client =>
+                    {
+                        let source_namespaces: std::collections::BTreeSet<&str> = if ns.is_empty() {
+                            desired
+                                .iter()
+                                .map(|d| &d.key)
+                                .chain(previous.into_iter().flat_map(BTreeMap::keys))
+                                .filter(|k| k.api_version == *api_version && k.kind == *kind)
+                                .map(|k| k.namespace.as_str())
+                                .collect()
+                        } else {
+                            [ns].into()
+                        };
+                        for source_ns in source_namespaces {
                             let listed = match self.writer_api(&ar, &caps, source_ns) {
                                 Ok(api) => {
                                     list_live(&api, &params, &ar, &by_key, false, &mut live).await
                                 }
                                 Err(e) => {
-                                    errors.push((
-                                        ObjectKey {
-                                            api_version: api_version.clone(),
-                                            kind: kind.clone(),
-                                            namespace: source_ns.to_string(),
-                                            name: "*".into(),
-                                        },
-                                        e,
-                                    ));
+                                    errors.push((list_key(source_ns), e));
                                     continue;
                                 }
                             };
-                            if let Err(e) = listed {
-                                errors.push(cannot_list(source_ns, &e));
+                            match listed {
+                                Ok(()) => {}
+                                Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                                    tracing::debug!(
+                                        kind,
+                                        namespace = source_ns,
+                                        "the source may not list; nothing of this kind to prune"
+                                    );
+                                }
+                                Err(e) => errors.push((list_key(source_ns), cannot_list(&e))),
                             }
                         }
                     }
-                    Err(e) => errors.push(cannot_list(ns, &e)),
+                    // A kind Git does not declare and linnet may not list cannot hold anything
+                    // linnet applied with its own identity.
+                    Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                        tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
+                    }
+                    Err(e) => errors.push((list_key(ns), cannot_list(&e))),
                 }
             }
         }
@@ -477,11 +473,7 @@ impl Syncer {
     ) -> Result<Option<DynamicObject>, String> {
         match self.api(ar, caps, &key.namespace).get_opt(&key.name).await {
             Err(kube::Error::Api(s)) if s.code == 403 && self.apply_as != ApplyAs::Client => {
-                let namespace = if caps.scope == Scope::Cluster {
-                    ""
-                } else {
-                    &key.namespace
-                };
+                let namespace = scoped(caps, &key.namespace);
                 self.writer_api(ar, caps, namespace)?
                     .get_opt(&key.name)
                     .await
@@ -644,9 +636,11 @@ impl Syncer {
             )
             .await
             .map(|_| ())
-            .map_err(|e| self.write_error("apply", "patch", &e, &ar, &key.namespace))
+            .map_err(|e| self.write_error("apply", "patch", &e, &ar, scoped(&caps, &key.namespace)))
     }
 
+    /// A request the source's account made that failed; a 403 names the account and how to
+    /// grant it. `what` is `apply`, `delete` or `read`.
     fn write_error(
         &self,
         what: &str,
@@ -655,14 +649,17 @@ impl Syncer {
         ar: &ApiResource,
         namespace: &str,
     ) -> String {
-        match e {
-            kube::Error::Api(s) if s.code == 403 && self.apply_as != ApplyAs::Client => format!(
-                "{what} refused: {} (Forbidden, HTTP 403){}",
-                s.message,
-                self.forbidden_hint(verb, ar, namespace)
-            ),
-            _ if what == "read" => format!("cannot read: {}", kube_message(e)),
-            _ => format!("{what} failed: {}", kube_message(e)),
+        let as_source = self.apply_as.user_for(namespace).is_some();
+        let refused = as_source && matches!(e, kube::Error::Api(s) if s.code == 403);
+        let text = if as_source {
+            kube_message_hinted(e, &self.forbidden_hint(verb, ar, namespace))
+        } else {
+            kube_message(e)
+        };
+        match what {
+            _ if refused => format!("{what} refused: {text}"),
+            "read" => format!("cannot read: {text}"),
+            _ => format!("{what} failed: {text}"),
         }
     }
 
@@ -675,7 +672,9 @@ impl Syncer {
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(self.write_error("delete", "delete", &e, &ar, &key.namespace)),
+            Err(e) => {
+                Err(self.write_error("delete", "delete", &e, &ar, scoped(&caps, &key.namespace)))
+            }
         }
     }
 
@@ -686,7 +685,7 @@ impl Syncer {
         &self,
         desired: Vec<DesiredObject>,
         applied: &BTreeMap<ObjectKey, String>,
-        prune: bool,
+        prune: Prune<'_>,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>, usize) {
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
@@ -699,7 +698,7 @@ impl Syncer {
             .collect();
         let skipped = total - changed.len();
         // Objects the last sync applied that Git no longer has.
-        let gone: Vec<&ObjectKey> = if prune {
+        let gone: Vec<&ObjectKey> = if prune.enabled {
             applied.keys().filter(|k| !in_git.contains(*k)).collect()
         } else {
             Vec::new()
@@ -768,6 +767,10 @@ impl Syncer {
         allow_incremental: bool,
     ) -> SyncReport {
         let mut applied = self.applied.lock().await;
+        let prune = Prune {
+            enabled: prune,
+            blocked_files: &specs.blocked_files,
+        };
         let desired = desired_set(specs, &self.source, revision);
         let locations = locations_of(&desired);
         let hashes: BTreeMap<ObjectKey, String> = desired
@@ -784,12 +787,11 @@ impl Syncer {
                 (plan, errors, skipped, false)
             }
             None => {
-                let (plan, errors) = self.plan_full(desired, prune).await;
+                let previous = applied.as_ref().map(|a| &a.hashes);
+                let (plan, errors) = self.plan_full(desired, prune, previous).await;
                 (plan, errors, 0, true)
             }
         };
-        let mut plan = plan;
-        keep_blocked_files(&mut plan, &specs.blocked_files);
         let mut report = self.apply(&plan).await;
         report.unchanged += skipped;
         report.errors.extend(read_errors);
@@ -816,6 +818,26 @@ impl Syncer {
     }
 }
 
+/// The namespace an object of this kind lives in: none when the kind is cluster-scoped,
+/// whatever the key says.
+fn scoped<'a>(caps: &ApiCapabilities, namespace: &'a str) -> &'a str {
+    if caps.scope == Scope::Cluster {
+        ""
+    } else {
+        namespace
+    }
+}
+
+/// An `Api` for `client` in `namespace`, or across namespaces (and for cluster-scoped kinds)
+/// when it is empty.
+fn api_as(client: Client, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+    if namespace.is_empty() {
+        Api::all_with(client, ar)
+    } else {
+        Api::namespaced_with(client, namespace, ar)
+    }
+}
+
 fn locations_of(desired: &[DesiredObject]) -> HashMap<ObjectKey, Location> {
     desired
         .iter()
@@ -831,10 +853,7 @@ fn located(
     errors
         .into_iter()
         .map(|(key, e)| match locations.get(&key) {
-            Some(at) => {
-                let e = format!("{at}: {e}");
-                (key, e)
-            }
+            Some(at) => (key, format!("{at}: {e}")),
             None => (key, e),
         })
         .collect()

@@ -38,13 +38,44 @@ pub struct PlannedChange {
     pub live: Option<Value>,
 }
 
+/// What a sync may prune.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Prune<'a> {
+    /// Pruning is on (`--prune`).
+    pub enabled: bool,
+    /// Files Git still has but that have an error now: an error blocks only its own file, and
+    /// must not delete what the file applied earlier.
+    pub blocked_files: &'a [String],
+}
+
+impl Prune<'_> {
+    /// Nothing is pruned.
+    pub const OFF: Prune<'static> = Prune {
+        enabled: false,
+        blocked_files: &[],
+    };
+    /// What left Git is pruned.
+    pub const ON: Prune<'static> = Prune {
+        enabled: true,
+        blocked_files: &[],
+    };
+
+    /// Whether `live`, which Git no longer declares, stays: it came from a blocked file.
+    fn keeps(&self, live: &Value) -> bool {
+        live.pointer("/metadata/annotations")
+            .and_then(|a| a.get(SOURCE_PATH_ANNOTATION))
+            .and_then(Value::as_str)
+            .is_some_and(|file| self.blocked_files.iter().any(|b| b == file))
+    }
+}
+
 /// Plans a sync. `live` holds the live version of every desired object that exists, and every
 /// object this source manages (by label). Takes the desired objects (a clone of 1,000 was 10 MB
 /// of a full sync's peak).
 pub fn plan_changes(
     desired: Vec<DesiredObject>,
     live: &BTreeMap<ObjectKey, Value>,
-    prune: bool,
+    prune: Prune<'_>,
 ) -> Vec<PlannedChange> {
     let mut changes = Vec::new();
     let mut wanted = std::collections::BTreeSet::new();
@@ -68,11 +99,15 @@ pub fn plan_changes(
             },
         });
     }
-    if prune {
+    if prune.enabled {
         for (key, l) in live {
             // A rollout's own children are repaired by its controller, never pruned, whatever
             // labels an older linnet or a person put on them.
             if wanted.contains(key) || owned_by_a_controller(l) {
+                continue;
+            }
+            if prune.keeps(l) {
+                tracing::warn!(object = %key, "not pruning: its file has an error");
                 continue;
             }
             let change = if matches!(
@@ -94,52 +129,29 @@ pub fn plan_changes(
     changes
 }
 
-/// Leaves out the prunes of objects that came from a file Git still has but that has an error
-/// now: an error blocks only its own file, and must not delete what the file applied earlier.
-pub fn keep_blocked_files(plan: &mut Vec<PlannedChange>, blocked: &[String]) {
-    plan.retain(|c| {
-        let from = c
-            .live
-            .as_ref()
-            .and_then(|l| l.pointer("/metadata/annotations"))
-            .and_then(|a| a.get(SOURCE_PATH_ANNOTATION))
-            .and_then(Value::as_str);
-        let kept = c.change == Change::Prune && from.is_some_and(|f| blocked.iter().any(|b| b == f));
-        if kept {
-            tracing::warn!(object = %c.key, file = from.unwrap_or_default(), "not pruning: its file has an error");
-        }
-        !kept
-    });
-}
-
-/// Whether `object` has a controller owner reference: some controller made it (a pod, a
-/// claim of a StatefulSet, a rollout's child), so it is not pruned, whatever labels its
-/// template gave it.
-pub fn owned_by_a_controller(object: &Value) -> bool {
+/// The owner reference of the controller that made `object`, if one did (a pod's ReplicaSet,
+/// a StatefulSet's claim's set, a rollout's child's rollout).
+pub fn controller_of(object: &Value) -> Option<&Value> {
     object
         .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|refs| {
-            refs.iter()
-                .any(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-        })
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
 }
 
-/// Whether `object` has a controller owner reference to a linnet rollout: it was made by a
-/// rollout controller, not applied from Git.
+/// Whether some controller made `object`: then it is not pruned, whatever labels its template
+/// gave it.
+pub fn owned_by_a_controller(object: &Value) -> bool {
+    controller_of(object).is_some()
+}
+
+/// Whether a linnet rollout's controller made `object`: it was not applied from Git.
 pub fn owned_by_rollout(object: &Value) -> bool {
     let group = format!("{}/", crate::api::GROUP);
-    object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|refs| {
-            refs.iter().any(|r| {
-                r.get("controller").and_then(Value::as_bool) == Some(true)
-                    && r.get("apiVersion")
-                        .and_then(Value::as_str)
-                        .is_some_and(|v| v.starts_with(&group))
-            })
-        })
+    controller_of(object)
+        .and_then(|r| r.get("apiVersion"))
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.starts_with(&group))
 }
 
 /// Unchanged when linnet applied this very content last (hash) and nobody has changed any
@@ -317,13 +329,7 @@ pub fn project_owned(want: &Value, have: &Value) -> Value {
 /// take it over (`adopt`, or the object's own [`ADOPT_ANNOTATION`]).
 pub fn takeover_refusal(live: &Value, source: &str, adopt: bool) -> Option<String> {
     if owned_by_rollout(live) {
-        let owner = live
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .and_then(|refs| {
-                refs.iter()
-                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-            })
+        let owner = controller_of(live)
             .map(|r| {
                 format!(
                     "{} {}",
@@ -352,10 +358,10 @@ pub fn takeover_refusal(live: &Value, source: &str, adopt: bool) -> Option<Strin
         _ if adopt => None,
         // The annotation opens an object nobody manages, once: after that it carries a
         // source's label, and another source may not take it by the same annotation.
-        (_, Some(_)) if annotated => Some(format!(
-            "exists and is managed by linnet source {:?}, not this one; the {ADOPT_ANNOTATION} \
-             annotation does not hand over another source's objects (only --adopt does)",
-            label(SOURCE_LABEL).unwrap_or_default()
+        (_, Some(other)) if annotated => Some(format!(
+            "exists and is managed by linnet source {other:?}, not this one; the \
+             {ADOPT_ANNOTATION} annotation does not hand over another source's objects (only \
+             --adopt does)"
         )),
         _ if annotated => None,
         (Some(MANAGED_BY_VALUE), Some(other)) => Some(format!(
@@ -540,7 +546,7 @@ mod tests {
     #[test]
     fn missing_object_is_created() {
         let d = desired("a", json!({"k": "v"}));
-        let plan = plan_changes(vec![d], &BTreeMap::new(), false);
+        let plan = plan_changes(vec![d], &BTreeMap::new(), Prune::OFF);
         assert_eq!(plan[0].change, Change::Create);
     }
 
@@ -548,7 +554,7 @@ mod tests {
     fn same_content_from_an_older_revision_is_unchanged() {
         let d = desired("a", json!({"k": "v"}));
         let live = BTreeMap::from([(d.key.clone(), live_of(&d, "r1"))]);
-        let plan = plan_changes(vec![d], &live, false);
+        let plan = plan_changes(vec![d], &live, Prune::OFF);
         assert_eq!(plan[0].change, Change::Unchanged);
     }
 
@@ -570,7 +576,7 @@ mod tests {
         let mut l = live_of(&d, "r1");
         l["data"]["k"] = json!("edited by hand");
         let live = BTreeMap::from([(d.key.clone(), l)]);
-        let plan = plan_changes(vec![d], &live, false);
+        let plan = plan_changes(vec![d], &live, Prune::OFF);
         assert_eq!(plan[0].change, Change::Update);
         let diff = render_diff(&plan[0]);
         assert!(diff.contains("-  k: edited by hand"), "{diff}");
@@ -586,13 +592,25 @@ mod tests {
                 "annotations": {SOURCE_PATH_ANNOTATION: "apps/a.yaml", "other": "x"}}}));
         assert!(live["metadata"]["annotations"].get("other").is_none());
         let key = key("ConfigMap", "a");
-        let mut plan = plan_changes(vec![], &BTreeMap::from([(key, live)]), true);
-        assert_eq!(plan.len(), 1);
-        keep_blocked_files(&mut plan, &["apps/b.yaml".into()]);
-        assert_eq!(plan.len(), 1, "another file's error");
-        keep_blocked_files(&mut plan, &["apps/a.yaml".into()]);
+        let live = BTreeMap::from([(key, live)]);
+        assert_eq!(plan_changes(vec![], &live, Prune::ON).len(), 1);
+        let other_file = ["apps/b.yaml".to_string()];
+        let prune = Prune {
+            enabled: true,
+            blocked_files: &other_file,
+        };
+        assert_eq!(
+            plan_changes(vec![], &live, prune).len(),
+            1,
+            "another file's error"
+        );
+        let its_file = ["apps/a.yaml".to_string()];
+        let prune = Prune {
+            enabled: true,
+            blocked_files: &its_file,
+        };
         assert!(
-            plan.is_empty(),
+            plan_changes(vec![], &live, prune).is_empty(),
             "pruned although its file only has an error"
         );
     }
@@ -615,7 +633,7 @@ mod tests {
                 namespace: "ns".into(),
                 name: "redis-stable".into(),
             };
-            plan_changes(vec![], &BTreeMap::from([(k, live)]), true)
+            plan_changes(vec![], &BTreeMap::from([(k, live)]), Prune::ON)
         };
         assert!(plan_for(owned("rollouts.linnet.dev/v1alpha1", true)).is_empty());
         // Issue 19: made by any controller (a pod of a Deployment whose template carried the
@@ -636,7 +654,7 @@ mod tests {
             let mut l = live_of(&d, "r1");
             l["metadata"]["finalizers"] = finalizers;
             let live = BTreeMap::from([(d.key.clone(), l)]);
-            plan_changes(vec![d.clone()], &live, false)[0].change
+            plan_changes(vec![d.clone()], &live, Prune::OFF)[0].change
         };
         // Before: the controller's finalizer made the list differ, and every full sync wrote.
         assert_eq!(
@@ -680,7 +698,7 @@ mod tests {
         l["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("old");
         let live = BTreeMap::from([(d.key.clone(), l)]);
         assert_eq!(
-            plan_changes(vec![d], &live, false)[0].change,
+            plan_changes(vec![d], &live, Prune::OFF)[0].change,
             Change::Update
         );
     }
@@ -690,8 +708,8 @@ mod tests {
         let cm = key("ConfigMap", "gone");
         let pvc = key("PersistentVolumeClaim", "data-redis-0");
         let live = BTreeMap::from([(cm.clone(), json!({})), (pvc.clone(), json!({}))]);
-        assert!(plan_changes(vec![], &live, false).is_empty());
-        let plan = plan_changes(vec![], &live, true);
+        assert!(plan_changes(vec![], &live, Prune::OFF).is_empty());
+        let plan = plan_changes(vec![], &live, Prune::ON);
         let by_key: BTreeMap<_, _> = plan.iter().map(|c| (c.key.clone(), c.change)).collect();
         assert_eq!(by_key[&cm], Change::Prune);
         assert_eq!(by_key[&pvc], Change::KeepVolume);

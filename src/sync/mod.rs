@@ -11,7 +11,7 @@ pub mod diff;
 
 pub use apply::{ApplyAs, SyncReport, Syncer};
 pub use desired::{DesiredObject, desired_set};
-pub use diff::{Change, PlannedChange, plan_changes};
+pub use diff::{Change, PlannedChange, Prune, plan_changes};
 
 /// The field manager of every server-side apply linnet makes.
 pub const FIELD_MANAGER: &str = "linnet";

@@ -17,7 +17,7 @@ use std::time::Duration;
 use git2::{Index, IndexEntry, IndexTime, Oid, PushOptions, Signature};
 
 use super::status_files::{StatusFile, commit_message};
-use crate::source::git::{GitError, GitMirror, GitRemote};
+use crate::source::git::{GitError, GitMirror, GitRemote, local_path};
 
 /// How often a rejected push is redone on a new tip before giving up (until the next change).
 const MAX_TRIES: u32 = 6;
@@ -255,15 +255,6 @@ impl StatusWriter {
             },
         }
     }
-}
-
-/// The directory of a remote on this machine (`file://…` or a path), which libgit2 pushes to
-/// with its local transport.
-fn local_path(url: &str) -> Option<std::path::PathBuf> {
-    if let Some(path) = url.strip_prefix("file://") {
-        return Some(path.into());
-    }
-    (url.starts_with('/') || url.starts_with('.')).then(|| url.into())
 }
 
 fn entry(path: &str, size: usize, id: Oid) -> IndexEntry {

@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod agent;
+pub mod bench;
 pub mod git_http;
 pub mod gitea;
 pub mod process;

@@ -146,6 +146,27 @@ impl Fixture {
         .await
     }
 
+    /// Waits until every reason of `wanted` has an event: a reconcile publishes its events
+    /// after the status and the actions a test waits for.
+    pub async fn wait_event_reasons(&self, wanted: &[&str], secs: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let reasons = self.event_reasons().await;
+            let missing: Vec<&&str> = wanted
+                .iter()
+                .filter(|r| !reasons.iter().any(|x| x == *r))
+                .collect();
+            if missing.is_empty() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {missing:?} event in {reasons:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn event_reasons(&self) -> Vec<String> {
         self.api::<k8s_openapi::api::events::v1::Event>()
             .list(&ListParams::default())

@@ -483,16 +483,11 @@ async fn look_at_remote(
                 s.mirror.fetch()?
             }
         };
-        let listing: Vec<(String, String)> = s
-            .mirror
-            .list_files(tip, &path)?
-            .into_iter()
-            .map(|(p, id)| (p, id.to_string()))
-            .collect();
+        let listing = s.mirror.list_files(tip, &path)?;
         let mirror = &s.mirror;
         let update = s.snapshot.update(
             &listing,
-            |_, id| mirror.read_blob(git2::Oid::from_str(id)?),
+            |_, id| mirror.read_spec_file(id, load.max_file_bytes),
             &load,
         )?;
         s.fetched = Some(tip);
@@ -544,11 +539,24 @@ fn look_at_local(
         return Ok(Found::Nothing);
     };
     let root = dir.join(&shared.config.path);
-    let listing = local::list_files(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let files = crate::specs::list_local_spec_files(&root)
+        .map_err(|e| format!("{}: {e}", root.display()))?;
+    let listing: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.rel.clone(), f.change_id()))
+        .collect();
+    let by_path: std::collections::HashMap<&str, &crate::specs::LocalSpecFile> =
+        files.iter().map(|f| (f.rel.as_str(), f)).collect();
+    let max = shared.config.load.max_file_bytes;
     let update = snapshot
         .update(
             &listing,
-            |p, _| std::fs::read(root.join(p)),
+            |p, _| -> std::result::Result<_, std::convert::Infallible> {
+                Ok(match by_path.get(p) {
+                    Some(file) => crate::specs::read_local_spec_file(file, max),
+                    None => crate::specs::FileContent::Refused("vanished while read".into()),
+                })
+            },
             &shared.config.load,
         )
         .map_err(|e| format!("{}: {e}", root.display()))?;

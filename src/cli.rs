@@ -100,6 +100,7 @@ impl SpecArgs {
                 cluster_kinds: named(&self.cluster_kinds),
             },
             max_file_bytes: self.max_file_bytes,
+            budget: crate::specs::ParseBudget::default(),
         }
     }
 }

@@ -76,15 +76,10 @@ fn snapshot_update(
     snap: &mut SpecSnapshot,
     tip: git2::Oid,
 ) -> linnet::source::snapshot::SnapshotUpdate {
-    let listing: Vec<(String, String)> = mirror
-        .list_files(tip, "")
-        .unwrap()
-        .into_iter()
-        .map(|(p, id)| (p, id.to_string()))
-        .collect();
+    let listing = mirror.list_files(tip, "").unwrap();
     snap.update(
         &listing,
-        |_, id| mirror.read_blob(git2::Oid::from_str(id).unwrap()),
+        |_, id| mirror.read_spec_file(id, 1024 * 1024),
         &LoadOptions::default(),
     )
     .unwrap()

@@ -7,9 +7,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::specs::{FileContent, too_large};
 use git2::{
     AutotagOption, Cred, CredentialType, Direction, FetchOptions, Oid, RemoteCallbacks, Repository,
 };
+
+/// How [`GitMirror::list_files`] marks a symbolic link's id.
+const SYMLINK: &str = "symlink:";
 
 /// Credentials for the remote. Secrets are read from files on every connection, so a mounted
 /// Kubernetes Secret can rotate without a restart.
@@ -286,9 +290,10 @@ impl GitMirror {
         })
     }
 
-    /// Every file below `path` at `commit`, as `(path relative to `path`, blob id)`, skipping
-    /// hidden directories (`.git`, `.linnet`).
-    pub fn list_files(&self, commit: Oid, path: &str) -> Result<Vec<(String, Oid)>, GitError> {
+    /// Every file below `path` at `commit`, as `(path relative to `path`, file id)`, skipping
+    /// hidden directories (`.git`, `.linnet`) and submodules. The id is the blob id, with
+    /// `symlink:` in front for a symbolic link, which is never followed.
+    pub fn list_files(&self, commit: Oid, path: &str) -> Result<Vec<(String, String)>, GitError> {
         let tree = self.repo.find_commit(commit)?.tree()?;
         let root = path.trim_matches('/');
         let tree = if root.is_empty() || root == "." {
@@ -306,16 +311,37 @@ impl GitMirror {
                 return git2::TreeWalkResult::Skip;
             }
             if entry.kind() == Some(git2::ObjectType::Blob) {
-                files.push((format!("{dir}{name}"), entry.id()));
+                let id = if entry.filemode() == i32::from(git2::FileMode::Link) {
+                    format!("{SYMLINK}{}", entry.id())
+                } else {
+                    entry.id().to_string()
+                };
+                files.push((format!("{dir}{name}"), id));
             }
             git2::TreeWalkResult::Ok
         })?;
         Ok(files)
     }
 
-    /// The content of a blob.
-    pub fn read_blob(&self, id: Oid) -> Result<Vec<u8>, GitError> {
-        Ok(self.repo.find_blob(id)?.content().to_vec())
+    /// The content of a file listed by [`GitMirror::list_files`]: a blob's bytes only when its
+    /// size (from the object header, before anything is inflated) is at most `max`; a link's
+    /// target is never read as content.
+    pub fn read_spec_file(&self, file_id: &str, max: usize) -> Result<FileContent, GitError> {
+        if file_id.starts_with(SYMLINK) {
+            return Ok(FileContent::Refused(
+                "is a symbolic link; linnet reads only regular files inside the tree and does \
+                 not follow links (commit the file itself)"
+                    .into(),
+            ));
+        }
+        let id = Oid::from_str(file_id)?;
+        let (size, _) = self.repo.odb()?.read_header(id)?;
+        if size > max {
+            return Ok(FileContent::Refused(too_large(size as u64, max)));
+        }
+        Ok(FileContent::Bytes(
+            self.repo.find_blob(id)?.content().to_vec(),
+        ))
     }
 
     /// Where the mirror lives.

@@ -1,50 +1,12 @@
 //! A plain working directory as a source (`linnet agent --repo-path`), for the
-//! edit-save-see loop: a listing of its spec files, and a watcher that says when they change.
+//! edit-save-see loop: a watcher that says when its files change. Listing and reading them
+//! (regular files only, links reported) is [`crate::specs::list_local_spec_files`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
-
-use crate::specs::is_spec_file;
-
-/// `(path relative to root, change id)` of every spec file; the id changes when the file does.
-pub fn list_files(root: &Path) -> std::io::Result<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    walk(root, root, &mut out)?;
-    out.sort();
-    Ok(out)
-}
-
-fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        let meta = std::fs::metadata(&path)?;
-        if meta.is_dir() {
-            walk(root, &path, out)?;
-        } else if is_spec_file(&name) {
-            let modified = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
-            out.push((rel, format!("{}-{modified}", meta.len())));
-        }
-    }
-    Ok(())
-}
 
 /// Watches `root` and sends one message per burst of changes (debounced by `quiet`).
 /// Dropping the returned watcher stops it.

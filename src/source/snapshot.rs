@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::specs::{FileSpecs, LoadOptions, SpecSet, is_spec_file, load_file};
+use crate::specs::{FileContent, FileSpecs, LoadOptions, SpecSet, is_spec_file, load_content};
 
 /// Parsed spec files by path, with the content id each was parsed from.
 #[derive(Debug, Default)]
@@ -23,11 +23,11 @@ pub struct SnapshotUpdate {
 
 impl SpecSnapshot {
     /// Brings the snapshot to a new file listing (`path`, content id). `read` returns a file's
-    /// bytes and is called only for files that are new or changed.
+    /// content (or why it was not read) and is called only for files that are new or changed.
     pub fn update<E>(
         &mut self,
         listing: &[(String, String)],
-        mut read: impl FnMut(&str, &str) -> Result<Vec<u8>, E>,
+        mut read: impl FnMut(&str, &str) -> Result<FileContent, E>,
         opts: &LoadOptions,
     ) -> Result<SnapshotUpdate, E> {
         let mut next = BTreeMap::new();
@@ -42,8 +42,11 @@ impl SpecSnapshot {
                     next.insert(path.clone(), (old_id, specs));
                 }
                 _ => {
-                    let bytes = read(path, id)?;
-                    next.insert(path.clone(), (id.clone(), load_file(path, &bytes, opts)));
+                    let content = read(path, id)?;
+                    next.insert(
+                        path.clone(),
+                        (id.clone(), load_content(path, content, opts)),
+                    );
                     update.parsed += 1;
                     update.changed = true;
                 }
@@ -70,8 +73,10 @@ impl SpecSnapshot {
 mod tests {
     use super::*;
 
-    fn cm(name: &str) -> Vec<u8> {
-        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n").into_bytes()
+    fn cm(name: &str) -> FileContent {
+        FileContent::Bytes(
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n").into_bytes(),
+        )
     }
 
     fn listing(items: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -86,7 +91,7 @@ mod tests {
         let mut snap = SpecSnapshot::default();
         let opts = LoadOptions::default();
         let mut reads = Vec::new();
-        let mut read = |p: &str, _: &str| -> Result<Vec<u8>, ()> {
+        let mut read = |p: &str, _: &str| -> Result<FileContent, ()> {
             reads.push(p.to_string());
             Ok(cm(p.trim_end_matches(".yaml")))
         };
@@ -131,7 +136,7 @@ mod tests {
         let u = snap
             .update(
                 &l,
-                |_, _| -> Result<Vec<u8>, ()> { panic!("read an unchanged file") },
+                |_, _| -> Result<FileContent, ()> { panic!("read an unchanged file") },
                 &opts,
             )
             .unwrap();

@@ -1,11 +1,12 @@
 //! Reading spec files: bytes -> documents -> typed objects, each error located.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use super::budget::{Allowance, ParseBudget, budget_refusal};
 use super::locate::find_key;
 use super::policy::{Policy, controller_mark, never_from_git};
 use super::validate::{check_canary_deployment, check_canary_statefulset, crd_errors};
@@ -20,8 +21,10 @@ pub struct LoadOptions {
     pub default_namespace: String,
     /// What this source may apply (namespaces, cluster-scoped kinds).
     pub policy: Policy,
-    /// Files larger than this are refused whole.
+    /// Files larger than this are refused whole, before they are read.
     pub max_file_bytes: usize,
+    /// What one file may expand to while it is parsed.
+    pub budget: ParseBudget,
 }
 
 impl Default for LoadOptions {
@@ -30,6 +33,7 @@ impl Default for LoadOptions {
             default_namespace: "default".into(),
             policy: Policy::default(),
             max_file_bytes: 1024 * 1024,
+            budget: ParseBudget::default(),
         }
     }
 }
@@ -58,56 +62,180 @@ pub fn is_cluster_scoped(kind: &str) -> bool {
 
 /// Loads every `*.yaml` / `*.yml` below `root` (hidden directories such as `.git` and
 /// `.linnet` are skipped). Fails only if `root` itself cannot be read; problems with files are
-/// reported as located errors in the result.
+/// reported as located errors in the result. Only regular files inside the tree are read, and
+/// none past `max_file_bytes`: links are reported, not followed.
 pub fn load_dir(root: &Path, opts: &LoadOptions) -> Result<SpecSet> {
     let mut files = BTreeMap::new();
-    let mut paths = Vec::new();
-    collect_spec_files(root, root, &mut paths)?;
-    for (rel, path) in paths {
-        let specs = match std::fs::read(&path) {
-            Ok(bytes) => load_file(&rel, &bytes, opts),
-            Err(e) => FileSpecs {
-                objects: Vec::new(),
-                errors: vec![error_at(&rel, 1, 1, format!("cannot read the file: {e}"))],
-            },
-        };
-        files.insert(rel, specs);
+    for entry in list_local_spec_files(root).map_err(|source| Error::Io {
+        path: root.to_path_buf(),
+        source,
+    })? {
+        let content = read_local_spec_file(&entry, opts.max_file_bytes);
+        let specs = load_content(&entry.rel, content, opts);
+        files.insert(entry.rel, specs);
     }
     Ok(SpecSet::from_files(files))
 }
 
-fn collect_spec_files(
-    root: &Path,
-    dir: &Path,
-    out: &mut Vec<(String, std::path::PathBuf)>,
-) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    for entry in entries.flatten() {
-        let path = entry.path();
+/// A spec file found in a directory tree, described without following links.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalSpecFile {
+    /// Path relative to the root, with `/` separators.
+    pub rel: String,
+    pub path: PathBuf,
+    pub kind: LocalFileKind,
+}
+
+/// What a directory entry is, from `lstat`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalFileKind {
+    /// A regular file of this many bytes, last changed at this many nanoseconds.
+    Regular { len: u64, modified: u128 },
+    /// A symbolic link (to a file or a directory); never followed.
+    Symlink,
+    /// A FIFO, socket or device; never opened.
+    Special,
+}
+
+impl LocalSpecFile {
+    /// An id that changes when the file does.
+    pub fn change_id(&self) -> String {
+        match self.kind {
+            LocalFileKind::Regular { len, modified } => format!("{len}-{modified}"),
+            LocalFileKind::Symlink => "symlink".into(),
+            LocalFileKind::Special => "special".into(),
+        }
+    }
+}
+
+/// Every spec file below `root`, sorted, plus every link that would lead out of the plain
+/// tree (a link to a directory, or a link with a spec file's name). Hidden entries are
+/// skipped. Nothing is followed and nothing is opened.
+pub fn list_local_spec_files(root: &Path) -> std::io::Result<Vec<LocalSpecFile>> {
+    let mut out = Vec::new();
+    walk_local(root, root, &mut out)?;
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(out)
+}
+
+fn walk_local(root: &Path, dir: &Path, out: &mut Vec<LocalSpecFile>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') {
             continue;
         }
-        let Ok(meta) = std::fs::metadata(&path) else {
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        if meta.is_dir() {
-            collect_spec_files(root, &path, out)?;
-        } else if meta.is_file() && is_spec_file(&name) {
-            let rel = path
-                .strip_prefix(root)
-                .unwrap_or(&path)
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy())
-                .collect::<Vec<_>>()
-                .join("/");
-            out.push((rel, path));
-        }
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        let file_type = meta.file_type();
+        let kind = if file_type.is_dir() {
+            walk_local(root, &path, out)?;
+            continue;
+        } else if file_type.is_symlink() {
+            // A link's target is looked at only to decide whether to mention it.
+            let to_dir = std::fs::metadata(&path).is_ok_and(|m| m.is_dir());
+            if !to_dir && !is_spec_file(&name) {
+                continue;
+            }
+            LocalFileKind::Symlink
+        } else if !is_spec_file(&name) {
+            continue;
+        } else if file_type.is_file() {
+            LocalFileKind::Regular {
+                len: meta.len(),
+                modified: meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            }
+        } else {
+            LocalFileKind::Special
+        };
+        out.push(LocalSpecFile { rel, path, kind });
     }
     Ok(())
+}
+
+/// A spec file's content as a source found it: its bytes, or why they were not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FileContent {
+    Bytes(Vec<u8>),
+    Refused(String),
+}
+
+/// Why a file over `max` bytes is not read.
+pub fn too_large(len: u64, max: usize) -> String {
+    format!("file is {len} bytes, over the limit of {max} bytes; split it into smaller files")
+}
+
+/// Reads a local spec file: only a regular file, opened without following a link and without
+/// blocking, and at most `max` bytes of it (the size is checked before and while reading).
+pub fn read_local_spec_file(entry: &LocalSpecFile, max: usize) -> FileContent {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    match entry.kind {
+        LocalFileKind::Symlink => {
+            return FileContent::Refused(
+                "is a symbolic link; linnet reads only regular files inside the tree and does \
+                 not follow links (commit the file itself)"
+                    .into(),
+            );
+        }
+        LocalFileKind::Special => {
+            return FileContent::Refused(
+                "is not a regular file (a FIFO, socket or device); linnet does not read it".into(),
+            );
+        }
+        LocalFileKind::Regular { len, .. } if len > max as u64 => {
+            return FileContent::Refused(too_large(len, max));
+        }
+        LocalFileKind::Regular { .. } => {}
+    }
+    let refused = |e: std::io::Error| FileContent::Refused(format!("cannot read the file: {e}"));
+    // The entry may have been swapped for a link or a FIFO since it was listed.
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&entry.path)
+    {
+        Ok(f) => f,
+        Err(e) => return refused(e),
+    };
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return FileContent::Refused("is no longer a regular file; not read".into());
+        }
+        Err(e) => return refused(e),
+    }
+    let mut bytes = Vec::new();
+    match file.take(max as u64 + 1).read_to_end(&mut bytes) {
+        Ok(n) if n > max => FileContent::Refused(too_large(n as u64, max)),
+        Ok(_) => FileContent::Bytes(bytes),
+        Err(e) => refused(e),
+    }
+}
+
+/// Loads a file as a source found it: [`load_file`] on its bytes, or its refusal as an error
+/// at its first line.
+pub fn load_content(file: &str, content: FileContent, opts: &LoadOptions) -> FileSpecs {
+    match content {
+        FileContent::Bytes(bytes) => load_file(file, &bytes, opts),
+        FileContent::Refused(message) => FileSpecs {
+            objects: Vec::new(),
+            errors: vec![error_at(file, 1, 1, message)],
+        },
+    }
 }
 
 /// Whether a file name is a spec file.
@@ -136,11 +264,7 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
             file,
             1,
             1,
-            format!(
-                "file is {} bytes, over the limit of {} bytes; split it into smaller files",
-                bytes.len(),
-                opts.max_file_bytes
-            ),
+            too_large(bytes.len() as u64, opts.max_file_bytes),
         ));
         return FileSpecs { objects, errors };
     }
@@ -158,8 +282,9 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
             return FileSpecs { objects, errors };
         }
     };
+    let allowance = Allowance::new(opts.budget);
     for doc in split_documents(text) {
-        match load_document(file, &doc, opts) {
+        match load_document(file, &doc, opts, &allowance) {
             Ok(Some(object)) => objects.push(object),
             Ok(None) => {}
             Err(mut e) => errors.append(&mut e),
@@ -295,6 +420,7 @@ fn load_document(
     file: &str,
     doc: &Document,
     opts: &LoadOptions,
+    allowance: &Allowance,
 ) -> std::result::Result<Option<LoadedObject>, Vec<SpecError>> {
     let at_start = |message: String| error_at(file, doc.first_line, 1, message);
     let at_key = |path: &[&str], message: String| match find_key(&doc.text, path) {
@@ -302,8 +428,13 @@ fn load_document(
         None => at_start(message),
     };
 
-    let value: Value = serde_saphyr::from_str(&doc.text)
-        .map_err(|e| vec![yaml_error(file, doc, &e, "invalid YAML: ")])?;
+    let value: Value = allowance.parse(&doc.text).map_err(|e| {
+        let mut located = yaml_error(file, doc, &e, "invalid YAML: ");
+        if let Some(refusal) = budget_refusal(&e, &opts.budget) {
+            located.message = refusal;
+        }
+        vec![located]
+    })?;
     let map = match &value {
         Value::Null => return Ok(None),
         Value::Object(map) => map,
@@ -443,8 +574,13 @@ fn load_document(
                 at_key(&segments, message)
             })
             .collect::<Vec<_>>();
+        // The document is known to fit the budget; the typed parse gets the same limits.
+        let typed_options = || Allowance::new(opts.budget).parser_options();
         let spec = match kind {
-            "CanaryStatefulSet" => match serde_saphyr::from_str::<CanaryStatefulSet>(&doc.text) {
+            "CanaryStatefulSet" => match serde_saphyr::from_str_with_options::<CanaryStatefulSet>(
+                &doc.text,
+                typed_options(),
+            ) {
                 Ok(mut o) => {
                     o.metadata.namespace = Some(namespace);
                     o.status = None;
@@ -455,7 +591,10 @@ fn load_document(
                 }
                 Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
             },
-            "CanaryDeployment" => match serde_saphyr::from_str::<CanaryDeployment>(&doc.text) {
+            "CanaryDeployment" => match serde_saphyr::from_str_with_options::<CanaryDeployment>(
+                &doc.text,
+                typed_options(),
+            ) {
                 Ok(mut o) => {
                     o.metadata.namespace = Some(namespace);
                     o.status = None;

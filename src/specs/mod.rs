@@ -5,13 +5,18 @@
 //! [`load_file`] is a pure function of a file's path and bytes, so the Git source can re-parse
 //! only the files that changed between two revisions and keep the rest.
 
+mod budget;
 mod load;
 mod locate;
 pub mod policy;
 mod schema;
 mod validate;
 
-pub use load::{LoadOptions, is_spec_file, load_dir, load_file};
+pub use budget::ParseBudget;
+pub use load::{
+    FileContent, LoadOptions, LocalFileKind, LocalSpecFile, is_spec_file, list_local_spec_files,
+    load_content, load_dir, load_file, read_local_spec_file, too_large,
+};
 pub use policy::Policy;
 
 use std::collections::BTreeMap;

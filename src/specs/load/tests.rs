@@ -360,3 +360,158 @@ fn git_may_not_adopt_on_its_own_behalf() {
     let e = only_error_with(text, &LoadOptions::default());
     assert_eq!(e.location.line, 6, "{e}");
 }
+
+/// Ten documents of aliases, each under the parser's own default limits: issue 20's file
+/// that passed `validate` and then took the agent to 1.36 GB.
+fn ten_document_alias_bomb() -> String {
+    let mut text = String::new();
+    for d in 0..10 {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb-{d}\ndata:\n  x: &a0 \"lollollollollollollollollollollol\"\n"
+        ));
+        text.push_str("  l:\n");
+        for level in 1..6 {
+            let prev = level - 1;
+            text.push_str(&format!(
+                "  - &a{level} [{}]\n",
+                vec![format!("*a{prev}"); 11].join(", ")
+            ));
+        }
+    }
+    text
+}
+
+#[test]
+fn an_alias_bomb_spread_over_documents_is_refused_at_its_line() {
+    let text = ten_document_alias_bomb();
+    assert!(text.len() < 40_000, "{}", text.len());
+    let specs = load(&text);
+    assert!(specs.objects.is_empty());
+    let e = &specs.errors[0];
+    assert!(e.message.starts_with("over the parse budget"), "{e}");
+    assert!(e.location.line > 1, "{e}");
+}
+
+#[test]
+fn a_merge_key_bomb_is_refused() {
+    let mut text = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: m\ndata:\n  a0: &a0 {k: v, l: w}\n",
+    );
+    for level in 1..20 {
+        let prev = level - 1;
+        text.push_str(&format!(
+            "  a{level}: &a{level} {{<<: [*a{prev}], x{level}: [*a{prev}, *a{prev}, *a{prev}]}}\n"
+        ));
+    }
+    assert!(text.len() < 4096);
+    let e = only_error(&text);
+    assert!(e.message.starts_with("over the parse budget"), "{e}");
+}
+
+#[test]
+fn ordinary_anchors_still_load() {
+    let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: &l {app: web}\n  annotations: *l\ndata:\n  k: v\n";
+    let specs = load(text);
+    assert_eq!(specs.errors, vec![]);
+}
+
+mod local_tree {
+    use super::*;
+
+    fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    fn errors_of(dir: &Path) -> Vec<String> {
+        load_dir(dir, &LoadOptions::default())
+            .unwrap()
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_symlink_to_an_outside_file_is_reported_not_followed() {
+        let outside = dir_with(&[(
+            "secret.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stolen\n",
+        )]);
+        let dir = dir_with(&[(
+            "ok.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ok\n",
+        )]);
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.yaml"),
+            dir.path().join("x.yaml"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("linked-dir")).unwrap();
+        let set = load_dir(dir.path(), &LoadOptions::default()).unwrap();
+        let names: Vec<&str> = set.objects.keys().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, vec!["ok"]);
+        let errors: Vec<String> = set.errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].starts_with("linked-dir:1:1: is a symbolic link"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].starts_with("x.yaml:1:1: is a symbolic link"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn a_link_to_dev_zero_is_not_read() {
+        let dir = dir_with(&[]);
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
+        let errors = errors_of(dir.path());
+        assert!(errors[0].contains("symbolic link"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_fifo_is_reported_without_opening_it() {
+        let dir = dir_with(&[]);
+        let fifo = dir.path().join("pipe.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Opening it for reading would block this test forever.
+        let errors = errors_of(dir.path());
+        assert!(errors[0].contains("not a regular file"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_large_file_is_refused_from_its_size_before_it_is_read() {
+        let dir = dir_with(&[]);
+        let big = std::fs::File::create(dir.path().join("big.yaml")).unwrap();
+        big.set_len(512 * 1024 * 1024).unwrap(); // sparse: no disk, but 512 MiB to read
+        let errors = errors_of(dir.path());
+        assert!(errors[0].contains("over the limit"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_file_swapped_for_a_link_after_listing_is_not_followed() {
+        let outside = dir_with(&[(
+            "s.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: s\n",
+        )]);
+        let dir = dir_with(&[(
+            "a.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
+        )]);
+        let files = list_local_spec_files(dir.path()).unwrap();
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("s.yaml"), dir.path().join("a.yaml"))
+            .unwrap();
+        let content = read_local_spec_file(&files[0], 1024);
+        assert!(matches!(content, FileContent::Refused(_)), "{content:?}");
+    }
+}

@@ -396,6 +396,8 @@ pub async fn run(
                 }
             }
             Err(message) => {
+                // Git's own messages may quote the URL, with whatever credentials it holds.
+                let message = crate::text::redact_credentials(&message);
                 delay = backoff
                     .next()
                     .unwrap_or(Duration::from_secs(30))

@@ -24,6 +24,7 @@ pub mod source;
 pub mod specs;
 pub mod sync;
 pub mod telemetry;
+pub mod text;
 pub mod writeback;
 
 pub use error::{Error, Result};

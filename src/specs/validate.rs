@@ -128,6 +128,7 @@ pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
         o.spec.container.as_deref(),
         Some(&o.spec.template.selector),
     );
+    problems.extend(check_image(&o.spec.image));
     // A template naming a volume would hand every replica that one volume, perhaps another
     // namespace's; the handoff decides which volume a replica's claim binds.
     for t in o.spec.template.volume_claim_templates.iter().flatten() {
@@ -147,9 +148,39 @@ pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
 
 /// Cross-field checks of a CanaryDeployment.
 pub fn check_canary_deployment(o: &CanaryDeployment) -> Vec<Problem> {
-    check_pod_template(
+    let mut problems = check_pod_template(
         &o.spec.template.template,
         o.spec.container.as_deref(),
         Some(&o.spec.template.selector),
-    )
+    );
+    problems.extend(check_image(&o.spec.image));
+    problems
+}
+
+/// The longest image reference linnet takes (registries allow about 255 for the name plus a
+/// tag of 128 and a digest of 71).
+const MAX_IMAGE_CHARS: usize = 512;
+
+/// An image reference is one short printable word: it is shown in commit messages, commit
+/// statuses and events.
+fn check_image(image: &str) -> Option<Problem> {
+    let bad = image
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || crate::text::is_invisible(*c));
+    let message = if let Some(c) = bad {
+        format!(
+            "spec.image contains {:?}; an image reference has no spaces, line breaks or \
+             control characters",
+            c
+        )
+    } else if image.chars().count() > MAX_IMAGE_CHARS {
+        format!(
+            "spec.image is {} characters long, over {MAX_IMAGE_CHARS}; an image reference is \
+             shorter",
+            image.chars().count()
+        )
+    } else {
+        return None;
+    };
+    Some((vec!["spec", "image"], message))
 }

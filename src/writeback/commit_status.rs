@@ -82,7 +82,7 @@ fn wanted(
         sha: sha.to_string(),
         context: format!("linnet/{}/{namespace}/{name}", cfg.cluster),
         state,
-        description: shorten(&description, 140),
+        description: crate::text::one_line(&description, 140),
         target_url: cfg.target_url.as_ref().map(|t| {
             t.replace("{namespace}", namespace)
                 .replace("{name}", name)
@@ -91,14 +91,6 @@ fn wanted(
     })
 }
 
-fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut s: String = text.chars().take(max - 1).collect();
-    s.push('…');
-    s
-}
 
 /// What a CanaryStatefulSet shows on its commit; `None` where it posts nothing new (a
 /// promotion under way keeps the status it had until it is done).
@@ -398,7 +390,7 @@ impl Poster {
                         .unwrap_or(0);
                     let limited = rate_limit_wait(r.headers(), now, self.max_wait);
                     let body = r.text().await.unwrap_or_default();
-                    last = format!("{status} {}", shorten(&body, 200));
+                    last = format!("{status} {}", crate::text::one_line(&body, 200));
                     match (status, limited) {
                         (429 | 403, Some(wait)) => {
                             tracing::info!(
@@ -411,7 +403,7 @@ impl Poster {
                         _ => {
                             return Err(PostError::Refused {
                                 status,
-                                body: shorten(&body, 200),
+                                body: crate::text::one_line(&body, 200),
                             });
                         }
                     }

@@ -85,11 +85,11 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
     let writer = match opened {
         Ok(Ok(w)) => Arc::new(Mutex::new(w)),
         Ok(Err(e)) => {
-            tracing::error!(error = %e, "write-back is off: cannot open its clone; check --cache-dir");
+            tracing::error!(error = %crate::text::redact_credentials(&e.to_string()), "write-back is off: cannot open its clone; check --cache-dir");
             return;
         }
         Err(e) => {
-            tracing::error!(error = %e, "write-back is off");
+            tracing::error!(error = %crate::text::redact_credentials(&e.to_string()), "write-back is off");
             return;
         }
     };
@@ -146,7 +146,7 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
                         failures += 1;
                         metrics.writeback_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
                         let backoff = config.interval * 2u32.pow(failures.min(6));
-                        tracing::warn!(error = %e, retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again");
+                        tracing::warn!(error = %crate::text::redact_credentials(&e.to_string()), retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again");
                         pending.retry_at(std::time::Instant::now() + backoff);
                     }
                 }

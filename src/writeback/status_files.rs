@@ -197,12 +197,22 @@ pub fn for_deployment(o: &CanaryDeployment) -> Option<StatusFile> {
     Some(render(path(namespace, name), &doc, summary))
 }
 
+/// The longest line of a commit message linnet writes.
+const MAX_SUMMARY_CHARS: usize = 200;
+
 /// The commit message for a set of changed files: `linnet: <summary>; <summary>`.
 pub fn commit_message(changed: &[&StatusFile]) -> String {
-    let mut parts: Vec<&str> = changed.iter().map(|f| f.summary.as_str()).collect();
+    // A summary quotes the spec (an image): one bounded line each, so it cannot add lines
+    // or trailers to the message.
+    let mut parts: Vec<String> = changed
+        .iter()
+        .map(|f| crate::text::one_line(&f.summary, MAX_SUMMARY_CHARS))
+        .collect();
     parts.sort_unstable();
     let mut message = format!("linnet: {}", parts.join("; "));
-    if message.len() > 200 {
+    if parts.len() == 1 {
+        message = crate::text::one_line(&message, MAX_SUMMARY_CHARS);
+    } else if message.chars().count() > MAX_SUMMARY_CHARS {
         message = format!(
             "linnet: status of {} rollouts\n\n{}",
             parts.len(),
@@ -263,6 +273,26 @@ mod tests {
             commit_message(&[&f]),
             "linnet: default/redis CanaryActive (2 on redis:7.2, 1 on redis:7.4; 1/3 ready)"
         );
+    }
+
+    #[test]
+    fn an_image_with_a_newline_cannot_forge_a_trailer_or_grow_the_message() {
+        // Issue 20: a newline in a spec's image put `Signed-off-by:` into linnet's commit.
+        let mut o = redis(StatefulSetPhase::CanaryActive);
+        if let Some(s) = o.status.as_mut() {
+            s.canary_image = Some(format!(
+                "redis:7.4\n\nSigned-off-by: Mallory <m@example.com>{}",
+                "x".repeat(60_000)
+            ));
+        }
+        let f = for_statefulset(&o).unwrap();
+        let message = commit_message(&[&f]);
+        assert!(!message.contains('\n'), "{message}");
+        assert!(message.chars().count() <= 200, "{}", message.len());
+        let many: Vec<StatusFile> = (0..5).map(|_| f.clone()).collect();
+        let message = commit_message(&many.iter().collect::<Vec<_>>());
+        assert!(message.lines().all(|l| l.chars().count() <= 200));
+        assert!(!message.lines().any(|l| l.starts_with("Signed-off-by")));
     }
 
     #[test]

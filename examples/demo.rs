@@ -493,6 +493,9 @@ async fn run() -> Step<()> {
             "1h",
             "--listen",
             &format!("127.0.0.1:{port}"),
+            // Metrics and status on a port of their own (any free one).
+            "--admin-listen",
+            "127.0.0.1:0",
         ])
         .args([
             "--webhook-secret-file",

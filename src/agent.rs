@@ -1,7 +1,8 @@
 //! `linnet agent`: the runtime wiring of source -> specs -> sync, and the rollout
-//! controllers beside it. It serves `/healthz`,
-//! `/readyz`, `/metrics`, `/status` and the webhook routes, and wakes on a poll timer (with
-//! jitter), a verified webhook, or a local file change. Every decision about what to apply is
+//! controllers beside it. It serves the webhook routes (and `/healthz`, `/readyz` for the
+//! kubelet) on `--listen`, and `/metrics`, `/status`, `/healthz`, `/readyz` on
+//! `--admin-listen` (localhost unless opted in), and wakes on a poll timer (with jitter), a
+//! verified webhook, or a local file change. Every decision about what to apply is
 //! made from Git and the cluster, so a restarted agent simply syncs again.
 
 use std::net::SocketAddr;
@@ -19,8 +20,9 @@ use kube::runtime::watcher::DefaultBackoff;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::serve::{ServeLimits, serve};
 use crate::source::git::{GitError, GitMirror, GitRemote};
-use crate::source::hooks::{self, HookSettings, Wake};
+use crate::source::hooks::{self, HookSettings};
 use crate::source::local;
 use crate::source::snapshot::SpecSnapshot;
 use crate::specs::{LoadOptions, SpecSet};
@@ -52,7 +54,12 @@ pub struct AgentConfig {
     pub drift_interval: Duration,
     /// Longest a single Git operation may take.
     pub git_timeout: Duration,
+    /// Webhooks and probes; faces the Git host.
     pub listen: SocketAddr,
+    /// Metrics, status and probes; for the cluster's own tools.
+    pub admin_listen: SocketAddr,
+    /// What each listener lets its callers hold.
+    pub serve_limits: ServeLimits,
     pub webhook: Option<HookSettings>,
     pub load: LoadOptions,
     pub source_name: String,
@@ -167,7 +174,12 @@ struct RemoteState {
     mirror: GitMirror,
     snapshot: SpecSnapshot,
     fetched: Option<git2::Oid>,
+    /// Tips fetched lately: a webhook announcing one of them is not a reason to fetch.
+    fetched_tips: std::collections::VecDeque<git2::Oid>,
 }
+
+/// How many fetched tips [`RemoteState::fetched_tips`] keeps.
+const REMEMBERED_TIPS: usize = 64;
 
 /// What a look at the source found.
 enum Found {
@@ -209,36 +221,49 @@ pub async fn run(
     });
     let config = &shared.config;
 
-    let (wake_tx, mut wake_rx) = mpsc::channel::<Wake>(16);
-    let mut app = Router::new()
+    if let Some(settings) = &config.webhook {
+        hooks::read_secret(&settings.secret_file).map_err(|message| {
+            Error::Runtime(std::io::Error::other(format!(
+                "{message}; --webhook-secret-file"
+            )))
+        })?;
+    }
+    let (waker, mut wake_rx) = hooks::wake_channel();
+    let probes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/status", get(status))
         .with_state(shared.clone());
+    let mut hooks_app = probes.clone();
     if let Some(settings) = &config.webhook {
-        app = app.merge(hooks::router(
+        hooks_app = hooks_app.merge(hooks::router(
             settings.clone(),
-            wake_tx.clone(),
+            waker.clone(),
             shared.metrics.clone(),
         ));
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| Error::Io {
-            path: config.listen.to_string().into(),
+    let admin_app = probes.merge(
+        Router::new()
+            .route("/metrics", get(metrics))
+            .route("/status", get(status))
+            .with_state(shared.clone()),
+    );
+    for (what, addr, app) in [
+        ("webhooks", config.listen, hooks_app),
+        ("metrics and status", config.admin_listen, admin_app),
+    ] {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Io {
+                path: format!("{addr} ({what})").into(),
+                source,
+            })?;
+        let bound = listener.local_addr().map_err(|source| Error::Io {
+            path: "listener".into(),
             source,
         })?;
-    let addr = listener.local_addr().map_err(|source| Error::Io {
-        path: "listener".into(),
-        source,
-    })?;
-    tracing::info!(%addr, webhooks = config.webhook.is_some(), "listening");
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "HTTP server stopped");
-        }
-    });
+        tracing::info!(addr = %bound, serves = what, webhooks = config.webhook.is_some(), "listening");
+        tokio::spawn(serve(listener, app, config.serve_limits));
+    }
 
     // A local directory is watched; a remote is polled and woken by webhooks.
     let (_watcher, mut changes) = match &config.source {
@@ -263,6 +288,7 @@ pub async fn run(
                 mirror,
                 snapshot: SpecSnapshot::default(),
                 fetched: None,
+                fetched_tips: Default::default(),
             })))
         }
         SourceConfig::Local { .. } => None,
@@ -330,9 +356,9 @@ pub async fn run(
         let mut drift_due = false;
         tokio::select! {
             _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
-            Some(wakes) = hooks::next_coalesced(&mut wake_rx) => {
-                announced = wakes.last().and_then(|w| w.after.clone());
-                tracing::info!(webhooks = wakes.len(), after = ?announced, "woken by webhook");
+            Some(wake) = wake_rx.next() => {
+                announced = wake.after;
+                tracing::info!(host = wake.host.name(), after = ?announced, "woken by webhook");
             }
             Some(()) = changes.recv() => tracing::info!("files changed on disk"),
             _ = drift_check.tick() => {
@@ -468,10 +494,16 @@ async fn look_at_remote(
             .map_err(|_| GitError::Git(git2::Error::from_str("source state poisoned")))?;
         let s = &mut *guard;
         let previous = s.fetched;
-        let announced_is_new = announced
-            .as_deref()
-            .and_then(|a| git2::Oid::from_str(a).ok())
-            .is_some_and(|a| Some(a) != previous);
+        let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
+        let synced_previous =
+            previous.is_some() && synced.as_deref() == previous.map(|p| p.to_string()).as_deref();
+        // A webhook for the tip already fetched and synced (a replay, a redelivery) costs
+        // nothing; one for a tip fetched before (an old push replayed) only asks for the tip.
+        if announced.is_some() && announced == previous && synced_previous {
+            tracing::debug!("webhook announced the synced tip; nothing to do");
+            return Ok(Found::Nothing);
+        }
+        let announced_is_new = announced.is_some_and(|a| !s.fetched_tips.contains(&a));
         let tip = if announced_is_new {
             s.mirror.fetch()?
         } else {
@@ -485,6 +517,12 @@ async fn look_at_remote(
                 s.mirror.fetch()?
             }
         };
+        if !s.fetched_tips.contains(&tip) {
+            if s.fetched_tips.len() >= REMEMBERED_TIPS {
+                s.fetched_tips.pop_front();
+            }
+            s.fetched_tips.push_back(tip);
+        }
         let listing = s.mirror.list_files(tip, &path)?;
         let mirror = &s.mirror;
         let update = s.snapshot.update(

@@ -199,12 +199,36 @@ pub struct AgentArgs {
     /// File with the webhook secret; enables /hooks/*. Read on every request.
     #[arg(long, env = "LINNET_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
-    /// Largest webhook body accepted; larger ones get 413.
+    /// Largest webhook body accepted; larger ones get 413 before they are read.
     #[arg(long, default_value_t = 4 * 1024 * 1024, env = "LINNET_WEBHOOK_MAX_BODY_BYTES")]
     pub webhook_max_body_bytes: usize,
-    /// Address for health, metrics, status and webhooks.
+    /// Webhook bodies read at once before their signature is checked; more get 503 with
+    /// Retry-After. With --webhook-max-body-bytes this bounds what strangers can make the
+    /// agent hold.
+    #[arg(
+        long,
+        default_value_t = 8,
+        env = "LINNET_WEBHOOK_MAX_UNVERIFIED_BODIES"
+    )]
+    pub webhook_max_unverified_bodies: usize,
+    /// How long a webhook body may take to arrive (408 after it).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "LINNET_WEBHOOK_BODY_TIMEOUT")]
+    pub webhook_body_timeout: std::time::Duration,
+    /// Address for webhooks (/hooks/*) and the kubelet's probes (/healthz, /readyz): the
+    /// port the Git host reaches.
     #[arg(long, default_value = "0.0.0.0:8080", env = "LINNET_LISTEN")]
     pub listen: std::net::SocketAddr,
+    /// Address for /metrics and /status (and the probes). Localhost by default: reach it with
+    /// `kubectl port-forward`, or give 0.0.0.0:9090 to let Prometheus scrape it.
+    #[arg(long, default_value = "127.0.0.1:9090", env = "LINNET_ADMIN_LISTEN")]
+    pub admin_listen: std::net::SocketAddr,
+    /// Connections each listener keeps open at once; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 256, env = "LINNET_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+    /// How long a caller may take to send a request's headers, or stay idle between
+    /// requests, before its connection is closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "LINNET_HEADER_TIMEOUT")]
+    pub header_timeout: std::time::Duration,
     /// Write each rollout's progress to `.linnet/status/<namespace>/<name>.yaml` in the
     /// repository (with --repo-url), as commits by --git-author-name.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_WRITEBACK")]
@@ -327,10 +351,11 @@ pub enum Command {
     },
     /// Show the agent's source state (revision, last error, last sync) and every rollout's phase.
     Status {
-        /// The agent's HTTP address.
+        /// The agent's metrics and status address (its --admin-listen; in a cluster, after
+        /// `kubectl -n linnet-system port-forward deploy/linnet 9090`).
         #[arg(
             long,
-            default_value = "http://127.0.0.1:8080",
+            default_value = "http://127.0.0.1:9090",
             env = "LINNET_AGENT_URL"
         )]
         agent_url: String,
@@ -404,13 +429,20 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
         drift_interval: args.drift_interval,
         git_timeout: args.git_timeout,
         listen: args.listen,
+        admin_listen: args.admin_listen,
+        serve_limits: crate::serve::ServeLimits {
+            max_connections: args.max_connections.max(1),
+            header_timeout: args.header_timeout,
+        },
         webhook: args
             .webhook_secret_file
             .as_ref()
             .map(|f| crate::source::hooks::HookSettings {
-                secret_file: f.clone(),
-                branch: args.branch.clone(),
+                repository_url: args.repo_url.clone(),
                 max_body_bytes: args.webhook_max_body_bytes,
+                body_timeout: args.webhook_body_timeout,
+                max_unverified_bodies: args.webhook_max_unverified_bodies.max(1),
+                ..crate::source::hooks::HookSettings::new(f.clone(), args.branch.clone())
             }),
         load: args.specs.load_options(),
         source_name: args.sync.source_name.clone(),

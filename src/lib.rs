@@ -20,6 +20,7 @@ pub mod controller;
 pub mod error;
 pub mod kube_client;
 pub mod plan;
+pub mod serve;
 pub mod source;
 pub mod specs;
 pub mod sync;

@@ -134,7 +134,10 @@ mod tests {
             redact_credentials("cannot reach http://u:p@h/x: refused; also http://h/y"),
             "cannot reach http://u:***@h/x: refused; also http://h/y"
         );
-        assert_eq!(redact_url("git@github.com:a/b.git"), "git@github.com:a/b.git");
+        assert_eq!(
+            redact_url("git@github.com:a/b.git"),
+            "git@github.com:a/b.git"
+        );
         assert_eq!(redact_url("/srv/git/repo.git"), "/srv/git/repo.git");
     }
 }

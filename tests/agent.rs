@@ -36,7 +36,7 @@ async fn push_webhook(agent: &Agent) -> u16 {
     let body = br#"{"ref":"refs/heads/main"}"#;
     let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
     reqwest::Client::new()
-        .post(format!("{}/hooks/generic", agent.base))
+        .post(format!("{}/hooks/generic", agent.hooks))
         .header("x-linnet-signature", format!("sha256={sig}"))
         .body(body.to_vec())
         .send()
@@ -129,7 +129,7 @@ async fn a_push_reaches_the_cluster_through_the_webhook_without_a_poll() {
     support::push_hook::install_github_push_hook(
         &bare,
         SECRET,
-        &format!("{}/hooks/github", agent.base),
+        &format!("{}/hooks/github", agent.hooks),
     )
     .unwrap();
 

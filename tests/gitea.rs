@@ -141,7 +141,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     .await;
 
     // 2. A Gitea push webhook with a secret, aimed at the agent.
-    let hook_url = format!("{}/hooks/gitea", agent.base);
+    let hook_url = format!("{}/hooks/gitea", agent.hooks);
     let hook = gitea.add_push_hook(REPO, &hook_url, SECRET).await;
 
     let context = format!("linnet/test/{}/redis", ns.name);

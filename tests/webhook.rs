@@ -4,39 +4,47 @@
 
 use std::time::Duration;
 
-use linnet::source::hooks::{HookSettings, Wake, next_coalesced, router};
+use linnet::serve::{ServeLimits, serve};
+use linnet::source::hooks::{HookSettings, WakeReceiver, router, wake_channel};
 use linnet::source::webhook::{GitHost, sign_hex};
-use tokio::sync::mpsc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 const SECRET: &str = "s3cret-from-a-file";
 
 struct Listener {
     base: String,
-    wake: mpsc::Receiver<Wake>,
-    _dir: tempfile::TempDir,
+    addr: std::net::SocketAddr,
+    wake: WakeReceiver,
+    dir: tempfile::TempDir,
 }
 
-async fn start(queue: usize) -> Listener {
+async fn start() -> Listener {
+    start_with(|_| {}, ServeLimits::default()).await
+}
+
+async fn start_with(tweak: impl FnOnce(&mut HookSettings), limits: ServeLimits) -> Listener {
     let dir = tempfile::tempdir().unwrap();
     let secret_file = dir.path().join("secret");
     std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
-    let (tx, rx) = mpsc::channel(queue);
+    let (waker, wake) = wake_channel();
+    let mut settings = HookSettings::new(secret_file, "main".into());
+    settings.max_body_bytes = 64 * 1024;
+    settings.repository_url = Some("https://github.com/acme/gitops.git".into());
+    tweak(&mut settings);
     let app = router(
-        HookSettings {
-            secret_file,
-            branch: "main".into(),
-            max_body_bytes: 64 * 1024,
-        },
-        tx,
+        settings,
+        waker,
         std::sync::Arc::new(linnet::telemetry::Metrics::default()),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(serve(listener, app, limits));
     Listener {
         base: format!("http://{addr}"),
-        wake: rx,
-        _dir: dir,
+        addr,
+        wake,
+        dir,
     }
 }
 
@@ -77,20 +85,20 @@ fn github_headers(event: &str, body: &[u8]) -> Vec<(&'static str, String)> {
 
 fn assert_no_wake(l: &mut Listener) {
     assert!(
-        l.wake.try_recv().is_err(),
+        l.wake.try_next().is_none(),
         "a request that must change nothing queued a fetch"
     );
 }
 
 #[tokio::test]
 async fn a_signed_github_push_to_the_branch_queues_a_fetch() {
-    let mut l = start(8).await;
+    let mut l = start().await;
     let body = github_push("main");
     assert_eq!(
         post(&l, "github", &github_headers("push", &body), &body).await,
         202
     );
-    let wake = l.wake.try_recv().unwrap();
+    let wake = l.wake.try_next().unwrap();
     assert_eq!(wake.host, GitHost::GitHub);
     assert_eq!(
         wake.after.as_deref(),
@@ -100,7 +108,7 @@ async fn a_signed_github_push_to_the_branch_queues_a_fetch() {
 
 #[tokio::test]
 async fn bad_missing_wrong_branch_ping_and_oversized_change_nothing() {
-    let mut l = start(8).await;
+    let mut l = start().await;
     let body = github_push("main");
 
     let mut bad = github_headers("push", &body);
@@ -151,7 +159,7 @@ async fn bad_missing_wrong_branch_ping_and_oversized_change_nothing() {
 
 #[tokio::test]
 async fn every_host_is_verified_as_it_documents() {
-    let mut l = start(8).await;
+    let mut l = start().await;
     let sig = |b: &[u8]| sign_hex(SECRET.as_bytes(), b);
 
     let gitlab = br#"{"object_kind":"push","ref":"refs/heads/main","after":"2222"}"#;
@@ -191,23 +199,237 @@ async fn every_host_is_verified_as_it_documents() {
     let h = vec![("x-linnet-signature", format!("sha256={}", sig(generic)))];
     assert_eq!(post(&l, "generic", &h, generic).await, 202);
 
-    let woken = next_coalesced(&mut l.wake).await.unwrap();
-    let afters: Vec<String> = woken.into_iter().filter_map(|w| w.after).collect();
-    assert_eq!(afters, vec!["2222", "3333", "4444", "5555", "6666"]);
+    // Wake-ups coalesce: the source looks once, at the newest.
+    let woken = l.wake.next().await.unwrap();
+    assert_eq!(woken.after.as_deref(), Some("6666"));
+    assert_no_wake(&mut l);
 }
 
 #[tokio::test]
-async fn a_full_queue_answers_503_and_a_burst_is_one_fetch() {
-    let mut l = start(2).await;
-    let body = github_push("main");
-    let h = github_headers("push", &body);
-    assert_eq!(post(&l, "github", &h, &body).await, 202);
-    assert_eq!(post(&l, "github", &h, &body).await, 202);
-    assert_eq!(post(&l, "github", &h, &body).await, 503);
-    let burst = tokio::time::timeout(Duration::from_secs(1), next_coalesced(&mut l.wake))
+async fn a_burst_of_pushes_is_one_wake_up_with_the_newest_tip() {
+    let mut l = start().await;
+    for (i, after) in ["aaaa", "bbbb", "cccc"].iter().enumerate() {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "ref": "refs/heads/main", "after": after,
+            "repository": {"full_name": "acme/gitops"},
+        }))
+        .unwrap();
+        let mut h = github_headers("push", &body);
+        h[1].1 = format!("delivery-{i}");
+        assert_eq!(post(&l, "github", &h, &body).await, 202);
+    }
+    let woken = tokio::time::timeout(Duration::from_secs(1), l.wake.next())
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(burst.len(), 2, "queued wake-ups are taken together");
+    assert_eq!(woken.after.as_deref(), Some("cccc"));
     assert_no_wake(&mut l);
+}
+
+#[tokio::test]
+async fn a_replayed_delivery_wakes_nothing() {
+    // Issue 20: one signed push replayed 2,000 times caused 924 fetches.
+    let mut l = start().await;
+    let body = github_push("main");
+    let h = github_headers("push", &body);
+    assert_eq!(post(&l, "github", &h, &body).await, 202);
+    assert!(l.wake.try_next().is_some());
+    for _ in 0..50 {
+        assert_eq!(post(&l, "github", &h, &body).await, 202);
+    }
+    assert_no_wake(&mut l);
+}
+
+#[tokio::test]
+async fn a_push_to_another_repository_with_the_same_secret_wakes_nothing() {
+    let mut l = start().await;
+    let body = serde_json::to_vec(&serde_json::json!({
+        "ref": "refs/heads/main", "after": "1111",
+        "repository": {"full_name": "acme/other"},
+    }))
+    .unwrap();
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/hooks/github", l.base))
+        .body(body.clone());
+    for (k, v) in github_headers("push", &body) {
+        req = req.header(k, v);
+    }
+    let response = req.send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("another repository")
+    );
+    assert_no_wake(&mut l);
+}
+
+#[tokio::test]
+async fn an_empty_or_placeholder_secret_lets_nothing_through() {
+    let mut l = start().await;
+    let secret_file = l.dir.path().join("secret");
+    for unusable in ["", "  \n", "REPLACE-WITH-A-LONG-RANDOM-SECRET"] {
+        std::fs::write(&secret_file, unusable).unwrap();
+        let body = br#"{"object_kind":"push","ref":"refs/heads/main","after":"2222"}"#;
+        let h = vec![
+            ("x-gitlab-event", "Push Hook".to_string()),
+            ("x-gitlab-token", unusable.trim().to_string()),
+        ];
+        assert_eq!(post(&l, "gitlab", &h, body).await, 503, "{unusable:?}");
+        let sig = format!("sha256={}", sign_hex(unusable.trim().as_bytes(), body));
+        assert_eq!(
+            post(&l, "generic", &[("x-linnet-signature", sig)], body).await,
+            503
+        );
+    }
+    assert_no_wake(&mut l);
+}
+
+/// Sends `head` on a raw connection and returns what comes back within `wait`.
+async fn raw_exchange(addr: std::net::SocketAddr, head: &str, wait: Duration) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_wrong_gitlab_token_is_refused_before_the_body_is_read() {
+    let l = start().await;
+    // Declares a body it never sends: only the header can have been checked.
+    let answer = raw_exchange(
+        l.addr,
+        "POST /hooks/gitlab HTTP/1.1\r\nHost: x\r\nX-Gitlab-Token: wrong\r\n\
+         X-Gitlab-Event: Push Hook\r\nContent-Length: 60000\r\n\r\n",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_declared_oversized_body_is_refused_before_it_is_read() {
+    let l = start().await;
+    let answer = raw_exchange(
+        l.addr,
+        "POST /hooks/github HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_cut_off_at_the_body_timeout() {
+    let l = start_with(
+        |s| s.body_timeout = Duration::from_millis(500),
+        ServeLimits::default(),
+    )
+    .await;
+    let mut stream = TcpStream::connect(l.addr).await.unwrap();
+    stream
+        .write_all(b"POST /hooks/github HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        // One byte every 100 ms: never idle long, never done.
+        let _ = stream.write_all(b" ").await;
+        match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf)).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                answer.extend_from_slice(&buf[..n]);
+                break;
+            }
+            Ok(Err(_)) => break,
+            Err(_) => assert!(started.elapsed() < Duration::from_secs(10), "never cut off"),
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+#[tokio::test]
+async fn idle_and_slow_header_connections_are_closed() {
+    let l = start_with(
+        |_| {},
+        ServeLimits {
+            max_connections: 256,
+            header_timeout: Duration::from_millis(500),
+        },
+    )
+    .await;
+    // An idle connection, and one that sends half a request line.
+    for head in ["", "POST /hooks/github HTTP/1.1\r\nHost:"] {
+        let mut stream = TcpStream::connect(l.addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))
+            .await
+            .is_ok();
+        assert!(closed, "connection with {head:?} still open");
+    }
+}
+
+#[tokio::test]
+async fn past_the_connection_limit_callers_get_503_with_retry_after() {
+    let l = start_with(
+        |_| {},
+        ServeLimits {
+            max_connections: 4,
+            header_timeout: Duration::from_secs(30),
+        },
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(TcpStream::connect(l.addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answer = raw_exchange(
+        l.addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("Retry-After: 1"), "{answer}");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let body = github_push("main");
+    assert_eq!(
+        post(&l, "github", &github_headers("push", &body), &body).await,
+        202
+    );
+}
+
+#[tokio::test]
+async fn past_the_unverified_body_limit_callers_get_503_with_retry_after() {
+    let l = start_with(|s| s.max_unverified_bodies = 2, ServeLimits::default()).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(l.addr).await.unwrap();
+        stream
+            .write_all(b"POST /hooks/github HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+            .await
+            .unwrap();
+        held.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let body = github_push("main");
+    let mut req = reqwest::Client::new()
+        .post(format!("{}/hooks/github", l.base))
+        .body(body.clone());
+    for (k, v) in github_headers("push", &body) {
+        req = req.header(k, v);
+    }
+    let response = req.send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    drop(held);
 }

@@ -214,6 +214,8 @@ impl Harness<'_> {
             .args([
                 "--listen",
                 &format!("127.0.0.1:{}", support::agent::free_port()),
+                "--admin-listen",
+                &format!("127.0.0.1:{}", support::agent::free_port()),
             ])
             .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
             .args(["--source-name", &self.ns, "--allow-namespace", &self.ns])

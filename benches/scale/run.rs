@@ -247,6 +247,8 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
         }
         None => Command::new(&cfg.linnet_bin),
     };
+    // Metrics on their own port, as the agent serves them.
+    let admin_port = support::agent::free_port();
     let child = command
         .arg("agent")
         .args(["--repo-url", repo_url])
@@ -256,6 +258,7 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
         ])
         .args(["--poll-interval", poll])
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
         .args([
             "--webhook-secret-file",
             dir.join("secret").to_str().unwrap(),
@@ -278,7 +281,7 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
         .expect("start linnet agent");
     Agent {
         child,
-        base: format!("http://127.0.0.1:{port}"),
+        base: format!("http://127.0.0.1:{admin_port}"),
         port,
     }
 }

@@ -1,19 +1,33 @@
 //! The webhook listener (axum): one route per Git host under `/hooks/`. A verified push to the
-//! tracked branch queues a wake-up for the source; everything else is acknowledged and changes
-//! nothing. Answers: 202 once verified, 401 for a bad or missing signature, 413 above the body
-//! limit, 400 for a body that is not JSON, 503 when the wake-up queue is full.
+//! tracked branch of the tracked repository wakes the source; everything else is acknowledged
+//! and changes nothing.
+//!
+//! Nothing is trusted before the signature holds, and an unauthenticated caller can hold
+//! little: GitLab's token header is checked before the body is read; bodies are read only up
+//! to the limit, within a timeout, and only a few at once (past that: `503` with
+//! `Retry-After`). A verified delivery seen before (by the host's delivery id) wakes nothing.
+//! Wake-ups coalesce into the newest one, so a flood costs the source at most one look at the
+//! remote at a time, and a push arriving during a flood is never dropped.
+//!
+//! Answers: 202 once verified, 401 for a bad or missing signature, 408 for a body that did not
+//! arrive in time, 413 above the body limit, 400 for a body that is not JSON, 503 (with
+//! `Retry-After`) when busy or when the secret is unusable.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, watch};
 
-use super::webhook::{GitHost, HookEvent, parse_event, verify};
+use super::webhook::{
+    GitHost, HookEvent, Refusal, delivery_id, parse_event, same_repository, verify,
+};
 use crate::telemetry::Metrics;
 
 /// A reason for the source to look at the remote now.
@@ -31,83 +45,264 @@ pub struct HookSettings {
     pub secret_file: PathBuf,
     /// The tracked branch; pushes to others are ignored.
     pub branch: String,
+    /// The tracked repository's URL; pushes a payload says are to another repository are
+    /// ignored. `None` checks nothing.
+    pub repository_url: Option<String>,
     /// Larger bodies get 413 before anything is read into memory.
     pub max_body_bytes: usize,
+    /// How long a body may take to arrive.
+    pub body_timeout: Duration,
+    /// Bodies read at once before their signature is checked.
+    pub max_unverified_bodies: usize,
+}
+
+impl HookSettings {
+    /// Settings with the shipped limits.
+    pub fn new(secret_file: PathBuf, branch: String) -> HookSettings {
+        HookSettings {
+            secret_file,
+            branch,
+            repository_url: None,
+            max_body_bytes: 4 * 1024 * 1024,
+            body_timeout: Duration::from_secs(10),
+            max_unverified_bodies: 8,
+        }
+    }
+}
+
+/// The fewest bytes a webhook secret may have.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// Why a webhook secret is not fit to use, if it is not: empty, too short, or a placeholder
+/// from the shipped manifests or the docs.
+pub fn secret_problem(secret: &[u8]) -> Option<String> {
+    let secret = secret.trim_ascii();
+    let text = String::from_utf8_lossy(secret).to_ascii_lowercase();
+    if secret.is_empty() {
+        return Some("is empty".into());
+    }
+    if text.contains("replace-with") || text.contains("changeme") || text.contains("change-me") {
+        return Some("is the placeholder from deploy/secrets.yaml or the docs".into());
+    }
+    if secret.len() < MIN_SECRET_BYTES {
+        return Some(format!(
+            "has {} bytes, fewer than {MIN_SECRET_BYTES}",
+            secret.len()
+        ));
+    }
+    None
+}
+
+/// Reads the secret file and checks it ([`secret_problem`]); the error says what to do.
+pub fn read_secret(file: &Path) -> Result<Vec<u8>, String> {
+    let secret = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    match secret_problem(&secret) {
+        Some(problem) => Err(format!(
+            "the webhook secret in {} {problem}; put a long random secret there (for example \
+             `openssl rand -hex 32`) and set the same one on the Git host's webhook",
+            file.display()
+        )),
+        None => Ok(secret.trim_ascii().to_vec()),
+    }
+}
+
+/// The sending half of the wake-ups: the newest replaces any not yet taken.
+#[derive(Clone)]
+pub struct Waker(Arc<watch::Sender<Option<Wake>>>);
+
+impl Waker {
+    /// Wakes the source; never blocks and never fails.
+    pub fn wake(&self, wake: Wake) {
+        self.0.send_replace(Some(wake));
+    }
+}
+
+/// The receiving half of the wake-ups.
+pub struct WakeReceiver(watch::Receiver<Option<Wake>>);
+
+impl WakeReceiver {
+    /// Waits for a wake-up and returns the newest; `None` once every [`Waker`] is gone.
+    pub async fn next(&mut self) -> Option<Wake> {
+        self.0.changed().await.ok()?;
+        self.0.borrow_and_update().clone()
+    }
+
+    /// The newest wake-up not yet taken, without waiting.
+    pub fn try_next(&mut self) -> Option<Wake> {
+        if self.0.has_changed().unwrap_or(false) {
+            self.0.borrow_and_update().clone()
+        } else {
+            None
+        }
+    }
+}
+
+/// A channel of wake-ups that coalesces: it holds only the newest.
+pub fn wake_channel() -> (Waker, WakeReceiver) {
+    let (tx, rx) = watch::channel(None);
+    (Waker(Arc::new(tx)), WakeReceiver(rx))
+}
+
+/// Delivery ids seen last, so a replayed delivery wakes nothing.
+#[derive(Default)]
+struct RecentDeliveries {
+    order: VecDeque<String>,
+    ids: HashSet<String>,
+}
+
+const REMEMBERED_DELIVERIES: usize = 1024;
+
+impl RecentDeliveries {
+    /// Records `id`; false when it was there already.
+    fn first_time(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() >= REMEMBERED_DELIVERIES
+            && let Some(old) = self.order.pop_front()
+        {
+            self.ids.remove(&old);
+        }
+        self.order.push_back(id.to_string());
+        self.ids.insert(id.to_string());
+        true
+    }
 }
 
 #[derive(Clone)]
 struct HookState {
     settings: Arc<HookSettings>,
-    wake: mpsc::Sender<Wake>,
+    wake: Waker,
     metrics: Arc<Metrics>,
+    unverified_bodies: Arc<Semaphore>,
+    recent: Arc<Mutex<RecentDeliveries>>,
 }
 
-/// The `/hooks/*` routes. Wake-ups go to `wake`; a full queue answers 503.
-pub fn router(settings: HookSettings, wake: mpsc::Sender<Wake>, metrics: Arc<Metrics>) -> Router {
-    let limit = settings.max_body_bytes;
+/// The `/hooks/*` routes. Wake-ups go to `wake`.
+pub fn router(settings: HookSettings, wake: Waker, metrics: Arc<Metrics>) -> Router {
     let state = HookState {
+        unverified_bodies: Arc::new(Semaphore::new(settings.max_unverified_bodies.max(1))),
         settings: Arc::new(settings),
         wake,
         metrics,
+        recent: Arc::default(),
     };
     let mut router = Router::new();
     for host in GitHost::ALL {
         router = router.route(
             &format!("/hooks/{}", host.name()),
-            post(
-                move |state: State<HookState>, headers: HeaderMap, body: Bytes| {
-                    handle(host, state, headers, body)
-                },
-            ),
+            post(move |state: State<HookState>, request: Request| handle(host, state, request)),
         );
     }
-    router.layer(DefaultBodyLimit::max(limit)).with_state(state)
+    router.with_state(state)
 }
 
-async fn handle(
-    host: GitHost,
-    State(state): State<HookState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> (StatusCode, String) {
-    let (status, text) = respond(host, &state, &headers, &body).await;
+async fn handle(host: GitHost, State(state): State<HookState>, request: Request) -> Response {
+    let (status, text) = respond(host, &state, request).await;
     state.metrics.webhook(host.name(), status.as_str());
-    (status, text)
+    let mut response = (status, text).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
-async fn respond(
-    host: GitHost,
-    state: &HookState,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> (StatusCode, String) {
-    let secret = match tokio::fs::read(&state.settings.secret_file).await {
+fn refused(host: GitHost, refusal: Refusal) -> (StatusCode, String) {
+    tracing::warn!(
+        host = host.name(),
+        reason = refusal.label(),
+        "webhook refused"
+    );
+    (StatusCode::UNAUTHORIZED, format!("{refusal}\n"))
+}
+
+async fn respond(host: GitHost, state: &HookState, request: Request) -> (StatusCode, String) {
+    let settings = &state.settings;
+    let secret = match tokio::fs::read(&settings.secret_file).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!(file = %state.settings.secret_file.display(), error = %e, "cannot read the webhook secret");
+            tracing::error!(file = %settings.secret_file.display(), error = %e, "cannot read the webhook secret");
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "webhook secret unavailable\n".into(),
             );
         }
     };
-    let secret = secret.trim_ascii();
-    if let Err(refusal) = verify(host, headers, body, secret) {
-        tracing::warn!(
-            host = host.name(),
-            reason = refusal.label(),
-            "webhook refused"
+    // A secret rotated to something unusable must not let everything through.
+    if let Some(problem) = secret_problem(&secret) {
+        tracing::error!(file = %settings.secret_file.display(), "the webhook secret {problem}; every webhook is refused until it is fixed");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "webhook secret unusable\n".into(),
         );
-        return (StatusCode::UNAUTHORIZED, format!("{refusal}\n"));
     }
-    let event = match parse_event(host, headers, body) {
-        Ok(e) => e,
+    let secret = secret.trim_ascii();
+    let (parts, body) = request.into_parts();
+    let headers = &parts.headers;
+    // GitLab signs nothing: its token is all there is, and it is in a header.
+    if host == GitHost::GitLab
+        && let Err(refusal) = verify(host, headers, b"", secret)
+    {
+        return refused(host, refusal);
+    }
+    // Before reading: a declared length over the limit, and a free slot for the body.
+    if content_length(headers).is_some_and(|n| n > settings.max_body_bytes as u64) {
+        return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n".into());
+    }
+    let Ok(permit) = state.unverified_bodies.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy: too many webhook bodies in flight; retry shortly\n".into(),
+        );
+    };
+    let body = match tokio::time::timeout(
+        settings.body_timeout,
+        axum::body::to_bytes(body, settings.max_body_bytes),
+    )
+    .await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n".into()),
+        Err(_) => {
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                "the body did not arrive in time\n".into(),
+            );
+        }
+    };
+    if let Err(refusal) = verify(host, headers, &body, secret) {
+        return refused(host, refusal);
+    }
+    drop(permit);
+    let delivery = match parse_event(host, headers, &body) {
+        Ok(d) => d,
         Err(refusal) => return (StatusCode::BAD_REQUEST, format!("{refusal}\n")),
     };
-    if !event.touches_branch(&state.settings.branch) {
+    drop(body);
+    if let Some(url) = &settings.repository_url
+        && let Some(other) = delivery
+            .repositories
+            .iter()
+            .find(|name| !same_repository(url, name))
+    {
+        let other = crate::text::one_line(other, 100);
+        tracing::info!(
+            host = host.name(),
+            repository = %other,
+            "webhook for another repository; ignored (is the secret shared?)"
+        );
+        return (
+            StatusCode::ACCEPTED,
+            format!("ignored: push to another repository ({other})\n"),
+        );
+    }
+    let event = delivery.event;
+    if !event.touches_branch(&settings.branch) {
         let what = match &event {
             HookEvent::Ping => "ping".to_string(),
-            HookEvent::Other(e) => format!("event {e:?}"),
+            HookEvent::Other(e) => format!("event {:?}", crate::text::one_line(e, 60)),
             HookEvent::Push(_) => "push to another ref".to_string(),
         };
         tracing::debug!(
@@ -117,28 +312,80 @@ async fn respond(
         );
         return (StatusCode::ACCEPTED, format!("ignored: {what}\n"));
     }
-    let after = match &event {
-        HookEvent::Push(refs) => refs.iter().find_map(|r| r.after.clone()),
-        _ => None,
-    };
-    match state.wake.try_send(Wake { host, after }) {
-        Ok(()) => (StatusCode::ACCEPTED, "accepted\n".into()),
-        Err(mpsc::error::TrySendError::Full(_)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy: a fetch is already queued; retry later\n".into(),
-        ),
-        Err(mpsc::error::TrySendError::Closed(_)) => {
-            (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into())
+    if let Some(id) = delivery_id(headers) {
+        let first_time = state
+            .recent
+            .lock()
+            .map(|mut recent| recent.first_time(id))
+            .unwrap_or(true);
+        if !first_time {
+            tracing::debug!(
+                host = host.name(),
+                delivery = id,
+                "delivery seen before; ignored"
+            );
+            return (
+                StatusCode::ACCEPTED,
+                "ignored: delivery seen before\n".into(),
+            );
         }
     }
+    let after = match &event {
+        HookEvent::Push(refs) => refs
+            .iter()
+            .find_map(|r| r.after.clone())
+            .filter(|a| a.len() <= 64 && a.bytes().all(|b| b.is_ascii_hexdigit())),
+        _ => None,
+    };
+    state.wake.wake(Wake { host, after });
+    (StatusCode::ACCEPTED, "accepted\n".into())
 }
 
-/// Takes one wake-up and every other already queued, so a burst of pushes costs one fetch.
-pub async fn next_coalesced(wake: &mut mpsc::Receiver<Wake>) -> Option<Vec<Wake>> {
-    let first = wake.recv().await?;
-    let mut all = vec![first];
-    while let Ok(more) = wake.try_recv() {
-        all.push(more);
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_short_and_placeholder_secrets_are_refused() {
+        assert!(secret_problem(b"").is_some());
+        assert!(secret_problem(b"  \n\t ").is_some());
+        assert!(secret_problem(b"REPLACE-WITH-A-LONG-RANDOM-SECRET\n").is_some());
+        assert!(secret_problem(b"short").is_some());
+        assert_eq!(secret_problem(b"0123456789abcdef0123\n"), None);
     }
-    Some(all)
+
+    #[test]
+    fn a_delivery_is_taken_once_and_old_ones_are_forgotten() {
+        let mut recent = RecentDeliveries::default();
+        assert!(recent.first_time("a"));
+        assert!(!recent.first_time("a"));
+        for i in 0..REMEMBERED_DELIVERIES {
+            recent.first_time(&i.to_string());
+        }
+        assert!(recent.first_time("a"));
+        assert!(recent.ids.len() <= REMEMBERED_DELIVERIES);
+    }
+
+    #[tokio::test]
+    async fn wake_ups_coalesce_into_the_newest() {
+        let (waker, mut rx) = wake_channel();
+        assert_eq!(rx.try_next(), None);
+        for after in ["a", "b", "c"] {
+            waker.wake(Wake {
+                host: GitHost::GitHub,
+                after: Some(after.into()),
+            });
+        }
+        assert_eq!(rx.next().await.and_then(|w| w.after).as_deref(), Some("c"));
+        assert_eq!(rx.try_next(), None);
+    }
 }

@@ -171,9 +171,95 @@ pub fn verify(
     }
 }
 
+/// What a verified request asks for, and which repository it says it is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub event: HookEvent,
+    /// The repository's full name(s) as the host writes them (`owner/name`, GitLab's
+    /// `group/sub/name`, Bitbucket Server's `PROJECT/slug`); empty when the payload names none.
+    pub repositories: Vec<String>,
+}
+
+/// The delivery id a host puts on each request (the same on a redelivery), if any.
+pub fn delivery_id(headers: &HeaderMap) -> Option<&str> {
+    [
+        "x-github-delivery",
+        "x-gitea-delivery",
+        "x-forgejo-delivery",
+        "x-gitlab-event-uuid",
+        "x-request-uuid",
+        "x-request-id",
+        "x-linnet-delivery",
+    ]
+    .iter()
+    .find_map(|name| header(headers, name))
+    .filter(|id| !id.is_empty() && id.len() <= 128)
+}
+
+/// Whether the repository a payload names (see [`Delivery::repositories`]) is the one at
+/// `url`. A local path cannot be named by a Git host, so it matches anything.
+pub fn same_repository(url: &str, full_name: &str) -> bool {
+    let Some(path) = repository_path(url) else {
+        return true;
+    };
+    let name = full_name
+        .trim()
+        .trim_matches('/')
+        .trim_end_matches(".git")
+        .to_ascii_lowercase();
+    !name.is_empty() && (path == name || path.ends_with(&format!("/{name}")))
+}
+
+/// The path of a remote URL, lowercased, without `.git` (`https://h/a/b.git` -> `a/b`,
+/// `git@h:a/b` -> `a/b`); `None` for a local path.
+fn repository_path(url: &str) -> Option<String> {
+    let rest = if let Some((scheme, rest)) = url.split_once("://") {
+        if scheme == "file" {
+            return None;
+        }
+        rest.split_once('/').map(|(_, path)| path)?
+    } else if !url.starts_with('/') && !url.starts_with('.') {
+        // scp-style: [user@]host:path
+        url.split_once(':').map(|(_, path)| path)?
+    } else {
+        return None;
+    };
+    Some(
+        rest.trim_matches('/')
+            .trim_end_matches(".git")
+            .to_ascii_lowercase(),
+    )
+}
+
+fn named_repositories(payload: &Value) -> Vec<String> {
+    let str_at = |path: &str| payload.pointer(path).and_then(Value::as_str);
+    let mut names: Vec<String> = ["/repository/full_name", "/project/path_with_namespace"]
+        .iter()
+        .filter_map(|p| str_at(p))
+        .map(str::to_string)
+        .collect();
+    // Bitbucket Server / Data Center.
+    if let (Some(key), Some(slug)) = (
+        str_at("/repository/project/key"),
+        str_at("/repository/slug"),
+    ) {
+        names.push(format!("{key}/{slug}"));
+    }
+    names
+}
+
 /// Reads what a verified request asks for.
-pub fn parse_event(host: GitHost, headers: &HeaderMap, body: &[u8]) -> Result<HookEvent, Refusal> {
+pub fn parse_event(host: GitHost, headers: &HeaderMap, body: &[u8]) -> Result<Delivery, Refusal> {
     let payload: Value = serde_json::from_slice(body).map_err(|_| Refusal::NotJson)?;
+    let repositories = named_repositories(&payload);
+    let event = event_of(host, headers, &payload);
+    Ok(Delivery {
+        event,
+        repositories,
+    })
+}
+
+fn event_of(host: GitHost, headers: &HeaderMap, payload: &Value) -> HookEvent {
     let event = match host {
         GitHost::GitHub => header(headers, "x-github-event"),
         GitHost::GitLab => header(headers, "x-gitlab-event"),
@@ -192,11 +278,11 @@ pub fn parse_event(host: GitHost, headers: &HeaderMap, body: &[u8]) -> Result<Ho
         let after = str_at(payload, "/after").filter(|a| !a.trim_matches('0').is_empty());
         HookEvent::Push(vec![PushedRef { full_ref, after }])
     };
-    Ok(match (host, event.as_str()) {
+    match (host, event.as_str()) {
         (GitHost::GitHub, "ping") | (GitHost::Bitbucket, "diagnostics:ping") => HookEvent::Ping,
         (GitHost::GitHub | GitHost::Gitea, "push")
         | (GitHost::GitLab, "Push Hook" | "Tag Push Hook")
-        | (GitHost::Generic, _) => simple_push(&payload),
+        | (GitHost::Generic, _) => simple_push(payload),
         // Bitbucket Cloud: push.changes[].new {type, name, target.hash}.
         (GitHost::Bitbucket, "repo:push") => HookEvent::Push(
             payload
@@ -241,7 +327,7 @@ pub fn parse_event(host: GitHost, headers: &HeaderMap, body: &[u8]) -> Result<Ho
                 .unwrap_or_default(),
         ),
         (_, other) => HookEvent::Other(other.to_string()),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -352,7 +438,8 @@ mod tests {
             &headers(&[("x-github-event", "push")]),
             br#"{"ref":"refs/heads/main","after":"abc"}"#,
         )
-        .unwrap();
+        .unwrap()
+        .event;
         assert!(gh.touches_branch("main"));
         assert!(!gh.touches_branch("dev"));
         let tag = parse_event(
@@ -360,21 +447,24 @@ mod tests {
             &headers(&[("x-gitlab-event", "Tag Push Hook")]),
             br#"{"ref":"refs/tags/main","after":"abc"}"#,
         )
-        .unwrap();
+        .unwrap()
+        .event;
         assert!(!tag.touches_branch("main"));
         let cloud = parse_event(
             GitHost::Bitbucket,
             &headers(&[("x-event-key", "repo:push")]),
             br#"{"push":{"changes":[{"new":{"type":"branch","name":"main","target":{"hash":"abc"}}}]}}"#,
         )
-        .unwrap();
+        .unwrap()
+        .event;
         assert!(cloud.touches_branch("main"));
         let server = parse_event(
             GitHost::Bitbucket,
             &headers(&[("x-event-key", "repo:refs_changed")]),
             br#"{"changes":[{"ref":{"id":"refs/heads/main","type":"BRANCH"},"toHash":"abc"}]}"#,
         )
-        .unwrap();
+        .unwrap()
+        .event;
         assert!(server.touches_branch("main"));
     }
 
@@ -385,7 +475,8 @@ mod tests {
             &headers(&[("x-github-event", "ping")]),
             b"{}",
         )
-        .unwrap();
+        .unwrap()
+        .event;
         assert_eq!(ping, HookEvent::Ping);
         assert!(!ping.touches_branch("main"));
         let issue = parse_event(
@@ -393,14 +484,53 @@ mod tests {
             &headers(&[("x-gitea-event", "issues")]),
             b"{}",
         )
-        .unwrap();
+        .unwrap()
+        .event;
         assert!(!issue.touches_branch("main"));
+    }
+
+    #[test]
+    fn the_repository_a_payload_names_is_compared_with_the_remote() {
+        let gh = parse_event(
+            GitHost::GitHub,
+            &headers(&[("x-github-event", "push")]),
+            br#"{"ref":"refs/heads/main","repository":{"full_name":"Acme/GitOps"}}"#,
+        )
+        .unwrap();
+        assert_eq!(gh.repositories, vec!["Acme/GitOps"]);
+        for url in [
+            "https://github.com/acme/gitops.git",
+            "https://token@github.com/acme/gitops",
+            "git@github.com:acme/gitops.git",
+            "ssh://git@github.com/acme/gitops.git",
+        ] {
+            assert!(same_repository(url, "Acme/GitOps"), "{url}");
+            assert!(!same_repository(url, "acme/other"), "{url}");
+            assert!(!same_repository(url, "cme/gitops"), "{url}");
+        }
+        assert!(same_repository(
+            "https://gitlab.com/group/sub/app.git",
+            "group/sub/app"
+        ));
+        assert!(same_repository(
+            "https://bb.example.com/scm/PROJ/app.git",
+            "PROJ/app"
+        ));
+        assert!(same_repository("/srv/git/app.git", "anything/else"));
+        assert!(same_repository("file:///srv/git/app.git", "anything/else"));
+        let server = parse_event(
+            GitHost::Bitbucket,
+            &headers(&[("x-event-key", "repo:refs_changed")]),
+            br#"{"repository":{"slug":"app","project":{"key":"PROJ"}},"changes":[]}"#,
+        )
+        .unwrap();
+        assert_eq!(server.repositories, vec!["PROJ/app"]);
     }
 
     #[test]
     fn non_json_body_is_refused() {
         assert_eq!(
-            parse_event(GitHost::GitHub, &HeaderMap::new(), b"not json"),
+            parse_event(GitHost::GitHub, &HeaderMap::new(), b"not json").map(|d| d.event),
             Err(Refusal::NotJson)
         );
     }

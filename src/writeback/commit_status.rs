@@ -91,7 +91,6 @@ fn wanted(
     })
 }
 
-
 /// What a CanaryStatefulSet shows on its commit; `None` where it posts nothing new (a
 /// promotion under way keeps the status it had until it is done).
 pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -> Option<Wanted> {

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The secret the test agents verify webhooks with.
-pub const SECRET: &str = "hook-secret";
+pub const SECRET: &str = "hook-secret-for-linnet-tests";
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -20,7 +20,10 @@ pub fn free_port() -> u16 {
 /// The agent process; killed when dropped.
 pub struct Agent {
     pub child: Child,
+    /// Its `--admin-listen`: `/status`, `/metrics`, `/readyz`.
     pub base: String,
+    /// Its `--listen`: `/hooks/*`.
+    pub hooks: String,
     pub log: PathBuf,
 }
 
@@ -56,6 +59,7 @@ pub fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
 /// [`start_agent`] with the identity of `kubeconfig`.
 pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig: &Path) -> Agent {
     let port = free_port();
+    let admin_port = free_port();
     let log = dir.join("agent.log");
     let secret = dir.join("secret");
     std::fs::write(&secret, SECRET).unwrap();
@@ -77,6 +81,8 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
             "1h",
             "--listen",
             &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
         ])
         .args(["--webhook-secret-file", secret.to_str().unwrap()])
         .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
@@ -123,7 +129,8 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
         .unwrap();
     Agent {
         child,
-        base: format!("http://127.0.0.1:{port}"),
+        base: format!("http://127.0.0.1:{admin_port}"),
+        hooks: format!("http://127.0.0.1:{port}"),
         log,
     }
 }

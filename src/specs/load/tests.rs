@@ -518,9 +518,15 @@ mod local_tree {
 
 #[test]
 fn an_image_with_a_line_break_or_of_60_kb_is_refused_at_its_line() {
-    let e = only_error(&STS.replace("image: redis:7.2", "image: \"redis:7.2\\nSigned-off-by: x\""));
+    let e = only_error(&STS.replace(
+        "image: redis:7.2",
+        "image: \"redis:7.2\\nSigned-off-by: x\"",
+    ));
     assert_eq!(e.location.line, 8, "{e}");
     assert!(e.message.contains("line breaks"), "{e}");
-    let e = only_error(&STS.replace("image: redis:7.2", &format!("image: redis:{}", "7".repeat(60_000))));
+    let e = only_error(&STS.replace(
+        "image: redis:7.2",
+        &format!("image: redis:{}", "7".repeat(60_000)),
+    ));
     assert!(e.message.contains("over 512"), "{e}");
 }

@@ -1,0 +1,87 @@
+//! Serving HTTP to callers who may be hostile: the webhook port faces the internet. Every
+//! connection holds a slot of a fixed number; a caller past the limit gets `503` with
+//! `Retry-After` (not a silent drop) and the connection is closed. Request headers must arrive
+//! within a timeout, which also closes a kept-alive connection that sends nothing. Bodies are
+//! bounded by their handlers (see [`crate::source::hooks`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// How much one listener lets its callers hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// Connections open at once; more get `503` and are closed.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's headers (or, between requests,
+    /// stay idle) before it is closed.
+    pub header_timeout: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: 256,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Sent to a connection past the limit. Git hosts log it; clients that honour `Retry-After`
+/// come back.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
+Content-Type: text/plain\r\nContent-Length: 42\r\nConnection: close\r\n\r\n\
+busy: too many connections; retry shortly\n";
+
+/// Refusals being written at once; past this a connection is closed without an answer (a
+/// flood that large is not a Git host).
+const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+
+/// Serves `app` on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, app: Router, limits: ServeLimits) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(64 * 1024);
+    loop {
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    let _refusal = refusal;
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        stream.write_all(BUSY).await?;
+                        stream.shutdown().await
+                    })
+                    .await;
+                });
+            }
+            tracing::debug!(%peer, "connection refused: at the connection limit");
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        tokio::spawn(async move {
+            let _slot = slot;
+            if let Err(e) = connection.await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+}

@@ -247,9 +247,10 @@ pub async fn run(
             .route("/status", get(status))
             .with_state(shared.clone()),
     );
-    for (what, addr, app) in [
-        ("webhooks", config.listen, hooks_app),
-        ("metrics and status", config.admin_listen, admin_app),
+    let hooks_refusals = config.webhook.as_ref().map(|_| waker.clone());
+    for (what, addr, app, on_refused) in [
+        ("webhooks", config.listen, hooks_app, hooks_refusals),
+        ("metrics and status", config.admin_listen, admin_app, None),
     ] {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -262,7 +263,7 @@ pub async fn run(
             source,
         })?;
         tracing::info!(addr = %bound, serves = what, webhooks = config.webhook.is_some(), "listening");
-        tokio::spawn(serve(listener, app, config.serve_limits));
+        tokio::spawn(serve(listener, app, config.serve_limits, on_refused));
     }
 
     // A local directory is watched; a remote is polled and woken by webhooks.
@@ -358,7 +359,10 @@ pub async fn run(
             _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
             Some(wake) = wake_rx.next() => {
                 announced = wake.after;
-                tracing::info!(host = wake.host.name(), after = ?announced, "woken by webhook");
+                match wake.host {
+                    Some(host) => tracing::info!(host = host.name(), after = ?announced, "woken by webhook"),
+                    None => tracing::info!("webhook callers were turned away (busy); looking at the remote in case one was a push"),
+                }
             }
             Some(()) = changes.recv() => tracing::info!("files changed on disk"),
             _ = drift_check.tick() => {

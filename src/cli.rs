@@ -393,6 +393,14 @@ fn dispatch(command: Command) -> Result<ExitCode> {
 async fn agent(args: AgentArgs) -> Result<ExitCode> {
     use crate::agent::{AgentConfig, SourceConfig};
     use crate::source::git::{GitAuth, GitRemote};
+    // Before anything else: an agent that would take any webhook must not start at all.
+    if let Some(file) = &args.webhook_secret_file {
+        crate::source::hooks::read_secret(file).map_err(|message| {
+            Error::Runtime(std::io::Error::other(format!(
+                "{message} (--webhook-secret-file)"
+            )))
+        })?;
+    }
     let source = match (&args.repo_url, &args.repo_path) {
         (_, Some(dir)) => SourceConfig::Local { dir: dir.clone() },
         (Some(url), None) => {

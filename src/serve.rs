@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+
+use crate::source::hooks::Waker;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt as _;
@@ -43,8 +45,14 @@ busy: too many connections; retry shortly\n";
 /// flood that large is not a Git host).
 const MAX_REFUSALS_IN_FLIGHT: usize = 64;
 
-/// Serves `app` on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, app: Router, limits: ServeLimits) {
+/// Serves `app` on `listener` until the task is dropped. A caller turned away is reported to
+/// `on_refused` (the webhook listener schedules a look at the remote: it may have been a push).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ServeLimits,
+    on_refused: Option<Waker>,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -71,6 +79,9 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ServeLimits) {
                     })
                     .await;
                 });
+            }
+            if let Some(waker) = &on_refused {
+                waker.missed();
             }
             tracing::debug!(%peer, "connection refused: at the connection limit");
             continue;

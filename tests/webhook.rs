@@ -32,6 +32,7 @@ async fn start_with(tweak: impl FnOnce(&mut HookSettings), limits: ServeLimits) 
     settings.max_body_bytes = 64 * 1024;
     settings.repository_url = Some("https://github.com/acme/gitops.git".into());
     tweak(&mut settings);
+    let waker_for_refusals = waker.clone();
     let app = router(
         settings,
         waker,
@@ -39,7 +40,7 @@ async fn start_with(tweak: impl FnOnce(&mut HookSettings), limits: ServeLimits) 
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, app, limits));
+    tokio::spawn(serve(listener, app, limits, Some(waker_for_refusals)));
     Listener {
         base: format!("http://{addr}"),
         addr,
@@ -99,7 +100,7 @@ async fn a_signed_github_push_to_the_branch_queues_a_fetch() {
         202
     );
     let wake = l.wake.try_next().unwrap();
-    assert_eq!(wake.host, GitHost::GitHub);
+    assert_eq!(wake.host, Some(GitHost::GitHub));
     assert_eq!(
         wake.after.as_deref(),
         Some("1111111111111111111111111111111111111111")

@@ -15,6 +15,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,7 +34,8 @@ use crate::telemetry::Metrics;
 /// A reason for the source to look at the remote now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wake {
-    pub host: GitHost,
+    /// Who sent it; `None` for a look after callers were turned away ([`Waker::missed`]).
+    pub host: Option<GitHost>,
     /// The new tip the host announced, if it did.
     pub after: Option<String>,
 }
@@ -108,12 +110,37 @@ pub fn read_secret(file: &Path) -> Result<Vec<u8>, String> {
 
 /// The sending half of the wake-ups: the newest replaces any not yet taken.
 #[derive(Clone)]
-pub struct Waker(Arc<watch::Sender<Option<Wake>>>);
+pub struct Waker {
+    tx: Arc<watch::Sender<Option<Wake>>>,
+    look_scheduled: Arc<AtomicBool>,
+}
+
+/// How long after turning a caller away the source looks at the remote; more refusals
+/// meanwhile add nothing, so a flood costs at most one look per this interval.
+pub const MISSED_LOOK_DELAY: Duration = Duration::from_secs(1);
 
 impl Waker {
     /// Wakes the source; never blocks and never fails.
     pub fn wake(&self, wake: Wake) {
-        self.0.send_replace(Some(wake));
+        self.tx.send_replace(Some(wake));
+    }
+
+    /// A caller was turned away (busy); it may have been a Git host with a push, which it
+    /// will not send again. The source looks at the remote shortly, once for any number of
+    /// refusals, so no push is lost to a flood.
+    pub fn missed(&self) {
+        if self.look_scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let waker = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(MISSED_LOOK_DELAY).await;
+            waker.look_scheduled.store(false, Ordering::Release);
+            waker.wake(Wake {
+                host: None,
+                after: None,
+            });
+        });
     }
 }
 
@@ -140,7 +167,11 @@ impl WakeReceiver {
 /// A channel of wake-ups that coalesces: it holds only the newest.
 pub fn wake_channel() -> (Waker, WakeReceiver) {
     let (tx, rx) = watch::channel(None);
-    (Waker(Arc::new(tx)), WakeReceiver(rx))
+    let waker = Waker {
+        tx: Arc::new(tx),
+        look_scheduled: Arc::default(),
+    };
+    (waker, WakeReceiver(rx))
 }
 
 /// Delivery ids seen last, so a replayed delivery wakes nothing.
@@ -200,6 +231,11 @@ pub fn router(settings: HookSettings, wake: Waker, metrics: Arc<Metrics>) -> Rou
 async fn handle(host: GitHost, State(state): State<HookState>, request: Request) -> Response {
     let (status, text) = respond(host, &state, request).await;
     state.metrics.webhook(host.name(), status.as_str());
+    if status == StatusCode::REQUEST_TIMEOUT
+        || (status == StatusCode::SERVICE_UNAVAILABLE && text.starts_with("busy"))
+    {
+        state.wake.missed();
+    }
     let mut response = (status, text).into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         response
@@ -337,7 +373,10 @@ async fn respond(host: GitHost, state: &HookState, request: Request) -> (StatusC
             .filter(|a| a.len() <= 64 && a.bytes().all(|b| b.is_ascii_hexdigit())),
         _ => None,
     };
-    state.wake.wake(Wake { host, after });
+    state.wake.wake(Wake {
+        host: Some(host),
+        after,
+    });
     (StatusCode::ACCEPTED, "accepted\n".into())
 }
 
@@ -381,11 +420,32 @@ mod tests {
         assert_eq!(rx.try_next(), None);
         for after in ["a", "b", "c"] {
             waker.wake(Wake {
-                host: GitHost::GitHub,
+                host: Some(GitHost::GitHub),
                 after: Some(after.into()),
             });
         }
         assert_eq!(rx.next().await.and_then(|w| w.after).as_deref(), Some("c"));
+        assert_eq!(rx.try_next(), None);
+    }
+
+    #[tokio::test]
+    async fn many_refusals_are_one_look_a_moment_later() {
+        let (waker, mut rx) = wake_channel();
+        for _ in 0..100 {
+            waker.missed();
+        }
+        assert_eq!(rx.try_next(), None);
+        let wake = tokio::time::timeout(MISSED_LOOK_DELAY * 3, rx.next())
+            .await
+            .unwrap();
+        assert_eq!(
+            wake,
+            Some(Wake {
+                host: None,
+                after: None
+            })
+        );
+        tokio::time::sleep(MISSED_LOOK_DELAY * 2).await;
         assert_eq!(rx.try_next(), None);
     }
 }

@@ -12,7 +12,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 /// The most one file may expand to. Large real manifests (a CRD with its whole schema) stay
-/// far below: the biggest upstream CRDs are about 40,000 nodes and 2 MiB.
+/// far below: the biggest upstream CRDs are about 40,000 nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ParseBudget {
     /// Nodes (mappings, sequences, scalars) of the expanded file, every alias use counted.
@@ -23,15 +23,19 @@ pub struct ParseBudget {
     pub max_depth: usize,
     /// Alias uses (`*name`) per file.
     pub max_aliases: usize,
+    /// Parser events a document may replay for aliases and merge keys, or record for
+    /// anchors: the parser buffers these, at about a hundred bytes each.
+    pub max_replayed_events: usize,
 }
 
 impl Default for ParseBudget {
     fn default() -> Self {
         ParseBudget {
-            max_nodes: 200_000,
+            max_nodes: 100_000,
             max_bytes: 8 * 1024 * 1024,
             max_depth: 64,
             max_aliases: 10_000,
+            max_replayed_events: 50_000,
         }
     }
 }
@@ -77,6 +81,10 @@ impl Allowance {
     /// the file has left, so the parser refuses a bomb before it buffers it.
     pub(crate) fn parser_options(&self) -> serde_saphyr::Options {
         let nodes = self.nodes_left.get().max(1);
+        let replayed = nodes
+            .saturating_mul(2)
+            .saturating_add(16)
+            .min(self.budget.max_replayed_events);
         serde_saphyr::options! {
             budget: serde_saphyr::budget! {
                 max_depth: self.budget.max_depth,
@@ -86,11 +94,11 @@ impl Allowance {
                 max_anchors: self.budget.max_aliases,
                 max_merge_keys: self.budget.max_aliases,
                 max_total_scalar_bytes: self.bytes_left.get().max(1),
-                max_recorded_anchor_events: nodes.saturating_mul(2).saturating_add(16),
+                max_recorded_anchor_events: replayed,
                 max_recorded_anchor_bytes: self.bytes_left.get().max(1),
             },
             alias_limits: serde_saphyr::alias_limits! {
-                max_total_replayed_events: nodes.saturating_mul(2).saturating_add(16),
+                max_total_replayed_events: replayed,
                 max_replay_stack_depth: 16,
             },
         }
@@ -300,6 +308,7 @@ mod tests {
             max_bytes: 10_000,
             max_depth: 16,
             max_aliases: 100,
+            max_replayed_events: 2_000,
         }
     }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::budget::{Allowance, ParseBudget, budget_refusal};
+use super::budget::{self, Allowance, ParseBudget, budget_refusal};
 use super::locate::find_key;
 use super::policy::{Policy, controller_mark, never_from_git};
 use super::validate::{check_canary_deployment, check_canary_statefulset, crd_errors};
@@ -287,7 +287,14 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
         match load_document(file, &doc, opts, &allowance) {
             Ok(Some(object)) => objects.push(object),
             Ok(None) => {}
-            Err(mut e) => errors.append(&mut e),
+            Err(mut e) => {
+                // A file over its budget is refused once, at the place it ran out.
+                let over_budget = e.iter().any(|e| e.message.starts_with(budget::OVER));
+                errors.append(&mut e);
+                if over_budget {
+                    break;
+                }
+            }
         }
     }
     if !errors.is_empty() {

@@ -387,6 +387,7 @@ fn an_alias_bomb_spread_over_documents_is_refused_at_its_line() {
     assert!(text.len() < 40_000, "{}", text.len());
     let specs = load(&text);
     assert!(specs.objects.is_empty());
+    assert_eq!(specs.errors.len(), 1, "{:#?}", specs.errors);
     let e = &specs.errors[0];
     assert!(e.message.starts_with("over the parse budget"), "{e}");
     assert!(e.location.line > 1, "{e}");

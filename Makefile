@@ -2,7 +2,7 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build test test-unit lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench chaos clean
+.PHONY: all build test test-unit fuzz lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench chaos clean
 
 all: build
 
@@ -22,6 +22,13 @@ test: cluster-build gitea-build
 ## test-unit: the quick loop, no cluster needed.
 test-unit:
 	$(CARGO) test --lib
+
+## fuzz: the seeded fuzz targets of `make test` (tests/fuzz.rs), longer: FUZZ_CASES cases
+## from FUZZ_SEED (a failure prints the seed and case that reproduce it).
+FUZZ_CASES ?= 1000000
+FUZZ_SEED ?= 1
+fuzz:
+	LINNET_FUZZ_CASES=$(FUZZ_CASES) LINNET_FUZZ_SEED=$(FUZZ_SEED) $(CARGO) test --release --test fuzz -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

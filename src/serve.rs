@@ -12,7 +12,7 @@ use axum::Router;
 use crate::source::hooks::Waker;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -74,8 +74,23 @@ pub async fn serve(
                 tokio::spawn(async move {
                     let _refusal = refusal;
                     let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        // An answer before the request reads as an error to HTTP clients:
+                        // wait for the request's head (at most a few KiB), then answer.
+                        let mut head = [0u8; 8192];
+                        let mut seen = 0;
+                        while seen < head.len() {
+                            let n = stream.read(&mut head[seen..]).await?;
+                            seen += n;
+                            if n == 0 || head[..seen].windows(4).any(|w| w == b"\r\n\r\n") {
+                                break;
+                            }
+                        }
                         stream.write_all(BUSY).await?;
-                        stream.shutdown().await
+                        stream.shutdown().await?;
+                        // Closing with the body unread would reset the connection, and the
+                        // caller would see an error instead of the 503.
+                        while stream.read(&mut head).await? > 0 {}
+                        Ok::<_, std::io::Error>(())
                     })
                     .await;
                 });

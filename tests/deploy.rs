@@ -53,8 +53,24 @@ async fn kubectl_apply_k_deploy_installs_everything() {
         "Secret",
         "Deployment",
         "Service",
+        "NetworkPolicy",
     ] {
         assert!(kinds.contains(&kind), "deploy/ has no {kind}: {kinds:?}");
+    }
+    // Issue 20: the Service and the NetworkPolicy expose the webhook port only, and the
+    // shipped webhook secret is a placeholder the agent refuses to start with.
+    let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind);
+    for service in of_kind("Service") {
+        for port in service["spec"]["ports"].as_array().unwrap() {
+            assert_eq!(port["targetPort"], "http", "{service}");
+        }
+    }
+    let policy = of_kind("NetworkPolicy").next().unwrap();
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "http");
+    assert!(policy["spec"]["ingress"][0].get("from").is_none());
+    for secret in of_kind("Secret").filter(|s| s["metadata"]["name"] == "linnet-webhook") {
+        let value = secret["stringData"]["secret"].as_str().unwrap();
+        assert!(linnet::source::hooks::secret_problem(value.as_bytes()).is_some());
     }
     // Namespace first, as kubectl orders them.
     let mut ordered = docs.clone();

@@ -58,6 +58,8 @@ pub struct AgentConfig {
     pub listen: SocketAddr,
     /// Metrics, status and probes; for the cluster's own tools.
     pub admin_listen: SocketAddr,
+    /// Only the probes, for the kubelet, apart from the webhook port's callers.
+    pub probe_listen: Option<SocketAddr>,
     /// What each listener lets its callers hold.
     pub serve_limits: ServeLimits,
     pub webhook: Option<HookSettings>,
@@ -241,17 +243,21 @@ pub async fn run(
             shared.metrics.clone(),
         ));
     }
-    let admin_app = probes.merge(
+    let admin_app = probes.clone().merge(
         Router::new()
             .route("/metrics", get(metrics))
             .route("/status", get(status))
             .with_state(shared.clone()),
     );
     let hooks_refusals = config.webhook.as_ref().map(|_| waker.clone());
-    for (what, addr, app, on_refused) in [
+    let mut listeners = vec![
         ("webhooks", config.listen, hooks_app, hooks_refusals),
         ("metrics and status", config.admin_listen, admin_app, None),
-    ] {
+    ];
+    if let Some(addr) = config.probe_listen {
+        listeners.push(("probes", addr, probes, None));
+    }
+    for (what, addr, app, on_refused) in listeners {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Io {
@@ -284,7 +290,11 @@ pub async fn run(
             let mirror = tokio::task::spawn_blocking(move || GitMirror::open(&cache_dir, remote))
                 .await
                 .map_err(|e| Error::Runtime(std::io::Error::other(e)))?
-                .map_err(|e| Error::Runtime(std::io::Error::other(e)))?;
+                .map_err(|e| {
+                    Error::Runtime(std::io::Error::other(crate::text::redact_credentials(
+                        &e.to_string(),
+                    )))
+                })?;
             Some(Arc::new(Mutex::new(RemoteState {
                 mirror,
                 snapshot: SpecSnapshot::default(),
@@ -499,14 +509,8 @@ async fn look_at_remote(
         let s = &mut *guard;
         let previous = s.fetched;
         let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
-        let synced_previous =
-            previous.is_some() && synced.as_deref() == previous.map(|p| p.to_string()).as_deref();
-        // A webhook for the tip already fetched and synced (a replay, a redelivery) costs
-        // nothing; one for a tip fetched before (an old push replayed) only asks for the tip.
-        if announced.is_some() && announced == previous && synced_previous {
-            tracing::debug!("webhook announced the synced tip; nothing to do");
-            return Ok(Found::Nothing);
-        }
+        // A webhook for a tip fetched before (a replay, a redelivery, an old push) only asks
+        // the remote for its tip; wake-ups coalesce, so a newer push behind it is found then.
         let announced_is_new = announced.is_some_and(|a| !s.fetched_tips.contains(&a));
         let tip = if announced_is_new {
             s.mirror.fetch()?

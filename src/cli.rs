@@ -79,6 +79,10 @@ pub struct SpecArgs {
     /// Largest spec file read, in bytes.
     #[arg(long, default_value_t = 1024 * 1024, env = "LINNET_MAX_FILE_BYTES")]
     pub max_file_bytes: usize,
+    /// What all spec files' objects may hold together, as JSON (bounds the agent's memory
+    /// whatever the repository holds); files past it are refused, in path order.
+    #[arg(long, default_value_t = 64 * 1024 * 1024, env = "LINNET_MAX_TOTAL_BYTES")]
+    pub max_total_bytes: usize,
 }
 
 impl SpecArgs {
@@ -101,6 +105,7 @@ impl SpecArgs {
             },
             max_file_bytes: self.max_file_bytes,
             budget: crate::specs::ParseBudget::default(),
+            max_total_bytes: self.max_total_bytes,
         }
     }
 }
@@ -222,6 +227,11 @@ pub struct AgentArgs {
     /// `kubectl port-forward`, or give 0.0.0.0:9090 to let Prometheus scrape it.
     #[arg(long, default_value = "127.0.0.1:9090", env = "LINNET_ADMIN_LISTEN")]
     pub admin_listen: std::net::SocketAddr,
+    /// A third address serving only /healthz and /readyz, for the kubelet's probes: a flood
+    /// on the webhook port then cannot fail them (deploy/ uses 0.0.0.0:8081). Without it the
+    /// probes are answered on both other addresses.
+    #[arg(long, env = "LINNET_PROBE_LISTEN")]
+    pub probe_listen: Option<std::net::SocketAddr>,
     /// Connections each listener keeps open at once; more get 503 with Retry-After.
     #[arg(long, default_value_t = 256, env = "LINNET_MAX_CONNECTIONS")]
     pub max_connections: usize,
@@ -438,9 +448,11 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
         git_timeout: args.git_timeout,
         listen: args.listen,
         admin_listen: args.admin_listen,
+        probe_listen: args.probe_listen,
         serve_limits: crate::serve::ServeLimits {
             max_connections: args.max_connections.max(1),
             header_timeout: args.header_timeout,
+            ..crate::serve::ServeLimits::default()
         },
         webhook: args
             .webhook_secret_file

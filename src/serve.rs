@@ -24,6 +24,9 @@ pub struct ServeLimits {
     /// How long a connection may take to send a request's headers (or, between requests,
     /// stay idle) before it is closed.
     pub header_timeout: Duration,
+    /// How long a connection may stay open at all: one that never reads its answers would
+    /// otherwise hold its slot for good (hyper's header timeout runs only while it reads).
+    pub max_connection_age: Duration,
 }
 
 impl Default for ServeLimits {
@@ -31,6 +34,7 @@ impl Default for ServeLimits {
         ServeLimits {
             max_connections: 256,
             header_timeout: Duration::from_secs(10),
+            max_connection_age: Duration::from_secs(60),
         }
     }
 }
@@ -103,10 +107,13 @@ pub async fn serve(
         };
         let service = TowerToHyperService::new(app.clone());
         let connection = http.serve_connection(TokioIo::new(stream), service);
+        let age = limits.max_connection_age;
         tokio::spawn(async move {
             let _slot = slot;
-            if let Err(e) = connection.await {
-                tracing::debug!(%peer, error = %e, "connection ended");
+            match tokio::time::timeout(age, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended"),
+                Err(_) => tracing::debug!(%peer, "connection closed: open too long"),
             }
         });
     }

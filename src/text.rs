@@ -6,12 +6,26 @@
 /// Bidirectional and zero-width controls: printable in Rust's sense, but they make text read
 /// differently from what it is.
 pub fn is_invisible(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}'
+    )
 }
 
 /// `text` as one line of at most `max` characters: line breaks, tabs and other control or
 /// invisible characters become spaces, runs of spaces one space, and a longer line ends in `…`.
 pub fn one_line(text: &str, max: usize) -> String {
+    if max == 0 {
+        return String::new();
+    }
     let mut out = String::with_capacity(text.len().min(max * 4));
     let mut count = 0;
     let mut pending_space = false;
@@ -60,24 +74,26 @@ pub fn redact_credentials(text: &str) -> String {
     while let Some(at) = rest.find("://") {
         let (before, after) = rest.split_at(at + 3);
         out.push_str(before);
-        // The authority ends at the first `/`, `?`, `#` or whitespace.
+        // User information ends at the last `@` of the URL (a raw token may hold `/`, `?` or
+        // `#`); the URL ends at whitespace or a quote. A path with an `@` in it is hidden
+        // too: better too much than a token.
         let end = after
-            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace() || c == '"')
+            .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
             .unwrap_or(after.len());
-        let authority = &after[..end];
-        match authority.rfind('@') {
+        let url = &after[..end];
+        match url.rfind('@') {
             Some(userinfo_end) => {
-                let userinfo = &authority[..userinfo_end];
+                let userinfo = &url[..userinfo_end];
                 match userinfo.split_once(':') {
-                    Some((user, _)) => {
+                    Some((user, _)) if !user.contains(['/', '?', '#']) => {
                         out.push_str(user);
                         out.push_str(":***");
                     }
-                    None => out.push_str("***"),
+                    _ => out.push_str("***"),
                 }
-                out.push_str(&authority[userinfo_end..]);
+                out.push_str(&url[userinfo_end..]);
             }
-            None => out.push_str(authority),
+            None => out.push_str(url),
         }
         rest = &after[end..];
     }

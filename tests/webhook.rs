@@ -362,6 +362,7 @@ async fn idle_and_slow_header_connections_are_closed() {
         ServeLimits {
             max_connections: 256,
             header_timeout: Duration::from_millis(500),
+            ..ServeLimits::default()
         },
     )
     .await;
@@ -384,6 +385,7 @@ async fn past_the_connection_limit_callers_get_503_with_retry_after() {
         ServeLimits {
             max_connections: 4,
             header_timeout: Duration::from_secs(30),
+            ..ServeLimits::default()
         },
     )
     .await;
@@ -433,4 +435,36 @@ async fn past_the_unverified_body_limit_callers_get_503_with_retry_after() {
     assert_eq!(response.status(), 503);
     assert_eq!(response.headers()["retry-after"], "1");
     drop(held);
+}
+
+#[tokio::test]
+async fn a_connection_that_never_reads_its_answers_is_closed_at_its_age() {
+    // Review of issue 20: hyper's header timeout runs only while it reads a request, so a
+    // caller pipelining requests without reading the answers held its slot for good.
+    let l = start_with(
+        |_| {},
+        ServeLimits {
+            max_connections: 256,
+            header_timeout: Duration::from_secs(30),
+            max_connection_age: Duration::from_secs(1),
+        },
+    )
+    .await;
+    let mut stream = TcpStream::connect(l.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        if stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .is_err()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut answers = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answers))
+        .await
+        .is_ok();
+    assert!(closed, "the connection is still open");
 }

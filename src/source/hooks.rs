@@ -246,7 +246,9 @@ async fn handle(host: GitHost, State(state): State<HookState>, request: Request)
 }
 
 fn refused(host: GitHost, refusal: Refusal) -> (StatusCode, String) {
-    tracing::warn!(
+    // Debug, not warn: a flood of forgeries must not become a flood of log lines; the
+    // metric linnet_webhook_requests_total{result="401"} counts them.
+    tracing::debug!(
         host = host.name(),
         reason = refusal.label(),
         "webhook refused"
@@ -366,9 +368,11 @@ async fn respond(host: GitHost, state: &HookState, request: Request) -> (StatusC
             );
         }
     }
+    let tracked = format!("refs/heads/{}", settings.branch);
     let after = match &event {
         HookEvent::Push(refs) => refs
             .iter()
+            .filter(|r| r.full_ref == tracked)
             .find_map(|r| r.after.clone())
             .filter(|a| a.len() <= 64 && a.bytes().all(|b| b.is_ascii_hexdigit())),
         _ => None,

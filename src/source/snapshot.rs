@@ -32,25 +32,30 @@ impl SpecSnapshot {
     ) -> Result<SnapshotUpdate, E> {
         let mut next = BTreeMap::new();
         let mut update = SnapshotUpdate::default();
+        let mut total = 0;
         for (path, id) in listing {
             let name = path.rsplit('/').next().unwrap_or(path);
             if !is_spec_file(name) {
                 continue;
             }
-            match self.files.remove(path) {
-                Some((old_id, specs)) if &old_id == id => {
-                    next.insert(path.clone(), (old_id, specs));
-                }
+            let (id, mut specs) = match self.files.remove(path) {
+                Some((old_id, specs)) if &old_id == id => (old_id, specs),
                 _ => {
                     let content = read(path, id)?;
-                    next.insert(
-                        path.clone(),
-                        (id.clone(), load_content(path, content, opts)),
-                    );
                     update.parsed += 1;
                     update.changed = true;
+                    (id.clone(), load_content(path, content, opts))
                 }
-            }
+            };
+            // Past the total, the file is kept as an error with no id, so that it is read
+            // again once there is room.
+            let id = if specs.charge_total(path, &mut total, opts.max_total_bytes) {
+                update.changed = true;
+                String::new()
+            } else {
+                id
+            };
+            next.insert(path.clone(), (id, specs));
         }
         // Anything left was removed.
         update.changed |= !self.files.is_empty();

@@ -207,7 +207,9 @@ pub fn same_repository(url: &str, full_name: &str) -> bool {
         .trim_matches('/')
         .trim_end_matches(".git")
         .to_ascii_lowercase();
-    !name.is_empty() && (path == name || path.ends_with(&format!("/{name}")))
+    // The whole path: `sub/app` is another project than `group/sub/app`. Bitbucket Server
+    // serves its repositories under `scm/`.
+    !name.is_empty() && (path == name || path.strip_prefix("scm/") == Some(name.as_str()))
 }
 
 /// The path of a remote URL, lowercased, without `.git` (`https://h/a/b.git` -> `a/b`,
@@ -511,6 +513,10 @@ mod tests {
         assert!(same_repository(
             "https://gitlab.com/group/sub/app.git",
             "group/sub/app"
+        ));
+        assert!(!same_repository(
+            "https://gitlab.com/group/sub/app.git",
+            "sub/app"
         ));
         assert!(same_repository(
             "https://bb.example.com/scm/PROJ/app.git",

@@ -25,7 +25,13 @@ pub struct LoadOptions {
     pub max_file_bytes: usize,
     /// What one file may expand to while it is parsed.
     pub budget: ParseBudget,
+    /// What all files' objects may hold together, as JSON; files past it (in path order) are
+    /// refused with an error.
+    pub max_total_bytes: usize,
 }
+
+/// The most one object may be as JSON: about what the API server stores (etcd's 1.5 MiB).
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
 
 impl Default for LoadOptions {
     fn default() -> Self {
@@ -34,6 +40,7 @@ impl Default for LoadOptions {
             policy: Policy::default(),
             max_file_bytes: 1024 * 1024,
             budget: ParseBudget::default(),
+            max_total_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -66,12 +73,14 @@ pub fn is_cluster_scoped(kind: &str) -> bool {
 /// none past `max_file_bytes`: links are reported, not followed.
 pub fn load_dir(root: &Path, opts: &LoadOptions) -> Result<SpecSet> {
     let mut files = BTreeMap::new();
+    let mut total = 0;
     for entry in list_local_spec_files(root).map_err(|source| Error::Io {
         path: root.to_path_buf(),
         source,
     })? {
         let content = read_local_spec_file(&entry, opts.max_file_bytes);
-        let specs = load_content(&entry.rel, content, opts);
+        let mut specs = load_content(&entry.rel, content, opts);
+        specs.charge_total(&entry.rel, &mut total, opts.max_total_bytes);
         files.insert(entry.rel, specs);
     }
     Ok(SpecSet::from_files(files))
@@ -108,8 +117,8 @@ impl LocalSpecFile {
     }
 }
 
-/// Every spec file below `root`, sorted, plus every link that would lead out of the plain
-/// tree (a link to a directory, or a link with a spec file's name). Hidden entries are
+/// Every entry below `root` with a spec file's name, sorted: regular files, links (never
+/// followed: a link to a directory is not entered) and special files. Hidden entries are
 /// skipped. Nothing is followed and nothing is opened.
 pub fn list_local_spec_files(root: &Path) -> std::io::Result<Vec<LocalSpecFile>> {
     let mut out = Vec::new();
@@ -140,9 +149,8 @@ fn walk_local(root: &Path, dir: &Path, out: &mut Vec<LocalSpecFile>) -> std::io:
             walk_local(root, &path, out)?;
             continue;
         } else if file_type.is_symlink() {
-            // A link's target is looked at only to decide whether to mention it.
-            let to_dir = std::fs::metadata(&path).is_ok_and(|m| m.is_dir());
-            if !to_dir && !is_spec_file(&name) {
+            // Never followed; reported when it has a spec file's name, as in Git mode.
+            if !is_spec_file(&name) {
                 continue;
             }
             LocalFileKind::Symlink
@@ -220,7 +228,10 @@ pub fn read_local_spec_file(entry: &LocalSpecFile, max: usize) -> FileContent {
     }
     let mut bytes = Vec::new();
     match file.take(max as u64 + 1).read_to_end(&mut bytes) {
-        Ok(n) if n > max => FileContent::Refused(too_large(n as u64, max)),
+        // It grew since it was listed; its real size is not worth reading.
+        Ok(n) if n > max => FileContent::Refused(format!(
+            "file is over the limit of {max} bytes; split it into smaller files"
+        )),
         Ok(_) => FileContent::Bytes(bytes),
         Err(e) => refused(e),
     }
@@ -384,18 +395,34 @@ fn clean_yaml_message(message: &str) -> String {
 }
 
 /// The first controller mark (label or annotation key) on a `metadata` nested anywhere below
-/// the top level, with the dotted path of its map.
+/// the top level, with the dotted path of its map. The path is written only for a mark found:
+/// writing it at every node costs the square of a deep or wide document.
 fn nested_controller_mark(value: &Value) -> Option<(String, String)> {
-    fn walk(value: &Value, path: &str, depth: usize) -> Option<(String, String)> {
+    enum Segment<'a> {
+        Key(&'a str),
+        Index(usize),
+    }
+    fn render(path: &[Segment]) -> String {
+        let mut out = String::new();
+        for segment in path {
+            match segment {
+                Segment::Key(k) => {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(k);
+                }
+                Segment::Index(i) => out.push_str(&format!("[{i}]")),
+            }
+        }
+        out
+    }
+    fn walk<'a>(value: &'a Value, path: &mut Vec<Segment<'a>>) -> Option<(String, String)> {
         match value {
             Value::Object(map) => {
                 for (k, v) in map {
-                    let here = if path.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{path}.{k}")
-                    };
-                    if depth > 0 && k == "metadata" {
+                    path.push(Segment::Key(k));
+                    if path.len() > 1 && k == "metadata" {
                         for map_name in ["labels", "annotations"] {
                             let keys = v
                                 .get(map_name)
@@ -403,24 +430,34 @@ fn nested_controller_mark(value: &Value) -> Option<(String, String)> {
                                 .map(|m| m.keys().map(String::as_str).collect::<Vec<_>>())
                                 .unwrap_or_default();
                             if let Some(mark) = controller_mark(keys) {
-                                return Some((format!("{here}.{map_name}"), mark.to_string()));
+                                return Some((
+                                    format!("{}.{map_name}", render(path)),
+                                    mark.to_string(),
+                                ));
                             }
                         }
                     }
-                    if let Some(found) = walk(v, &here, depth + 1) {
+                    if let Some(found) = walk(v, path) {
                         return Some(found);
                     }
+                    path.pop();
                 }
                 None
             }
-            Value::Array(items) => items
-                .iter()
-                .enumerate()
-                .find_map(|(i, v)| walk(v, &format!("{path}[{i}]"), depth + 1)),
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    path.push(Segment::Index(i));
+                    if let Some(found) = walk(v, path) {
+                        return Some(found);
+                    }
+                    path.pop();
+                }
+                None
+            }
             _ => None,
         }
     }
-    walk(value, "", 0)
+    walk(value, &mut Vec::new())
 }
 
 fn load_document(
@@ -634,6 +671,13 @@ fn load_document(
         }
         Spec::new(&object)
     };
+    if spec.json_len() > MAX_OBJECT_BYTES {
+        return Err(vec![at_start(format!(
+            "{kind} {name} is {} bytes as JSON, over the {MAX_OBJECT_BYTES} the API server \
+             stores in one object",
+            spec.json_len()
+        ))]);
+    }
     Ok(Some(LoadedObject {
         key,
         spec,

@@ -101,6 +101,11 @@ impl Spec {
         Spec { json: json.into() }
     }
 
+    /// The size of the object as JSON, in bytes.
+    pub fn json_len(&self) -> usize {
+        self.json.len()
+    }
+
     /// The object as JSON, as it would be sent to the API server.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::from_str(&self.json).unwrap_or(serde_json::Value::Null)
@@ -127,6 +132,39 @@ pub struct FileSpecs {
     /// Empty whenever `errors` is not: a file with an error contributes nothing.
     pub objects: Vec<LoadedObject>,
     pub errors: Vec<SpecError>,
+}
+
+impl FileSpecs {
+    /// Bytes its objects hold, as JSON.
+    pub fn json_bytes(&self) -> usize {
+        self.objects.iter().map(|o| o.spec.json_len()).sum()
+    }
+
+    /// Adds this file's objects to `total`; past `max`, the file is replaced by an error that
+    /// says so (its objects are dropped, and with them their memory). Returns whether it was.
+    pub fn charge_total(&mut self, file: &str, total: &mut usize, max: usize) -> bool {
+        *total += self.json_bytes();
+        if *total <= max {
+            return false;
+        }
+        *total -= self.json_bytes();
+        *self = FileSpecs {
+            objects: Vec::new(),
+            errors: vec![SpecError {
+                location: Location {
+                    file: file.to_string(),
+                    line: 1,
+                    column: 1,
+                },
+                message: format!(
+                    "the specs read before this file already hold {total} of the {max} bytes \
+                     all spec files may hold together (--max-total-bytes); raise it, or split \
+                     the repository into several sources"
+                ),
+            }],
+        };
+        true
+    }
 }
 
 /// Everything loaded from a spec root.

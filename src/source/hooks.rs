@@ -319,11 +319,13 @@ async fn respond(host: GitHost, state: &HookState, request: Request) -> (StatusC
         Err(refusal) => return (StatusCode::BAD_REQUEST, format!("{refusal}\n")),
     };
     drop(body);
+    // Another repository when the payload names its repository and no name is ours.
     if let Some(url) = &settings.repository_url
-        && let Some(other) = delivery
+        && let Some(other) = delivery.repositories.first()
+        && !delivery
             .repositories
             .iter()
-            .find(|name| !same_repository(url, name))
+            .any(|name| same_repository(url, name))
     {
         let other = crate::text::one_line(other, 100);
         tracing::info!(

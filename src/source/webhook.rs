@@ -175,8 +175,9 @@ pub fn verify(
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Delivery {
     pub event: HookEvent,
-    /// The repository's full name(s) as the host writes them (`owner/name`, GitLab's
-    /// `group/sub/name`, Bitbucket Server's `PROJECT/slug`); empty when the payload names none.
+    /// The repository as the payload names it: full names (`owner/name`, GitLab's
+    /// `group/sub/name`, Bitbucket Server's `PROJECT/slug`) and URLs (clone, SSH, web); empty
+    /// when the payload names none.
     pub repositories: Vec<String>,
 }
 
@@ -196,13 +197,18 @@ pub fn delivery_id(headers: &HeaderMap) -> Option<&str> {
     .filter(|id| !id.is_empty() && id.len() <= 128)
 }
 
-/// Whether the repository a payload names (see [`Delivery::repositories`]) is the one at
-/// `url`. A local path cannot be named by a Git host, so it matches anything.
-pub fn same_repository(url: &str, full_name: &str) -> bool {
+/// Whether one name of a payload's repository (see [`Delivery::repositories`]) is the
+/// repository at `url`: a URL by its whole path (a host under a relative root such as
+/// `/gitlab/` included), a full name by the whole path too. A local path cannot be named by
+/// a Git host, so it matches anything.
+pub fn same_repository(url: &str, named: &str) -> bool {
     let Some(path) = repository_path(url) else {
         return true;
     };
-    let name = full_name
+    if named.contains("://") || (named.contains('@') && named.contains(':')) {
+        return repository_path(named).is_some_and(|p| p == path);
+    }
+    let name = named
         .trim()
         .trim_matches('/')
         .trim_end_matches(".git")
@@ -235,11 +241,21 @@ fn repository_path(url: &str) -> Option<String> {
 
 fn named_repositories(payload: &Value) -> Vec<String> {
     let str_at = |path: &str| payload.pointer(path).and_then(Value::as_str);
-    let mut names: Vec<String> = ["/repository/full_name", "/project/path_with_namespace"]
-        .iter()
-        .filter_map(|p| str_at(p))
-        .map(str::to_string)
-        .collect();
+    let mut names: Vec<String> = [
+        "/repository/full_name",
+        "/repository/clone_url",
+        "/repository/ssh_url",
+        "/repository/html_url",
+        "/repository/links/html/href",
+        "/project/path_with_namespace",
+        "/project/git_http_url",
+        "/project/git_ssh_url",
+        "/project/web_url",
+    ]
+    .iter()
+    .filter_map(|p| str_at(p))
+    .map(str::to_string)
+    .collect();
     // Bitbucket Server / Data Center.
     if let (Some(key), Some(slug)) = (
         str_at("/repository/project/key"),
@@ -521,6 +537,21 @@ mod tests {
         assert!(same_repository(
             "https://bb.example.com/scm/PROJ/app.git",
             "PROJ/app"
+        ));
+        // GitLab under a relative root: its full name lacks the root, its URLs have it.
+        let gitlab = "https://git.example.com/gitlab/group/app.git";
+        assert!(!same_repository(gitlab, "group/app"));
+        assert!(same_repository(
+            gitlab,
+            "https://git.example.com/gitlab/group/app"
+        ));
+        assert!(same_repository(
+            gitlab,
+            "git@git.example.com:gitlab/group/app.git"
+        ));
+        assert!(!same_repository(
+            gitlab,
+            "https://git.example.com/gitlab/other/app"
         ));
         assert!(same_repository("/srv/git/app.git", "anything/else"));
         assert!(same_repository("file:///srv/git/app.git", "anything/else"));

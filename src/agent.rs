@@ -223,13 +223,6 @@ pub async fn run(
     });
     let config = &shared.config;
 
-    if let Some(settings) = &config.webhook {
-        hooks::read_secret(&settings.secret_file).map_err(|message| {
-            Error::Runtime(std::io::Error::other(format!(
-                "{message}; --webhook-secret-file"
-            )))
-        })?;
-    }
     let (waker, mut wake_rx) = hooks::wake_channel();
     let probes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -461,7 +461,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
                 repository_url: args.repo_url.clone(),
                 max_body_bytes: args.webhook_max_body_bytes,
                 body_timeout: args.webhook_body_timeout,
-                max_unverified_bodies: args.webhook_max_unverified_bodies.max(1),
+                max_unverified_bodies: args.webhook_max_unverified_bodies,
                 ..crate::source::hooks::HookSettings::new(f.clone(), args.branch.clone())
             }),
         load: args.specs.load_options(),

@@ -59,12 +59,6 @@ pub fn one_line(text: &str, max: usize) -> String {
     out
 }
 
-/// `url` without the password or token of its user information (`https://user:***@host/…`).
-/// Text that is not such a URL comes back as it is.
-pub fn redact_url(url: &str) -> String {
-    redact_credentials(url)
-}
-
 /// `text` with every `scheme://user:secret@` in it written `scheme://user:***@`, and every
 /// `scheme://token@` written `scheme://***@` (a token alone is a secret too). For log lines and
 /// error messages that may quote a URL.
@@ -134,15 +128,15 @@ mod tests {
     #[test]
     fn credentials_in_urls_are_redacted() {
         assert_eq!(
-            redact_url("https://user:TOKEN@git.example.com/a/b.git"),
+            redact_credentials("https://user:TOKEN@git.example.com/a/b.git"),
             "https://user:***@git.example.com/a/b.git"
         );
         assert_eq!(
-            redact_url("https://TOKEN@github.com/a/b"),
+            redact_credentials("https://TOKEN@github.com/a/b"),
             "https://***@github.com/a/b"
         );
         assert_eq!(
-            redact_url("ssh://git@host:22/a"),
+            redact_credentials("ssh://git@host:22/a"),
             "ssh://***@host:22/a",
             "a user name alone is hidden too: it may be a token"
         );
@@ -151,9 +145,9 @@ mod tests {
             "cannot reach http://u:***@h/x: refused; also http://h/y"
         );
         assert_eq!(
-            redact_url("git@github.com:a/b.git"),
+            redact_credentials("git@github.com:a/b.git"),
             "git@github.com:a/b.git"
         );
-        assert_eq!(redact_url("/srv/git/repo.git"), "/srv/git/repo.git");
+        assert_eq!(redact_credentials("/srv/git/repo.git"), "/srv/git/repo.git");
     }
 }

@@ -20,11 +20,7 @@ use support::{
 /// A bare "remote" seeded with the example repository (in namespace `ns`), and a working
 /// clone of it to push from.
 fn seeded_remote(dir: &Path, ns: &str) -> (PathBuf, PathBuf) {
-    let bare = dir.join("remote.git");
-    std::fs::create_dir_all(&bare).unwrap();
-    git(&bare, &["init", "--bare", "-q"]);
-    let work = dir.join("work");
-    git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    let (bare, work) = support::bare_remote_and_clone(dir);
     support::commit_example(&work, ns);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     (bare, work)
@@ -54,12 +50,7 @@ async fn wait_status(
 ) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let s: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let s: serde_json::Value = agent.status().await;
         if done(&s) {
             return s;
         }
@@ -148,12 +139,7 @@ async fn a_push_reaches_the_cluster_through_the_webhook_without_a_poll() {
     ];
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let metrics = reqwest::get(format!("{}/metrics", agent.base))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = agent.metrics().await;
         if wanted.iter().all(|w| metrics.contains(w.as_str())) {
             break;
         }
@@ -182,12 +168,7 @@ async fn a_push_reaches_the_cluster_through_the_webhook_without_a_poll() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let status: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status: serde_json::Value = agent.status().await;
     assert_eq!(
         status["revision"],
         head.as_str(),
@@ -411,12 +392,7 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
         "{log}"
     );
     assert!(!git(&bare, &["log", "--format=%an", "main"]).contains("linnet"));
-    let metrics = reqwest::get(format!("{}/metrics", agent.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = agent.metrics().await;
     assert!(
         metrics.contains("linnet_writeback_commits_total"),
         "{metrics}"

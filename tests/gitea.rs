@@ -79,12 +79,7 @@ async fn wait_commit_status(
 }
 
 async fn metrics(agent: &Agent) -> String {
-    reqwest::get(format!("{}/metrics", agent.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    agent.metrics().await
 }
 
 fn median_and_max(mut v: Vec<Duration>) -> (Duration, Duration) {
@@ -333,12 +328,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         &before,
         r#"linnet_webhook_requests_total{host="gitea",result="401"}"#,
     );
-    let revision_before: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let revision_before: serde_json::Value = agent.status().await;
     edit(
         &work,
         "apps/redis/redis.yaml",
@@ -366,12 +356,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         "a refused webhook changed the cluster"
     );
     assert_eq!(phase(&now), Some(StatefulSetPhase::RolledBack));
-    let revision_after: serde_json::Value = reqwest::get(format!("{}/status", agent.base))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let revision_after: serde_json::Value = agent.status().await;
     assert_eq!(revision_after["revision"], revision_before["revision"]);
     assert_ne!(revision_after["revision"], ignored_commit.as_str());
     assert!(

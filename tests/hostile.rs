@@ -59,15 +59,6 @@ fn peak_rss(agent: &Agent) -> f64 {
     support::process::peak_rss_mib(agent.child.id()).expect("the agent is running")
 }
 
-async fn status(agent: &Agent) -> serde_json::Value {
-    reqwest::get(format!("{}/status", agent.base))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn wait_value(api: &Api<ConfigMap>, name: &str, value: &str, timeout: Duration) {
     eventually(
         &format!("ConfigMap {name} with v={value}"),
@@ -91,7 +82,7 @@ async fn wait_spec_errors(agent: &Agent, files: &[&str]) -> Vec<String> {
         "spec errors for every hostile file",
         Duration::from_secs(60),
         || async {
-            let s = status(agent).await;
+            let s = agent.status().await;
             let errors: Vec<String> = s["specErrors"]
                 .as_array()?
                 .iter()
@@ -116,11 +107,7 @@ async fn a_crafted_repository_is_refused_file_by_file_within_128_mib() {
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "hostile-git").await;
     let tmp = tempfile::tempdir().unwrap();
-    let bare = tmp.path().join("remote.git");
-    std::fs::create_dir_all(&bare).unwrap();
-    git(&bare, &["init", "--bare", "-q"]);
-    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    let work = tmp.path().join("work");
+    let (_, work) = support::bare_remote_and_clone(tmp.path());
     let apps = work.join("apps");
     std::fs::create_dir_all(&apps).unwrap();
     std::fs::write(apps.join("good.yaml"), config_map(&ns.name, "good", "1")).unwrap();
@@ -272,11 +259,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "hostile-flood").await;
     let tmp = tempfile::tempdir().unwrap();
-    let bare = tmp.path().join("remote.git");
-    std::fs::create_dir_all(&bare).unwrap();
-    git(&bare, &["init", "--bare", "-q"]);
-    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    let work = tmp.path().join("work");
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
     std::fs::write(work.join("flood.yaml"), config_map(&ns.name, "flood", "1")).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "one"]);
@@ -291,12 +274,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     wait_ready(&agent).await;
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
     wait_value(&cms, "flood", "1", Duration::from_secs(30)).await;
-    let metrics_before = reqwest::get(format!("{}/metrics", agent.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics_before = agent.metrics().await;
     let looks_before = support::metric(&metrics_before, "linnet_git_fetch_duration_seconds_count");
 
     let flood_for = Duration::from_secs(6);
@@ -392,12 +370,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
         after_flood <= Duration::from_secs(1),
         "applied {after_flood:?} after the flood"
     );
-    let metrics = reqwest::get(format!("{}/metrics", agent.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = agent.metrics().await;
     let looks = support::metric(&metrics, "linnet_git_fetch_duration_seconds_count") - looks_before;
     println!("looks at the remote during the flood: {looks}");
     // One for the push, and at most one a second for callers turned away.
@@ -424,19 +397,14 @@ async fn credentials_in_the_repository_url_appear_nowhere() {
     );
     wait_ready(&agent).await;
     let s = eventually("a lastError", Duration::from_secs(30), || async {
-        let s = status(&agent).await;
+        let s = agent.status().await;
         s["lastError"].is_string().then_some(s)
     })
     .await;
     let text = s.to_string();
     assert!(text.contains("127.0.0.1"), "{text}");
     assert!(!text.contains("TOKEN-7f3a9"), "{text}");
-    let metrics = reqwest::get(format!("{}/metrics", agent.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = agent.metrics().await;
     assert!(!metrics.contains("TOKEN-7f3a9"));
     let log = agent.log_text();
     assert!(log.contains("127.0.0.1"), "{log}");

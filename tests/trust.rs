@@ -210,12 +210,7 @@ async fn follow_the_commit(
 }
 
 async fn source_status(agent: &Agent) -> SourceStatus {
-    reqwest::get(format!("{}/status", agent.base))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    support::from_json(agent.status().await)
 }
 
 /// The errors `/status` reports, spec and sync errors together.

@@ -21,11 +21,7 @@ struct Repo {
 
 fn repo() -> Repo {
     let tmp = tempfile::tempdir().unwrap();
-    let bare = tmp.path().join("remote.git");
-    std::fs::create_dir_all(&bare).unwrap();
-    git(&bare, &["init", "--bare", "-q"]);
-    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
-    let work = tmp.path().join("work");
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
     std::fs::create_dir_all(work.join("apps")).unwrap();
     std::fs::write(work.join("apps/app.yaml"), "kind: ConfigMap\n").unwrap();
     git(&work, &["add", "-A"]);

@@ -219,7 +219,7 @@ impl GitMirror {
     }
 
     pub(crate) fn classify(&self, e: git2::Error) -> GitError {
-        let url = crate::text::redact_url(&self.remote.url);
+        let url = crate::text::redact_credentials(&self.remote.url);
         // libgit2 replaces the certificate callback's error with its own words.
         let host_key_refused = e.code() == git2::ErrorCode::Certificate
             || (e.class() == git2::ErrorClass::Ssh && e.message().contains("hostkey"));
@@ -259,7 +259,7 @@ impl GitMirror {
             .find(|head| head.name() == wanted)
             .map(|head| head.oid());
         tip.ok_or_else(|| GitError::NoSuchBranch {
-            url: crate::text::redact_url(&self.remote.url),
+            url: crate::text::redact_credentials(&self.remote.url),
             branch: self.remote.branch.clone(),
         })
     }
@@ -285,7 +285,7 @@ impl GitMirror {
             .fetch(&[refspec.as_str()], Some(&mut options), None)
             .map_err(|e| self.classify(e))?;
         self.local_tip().ok_or_else(|| GitError::NoSuchBranch {
-            url: crate::text::redact_url(&self.remote.url),
+            url: crate::text::redact_credentials(&self.remote.url),
             branch: self.remote.branch.clone(),
         })
     }

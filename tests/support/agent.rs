@@ -28,6 +28,26 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// Its `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Its `/status`.
+    pub async fn status(&self) -> serde_json::Value {
+        reqwest::get(format!("{}/status", self.base))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// Kills the process at once (SIGKILL): no shutdown, no last writes.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

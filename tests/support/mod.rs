@@ -533,6 +533,16 @@ pub fn commit_example(work: &std::path::Path, ns: &str) {
     git(work, &["commit", "-qm", "seed"]);
 }
 
+/// An empty bare repository `dir/remote.git` (the "remote") and a clone of it,
+/// `dir/work`, to commit and push from. Returns `(bare, work)`.
+pub fn bare_remote_and_clone(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bare = dir.join("remote.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "--bare", "-q"]);
+    git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    (bare, dir.join("work"))
+}
+
 /// Runs the `git` command line in `dir` as a user would, and returns its trimmed stdout.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")

@@ -279,6 +279,7 @@ pub async fn run(
     };
     let remote = match &config.source {
         SourceConfig::Remote { remote, cache_dir } => {
+            let (remote_for_calls, dir_for_calls) = (remote.clone(), cache_dir.clone());
             let (remote, cache_dir) = (remote.clone(), cache_dir.clone());
             let mirror = tokio::task::spawn_blocking(move || GitMirror::open(&cache_dir, remote))
                 .await
@@ -288,12 +289,17 @@ pub async fn run(
                         &e.to_string(),
                     )))
                 })?;
-            Some(Arc::new(Mutex::new(RemoteState {
-                mirror,
-                snapshot: SpecSnapshot::default(),
-                fetched: None,
-                fetched_tips: Default::default(),
-            })))
+            Some(Arc::new(Remote {
+                state: Mutex::new(RemoteState {
+                    mirror,
+                    snapshot: SpecSnapshot::default(),
+                    fetched: None,
+                    fetched_tips: Default::default(),
+                }),
+                remote: remote_for_calls,
+                cache_dir: dir_for_calls,
+                in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
+            }))
         }
         SourceConfig::Local { .. } => None,
     };
@@ -379,7 +385,9 @@ pub async fn run(
         }
         let started = Instant::now();
         let found = match &remote {
-            Some(state) => look_at_remote(state.clone(), &shared, synced.clone(), announced).await,
+            Some(remote) => {
+                look_at_remote(remote.clone(), &shared, synced.clone(), announced).await
+            }
             None => look_at_local(&mut local_snapshot, &shared, last_sync_ok),
         };
         // Git did not move, but the cluster may have: the last synced specs, compared in full.
@@ -388,7 +396,7 @@ pub async fn run(
                 Some(revision) => Ok(Found::Specs {
                     revision: revision.clone(),
                     specs: match &remote {
-                        Some(state) => match state.lock() {
+                        Some(remote) => match remote.state.lock() {
                             Ok(s) => s.snapshot.spec_set(),
                             Err(_) => {
                                 return Err(Error::Runtime(std::io::Error::other(
@@ -486,89 +494,167 @@ async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Res
     Ok(())
 }
 
+/// The remote and its mirror, shared by the looks at the source.
+struct Remote {
+    /// The mirror's local state: the snapshot, and a handle that reads fetched objects. Its
+    /// lock is never held across a network call.
+    state: Mutex<RemoteState>,
+    remote: GitRemote,
+    cache_dir: PathBuf,
+    /// Held by the one network call to the remote under way. A call past --git-timeout keeps
+    /// it until libgit2 gives up, and no second call is started beside it.
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+/// What the network half of a look found.
+enum RemoteTip {
+    /// The remote's tip is the revision synced last.
+    Unchanged,
+    /// This tip is in the mirror (fetched now, or before).
+    At(git2::Oid),
+}
+
 async fn look_at_remote(
-    state: Arc<Mutex<RemoteState>>,
+    remote: Arc<Remote>,
     shared: &Arc<Shared>,
     synced: Option<String>,
     announced: Option<String>,
 ) -> Result<Found, String> {
-    let path = shared.config.path.clone();
-    let load = shared.config.load.clone();
     let started = Instant::now();
-    let job = tokio::task::spawn_blocking(move || -> Result<Found, GitError> {
-        let mut guard = state
-            .lock()
-            .map_err(|_| GitError::Git(git2::Error::from_str("source state poisoned")))?;
-        let s = &mut *guard;
-        let previous = s.fetched;
-        let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
-        // A webhook for a tip fetched before (a replay, a redelivery, an old push) only asks
-        // the remote for its tip; wake-ups coalesce, so a newer push behind it is found then.
-        let announced_is_new = announced.is_some_and(|a| !s.fetched_tips.contains(&a));
-        let tip = if announced_is_new {
-            s.mirror.fetch()?
-        } else {
-            let tip = s.mirror.remote_tip()?;
-            if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
-                return Ok(Found::Nothing);
-            }
-            if Some(tip) == s.fetched {
-                tip
-            } else {
-                s.mirror.fetch()?
-            }
-        };
-        if !s.fetched_tips.contains(&tip) {
-            if s.fetched_tips.len() >= REMEMBERED_TIPS {
-                s.fetched_tips.pop_front();
-            }
-            s.fetched_tips.push_back(tip);
-        }
-        let listing = s.mirror.list_files(tip, &path)?;
-        let mirror = &s.mirror;
-        let update = s.snapshot.update(
-            &listing,
-            |_, id| mirror.read_spec_file(id, load.max_file_bytes),
-            &load,
-        )?;
-        s.fetched = Some(tip);
-        // Only when the last sync succeeded for the snapshot as it was; a failed sync is retried.
-        let last_sync_covers_snapshot =
-            synced.is_some() && synced == previous.map(|p| p.to_string());
-        if !update.changed && last_sync_covers_snapshot {
-            tracing::info!(revision = %tip, "new revision changes no spec (e.g. status only); nothing to sync");
-            return Ok(Found::SameSpecs {
-                revision: tip.to_string(),
-            });
-        }
-        tracing::info!(revision = %tip, parsed = update.parsed, "new revision");
-        Ok(Found::Specs {
-            revision: tip.to_string(),
-            specs: s.snapshot.spec_set(),
-        })
-    });
-    let result = tokio::time::timeout(shared.config.git_timeout, job).await;
+    let result = ask_remote(&remote, shared, synced.clone(), announced).await;
     shared
         .metrics
         .fetch_duration
         .observe(started.elapsed().as_secs_f64());
-    let error = match result {
-        Ok(Ok(Ok(found))) => return Ok(found),
-        Ok(Ok(Err(e))) => (e.label(), e.to_string()),
-        Ok(Err(e)) => ("panic", format!("Git task failed: {e}")),
-        Err(_) => (
-            "timeout",
-            format!("Git did not answer within {:?}", shared.config.git_timeout),
-        ),
+    let found = match result {
+        Ok(RemoteTip::Unchanged) => Ok(Found::Nothing),
+        Ok(RemoteTip::At(tip)) => {
+            let path = shared.config.path.clone();
+            let load = shared.config.load.clone();
+            let remote = remote.clone();
+            // Local work only: the objects are in the mirror already.
+            tokio::task::spawn_blocking(move || read_revision(&remote, tip, &path, &load, synced))
+                .await
+                .map_err(|e| ("panic", format!("Git task failed: {e}")))
+                .and_then(|r| r.map_err(|e| (e.label(), e.to_string())))
+        }
+        Err(e) => Err(e),
     };
-    shared
-        .metrics
-        .fetch_errors
-        .get_or_create(&ReasonLabel {
-            reason: error.0.to_string(),
-        })
-        .inc();
-    Err(error.1)
+    found.map_err(|(label, message)| {
+        shared
+            .metrics
+            .fetch_errors
+            .get_or_create(&ReasonLabel {
+                reason: label.to_string(),
+            })
+            .inc();
+        message
+    })
+}
+
+/// Asks the remote for its tip and fetches it when it is new, within --git-timeout, holding
+/// no lock while it waits.
+async fn ask_remote(
+    remote: &Arc<Remote>,
+    shared: &Arc<Shared>,
+    synced: Option<String>,
+    announced: Option<String>,
+) -> Result<RemoteTip, (&'static str, String)> {
+    let timeout = shared.config.git_timeout;
+    let url = crate::text::redact_credentials(&remote.remote.url);
+    let Ok(permit) = remote.in_flight.clone().try_acquire_owned() else {
+        return Err((
+            "busy",
+            format!(
+                "the previous call to {url} has not returned after --git-timeout ({timeout:?});                  waiting for libgit2 to give it up before starting another"
+            ),
+        ));
+    };
+    let (previous, announced_is_new) = {
+        let s = remote
+            .state
+            .lock()
+            .map_err(|_| ("git", "source state poisoned".to_string()))?;
+        let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
+        // A webhook for a tip fetched before (a replay, a redelivery, an old push) only asks
+        // the remote for its tip; wake-ups coalesce, so a newer push behind it is found then.
+        (
+            s.fetched,
+            announced.is_some_and(|a| !s.fetched_tips.contains(&a)),
+        )
+    };
+    let (dir, git_remote) = (remote.cache_dir.clone(), remote.remote.clone());
+    let job = tokio::task::spawn_blocking(move || -> Result<RemoteTip, GitError> {
+        let _permit = permit;
+        let mut mirror = GitMirror::open_existing(&dir, git_remote)?;
+        mirror.set_deadline(Some(timeout));
+        if announced_is_new {
+            return Ok(RemoteTip::At(mirror.fetch()?));
+        }
+        let tip = mirror.remote_tip()?;
+        if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
+            return Ok(RemoteTip::Unchanged);
+        }
+        if Some(tip) == previous {
+            return Ok(RemoteTip::At(tip));
+        }
+        Ok(RemoteTip::At(mirror.fetch()?))
+    });
+    // libgit2 ends the call at its socket timeout or the deadline above; this is the backstop
+    // for a server that keeps it busy otherwise, and then the call goes on alone, holding only
+    // `in_flight`.
+    match tokio::time::timeout(timeout + Duration::from_secs(1), job).await {
+        Ok(Ok(Ok(tip))) => Ok(tip),
+        Ok(Ok(Err(e))) => Err((e.label(), e.to_string())),
+        Ok(Err(e)) => Err(("panic", format!("Git task failed: {e}"))),
+        Err(_) => Err((
+            "timeout",
+            format!("{url} did not answer within {timeout:?} (--git-timeout)"),
+        )),
+    }
+}
+
+/// Reads the specs at `tip`, which is in the mirror, into the snapshot.
+fn read_revision(
+    remote: &Remote,
+    tip: git2::Oid,
+    path: &str,
+    load: &LoadOptions,
+    synced: Option<String>,
+) -> Result<Found, GitError> {
+    let mut guard = remote
+        .state
+        .lock()
+        .map_err(|_| GitError::Git(git2::Error::from_str("source state poisoned")))?;
+    let s = &mut *guard;
+    let previous = s.fetched;
+    if !s.fetched_tips.contains(&tip) {
+        if s.fetched_tips.len() >= REMEMBERED_TIPS {
+            s.fetched_tips.pop_front();
+        }
+        s.fetched_tips.push_back(tip);
+    }
+    let listing = s.mirror.list_files(tip, path)?;
+    let mirror = &s.mirror;
+    let update = s.snapshot.update(
+        &listing,
+        |_, id| mirror.read_spec_file(id, load.max_file_bytes),
+        load,
+    )?;
+    s.fetched = Some(tip);
+    // Only when the last sync succeeded for the snapshot as it was; a failed sync is retried.
+    let last_sync_covers_snapshot = synced.is_some() && synced == previous.map(|p| p.to_string());
+    if !update.changed && last_sync_covers_snapshot {
+        tracing::info!(revision = %tip, "new revision changes no spec (e.g. status only); nothing to sync");
+        return Ok(Found::SameSpecs {
+            revision: tip.to_string(),
+        });
+    }
+    tracing::info!(revision = %tip, parsed = update.parsed, "new revision");
+    Ok(Found::Specs {
+        revision: tip.to_string(),
+        specs: s.snapshot.spec_set(),
+    })
 }
 
 fn look_at_local(

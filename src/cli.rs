@@ -183,9 +183,16 @@ pub struct AgentArgs {
     /// never drift: Git does not set them.
     #[arg(long, default_value = "3m", value_parser = parse_duration, env = "LINNET_DRIFT_INTERVAL")]
     pub drift_interval: Duration,
-    /// Longest one Git operation may take.
+    /// Longest one call to the Git host may take: a fetch, a write-back push, or a commit
+    /// status post. It is also libgit2's connect and read timeout, so a host that accepts the
+    /// connection and then stalls is given up on, and the next poll or webhook tries again.
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_GIT_TIMEOUT")]
     pub git_timeout: Duration,
+    /// A PEM file with the CA (or CAs) that signed the Git host's certificate, for a
+    /// self-hosted GitLab, Gitea or GitHub Enterprise with a private CA. Trusted for Git over
+    /// HTTPS and for the commit status API, in addition to the system's CAs.
+    #[arg(long, env = "LINNET_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     /// Where the local mirror of the repository is kept.
     #[arg(long, default_value = "/tmp/linnet/repo", env = "LINNET_CACHE_DIR")]
     pub cache_dir: PathBuf,
@@ -377,6 +384,7 @@ pub enum Command {
 /// Runs a parsed command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
     telemetry::init(cli.log_format, "linnet=info,warn");
+    crate::net::install_crypto_provider();
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -411,6 +419,9 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             )))
         })?;
     }
+    // Before any Git call: libgit2's timeouts and the private CA are process-wide.
+    crate::net::configure_git(args.git_timeout, args.ca_file.as_deref())
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let source = match (&args.repo_url, &args.repo_path) {
         (_, Some(dir)) => SourceConfig::Local { dir: dir.clone() },
         (Some(url), None) => {
@@ -486,6 +497,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
                     author_name: args.git_author_name.clone(),
                     author_email: args.git_author_email.clone(),
                     interval: args.writeback_interval,
+                    timeout: args.git_timeout,
                 })
             }
             _ => None,
@@ -514,6 +526,8 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
                     token_file: token.clone(),
                     cluster: args.cluster_name.clone(),
                     target_url: args.commit_status_target_url.clone(),
+                    ca_file: args.ca_file.clone(),
+                    timeout: args.git_timeout,
                 })
             }
             _ => None,
@@ -550,7 +564,14 @@ fn unreachable_source() -> Result<crate::agent::SourceConfig> {
 async fn status(agent_url: &str) -> Result<ExitCode> {
     use crate::api::{CanaryDeployment, CanaryStatefulSet};
     let url = format!("{}/status", agent_url.trim_end_matches('/'));
-    match reqwest::get(&url).await.and_then(|r| r.error_for_status()) {
+    let http = crate::net::http_client(None, std::time::Duration::from_secs(10))
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    match http
+        .get(&url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+    {
         Ok(response) => match response.json::<crate::agent::SourceStatus>().await {
             Ok(s) => {
                 say!("source {}:", s.source);
@@ -576,7 +597,10 @@ async fn status(agent_url: &str) -> Result<ExitCode> {
             }
             Err(e) => say!("source: {url} answered, but not with a status: {e}"),
         },
-        Err(e) => say!("source: cannot reach the agent at {url}: {e}"),
+        Err(e) => say!(
+            "source: cannot reach the agent at {url}: {}",
+            crate::net::explain_http(&e).1
+        ),
     }
     let client = crate::kube_client::infer()
         .await

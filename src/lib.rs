@@ -19,6 +19,7 @@ pub mod cli;
 pub mod controller;
 pub mod error;
 pub mod kube_client;
+pub mod net;
 pub mod plan;
 pub mod serve;
 pub mod source;

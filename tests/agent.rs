@@ -31,7 +31,7 @@ fn seeded_remote(dir: &Path, ns: &str) -> (PathBuf, PathBuf) {
 async fn push_webhook(agent: &Agent) -> u16 {
     let body = br#"{"ref":"refs/heads/main"}"#;
     let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
-    reqwest::Client::new()
+    support::http()
         .post(format!("{}/hooks/generic", agent.hooks))
         .header("x-linnet-signature", format!("sha256={sig}"))
         .body(body.to_vec())

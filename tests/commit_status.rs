@@ -18,7 +18,8 @@ use linnet::writeback::commit_status::{
     CommitStatusConfig, Poster, Provider, wanted_for_deployment, wanted_for_statefulset,
 };
 use serde_json::json;
-use support::status_host::{Host, host};
+use support::status_host::{Host, host, host_https};
+use support::tls::TestCa;
 
 fn config(provider: Provider, api_url: String, dir: &std::path::Path) -> CommitStatusConfig {
     let token = dir.join("token");
@@ -30,6 +31,8 @@ fn config(provider: Provider, api_url: String, dir: &std::path::Path) -> CommitS
         token_file: token,
         cluster: "prod".into(),
         target_url: Some("https://linnet.example/{namespace}/{name}".into()),
+        ca_file: None,
+        timeout: Duration::from_secs(10),
     }
 }
 
@@ -99,7 +102,7 @@ async fn each_provider_gets_its_documented_request() {
     for (provider, path, header, auth, context_field) in cases {
         let cfg = config(provider, base.clone(), tmp.path());
         let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::CanaryActive, A)).unwrap();
-        Poster::new(cfg).post(&w).await.unwrap();
+        Poster::new(cfg).unwrap().post(&w).await.unwrap();
         let r = host.requests.lock().unwrap().last().cloned().unwrap();
         assert_eq!(r.method, "POST");
         assert_eq!(r.path, format!("{path}{A}"), "{provider:?}");
@@ -138,7 +141,7 @@ async fn a_whole_rollout_posts_pending_pending_success() {
     let tmp = tempfile::tempdir().unwrap();
     let (host, base) = host().await;
     let cfg = config(Provider::Github, base, tmp.path());
-    let mut poster = StatusPoster::new(cfg.clone(), Arc::new(Metrics::default()));
+    let mut poster = StatusPoster::new(cfg.clone(), Arc::new(Metrics::default())).unwrap();
     for (phase, rev) in [
         (StatefulSetPhase::ScalingDownStable, A),
         (StatefulSetPhase::DeployingCanary, A),
@@ -178,7 +181,7 @@ async fn a_rolled_back_rollout_posts_failure() {
     let tmp = tempfile::tempdir().unwrap();
     let (host, base) = host().await;
     let cfg = config(Provider::Gitea, base, tmp.path());
-    let mut poster = StatusPoster::new(cfg.clone(), Arc::new(Metrics::default()));
+    let mut poster = StatusPoster::new(cfg.clone(), Arc::new(Metrics::default())).unwrap();
     for phase in [
         StatefulSetPhase::DeployingCanary,
         StatefulSetPhase::RollingBack,
@@ -229,7 +232,7 @@ async fn a_429_with_retry_after_is_waited_out() {
         .push_back((429, vec![("retry-after", "1".into())]));
     let cfg = config(Provider::Github, base, tmp.path());
     let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
-    let poster = Poster::new(cfg);
+    let poster = Poster::new(cfg).unwrap();
     let started = Instant::now();
     assert_eq!(poster.post(&w).await.unwrap(), 2);
     assert!(
@@ -259,11 +262,99 @@ async fn server_errors_are_retried_and_a_refusal_says_what_to_check() {
         .extend([(500, vec![]), (502, vec![])]);
     let cfg = config(Provider::Gitlab, base, tmp.path());
     let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
-    let poster = Poster::new(cfg);
+    let poster = Poster::new(cfg).unwrap();
     assert_eq!(poster.post(&w).await.unwrap(), 3);
     host.answers.lock().unwrap().push_back((401, vec![]));
     let err = poster.post(&w).await.unwrap_err();
     assert_eq!(err.label(), "refused");
     assert!(err.to_string().contains("check the token"), "{err}");
     assert_eq!(host.requests.lock().unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn statuses_go_over_https_to_a_host_whose_ca_is_given_with_ca_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("status API CA");
+    let (host, base) = host_https(ca.server_config()).await;
+    let mut cfg = config(Provider::Github, base, tmp.path());
+    cfg.ca_file = Some(ca.write(tmp.path(), "ca.pem"));
+    let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
+    assert_eq!(Poster::new(cfg).unwrap().post(&w).await.unwrap(), 1);
+    let requests = host.requests.lock().unwrap();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, format!("/repos/acme/gitops/statuses/{A}"));
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_is_a_certificate_error_that_points_at_ca_file() {
+    // Issue 21: the cause was lost ("error sending request"), and https was not built in.
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("status API CA");
+    let other = TestCa::new("some other CA");
+    let (host, base) = host_https(ca.server_config()).await;
+    for ca_file in [None, Some(other.write(tmp.path(), "other.pem"))] {
+        let mut cfg = config(Provider::Github, base.clone(), tmp.path());
+        cfg.ca_file = ca_file;
+        let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
+        let err = Poster::new(cfg).unwrap().post(&w).await.unwrap_err();
+        assert_eq!(err.label(), "certificate", "{err}");
+        let text = err.to_string();
+        assert!(text.contains("--ca-file"), "{text}");
+        assert!(text.contains("UnknownIssuer"), "{text}");
+    }
+    assert!(host.requests.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn refused_connections_unknown_hosts_and_silent_hosts_each_say_which() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w = |cfg: &CommitStatusConfig| {
+        wanted_for_statefulset(cfg, &redis(StatefulSetPhase::Stable, A)).unwrap()
+    };
+    // Nothing listens on the port.
+    let port = support::agent::free_port();
+    let cfg = config(
+        Provider::Github,
+        format!("https://127.0.0.1:{port}"),
+        tmp.path(),
+    );
+    let err = Poster::new(cfg.clone())
+        .unwrap()
+        .post(&w(&cfg))
+        .await
+        .unwrap_err();
+    assert_eq!(err.label(), "connection_refused", "{err}");
+    // A name that does not resolve (.invalid never does).
+    let cfg = config(
+        Provider::Github,
+        "https://status-api.linnet.invalid".into(),
+        tmp.path(),
+    );
+    let err = Poster::new(cfg.clone())
+        .unwrap()
+        .post(&w(&cfg))
+        .await
+        .unwrap_err();
+    assert_eq!(err.label(), "dns", "{err}");
+    assert!(err.to_string().contains("does not resolve"), "{err}");
+    // A host that accepts the connection and says nothing: given up at the timeout, once.
+    let (_, base) = host().await;
+    let proxy =
+        support::stall::StallProxy::start(base.trim_start_matches("http://").parse().unwrap());
+    proxy.set(support::stall::Mode::StallAll);
+    let mut cfg = config(Provider::Github, proxy.http_base(), tmp.path());
+    cfg.timeout = Duration::from_millis(500);
+    let started = Instant::now();
+    let err = Poster::new(cfg.clone())
+        .unwrap()
+        .post(&w(&cfg))
+        .await
+        .unwrap_err();
+    assert_eq!(err.label(), "timeout", "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(proxy.stalled_connections(), 1);
 }

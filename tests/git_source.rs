@@ -255,3 +255,35 @@ fn https_style_auth_with_a_token_file_over_smart_http() {
     );
     assert_eq!(mirror.fetch().unwrap().to_string(), rewritten);
 }
+
+#[test]
+fn an_unresolvable_host_and_a_refused_connection_say_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for (url, label, words) in [
+        (
+            "https://git.linnet.invalid/acme/gitops.git".to_string(),
+            "dns",
+            "does not resolve",
+        ),
+        (
+            format!("https://127.0.0.1:{port}/acme/gitops.git"),
+            "connection_refused",
+            "refused",
+        ),
+    ] {
+        let remote = GitRemote {
+            url,
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        };
+        let mirror = GitMirror::open(&dir.path().join(label), remote).unwrap();
+        let err = mirror.remote_tip().unwrap_err();
+        assert_eq!(err.label(), label, "{err}");
+        assert!(err.to_string().contains(words), "{err}");
+    }
+}

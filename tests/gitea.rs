@@ -1,6 +1,7 @@
-//! linnet against a real Git host: a Gitea built from its Go module (`tests/gitea/`), its push
-//! webhooks, its commit-status API and its pull requests, with the agent and the real control
-//! plane. Nothing here stands in for the host.
+//! linnet against a real Git host: a Gitea built from its Go module (`tests/gitea/`), serving
+//! HTTPS with a certificate from a CA the test makes (given to the agent with `--ca-file`),
+//! its push webhooks, its commit-status API and its pull requests, with the agent and the real
+//! control plane. Nothing here stands in for the host.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -12,6 +13,7 @@ use kube::Api;
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, StatefulSetPhase};
 use support::agent::{Agent, SECRET, start_agent, wait_ready};
 use support::gitea::{ADMIN, Gitea};
+use support::tls::TestCa;
 use support::{
     TestNamespace, admin_client, eventually, first_seen, git, install_linnet, metric, watch_named,
 };
@@ -94,13 +96,19 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     let ns = TestNamespace::create(&admin, "gitea").await;
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(tmp.path().join("gitea")).unwrap();
-    let gitea = Gitea::start(&tmp.path().join("gitea")).await;
+    let ca = TestCa::new("linnet test CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
+    let gitea = Gitea::start(&tmp.path().join("gitea"), &ca).await;
 
-    // 1. A repository created through the API, and the example repository pushed over HTTP.
+    // 1. A repository created through the API, and the example repository pushed over HTTPS.
     gitea.create_repo(REPO).await;
     let work = tmp.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     git(&work, &["init", "-q", "-b", "main"]);
+    git(
+        &work,
+        &["config", "http.sslCAInfo", ca_file.to_str().unwrap()],
+    );
     support::commit_example(&work, &ns.name);
     git(
         &work,
@@ -108,8 +116,8 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     );
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
 
-    // 3. The agent follows the repository over HTTP with the token, a one-hour poll, and
-    //    Gitea commit statuses.
+    // 3. The agent follows the repository over HTTPS with the token and the test's CA, a
+    //    one-hour poll, and Gitea commit statuses (over HTTPS too).
     let token_file = tmp.path().join("gitea-token");
     std::fs::write(&token_file, &gitea.token).unwrap();
     let agent = start_agent(
@@ -124,6 +132,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
             format!("--commit-status-repo={ADMIN}/{REPO}"),
             format!("--commit-status-token-file={}", token_file.display()),
             "--cluster-name=test".into(),
+            format!("--ca-file={}", ca_file.display()),
         ],
         &ns.name,
     );
@@ -363,4 +372,82 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         agent.log_text().contains("webhook refused"),
         "the agent's log does not say why it refused the webhook"
     );
+}
+
+#[tokio::test]
+async fn a_gitea_certificate_from_another_ca_is_refused_clearly_and_changes_nothing() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "gitea-ca").await;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("gitea")).unwrap();
+    let ca = TestCa::new("linnet test CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
+    let gitea = Gitea::start(&tmp.path().join("gitea"), &ca).await;
+    gitea.create_repo(REPO).await;
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    git(
+        &work,
+        &["config", "http.sslCAInfo", ca_file.to_str().unwrap()],
+    );
+    support::commit_example(&work, &ns.name);
+    git(
+        &work,
+        &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    // The agent trusts another CA (and the system's, which do not know the test's).
+    let wrong_ca = TestCa::new("some other CA").write(tmp.path(), "wrong-ca.pem");
+    let token_file = tmp.path().join("gitea-token");
+    std::fs::write(&token_file, &gitea.token).unwrap();
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url={}", gitea.clone_url(REPO)),
+            format!("--git-username={ADMIN}"),
+            format!("--git-password-file={}", token_file.display()),
+            "--commit-status-provider=gitea".into(),
+            format!("--commit-status-api-url={}/api/v1", gitea.base),
+            format!("--commit-status-repo={ADMIN}/{REPO}"),
+            format!("--commit-status-token-file={}", token_file.display()),
+            format!("--ca-file={}", wrong_ca.display()),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let error = eventually(
+        "the agent to report the certificate",
+        Duration::from_secs(30),
+        || async {
+            agent.status().await["lastError"]
+                .as_str()
+                .map(str::to_string)
+        },
+    )
+    .await;
+    println!("the agent reports: {error}");
+    assert!(error.contains("certificate"), "{error}");
+    assert!(error.contains("--ca-file"), "{error}");
+    let m = metrics(&agent).await;
+    assert!(
+        metric(&m, r#"linnet_git_fetch_errors_total{reason="certificate"}"#) >= 1.0,
+        "{m}"
+    );
+    // Nothing was applied, and nothing was written to the repository.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let redis: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    assert!(redis.get_opt("redis").await.unwrap().is_none());
+    assert_eq!(agent.status().await["revision"], serde_json::Value::Null);
+    let (status, _) = gitea
+        .call(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/branches/linnet%2Fstatus"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "a status branch was written");
+    assert!(agent.log_text().contains("certificate"));
 }

@@ -287,7 +287,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     for _ in 0..4 {
         let (replay, sig, hooks) = (replay.clone(), replay_sig.clone(), agent.hooks.clone());
         tasks.push(tokio::spawn(async move {
-            let client = reqwest::Client::new();
+            let client = support::http();
             while Instant::now() < flood_end {
                 let _ = client
                     .post(format!("{hooks}/hooks/github"))
@@ -304,7 +304,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     for _ in 0..4 {
         let hooks = agent.hooks.clone();
         tasks.push(tokio::spawn(async move {
-            let client = reqwest::Client::new();
+            let client = support::http();
             let body = vec![b' '; 60 * 1024];
             while Instant::now() < flood_end {
                 let _ = client
@@ -353,7 +353,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     let tip = git(&work, &["rev-parse", "HEAD"]);
     let body = github_push_body(tip.trim());
     let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), &body);
-    let answer = post_github(&reqwest::Client::new(), &agent, &body, &sig, "real-push").await;
+    let answer = post_github(&support::http(), &agent, &body, &sig, "real-push").await;
     println!("the real push's webhook was answered {answer:?} during the flood");
     // Accepted, or turned away with an answer (503 and Retry-After), never a reset.
     assert!(matches!(answer, Ok(202 | 503)), "{answer:?}");

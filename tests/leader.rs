@@ -14,7 +14,9 @@ use support::agent::wait_ready;
 use support::rollout::Fixture;
 
 async fn ready(base: &str) -> bool {
-    reqwest::get(format!("{base}/readyz"))
+    support::http()
+        .get(format!("{base}/readyz"))
+        .send()
         .await
         .is_ok_and(|r| r.status() == 200)
 }

@@ -227,7 +227,9 @@ async fn two_sets_walkthrough_with_manual_promotion_keeps_each_volume() {
         10,
     )
     .await;
-    let metrics = reqwest::get(format!("{}/metrics", f.agent.as_ref().unwrap().base))
+    let metrics = support::http()
+        .get(format!("{}/metrics", f.agent.as_ref().unwrap().base))
+        .send()
         .await
         .unwrap()
         .text()

@@ -50,7 +50,7 @@ async fn start_with(tweak: impl FnOnce(&mut HookSettings), limits: ServeLimits) 
 }
 
 async fn post(l: &Listener, host: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
-    let mut req = reqwest::Client::new()
+    let mut req = http()
         .post(format!("{}/hooks/{host}", l.base))
         .header("content-type", "application/json")
         .body(body.to_vec());
@@ -58,6 +58,12 @@ async fn post(l: &Listener, host: &str, headers: &[(&str, String)], body: &[u8])
         req = req.header(*k, v);
     }
     req.send().await.unwrap().status().as_u16()
+}
+
+/// reqwest is built without a crypto provider; linnet installs ring.
+fn http() -> reqwest::Client {
+    linnet::net::install_crypto_provider();
+    reqwest::Client::new()
 }
 
 fn github_push(branch: &str) -> Vec<u8> {
@@ -249,7 +255,7 @@ async fn a_push_to_another_repository_with_the_same_secret_wakes_nothing() {
         "repository": {"full_name": "acme/other"},
     }))
     .unwrap();
-    let mut req = reqwest::Client::new()
+    let mut req = http()
         .post(format!("{}/hooks/github", l.base))
         .body(body.clone());
     for (k, v) in github_headers("push", &body) {
@@ -425,7 +431,7 @@ async fn past_the_unverified_body_limit_callers_get_503_with_retry_after() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let body = github_push("main");
-    let mut req = reqwest::Client::new()
+    let mut req = http()
         .post(format!("{}/hooks/github", l.base))
         .body(body.clone());
     for (k, v) in github_headers("push", &body) {

@@ -61,7 +61,7 @@ fn show(bare: &Path, what: &str) -> String {
 #[test]
 fn status_files_go_to_a_status_branch_with_no_empty_commits() {
     let r = repo();
-    let w = writer(
+    let mut w = writer(
         &r,
         format!("file://{}", r.bare.display()),
         "linnet/status",
@@ -109,7 +109,7 @@ fn status_files_over_smart_http_with_a_token() {
     let base = git_http::serve(r.tmp.path().to_path_buf(), Some(("git", "t0ken")));
     let token = r.tmp.path().join("token");
     std::fs::write(&token, "t0ken\n").unwrap();
-    let w = writer(
+    let mut w = writer(
         &r,
         format!("{base}/remote.git"),
         "linnet/status",
@@ -138,7 +138,7 @@ fn status_files_over_smart_http_with_a_token() {
 #[test]
 fn a_human_push_between_fetch_and_push_is_never_lost() {
     let r = repo();
-    let w = writer(
+    let mut w = writer(
         &r,
         format!("file://{}", r.bare.display()),
         "main",

@@ -208,6 +208,7 @@ impl Agent {
         let _ = self.child.wait();
     }
     async fn metrics(&self) -> String {
+        linnet::net::install_crypto_provider();
         match reqwest::get(format!("{}/metrics", self.base)).await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),

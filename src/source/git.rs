@@ -6,6 +6,7 @@
 //! repository is removed and cloned again.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::specs::{FileContent, too_large};
 use git2::{
@@ -47,11 +48,17 @@ pub struct GitRemote {
 /// Why talking to Git failed, with what the user can do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
-    #[error("cannot reach {url}: {source}")]
+    #[error("cannot reach {url}: {}: {}", .failure.describe(), .source.message())]
     Unreachable {
         url: String,
+        failure: crate::net::Failure,
         #[source]
         source: git2::Error,
+    },
+    #[error("{url} did not answer within {after:?} (--git-timeout); the call was cancelled")]
+    Timeout {
+        url: String,
+        after: std::time::Duration,
     },
     #[error("authentication to {url} failed: {source}")]
     Auth {
@@ -85,7 +92,8 @@ impl GitError {
     /// A stable metric label.
     pub fn label(&self) -> &'static str {
         match self {
-            GitError::Unreachable { .. } => "unreachable",
+            GitError::Unreachable { failure, .. } => failure.label(),
+            GitError::Timeout { .. } => "timeout",
             GitError::Auth { .. } => "auth",
             GitError::UnknownHostKey { .. } => "unknown_host_key",
             GitError::NoSuchBranch { .. } => "no_such_branch",
@@ -103,6 +111,10 @@ pub struct GitMirror {
     repo: Repository,
     /// Fetch only the tip (where the transport allows); off for a mirror that commits.
     shallow: bool,
+    /// When the network call under way must give up, with how long it was given. libgit2's
+    /// socket timeouts (`net::configure_git`) end a silent server; this ends one that answers
+    /// too slowly, at the next progress report.
+    deadline: Option<(Instant, Duration)>,
 }
 
 impl GitMirror {
@@ -136,7 +148,25 @@ impl GitMirror {
             dir: dir.to_path_buf(),
             repo,
             shallow: true,
+            deadline: None,
         })
+    }
+
+    /// Opens the mirror in `dir` as it is, for one network call beside the handle that reads
+    /// it; never removes or re-creates it.
+    pub fn open_existing(dir: &Path, remote: GitRemote) -> Result<GitMirror, GitError> {
+        Ok(GitMirror {
+            repo: Repository::open_bare(dir)?,
+            remote,
+            dir: dir.to_path_buf(),
+            shallow: true,
+            deadline: None,
+        })
+    }
+
+    /// Network calls from now on give up `timeout` from now.
+    pub fn set_deadline(&mut self, timeout: Option<Duration>) {
+        self.deadline = timeout.map(|t| (Instant::now() + t, t));
     }
 
     /// The local ref the fetched branch is kept in.
@@ -163,6 +193,18 @@ impl GitMirror {
     pub(crate) fn callbacks(&self) -> RemoteCallbacks<'_> {
         let auth = self.remote.auth.clone();
         let mut callbacks = RemoteCallbacks::new();
+        if let Some((deadline, _)) = self.deadline {
+            // Returning false cancels the transfer; classify() reports it as a timeout.
+            callbacks.transfer_progress(move |_| Instant::now() < deadline);
+            callbacks.sideband_progress(move |_| Instant::now() < deadline);
+            callbacks.push_negotiation(move |_| {
+                if Instant::now() < deadline {
+                    Ok(())
+                } else {
+                    Err(git2::Error::from_str("past --git-timeout"))
+                }
+            });
+        }
         let mut attempts = 0;
         callbacks.credentials(move |_url, username_from_url, allowed| {
             // libgit2 asks again after a refusal; give up instead of looping.
@@ -220,6 +262,15 @@ impl GitMirror {
 
     pub(crate) fn classify(&self, e: git2::Error) -> GitError {
         let url = crate::text::redact_credentials(&self.remote.url);
+        if let Some((deadline, after)) = self.deadline
+            && Instant::now() >= deadline
+            && matches!(
+                crate::net::classify_git(&e),
+                crate::net::Failure::Timeout | crate::net::Failure::Other
+            )
+        {
+            return GitError::Timeout { url, after };
+        }
         // libgit2 replaces the certificate callback's error with its own words.
         let host_key_refused = e.code() == git2::ErrorCode::Certificate
             || (e.class() == git2::ErrorClass::Ssh && e.message().contains("hostkey"));
@@ -236,12 +287,21 @@ impl GitMirror {
                 GitError::Auth { url, source: e }
             }
             _ if e.code() == git2::ErrorCode::Auth => GitError::Auth { url, source: e },
-            git2::ErrorClass::Net
-            | git2::ErrorClass::Http
-            | git2::ErrorClass::Ssh
-            | git2::ErrorClass::Os => GitError::Unreachable { url, source: e },
-            _ if e.message().contains("credentials") => GitError::Auth { url, source: e },
-            _ => GitError::Unreachable { url, source: e },
+            // The host answered, and said no: a token without the right, not a network fault.
+            git2::ErrorClass::Http
+                if e.message().contains("status code: 401")
+                    || e.message().contains("status code: 403") =>
+            {
+                GitError::Auth { url, source: e }
+            }
+            _ if e.message().contains("credentials") && e.class() != git2::ErrorClass::Net => {
+                GitError::Auth { url, source: e }
+            }
+            _ => GitError::Unreachable {
+                url,
+                failure: crate::net::classify_git(&e),
+                source: e,
+            },
         }
     }
 

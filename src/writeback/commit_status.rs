@@ -42,6 +42,10 @@ pub struct CommitStatusConfig {
     pub cluster: String,
     /// A link for the status; `{namespace}`, `{name}` and `{kind}` are filled in.
     pub target_url: Option<String>,
+    /// A private CA the API's certificate is checked against, besides the platform's roots.
+    pub ca_file: Option<PathBuf>,
+    /// Longest one request may take, connecting included.
+    pub timeout: Duration,
 }
 
 /// A commit status's state.
@@ -308,6 +312,12 @@ pub enum PostError {
     Refused { status: u16, body: String },
     #[error("the Git host did not take the status after {tries} tries: {last}")]
     GaveUp { tries: u32, last: String },
+    #[error("cannot reach the Git host's API at {url}: {message}")]
+    Unreachable {
+        url: String,
+        failure: crate::net::Failure,
+        message: String,
+    },
 }
 
 impl PostError {
@@ -317,6 +327,7 @@ impl PostError {
             PostError::Token { .. } => "token",
             PostError::Refused { .. } => "refused",
             PostError::GaveUp { .. } => "gave_up",
+            PostError::Unreachable { failure, .. } => failure.label(),
         }
     }
 }
@@ -350,18 +361,31 @@ pub struct Poster {
     max_wait: Duration,
 }
 
+/// The most of an answer's body read (it is only quoted in an error).
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// Reads at most [`MAX_ANSWER_BYTES`] of `r`'s body, as text.
+async fn answer_text(mut r: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = r.chunk().await {
+        let room = MAX_ANSWER_BYTES - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= MAX_ANSWER_BYTES {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
 impl Poster {
-    pub fn new(config: CommitStatusConfig) -> Poster {
-        Poster {
+    /// A poster for `config`; fails only when its `ca_file` cannot be used.
+    pub fn new(config: CommitStatusConfig) -> Result<Poster, crate::net::CaFileError> {
+        Ok(Poster {
+            http: crate::net::http_client(config.ca_file.as_deref(), config.timeout)?,
             config,
-            http: reqwest::Client::builder()
-                .user_agent(concat!("linnet/", env!("CARGO_PKG_VERSION")))
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap_or_default(),
             tries: 5,
             max_wait: Duration::from_secs(300),
-        }
+        })
     }
 
     /// Posts `w`, waiting out rate limits and retrying server errors; returns the attempts.
@@ -388,7 +412,7 @@ impl Poster {
                         .map(|d| d.as_secs())
                         .unwrap_or(0);
                     let limited = rate_limit_wait(r.headers(), now, self.max_wait);
-                    let body = r.text().await.unwrap_or_default();
+                    let body = answer_text(r).await;
                     last = format!("{status} {}", crate::text::one_line(&body, 200));
                     match (status, limited) {
                         (429 | 403, Some(wait)) => {
@@ -407,9 +431,15 @@ impl Poster {
                         }
                     }
                 }
+                // The host is not answering (or not trusted): no quick retries here; the
+                // status is tried again later, after a backoff (`StatusPoster`).
                 Err(e) => {
-                    last = e.to_string();
-                    tokio::time::sleep(backoff).await;
+                    let (failure, message) = crate::net::explain_http(&e);
+                    return Err(PostError::Unreachable {
+                        url: crate::text::redact_credentials(&self.config.api_url),
+                        failure,
+                        message: crate::text::redact_credentials(&message),
+                    });
                 }
             }
         }

@@ -35,6 +35,8 @@ pub struct WritebackConfig {
     pub author_email: String,
     /// Changes within this window go into one commit.
     pub interval: Duration,
+    /// How long one fetch-and-push may take.
+    pub timeout: Duration,
 }
 
 /// Gathers status file changes into one write per window. The window opens at the first
@@ -79,6 +81,7 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
         let c = config.clone();
         tokio::task::spawn_blocking(move || {
             StatusWriter::open(&c.cache_dir, c.remote, &c.author_name, &c.author_email)
+                .map(|w| w.with_timeout(c.timeout))
         })
         .await
     };
@@ -157,19 +160,36 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
 
 /// Posts each rollout's state as a commit status, never the same one twice, until the
 /// process ends. It runs on its own, so a slow or failing Git host never holds up a rollout.
+/// A status the host did not take is posted again after a backoff (the latest one per
+/// rollout and commit), so a host that comes back gets the state it missed.
 pub struct StatusPoster {
     poster: commit_status::Poster,
     posted: std::collections::HashMap<(String, String), (commit_status::State, String)>,
+    /// Statuses not taken yet, by commit and context.
+    failed: BTreeMap<(String, String), commit_status::Wanted>,
+    /// When `failed` is tried again.
+    retry_at: Option<std::time::Instant>,
+    /// Rounds in a row in which a post failed; sets the backoff.
+    failures: u32,
     metrics: Arc<Metrics>,
 }
 
+/// The first wait before a failed status is posted again; it doubles up to five minutes.
+const STATUS_RETRY: Duration = Duration::from_secs(2);
+
 impl StatusPoster {
-    pub fn new(config: commit_status::CommitStatusConfig, metrics: Arc<Metrics>) -> Self {
-        StatusPoster {
-            poster: commit_status::Poster::new(config),
+    pub fn new(
+        config: commit_status::CommitStatusConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, crate::net::CaFileError> {
+        Ok(StatusPoster {
+            poster: commit_status::Poster::new(config)?,
             posted: Default::default(),
+            failed: Default::default(),
+            retry_at: None,
+            failures: 0,
             metrics,
-        }
+        })
     }
 
     /// Posts `wanted` unless it is what the commit already shows.
@@ -177,16 +197,24 @@ impl StatusPoster {
         let key = (wanted.sha.clone(), wanted.context.clone());
         let value = (wanted.state, wanted.description.clone());
         if self.posted.get(&key) == Some(&value) {
+            self.failed.remove(&key);
             return;
         }
         let result = match self.poster.post(&wanted).await {
             Ok(_) => {
                 tracing::info!(sha = %wanted.sha, context = %wanted.context, state = ?wanted.state, "commit status posted");
-                self.posted.insert(key, value);
+                self.posted.insert(key.clone(), value);
+                self.failed.remove(&key);
                 "posted"
             }
             Err(e) => {
-                tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, "could not post the commit status; the rollout goes on, and the next change tries again");
+                self.failures = self.failures.saturating_add(1);
+                let wait = STATUS_RETRY
+                    .saturating_mul(1 << self.failures.min(8))
+                    .min(Duration::from_secs(300));
+                tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, retry_in = ?wait, "could not post the commit status; the rollout goes on, and it is posted again later");
+                self.retry_at = Some(std::time::Instant::now() + wait);
+                self.failed.insert(key, wanted);
                 e.label()
             }
         };
@@ -196,6 +224,29 @@ impl StatusPoster {
                 result: result.to_string(),
             })
             .inc();
+    }
+
+    /// When statuses that failed are due to be posted again, if any are waiting.
+    pub fn retry_due(&self) -> Option<std::time::Instant> {
+        self.retry_at.filter(|_| !self.failed.is_empty())
+    }
+
+    /// Posts again every status that failed; stops at the first that fails again (the host
+    /// is still away) and waits longer.
+    pub async fn retry_failed(&mut self) {
+        self.retry_at = None;
+        let before = self.failures;
+        for wanted in std::mem::take(&mut self.failed).into_values() {
+            if self.failures > before {
+                let key = (wanted.sha.clone(), wanted.context.clone());
+                self.failed.insert(key, wanted);
+                continue;
+            }
+            self.offer(wanted).await;
+        }
+        if self.failures == before {
+            self.failures = 0;
+        }
     }
 }
 
@@ -207,6 +258,13 @@ pub async fn post_commit_statuses(
     metrics: Arc<Metrics>,
     errors: tokio::sync::mpsc::Receiver<commit_status::Wanted>,
 ) {
+    let mut poster = match StatusPoster::new(config.clone(), metrics) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "commit statuses are off");
+            return;
+        }
+    };
     let scoped = crate::controller::watch_config(&selector);
     let (c1, c2) = (config.clone(), config.clone());
     let sets = watcher(
@@ -235,9 +293,21 @@ pub async fn post_commit_statuses(
     // Spec errors found by the sync arrive on `errors`.
     let errors = tokio_stream_from(errors);
     let mut wanted = futures::stream::select(futures::stream::select(sets, deploys), errors);
-    let mut poster = StatusPoster::new(config, metrics);
-    while let Some(w) = wanted.next().await {
-        poster.offer(w).await;
+    loop {
+        let due = poster.retry_due();
+        let retry = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            w = wanted.next() => match w {
+                Some(w) => poster.offer(w).await,
+                None => return,
+            },
+            () = retry => poster.retry_failed().await,
+        }
     }
 }
 

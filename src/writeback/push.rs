@@ -62,6 +62,8 @@ impl WriteError {
 pub struct StatusWriter {
     mirror: GitMirror,
     author: (String, String),
+    /// How long one fetch-and-push may take (--git-timeout).
+    timeout: Option<Duration>,
 }
 
 enum PushResult {
@@ -81,22 +83,30 @@ impl StatusWriter {
         Ok(StatusWriter {
             mirror: GitMirror::open(dir, remote)?.full_history(),
             author: (author_name.to_string(), author_email.to_string()),
+            timeout: None,
         })
     }
 
+    /// Each try (a fetch and a push) gives up after `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
     /// Writes `files` on top of the branch and pushes, if any of them changed.
-    pub fn write(&self, files: &[StatusFile]) -> Result<Pushed, WriteError> {
+    pub fn write(&mut self, files: &[StatusFile]) -> Result<Pushed, WriteError> {
         self.write_with(files, || {})
     }
 
     /// [`StatusWriter::write`], calling `before_push` just before each push (tests use it to
     /// push a human commit at the worst moment).
     pub fn write_with(
-        &self,
+        &mut self,
         files: &[StatusFile],
         mut before_push: impl FnMut(),
     ) -> Result<Pushed, WriteError> {
         for attempt in 0..MAX_TRIES {
+            self.mirror.set_deadline(self.timeout);
             let tip = match self.mirror.fetch() {
                 Ok(tip) => Some(tip),
                 Err(GitError::NoSuchBranch { .. }) => None,

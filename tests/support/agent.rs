@@ -30,7 +30,9 @@ pub struct Agent {
 impl Agent {
     /// Its `/metrics` text.
     pub async fn metrics(&self) -> String {
-        reqwest::get(format!("{}/metrics", self.base))
+        super::http()
+            .get(format!("{}/metrics", self.base))
+            .send()
             .await
             .unwrap()
             .text()
@@ -40,7 +42,9 @@ impl Agent {
 
     /// Its `/status`.
     pub async fn status(&self) -> serde_json::Value {
-        reqwest::get(format!("{}/status", self.base))
+        super::http()
+            .get(format!("{}/status", self.base))
+            .send()
             .await
             .unwrap()
             .json()
@@ -163,7 +167,7 @@ pub async fn wait_ready(agent: &Agent) {
 pub async fn wait_ready_at(base: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = reqwest::get(format!("{base}/readyz")).await
+        if let Ok(r) = super::http().get(format!("{base}/readyz")).send().await
             && r.status() == 200
         {
             return;

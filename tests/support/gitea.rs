@@ -1,6 +1,8 @@
 //! A real Gitea for the end-to-end tests: built from its Go module by `tests/gitea/build.sh`
-//! (cached outside the checkout), started on 127.0.0.1 with SQLite in a scratch directory, an
-//! admin user and an API token, and a small client for the parts of its API the tests use.
+//! (cached outside the checkout), started on 127.0.0.1 with SQLite in a scratch directory,
+//! serving HTTPS with a certificate from the test's own CA (as a self-hosted Gitea behind a
+//! private CA does), an admin user and an API token, and a small client for the parts of its
+//! API the tests use.
 //! Killed when dropped; its log is printed when a test fails.
 
 use std::path::{Path, PathBuf};
@@ -53,7 +55,7 @@ pub fn gitea_home() -> PathBuf {
 pub struct Gitea {
     child: Child,
     dir: PathBuf,
-    /// e.g. `http://127.0.0.1:3456`
+    /// e.g. `https://127.0.0.1:3456`
     pub base: String,
     /// An admin API token with every scope.
     pub token: String,
@@ -103,13 +105,17 @@ fn current_user() -> String {
 }
 
 impl Gitea {
-    /// Writes `app.ini`, migrates the database, creates the admin user and its token, starts
-    /// `gitea web` and waits until its API answers.
-    pub async fn start(dir: &Path) -> Gitea {
+    /// Writes `app.ini` and a server certificate signed by `ca`, migrates the database,
+    /// creates the admin user and its token, starts `gitea web` over HTTPS and waits until its
+    /// API answers.
+    pub async fn start(dir: &Path, ca: &super::tls::TestCa) -> Gitea {
         let home = gitea_home();
         let port = super::agent::free_port();
         std::fs::create_dir_all(dir.join("home")).unwrap();
-        let base = format!("http://127.0.0.1:{port}");
+        let server = ca.server_cert();
+        std::fs::write(dir.join("cert.pem"), &server.cert_pem).unwrap();
+        std::fs::write(dir.join("key.pem"), &server.key_pem).unwrap();
+        let base = format!("https://127.0.0.1:{port}");
         let d = dir.display();
         let ini = format!(
             r#"APP_NAME = linnet-test
@@ -120,7 +126,9 @@ WORK_PATH = {d}
 I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true
 
 [server]
-PROTOCOL = http
+PROTOCOL = https
+CERT_FILE = {d}/cert.pem
+KEY_FILE = {d}/key.pem
 HTTP_ADDR = 127.0.0.1
 HTTP_PORT = {port}
 ROOT_URL = {base}/
@@ -246,7 +254,7 @@ ROOT_PATH = {d}/log
             dir: dir.to_path_buf(),
             base,
             token,
-            http: reqwest::Client::new(),
+            http: ca.client(),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -271,8 +279,8 @@ ROOT_PATH = {d}/log
 
     /// A clone URL with the admin's credentials in it, for `git push` from a test.
     pub fn authed_clone_url(&self, repo: &str) -> String {
-        let host = self.base.trim_start_matches("http://");
-        format!("http://{ADMIN}:{}@{host}/{ADMIN}/{repo}.git", self.token)
+        let host = self.base.trim_start_matches("https://");
+        format!("https://{ADMIN}:{}@{host}/{ADMIN}/{repo}.git", self.token)
     }
 
     pub fn clone_url(&self, repo: &str) -> String {

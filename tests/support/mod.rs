@@ -11,7 +11,9 @@ pub mod gitea;
 pub mod process;
 pub mod push_hook;
 pub mod rollout;
+pub mod stall;
 pub mod status_host;
+pub mod tls;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -22,6 +24,18 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
+
+/// An HTTP client for the tests' own calls (reqwest is built without a crypto provider; the
+/// agent installs ring, and so does this).
+pub fn http() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            linnet::net::install_crypto_provider();
+            reqwest::Client::new()
+        })
+        .clone()
+}
 
 /// The run directory of the local control plane, as `tests/cluster/env.sh` chooses it.
 pub fn cluster_dir() -> PathBuf {
@@ -554,6 +568,10 @@ pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
         ])
         .args(["-c", "init.defaultBranch=main"])
         .args(args)
+        // A machine-wide CA bundle in the environment would win over a test repository's
+        // own `http.sslCAInfo` (the test's CA).
+        .env_remove("GIT_SSL_CAINFO")
+        .env_remove("GIT_SSL_CAPATH")
         .current_dir(dir)
         .output()
         .expect("run git");

@@ -59,3 +59,13 @@ pub async fn host() -> (Host, String) {
     tokio::spawn(async move { axum::serve(listener, app).await });
     (host, format!("http://{addr}"))
 }
+
+/// [`host`] over HTTPS with `config`'s certificate; the base URL is `https://127.0.0.1:<port>`.
+pub async fn host_https(config: Arc<rustls::ServerConfig>) -> (Host, String) {
+    let host = Host::default();
+    let app = Router::new().fallback(record).with_state(host.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(super::tls::serve_https(listener, app, config));
+    (host, format!("https://{addr}"))
+}

@@ -1,0 +1,142 @@
+//! A hung host, made real: a TCP proxy in front of a real server that forwards every
+//! connection, or accepts it and then never sends a byte (as a Git host behind a wedged load
+//! balancer does), for every connection or only for requests that name a pattern (say
+//! `git-receive-pack`, to hang pushes while fetches go through). The test switches modes.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the proxy does with a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Forward,
+    /// Every connection, new or open, goes silent.
+    StallAll,
+    /// A new connection whose first bytes (the request line) contain this goes silent.
+    StallMatching(String),
+}
+
+/// The proxy; it runs on its own thread until the process ends.
+#[derive(Clone)]
+pub struct StallProxy {
+    /// Where to connect instead of the server.
+    pub addr: SocketAddr,
+    mode: Arc<Mutex<Mode>>,
+    stalled_connections: Arc<AtomicUsize>,
+}
+
+impl StallProxy {
+    /// A proxy forwarding to `target`.
+    pub fn start(target: SocketAddr) -> StallProxy {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mode = Arc::new(Mutex::new(Mode::Forward));
+        let stalled_connections = Arc::new(AtomicUsize::new(0));
+        let (m, n) = (mode.clone(), stalled_connections.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                loop {
+                    let Ok((client, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    tokio::spawn(handle(client, target, m.clone(), n.clone()));
+                }
+            });
+        });
+        StallProxy {
+            addr: rx.recv().unwrap(),
+            mode,
+            stalled_connections,
+        }
+    }
+
+    pub fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    /// How many connections went silent so far.
+    pub fn stalled_connections(&self) -> usize {
+        self.stalled_connections.load(Ordering::SeqCst)
+    }
+
+    /// `http://127.0.0.1:<port>`
+    pub fn http_base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+async fn handle(
+    client: TcpStream,
+    target: SocketAddr,
+    mode: Arc<Mutex<Mode>>,
+    stalled: Arc<AtomicUsize>,
+) {
+    let (mut client_read, client_write) = client.into_split();
+    let current = mode.lock().unwrap().clone();
+    let mut first = vec![0u8; 16 * 1024];
+    let n = match current {
+        Mode::Forward => 0,
+        Mode::StallAll => return hold(client_read, client_write, &stalled).await,
+        Mode::StallMatching(pattern) => {
+            let Ok(n) = client_read.read(&mut first).await else {
+                return;
+            };
+            if String::from_utf8_lossy(&first[..n]).contains(&pattern) {
+                return hold(client_read, client_write, &stalled).await;
+            }
+            n
+        }
+    };
+    let Ok(server) = TcpStream::connect(target).await else {
+        return;
+    };
+    let (server_read, mut server_write) = server.into_split();
+    if n > 0 && server_write.write_all(&first[..n]).await.is_err() {
+        return;
+    }
+    tokio::join!(
+        pump(client_read, server_write, mode.clone(), stalled.clone()),
+        pump(server_read, client_write, mode, stalled),
+    );
+}
+
+/// Keeps the connection open and says nothing, for as long as the test runs.
+async fn hold(read: OwnedReadHalf, write: OwnedWriteHalf, stalled: &AtomicUsize) {
+    stalled.fetch_add(1, Ordering::SeqCst);
+    let _held = (read, write);
+    std::future::pending::<()>().await;
+}
+
+/// Copies `from` to `to` until either closes; when the proxy stalls everything, an open
+/// connection goes silent too (its bytes are read and never passed on).
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mode: Arc<Mutex<Mode>>,
+    stalled: Arc<AtomicUsize>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if *mode.lock().unwrap() == Mode::StallAll {
+            return hold(from, to, &stalled).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}

@@ -305,18 +305,6 @@ async fn a_failed_sync_is_retried_without_a_new_commit() {
     wait_image(&admin, &late, "redis:7.2").await;
 }
 
-/// Reads `path` on `branch` of the bare repository, if it is there.
-fn show_on(bare: &Path, branch: &str, path: &str) -> Option<String> {
-    let out = Command::new("git")
-        .args(["show", &format!("{branch}:{path}")])
-        .current_dir(bare)
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
-}
-
 #[tokio::test]
 async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     let admin = admin_client().await;
@@ -352,7 +340,7 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
                 &format!("{path} to say {want}"),
                 Duration::from_secs(90),
                 || {
-                    let got = show_on(&bare, "linnet/status", &path);
+                    let got = support::show_on(&bare, "linnet/status", &path);
                     async move { got.filter(|t| t.contains(want)) }
                 },
             )

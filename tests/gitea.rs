@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kube::Api;
@@ -19,13 +19,6 @@ use support::{
 };
 
 const REPO: &str = "gitops";
-
-fn edit(work: &Path, file: &str, from: &str, to: &str) {
-    let path = work.join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.contains(from), "{file} has no {from:?}:\n{text}");
-    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
-}
 
 /// Commits everything in `work` and pushes it to `main`; returns the commit and the moment
 /// `git push` returned.
@@ -84,6 +77,31 @@ async fn metrics(agent: &Agent) -> String {
     agent.metrics().await
 }
 
+/// A Gitea in `dir/gitea` serving HTTPS with a certificate from a fresh test CA, repository
+/// `REPO` created through its API, and the example (in namespace `ns`) pushed to it over
+/// HTTPS from `dir/work`. Returns Gitea, the CA's file, and the work tree.
+async fn gitea_with_example(dir: &Path, ns: &str) -> (Gitea, PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir.join("gitea")).unwrap();
+    let ca = TestCa::new("linnet test CA");
+    let ca_file = ca.write(dir, "ca.pem");
+    let gitea = Gitea::start(&dir.join("gitea"), &ca).await;
+    gitea.create_repo(REPO).await;
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    git(
+        &work,
+        &["config", "http.sslCAInfo", ca_file.to_str().unwrap()],
+    );
+    support::commit_example(&work, ns);
+    git(
+        &work,
+        &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    (gitea, ca_file, work)
+}
+
 fn median_and_max(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     (v[v.len() / 2], v[v.len() - 1])
@@ -95,26 +113,8 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "gitea").await;
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(tmp.path().join("gitea")).unwrap();
-    let ca = TestCa::new("linnet test CA");
-    let ca_file = ca.write(tmp.path(), "ca.pem");
-    let gitea = Gitea::start(&tmp.path().join("gitea"), &ca).await;
-
     // 1. A repository created through the API, and the example repository pushed over HTTPS.
-    gitea.create_repo(REPO).await;
-    let work = tmp.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    git(
-        &work,
-        &["config", "http.sslCAInfo", ca_file.to_str().unwrap()],
-    );
-    support::commit_example(&work, &ns.name);
-    git(
-        &work,
-        &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
-    );
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let (gitea, ca_file, work) = gitea_with_example(tmp.path(), &ns.name).await;
 
     // 3. The agent follows the repository over HTTPS with the token and the test's CA, a
     //    one-hour poll, and Gitea commit statuses (over HTTPS too).
@@ -158,7 +158,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         |o: &CanaryStatefulSet| o.spec.image == "redis:7.4",
     )
     .await;
-    edit(
+    support::edit_file(
         &work,
         "apps/redis/redis.yaml",
         "  image: redis:7.2",
@@ -189,7 +189,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
 
     // 5. A pull request that adds the promote annotation, merged through the API.
     git(&work, &["checkout", "-q", "-b", "promote-redis"]);
-    edit(
+    support::edit_file(
         &work,
         "apps/redis/redis.yaml",
         "  name: redis\n",
@@ -263,7 +263,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         |o: &CanaryStatefulSet| o.spec.image == "redis:broken",
     )
     .await;
-    edit(
+    support::edit_file(
         &work,
         "apps/redis/redis.yaml",
         "  image: redis:7.4",
@@ -338,7 +338,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         r#"linnet_webhook_requests_total{host="gitea",result="401"}"#,
     );
     let revision_before: serde_json::Value = agent.status().await;
-    edit(
+    support::edit_file(
         &work,
         "apps/redis/redis.yaml",
         "  image: redis:broken",
@@ -380,24 +380,7 @@ async fn a_gitea_certificate_from_another_ca_is_refused_clearly_and_changes_noth
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "gitea-ca").await;
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(tmp.path().join("gitea")).unwrap();
-    let ca = TestCa::new("linnet test CA");
-    let ca_file = ca.write(tmp.path(), "ca.pem");
-    let gitea = Gitea::start(&tmp.path().join("gitea"), &ca).await;
-    gitea.create_repo(REPO).await;
-    let work = tmp.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    git(
-        &work,
-        &["config", "http.sslCAInfo", ca_file.to_str().unwrap()],
-    );
-    support::commit_example(&work, &ns.name);
-    git(
-        &work,
-        &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
-    );
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let (gitea, _, _) = gitea_with_example(tmp.path(), &ns.name).await;
 
     // The agent trusts another CA (and the system's, which do not know the test's).
     let wrong_ca = TestCa::new("some other CA").write(tmp.path(), "wrong-ca.pem");

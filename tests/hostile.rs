@@ -225,15 +225,6 @@ async fn a_working_tree_of_links_and_pipes_is_reported_and_the_loop_goes_on() {
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }
 
-fn github_push_body(after: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "ref": "refs/heads/main",
-        "after": after,
-        "repository": {"full_name": "acme/gitops"},
-    }))
-    .unwrap()
-}
-
 async fn post_github(
     client: &reqwest::Client,
     agent: &Agent,
@@ -282,7 +273,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     let addr: std::net::SocketAddr = agent.hooks.trim_start_matches("http://").parse().unwrap();
     let mut tasks = Vec::new();
     // A signed push replayed over and over (the same delivery).
-    let replay = github_push_body(first_tip.trim());
+    let replay = support::push_hook::github_push_body(first_tip.trim());
     let replay_sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), &replay);
     for _ in 0..4 {
         let (replay, sig, hooks) = (replay.clone(), replay_sig.clone(), agent.hooks.clone());
@@ -351,7 +342,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     git(&work, &["commit", "-qam", "two"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let tip = git(&work, &["rev-parse", "HEAD"]);
-    let body = github_push_body(tip.trim());
+    let body = support::push_hook::github_push_body(tip.trim());
     let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), &body);
     let answer = post_github(&support::http(), &agent, &body, &sig, "real-push").await;
     println!("the real push's webhook was answered {answer:?} during the flood");

@@ -15,19 +15,10 @@ use support::agent::{Agent, SECRET, start_agent, wait_ready};
 use support::stall::{Mode, StallProxy};
 use support::{TestNamespace, admin_client, eventually, git, install_linnet, metric};
 
-fn github_push_body(after: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "ref": "refs/heads/main",
-        "after": after,
-        "repository": {"full_name": "acme/gitops"},
-    }))
-    .unwrap()
-}
-
 /// Sends a signed GitHub push webhook for `after`; returns the answer's status and how long
 /// it took.
 async fn push_webhook(agent: &Agent, after: &str, delivery: &str) -> (u16, Duration) {
-    let body = github_push_body(after);
+    let body = support::push_hook::github_push_body(after);
     let signature = linnet::source::webhook::sign_hex(SECRET.as_bytes(), &body);
     let started = Instant::now();
     let status = support::http()
@@ -71,24 +62,11 @@ async fn wait_metric_at_least(agent: &Agent, key: &str, at_least: f64) {
 
 /// The status file of `name` on the write-back branch of `bare`, if it is there.
 fn status_file(bare: &Path, ns: &str, name: &str) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args([
-            "show",
-            &format!("linnet/status:.linnet/status/{ns}/{name}.yaml"),
-        ])
-        .current_dir(bare)
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
-}
-
-fn edit(work: &Path, file: &str, from: &str, to: &str) {
-    let path = work.join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.contains(from), "{file} has no {from:?}:\n{text}");
-    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    support::show_on(
+        bare,
+        "linnet/status",
+        &format!(".linnet/status/{ns}/{name}.yaml"),
+    )
 }
 
 fn commit_and_push(work: &Path, message: &str) -> String {
@@ -168,7 +146,7 @@ async fn a_host_that_stalls_fetches_pushes_and_status_posts_times_out_and_is_cau
     //    whose progress cannot be written or posted.
     git_proxy.set(Mode::StallMatching("git-receive-pack".into()));
     status_proxy.set(Mode::StallAll);
-    edit(
+    support::edit_file(
         &work,
         "apps/redis/redis.yaml",
         "  image: redis:7.2",

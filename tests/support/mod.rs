@@ -582,3 +582,23 @@ pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// Replaces the first `from` in `work/file` with `to`; the file must contain `from`.
+pub fn edit_file(work: &std::path::Path, file: &str, from: &str, to: &str) {
+    let path = work.join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{file} has no {from:?}:\n{text}");
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+}
+
+/// `path` on `branch` of the repository in `dir` (a bare one, say), if it is there.
+pub fn show_on(dir: &std::path::Path, branch: &str, path: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["show", &format!("{branch}:{path}")])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}

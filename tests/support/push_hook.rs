@@ -24,3 +24,14 @@ done
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
 }
+
+/// The body of a GitHub push event for `refs/heads/main` of `acme/gitops`, at `after`.
+#[allow(dead_code)] // the tests' own webhooks; the demo and the bench include this file too
+pub fn github_push_body(after: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "ref": "refs/heads/main",
+        "after": after,
+        "repository": {"full_name": "acme/gitops"},
+    }))
+    .unwrap()
+}

@@ -180,6 +180,9 @@ struct RemoteState {
     fetched_tips: std::collections::VecDeque<git2::Oid>,
 }
 
+/// The longest wait before a failed look at the source is made again.
+const MAX_ERROR_RETRY: Duration = Duration::from_secs(10);
+
 /// How many fetched tips [`RemoteState::fetched_tips`] keeps.
 const REMEMBERED_TIPS: usize = 64;
 
@@ -439,9 +442,12 @@ pub async fn run(
             Err(message) => {
                 // Git's own messages may quote the URL, with whatever credentials it holds.
                 let message = crate::text::redact_credentials(&message);
+                // At most MAX_ERROR_RETRY: a host that answers again is synced from soon after,
+                // and a failing look costs one connection.
                 delay = backoff
                     .next()
-                    .unwrap_or(Duration::from_secs(30))
+                    .unwrap_or(MAX_ERROR_RETRY)
+                    .min(MAX_ERROR_RETRY)
                     .min(config.poll_interval);
                 tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state");
                 if let Ok(mut s) = shared.status.write() {

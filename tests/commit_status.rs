@@ -358,3 +358,46 @@ async fn refused_connections_unknown_hosts_and_silent_hosts_each_say_which() {
     );
     assert_eq!(proxy.stalled_connections(), 1);
 }
+
+#[tokio::test]
+async fn a_status_the_host_did_not_take_waits_for_its_retry_instead_of_failing_on_every_change() {
+    // Issue 21: while the host was away, every change of a rollout's object cost a post that
+    // timed out, so the failures came once per timeout, not once per backoff.
+    let tmp = tempfile::tempdir().unwrap();
+    let port = support::agent::free_port();
+    let cfg = config(
+        Provider::Github,
+        format!("http://127.0.0.1:{port}"),
+        tmp.path(),
+    );
+    let metrics = Arc::new(Metrics::default());
+    let mut poster = StatusPoster::new(cfg.clone(), metrics.clone()).unwrap();
+    let refused = || {
+        metrics
+            .commit_status_posts
+            .get_or_create(&linnet::telemetry::ResultLabel {
+                result: "connection_refused".into(),
+            })
+            .get()
+    };
+    let pending =
+        wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::DeployingCanary, A)).unwrap();
+    poster.offer(pending.clone()).await;
+    assert_eq!(refused(), 1);
+    assert!(poster.retry_due().is_some());
+    for _ in 0..5 {
+        poster.offer(pending.clone()).await;
+    }
+    assert_eq!(
+        refused(),
+        1,
+        "the same status was posted again before its retry"
+    );
+    // Another state is news: it is tried at once.
+    let stable = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
+    poster.offer(stable).await;
+    assert_eq!(refused(), 2);
+    // The retry posts the rollout's latest status, once.
+    poster.retry_failed().await;
+    assert_eq!(refused(), 3);
+}

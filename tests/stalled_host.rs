@@ -1,6 +1,7 @@
-//! A Git host that accepts connections and then says nothing (`support::stall`, in front of
-//! a real `git http-backend` and a real status API): the agent's fetches, write-back pushes
-//! and commit status posts give up at --git-timeout and say so, the agent keeps answering
+//! A Git host that accepts connections and then says nothing (`support::stall`: the HTTPS end,
+//! with a certificate from a test CA given to the agent with `--ca-file`, in front of a real
+//! `git http-backend` and a real status API): the agent's fetches, write-back pushes and
+//! commit status posts give up at --git-timeout and say so, the agent keeps answering
 //! /healthz and webhooks meanwhile, and it catches up as soon as the host answers again.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -90,12 +91,20 @@ async fn a_host_that_stalls_fetches_pushes_and_status_posts_times_out_and_is_cau
     support::commit_example(&work, &ns.name);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
 
-    // The real servers, each behind a proxy that can hang.
+    // The real servers, each behind an HTTPS proxy that can hang (as a load balancer
+    // terminating TLS in front of a Git host does).
+    let ca = support::tls::TestCa::new("stalled host CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
     let git_server = support::git_http::serve(root.clone(), Some(("git", "t0ken")));
-    let git_proxy = StallProxy::start(git_server.trim_start_matches("http://").parse().unwrap());
+    let git_proxy = StallProxy::start_tls(
+        git_server.trim_start_matches("http://").parse().unwrap(),
+        ca.server_config(),
+    );
     let (status_host, status_base) = support::status_host::host().await;
-    let status_proxy =
-        StallProxy::start(status_base.trim_start_matches("http://").parse().unwrap());
+    let status_proxy = StallProxy::start_tls(
+        status_base.trim_start_matches("http://").parse().unwrap(),
+        ca.server_config(),
+    );
     let token = tmp.path().join("token");
     std::fs::write(&token, "status-token").unwrap();
     let password = tmp.path().join("git-password");
@@ -103,15 +112,16 @@ async fn a_host_that_stalls_fetches_pushes_and_status_posts_times_out_and_is_cau
     let agent = start_agent(
         tmp.path(),
         &[
-            format!("--repo-url={}/acme/gitops.git", git_proxy.http_base()),
+            format!("--repo-url={}/acme/gitops.git", git_proxy.https_base()),
+            format!("--ca-file={}", ca_file.display()),
             "--git-username=git".into(),
             format!("--git-password-file={}", password.display()),
             "--git-timeout=2s".into(),
             "--writeback-interval=200ms".into(),
             "--commit-status-provider=gitea".into(),
             format!(
-                "--commit-status-api-url={}/api/v1",
-                status_proxy.http_base()
+                "--commit-status-api-url=https://{}/api/v1",
+                status_proxy.addr
             ),
             "--commit-status-repo=acme/gitops".into(),
             format!("--commit-status-token-file={}", token.display()),

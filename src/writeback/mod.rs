@@ -11,7 +11,7 @@ pub mod status_files;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -77,16 +77,18 @@ impl Coalescer {
 /// the process ends. A failure to write never touches a rollout; it is logged, counted, and
 /// tried again with the next change or after a backoff.
 pub async fn run(client: Client, selector: String, config: WritebackConfig, metrics: Arc<Metrics>) {
-    let opened = {
+    let open = {
         let c = config.clone();
-        tokio::task::spawn_blocking(move || {
+        move || {
             StatusWriter::open(&c.cache_dir, c.remote, &c.author_name, &c.author_email)
                 .map(|w| w.with_timeout(c.timeout))
-        })
-        .await
+        }
     };
-    let writer = match opened {
-        Ok(Ok(w)) => Arc::new(Mutex::new(w)),
+    let opened = tokio::task::spawn_blocking(open.clone()).await;
+    // The writer is moved into each write and handed back, so no lock is held while Git is
+    // waited for. A write that panicked does not hand it back; the next one opens it again.
+    let mut writer = match opened {
+        Ok(Ok(w)) => Some(w),
         Ok(Err(e)) => {
             tracing::error!(error = %crate::text::redact_credentials(&e.to_string()), "write-back is off: cannot open its clone; check --cache-dir");
             return;
@@ -129,14 +131,23 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
             }
             () = wait => {
                 let files = pending.take();
-                let w = writer.clone();
-                // A panic inside an earlier write leaves no half-state in the writer.
+                let current = writer.take();
+                let open = open.clone();
                 let result = tokio::task::spawn_blocking(move || {
-                    w.lock().unwrap_or_else(|p| p.into_inner()).write(&files)
+                    let mut w = match current {
+                        Some(w) => w,
+                        None => open()?,
+                    };
+                    let written = w.write(&files);
+                    Ok::<_, push::WriteError>((w, written))
                 })
                 .await
                 .map_err(|e| ("panic", e.to_string()))
-                .and_then(|r| r.map_err(|e| (e.label(), e.to_string())));
+                .and_then(|r| r.map_err(|e| (e.label(), e.to_string())))
+                .and_then(|(w, written)| {
+                    writer = Some(w);
+                    written.map_err(|e| (e.label(), e.to_string()))
+                });
                 match result {
                     Ok(Pushed::Unchanged) => {}
                     Ok(Pushed::Committed { commit, retries }) => {
@@ -174,8 +185,10 @@ pub struct StatusPoster {
     metrics: Arc<Metrics>,
 }
 
-/// The first wait before a failed status is posted again; it doubles up to five minutes.
-const STATUS_RETRY: Duration = Duration::from_secs(2);
+/// Half the first wait before a failed status is posted again (2 s); it doubles up to
+/// [`MAX_STATUS_RETRY`], so a host that answers again gets what it missed within a minute.
+const STATUS_RETRY: Duration = Duration::from_secs(1);
+const MAX_STATUS_RETRY: Duration = Duration::from_secs(60);
 
 impl StatusPoster {
     pub fn new(
@@ -200,6 +213,19 @@ impl StatusPoster {
             self.failed.remove(&key);
             return;
         }
+        // The same status failed lately: it waits for the retry, rather than costing a timeout
+        // each time the rollout's object changes while the host is away.
+        let waiting = self
+            .retry_at
+            .is_some_and(|at| std::time::Instant::now() < at);
+        if waiting
+            && self
+                .failed
+                .get(&key)
+                .is_some_and(|f| (f.state, &f.description) == (wanted.state, &wanted.description))
+        {
+            return;
+        }
         let result = match self.poster.post(&wanted).await {
             Ok(_) => {
                 tracing::info!(sha = %wanted.sha, context = %wanted.context, state = ?wanted.state, "commit status posted");
@@ -211,7 +237,7 @@ impl StatusPoster {
                 self.failures = self.failures.saturating_add(1);
                 let wait = STATUS_RETRY
                     .saturating_mul(1 << self.failures.min(8))
-                    .min(Duration::from_secs(300));
+                    .min(MAX_STATUS_RETRY);
                 tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, retry_in = ?wait, "could not post the commit status; the rollout goes on, and it is posted again later");
                 self.retry_at = Some(std::time::Instant::now() + wait);
                 self.failed.insert(key, wanted);
@@ -231,8 +257,8 @@ impl StatusPoster {
         self.retry_at.filter(|_| !self.failed.is_empty())
     }
 
-    /// Posts again every status that failed; stops at the first that fails again (the host
-    /// is still away) and waits longer.
+    /// Posts again every status that failed; after the first that fails again (the host is
+    /// still away) the others wait for the next, longer, retry.
     pub async fn retry_failed(&mut self) {
         self.retry_at = None;
         let before = self.failures;

@@ -1,14 +1,16 @@
-//! A hung host, made real: a TCP proxy in front of a real server that forwards every
-//! connection, or accepts it and then never sends a byte (as a Git host behind a wedged load
-//! balancer does), for every connection or only for requests that name a pattern (say
+//! A hung host, made real: a proxy in front of a real server that forwards every connection,
+//! or accepts it and then never sends a byte (as a Git host behind a wedged load balancer
+//! does), for every connection or only for requests that name a pattern (say
 //! `git-receive-pack`, to hang pushes while fetches go through). The test switches modes.
+//! With a TLS configuration it is the HTTPS end, as a load balancer terminating TLS is: a
+//! stalled new connection then hangs in the TLS handshake, and the pattern is looked for in
+//! the decrypted request.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
 /// What the proxy does with a connection.
@@ -33,6 +35,16 @@ pub struct StallProxy {
 impl StallProxy {
     /// A proxy forwarding to `target`.
     pub fn start(target: SocketAddr) -> StallProxy {
+        Self::start_with(target, None)
+    }
+
+    /// A proxy that serves HTTPS with `tls` and forwards plain bytes to `target`.
+    pub fn start_tls(target: SocketAddr, tls: Arc<rustls::ServerConfig>) -> StallProxy {
+        Self::start_with(target, Some(tls))
+    }
+
+    fn start_with(target: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> StallProxy {
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         let (tx, rx) = std::sync::mpsc::channel();
         let mode = Arc::new(Mutex::new(Mode::Forward));
         let stalled_connections = Arc::new(AtomicUsize::new(0));
@@ -50,7 +62,20 @@ impl StallProxy {
                     let Ok((client, _)) = listener.accept().await else {
                         continue;
                     };
-                    tokio::spawn(handle(client, target, m.clone(), n.clone()));
+                    let (m, n, acceptor) = (m.clone(), n.clone(), acceptor.clone());
+                    tokio::spawn(async move {
+                        if *m.lock().unwrap() == Mode::StallAll {
+                            return hold(client, &n).await;
+                        }
+                        match acceptor {
+                            Some(acceptor) => {
+                                if let Ok(tls) = acceptor.accept(client).await {
+                                    handle(tls, target, m, n).await;
+                                }
+                            }
+                            None => handle(client, target, m, n).await,
+                        }
+                    });
                 }
             });
         });
@@ -74,26 +99,29 @@ impl StallProxy {
     pub fn http_base(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    /// `https://127.0.0.1:<port>`, for a proxy started with [`StallProxy::start_tls`].
+    pub fn https_base(&self) -> String {
+        format!("https://{}", self.addr)
+    }
 }
 
-async fn handle(
-    client: TcpStream,
-    target: SocketAddr,
-    mode: Arc<Mutex<Mode>>,
-    stalled: Arc<AtomicUsize>,
-) {
-    let (mut client_read, client_write) = client.into_split();
+async fn handle<S>(client: S, target: SocketAddr, mode: Arc<Mutex<Mode>>, stalled: Arc<AtomicUsize>)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut client_read, client_write) = tokio::io::split(client);
     let current = mode.lock().unwrap().clone();
     let mut first = vec![0u8; 16 * 1024];
     let n = match current {
         Mode::Forward => 0,
-        Mode::StallAll => return hold(client_read, client_write, &stalled).await,
+        Mode::StallAll => return hold((client_read, client_write), &stalled).await,
         Mode::StallMatching(pattern) => {
             let Ok(n) = client_read.read(&mut first).await else {
                 return;
             };
             if String::from_utf8_lossy(&first[..n]).contains(&pattern) {
-                return hold(client_read, client_write, &stalled).await;
+                return hold((client_read, client_write), &stalled).await;
             }
             n
         }
@@ -101,7 +129,7 @@ async fn handle(
     let Ok(server) = TcpStream::connect(target).await else {
         return;
     };
-    let (server_read, mut server_write) = server.into_split();
+    let (server_read, mut server_write) = tokio::io::split(server);
     if n > 0 && server_write.write_all(&first[..n]).await.is_err() {
         return;
     }
@@ -112,20 +140,19 @@ async fn handle(
 }
 
 /// Keeps the connection open and says nothing, for as long as the test runs.
-async fn hold(read: OwnedReadHalf, write: OwnedWriteHalf, stalled: &AtomicUsize) {
+async fn hold<C>(connection: C, stalled: &AtomicUsize) {
     stalled.fetch_add(1, Ordering::SeqCst);
-    let _held = (read, write);
+    let _held = connection;
     std::future::pending::<()>().await;
 }
 
 /// Copies `from` to `to` until either closes; when the proxy stalls everything, an open
 /// connection goes silent too (its bytes are read and never passed on).
-async fn pump(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    mode: Arc<Mutex<Mode>>,
-    stalled: Arc<AtomicUsize>,
-) {
+async fn pump<R, W>(mut from: R, mut to: W, mode: Arc<Mutex<Mode>>, stalled: Arc<AtomicUsize>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
@@ -133,7 +160,7 @@ async fn pump(
             Ok(n) => n,
         };
         if *mode.lock().unwrap() == Mode::StallAll {
-            return hold(from, to, &stalled).await;
+            return hold((from, to), &stalled).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;

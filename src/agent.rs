@@ -414,6 +414,7 @@ pub async fn run(
             },
             other => other,
         };
+        let source_failed = found.is_err();
         let outcome = match found {
             Ok(Found::Nothing) => Ok(()),
             Ok(Found::SameSpecs { revision }) => {
@@ -442,12 +443,18 @@ pub async fn run(
             Err(message) => {
                 // Git's own messages may quote the URL, with whatever credentials it holds.
                 let message = crate::text::redact_credentials(&message);
-                // At most MAX_ERROR_RETRY: a host that answers again is synced from soon after,
-                // and a failing look costs one connection.
+                // A failed look at the source is made again within MAX_ERROR_RETRY, so a host
+                // that answers again is synced from soon after (a look that fails costs one
+                // connection); a failed sync backs off further, up to 30 s.
+                let most = if source_failed {
+                    MAX_ERROR_RETRY
+                } else {
+                    Duration::from_secs(30)
+                };
                 delay = backoff
                     .next()
-                    .unwrap_or(MAX_ERROR_RETRY)
-                    .min(MAX_ERROR_RETRY)
+                    .unwrap_or(most)
+                    .min(most)
                     .min(config.poll_interval);
                 tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state");
                 if let Ok(mut s) = shared.status.write() {
@@ -572,7 +579,8 @@ async fn ask_remote(
         return Err((
             "busy",
             format!(
-                "the previous call to {url} has not returned after --git-timeout ({timeout:?});                  waiting for libgit2 to give it up before starting another"
+                "the previous call to {url} has not returned after --git-timeout ({timeout:?}); \
+                 waiting for libgit2 to give it up before starting another"
             ),
         ));
     };

@@ -183,9 +183,10 @@ pub struct AgentArgs {
     /// never drift: Git does not set them.
     #[arg(long, default_value = "3m", value_parser = parse_duration, env = "LINNET_DRIFT_INTERVAL")]
     pub drift_interval: Duration,
-    /// Longest one call to the Git host may take: a fetch, a write-back push, or a commit
-    /// status post. It is also libgit2's connect and read timeout, so a host that accepts the
-    /// connection and then stalls is given up on, and the next poll or webhook tries again.
+    /// How long a call to the Git host may take: a commit status post in all, a fetch or a
+    /// write-back push while data arrives (checked as it does); and libgit2's connect and
+    /// per-read timeout, so a host that accepts the connection and then stalls is given up
+    /// on, and the next look (within 10 s, or at a webhook) tries again.
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_GIT_TIMEOUT")]
     pub git_timeout: Duration,
     /// A PEM file with the CA (or CAs) that signed the Git host's certificate, for a
@@ -396,7 +397,12 @@ pub fn run(cli: Cli) -> ExitCode {
 
 fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Agent(args) => runtime()?.block_on(agent(*args)),
+        Command::Agent(args) => {
+            // libgit2's timeouts and CA are process-wide: set before the runtime's threads.
+            crate::net::configure_git(args.git_timeout, args.ca_file.as_deref())
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            runtime()?.block_on(agent(*args))
+        }
         Command::Diff { dir, specs, sync } => runtime()?.block_on(diff(&dir, &specs, &sync)),
         Command::Validate { dir, specs } => validate(&dir, &specs),
         Command::Status { agent_url } => runtime()?.block_on(status(&agent_url)),
@@ -419,9 +425,12 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             )))
         })?;
     }
-    // Before any Git call: libgit2's timeouts and the private CA are process-wide.
-    crate::net::configure_git(args.git_timeout, args.ca_file.as_deref())
-        .map_err(|e| Error::Usage(e.to_string()))?;
+    // The status API's client with the CA, now: a CA that OpenSSL took and rustls does not
+    // stops the agent here, rather than turning commit statuses off later.
+    if args.ca_file.is_some() {
+        crate::net::http_client(args.ca_file.as_deref(), args.git_timeout)
+            .map_err(|e| Error::Usage(e.to_string()))?;
+    }
     let source = match (&args.repo_url, &args.repo_path) {
         (_, Some(dir)) => SourceConfig::Local { dir: dir.clone() },
         (Some(url), None) => {

@@ -1,10 +1,9 @@
-//! Outbound connections to the Git host: one TLS stack for the whole binary (rustls with
-//! ring and the platform's trust store, as the Kubernetes client uses), a private CA from
-//! `--ca-file` for Git and the status API, libgit2's connect and read timeouts, and errors
-//! that say what failed: the certificate, DNS, a refused connection, or a timeout.
+//! Outbound connections to the Git host: rustls with ring and the platform's trust store for
+//! the status API (the provider and the verifier the Kubernetes client uses too), a private
+//! CA from `--ca-file` for Git and the status API, libgit2's connect and read timeouts, and
+//! errors that say what failed: the certificate, DNS, a refused connection, or a timeout.
 //!
-//! libgit2 speaks HTTPS through the system's OpenSSL (its trust store plus `--ca-file`);
-//! commit statuses and the Kubernetes API go through rustls.
+//! libgit2 speaks HTTPS through the system's OpenSSL (its CA bundle plus `--ca-file`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,10 +35,17 @@ pub enum CaFileError {
          `-----BEGIN CERTIFICATE-----` blocks (the CA that signed the Git host's certificate)"
     )]
     NoCertificate { path: PathBuf },
-    #[error("--ca-file {path} is not valid PEM: {message}")]
+    #[error(
+        "--ca-file {path} is not valid PEM ({message}); it must contain one or more \
+         `-----BEGIN CERTIFICATE-----` blocks"
+    )]
     Invalid { path: PathBuf, message: String },
     #[error("--ca-file {path}: libgit2 refused it: {message}")]
     Git { path: PathBuf, message: String },
+    #[error("cannot set libgit2's timeouts: {0}")]
+    GitSettings(String),
+    #[error("cannot make the HTTP client for the Git host's API: {0}")]
+    Client(String),
 }
 
 /// Largest CA bundle read; a system bundle is about 200 KiB.
@@ -59,7 +65,8 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, CaFileE
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CaFileError::Invalid {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            // The parser quotes the marker it missed as a list of bytes.
+            message: e.to_string().split(':').next().unwrap_or_default().to_string(),
         })?;
     if certs.is_empty() {
         return Err(CaFileError::NoCertificate {
@@ -91,14 +98,19 @@ pub fn http_client(
             })?;
         builder = builder.tls_certs_merge(extra);
     }
-    builder.build().map_err(|e| CaFileError::Invalid {
-        path: ca_file.map(Path::to_path_buf).unwrap_or_default(),
-        message: error_chain(&e),
+    builder.build().map_err(|e| match ca_file {
+        Some(path) => CaFileError::Invalid {
+            path: path.to_path_buf(),
+            message: error_chain(&e),
+        },
+        None => CaFileError::Client(error_chain(&e)),
     })
 }
 
-/// Sets libgit2's process-wide connect and read timeouts to `timeout`, and adds `ca_file` to
-/// the certificates its HTTPS (OpenSSL) trusts. Call once at start, before any Git call.
+/// Sets libgit2's process-wide connect and read timeouts to `timeout` (a read timeout is per
+/// read: [`crate::source::git::GitMirror::set_deadline`] bounds a whole transfer), and adds
+/// `ca_file` to the certificates its HTTPS (OpenSSL) trusts. Call once, while the process
+/// has a single thread.
 #[allow(unsafe_code)]
 pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), CaFileError> {
     let millis = libc::c_int::try_from(timeout.as_millis())
@@ -108,19 +120,19 @@ pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), Ca
         // libgit2 reports a bad file only as "failed to load CA"; say which and why first.
         read_ca_file(path)?;
     }
-    // SAFETY: these write libgit2's global settings without a lock, so they must not race
-    // another thread's use of libgit2. `cli::agent` calls this once, before the agent starts
-    // any thread that touches Git, and nothing writes these settings again.
-    unsafe {
-        let git = |e: git2::Error| CaFileError::Git {
-            path: ca_file.map(Path::to_path_buf).unwrap_or_default(),
+    let settings = |e: git2::Error| CaFileError::GitSettings(e.message().to_string());
+    // SAFETY: these write libgit2's global settings without a lock (and git2's first use sets
+    // OpenSSL's environment variables), so they must not race another thread. `cli::dispatch`
+    // calls this before it builds the async runtime, while the process has one thread, and
+    // nothing writes these settings again.
+    unsafe { git2::opts::set_server_connect_timeout_in_milliseconds(millis) }.map_err(settings)?;
+    unsafe { git2::opts::set_server_timeout_in_milliseconds(millis) }.map_err(settings)?;
+    if let Some(path) = ca_file {
+        // SAFETY: as above.
+        unsafe { git2::opts::set_ssl_cert_file(path) }.map_err(|e| CaFileError::Git {
+            path: path.to_path_buf(),
             message: e.message().to_string(),
-        };
-        git2::opts::set_server_connect_timeout_in_milliseconds(millis).map_err(git)?;
-        git2::opts::set_server_timeout_in_milliseconds(millis).map_err(git)?;
-        if let Some(path) = ca_file {
-            git2::opts::set_ssl_cert_file(path).map_err(git)?;
-        }
+        })?;
     }
     Ok(())
 }
@@ -165,7 +177,7 @@ impl Failure {
             Failure::Tls => "the TLS handshake failed",
             Failure::Dns => "the host name does not resolve",
             Failure::Refused => "the connection was refused (nothing listens there)",
-            Failure::Timeout => "no answer within --git-timeout",
+            Failure::Timeout => "no answer in time (--git-timeout)",
             Failure::Other => "the request failed",
         }
     }

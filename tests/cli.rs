@@ -62,3 +62,24 @@ fn validate_prints_a_located_error_and_exits_1() {
     );
     assert!(stdout.contains("1 file(s) blocked: bad.yaml"), "{stdout}");
 }
+
+#[test]
+fn a_ca_file_without_a_certificate_stops_the_agent_saying_what_it_must_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("ca.pem");
+    std::fs::write(&bad, "-----BEGIN PRIVATE KEY-----\nnot a CA\n").unwrap();
+    for file in [bad, dir.path().join("missing.pem")] {
+        let out = linnet(&[
+            "agent",
+            "--repo-url=https://git.example.invalid/acme/gitops.git",
+            &format!("--ca-file={}", file.display()),
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--ca-file"), "stderr: {err}");
+        assert!(
+            err.contains("BEGIN CERTIFICATE") || err.contains("cannot read"),
+            "stderr: {err}"
+        );
+    }
+}

@@ -393,11 +393,32 @@ async fn a_status_the_host_did_not_take_waits_for_its_retry_instead_of_failing_o
         1,
         "the same status was posted again before its retry"
     );
-    // Another state is news: it is tried at once.
+    // A newer status, and another rollout's, wait for the retry too: the host is away.
     let stable = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
     poster.offer(stable).await;
-    assert_eq!(refused(), 2);
-    // The retry posts the rollout's latest status, once.
+    let other = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, B)).unwrap();
+    poster.offer(other).await;
+    assert_eq!(refused(), 1);
+    // The retry posts the latest status of each; the first to fail again keeps the other
+    // for the next retry.
     poster.retry_failed().await;
-    assert_eq!(refused(), 3);
+    assert_eq!(refused(), 2);
+    assert!(poster.retry_due().is_some());
+}
+
+#[tokio::test]
+async fn a_status_the_host_refuses_is_not_retried_and_holds_up_no_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (host, base) = host().await;
+    host.answers.lock().unwrap().push_back((422, vec![]));
+    let cfg = config(Provider::Github, base, tmp.path());
+    let mut poster = StatusPoster::new(cfg.clone(), Arc::new(Metrics::default())).unwrap();
+    poster
+        .offer(wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap())
+        .await;
+    assert_eq!(poster.retry_due(), None);
+    poster
+        .offer(wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, B)).unwrap())
+        .await;
+    assert_eq!(host.requests.lock().unwrap().len(), 2);
 }

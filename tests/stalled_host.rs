@@ -273,6 +273,11 @@ async fn a_host_that_stalls_fetches_pushes_and_status_posts_times_out_and_is_cau
     )
     .await;
     let synced_after = answered.elapsed();
+    // Within the source's longest retry wait (10 s) and the look itself.
+    assert!(
+        synced_after < Duration::from_secs(15),
+        "synced {synced_after:?} after the host answered again"
+    );
     let status_now = agent.status().await;
     assert_eq!(status_now["revision"], web_commit.as_str(), "{status_now}");
     eventually(

@@ -330,6 +330,12 @@ impl PostError {
             PostError::Unreachable { failure, .. } => failure.label(),
         }
     }
+
+    /// Whether posting again later may succeed: the host was away or failing, or the token
+    /// file could not be read (a Secret being mounted); not when the host said no.
+    pub fn retryable(&self) -> bool {
+        !matches!(self, PostError::Refused { .. })
+    }
 }
 
 /// How long a rate-limited answer asks us to wait, from `Retry-After` (seconds) or a reset

@@ -205,7 +205,9 @@ impl StatusPoster {
         })
     }
 
-    /// Posts `wanted` unless it is what the commit already shows.
+    /// Posts `wanted` unless it is what the commit already shows. While the host is being
+    /// backed off from, it is kept for the retry instead: a host that is away would cost a
+    /// timeout per change of a rollout's object, and this task posts one status at a time.
     pub async fn offer(&mut self, wanted: commit_status::Wanted) {
         let key = (wanted.sha.clone(), wanted.context.clone());
         let value = (wanted.state, wanted.description.clone());
@@ -213,17 +215,11 @@ impl StatusPoster {
             self.failed.remove(&key);
             return;
         }
-        // The same status failed lately: it waits for the retry, rather than costing a timeout
-        // each time the rollout's object changes while the host is away.
-        let waiting = self
+        if self
             .retry_at
-            .is_some_and(|at| std::time::Instant::now() < at);
-        if waiting
-            && self
-                .failed
-                .get(&key)
-                .is_some_and(|f| (f.state, &f.description) == (wanted.state, &wanted.description))
+            .is_some_and(|at| std::time::Instant::now() < at)
         {
+            self.failed.insert(key, wanted);
             return;
         }
         let result = match self.poster.post(&wanted).await {
@@ -231,9 +227,10 @@ impl StatusPoster {
                 tracing::info!(sha = %wanted.sha, context = %wanted.context, state = ?wanted.state, "commit status posted");
                 self.posted.insert(key.clone(), value);
                 self.failed.remove(&key);
+                self.failures = 0;
                 "posted"
             }
-            Err(e) => {
+            Err(e) if e.retryable() => {
                 self.failures = self.failures.saturating_add(1);
                 let wait = STATUS_RETRY
                     .saturating_mul(1 << self.failures.min(8))
@@ -241,6 +238,13 @@ impl StatusPoster {
                 tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, retry_in = ?wait, "could not post the commit status; the rollout goes on, and it is posted again later");
                 self.retry_at = Some(std::time::Instant::now() + wait);
                 self.failed.insert(key, wanted);
+                e.label()
+            }
+            Err(e) => {
+                // Asking again would get the same answer (a token without the scope, a commit
+                // the host does not have); the rollout's next change tries again.
+                tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, "the Git host refused the commit status; the rollout goes on");
+                self.failed.remove(&key);
                 e.label()
             }
         };
@@ -257,21 +261,12 @@ impl StatusPoster {
         self.retry_at.filter(|_| !self.failed.is_empty())
     }
 
-    /// Posts again every status that failed; after the first that fails again (the host is
-    /// still away) the others wait for the next, longer, retry.
+    /// Posts again every status kept for the retry. After one fails again (the host is still
+    /// away), the others are kept for the next, longer, wait.
     pub async fn retry_failed(&mut self) {
         self.retry_at = None;
-        let before = self.failures;
         for wanted in std::mem::take(&mut self.failed).into_values() {
-            if self.failures > before {
-                let key = (wanted.sha.clone(), wanted.context.clone());
-                self.failed.insert(key, wanted);
-                continue;
-            }
             self.offer(wanted).await;
-        }
-        if self.failures == before {
-            self.failures = 0;
         }
     }
 }

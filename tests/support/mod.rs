@@ -26,15 +26,11 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
 /// An HTTP client for the tests' own calls (reqwest is built without a crypto provider; the
-/// agent installs ring, and so does this).
+/// agent installs ring, and so does this). A new one each time: a pool shared by the tests'
+/// separate runtimes would keep connections of a runtime that has ended.
 pub fn http() -> reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            linnet::net::install_crypto_provider();
-            reqwest::Client::new()
-        })
-        .clone()
+    linnet::net::install_crypto_provider();
+    reqwest::Client::new()
 }
 
 /// The run directory of the local control plane, as `tests/cluster/env.sh` chooses it.

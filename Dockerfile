@@ -15,7 +15,10 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends cmake p
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
-RUN cargo build --release --locked --bin linnet && strip target/release/linnet
+# The commit goes into linnet_build_info: docker build --build-arg LINNET_GIT_COMMIT=$(git rev-parse HEAD) .
+ARG LINNET_GIT_COMMIT=unknown
+RUN LINNET_GIT_COMMIT=$LINNET_GIT_COMMIT cargo build --release --locked --bin linnet \
+    && strip target/release/linnet
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/linnet /usr/local/bin/linnet

@@ -2,16 +2,20 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build test test-unit fuzz lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench chaos clean
+.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench chaos clean
 
 all: build
 
 build:
 	$(CARGO) build --release
 
-## test: build the control plane and Gitea if their caches are missing, start the control
-## plane, run every test, stop it.
-test: cluster-build gitea-build
+## deps: check (and, as root on Debian or Ubuntu, install) what the machine needs.
+deps:
+	@tests/deps.sh
+
+## test: install what the machine lacks, build the control plane and Gitea if their caches
+## are missing, start the control plane, run every test, stop it.
+test: deps cluster-build gitea-build
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -44,7 +48,7 @@ crds:
 ## demo: the main job on the local control plane: a Git repository with a push webhook, the
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
 ## it started it; exits non-zero if any step did not happen.
-demo: cluster-build
+demo: deps cluster-build
 	$(CARGO) build --quiet --bin linnet --example demo
 	@echo "\$$ linnet validate examples/gitops-repo"; target/debug/linnet validate examples/gitops-repo
 	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'

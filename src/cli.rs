@@ -343,7 +343,8 @@ pub enum Command {
     /// --repo-path, when a file in the directory changes. It serves /healthz, /readyz,
     /// /metrics, /status and /hooks/{github,gitlab,gitea,bitbucket,generic}.
     Agent(Box<AgentArgs>),
-    /// Show what a sync of DIR would change in the live cluster; exit 1 if anything would.
+    /// Show what a sync of DIR would change in the live cluster: exit 0 when nothing would,
+    /// 1 when something would, 2 on an error (a spec error, or the cluster cannot be read).
     ///
     /// Prints each object that would be created, updated or pruned, with a YAML diff of the
     /// fields Git sets. Uses the current kubeconfig context (or `KUBECONFIG`).
@@ -389,7 +390,13 @@ pub fn run(cli: Cli) -> ExitCode {
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("linnet: {e}");
+            // A log collector reading JSON gets the reason as JSON too.
+            match cli.log_format {
+                telemetry::LogFormat::Json => {
+                    tracing::error!(error = %e, error_kind = e.metric_label(), "linnet stopped")
+                }
+                telemetry::LogFormat::Text => eprintln!("linnet: {e}"),
+            }
             ExitCode::from(2)
         }
     }
@@ -730,13 +737,14 @@ async fn diff(dir: &Path, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> 
         .filter(|c| c.change == Change::Unchanged)
         .count();
     say!("{changed} to change, {unchanged} unchanged");
-    Ok(
-        if changed == 0 && set.errors.is_empty() && read_errors.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        },
-    )
+    // 2 for an error, never 1: in CI, 1 reads as "a change is pending".
+    Ok(if !set.errors.is_empty() || !read_errors.is_empty() {
+        ExitCode::from(2)
+    } else if changed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn validate(dir: &Path, args: &SpecArgs) -> Result<ExitCode> {

@@ -66,7 +66,12 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, CaFileE
         .map_err(|e| CaFileError::Invalid {
             path: path.to_path_buf(),
             // The parser quotes the marker it missed as a list of bytes.
-            message: e.to_string().split(':').next().unwrap_or_default().to_string(),
+            message: e
+                .to_string()
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
         })?;
     if certs.is_empty() {
         return Err(CaFileError::NoCertificate {
@@ -155,6 +160,16 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// Every label [`Failure::label`] gives.
+    pub const LABELS: &'static [&'static str] = &[
+        "certificate",
+        "tls",
+        "dns",
+        "connection_refused",
+        "timeout",
+        "unreachable",
+    ];
+
     /// A stable metric label.
     pub fn label(self) -> &'static str {
         match self {

@@ -19,9 +19,11 @@ pub fn init(format: LogFormat, default_level: &str) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let registry = tracing_subscriber::registry().with(filter);
     // A second init (tests, embedding) keeps the first subscriber; that is fine.
+    // Colour only for a person at a terminal; not in a file or a log collector.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = match format {
         LogFormat::Text => registry
-            .with(fmt::layer().with_writer(std::io::stderr))
+            .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
             .try_init(),
         LogFormat::Json => registry
             .with(fmt::layer().json().with_writer(std::io::stderr))
@@ -71,6 +73,12 @@ pub struct PhaseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+    pub commit: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -180,6 +188,50 @@ impl Default for Metrics {
             "Commit statuses sent to the Git host, by result",
             commit_status_posts.clone(),
         );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "linnet's version and the commit it was built from (value 1)",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                // The image build passes it (Dockerfile); a plain `cargo build` does not.
+                commit: option_env!("LINNET_GIT_COMMIT")
+                    .unwrap_or("unknown")
+                    .to_string(),
+            })
+            .set(1);
+        // Every error counter exists from the start at 0, so a rate or an alert on it has a
+        // series before the first error.
+        let failures = crate::net::Failure::LABELS;
+        let git = crate::source::git::GitError::LABELS;
+        for reason in failures.iter().chain(git).chain(&["busy", "panic"]) {
+            let _ = fetch_errors.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
+        let write = crate::writeback::push::WriteError::LABELS;
+        for reason in failures.iter().chain(git).chain(write).chain(&["panic"]) {
+            let _ = writeback_errors.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
+            });
+        }
+        let post = crate::writeback::commit_status::PostError::LABELS;
+        for result in failures.iter().chain(post).chain(&["posted"]) {
+            let _ = commit_status_posts.get_or_create(&ResultLabel {
+                result: result.to_string(),
+            });
+        }
+        for kind in ["CanaryStatefulSet", "CanaryDeployment"] {
+            for error in crate::controller::ReconcileError::LABELS {
+                let _ = reconcile_errors.get_or_create(&ErrorLabels {
+                    kind: kind.to_string(),
+                    error: error.to_string(),
+                });
+            }
+        }
         Metrics {
             registry,
             commit_status_posts,
@@ -255,6 +307,74 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn build_info_and_every_error_counter_exist_before_the_first_error() {
+        let text = Metrics::default().encode();
+        assert!(
+            text.contains(&format!(
+                r#"linnet_build_info{{version="{}",commit="#,
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        for series in [
+            r#"linnet_git_fetch_errors_total{reason="timeout"} 0"#,
+            r#"linnet_git_fetch_errors_total{reason="certificate"} 0"#,
+            r#"linnet_writeback_errors_total{reason="kept_moving"} 0"#,
+            r#"linnet_commit_status_posts_total{result="refused"} 0"#,
+            r#"linnet_reconcile_errors_total{kind="CanaryDeployment",error="kube_api"} 0"#,
+        ] {
+            assert!(text.contains(series), "no {series} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_label_lists_hold_every_label_given() {
+        use crate::net::Failure;
+        use crate::source::git::GitError;
+        for f in [
+            Failure::Certificate,
+            Failure::Tls,
+            Failure::Dns,
+            Failure::Refused,
+            Failure::Timeout,
+            Failure::Other,
+        ] {
+            assert!(Failure::LABELS.contains(&f.label()), "{f:?}");
+        }
+        let e = || git2::Error::from_str("x");
+        let url = String::new;
+        for g in [
+            GitError::Timeout {
+                url: url(),
+                after: std::time::Duration::ZERO,
+            },
+            GitError::Auth {
+                url: url(),
+                source: e(),
+            },
+            GitError::UnknownHostKey {
+                url: url(),
+                known_hosts: url(),
+            },
+            GitError::NoSuchBranch {
+                url: url(),
+                branch: url(),
+            },
+            GitError::CredentialFile {
+                path: "p".into(),
+                source: std::io::Error::other("x"),
+            },
+            GitError::Git(e()),
+            GitError::Io {
+                path: "p".into(),
+                source: std::io::Error::other("x"),
+            },
+        ] {
+            assert!(GitError::LABELS.contains(&g.label()), "{g:?}");
+        }
+    }
 
     #[test]
     fn phase_gauges_follow_each_rollout() {

@@ -83,3 +83,57 @@ fn a_ca_file_without_a_certificate_stops_the_agent_saying_what_it_must_hold() {
         );
     }
 }
+
+#[test]
+fn diff_exits_2_not_1_when_the_cluster_cannot_be_read() {
+    // Issue 24: 1 (what `diff` says for a pending change) for an unreachable API server.
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n    token: t\n"
+        ),
+    )
+    .unwrap();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gitops-repo");
+    let out = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(["diff", example])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn with_json_logs_an_error_at_start_is_a_json_line() {
+    let out = linnet(&[
+        "--log-format",
+        "json",
+        "agent",
+        "--repo-url=https://git.example.invalid/acme/gitops.git",
+        "--ca-file=/nonexistent/ca.pem",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line: serde_json::Value = serde_json::from_str(err.trim()).expect("one JSON line");
+    assert_eq!(line["level"], "ERROR", "{err}");
+    assert!(
+        line["fields"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("--ca-file"),
+        "{err}"
+    );
+}

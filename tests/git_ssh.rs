@@ -72,7 +72,9 @@ fn start_sshd(dir: &Path, authorized_key: &Path) -> Sshd {
     let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"]
         .into_iter()
         .find(|p| Path::new(p).exists())
-        .expect("sshd is needed for this test (.ci/run installs openssh-server)");
+        .expect(
+            "sshd is needed for this test (`make test` installs openssh-server: tests/deps.sh)",
+        );
     let child = Command::new(sshd)
         .args(["-D", "-e", "-f", config.to_str().unwrap()])
         .stderr(Stdio::null())

@@ -143,6 +143,15 @@ impl ReconcileError {
         }
     }
 
+    /// Every label [`ReconcileError::metric_label`] gives.
+    pub const LABELS: &'static [&'static str] = &[
+        "kube_api",
+        "no_namespace",
+        "not_ours",
+        "waiting",
+        "finalizer",
+    ];
+
     /// A stable, low-cardinality label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {

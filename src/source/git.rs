@@ -89,6 +89,17 @@ pub enum GitError {
 }
 
 impl GitError {
+    /// Every label [`GitError::label`] gives, besides [`crate::net::Failure::LABELS`].
+    pub const LABELS: &'static [&'static str] = &[
+        "timeout",
+        "auth",
+        "unknown_host_key",
+        "no_such_branch",
+        "credential_file",
+        "git",
+        "io",
+    ];
+
     /// A stable metric label.
     pub fn label(&self) -> &'static str {
         match self {

@@ -321,6 +321,9 @@ pub enum PostError {
 }
 
 impl PostError {
+    /// Every label [`PostError::label`] gives, besides [`crate::net::Failure::LABELS`].
+    pub const LABELS: &'static [&'static str] = &["token", "refused", "gave_up"];
+
     /// A stable metric label.
     pub fn label(&self) -> &'static str {
         match self {

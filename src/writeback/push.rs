@@ -48,6 +48,9 @@ pub enum WriteError {
 }
 
 impl WriteError {
+    /// Every label [`WriteError::label`] gives, besides those of [`GitError`].
+    pub const LABELS: &'static [&'static str] = &["kept_moving", "refused"];
+
     /// A stable metric label.
     pub fn label(&self) -> &'static str {
         match self {

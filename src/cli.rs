@@ -333,6 +333,14 @@ fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// How `linnet validate` prints what it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ValidateOutput {
+    Text,
+    Json,
+    Github,
+}
+
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -351,6 +359,10 @@ pub enum Command {
     Diff {
         /// The directory of specs (a checkout of the GitOps repository).
         dir: PathBuf,
+        /// Accept a directory without any spec (with --prune, that would prune everything
+        /// this source applied).
+        #[arg(long)]
+        allow_empty: bool,
         #[command(flatten)]
         specs: SpecArgs,
         #[command(flatten)]
@@ -361,10 +373,19 @@ pub enum Command {
     /// Checks YAML syntax, types and unknown fields of linnet kinds, the CRDs' validation rules
     /// (evaluated locally), duplicate objects, and the source's policy (--allow-namespace,
     /// --deny-namespace, --allow-cluster-kind; PersistentVolumes never). Errors are printed
-    /// as `file:line:column: message`.
+    /// as `file:line:column: message`, as JSON, or as GitHub Actions annotations. A directory
+    /// without any spec is an error too (a wrong path), unless --allow-empty.
     Validate {
         /// The directory of specs (a checkout of the GitOps repository).
         dir: PathBuf,
+        /// `text` (file:line:column: message), `json` (one object: errors with file, line,
+        /// column and message), or `github` (`::error file=…,line=…,col=…::message`
+        /// annotations on the pull request's diff).
+        #[arg(long, value_enum, default_value_t = ValidateOutput::Text)]
+        output: ValidateOutput,
+        /// Accept a directory without any spec.
+        #[arg(long)]
+        allow_empty: bool,
         #[command(flatten)]
         specs: SpecArgs,
     },
@@ -410,8 +431,18 @@ fn dispatch(command: Command) -> Result<ExitCode> {
                 .map_err(|e| Error::Usage(e.to_string()))?;
             runtime()?.block_on(agent(*args))
         }
-        Command::Diff { dir, specs, sync } => runtime()?.block_on(diff(&dir, &specs, &sync)),
-        Command::Validate { dir, specs } => validate(&dir, &specs),
+        Command::Diff {
+            dir,
+            allow_empty,
+            specs,
+            sync,
+        } => runtime()?.block_on(diff(&dir, allow_empty, &specs, &sync)),
+        Command::Validate {
+            dir,
+            output,
+            allow_empty,
+            specs,
+        } => validate(&dir, output, allow_empty, &specs),
         Command::Status { agent_url } => runtime()?.block_on(status(&agent_url)),
         Command::Crds => {
             let yaml = crate::api::crds_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
@@ -687,9 +718,21 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(Error::Runtime)
 }
 
-async fn diff(dir: &Path, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> {
+/// Why a directory without any spec is refused (a wrong path, most likely).
+fn no_specs(dir: &Path) -> String {
+    format!(
+        "no specs found in {}: no .yaml, .yml or .json file with an object; give the \
+         directory that holds them, or --allow-empty",
+        dir.display()
+    )
+}
+
+async fn diff(dir: &Path, allow_empty: bool, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> {
     use crate::sync::{Change, Syncer, diff::render_diff};
     let set = load_dir(dir, &args.load_options())?;
+    if set.objects.is_empty() && set.errors.is_empty() && !allow_empty {
+        return Err(Error::Usage(no_specs(dir)));
+    }
     for e in &set.errors {
         eprintln!("{e}");
     }
@@ -747,34 +790,121 @@ async fn diff(dir: &Path, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> 
     })
 }
 
-fn validate(dir: &Path, args: &SpecArgs) -> Result<ExitCode> {
+fn validate(
+    dir: &Path,
+    output: ValidateOutput,
+    allow_empty: bool,
+    args: &SpecArgs,
+) -> Result<ExitCode> {
     let set = load_dir(dir, &args.load_options())?;
-    for e in &set.errors {
-        say!("{e}");
-    }
     let files = set
         .objects
         .values()
         .map(|o| o.location.file.as_str())
         .collect::<std::collections::BTreeSet<_>>();
-    if set.errors.is_empty() {
-        say!(
-            "{}: {} objects in {} files, no errors",
-            dir.display(),
-            set.objects.len(),
-            files.len()
-        );
-        Ok(ExitCode::SUCCESS)
-    } else {
-        say!(
-            "{}: {} error(s); {} file(s) blocked: {}",
-            dir.display(),
-            set.errors.len(),
-            set.blocked_files.len(),
-            set.blocked_files.join(", ")
-        );
-        Ok(ExitCode::from(1))
+    let empty = set.objects.is_empty() && set.errors.is_empty() && !allow_empty;
+    let ok = set.errors.is_empty() && !empty;
+    match output {
+        ValidateOutput::Json => {
+            let errors: Vec<serde_json::Value> = set
+                .errors
+                .iter()
+                .map(|e| {
+                    serde_json::json!({
+                        "file": e.location.file,
+                        "line": e.location.line,
+                        "column": e.location.column,
+                        "message": e.message,
+                    })
+                })
+                .chain(empty.then(|| serde_json::json!({"message": no_specs(dir)})))
+                .collect();
+            say_raw!(
+                "{}\n",
+                serde_json::json!({
+                    "dir": dir.display().to_string(),
+                    "ok": ok,
+                    "objects": set.objects.len(),
+                    "files": files.len(),
+                    "errors": errors,
+                    "blockedFiles": set.blocked_files,
+                })
+            );
+        }
+        ValidateOutput::Github => {
+            for e in &set.errors {
+                say!("{}", github_annotation(dir, e));
+            }
+            if empty {
+                say!("::error::{}", github_escape(&no_specs(dir), false));
+            }
+        }
+        ValidateOutput::Text => {
+            for e in &set.errors {
+                say!("{e}");
+            }
+            if empty {
+                say!("{}", no_specs(dir));
+            }
+        }
     }
+    if output != ValidateOutput::Json {
+        if ok {
+            say!(
+                "{}: {} objects in {} files, no errors",
+                dir.display(),
+                set.objects.len(),
+                files.len()
+            );
+        } else if !set.errors.is_empty() {
+            say!(
+                "{}: {} error(s); {} file(s) blocked: {}",
+                dir.display(),
+                set.errors.len(),
+                set.blocked_files.len(),
+                set.blocked_files.join(", ")
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A GitHub Actions error annotation for `e`, its file named from the repository's root
+/// (`dir` as given, joined with the file's path below it).
+fn github_annotation(dir: &Path, e: &crate::specs::SpecError) -> String {
+    let file = if dir == Path::new(".") {
+        e.location.file.clone()
+    } else {
+        format!(
+            "{}/{}",
+            dir.display().to_string().trim_end_matches('/'),
+            e.location.file
+        )
+    };
+    format!(
+        "::error file={},line={},col={}::{}",
+        github_escape(file.trim_start_matches("./"), true),
+        e.location.line,
+        e.location.column,
+        github_escape(&e.message, false)
+    )
+}
+
+/// Escapes text for a workflow command, as GitHub's toolkit does (`%`, CR and LF; in a
+/// property also `:` and `,`).
+fn github_escape(text: &str, property: bool) -> String {
+    let mut out = text
+        .replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A");
+    if property {
+        out = out.replace(':', "%3A").replace(',', "%2C");
+    }
+    out
 }
 
 #[cfg(test)]

@@ -137,3 +137,44 @@ fn with_json_logs_an_error_at_start_is_a_json_line() {
         "{err}"
     );
 }
+
+#[test]
+fn validate_refuses_a_directory_without_specs_unless_told() {
+    // Issue 24: a wrong path passed with exit 0.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "not a spec\n").unwrap();
+    let out = linnet(&["validate", dir.path().to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("no specs found"), "{stdout}");
+    let out = linnet(&["validate", "--allow-empty", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn validate_writes_github_annotations_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: one\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: one\n",
+    )
+    .unwrap();
+    let root = dir.path().to_str().unwrap();
+    let out = linnet(&["validate", "--output", "github", root]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let annotation = stdout
+        .lines()
+        .find(|l| l.starts_with("::error file="))
+        .unwrap_or_else(|| panic!("no annotation in {stdout}"));
+    assert!(
+        annotation.starts_with(&format!("::error file={root}/bad.yaml,line=5,col=1::")),
+        "{annotation}"
+    );
+    let out = linnet(&["validate", "--output", "json", root]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["errors"][0]["file"], "bad.yaml");
+    assert_eq!(report["errors"][0]["line"], 5);
+}

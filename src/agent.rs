@@ -48,6 +48,8 @@ pub struct AgentConfig {
     pub source: SourceConfig,
     /// Directory inside the repository that holds the specs.
     pub path: String,
+    /// Sync a revision whose path holds no spec (otherwise an error that changes nothing).
+    pub allow_empty: bool,
     pub poll_interval: Duration,
     /// How old the last full comparison with the cluster may be before drift is looked for
     /// again, whether or not Git moved.
@@ -717,6 +719,15 @@ async fn sync(
     specs: &SpecSet,
     full: bool,
 ) -> Result<(), String> {
+    if specs.objects.is_empty() && specs.errors.is_empty() && !shared.config.allow_empty {
+        // Most likely a wrong --path (or specs moved away): applying "nothing" would prune
+        // everything this source applied.
+        return Err(format!(
+            "no specs found in {:?} at {revision}; nothing is applied or pruned. Check \
+             --path, or give --allow-empty to sync an empty directory",
+            shared.config.path
+        ));
+    }
     for e in &specs.errors {
         tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
     }

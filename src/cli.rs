@@ -194,6 +194,11 @@ pub struct AgentArgs {
     /// HTTPS and for the commit status API, in addition to the system's CAs.
     #[arg(long, env = "LINNET_CA_FILE")]
     pub ca_file: Option<PathBuf>,
+    /// Sync a revision whose --path holds no spec at all. Without it such a revision is an
+    /// error that changes nothing: a wrong --path, or a commit that moved the specs, would
+    /// otherwise prune everything this source applied.
+    #[arg(long, env = "LINNET_ALLOW_EMPTY")]
+    pub allow_empty: bool,
     /// Where the local mirror of the repository is kept.
     #[arg(long, default_value = "/tmp/linnet/repo", env = "LINNET_CACHE_DIR")]
     pub cache_dir: PathBuf,
@@ -501,6 +506,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
     let config = AgentConfig {
         source,
         path: args.path.clone(),
+        allow_empty: args.allow_empty,
         poll_interval: args.poll_interval,
         drift_interval: args.drift_interval,
         git_timeout: args.git_timeout,

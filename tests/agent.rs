@@ -544,3 +544,52 @@ async fn a_rollout_edited_by_hand_is_put_back_within_the_drift_interval() {
         Some("true")
     );
 }
+
+/// Issue 24: a wrong --path (or a commit that moved the specs away) synced "nothing" as a
+/// success, and with --prune that deletes everything the source applied.
+#[tokio::test]
+async fn a_path_without_specs_is_an_error_that_prunes_nothing() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-empty").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_bare, work) = seeded_remote(tmp.path(), &ns.name);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!(
+                "--repo-url=file://{}",
+                tmp.path().join("remote.git").display()
+            ),
+            "--path=apps".into(),
+            "--prune".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    // The specs move to a directory the agent does not look in.
+    git(&work, &["mv", "apps", "moved"]);
+    git(&work, &["commit", "-qm", "move the specs away"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    assert_eq!(push_webhook(&agent).await, 202);
+    let status = wait_status(&agent, "the agent to say it found no specs", |s| {
+        s["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("no specs found"))
+    })
+    .await;
+    assert!(
+        status["lastError"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-empty"),
+        "{status}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sets: Api<linnet::api::CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    assert!(
+        sets.get_opt("redis").await.unwrap().is_some(),
+        "redis was pruned"
+    );
+}

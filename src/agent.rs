@@ -284,7 +284,6 @@ pub async fn run(
     };
     let remote = match &config.source {
         SourceConfig::Remote { remote, cache_dir } => {
-            let (remote_for_calls, dir_for_calls) = (remote.clone(), cache_dir.clone());
             let (remote, cache_dir) = (remote.clone(), cache_dir.clone());
             let mirror = tokio::task::spawn_blocking(move || GitMirror::open(&cache_dir, remote))
                 .await
@@ -301,8 +300,6 @@ pub async fn run(
                     fetched: None,
                     fetched_tips: Default::default(),
                 }),
-                remote: remote_for_calls,
-                cache_dir: dir_for_calls,
                 in_flight: Arc::new(tokio::sync::Semaphore::new(1)),
             }))
         }
@@ -514,8 +511,6 @@ struct Remote {
     /// The mirror's local state: the snapshot, and a handle that reads fetched objects. Its
     /// lock is never held across a network call.
     state: Mutex<RemoteState>,
-    remote: GitRemote,
-    cache_dir: PathBuf,
     /// Held by the one network call to the remote under way. A call past --git-timeout keeps
     /// it until libgit2 gives up, and no second call is started beside it.
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -576,7 +571,22 @@ async fn ask_remote(
     announced: Option<String>,
 ) -> Result<RemoteTip, (&'static str, String)> {
     let timeout = shared.config.git_timeout;
-    let url = crate::text::redact_credentials(&remote.remote.url);
+    let (dir, git_remote, previous, announced_is_new) = {
+        let s = remote
+            .state
+            .lock()
+            .map_err(|_| ("git", "source state poisoned".to_string()))?;
+        let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
+        // A webhook for a tip fetched before (a replay, a redelivery, an old push) only asks
+        // the remote for its tip; wake-ups coalesce, so a newer push behind it is found then.
+        (
+            s.mirror.dir().to_path_buf(),
+            s.mirror.remote().clone(),
+            s.fetched,
+            announced.is_some_and(|a| !s.fetched_tips.contains(&a)),
+        )
+    };
+    let url = crate::text::redact_credentials(&git_remote.url);
     let Ok(permit) = remote.in_flight.clone().try_acquire_owned() else {
         return Err((
             "busy",
@@ -586,20 +596,6 @@ async fn ask_remote(
             ),
         ));
     };
-    let (previous, announced_is_new) = {
-        let s = remote
-            .state
-            .lock()
-            .map_err(|_| ("git", "source state poisoned".to_string()))?;
-        let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
-        // A webhook for a tip fetched before (a replay, a redelivery, an old push) only asks
-        // the remote for its tip; wake-ups coalesce, so a newer push behind it is found then.
-        (
-            s.fetched,
-            announced.is_some_and(|a| !s.fetched_tips.contains(&a)),
-        )
-    };
-    let (dir, git_remote) = (remote.cache_dir.clone(), remote.remote.clone());
     let job = tokio::task::spawn_blocking(move || -> Result<RemoteTip, GitError> {
         let _permit = permit;
         let mut mirror = GitMirror::open_existing(&dir, git_remote)?;
@@ -719,7 +715,7 @@ async fn sync(
     specs: &SpecSet,
     full: bool,
 ) -> Result<(), String> {
-    if specs.objects.is_empty() && specs.errors.is_empty() && !shared.config.allow_empty {
+    if specs.is_empty() && !shared.config.allow_empty {
         // Most likely a wrong --path (or specs moved away): applying "nothing" would prune
         // everything this source applied.
         return Err(format!(

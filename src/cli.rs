@@ -736,7 +736,7 @@ fn no_specs(dir: &Path) -> String {
 async fn diff(dir: &Path, allow_empty: bool, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> {
     use crate::sync::{Change, Syncer, diff::render_diff};
     let set = load_dir(dir, &args.load_options())?;
-    if set.objects.is_empty() && set.errors.is_empty() && !allow_empty {
+    if set.is_empty() && !allow_empty {
         return Err(Error::Usage(no_specs(dir)));
     }
     for e in &set.errors {
@@ -808,7 +808,7 @@ fn validate(
         .values()
         .map(|o| o.location.file.as_str())
         .collect::<std::collections::BTreeSet<_>>();
-    let empty = set.objects.is_empty() && set.errors.is_empty() && !allow_empty;
+    let empty = set.is_empty() && !allow_empty;
     let ok = set.errors.is_empty() && !empty;
     match output {
         ValidateOutput::Json => {

@@ -1,6 +1,8 @@
 //! The `linnet` binary's command line, run as a user would run it.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod support;
+
 use std::process::Command;
 
 fn linnet(args: &[&str]) -> std::process::Output {
@@ -88,11 +90,7 @@ fn a_ca_file_without_a_certificate_stops_the_agent_saying_what_it_must_hold() {
 fn diff_exits_2_not_1_when_the_cluster_cannot_be_read() {
     // Issue 24: 1 (what `diff` says for a pending change) for an unreachable API server.
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::agent::free_port();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,

@@ -295,8 +295,7 @@ async fn an_untrusted_certificate_is_a_certificate_error_that_points_at_ca_file(
     for ca_file in [None, Some(other.write(tmp.path(), "other.pem"))] {
         let mut cfg = config(Provider::Github, base.clone(), tmp.path());
         cfg.ca_file = ca_file;
-        let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
-        let err = Poster::new(cfg).unwrap().post(&w).await.unwrap_err();
+        let err = post_error(cfg).await;
         assert_eq!(err.label(), "certificate", "{err}");
         let text = err.to_string();
         assert!(text.contains("--ca-file"), "{text}");
@@ -305,12 +304,15 @@ async fn an_untrusted_certificate_is_a_certificate_error_that_points_at_ca_file(
     assert!(host.requests.lock().unwrap().is_empty());
 }
 
+/// What one post of redis's Stable status to `cfg`'s host fails with.
+async fn post_error(cfg: CommitStatusConfig) -> linnet::writeback::commit_status::PostError {
+    let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, A)).unwrap();
+    Poster::new(cfg).unwrap().post(&w).await.unwrap_err()
+}
+
 #[tokio::test]
 async fn refused_connections_unknown_hosts_and_silent_hosts_each_say_which() {
     let tmp = tempfile::tempdir().unwrap();
-    let w = |cfg: &CommitStatusConfig| {
-        wanted_for_statefulset(cfg, &redis(StatefulSetPhase::Stable, A)).unwrap()
-    };
     // Nothing listens on the port.
     let port = support::agent::free_port();
     let cfg = config(
@@ -318,11 +320,7 @@ async fn refused_connections_unknown_hosts_and_silent_hosts_each_say_which() {
         format!("https://127.0.0.1:{port}"),
         tmp.path(),
     );
-    let err = Poster::new(cfg.clone())
-        .unwrap()
-        .post(&w(&cfg))
-        .await
-        .unwrap_err();
+    let err = post_error(cfg).await;
     assert_eq!(err.label(), "connection_refused", "{err}");
     // A name that does not resolve (.invalid never does).
     let cfg = config(
@@ -330,11 +328,7 @@ async fn refused_connections_unknown_hosts_and_silent_hosts_each_say_which() {
         "https://status-api.linnet.invalid".into(),
         tmp.path(),
     );
-    let err = Poster::new(cfg.clone())
-        .unwrap()
-        .post(&w(&cfg))
-        .await
-        .unwrap_err();
+    let err = post_error(cfg).await;
     assert_eq!(err.label(), "dns", "{err}");
     assert!(err.to_string().contains("does not resolve"), "{err}");
     // A host that accepts the connection and says nothing: given up at the timeout, once.
@@ -345,11 +339,7 @@ async fn refused_connections_unknown_hosts_and_silent_hosts_each_say_which() {
     let mut cfg = config(Provider::Github, proxy.http_base(), tmp.path());
     cfg.timeout = Duration::from_millis(500);
     let started = Instant::now();
-    let err = Poster::new(cfg.clone())
-        .unwrap()
-        .post(&w(&cfg))
-        .await
-        .unwrap_err();
+    let err = post_error(cfg).await;
     assert_eq!(err.label(), "timeout", "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(3),

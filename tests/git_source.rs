@@ -259,11 +259,7 @@ fn https_style_auth_with_a_token_file_over_smart_http() {
 #[test]
 fn an_unresolvable_host_and_a_refused_connection_say_which() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::agent::free_port();
     for (url, label, words) in [
         (
             "https://git.linnet.invalid/acme/gitops.git".to_string(),

@@ -102,6 +102,23 @@ async fn gitea_with_example(dir: &Path, ns: &str) -> (Gitea, PathBuf, PathBuf) {
     (gitea, ca_file, work)
 }
 
+/// The agent's flags for Gitea: the repository over HTTPS with the admin's token (written to
+/// `dir/gitea-token`), Gitea commit statuses, and `ca_file` as the CA it trusts.
+fn agent_args(dir: &Path, gitea: &Gitea, ca_file: &Path) -> Vec<String> {
+    let token_file = dir.join("gitea-token");
+    std::fs::write(&token_file, &gitea.token).unwrap();
+    vec![
+        format!("--repo-url={}", gitea.clone_url(REPO)),
+        format!("--git-username={ADMIN}"),
+        format!("--git-password-file={}", token_file.display()),
+        "--commit-status-provider=gitea".into(),
+        format!("--commit-status-api-url={}/api/v1", gitea.base),
+        format!("--commit-status-repo={ADMIN}/{REPO}"),
+        format!("--commit-status-token-file={}", token_file.display()),
+        format!("--ca-file={}", ca_file.display()),
+    ]
+}
+
 fn median_and_max(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     (v[v.len() / 2], v[v.len() - 1])
@@ -118,24 +135,12 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
 
     // 3. The agent follows the repository over HTTPS with the token and the test's CA, a
     //    one-hour poll, and Gitea commit statuses (over HTTPS too).
-    let token_file = tmp.path().join("gitea-token");
-    std::fs::write(&token_file, &gitea.token).unwrap();
-    let agent = start_agent(
-        tmp.path(),
-        &[
-            format!("--repo-url={}", gitea.clone_url(REPO)),
-            format!("--git-username={ADMIN}"),
-            format!("--git-password-file={}", token_file.display()),
-            "--writeback-interval=500ms".into(),
-            "--commit-status-provider=gitea".into(),
-            format!("--commit-status-api-url={}/api/v1", gitea.base),
-            format!("--commit-status-repo={ADMIN}/{REPO}"),
-            format!("--commit-status-token-file={}", token_file.display()),
-            "--cluster-name=test".into(),
-            format!("--ca-file={}", ca_file.display()),
-        ],
-        &ns.name,
-    );
+    let mut args = agent_args(tmp.path(), &gitea, &ca_file);
+    args.extend([
+        "--writeback-interval=500ms".into(),
+        "--cluster-name=test".into(),
+    ]);
+    let agent = start_agent(tmp.path(), &args, &ns.name);
     wait_ready(&agent).await;
     let redis: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let web: Api<CanaryDeployment> = Api::namespaced(admin.clone(), &ns.name);
@@ -384,20 +389,9 @@ async fn a_gitea_certificate_from_another_ca_is_refused_clearly_and_changes_noth
 
     // The agent trusts another CA (and the system's, which do not know the test's).
     let wrong_ca = TestCa::new("some other CA").write(tmp.path(), "wrong-ca.pem");
-    let token_file = tmp.path().join("gitea-token");
-    std::fs::write(&token_file, &gitea.token).unwrap();
     let agent = start_agent(
         tmp.path(),
-        &[
-            format!("--repo-url={}", gitea.clone_url(REPO)),
-            format!("--git-username={ADMIN}"),
-            format!("--git-password-file={}", token_file.display()),
-            "--commit-status-provider=gitea".into(),
-            format!("--commit-status-api-url={}/api/v1", gitea.base),
-            format!("--commit-status-repo={ADMIN}/{REPO}"),
-            format!("--commit-status-token-file={}", token_file.display()),
-            format!("--ca-file={}", wrong_ca.display()),
-        ],
+        &agent_args(tmp.path(), &gitea, &wrong_ca),
         &ns.name,
     );
     wait_ready(&agent).await;

@@ -179,6 +179,11 @@ pub struct SpecSet {
 }
 
 impl SpecSet {
+    /// Whether nothing was found: no object and no error (a wrong path, most likely).
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty() && self.errors.is_empty()
+    }
+
     /// Combines per-file results: drops files with errors, and objects declared twice.
     pub fn from_files(files: BTreeMap<String, FileSpecs>) -> SpecSet {
         let mut set = SpecSet::default();

@@ -117,13 +117,7 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
     let mut failures = 0u32;
     tracing::info!(branch = %config.remote.branch, "writing rollout status to Git");
     loop {
-        let due = pending.due();
-        let wait = async {
-            match due {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let wait = sleep_until_due(pending.due());
         tokio::select! {
             change = changes.next() => {
                 let Some(file) = change else { return };
@@ -315,13 +309,7 @@ pub async fn post_commit_statuses(
     let errors = tokio_stream_from(errors);
     let mut wanted = futures::stream::select(futures::stream::select(sets, deploys), errors);
     loop {
-        let due = poster.retry_due();
-        let retry = async {
-            match due {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let retry = sleep_until_due(poster.retry_due());
         tokio::select! {
             w = wanted.next() => match w {
                 Some(w) => poster.offer(w).await,
@@ -329,6 +317,14 @@ pub async fn post_commit_statuses(
             },
             () = retry => poster.retry_failed().await,
         }
+    }
+}
+
+/// Sleeps until `due`, or for ever when nothing is due.
+async fn sleep_until_due(due: Option<std::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -2,7 +2,7 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build cluster-up cluster-down bench chaos clean
+.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build cluster-up cluster-down bench chaos clean
 
 all: build
 
@@ -13,9 +13,9 @@ build:
 deps:
 	@tests/deps.sh
 
-## test: install what the machine lacks, build the control plane and Gitea if their caches
-## are missing, start the control plane, run every test, stop it.
-test: deps cluster-build gitea-build
+## test: install what the machine lacks, build the control plane, Gitea and the test tools
+## (helm, kstatus) if their caches are missing, start the control plane, run every test, stop it.
+test: deps cluster-build gitea-build tools-build
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -69,6 +69,9 @@ cluster-build:
 
 gitea-build:
 	tests/gitea/build.sh >/dev/null
+
+tools-build:
+	tests/tools/build.sh >/dev/null
 
 cluster-up:
 	tests/cluster/up.sh

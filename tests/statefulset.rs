@@ -698,10 +698,10 @@ async fn an_immutable_field_change_is_refused_with_the_field_named() {
     );
 }
 
-/// Issue 18: a refused apply showed phase Stable and Ready=True; now it is Degraded with the
-/// API server's own message, not a debug dump.
+/// Issue 18: a refused apply showed phase Stable and Ready=True; now it is Stalled (issue 24:
+/// the kstatus condition; it was Degraded) with the API server's own message, not a debug dump.
 #[tokio::test]
-async fn a_refused_apply_shows_as_degraded_with_the_servers_message() {
+async fn a_refused_apply_shows_as_stalled_with_the_servers_message() {
     let f = Fixture::start("sts-refused", |ns| {
         let mut spec = redis(ns, json!({}));
         // A port the API server refuses (0 is not a valid port); validate does not check pods.
@@ -711,10 +711,10 @@ async fn a_refused_apply_shows_as_degraded_with_the_servers_message() {
     })
     .await;
     let blocked = f
-        .wait_for("Degraded (ActionFailed)", 60, |r: &CanaryStatefulSet| {
+        .wait_for("Stalled (ActionFailed)", 60, |r: &CanaryStatefulSet| {
             r.status.as_ref().is_some_and(|s| {
                 s.conditions.iter().any(|c| {
-                    c.type_ == "Degraded" && c.status == "True" && c.reason == "ActionFailed"
+                    c.type_ == "Stalled" && c.status == "True" && c.reason == "ActionFailed"
                 })
             })
         })
@@ -723,7 +723,7 @@ async fn a_refused_apply_shows_as_degraded_with_the_servers_message() {
     let degraded = status
         .conditions
         .iter()
-        .find(|c| c.type_ == "Degraded")
+        .find(|c| c.type_ == "Stalled")
         .unwrap();
     assert!(
         degraded

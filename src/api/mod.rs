@@ -60,14 +60,17 @@ pub const BIND_REQUESTED_ANNOTATION: &str = "rollouts.linnet.dev/bind-volume";
 /// The finalizer that scales a rollout's sets down before they are deleted.
 pub const FINALIZER: &str = "rollouts.linnet.dev/cleanup";
 
-/// The standard condition types on both kinds.
+/// The condition types on both kinds, per the kstatus conventions that Flux health checks,
+/// kpt and `kubectl wait --for=condition=Ready` read.
 pub mod condition {
-    /// The workload serves at full strength on the intended image.
+    /// True only when the rollout has settled with every replica ready on the intended image.
     pub const READY: &str = "Ready";
-    /// A rollout is under way.
-    pub const PROGRESSING: &str = "Progressing";
-    /// Something needs attention: a failed canary, a deadline, a migration error.
-    pub const DEGRADED: &str = "Degraded";
+    /// True while the rollout works towards what Git asks for (a canary, a batch, a rollback,
+    /// pods starting).
+    pub const RECONCILING: &str = "Reconciling";
+    /// True when the rollout cannot go on without a change in Git (rolled back, failed, or an
+    /// action the API server refuses).
+    pub const STALLED: &str = "Stalled";
 }
 
 /// The CustomResourceDefinitions of every linnet kind.

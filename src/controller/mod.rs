@@ -378,7 +378,7 @@ mod tests {
     fn a_refused_action_stays_shown_while_the_plan_repeats_it() {
         // The plan keeps a failure shown while it still emits the failed action, recognised by
         // the failure leading with it; a refusal's did not, so the status lost and regained
-        // its Degraded condition on every retry.
+        // its Stalled (then Degraded) condition on every retry.
         let action = "retain volume pv-1 for data-db-canary-0".to_string();
         let refused = ReconcileError::NotOurs {
             doing: action.clone(),
@@ -391,7 +391,7 @@ mod tests {
         crate::plan::carry_action_failure(&shown, &mut next, &mut next_message, [action], now);
         assert!(
             next.iter()
-                .any(|c| c.type_ == crate::api::condition::DEGRADED && c.status == "True"),
+                .any(|c| c.type_ == crate::api::condition::STALLED && c.status == "True"),
             "{next:?}"
         );
     }

@@ -25,14 +25,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use super::actions::PlanEvent;
 use super::batch;
 use super::machine::{
-    Machine, Next, carry_action_failure, drive, elapsed, go, go_warning, set_condition,
+    Machine, Next, Standing, carry_action_failure, drive, elapsed, go, go_warning, set_standing,
 };
 use super::objects::{RolloutRef, stamp};
 use super::observed::{container_image, normalized_selector};
 use crate::api::{
     BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
     DeploymentPhase as Phase, DeploymentStrategyType as Strategy, ImageReplicas, PauseMode,
-    ROLLOUT_LABEL, RollbackStatus, condition,
+    ROLLOUT_LABEL, RollbackStatus,
 };
 use crate::sync::desired::content_hash;
 
@@ -862,27 +862,21 @@ impl<'a> Planner<'a> {
         self.st.observed_generation = self.r.generation;
         self.st.source_revision = self.r.source_revision.clone();
         self.st.message = Some(message.clone());
+        // A rollback is what Git asks for under strategy Rollback; otherwise it is a failed
+        // rollout that waits for a new image.
+        let asked_back = self.spec().strategy.type_ == Strategy::Rollback;
+        let on_git_image = self.st.stable_image.as_deref() == Some(self.spec().image.as_str());
+        let standing = match phase {
+            Phase::Completed if !on_git_image => Standing::Stuck,
+            Phase::Completed if available >= total => Standing::Settled,
+            Phase::RolledBack if asked_back && available >= total => Standing::Settled,
+            Phase::RolledBack if asked_back => Standing::Working,
+            Phase::RolledBack | Phase::Failed => Standing::Stuck,
+            _ => Standing::Working,
+        };
         let reason = format!("{phase:?}");
         let mut conditions = std::mem::take(&mut self.st.conditions);
-        for (type_, value) in [
-            (
-                condition::READY,
-                matches!(phase, Phase::Completed | Phase::RolledBack) && available >= total,
-            ),
-            (
-                condition::PROGRESSING,
-                matches!(
-                    phase,
-                    Phase::Progressing | Phase::Paused | Phase::RollingBack
-                ),
-            ),
-            (
-                condition::DEGRADED,
-                matches!(phase, Phase::Failed | Phase::RolledBack),
-            ),
-        ] {
-            set_condition(&mut conditions, type_, value, &reason, &message, self.now);
-        }
+        set_standing(&mut conditions, standing, &reason, &message, self.now);
         self.st.conditions = conditions;
         DeployPlan {
             status: self.st,

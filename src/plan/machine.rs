@@ -136,38 +136,58 @@ pub(crate) fn elapsed(since: Option<&Time>, now: Timestamp) -> std::time::Durati
     })
 }
 
-/// Reason of the Degraded and Ready conditions while an action the plan needs is refused.
+/// Reason of the Stalled and Ready conditions while an action the plan needs is refused.
 pub const ACTION_FAILED: &str = "ActionFailed";
 
-/// Records in a status that an action failed: Degraded=True and Ready=False with `failure`
-/// (what was done, then the API server's own message), which is also the status's message.
+/// Condition types of earlier versions, dropped from a status when it is next written.
+const RETIRED_CONDITIONS: [&str; 2] = ["Progressing", "Degraded"];
+
+/// How a rollout stands, in the three kstatus conditions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Settled with every replica ready on the intended image: Ready.
+    Settled,
+    /// Working towards what Git asks for: Reconciling.
+    Working,
+    /// Cannot go on without a change in Git: Stalled.
+    Stuck,
+}
+
+/// Sets Ready, Reconciling and Stalled so that exactly one of them is true, all with the
+/// same reason and message, and drops the condition types earlier versions wrote.
+pub(crate) fn set_standing(
+    conditions: &mut Vec<Condition>,
+    standing: Standing,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    use crate::api::condition::{READY, RECONCILING, STALLED};
+    conditions.retain(|c| !RETIRED_CONDITIONS.contains(&c.type_.as_str()));
+    for (type_, value) in [
+        (READY, standing == Standing::Settled),
+        (RECONCILING, standing == Standing::Working),
+        (STALLED, standing == Standing::Stuck),
+    ] {
+        set_condition(conditions, type_, value, reason, message, now);
+    }
+}
+
+/// Records in a status that an action failed: Stalled=True, Ready=False and
+/// Reconciling=False with `failure` (what was done, then the API server's own message), which
+/// is also the status's message.
 pub fn mark_action_failed(
     conditions: &mut Vec<Condition>,
     message: &mut Option<String>,
     failure: &str,
     now: Timestamp,
 ) {
-    set_condition(
-        conditions,
-        crate::api::condition::DEGRADED,
-        true,
-        ACTION_FAILED,
-        failure,
-        now,
-    );
-    set_condition(
-        conditions,
-        crate::api::condition::READY,
-        false,
-        ACTION_FAILED,
-        failure,
-        now,
-    );
+    set_standing(conditions, Standing::Stuck, ACTION_FAILED, failure, now);
     *message = Some(format!("blocked: {failure}"));
 }
 
 /// Keeps a failure that an earlier reconcile recorded while the plan still asks for the same
-/// action: the status stays as written (no write per retry, no flapping Degraded). Once the
+/// action: the status stays as written (no write per retry, no flapping Stalled). Once the
 /// plan no longer needs that action, the failure is gone with it.
 pub(crate) fn carry_action_failure(
     old: &[Condition],
@@ -177,9 +197,7 @@ pub(crate) fn carry_action_failure(
     now: Timestamp,
 ) {
     let Some(failure) = old.iter().find(|c| {
-        c.type_ == crate::api::condition::DEGRADED
-            && c.status == "True"
-            && c.reason == ACTION_FAILED
+        c.type_ == crate::api::condition::STALLED && c.status == "True" && c.reason == ACTION_FAILED
     }) else {
         return;
     };
@@ -221,4 +239,70 @@ pub fn set_condition(
             observed_generation: None,
         }),
     }
+}
+
+/// Which of Ready, Reconciling and Stalled is true; panics unless exactly one is (tests).
+#[cfg(test)]
+pub(crate) fn standing_of(conditions: &[Condition]) -> Standing {
+    use crate::api::condition::{READY, RECONCILING, STALLED};
+    let is_true = |t: &str| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    let set: Vec<_> = [
+        (READY, Standing::Settled),
+        (RECONCILING, Standing::Working),
+        (STALLED, Standing::Stuck),
+    ]
+    .into_iter()
+    .filter(|(t, _)| is_true(t))
+    .map(|(_, s)| s)
+    .collect();
+    assert_eq!(
+        set.len(),
+        1,
+        "exactly one of Ready, Reconciling, Stalled: {conditions:?}"
+    );
+    assert!(
+        conditions
+            .iter()
+            .all(|c| !RETIRED_CONDITIONS.contains(&c.type_.as_str())),
+        "{conditions:?}"
+    );
+    set[0]
+}
+
+/// Asks sigs.k8s.io/cli-utils' kstatus, the rules Flux health checks and kpt apply, for the
+/// status of each object (`Current`, `InProgress`, `Failed`, ...). Its binary comes from
+/// `tests/tools/build.sh`, which builds it once per machine from the pinned Go module.
+#[cfg(test)]
+pub(crate) fn kstatus_of(objects: &[serde_json::Value]) -> Vec<String> {
+    use std::io::Write as _;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let built = std::process::Command::new(root.join("tests/tools/build.sh"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("tests/tools/build.sh runs (it needs Go)");
+    assert!(built.status.success(), "tests/tools/build.sh failed");
+    let bin = String::from_utf8_lossy(&built.stdout);
+    let bin = std::path::Path::new(bin.lines().last().unwrap_or_default()).join("kstatus");
+    let mut child = std::process::Command::new(bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("kstatus starts");
+    let mut stdin = child.stdin.take().unwrap();
+    for o in objects {
+        writeln!(stdin, "{o}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "kstatus failed");
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(lines.len(), objects.len());
+    lines
 }

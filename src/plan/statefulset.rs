@@ -16,7 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::actions::{Action, PlanEvent};
 use super::handoff::{HandoffStep, handoff_step};
 use super::machine::{
-    Machine, Next, carry_action_failure, drive, elapsed, go, go_warning, keeping, set_condition,
+    Machine, Next, Standing, carry_action_failure, drive, elapsed, go, go_warning, keeping,
+    set_standing,
 };
 use super::objects::{
     Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
@@ -24,7 +25,7 @@ use super::objects::{
 use super::observed::{FixedSetFields, Observed, PodView, SetView};
 use crate::api::{
     CanaryStatefulSetSpec, CanaryStatefulSetStatus, PromotionType, StatefulSetPhase as Phase,
-    StatefulSetStrategyType, condition,
+    StatefulSetStrategyType,
 };
 
 /// The rollout as the planner sees it.
@@ -1042,21 +1043,14 @@ impl<'a> Planner<'a> {
         self.st.source_revision = self.r.source_revision.clone();
         self.st.message = Some(message.clone());
 
-        let progressing = progressing_phase(phase);
-        let degraded = matches!(
-            phase,
-            Phase::RolledBack | Phase::Failed | Phase::MigrationFailed
-        ) || (phase == Phase::RollingBack && self.events.iter().any(|e| e.warning));
-        let is_ready = matches!(phase, Phase::Stable | Phase::RolledBack) && ready >= r;
+        let standing = match phase {
+            Phase::Stable if ready >= r => Standing::Settled,
+            Phase::RolledBack | Phase::Failed => Standing::Stuck,
+            _ => Standing::Working,
+        };
         let reason = format!("{phase:?}");
         let mut conditions = std::mem::take(&mut self.st.conditions);
-        for (type_, value) in [
-            (condition::READY, is_ready),
-            (condition::PROGRESSING, progressing),
-            (condition::DEGRADED, degraded),
-        ] {
-            set_condition(&mut conditions, type_, value, &reason, &message, self.now);
-        }
+        set_standing(&mut conditions, standing, &reason, &message, self.now);
         self.st.conditions = conditions;
         Plan {
             status: self.st,

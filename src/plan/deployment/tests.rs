@@ -39,6 +39,8 @@ struct Sim {
     batch_history: Vec<Vec<(i32, i32, BatchState)>>,
     /// Highest replicas ever asked of each Deployment, per batch recorded in status.
     max_asked: BTreeMap<String, i32>,
+    /// Every status written, with the strategy it was planned for.
+    written: Vec<(Strategy, CanaryDeploymentStatus)>,
 }
 
 impl Sim {
@@ -52,6 +54,7 @@ impl Sim {
             phases: Vec::new(),
             batch_history: Vec::new(),
             max_asked: BTreeMap::new(),
+            written: Vec::new(),
         }
     }
 
@@ -81,6 +84,22 @@ impl Sim {
 
     fn reconcile_partial(&mut self, keep: Option<usize>) -> DeployPlan {
         let p = self.plan();
+        self.written
+            .push((self.spec.strategy.type_, p.status.clone()));
+        // Exactly one kstatus condition is true, and Ready only when settled on Git's image.
+        if crate::plan::machine::standing_of(&p.status.conditions)
+            == crate::plan::machine::Standing::Settled
+        {
+            let asked_back = self.spec.strategy.type_ == Strategy::Rollback;
+            match p.status.phase {
+                Some(Phase::Completed) => assert_eq!(
+                    p.status.stable_image.as_deref(),
+                    Some(self.spec.image.as_str())
+                ),
+                Some(Phase::RolledBack) => assert!(asked_back),
+                other => panic!("Ready in phase {other:?}"),
+            }
+        }
         self.status = p.status.clone();
         let n = keep.unwrap_or(p.actions.len()).min(p.actions.len());
         for a in &p.actions[..n] {
@@ -495,4 +514,84 @@ fn a_selector_change_on_a_live_rollout_is_refused_until_put_back() {
         s.completed_on("web:1");
         assert!(s.events.contains(&"SpecFixed"));
     }
+}
+
+#[test]
+fn flux_kstatus_reads_every_phase_as_meant() {
+    let mut histories = Vec::new();
+    // Batches paused for approval, approved, then rolled back by strategy.
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.spec.current_batch = 2;
+    s.completed_on("web:2");
+    s.spec.strategy.type_ = Strategy::Rollback;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    histories.push(s.written);
+    // A broken image past its deadline, then rolled back because the spec says so.
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::Never);
+    s.spec.progress_deadline_seconds = 10;
+    s.completed_on("web:1");
+    s.spec.image = "web:broken".into();
+    s.run_until("Failed", |s| s.phase() == Some(Phase::Failed));
+    s.spec.rollback_on_failure = true;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    histories.push(s.written);
+
+    let object = |generation: i64, status: &CanaryDeploymentStatus| {
+        serde_json::json!({
+            "apiVersion": crate::api::API_VERSION, "kind": "CanaryDeployment",
+            "metadata": {"name": "web", "namespace": "ns", "generation": generation},
+            "status": status,
+        })
+    };
+    let mut cases: Vec<(String, serde_json::Value, &str)> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (strategy, status) in histories.into_iter().flatten() {
+        let phase = status.phase.unwrap();
+        let ready = status.ready.as_deref() == Some("4/4");
+        let asked_back = strategy == Strategy::Rollback;
+        if !seen.insert(format!("{phase:?} ready={ready} asked_back={asked_back}")) {
+            continue;
+        }
+        // Ready only when settled on what Git asks for; Failed only when Git must change.
+        let want = match phase {
+            Phase::Completed if ready => "Current",
+            Phase::RolledBack if asked_back && ready => "Current",
+            Phase::RolledBack if !asked_back => "Failed",
+            Phase::Failed => "Failed",
+            _ => "InProgress",
+        };
+        let what = format!("{phase:?} ready={ready} asked_back={asked_back}");
+        cases.push((what.clone(), object(1, &status), want));
+        cases.push((
+            format!("{what}, generation ahead"),
+            object(2, &status),
+            "InProgress",
+        ));
+    }
+    for phase in [
+        "Initializing",
+        "Progressing",
+        "Paused",
+        "Completed",
+        "RollingBack",
+        "RolledBack",
+        "Failed",
+    ] {
+        assert!(
+            seen.iter().any(|s| s.starts_with(&format!("{phase} "))),
+            "no {phase} in {seen:?}"
+        );
+    }
+    let objects: Vec<_> = cases.iter().map(|(_, o, _)| o.clone()).collect();
+    let read = crate::plan::machine::kstatus_of(&objects);
+    let wrong: Vec<String> = cases
+        .iter()
+        .zip(&read)
+        .filter(|((_, _, want), got)| want != got)
+        .map(|((what, _, want), got)| format!("{what}: kstatus says {got}, want {want}"))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use proptest::prelude::*;
 
 use super::*;
-use crate::api::{Migration, Promotion};
+use crate::api::{Migration, Promotion, condition};
 use crate::plan::objects::claim_name;
 use crate::plan::observed::{ClaimView, FixedSetFields, JobView, PodView, SetView, VolumeView};
 
@@ -59,6 +59,8 @@ struct Sim {
     log: Vec<Action>,
     /// Phases passed through.
     phases: Vec<Phase>,
+    /// Every status written, with the generation it was planned for.
+    written: Vec<(i64, CanaryStatefulSetStatus)>,
 }
 
 #[derive(Clone, Debug)]
@@ -95,6 +97,7 @@ impl Sim {
             events: Vec::new(),
             log: Vec::new(),
             phases: Vec::new(),
+            written: Vec::new(),
         }
     }
 
@@ -191,6 +194,7 @@ impl Sim {
         // Invariants that every plan must keep.
         check_plan(&self.rollout(), &self.observed(), &p);
         self.status = p.status.clone();
+        self.written.push((self.generation, p.status.clone()));
         let n = keep.unwrap_or(p.actions.len()).min(p.actions.len());
         for a in &p.actions[..n] {
             self.execute(a);
@@ -503,6 +507,17 @@ fn check_plan(r: &Rollout<'_>, o: &Observed, p: &Plan) {
         .as_ref()
         .and_then(|s| s.get(step).copied())
         .unwrap_or(r.spec.canary_replicas);
+    // Exactly one kstatus condition is true, and Ready only when settled on Git's image.
+    if crate::plan::machine::standing_of(&p.status.conditions)
+        == crate::plan::machine::Standing::Settled
+    {
+        assert_eq!(p.status.phase, Some(Phase::Stable));
+        assert_eq!(
+            p.status.stable_image.as_deref(),
+            Some(r.spec.image.as_str())
+        );
+        assert!(p.status.ready_replicas >= replicas, "{:?}", p.status);
+    }
     for a in &p.actions {
         // Status is written before the actions run: a finished phase written in the same
         // plan as the canary's deletion was read, in the cluster tests, with the set still
@@ -774,8 +789,8 @@ fn a_broken_canary_rolls_back_at_the_deadline_with_volumes_back_in_place() {
     assert_eq!(s.sets["redis-stable"].image, "redis:1");
     assert_eq!(s.volumes_by_ordinal(), before);
     assert_eq!(s.status.canary_image.as_deref(), Some("redis:broken"));
-    let degraded = crate::api::find_condition(&s.status.conditions, condition::DEGRADED).unwrap();
-    assert_eq!(degraded.status, "True");
+    let stalled = crate::api::find_condition(&s.status.conditions, condition::STALLED).unwrap();
+    assert_eq!(stalled.status, "True");
     // It stays rolled back until Git changes the image.
     for _ in 0..5 {
         s.reconcile();
@@ -1037,8 +1052,8 @@ fn a_missing_container_fails_until_the_spec_is_fixed() {
             .unwrap()
             .contains("\"sidecar\" is not in the template")
     );
-    let degraded = crate::api::find_condition(&p.status.conditions, condition::DEGRADED);
-    assert_eq!(degraded.unwrap().status, "True");
+    let stalled = crate::api::find_condition(&p.status.conditions, condition::STALLED);
+    assert_eq!(stalled.unwrap().status, "True");
     s.spec.container = Some("redis".into());
     s.generation += 1;
     s.stabilise();
@@ -1173,7 +1188,7 @@ proptest! {
 }
 
 #[test]
-fn a_refused_action_shows_as_degraded_until_the_plan_no_longer_needs_it() {
+fn a_refused_action_shows_as_stalled_until_the_plan_no_longer_needs_it() {
     // Issue 18: a 422 on every retry while status said Stable, Ready=True.
     let mut s = two_sets();
     s.stabilise();
@@ -1207,7 +1222,7 @@ fn a_refused_action_shows_as_degraded_until_the_plan_no_longer_needs_it() {
     let after = s.reconcile();
     assert!(after.actions.is_empty());
     assert_eq!(
-        condition(&after.status, "Degraded"),
+        condition(&after.status, "Stalled"),
         Some(("False".into(), "Stable".into()))
     );
     assert_eq!(
@@ -1294,4 +1309,141 @@ fn a_canary_claim_deleted_by_hand_is_recreated_on_its_volume_before_it_moves_bac
         s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
     });
     assert_eq!(s.volumes_by_ordinal(), before);
+}
+
+/// What kstatus (Flux health checks, kpt) must read from each phase once the status is
+/// current: Ready only when settled on Git's image, Failed only when Git must change.
+fn kstatus_expected(phase: Phase, ready: bool) -> &'static str {
+    match phase {
+        Phase::Stable if ready => "Current",
+        Phase::RolledBack | Phase::Failed => "Failed",
+        _ => "InProgress",
+    }
+}
+
+#[test]
+fn flux_kstatus_reads_every_phase_as_meant() {
+    let mut histories = Vec::new();
+    // A canary promoted by hand, then a broken image rolled back by its deadline.
+    let mut s = two_sets();
+    s.spec.progress_deadline_seconds = 20;
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.promote = Some("true".into());
+    s.stabilise();
+    s.promote = None;
+    s.spec.image = "redis:broken".into();
+    s.generation += 1;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    s.spec.container = Some("sidecar".into());
+    s.generation += 1;
+    s.run_until("Failed", |s| s.phase() == Some(Phase::Failed));
+    histories.push(s.written);
+    // A migration that fails, and a canary aborted while the stable set scales down.
+    let mut s = two_sets();
+    s.spec.migration = Some(Migration {
+        template: serde_json::from_value(
+            serde_json::json!({"spec": {"template": {"spec": {"containers": []}}}}),
+        )
+        .unwrap(),
+    });
+    s.job_fails = true;
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.promote = Some("redis:2".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    histories.push(s.written);
+    let mut s = two_sets();
+    s.spec.migration = Some(Migration {
+        template: serde_json::from_value(serde_json::json!({
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "migrate:1"}]}}}
+        }))
+        .unwrap(),
+    });
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.promote = Some("true".into());
+    s.stabilise();
+    histories.push(s.written);
+    let mut s = partition();
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.abort = Some("true".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    histories.push(s.written);
+
+    let mut cases: Vec<(String, serde_json::Value, &str)> = Vec::new();
+    let object = |generation: i64, status: &CanaryStatefulSetStatus| {
+        serde_json::json!({
+            "apiVersion": crate::api::API_VERSION, "kind": "CanaryStatefulSet",
+            "metadata": {"name": "redis", "namespace": "shop", "generation": generation},
+            "status": status,
+        })
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for (generation, status) in histories.into_iter().flatten() {
+        let phase = status.phase.unwrap();
+        let ready = status.ready_replicas >= 3;
+        if !seen.insert((format!("{phase:?}"), ready)) {
+            continue;
+        }
+        cases.push((
+            format!("{phase:?} ready={ready}"),
+            object(generation, &status),
+            kstatus_expected(phase, ready),
+        ));
+        // A status not yet updated for a new generation is in progress, whatever it says.
+        cases.push((
+            format!("{phase:?} ready={ready}, generation ahead"),
+            object(generation + 1, &status),
+            "InProgress",
+        ));
+    }
+    // An action the API server refuses.
+    let mut refused = CanaryStatefulSetStatus {
+        phase: Some(Phase::Stable),
+        observed_generation: Some(1),
+        ..Default::default()
+    };
+    crate::plan::mark_action_failed(
+        &mut refused.conditions,
+        &mut refused.message,
+        "apply StatefulSet redis-stable: forbidden",
+        Timestamp::UNIX_EPOCH,
+    );
+    cases.push(("action refused".into(), object(1, &refused), "Failed"));
+
+    let phases: std::collections::BTreeSet<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
+    for phase in [
+        "Initializing",
+        "Stable",
+        "ScalingDownStable",
+        "DeployingCanary",
+        "CanaryActive",
+        "AwaitingMigration",
+        // MigratingData: the model's Job finishes within the plan that starts it.
+        "MigrationFailed",
+        "Promoting",
+        "RollingBack",
+        "RolledBack",
+        "Failed",
+    ] {
+        assert!(phases.contains(phase), "no {phase} in {phases:?}");
+    }
+    let objects: Vec<_> = cases.iter().map(|(_, o, _)| o.clone()).collect();
+    let read = crate::plan::machine::kstatus_of(&objects);
+    let wrong: Vec<String> = cases
+        .iter()
+        .zip(&read)
+        .filter(|((_, _, want), got)| want != got)
+        .map(|((what, _, want), got)| format!("{what}: kstatus says {got}, want {want}"))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

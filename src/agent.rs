@@ -479,10 +479,20 @@ async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Res
         .build()
         .await
         .map_err(|e| {
-            Error::Runtime(std::io::Error::other(format!(
-                "cannot use Lease {}/{}: {e}; check that the namespace exists and RBAC allows leases",
+            let why = match &e {
+                kube_lease_manager::LeaseManagerError::KubeError(k) => {
+                    crate::error::kube_message_hinted(
+                        k,
+                        "; linnet's identity may not use leases: grant it in deploy/rbac.yaml",
+                    )
+                }
+                other => other.to_string(),
+            };
+            Error::Cluster(format!(
+                "cannot use Lease {}/{} for leader election: {why}; check that the namespace \
+                 exists and RBAC allows leases",
                 leader.namespace, leader.name
-            )))
+            ))
         })?;
     let (mut holding, task) = manager.watch().await;
     tracing::info!(lease = %format!("{}/{}", leader.namespace, leader.name), identity = %leader.identity, "waiting to hold the lease; another replica may be acting");

@@ -601,11 +601,7 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             duration: args.lease_duration,
         }),
     };
-    let kube_config = kube::Config::infer()
-        .await
-        .map_err(|e| Error::KubeConfig(Box::new(kube::Error::InferConfig(e))))?;
-    let client = crate::kube_client::from_config(kube_config.clone())
-        .map_err(|e| Error::KubeConfig(Box::new(e)))?;
+    let (kube_config, client) = crate::kube_client::connect().await?;
     crate::agent::run(config, client, kube_config).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -655,9 +651,7 @@ async fn status(agent_url: &str) -> Result<ExitCode> {
             crate::net::explain_http(&e).1
         ),
     }
-    let client = crate::kube_client::infer()
-        .await
-        .map_err(|e| Error::KubeConfig(Box::new(e)))?;
+    let (_, client) = crate::kube_client::connect().await?;
     let list = kube::api::ListParams::default();
     let sets = kube::Api::<CanaryStatefulSet>::all(client.clone())
         .list(&list)
@@ -742,9 +736,7 @@ async fn diff(dir: &Path, allow_empty: bool, args: &SpecArgs, sync: &SyncArgs) -
     for e in &set.errors {
         eprintln!("{e}");
     }
-    let client = crate::kube_client::infer()
-        .await
-        .map_err(|e| Error::KubeConfig(Box::new(e)))?;
+    let (_, client) = crate::kube_client::connect().await?;
     let load = args.load_options();
     let syncer = Syncer::new(
         client,

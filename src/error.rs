@@ -15,6 +15,10 @@ pub enum Error {
     #[error("cannot connect to Kubernetes: {0}")]
     KubeConfig(#[source] Box<dyn std::error::Error + Send + Sync>),
 
+    /// The API server is unreachable, or refuses linnet's credentials or permissions.
+    #[error("{0}")]
+    Cluster(String),
+
     #[error("Kubernetes API request failed: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
 
@@ -41,6 +45,7 @@ impl Error {
         match self {
             Error::NotBuiltYet { .. } => "not_built_yet",
             Error::KubeConfig(_) => "kubeconfig",
+            Error::Cluster(_) => "cluster",
             Error::Kube(_) => "kube_api",
             Error::Io { .. } => "io",
             Error::Serialize(_) => "serialize",
@@ -60,6 +65,10 @@ pub fn kube_message(e: &kube::Error) -> String {
     )
 }
 
+/// After a 401: the credentials, not the permissions, are wrong.
+const UNAUTHORIZED_HINT: &str = "; the API server does not accept these credentials: check the \
+     kubeconfig's user (in a cluster, the ServiceAccount's token)";
+
 /// [`kube_message`] with `forbidden_hint` after a 403: which identity lacks the permission and
 /// where to grant it.
 pub fn kube_message_hinted(e: &kube::Error, forbidden_hint: &str) -> String {
@@ -70,13 +79,20 @@ pub fn kube_message_hinted(e: &kube::Error, forbidden_hint: &str) -> String {
             } else {
                 s.message.as_str()
             };
-            let hint = if s.code == 403 { forbidden_hint } else { "" };
+            let hint = match s.code {
+                401 => UNAUTHORIZED_HINT,
+                403 => forbidden_hint,
+                _ => "",
+            };
+            // A body that is not a Status (a proxy's page) leaves kube's parse error as reason.
             match s.reason.as_str() {
-                "" => format!("{message} (HTTP {}){hint}", s.code),
+                "" | "Failed to parse error data" => format!("{message} (HTTP {}){hint}", s.code),
                 reason => format!("{message} ({reason}, HTTP {}){hint}", s.code),
             }
         }
-        other => other.to_string(),
+        // kube's own text stops at the outermost error ("client error (Connect)"): the causes
+        // (refused, DNS, certificate) are further down the chain.
+        other => crate::net::error_chain(other),
     }
 }
 
@@ -100,6 +116,24 @@ mod tests {
             "Kubernetes API request failed: StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden (Invalid, HTTP 422)"
         );
         assert!(!text.contains("Status {"));
+    }
+
+    #[test]
+    fn a_refused_login_says_the_credentials_are_wrong() {
+        let status = kube::core::Status::failure("Unauthorized", "Unauthorized").with_code(401);
+        let text = kube_message(&kube::Error::Api(Box::new(status)));
+        assert!(text.starts_with("Unauthorized (Unauthorized, HTTP 401); the API server does not accept these credentials"), "{text}");
+    }
+
+    #[test]
+    fn a_connection_error_names_its_cause() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = kube::Error::Service(Box::new(io));
+        assert!(
+            kube_message(&e).contains("Connection refused"),
+            "{}",
+            kube_message(&e)
+        );
     }
 
     #[test]

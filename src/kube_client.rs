@@ -22,10 +22,42 @@ use tower::retry::RetryLayer;
 const PING_EVERY: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long the first request may take before linnet says the API server is unreachable.
+const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// A client from the kubeconfig or the in-cluster environment, as `kubectl` finds them.
 pub async fn infer() -> Result<Client, kube::Error> {
     let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
     from_config(config)
+}
+
+/// The kubeconfig (or in-cluster) settings and a client that has been answered once: a
+/// command that cannot reach the API server, or is refused, says so once, in words, instead
+/// of failing every request after it.
+pub async fn connect() -> Result<(Config, Client), crate::Error> {
+    let config = Config::infer()
+        .await
+        .map_err(|e| crate::Error::KubeConfig(Box::new(kube::Error::InferConfig(e))))?;
+    let client = from_config(config.clone()).map_err(|e| crate::Error::KubeConfig(Box::new(e)))?;
+    check(&client, &config.cluster_url.to_string()).await?;
+    Ok((config, client))
+}
+
+/// Asks the API server for its version, which any authenticated identity may read.
+pub async fn check(client: &Client, url: &str) -> Result<(), crate::Error> {
+    let failed = |why: String| {
+        crate::Error::Cluster(format!(
+            "cannot use the Kubernetes API server at {url}: {why}"
+        ))
+    };
+    match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(failed(crate::error::kube_message(&e))),
+        Err(_) => Err(failed(format!(
+            "no answer within {}s",
+            FIRST_REQUEST_TIMEOUT.as_secs()
+        ))),
+    }
 }
 
 /// A client for `config`. Settings this client does not handle itself (an HTTP proxy, a TLS

@@ -50,7 +50,6 @@ async fn kubectl_apply_k_deploy_installs_everything() {
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
-        "Secret",
         "Deployment",
         "Service",
         "NetworkPolicy",
@@ -68,10 +67,9 @@ async fn kubectl_apply_k_deploy_installs_everything() {
     let policy = of_kind("NetworkPolicy").next().unwrap();
     assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "http");
     assert!(policy["spec"]["ingress"][0].get("from").is_none());
-    for secret in of_kind("Secret").filter(|s| s["metadata"]["name"] == "linnet-webhook") {
-        let value = secret["stringData"]["secret"].as_str().unwrap();
-        assert!(linnet::source::hooks::secret_problem(value.as_bytes()).is_some());
-    }
+    // Issue 24: nothing the user sets is in deploy/, so applying it again resets nothing.
+    assert!(of_kind("Secret").next().is_none());
+    assert!(of_kind("ConfigMap").next().is_none());
     // Namespace first, as kubectl orders them.
     let mut ordered = docs.clone();
     ordered.sort_by_key(|d| d["kind"] != "Namespace" && d["kind"] != "CustomResourceDefinition");
@@ -159,5 +157,212 @@ async fn kubectl_apply_k_deploy_installs_everything() {
             subject.namespace.as_deref()
         ),
         ("ServiceAccount", "linnet", Some("linnet-system"))
+    );
+}
+
+/// The commands of docs/getting-started.md between its install-steps markers.
+fn install_steps() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/getting-started.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let block = text
+        .split_once("<!-- install-steps:begin -->")
+        .and_then(|(_, rest)| rest.split_once("<!-- install-steps:end -->"))
+        .map(|(block, _)| block)
+        .expect("docs/getting-started.md marks its install steps");
+    let block = block.trim();
+    block
+        .strip_prefix("```sh")
+        .and_then(|b| b.strip_suffix("```"))
+        .expect("the install steps are one sh block")
+        .to_string()
+}
+
+/// Runs `linnet agent` as the kubelet would run deploy/'s Deployment: its args, its env (with
+/// `envFrom` and the downward API), its Secret volumes as files, as its ServiceAccount.
+async fn run_as_deployed(client: &kube::Client, dir: &Path) -> std::process::Child {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let d = Api::<Deployment>::namespaced(client.clone(), "linnet-system")
+        .get("linnet")
+        .await
+        .unwrap();
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    let c = &pod.containers[0];
+    let mut env: Vec<(String, String)> = Vec::new();
+    for from in c.env_from.iter().flatten() {
+        let name = &from.config_map_ref.as_ref().unwrap().name;
+        let cm = Api::<ConfigMap>::namespaced(client.clone(), "linnet-system")
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("ConfigMap {name} the Deployment reads: {e}"));
+        env.extend(cm.data.unwrap_or_default());
+    }
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, Some(from)) => match from.field_ref.as_ref().unwrap().field_path.as_str() {
+                "metadata.name" => "linnet-install-test".into(),
+                "metadata.namespace" => "linnet-system".into(),
+                other => panic!("a field the test does not know: {other}"),
+            },
+            (None, None) => String::new(),
+        };
+        env.push((e.name.clone(), value));
+    }
+    // Volumes: Secrets as files, emptyDirs as directories, at a path under `dir`.
+    let mut mounts: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let local = dir.join(m.mount_path.trim_start_matches('/'));
+        std::fs::create_dir_all(&local).unwrap();
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == m.name)
+            .unwrap();
+        if let Some(secret) = &volume.secret {
+            let name = secret.secret_name.as_deref().unwrap();
+            let s = Api::<Secret>::namespaced(client.clone(), "linnet-system")
+                .get(name)
+                .await
+                .unwrap_or_else(|e| panic!("Secret {name} the Deployment mounts: {e}"));
+            for (key, value) in s.data.unwrap_or_default() {
+                std::fs::write(local.join(key), value.0).unwrap();
+            }
+        }
+        mounts.push((m.mount_path.clone(), local));
+    }
+    let kubeconfig = support::service_account_kubeconfig(
+        client,
+        "linnet-system",
+        pod.service_account_name.as_deref().unwrap(),
+        dir,
+    )
+    .await;
+    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_linnet"));
+    cmd.args(c.args.iter().flatten())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", &kubeconfig)
+        .stderr(log)
+        .stdout(std::process::Stdio::null());
+    for (name, mut value) in env {
+        for (path, local) in &mounts {
+            if let Some(rest) = value.strip_prefix(path.as_str()) {
+                value = format!("{}{rest}", local.display());
+            }
+        }
+        // The pod's ports are its own; here they would collide with other tests'.
+        if name.ends_with("LISTEN") {
+            value = format!("127.0.0.1:{}", support::agent::free_port());
+        }
+        cmd.env(name, value);
+    }
+    cmd.env(
+        "LINNET_ADMIN_LISTEN",
+        format!("127.0.0.1:{}", support::agent::free_port()),
+    );
+    cmd.spawn().unwrap()
+}
+
+/// Issue 24: the example repository did not sync with the shipped install (namespace `demo`
+/// undeclared, four raw Status dumps). This follows docs/getting-started.md word for word: a
+/// copy of examples/gitops-repo served over HTTP with a token, the page's commands run by
+/// bash with a real kubectl, then the Deployment's agent as the kubelet would start it. The
+/// example's two rollouts must become Ready.
+#[tokio::test]
+async fn the_readme_install_syncs_the_example() {
+    use linnet::api::{CanaryDeployment, CanaryStatefulSet};
+    const TOKEN: &str = "install-test-git-token";
+    let client = admin_client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("git");
+    std::fs::create_dir_all(&root).unwrap();
+    let (_bare, work) = support::bare_remote_and_clone(&root);
+    let example = support::example_repo_in("demo");
+    support::copy_dir(example.path(), &work);
+    support::git(&work, &["add", "-A"]);
+    support::git(&work, &["commit", "-qm", "the example repository"]);
+    support::git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let base = support::git_http::serve(root.clone(), Some(("git", TOKEN)));
+    let repo_url = format!("{base}/remote.git");
+
+    let steps = install_steps()
+        .replace("https://github.com/YOU/gitops.git", &repo_url)
+        .replace("YOUR-GIT-TOKEN", TOKEN);
+    let tools = support::tools_bin();
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &steps])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("PATH", path)
+        .env("KUBECONFIG", support::admin_kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the install steps failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut agent = run_as_deployed(&client, dir.path()).await;
+    let log = dir.path().join("agent.log");
+    let ready = |conditions: &[linnet::api::Condition]| {
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    };
+    let sets: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), "demo");
+    let deploys: Api<CanaryDeployment> = Api::namespaced(client.clone(), "demo");
+    let synced = async {
+        loop {
+            let redis = sets.get_opt("redis").await.unwrap();
+            let web = deploys.get_opt("web").await.unwrap();
+            if redis
+                .and_then(|r| r.status)
+                .is_some_and(|s| ready(&s.conditions))
+                && web
+                    .and_then(|w| w.status)
+                    .is_some_and(|s| ready(&s.conditions))
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    };
+    let done = tokio::time::timeout(std::time::Duration::from_secs(120), synced).await;
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    // No debug dumps in what the agent said.
+    assert!(!log_text.contains("Status {"), "{log_text}");
+    // Leave the cluster as it was: rollouts released (no agent runs now), namespace gone.
+    for name in ["redis"] {
+        let _ = sets
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
+    let _ = deploys
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .delete("demo", &Default::default())
+        .await;
+    assert!(
+        done.is_ok(),
+        "the example did not become Ready within 120 s; agent log:\n{log_text}"
     );
 }

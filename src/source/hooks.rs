@@ -84,7 +84,7 @@ pub fn secret_problem(secret: &[u8]) -> Option<String> {
         return Some("is empty".into());
     }
     if text.contains("replace-with") || text.contains("changeme") || text.contains("change-me") {
-        return Some("is the placeholder from deploy/secrets.yaml or the docs".into());
+        return Some("is a placeholder from the docs or the Helm chart's example values".into());
     }
     if secret.len() < MIN_SECRET_BYTES {
         return Some(format!(

@@ -263,12 +263,22 @@ impl Syncer {
         }
         let (group, version) = split_api_version(api_version);
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let found = pinned_kind(&self.client, &gvk).await.map_err(|e| {
-            format!(
-                "the cluster does not serve {kind} in {api_version} ({}); is its CRD installed?",
-                kube_message(&e)
-            )
-        })?;
+        let found = pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|e| match &e {
+                kube::Error::Api(s) if s.code == 404 && group == crate::api::GROUP => format!(
+                    "the cluster does not serve {kind} in {api_version}: install linnet's CRDs \
+                 (kubectl apply -f deploy/crds/crds.yaml)"
+                ),
+                kube::Error::Api(s) if s.code == 404 => format!(
+                    "the cluster does not serve {kind} in {api_version}: install the CRD or API \
+                 that provides it, or fix apiVersion"
+                ),
+                _ => format!(
+                    "cannot look up {kind} in {api_version}: {}",
+                    kube_message(&e)
+                ),
+            })?;
         self.discovery.lock().await.insert(cache_key, found.clone());
         Ok(found)
     }

@@ -516,6 +516,11 @@ pub fn example_repo_in(ns: &str) -> tempfile::TempDir {
     dst
 }
 
+/// Copies the files under `src` into `dst`, as they are.
+pub fn copy_dir(src: &std::path::Path, dst: &std::path::Path) {
+    copy_tree(src, dst, "demo");
+}
+
 fn copy_tree(src: &std::path::Path, dst: &std::path::Path, ns: &str) {
     std::fs::create_dir_all(dst).unwrap();
     for entry in std::fs::read_dir(src).unwrap() {
@@ -597,4 +602,51 @@ pub fn show_on(dir: &std::path::Path, branch: &str, path: &str) -> Option<String
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// The directory of the test tools (helm, kubectl, kstatus) that `tests/tools/build.sh`
+/// builds once per machine from their pinned Go modules (a warm cache builds nothing).
+pub fn tools_bin() -> PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(root.join("tests/tools/build.sh"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("tests/tools/build.sh runs (it needs Go)");
+    assert!(out.status.success(), "tests/tools/build.sh failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    PathBuf::from(text.lines().last().unwrap_or_default())
+}
+
+/// A kubeconfig in `dir` that acts as ServiceAccount `namespace/name`, with a token from the
+/// TokenRequest API, as a pod running as that account would have.
+pub async fn service_account_kubeconfig(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    dir: &std::path::Path,
+) -> PathBuf {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("a token for ServiceAccount {namespace}/{name}: {e}"))
+        .status
+        .and_then(|s| s.token)
+        .expect("a token");
+    let text = std::fs::read_to_string(admin_kubeconfig()).expect("admin kubeconfig");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("token:"))
+        .expect("a token in the admin kubeconfig");
+    let path = dir.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, text.replace(line, &format!("    token: {token}"))).unwrap();
+    path
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test tools from the Go modules pinned in go.mod into a cache directory outside
-# the checkout: helm (the chart test renders deploy/helm/linnet with it) and kstatus (the
+# the checkout: helm (the chart test renders deploy/helm/linnet with it), kubectl (the install
+# test runs the README's commands with it) and kstatus (the
 # conditions test asks it how Flux reads each phase). Prints the bin directory on its last
 # line. A warm cache builds nothing.
 set -euo pipefail
@@ -18,7 +19,7 @@ cd "$here"
 rm -rf "$TOOLS_BIN.partial"
 mkdir -p "$TOOLS_BIN.partial"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
-for t in "helm helm.sh/helm/v4/cmd/helm" "kstatus ./cmd/kstatus"; do
+for t in "helm helm.sh/helm/v4/cmd/helm" "kstatus ./cmd/kstatus" "kubectl ./cmd/kubectl"; do
   name=${t%% *}; pkg=${t#* }
   echo "building $name ($pkg) ... (a cold build takes a few minutes; go is compiling, not hung)" >&2
   start=$(date +%s)

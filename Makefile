@@ -41,9 +41,11 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## crds: regenerate deploy/crds/ from the Rust types (a test fails when they differ).
+## crds: regenerate deploy/crds/ (and the Helm chart's copy) from the Rust types (a test fails
+## when they differ).
 crds:
 	$(CARGO) run --quiet -- crds > deploy/crds/crds.yaml
+	cp deploy/crds/crds.yaml deploy/helm/linnet/crds/crds.yaml
 
 ## demo: the main job on the local control plane: a Git repository with a push webhook, the
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if

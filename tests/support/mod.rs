@@ -607,6 +607,11 @@ pub fn show_on(dir: &std::path::Path, branch: &str, path: &str) -> Option<String
 /// The directory of the test tools (helm, kubectl, kstatus) that `tests/tools/build.sh`
 /// builds once per machine from their pinned Go modules (a warm cache builds nothing).
 pub fn tools_bin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(build_tools).clone()
+}
+
+fn build_tools() -> PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = std::process::Command::new(root.join("tests/tools/build.sh"))
         .stderr(std::process::Stdio::inherit())

@@ -91,6 +91,10 @@ struct Demo {
     bare: PathBuf,
     agent: Child,
     started: Instant,
+    /// The linnet binary, for `linnet get -w`.
+    bin: String,
+    /// A scratch directory for `linnet get -w`'s output.
+    scratch: PathBuf,
 }
 
 impl Drop for Demo {
@@ -101,6 +105,42 @@ impl Drop for Demo {
 }
 
 impl Demo {
+    /// Starts `linnet get -w NAME -n demo`, its frames going to a file (not a terminal, so
+    /// each drawing follows the last after a line of dashes).
+    fn watch(&self, name: &str) -> Step<(Child, PathBuf)> {
+        let out = self.scratch.join(format!("get-{name}.txt"));
+        let file = std::fs::File::create(&out).map_err(|e| e.to_string())?;
+        let child = Command::new(&self.bin)
+            .args(["get", "-w", name, "-n", NS])
+            .stdout(file)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start linnet get -w: {e}"))?;
+        Ok((child, out))
+    }
+
+    /// Stops a `linnet get -w` and prints how often it drew and its last drawing.
+    fn show_watch(&self, name: &str, (mut child, out): (Child, PathBuf)) -> Step<()> {
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
+        let frames: Vec<&str> = text
+            .split(&"-".repeat(78))
+            .filter(|f| !f.trim().is_empty())
+            .collect();
+        let Some(last) = frames.last() else {
+            return Err(format!("linnet get -w {name} drew nothing"));
+        };
+        println!(
+            "    $ linnet get -w {name} -n {NS}    (drew {} times as the rollout moved; the last:)",
+            frames.len()
+        );
+        for line in last.trim_matches('\n').lines() {
+            println!("    {line}");
+        }
+        Ok(())
+    }
+
     fn edit(&self, file: &str, from: &str, to: &str) -> Step<()> {
         let path = self.work.join(file);
         let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
@@ -527,6 +567,8 @@ async fn run() -> Step<()> {
         bare: bare.clone(),
         agent,
         started: Instant::now(),
+        bin: bin.clone(),
+        scratch: tmp.path().to_path_buf(),
     };
     let result = story(&demo).await;
     if result.is_err() {
@@ -582,6 +624,7 @@ async fn story(d: &Demo) -> Step<()> {
         "  image: redis:7.2",
         "  image: redis:7.4",
     )?;
+    let watching = d.watch("redis")?;
     let pushed = Instant::now();
     d.push("redis 7.4")?;
     wait("the canary to start", 30, || async {
@@ -601,7 +644,7 @@ async fn story(d: &Demo) -> Step<()> {
     })
     .await?;
     d.show().await;
-    d.show_sets().await;
+    d.show_watch("redis", watching)?;
     let during = d.show_volumes().await;
     let same = |a: &BTreeMap<String, (String, String, String)>,
                 b: &BTreeMap<String, (String, String, String)>| {

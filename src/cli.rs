@@ -405,6 +405,44 @@ pub enum Command {
         )]
         agent_url: String,
     },
+    /// Show one rollout as a tree: its sets or Deployments, their pods with image, readiness
+    /// and volume, its step or batch, conditions and last events.
+    ///
+    /// With -w, draw it again whenever any of it changes (the cluster's watches, not
+    /// polling), until stopped. Uses the current kubeconfig context.
+    Get {
+        /// The CanaryStatefulSet or CanaryDeployment.
+        name: String,
+        /// Its namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Keep watching, and draw again on every change.
+        #[arg(short, long)]
+        watch: bool,
+    },
+    /// Emergency: promote the running canary of a CanaryStatefulSet now.
+    ///
+    /// Sets the annotation rollouts.linnet.dev/promote to the canary's image. Git stays the
+    /// source of truth: the usual way is to merge a pull request that adds the annotation.
+    /// A CanaryDeployment is promoted by raising spec.currentBatch in Git.
+    Promote {
+        /// The CanaryStatefulSet.
+        name: String,
+        /// Its namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+    },
+    /// Emergency: abort the running canary or batches and roll back to the stable image.
+    ///
+    /// Sets the annotation rollouts.linnet.dev/abort to the canary's image. The rollout stays
+    /// rolled back until Git changes the image; put the old image back in Git to match.
+    Abort {
+        /// The CanaryStatefulSet or CanaryDeployment.
+        name: String,
+        /// Its namespace (default: the kubeconfig context's).
+        #[arg(short, long)]
+        namespace: Option<String>,
+    },
     /// Print the CustomResourceDefinitions for `kubectl apply -f -`.
     Crds,
 }
@@ -449,6 +487,17 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             specs,
         } => validate(&dir, output, allow_empty, &specs),
         Command::Status { agent_url } => runtime()?.block_on(status(&agent_url)),
+        Command::Get {
+            name,
+            namespace,
+            watch,
+        } => runtime()?.block_on(get(&name, namespace, watch)),
+        Command::Promote { name, namespace } => {
+            runtime()?.block_on(pull(&name, namespace, crate::inspect::Lever::Promote))
+        }
+        Command::Abort { name, namespace } => {
+            runtime()?.block_on(pull(&name, namespace, crate::inspect::Lever::Abort))
+        }
         Command::Crds => {
             let yaml = crate::api::crds_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
             say_raw!("{yaml}");
@@ -603,6 +652,40 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
     };
     let (kube_config, client) = crate::kube_client::connect().await?;
     crate::agent::run(config, client, kube_config).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn get(name: &str, namespace: Option<String>, watch: bool) -> Result<ExitCode> {
+    let (_, client) = crate::kube_client::connect().await?;
+    let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    if !watch {
+        let tree = crate::inspect::snapshot(&client, &ns, name).await?;
+        say_raw!("{}", tree.render(jiff::Timestamp::now()));
+        return Ok(ExitCode::SUCCESS);
+    }
+    use std::io::IsTerminal as _;
+    let terminal = std::io::stdout().is_terminal();
+    crate::inspect::watch(&client, &ns, name, |text| {
+        if terminal {
+            // Clear the screen and draw from the top, as `watch` does.
+            say_raw!("\x1b[H\x1b[2J{text}");
+        } else {
+            say_raw!("{}\n{text}", "-".repeat(78));
+        }
+    })
+    .await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn pull(
+    name: &str,
+    namespace: Option<String>,
+    lever: crate::inspect::Lever,
+) -> Result<ExitCode> {
+    let (_, client) = crate::kube_client::connect().await?;
+    let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    let done = crate::inspect::pull(&client, &ns, name, lever).await?;
+    say!("{done}");
     Ok(ExitCode::SUCCESS)
 }
 

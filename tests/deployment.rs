@@ -276,6 +276,59 @@ async fn rolling_corrects_drift_made_by_hand() {
     .await;
 }
 
+/// Issue 24: CanaryDeployment had no abort annotation; `linnet abort` sets it (to the image
+/// being rolled out), the batches roll back, and `linnet get` shows both Deployments.
+#[tokio::test]
+async fn linnet_abort_rolls_a_paused_rollout_back() {
+    let mut f = start("cd-abort", json!({})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_phase(&f, DeploymentPhase::Paused, 90).await;
+    let ns = f.ns.name.clone();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
+            .args(args)
+            .env("KUBECONFIG", support::admin_kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let get = cli(&["get", "web", "-n", &ns]);
+    let tree = String::from_utf8_lossy(&get.stdout);
+    assert!(
+        tree.contains("Phase:       Paused") && tree.contains("Batch:       1/2"),
+        "{tree}"
+    );
+    assert!(tree.matches("nginx:1.2").count() >= 2, "{tree}");
+    let promote = cli(&["promote", "web", "-n", &ns]);
+    assert_eq!(promote.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&promote.stderr).contains("currentBatch"));
+    let abort = cli(&["abort", "web", "-n", &ns]);
+    assert!(
+        abort.status.success(),
+        "{}",
+        String::from_utf8_lossy(&abort.stderr)
+    );
+    let done = wait_phase(&f, DeploymentPhase::RolledBack, 90).await;
+    let status = done.status.unwrap();
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True"),
+        "{:?}",
+        status.conditions
+    );
+    support::eventually(
+        "the new Deployment to go",
+        std::time::Duration::from_secs(30),
+        || async {
+            (replicas_by_image(&f).await == BTreeMap::from([("nginx:1.27".into(), 4)]))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn rollback_from_the_middle_of_batches() {
     let mut f = start("cd-rb", json!({})).await;

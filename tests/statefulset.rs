@@ -272,6 +272,81 @@ async fn abort_by_annotation_rolls_back() {
     f.assert_volumes(&before).await;
 }
 
+/// `linnet` run as a person would, with the cluster admin's kubeconfig.
+fn linnet_cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(args)
+        .env("KUBECONFIG", support::admin_kubeconfig())
+        .output()
+        .unwrap()
+}
+
+/// Issue 24: `linnet get` draws the rollout's tree, and `linnet abort` (the documented
+/// annotation, set to the canary's image) rolls a canary back.
+#[tokio::test]
+async fn linnet_get_shows_the_canary_and_linnet_abort_rolls_it_back() {
+    let mut f = start("sts-cli", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    let ns = f.ns.name.clone();
+    let get = linnet_cli(&["get", "redis", "-n", &ns]);
+    let tree = String::from_utf8_lossy(&get.stdout);
+    assert!(
+        get.status.success(),
+        "{tree}{}",
+        String::from_utf8_lossy(&get.stderr)
+    );
+    for want in [
+        "Phase:       CanaryActive",
+        "Conditions:  Ready=False Reconciling=True Stalled=False",
+        "redis-canary-2",
+        "redis-stable-0",
+        "CanaryStarted",
+    ] {
+        assert!(tree.contains(want), "no {want:?} in\n{tree}");
+    }
+    let canary = tree.lines().find(|l| l.contains("redis-canary-2")).unwrap();
+    assert!(
+        canary.contains("redis:7.4") && canary.contains("pv-"),
+        "{canary}"
+    );
+
+    let abort = linnet_cli(&["abort", "redis", "-n", &ns]);
+    let said = String::from_utf8_lossy(&abort.stdout);
+    assert!(
+        abort.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&abort.stderr)
+    );
+    assert!(
+        said.contains("rollouts.linnet.dev/abort=redis:7.4")
+            && said.contains("Git stays the source of truth"),
+        "{said}"
+    );
+    let done = f.wait_phase(StatefulSetPhase::RolledBack, 120).await;
+    assert_eq!(image_of(&done).0.as_deref(), Some("redis:7.2"));
+    let stalled = done.status.unwrap().conditions;
+    assert!(
+        stalled
+            .iter()
+            .any(|c| c.type_ == "Stalled" && c.status == "True"),
+        "{stalled:?}"
+    );
+    f.assert_volumes(&before).await;
+    // Nothing under way any more: promote says so, with exit 2.
+    let promote = linnet_cli(&["promote", "redis", "-n", &ns]);
+    assert_eq!(promote.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&promote.stderr).contains("no rollout under way"));
+    let missing = linnet_cli(&["get", "nothing-here", "-n", &ns]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("no CanaryStatefulSet or CanaryDeployment nothing-here")
+    );
+}
+
 #[tokio::test]
 async fn a_broken_canary_rolls_back_by_itself_at_the_deadline() {
     let mut f = start("sts-broken", json!({"progressDeadlineSeconds": 8})).await;

@@ -206,6 +206,10 @@ pub struct CanaryDeploymentStatus {
     /// The stable image before the last completed rollout: what a `Rollback` returns to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_image: Option<String>,
+    /// The abort annotation's value when the current rollout started. A `"true"` that was
+    /// already there does not abort the new rollout (it was meant for an earlier one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_at_start: Option<String>,
     /// The Git commit that last set this spec (from the sync's revision annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_revision: Option<String>,

@@ -16,7 +16,8 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::{Context, Doing, ReconcileError, StatusWrite, show_action_failure, write_status};
 use crate::api::{
-    CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
+    ABORT_ANNOTATION, CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
+    SOURCE_PATH_ANNOTATION,
 };
 use crate::plan::deployment::{DeployAction, DeployRollout, DeploymentView, plan};
 use crate::plan::objects::RolloutRef;
@@ -117,6 +118,7 @@ async fn reconcile_inner(
         spec: &rollout.spec,
         source_revision: rollout.annotations().get(REVISION_ANNOTATION).cloned(),
         source_path: rollout.annotations().get(SOURCE_PATH_ANNOTATION).cloned(),
+        abort: rollout.annotations().get(ABORT_ANNOTATION).cloned(),
         status: rollout.status.clone().unwrap_or_default(),
     };
     let now = jiff::Timestamp::now();

@@ -105,6 +105,9 @@ pub struct DeployRollout<'a> {
     pub source_revision: Option<String>,
     /// The `rollouts.linnet.dev/source-path` annotation: the rollout's file in Git.
     pub source_path: Option<String>,
+    /// The `rollouts.linnet.dev/abort` annotation: `"true"` (set after the rollout started)
+    /// or the image being rolled out ends the rollout and rolls it back.
+    pub abort: Option<String>,
     pub status: CanaryDeploymentStatus,
 }
 
@@ -509,6 +512,7 @@ impl<'a> Planner<'a> {
         let stable = self.stable_image();
         self.st.canary_image = Some(image.clone());
         self.st.rollback = None;
+        self.st.abort_at_start = self.r.abort.clone();
         if self.batched() {
             self.st.current_batch = Some(1);
             let t = batch::target(self.total(), self.batches(), 1);
@@ -568,7 +572,17 @@ impl<'a> Planner<'a> {
         let canary = self.canary_image();
         let stable = self.stable_image();
         let image = self.spec().image.clone();
-        let (reason, message) = if self.spec().strategy.type_ == Strategy::Rollback {
+        let aborted = match self.r.abort.as_deref() {
+            Some(v) if v == canary => true,
+            Some("true") => self.st.abort_at_start.as_deref() != Some("true"),
+            _ => false,
+        };
+        let (reason, message) = if aborted && canary != stable {
+            (
+                "Aborted",
+                format!("the abort annotation is set; rolling {canary} back to {stable}"),
+            )
+        } else if self.spec().strategy.type_ == Strategy::Rollback {
             (
                 "RollbackStarted",
                 format!("strategy set to Rollback; rolling {canary} back to {stable}"),

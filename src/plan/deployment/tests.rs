@@ -41,6 +41,8 @@ struct Sim {
     max_asked: BTreeMap<String, i32>,
     /// Every status written, with the strategy it was planned for.
     written: Vec<(Strategy, CanaryDeploymentStatus)>,
+    /// The abort annotation.
+    abort: Option<String>,
 }
 
 impl Sim {
@@ -55,6 +57,7 @@ impl Sim {
             batch_history: Vec::new(),
             max_asked: BTreeMap::new(),
             written: Vec::new(),
+            abort: None,
         }
     }
 
@@ -70,6 +73,7 @@ impl Sim {
             spec: &self.spec,
             source_revision: None,
             source_path: Some("web.yaml".into()),
+            abort: self.abort.clone(),
             status: self.status.clone(),
         }
     }
@@ -594,4 +598,39 @@ fn flux_kstatus_reads_every_phase_as_meant() {
         .map(|((what, _, want), got)| format!("{what}: kstatus says {got}, want {want}"))
         .collect();
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn the_abort_annotation_rolls_a_paused_rollout_back_until_git_changes_the_image() {
+    // Issue 24: CanaryDeployment had no abort annotation.
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    // An annotation left from before the rollout started does not abort it.
+    s.abort = Some("true".into());
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.reconcile();
+    assert_eq!(s.phase(), Some(Phase::Paused));
+    // Naming the image being rolled out aborts it (as `linnet abort` does).
+    s.abort = Some("web:2".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert!(s.events.contains(&"Aborted"), "{:?}", s.events);
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    // It stays rolled back (Stalled: Git still asks for web:2) until Git changes the image.
+    for _ in 0..3 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::RolledBack));
+    assert_eq!(
+        crate::plan::machine::standing_of(&s.status.conditions),
+        crate::plan::machine::Standing::Stuck
+    );
+    s.abort = None;
+    s.spec.image = "web:3".into();
+    s.run_until("Paused on web:3", |s| s.phase() == Some(Phase::Paused));
+    // "true" set after the rollout started aborts it.
+    s.abort = Some("true".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
 }

@@ -323,6 +323,10 @@ pub async fn run(
         controllers.clone(),
         shutdown_signal(),
     ));
+    tokio::spawn(crate::controller::unmanaged::run(
+        controllers.clone(),
+        shutdown_signal(),
+    ));
     if let Some(commit_status) = &config.commit_status {
         tokio::spawn(crate::writeback::post_commit_statuses(
             client.clone(),

@@ -347,6 +347,53 @@ async fn linnet_get_shows_the_canary_and_linnet_abort_rolls_it_back() {
     );
 }
 
+/// Issue 24: a rollout made with `kubectl apply` (no source label) got no status and no event;
+/// now the agent puts a NotManaged warning on it that says why and what would manage it.
+#[tokio::test]
+async fn a_rollout_no_source_manages_gets_an_event_saying_so() {
+    let f = start("sts-stray", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let mut stray = f.spec.clone();
+    stray["metadata"]["name"] = json!("stray");
+    stray["metadata"]["namespace"] = json!(f.ns.name);
+    let stray: CanaryStatefulSet = serde_json::from_value(stray).unwrap();
+    Api::<CanaryStatefulSet>::namespaced(f.admin.clone(), &f.ns.name)
+        .create(&Default::default(), &stray)
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(f.admin.clone(), &f.ns.name);
+    let note = support::eventually(
+        "a NotManaged event on stray",
+        Duration::from_secs(30),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("NotManaged")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("stray")
+                })
+                .and_then(|e| e.note)
+        },
+    )
+    .await;
+    assert!(
+        note.contains("no rollouts.linnet.dev/source label"),
+        "{note}"
+    );
+    // Nothing acted on it.
+    let stray = Api::<CanaryStatefulSet>::namespaced(f.admin.clone(), &f.ns.name)
+        .get("stray")
+        .await
+        .unwrap();
+    assert!(stray.status.is_none());
+    assert!(stray.metadata.finalizers.is_none());
+}
+
 #[tokio::test]
 async fn a_broken_canary_rolls_back_by_itself_at_the_deadline() {
     let mut f = start("sts-broken", json!({"progressDeadlineSeconds": 8})).await;

@@ -22,6 +22,7 @@ pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 pub mod context;
 pub mod deployment;
 pub mod statefulset;
+pub mod unmanaged;
 
 pub use context::Context;
 

@@ -80,6 +80,8 @@ pub struct AgentConfig {
     pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
     /// Reconciles in flight at once per controller; 0 means no limit.
     pub max_concurrent_reconciles: u16,
+    /// Where the agent keeps its LinnetSource: its own namespace.
+    pub state_namespace: String,
 }
 
 /// The Lease that decides which replica acts.
@@ -205,6 +207,8 @@ struct Shared {
     client: kube::Client,
     metrics: Arc<Metrics>,
     status: RwLock<SourceStatus>,
+    /// Told after every change of `status`, for the LinnetSource object.
+    status_changed: tokio::sync::watch::Sender<()>,
     ready: AtomicBool,
 }
 
@@ -223,6 +227,7 @@ pub async fn run(
             source: config.source_name.clone(),
             ..SourceStatus::default()
         }),
+        status_changed: tokio::sync::watch::Sender::new(()),
         ready: AtomicBool::new(false),
         config,
     });
@@ -327,6 +332,29 @@ pub async fn run(
         controllers.clone(),
         shutdown_signal(),
     ));
+    {
+        let (url, branch) = match &config.source {
+            SourceConfig::Remote { remote, .. } => (
+                crate::text::redact_credentials(&remote.url),
+                remote.branch.clone(),
+            ),
+            SourceConfig::Local { dir } => (dir.display().to_string(), String::new()),
+        };
+        let spec = crate::api::LinnetSourceSpec {
+            url,
+            branch,
+            path: config.path.clone(),
+        };
+        let reader = shared.clone();
+        tokio::spawn(crate::source::object::publish(
+            client.clone(),
+            config.state_namespace.clone(),
+            config.source_name.clone(),
+            spec,
+            move || reader.status.read().map(|s| s.clone()).unwrap_or_default(),
+            shared.status_changed.subscribe(),
+        ));
+    }
     if let Some(commit_status) = &config.commit_status {
         tokio::spawn(crate::writeback::post_commit_statuses(
             client.clone(),
@@ -442,6 +470,7 @@ pub async fn run(
                 if let Ok(mut s) = shared.status.write() {
                     s.last_error = None;
                 }
+                shared.status_changed.send_replace(());
             }
             Err(message) => {
                 // Git's own messages may quote the URL, with whatever credentials it holds.
@@ -463,6 +492,7 @@ pub async fn run(
                 if let Ok(mut s) = shared.status.write() {
                     s.last_error = Some(message);
                 }
+                shared.status_changed.send_replace(());
             }
         }
         tracing::debug!(took = ?started.elapsed(), "source step done");
@@ -808,6 +838,7 @@ async fn sync(
             s.last_error = None;
         }
     }
+    shared.status_changed.send_replace(());
     shared.metrics.synced_revision.clear();
     shared
         .metrics

@@ -635,6 +635,11 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             _ => None,
         },
         max_concurrent_reconciles: args.max_concurrent_reconciles,
+        state_namespace: args
+            .specs
+            .agent_namespace
+            .clone()
+            .unwrap_or_else(|| args.lease_namespace.clone()),
         leader: args.leader_elect.then(|| crate::agent::LeaderConfig {
             name: args
                 .lease_name

@@ -593,3 +593,79 @@ async fn a_path_without_specs_is_an_error_that_prunes_nothing() {
         "redis was pruned"
     );
 }
+
+/// Issue 24: sync errors never reached Kubernetes; a user with only kubectl could not see why
+/// the source did not sync. The agent keeps a LinnetSource (named after its source, in its
+/// namespace) with the revision, Ready and the first error, written only when they change.
+#[tokio::test]
+async fn the_source_state_is_on_a_linnet_source_object() {
+    use linnet::api::LinnetSource;
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-lsrc").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_bare, work) = seeded_remote(tmp.path(), &ns.name);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!(
+                "--repo-url=file://{}",
+                tmp.path().join("remote.git").display()
+            ),
+            "--path=apps".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    let sources: Api<LinnetSource> = Api::namespaced(admin.clone(), &ns.name);
+    let ready_reason = |s: &LinnetSource| {
+        s.status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    let synced = support::eventually("LinnetSource Ready", Duration::from_secs(30), || async {
+        sources
+            .get_opt(&ns.name)
+            .await
+            .unwrap()
+            .filter(|s| ready_reason(s).is_some_and(|r| r.0 == "True"))
+    })
+    .await;
+    let status = synced.status.clone().unwrap();
+    assert_eq!(status.revision.as_deref(), Some(head.as_str()));
+    assert!(status.objects > 0);
+    assert!(synced.spec.url.starts_with("file://"), "{:?}", synced.spec);
+    assert_eq!(synced.spec.path, "apps");
+
+    // The specs move away: Ready=False with the agent's own error.
+    git(&work, &["mv", "apps", "moved"]);
+    git(&work, &["commit", "-qm", "move the specs away"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    assert_eq!(push_webhook(&agent).await, 202);
+    let failed = support::eventually(
+        "LinnetSource not Ready",
+        Duration::from_secs(30),
+        || async {
+            sources
+                .get_opt(&ns.name)
+                .await
+                .unwrap()
+                .filter(|s| ready_reason(s).is_some_and(|r| r.0 == "False"))
+        },
+    )
+    .await;
+    let (_, reason, message) = ready_reason(&failed).unwrap();
+    assert_eq!(reason, "SyncFailed");
+    assert!(message.contains("no specs found"), "{message}");
+    // The same state again writes nothing.
+    assert_eq!(push_webhook(&agent).await, 202);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = sources.get(&ns.name).await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version, failed.metadata.resource_version,
+        "a look that changed nothing rewrote the LinnetSource"
+    );
+}

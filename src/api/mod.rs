@@ -3,9 +3,11 @@
 //! the CustomResourceDefinitions generated from these types; `deploy/crds/` holds the output.
 
 mod deployment;
+mod source;
 mod statefulset;
 
 pub use deployment::*;
+pub use source::*;
 pub use statefulset::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -75,7 +77,11 @@ pub mod condition {
 
 /// The CustomResourceDefinitions of every linnet kind.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![CanaryStatefulSet::crd(), CanaryDeployment::crd()]
+    vec![
+        CanaryStatefulSet::crd(),
+        CanaryDeployment::crd(),
+        LinnetSource::crd(),
+    ]
 }
 
 /// The CRDs as one multi-document YAML stream, as checked in under `deploy/crds/`.

@@ -1,0 +1,240 @@
+//! The source's state in the cluster: the agent keeps a `LinnetSource` (named after its
+//! source, in its own namespace) up to date with the revision it synced, the errors that
+//! block part of it and when that last changed, so that `kubectl get lsrc` answers "why does
+//! my change not show?" without access to the agent. It is written only when that state
+//! changes, never per poll.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+
+use crate::agent::SourceStatus;
+use crate::api::{LinnetSource, LinnetSourceSpec, LinnetSourceStatus};
+use crate::plan::set_condition;
+
+/// The field manager of the agent's writes.
+const MANAGER: &str = "linnet";
+/// Errors listed on the object, of each kind.
+const ERRORS_SHOWN: usize = 10;
+/// Wait before a failed write is tried again (a later change tries at once).
+const RETRY: Duration = Duration::from_secs(30);
+
+/// The object's status for the agent's `state`; `previous` keeps transition and sync times
+/// when nothing they stand for changed. Pure.
+pub fn status_of(
+    state: &SourceStatus,
+    generation: Option<i64>,
+    previous: Option<&LinnetSourceStatus>,
+    now: jiff::Timestamp,
+) -> LinnetSourceStatus {
+    let first = |errors: &[String]| errors.first().cloned().unwrap_or_default();
+    let (ready, reason, message) = if let Some(e) = &state.last_error {
+        (false, "SyncFailed", e.clone())
+    } else if !state.sync_errors.is_empty() {
+        (
+            false,
+            "SyncErrors",
+            format!(
+                "{} object(s) of the revision not applied; first: {}",
+                state.sync_errors.len(),
+                first(&state.sync_errors)
+            ),
+        )
+    } else if !state.spec_errors.is_empty() {
+        (
+            false,
+            "SpecErrors",
+            format!(
+                "{} error(s) in the specs block their files; first: {}",
+                state.spec_errors.len(),
+                first(&state.spec_errors)
+            ),
+        )
+    } else if let Some(revision) = &state.revision {
+        (
+            true,
+            "Synced",
+            format!("every object of {revision} is applied"),
+        )
+    } else {
+        (false, "NotSynced", "no revision synced yet".into())
+    };
+    let mut status = LinnetSourceStatus {
+        observed_generation: generation,
+        conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
+        revision: state.revision.clone(),
+        last_sync_time: None,
+        last_error: state.last_error.clone(),
+        objects: state.objects as i64,
+        spec_errors: state
+            .spec_errors
+            .iter()
+            .take(ERRORS_SHOWN)
+            .cloned()
+            .collect(),
+        sync_errors: state
+            .sync_errors
+            .iter()
+            .take(ERRORS_SHOWN)
+            .cloned()
+            .collect(),
+    };
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        ready,
+        reason,
+        &message,
+        now,
+    );
+    // The sync time moves only with what it stands for: no write per poll or drift check.
+    let same = previous.is_some_and(|p| {
+        let mut p = p.clone();
+        p.last_sync_time = None;
+        p == status
+    });
+    status.last_sync_time = match previous {
+        Some(p) if same => p.last_sync_time.clone(),
+        _ => state
+            .last_sync
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(Time),
+    };
+    status
+}
+
+/// Keeps `LinnetSource` `name` in `namespace` current: writes its spec once, then its status
+/// after each change of `state` that changes it, until the channel closes.
+pub async fn publish(
+    client: Client,
+    namespace: String,
+    name: String,
+    spec: LinnetSourceSpec,
+    read: impl Fn() -> SourceStatus,
+    mut changed: tokio::sync::watch::Receiver<()>,
+) {
+    let api: Api<LinnetSource> = Api::namespaced(client, &namespace);
+    let params = PatchParams::apply(MANAGER).force();
+    let mut generation = None;
+    let mut written: Option<LinnetSourceStatus> = None;
+    loop {
+        if generation.is_none() {
+            let object = LinnetSource::new(&name, spec.clone());
+            match api.patch(&name, &params, &Patch::Apply(&object)).await {
+                Ok(o) => {
+                    generation = o.metadata.generation;
+                    written = o.status;
+                }
+                Err(e) => {
+                    tracing::warn!(source = %name, %namespace, error = %crate::error::kube_message(&e), "cannot write LinnetSource; check RBAC for linnetsources")
+                }
+            }
+        }
+        if generation.is_some() {
+            let status = status_of(
+                &read(),
+                generation,
+                written.as_ref(),
+                jiff::Timestamp::now(),
+            );
+            if written.as_ref() != Some(&status) {
+                let patch = serde_json::json!({
+                    "apiVersion": crate::api::API_VERSION,
+                    "kind": "LinnetSource",
+                    "status": status,
+                });
+                match api
+                    .patch_status(&name, &params, &Patch::Apply(&patch))
+                    .await
+                {
+                    Ok(_) => written = Some(status),
+                    Err(e) => {
+                        tracing::warn!(source = %name, %namespace, error = %crate::error::kube_message(&e), "cannot write LinnetSource status; check RBAC for linnetsources/status")
+                    }
+                }
+            }
+        }
+        let caught_up = generation.is_some() && written.is_some();
+        let wait = async {
+            if caught_up {
+                changed.changed().await.is_ok()
+            } else {
+                let _ = tokio::time::timeout(RETRY, changed.changed()).await;
+                true
+            }
+        };
+        if !wait.await {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> SourceStatus {
+        SourceStatus {
+            source: "default".into(),
+            revision: Some("abc123".into()),
+            last_sync: Some("2026-11-24T01:00:00Z".into()),
+            objects: 4,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_sync_is_ready_and_a_new_poll_writes_nothing() {
+        let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let first = status_of(&state(), Some(1), None, t0);
+        let ready = &first.conditions[0];
+        assert_eq!(
+            (
+                ready.type_.as_str(),
+                ready.status.as_str(),
+                ready.reason.as_str()
+            ),
+            ("Ready", "True", "Synced")
+        );
+        assert_eq!(first.objects, 4);
+        // A later sync of the same revision only moves last_sync: the status stays equal.
+        let mut later = state();
+        later.last_sync = Some("2026-11-24T02:00:00Z".into());
+        let t1 = jiff::Timestamp::from_second(1_800_003_600).unwrap();
+        assert_eq!(status_of(&later, Some(1), Some(&first), t1), first);
+    }
+
+    #[test]
+    fn an_error_makes_it_not_ready_with_the_first_error_and_a_new_sync_time() {
+        let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let first = status_of(&state(), Some(1), None, t0);
+        let mut broken = state();
+        broken.revision = Some("def456".into());
+        broken.last_sync = Some("2026-11-24T02:00:00Z".into());
+        broken.sync_errors = vec!["Service shop/web: apps/web.yaml:30:1: forbidden".into()];
+        let t1 = jiff::Timestamp::from_second(1_800_003_600).unwrap();
+        let next = status_of(&broken, Some(1), Some(&first), t1);
+        let ready = &next.conditions[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "SyncErrors")
+        );
+        assert!(
+            ready.message.contains("apps/web.yaml:30:1"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(ready.last_transition_time.0, t1);
+        assert_eq!(
+            next.last_sync_time.as_ref().unwrap().0.to_string(),
+            "2026-11-24T02:00:00Z"
+        );
+        let mut unreachable = broken.clone();
+        unreachable.last_error = Some("cannot reach https://git.example/x.git: timed out".into());
+        let third = status_of(&unreachable, Some(1), Some(&next), t1);
+        assert_eq!(third.conditions[0].reason, "SyncFailed");
+    }
+}

@@ -17,7 +17,9 @@ fn help_lists_every_subcommand() {
     let out = linnet(&["--help"]);
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for sub in ["agent", "diff", "validate", "status", "crds"] {
+    for sub in [
+        "agent", "diff", "validate", "status", "get", "promote", "abort", "crds",
+    ] {
         assert!(help.contains(sub), "--help does not list `{sub}`:\n{help}");
     }
 }
@@ -175,4 +177,45 @@ fn validate_writes_github_annotations_and_json() {
     assert_eq!(report["ok"], false);
     assert_eq!(report["errors"][0]["file"], "bad.yaml");
     assert_eq!(report["errors"][0]["line"], 5);
+}
+
+/// Issue 24: a typo in a built-in kind (`portz:` in a Service) passed validate and failed at
+/// apply time without a line; a typo in a template (`containerz:`) was reported as
+/// "containers is empty". Both are now unknown fields at their own line and column.
+#[test]
+fn validate_reports_unknown_fields_in_built_in_kinds_and_templates_at_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("service.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: demo\nspec:\n  selector:\n    app: web\n  ports:\n  - port: 80\n    portz: 81\n",
+    )
+    .unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/gitops-repo/apps/web/web.yaml");
+    let web = std::fs::read_to_string(example).unwrap().replacen(
+        "        containers:",
+        "        containerz:",
+        1,
+    );
+    std::fs::write(dir.path().join("web.yaml"), &web).unwrap();
+    let out = linnet(&["validate", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("service.yaml:11:5: unknown field `portz` in spec.ports.0 of Service"),
+        "{text}"
+    );
+    let line = web.lines().position(|l| l.contains("containerz")).unwrap() + 1;
+    assert!(
+        text.contains(&format!(
+            "web.yaml:{line}:9: unknown field `containerz` in spec.template.template.spec of CanaryDeployment"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubectl explain deployment.spec.template.spec"),
+        "{text}"
+    );
+    assert!(!text.contains("containers is empty"), "{text}");
 }

@@ -611,6 +611,12 @@ fn load_document(
                 )]);
             }
         }
+        // Unknown fields first: a typo in a template (`containerz:`) also fails the rules
+        // below ("containers is empty"), which would hide the cause.
+        let unknown = unknown_field_errors(api_version, kind, &value, &at_key);
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
         let mut errors = crd_errors(kind, &value)
             .into_iter()
             .map(|(path, message)| {
@@ -664,6 +670,10 @@ fn load_document(
         }
         spec
     } else {
+        let unknown = unknown_field_errors(api_version, kind, &value, &at_key);
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
         let mut object: DynamicObject = serde_json::from_value(value.clone())
             .map_err(|e| vec![at_start(format!("{kind} {name}: {e}"))])?;
         if !namespace.is_empty() {
@@ -683,6 +693,22 @@ fn load_document(
         spec,
         location,
     }))
+}
+
+/// A located error for each field `kind`'s type does not have.
+fn unknown_field_errors(
+    api_version: &str,
+    kind: &str,
+    value: &Value,
+    at_key: &dyn Fn(&[&str], String) -> SpecError,
+) -> Vec<SpecError> {
+    super::known::unknown_fields(api_version, kind, value)
+        .iter()
+        .map(|path| {
+            let segments: Vec<&str> = path.iter().map(String::as_str).collect();
+            at_key(&segments, super::known::message(kind, path))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! only the files that changed between two revisions and keep the rest.
 
 mod budget;
+mod known;
 mod load;
 mod locate;
 pub mod policy;

@@ -317,7 +317,7 @@ async fn fresh_namespace(client: &Client) -> Step<()> {
         })
         .await?;
     }
-    // A tenant namespace as the README's Security section says: Pod Security `baseline`.
+    // A tenant namespace as docs/security.md says: Pod Security `baseline`.
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS,
         "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}))
     .map_err(|e| e.to_string())?;

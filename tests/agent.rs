@@ -299,7 +299,7 @@ async fn a_failed_sync_is_retried_without_a_new_commit() {
         .await
         .unwrap();
     let _late = TestNamespace { name: late.clone() };
-    // The admin lets the source deploy there (README: Permissions); until then, every retry
+    // The admin lets the source deploy there (docs/security.md, Permissions); until then, every retry
     // is refused too.
     support::grant_source(&admin, &late, support::SOURCE_ACCOUNT).await;
     wait_image(&admin, &late, "redis:7.2").await;

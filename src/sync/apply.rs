@@ -239,7 +239,7 @@ impl Syncer {
         match self.apply_as.user_for(namespace) {
             Some(user) => format!(
                 "; the source applies as {user}, which may not {verb} {}{}: a cluster admin \
-                 grants it (README: Permissions), e.g. a RoleBinding to ClusterRole \
+                 grants it (docs/security.md, Permissions), e.g. a RoleBinding to ClusterRole \
                  linnet-source from deploy/source-rbac.yaml",
                 ar.plural,
                 if namespace.is_empty() {

@@ -20,7 +20,7 @@ pub struct StatusFile {
     pub summary: String,
 }
 
-/// The file's schema (documented in the README; keep it stable).
+/// The file's schema (documented in docs/write-back.md; keep it stable).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Document<'a> {

@@ -121,7 +121,7 @@ impl TestNamespace {
             std::process::id() % 4096,
             nanos % 65536
         );
-        // A tenant namespace as the README's Security section asks a cluster admin to set
+        // A tenant namespace as docs/security.md asks a cluster admin to set
         // one up: Pod Security admission enforcing `baseline`.
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
@@ -339,7 +339,7 @@ pub async fn install_linnet(client: &Client) {
 /// one the shipped ClusterRole may impersonate.
 pub const SOURCE_ACCOUNT: &str = "linnet-default";
 
-/// What a cluster admin does to let a source deploy to `namespace` (README: Permissions):
+/// What a cluster admin does to let a source deploy to `namespace` (docs/security.md, Permissions):
 /// binds ClusterRole `linnet-source` (deploy/source-rbac.yaml) to the source's account there.
 pub async fn grant_source(client: &Client, namespace: &str, account: &str) {
     use k8s_openapi::api::rbac::v1::RoleBinding;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test tools from the Go modules pinned in go.mod into a cache directory outside
 # the checkout: helm (the chart test renders deploy/helm/linnet with it), kubectl (the install
-# test runs the README's commands with it) and kstatus (the
+# test runs the commands of docs/getting-started.md with it) and kstatus (the
 # conditions test asks it how Flux reads each phase). Prints the bin directory on its last
 # line. A warm cache builds nothing.
 set -euo pipefail

@@ -106,6 +106,16 @@ impl SpecArgs {
             max_file_bytes: self.max_file_bytes,
             budget: crate::specs::ParseBudget::default(),
             max_total_bytes: self.max_total_bytes,
+            unknown_fields_are_errors: false,
+        }
+    }
+
+    /// [`Self::load_options`] for `validate` and `diff`, which also report fields the
+    /// Kubernetes types do not have (the agent leaves those to the API server).
+    pub fn checking_options(&self) -> LoadOptions {
+        LoadOptions {
+            unknown_fields_are_errors: true,
+            ..self.load_options()
         }
     }
 }
@@ -817,7 +827,7 @@ fn no_specs(dir: &Path) -> String {
 
 async fn diff(dir: &Path, allow_empty: bool, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> {
     use crate::sync::{Change, Syncer, diff::render_diff};
-    let set = load_dir(dir, &args.load_options())?;
+    let set = load_dir(dir, &args.checking_options())?;
     if set.is_empty() && !allow_empty {
         return Err(Error::Usage(no_specs(dir)));
     }
@@ -882,7 +892,7 @@ fn validate(
     allow_empty: bool,
     args: &SpecArgs,
 ) -> Result<ExitCode> {
-    let set = load_dir(dir, &args.load_options())?;
+    let set = load_dir(dir, &args.checking_options())?;
     let files = set
         .objects
         .values()

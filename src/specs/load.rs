@@ -28,6 +28,11 @@ pub struct LoadOptions {
     /// What all files' objects may hold together, as JSON; files past it (in path order) are
     /// refused with an error.
     pub max_total_bytes: usize,
+    /// Report fields the Kubernetes types (of k8s-openapi's release, 1.36) do not have as
+    /// errors: on for `validate` and `diff`. Off in the agent, which leaves them to the API
+    /// server: a newer cluster knows fields this release does not, and blocking them would
+    /// stop a file the cluster accepts.
+    pub unknown_fields_are_errors: bool,
 }
 
 /// The most one object may be as JSON: about what the API server stores (etcd's 1.5 MiB).
@@ -41,6 +46,7 @@ impl Default for LoadOptions {
             max_file_bytes: 1024 * 1024,
             budget: ParseBudget::default(),
             max_total_bytes: 64 * 1024 * 1024,
+            unknown_fields_are_errors: false,
         }
     }
 }
@@ -613,7 +619,11 @@ fn load_document(
         }
         // Unknown fields first: a typo in a template (`containerz:`) also fails the rules
         // below ("containers is empty"), which would hide the cause.
-        let unknown = unknown_field_errors(api_version, kind, &value, &at_key);
+        let unknown = if opts.unknown_fields_are_errors {
+            unknown_field_errors(api_version, kind, &value, &at_key)
+        } else {
+            Vec::new()
+        };
         if !unknown.is_empty() {
             return Err(unknown);
         }
@@ -670,7 +680,11 @@ fn load_document(
         }
         spec
     } else {
-        let unknown = unknown_field_errors(api_version, kind, &value, &at_key);
+        let unknown = if opts.unknown_fields_are_errors {
+            unknown_field_errors(api_version, kind, &value, &at_key)
+        } else {
+            Vec::new()
+        };
         if !unknown.is_empty() {
             return Err(unknown);
         }

@@ -548,3 +548,21 @@ fn a_deep_wide_document_is_checked_for_controller_marks_in_linear_time() {
     // A hang detector only: it takes milliseconds.
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn unknown_fields_are_errors_for_validate_and_left_to_the_api_server_in_the_agent() {
+    // Issue 24: `portz:` passed validate. The agent keeps loading it: a newer cluster may know
+    // a field that k8s-openapi's release does not, and only the API server can tell.
+    let text = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n    portz: 81\n";
+    let agent = load_file("apps/web.yaml", text.as_bytes(), &LoadOptions::default());
+    assert_eq!(agent.errors, vec![]);
+    let checking = LoadOptions {
+        unknown_fields_are_errors: true,
+        ..LoadOptions::default()
+    };
+    let validate = load_file("apps/web.yaml", text.as_bytes(), &checking);
+    assert_eq!(validate.errors.len(), 1, "{:?}", validate.errors);
+    let e = &validate.errors[0];
+    assert_eq!((e.location.line, e.location.column), (8, 5), "{e}");
+    assert!(e.message.contains("unknown field `portz`"), "{e}");
+}

@@ -111,10 +111,11 @@ impl SpecArgs {
     }
 
     /// [`Self::load_options`] for `validate` and `diff`, which also report fields the
-    /// Kubernetes types do not have (the agent leaves those to the API server).
-    pub fn checking_options(&self) -> LoadOptions {
+    /// Kubernetes types do not have unless told not to (the agent leaves those to the API
+    /// server).
+    pub fn checking_options(&self, unknown_fields: UnknownFields) -> LoadOptions {
         LoadOptions {
-            unknown_fields_are_errors: true,
+            unknown_fields_are_errors: unknown_fields == UnknownFields::Error,
             ..self.load_options()
         }
     }
@@ -356,6 +357,15 @@ pub enum ValidateOutput {
     Github,
 }
 
+/// What `validate` and `diff` make of a field the Kubernetes types do not have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnknownFields {
+    /// An error at its file:line:column (a typo the API server would refuse).
+    Error,
+    /// Not checked: for fields of a Kubernetes release newer than linnet's types (1.36).
+    Ignore,
+}
+
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -378,6 +388,10 @@ pub enum Command {
         /// this source applied).
         #[arg(long)]
         allow_empty: bool,
+        /// Fields the Kubernetes 1.36 types do not have: `error`, or `ignore` for fields of
+        /// a newer release.
+        #[arg(long, value_enum, default_value_t = UnknownFields::Error)]
+        unknown_fields: UnknownFields,
         #[command(flatten)]
         specs: SpecArgs,
         #[command(flatten)]
@@ -401,6 +415,10 @@ pub enum Command {
         /// Accept a directory without any spec.
         #[arg(long)]
         allow_empty: bool,
+        /// Fields the Kubernetes 1.36 types do not have: `error`, or `ignore` for fields of
+        /// a newer release.
+        #[arg(long, value_enum, default_value_t = UnknownFields::Error)]
+        unknown_fields: UnknownFields,
         #[command(flatten)]
         specs: SpecArgs,
     },
@@ -487,15 +505,17 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Diff {
             dir,
             allow_empty,
+            unknown_fields,
             specs,
             sync,
-        } => runtime()?.block_on(diff(&dir, allow_empty, &specs, &sync)),
+        } => runtime()?.block_on(diff(&dir, allow_empty, unknown_fields, &specs, &sync)),
         Command::Validate {
             dir,
             output,
             allow_empty,
+            unknown_fields,
             specs,
-        } => validate(&dir, output, allow_empty, &specs),
+        } => validate(&dir, output, allow_empty, unknown_fields, &specs),
         Command::Status { agent_url } => runtime()?.block_on(status(&agent_url)),
         Command::Get {
             name,
@@ -825,9 +845,15 @@ fn no_specs(dir: &Path) -> String {
     )
 }
 
-async fn diff(dir: &Path, allow_empty: bool, args: &SpecArgs, sync: &SyncArgs) -> Result<ExitCode> {
+async fn diff(
+    dir: &Path,
+    allow_empty: bool,
+    unknown_fields: UnknownFields,
+    args: &SpecArgs,
+    sync: &SyncArgs,
+) -> Result<ExitCode> {
     use crate::sync::{Change, Syncer, diff::render_diff};
-    let set = load_dir(dir, &args.checking_options())?;
+    let set = load_dir(dir, &args.checking_options(unknown_fields))?;
     if set.is_empty() && !allow_empty {
         return Err(Error::Usage(no_specs(dir)));
     }
@@ -890,9 +916,10 @@ fn validate(
     dir: &Path,
     output: ValidateOutput,
     allow_empty: bool,
+    unknown_fields: UnknownFields,
     args: &SpecArgs,
 ) -> Result<ExitCode> {
-    let set = load_dir(dir, &args.checking_options())?;
+    let set = load_dir(dir, &args.checking_options(unknown_fields))?;
     let files = set
         .objects
         .values()

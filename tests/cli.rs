@@ -219,3 +219,21 @@ fn validate_reports_unknown_fields_in_built_in_kinds_and_templates_at_their_line
     );
     assert!(!text.contains("containers is empty"), "{text}");
 }
+
+#[test]
+fn unknown_fields_can_be_ignored_for_a_newer_clusters_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("service.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: demo\nspec:\n  ports:\n  - port: 80\n    newFieldOf137: true\n",
+    )
+    .unwrap();
+    let path = dir.path().to_str().unwrap();
+    assert_eq!(linnet(&["validate", path]).status.code(), Some(1));
+    let out = linnet(&["validate", "--unknown-fields", "ignore", path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -16,6 +16,10 @@ use kube::discovery::{Scope, pinned_kind};
 use serde_json::Value;
 use support::admin_client;
 
+/// The tests here install the same cluster-wide objects (CRDs, ClusterRoles, namespace
+/// linnet-system) with different clients; one at a time, or a create races another's.
+static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn deploy_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy"))
 }
@@ -41,6 +45,7 @@ fn kustomized() -> Vec<Value> {
 
 #[tokio::test]
 async fn kubectl_apply_k_deploy_installs_everything() {
+    let _one = CLUSTER.lock().await;
     let client = admin_client().await;
     let docs = kustomized();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
@@ -354,9 +359,7 @@ async fn example_becomes_ready(
     let _ = deploys
         .patch("web", &PatchParams::default(), &release)
         .await;
-    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .delete(ns, &Default::default())
-        .await;
+    gone(client, ns).await;
     assert!(
         done.is_ok(),
         "the example did not become Ready in {ns} within 120 s; agent log:\n{log_text}"
@@ -372,6 +375,7 @@ async fn example_becomes_ready(
 #[tokio::test]
 async fn the_readme_install_syncs_the_example() {
     const TOKEN: &str = "install-test-git-token";
+    let _one = CLUSTER.lock().await;
     let client = admin_client().await;
     let dir = tempfile::tempdir().unwrap();
     let repo_url = serve_example(dir.path(), "demo", TOKEN);
@@ -404,7 +408,10 @@ fn render_chart(release: &str, namespace: &str, set: &[String]) -> Vec<Value> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let yaml = run_tool("helm", &args);
     yaml.split("\n---")
-        .filter_map(|part| serde_saphyr::from_str::<Value>(part).ok())
+        .map(|part| {
+            serde_saphyr::from_str::<Value>(part)
+                .unwrap_or_else(|e| panic!("helm rendered YAML that does not parse: {e}\n{part}"))
+        })
         .filter(|doc| doc.get("kind").is_some())
         .collect()
 }
@@ -489,6 +496,7 @@ fn the_helm_chart_renders_what_deploy_installs() {
 #[tokio::test]
 async fn the_helm_chart_installs_and_syncs_the_example() {
     const TOKEN: &str = "helm-test-git-token";
+    let _one = CLUSTER.lock().await;
     let client = admin_client().await;
     let dir = tempfile::tempdir().unwrap();
     let repo_url = serve_example(dir.path(), "helm-demo", TOKEN);
@@ -519,7 +527,18 @@ async fn the_helm_chart_installs_and_syncs_the_example() {
     run_tool("kubectl", &["apply", "-f", file.to_str().unwrap()]);
     let agent = run_as_deployed(&client, "linnet-helm", "linnet-helm", dir.path()).await;
     example_becomes_ready(&client, "helm-demo", agent, &dir.path().join("agent.log")).await;
-    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .delete("linnet-helm", &Default::default())
-        .await;
+    gone(&client, "linnet-helm").await;
+}
+
+/// Deletes namespace `ns` and waits (a minute at most) until it is gone, so that a test run
+/// right after this one can make it again.
+async fn gone(client: &kube::Client, ns: &str) {
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    let _ = namespaces.delete(ns, &Default::default()).await;
+    for _ in 0..120 {
+        if matches!(namespaces.get_opt(ns).await, Ok(None)) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }

@@ -321,7 +321,7 @@ async fn linnet_get_shows_the_canary_and_linnet_abort_rolls_it_back() {
         String::from_utf8_lossy(&abort.stderr)
     );
     assert!(
-        said.contains("rollouts.linnet.dev/abort=redis:7.4")
+        said.contains("rollouts.linnet.dev/abort=true")
             && said.contains("Git stays the source of truth"),
         "{said}"
     );
@@ -338,7 +338,9 @@ async fn linnet_get_shows_the_canary_and_linnet_abort_rolls_it_back() {
     // Nothing under way any more: promote says so, with exit 2.
     let promote = linnet_cli(&["promote", "redis", "-n", &ns]);
     assert_eq!(promote.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&promote.stderr).contains("no rollout under way"));
+    assert!(
+        String::from_utf8_lossy(&promote.stderr).contains("no canary that can be promoted now")
+    );
     let missing = linnet_cli(&["get", "nothing-here", "-n", &ns]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(

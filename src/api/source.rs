@@ -57,8 +57,9 @@ pub struct LinnetSourceSpec {
 pub struct LinnetSourceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready: every object of the revision applied. Reason SpecErrors, SyncErrors or
-    /// SourceUnreachable when not, with the first error in the message.
+    /// Ready: every object of the revision applied (reason Synced). Reason SyncFailed (Git
+    /// or the sync failed), SyncErrors, SpecErrors or NotSynced when not, with the first
+    /// error in the message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The Git revision last synced.

@@ -170,7 +170,7 @@ pub struct CanaryStatefulSetStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready, Progressing and Degraded.
+    /// Ready, Reconciling and Stalled (kstatus): exactly one is True.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -131,6 +131,22 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// Whether retrying cannot help until something changes (Git, RBAC, a hand-made object):
+    /// a refusal (400, 401, 403, 404, 422) or an object that is not the rollout's. A
+    /// conflict, a throttle, a server error, a timeout or a wait clears by itself.
+    pub fn permanent(&self) -> bool {
+        match self {
+            ReconcileError::Kube {
+                source: kube::Error::Api(s),
+                ..
+            } => matches!(s.code, 400 | 401 | 403 | 404 | 422),
+            ReconcileError::NotOurs { .. } | ReconcileError::NoNamespace => true,
+            ReconcileError::Kube { .. }
+            | ReconcileError::Waiting(_)
+            | ReconcileError::Finalizer(_) => false,
+        }
+    }
+
     /// What failed, as a rollout's status says it: the action, then the API server's message.
     pub fn failure(&self) -> String {
         match self {
@@ -209,8 +225,9 @@ impl FailureShown for crate::api::CanaryDeploymentStatus {
     }
 }
 
-/// Writes the planned status with the action that failed marked in it (Degraded and not
-/// Ready, reason ActionFailed), and hands back the failure for the reconcile to return.
+/// Writes the planned status with the action that failed marked in it (Stalled, reason
+/// ActionFailed, for a refusal; still Reconciling, reason ActionRetrying, for what clears by
+/// itself), and hands back the failure for the reconcile to return.
 pub(crate) async fn show_action_failure<K, S>(
     ctx: &Context,
     rollout: &K,
@@ -228,7 +245,13 @@ where
 {
     let mut blocked = planned.clone();
     let (conditions, message) = blocked.conditions_and_message();
-    crate::plan::mark_action_failed(conditions, message, &failure.failure(), now);
+    crate::plan::mark_action_failed(
+        conditions,
+        message,
+        &failure.failure(),
+        failure.permanent(),
+        now,
+    );
     match write_status(ctx, rollout, kind, Some(planned), &blocked).await {
         Ok(_) => failure,
         Err(e) => e,
@@ -387,7 +410,13 @@ mod tests {
         };
         let now = jiff::Timestamp::UNIX_EPOCH;
         let (mut shown, mut message) = (Vec::new(), None);
-        crate::plan::mark_action_failed(&mut shown, &mut message, &refused.failure(), now);
+        crate::plan::mark_action_failed(
+            &mut shown,
+            &mut message,
+            &refused.failure(),
+            refused.permanent(),
+            now,
+        );
         let (mut next, mut next_message) = (Vec::new(), None);
         crate::plan::carry_action_failure(&shown, &mut next, &mut next_message, [action], now);
         assert!(

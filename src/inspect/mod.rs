@@ -9,7 +9,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 
 use crate::api::{
@@ -104,7 +104,8 @@ pub async fn watch(
         K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
         K::DynamicType: Default,
     {
-        watcher(api, config).map(|_| ()).boxed()
+        // Backoff: a watch the user may not make is retried slowly, not in a tight loop.
+        watcher(api, config).default_backoff().map(|_| ()).boxed()
     }
     let mut any = futures::stream::select_all([
         changes(
@@ -154,27 +155,54 @@ pub enum Lever {
     Abort,
 }
 
-/// Sets the promote or abort annotation on rollout `name` to the image of its running canary
-/// (a value that acts even when `"true"` was already there when the canary started). Returns
-/// what was done, for the user.
+/// Sets the promote or abort annotation on rollout `name` so that its running canary acts on
+/// it: `"true"`, or the canary's image when a `"true"` was already there when the canary
+/// started. Refuses when no phase that reads it is under way. Returns what was done.
 pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result<String> {
     let (annotation, verb) = match lever {
         Lever::Promote => (PROMOTE_ANNOTATION, "promote"),
         Lever::Abort => (ABORT_ANNOTATION, "abort"),
     };
     let rollout = find(client, ns, name).await?;
-    use crate::api::{DeploymentPhase as D, StatefulSetPhase as S};
-    let canary = match &rollout {
-        RolloutObject::StatefulSet(r) => r
-            .status
-            .as_ref()
-            .filter(|s| {
-                !matches!(
-                    s.phase,
-                    None | Some(S::Initializing | S::Stable | S::RolledBack | S::Failed)
-                )
-            })
-            .and_then(|s| s.canary_image.clone()),
+    use crate::api::{DeploymentPhase as D, PromotionType, StatefulSetPhase as S};
+    let nothing = || {
+        Error::Usage(format!(
+            "{name} has no canary that can be {verb}d now: nothing to {verb} (linnet get {name} \
+             shows its phase)"
+        ))
+    };
+    // The phases whose plan reads the annotation, and what was there when the canary started.
+    let (canary, at_start) = match &rollout {
+        RolloutObject::StatefulSet(r) => {
+            if lever == Lever::Promote && r.spec.promotion.type_ == PromotionType::Auto {
+                return Err(Error::Usage(format!(
+                    "{name} has promotion Auto: it promotes by itself once every canary pod has \
+                     been Ready for bakeSeconds"
+                )));
+            }
+            let status = r.status.clone().unwrap_or_default();
+            let acts = match lever {
+                Lever::Promote => matches!(
+                    status.phase,
+                    Some(S::ScalingDownStable | S::DeployingCanary | S::CanaryActive)
+                ),
+                Lever::Abort => matches!(
+                    status.phase,
+                    Some(
+                        S::ScalingDownStable
+                            | S::DeployingCanary
+                            | S::CanaryActive
+                            | S::AwaitingMigration
+                            | S::MigratingData
+                    )
+                ),
+            };
+            let at_start = match lever {
+                Lever::Promote => status.promote_at_start,
+                Lever::Abort => status.abort_at_start,
+            };
+            (status.canary_image.filter(|_| acts), at_start)
+        }
         RolloutObject::Deployment(r) => {
             if lever == Lever::Promote {
                 return Err(Error::Usage(format!(
@@ -183,19 +211,22 @@ pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result
                      rolls it back"
                 )));
             }
-            r.status
-                .as_ref()
-                .filter(|s| matches!(s.phase, Some(D::Progressing | D::Paused | D::Failed)))
-                .and_then(|s| s.canary_image.clone())
+            let status = r.status.clone().unwrap_or_default();
+            let acts = matches!(status.phase, Some(D::Progressing | D::Paused | D::Failed));
+            (status.canary_image.filter(|_| acts), status.abort_at_start)
         }
     };
-    let Some(canary) = canary else {
-        return Err(Error::Usage(format!(
-            "{name} has no rollout under way: nothing to {verb}"
-        )));
+    let canary = canary.ok_or_else(nothing)?;
+    // "true" acts unless it was already there when the canary started (then it was meant for
+    // an earlier one); the image acts either way, but would also act on a later canary of the
+    // same image if left, so it is used only when it must be.
+    let value = if at_start.as_deref() == Some("true") {
+        canary.clone()
+    } else {
+        "true".to_string()
     };
     let patch = Patch::Merge(serde_json::json!({
-        "metadata": {"annotations": {annotation: canary}}
+        "metadata": {"annotations": {annotation: value}}
     }));
     let params = PatchParams::default();
     let params = PatchParams {
@@ -215,7 +246,7 @@ pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result
         }
     }
     Ok(format!(
-        "set {annotation}={canary} on {ns}/{name}; linnet will {verb} the canary of {canary}.\n\
+        "set {annotation}={value} on {ns}/{name}; linnet will {verb} the canary of {canary}.\n\
          note: Git stays the source of truth. This is for emergencies: make the same change in \
          Git (merge the promote pull request, or put the old image back), or the next image \
          pushed to Git starts a new rollout."

@@ -309,16 +309,24 @@ impl Snapshot {
                 out,
                 "  {:>5}  {:<7}  {:<22} {}",
                 age,
-                e.type_.as_deref().unwrap_or(""),
-                e.reason.as_deref().unwrap_or(""),
-                e.message.as_deref().unwrap_or("")
+                printable(e.type_.as_deref().unwrap_or("")),
+                printable(e.reason.as_deref().unwrap_or("")),
+                printable(e.message.as_deref().unwrap_or(""))
             );
         }
     }
 }
 
 fn header(out: &mut String, name: &str, value: &str) {
-    let _ = writeln!(out, "{:<12} {value}", format!("{name}:"));
+    let _ = writeln!(out, "{:<12} {}", format!("{name}:"), printable(value));
+}
+
+/// `text` without control characters: what the tree prints comes from the cluster (event
+/// messages, images, annotations), and an escape sequence there must not reach the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -332,11 +340,14 @@ fn row(
     volume: &str,
     age: String,
 ) {
-    let name = format!("{prefix}{name}");
     let _ = writeln!(
         out,
         "{:<32} {:<18} {:<14} {:<22} {:<14} {age}",
-        name, kind, status, image, volume
+        printable(&format!("{prefix}{name}")),
+        kind,
+        printable(status),
+        printable(image),
+        printable(volume)
     );
 }
 
@@ -376,7 +387,7 @@ fn source(
         .get(crate::api::SOURCE_PATH_ANNOTATION)
         .map_or("(not from Git)", String::as_str);
     match revision {
-        Some(r) => format!("{path} @ {}", &r[..r.len().min(12)]),
+        Some(r) => format!("{path} @ {}", r.chars().take(12).collect::<String>()),
         None => path.to_string(),
     }
 }

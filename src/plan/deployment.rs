@@ -880,10 +880,21 @@ impl<'a> Planner<'a> {
         // rollout that waits for a new image.
         let asked_back = self.spec().strategy.type_ == Strategy::Rollback;
         let on_git_image = self.st.stable_image.as_deref() == Some(self.spec().image.as_str());
+        // The serving Deployment has every replica updated and available, and nothing else
+        // runs: a template change rolling through (same image) is not settled yet.
+        let serving_complete = self.st.stable_image.as_deref().is_some_and(|stable| {
+            self.serving(stable).is_some_and(|d| d.complete(total))
+                && self
+                    .o
+                    .iter()
+                    .all(|d| d.pods == 0 || Some(d) == self.serving(stable))
+        });
         let standing = match phase {
             Phase::Completed if !on_git_image => Standing::Stuck,
-            Phase::Completed if available >= total => Standing::Settled,
-            Phase::RolledBack if asked_back && available >= total => Standing::Settled,
+            Phase::Completed if available >= total && serving_complete => Standing::Settled,
+            Phase::RolledBack if asked_back && available >= total && serving_complete => {
+                Standing::Settled
+            }
             Phase::RolledBack if asked_back => Standing::Working,
             Phase::RolledBack | Phase::Failed => Standing::Stuck,
             _ => Standing::Working,

@@ -138,6 +138,9 @@ pub(crate) fn elapsed(since: Option<&Time>, now: Timestamp) -> std::time::Durati
 
 /// Reason of the Stalled and Ready conditions while an action the plan needs is refused.
 pub const ACTION_FAILED: &str = "ActionFailed";
+/// Reason of the Reconciling and Ready conditions while an action failed in a way that
+/// clears by itself (a conflict, a throttle, a server error) and is retried.
+pub const ACTION_RETRYING: &str = "ActionRetrying";
 
 /// Condition types of earlier versions, dropped from a status when it is next written.
 const RETIRED_CONDITIONS: [&str; 2] = ["Progressing", "Degraded"];
@@ -173,16 +176,24 @@ pub(crate) fn set_standing(
     }
 }
 
-/// Records in a status that an action failed: Stalled=True, Ready=False and
-/// Reconciling=False with `failure` (what was done, then the API server's own message), which
-/// is also the status's message.
+/// Records in a status that an action failed, with `failure` (what was done, then the API
+/// server's own message) as the conditions' and the status's message: Stalled (reason
+/// ActionFailed) when it is `permanent` (a refusal that retrying cannot cure), else still
+/// Reconciling (reason ActionRetrying): a conflict or a throttle is no reason for Flux to
+/// call the rollout failed.
 pub fn mark_action_failed(
     conditions: &mut Vec<Condition>,
     message: &mut Option<String>,
     failure: &str,
+    permanent: bool,
     now: Timestamp,
 ) {
-    set_standing(conditions, Standing::Stuck, ACTION_FAILED, failure, now);
+    let (standing, reason) = if permanent {
+        (Standing::Stuck, ACTION_FAILED)
+    } else {
+        (Standing::Working, ACTION_RETRYING)
+    };
+    set_standing(conditions, standing, reason, failure, now);
     *message = Some(format!("blocked: {failure}"));
 }
 
@@ -197,16 +208,19 @@ pub(crate) fn carry_action_failure(
     now: Timestamp,
 ) {
     let Some(failure) = old.iter().find(|c| {
-        c.type_ == crate::api::condition::STALLED && c.status == "True" && c.reason == ACTION_FAILED
+        c.status == "True"
+            && ((c.type_ == crate::api::condition::STALLED && c.reason == ACTION_FAILED)
+                || (c.type_ == crate::api::condition::RECONCILING && c.reason == ACTION_RETRYING))
     }) else {
         return;
     };
+    let permanent = failure.reason == ACTION_FAILED;
     let failure = failure.message.clone();
     if actions
         .into_iter()
         .any(|a| failure.starts_with(&format!("{a}: ")))
     {
-        mark_action_failed(conditions, message, &failure, now);
+        mark_action_failed(conditions, message, &failure, permanent, now);
     }
 }
 
@@ -279,14 +293,17 @@ pub(crate) fn standing_of(conditions: &[Condition]) -> Standing {
 #[cfg(test)]
 pub(crate) fn kstatus_of(objects: &[serde_json::Value]) -> Vec<String> {
     use std::io::Write as _;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let built = std::process::Command::new(root.join("tests/tools/build.sh"))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("tests/tools/build.sh runs (it needs Go)");
-    assert!(built.status.success(), "tests/tools/build.sh failed");
-    let bin = String::from_utf8_lossy(&built.stdout);
-    let bin = std::path::Path::new(bin.lines().last().unwrap_or_default()).join("kstatus");
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let built = std::process::Command::new(root.join("tests/tools/build.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("tests/tools/build.sh runs (it needs Go)");
+        assert!(built.status.success(), "tests/tools/build.sh failed");
+        let dir = String::from_utf8_lossy(&built.stdout);
+        std::path::Path::new(dir.lines().last().unwrap_or_default()).join("kstatus")
+    });
     let mut child = std::process::Command::new(bin)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -906,7 +906,7 @@ impl<'a> Planner<'a> {
                 "canary of {image} Ready on {n} replica(s); waiting for promotion: set the annotation {}: \"true\" in Git{}",
                 crate::api::PROMOTE_ANNOTATION,
                 if stale {
-                    " (it was already \"true\" when this canary started, so it counts for an earlier one; remove it and set it again, or set it to the canary's image)"
+                    " (it was already \"true\" when this canary started, so it counts for an earlier one; set it to the canary's image instead)"
                 } else {
                     ""
                 }
@@ -1044,7 +1044,11 @@ impl<'a> Planner<'a> {
         self.st.message = Some(message.clone());
 
         let standing = match phase {
-            Phase::Stable if ready >= r => Standing::Settled,
+            // Every pod ready on the set's current revision: a template change rolling
+            // through the pods (same image) is not settled yet.
+            Phase::Stable if ready >= r && Self::settled(self.o.stable.as_ref(), r) => {
+                Standing::Settled
+            }
             Phase::RolledBack | Phase::Failed => Standing::Stuck,
             _ => Standing::Working,
         };

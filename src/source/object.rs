@@ -151,6 +151,11 @@ pub async fn publish(
                     .await
                 {
                     Ok(_) => written = Some(status),
+                    // Deleted (or its CRD reinstalled): make it again.
+                    Err(kube::Error::Api(s)) if s.code == 404 => {
+                        generation = None;
+                        written = None;
+                    }
                     Err(e) => {
                         tracing::warn!(source = %name, %namespace, error = %crate::error::kube_message(&e), "cannot write LinnetSource status; check RBAC for linnetsources/status")
                     }

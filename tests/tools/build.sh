@@ -14,6 +14,14 @@ if [ -f "$TOOLS_BIN/.complete" ]; then
   echo "$TOOLS_BIN"
   exit 0
 fi
+# Tests running in parallel may each ask for the tools: one builds, the others wait for it.
+mkdir -p "$LINNET_CACHE/tools"
+exec 9>"$LINNET_CACHE/tools/.lock"
+flock 9
+if [ -f "$TOOLS_BIN/.complete" ]; then
+  echo "$TOOLS_BIN"
+  exit 0
+fi
 command -v go >/dev/null || { echo "tools/build.sh: Go is needed to build helm (https://go.dev/dl)" >&2; exit 1; }
 cd "$here"
 rm -rf "$TOOLS_BIN.partial"

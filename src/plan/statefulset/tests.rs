@@ -1201,6 +1201,7 @@ fn a_refused_action_shows_as_stalled_until_the_plan_no_longer_needs_it() {
         &mut blocked.conditions,
         &mut blocked.message,
         &failure,
+        true,
         s.now,
     );
     s.status = blocked.clone();
@@ -1416,9 +1417,28 @@ fn flux_kstatus_reads_every_phase_as_meant() {
         &mut refused.conditions,
         &mut refused.message,
         "apply StatefulSet redis-stable: forbidden",
+        true,
         Timestamp::UNIX_EPOCH,
     );
     cases.push(("action refused".into(), object(1, &refused), "Failed"));
+    // An action that failed in a way that clears by itself (a conflict): still in progress.
+    let mut conflicted = CanaryStatefulSetStatus {
+        phase: Some(Phase::Stable),
+        observed_generation: Some(1),
+        ..Default::default()
+    };
+    crate::plan::mark_action_failed(
+        &mut conflicted.conditions,
+        &mut conflicted.message,
+        "patch PersistentVolume pv-1: the object has been modified (Conflict, HTTP 409)",
+        false,
+        Timestamp::UNIX_EPOCH,
+    );
+    cases.push((
+        "action conflicted".into(),
+        object(1, &conflicted),
+        "InProgress",
+    ));
 
     let phases: std::collections::BTreeSet<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
     for phase in [

@@ -287,6 +287,20 @@ pub(crate) fn standing_of(conditions: &[Condition]) -> Standing {
     set[0]
 }
 
+/// Asserts that kstatus reads each case's object as the case wants: `(what, object, want)`.
+#[cfg(test)]
+pub(crate) fn assert_kstatus_reads(cases: &[(String, serde_json::Value, &str)]) {
+    let objects: Vec<_> = cases.iter().map(|(_, o, _)| o.clone()).collect();
+    let read = kstatus_of(&objects);
+    let wrong: Vec<String> = cases
+        .iter()
+        .zip(&read)
+        .filter(|((_, _, want), got)| want != got)
+        .map(|((what, _, want), got)| format!("{what}: kstatus says {got}, want {want}"))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// Asks sigs.k8s.io/cli-utils' kstatus, the rules Flux health checks and kpt apply, for the
 /// status of each object (`Current`, `InProgress`, `Failed`, ...). Its binary comes from
 /// `tests/tools/build.sh`, which builds it once per machine from the pinned Go module.

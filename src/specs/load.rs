@@ -599,6 +599,14 @@ fn load_document(
         column: 1,
     };
 
+    // Unknown fields first: a typo in a template (`containerz:`) also fails the rules below
+    // ("containers is empty"), which would hide the cause.
+    if opts.unknown_fields_are_errors {
+        let unknown = unknown_field_errors(api_version, kind, &value, &at_key);
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
+    }
     let spec = if group == crate::api::GROUP {
         if api_version != API_VERSION {
             return Err(vec![at_key(
@@ -616,16 +624,6 @@ fn load_document(
                     ),
                 )]);
             }
-        }
-        // Unknown fields first: a typo in a template (`containerz:`) also fails the rules
-        // below ("containers is empty"), which would hide the cause.
-        let unknown = if opts.unknown_fields_are_errors {
-            unknown_field_errors(api_version, kind, &value, &at_key)
-        } else {
-            Vec::new()
-        };
-        if !unknown.is_empty() {
-            return Err(unknown);
         }
         let mut errors = crd_errors(kind, &value)
             .into_iter()
@@ -680,14 +678,6 @@ fn load_document(
         }
         spec
     } else {
-        let unknown = if opts.unknown_fields_are_errors {
-            unknown_field_errors(api_version, kind, &value, &at_key)
-        } else {
-            Vec::new()
-        };
-        if !unknown.is_empty() {
-            return Err(unknown);
-        }
         let mut object: DynamicObject = serde_json::from_value(value.clone())
             .map_err(|e| vec![at_start(format!("{kind} {name}: {e}"))])?;
         if !namespace.is_empty() {

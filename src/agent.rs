@@ -126,9 +126,12 @@ pub struct SourceCondition {
     pub message: String,
 }
 
+/// The source's condition that part of the revision is not applied.
+pub const DEGRADED: &str = "Degraded";
+
 impl SourceStatus {
     /// Recomputes `Degraded` from the errors.
-    fn set_degraded(&mut self) {
+    pub fn set_degraded(&mut self) {
         let (status, reason, message) = match (self.spec_errors.first(), self.sync_errors.first()) {
             (_, Some(first)) => (
                 "True",
@@ -153,7 +156,7 @@ impl SourceStatus {
             ),
         };
         self.conditions = vec![SourceCondition {
-            type_: "Degraded".into(),
+            type_: DEGRADED.into(),
             status: status.into(),
             reason: reason.into(),
             message,

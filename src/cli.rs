@@ -450,7 +450,8 @@ pub enum Command {
     },
     /// Emergency: promote the running canary of a CanaryStatefulSet now.
     ///
-    /// Sets the annotation rollouts.linnet.dev/promote to the canary's image. Git stays the
+    /// Sets the annotation rollouts.linnet.dev/promote so that the running canary acts on it
+    /// ("true", or the canary's image when a "true" was there at its start). Git stays the
     /// source of truth: the usual way is to merge a pull request that adds the annotation.
     /// A CanaryDeployment is promoted by raising spec.currentBatch in Git.
     Promote {
@@ -462,8 +463,9 @@ pub enum Command {
     },
     /// Emergency: abort the running canary or batches and roll back to the stable image.
     ///
-    /// Sets the annotation rollouts.linnet.dev/abort to the canary's image. The rollout stays
-    /// rolled back until Git changes the image; put the old image back in Git to match.
+    /// Sets the annotation rollouts.linnet.dev/abort so that the running canary acts on it (as
+    /// promote does). The rollout stays rolled back until Git changes the image; put the old
+    /// image back in Git to match.
     Abort {
         /// The CanaryStatefulSet or CanaryDeployment.
         name: String,
@@ -690,9 +692,15 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn get(name: &str, namespace: Option<String>, watch: bool) -> Result<ExitCode> {
+/// A checked client and the namespace to use: `namespace`, else the kubeconfig context's.
+async fn client_in(namespace: Option<String>) -> Result<(kube::Client, String)> {
     let (_, client) = crate::kube_client::connect().await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    Ok((client, ns))
+}
+
+async fn get(name: &str, namespace: Option<String>, watch: bool) -> Result<ExitCode> {
+    let (client, ns) = client_in(namespace).await?;
     if !watch {
         let tree = crate::inspect::snapshot(&client, &ns, name).await?;
         say_raw!("{}", tree.render(jiff::Timestamp::now()));
@@ -717,8 +725,7 @@ async fn pull(
     namespace: Option<String>,
     lever: crate::inspect::Lever,
 ) -> Result<ExitCode> {
-    let (_, client) = crate::kube_client::connect().await?;
-    let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    let (client, ns) = client_in(namespace).await?;
     let done = crate::inspect::pull(&client, &ns, name, lever).await?;
     say!("{done}");
     Ok(ExitCode::SUCCESS)
@@ -839,7 +846,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Why a directory without any spec is refused (a wrong path, most likely).
 fn no_specs(dir: &Path) -> String {
     format!(
-        "no specs found in {}: no .yaml, .yml or .json file with an object; give the \
+        "no specs found in {}: no .yaml or .yml file with an object; give the \
          directory that holds them, or --allow-empty",
         dir.display()
     )

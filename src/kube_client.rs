@@ -25,13 +25,8 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the first request may take before linnet says the API server is unreachable.
 const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// A client from the kubeconfig or the in-cluster environment, as `kubectl` finds them.
-pub async fn infer() -> Result<Client, kube::Error> {
-    let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
-    from_config(config)
-}
-
-/// The kubeconfig (or in-cluster) settings and a client that has been answered once: a
+/// The kubeconfig (or in-cluster) settings, found as `kubectl` finds them, and a client
+/// that has been answered once: a
 /// command that cannot reach the API server, or is refused, says so once, in words, instead
 /// of failing every request after it.
 pub async fn connect() -> Result<(Config, Client), crate::Error> {

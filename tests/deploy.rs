@@ -282,10 +282,7 @@ fn serve_example(dir: &Path, ns: &str, token: &str) -> String {
     let root = dir.join("git");
     std::fs::create_dir_all(&root).unwrap();
     let (_bare, work) = support::bare_remote_and_clone(&root);
-    let example = support::example_repo_in(ns);
-    support::copy_dir(example.path(), &work);
-    support::git(&work, &["add", "-A"]);
-    support::git(&work, &["commit", "-qm", "the example repository"]);
+    support::commit_example(&work, ns);
     support::git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let base = support::git_http::serve(root, Some(("git", token)));
     format!("{base}/remote.git")
@@ -417,15 +414,14 @@ fn render_chart(release: &str, namespace: &str, set: &[String]) -> Vec<Value> {
 }
 
 /// Drops what may differ between the chart and deploy/: labels, annotations, the selector
-/// labels Helm adds (`app.kubernetes.io/instance`), and the image's pull policy.
+/// label Helm adds (`app.kubernetes.io/instance`), and the image's pull policy.
 fn normalized(mut doc: Value) -> Value {
     fn walk(v: &mut Value) {
         match v {
             Value::Object(map) => {
                 map.remove("labels");
                 map.remove("annotations");
-                map.remove("matchLabels");
-                map.remove("selector");
+                map.remove("app.kubernetes.io/instance");
                 map.remove("imagePullPolicy");
                 map.values_mut().for_each(walk);
             }

@@ -3,7 +3,7 @@
 //! there without status or a word. This watches for them and puts one Warning event on each,
 //! saying why nothing happens and what would manage it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
@@ -53,19 +53,28 @@ where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
     K: Send + Sync + 'static,
 {
-    // Once per object and generation while this agent runs; a restart says it once more.
-    let mut warned: HashSet<(String, Option<i64>)> = HashSet::new();
-    let mut objects = std::pin::pin!(watcher(api, config).default_backoff().applied_objects());
-    while let Some(next) = objects.next().await {
+    // Once per object and generation while this agent runs (a restart says it once more);
+    // a deleted object's entries go with it.
+    let mut warned: HashMap<String, Option<i64>> = HashMap::new();
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    while let Some(next) = events.next().await {
         let object = match next {
-            Ok(object) => object,
+            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => object,
+            Ok(watcher::Event::Delete(object)) => {
+                warned.remove(&object.uid().unwrap_or_default());
+                continue;
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
             Err(e) => {
                 tracing::debug!(error = %e, kind, "watch of unmanaged rollouts interrupted");
                 continue;
             }
         };
-        let key = (object.uid().unwrap_or_default(), object.meta().generation);
-        if object.meta().deletion_timestamp.is_some() || !warned.insert(key) {
+        if object.meta().deletion_timestamp.is_some() {
+            continue;
+        }
+        let generation = object.meta().generation;
+        if warned.insert(object.uid().unwrap_or_default(), generation) == Some(generation) {
             continue;
         }
         tracing::warn!(kind, namespace = ?object.namespace(), name = %object.name_any(), "a rollout no linnet source manages; it gets an event saying so");

@@ -9,6 +9,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 
@@ -24,10 +25,7 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// Reads rollout `name` in `ns` (either kind) and everything the tree shows.
 pub async fn snapshot(client: &Client, ns: &str, name: &str) -> Result<Snapshot> {
     let rollout = find(client, ns, name).await?;
-    let kind = match &rollout {
-        RolloutObject::StatefulSet(_) => "CanaryStatefulSet",
-        RolloutObject::Deployment(_) => "CanaryDeployment",
-    };
+    let kind = rollout.kind();
     let mine = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
     let (stateful_sets, deployments) = match &rollout {
         RolloutObject::StatefulSet(_) => (
@@ -89,63 +87,117 @@ async fn find(client: &Client, ns: &str, name: &str) -> Result<RolloutObject> {
 }
 
 /// Draws the tree, then again whenever the rollout, its workloads, pods, claims or events
-/// change (watches, not polling), until the process is stopped.
+/// change, until the process is stopped. The first drawing is read with plain requests (it
+/// says at once when there is no such rollout); after that, watches keep a copy of each, and
+/// every drawing is made from those copies: no request per change.
 pub async fn watch(
     client: &Client,
     ns: &str,
     name: &str,
     mut draw: impl FnMut(&str),
 ) -> Result<()> {
+    let start = snapshot(client, ns, name).await?;
+    let mut last = start.render(jiff::Timestamp::now());
+    draw(&last);
+    let kind = start.rollout.kind();
     let labels = watcher::Config::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
     let named = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let events = watcher::Config::default().fields(&format!("involvedObject.name={name}"));
-    fn changes<K>(api: Api<K>, config: watcher::Config) -> futures::stream::BoxStream<'static, ()>
-    where
-        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-        K::DynamicType: Default,
-    {
-        // Backoff: a watch the user may not make is retried slowly, not in a tight loop.
-        watcher(api, config).default_backoff().map(|_| ()).boxed()
-    }
-    let mut any = futures::stream::select_all([
-        changes(
-            Api::<CanaryStatefulSet>::namespaced(client.clone(), ns),
-            named.clone(),
-        ),
-        changes(
-            Api::<CanaryDeployment>::namespaced(client.clone(), ns),
-            named,
-        ),
-        changes(
-            Api::<StatefulSet>::namespaced(client.clone(), ns),
-            labels.clone(),
-        ),
-        changes(
-            Api::<Deployment>::namespaced(client.clone(), ns),
-            labels.clone(),
-        ),
-        changes(Api::<Pod>::namespaced(client.clone(), ns), labels.clone()),
-        changes(
-            Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
-            labels,
-        ),
-        changes(Api::<Event>::namespaced(client.clone(), ns), events),
-    ]);
-    let mut last = String::new();
+    let about = watcher::Config::default().fields(&format!(
+        "involvedObject.name={name},involvedObject.kind={kind}"
+    ));
+    let c = || client.clone();
+    let (set_rollouts, w0) = mirror(
+        Api::<CanaryStatefulSet>::namespaced(c(), ns),
+        named.clone(),
+        0,
+    );
+    let (deploy_rollouts, w1) = mirror(Api::<CanaryDeployment>::namespaced(c(), ns), named, 1);
+    let (stateful_sets, w2) = mirror(Api::<StatefulSet>::namespaced(c(), ns), labels.clone(), 2);
+    let (deployments, w3) = mirror(Api::<Deployment>::namespaced(c(), ns), labels.clone(), 3);
+    let (pods, w4) = mirror(Api::<Pod>::namespaced(c(), ns), labels.clone(), 4);
+    let (claims, w5) = mirror(Api::<PersistentVolumeClaim>::namespaced(c(), ns), labels, 5);
+    let (events, w6) = mirror(Api::<Event>::namespaced(c(), ns), about, 6);
+    let mut changes = futures::stream::select_all([w0, w1, w2, w3, w4, w5, w6]);
+    // Which watches have listed once: a drawing before all have would show part of the tree.
+    let mut listed = [false; 7];
     loop {
-        let text = snapshot(client, ns, name)
-            .await?
-            .render(jiff::Timestamp::now());
+        // Wait for a change, then let a burst of them settle before drawing once.
+        let Some(change) = changes.next().await else {
+            return Ok(());
+        };
+        let mut note = |done_listing: Option<usize>| {
+            if let Some(i) = done_listing {
+                listed[i] = true;
+            }
+        };
+        note(change);
+        let _ = tokio::time::timeout(SETTLE, async {
+            while let Some(next) = changes.next().await {
+                note(next);
+            }
+        })
+        .await;
+        if !listed.iter().all(|l| *l) {
+            continue;
+        }
+        let rollout = match start.rollout {
+            RolloutObject::StatefulSet(_) => set_rollouts
+                .state()
+                .first()
+                .map(|r| RolloutObject::StatefulSet(Box::new(CanaryStatefulSet::clone(r)))),
+            RolloutObject::Deployment(_) => deploy_rollouts
+                .state()
+                .first()
+                .map(|r| RolloutObject::Deployment(Box::new(CanaryDeployment::clone(r)))),
+        };
+        let Some(rollout) = rollout else {
+            return Err(Error::Usage(format!(
+                "{kind} {name} in namespace {ns} was deleted"
+            )));
+        };
+        let text = Snapshot {
+            rollout,
+            stateful_sets: owned(&stateful_sets),
+            deployments: owned(&deployments),
+            pods: owned(&pods),
+            claims: owned(&claims),
+            events: owned(&events),
+        }
+        .render(jiff::Timestamp::now());
         if text != last {
             draw(&text);
             last = text;
         }
-        // Wait for a change, then let a burst of them settle before drawing once.
-        if any.next().await.is_none() {
-            return Ok(());
-        }
-        let _ = tokio::time::timeout(SETTLE, async { while any.next().await.is_some() {} }).await;
     }
+}
+
+/// A watch of `api` kept in a store, and its stream of changes: each item is `Some(tag)`
+/// once the watch has listed everything (and after each relist), else `None`. It backs off
+/// on errors: a watch the user may not make is retried slowly, not in a tight loop.
+fn mirror<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    tag: usize,
+) -> (Store<K>, futures::stream::BoxStream<'static, Option<usize>>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let changes = reflector(writer, watcher(api, config).default_backoff())
+        .map(move |event| matches!(event, Ok(watcher::Event::InitDone)).then_some(tag))
+        .boxed();
+    (store, changes)
+}
+
+/// The objects of a store, owned.
+fn owned<K: kube::Resource<DynamicType = ()> + Clone>(store: &Store<K>) -> Vec<K> {
+    store.state().iter().map(|o| K::clone(o)).collect()
 }
 
 /// Which lever `linnet promote` or `linnet abort` pulls.
@@ -164,42 +216,33 @@ pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result
         Lever::Abort => (ABORT_ANNOTATION, "abort"),
     };
     let rollout = find(client, ns, name).await?;
-    use crate::api::{DeploymentPhase as D, PromotionType, StatefulSetPhase as S};
+    use crate::plan::{deployment, statefulset};
     let nothing = || {
         Error::Usage(format!(
             "{name} has no canary that can be {verb}d now: nothing to {verb} (linnet get {name} \
              shows its phase)"
         ))
     };
-    // The phases whose plan reads the annotation, and what was there when the canary started.
+    // Only a phase whose plan reads the annotation; with what was there at the canary's start.
     let (canary, at_start) = match &rollout {
         RolloutObject::StatefulSet(r) => {
-            if lever == Lever::Promote && r.spec.promotion.type_ == PromotionType::Auto {
+            if lever == Lever::Promote && r.spec.promotion.type_ == crate::api::PromotionType::Auto
+            {
                 return Err(Error::Usage(format!(
                     "{name} has promotion Auto: it promotes by itself once every canary pod has \
                      been Ready for bakeSeconds"
                 )));
             }
             let status = r.status.clone().unwrap_or_default();
-            let acts = match lever {
-                Lever::Promote => matches!(
-                    status.phase,
-                    Some(S::ScalingDownStable | S::DeployingCanary | S::CanaryActive)
+            let (acts, at_start) = match lever {
+                Lever::Promote => (
+                    status.phase.is_some_and(statefulset::reads_promote),
+                    status.promote_at_start,
                 ),
-                Lever::Abort => matches!(
-                    status.phase,
-                    Some(
-                        S::ScalingDownStable
-                            | S::DeployingCanary
-                            | S::CanaryActive
-                            | S::AwaitingMigration
-                            | S::MigratingData
-                    )
+                Lever::Abort => (
+                    status.phase.is_some_and(statefulset::reads_abort),
+                    status.abort_at_start,
                 ),
-            };
-            let at_start = match lever {
-                Lever::Promote => status.promote_at_start,
-                Lever::Abort => status.abort_at_start,
             };
             (status.canary_image.filter(|_| acts), at_start)
         }
@@ -212,26 +255,18 @@ pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result
                 )));
             }
             let status = r.status.clone().unwrap_or_default();
-            let acts = matches!(status.phase, Some(D::Progressing | D::Paused | D::Failed));
+            let acts = status.phase.is_some_and(deployment::reads_abort);
             (status.canary_image.filter(|_| acts), status.abort_at_start)
         }
     };
     let canary = canary.ok_or_else(nothing)?;
-    // "true" acts unless it was already there when the canary started (then it was meant for
-    // an earlier one); the image acts either way, but would also act on a later canary of the
-    // same image if left, so it is used only when it must be.
-    let value = if at_start.as_deref() == Some("true") {
-        canary.clone()
-    } else {
-        "true".to_string()
-    };
+    let value = crate::plan::acting_value(at_start.as_deref(), &canary);
     let patch = Patch::Merge(serde_json::json!({
         "metadata": {"annotations": {annotation: value}}
     }));
-    let params = PatchParams::default();
     let params = PatchParams {
         field_manager: Some("linnet-cli".into()),
-        ..params
+        ..PatchParams::default()
     };
     match &rollout {
         RolloutObject::StatefulSet(_) => {

@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::ResourceExt;
 
 use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition, ROLE_LABEL};
@@ -15,6 +16,16 @@ use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition, ROLE_LABEL};
 pub enum RolloutObject {
     StatefulSet(Box<CanaryStatefulSet>),
     Deployment(Box<CanaryDeployment>),
+}
+
+impl RolloutObject {
+    /// Its kind, as events name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RolloutObject::StatefulSet(_) => "CanaryStatefulSet",
+            RolloutObject::Deployment(_) => "CanaryDeployment",
+        }
+    }
 }
 
 /// What one `linnet get` shows: the rollout and what it made, as read from the cluster.
@@ -38,207 +49,114 @@ const EVENTS_SHOWN: usize = 6;
 impl Snapshot {
     /// The tree as text, `now` for ages.
     pub fn render(&self, now: jiff::Timestamp) -> String {
+        let (summary, workloads) = match &self.rollout {
+            RolloutObject::StatefulSet(r) => (sts_summary(r), self.sts_workloads(r)),
+            RolloutObject::Deployment(r) => (deploy_summary(r), self.deploy_workloads(r)),
+        };
         let mut out = String::new();
-        match &self.rollout {
-            RolloutObject::StatefulSet(r) => self.render_sts(r, now, &mut out),
-            RolloutObject::Deployment(r) => self.render_deploy(r, now, &mut out),
+        for (name, value) in &summary.lines {
+            header(&mut out, name, value);
+        }
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "{:<32} {:<18} {:<14} {:<22} {:<14} AGE",
+            "NAME", "KIND", "STATUS", "IMAGE", "VOLUME"
+        );
+        row(
+            &mut out,
+            "",
+            &summary.name,
+            summary.kind,
+            &summary.phase,
+            "",
+            "",
+            created(summary.created, now),
+        );
+        for (i, w) in workloads.iter().enumerate() {
+            let last = i + 1 == workloads.len();
+            row(
+                &mut out,
+                branch(last),
+                &w.name,
+                w.kind,
+                &w.status,
+                &w.image,
+                "",
+                created(w.created, now),
+            );
+            self.render_pods(&w.pods, if last { "    " } else { "│   " }, now, &mut out);
         }
         self.render_events(now, &mut out);
         out
     }
 
-    fn render_sts(&self, r: &CanaryStatefulSet, now: jiff::Timestamp, out: &mut String) {
-        let st = r.status.clone().unwrap_or_default();
-        header(out, "Name", &r.name_any());
-        header(out, "Namespace", &r.namespace().unwrap_or_default());
-        header(
-            out,
-            "Kind",
-            &format!("CanaryStatefulSet ({:?})", r.spec.strategy.type_),
-        );
-        header(
-            out,
-            "Phase",
-            &phase_text(st.phase.map(|p| format!("{p:?}"))),
-        );
-        header(out, "Message", st.message.as_deref().unwrap_or("-"));
-        header(
-            out,
-            "Images",
-            &images(st.stable_image.as_deref(), st.canary_image.as_deref()),
-        );
-        header(
-            out,
-            "Replicas",
-            &format!(
-                "{} ready, {} canary ready (desired {}, canary {})",
-                st.ready.as_deref().unwrap_or("-"),
-                st.canary_ready_replicas,
-                r.spec.replicas,
-                r.spec.canary_replicas
-            ),
-        );
-        if let Some(steps) = &r.spec.steps {
-            let step = st.current_step.unwrap_or(0) + 1;
-            header(out, "Step", &format!("{step}/{} {steps:?}", steps.len()));
-        }
-        header(out, "Conditions", &conditions(&st.conditions));
-        header(
-            out,
-            "Source",
-            &source(r.annotations(), st.source_revision.as_deref()),
-        );
-        out.push('\n');
-        let _ = writeln!(
-            out,
-            "{:<32} {:<18} {:<14} {:<22} {:<14} AGE",
-            "NAME", "KIND", "STATUS", "IMAGE", "VOLUME"
-        );
-        row(
-            out,
-            "",
-            &r.name_any(),
-            "CanaryStatefulSet",
-            &phase_text(st.phase.map(|p| format!("{p:?}"))),
-            "",
-            "",
-            created(r.metadata.creation_timestamp.as_ref(), now),
-        );
+    fn sts_workloads<'s>(&'s self, r: &CanaryStatefulSet) -> Vec<Workload<'s>> {
         let mut sets: Vec<&StatefulSet> = self.stateful_sets.iter().collect();
         sets.sort_by_key(|s| s.name_any());
-        for (i, set) in sets.iter().enumerate() {
-            let last = i + 1 == sets.len();
-            let status = set.status.as_ref();
-            let ready = format!(
-                "{}/{}",
-                status.and_then(|s| s.ready_replicas).unwrap_or(0),
-                set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
-            );
-            let role = set.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
-            let image = set
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.spec.as_ref())
-                .and_then(|p| p.containers.first())
-                .and_then(|c| c.image.clone())
-                .unwrap_or_default();
-            row(
-                out,
-                branch(last),
-                &set.name_any(),
-                "StatefulSet",
-                &format!("{ready} {role}"),
-                &image,
-                "",
-                created(set.metadata.creation_timestamp.as_ref(), now),
-            );
-            let pods = self.pods_of(&set.name_any(), |p| {
-                p.owner_references()
-                    .iter()
-                    .any(|o| o.kind == "StatefulSet" && o.name == set.name_any())
-            });
-            self.render_pods(&pods, if last { "    " } else { "│   " }, now, out);
-        }
+        sets.into_iter()
+            .map(|set| {
+                let spec = set.spec.as_ref();
+                let role = set.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
+                let ready = format!(
+                    "{}/{}",
+                    set.status
+                        .as_ref()
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0),
+                    spec.and_then(|s| s.replicas).unwrap_or(0)
+                );
+                let name = set.name_any();
+                Workload {
+                    kind: "StatefulSet",
+                    status: format!("{ready} {role}"),
+                    image: template_image(spec.map(|s| &s.template), r.spec.container.as_deref()),
+                    created: set.metadata.creation_timestamp.as_ref(),
+                    pods: self.pods_where(|p| {
+                        p.owner_references()
+                            .iter()
+                            .any(|o| o.kind == "StatefulSet" && o.name == name)
+                    }),
+                    name,
+                }
+            })
+            .collect()
     }
 
-    fn render_deploy(&self, r: &CanaryDeployment, now: jiff::Timestamp, out: &mut String) {
-        let st = r.status.clone().unwrap_or_default();
-        header(out, "Name", &r.name_any());
-        header(out, "Namespace", &r.namespace().unwrap_or_default());
-        header(
-            out,
-            "Kind",
-            &format!("CanaryDeployment ({:?})", r.spec.strategy.type_),
-        );
-        header(
-            out,
-            "Phase",
-            &phase_text(st.phase.map(|p| format!("{p:?}"))),
-        );
-        header(out, "Message", st.message.as_deref().unwrap_or("-"));
-        header(
-            out,
-            "Images",
-            &images(st.stable_image.as_deref(), st.canary_image.as_deref()),
-        );
-        header(
-            out,
-            "Replicas",
-            &format!(
-                "{} ready (desired {})",
-                st.ready.as_deref().unwrap_or("-"),
-                r.spec.replicas
-            ),
-        );
-        if let Some(batch) = &st.batch {
-            let states: Vec<String> = st
-                .batches
-                .iter()
-                .map(|b| format!("{}:{:?}", b.batch, b.state))
-                .collect();
-            header(out, "Batch", &format!("{batch} [{}]", states.join(" ")));
-        }
-        header(out, "Conditions", &conditions(&st.conditions));
-        header(
-            out,
-            "Source",
-            &source(r.annotations(), st.source_revision.as_deref()),
-        );
-        out.push('\n');
-        let _ = writeln!(
-            out,
-            "{:<32} {:<18} {:<14} {:<22} {:<14} AGE",
-            "NAME", "KIND", "STATUS", "IMAGE", "VOLUME"
-        );
-        row(
-            out,
-            "",
-            &r.name_any(),
-            "CanaryDeploy",
-            &phase_text(st.phase.map(|p| format!("{p:?}"))),
-            "",
-            "",
-            created(r.metadata.creation_timestamp.as_ref(), now),
-        );
+    fn deploy_workloads<'s>(&'s self, r: &CanaryDeployment) -> Vec<Workload<'s>> {
         let mut deployments: Vec<&Deployment> = self.deployments.iter().collect();
         deployments.sort_by_key(|d| d.name_any());
-        for (i, d) in deployments.iter().enumerate() {
-            let last = i + 1 == deployments.len();
-            let spec = d.spec.as_ref();
-            let ready = format!(
-                "{}/{}",
-                d.status
-                    .as_ref()
-                    .and_then(|s| s.available_replicas)
-                    .unwrap_or(0),
-                spec.and_then(|s| s.replicas).unwrap_or(0)
-            );
-            let image = spec
-                .and_then(|s| s.template.spec.as_ref())
-                .and_then(|p| p.containers.first())
-                .and_then(|c| c.image.clone())
-                .unwrap_or_default();
-            row(
-                out,
-                branch(last),
-                &d.name_any(),
-                "Deployment",
-                &ready,
-                &image,
-                "",
-                created(d.metadata.creation_timestamp.as_ref(), now),
-            );
-            let selector = spec
-                .and_then(|s| s.selector.match_labels.clone())
-                .unwrap_or_default();
-            let pods = self.pods_of(&d.name_any(), |p| {
-                !selector.is_empty() && selector.iter().all(|(k, v)| p.labels().get(k) == Some(v))
-            });
-            self.render_pods(&pods, if last { "    " } else { "│   " }, now, out);
-        }
+        deployments
+            .into_iter()
+            .map(|d| {
+                let spec = d.spec.as_ref();
+                let ready = format!(
+                    "{}/{}",
+                    d.status
+                        .as_ref()
+                        .and_then(|s| s.available_replicas)
+                        .unwrap_or(0),
+                    spec.and_then(|s| s.replicas).unwrap_or(0)
+                );
+                let selector = spec
+                    .and_then(|s| s.selector.match_labels.clone())
+                    .unwrap_or_default();
+                Workload {
+                    name: d.name_any(),
+                    kind: "Deployment",
+                    status: ready,
+                    image: template_image(spec.map(|s| &s.template), r.spec.container.as_deref()),
+                    created: d.metadata.creation_timestamp.as_ref(),
+                    pods: self.pods_where(|p| {
+                        !selector.is_empty()
+                            && selector.iter().all(|(k, v)| p.labels().get(k) == Some(v))
+                    }),
+                }
+            })
+            .collect()
     }
 
-    fn pods_of(&self, _owner: &str, belongs: impl Fn(&Pod) -> bool) -> Vec<&Pod> {
+    fn pods_where(&self, belongs: impl Fn(&Pod) -> bool) -> Vec<&Pod> {
         let mut pods: Vec<&Pod> = self.pods.iter().filter(|p| belongs(p)).collect();
         pods.sort_by_key(|p| p.name_any());
         pods
@@ -317,6 +235,148 @@ impl Snapshot {
     }
 }
 
+/// The lines above the tree and its root row.
+struct Summary<'a> {
+    name: String,
+    kind: &'static str,
+    phase: String,
+    created: Option<&'a Time>,
+    lines: Vec<(&'static str, String)>,
+}
+
+/// A set or Deployment of the rollout, with its pods.
+struct Workload<'a> {
+    name: String,
+    kind: &'static str,
+    status: String,
+    image: String,
+    created: Option<&'a Time>,
+    pods: Vec<&'a Pod>,
+}
+
+/// What both kinds' statuses have, for [`summary`].
+struct Common<'a> {
+    kind: &'static str,
+    strategy: String,
+    phase: Option<String>,
+    message: Option<&'a str>,
+    stable: Option<&'a str>,
+    canary: Option<&'a str>,
+    conditions: &'a [Condition],
+    revision: Option<&'a str>,
+}
+
+/// The summary lines both kinds share, around `middle` (replicas, step or batch).
+fn summary<'a>(
+    meta: &'a ObjectMeta,
+    common: Common<'_>,
+    middle: Vec<(&'static str, String)>,
+) -> Summary<'a> {
+    let Common {
+        kind,
+        strategy,
+        phase,
+        message,
+        stable,
+        canary,
+        conditions: conditions_,
+        revision,
+    } = common;
+    let phase = phase.unwrap_or_else(|| "(no status yet)".into());
+    let mut lines = vec![
+        ("Name", meta.name.clone().unwrap_or_default()),
+        ("Namespace", meta.namespace.clone().unwrap_or_default()),
+        ("Kind", format!("{kind} ({strategy})")),
+        ("Phase", phase.clone()),
+        ("Message", message.unwrap_or("-").to_string()),
+        ("Images", images(stable, canary)),
+    ];
+    lines.extend(middle);
+    lines.push(("Conditions", conditions(conditions_)));
+    lines.push(("Source", source(meta.annotations.as_ref(), revision)));
+    Summary {
+        name: meta.name.clone().unwrap_or_default(),
+        kind,
+        phase,
+        created: meta.creation_timestamp.as_ref(),
+        lines,
+    }
+}
+
+fn sts_summary(r: &CanaryStatefulSet) -> Summary<'_> {
+    let st = r.status.as_ref();
+    let mut middle = vec![(
+        "Replicas",
+        format!(
+            "{} ready, {} canary ready (desired {}, canary {})",
+            st.and_then(|s| s.ready.as_deref()).unwrap_or("-"),
+            st.map_or(0, |s| s.canary_ready_replicas),
+            r.spec.replicas,
+            r.spec.canary_replicas
+        ),
+    )];
+    if let Some(steps) = &r.spec.steps {
+        let step = st.and_then(|s| s.current_step).unwrap_or(0) + 1;
+        middle.push(("Step", format!("{step}/{} {steps:?}", steps.len())));
+    }
+    summary(
+        &r.metadata,
+        Common {
+            kind: "CanaryStatefulSet",
+            strategy: format!("{:?}", r.spec.strategy.type_),
+            phase: st.and_then(|s| s.phase).map(|p| format!("{p:?}")),
+            message: st.and_then(|s| s.message.as_deref()),
+            stable: st.and_then(|s| s.stable_image.as_deref()),
+            canary: st.and_then(|s| s.canary_image.as_deref()),
+            conditions: st.map_or(&[][..], |s| &s.conditions),
+            revision: st.and_then(|s| s.source_revision.as_deref()),
+        },
+        middle,
+    )
+}
+
+fn deploy_summary(r: &CanaryDeployment) -> Summary<'_> {
+    let st = r.status.as_ref();
+    let mut middle = vec![(
+        "Replicas",
+        format!(
+            "{} ready (desired {})",
+            st.and_then(|s| s.ready.as_deref()).unwrap_or("-"),
+            r.spec.replicas
+        ),
+    )];
+    if let Some(st) = st
+        && let Some(batch) = &st.batch
+    {
+        let states: Vec<String> = st
+            .batches
+            .iter()
+            .map(|b| format!("{}:{:?}", b.batch, b.state))
+            .collect();
+        middle.push(("Batch", format!("{batch} [{}]", states.join(" "))));
+    }
+    summary(
+        &r.metadata,
+        Common {
+            kind: "CanaryDeployment",
+            strategy: format!("{:?}", r.spec.strategy.type_),
+            phase: st.and_then(|s| s.phase).map(|p| format!("{p:?}")),
+            message: st.and_then(|s| s.message.as_deref()),
+            stable: st.and_then(|s| s.stable_image.as_deref()),
+            canary: st.and_then(|s| s.canary_image.as_deref()),
+            conditions: st.map_or(&[][..], |s| &s.conditions),
+            revision: st.and_then(|s| s.source_revision.as_deref()),
+        },
+        middle,
+    )
+}
+
+/// The rolled-out container's image in a workload's pod template.
+fn template_image(template: Option<&PodTemplateSpec>, container: Option<&str>) -> String {
+    crate::plan::observed::container_image(template.and_then(|t| t.spec.as_ref()), container)
+        .unwrap_or_default()
+}
+
 fn header(out: &mut String, name: &str, value: &str) {
     let _ = writeln!(out, "{:<12} {}", format!("{name}:"), printable(value));
 }
@@ -355,10 +415,6 @@ fn branch(last: bool) -> &'static str {
     if last { "└── " } else { "├── " }
 }
 
-fn phase_text(phase: Option<String>) -> String {
-    phase.unwrap_or_else(|| "(no status yet)".into())
-}
-
 fn images(stable: Option<&str>, canary: Option<&str>) -> String {
     match (stable, canary) {
         (Some(s), Some(c)) if s != c => format!("{s} (stable), {c} (canary)"),
@@ -380,11 +436,11 @@ fn conditions(conditions: &[Condition]) -> String {
 }
 
 fn source(
-    annotations: &std::collections::BTreeMap<String, String>,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
     revision: Option<&str>,
 ) -> String {
     let path = annotations
-        .get(crate::api::SOURCE_PATH_ANNOTATION)
+        .and_then(|a| a.get(crate::api::SOURCE_PATH_ANNOTATION))
         .map_or("(not from Git)", String::as_str);
     match revision {
         Some(r) => format!("{path} @ {}", r.chars().take(12).collect::<String>()),
@@ -407,10 +463,7 @@ fn event_time(e: &Event) -> Option<jiff::Timestamp> {
         .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-fn created(
-    t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
-    now: jiff::Timestamp,
-) -> String {
+fn created(t: Option<&Time>, now: jiff::Timestamp) -> String {
     t.map_or("-".into(), |t| age(now, t.0))
 }
 

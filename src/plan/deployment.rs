@@ -25,7 +25,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use super::actions::PlanEvent;
 use super::batch;
 use super::machine::{
-    Machine, Next, Standing, carry_action_failure, drive, elapsed, go, go_warning, set_standing,
+    Machine, Next, Standing, annotation_acts, carry_action_failure, drive, elapsed, go, go_warning,
+    set_standing,
 };
 use super::objects::{RolloutRef, stamp};
 use super::observed::{container_image, normalized_selector};
@@ -567,16 +568,17 @@ impl<'a> Planner<'a> {
         ))
     }
 
-    /// Why an in-flight rollout must be ended, if it must.
+    /// Why an in-flight rollout must be ended, if it must. Called first by the steps of the
+    /// phases [`reads_abort`] names.
     fn interrupted(&mut self) -> Option<Next<Phase>> {
         let canary = self.canary_image();
         let stable = self.stable_image();
         let image = self.spec().image.clone();
-        let aborted = match self.r.abort.as_deref() {
-            Some(v) if v == canary => true,
-            Some("true") => self.st.abort_at_start.as_deref() != Some("true"),
-            _ => false,
-        };
+        let aborted = annotation_acts(
+            self.r.abort.as_deref(),
+            self.st.abort_at_start.as_deref(),
+            &canary,
+        );
         let (reason, message) = if aborted && canary != stable {
             (
                 "Aborted",
@@ -911,6 +913,12 @@ impl<'a> Planner<'a> {
             entered: Vec::new(),
         }
     }
+}
+
+/// Whether a rollout in `phase` acts on the abort annotation: the phases whose step begins
+/// with `interrupted` (a rollout under way, or one that failed).
+pub fn reads_abort(phase: Phase) -> bool {
+    matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed)
 }
 
 #[cfg(test)]

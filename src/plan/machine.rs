@@ -136,6 +136,28 @@ pub(crate) fn elapsed(since: Option<&Time>, now: Timestamp) -> std::time::Durati
     })
 }
 
+/// Whether a promote or abort annotation with `value` acts on the canary of `canary`: the
+/// canary's image always does; `"true"` does unless it was already there when the canary
+/// started (`at_start`), when it was meant for an earlier canary.
+pub(crate) fn annotation_acts(value: Option<&str>, at_start: Option<&str>, canary: &str) -> bool {
+    match value {
+        Some(v) if v == canary => true,
+        Some("true") => at_start != Some("true"),
+        _ => false,
+    }
+}
+
+/// The value a person sets (`linnet promote|abort`) so that the running canary acts on it:
+/// `"true"`, or the canary's image when a `"true"` was there at its start. `"true"` is
+/// preferred: left behind, an image would act on a later canary of the same image too.
+pub fn acting_value(at_start: Option<&str>, canary: &str) -> String {
+    if at_start == Some("true") {
+        canary.to_string()
+    } else {
+        "true".to_string()
+    }
+}
+
 /// Reason of the Stalled and Ready conditions while an action the plan needs is refused.
 pub const ACTION_FAILED: &str = "ActionFailed";
 /// Reason of the Reconciling and Ready conditions while an action failed in a way that
@@ -253,6 +275,20 @@ pub fn set_condition(
             observed_generation: None,
         }),
     }
+}
+
+#[cfg(test)]
+#[test]
+fn the_value_a_person_sets_always_acts_on_the_running_canary() {
+    for at_start in [None, Some("true"), Some("redis:2"), Some("redis:1")] {
+        let value = acting_value(at_start, "redis:2");
+        assert!(
+            annotation_acts(Some(&value), at_start, "redis:2"),
+            "{value} with {at_start:?} at the start"
+        );
+    }
+    assert_eq!(acting_value(None, "redis:2"), "true");
+    assert!(!annotation_acts(Some("true"), Some("true"), "redis:2"));
 }
 
 /// Which of Ready, Reconciling and Stalled is true; panics unless exactly one is (tests).

@@ -21,5 +21,7 @@ pub mod statefulset;
 pub use actions::{Action, PlanEvent};
 #[cfg(test)]
 pub(crate) use machine::carry_action_failure;
-pub use machine::{ACTION_FAILED, ACTION_RETRYING, mark_action_failed, set_condition};
+pub use machine::{
+    ACTION_FAILED, ACTION_RETRYING, acting_value, mark_action_failed, set_condition,
+};
 pub use observed::Observed;

@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::actions::{Action, PlanEvent};
 use super::handoff::{HandoffStep, handoff_step};
 use super::machine::{
-    Machine, Next, Standing, carry_action_failure, drive, elapsed, go, go_warning, keeping,
-    set_standing,
+    Machine, Next, Standing, annotation_acts, carry_action_failure, drive, elapsed, go, go_warning,
+    keeping, set_standing,
 };
 use super::objects::{
     Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
@@ -234,20 +234,12 @@ impl<'a> Planner<'a> {
         })
     }
 
-    fn gate(value: Option<&str>, at_start: Option<&str>, canary: &str) -> bool {
-        match value {
-            Some(v) if v == canary => true,
-            Some("true") => at_start != Some("true"),
-            _ => false,
-        }
-    }
-
     /// Why a running canary must end, if it must.
     fn abort_reason(&self) -> Option<Next<Phase>> {
         let canary = self.canary_image();
         let stable = self.stable_image();
         let image = &self.spec().image;
-        if Self::gate(
+        if annotation_acts(
             self.r.abort.as_deref(),
             self.st.abort_at_start.as_deref(),
             &canary,
@@ -894,7 +886,7 @@ impl<'a> Planner<'a> {
                 }
                 true
             }
-            PromotionType::Manual => Self::gate(
+            PromotionType::Manual => annotation_acts(
                 self.r.promote.as_deref(),
                 self.st.promote_at_start.as_deref(),
                 &image,
@@ -1072,6 +1064,21 @@ fn progressing_phase(phase: Phase) -> bool {
         phase,
         Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed
     )
+}
+
+/// Whether a rollout in `phase` acts on the promote annotation: its canary phases (it is
+/// read in CanaryActive; set earlier, it acts there).
+pub fn reads_promote(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::ScalingDownStable | Phase::DeployingCanary | Phase::CanaryActive
+    )
+}
+
+/// Whether a rollout in `phase` acts on the abort annotation: the phases whose step begins
+/// with [`Planner::abort_reason`].
+pub fn reads_abort(phase: Phase) -> bool {
+    reads_promote(phase) || matches!(phase, Phase::AwaitingMigration | Phase::MigratingData)
 }
 
 /// What deleting a rollout takes: scale each set to 0, wait for its pods, then delete it.

@@ -29,37 +29,20 @@ pub fn status_of(
     previous: Option<&LinnetSourceStatus>,
     now: jiff::Timestamp,
 ) -> LinnetSourceStatus {
-    let first = |errors: &[String]| errors.first().cloned().unwrap_or_default();
-    let (ready, reason, message) = if let Some(e) = &state.last_error {
-        (false, "SyncFailed", e.clone())
-    } else if !state.sync_errors.is_empty() {
-        (
-            false,
-            "SyncErrors",
-            format!(
-                "{} object(s) of the revision not applied; first: {}",
-                state.sync_errors.len(),
-                first(&state.sync_errors)
-            ),
-        )
-    } else if !state.spec_errors.is_empty() {
-        (
-            false,
-            "SpecErrors",
-            format!(
-                "{} error(s) in the specs block their files; first: {}",
-                state.spec_errors.len(),
-                first(&state.spec_errors)
-            ),
-        )
-    } else if let Some(revision) = &state.revision {
-        (
+    // The errors as the agent's own status already sums them up (its Degraded condition).
+    let degraded = state
+        .conditions
+        .iter()
+        .find(|c| c.type_ == crate::agent::DEGRADED && c.status == "True");
+    let (ready, reason, message) = match (&state.last_error, degraded, &state.revision) {
+        (Some(e), _, _) => (false, "SyncFailed", e.clone()),
+        (None, Some(d), _) => (false, d.reason.as_str(), d.message.clone()),
+        (None, None, Some(revision)) => (
             true,
             "Synced",
             format!("every object of {revision} is applied"),
-        )
-    } else {
-        (false, "NotSynced", "no revision synced yet".into())
+        ),
+        (None, None, None) => (false, "NotSynced", "no revision synced yet".into()),
     };
     let mut status = LinnetSourceStatus {
         observed_generation: generation,
@@ -121,6 +104,8 @@ pub async fn publish(
     let mut generation = None;
     let mut written: Option<LinnetSourceStatus> = None;
     loop {
+        // A failed write is tried again after RETRY, or at once on the next change.
+        let mut failed = false;
         if generation.is_none() {
             let object = LinnetSource::new(&name, spec.clone());
             match api.patch(&name, &params, &Patch::Apply(&object)).await {
@@ -129,6 +114,7 @@ pub async fn publish(
                     written = o.status;
                 }
                 Err(e) => {
+                    failed = true;
                     tracing::warn!(source = %name, %namespace, error = %crate::error::kube_message(&e), "cannot write LinnetSource; check RBAC for linnetsources")
                 }
             }
@@ -155,16 +141,17 @@ pub async fn publish(
                     Err(kube::Error::Api(s)) if s.code == 404 => {
                         generation = None;
                         written = None;
+                        failed = true;
                     }
                     Err(e) => {
+                        failed = true;
                         tracing::warn!(source = %name, %namespace, error = %crate::error::kube_message(&e), "cannot write LinnetSource status; check RBAC for linnetsources/status")
                     }
                 }
             }
         }
-        let caught_up = generation.is_some() && written.is_some();
         let wait = async {
-            if caught_up {
+            if !failed {
                 changed.changed().await.is_ok()
             } else {
                 let _ = tokio::time::timeout(RETRY, changed.changed()).await;
@@ -182,13 +169,15 @@ mod tests {
     use super::*;
 
     fn state() -> SourceStatus {
-        SourceStatus {
+        let mut state = SourceStatus {
             source: "default".into(),
             revision: Some("abc123".into()),
             last_sync: Some("2026-11-24T01:00:00Z".into()),
             objects: 4,
             ..Default::default()
-        }
+        };
+        state.set_degraded();
+        state
     }
 
     #[test]
@@ -220,6 +209,7 @@ mod tests {
         broken.revision = Some("def456".into());
         broken.last_sync = Some("2026-11-24T02:00:00Z".into());
         broken.sync_errors = vec!["Service shop/web: apps/web.yaml:30:1: forbidden".into()];
+        broken.set_degraded();
         let t1 = jiff::Timestamp::from_second(1_800_003_600).unwrap();
         let next = status_of(&broken, Some(1), Some(&first), t1);
         let ready = &next.conditions[0];

@@ -67,11 +67,19 @@ fn typed_linnet(api_version: &str, kind: &str, value: &Value) -> Vec<UnknownFiel
     }
 }
 
+/// Unknown fields reported per document: a file of thousands of them (a hostile repository
+/// in a pull request's CI) must not cost a path copy each.
+const MOST_REPORTED: usize = 20;
+
 fn ignored<T: DeserializeOwned>(value: &Value) -> Vec<UnknownField> {
     let mut found = Vec::new();
     // A value the type cannot take at all is for the other checks (and the API server) to
     // report; only the skipped fields matter here.
-    let _ = serde_ignored::deserialize::<_, _, T>(value, |path| found.push(segments(&path)));
+    let _ = serde_ignored::deserialize::<_, _, T>(value, |path| {
+        if found.len() < MOST_REPORTED {
+            found.push(segments(&path));
+        }
+    });
     // `status` is the cluster's, never applied from Git; a custom resource's type reads
     // `apiVersion` and `kind` past its fields.
     found.retain(|p| match p.first().map(String::as_str) {
@@ -186,6 +194,19 @@ mod tests {
                     .map(String::from)
                     .to_vec()
             ]
+        );
+    }
+
+    #[test]
+    fn a_document_of_many_unknown_fields_reports_a_bounded_number() {
+        let ports: Vec<_> = (0..10_000)
+            .map(|i| serde_json::json!({"port": i, "portz": i}))
+            .collect();
+        let service = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web"}, "spec": {"ports": ports}});
+        assert_eq!(
+            unknown_fields("v1", "Service", &service).len(),
+            MOST_REPORTED
         );
     }
 

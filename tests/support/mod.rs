@@ -516,11 +516,6 @@ pub fn example_repo_in(ns: &str) -> tempfile::TempDir {
     dst
 }
 
-/// Copies the files under `src` into `dst`, as they are.
-pub fn copy_dir(src: &std::path::Path, dst: &std::path::Path) {
-    copy_tree(src, dst, "demo");
-}
-
 fn copy_tree(src: &std::path::Path, dst: &std::path::Path, ns: &str) {
     std::fs::create_dir_all(dst).unwrap();
     for entry in std::fs::read_dir(src).unwrap() {

@@ -1407,38 +1407,36 @@ fn flux_kstatus_reads_every_phase_as_meant() {
             "InProgress",
         ));
     }
-    // An action the API server refuses.
-    let mut refused = CanaryStatefulSetStatus {
-        phase: Some(Phase::Stable),
-        observed_generation: Some(1),
-        ..Default::default()
-    };
-    crate::plan::mark_action_failed(
-        &mut refused.conditions,
-        &mut refused.message,
-        "apply StatefulSet redis-stable: forbidden",
-        true,
-        Timestamp::UNIX_EPOCH,
-    );
-    cases.push(("action refused".into(), object(1, &refused), "Failed"));
-    // An action that failed in a way that clears by itself (a conflict): still in progress.
-    let mut conflicted = CanaryStatefulSetStatus {
-        phase: Some(Phase::Stable),
-        observed_generation: Some(1),
-        ..Default::default()
-    };
-    crate::plan::mark_action_failed(
-        &mut conflicted.conditions,
-        &mut conflicted.message,
-        "patch PersistentVolume pv-1: the object has been modified (Conflict, HTTP 409)",
-        false,
-        Timestamp::UNIX_EPOCH,
-    );
-    cases.push((
-        "action conflicted".into(),
-        object(1, &conflicted),
-        "InProgress",
-    ));
+    // An action the API server refuses is Failed; one that failed in a way that clears by
+    // itself (a conflict) is still in progress.
+    for (what, failure, permanent, want) in [
+        (
+            "action refused",
+            "apply StatefulSet redis-stable: forbidden",
+            true,
+            "Failed",
+        ),
+        (
+            "action conflicted",
+            "patch PersistentVolume pv-1: the object has been modified (Conflict, HTTP 409)",
+            false,
+            "InProgress",
+        ),
+    ] {
+        let mut status = CanaryStatefulSetStatus {
+            phase: Some(Phase::Stable),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        crate::plan::mark_action_failed(
+            &mut status.conditions,
+            &mut status.message,
+            failure,
+            permanent,
+            Timestamp::UNIX_EPOCH,
+        );
+        cases.push((what.into(), object(1, &status), want));
+    }
 
     let phases: std::collections::BTreeSet<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
     for phase in [

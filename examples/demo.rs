@@ -119,8 +119,21 @@ impl Demo {
         Ok((child, out))
     }
 
-    /// Stops a `linnet get -w` and prints how often it drew and its last drawing.
-    fn show_watch(&self, name: &str, (mut child, out): (Child, PathBuf)) -> Step<()> {
+    /// Waits until a `linnet get -w` has drawn `phase` (it draws every change, so it must),
+    /// stops it, and prints how often it drew and its last drawing.
+    async fn show_watch(
+        &self,
+        name: &str,
+        phase: &str,
+        (mut child, out): (Child, PathBuf),
+    ) -> Step<()> {
+        let drawn = format!("Phase:       {phase}");
+        let seen = wait(&format!("linnet get -w to draw {phase}"), 10, || async {
+            let text = std::fs::read_to_string(&out).ok()?;
+            let last = text.rsplit(&"-".repeat(78)).next()?;
+            last.contains(&drawn).then_some(())
+        })
+        .await;
         let _ = child.kill();
         let _ = child.wait();
         let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
@@ -138,7 +151,8 @@ impl Demo {
         for line in last.trim_matches('\n').lines() {
             println!("    {line}");
         }
-        Ok(())
+        // Shown either way; a watch that never drew the phase fails the demo.
+        seen
     }
 
     fn edit(&self, file: &str, from: &str, to: &str) -> Step<()> {
@@ -644,7 +658,7 @@ async fn story(d: &Demo) -> Step<()> {
     })
     .await?;
     d.show().await;
-    d.show_watch("redis", watching)?;
+    d.show_watch("redis", "CanaryActive", watching).await?;
     let during = d.show_volumes().await;
     let same = |a: &BTreeMap<String, (String, String, String)>,
                 b: &BTreeMap<String, (String, String, String)>| {

@@ -388,13 +388,20 @@ async fn a_broken_image_hits_the_deadline_and_the_old_version_serves() {
     assert_eq!(replicas_by_image(&f).await["nginx:1.27"], 4);
     f.wait_event_reasons(&["ProgressDeadlineExceeded"], 10)
         .await;
-    // Automatic rollback, once configured, cleans up.
+    // Automatic rollback, once configured, cleans up. The status says RolledBack in the
+    // plan that deletes the broken Deployment (status is written before the actions), so the
+    // delete may land a moment later.
     f.patch_spec(json!({"rollbackOnFailure": true}));
     wait_phase(&f, DeploymentPhase::RolledBack, 90).await;
-    assert_eq!(
-        replicas_by_image(&f).await,
-        BTreeMap::from([("nginx:1.27".into(), 4)])
-    );
+    support::eventually(
+        "the broken Deployment to go",
+        std::time::Duration::from_secs(30),
+        || async {
+            (replicas_by_image(&f).await == BTreeMap::from([("nginx:1.27".into(), 4)]))
+                .then_some(())
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

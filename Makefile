@@ -2,7 +2,7 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build cluster-up cluster-down bench chaos clean
+.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench chaos clean
 
 all: build
 
@@ -14,8 +14,8 @@ deps:
 	@tests/deps.sh
 
 ## test: install what the machine lacks, build the control plane, Gitea and the test tools
-## (helm, kstatus) if their caches are missing, start the control plane, run every test, stop it.
-test: deps cluster-build gitea-build tools-build
+## (helm, kubectl, kstatus) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
+test: deps cluster-build gitea-build tools-build prometheus-build
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -50,7 +50,7 @@ crds:
 ## demo: the main job on the local control plane: a Git repository with a push webhook, the
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
 ## it started it; exits non-zero if any step did not happen.
-demo: deps cluster-build
+demo: deps cluster-build prometheus-build
 	$(CARGO) build --quiet --bin linnet --example demo
 	@echo "\$$ linnet validate examples/gitops-repo"; target/debug/linnet validate examples/gitops-repo
 	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
@@ -74,6 +74,9 @@ gitea-build:
 
 tools-build:
 	tests/tools/build.sh >/dev/null
+
+prometheus-build:
+	tests/prometheus/build.sh >/dev/null
 
 cluster-up:
 	tests/cluster/up.sh

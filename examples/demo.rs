@@ -10,7 +10,10 @@
 //! 2. a push of a new redis image: a canary on replica 2, on replica 2's own volume;
 //! 3. a "merged pull request" that sets the promote annotation: promoted;
 //! 4. a push of a `…:broken` image: rolled back by itself at the deadline;
-//! 5. a push of a new web image: batch 1, a pause, then a `currentBatch` bump: done.
+//! 5. a push of a new web image: batch 1, a pause, then a `currentBatch` bump: done;
+//! 6. a push of another web image with an analysis gate: its pods are Ready, but a real
+//!    Prometheus (built from its Go module) sees 30% of its requests fail, so the gate fails
+//!    and linnet rolls back, naming the metric and its measurements.
 //!
 //! It exits non-zero, naming the step, if anything does not happen in time. It expects the
 //! control plane from `make cluster-up` and the binary from `cargo build`.
@@ -21,6 +24,8 @@
 mod git_http;
 #[path = "../tests/support/process.rs"]
 mod process;
+#[path = "../tests/support/prometheus.rs"]
+mod prometheus;
 #[path = "../tests/support/push_hook.rs"]
 mod push_hook;
 
@@ -153,6 +158,25 @@ impl Demo {
         }
         // Shown either way; a watch that never drew the phase fails the demo.
         seen
+    }
+
+    /// Prints `linnet get NAME -n demo`.
+    fn show_get(&self, name: &str) -> Step<()> {
+        let out = Command::new(&self.bin)
+            .args(["get", name, "-n", NS])
+            .output()
+            .map_err(|e| format!("cannot run linnet get: {e}"))?;
+        println!("    $ linnet get {name} -n {NS}");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            println!("    {line}");
+        }
+        if !out.status.success() {
+            return Err(format!(
+                "linnet get {name} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
     }
 
     fn edit(&self, file: &str, from: &str, to: &str) -> Step<()> {
@@ -738,6 +762,43 @@ async fn story(d: &Demo) -> Step<()> {
     d.show().await;
     d.show_sets().await;
 
+    say(
+        "6. Analysis: a push of web nginx:1.29 with a gate after batch 1 that asks Prometheus for web's error rate (examples/analysis/error-rate.yaml, added as apps/web/analysis.yaml). Its pods become Ready, but 30% of its requests fail",
+    );
+    let exporter = prometheus::Exporter::start("web").await;
+    let prom = prometheus::Prometheus::start(&exporter).await;
+    println!(
+        "    Prometheus at {} scrapes web's request and error counters every second",
+        prom.address()
+    );
+    exporter.set_error_ratio(0.3);
+    // Let the 5 s rate window fill with the new version's errors.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/analysis/error-rate.yaml");
+    std::fs::copy(&template, d.work.join("apps/web/analysis.yaml"))
+        .map_err(|e| format!("cannot copy {}: {e}", template.display()))?;
+    git(&d.work, &["add", "apps/web/analysis.yaml"])?;
+    d.edit(
+        "apps/web/web.yaml",
+        "  image: nginx:1.28",
+        &format!(
+            "  image: nginx:1.29\n  analysis:\n    args:\n    - name: app\n      value: web\n    - name: prometheus\n      value: {}\n    - name: window\n      value: 5s\n    gates:\n    - after: 1\n      templates:\n      - templateName: error-rate",
+            prom.address()
+        ),
+    )?;
+    d.edit(
+        "apps/web/web.yaml",
+        "  currentBatch: 2",
+        "  currentBatch: 1",
+    )?;
+    d.push("web 1.29, gated by its error rate")?;
+    wait("web to roll back", 120, || {
+        d.web_in(DeploymentPhase::RolledBack, Some("nginx:1.28"))
+    })
+    .await?;
+    d.show().await;
+    d.show_get("web")?;
+
     say("The repository's history (main: people's commits)");
     println!("{}", git(&d.work, &["log", "--oneline"])?);
     say("What linnet wrote back (branch linnet/status: one file per rollout, a commit per change)");
@@ -747,19 +808,19 @@ async fn story(d: &Demo) -> Step<()> {
             &["show", "linnet/status:.linnet/status/demo/web.yaml"],
         )
         .ok()
-        .filter(|t| t.contains("phase: Completed") && t.contains("nginx:1.28"))
+        .filter(|t| t.contains("phase: RolledBack") && t.contains("error-rate"))
     })
     .await?;
     println!(
         "{}",
         git(&d.bare, &["log", "--format=%h %s", "linnet/status"])?
     );
-    println!("\n    $ git show linnet/status:.linnet/status/demo/redis.yaml");
+    println!("\n    $ git show linnet/status:.linnet/status/demo/web.yaml");
     println!(
         "{}",
         git(
             &d.bare,
-            &["show", "linnet/status:.linnet/status/demo/redis.yaml"]
+            &["show", "linnet/status:.linnet/status/demo/web.yaml"]
         )?
     );
     println!("\nDone: every step happened.");

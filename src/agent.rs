@@ -80,6 +80,8 @@ pub struct AgentConfig {
     pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
     /// Reconciles in flight at once per controller; 0 means no limit.
     pub max_concurrent_reconciles: u16,
+    /// What analysis from Git may reach: files and URLs.
+    pub analysis: crate::controller::analysis::Policy,
     /// Where the agent keeps its LinnetSource: its own namespace.
     pub state_namespace: String,
 }
@@ -322,6 +324,7 @@ pub async fn run(
         &config.source_name,
         shared.metrics.clone(),
         config.max_concurrent_reconciles,
+        config.analysis.clone(),
     ));
     tokio::spawn(crate::controller::statefulset::run(
         controllers.clone(),

@@ -324,6 +324,17 @@ pub struct AgentArgs {
     /// too low a limit slows it down.
     #[arg(long, default_value_t = crate::controller::MAX_CONCURRENT_RECONCILES, env = "LINNET_MAX_CONCURRENT_RECONCILES")]
     pub max_concurrent_reconciles: u16,
+    /// The directory whose files an AnalysisTemplate may name as `bearerTokenFile` or
+    /// `caFile` (e.g. a mounted Secret). A template from Git can name no other file: it
+    /// could otherwise send the agent's own credentials to a server of its choosing.
+    /// Without it, templates may name no file.
+    #[arg(long, env = "LINNET_ANALYSIS_FILES_DIR")]
+    pub analysis_files_dir: Option<std::path::PathBuf>,
+    /// URL prefixes analysis may query (Prometheus addresses, web URLs), e.g.
+    /// `http://prometheus.monitoring:9090/`; repeat it, or separate with commas. Without it,
+    /// any URL: whoever can push can then make the agent request any address it reaches.
+    #[arg(long, env = "LINNET_ANALYSIS_URL_PREFIX", value_delimiter = ',')]
+    pub analysis_url_prefix: Vec<String>,
     #[command(flatten)]
     pub specs: SpecArgs,
     #[command(flatten)]
@@ -667,6 +678,10 @@ async fn agent(args: AgentArgs) -> Result<ExitCode> {
             _ => None,
         },
         max_concurrent_reconciles: args.max_concurrent_reconciles,
+        analysis: crate::controller::analysis::Policy {
+            files_dir: args.analysis_files_dir.clone(),
+            url_prefixes: args.analysis_url_prefix.clone(),
+        },
         state_namespace: args
             .specs
             .agent_namespace

@@ -65,6 +65,12 @@ pub struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MeasurementLabels {
+    pub provider: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
     pub kind: String,
     pub phase: String,
@@ -105,6 +111,8 @@ pub struct Metrics {
     pub writeback_push_retries: Counter,
     pub writeback_errors: Family<ReasonLabel, Counter>,
     pub commit_status_posts: Family<ResultLabel, Counter>,
+    /// Analysis measurements taken, by provider and measurement phase.
+    pub analysis_measurements: Family<MeasurementLabels, Counter>,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
@@ -188,6 +196,12 @@ impl Default for Metrics {
             "Commit statuses sent to the Git host, by result",
             commit_status_posts.clone(),
         );
+        let analysis_measurements = Family::<MeasurementLabels, Counter>::default();
+        registry.register(
+            "analysis_measurements",
+            "Analysis measurements taken (queries, requests, Jobs), by provider and phase",
+            analysis_measurements.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -235,6 +249,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             commit_status_posts,
+            analysis_measurements,
             writeback_commits,
             writeback_push_retries,
             writeback_errors,

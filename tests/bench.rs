@@ -19,6 +19,7 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         idle: Duration::from_secs(10),
         churn: Duration::from_secs(3),
         repeats: 1,
+        analysis_window: Duration::from_secs(12),
         linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
     };
     let rows = run::run(&cfg).await.expect("the benchmark completes");

@@ -45,6 +45,18 @@ fn validate_accepts_the_example_repository() {
 }
 
 #[test]
+fn validate_accepts_the_example_analysis_template() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/analysis");
+    let out = linnet(&["validate", dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("1 objects in 1 files, no errors"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn validate_prints_a_located_error_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -412,3 +412,20 @@ async fn a_status_the_host_refuses_is_not_retried_and_holds_up_no_other() {
         .await;
     assert_eq!(host.requests.lock().unwrap().len(), 2);
 }
+
+#[test]
+fn a_rollback_by_analysis_names_the_metric_in_the_commit_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(Provider::Github, "http://127.0.0.1:1".into(), tmp.path());
+    let mut o = redis(StatefulSetPhase::RolledBack, A);
+    o.status.as_mut().unwrap().analysis = serde_json::from_value(json!([{
+        "name": "background", "phase": "Failed", "startedAt": "2026-01-01T00:00:00Z",
+        "message": "error-rate 0.31 failed result < 0.05 (2 failed, failureLimit 1)"
+    }]))
+    .unwrap();
+    let w = wanted_for_statefulset(&cfg, &o).unwrap();
+    assert_eq!(
+        w.description,
+        "rolled back: analysis background failed: error-rate 0.31 failed result < 0.05 (2 failed, failureLimit 1)"
+    );
+}

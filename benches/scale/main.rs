@@ -61,6 +61,7 @@ fn main() {
         idle: Duration::from_secs(env_or("LINNET_BENCH_IDLE_SECS", 300)),
         churn: Duration::from_secs(env_or("LINNET_BENCH_CHURN_SECS", 60)),
         repeats: env_or("LINNET_BENCH_REPEATS", 1),
+        analysis_window: Duration::from_secs(env_or("LINNET_BENCH_ANALYSIS_SECS", 60)),
         linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
     };
     let rt = tokio::runtime::Runtime::new().expect("a runtime");

@@ -35,6 +35,8 @@ pub struct Config {
     pub churn: Duration,
     /// Whole-scenario repeats per size; scalar figures are the median over repeats.
     pub repeats: usize,
+    /// The window of figures 9 and 10 (every rollout paused mid-canary, analysing).
+    pub analysis_window: Duration,
     pub linnet_bin: PathBuf,
 }
 
@@ -52,7 +54,7 @@ pub struct Row {
     pub met: Option<bool>,
 }
 
-pub const FIGURES: [&str; 8] = [
+pub const FIGURES: [&str; 10] = [
     "1 push -> CR write (webhook)",
     "2 CPU per idle poll",
     "3 API writes in idle window",
@@ -61,6 +63,8 @@ pub const FIGURES: [&str; 8] = [
     "6 memory (RSS, steady)",
     "7 CPU under churn (1 change/s)",
     "8 push -> canary pod Ready (TwoSets, 1 volume)",
+    "9 CPU with a background analysis per rollout (10 s interval)",
+    "10 analysis queries per second",
 ];
 
 /// What one run at one size measured.
@@ -900,19 +904,168 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
     let admin = support::admin_client().await;
     support::install_linnet(&admin).await;
     let mut rows = Vec::new();
-    log("volume canary: TwoSets, one volume per replica");
-    let volume = volume_canary(cfg, &admin).await?;
-    let (vm, _, _) = stats(volume.clone());
-    rows.push(row(1, 8, "ms", volume, "median < 2 s", Some(vm < 2000.0)));
+    // LINNET_BENCH_ONLY=analysis measures figures 9 and 10 alone.
+    let only_analysis = std::env::var("LINNET_BENCH_ONLY").as_deref() == Ok("analysis");
+    if !only_analysis {
+        log("volume canary: TwoSets, one volume per replica");
+        let volume = volume_canary(cfg, &admin).await?;
+        let (vm, _, _) = stats(volume.clone());
+        rows.push(row(1, 8, "ms", volume, "median < 2 s", Some(vm < 2000.0)));
+    }
     for &n in &cfg.sizes {
-        let mut runs = Vec::new();
-        for r in 0..cfg.repeats {
-            log(&format!("size {n}, run {} of {}", r + 1, cfg.repeats));
-            runs.push(one_size(cfg, &admin, n).await?);
+        if !only_analysis {
+            let mut runs = Vec::new();
+            for r in 0..cfg.repeats {
+                log(&format!("size {n}, run {} of {}", r + 1, cfg.repeats));
+                runs.push(one_size(cfg, &admin, n).await?);
+            }
+            rows.extend(rows_for(n, &runs));
         }
-        rows.extend(rows_for(n, &runs));
+        log(&format!("size {n}: background analysis"));
+        let (cpu, qps) = analysis_load(cfg, &admin, n).await?;
+        rows.push(row(n, 9, "% of a core", vec![cpu], "report", None));
+        rows.push(row(
+            n,
+            10,
+            "/s",
+            vec![qps],
+            &format!("{:.0} (1 per rollout per 10 s)", n as f64 / 10.0),
+            Some((qps - n as f64 / 10.0).abs() <= n as f64 / 10.0 * 0.2 + 0.5),
+        ));
     }
     Ok(rows)
+}
+
+/// A CanaryDeployment of 2 replicas in 2 batches that pauses after the first, with a
+/// background analysis of the error-rate template.
+fn analysed_spec(name: &str, ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryDeployment
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  replicas: 2
+  image: {image}
+  strategy:
+    type: Batches
+  batches: 2
+  pause: First
+  analysis:
+    background:
+      templates:
+      - templateName: error-rate
+  template:
+    selector:
+      matchLabels:
+        app: {name}
+    template:
+      metadata:
+        labels:
+          app: {name}
+      spec:
+        containers:
+        - name: app
+          image: {image}
+"#
+    )
+}
+
+/// Figures 9 and 10: `n` CanaryDeployments, each paused mid-rollout with a background
+/// analysis that queries a real Prometheus every 10 s; the agent's CPU and the measurements
+/// it took (its own counter) over `cfg.analysis_window`.
+async fn analysis_load(cfg: &Config, admin: &Client, n: usize) -> Result<(f64, f64), String> {
+    use linnet::api::{CanaryDeployment, DeploymentPhase};
+    let ns = support::TestNamespace::create(admin, &format!("bench-an-{n}")).await;
+    let exporter = support::prometheus::Exporter::start("bench").await;
+    let prometheus = support::prometheus::Prometheus::start(&exporter).await;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = support::agent::free_port();
+    let host = git_host(tmp.path(), &ns.name, 0, &format!("http://127.0.0.1:{port}"));
+    std::fs::write(
+        host.work.join("apps/error-rate.yaml"),
+        format!(
+            r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: AnalysisTemplate
+metadata:
+  name: error-rate
+  namespace: {}
+spec:
+  metrics:
+  - name: error-rate
+    interval: 10s
+    successCondition: result < 0.05
+    provider:
+      prometheus:
+        address: {}
+        query: sum(rate(app_errors_total{{app="bench"}}[1m])) / sum(rate(app_requests_total{{app="bench"}}[1m]))
+"#,
+            ns.name,
+            prometheus.address()
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    for i in 0..n {
+        let name = rollout_name(i);
+        std::fs::write(
+            host.work.join(format!("apps/{name}.yaml")),
+            analysed_spec(&name, &ns.name, "bench:1"),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    git(&host.work, &["add", "-A"]);
+    push(&host.work, "analysed rollouts");
+    let slow = Duration::from_secs(120 + n as u64 / 2);
+    let rollouts: Api<CanaryDeployment> = Api::namespaced(admin.clone(), &ns.name);
+    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, "1h");
+    count_seen(rollouts.clone(), n, slow * 3, |o: &CanaryDeployment| {
+        o.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+    })
+    .await?;
+    for i in 0..n {
+        let file = host.work.join(format!("apps/{}.yaml", rollout_name(i)));
+        let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
+        std::fs::write(&file, text.replace("bench:1", "bench:2")).map_err(|e| e.to_string())?;
+    }
+    push(&host.work, "every rollout to bench:2");
+    count_seen(rollouts.clone(), n, slow * 3, |o: &CanaryDeployment| {
+        o.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Paused)
+    })
+    .await?;
+    // Every rollout's background analysis is under way; let first measurements pass.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let measured = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("linnet_analysis_measurements_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let (m0, cpu0, t0) = (
+        measured(&agent.metrics().await),
+        usage(agent.pid()).1,
+        Instant::now(),
+    );
+    tokio::time::sleep(cfg.analysis_window).await;
+    let (m1, cpu1, secs) = (
+        measured(&agent.metrics().await),
+        usage(agent.pid()).1,
+        t0.elapsed().as_secs_f64(),
+    );
+    let (cpu, qps) = ((cpu1 - cpu0) * 100.0 / secs, (m1 - m0) / secs);
+    log(&format!(
+        "size {n}: background analysis: {cpu:.1}% of a core, {qps:.1} measurements/s over {secs:.0} s"
+    ));
+    agent.kill();
+    drop(agent);
+    let name = ns.name.clone();
+    drop(ns);
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while namespaces.get_opt(&name).await.ok().flatten().is_some() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok((cpu, qps))
 }
 
 fn fmt_value(v: f64, unit: &str) -> String {

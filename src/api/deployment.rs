@@ -76,6 +76,10 @@ pub struct CanaryDeploymentSpec {
     /// old version keeps serving.
     #[serde(default)]
     pub rollback_on_failure: bool,
+    /// Metrics that judge the new version: a background analysis and gates after batches. A
+    /// failed analysis always rolls back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<super::RolloutAnalysis>,
 }
 
 fn default_progress_deadline() -> i64 {
@@ -213,4 +217,7 @@ pub struct CanaryDeploymentStatus {
     /// The Git commit that last set this spec (from the sync's revision annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_revision: Option<String>,
+    /// The analysis runs of the current (or last) rollout, with their measurements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<super::AnalysisRunStatus>,
 }

@@ -2,10 +2,12 @@
 //! `CanaryDeployment` custom resources and their shared status types. `linnet crds` prints
 //! the CustomResourceDefinitions generated from these types; `deploy/crds/` holds the output.
 
+mod analysis;
 mod deployment;
 mod source;
 mod statefulset;
 
+pub use analysis::*;
 pub use deployment::*;
 pub use source::*;
 pub use statefulset::*;
@@ -81,6 +83,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         CanaryStatefulSet::crd(),
         CanaryDeployment::crd(),
         LinnetSource::crd(),
+        AnalysisTemplate::crd(),
     ]
 }
 

@@ -76,6 +76,9 @@ pub struct CanaryStatefulSetSpec {
     /// A Job run before promotion (for example, a schema migration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<Migration>,
+    /// Metrics that judge the canary: a background analysis and gates after steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<super::RolloutAnalysis>,
 }
 
 fn one() -> i32 {
@@ -209,4 +212,7 @@ pub struct CanaryStatefulSetStatus {
     /// The abort annotation's value when the current canary started (same rule as promote).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_at_start: Option<String>,
+    /// The analysis runs of the current (or last) canary, with their measurements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<super::AnalysisRunStatus>,
 }

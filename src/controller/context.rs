@@ -17,6 +17,12 @@ pub struct Context {
     /// The last status written to each rollout, so that a reconcile ahead of its watch does
     /// not write it again.
     pub own_status_writes: super::OwnStatusWrites,
+    /// The AnalysisTemplates of this source, from a watch.
+    pub templates: super::analysis::Templates,
+    /// HTTP clients of the analysis providers.
+    pub http: super::analysis::HttpClients,
+    /// What analysis from Git may reach.
+    pub analysis: super::analysis::Policy,
 }
 
 impl Context {
@@ -25,6 +31,7 @@ impl Context {
         source: &str,
         metrics: std::sync::Arc<crate::telemetry::Metrics>,
         max_concurrent_reconciles: u16,
+        analysis: super::analysis::Policy,
     ) -> Context {
         let reporter = Reporter {
             controller: "linnet".into(),
@@ -32,6 +39,12 @@ impl Context {
         };
         Context {
             recorder: Recorder::new(client.clone(), reporter),
+            templates: super::analysis::Templates::watch(
+                client.clone(),
+                &format!("{}={source}", crate::api::SOURCE_LABEL),
+            ),
+            http: Default::default(),
+            analysis,
             client,
             source: source.to_string(),
             metrics,

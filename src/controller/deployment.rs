@@ -14,12 +14,15 @@ use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, Resource, ResourceExt};
 
+use super::analysis::{Measured, measure};
 use super::{Context, Doing, ReconcileError, StatusWrite, show_action_failure, write_status};
 use crate::api::{
     ABORT_ANNOTATION, CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
     SOURCE_PATH_ANNOTATION,
 };
-use crate::plan::deployment::{DeployAction, DeployRollout, DeploymentView, plan};
+use crate::plan::deployment::{
+    DeployAction, DeployRollout, DeploymentView, analysis_builtins, plan, reads_abort,
+};
 use crate::plan::objects::RolloutRef;
 use crate::sync::FIELD_MANAGER;
 
@@ -36,7 +39,12 @@ pub async fn run(
     Controller::for_stream(rollouts, store)
         .with_config(ctx.controller_config())
         .owns(
-            Api::<Deployment>::all(client),
+            Api::<Deployment>::all(client.clone()),
+            crate::controller::watch_config(&ctx.child_selector()),
+        )
+        // The Jobs of `job` analysis metrics.
+        .owns(
+            Api::<k8s_openapi::api::batch::v1::Job>::all(client),
             crate::controller::watch_config(&ctx.child_selector()),
         )
         .graceful_shutdown_on(shutdown)
@@ -107,21 +115,35 @@ async fn reconcile_inner(
         })
         .map(|d| DeploymentView::from_object(d, container))
         .collect();
+    let mut status = rollout.status.clone().unwrap_or_default();
+    let builtins = analysis_builtins(&name, &ns, &rollout.spec, &status);
+    let resolved = ctx
+        .templates
+        .resolve(rollout.spec.analysis.as_ref(), &ns, &builtins)
+        .await;
+    let now = jiff::Timestamp::now();
+    let reference = RolloutRef {
+        name: name.clone(),
+        namespace: ns.clone(),
+        uid: rollout.uid().unwrap_or_default(),
+        source: rollout.labels().get(SOURCE_LABEL).cloned(),
+    };
+    let measured = Measured {
+        reference: &reference,
+        kind: "CanaryDeployment",
+        active: status.phase.is_some_and(reads_abort),
+    };
+    measure(ctx, measured, &mut status.analysis, &resolved, now).await;
     let input = DeployRollout {
-        reference: RolloutRef {
-            name: name.clone(),
-            namespace: ns.clone(),
-            uid: rollout.uid().unwrap_or_default(),
-            source: rollout.labels().get(SOURCE_LABEL).cloned(),
-        },
+        reference,
         generation: rollout.metadata.generation,
         spec: &rollout.spec,
         source_revision: rollout.annotations().get(REVISION_ANNOTATION).cloned(),
         source_path: rollout.annotations().get(SOURCE_PATH_ANNOTATION).cloned(),
         abort: rollout.annotations().get(ABORT_ANNOTATION).cloned(),
-        status: rollout.status.clone().unwrap_or_default(),
+        status,
+        analysis: resolved,
     };
-    let now = jiff::Timestamp::now();
     let planned = plan(&input, &observed, now);
     ctx.metrics.rollout_phase(
         "CanaryDeployment",

@@ -19,6 +19,7 @@ pub(crate) fn watch_config(labels: &str) -> watcher::Config {
 /// applies then waited) and unbounded held more memory after a restart.
 pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 
+pub mod analysis;
 pub mod context;
 pub mod deployment;
 pub mod statefulset;

@@ -21,6 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use super::analysis::{Measured, measure};
 use super::{
     Context, Doing, ReconcileError, StatusWrite, StoreReady, show_action_failure, write_status,
 };
@@ -35,7 +36,7 @@ use crate::plan::objects::{Role, RolloutRef, migration_job_name};
 use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
 };
-use crate::plan::statefulset::{Rollout, plan, plan_cleanup};
+use crate::plan::statefulset::{Rollout, analysis_builtins, plan, plan_cleanup, reads_abort};
 use crate::sync::FIELD_MANAGER;
 
 pub use crate::api::VOLUME_NAMESPACE_LABEL;
@@ -221,19 +222,33 @@ async fn apply(
     let started = Instant::now();
     let observed = observe(rollout, shared, ns).await?;
     let annotation = |key: &str| rollout.annotations().get(key).cloned();
+    let mut status = rollout.status.clone().unwrap_or_default();
+    let name = rollout.name_any();
+    let builtins = analysis_builtins(&name, ns, &rollout.spec, &status);
+    let resolved = ctx
+        .templates
+        .resolve(rollout.spec.analysis.as_ref(), ns, &builtins)
+        .await;
+    let now = jiff::Timestamp::now();
+    let reference = reference(rollout, ns);
+    let measured = Measured {
+        reference: &reference,
+        kind: "CanaryStatefulSet",
+        active: status.phase.is_some_and(reads_abort),
+    };
+    measure(ctx, measured, &mut status.analysis, &resolved, now).await;
     let input = Rollout {
-        reference: reference(rollout, ns),
+        reference,
         generation: rollout.metadata.generation,
         spec: &rollout.spec,
         promote: annotation(PROMOTE_ANNOTATION),
         abort: annotation(ABORT_ANNOTATION),
         source_revision: annotation(REVISION_ANNOTATION),
         source_path: annotation(SOURCE_PATH_ANNOTATION),
-        status: rollout.status.clone().unwrap_or_default(),
+        status,
+        analysis: resolved,
     };
-    let now = jiff::Timestamp::now();
     let planned = plan(&input, &observed, now);
-    let name = rollout.name_any();
     ctx.metrics.rollout_phase(
         "CanaryStatefulSet",
         &format!("{ns}/{name}"),

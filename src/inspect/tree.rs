@@ -319,6 +319,7 @@ fn sts_summary(r: &CanaryStatefulSet) -> Summary<'_> {
         let step = st.and_then(|s| s.current_step).unwrap_or(0) + 1;
         middle.push(("Step", format!("{step}/{} {steps:?}", steps.len())));
     }
+    middle.extend(analysis_lines(st.map_or(&[][..], |s| &s.analysis)));
     summary(
         &r.metadata,
         Common {
@@ -355,6 +356,7 @@ fn deploy_summary(r: &CanaryDeployment) -> Summary<'_> {
             .collect();
         middle.push(("Batch", format!("{batch} [{}]", states.join(" "))));
     }
+    middle.extend(analysis_lines(st.map_or(&[][..], |s| &s.analysis)));
     summary(
         &r.metadata,
         Common {
@@ -369,6 +371,49 @@ fn deploy_summary(r: &CanaryDeployment) -> Summary<'_> {
         },
         middle,
     )
+}
+
+/// The most recent measurements shown per metric.
+const MEASUREMENTS_SHOWN: usize = 5;
+
+/// One line per analysis run: its phase, then each metric's counts and last values (`err`
+/// for a measurement that could not be taken).
+fn analysis_lines(runs: &[crate::api::AnalysisRunStatus]) -> Vec<(&'static str, String)> {
+    runs.iter()
+        .map(|run| {
+            let metrics: Vec<String> = run
+                .metrics
+                .iter()
+                .map(|m| {
+                    let last: Vec<&str> = m
+                        .measurements
+                        .iter()
+                        .rev()
+                        .take(MEASUREMENTS_SHOWN)
+                        .rev()
+                        .map(|x| x.value.as_deref().unwrap_or("err"))
+                        .collect();
+                    format!(
+                        "{} {}/{} ok, {} failed{} [{}]",
+                        m.name,
+                        m.successful,
+                        m.count,
+                        m.failed,
+                        if m.errors > 0 {
+                            format!(", {} errors", m.errors)
+                        } else {
+                            String::new()
+                        },
+                        last.join(" ")
+                    )
+                })
+                .collect();
+            (
+                "Analysis",
+                format!("{} {:?}: {}", run.name, run.phase, metrics.join("; ")),
+            )
+        })
+        .collect()
 }
 
 /// The rolled-out container's image in a workload's pod template.
@@ -484,6 +529,31 @@ mod tests {
 
     fn from<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn analysis_runs_show_counts_and_last_values() {
+        let runs: Vec<crate::api::AnalysisRunStatus> = from(serde_json::json!([{
+            "name": "background", "phase": "Failed", "startedAt": "2023-11-14T22:13:20Z",
+            "metrics": [{"name": "error-rate", "phase": "Failed", "count": 3, "successful": 1,
+                "failed": 2, "errors": 1, "measurements": [
+                    {"phase": "Error", "at": "2023-11-14T22:13:20Z", "message": "no samples"},
+                    {"phase": "Successful", "value": "0.01", "at": "2023-11-14T22:13:22Z"},
+                    {"phase": "Failed", "value": "0.31", "at": "2023-11-14T22:13:24Z"},
+                    {"phase": "Failed", "value": "0.3\u{1b}[2J", "at": "2023-11-14T22:13:26Z"}]}]
+        }]));
+        let lines = analysis_lines(&runs);
+        assert_eq!(
+            lines,
+            [(
+                "Analysis",
+                "background Failed: error-rate 1/3 ok, 2 failed, 1 errors [err 0.01 0.31 0.3\u{1b}[2J]"
+                    .to_string()
+            )]
+        );
+        let mut out = String::new();
+        header(&mut out, lines[0].0, &lines[0].1);
+        assert!(!out.contains('\u{1b}'), "{out}");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 
 use super::actions::PlanEvent;
+use super::analysis::{self, BACKGROUND, Resolved, Verdict, gate_run};
 use super::batch;
 use super::machine::{
     Machine, Next, Standing, annotation_acts, carry_action_failure, drive, elapsed, go, go_warning,
@@ -109,7 +110,10 @@ pub struct DeployRollout<'a> {
     /// The `rollouts.linnet.dev/abort` annotation: `"true"` (set after the rollout started)
     /// or the image being rolled out ends the rollout and rolls it back.
     pub abort: Option<String>,
+    /// The status as last written, with the measurements taken for this reconcile.
     pub status: CanaryDeploymentStatus,
+    /// The analysis runs `spec.analysis` asks for, resolved by the controller.
+    pub analysis: Resolved,
 }
 
 /// One thing for the controller to do.
@@ -150,6 +154,62 @@ pub struct DeployPlan {
 pub fn version_name(rollout: &str, template_hash: &str) -> String {
     let prefix: String = rollout.chars().take(50).collect();
     format!("{prefix}-{}", &template_hash[..8.min(template_hash.len())])
+}
+
+/// The pod template of `image`: the spec's, with the image (and resources) on its container.
+fn pod_template(
+    spec: &CanaryDeploymentSpec,
+    image: &str,
+) -> k8s_openapi::api::core::v1::PodTemplateSpec {
+    let mut template = spec.template.template.clone();
+    if let Some(pod) = template.spec.as_mut() {
+        let index = match spec.container.as_deref() {
+            Some(c) => pod.containers.iter().position(|x| x.name == c),
+            None => (!pod.containers.is_empty()).then_some(0),
+        };
+        if let Some(i) = index {
+            pod.containers[i].image = Some(image.to_string());
+            if let Some(r) = &spec.resources {
+                pod.containers[i].resources = Some(r.clone());
+            }
+        }
+    }
+    template
+}
+
+fn template_hash(spec: &CanaryDeploymentSpec, image: &str) -> String {
+    content_hash(&serde_json::to_value(pod_template(spec, image)).unwrap_or_default())
+}
+
+/// What an analysis template's `{{ rollout.FIELD }}` means for a CanaryDeployment: batched,
+/// each version's pods carry [`VERSION_LABEL`]; rolling, both selectors are all its pods.
+pub fn analysis_builtins(
+    name: &str,
+    namespace: &str,
+    spec: &CanaryDeploymentSpec,
+    status: &CanaryDeploymentStatus,
+) -> super::analysis::Builtins {
+    let canary = status
+        .canary_image
+        .clone()
+        .unwrap_or_else(|| spec.image.clone());
+    let stable = status.stable_image.clone().unwrap_or_default();
+    let selector = |image: &str| {
+        let mut s = format!("{ROLLOUT_LABEL}={name}");
+        if spec.strategy.type_ == Strategy::Batches {
+            let hash = template_hash(spec, image);
+            s.push_str(&format!(",{VERSION_LABEL}={}", &hash[..8.min(hash.len())]));
+        }
+        s
+    };
+    super::analysis::Builtins {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        canary_selector: selector(&canary),
+        stable_selector: selector(&stable),
+        canary_image: canary,
+        stable_image: stable,
+    }
 }
 
 struct Planner<'a> {
@@ -271,26 +331,12 @@ impl<'a> Planner<'a> {
 
     /// The pod template for `image`, with the spec's resources on the rolled-out container.
     fn pod_template(&self, image: &str) -> k8s_openapi::api::core::v1::PodTemplateSpec {
-        let mut template = self.spec().template.template.clone();
-        if let Some(pod) = template.spec.as_mut() {
-            let index = match self.spec().container.as_deref() {
-                Some(c) => pod.containers.iter().position(|x| x.name == c),
-                None => (!pod.containers.is_empty()).then_some(0),
-            };
-            if let Some(i) = index {
-                pod.containers[i].image = Some(image.to_string());
-                if let Some(r) = &self.spec().resources {
-                    pod.containers[i].resources = Some(r.clone());
-                }
-            }
-        }
-        template
+        pod_template(self.spec(), image)
     }
 
     /// The Deployment a batched rollout runs `image` in.
     fn version_for(&self, image: &str) -> String {
-        let template = serde_json::to_value(self.pod_template(image)).unwrap_or_default();
-        version_name(self.name(), &content_hash(&template))
+        version_name(self.name(), &template_hash(self.spec(), image))
     }
 
     /// The Deployment `name` running `image` with `replicas`.
@@ -514,6 +560,16 @@ impl<'a> Planner<'a> {
         self.st.canary_image = Some(image.clone());
         self.st.rollback = None;
         self.st.abort_at_start = self.r.abort.clone();
+        self.st.analysis.clear();
+        if self.r.analysis.has(BACKGROUND) {
+            analysis::run_verdict(
+                &mut self.st.analysis,
+                BACKGROUND,
+                &self.r.analysis,
+                false,
+                self.now,
+            );
+        }
         if self.batched() {
             self.st.current_batch = Some(1);
             let t = batch::target(self.total(), self.batches(), 1);
@@ -601,11 +657,101 @@ impl<'a> Planner<'a> {
                     "image changed to {image} during the rollout of {canary}; rolling back before starting it"
                 ),
             )
+        } else if let Some(why) = self.background_failed() {
+            self.start_rollback(&canary, &stable);
+            return Some(go_warning(
+                Phase::RollingBack,
+                "AnalysisFailed",
+                format!("analysis {BACKGROUND} failed: {why}; rolling {canary} back to {stable}"),
+            ));
         } else {
             return None;
         };
         self.start_rollback(&canary, &stable);
         Some(go(Phase::RollingBack, reason, message))
+    }
+
+    fn background_failed(&mut self) -> Option<String> {
+        if !self.r.analysis.has(BACKGROUND) {
+            return None;
+        }
+        match analysis::run_verdict(
+            &mut self.st.analysis,
+            BACKGROUND,
+            &self.r.analysis,
+            false,
+            self.now,
+        ) {
+            Verdict::Failed(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// What holds the rollout after batch `n`: the background analysis inconclusive or
+    /// unable to measure, unless a person approved the next batch in Git.
+    fn analysis_hold(&mut self, n: i32) -> Option<String> {
+        if !self.r.analysis.has(BACKGROUND) || self.spec().current_batch > n {
+            return None;
+        }
+        match analysis::run_verdict(
+            &mut self.st.analysis,
+            BACKGROUND,
+            &self.r.analysis,
+            false,
+            self.now,
+        ) {
+            Verdict::Held(why) => Some(self.held(BACKGROUND, &why, n)),
+            _ => None,
+        }
+    }
+
+    fn held(&self, run: &str, why: &str, n: i32) -> String {
+        let go_on = if n < self.batches() {
+            format!("set currentBatch to {} in Git", n + 1)
+        } else {
+            "remove it from spec.analysis in Git".to_string()
+        };
+        format!(
+            "analysis {run} holds the rollout: {why}. To go on without it, {go_on}; to roll back, \
+             set {}: \"true\" or put the image back",
+            crate::api::ABORT_ANNOTATION
+        )
+    }
+
+    /// What the gate after batch `n` says, if the spec has one: `Ok(true)` passed,
+    /// `Ok(false)` none (or a person approved the next batch), `Err` a move or a wait.
+    fn gate(&mut self, n: i32, phase: Phase) -> Result<bool, Next<Phase>> {
+        let name = gate_run(n);
+        if !self.r.analysis.has(&name) || (n < self.batches() && self.spec().current_batch > n) {
+            return Ok(false);
+        }
+        match analysis::run_verdict(
+            &mut self.st.analysis,
+            &name,
+            &self.r.analysis,
+            true,
+            self.now,
+        ) {
+            Verdict::Passed => Ok(true),
+            Verdict::Failed(why) => {
+                let (from, to) = (self.canary_image(), self.stable_image());
+                self.start_rollback(&from, &to);
+                Err(go_warning(
+                    Phase::RollingBack,
+                    "AnalysisFailed",
+                    format!("analysis {name} failed: {why}; rolling {from} back to {to}"),
+                ))
+            }
+            Verdict::Held(why) => {
+                let waiting = self.held(&name, &why, n);
+                Err(if phase == Phase::Paused {
+                    Next::Stay(waiting)
+                } else {
+                    go(Phase::Paused, "AnalysisInconclusive", waiting)
+                })
+            }
+            Verdict::Measuring(what) => Err(Next::Stay(format!("analysis {name}: {what}"))),
+        }
     }
 
     fn rolling_step(&mut self) -> Next<Phase> {
@@ -659,13 +805,16 @@ impl<'a> Planner<'a> {
         if let Some(next) = self.interrupted() {
             return next;
         }
+        let n = self.current_batch();
+        // Once the batch's gate has started its pods were available: the gate decides.
+        let gating = self.st.analysis.iter().any(|r| r.name == gate_run(n));
         if phase == Phase::Progressing
+            && !gating
             && let Some(next) = self.deadline_passed()
         {
             return next;
         }
         let total = self.total();
-        let n = self.current_batch();
         let m = self.batches();
         let t = batch::target(total, m, n);
         let image = self.canary_image();
@@ -691,11 +840,22 @@ impl<'a> Planner<'a> {
                 "batch {n} of {m}: {available}/{t} new replica(s) on {image} available"
             ));
         }
+        let gate_passed = match self.gate(n, phase) {
+            Ok(passed) => passed,
+            Err(next) => return next,
+        };
+        if let Some(hold) = self.analysis_hold(n) {
+            return if phase == Phase::Paused {
+                Next::Stay(hold)
+            } else {
+                go(Phase::Paused, "AnalysisInconclusive", hold)
+            };
+        }
         if n >= m {
             self.delete_others(&new_name);
             return self.finish_rollout();
         }
-        if self.allowed(n + 1) {
+        if gate_passed || self.allowed(n + 1) {
             self.st.current_batch = Some(n + 1);
             let next = batch::target(total, m, n + 1);
             return go(
@@ -764,8 +924,9 @@ impl<'a> Planner<'a> {
             Phase::RolledBack,
             "RolledBack",
             format!(
-                "rolled back from {} to {target}: {total}/{total} available",
-                rollback.from_image
+                "rolled back from {} to {target}: {total}/{total} available{}",
+                rollback.from_image,
+                analysis::failure(&self.st.analysis).map_or(String::new(), |f| format!(" ({f})"))
             ),
         )
     }
@@ -794,8 +955,9 @@ impl<'a> Planner<'a> {
         };
         self.ensure(&name, &stable, total);
         Next::Stay(format!(
-            "rolled back to {stable}; {} stays off until the image in Git changes",
-            from.unwrap_or_default()
+            "rolled back to {stable}; {} stays off until the image in Git changes{}",
+            from.unwrap_or_default(),
+            analysis::failure(&self.st.analysis).map_or(String::new(), |f| format!(" ({f})"))
         ))
     }
 
@@ -874,6 +1036,14 @@ impl<'a> Planner<'a> {
         }
         if phase == Phase::Completed {
             self.st.current_batch = None;
+        }
+        if reads_abort(phase) {
+            if let Some(after) = analysis::next_due(&self.st.analysis, &self.r.analysis, self.now) {
+                let after = after + Duration::from_millis(100);
+                self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+            }
+        } else {
+            analysis::stop_runs(&mut self.st.analysis);
         }
         self.st.observed_generation = self.r.generation;
         self.st.source_revision = self.r.source_revision.clone();

@@ -6,10 +6,12 @@
 //! - [`handoff`]: moving one replica's volume between two StatefulSets;
 //! - [`statefulset`]: the CanaryStatefulSet phase machine;
 //! - [`batch`] and [`deployment`]: the CanaryDeployment batch arithmetic and phase machine;
+//! - [`analysis`]: metric arguments, CEL judgements, measurement records and run verdicts;
 //! - [`actions`]: what a plan asks the controller to do;
 //! - `machine`: the transition driver and condition helper both phase machines share.
 
 pub mod actions;
+pub mod analysis;
 pub mod batch;
 pub mod deployment;
 pub mod handoff;

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::actions::{Action, PlanEvent};
+use super::analysis::{self, BACKGROUND, Resolved, Verdict, gate_run};
 use super::handoff::{HandoffStep, handoff_step};
 use super::machine::{
     Machine, Next, Standing, annotation_acts, carry_action_failure, drive, elapsed, go, go_warning,
@@ -42,8 +43,10 @@ pub struct Rollout<'a> {
     pub source_revision: Option<String>,
     /// The `rollouts.linnet.dev/source-path` annotation: the rollout's file in Git.
     pub source_path: Option<String>,
-    /// The status as last written.
+    /// The status as last written, with the measurements taken for this reconcile.
     pub status: CanaryStatefulSetStatus,
+    /// The analysis runs `spec.analysis` asks for, resolved by the controller.
+    pub analysis: Resolved,
 }
 
 /// What to do now.
@@ -235,7 +238,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Why a running canary must end, if it must.
-    fn abort_reason(&self) -> Option<Next<Phase>> {
+    fn abort_reason(&mut self) -> Option<Next<Phase>> {
         let canary = self.canary_image();
         let stable = self.stable_image();
         let image = &self.spec().image;
@@ -266,10 +269,100 @@ impl<'a> Planner<'a> {
                 ),
             ));
         }
+        if self.r.analysis.has(BACKGROUND)
+            && let Verdict::Failed(why) = analysis::run_verdict(
+                &mut self.st.analysis,
+                BACKGROUND,
+                &self.r.analysis,
+                false,
+                self.now,
+            )
+        {
+            return Some(go_warning(
+                Phase::RollingBack,
+                "AnalysisFailed",
+                format!("analysis {BACKGROUND} failed: {why}; rolling {canary} back to {stable}"),
+            ));
+        }
         None
     }
 
+    /// Whether a person has promoted this canary (the annotation acts on it).
+    fn promoted_by_hand(&self) -> bool {
+        annotation_acts(
+            self.r.promote.as_deref(),
+            self.st.promote_at_start.as_deref(),
+            &self.canary_image(),
+        )
+    }
+
+    /// What holds the canary where it is: the background analysis inconclusive or unable to
+    /// measure (unless a person promoted it). Said with what to do in Git.
+    fn analysis_hold(&mut self) -> Option<String> {
+        if !self.r.analysis.has(BACKGROUND) || self.promoted_by_hand() {
+            return None;
+        }
+        match analysis::run_verdict(
+            &mut self.st.analysis,
+            BACKGROUND,
+            &self.r.analysis,
+            false,
+            self.now,
+        ) {
+            Verdict::Held(why) => Some(self.held(BACKGROUND, &why)),
+            _ => None,
+        }
+    }
+
+    fn held(&self, run: &str, why: &str) -> String {
+        format!(
+            "analysis {run} holds the canary: {why}. To go on without it, set {}: \"true\" in Git; \
+             to roll back, set {}: \"true\" or put the image back",
+            crate::api::PROMOTE_ANNOTATION,
+            crate::api::ABORT_ANNOTATION
+        )
+    }
+
+    /// The gate after step `after`, if the spec has one and it has not passed: a move (a
+    /// failure rolls back) or what it waits for. A person's promotion skips it.
+    fn gate(&mut self, after: i32) -> Option<Next<Phase>> {
+        let name = gate_run(after);
+        if !self.r.analysis.has(&name) || self.promoted_by_hand() {
+            return None;
+        }
+        match analysis::run_verdict(
+            &mut self.st.analysis,
+            &name,
+            &self.r.analysis,
+            true,
+            self.now,
+        ) {
+            Verdict::Passed => None,
+            Verdict::Failed(why) => Some(go_warning(
+                Phase::RollingBack,
+                "AnalysisFailed",
+                format!(
+                    "analysis {name} failed: {why}; rolling {} back to {}",
+                    self.canary_image(),
+                    self.stable_image()
+                ),
+            )),
+            Verdict::Held(why) => Some(Next::Stay(self.held(&name, &why))),
+            Verdict::Measuring(what) => Some(Next::Stay(format!("analysis {name}: {what}"))),
+        }
+    }
+
+    /// Whether the gate of the current step has started: its pods were Ready, so the
+    /// progress deadline no longer counts (the gate's own counts decide).
+    fn gating(&self) -> bool {
+        let name = gate_run(self.step_index() as i32 + 1);
+        self.st.analysis.iter().any(|r| r.name == name)
+    }
+
     fn deadline_passed(&mut self, what: &str) -> Option<Next<Phase>> {
+        if self.gating() {
+            return None;
+        }
         let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
         let elapsed = elapsed(self.st.phase_since.as_ref(), self.now);
         if elapsed >= deadline {
@@ -460,6 +553,16 @@ impl<'a> Planner<'a> {
         self.st.current_step = Some(0);
         self.st.promote_at_start = self.r.promote.clone();
         self.st.abort_at_start = self.r.abort.clone();
+        self.st.analysis.clear();
+        if self.r.analysis.has(BACKGROUND) {
+            analysis::run_verdict(
+                &mut self.st.analysis,
+                BACKGROUND,
+                &self.r.analysis,
+                false,
+                self.now,
+            );
+        }
         let n = self.size(0);
         let r = self.replicas();
         let next = if self.two_sets() {
@@ -579,6 +682,12 @@ impl<'a> Planner<'a> {
 
     fn step_done(&mut self, n: i32) -> Next<Phase> {
         let i = self.step_index();
+        if let Some(next) = self.gate(i as i32 + 1) {
+            return next;
+        }
+        if let Some(hold) = self.analysis_hold() {
+            return Next::Stay(hold);
+        }
         if i < self.last_step() {
             self.st.current_step = Some(i as i32 + 1);
             let next = if self.two_sets() {
@@ -725,11 +834,12 @@ impl<'a> Planner<'a> {
         let r = self.replicas();
         let stable = self.stable_image();
         self.st.current_step = None;
+        let why = analysis::failure(&self.st.analysis).map_or(String::new(), |f| format!(" ({f})"));
         keeping(go_warning(
             Phase::RolledBack,
             "RolledBack",
             format!(
-                "rolled back: {r}/{r} replicas on {stable}; {} was not promoted",
+                "rolled back: {r}/{r} replicas on {stable}; {} was not promoted{why}",
                 self.canary_image()
             ),
         ))
@@ -857,11 +967,22 @@ impl<'a> Planner<'a> {
             return next;
         }
         self.keep_canary_shape();
+        if let Some(hold) = self.analysis_hold() {
+            return Next::Stay(hold);
+        }
         let n = self.size(self.step_index());
         let image = self.canary_image();
         let pods = self.canary_pods();
         let ready: Vec<&PodView> = pods.iter().copied().filter(|p| p.ready).collect();
+        // A gate after the last step passed (step_done saw to it): it replaces the human.
+        let last_gate = gate_run(self.last_step() as i32 + 1);
+        let gate_passed = self
+            .st
+            .analysis
+            .iter()
+            .any(|r| r.name == last_gate && r.phase == crate::api::AnalysisPhase::Successful);
         let promote = match self.spec().promotion.type_ {
+            _ if gate_passed => true,
             PromotionType::Auto => {
                 if (ready.len() as i32) < n {
                     return Next::Stay(format!(
@@ -987,8 +1108,9 @@ impl<'a> Planner<'a> {
         }
         let r = self.replicas();
         self.ensure(self.main_shape(&stable, r, 0));
+        let why = analysis::failure(&self.st.analysis).map_or(String::new(), |f| format!(" ({f})"));
         Next::Stay(format!(
-            "rolled back to {stable}; {image} stays off until the image in Git changes"
+            "rolled back to {stable}; {image} stays off until the image in Git changes{why}"
         ))
     }
 
@@ -1026,6 +1148,13 @@ impl<'a> Planner<'a> {
                 .and_then(|s| s.update_revision.clone())
                 .filter(|u| Some(u) != stable_revision.as_ref())
         };
+        if reads_abort(phase) {
+            if let Some(after) = analysis::next_due(&self.st.analysis, &self.r.analysis, self.now) {
+                self.timer(after);
+            }
+        } else {
+            analysis::stop_runs(&mut self.st.analysis);
+        }
         self.st.stable_revision = stable_revision;
         self.st.canary_revision = canary_revision.filter(|_| progressing_phase(phase));
         self.st.ready_replicas = ready;
@@ -1055,6 +1184,46 @@ impl<'a> Planner<'a> {
             requeue_after: self.requeue,
             entered: Vec::new(),
         }
+    }
+}
+
+/// What an analysis template's `{{ rollout.FIELD }}` means for a CanaryStatefulSet: with
+/// TwoSets the pods' role label tells canary from stable; with Partition, their revision.
+pub fn analysis_builtins(
+    name: &str,
+    namespace: &str,
+    spec: &CanaryStatefulSetSpec,
+    status: &CanaryStatefulSetStatus,
+) -> super::analysis::Builtins {
+    use crate::api::{ROLE_LABEL, ROLLOUT_LABEL};
+    let (canary_selector, stable_selector) = match spec.strategy.type_ {
+        StatefulSetStrategyType::TwoSets => (
+            format!("{ROLLOUT_LABEL}={name},{ROLE_LABEL}=canary"),
+            format!("{ROLLOUT_LABEL}={name},{ROLE_LABEL}=stable"),
+        ),
+        StatefulSetStrategyType::Partition => {
+            let revision = |r: &Option<String>| {
+                format!(
+                    "{ROLLOUT_LABEL}={name},controller-revision-hash={}",
+                    r.as_deref().unwrap_or("")
+                )
+            };
+            (
+                revision(&status.canary_revision),
+                revision(&status.stable_revision),
+            )
+        }
+    };
+    super::analysis::Builtins {
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        canary_image: status
+            .canary_image
+            .clone()
+            .unwrap_or_else(|| spec.image.clone()),
+        stable_image: status.stable_image.clone().unwrap_or_default(),
+        canary_selector,
+        stable_selector,
     }
 }
 

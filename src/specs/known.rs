@@ -63,6 +63,9 @@ fn typed_linnet(api_version: &str, kind: &str, value: &Value) -> Vec<UnknownFiel
         (crate::api::API_VERSION, "CanaryDeployment") => {
             ignored::<crate::api::CanaryDeployment>(value)
         }
+        (crate::api::API_VERSION, "AnalysisTemplate") => {
+            ignored::<crate::api::AnalysisTemplate>(value)
+        }
         _ => Vec::new(),
     }
 }
@@ -136,6 +139,9 @@ fn explain_path(kind: &str, parent: &str) -> String {
         ("CanaryDeployment", ["spec", "template", rest @ ..]) => ("deployment.spec", rest),
         ("CanaryStatefulSet", ["spec", "template", rest @ ..]) => ("statefulset.spec", rest),
         (_, ["spec", "migration", "template", rest @ ..]) => ("job", rest),
+        ("AnalysisTemplate", ["spec", "metrics", "provider", "job", "spec", rest @ ..]) => {
+            ("job.spec", rest)
+        }
         _ => (kind, segments.as_slice()),
     };
     let mut path = root.to_ascii_lowercase();

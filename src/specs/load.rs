@@ -11,7 +11,7 @@ use super::locate::find_key;
 use super::policy::{Policy, controller_mark, never_from_git};
 use super::validate::{check_canary_deployment, check_canary_statefulset, crd_errors};
 use super::{FileSpecs, LoadedObject, Location, ObjectKey, Spec, SpecError, SpecSet};
-use crate::api::{API_VERSION, CanaryDeployment, CanaryStatefulSet};
+use crate::api::{API_VERSION, AnalysisTemplate, CanaryDeployment, CanaryStatefulSet};
 use crate::{Error, Result};
 
 /// How specs are read.
@@ -663,11 +663,35 @@ fn load_document(
                 }
                 Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
             },
+            "AnalysisTemplate" => match serde_saphyr::from_str_with_options::<AnalysisTemplate>(
+                &doc.text,
+                typed_options(),
+            ) {
+                Ok(mut o) => {
+                    o.metadata.namespace = Some(namespace);
+                    for (i, m) in o.spec.metrics.iter().enumerate() {
+                        let index = i.to_string();
+                        for (field, message) in crate::plan::analysis::metric_problems(m) {
+                            let mut path = vec!["spec", "metrics", index.as_str()];
+                            path.extend(field.split('.'));
+                            errors.push(at_key(&path, format!("metric {}: {message}", m.name)));
+                        }
+                        if o.spec.metrics[..i].iter().any(|x| x.name == m.name) {
+                            errors.push(at_key(
+                                &["spec", "metrics", index.as_str(), "name"],
+                                format!("metric {} is named twice; names must differ", m.name),
+                            ));
+                        }
+                    }
+                    Spec::new(&o)
+                }
+                Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
+            },
             other => {
                 return Err(vec![at_key(
                     &["kind"],
                     format!(
-                        "unknown kind {other:?} in {}; expected CanaryStatefulSet or CanaryDeployment",
+                        "unknown kind {other:?} in {}; expected CanaryStatefulSet, CanaryDeployment or AnalysisTemplate",
                         crate::api::GROUP
                     ),
                 )]);

@@ -216,7 +216,107 @@ impl SpecSet {
         for key in duplicated {
             set.objects.remove(&key);
         }
+        set.block_broken_analysis();
         set.errors.sort();
         set
+    }
+
+    /// Checks that every AnalysisTemplate a rollout references is in the set, in its
+    /// namespace, and gets a value for each argument without a default, and that each gate
+    /// follows a step or batch the rollout has. A rollout that fails blocks its file.
+    fn block_broken_analysis(&mut self) {
+        use crate::api::{AnalysisTemplate, CanaryDeployment, CanaryStatefulSet, RolloutAnalysis};
+        let templates: BTreeMap<(String, String), AnalysisTemplate> = self
+            .objects
+            .values()
+            .filter(|o| o.key.kind == "AnalysisTemplate")
+            .filter_map(|o| {
+                let t: AnalysisTemplate = o.spec.typed()?;
+                Some(((o.key.namespace.clone(), o.key.name.clone()), t))
+            })
+            .collect();
+        let mut broken: Vec<SpecError> = Vec::new();
+        for object in self.objects.values() {
+            // Parsing every rollout of a large repository on each change costs; most have none.
+            if !object.spec.json.contains("\"analysis\"") {
+                continue;
+            }
+            let (analysis, points, what): (Option<RolloutAnalysis>, i32, &str) =
+                match object.key.kind.as_str() {
+                    "CanaryStatefulSet" => match object.spec.typed::<CanaryStatefulSet>() {
+                        Some(o) => (
+                            o.spec.analysis,
+                            o.spec.steps.map_or(1, |s| s.len().max(1) as i32),
+                            "step",
+                        ),
+                        None => continue,
+                    },
+                    "CanaryDeployment" => match object.spec.typed::<CanaryDeployment>() {
+                        Some(o) => (o.spec.analysis, o.spec.batches, "batch"),
+                        None => continue,
+                    },
+                    _ => continue,
+                };
+            let Some(analysis) = analysis else { continue };
+            let runs = analysis
+                .background
+                .iter()
+                .map(|b| ("background".to_string(), &b.templates, &b.args))
+                .chain(analysis.gates.iter().map(|g| {
+                    (
+                        format!("gate after {what} {}", g.after),
+                        &g.templates,
+                        &g.args,
+                    )
+                }));
+            let mut problems = Vec::new();
+            for gate in analysis.gates.iter().filter(|g| g.after > points) {
+                problems.push(format!(
+                    "spec.analysis.gates: after {} is past the last {what} ({points})",
+                    gate.after
+                ));
+            }
+            for (run, refs, args) in runs {
+                for r in refs.iter() {
+                    let key = (object.key.namespace.clone(), r.template_name.clone());
+                    let Some(template) = templates.get(&key) else {
+                        problems.push(format!(
+                            "spec.analysis ({run}): AnalysisTemplate {} is not in the repository \
+                             in namespace {}; add it or fix templateName",
+                            r.template_name, object.key.namespace
+                        ));
+                        continue;
+                    };
+                    for arg in template.spec.args.iter().filter(|a| a.value.is_none()) {
+                        let given = analysis
+                            .args
+                            .iter()
+                            .chain(args.iter())
+                            .any(|a| a.name == arg.name);
+                        if !given {
+                            problems.push(format!(
+                                "spec.analysis ({run}): AnalysisTemplate {} needs argument {}; \
+                                 set it in spec.analysis.args",
+                                r.template_name, arg.name
+                            ));
+                        }
+                    }
+                }
+            }
+            for message in problems {
+                broken.push(SpecError {
+                    location: object.location.clone(),
+                    message: format!("{}: {message}", object.key),
+                });
+            }
+        }
+        for error in broken {
+            let file = error.location.file.clone();
+            self.objects.retain(|_, o| o.location.file != file);
+            if !self.blocked_files.contains(&file) {
+                self.blocked_files.push(file);
+            }
+            self.errors.push(error);
+        }
     }
 }

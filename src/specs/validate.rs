@@ -30,7 +30,9 @@ fn crd_schema<K: CustomResourceExt>(cell: &'static OnceLock<Value>) -> &'static 
 fn schema_of(kind: &str) -> Option<&'static Value> {
     static STS: OnceLock<Value> = OnceLock::new();
     static DEPLOY: OnceLock<Value> = OnceLock::new();
+    static TEMPLATE: OnceLock<Value> = OnceLock::new();
     match kind {
+        "AnalysisTemplate" => Some(crd_schema::<crate::api::AnalysisTemplate>(&TEMPLATE)),
         "CanaryStatefulSet" => Some(crd_schema::<CanaryStatefulSet>(&STS)),
         "CanaryDeployment" => Some(crd_schema::<CanaryDeployment>(&DEPLOY)),
         _ => None,

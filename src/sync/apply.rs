@@ -34,6 +34,7 @@ use crate::specs::{Location, ObjectKey, SpecSet};
 const PRUNABLE_KINDS: &[(&str, &str)] = &[
     ("rollouts.linnet.dev/v1alpha1", "CanaryStatefulSet"),
     ("rollouts.linnet.dev/v1alpha1", "CanaryDeployment"),
+    ("rollouts.linnet.dev/v1alpha1", "AnalysisTemplate"),
     ("v1", "ConfigMap"),
     ("v1", "Service"),
     ("v1", "Secret"),

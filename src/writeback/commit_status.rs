@@ -134,7 +134,10 @@ pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -
         StatefulSetPhase::Promoting | StatefulSetPhase::RollingBack => None,
         StatefulSetPhase::MigrationFailed | StatefulSetPhase::RolledBack => Some((
             State::Failure,
-            format!("rolled back: {image} was not promoted"),
+            match crate::plan::analysis::failure(&s.analysis) {
+                Some(why) => format!("rolled back: {why}"),
+                None => format!("rolled back: {image} was not promoted"),
+            },
         )),
         StatefulSetPhase::Failed => Some((
             State::Error,

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod git_http;
 pub mod gitea;
 pub mod process;
+pub mod prometheus;
 pub mod push_hook;
 pub mod rollout;
 pub mod stall;

@@ -101,6 +101,19 @@ impl Fixture {
         .unwrap();
     }
 
+    /// Writes another spec file (e.g. the AnalysisTemplates the rollout references).
+    pub fn write_file(&self, name: &str, docs: &[Value]) {
+        let text: Vec<String> = docs
+            .iter()
+            .map(|d| serde_json::to_string_pretty(d).unwrap())
+            .collect();
+        std::fs::write(
+            self.dir.path().join("specs").join(name),
+            text.join("\n---\n"),
+        )
+        .unwrap();
+    }
+
     fn spec_file(&self) -> PathBuf {
         self.dir.path().join("specs/rollout.yaml")
     }

@@ -43,6 +43,10 @@ struct Sim {
     written: Vec<(Strategy, CanaryDeploymentStatus)>,
     /// The abort annotation.
     abort: Option<String>,
+    /// The analysis the spec asks for, resolved, and what every measurement answers.
+    analysis: Resolved,
+    answer: analysis::Outcome,
+    measurements: usize,
 }
 
 impl Sim {
@@ -58,6 +62,32 @@ impl Sim {
             max_asked: BTreeMap::new(),
             written: Vec::new(),
             abort: None,
+            analysis: Resolved::default(),
+            answer: analysis::Outcome::Value(serde_json::json!(0.01)),
+            measurements: 0,
+        }
+    }
+
+    /// Takes the measurements due, as the controller does before it plans.
+    fn measure(&mut self) {
+        if !self.status.phase.is_some_and(reads_abort) {
+            return;
+        }
+        for run in self.status.analysis.iter_mut() {
+            let Some(Ok(metrics)) = self.analysis.runs.get(&run.name) else {
+                continue;
+            };
+            let gate = run.name != BACKGROUND;
+            let due: Vec<_> = analysis::due(run, metrics, self.now)
+                .into_iter()
+                .cloned()
+                .collect();
+            for m in due {
+                if let Some(st) = run.metrics.iter_mut().find(|s| s.name == m.metric.name) {
+                    analysis::record(&m, st, self.answer.clone(), gate, self.now);
+                    self.measurements += 1;
+                }
+            }
         }
     }
 
@@ -75,6 +105,7 @@ impl Sim {
             source_path: Some("web.yaml".into()),
             abort: self.abort.clone(),
             status: self.status.clone(),
+            analysis: self.analysis.clone(),
         }
     }
 
@@ -87,6 +118,7 @@ impl Sim {
     }
 
     fn reconcile_partial(&mut self, keep: Option<usize>) -> DeployPlan {
+        self.measure();
         let p = self.plan();
         self.written
             .push((self.spec.strategy.type_, p.status.clone()));
@@ -625,4 +657,83 @@ fn the_abort_annotation_rolls_a_paused_rollout_back_until_git_changes_the_image(
     s.abort = Some("true".into());
     s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
     assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+}
+
+/// An analysis of one `error-rate` metric (success below 0.05, every 10 s, 3 times,
+/// failureLimit 1), in the background or as a gate after batch `gate`.
+fn error_rate_analysis(background: bool, gate: Option<i32>) -> Resolved {
+    let template: crate::api::AnalysisTemplateSpec = serde_json::from_value(serde_json::json!({
+        "metrics": [{
+            "name": "error-rate", "interval": "10s", "count": 3,
+            "successCondition": "result < 0.05", "failureLimit": 1,
+            "provider": {"prometheus": {"address": "http://prometheus:9090", "query": "errors"}}
+        }]
+    }))
+    .unwrap();
+    let refs = serde_json::json!([{"templateName": "error-rate"}]);
+    let mut spec = serde_json::json!({});
+    if background {
+        spec["background"] = serde_json::json!({"templates": refs});
+    }
+    if let Some(after) = gate {
+        spec["gates"] = serde_json::json!([{"after": after, "templates": refs}]);
+    }
+    let spec: crate::api::RolloutAnalysis = serde_json::from_value(spec).unwrap();
+    analysis::resolve(
+        Some(&spec),
+        &|_| Some(template.clone()),
+        &Default::default(),
+    )
+}
+
+#[test]
+fn a_passing_gate_replaces_the_pause_and_a_failing_one_rolls_back() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.analysis = error_rate_analysis(false, Some(1));
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    // pause First would wait for currentBatch 2; the gate's pass goes on instead.
+    s.completed_on("web:2");
+    assert_eq!(s.measurements, 3);
+    assert!(!s.phases.contains(&Phase::Paused), "{:?}", s.phases);
+
+    s.answer = analysis::Outcome::Value(serde_json::json!(0.4));
+    s.spec.image = "web:3".into();
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert!(s.events.contains(&"AnalysisFailed"), "{:?}", s.events);
+    assert_eq!(s.status.stable_image.as_deref(), Some("web:2"));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".to_string(), 4)]));
+}
+
+#[test]
+fn a_failing_background_analysis_rolls_back_even_without_rollback_on_failure() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.analysis = error_rate_analysis(true, None);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.answer = analysis::Outcome::Value(serde_json::json!(0.31));
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    let message = s.status.analysis[0].message.clone().unwrap();
+    assert!(
+        message.starts_with("error-rate 0.31 failed result < 0.05"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_unmeasurable_gate_pauses_and_an_approval_in_git_goes_on() {
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::Never);
+    s.analysis = error_rate_analysis(false, Some(1));
+    s.completed_on("web:1");
+    s.answer = analysis::Outcome::Error("connection refused".into());
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    let message = s.status.message.clone().unwrap();
+    assert!(
+        message.contains("set currentBatch to 2 in Git"),
+        "{message}"
+    );
+    s.spec.current_batch = 2;
+    s.completed_on("web:2");
 }

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::api::{Migration, Promotion, condition};
+use crate::plan::analysis::Outcome;
 use crate::plan::objects::claim_name;
 use crate::plan::observed::{ClaimView, FixedSetFields, JobView, PodView, SetView, VolumeView};
 
@@ -61,6 +62,10 @@ struct Sim {
     phases: Vec<Phase>,
     /// Every status written, with the generation it was planned for.
     written: Vec<(i64, CanaryStatefulSetStatus)>,
+    /// The analysis the spec asks for, resolved, and what every measurement answers.
+    analysis: Resolved,
+    answer: Outcome,
+    measurements: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -98,6 +103,32 @@ impl Sim {
             log: Vec::new(),
             phases: Vec::new(),
             written: Vec::new(),
+            analysis: Resolved::default(),
+            answer: Outcome::Value(serde_json::json!(0.01)),
+            measurements: 0,
+        }
+    }
+
+    /// Takes the measurements due, as the controller does before it plans.
+    fn measure(&mut self) {
+        if !self.status.phase.is_some_and(reads_abort) {
+            return;
+        }
+        for run in self.status.analysis.iter_mut() {
+            let Some(Ok(metrics)) = self.analysis.runs.get(&run.name) else {
+                continue;
+            };
+            let gate = run.name != analysis::BACKGROUND;
+            let due: Vec<_> = analysis::due(run, metrics, self.now)
+                .into_iter()
+                .cloned()
+                .collect();
+            for m in due {
+                if let Some(st) = run.metrics.iter_mut().find(|s| s.name == m.metric.name) {
+                    analysis::record(&m, st, self.answer.clone(), gate, self.now);
+                    self.measurements += 1;
+                }
+            }
         }
     }
 
@@ -180,6 +211,7 @@ impl Sim {
             source_revision: Some("abc".into()),
             source_path: Some("redis.yaml".into()),
             status: self.status.clone(),
+            analysis: self.analysis.clone(),
         }
     }
 
@@ -190,6 +222,7 @@ impl Sim {
     /// Plans, writes the status, and executes the first `keep` actions (all when `None`), as
     /// the controller does: a crash mid-plan loses the rest of the actions.
     fn reconcile_partial(&mut self, keep: Option<usize>) -> Plan {
+        self.measure();
         let p = self.plan();
         // Invariants that every plan must keep.
         check_plan(&self.rollout(), &self.observed(), &p);
@@ -1456,4 +1489,201 @@ fn flux_kstatus_reads_every_phase_as_meant() {
         assert!(phases.contains(phase), "no {phase} in {phases:?}");
     }
     crate::plan::machine::assert_kstatus_reads(&cases);
+}
+
+/// An analysis of one `error-rate` metric (success below 0.05, every 10 s, `count` times,
+/// failureLimit 1), in the background or as a gate after `gate`.
+fn error_rate_analysis(background: bool, gate: Option<i32>, count: Option<i32>) -> Resolved {
+    let template: crate::api::AnalysisTemplateSpec = serde_json::from_value(serde_json::json!({
+        "metrics": [{
+            "name": "error-rate", "interval": "10s", "count": count,
+            "successCondition": "result < 0.05", "failureLimit": 1, "consecutiveErrorLimit": 2,
+            "provider": {"prometheus": {"address": "http://prometheus:9090", "query": "errors"}}
+        }]
+    }))
+    .unwrap();
+    let refs = serde_json::json!([{"templateName": "error-rate"}]);
+    let mut spec = serde_json::json!({});
+    if background {
+        spec["background"] = serde_json::json!({"templates": refs});
+    }
+    if let Some(after) = gate {
+        spec["gates"] = serde_json::json!([{"after": after, "templates": refs}]);
+    }
+    let spec: crate::api::RolloutAnalysis = serde_json::from_value(spec).unwrap();
+    analysis::resolve(
+        Some(&spec),
+        &|_| Some(template.clone()),
+        &analysis::Builtins::default(),
+    )
+}
+
+fn with_auto_promotion(s: &mut Sim, bake_seconds: i64) {
+    s.spec.promotion = Promotion {
+        type_: PromotionType::Auto,
+        bake_seconds,
+    };
+}
+
+#[test]
+fn a_failing_background_analysis_rolls_back_and_names_the_metric() {
+    let mut s = two_sets();
+    with_auto_promotion(&mut s, 600);
+    s.analysis = error_rate_analysis(true, None, None);
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    let good = s.measurements;
+    s.answer = Outcome::Value(serde_json::json!(0.31));
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    // failureLimit 1: the second failed measurement rolls back, 10 s after the first.
+    assert_eq!(s.measurements - good, 2);
+    assert!(s.events.contains(&"AnalysisFailed"), "{:?}", s.events);
+    let run = &s.status.analysis[0];
+    assert_eq!(run.phase, crate::api::AnalysisPhase::Failed);
+    let message = run.message.as_deref().unwrap();
+    assert!(
+        message.starts_with("error-rate 0.31 failed result < 0.05 (2 failed, failureLimit 1)"),
+        "{message}"
+    );
+    assert_eq!(s.status.stable_image.as_deref(), Some("redis:1"));
+    // Nothing is measured once the canary is over.
+    let after = s.measurements;
+    for _ in 0..30 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.measurements, after);
+}
+
+#[test]
+fn a_passing_gate_promotes_without_the_human_and_is_measured_count_times() {
+    let mut s = two_sets();
+    s.analysis = error_rate_analysis(false, Some(1), Some(3));
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    // Manual promotion, no annotation: the gate replaces the human.
+    s.run_until("promoted", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+    assert_eq!(s.measurements, 3);
+    assert!(s.phases.contains(&Phase::CanaryActive));
+}
+
+#[test]
+fn a_gate_does_not_count_against_the_progress_deadline() {
+    let mut s = two_sets();
+    s.spec.progress_deadline_seconds = 15;
+    s.analysis = error_rate_analysis(false, Some(1), Some(4));
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("promoted", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+    assert!(
+        !s.events.contains(&"ProgressDeadlineExceeded"),
+        "{:?}",
+        s.events
+    );
+}
+
+#[test]
+fn an_unmeasurable_background_holds_the_canary_and_goes_on_when_measurable() {
+    let mut s = two_sets();
+    with_auto_promotion(&mut s, 60);
+    s.analysis = error_rate_analysis(true, None, None);
+    s.stabilise();
+    s.answer = Outcome::Error("Prometheus http://prometheus:9090: connection refused".into());
+    s.spec.image = "redis:2".into();
+    s.run_until("held", |s| {
+        s.status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("holds the canary"))
+    });
+    for _ in 0..60 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::CanaryActive));
+    assert!(
+        !matches!(
+            s.phase(),
+            Some(Phase::RollingBack | Phase::RolledBack | Phase::Promoting | Phase::Stable)
+        ),
+        "{:?}",
+        s.phase()
+    );
+    let message = s.status.message.clone().unwrap();
+    assert!(message.contains("could not be measured"), "{message}");
+    assert!(
+        message.contains("rollouts.linnet.dev/promote: \"true\""),
+        "{message}"
+    );
+    s.answer = Outcome::Value(serde_json::json!(0.0));
+    s.run_until("promoted", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+}
+
+#[test]
+fn a_failed_gate_rolls_back() {
+    let mut s = partition();
+    s.analysis = error_rate_analysis(false, Some(1), Some(3));
+    s.stabilise();
+    s.answer = Outcome::Value(serde_json::json!(0.5));
+    s.spec.image = "redis:2".into();
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.measurements, 2);
+    assert_eq!(s.status.analysis[0].name, "after-1");
+}
+
+fn answer() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        3 => (0.0f64..0.05).prop_map(|x| Outcome::Value(serde_json::json!(x))),
+        1 => (0.05f64..1.0).prop_map(|x| Outcome::Value(serde_json::json!(x))),
+        1 => Just(Outcome::Error("timeout".into())),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random measurement histories through the whole machine, with crashes: a canary whose
+    /// analysis failed is never promoted, and no metric records more than failureLimit + 1
+    /// failures (the one that fails it) before the rollback starts.
+    #[test]
+    fn a_failed_analysis_is_never_promoted(
+        two in any::<bool>(),
+        gate in any::<bool>(),
+        answers in proptest::collection::vec((answer(), 1usize..15, 0usize..3), 1..20),
+    ) {
+        let mut s = if two { two_sets() } else { partition() };
+        with_auto_promotion(&mut s, 30);
+        s.analysis = error_rate_analysis(true, gate.then_some(1), Some(3));
+        s.stabilise();
+        s.spec.image = "redis:2".into();
+        for (a, ticks, crash) in answers {
+            s.answer = a;
+            for _ in 0..ticks {
+                if crash == 0 { s.reconcile_partial(Some(1)); } else { s.reconcile(); }
+                s.tick();
+            }
+        }
+        s.answer = Outcome::Value(serde_json::json!(0.0));
+        s.run_until("decided", |s| matches!(s.phase(), Some(Phase::Stable | Phase::RolledBack)));
+        for (_, status) in &s.written {
+            let failed = status.analysis.iter().any(|r| r.phase == crate::api::AnalysisPhase::Failed);
+            let promoted = matches!(status.phase, Some(Phase::Promoting))
+                || status.phase == Some(Phase::Stable)
+                    && status.stable_image.as_deref() == Some("redis:2");
+            prop_assert!(!(failed && promoted), "promoted after a failed analysis: {:?}", status);
+            for m in status.analysis.iter().flat_map(|r| &r.metrics) {
+                prop_assert!(m.failed <= 2, "{} failed measurements with failureLimit 1", m.failed);
+            }
+        }
+        let promoted = s.status.stable_image.as_deref() == Some("redis:2");
+        let failed = s.status.analysis.iter().any(|r| r.phase == crate::api::AnalysisPhase::Failed);
+        prop_assert!(!(promoted && failed));
+    }
 }

@@ -566,3 +566,96 @@ fn unknown_fields_are_errors_for_validate_and_left_to_the_api_server_in_the_agen
     assert_eq!((e.location.line, e.location.column), (8, 5), "{e}");
     assert!(e.message.contains("unknown field `portz`"), "{e}");
 }
+
+const TEMPLATE: &str = "\
+apiVersion: rollouts.linnet.dev/v1alpha1
+kind: AnalysisTemplate
+metadata:
+  name: error-rate
+spec:
+  args:
+  - name: app
+  metrics:
+  - name: error-rate
+    interval: 30s
+    successCondition: result < 0.05
+    provider:
+      prometheus:
+        address: http://prometheus:9090
+        query: errors{app=\"{{ args.app }}\"}
+";
+
+#[test]
+fn a_template_with_bad_cel_names_its_line() {
+    assert!(
+        load(TEMPLATE).errors.is_empty(),
+        "{:?}",
+        load(TEMPLATE).errors
+    );
+    let e = only_error(&TEMPLATE.replace("result < 0.05", "result <"));
+    assert_eq!((e.location.line, e.location.column), (11, 5), "{e}");
+    assert!(e.message.contains("is not CEL"), "{e}");
+    let e = only_error(&TEMPLATE.replace("interval: 30s", "interval: 30 seconds"));
+    assert_eq!(e.location.line, 10, "{e}");
+    assert!(e.message.contains("is not a duration"), "{e}");
+    let e = only_error(&TEMPLATE.replace(
+        "    provider:\n",
+        "    provider:\n      web: {url: http://x}\n",
+    ));
+    assert!(
+        e.message.contains("exactly one of prometheus, web or job"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_rollout_whose_template_or_argument_is_missing_blocks_its_file() {
+    let opts = LoadOptions::default();
+    let with_analysis = |args: &str| {
+        format!(
+            "{STS}  analysis:\n    args: [{args}]\n    background:\n      templates: [{{templateName: error-rate}}]\n    gates:\n    - after: 2\n      templates: [{{templateName: error-rate}}]\n"
+        )
+    };
+    let set_of = |rollout: String, template: bool| {
+        let mut files = BTreeMap::new();
+        files.insert(
+            "redis.yaml".to_string(),
+            load_file("redis.yaml", rollout.as_bytes(), &opts),
+        );
+        if template {
+            files.insert(
+                "t.yaml".to_string(),
+                load_file("t.yaml", TEMPLATE.as_bytes(), &opts),
+            );
+        }
+        SpecSet::from_files(files)
+    };
+    let set = set_of(with_analysis("{name: app, value: redis}"), false);
+    assert_eq!(set.blocked_files, ["redis.yaml"]);
+    let messages: Vec<&str> = set.errors.iter().map(|e| e.message.as_str()).collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("after 2 is past the last step (1)")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("AnalysisTemplate error-rate is not in the repository")),
+        "{messages:?}"
+    );
+    let set = set_of(with_analysis(""), true);
+    assert!(
+        set.errors
+            .iter()
+            .any(|e| e.message.contains("needs argument app")),
+        "{:?}",
+        set.errors
+    );
+    assert!(set.objects.keys().all(|k| k.kind == "AnalysisTemplate"));
+    let fixed = with_analysis("{name: app, value: redis}").replace("after: 2", "after: 1");
+    let set = set_of(fixed, true);
+    assert!(set.errors.is_empty(), "{:?}", set.errors);
+    assert_eq!(set.objects.len(), 2);
+}

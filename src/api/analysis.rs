@@ -1,0 +1,331 @@
+//! Analysis: `AnalysisTemplate` (named metrics, each with a provider and CEL conditions over
+//! its `result`), the `analysis` block both rollout kinds carry (a background run and gates),
+//! and the measurement records kept in a rollout's status so that a restarted agent counts on
+//! from where it was.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Metrics that judge a canary; referenced by name from a rollout's `spec.analysis`.
+// The derive takes one `printcolumn` per column; clippy reads them as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "rollouts.linnet.dev",
+    version = "v1alpha1",
+    kind = "AnalysisTemplate",
+    namespaced,
+    derive = "PartialEq",
+    shortname = "at",
+    category = "linnet",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    doc = "Metrics that decide whether a canary is promoted or rolled back."
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnalysisTemplateSpec {
+    /// Arguments the metrics use as `{{ args.NAME }}`; a rollout passes the values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub args: Vec<TemplateArg>,
+    /// The metrics; the analysis fails when any fails.
+    #[schemars(length(min = 1, max = 8))]
+    pub metrics: Vec<Metric>,
+}
+
+/// An argument of a template, with an optional default.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TemplateArg {
+    pub name: String,
+    /// The default when the rollout passes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// One metric: what to measure, how often, and what counts as success.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Metric {
+    /// Named in status, events and commit statuses (e.g. `error-rate`).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Time between measurements, e.g. `30s` or `1m` (units ms, s, m, h).
+    #[serde(default = "default_interval")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub interval: String,
+    /// Measurements to take. Without it the metric is measured until the canary ends in the
+    /// background, and once in a gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub count: Option<i32>,
+    /// Wait this long after the analysis starts before the first measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub initial_delay: Option<String>,
+    /// CEL over `result`; a measurement is Successful when it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub success_condition: Option<String>,
+    /// CEL over `result`; a measurement is Failed when it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub failure_condition: Option<String>,
+    /// Failed measurements allowed; one more fails the metric (and rolls the canary back).
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub failure_limit: i32,
+    /// Inconclusive measurements allowed; one more pauses the rollout.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub inconclusive_limit: i32,
+    /// Measurements in a row that could not be taken (a query error) before the rollout
+    /// pauses; it goes on by itself once a measurement succeeds again.
+    #[serde(default = "default_consecutive_error_limit")]
+    #[schemars(range(min = 0))]
+    pub consecutive_error_limit: i32,
+    pub provider: MetricProvider,
+}
+
+fn default_interval() -> String {
+    "30s".into()
+}
+
+fn default_consecutive_error_limit() -> i32 {
+    4
+}
+
+/// Where a measurement comes from: exactly one of these.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MetricProvider {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<WebMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobMetric>,
+}
+
+/// An instant query; `result` is the number of a scalar or one-sample vector, else the list
+/// of the samples' numbers.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrometheusMetric {
+    /// The server, e.g. `http://prometheus.monitoring:9090`.
+    pub address: String,
+    /// PromQL; `{{ args.NAME }}` and `{{ rollout.FIELD }}` are replaced first.
+    #[schemars(length(max = 4096))]
+    pub query: String,
+    /// How long a query may take, e.g. `10s` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+    /// A file in the agent's pod whose content is sent as a bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_file: Option<String>,
+    /// A PEM file in the agent's pod with the CA that signs the server's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+}
+
+/// An HTTP request whose JSON answer (or the part `jsonPath` picks) is `result`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebMetric {
+    pub url: String,
+    #[serde(default)]
+    pub method: WebMethod,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<WebHeader>,
+    /// The request body of a POST.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8192))]
+    pub body: Option<String>,
+    /// A JSONPath into the answer, e.g. `$.data.ok`; the whole answer when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_path: Option<String>,
+    /// How long a request may take, e.g. `10s` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
+    /// A PEM file in the agent's pod with the CA that signs the server's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WebMethod {
+    #[default]
+    #[serde(rename = "GET")]
+    Get,
+    #[serde(rename = "POST")]
+    Post,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WebHeader {
+    pub key: String,
+    pub value: String,
+}
+
+/// A Job run in the rollout's namespace; the measurement is Successful when it completes and
+/// Failed when it fails (`result` is `true` or `false`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobMetric {
+    /// The Job's spec (a `batch/v1` JobSpec).
+    #[schemars(schema_with = "super::embedded_object")]
+    pub spec: k8s_openapi::api::batch::v1::JobSpec,
+}
+
+/// The `analysis` block of a rollout.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RolloutAnalysis {
+    /// Values for the templates' `{{ args.NAME }}`, shared by every run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub args: Vec<AnalysisArg>,
+    /// Runs from the canary's start until it ends; a failure rolls the canary back, an
+    /// inconclusive result holds the promotion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<AnalysisRef>,
+    /// Runs once the given step (CanaryStatefulSet) or batch (CanaryDeployment) is Ready; the
+    /// rollout goes on only when it passes, and a pass replaces the human's approval there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub gates: Vec<AnalysisGate>,
+}
+
+/// Templates to run together, with arguments of their own.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnalysisRef {
+    #[schemars(length(min = 1, max = 4))]
+    pub templates: Vec<TemplateRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub args: Vec<AnalysisArg>,
+}
+
+/// A gate: an analysis after a step or batch.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnalysisGate {
+    /// The step (1-based, of `spec.steps`; 1 without steps) or batch the gate follows.
+    #[schemars(range(min = 1))]
+    pub after: i32,
+    #[schemars(length(min = 1, max = 4))]
+    pub templates: Vec<TemplateRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub args: Vec<AnalysisArg>,
+}
+
+/// An AnalysisTemplate in the rollout's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TemplateRef {
+    pub template_name: String,
+}
+
+/// A value for `{{ args.NAME }}`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisArg {
+    pub name: String,
+    pub value: String,
+}
+
+/// Where an analysis run or a metric stands.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AnalysisPhase {
+    /// Measuring.
+    #[default]
+    Running,
+    /// Every metric met its count without failing.
+    Successful,
+    /// A metric failed more than its failureLimit: the canary is rolled back.
+    Failed,
+    /// A metric was inconclusive more than its inconclusiveLimit: the rollout holds.
+    Inconclusive,
+    /// Measurements could not be taken more than consecutiveErrorLimit times in a row: the
+    /// rollout holds and goes on once a measurement succeeds.
+    Error,
+    /// The canary ended (promoted, rolled back, replaced) before the run finished.
+    Stopped,
+}
+
+/// What one measurement found.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MeasurementPhase {
+    Successful,
+    Failed,
+    Inconclusive,
+    /// The measurement could not be taken (the provider failed).
+    Error,
+}
+
+/// One measurement.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Measurement {
+    pub phase: MeasurementPhase,
+    /// The result, as JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub at: Time,
+    /// Why it failed or erred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A metric of a run: its counts (all of them) and its last measurements.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricStatus {
+    pub name: String,
+    pub phase: AnalysisPhase,
+    /// Measurements taken (errors excluded).
+    #[serde(default)]
+    pub count: i32,
+    #[serde(default)]
+    pub successful: i32,
+    #[serde(default)]
+    pub failed: i32,
+    #[serde(default)]
+    pub inconclusive: i32,
+    #[serde(default)]
+    pub errors: i32,
+    #[serde(default)]
+    pub consecutive_errors: i32,
+    /// The last measurements, newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measurements: Vec<Measurement>,
+    /// The Job of a `job` measurement under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
+/// One analysis run of the current canary: `background`, or `after-N` for a gate.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AnalysisRunStatus {
+    pub name: String,
+    pub phase: AnalysisPhase,
+    pub started_at: Time,
+    /// Which metric decided, with its value and condition, e.g.
+    /// `error-rate 0.31 failed result < 0.05`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricStatus>,
+}

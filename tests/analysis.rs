@@ -1,0 +1,503 @@
+//! Analysis end to end: a real Prometheus (built from its Go module) scrapes an exporter whose
+//! error ratio the test sets, and the agent binary judges canaries of both kinds by it on the
+//! real control plane. Also a `job` gate, a `web` gate, Prometheus stopped mid-analysis, and
+//! `kill -9` of the agent mid-gate.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use kube::api::ListParams;
+use linnet::api::{
+    AnalysisPhase, AnalysisRunStatus, CanaryDeployment, CanaryStatefulSet, DeploymentPhase,
+    MeasurementPhase, StatefulSetPhase,
+};
+use serde_json::{Value, json};
+use support::prometheus::{Exporter, Prometheus};
+use support::rollout::{Fixture, merge};
+
+/// The error ratio of `app` over the last 4 s, measured every 2 s after 3 s (the first
+/// scrapes), failing above 0.05; `extra` is merged into the metric.
+fn error_rate_template(ns: &str, extra: Value) -> Value {
+    let mut metric = json!({
+        "name": "error-rate",
+        "interval": "2s",
+        "initialDelay": "3s",
+        "successCondition": "result < 0.05",
+        "failureLimit": 1,
+        "provider": {"prometheus": {
+            "address": "{{ args.prometheus }}",
+            "query": "sum(rate(app_errors_total{app=\"{{ args.app }}\"}[4s])) / sum(rate(app_requests_total{app=\"{{ args.app }}\"}[4s]))",
+            "timeout": "2s"
+        }}
+    });
+    merge(&mut metric, extra);
+    json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "AnalysisTemplate",
+        "metadata": {"name": "error-rate", "namespace": ns},
+        "spec": {"args": [{"name": "app"}, {"name": "prometheus"}], "metrics": [metric]}
+    })
+}
+
+fn template(ns: &str, name: &str, metric: Value) -> Value {
+    json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "AnalysisTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"metrics": [metric]}
+    })
+}
+
+fn args(app: &str, prometheus: &Prometheus) -> Value {
+    json!([{"name": "app", "value": app}, {"name": "prometheus", "value": prometheus.address()}])
+}
+
+fn redis(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "redis", "namespace": ns},
+        "spec": {
+            "replicas": 3,
+            "canaryReplicas": 1,
+            "image": "redis:7.2",
+            "progressDeadlineSeconds": 120,
+            "template": {
+                "serviceName": "redis",
+                "selector": {"matchLabels": {"app": "redis"}},
+                "template": {
+                    "metadata": {"labels": {"app": "redis"}},
+                    "spec": {"containers": [{"name": "redis", "image": "redis:7.2"}]}
+                }
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
+fn web(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryDeployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 4,
+            "image": "nginx:1.27",
+            "strategy": {"type": "Batches"},
+            "batches": 2,
+            "pause": "All",
+            "currentBatch": 1,
+            "progressDeadlineSeconds": 120,
+            "template": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
+                }
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
+async fn sts(f: &Fixture) -> CanaryStatefulSet {
+    f.api::<CanaryStatefulSet>().get("redis").await.unwrap()
+}
+
+async fn wait_sts(
+    f: &Fixture,
+    what: &str,
+    secs: u64,
+    done: impl Fn(&CanaryStatefulSet) -> bool,
+) -> CanaryStatefulSet {
+    f.wait_for(what, secs, done).await
+}
+
+fn sts_phase(r: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
+    r.status.as_ref().and_then(|s| s.phase)
+}
+
+fn stable_on(r: &CanaryStatefulSet, image: &str) -> bool {
+    let s = r.status.clone().unwrap_or_default();
+    s.phase == Some(StatefulSetPhase::Stable) && s.stable_image.as_deref() == Some(image)
+}
+
+fn run<'a>(runs: &'a [AnalysisRunStatus], name: &str) -> &'a AnalysisRunStatus {
+    runs.iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("no run {name} in {runs:#?}"))
+}
+
+fn set_image(f: &mut Fixture, image: &str) {
+    f.patch_spec(json!({"image": image}));
+}
+
+#[tokio::test]
+async fn a_healthy_canary_passes_its_gate_and_the_gate_promotes_it() {
+    let exporter = Exporter::start("redis").await;
+    let prometheus = Prometheus::start(&exporter).await;
+    let analysis = json!({
+        "args": args("redis", &prometheus),
+        "background": {"templates": [{"templateName": "error-rate"}]},
+        "gates": [{"after": 1, "templates": [{"templateName": "error-rate"}]}],
+    });
+    let mut f = Fixture::start("an-healthy", |ns| redis(ns, json!({"analysis": analysis}))).await;
+    f.write_file(
+        "templates.yaml",
+        &[error_rate_template(&f.ns.name, json!({"count": 3}))],
+    );
+    wait_sts(&f, "Stable on redis:7.2", 120, |r| {
+        stable_on(r, "redis:7.2")
+    })
+    .await;
+    set_image(&mut f, "redis:7.4");
+    // Manual promotion and no annotation: the gate's pass promotes.
+    let done = wait_sts(&f, "Stable on redis:7.4", 180, |r| {
+        stable_on(r, "redis:7.4")
+    })
+    .await;
+    let runs = done.status.unwrap().analysis;
+    let gate = run(&runs, "after-1");
+    assert_eq!(gate.phase, AnalysisPhase::Successful);
+    let m = &gate.metrics[0];
+    assert_eq!((m.count, m.successful, m.failed), (3, 3, 0), "{m:#?}");
+    // Errors (a query before the first scrapes) are recorded but are not measurements.
+    let taken: Vec<_> = m
+        .measurements
+        .iter()
+        .filter(|x| x.phase != MeasurementPhase::Error)
+        .collect();
+    assert_eq!(taken.len(), 3, "{m:#?}");
+    assert!(taken.iter().all(|x| x.value.is_some()), "{m:#?}");
+    // The background run has the template's count too: it passed, or the promotion ended it.
+    let background = run(&runs, "background").phase;
+    assert!(
+        matches!(
+            background,
+            AnalysisPhase::Successful | AnalysisPhase::Stopped
+        ),
+        "{background:?}"
+    );
+    let metrics = f.agent.as_ref().unwrap().metrics().await;
+    assert!(
+        metrics.contains(
+            "linnet_analysis_measurements_total{provider=\"prometheus\",phase=\"Successful\"}"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_canary_whose_errors_rise_is_rolled_back_with_the_metric_named() {
+    let exporter = Exporter::start("redis").await;
+    let prometheus = Prometheus::start(&exporter).await;
+    let patch = json!({
+        "promotion": {"type": "Auto", "bakeSeconds": 600},
+        "analysis": {
+            "args": args("redis", &prometheus),
+            "background": {"templates": [{"templateName": "error-rate"}]},
+        }
+    });
+    let mut f = Fixture::start("an-bad", |ns| redis(ns, patch)).await;
+    f.write_file(
+        "templates.yaml",
+        &[error_rate_template(&f.ns.name, json!({}))],
+    );
+    wait_sts(&f, "Stable on redis:7.2", 120, |r| {
+        stable_on(r, "redis:7.2")
+    })
+    .await;
+    set_image(&mut f, "redis:7.4");
+    wait_sts(&f, "CanaryActive with a good measurement", 120, |r| {
+        sts_phase(r) == Some(StatefulSetPhase::CanaryActive)
+            && r.status.as_ref().is_some_and(|s| {
+                s.analysis
+                    .iter()
+                    .any(|run| run.metrics.iter().any(|m| m.successful > 0))
+            })
+    })
+    .await;
+    // Pods Ready, but 30% of requests fail from now on.
+    exporter.set_error_ratio(0.3);
+    let raised = Instant::now();
+    let done = wait_sts(&f, "RolledBack", 120, |r| {
+        sts_phase(r) == Some(StatefulSetPhase::RolledBack)
+    })
+    .await;
+    let took = raised.elapsed();
+    let status = done.status.unwrap();
+    assert_eq!(status.stable_image.as_deref(), Some("redis:7.2"));
+    let background = run(&status.analysis, "background");
+    assert_eq!(background.phase, AnalysisPhase::Failed);
+    let m = &background.metrics[0];
+    // failureLimit 1: the second failed measurement decides, and none is taken after.
+    assert_eq!(m.failed, 2, "{m:#?}");
+    let message = background.message.clone().unwrap();
+    assert!(message.starts_with("error-rate 0."), "{message}");
+    assert!(
+        message.contains("failed result < 0.05 (2 failed, failureLimit 1)"),
+        "{message}"
+    );
+    f.wait_event_reasons(&["AnalysisFailed", "RolledBack"], 30)
+        .await;
+    // The rate window (4 s) must first fill with failures; then interval x failureLimit
+    // (2 s), one reconcile and the rollback itself. A loose bound: this is not a benchmark.
+    assert!(took < Duration::from_secs(60), "rollback took {took:?}");
+    eprintln!("rolled back {took:?} after the error ratio rose");
+}
+
+#[tokio::test]
+async fn prometheus_stopped_holds_the_canary_and_it_goes_on_when_back() {
+    let exporter = Exporter::start("redis").await;
+    let mut prometheus = Prometheus::start(&exporter).await;
+    let patch = json!({"analysis": {
+        "args": args("redis", &prometheus),
+        "gates": [{"after": 1, "templates": [{"templateName": "error-rate"}]}],
+    }});
+    let mut f = Fixture::start("an-promdown", |ns| redis(ns, patch)).await;
+    f.write_file(
+        "templates.yaml",
+        &[error_rate_template(
+            &f.ns.name,
+            json!({"count": 6, "consecutiveErrorLimit": 1}),
+        )],
+    );
+    wait_sts(&f, "Stable on redis:7.2", 120, |r| {
+        stable_on(r, "redis:7.2")
+    })
+    .await;
+    set_image(&mut f, "redis:7.4");
+    wait_sts(&f, "a first gate measurement", 120, |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.analysis
+                .iter()
+                .any(|run| run.metrics.iter().any(|m| m.successful > 0))
+        })
+    })
+    .await;
+    prometheus.stop();
+    let held = wait_sts(&f, "held: could not be measured", 60, |r| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.message.as_deref())
+            .is_some_and(|m| m.contains("could not be measured"))
+    })
+    .await;
+    let message = held.status.unwrap().message.unwrap();
+    assert!(message.contains("rollouts.linnet.dev/promote"), "{message}");
+    // Held, not rolled back, however long it lasts.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let r = sts(&f).await;
+    assert_eq!(
+        sts_phase(&r),
+        Some(StatefulSetPhase::DeployingCanary),
+        "{:?}",
+        r.status
+    );
+    prometheus.restart().await;
+    let done = wait_sts(&f, "Stable on redis:7.4", 180, |r| {
+        stable_on(r, "redis:7.4")
+    })
+    .await;
+    let gate = run(&done.status.as_ref().unwrap().analysis, "after-1").clone();
+    assert_eq!(gate.phase, AnalysisPhase::Successful);
+    assert!(gate.metrics[0].errors >= 2, "{gate:#?}");
+    let events = f.event_reasons().await;
+    assert!(!events.iter().any(|e| e == "RolledBack"), "{events:?}");
+}
+
+#[tokio::test]
+async fn kill_9_mid_gate_counts_on_from_status_and_runs_no_job_twice() {
+    let exporter = Exporter::start("redis").await;
+    let prometheus = Prometheus::start(&exporter).await;
+    let patch = json!({"analysis": {
+        "args": args("redis", &prometheus),
+        "gates": [{"after": 1, "templates": [{"templateName": "error-rate"}, {"templateName": "smoke"}]}],
+    }});
+    let mut f = Fixture::start("an-kill", |ns| redis(ns, patch)).await;
+    let smoke = template(
+        &f.ns.name,
+        "smoke",
+        json!({"name": "smoke", "provider": {"job": {"spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "smoke", "image": "smoke:1"}]
+        }}}}}}),
+    );
+    f.write_file(
+        "templates.yaml",
+        &[error_rate_template(&f.ns.name, json!({"count": 5})), smoke],
+    );
+    wait_sts(&f, "Stable on redis:7.2", 120, |r| {
+        stable_on(r, "redis:7.2")
+    })
+    .await;
+    set_image(&mut f, "redis:7.4");
+    wait_sts(&f, "2 measurements and the smoke Job done", 120, |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.analysis.iter().any(|run| {
+                run.metrics
+                    .iter()
+                    .any(|m| m.name == "error-rate" && m.count >= 2)
+                    && run
+                        .metrics
+                        .iter()
+                        .any(|m| m.name == "smoke" && m.count == 1)
+            })
+        })
+    })
+    .await;
+    f.kill_agent();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    f.start_agent().await;
+    let done = wait_sts(&f, "Stable on redis:7.4", 180, |r| {
+        stable_on(r, "redis:7.4")
+    })
+    .await;
+    let gate = run(&done.status.as_ref().unwrap().analysis, "after-1").clone();
+    let rate = gate
+        .metrics
+        .iter()
+        .find(|m| m.name == "error-rate")
+        .unwrap();
+    assert_eq!(rate.count, 5, "{rate:#?}");
+    let taken: Vec<_> = rate
+        .measurements
+        .iter()
+        .filter(|m| m.phase != MeasurementPhase::Error)
+        .collect();
+    let times: std::collections::BTreeSet<_> = taken.iter().map(|m| m.at.0).collect();
+    assert_eq!(times.len(), 5, "a measurement was taken twice: {rate:#?}");
+    let smoke = gate.metrics.iter().find(|m| m.name == "smoke").unwrap();
+    assert_eq!((smoke.count, smoke.successful), (1, 1), "{smoke:#?}");
+    let jobs = f
+        .api::<k8s_openapi::api::batch::v1::Job>()
+        .list(&ListParams::default().labels(linnet::plan::analysis::ANALYSIS_RUN_LABEL))
+        .await
+        .unwrap();
+    assert_eq!(jobs.items.len(), 1, "the smoke Job ran more than once");
+}
+
+/// A JSON endpoint answering `{"data": {"ok": <flag>}}`.
+async fn health_endpoint(ok: Arc<AtomicBool>) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let router = axum::Router::new().route(
+        "/health",
+        axum::routing::get(move || {
+            let ok = ok.clone();
+            async move { axum::Json(json!({"data": {"ok": ok.load(Ordering::Relaxed)}})) }
+        }),
+    );
+    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (port, task)
+}
+
+fn deploy_phase(d: &CanaryDeployment) -> Option<DeploymentPhase> {
+    d.status.as_ref().and_then(|s| s.phase)
+}
+
+fn completed_on(d: &CanaryDeployment, image: &str) -> bool {
+    let s = d.status.clone().unwrap_or_default();
+    s.phase == Some(DeploymentPhase::Completed) && s.stable_image.as_deref() == Some(image)
+}
+
+#[tokio::test]
+async fn deployment_gates_replace_the_pauses_and_a_bad_version_rolls_back() {
+    let exporter = Exporter::start("web").await;
+    let prometheus = Prometheus::start(&exporter).await;
+    let ok = Arc::new(AtomicBool::new(true));
+    let (port, _server) = health_endpoint(ok.clone()).await;
+    let patch = json!({"analysis": {
+        "args": args("web", &prometheus),
+        "background": {"templates": [{"templateName": "error-rate"}]},
+        "gates": [
+            {"after": 1, "templates": [{"templateName": "health"}]},
+            {"after": 2, "templates": [{"templateName": "smoke"}]},
+        ],
+    }});
+    let mut f = Fixture::start("an-deploy", |ns| web(ns, patch)).await;
+    let ns = f.ns.name.clone();
+    let health = template(
+        &ns,
+        "health",
+        json!({"name": "health", "successCondition": "result == true", "count": 3, "interval": "2s",
+            "provider": {"web": {"url": format!("http://127.0.0.1:{port}/health"), "jsonPath": "$.data.ok"}}}),
+    );
+    let smoke = template(
+        &ns,
+        "smoke",
+        json!({"name": "smoke", "provider": {"job": {"spec": {"backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "smoke", "image": "smoke:1"}]
+        }}}}}}),
+    );
+    f.write_file(
+        "templates.yaml",
+        &[error_rate_template(&ns, json!({})), health, smoke],
+    );
+    f.wait_for("Completed on nginx:1.27", 120, |d: &CanaryDeployment| {
+        completed_on(d, "nginx:1.27")
+    })
+    .await;
+    // pause All, currentBatch 1: without the gates this stops after batch 1.
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    let done = f
+        .wait_for("Completed on nginx:1.28", 180, |d: &CanaryDeployment| {
+            completed_on(d, "nginx:1.28")
+        })
+        .await;
+    let runs = done.status.unwrap().analysis;
+    assert_eq!(run(&runs, "after-1").phase, AnalysisPhase::Successful);
+    assert_eq!(
+        run(&runs, "after-1").metrics[0].measurements[0]
+            .value
+            .as_deref(),
+        Some("true")
+    );
+    assert_eq!(run(&runs, "after-2").phase, AnalysisPhase::Successful);
+
+    // The next version's pods are available, but its errors are high (set a few seconds
+    // ahead, so that the 4 s rate window is full of them when the analysis starts).
+    exporter.set_error_ratio(0.3);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    f.patch_spec(json!({"image": "nginx:1.29"}));
+    let back = f
+        .wait_for("RolledBack", 180, |d: &CanaryDeployment| {
+            deploy_phase(d) == Some(DeploymentPhase::RolledBack)
+        })
+        .await;
+    let status = back.status.unwrap();
+    assert_eq!(status.stable_image.as_deref(), Some("nginx:1.28"));
+    let background = run(&status.analysis, "background");
+    assert_eq!(background.phase, AnalysisPhase::Failed, "{background:#?}");
+    f.wait_event_reasons(&["AnalysisFailed"], 30).await;
+
+    // A failing web gate rolls back too (failureLimit 0: one failure).
+    exporter.set_error_ratio(0.0);
+    ok.store(false, Ordering::Relaxed);
+    f.patch_spec(json!({"image": "nginx:1.30"}));
+    let back = f
+        .wait_for("RolledBack from 1.30", 180, |d: &CanaryDeployment| {
+            deploy_phase(d) == Some(DeploymentPhase::RolledBack)
+                && d.status.as_ref().is_some_and(|s| {
+                    s.rollback
+                        .as_ref()
+                        .is_some_and(|r| r.from_image == "nginx:1.30")
+                })
+        })
+        .await;
+    let runs = back.status.unwrap().analysis;
+    let gate = run(&runs, "after-1");
+    assert_eq!(gate.phase, AnalysisPhase::Failed);
+    assert!(
+        gate.message
+            .as_deref()
+            .unwrap()
+            .starts_with("health false failed result == true"),
+        "{gate:#?}"
+    );
+}

@@ -609,15 +609,20 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
 
     agent.kill();
     drop(agent);
+    deleted(admin, ns).await;
+    Ok(s)
+}
+
+/// Deletes the namespace and waits (10 minutes at most) until it is gone: the next
+/// measurement starts on a quiet cluster.
+async fn deleted(admin: &Client, ns: support::TestNamespace) {
     let name = ns.name.clone();
     drop(ns);
-    // The next size starts on a quiet cluster.
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let deadline = Instant::now() + Duration::from_secs(600);
     while namespaces.get_opt(&name).await.ok().flatten().is_some() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    Ok(s)
 }
 
 fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -1058,13 +1063,7 @@ spec:
     ));
     agent.kill();
     drop(agent);
-    let name = ns.name.clone();
-    drop(ns);
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while namespaces.get_opt(&name).await.ok().flatten().is_some() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    deleted(admin, ns).await;
     Ok((cpu, qps))
 }
 

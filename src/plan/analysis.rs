@@ -703,6 +703,37 @@ pub fn decided_by(metric: &Metric, st: &MetricStatus) -> String {
     }
 }
 
+/// A new canary's runs: the last canary's go, and the background run starts now.
+pub fn start(runs: &mut Vec<AnalysisRunStatus>, resolved: &Resolved, now: Timestamp) {
+    runs.clear();
+    background(runs, resolved, now);
+}
+
+/// The background run's verdict, if the rollout has one.
+pub fn background(
+    runs: &mut Vec<AnalysisRunStatus>,
+    resolved: &Resolved,
+    now: Timestamp,
+) -> Option<Verdict> {
+    resolved
+        .has(BACKGROUND)
+        .then(|| run_verdict(runs, BACKGROUND, resolved, false, now))
+}
+
+/// The verdict of the gate after step or batch `after`, if the rollout has one.
+pub fn gate(
+    runs: &mut Vec<AnalysisRunStatus>,
+    after: i32,
+    resolved: &Resolved,
+    now: Timestamp,
+) -> Option<(String, Verdict)> {
+    let name = gate_run(after);
+    resolved.has(&name).then(|| {
+        let verdict = run_verdict(runs, &name, resolved, true, now);
+        (name, verdict)
+    })
+}
+
 /// Ends the runs still measuring: the canary they judge is over.
 pub fn stop_runs(runs: &mut [AnalysisRunStatus]) {
     for run in runs.iter_mut().filter(|r| measuring(r.phase)) {
@@ -751,6 +782,66 @@ pub fn analysis_job(
         spec: Some(spec),
         status: None,
     })
+}
+
+/// What the planners' simulations share: an analysis to run and a stand-in for the
+/// controller's measuring.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// One `error-rate` metric (success below 0.05, every 10 s, `count` times, failureLimit
+    /// 1, consecutiveErrorLimit 2), in the background and/or as a gate after `gate`.
+    pub(crate) fn error_rate(background: bool, gate: Option<i32>, count: Option<i32>) -> Resolved {
+        let template: AnalysisTemplateSpec = serde_json::from_value(serde_json::json!({
+            "metrics": [{
+                "name": "error-rate", "interval": "10s", "count": count,
+                "successCondition": "result < 0.05", "failureLimit": 1,
+                "consecutiveErrorLimit": 2,
+                "provider": {"prometheus": {"address": "http://prometheus:9090", "query": "errors"}}
+            }]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let refs = serde_json::json!([{"templateName": "error-rate"}]);
+        let mut spec = serde_json::json!({});
+        if background {
+            spec["background"] = serde_json::json!({"templates": refs});
+        }
+        if let Some(after) = gate {
+            spec["gates"] = serde_json::json!([{"after": after, "templates": refs}]);
+        }
+        let spec: RolloutAnalysis = serde_json::from_value(spec).unwrap_or_else(|e| panic!("{e}"));
+        resolve(
+            Some(&spec),
+            &|_| Some(template.clone()),
+            &Builtins::default(),
+        )
+    }
+
+    /// Records `answer` for every measurement due at `now`, as the controller does before it
+    /// plans; returns how many it took.
+    pub(crate) fn measure_due(
+        runs: &mut [AnalysisRunStatus],
+        resolved: &Resolved,
+        answer: &Outcome,
+        now: Timestamp,
+    ) -> usize {
+        let mut taken = 0;
+        for run in runs.iter_mut() {
+            let Some(Ok(metrics)) = resolved.runs.get(&run.name) else {
+                continue;
+            };
+            let gate = run.name != BACKGROUND;
+            let due: Vec<ResolvedMetric> = due(run, metrics, now).into_iter().cloned().collect();
+            for m in due {
+                if let Some(st) = run.metrics.iter_mut().find(|s| s.name == m.metric.name) {
+                    record(&m, st, answer.clone(), gate, now);
+                    taken += 1;
+                }
+            }
+        }
+        taken
+    }
 }
 
 #[cfg(test)]

@@ -560,16 +560,7 @@ impl<'a> Planner<'a> {
         self.st.canary_image = Some(image.clone());
         self.st.rollback = None;
         self.st.abort_at_start = self.r.abort.clone();
-        self.st.analysis.clear();
-        if self.r.analysis.has(BACKGROUND) {
-            analysis::run_verdict(
-                &mut self.st.analysis,
-                BACKGROUND,
-                &self.r.analysis,
-                false,
-                self.now,
-            );
-        }
+        analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);
         if self.batched() {
             self.st.current_batch = Some(1);
             let t = batch::target(self.total(), self.batches(), 1);
@@ -672,17 +663,8 @@ impl<'a> Planner<'a> {
     }
 
     fn background_failed(&mut self) -> Option<String> {
-        if !self.r.analysis.has(BACKGROUND) {
-            return None;
-        }
-        match analysis::run_verdict(
-            &mut self.st.analysis,
-            BACKGROUND,
-            &self.r.analysis,
-            false,
-            self.now,
-        ) {
-            Verdict::Failed(why) => Some(why),
+        match analysis::background(&mut self.st.analysis, &self.r.analysis, self.now) {
+            Some(Verdict::Failed(why)) => Some(why),
             _ => None,
         }
     }
@@ -690,17 +672,11 @@ impl<'a> Planner<'a> {
     /// What holds the rollout after batch `n`: the background analysis inconclusive or
     /// unable to measure, unless a person approved the next batch in Git.
     fn analysis_hold(&mut self, n: i32) -> Option<String> {
-        if !self.r.analysis.has(BACKGROUND) || self.spec().current_batch > n {
+        if self.spec().current_batch > n {
             return None;
         }
-        match analysis::run_verdict(
-            &mut self.st.analysis,
-            BACKGROUND,
-            &self.r.analysis,
-            false,
-            self.now,
-        ) {
-            Verdict::Held(why) => Some(self.held(BACKGROUND, &why, n)),
+        match analysis::background(&mut self.st.analysis, &self.r.analysis, self.now) {
+            Some(Verdict::Held(why)) => Some(self.held(BACKGROUND, &why, n)),
             _ => None,
         }
     }
@@ -721,17 +697,15 @@ impl<'a> Planner<'a> {
     /// What the gate after batch `n` says, if the spec has one: `Ok(true)` passed,
     /// `Ok(false)` none (or a person approved the next batch), `Err` a move or a wait.
     fn gate(&mut self, n: i32, phase: Phase) -> Result<bool, Next<Phase>> {
-        let name = gate_run(n);
-        if !self.r.analysis.has(&name) || (n < self.batches() && self.spec().current_batch > n) {
+        if n < self.batches() && self.spec().current_batch > n {
             return Ok(false);
         }
-        match analysis::run_verdict(
-            &mut self.st.analysis,
-            &name,
-            &self.r.analysis,
-            true,
-            self.now,
-        ) {
+        let Some((name, verdict)) =
+            analysis::gate(&mut self.st.analysis, n, &self.r.analysis, self.now)
+        else {
+            return Ok(false);
+        };
+        match verdict {
             Verdict::Passed => Ok(true),
             Verdict::Failed(why) => {
                 let (from, to) = (self.canary_image(), self.stable_image());

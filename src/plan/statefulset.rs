@@ -269,14 +269,8 @@ impl<'a> Planner<'a> {
                 ),
             ));
         }
-        if self.r.analysis.has(BACKGROUND)
-            && let Verdict::Failed(why) = analysis::run_verdict(
-                &mut self.st.analysis,
-                BACKGROUND,
-                &self.r.analysis,
-                false,
-                self.now,
-            )
+        if let Some(Verdict::Failed(why)) =
+            analysis::background(&mut self.st.analysis, &self.r.analysis, self.now)
         {
             return Some(go_warning(
                 Phase::RollingBack,
@@ -299,17 +293,11 @@ impl<'a> Planner<'a> {
     /// What holds the canary where it is: the background analysis inconclusive or unable to
     /// measure (unless a person promoted it). Said with what to do in Git.
     fn analysis_hold(&mut self) -> Option<String> {
-        if !self.r.analysis.has(BACKGROUND) || self.promoted_by_hand() {
+        if self.promoted_by_hand() {
             return None;
         }
-        match analysis::run_verdict(
-            &mut self.st.analysis,
-            BACKGROUND,
-            &self.r.analysis,
-            false,
-            self.now,
-        ) {
-            Verdict::Held(why) => Some(self.held(BACKGROUND, &why)),
+        match analysis::background(&mut self.st.analysis, &self.r.analysis, self.now) {
+            Some(Verdict::Held(why)) => Some(self.held(BACKGROUND, &why)),
             _ => None,
         }
     }
@@ -326,17 +314,12 @@ impl<'a> Planner<'a> {
     /// The gate after step `after`, if the spec has one and it has not passed: a move (a
     /// failure rolls back) or what it waits for. A person's promotion skips it.
     fn gate(&mut self, after: i32) -> Option<Next<Phase>> {
-        let name = gate_run(after);
-        if !self.r.analysis.has(&name) || self.promoted_by_hand() {
+        if self.promoted_by_hand() {
             return None;
         }
-        match analysis::run_verdict(
-            &mut self.st.analysis,
-            &name,
-            &self.r.analysis,
-            true,
-            self.now,
-        ) {
+        let (name, verdict) =
+            analysis::gate(&mut self.st.analysis, after, &self.r.analysis, self.now)?;
+        match verdict {
             Verdict::Passed => None,
             Verdict::Failed(why) => Some(go_warning(
                 Phase::RollingBack,
@@ -553,16 +536,7 @@ impl<'a> Planner<'a> {
         self.st.current_step = Some(0);
         self.st.promote_at_start = self.r.promote.clone();
         self.st.abort_at_start = self.r.abort.clone();
-        self.st.analysis.clear();
-        if self.r.analysis.has(BACKGROUND) {
-            analysis::run_verdict(
-                &mut self.st.analysis,
-                BACKGROUND,
-                &self.r.analysis,
-                false,
-                self.now,
-            );
-        }
+        analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);
         let n = self.size(0);
         let r = self.replicas();
         let next = if self.two_sets() {

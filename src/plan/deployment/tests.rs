@@ -70,24 +70,13 @@ impl Sim {
 
     /// Takes the measurements due, as the controller does before it plans.
     fn measure(&mut self) {
-        if !self.status.phase.is_some_and(reads_abort) {
-            return;
-        }
-        for run in self.status.analysis.iter_mut() {
-            let Some(Ok(metrics)) = self.analysis.runs.get(&run.name) else {
-                continue;
-            };
-            let gate = run.name != BACKGROUND;
-            let due: Vec<_> = analysis::due(run, metrics, self.now)
-                .into_iter()
-                .cloned()
-                .collect();
-            for m in due {
-                if let Some(st) = run.metrics.iter_mut().find(|s| s.name == m.metric.name) {
-                    analysis::record(&m, st, self.answer.clone(), gate, self.now);
-                    self.measurements += 1;
-                }
-            }
+        if self.status.phase.is_some_and(reads_abort) {
+            self.measurements += analysis::testing::measure_due(
+                &mut self.status.analysis,
+                &self.analysis,
+                &self.answer,
+                self.now,
+            );
         }
     }
 
@@ -659,31 +648,8 @@ fn the_abort_annotation_rolls_a_paused_rollout_back_until_git_changes_the_image(
     assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
 }
 
-/// An analysis of one `error-rate` metric (success below 0.05, every 10 s, 3 times,
-/// failureLimit 1), in the background or as a gate after batch `gate`.
 fn error_rate_analysis(background: bool, gate: Option<i32>) -> Resolved {
-    let template: crate::api::AnalysisTemplateSpec = serde_json::from_value(serde_json::json!({
-        "metrics": [{
-            "name": "error-rate", "interval": "10s", "count": 3,
-            "successCondition": "result < 0.05", "failureLimit": 1,
-            "provider": {"prometheus": {"address": "http://prometheus:9090", "query": "errors"}}
-        }]
-    }))
-    .unwrap();
-    let refs = serde_json::json!([{"templateName": "error-rate"}]);
-    let mut spec = serde_json::json!({});
-    if background {
-        spec["background"] = serde_json::json!({"templates": refs});
-    }
-    if let Some(after) = gate {
-        spec["gates"] = serde_json::json!([{"after": after, "templates": refs}]);
-    }
-    let spec: crate::api::RolloutAnalysis = serde_json::from_value(spec).unwrap();
-    analysis::resolve(
-        Some(&spec),
-        &|_| Some(template.clone()),
-        &Default::default(),
-    )
+    analysis::testing::error_rate(background, gate, Some(3))
 }
 
 #[test]

@@ -331,8 +331,9 @@ pub struct AgentArgs {
     #[arg(long, env = "LINNET_ANALYSIS_FILES_DIR")]
     pub analysis_files_dir: Option<std::path::PathBuf>,
     /// URL prefixes analysis may query (Prometheus addresses, web URLs), e.g.
-    /// `http://prometheus.monitoring:9090/`; repeat it, or separate with commas. Without it,
-    /// any URL: whoever can push can then make the agent request any address it reaches.
+    /// `http://prometheus.monitoring:9090/`: a URL must have a prefix's scheme, host and port
+    /// and a path under it. Repeat it, or separate with commas. Without it, any URL (whoever
+    /// can push can then make the agent request any address it reaches), and no bearer token.
     #[arg(long, env = "LINNET_ANALYSIS_URL_PREFIX", value_delimiter = ',')]
     pub analysis_url_prefix: Vec<String>,
     #[command(flatten)]

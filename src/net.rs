@@ -87,8 +87,29 @@ pub fn http_client(
     ca_file: Option<&Path>,
     timeout: Duration,
 ) -> Result<reqwest::Client, CaFileError> {
+    client_with(reqwest::Client::builder(), ca_file, timeout)
+}
+
+/// [`http_client`] that follows no redirect: for URLs from Git that a policy checks (a
+/// redirect would take the request past the check).
+pub fn http_client_no_redirects(
+    ca_file: Option<&Path>,
+    timeout: Duration,
+) -> Result<reqwest::Client, CaFileError> {
+    client_with(
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()),
+        ca_file,
+        timeout,
+    )
+}
+
+fn client_with(
+    builder: reqwest::ClientBuilder,
+    ca_file: Option<&Path>,
+    timeout: Duration,
+) -> Result<reqwest::Client, CaFileError> {
     install_crypto_provider();
-    let mut builder = reqwest::Client::builder()
+    let mut builder = builder
         .user_agent(concat!("linnet/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(timeout)
         .timeout(timeout);

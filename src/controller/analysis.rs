@@ -114,17 +114,24 @@ impl Policy {
         }
     }
 
-    fn url(&self, url: &str) -> Result<(), String> {
-        if self.url_prefixes.is_empty()
-            || self
-                .url_prefixes
-                .iter()
-                .any(|p| url.starts_with(p.as_str()))
-        {
+    /// Whether `url` (parsed) is under a prefix: the same scheme, host and port, and a path
+    /// that starts with the prefix's. Compared parsed, so `http://prom:9090` does not admit
+    /// `http://prom.evil.example:9090/` or a `@` trick.
+    fn url(&self, url: &reqwest::Url) -> Result<(), String> {
+        let under = |prefix: &String| {
+            reqwest::Url::parse(prefix).is_ok_and(|p| {
+                p.scheme() == url.scheme()
+                    && p.host_str() == url.host_str()
+                    && p.port_or_known_default() == url.port_or_known_default()
+                    && url.path().starts_with(p.path())
+            })
+        };
+        if self.url_prefixes.is_empty() || self.url_prefixes.iter().any(under) {
             return Ok(());
         }
         Err(format!(
-            "{url} is refused: it starts with none of --analysis-url-prefix {}",
+            "{} is refused: it is under none of --analysis-url-prefix {}",
+            crate::text::redact_credentials(url.as_str()),
             self.url_prefixes.join(", ")
         ))
     }
@@ -146,8 +153,8 @@ impl HttpClients {
         {
             return Ok(c.clone());
         }
-        let client =
-            crate::net::http_client(key.0.as_deref(), timeout).map_err(|e| e.to_string())?;
+        let client = crate::net::http_client_no_redirects(key.0.as_deref(), timeout)
+            .map_err(|e| e.to_string())?;
         if let Ok(mut clients) = self.0.lock() {
             clients.insert(key, client.clone());
         }
@@ -313,7 +320,8 @@ async fn query(ctx: &super::Context, m: &ResolvedMetric) -> Outcome {
     };
     match result {
         Ok(v) => Outcome::Value(v),
-        Err(e) => Outcome::Error(e),
+        // A URL in Git may carry a password; the error is kept in status.
+        Err(e) => Outcome::Error(crate::text::redact_credentials(&e)),
     }
 }
 
@@ -358,9 +366,16 @@ async fn prometheus(
     )
     .map_err(|e| format!("Prometheus address {:?}: {e}", p.address))?;
     // The URL as it will be requested (parsed and normalised), not as written.
-    ctx.analysis.url(url.as_str())?;
+    ctx.analysis.url(&url)?;
     let mut request = client.get(url);
     if let Some(file) = &p.bearer_token_file {
+        // A token goes only where the operator said queries may go.
+        if ctx.analysis.url_prefixes.is_empty() {
+            return Err(
+                "bearerTokenFile is refused: the agent sends tokens only under --analysis-url-prefix, and none is set"
+                    .into(),
+            );
+        }
         let file = ctx.analysis.file("bearerTokenFile", file)?;
         request = request.bearer_auth(read_token(&file)?);
     }
@@ -373,13 +388,8 @@ async fn prometheus(
     })?;
     let status = answer.status();
     let bytes = body(answer).await?;
-    let doc: Value = serde_json::from_slice(&bytes).map_err(|_| {
-        format!(
-            "Prometheus {} answered {status} with no JSON: {}",
-            p.address,
-            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-        )
-    })?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|_| format!("Prometheus {} answered {status} with no JSON", p.address))?;
     prometheus_result(&doc)
 }
 
@@ -429,7 +439,7 @@ async fn web_request(
     timeout: Duration,
 ) -> Result<Value, String> {
     let url = reqwest::Url::parse(&w.url).map_err(|e| format!("url {:?}: {e}", w.url))?;
-    ctx.analysis.url(url.as_str())?;
+    ctx.analysis.url(&url)?;
     let ca_file = match &w.ca_file {
         Some(f) => Some(ctx.analysis.file("caFile", f)?),
         None => None,
@@ -449,11 +459,7 @@ async fn web_request(
     let status = answer.status();
     let bytes = body(answer).await?;
     if !status.is_success() {
-        return Err(format!(
-            "{} answered {status}: {}",
-            w.url,
-            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-        ));
+        return Err(format!("{} answered {status}", w.url));
     }
     let doc: Value =
         serde_json::from_slice(&bytes).map_err(|e| format!("{} answered no JSON: {e}", w.url))?;
@@ -509,19 +515,37 @@ mod tests {
                 .unwrap_err();
             assert!(e.contains("not inside"), "{e}");
         }
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
         assert!(
             policy
-                .url("http://prometheus.monitoring:9090/api/v1/query")
+                .url(&url("http://prometheus.monitoring:9090/api/v1/query"))
+                .is_ok()
+        );
+        for refused in [
+            "http://prometheus.monitoring:9090@evil/",
+            "http://prometheus.monitoring.evil.example:9090/",
+            "https://prometheus.monitoring:9090/",
+            "http://prometheus.monitoring:9091/",
+            "http://10.0.0.1/",
+        ] {
+            let e = policy.url(&url(refused)).unwrap_err();
+            assert!(e.contains("--analysis-url-prefix"), "{refused}: {e}");
+        }
+        let no_slash = Policy {
+            files_dir: None,
+            url_prefixes: vec!["http://prometheus.monitoring:9090".into()],
+        };
+        assert!(
+            no_slash
+                .url(&url("http://prometheus.monitoring:9090/api/v1/query"))
                 .is_ok()
         );
         assert!(
-            policy
-                .url("http://prometheus.monitoring:9090@evil/")
+            no_slash
+                .url(&url("http://prometheus.monitoring:9091/"))
                 .is_err()
         );
-        let e = policy.url("http://10.0.0.1/").unwrap_err();
-        assert!(e.contains("--analysis-url-prefix"), "{e}");
-        assert!(none.url("http://anything/").is_ok());
+        assert!(none.url(&url("http://anything/")).is_ok());
     }
 
     #[test]

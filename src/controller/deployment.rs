@@ -131,7 +131,8 @@ async fn reconcile_inner(
     let measured = Measured {
         reference: &reference,
         kind: "CanaryDeployment",
-        active: status.phase.is_some_and(reads_abort),
+        active: status.phase.is_some_and(reads_abort)
+            && !super::status_write_pending(ctx, "CanaryDeployment", rollout),
     };
     measure(ctx, measured, &mut status.analysis, &resolved, now).await;
     let input = DeployRollout {

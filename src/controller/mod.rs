@@ -336,6 +336,24 @@ where
     Ok(StatusWrite::Written)
 }
 
+/// Whether `rollout` (from the store) predates a status this agent has written: a reconcile
+/// woken before the watch delivered that write sees an older status. Measuring from it would
+/// take again a measurement already recorded.
+pub(crate) fn status_write_pending<K: kube::Resource>(
+    ctx: &Context,
+    kind: &str,
+    rollout: &K,
+) -> bool {
+    let meta = rollout.meta();
+    let key = format!(
+        "{kind}/{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    );
+    ctx.own_status_writes
+        .pending(&key, meta.resource_version.as_deref().unwrap_or_default())
+}
+
 fn status_digest(status: &impl serde::Serialize) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -377,6 +395,14 @@ impl OwnStatusWrites {
         if let Ok(mut last) = self.last.lock() {
             last.remove(key);
         }
+    }
+
+    /// Whether a status this agent wrote from version `planned_from` is still on its way
+    /// back: the store's object (at that version) is older than the status written.
+    pub fn pending(&self, key: &str, planned_from: &str) -> bool {
+        self.last
+            .lock()
+            .is_ok_and(|last| last.get(key).is_some_and(|(from, _)| from == planned_from))
     }
 
     /// Remembers a status written from version `planned_from`.

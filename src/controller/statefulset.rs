@@ -234,7 +234,8 @@ async fn apply(
     let measured = Measured {
         reference: &reference,
         kind: "CanaryStatefulSet",
-        active: status.phase.is_some_and(reads_abort),
+        active: status.phase.is_some_and(reads_abort)
+            && !super::status_write_pending(ctx, "CanaryStatefulSet", rollout),
     };
     measure(ctx, measured, &mut status.analysis, &resolved, now).await;
     let input = Rollout {

@@ -393,8 +393,22 @@ fn analysis_lines(runs: &[crate::api::AnalysisRunStatus]) -> Vec<(&'static str, 
                         .rev()
                         .map(|x| x.value.as_deref().unwrap_or("err"))
                         .collect();
+                    // The run's message leaves the error's text out (it would change with
+                    // each attempt); here it is.
+                    let last_error = match m.measurements.last() {
+                        Some(x) if x.phase == crate::api::MeasurementPhase::Error => format!(
+                            ", last error: {}",
+                            x.message
+                                .as_deref()
+                                .unwrap_or("")
+                                .chars()
+                                .take(160)
+                                .collect::<String>()
+                        ),
+                        _ => String::new(),
+                    };
                     format!(
-                        "{} {}/{} ok, {} failed{} [{}]",
+                        "{} {}/{} ok, {} failed{} [{}]{last_error}",
                         m.name,
                         m.successful,
                         m.count,
@@ -540,14 +554,17 @@ mod tests {
                     {"phase": "Error", "at": "2023-11-14T22:13:20Z", "message": "no samples"},
                     {"phase": "Successful", "value": "0.01", "at": "2023-11-14T22:13:22Z"},
                     {"phase": "Failed", "value": "0.31", "at": "2023-11-14T22:13:24Z"},
-                    {"phase": "Failed", "value": "0.3\u{1b}[2J", "at": "2023-11-14T22:13:26Z"}]}]
+                    {"phase": "Failed", "value": "0.3\u{1b}[2J", "at": "2023-11-14T22:13:26Z"}]},
+                {"name": "smoke", "phase": "Error", "errors": 1, "measurements": [
+                    {"phase": "Error", "at": "2023-11-14T22:13:26Z", "message": "cannot create Job x"}]}]
         }]));
         let lines = analysis_lines(&runs);
         assert_eq!(
             lines,
             [(
                 "Analysis",
-                "background Failed: error-rate 1/3 ok, 2 failed, 1 errors [err 0.01 0.31 0.3\u{1b}[2J]"
+                "background Failed: error-rate 1/3 ok, 2 failed, 1 errors [err 0.01 0.31 0.3\u{1b}[2J]; \
+                 smoke 0/0 ok, 0 failed, 1 errors [err], last error: cannot create Job x"
                     .to_string()
             )]
         );

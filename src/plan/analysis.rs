@@ -26,6 +26,9 @@ const VALUE_CHARS: usize = 64;
 const CONDITION_CHARS: usize = 512;
 /// How long a query may take when its metric does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a query may take, whatever its metric says: measurements run inside a
+/// reconcile.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The name of the gate run after step or batch `after`.
 pub fn gate_run(after: i32) -> String {
@@ -166,7 +169,8 @@ fn resolve_run(
                     .and_then(|w| w.timeout.as_deref()))
                 .map(parse_duration)
                 .transpose()?
-                .unwrap_or(DEFAULT_TIMEOUT);
+                .unwrap_or(DEFAULT_TIMEOUT)
+                .min(MAX_TIMEOUT);
             metrics.push(ResolvedMetric {
                 template: name.clone(),
                 interval: parse_duration(&metric.interval)?,
@@ -562,6 +566,13 @@ pub fn run_verdict(
     gate: bool,
     now: Timestamp,
 ) -> Verdict {
+    // A finished run keeps its verdict even when its templates can no longer be resolved
+    // (deleted, or not listed yet after a restart).
+    if let Some(run) = runs.iter().find(|r| r.name == name)
+        && finished(run.phase)
+    {
+        return verdict_of(run);
+    }
     let metrics = match resolved.runs.get(name) {
         Some(Ok(metrics)) => metrics,
         Some(Err(why)) => return Verdict::Held(format!("analysis {name} cannot run: {why}")),
@@ -600,6 +611,10 @@ pub fn run_verdict(
         run.phase = phase;
         run.message = Some(message);
     }
+    verdict_of(run)
+}
+
+fn verdict_of(run: &AnalysisRunStatus) -> Verdict {
     let message = run.message.clone().unwrap_or_default();
     match run.phase {
         AnalysisPhase::Successful => Verdict::Passed,
@@ -607,6 +622,27 @@ pub fn run_verdict(
         AnalysisPhase::Inconclusive | AnalysisPhase::Error => Verdict::Held(message),
         AnalysisPhase::Running | AnalysisPhase::Stopped => Verdict::Measuring(message),
     }
+}
+
+/// The first run of the canary that has failed (a gate's or the background's), with why:
+/// a failure rolls back wherever the rollout is, even while it waits for pods.
+pub fn failed(
+    runs: &mut Vec<AnalysisRunStatus>,
+    resolved: &Resolved,
+    now: Timestamp,
+) -> Option<(String, String)> {
+    let names: Vec<String> = runs
+        .iter()
+        .filter(|r| r.phase != AnalysisPhase::Stopped)
+        .map(|r| r.name.clone())
+        .collect();
+    names.into_iter().find_map(|name| {
+        let gate = name != BACKGROUND;
+        match run_verdict(runs, &name, resolved, gate, now) {
+            Verdict::Failed(why) => Some((name, why)),
+            _ => None,
+        }
+    })
 }
 
 /// A run's phase from its metrics, worst first, and the words for it.
@@ -691,13 +727,11 @@ pub fn decided_by(metric: &Metric, st: &MetricStatus) -> String {
                 metric.inconclusive_limit
             )
         }
+        // Not the error's own text: it can differ each time (a Job's name, a request id), and
+        // this message reaches status.message, whose every change is a write-back commit.
         AnalysisPhase::Error => format!(
-            "{} could not be measured more than {} times in a row: {}",
-            st.name,
-            metric.consecutive_error_limit,
-            last_of(MeasurementPhase::Error)
-                .and_then(|m| m.message.as_deref())
-                .unwrap_or("")
+            "{} could not be measured more than {} times in a row (its measurements say why: linnet get)",
+            st.name, metric.consecutive_error_limit,
         ),
         _ => st.name.clone(),
     }
@@ -741,6 +775,12 @@ pub fn stop_runs(runs: &mut [AnalysisRunStatus]) {
     }
 }
 
+/// How long a finished analysis Job stays (unless its spec says): a restarted agent reads
+/// the result of a Job that finished while it was down for up to this long.
+pub const JOB_TTL_SECONDS: i32 = 86_400;
+/// How long an analysis Job may run (unless its spec says) before it fails.
+pub const JOB_DEADLINE_SECONDS: i64 = 600;
+
 /// Label on the Jobs of `job` metrics: the run they measure for.
 pub const ANALYSIS_RUN_LABEL: &str = "rollouts.linnet.dev/analysis";
 
@@ -771,7 +811,11 @@ pub fn analysis_job(
     labels.insert(ANALYSIS_RUN_LABEL.into(), run.name.clone());
     let mut spec = job.spec.clone();
     // Finished Jobs go by themselves; the measurement is in the rollout's status.
-    spec.ttl_seconds_after_finished.get_or_insert(600);
+    spec.ttl_seconds_after_finished
+        .get_or_insert(JOB_TTL_SECONDS);
+    // A Job that hangs would hold its gate for good.
+    spec.active_deadline_seconds
+        .get_or_insert(JOB_DEADLINE_SECONDS);
     // Its pods do not carry the rollout's label: they are not the rollout's replicas.
     Some(Job {
         metadata: rollout.meta(
@@ -816,6 +860,17 @@ pub(crate) mod testing {
             &|_| Some(template.clone()),
             &Builtins::default(),
         )
+    }
+
+    /// [`error_rate`] holding at the first measurement that cannot be taken.
+    pub(crate) fn error_rate_without_error_budget(background: bool) -> Resolved {
+        let mut resolved = error_rate(background, None, None);
+        for metrics in resolved.runs.values_mut().flatten() {
+            for m in metrics {
+                m.metric.consecutive_error_limit = 0;
+            }
+        }
+        resolved
     }
 
     /// Records `answer` for every measurement due at `now`, as the controller does before it

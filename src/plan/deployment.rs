@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 
 use super::actions::PlanEvent;
-use super::analysis::{self, BACKGROUND, Resolved, Verdict, gate_run};
+use super::analysis::{self, BACKGROUND, Resolved, Verdict};
 use super::batch;
 use super::machine::{
     Machine, Next, Standing, annotation_acts, carry_action_failure, drive, elapsed, go, go_warning,
@@ -648,25 +648,20 @@ impl<'a> Planner<'a> {
                     "image changed to {image} during the rollout of {canary}; rolling back before starting it"
                 ),
             )
-        } else if let Some(why) = self.background_failed() {
+        } else if let Some((run, why)) =
+            analysis::failed(&mut self.st.analysis, &self.r.analysis, self.now)
+        {
             self.start_rollback(&canary, &stable);
             return Some(go_warning(
                 Phase::RollingBack,
                 "AnalysisFailed",
-                format!("analysis {BACKGROUND} failed: {why}; rolling {canary} back to {stable}"),
+                format!("analysis {run} failed: {why}; rolling {canary} back to {stable}"),
             ));
         } else {
             return None;
         };
         self.start_rollback(&canary, &stable);
         Some(go(Phase::RollingBack, reason, message))
-    }
-
-    fn background_failed(&mut self) -> Option<String> {
-        match analysis::background(&mut self.st.analysis, &self.r.analysis, self.now) {
-            Some(Verdict::Failed(why)) => Some(why),
-            _ => None,
-        }
     }
 
     /// What holds the rollout after batch `n`: the background analysis inconclusive or
@@ -736,18 +731,25 @@ impl<'a> Planner<'a> {
         if self.spec().image != self.canary_image() {
             self.st.canary_image = Some(self.spec().image.clone());
         }
-        if let Some(next) = self.deadline_passed() {
-            return next;
-        }
         let image = self.canary_image();
         let total = self.total();
         let name = self.name().to_string();
+        // The update is done: what keeps it (a held analysis) is not late pods.
+        let done = self
+            .find(&name)
+            .is_some_and(|d| d.complete(total) && d.image.as_deref() == Some(image.as_str()));
+        if !done && let Some(next) = self.deadline_passed() {
+            return next;
+        }
         let d = self.ensure(&name, &image, total);
         if !d.is_some_and(|d| d.complete(total)) {
             return Next::Stay(format!(
                 "rolling update to {image}: {} of {total} updated and available",
                 d.map_or(0, |d| d.updated.min(d.available))
             ));
+        }
+        if let Some(hold) = self.analysis_hold(1) {
+            return Next::Stay(hold);
         }
         self.delete_others(&name);
         self.finish_rollout()
@@ -780,15 +782,18 @@ impl<'a> Planner<'a> {
             return next;
         }
         let n = self.current_batch();
-        // Once the batch's gate has started its pods were available: the gate decides.
-        let gating = self.st.analysis.iter().any(|r| r.name == gate_run(n));
+        let total = self.total();
+        // The deadline is for new pods that do not become available. Once the batch's are,
+        // what keeps it (a gate measuring, a held analysis) is not late pods.
+        let batch_ready = self
+            .find(&self.version_for(&self.canary_image()))
+            .is_some_and(|d| d.available >= batch::target(total, self.batches(), n));
         if phase == Phase::Progressing
-            && !gating
+            && !batch_ready
             && let Some(next) = self.deadline_passed()
         {
             return next;
         }
-        let total = self.total();
         let m = self.batches();
         let t = batch::target(total, m, n);
         let image = self.canary_image();

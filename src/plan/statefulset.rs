@@ -269,13 +269,13 @@ impl<'a> Planner<'a> {
                 ),
             ));
         }
-        if let Some(Verdict::Failed(why)) =
-            analysis::background(&mut self.st.analysis, &self.r.analysis, self.now)
+        if let Some((run, why)) =
+            analysis::failed(&mut self.st.analysis, &self.r.analysis, self.now)
         {
             return Some(go_warning(
                 Phase::RollingBack,
                 "AnalysisFailed",
-                format!("analysis {BACKGROUND} failed: {why}; rolling {canary} back to {stable}"),
+                format!("analysis {run} failed: {why}; rolling {canary} back to {stable}"),
             ));
         }
         None
@@ -335,15 +335,23 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Whether the gate of the current step has started: its pods were Ready, so the
-    /// progress deadline no longer counts (the gate's own counts decide).
-    fn gating(&self) -> bool {
-        let name = gate_run(self.step_index() as i32 + 1);
-        self.st.analysis.iter().any(|r| r.name == name)
+    /// The current step's canary pods are all Ready on the canary's revision.
+    fn step_ready(&self) -> bool {
+        let n = self.size(self.step_index());
+        if self.two_sets() {
+            let canary = self.o.canary.as_ref();
+            Self::settled(canary, n)
+                && canary.is_some_and(|c| c.image.as_deref() == Some(self.canary_image().as_str()))
+        } else {
+            let set = self.o.stable.as_ref();
+            set.is_some_and(|s| s.status_fresh) && self.updated_ready(set, self.replicas() - n) >= n
+        }
     }
 
     fn deadline_passed(&mut self, what: &str) -> Option<Next<Phase>> {
-        if self.gating() {
+        // The deadline is for pods that do not become Ready. Once the step's are, what keeps
+        // it (a gate measuring, a held analysis) is not late pods.
+        if self.step_ready() {
             return None;
         }
         let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);

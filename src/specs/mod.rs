@@ -252,6 +252,13 @@ impl SpecSet {
                         None => continue,
                     },
                     "CanaryDeployment" => match object.spec.typed::<CanaryDeployment>() {
+                        // Gates follow batches; a Rolling update has none.
+                        Some(o)
+                            if o.spec.strategy.type_
+                                != crate::api::DeploymentStrategyType::Batches =>
+                        {
+                            (o.spec.analysis, 0, "batch")
+                        }
                         Some(o) => (o.spec.analysis, o.spec.batches, "batch"),
                         None => continue,
                     },
@@ -271,12 +278,19 @@ impl SpecSet {
                 }));
             let mut problems = Vec::new();
             for gate in analysis.gates.iter().filter(|g| g.after > points) {
-                problems.push(format!(
-                    "spec.analysis.gates: after {} is past the last {what} ({points})",
-                    gate.after
-                ));
+                problems.push(if points == 0 {
+                    "spec.analysis.gates: a rolling update has no batches to follow; use strategy \
+                     Batches, or analysis.background"
+                        .to_string()
+                } else {
+                    format!(
+                        "spec.analysis.gates: after {} is past the last {what} ({points})",
+                        gate.after
+                    )
+                });
             }
             for (run, refs, args) in runs {
+                let mut metric_names: Vec<&str> = Vec::new();
                 for r in refs.iter() {
                     let key = (object.key.namespace.clone(), r.template_name.clone());
                     let Some(template) = templates.get(&key) else {
@@ -287,6 +301,15 @@ impl SpecSet {
                         ));
                         continue;
                     };
+                    for m in &template.spec.metrics {
+                        if metric_names.contains(&m.name.as_str()) {
+                            problems.push(format!(
+                                "spec.analysis ({run}): metric {} is in two of its templates; rename one",
+                                m.name
+                            ));
+                        }
+                        metric_names.push(&m.name);
+                    }
                     for arg in template.spec.args.iter().filter(|a| a.value.is_none()) {
                         let given = analysis
                             .args

@@ -234,7 +234,7 @@ fn errors_hold_the_run_and_a_good_measurement_resumes_it() {
     assert_eq!(
         verdict,
         Verdict::Held(
-            "error-rate could not be measured more than 1 times in a row: connection refused"
+            "error-rate could not be measured more than 1 times in a row (its measurements say why: linnet get)"
                 .into()
         )
     );
@@ -394,4 +394,21 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_finished_run_keeps_its_verdict_when_its_template_is_gone() {
+    let m = resolved_metric(error_rate());
+    let v = Outcome::Value(json!(0.01));
+    let (mut runs, verdict) = run_with(&[v.clone(), v.clone(), v], &m, true);
+    assert_eq!(verdict, Verdict::Passed);
+    let gone = Resolved {
+        runs: BTreeMap::from([(BACKGROUND.to_string(), Err("not listed yet".to_string()))]),
+    };
+    assert_eq!(
+        run_verdict(&mut runs, BACKGROUND, &gone, true, t0()),
+        Verdict::Passed
+    );
+    let unresolved = run_verdict(&mut Vec::new(), BACKGROUND, &gone, true, t0());
+    assert!(matches!(unresolved, Verdict::Held(_)), "{unresolved:?}");
 }

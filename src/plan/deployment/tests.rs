@@ -703,3 +703,31 @@ fn an_unmeasurable_gate_pauses_and_an_approval_in_git_goes_on() {
     s.spec.current_batch = 2;
     s.completed_on("web:2");
 }
+
+#[test]
+fn a_rolling_update_holds_for_its_background_analysis_before_completing() {
+    let mut s = Sim::new(Strategy::Rolling, 1, PauseMode::Never);
+    s.spec.progress_deadline_seconds = 15;
+    s.analysis = analysis::testing::error_rate_without_error_budget(true);
+    s.completed_on("web:1");
+    s.answer = analysis::Outcome::Error("connection refused".into());
+    s.spec.image = "web:2".into();
+    s.run_until("held", |s| {
+        s.status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("holds the rollout"))
+    });
+    for _ in 0..60 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::Progressing));
+    assert!(
+        !s.events.contains(&"ProgressDeadlineExceeded"),
+        "{:?}",
+        s.events
+    );
+    s.answer = analysis::Outcome::Value(serde_json::json!(0.0));
+    s.completed_on("web:2");
+}

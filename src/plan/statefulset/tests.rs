@@ -1653,3 +1653,36 @@ proptest! {
         prop_assert!(!(promoted && failed));
     }
 }
+
+#[test]
+fn a_background_hold_between_steps_is_not_a_missed_deadline() {
+    let mut s = two_sets();
+    s.spec.canary_replicas = 2;
+    s.spec.steps = Some(vec![1, 2]);
+    s.spec.progress_deadline_seconds = 15;
+    s.analysis = analysis::testing::error_rate_without_error_budget(true);
+    s.stabilise();
+    s.answer = Outcome::Error("connection refused".into());
+    s.spec.image = "redis:2".into();
+    s.run_until("held after step 1", |s| {
+        s.status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("holds the canary"))
+    });
+    for _ in 0..60 {
+        s.reconcile();
+        s.tick();
+    }
+    assert!(
+        !s.events.contains(&"ProgressDeadlineExceeded"),
+        "{:?}",
+        s.events
+    );
+    assert_eq!(s.phase(), Some(Phase::DeployingCanary));
+    assert_eq!(s.status.current_step, Some(0));
+    // Measurable again: it goes on (the deadline long past counts for nothing).
+    s.answer = Outcome::Value(serde_json::json!(0.0));
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    assert!(!s.events.contains(&"ProgressDeadlineExceeded"));
+}

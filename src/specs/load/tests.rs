@@ -659,3 +659,26 @@ fn a_rollout_whose_template_or_argument_is_missing_blocks_its_file() {
     assert!(set.errors.is_empty(), "{:?}", set.errors);
     assert_eq!(set.objects.len(), 2);
 }
+
+#[test]
+fn gates_on_a_rolling_deployment_are_refused() {
+    let opts = LoadOptions::default();
+    let web = "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryDeployment\nmetadata:\n  name: web\nspec:\n  replicas: 2\n  image: web:1\n  template:\n    selector:\n      matchLabels: {app: web}\n    template:\n      metadata:\n        labels: {app: web}\n      spec:\n        containers:\n        - name: web\n          image: web:1\n  analysis:\n    args: [{name: app, value: web}]\n    gates:\n    - after: 1\n      templates: [{templateName: error-rate}]\n";
+    let mut files = BTreeMap::new();
+    files.insert(
+        "web.yaml".to_string(),
+        load_file("web.yaml", web.as_bytes(), &opts),
+    );
+    files.insert(
+        "t.yaml".to_string(),
+        load_file("t.yaml", TEMPLATE.as_bytes(), &opts),
+    );
+    let set = SpecSet::from_files(files);
+    assert!(
+        set.errors
+            .iter()
+            .any(|e| e.message.contains("a rolling update has no batches")),
+        "{:?}",
+        set.errors
+    );
+}

@@ -795,7 +795,6 @@ pub fn analysis_job(
     ordinal: i32,
 ) -> Option<k8s_openapi::api::batch::v1::Job> {
     use k8s_openapi::api::batch::v1::Job;
-    use sha2::Digest;
     let job = m.metric.provider.job.as_ref()?;
     let key = serde_json::json!([
         rollout.uid,
@@ -804,8 +803,7 @@ pub fn analysis_job(
         m.metric.name,
         ordinal
     ]);
-    // Hashed here rather than with sync's content hash: plan/ depends on nothing above it.
-    let hash = hex::encode(sha2::Sha256::digest(key.to_string().as_bytes()));
+    let hash = crate::hash::content_hash(&key);
     let prefix: String = rollout.name.chars().take(40).collect();
     let mut labels = rollout.labels();
     labels.insert(ANALYSIS_RUN_LABEL.into(), run.name.clone());

@@ -36,7 +36,7 @@ use crate::api::{
     DeploymentPhase as Phase, DeploymentStrategyType as Strategy, ImageReplicas, PauseMode,
     ROLLOUT_LABEL, RollbackStatus,
 };
-use crate::sync::desired::content_hash;
+use crate::hash::content_hash;
 
 /// Label that tells the two versions of a batched rollout apart.
 pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";

@@ -17,7 +17,7 @@ use crate::api::{
     API_VERSION, CHILD_HASH_ANNOTATION, CanaryStatefulSetSpec, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     ROLE_LABEL, ROLLOUT_LABEL, ROLLOUT_SOURCE_LABEL,
 };
-use crate::sync::desired::content_hash;
+use crate::hash::content_hash;
 
 /// The rollout object itself, as children refer to it.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -137,23 +137,20 @@ impl Policy {
     }
 }
 
-/// HTTP clients by (CA file, timeout): building one reads the platform's roots.
+/// HTTP clients by CA file (one of `--analysis-files-dir`'s, or none): building one reads
+/// the platform's roots. A request's own timeout is the metric's.
 #[derive(Default)]
-pub struct HttpClients(Mutex<HashMap<(Option<PathBuf>, Duration), reqwest::Client>>);
+pub struct HttpClients(Mutex<HashMap<Option<PathBuf>, reqwest::Client>>);
 
 impl HttpClients {
-    fn get(
-        &self,
-        ca_file: Option<&std::path::Path>,
-        timeout: Duration,
-    ) -> Result<reqwest::Client, String> {
-        let key = (ca_file.map(PathBuf::from), timeout);
+    fn get(&self, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
+        let key = ca_file.map(PathBuf::from);
         if let Ok(clients) = self.0.lock()
             && let Some(c) = clients.get(&key)
         {
             return Ok(c.clone());
         }
-        let client = crate::net::http_client_no_redirects(key.0.as_deref(), timeout)
+        let client = crate::net::http_client_no_redirects(key.as_deref(), analysis::MAX_TIMEOUT)
             .map_err(|e| e.to_string())?;
         if let Ok(mut clients) = self.0.lock() {
             clients.insert(key, client.clone());
@@ -184,6 +181,7 @@ pub async fn measure(
     }
     let ns = &rollout.reference.namespace;
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let budget = tokio::time::Instant::now() + analysis::MAX_TIMEOUT;
     for run in runs.iter_mut().filter(|r| measuring(r.phase)) {
         let Some(Ok(metrics)) = resolved.runs.get(&run.name) else {
             continue;
@@ -238,7 +236,16 @@ pub async fn measure(
                         None => continue,
                     }
                 }
-                query(ctx, m).await
+                // All of a reconcile's measurements together get one query's longest time,
+                // so many metrics cannot hold a reconcile for their timeouts' sum.
+                tokio::time::timeout_at(budget, query(ctx, m))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Outcome::Error(format!(
+                            "not measured: this reconcile's measurements took over {} s together; use fewer metrics or shorter timeouts",
+                            analysis::MAX_TIMEOUT.as_secs()
+                        ))
+                    })
             } else {
                 continue;
             };
@@ -359,7 +366,7 @@ async fn prometheus(
         Some(f) => Some(ctx.analysis.file("caFile", f)?),
         None => None,
     };
-    let client = ctx.http.get(ca_file.as_deref(), timeout)?;
+    let client = ctx.http.get(ca_file.as_deref())?;
     let url = reqwest::Url::parse_with_params(
         &format!("{}/api/v1/query", p.address.trim_end_matches('/')),
         &[("query", p.query.as_str())],
@@ -367,7 +374,7 @@ async fn prometheus(
     .map_err(|e| format!("Prometheus address {:?}: {e}", p.address))?;
     // The URL as it will be requested (parsed and normalised), not as written.
     ctx.analysis.url(&url)?;
-    let mut request = client.get(url);
+    let mut request = client.get(url).timeout(timeout);
     if let Some(file) = &p.bearer_token_file {
         // A token goes only where the operator said queries may go.
         if ctx.analysis.url_prefixes.is_empty() {
@@ -444,11 +451,12 @@ async fn web_request(
         Some(f) => Some(ctx.analysis.file("caFile", f)?),
         None => None,
     };
-    let client = ctx.http.get(ca_file.as_deref(), timeout)?;
+    let client = ctx.http.get(ca_file.as_deref())?;
     let mut request = match w.method {
         WebMethod::Get => client.get(url),
         WebMethod::Post => client.post(url).body(w.body.clone().unwrap_or_default()),
-    };
+    }
+    .timeout(timeout);
     for h in &w.headers {
         request = request.header(&h.key, &h.value);
     }

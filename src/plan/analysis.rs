@@ -24,6 +24,8 @@ pub const MEASUREMENTS_KEPT: usize = 10;
 const VALUE_CHARS: usize = 64;
 /// The longest CEL condition (the CRD says the same).
 const CONDITION_CHARS: usize = 512;
+/// The longest text of a provider once its `{{ … }}` are filled in.
+const MAX_FILLED_CHARS: usize = 64 * 1024;
 /// How long a query may take when its metric does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a query may take, whatever its metric says: measurements run inside a
@@ -246,6 +248,12 @@ fn fill(
                 "{{{{ {key} }}}} is unknown; use {{{{ args.NAME }}}} or {{{{ rollout.FIELD }}}}"
             ));
         };
+        // A long argument used many times would make a string of any size.
+        if out.len() + value.len() + rest.len() > MAX_FILLED_CHARS {
+            return Err(format!(
+                "longer than {MAX_FILLED_CHARS} characters once its arguments are filled in"
+            ));
+        }
         out.push_str(value);
         rest = &after[close + 2..];
     }
@@ -344,7 +352,48 @@ fn compile(condition: &str) -> Result<cel::Program, String> {
     if condition.len() > CONDITION_CHARS {
         return Err(format!("longer than {CONDITION_CHARS} characters"));
     }
-    cel::Program::compile(condition).map_err(|e| format!("{condition:?} is not CEL: {e}"))
+    let program =
+        cel::Program::compile(condition).map_err(|e| format!("{condition:?} is not CEL: {e}"))?;
+    // CEL has no cost limit here, and a result can be a list of thousands: one macro such as
+    // `result.all(x, x < 0.05)` is linear, but nested ones multiply.
+    if comprehension_depth(program.expression()) > 1 {
+        return Err(format!(
+            "{condition:?} nests list macros (all, exists, map, filter) inside each other; use one"
+        ));
+    }
+    Ok(program)
+}
+
+/// How deeply comprehensions (the list macros) nest in `e`.
+fn comprehension_depth(e: &cel::IdedExpr) -> usize {
+    use cel::common::ast::{EntryExpr, Expr, MapExpr, StructExpr};
+    let deepest = |es: &mut dyn Iterator<Item = &cel::IdedExpr>| {
+        es.map(comprehension_depth).max().unwrap_or(0)
+    };
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            1 + deepest(
+                &mut [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ]
+                .into_iter(),
+            )
+        }
+        Expr::Call(c) => deepest(&mut c.target.as_deref().into_iter().chain(&c.args)),
+        Expr::List(l) => deepest(&mut l.elements.iter()),
+        Expr::Select(s) => comprehension_depth(&s.operand),
+        Expr::Map(MapExpr { entries }) | Expr::Struct(StructExpr { entries, .. }) => {
+            deepest(&mut entries.iter().flat_map(|x| match &x.expr {
+                EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            }))
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 0,
+    }
 }
 
 fn holds(condition: &str, result: &Value) -> Result<bool, String> {

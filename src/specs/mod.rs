@@ -289,11 +289,17 @@ impl SpecSet {
                     )
                 });
             }
+            // Every argument the rollout's templates declare; a value for another one is a
+            // typo that would leave the template's default in place without a word.
+            let mut declared_anywhere: Vec<&str> = Vec::new();
+            let mut all_found = true;
             for (run, refs, args) in runs {
                 let mut metric_names: Vec<&str> = Vec::new();
+                let mut declared: Vec<&str> = Vec::new();
                 for r in refs.iter() {
                     let key = (object.key.namespace.clone(), r.template_name.clone());
                     let Some(template) = templates.get(&key) else {
+                        all_found = false;
                         problems.push(format!(
                             "spec.analysis ({run}): AnalysisTemplate {} is not in the repository \
                              in namespace {}; add it or fix templateName",
@@ -310,6 +316,7 @@ impl SpecSet {
                         }
                         metric_names.push(&m.name);
                     }
+                    declared.extend(template.spec.args.iter().map(|a| a.name.as_str()));
                     for arg in template.spec.args.iter().filter(|a| a.value.is_none()) {
                         let given = analysis
                             .args
@@ -325,6 +332,23 @@ impl SpecSet {
                         }
                     }
                 }
+                for a in args.iter().filter(|a| !declared.contains(&a.name.as_str())) {
+                    problems.push(format!(
+                        "spec.analysis ({run}): argument {} is not an argument of its templates",
+                        a.name
+                    ));
+                }
+                declared_anywhere.extend(declared);
+            }
+            for a in analysis
+                .args
+                .iter()
+                .filter(|a| all_found && !declared_anywhere.contains(&a.name.as_str()))
+            {
+                problems.push(format!(
+                    "spec.analysis.args: argument {} is not an argument of any template the rollout uses",
+                    a.name
+                ));
             }
             for message in problems {
                 broken.push(SpecError {

@@ -412,3 +412,36 @@ fn a_finished_run_keeps_its_verdict_when_its_template_is_gone() {
     let unresolved = run_verdict(&mut Vec::new(), BACKGROUND, &gone, true, t0());
     assert!(matches!(unresolved, Verdict::Held(_)), "{unresolved:?}");
 }
+
+#[test]
+fn nested_list_macros_are_refused_and_one_is_fine() {
+    assert!(compile("result.all(x, x < 0.05)").is_ok());
+    assert!(compile("result.all(x, x < 0.05) && result.exists(y, y == 0.0)").is_ok());
+    for nested in [
+        "result.all(x, result.all(y, result.all(z, x + y + z > 0.0)))",
+        "result.map(x, result.filter(y, y < x)).size() > 0",
+        "{'a': result.all(x, result.exists(y, y == x))}.a",
+    ] {
+        let e = compile(nested).unwrap_err();
+        assert!(e.contains("nests list macros"), "{nested}: {e}");
+    }
+}
+
+#[test]
+fn a_long_argument_repeated_is_refused_not_built() {
+    let long = "x".repeat(20_000);
+    let args = BTreeMap::from([("a", Some(long.as_str()))]);
+    let e = fill(
+        "{{args.a}}{{args.a}}{{args.a}}{{args.a}}",
+        &args,
+        &Builtins::default(),
+    )
+    .unwrap_err();
+    assert!(e.contains("once its arguments are filled in"), "{e}");
+    assert_eq!(
+        fill("{{args.a}}", &args, &Builtins::default())
+            .unwrap()
+            .len(),
+        20_000
+    );
+}

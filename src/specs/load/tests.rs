@@ -654,6 +654,16 @@ fn a_rollout_whose_template_or_argument_is_missing_blocks_its_file() {
         set.errors
     );
     assert!(set.objects.keys().all(|k| k.kind == "AnalysisTemplate"));
+    let typo = with_analysis("{name: app, value: redis}, {name: windw, value: 5s}")
+        .replace("after: 2", "after: 1");
+    let set = set_of(typo, true);
+    assert!(
+        set.errors.iter().any(|e| e
+            .message
+            .contains("argument windw is not an argument of any template the rollout uses")),
+        "{:?}",
+        set.errors
+    );
     let fixed = with_analysis("{name: app, value: redis}").replace("after: 2", "after: 1");
     let set = set_of(fixed, true);
     assert!(set.errors.is_empty(), "{:?}", set.errors);

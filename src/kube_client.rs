@@ -7,6 +7,12 @@
 //! went from 4.9 to 2.1 s, with 5 sockets open). HTTP/2 is chosen by ALPN, so requests sent
 //! before the first connection is up may open a few more. Pings notice a dead connection, as
 //! client-go's do.
+//!
+//! kube's own `ClientBuilder` offers only HTTP/1.1 (its TLS connector enables no other ALPN),
+//! so this is the one place that assembles kube's stack: the same layers in the same order
+//! (base URI, retry, auth, extra headers, trace) and the same connect, read and write
+//! timeouts from the `Config`, over a connector that also speaks HTTP/2. Compare it with
+//! `kube_client::client::builder::make_generic_builder` when kube is upgraded.
 
 use std::time::Duration;
 
@@ -71,6 +77,13 @@ pub fn from_config(config: Config) -> Result<Client, kube::Error> {
         .https_or_http()
         .enable_all_versions()
         .wrap_connector(http);
+    // kube's timeouts: a connection that stops reading or writing is dropped (its watches
+    // then start again), instead of holding a request for ever.
+    let mut https = hyper_timeout::TimeoutConnector::new(https);
+    https.set_connect_timeout(config.connect_timeout);
+    https.set_read_timeout(config.read_timeout);
+    https.set_write_timeout(config.write_timeout);
+    https.set_reset_reader_on_write(config.reset_reader_on_write);
     let hyper = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .http2_keep_alive_interval(PING_EVERY)
@@ -86,7 +99,64 @@ pub fn from_config(config: Config) -> Result<Client, kube::Error> {
         )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
+        .layer(trace_layer())
         .map_err(tower::BoxError::from)
         .service(hyper);
     Ok(Client::new(service, config.default_namespace))
+}
+
+/// kube's request tracing: a debug span per request with its method, URL and status, and an
+/// error event for a failed one (what `RUST_LOG=kube=debug,linnet=debug` shows).
+fn trace_layer() -> tower_http::trace::TraceLayer<
+    tower_http::classify::SharedClassifier<tower_http::classify::ServerErrorsAsFailures>,
+    impl Fn(&http::Request<kube::client::Body>) -> tracing::Span + Clone,
+    impl Fn(&http::Request<kube::client::Body>, &tracing::Span) + Clone,
+    impl Fn(&http::Response<hyper::body::Incoming>, Duration, &tracing::Span) + Clone,
+    (),
+    impl Fn(Option<&http::HeaderMap>, Duration, &tracing::Span) + Clone,
+    impl Fn(tower_http::classify::ServerErrorsFailureClass, Duration, &tracing::Span) + Clone,
+> {
+    use tower_http::classify::ServerErrorsFailureClass;
+    tower_http::trace::TraceLayer::new_for_http()
+        .make_span_with(|req: &http::Request<kube::client::Body>| {
+            tracing::debug_span!(
+                "HTTP",
+                http.method = %req.method(),
+                http.url = %req.uri(),
+                http.status_code = tracing::field::Empty,
+                otel.name = req.extensions().get::<&'static str>().unwrap_or(&"HTTP"),
+                otel.kind = "client",
+                otel.status_code = tracing::field::Empty,
+            )
+        })
+        .on_request(|_: &http::Request<kube::client::Body>, _: &tracing::Span| {
+            tracing::debug!("requesting");
+        })
+        .on_response(
+            |res: &http::Response<hyper::body::Incoming>, _: Duration, span: &tracing::Span| {
+                let status = res.status();
+                span.record("http.status_code", status.as_u16());
+                if status.is_client_error() || status.is_server_error() {
+                    span.record("otel.status_code", "ERROR");
+                }
+            },
+        )
+        .on_body_chunk(())
+        .on_eos(|_: Option<&http::HeaderMap>, _: Duration, _: &tracing::Span| {
+            tracing::debug!("stream closed");
+        })
+        .on_failure(
+            |failure: ServerErrorsFailureClass, _: Duration, span: &tracing::Span| {
+                span.record("otel.status_code", "ERROR");
+                match failure {
+                    ServerErrorsFailureClass::StatusCode(status) => {
+                        span.record("http.status_code", status.as_u16());
+                        tracing::error!("failed with status {status}");
+                    }
+                    ServerErrorsFailureClass::Error(err) => {
+                        tracing::error!("failed with error {err}");
+                    }
+                }
+            },
+        )
 }

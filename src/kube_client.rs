@@ -61,61 +61,11 @@ pub async fn check(client: &Client, url: &str) -> Result<(), crate::Error> {
     }
 }
 
-/// A client for `config`. Settings this client does not handle itself (an HTTP proxy, a TLS
-/// server name) get kube's own HTTP/1.1 client instead.
-pub fn from_config(config: Config) -> Result<Client, kube::Error> {
-    if config.proxy_url.is_some() || config.tls_server_name.is_some() {
-        return Client::try_from(config);
-    }
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    // HTTP/2 writes a request's frames separately; without this, Nagle holds the last one back.
-    http.set_nodelay(true);
-    http.set_connect_timeout(config.connect_timeout);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config.rustls_client_config()?)
-        .https_or_http()
-        .enable_all_versions()
-        .wrap_connector(http);
-    // kube's timeouts: a connection that stops reading or writing is dropped (its watches
-    // then start again), instead of holding a request for ever.
-    let mut https = hyper_timeout::TimeoutConnector::new(https);
-    https.set_connect_timeout(config.connect_timeout);
-    https.set_read_timeout(config.read_timeout);
-    https.set_write_timeout(config.write_timeout);
-    https.set_reset_reader_on_write(config.reset_reader_on_write);
-    let hyper = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .http2_keep_alive_interval(PING_EVERY)
-        .http2_keep_alive_timeout(PING_TIMEOUT)
-        .http2_keep_alive_while_idle(true)
-        .build(https);
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(
-            config
-                .default_retry
-                .then(|| RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())),
-        )
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
-        .layer(trace_layer())
-        .map_err(tower::BoxError::from)
-        .service(hyper);
-    Ok(Client::new(service, config.default_namespace))
-}
-
 /// kube's request tracing: a debug span per request with its method, URL and status, and an
-/// error event for a failed one (what `RUST_LOG=kube=debug,linnet=debug` shows).
-fn trace_layer() -> tower_http::trace::TraceLayer<
-    tower_http::classify::SharedClassifier<tower_http::classify::ServerErrorsAsFailures>,
-    impl Fn(&http::Request<kube::client::Body>) -> tracing::Span + Clone,
-    impl Fn(&http::Request<kube::client::Body>, &tracing::Span) + Clone,
-    impl Fn(&http::Response<hyper::body::Incoming>, Duration, &tracing::Span) + Clone,
-    (),
-    impl Fn(Option<&http::HeaderMap>, Duration, &tracing::Span) + Clone,
-    impl Fn(tower_http::classify::ServerErrorsFailureClass, Duration, &tracing::Span) + Clone,
-> {
+/// error event for a failed one (what `RUST_LOG=kube=debug,linnet=debug` shows). A macro,
+/// because the layer's type names its closures.
+macro_rules! trace_layer {
+    () => {{
     use tower_http::classify::ServerErrorsFailureClass;
     tower_http::trace::TraceLayer::new_for_http()
         .make_span_with(|req: &http::Request<kube::client::Body>| {
@@ -159,4 +109,50 @@ fn trace_layer() -> tower_http::trace::TraceLayer<
                 }
             },
         )
+    }};
+}
+use trace_layer;
+
+/// A client for `config`. Settings this client does not handle itself (an HTTP proxy, a TLS
+/// server name) get kube's own HTTP/1.1 client instead.
+pub fn from_config(config: Config) -> Result<Client, kube::Error> {
+    if config.proxy_url.is_some() || config.tls_server_name.is_some() {
+        return Client::try_from(config);
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    // HTTP/2 writes a request's frames separately; without this, Nagle holds the last one back.
+    http.set_nodelay(true);
+    http.set_connect_timeout(config.connect_timeout);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(http);
+    // kube's timeouts: a connection that stops reading or writing is dropped (its watches
+    // then start again), instead of holding a request for ever.
+    let mut https = hyper_timeout::TimeoutConnector::new(https);
+    https.set_connect_timeout(config.connect_timeout);
+    https.set_read_timeout(config.read_timeout);
+    https.set_write_timeout(config.write_timeout);
+    https.set_reset_reader_on_write(config.reset_reader_on_write);
+    let hyper = hyper_util::client::legacy::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(PING_EVERY)
+        .http2_keep_alive_timeout(PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())),
+        )
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(trace_layer!())
+        .map_err(tower::BoxError::from)
+        .service(hyper);
+    Ok(Client::new(service, config.default_namespace))
 }

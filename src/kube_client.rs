@@ -111,7 +111,6 @@ macro_rules! trace_layer {
         )
     }};
 }
-use trace_layer;
 
 /// A client for `config`. Settings this client does not handle itself (an HTTP proxy, a TLS
 /// server name) get kube's own HTTP/1.1 client instead.

@@ -751,55 +751,49 @@ fn unreachable_source() -> Result<crate::agent::SourceConfig> {
     Err(Error::Usage("give --repo-url or --repo-path".into()))
 }
 
+/// `linnet status`: what the agent's `/status` says, the source and every rollout of it as
+/// the agent's shared stores have them. No cluster I/O of its own.
 async fn status(agent_url: &str) -> Result<ExitCode> {
-    use crate::api::{CanaryDeployment, CanaryStatefulSet};
     let url = format!("{}/status", agent_url.trim_end_matches('/'));
     let http = crate::net::http_client(None, std::time::Duration::from_secs(10))
         .map_err(|e| Error::Usage(e.to_string()))?;
-    match http
+    let response = http
         .get(&url)
         .send()
         .await
         .and_then(|r| r.error_for_status())
-    {
-        Ok(response) => match response.json::<crate::agent::SourceStatus>().await {
-            Ok(s) => {
-                say!("source {}:", s.source);
-                say!(
-                    "  revision:   {}",
-                    s.revision.as_deref().unwrap_or("(not synced yet)")
-                );
-                say!("  last sync:  {}", s.last_sync.as_deref().unwrap_or("-"));
-                say!(
-                    "  last error: {}",
-                    s.last_error.as_deref().unwrap_or("none")
-                );
-                say!("  objects:    {}", s.objects);
-                for e in &s.spec_errors {
-                    say!("  spec error: {e}");
-                }
-                for e in &s.sync_errors {
-                    say!("  not applied: {e}");
-                }
-                for c in &s.conditions {
-                    say!("  {}: {} ({}): {}", c.type_, c.status, c.reason, c.message);
-                }
-            }
-            Err(e) => say!("source: {url} answered, but not with a status: {e}"),
-        },
-        Err(e) => say!(
-            "source: cannot reach the agent at {url}: {}",
-            crate::net::explain_http(&e).1
-        ),
+        .map_err(|e| {
+            Error::Usage(format!(
+                "cannot reach the agent at {url}: {}; give --agent-url, or in a cluster run \
+                 `kubectl -n linnet-system port-forward deploy/linnet 9090` first",
+                crate::net::explain_http(&e).1
+            ))
+        })?;
+    let report = response
+        .json::<crate::agent::StatusReport>()
+        .await
+        .map_err(|e| Error::Usage(format!("{url} answered, but not with a status: {e}")))?;
+    let s = &report.source;
+    say!("source {}:", s.source);
+    say!(
+        "  revision:   {}",
+        s.revision.as_deref().unwrap_or("(not synced yet)")
+    );
+    say!("  last sync:  {}", s.last_sync.as_deref().unwrap_or("-"));
+    say!(
+        "  last error: {}",
+        s.last_error.as_deref().unwrap_or("none")
+    );
+    say!("  objects:    {}", s.objects);
+    for e in &s.spec_errors {
+        say!("  spec error: {e}");
     }
-    let (_, client) = crate::kube_client::connect().await?;
-    let list = kube::api::ListParams::default();
-    let sets = kube::Api::<CanaryStatefulSet>::all(client.clone())
-        .list(&list)
-        .await?;
-    let deploys = kube::Api::<CanaryDeployment>::all(client)
-        .list(&list)
-        .await?;
+    for e in &s.sync_errors {
+        say!("  not applied: {e}");
+    }
+    for c in &s.conditions {
+        say!("  {}: {} ({}): {}", c.type_, c.status, c.reason, c.message);
+    }
     say!(
         "{:<14} {:<40} {:<18} {:<7} MESSAGE",
         "KIND",
@@ -807,48 +801,21 @@ async fn status(agent_url: &str) -> Result<ExitCode> {
         "PHASE",
         "READY"
     );
-    for o in &sets.items {
-        let st = o.status.clone().unwrap_or_default();
-        status_row(
-            "csts",
-            &o.metadata,
-            st.phase.map(|p| format!("{p:?}")),
-            st.ready,
-            st.message,
-        );
-    }
-    for o in &deploys.items {
-        let st = o.status.clone().unwrap_or_default();
-        status_row(
-            "cdeploy",
-            &o.metadata,
-            st.phase.map(|p| format!("{p:?}")),
-            st.ready,
-            st.message,
-        );
+    for r in &report.rollouts {
+        status_row(r);
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// One line of `linnet status`'s rollout table.
-fn status_row(
-    kind: &str,
-    meta: &kube::api::ObjectMeta,
-    phase: Option<String>,
-    ready: Option<String>,
-    message: Option<String>,
-) {
+fn status_row(r: &crate::agent::RolloutRow) {
     say!(
         "{:<14} {:<40} {:<18} {:<7} {}",
-        kind,
-        format!(
-            "{}/{}",
-            meta.namespace.as_deref().unwrap_or(""),
-            meta.name.as_deref().unwrap_or("")
-        ),
-        phase.unwrap_or_else(|| "-".into()),
-        ready.unwrap_or_else(|| "-".into()),
-        message.unwrap_or_default()
+        r.kind,
+        format!("{}/{}", r.namespace, r.name),
+        r.phase.as_deref().unwrap_or("-"),
+        r.ready.as_deref().unwrap_or("-"),
+        r.message.as_deref().unwrap_or_default()
     );
 }
 

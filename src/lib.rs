@@ -23,6 +23,7 @@ pub mod inspect;
 pub mod kube_client;
 pub mod net;
 pub mod plan;
+pub mod runtime;
 pub mod serve;
 pub mod source;
 pub mod specs;

@@ -24,19 +24,19 @@ use crate::plan::deployment::{
     DeployAction, DeployRollout, DeploymentView, analysis_builtins, plan, reads_abort,
 };
 use crate::plan::objects::RolloutRef;
+use crate::runtime::rollouts::Rollouts;
 use crate::sync::FIELD_MANAGER;
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
+    rollouts: Rollouts<CanaryDeployment>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let (store, rollouts) = super::watch_rollouts(
-        Api::<CanaryDeployment>::all(client.clone()),
-        crate::controller::watch_config(&ctx.selector()),
-    );
-    Controller::for_stream(rollouts, store)
+    let store = rollouts.store().clone();
+    let wakes = super::wakes(rollouts.subscribe());
+    Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
         .owns(
             Api::<Deployment>::all(client.clone()),

@@ -27,44 +27,49 @@ pub mod unmanaged;
 
 pub use context::Context;
 
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
-/// The rollouts a controller reconciles: a watch of `api`, and the store the controller reads
-/// them from. The store keeps each object without its `managedFields`, which nothing here
-/// reads: every managed field is a JSON map, and the store of 1,000 rollouts with them held
-/// 18.7 MB (heaptrack), the largest part of the agent's memory.
+/// What wakes a controller's reconciles, from its kind's shared store
+/// ([`crate::runtime::rollouts`]): every rollout applied, but of changes only those of what
+/// Git or a person sets (the spec, by its generation; labels, annotations, finalizers). A
+/// status write of linnet's own changes none of them, so it wakes nothing: every wait is
+/// woken by a watch of what it waits for, or by a real timer.
 ///
-/// The store sees every change, but only changes of what Git or a person sets (the spec, by
-/// its generation; labels, annotations, finalizers) trigger a reconcile. A status write of
-/// linnet's own changes none of them, so it wakes nothing: every wait is woken by a watch
-/// of what it waits for, or by a real timer.
-pub(crate) fn watch_rollouts<K>(
-    api: kube::Api<K>,
-    config: watcher::Config,
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
+/// kube's `predicate_filter` takes owned objects; the shared store hands out `Arc`s, so its
+/// predicate is applied here, keyed by object and uid, and a deleted rollout's key is dropped.
+pub(crate) fn wakes<K>(
+    changes: impl Stream<Item = crate::runtime::rollouts::Change<K>> + Send + 'static,
+) -> impl Stream<Item = std::sync::Arc<K>> + Send + 'static
 where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(|rollout| rollout.meta_mut().managed_fields = None)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(own_status_writes_filtered(), Default::default());
-    (reader, stream)
+    use crate::runtime::rollouts::Change;
+    use kube::runtime::Predicate as _;
+    let predicate = own_status_writes_filtered::<K>();
+    let mut seen: std::collections::HashMap<(reflector::ObjectRef<K>, Option<String>), u64> =
+        Default::default();
+    changes.filter_map(move |change| {
+        let woken = match change {
+            Change::Applied(o) => {
+                let key = (reflector::ObjectRef::from_obj(&*o), o.meta().uid.clone());
+                match predicate.hash_property(&o) {
+                    Some(hash) if seen.get(&key) == Some(&hash) => None,
+                    Some(hash) => {
+                        seen.insert(key, hash);
+                        Some(o)
+                    }
+                    None => Some(o),
+                }
+            }
+            Change::Deleted(o) => {
+                seen.remove(&(reflector::ObjectRef::from_obj(&*o), o.meta().uid.clone()));
+                None
+            }
+        };
+        futures::future::ready(woken)
+    })
 }
 
 /// Whether a reflector's store has had its first list, for any number of waiters at once.
@@ -75,10 +80,10 @@ where
 /// one hung forever, holding their rollouts: nothing else was ever reconciled for them
 /// (issue 26). Here one task waits on the store and tells a watch channel, which wakes all.
 #[derive(Clone, Debug)]
-pub(crate) struct StoreReady(tokio::sync::watch::Receiver<bool>);
+pub struct StoreReady(tokio::sync::watch::Receiver<bool>);
 
 impl StoreReady {
-    pub(crate) fn of<K>(store: Store<K>) -> StoreReady
+    pub fn of<K>(store: Store<K>) -> StoreReady
     where
         K: kube::runtime::reflector::Lookup + Clone + Send + Sync + 'static,
         K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
@@ -92,8 +97,16 @@ impl StoreReady {
         StoreReady(rx)
     }
 
+    /// A readiness told by whoever fills the store, for a store that something else (a kube
+    /// `Controller`) already waits on with `wait_until_ready`: of two such waiters, one
+    /// would never wake.
+    pub fn told() -> (tokio::sync::watch::Sender<bool>, StoreReady) {
+        let (ready, rx) = tokio::sync::watch::channel(false);
+        (ready, StoreReady(rx))
+    }
+
     /// Waits for the first list; an error when the store's watch has stopped for good.
-    pub(crate) async fn wait(&self) -> Result<(), tokio::sync::watch::error::RecvError> {
+    pub async fn wait(&self) -> Result<(), tokio::sync::watch::error::RecvError> {
         self.0.clone().wait_for(|ready| *ready).await.map(|_| ())
     }
 }
@@ -491,6 +504,37 @@ mod tests {
             let woke = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await;
             assert!(matches!(woke, Ok(Ok(Ok(())))), "a waiter was never woken");
         }
+    }
+
+    #[tokio::test]
+    async fn only_changes_of_what_git_or_a_person_sets_wake_a_reconcile() {
+        use crate::runtime::rollouts::Change;
+        use futures::StreamExt as _;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use std::sync::Arc;
+        let object = |generation: i64, version: &str, label: &str| {
+            let mut o = ConfigMap::default();
+            o.metadata.name = Some("db".into());
+            o.metadata.namespace = Some("shop".into());
+            o.metadata.uid = Some("u1".into());
+            o.metadata.generation = Some(generation);
+            o.metadata.resource_version = Some(version.into());
+            o.metadata.labels = Some([("app".to_string(), label.to_string())].into());
+            Arc::new(o)
+        };
+        let changes = futures::stream::iter(vec![
+            Change::Applied(object(1, "1", "a")),
+            Change::Applied(object(1, "2", "a")), // linnet's own status write
+            Change::Applied(object(2, "3", "a")), // the spec from Git
+            Change::Applied(object(2, "4", "b")), // a label
+            Change::Deleted(object(2, "5", "b")),
+            Change::Applied(object(2, "6", "b")), // made again
+        ]);
+        let woken: Vec<String> = wakes(changes)
+            .map(|o| o.metadata.resource_version.clone().unwrap_or_default())
+            .collect()
+            .await;
+        assert_eq!(woken, ["1", "3", "4", "6"]);
     }
 
     #[test]

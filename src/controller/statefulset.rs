@@ -37,6 +37,7 @@ use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
 };
 use crate::plan::statefulset::{Rollout, analysis_builtins, plan, plan_cleanup, reads_abort};
+use crate::runtime::rollouts::Rollouts;
 use crate::sync::FIELD_MANAGER;
 
 pub use crate::api::VOLUME_NAMESPACE_LABEL;
@@ -44,13 +45,12 @@ pub use crate::api::VOLUME_NAMESPACE_LABEL;
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
+    rollouts: Rollouts<CanaryStatefulSet>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
-    let (store, rollouts) = super::watch_rollouts(
-        Api::<CanaryStatefulSet>::all(client.clone()),
-        crate::controller::watch_config(&ctx.selector()),
-    );
+    let store = rollouts.store().clone();
+    let wakes = super::wakes(rollouts.subscribe());
     let children = crate::controller::watch_config(&ctx.child_selector());
     // The sets are read from this watch's store, not with a GET in each reconcile: at 1,000
     // rollouts those GETs were a third of the API server's requests in a first sync.
@@ -81,7 +81,7 @@ pub async fn run(
         }
     };
     let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
-    Controller::for_stream(rollouts, store)
+    Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
         .owns_stream(set_changes)
         .owns(Api::<Job>::all(client.clone()), children)

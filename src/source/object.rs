@@ -89,6 +89,23 @@ pub fn status_of(
     status
 }
 
+/// The LinnetSource's spec for the agent's `config`: where it reads (credentials redacted).
+pub fn spec_of(config: &crate::agent::AgentConfig) -> LinnetSourceSpec {
+    use crate::agent::SourceConfig;
+    let (url, branch) = match &config.source {
+        SourceConfig::Remote { remote, .. } => (
+            crate::text::redact_credentials(&remote.url),
+            remote.branch.clone(),
+        ),
+        SourceConfig::Local { dir } => (dir.display().to_string(), String::new()),
+    };
+    LinnetSourceSpec {
+        url,
+        branch,
+        path: config.path.clone(),
+    }
+}
+
 /// Keeps `LinnetSource` `name` in `namespace` current: writes its spec once, then its status
 /// after each change of `state` that changes it, until the channel closes.
 pub async fn publish(

@@ -15,10 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 
-use crate::api::{CanaryDeployment, CanaryStatefulSet};
+use crate::runtime::rollouts::RolloutStores;
 use crate::source::git::GitRemote;
 use crate::telemetry::{Metrics, ReasonLabel};
 use push::{Pushed, StatusWriter};
@@ -73,10 +71,10 @@ impl Coalescer {
     }
 }
 
-/// Follows the rollouts labelled with `selector` and keeps their status files in Git, until
+/// Follows this source's rollouts (their shared stores) and keeps their status files in Git, until
 /// the process ends. A failure to write never touches a rollout; it is logged, counted, and
 /// tried again with the next change or after a backoff.
-pub async fn run(client: Client, selector: String, config: WritebackConfig, metrics: Arc<Metrics>) {
+pub async fn run(rollouts: RolloutStores, config: WritebackConfig, metrics: Arc<Metrics>) {
     let open = {
         let c = config.clone();
         move || {
@@ -98,19 +96,15 @@ pub async fn run(client: Client, selector: String, config: WritebackConfig, metr
             return;
         }
     };
-    let scoped = crate::controller::watch_config(&selector);
-    let sets = watcher(
-        Api::<CanaryStatefulSet>::all(client.clone()),
-        scoped.clone(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .filter_map(|o| async move { o.ok().and_then(|o| status_files::for_statefulset(&o)) })
-    .boxed();
-    let deploys = watcher(Api::<CanaryDeployment>::all(client), scoped)
-        .default_backoff()
-        .touched_objects()
-        .filter_map(|o| async move { o.ok().and_then(|o| status_files::for_deployment(&o)) })
+    let sets = rollouts
+        .statefulsets
+        .subscribe()
+        .filter_map(|c| async move { status_files::for_statefulset(c.object()) })
+        .boxed();
+    let deploys = rollouts
+        .deployments
+        .subscribe()
+        .filter_map(|c| async move { status_files::for_deployment(c.object()) })
         .boxed();
     let mut changes = futures::stream::select(sets, deploys);
     let mut pending = Coalescer::default();
@@ -265,10 +259,10 @@ impl StatusPoster {
     }
 }
 
-/// Follows the rollouts labelled with `selector` and posts their commit statuses.
+/// Follows this source's rollouts (their shared stores) and posts their commit statuses;
+/// spec errors found by the sync arrive on `errors`.
 pub async fn post_commit_statuses(
-    client: Client,
-    selector: String,
+    rollouts: RolloutStores,
     config: commit_status::CommitStatusConfig,
     metrics: Arc<Metrics>,
     errors: tokio::sync::mpsc::Receiver<commit_status::Wanted>,
@@ -280,28 +274,20 @@ pub async fn post_commit_statuses(
             return;
         }
     };
-    let scoped = crate::controller::watch_config(&selector);
     let (c1, c2) = (config.clone(), config.clone());
-    let sets = watcher(
-        Api::<CanaryStatefulSet>::all(client.clone()),
-        scoped.clone(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .filter_map(move |o| {
-        let w = o
-            .ok()
-            .and_then(|o| commit_status::wanted_for_statefulset(&c1, &o));
-        async move { w }
-    })
-    .boxed();
-    let deploys = watcher(Api::<CanaryDeployment>::all(client), scoped)
-        .default_backoff()
-        .touched_objects()
-        .filter_map(move |o| {
-            let w = o
-                .ok()
-                .and_then(|o| commit_status::wanted_for_deployment(&c2, &o));
+    let sets = rollouts
+        .statefulsets
+        .subscribe()
+        .filter_map(move |c| {
+            let w = commit_status::wanted_for_statefulset(&c1, c.object());
+            async move { w }
+        })
+        .boxed();
+    let deploys = rollouts
+        .deployments
+        .subscribe()
+        .filter_map(move |c| {
+            let w = commit_status::wanted_for_deployment(&c2, c.object());
             async move { w }
         })
         .boxed();

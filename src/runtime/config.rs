@@ -1,0 +1,76 @@
+//! What the agent is told by its flags: where specs come from, what it serves, whom it acts
+//! as, and which of its tasks run.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::serve::ServeLimits;
+use crate::source::git::GitRemote;
+use crate::source::hooks::HookSettings;
+use crate::specs::LoadOptions;
+
+/// Where specs come from.
+#[derive(Clone, Debug)]
+pub enum SourceConfig {
+    /// A remote repository, mirrored into `cache_dir`.
+    Remote {
+        remote: GitRemote,
+        cache_dir: PathBuf,
+    },
+    /// A plain directory on disk, watched for changes.
+    Local { dir: PathBuf },
+}
+
+/// Everything the agent needs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub source: SourceConfig,
+    /// Directory inside the repository that holds the specs.
+    pub path: String,
+    /// Sync a revision whose path holds no spec (otherwise an error that changes nothing).
+    pub allow_empty: bool,
+    pub poll_interval: Duration,
+    /// How old the last full comparison with the cluster may be before drift is looked for
+    /// again, whether or not Git moved.
+    pub drift_interval: Duration,
+    /// Longest a single Git operation may take.
+    pub git_timeout: Duration,
+    /// Webhooks and probes; faces the Git host.
+    pub listen: SocketAddr,
+    /// Metrics, status and probes; for the cluster's own tools.
+    pub admin_listen: SocketAddr,
+    /// Only the probes, for the kubelet, apart from the webhook port's callers.
+    pub probe_listen: Option<SocketAddr>,
+    /// What each listener lets its callers hold.
+    pub serve_limits: ServeLimits,
+    pub webhook: Option<HookSettings>,
+    pub load: LoadOptions,
+    pub source_name: String,
+    pub prune: bool,
+    /// Whose rights Git's objects are applied with.
+    pub apply_as: crate::sync::ApplyAs,
+    /// Take over existing objects linnet did not apply.
+    pub adopt: bool,
+    /// Leader election; `None` runs without it (a single replica).
+    pub leader: Option<LeaderConfig>,
+    /// Status files written to Git; `None` writes none.
+    pub writeback: Option<crate::writeback::WritebackConfig>,
+    /// Commit statuses posted to the Git host; `None` posts none.
+    pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
+    /// Reconciles in flight at once per controller; 0 means no limit.
+    pub max_concurrent_reconciles: u16,
+    /// What analysis from Git may reach: files and URLs.
+    pub analysis: crate::controller::analysis::Policy,
+    /// Where the agent keeps its LinnetSource: its own namespace.
+    pub state_namespace: String,
+}
+
+/// The Lease that decides which replica acts.
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    pub name: String,
+    pub namespace: String,
+    pub identity: String,
+    pub duration: Duration,
+}

@@ -1,0 +1,164 @@
+//! The agent's HTTP listeners, each with its own callers:
+//! - `--listen`: the Git host's webhooks (and `/healthz`, `/readyz`);
+//! - `--admin-listen`: `/metrics` and `/status` for the cluster's own tools (localhost
+//!   unless opted in), and the probes;
+//! - `--probe-listen`: the probes only, for the kubelet.
+//!
+//! Inputs: the state, the rollout stores and the metrics. Outputs: the verified webhooks, as
+//! wake-ups of the source loop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+
+use super::config::AgentConfig;
+use super::rollouts::RolloutStores;
+use super::state::{AgentState, SourceStatus};
+use crate::serve::serve;
+use crate::source::hooks::{self, Waker};
+use crate::telemetry::Metrics;
+use crate::{Error, Result};
+
+/// What the handlers read.
+struct Shared {
+    state: Arc<AgentState>,
+    rollouts: RolloutStores,
+    metrics: Arc<Metrics>,
+}
+
+/// What `/status` answers: the source's state, and each rollout of this source as the
+/// shared store has it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    #[serde(flatten)]
+    pub source: SourceStatus,
+    #[serde(default)]
+    pub rollouts: Vec<RolloutRow>,
+}
+
+/// One rollout in `/status`, as `linnet status` prints it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutRow {
+    /// `csts` or `cdeploy`, as `kubectl get` takes it.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub phase: Option<String>,
+    pub ready: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Binds every listener and serves it in its own task; an address that cannot be bound is
+/// an error here, before anything else starts.
+pub async fn serve_all(
+    config: &AgentConfig,
+    state: Arc<AgentState>,
+    rollouts: RolloutStores,
+    metrics: Arc<Metrics>,
+    waker: Waker,
+) -> Result<()> {
+    let shared = Arc::new(Shared {
+        state,
+        rollouts,
+        metrics: metrics.clone(),
+    });
+    let probes = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(shared.clone());
+    let mut hooks_app = probes.clone();
+    if let Some(settings) = &config.webhook {
+        hooks_app = hooks_app.merge(hooks::router(settings.clone(), waker.clone(), metrics));
+    }
+    let admin_app = probes.clone().merge(
+        Router::new()
+            .route("/metrics", get(metrics_text))
+            .route("/status", get(status))
+            .with_state(shared),
+    );
+    let hooks_refusals = config.webhook.as_ref().map(|_| waker);
+    let mut listeners = vec![
+        ("webhooks", config.listen, hooks_app, hooks_refusals),
+        ("metrics and status", config.admin_listen, admin_app, None),
+    ];
+    if let Some(addr) = config.probe_listen {
+        listeners.push(("probes", addr, probes, None));
+    }
+    for (what, addr, app, on_refused) in listeners {
+        let listener = bind(addr, what).await?;
+        tracing::info!(addr = %listener.local_addr().map_err(|source| Error::Io { path: "listener".into(), source })?, serves = what, webhooks = config.webhook.is_some(), "listening");
+        tokio::spawn(serve(listener, app, config.serve_limits, on_refused));
+    }
+    Ok(())
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Io {
+            path: format!("{addr} ({what})").into(),
+            source,
+        })
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {
+    if shared.state.ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: waiting to hold the lease (another replica acts) or for the first sync\n",
+        )
+    }
+}
+
+async fn metrics_text(
+    State(shared): State<Arc<Shared>>,
+) -> ([(&'static str, &'static str); 1], String) {
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        shared.metrics.encode(),
+    )
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> axum::Json<StatusReport> {
+    let mut rollouts: Vec<RolloutRow> = Vec::new();
+    for o in shared.rollouts.statefulsets.store().state() {
+        let st = o.status.clone().unwrap_or_default();
+        rollouts.push(RolloutRow {
+            kind: "csts".into(),
+            namespace: o.metadata.namespace.clone().unwrap_or_default(),
+            name: o.metadata.name.clone().unwrap_or_default(),
+            phase: st.phase.map(|p| format!("{p:?}")),
+            ready: st.ready,
+            message: st.message,
+        });
+    }
+    for o in shared.rollouts.deployments.store().state() {
+        let st = o.status.clone().unwrap_or_default();
+        rollouts.push(RolloutRow {
+            kind: "cdeploy".into(),
+            namespace: o.metadata.namespace.clone().unwrap_or_default(),
+            name: o.metadata.name.clone().unwrap_or_default(),
+            phase: st.phase.map(|p| format!("{p:?}")),
+            ready: st.ready,
+            message: st.message,
+        });
+    }
+    rollouts
+        .sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
+    axum::Json(StatusReport {
+        source: shared.state.status(),
+        rollouts,
+    })
+}

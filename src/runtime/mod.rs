@@ -1,0 +1,40 @@
+//! The runtime layer: the agent's processes, each a task with its inputs and outputs named.
+//! [`crate::agent`] wires them; what they decide is in `plan/`, `sync/`, `specs/` and
+//! `writeback/`, which do no wiring of their own.
+//!
+//! - [`source_loop`]: wake-ups in, looks at the source ([`look`]) and syncs out;
+//! - [`listeners`]: HTTP in (webhooks, probes, `/metrics`, `/status`), wake-ups out;
+//! - [`lease`]: the Lease in, whether this replica acts out;
+//! - [`rollouts`]: one watch and store per rollout kind, fanned out to the controllers,
+//!   write-back, commit statuses, spec-error statuses and `/status`;
+//! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
+//! - [`config`]: what the flags say.
+//!
+//! The controllers ([`crate::controller`]) and write-back ([`crate::writeback::run`],
+//! [`crate::writeback::post_commit_statuses`]) are the other tasks; they take their kind's
+//! [`rollouts::Rollouts`] instead of watching rollouts themselves.
+
+pub mod config;
+pub mod lease;
+pub mod listeners;
+pub mod look;
+pub mod rollouts;
+pub mod source_loop;
+pub mod state;
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

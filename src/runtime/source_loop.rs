@@ -1,0 +1,348 @@
+//! The source loop: wakes on the poll timer (with jitter), a verified webhook, a local file
+//! change or the drift timer; looks at the source; syncs what changed; and keeps the
+//! agent's [`AgentState`] (for `/status`, `/readyz` and the LinnetSource object).
+//!
+//! Inputs: the wake-ups, the source, and the rollout stores (for the spec-error statuses).
+//! Outputs: applies and prunes through the [`Syncer`], the state, and error statuses for
+//! the commit-status task.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use kube::runtime::utils::Backoff as _;
+use kube::runtime::watcher::DefaultBackoff;
+use tokio::sync::mpsc;
+
+use super::config::AgentConfig;
+use super::look::{Found, Remote, look_at_local, look_at_remote};
+use super::rollouts::RolloutStores;
+use super::state::{AgentState, now_rfc3339};
+use crate::source::hooks::WakeReceiver;
+use crate::source::snapshot::SpecSnapshot;
+use crate::specs::SpecSet;
+use crate::sync::Syncer;
+use crate::telemetry::{ActionLabel, Metrics, RevisionLabel};
+use crate::writeback::commit_status::Wanted;
+use crate::{Error, Result};
+
+/// `interval` plus up to 10% so that many agents do not poll in step.
+fn with_jitter(interval: Duration) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    interval + interval.mul_f64(f64::from(nanos % 1000) / 10_000.0)
+}
+
+/// The longest wait before a failed look at the source is made again.
+const MAX_ERROR_RETRY: Duration = Duration::from_secs(10);
+
+/// Where the loop reads specs from.
+pub enum Source {
+    /// A remote's mirror; polled and woken by webhooks.
+    Remote(Arc<Remote>),
+    /// A directory, and the changes of its files (the watcher is kept while the loop runs).
+    Local {
+        watcher: notify::RecommendedWatcher,
+        changes: mpsc::Receiver<()>,
+    },
+}
+
+/// What the loop reads and writes besides the source.
+pub struct SourceLoop {
+    pub config: AgentConfig,
+    pub client: kube::Client,
+    pub metrics: Arc<Metrics>,
+    pub state: Arc<AgentState>,
+    pub rollouts: RolloutStores,
+    /// Error statuses for specs that fail to load, to the commit-status task.
+    pub spec_error_statuses: Option<mpsc::Sender<Wanted>>,
+}
+
+impl SourceLoop {
+    /// Runs until SIGINT or SIGTERM.
+    pub async fn run(
+        self,
+        syncer: Syncer,
+        source: Source,
+        mut wake_rx: WakeReceiver,
+    ) -> Result<()> {
+        let config = &self.config;
+        let (remote, _watcher, mut changes) = match source {
+            Source::Remote(remote) => (Some(remote), None, mpsc::channel(1).1),
+            Source::Local { watcher, changes } => (None, Some(watcher), changes),
+        };
+        let mut local_snapshot = SpecSnapshot::default();
+        // Drift is looked for on this timer, whether or not Git moved.
+        let mut drift_check = tokio::time::interval(config.drift_interval);
+        drift_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        drift_check.reset();
+        let mut backoff = DefaultBackoff::default();
+        let mut synced: Option<String> = None;
+        // Whether the last sync attempt succeeded; a failed one is retried even without a change.
+        let mut last_sync_ok = false;
+        let mut delay = Duration::ZERO;
+        let mut shutdown = std::pin::pin!(super::shutdown_signal());
+
+        loop {
+            // The commit a webhook announced, if any: when it is not the one fetched last, the
+            // fetch goes ahead without first asking the remote for its tip (one round trip less).
+            let mut announced: Option<String> = None;
+            let mut drift_due = false;
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
+                Some(wake) = wake_rx.next() => {
+                    announced = wake.after;
+                    match wake.host {
+                        Some(host) => tracing::info!(host = host.name(), after = ?announced, "woken by webhook"),
+                        None => tracing::info!("webhook callers were turned away (busy); looking at the remote in case one was a push"),
+                    }
+                }
+                Some(()) = changes.recv() => tracing::info!("files changed on disk"),
+                _ = drift_check.tick() => {
+                    tracing::debug!("drift interval: comparing every object with the cluster");
+                    drift_due = true;
+                }
+                _ = &mut shutdown => {
+                    tracing::info!("shutting down");
+                    return Ok(());
+                }
+            }
+            let started = Instant::now();
+            let found = match &remote {
+                Some(remote) => {
+                    look_at_remote(remote.clone(), &self, synced.clone(), announced).await
+                }
+                None => look_at_local(&mut local_snapshot, &self, last_sync_ok),
+            };
+            // Git did not move, but the cluster may have: the last synced specs, compared in full.
+            let found = match found {
+                Ok(Found::Nothing) if drift_due && last_sync_ok => match &synced {
+                    Some(revision) => Ok(Found::Specs {
+                        revision: revision.clone(),
+                        specs: match &remote {
+                            Some(remote) => match remote.state.lock() {
+                                Ok(s) => s.snapshot.spec_set(),
+                                Err(_) => {
+                                    return Err(Error::Runtime(std::io::Error::other(
+                                        "source state poisoned",
+                                    )));
+                                }
+                            },
+                            None => local_snapshot.spec_set(),
+                        },
+                    }),
+                    None => Ok(Found::Nothing),
+                },
+                other => other,
+            };
+            let source_failed = found.is_err();
+            let outcome = match found {
+                Ok(Found::Nothing) => Ok(()),
+                Ok(Found::SameSpecs { revision }) => {
+                    synced = Some(revision);
+                    Ok(())
+                }
+                Ok(Found::Specs { revision, specs }) => {
+                    let result = self.sync(&syncer, &revision, &specs, drift_due).await;
+                    last_sync_ok = result.is_ok();
+                    if result.is_ok() {
+                        synced = Some(revision);
+                    }
+                    result
+                }
+                Err(e) => Err(e),
+            };
+            self.state.set_ready();
+            match outcome {
+                Ok(()) => {
+                    backoff.reset();
+                    delay = with_jitter(config.poll_interval);
+                    self.state.update(|s| s.last_error = None);
+                }
+                Err(message) => {
+                    // Git's own messages may quote the URL, with whatever credentials it holds.
+                    let message = crate::text::redact_credentials(&message);
+                    // A failed look at the source is made again within MAX_ERROR_RETRY, so a host
+                    // that answers again is synced from soon after (a look that fails costs one
+                    // connection); a failed sync backs off further, up to 30 s.
+                    let most = if source_failed {
+                        MAX_ERROR_RETRY
+                    } else {
+                        Duration::from_secs(30)
+                    };
+                    delay = backoff
+                        .next()
+                        .unwrap_or(most)
+                        .min(most)
+                        .min(config.poll_interval);
+                    tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state");
+                    self.state.update(|s| s.last_error = Some(message));
+                }
+            }
+            tracing::debug!(took = ?started.elapsed(), "source step done");
+        }
+    }
+
+    async fn sync(
+        &self,
+        syncer: &Syncer,
+        revision: &str,
+        specs: &SpecSet,
+        full: bool,
+    ) -> Result<(), String> {
+        if specs.is_empty() && !self.config.allow_empty {
+            // Most likely a wrong --path (or specs moved away): applying "nothing" would prune
+            // everything this source applied.
+            return Err(format!(
+                "no specs found in {:?} at {revision}; nothing is applied or pruned. Check \
+             --path, or give --allow-empty to sync an empty directory",
+                self.config.path
+            ));
+        }
+        for e in &specs.errors {
+            tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
+        }
+        if !specs.errors.is_empty()
+            && let (Some(tx), Some(cfg)) = (&self.spec_error_statuses, &self.config.commit_status)
+        {
+            tokio::spawn(spec_error_statuses(
+                self.rollouts.clone(),
+                cfg.clone(),
+                revision.to_string(),
+                specs.errors.clone(),
+                tx.clone(),
+            ));
+        }
+        let started = Instant::now();
+        let report = if full {
+            syncer.sync(specs, revision, self.config.prune).await
+        } else {
+            syncer
+                .sync_changes(specs, revision, self.config.prune)
+                .await
+        };
+        self.metrics
+            .sync_duration
+            .observe(started.elapsed().as_secs_f64());
+        for (action, n) in [
+            ("create", report.created.len()),
+            ("update", report.updated.len()),
+            ("prune", report.pruned.len()),
+        ] {
+            if n > 0 {
+                self.metrics
+                    .objects_applied
+                    .get_or_create(&ActionLabel {
+                        action: action.into(),
+                    })
+                    .inc_by(n as u64);
+            }
+        }
+        tracing::info!(
+            revision,
+            created = report.created.len(),
+            updated = report.updated.len(),
+            unchanged = report.unchanged,
+            pruned = report.pruned.len(),
+            errors = report.errors.len(),
+            full = report.full,
+            took = ?started.elapsed(),
+            "synced"
+        );
+        // The revision is what the cluster now has, even when some objects failed: those are
+        // listed beside it (and retried), the rest of the commit was applied.
+        self.state.update(|s| {
+            s.objects = specs.objects.len();
+            s.spec_errors = specs.errors.iter().map(ToString::to_string).collect();
+            s.revision = Some(revision.to_string());
+            s.last_sync = Some(now_rfc3339());
+            s.sync_errors = report
+                .errors
+                .iter()
+                .map(|(key, e)| format!("{key}: {e}"))
+                .collect();
+            s.set_degraded();
+            if report.errors.is_empty() {
+                s.last_error = None;
+            }
+        });
+        self.metrics.synced_revision.clear();
+        self.metrics
+            .synced_revision
+            .get_or_create(&RevisionLabel {
+                revision: revision.to_string(),
+            })
+            .set(1);
+        if report.errors.is_empty() {
+            Ok(())
+        } else {
+            let (key, e) = &report.errors[0];
+            Err(format!(
+                "{} object(s) failed to sync; first: {key}: {e}",
+                report.errors.len()
+            ))
+        }
+    }
+}
+
+/// Error statuses on `revision` for the rollouts (already in the cluster, from an earlier
+/// revision) whose files now have errors, read from the shared stores.
+async fn spec_error_statuses(
+    rollouts: RolloutStores,
+    cfg: crate::writeback::commit_status::CommitStatusConfig,
+    revision: String,
+    errors: Vec<crate::specs::SpecError>,
+    tx: mpsc::Sender<Wanted>,
+) {
+    use crate::api::SOURCE_PATH_ANNOTATION;
+    use crate::writeback::commit_status::wanted_for_spec_error;
+    // The first sync may come before the stores' first list.
+    let ready = async {
+        let _ = rollouts.statefulsets.ready().wait().await;
+        let _ = rollouts.deployments.ready().wait().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(30), ready)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the rollout stores are not listed yet; no error statuses for spec errors this time (the errors are logged above)"
+        );
+        return;
+    }
+    let mut metas: Vec<kube::api::ObjectMeta> = Vec::new();
+    metas.extend(
+        rollouts
+            .statefulsets
+            .store()
+            .state()
+            .iter()
+            .map(|o| o.metadata.clone()),
+    );
+    metas.extend(
+        rollouts
+            .deployments
+            .store()
+            .state()
+            .iter()
+            .map(|o| o.metadata.clone()),
+    );
+    for e in &errors {
+        for m in &metas {
+            let file = m
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SOURCE_PATH_ANNOTATION));
+            if file != Some(&e.location.file) {
+                continue;
+            }
+            let (Some(ns), Some(name)) = (&m.namespace, &m.name) else {
+                continue;
+            };
+            if let Some(w) = wanted_for_spec_error(&cfg, ns, name, &revision, &e.to_string()) {
+                let _ = tx.send(w).await;
+            }
+        }
+    }
+}

@@ -70,6 +70,21 @@ async fn wait_completed_on(f: &Fixture, image: &str, secs: u64) -> CanaryDeploym
 }
 
 /// Replicas per image over the rollout's Deployments.
+/// Waits for the Deployments to run `expected`: a plan writes its status before it acts (so a
+/// crash in between only means acting again), so a phase seen in the status may be a few
+/// requests ahead of the Deployments it scales.
+async fn wait_replicas(f: &Fixture, expected: BTreeMap<String, i32>) {
+    let mut last = BTreeMap::new();
+    for _ in 0..300 {
+        last = replicas_by_image(f).await;
+        if last == expected {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(last, expected, "the replicas by image");
+}
+
 async fn replicas_by_image(f: &Fixture) -> BTreeMap<String, i32> {
     let mut out = BTreeMap::new();
     for d in f
@@ -155,10 +170,11 @@ async fn the_seeds_example_four_replicas_two_batches_pause_first() {
 
     // 1. After batch 1: new = 1, old = 3, and it pauses.
     let paused = wait_phase(&f, DeploymentPhase::Paused, 90).await;
-    assert_eq!(
-        replicas_by_image(&f).await,
-        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 1)])
-    );
+    wait_replicas(
+        &f,
+        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 1)]),
+    )
+    .await;
     let status = paused.status.unwrap();
     assert_eq!(status.batch.as_deref(), Some("1/2"));
     assert!(status.message.unwrap().contains("set currentBatch to 2"));
@@ -210,17 +226,23 @@ async fn pause_all_with_three_batches() {
     wait_completed_on(&f, "nginx:1.27", 90).await;
     f.patch_spec(json!({"image": "nginx:1.28"}));
     wait_phase(&f, DeploymentPhase::Paused, 90).await;
-    assert_eq!(replicas_by_image(&f).await["nginx:1.28"], 1);
+    support::eventually(
+        "one replica on the canary",
+        std::time::Duration::from_secs(30),
+        || async { (replicas_by_image(&f).await.get("nginx:1.28") == Some(&1)).then_some(()) },
+    )
+    .await;
     f.patch_spec(json!({"currentBatch": 2}));
     f.wait_for("paused at batch 2", 90, |d: &CanaryDeployment| {
         let s = d.status.clone().unwrap_or_default();
         s.phase == Some(DeploymentPhase::Paused) && s.current_batch == Some(2)
     })
     .await;
-    assert_eq!(
-        replicas_by_image(&f).await,
-        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 3)])
-    );
+    wait_replicas(
+        &f,
+        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 3)]),
+    )
+    .await;
     f.patch_spec(json!({"currentBatch": 3}));
     wait_completed_on(&f, "nginx:1.28", 90).await;
 }
@@ -361,10 +383,7 @@ async fn a_rolling_rollback_sets_the_image_back() {
     wait_completed_on(&f, "nginx:1.28", 90).await;
     f.patch_spec(json!({"strategy": {"type": "Rollback"}}));
     wait_phase(&f, DeploymentPhase::RolledBack, 90).await;
-    assert_eq!(
-        replicas_by_image(&f).await,
-        BTreeMap::from([("nginx:1.27".into(), 4)])
-    );
+    wait_replicas(&f, BTreeMap::from([("nginx:1.27".into(), 4)])).await;
 }
 
 #[tokio::test]
@@ -426,10 +445,11 @@ async fn killed_mid_batch_carries_on_without_scaling_twice() {
         s.phase == Some(DeploymentPhase::Paused) && s.current_batch == Some(2)
     })
     .await;
-    assert_eq!(
-        replicas_by_image(&f).await,
-        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 3)])
-    );
+    wait_replicas(
+        &f,
+        BTreeMap::from([("nginx:1.27".into(), 3), ("nginx:1.28".into(), 3)]),
+    )
+    .await;
     let new = f
         .api::<Deployment>()
         .list(&ListParams::default())

@@ -1,31 +1,23 @@
-//! The CanaryDeployment controller: observes a rollout's Deployments, asks
-//! [`crate::plan::deployment::plan`] what to do, does it, and writes status and events. It
-//! owns its Deployments, so their changes (and hand edits) wake it; it requeues only for the
-//! progress deadline. Deleting the rollout deletes its Deployments through their owner
-//! references.
+//! The CanaryDeployment controller: observes a rollout's Deployments (from its store),
+//! hands them to the shared reconcile ([`super::reconcile`]), whose plan comes from
+//! [`crate::plan::deployment::plan`]. It owns its Deployments and analysis Jobs, so their
+//! changes (and hand edits) wake it; it requeues only for real timers. Deleting the rollout
+//! deletes its Deployments through their owner references.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
-use super::analysis::{Measured, measure};
-use super::{Context, Doing, ReconcileError, StatusWrite, show_action_failure, write_status};
-use crate::api::{
-    ABORT_ANNOTATION, CanaryDeployment, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
-    SOURCE_PATH_ANNOTATION,
-};
-use crate::plan::deployment::{
-    DeployAction, DeployRollout, DeploymentView, analysis_builtins, plan, reads_abort,
-};
-use crate::plan::objects::RolloutRef;
+use super::reconcile;
+use super::{Context, ReconcileError, StoreReady};
+use crate::api::{CanaryDeployment, ROLLOUT_LABEL};
+use crate::plan::observed::{DeploymentView, Observed, StoredDeployment};
 use crate::runtime::rollouts::Rollouts;
-use crate::sync::FIELD_MANAGER;
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
@@ -36,19 +28,30 @@ pub async fn run(
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
     let wakes = super::wakes(rollouts.subscribe());
+    let children = crate::controller::watch_config(&ctx.child_selector());
+    // Read from this watch's store, not with a list in each reconcile, as the sets are.
+    let (deployments, deployment_changes) = watch_deployments(
+        Api::<StoredDeployment>::all(client.clone()),
+        children.clone(),
+    );
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
-        .owns(
-            Api::<Deployment>::all(client.clone()),
-            crate::controller::watch_config(&ctx.child_selector()),
-        )
+        .owns_stream(deployment_changes)
         // The Jobs of `job` analysis metrics.
         .owns(
             Api::<k8s_openapi::api::batch::v1::Job>::all(client),
-            crate::controller::watch_config(&ctx.child_selector()),
+            children,
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            reconcile,
+            reconcile::error_policy,
+            Arc::new(Shared {
+                ctx,
+                deployments_ready: StoreReady::of(deployments.clone()),
+                deployments,
+            }),
+        )
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile did not finish");
@@ -57,161 +60,94 @@ pub async fn run(
         .await;
 }
 
-fn error_policy(
-    rollout: Arc<CanaryDeployment>,
-    error: &ReconcileError,
-    _: Arc<Context>,
-) -> Requeue {
-    tracing::warn!(
-        rollout = %format!("{}/{}", rollout.namespace().unwrap_or_default(), rollout.name_any()),
-        error = %error,
-        "reconcile failed; retrying"
-    );
-    Requeue::requeue(Duration::from_secs(5))
+/// What this controller's reconciles share: the agent's context and the Deployments' store.
+struct Shared {
+    ctx: Arc<Context>,
+    deployments: Store<StoredDeployment>,
+    deployments_ready: StoreReady,
+}
+
+/// A watch of the Deployments linnet made, and the store it fills with
+/// [`StoredDeployment`]s, which keep only what [`DeploymentView`] reads.
+fn watch_deployments(
+    api: Api<StoredDeployment>,
+    config: watcher::Config,
+) -> (
+    Store<StoredDeployment>,
+    impl futures::Stream<Item = Result<StoredDeployment, watcher::Error>> + Send + 'static,
+) {
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(|d| d.metadata.managed_fields = None)
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
 }
 
 async fn reconcile(
     rollout: Arc<CanaryDeployment>,
-    ctx: Arc<Context>,
+    shared: Arc<Shared>,
 ) -> Result<Requeue, ReconcileError> {
-    let result = ctx
-        .measured("CanaryDeployment", reconcile_inner(&rollout, &ctx))
-        .await;
-    if let Err(e @ ReconcileError::Kube { .. }) = &result {
-        ctx.publish(
-            &rollout.object_ref(&()),
-            true,
-            "ReconcileFailed",
-            &e.to_string(),
-        )
-        .await;
-    }
-    result
+    let inner = reconcile_inner(&rollout, &shared);
+    reconcile::measured(&shared.ctx, &*rollout, inner).await
 }
 
 async fn reconcile_inner(
     rollout: &CanaryDeployment,
-    ctx: &Context,
+    shared: &Shared,
 ) -> Result<Requeue, ReconcileError> {
+    let ctx = &shared.ctx;
     let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
-    let name = rollout.name_any();
     if rollout.meta().deletion_timestamp.is_some() {
-        ctx.metrics
-            .rollout_phase("CanaryDeployment", &format!("{ns}/{name}"), None);
+        let key = format!("{ns}/{}", rollout.name_any());
+        ctx.metrics.rollout_phase("CanaryDeployment", &key, None);
         return Ok(Requeue::await_change());
     }
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let container = rollout.spec.container.as_deref();
-    let observed: Vec<DeploymentView> = deployments
-        .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}")))
+    let observed = observe(rollout, shared, &ns).await?;
+    reconcile::plan_and_act(ctx, rollout, &ns, &observed).await
+}
+
+/// The rollout's Deployments: labelled with its name, in its namespace, owned by its uid.
+async fn observe(
+    rollout: &CanaryDeployment,
+    shared: &Shared,
+    ns: &str,
+) -> Result<Observed, ReconcileError> {
+    // Until the first list is in, a missing Deployment may only be unlisted.
+    shared
+        .deployments_ready
+        .wait()
         .await
-        .doing(|| format!("listing the Deployments of {ns}/{name}"))?
-        .items
+        .map_err(|_| ReconcileError::Waiting("the Deployment watch".into()))?;
+    let name = rollout.name_any();
+    let uid = rollout.uid();
+    let container = rollout.spec.container.as_deref();
+    let mut deployments: Vec<DeploymentView> = shared
+        .deployments
+        .state()
         .iter()
+        .filter(|d| d.metadata.namespace.as_deref() == Some(ns))
         .filter(|d| {
-            d.owner_references()
-                .iter()
-                .any(|o| Some(&o.uid) == rollout.uid().as_ref())
+            d.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(ROLLOUT_LABEL))
+                == Some(&name)
         })
-        .map(|d| DeploymentView::from_object(d, container))
+        .filter(|d| {
+            d.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| Some(&o.uid) == uid.as_ref())
+        })
+        .map(|d| DeploymentView::from_stored(d, container))
         .collect();
-    let mut status = rollout.status.clone().unwrap_or_default();
-    let builtins = analysis_builtins(&name, &ns, &rollout.spec, &status);
-    let resolved = ctx
-        .templates
-        .resolve(rollout.spec.analysis.as_ref(), &ns, &builtins)
-        .await;
-    let now = jiff::Timestamp::now();
-    let reference = RolloutRef {
-        name: name.clone(),
-        namespace: ns.clone(),
-        uid: rollout.uid().unwrap_or_default(),
-        source: rollout.labels().get(SOURCE_LABEL).cloned(),
-    };
-    let measured = Measured {
-        reference: &reference,
-        kind: "CanaryDeployment",
-        active: status.phase.is_some_and(reads_abort)
-            && !super::status_write_pending(ctx, "CanaryDeployment", rollout),
-    };
-    measure(ctx, measured, &mut status.analysis, &resolved, now).await;
-    let input = DeployRollout {
-        reference,
-        generation: rollout.metadata.generation,
-        spec: &rollout.spec,
-        source_revision: rollout.annotations().get(REVISION_ANNOTATION).cloned(),
-        source_path: rollout.annotations().get(SOURCE_PATH_ANNOTATION).cloned(),
-        abort: rollout.annotations().get(ABORT_ANNOTATION).cloned(),
-        status,
-        analysis: resolved,
-    };
-    let planned = plan(&input, &observed, now);
-    ctx.metrics.rollout_phase(
-        "CanaryDeployment",
-        &format!("{ns}/{name}"),
-        planned.status.phase.map(|p| format!("{p:?}")).as_deref(),
-    );
-    let written = write_status(
-        ctx,
-        rollout,
-        "CanaryDeployment",
-        rollout.status.as_ref(),
-        &planned.status,
-    )
-    .await?;
-    for action in &planned.actions {
-        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
-        let what = || action.describe();
-        let result: Result<(), ReconcileError> = match action {
-            DeployAction::Apply(d) => {
-                let name = d.metadata.name.as_deref().unwrap_or_default();
-                // One this rollout owns (observed by its uid) needs no second look.
-                let known = observed.iter().any(|o| o.name == name);
-                let live = if known {
-                    Ok(None)
-                } else {
-                    deployments.get_metadata_opt(name).await.doing(what)
-                };
-                match live {
-                    Err(e) => Err(e),
-                    Ok(live) => {
-                        match super::foreign_child(live.as_ref().map(|l| &l.metadata), &d.metadata)
-                        {
-                            Some(why) => Err(ReconcileError::NotOurs { doing: what(), why }),
-                            None => deployments
-                                .patch(
-                                    name,
-                                    &PatchParams::apply(FIELD_MANAGER).force(),
-                                    &Patch::Apply(d.as_ref()),
-                                )
-                                .await
-                                .map(|_| ())
-                                .doing(what),
-                        }
-                    }
-                }
-            }
-            DeployAction::Delete { name } => {
-                match deployments.delete(name, &DeleteParams::background()).await {
-                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                    other => other.map(|_| ()),
-                }
-                .doing(what)
-            }
-        };
-        if let Err(e) = result {
-            let kind = "CanaryDeployment";
-            return Err(show_action_failure(ctx, rollout, kind, &planned.status, e, now).await);
-        }
-    }
-    let object = rollout.object_ref(&());
-    let announced = written == StatusWrite::Repeated;
-    for e in planned.events.iter().filter(|_| !announced) {
-        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
-        ctx.publish(&object, e.warning, e.reason, &e.message).await;
-    }
-    Ok(match planned.requeue_after {
-        Some(after) => Requeue::requeue(after),
-        None => Requeue::await_change(),
+    // The order a list gave (by name), which the planner's choices may follow.
+    deployments.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Observed {
+        deployments,
+        ..Observed::default()
     })
 }

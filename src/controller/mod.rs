@@ -22,6 +22,8 @@ pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 pub mod analysis;
 pub mod context;
 pub mod deployment;
+pub mod execute;
+pub mod reconcile;
 pub mod statefulset;
 pub mod unmanaged;
 
@@ -222,23 +224,6 @@ pub(crate) fn foreign_child(
     ))
 }
 
-/// A rollout status with the conditions and message a failed action is shown in.
-pub(crate) trait FailureShown {
-    fn conditions_and_message(&mut self) -> (&mut Vec<crate::api::Condition>, &mut Option<String>);
-}
-
-impl FailureShown for crate::api::CanaryStatefulSetStatus {
-    fn conditions_and_message(&mut self) -> (&mut Vec<crate::api::Condition>, &mut Option<String>) {
-        (&mut self.conditions, &mut self.message)
-    }
-}
-
-impl FailureShown for crate::api::CanaryDeploymentStatus {
-    fn conditions_and_message(&mut self) -> (&mut Vec<crate::api::Condition>, &mut Option<String>) {
-        (&mut self.conditions, &mut self.message)
-    }
-}
-
 /// Writes the planned status with the action that failed marked in it (Stalled, reason
 /// ActionFailed, for a refusal; still Reconciling, reason ActionRetrying, for what clears by
 /// itself), and hands back the failure for the reconcile to return.
@@ -255,7 +240,7 @@ where
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
-    S: FailureShown + Clone + serde::Serialize + PartialEq,
+    S: crate::plan::RolloutStatus + Clone + serde::Serialize + PartialEq,
 {
     let mut blocked = planned.clone();
     let (conditions, message) = blocked.conditions_and_message();

@@ -5,13 +5,11 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::ListParams;
 use kube::core::PartialObjectMeta;
 use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
@@ -19,26 +17,17 @@ use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 
-use super::analysis::{Measured, measure};
-use super::{
-    Context, Doing, ReconcileError, StatusWrite, StoreReady, show_action_failure, write_status,
-};
-use crate::api::{
-    ABORT_ANNOTATION, BIND_REQUESTED_ANNOTATION, CanaryStatefulSet, FINALIZER,
-    HANDOFF_TO_ANNOTATION, PROMOTE_ANNOTATION, REVISION_ANNOTATION, ROLLOUT_LABEL, SOURCE_LABEL,
-    SOURCE_PATH_ANNOTATION, StatefulSetStrategyType,
-};
-use crate::plan::Action;
-use crate::plan::handoff::{VolumePatch, volume_refusal};
-use crate::plan::objects::{Role, RolloutRef, migration_job_name};
+use super::execute::execute;
+use super::reconcile;
+use super::{Context, Doing, ReconcileError, StoreReady};
+use crate::api::{CanaryStatefulSet, FINALIZER, ROLLOUT_LABEL, StatefulSetStrategyType};
+use crate::plan::objects::{Role, migration_job_name};
 use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
 };
-use crate::plan::statefulset::{Rollout, analysis_builtins, plan, plan_cleanup, reads_abort};
+use crate::plan::statefulset::plan_cleanup;
 use crate::runtime::rollouts::Rollouts;
-use crate::sync::FIELD_MANAGER;
 
 pub use crate::api::VOLUME_NAMESPACE_LABEL;
 
@@ -98,7 +87,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,
-            error_policy,
+            reconcile::error_policy,
             Arc::new(Shared {
                 ctx,
                 sets_ready: StoreReady::of(sets.clone()),
@@ -145,42 +134,12 @@ fn watch_sets(
     (reader, stream)
 }
 
-fn error_policy(
-    rollout: Arc<CanaryStatefulSet>,
-    error: &ReconcileError,
-    _: Arc<Shared>,
-) -> Requeue {
-    match error {
-        // Child changes wake us; this is only a safety net.
-        ReconcileError::Waiting(what) => {
-            tracing::info!(rollout = %rollout.name_any(), "deleting: waiting for {what}");
-            Requeue::requeue(Duration::from_secs(30))
-        }
-        e => {
-            tracing::warn!(
-                rollout = %format!("{}/{}", rollout.namespace().unwrap_or_default(), rollout.name_any()),
-                error = %e,
-                "reconcile failed; retrying"
-            );
-            Requeue::requeue(Duration::from_secs(5))
-        }
-    }
-}
-
 async fn reconcile(
     rollout: Arc<CanaryStatefulSet>,
     shared: Arc<Shared>,
 ) -> Result<Requeue, ReconcileError> {
-    let object = rollout.object_ref(&());
-    let ctx = &shared.ctx;
-    let result = ctx
-        .measured("CanaryStatefulSet", reconcile_inner(rollout, &shared))
-        .await;
-    if let Err(e @ ReconcileError::Kube { .. }) = &result {
-        ctx.publish(&object, true, "ReconcileFailed", &e.to_string())
-            .await;
-    }
-    result
+    let inner = reconcile_inner(rollout.clone(), &shared);
+    reconcile::measured(&shared.ctx, &*rollout, inner).await
 }
 
 async fn reconcile_inner(
@@ -192,7 +151,10 @@ async fn reconcile_inner(
     let api: Api<CanaryStatefulSet> = Api::namespaced(ctx.client.clone(), &ns);
     finalizer(&api, FINALIZER, rollout, |event| async {
         match event {
-            Finalizer::Apply(r) => apply(&r, shared, &ns).await,
+            Finalizer::Apply(r) => {
+                let observed = observe(&r, shared, &ns).await?;
+                reconcile::plan_and_act(ctx, &*r, &ns, &observed).await
+            }
             Finalizer::Cleanup(r) => cleanup(&r, shared, &ns).await,
         }
     })
@@ -201,85 +163,6 @@ async fn reconcile_inner(
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
-    })
-}
-
-fn reference(rollout: &CanaryStatefulSet, ns: &str) -> RolloutRef {
-    RolloutRef {
-        name: rollout.name_any(),
-        namespace: ns.to_string(),
-        uid: rollout.uid().unwrap_or_default(),
-        source: rollout.labels().get(SOURCE_LABEL).cloned(),
-    }
-}
-
-async fn apply(
-    rollout: &CanaryStatefulSet,
-    shared: &Shared,
-    ns: &str,
-) -> Result<Requeue, ReconcileError> {
-    let ctx = &shared.ctx;
-    let started = Instant::now();
-    let observed = observe(rollout, shared, ns).await?;
-    let annotation = |key: &str| rollout.annotations().get(key).cloned();
-    let mut status = rollout.status.clone().unwrap_or_default();
-    let name = rollout.name_any();
-    let builtins = analysis_builtins(&name, ns, &rollout.spec, &status);
-    let resolved = ctx
-        .templates
-        .resolve(rollout.spec.analysis.as_ref(), ns, &builtins)
-        .await;
-    let now = jiff::Timestamp::now();
-    let reference = reference(rollout, ns);
-    let measured = Measured {
-        reference: &reference,
-        kind: "CanaryStatefulSet",
-        active: status.phase.is_some_and(reads_abort)
-            && !super::status_write_pending(ctx, "CanaryStatefulSet", rollout),
-    };
-    measure(ctx, measured, &mut status.analysis, &resolved, now).await;
-    let input = Rollout {
-        reference,
-        generation: rollout.metadata.generation,
-        spec: &rollout.spec,
-        promote: annotation(PROMOTE_ANNOTATION),
-        abort: annotation(ABORT_ANNOTATION),
-        source_revision: annotation(REVISION_ANNOTATION),
-        source_path: annotation(SOURCE_PATH_ANNOTATION),
-        status,
-        analysis: resolved,
-    };
-    let planned = plan(&input, &observed, now);
-    ctx.metrics.rollout_phase(
-        "CanaryStatefulSet",
-        &format!("{ns}/{name}"),
-        planned.status.phase.map(|p| format!("{p:?}")).as_deref(),
-    );
-    let written = write_status(
-        ctx,
-        rollout,
-        "CanaryStatefulSet",
-        rollout.status.as_ref(),
-        &planned.status,
-    )
-    .await?;
-    for action in &planned.actions {
-        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
-        if let Err(e) = execute(action, ctx, ns, &name).await {
-            let kind = "CanaryStatefulSet";
-            return Err(show_action_failure(ctx, rollout, kind, &planned.status, e, now).await);
-        }
-    }
-    let object = rollout.object_ref(&());
-    let announced = written == StatusWrite::Repeated;
-    for e in planned.events.iter().filter(|_| !announced) {
-        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
-        ctx.publish(&object, e.warning, e.reason, &e.message).await;
-    }
-    tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase, took = ?started.elapsed(), "reconciled");
-    Ok(match planned.requeue_after {
-        Some(after) => Requeue::requeue(after),
-        None => Requeue::await_change(),
     })
 }
 
@@ -294,7 +177,7 @@ async fn cleanup(
     let (actions, waiting) = plan_cleanup(&observed);
     for action in &actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "deleting");
-        execute(action, ctx, ns, &name).await?;
+        execute(action, ctx, ns, &name, &observed).await?;
     }
     match waiting {
         Some(what) => Err(ReconcileError::Waiting(what)),
@@ -456,197 +339,6 @@ async fn observe(
         volumes,
         job,
         other_strategy_set,
+        deployments: Vec::new(),
     })
-}
-
-fn ignore_status(result: Result<(), kube::Error>, code: u16) -> Result<(), kube::Error> {
-    match result {
-        Err(kube::Error::Api(s)) if s.code == code => Ok(()),
-        other => other,
-    }
-}
-
-/// Reads `volume` and the claims its patch concerns, and returns the volume's resourceVersion
-/// if [`volume_refusal`] lets the handoff of `rollout` make `patch`.
-async fn check_volume(
-    client: &kube::Client,
-    ns: &str,
-    rollout: &str,
-    volume: &str,
-    patch: VolumePatch<'_>,
-    what: &impl Fn() -> String,
-) -> Result<String, ReconcileError> {
-    let Some(pv) = Api::<PersistentVolume>::all(client.clone())
-        .get_opt(volume)
-        .await
-        .doing(what)?
-    else {
-        return Err(ReconcileError::Waiting(format!("volume {volume} is gone")));
-    };
-    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
-    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-    let named = match claim_ref
-        .filter(|r| r.namespace.as_deref() == Some(ns))
-        .and_then(|r| r.name.as_deref())
-    {
-        Some(name) => claims.get_opt(name).await.doing(what)?,
-        None => None,
-    };
-    let target = match patch {
-        VolumePatch::Bind { claim, .. } => claims.get_opt(claim).await.doing(what)?,
-        VolumePatch::Retain => None,
-    };
-    match volume_refusal(&pv, ns, rollout, named.as_ref(), target.as_ref(), patch) {
-        Some(why) => {
-            tracing::warn!(volume, rollout = %format!("{ns}/{rollout}"), why, "refused to patch a volume that is not the rollout's");
-            Err(ReconcileError::NotOurs {
-                doing: what(),
-                why: format!("volume {volume} is not rollout {ns}/{rollout}'s: {why}"),
-            })
-        }
-        // Without a resourceVersion the patch would not be conditional: fail closed.
-        None => pv.metadata.resource_version.ok_or_else(|| {
-            ReconcileError::Waiting(format!("volume {volume} has no resourceVersion"))
-        }),
-    }
-}
-
-async fn execute(
-    action: &Action,
-    ctx: &Context,
-    ns: &str,
-    rollout: &str,
-) -> Result<(), ReconcileError> {
-    let client = ctx.client.clone();
-    let what = || action.describe();
-    match action {
-        Action::ApplySet(set) => {
-            let name = set.metadata.name.clone().unwrap_or_default();
-            let sets = Api::<StatefulSet>::namespaced(client, ns);
-            let live = sets.get_metadata_opt(&name).await.doing(what)?;
-            if let Some(why) =
-                super::foreign_child(live.as_ref().map(|l| &l.metadata), &set.metadata)
-            {
-                return Err(ReconcileError::NotOurs { doing: what(), why });
-            }
-            sets.patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(set.as_ref()),
-            )
-            .await
-            .map(|_| ())
-            .doing(what)
-        }
-        Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-            )
-            .await
-            .map(|_| ())
-            .doing(what),
-        Action::DeleteSet { name } => ignore_status(
-            Api::<StatefulSet>::namespaced(client, ns)
-                .delete(name, &DeleteParams::background())
-                .await
-                .map(|_| ()),
-            404,
-        )
-        .doing(what),
-        Action::RetainVolume { volume, handoff_to } => {
-            let checked =
-                check_volume(&client, ns, rollout, volume, VolumePatch::Retain, &what).await?;
-            // The resourceVersion makes the patch fail if the volume changed since the check.
-            Api::<PersistentVolume>::all(client)
-                .patch(
-                    volume,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({
-                        "metadata": {
-                            "resourceVersion": checked,
-                            "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
-                            "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
-                        },
-                        "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-                    })),
-                )
-                .await
-                .map(|_| ())
-                .doing(what)
-        }
-        Action::CreateClaim(claim) => ignore_status(
-            Api::<PersistentVolumeClaim>::namespaced(client, ns)
-                .create(&PostParams::default(), claim)
-                .await
-                .map(|_| ()),
-            409,
-        )
-        .doing(what),
-        Action::DeleteClaim { name, .. } => ignore_status(
-            Api::<PersistentVolumeClaim>::namespaced(client, ns)
-                .delete(name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-            404,
-        )
-        .doing(what),
-        Action::BindVolume {
-            volume,
-            claim,
-            claim_uid,
-        } => {
-            let patch = VolumePatch::Bind { claim, claim_uid };
-            let checked = check_volume(&client, ns, rollout, volume, patch, &what).await?;
-            Api::<PersistentVolume>::all(client)
-                .patch(
-                    volume,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({
-                        "metadata": {"resourceVersion": checked},
-                        "spec": {"claimRef": {
-                            "apiVersion": "v1",
-                            "kind": "PersistentVolumeClaim",
-                            "namespace": ns,
-                            "name": claim,
-                            "uid": claim_uid,
-                            "resourceVersion": null,
-                        }},
-                    })),
-                )
-                .await
-                .map(|_| ())
-                .doing(what)
-        }
-        Action::RequestBind { claim, volume } => {
-            Api::<PersistentVolumeClaim>::namespaced(client, ns)
-                .patch(
-                    claim,
-                    &PatchParams::default(),
-                    &Patch::Merge(
-                        json!({"metadata": {"annotations": {BIND_REQUESTED_ANNOTATION: volume}}}),
-                    ),
-                )
-                .await
-                .map(|_| ())
-                .doing(what)
-        }
-        Action::CreateJob(job) => ignore_status(
-            Api::<Job>::namespaced(client, ns)
-                .create(&PostParams::default(), job)
-                .await
-                .map(|_| ()),
-            409,
-        )
-        .doing(what),
-        Action::DeletePod { name } => ignore_status(
-            Api::<Pod>::namespaced(client, ns)
-                .delete(name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-            404,
-        )
-        .doing(what),
-    }
 }

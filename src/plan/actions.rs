@@ -1,7 +1,9 @@
 //! What a plan asks the controller to do. Every variant is one idempotent API call; none of
 //! them deletes a PersistentVolume, and [`Action::DeleteClaim`] exists only for a handoff.
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
@@ -37,6 +39,23 @@ pub enum Action {
     CreateJob(Box<Job>),
     /// Delete a pod stuck on a bad revision, so its set can recreate it.
     DeletePod { name: String },
+    /// Create or update a CanaryDeployment's Deployment (server-side apply).
+    ApplyDeployment(Box<Deployment>),
+    /// Delete a Deployment that serves no traffic any more.
+    DeleteDeployment { name: String },
+}
+
+/// What a phase machine decided: the status to write, then the actions to take, the events
+/// to publish and when to look again. Both kinds' plans are this.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Planned<S, P> {
+    pub status: S,
+    pub actions: Vec<Action>,
+    pub events: Vec<PlanEvent>,
+    /// A real timer: a bake time, a measurement or the progress deadline.
+    pub requeue_after: Option<Duration>,
+    /// Every phase this plan entered, in order (usually none or one).
+    pub entered: Vec<P>,
 }
 
 /// An event to publish on the rollout.
@@ -82,6 +101,12 @@ impl Action {
             }
             Action::CreateJob(j) => format!("create Job {}", name(&j.metadata)),
             Action::DeletePod { name } => format!("delete stuck pod {name}"),
+            Action::ApplyDeployment(d) => format!(
+                "apply Deployment {} ({} replicas)",
+                name(&d.metadata),
+                d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
+            ),
+            Action::DeleteDeployment { name } => format!("delete Deployment {name}"),
         }
     }
 }

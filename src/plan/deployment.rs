@@ -19,18 +19,18 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ResourceRequirements;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use super::actions::PlanEvent;
+use super::actions::Planned;
+use super::actions::{Action, PlanEvent};
 use super::analysis::{self, BACKGROUND, Resolved, Verdict};
 use super::batch;
 use super::machine::{
-    Machine, Next, Standing, annotation_acts, carry_action_failure, drive, elapsed, go, go_warning,
-    set_standing,
+    self, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning, set_standing,
 };
 use super::objects::{RolloutRef, stamp};
-use super::observed::{container_image, normalized_selector};
+pub use super::observed::DeploymentView;
+use super::observed::{Observed, normalized_selector};
 use crate::api::{
     BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
     DeploymentPhase as Phase, DeploymentStrategyType as Strategy, ImageReplicas, PauseMode,
@@ -43,60 +43,6 @@ pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";
 
 /// What a refused selector change says; the Failed phase it causes ends once it is put back.
 const SELECTOR_REFUSED: &str = "cannot change it on the live Deployment";
-
-/// A Deployment of the rollout, as the planner needs it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct DeploymentView {
-    pub name: String,
-    pub replicas: i32,
-    pub image: Option<String>,
-    pub resources: Option<ResourceRequirements>,
-    pub available: i32,
-    pub updated: i32,
-    /// `status.replicas`: pods of every revision.
-    pub pods: i32,
-    pub status_fresh: bool,
-    pub applied_hash: Option<String>,
-    /// `spec.selector`, normalized; the API server never lets it change.
-    pub selector: Option<serde_json::Value>,
-}
-
-impl DeploymentView {
-    pub fn from_object(d: &Deployment, container: Option<&str>) -> DeploymentView {
-        let spec = d.spec.clone().unwrap_or_default();
-        let status = d.status.clone().unwrap_or_default();
-        let pod = spec.template.spec.as_ref();
-        let resources = pod.and_then(|p| {
-            let c = match container {
-                Some(name) => p.containers.iter().find(|c| c.name == name),
-                None => p.containers.first(),
-            };
-            c.and_then(|c| c.resources.clone())
-        });
-        DeploymentView {
-            name: d.metadata.name.clone().unwrap_or_default(),
-            replicas: spec.replicas.unwrap_or(1),
-            image: container_image(pod, container),
-            resources,
-            available: status.available_replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            pods: status.replicas.unwrap_or(0),
-            status_fresh: status.observed_generation.is_some()
-                && status.observed_generation == d.metadata.generation,
-            applied_hash: d
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
-            selector: normalized_selector(&spec.selector),
-        }
-    }
-
-    /// Every replica runs the current template and is available.
-    fn complete(&self, n: i32) -> bool {
-        self.status_fresh && self.updated == n && self.available == n && self.pods == n
-    }
-}
 
 /// The rollout as the planner sees it.
 #[derive(Clone, Debug)]
@@ -116,39 +62,8 @@ pub struct DeployRollout<'a> {
     pub analysis: Resolved,
 }
 
-/// One thing for the controller to do.
-#[derive(Clone, Debug, PartialEq)]
-pub enum DeployAction {
-    /// Create or update a Deployment (server-side apply).
-    Apply(Box<Deployment>),
-    /// Delete a Deployment that serves no traffic any more.
-    Delete { name: String },
-}
-
-impl DeployAction {
-    pub fn describe(&self) -> String {
-        match self {
-            DeployAction::Apply(d) => format!(
-                "apply Deployment {} ({} replicas)",
-                d.metadata.name.as_deref().unwrap_or(""),
-                d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
-            ),
-            DeployAction::Delete { name } => format!("delete Deployment {name}"),
-        }
-    }
-}
-
-/// What to do now.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeployPlan {
-    pub status: CanaryDeploymentStatus,
-    pub actions: Vec<DeployAction>,
-    pub events: Vec<PlanEvent>,
-    /// The progress deadline.
-    pub requeue_after: Option<Duration>,
-    /// Every phase this plan entered, in order.
-    pub entered: Vec<Phase>,
-}
+/// What to do now: the status, the actions, the events and the progress deadline.
+pub type DeployPlan = super::actions::Planned<CanaryDeploymentStatus, Phase>;
 
 /// The name of the Deployment for a pod template: `<name>-<8 hex digits>`.
 pub fn version_name(rollout: &str, template_hash: &str) -> String {
@@ -214,21 +129,17 @@ pub fn analysis_builtins(
 
 struct Planner<'a> {
     r: &'a DeployRollout<'a>,
-    o: &'a [DeploymentView],
+    o: &'a Observed,
     now: Timestamp,
     st: CanaryDeploymentStatus,
-    actions: Vec<DeployAction>,
+    actions: Vec<Action>,
     events: Vec<PlanEvent>,
     requeue: Option<Duration>,
 }
 
 /// Plans one reconcile of a CanaryDeployment from its managed Deployments.
-pub fn plan(
-    rollout: &DeployRollout<'_>,
-    observed: &[DeploymentView],
-    now: Timestamp,
-) -> DeployPlan {
-    let mut p = Planner {
+pub fn plan(rollout: &DeployRollout<'_>, observed: &Observed, now: Timestamp) -> DeployPlan {
+    let planner = Planner {
         r: rollout,
         o: observed,
         now,
@@ -237,28 +148,22 @@ pub fn plan(
         events: Vec::new(),
         requeue: None,
     };
-    p.st.phase.get_or_insert(Phase::Initializing);
-    let driven = drive(&mut p);
-    p.events = driven.events;
-    let message = driven.message;
-    let entered = driven.entered;
-    let mut plan = p.finish(message);
-    plan.entered = entered;
-    carry_action_failure(
-        &rollout.status.conditions,
-        &mut plan.status.conditions,
-        &mut plan.status.message,
-        plan.actions.iter().map(DeployAction::describe),
-        now,
-    );
-    plan
+    machine::plan(planner, &rollout.status)
 }
 
 impl Machine for Planner<'_> {
-    type Phase = Phase;
+    type Status = CanaryDeploymentStatus;
 
-    fn phase(&self) -> Phase {
-        self.st.phase.unwrap_or(Phase::Initializing)
+    fn status(&self) -> &CanaryDeploymentStatus {
+        &self.st
+    }
+
+    fn status_mut(&mut self) -> &mut CanaryDeploymentStatus {
+        &mut self.st
+    }
+
+    fn now(&self) -> Timestamp {
+        self.now
     }
 
     fn step(&mut self, phase: Phase) -> Next<Phase> {
@@ -271,18 +176,21 @@ impl Machine for Planner<'_> {
 
     /// Deletions are a phase's last step; everything else is redone by the next phase.
     fn moved_on(&mut self, mark: usize, _keep: bool) {
-        let kept: Vec<DeployAction> = self
+        let kept: Vec<Action> = self
             .actions
             .drain(mark..)
-            .filter(|a| matches!(a, DeployAction::Delete { .. }))
+            .filter(|a| matches!(a, Action::DeleteDeployment { .. }))
             .collect();
         self.actions.extend(kept);
     }
 
-    fn enter(&mut self, phase: Phase, message: &str) {
-        self.st.phase = Some(phase);
-        self.st.phase_since = Some(Time(self.now));
-        self.st.message = Some(message.to_string());
+    fn finish(
+        mut self,
+        message: String,
+        events: Vec<PlanEvent>,
+    ) -> Planned<CanaryDeploymentStatus, Phase> {
+        self.events = events;
+        Planner::finish(self, message)
     }
 }
 
@@ -326,7 +234,7 @@ impl<'a> Planner<'a> {
     }
 
     fn find(&self, name: &str) -> Option<&'a DeploymentView> {
-        self.o.iter().find(|d| d.name == name)
+        self.o.deployments.iter().find(|d| d.name == name)
     }
 
     /// The pod template for `image`, with the spec's resources on the rolled-out container.
@@ -388,7 +296,8 @@ impl<'a> Planner<'a> {
         if same {
             observed
         } else {
-            self.actions.push(DeployAction::Apply(Box::new(desired)));
+            self.actions
+                .push(Action::ApplyDeployment(Box::new(desired)));
             None
         }
     }
@@ -396,6 +305,7 @@ impl<'a> Planner<'a> {
     /// The Deployment currently serving the stable version: not `except`, most replicas.
     fn stable_deployment(&self, except: &str) -> Option<&'a DeploymentView> {
         self.o
+            .deployments
             .iter()
             .filter(|d| d.name != except)
             .max_by_key(|d| (d.replicas, d.available))
@@ -408,6 +318,7 @@ impl<'a> Planner<'a> {
         self.find(&home)
             .or_else(|| {
                 self.o
+                    .deployments
                     .iter()
                     .filter(|d| d.image.as_deref() == Some(image))
                     .max_by_key(|d| (d.replicas, d.available))
@@ -416,8 +327,8 @@ impl<'a> Planner<'a> {
     }
 
     fn delete_others(&mut self, keep: &str) {
-        for d in self.o.iter().filter(|d| d.name != keep) {
-            let delete = DeployAction::Delete {
+        for d in self.o.deployments.iter().filter(|d| d.name != keep) {
+            let delete = Action::DeleteDeployment {
                 name: d.name.clone(),
             };
             if !self.actions.contains(&delete) {
@@ -494,7 +405,7 @@ impl<'a> Planner<'a> {
 
     /// A selector change the live Deployments cannot take (the API server refuses it).
     fn selector_change(&self) -> Option<String> {
-        let live = self.o.iter().find(|d| {
+        let live = self.o.deployments.iter().find(|d| {
             let desired = self.deployment(&d.name, "", 0);
             let want = desired
                 .spec
@@ -527,7 +438,7 @@ impl<'a> Planner<'a> {
         self.st.stable_image = Some(image.clone());
         let total = self.total();
         // Adopt what a restart finds: the single Deployment that exists, else a new one.
-        let name = match self.o {
+        let name = match &self.o.deployments[..] {
             [only] => only.name.clone(),
             _ => self.home(&image),
         };
@@ -867,13 +778,14 @@ impl<'a> Planner<'a> {
         // exists; else the one that serves most, whose image is set back.
         let home = self
             .o
+            .deployments
             .iter()
             .filter(|d| d.image.as_deref() == Some(target.as_str()))
             .max_by_key(|d| d.replicas)
             .or_else(|| self.stable_deployment(""))
             .map_or_else(|| self.home(&target), |d| d.name.clone());
         let back = self.ensure(&home, &target, total);
-        for other in self.o.iter().filter(|d| d.name != home) {
+        for other in self.o.deployments.iter().filter(|d| d.name != home) {
             if other.replicas > 0 {
                 let image = other.image.clone().unwrap_or_default();
                 self.ensure(&other.name.clone(), &image, 0);
@@ -881,6 +793,7 @@ impl<'a> Planner<'a> {
         }
         let drained = self
             .o
+            .deployments
             .iter()
             .filter(|d| d.name != home)
             .all(|d| d.pods == 0);
@@ -963,10 +876,11 @@ impl<'a> Planner<'a> {
         let deleted = |name: &str| {
             self.actions
                 .iter()
-                .any(|a| matches!(a, DeployAction::Delete { name: n } if n == name))
+                .any(|a| matches!(a, Action::DeleteDeployment { name: n } if n == name))
         };
         let available: i32 = self
             .o
+            .deployments
             .iter()
             .filter(|d| !deleted(&d.name))
             .map(|d| d.available)
@@ -975,6 +889,7 @@ impl<'a> Planner<'a> {
         let mut by_image: BTreeMap<&str, i32> = BTreeMap::new();
         for d in self
             .o
+            .deployments
             .iter()
             .filter(|d| !deleted(&d.name) && d.available > 0)
         {
@@ -1037,6 +952,7 @@ impl<'a> Planner<'a> {
             self.serving(stable).is_some_and(|d| d.complete(total))
                 && self
                     .o
+                    .deployments
                     .iter()
                     .all(|d| d.pods == 0 || Some(d) == self.serving(stable))
         });

@@ -5,7 +5,7 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::actions::PlanEvent;
+use super::actions::{PlanEvent, Planned};
 use crate::api::Condition;
 
 /// The most moves one plan makes; a machine never cycles, this only bounds a bug.
@@ -65,21 +65,105 @@ pub(crate) fn keeping<P>(next: Next<P>) -> Next<P> {
     }
 }
 
-/// A planner that [`drive`] can run.
-pub(crate) trait Machine {
+/// What both rollout statuses have: a phase, conditions and a message.
+pub trait RolloutStatus {
     type Phase: Copy;
-    fn phase(&self) -> Self::Phase;
-    fn step(&mut self, phase: Self::Phase) -> Next<Self::Phase>;
+    /// The phase a new status starts in.
+    const INITIAL: Self::Phase;
+    fn phase(&self) -> Option<Self::Phase>;
+    /// Records a new phase, its start and its message.
+    fn enter(&mut self, phase: Self::Phase, since: Timestamp, message: &str);
+    /// Puts a new status in `phase` (no start, no message: the first step sets them).
+    fn start_in(&mut self, phase: Self::Phase);
+    fn conditions(&self) -> &[Condition];
+    /// Where a failed action is shown.
+    fn conditions_and_message(&mut self) -> (&mut Vec<Condition>, &mut Option<String>);
+}
+
+macro_rules! rollout_status {
+    ($status:ty, $phase:ty) => {
+        impl RolloutStatus for $status {
+            type Phase = $phase;
+            const INITIAL: $phase = <$phase>::Initializing;
+            fn phase(&self) -> Option<$phase> {
+                self.phase
+            }
+            fn enter(&mut self, phase: $phase, since: Timestamp, message: &str) {
+                self.phase = Some(phase);
+                self.phase_since = Some(Time(since));
+                self.message = Some(message.to_string());
+            }
+            fn start_in(&mut self, phase: $phase) {
+                self.phase.get_or_insert(phase);
+            }
+            fn conditions(&self) -> &[Condition] {
+                &self.conditions
+            }
+            fn conditions_and_message(&mut self) -> (&mut Vec<Condition>, &mut Option<String>) {
+                (&mut self.conditions, &mut self.message)
+            }
+        }
+    };
+}
+rollout_status!(
+    crate::api::CanaryStatefulSetStatus,
+    crate::api::StatefulSetPhase
+);
+rollout_status!(
+    crate::api::CanaryDeploymentStatus,
+    crate::api::DeploymentPhase
+);
+
+/// A phase machine: [`plan`] runs it.
+pub(crate) trait Machine {
+    type Status: RolloutStatus;
+    fn status(&self) -> &Self::Status;
+    fn status_mut(&mut self) -> &mut Self::Status;
+    fn now(&self) -> Timestamp;
+    fn step(&mut self, phase: Phase<Self>) -> Next<Phase<Self>>;
     /// How many actions have been emitted so far.
     fn mark(&self) -> usize;
     /// The phase moved on: decide what becomes of the actions it emitted since `mark`.
     fn moved_on(&mut self, mark: usize, keep: bool);
-    /// Records the new phase, its start and its message in the status.
-    fn enter(&mut self, phase: Self::Phase, message: &str);
+    /// Before the first step, what a new status lacks besides its phase.
+    fn start(&mut self) {}
+    /// After the last step: the plan, with the message of the phase it stopped in and the
+    /// events of its moves.
+    fn finish(self, message: String, events: Vec<PlanEvent>) -> Planned<Self::Status, Phase<Self>>;
+
+    fn phase(&self) -> Phase<Self> {
+        self.status()
+            .phase()
+            .unwrap_or(<Self::Status as RolloutStatus>::INITIAL)
+    }
+    fn enter(&mut self, phase: Phase<Self>, message: &str) {
+        let now = self.now();
+        self.status_mut().enter(phase, now, message);
+    }
+}
+
+/// A machine's phase type.
+pub(crate) type Phase<M> = <<M as Machine>::Status as RolloutStatus>::Phase;
+
+/// The one driver of both phase machines: starts the status, runs steps until one stays,
+/// finishes the plan, and keeps shown an action failure the plan repeats. `before` is the
+/// status the plan was made from.
+pub(crate) fn plan<M: Machine>(mut m: M, before: &M::Status) -> Planned<M::Status, Phase<M>> {
+    let now = m.now();
+    m.status_mut()
+        .start_in(<M::Status as RolloutStatus>::INITIAL);
+    m.start();
+    let driven = drive(&mut m);
+    let mut plan = m.finish(driven.message, driven.events);
+    plan.entered = driven.entered;
+    let actions: Vec<String> = plan.actions.iter().map(super::Action::describe).collect();
+    let (conditions, message) = plan.status.conditions_and_message();
+    carry_action_failure(before.conditions(), conditions, message, actions, now);
+    plan
 }
 
 /// What driving a machine produced besides its own state.
-pub(crate) struct Driven<P> {
+struct Driven<P> {
     /// What the phase it stopped in waits for (or the last move's message).
     pub message: String,
     /// Every phase entered, in order.
@@ -89,7 +173,7 @@ pub(crate) struct Driven<P> {
 }
 
 /// Runs steps until one stays.
-pub(crate) fn drive<M: Machine>(m: &mut M) -> Driven<M::Phase> {
+fn drive<M: Machine>(m: &mut M) -> Driven<Phase<M>> {
     let mut out = Driven {
         message: String::new(),
         entered: Vec::new(),

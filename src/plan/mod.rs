@@ -8,7 +8,8 @@
 //! - [`batch`] and [`deployment`]: the CanaryDeployment batch arithmetic and phase machine;
 //! - [`analysis`]: metric arguments, CEL judgements, measurement records and run verdicts;
 //! - [`actions`]: what a plan asks the controller to do;
-//! - `machine`: the transition driver and condition helper both phase machines share.
+//! - `machine`: the one driver of both phase machines ([`RolloutStatus`], `machine::plan`),
+//!   and the condition helpers they share.
 
 pub mod actions;
 pub mod analysis;
@@ -24,6 +25,6 @@ pub use actions::{Action, PlanEvent};
 #[cfg(test)]
 pub(crate) use machine::carry_action_failure;
 pub use machine::{
-    ACTION_FAILED, ACTION_RETRYING, acting_value, mark_action_failed, set_condition,
+    ACTION_FAILED, ACTION_RETRYING, RolloutStatus, acting_value, mark_action_failed, set_condition,
 };
 pub use observed::Observed;

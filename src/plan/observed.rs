@@ -8,6 +8,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+mod deployment;
+pub use deployment::{DeploymentView, StoredDeployment};
+
 use crate::api::{BIND_REQUESTED_ANNOTATION, CHILD_HASH_ANNOTATION, HANDOFF_TO_ANNOTATION};
 
 /// A StatefulSet as the planner needs it.
@@ -319,7 +322,9 @@ pub struct JobView {
     pub failed: bool,
 }
 
-/// Everything the StatefulSet planner reads from the cluster.
+/// Everything a planner reads from the cluster: a CanaryStatefulSet's sets, pods, claims,
+/// volumes and Job, or a CanaryDeployment's Deployments (and its analysis Jobs, through
+/// [`crate::plan::analysis`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {
     /// `<name>-stable` (TwoSets) or `<name>` (Partition).
@@ -334,6 +339,8 @@ pub struct Observed {
     /// A set of the rollout's other strategy (e.g. `<name>` when the spec says TwoSets): the
     /// strategy was switched on a live rollout.
     pub other_strategy_set: Option<String>,
+    /// A CanaryDeployment's Deployments (owned by it).
+    pub deployments: Vec<DeploymentView>,
 }
 
 impl Observed {

@@ -11,14 +11,13 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::actions::Planned;
 use super::actions::{Action, PlanEvent};
 use super::analysis::{self, BACKGROUND, Resolved, Verdict, gate_run};
 use super::handoff::{HandoffStep, handoff_step};
 use super::machine::{
-    Machine, Next, Standing, annotation_acts, carry_action_failure, drive, elapsed, go, go_warning,
-    keeping, set_standing,
+    self, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning, keeping, set_standing,
 };
 use super::objects::{
     Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
@@ -49,17 +48,8 @@ pub struct Rollout<'a> {
     pub analysis: Resolved,
 }
 
-/// What to do now.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    pub status: CanaryStatefulSetStatus,
-    pub actions: Vec<Action>,
-    pub events: Vec<PlanEvent>,
-    /// A real timer: the bake time or the progress deadline.
-    pub requeue_after: Option<Duration>,
-    /// Every phase this plan entered, in order (usually none or one).
-    pub entered: Vec<Phase>,
-}
+/// What to do now: the status, the actions, the events and the next timer.
+pub type Plan = super::actions::Planned<CanaryStatefulSetStatus, Phase>;
 
 struct Planner<'a> {
     r: &'a Rollout<'a>,
@@ -73,7 +63,7 @@ struct Planner<'a> {
 
 /// Plans one reconcile of a CanaryStatefulSet.
 pub fn plan(rollout: &Rollout<'_>, observed: &Observed, now: Timestamp) -> Plan {
-    let mut p = Planner {
+    let planner = Planner {
         r: rollout,
         o: observed,
         now,
@@ -82,39 +72,22 @@ pub fn plan(rollout: &Rollout<'_>, observed: &Observed, now: Timestamp) -> Plan 
         events: Vec::new(),
         requeue: None,
     };
-    if p.st.stable_image.is_none() {
-        // A new status (or a CR created over existing sets): the stable image is what the
-        // stable set runs, else the spec's.
-        p.st.stable_image = Some(
-            observed
-                .stable
-                .as_ref()
-                .and_then(|s| s.image.clone())
-                .unwrap_or_else(|| rollout.spec.image.clone()),
-        );
-    }
-    p.st.phase.get_or_insert(Phase::Initializing);
-    let driven = drive(&mut p);
-    p.events = driven.events;
-    let message = driven.message;
-    let entered = driven.entered;
-    let mut plan = p.finish(message);
-    plan.entered = entered;
-    carry_action_failure(
-        &rollout.status.conditions,
-        &mut plan.status.conditions,
-        &mut plan.status.message,
-        plan.actions.iter().map(Action::describe),
-        now,
-    );
-    plan
+    machine::plan(planner, &rollout.status)
 }
 
 impl Machine for Planner<'_> {
-    type Phase = Phase;
+    type Status = CanaryStatefulSetStatus;
 
-    fn phase(&self) -> Phase {
-        self.st.phase.unwrap_or(Phase::Initializing)
+    fn status(&self) -> &CanaryStatefulSetStatus {
+        &self.st
+    }
+
+    fn status_mut(&mut self) -> &mut CanaryStatefulSetStatus {
+        &mut self.st
+    }
+
+    fn now(&self) -> Timestamp {
+        self.now
     }
 
     fn step(&mut self, phase: Phase) -> Next<Phase> {
@@ -131,10 +104,27 @@ impl Machine for Planner<'_> {
         }
     }
 
-    fn enter(&mut self, phase: Phase, message: &str) {
-        self.st.phase = Some(phase);
-        self.st.phase_since = Some(Time(self.now));
-        self.st.message = Some(message.to_string());
+    /// A new status (or a CR created over existing sets): the stable image is what the
+    /// stable set runs, else the spec's.
+    fn start(&mut self) {
+        if self.st.stable_image.is_none() {
+            self.st.stable_image = Some(
+                self.o
+                    .stable
+                    .as_ref()
+                    .and_then(|s| s.image.clone())
+                    .unwrap_or_else(|| self.r.spec.image.clone()),
+            );
+        }
+    }
+
+    fn finish(
+        mut self,
+        message: String,
+        events: Vec<PlanEvent>,
+    ) -> Planned<CanaryStatefulSetStatus, Phase> {
+        self.events = events;
+        Planner::finish(self, message)
     }
 }
 

@@ -98,8 +98,11 @@ impl Sim {
         }
     }
 
-    fn observed(&self) -> Vec<DeploymentView> {
-        self.deployments.values().cloned().collect()
+    fn observed(&self) -> Observed {
+        Observed {
+            deployments: self.deployments.values().cloned().collect(),
+            ..Observed::default()
+        }
     }
 
     fn plan(&self) -> DeployPlan {
@@ -154,9 +157,9 @@ impl Sim {
         self.reconcile_partial(None)
     }
 
-    fn execute(&mut self, a: &DeployAction) {
+    fn execute(&mut self, a: &Action) {
         match a {
-            DeployAction::Apply(d) => {
+            Action::ApplyDeployment(d) => {
                 let name = d.metadata.name.clone().unwrap();
                 let mut view = DeploymentView::from_object(d, None);
                 let prev = self.deployments.get(&name);
@@ -168,9 +171,10 @@ impl Sim {
                 *max = (*max).max(view.replicas);
                 self.deployments.insert(name, view);
             }
-            DeployAction::Delete { name } => {
+            Action::DeleteDeployment { name } => {
                 self.deployments.remove(name);
             }
+            other => panic!("a CanaryDeployment plan asked to {}", other.describe()),
         }
     }
 
@@ -323,7 +327,7 @@ fn rolling_updates_one_deployment_and_corrects_drift() {
     d.image = Some("web:hacked".into());
     let p = s.reconcile();
     assert!(
-        matches!(&p.actions[..], [DeployAction::Apply(d)] if d.spec.as_ref().unwrap().replicas == Some(4))
+        matches!(&p.actions[..], [Action::ApplyDeployment(d)] if d.spec.as_ref().unwrap().replicas == Some(4))
     );
     s.tick();
     // Resources drift too.
@@ -456,11 +460,11 @@ proptest! {
                         let n = p.status.current_batch.unwrap_or(1);
                         let t = batch::target(6, 3, n);
                         let new = p.status.canary_image.clone().map(|i| {
-                            let planner = Planner { r: &s.rollout(), o: &[], now: s.now, st: s.status.clone(), actions: vec![], events: vec![], requeue: None };
+                            let planner = Planner { r: &s.rollout(), o: &Observed::default(), now: s.now, st: s.status.clone(), actions: vec![], events: vec![], requeue: None };
                             planner.version_for(&i)
                         });
                         for a in &p.actions {
-                            if let DeployAction::Apply(d) = a
+                            if let Action::ApplyDeployment(d) = a
                                 && Some(d.metadata.name.clone().unwrap()) == new
                             {
                                 prop_assert!(d.spec.as_ref().unwrap().replicas.unwrap() <= t);

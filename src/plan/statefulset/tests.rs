@@ -182,6 +182,7 @@ impl Sim {
                 .keys()
                 .find(|n| !self.strategy_sets().contains(&n.as_str()))
                 .cloned(),
+            deployments: Vec::new(),
         }
     }
 
@@ -334,6 +335,7 @@ impl Sim {
             Action::DeletePod { name } => {
                 self.pods.remove(name);
             }
+            other => panic!("a CanaryStatefulSet plan asked to {}", other.describe()),
         }
     }
 

@@ -1,0 +1,243 @@
+//! The one executor of both controllers: each [`Action`] of a plan is one API call (a volume
+//! patch is checked first, and made conditional on what was checked).
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::{Context, Doing, ReconcileError};
+use crate::api::{
+    BIND_REQUESTED_ANNOTATION, HANDOFF_TO_ANNOTATION, ROLLOUT_LABEL, VOLUME_NAMESPACE_LABEL,
+};
+use crate::plan::handoff::{VolumePatch, volume_refusal};
+use crate::plan::{Action, Observed};
+use crate::sync::FIELD_MANAGER;
+
+fn ignore_status(result: Result<(), kube::Error>, code: u16) -> Result<(), kube::Error> {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == code => Ok(()),
+        other => other,
+    }
+}
+
+/// Reads `volume` and the claims its patch concerns, and returns the volume's resourceVersion
+/// if [`volume_refusal`] lets the handoff of `rollout` make `patch`.
+async fn check_volume(
+    client: &kube::Client,
+    ns: &str,
+    rollout: &str,
+    volume: &str,
+    patch: VolumePatch<'_>,
+    what: &impl Fn() -> String,
+) -> Result<String, ReconcileError> {
+    let Some(pv) = Api::<PersistentVolume>::all(client.clone())
+        .get_opt(volume)
+        .await
+        .doing(what)?
+    else {
+        return Err(ReconcileError::Waiting(format!("volume {volume} is gone")));
+    };
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns);
+    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    let named = match claim_ref
+        .filter(|r| r.namespace.as_deref() == Some(ns))
+        .and_then(|r| r.name.as_deref())
+    {
+        Some(name) => claims.get_opt(name).await.doing(what)?,
+        None => None,
+    };
+    let target = match patch {
+        VolumePatch::Bind { claim, .. } => claims.get_opt(claim).await.doing(what)?,
+        VolumePatch::Retain => None,
+    };
+    match volume_refusal(&pv, ns, rollout, named.as_ref(), target.as_ref(), patch) {
+        Some(why) => {
+            tracing::warn!(volume, rollout = %format!("{ns}/{rollout}"), why, "refused to patch a volume that is not the rollout's");
+            Err(ReconcileError::NotOurs {
+                doing: what(),
+                why: format!("volume {volume} is not rollout {ns}/{rollout}'s: {why}"),
+            })
+        }
+        // Without a resourceVersion the patch would not be conditional: fail closed.
+        None => pv.metadata.resource_version.ok_or_else(|| {
+            ReconcileError::Waiting(format!("volume {volume} has no resourceVersion"))
+        }),
+    }
+}
+
+/// Does one action of `rollout`'s plan. `observed` is what the plan was made from: a
+/// Deployment it shows as the rollout's needs no second look before it is applied.
+pub(crate) async fn execute(
+    action: &Action,
+    ctx: &Context,
+    ns: &str,
+    rollout: &str,
+    observed: &Observed,
+) -> Result<(), ReconcileError> {
+    let client = ctx.client.clone();
+    let what = || action.describe();
+    match action {
+        Action::ApplySet(set) => {
+            let name = set.metadata.name.clone().unwrap_or_default();
+            let sets = Api::<StatefulSet>::namespaced(client, ns);
+            let live = sets.get_metadata_opt(&name).await.doing(what)?;
+            if let Some(why) =
+                super::foreign_child(live.as_ref().map(|l| &l.metadata), &set.metadata)
+            {
+                return Err(ReconcileError::NotOurs { doing: what(), why });
+            }
+            sets.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(set.as_ref()),
+            )
+            .await
+            .map(|_| ())
+            .doing(what)
+        }
+        Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .map(|_| ())
+            .doing(what),
+        Action::DeleteSet { name } => ignore_status(
+            Api::<StatefulSet>::namespaced(client, ns)
+                .delete(name, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+            404,
+        )
+        .doing(what),
+        Action::RetainVolume { volume, handoff_to } => {
+            let checked =
+                check_volume(&client, ns, rollout, volume, VolumePatch::Retain, &what).await?;
+            // The resourceVersion makes the patch fail if the volume changed since the check.
+            Api::<PersistentVolume>::all(client)
+                .patch(
+                    volume,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({
+                        "metadata": {
+                            "resourceVersion": checked,
+                            "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
+                            "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
+                        },
+                        "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+                    })),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
+        Action::CreateClaim(claim) => ignore_status(
+            Api::<PersistentVolumeClaim>::namespaced(client, ns)
+                .create(&PostParams::default(), claim)
+                .await
+                .map(|_| ()),
+            409,
+        )
+        .doing(what),
+        Action::DeleteClaim { name, .. } => ignore_status(
+            Api::<PersistentVolumeClaim>::namespaced(client, ns)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            404,
+        )
+        .doing(what),
+        Action::BindVolume {
+            volume,
+            claim,
+            claim_uid,
+        } => {
+            let patch = VolumePatch::Bind { claim, claim_uid };
+            let checked = check_volume(&client, ns, rollout, volume, patch, &what).await?;
+            Api::<PersistentVolume>::all(client)
+                .patch(
+                    volume,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({
+                        "metadata": {"resourceVersion": checked},
+                        "spec": {"claimRef": {
+                            "apiVersion": "v1",
+                            "kind": "PersistentVolumeClaim",
+                            "namespace": ns,
+                            "name": claim,
+                            "uid": claim_uid,
+                            "resourceVersion": null,
+                        }},
+                    })),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
+        Action::RequestBind { claim, volume } => {
+            Api::<PersistentVolumeClaim>::namespaced(client, ns)
+                .patch(
+                    claim,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {BIND_REQUESTED_ANNOTATION: volume}}}),
+                    ),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
+        Action::CreateJob(job) => ignore_status(
+            Api::<Job>::namespaced(client, ns)
+                .create(&PostParams::default(), job)
+                .await
+                .map(|_| ()),
+            409,
+        )
+        .doing(what),
+        Action::DeletePod { name } => ignore_status(
+            Api::<Pod>::namespaced(client, ns)
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            404,
+        )
+        .doing(what),
+        Action::ApplyDeployment(d) => {
+            let name = d.metadata.name.clone().unwrap_or_default();
+            let deployments = Api::<Deployment>::namespaced(client, ns);
+            // One this rollout owns (observed by its uid) needs no second look.
+            let live = if observed.deployments.iter().any(|o| o.name == name) {
+                None
+            } else {
+                deployments.get_metadata_opt(&name).await.doing(what)?
+            };
+            if let Some(why) = super::foreign_child(live.as_ref().map(|l| &l.metadata), &d.metadata)
+            {
+                return Err(ReconcileError::NotOurs { doing: what(), why });
+            }
+            deployments
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(d.as_ref()),
+                )
+                .await
+                .map(|_| ())
+                .doing(what)
+        }
+        Action::DeleteDeployment { name } => ignore_status(
+            Api::<Deployment>::namespaced(client, ns)
+                .delete(name, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+            404,
+        )
+        .doing(what),
+    }
+}

@@ -1,0 +1,248 @@
+//! The one reconcile of both controllers, after each has observed its rollout: resolve and
+//! take the analysis measurements due, ask the kind's phase machine for a plan, write the
+//! status (before acting: a crash in between only means doing the actions again), execute
+//! the actions, publish the events, and requeue only for a real timer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::runtime::controller::Action as Requeue;
+use kube::{Resource, ResourceExt};
+
+use super::analysis::{Measured, measure};
+use super::execute::execute;
+use super::{Context, ReconcileError, StatusWrite, show_action_failure, write_status};
+use crate::api::{
+    ABORT_ANNOTATION, AnalysisRunStatus, CanaryDeployment, CanaryStatefulSet, PROMOTE_ANNOTATION,
+    REVISION_ANNOTATION, RolloutAnalysis, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
+};
+use crate::plan::actions::Planned;
+use crate::plan::analysis::{Builtins, Resolved};
+use crate::plan::objects::RolloutRef;
+use crate::plan::{Observed, RolloutStatus, deployment, statefulset};
+
+/// What the reconcile needs of a rollout kind; its phase machine is behind [`Self::plan`].
+pub(crate) trait RolloutKind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: &'static str;
+    type Status: RolloutStatus<Phase = Self::Phase>
+        + Clone
+        + Default
+        + serde::Serialize
+        + PartialEq
+        + Send
+        + Sync;
+    type Phase: Copy + std::fmt::Debug;
+    fn status(&self) -> Option<&Self::Status>;
+    fn analysis(&self) -> Option<&RolloutAnalysis>;
+    fn runs(status: &mut Self::Status) -> &mut Vec<AnalysisRunStatus>;
+    fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins;
+    /// Whether analysis runs in `phase` (a canary under way).
+    fn measures_in(phase: Self::Phase) -> bool;
+    fn plan(
+        &self,
+        reference: RolloutRef,
+        status: Self::Status,
+        analysis: Resolved,
+        observed: &Observed,
+        now: jiff::Timestamp,
+    ) -> Planned<Self::Status, Self::Phase>;
+}
+
+fn annotation(rollout: &impl Resource, key: &str) -> Option<String> {
+    rollout.annotations().get(key).cloned()
+}
+
+impl RolloutKind for CanaryStatefulSet {
+    const KIND: &'static str = "CanaryStatefulSet";
+    type Status = crate::api::CanaryStatefulSetStatus;
+    type Phase = crate::api::StatefulSetPhase;
+    fn status(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+    fn analysis(&self) -> Option<&RolloutAnalysis> {
+        self.spec.analysis.as_ref()
+    }
+    fn runs(status: &mut Self::Status) -> &mut Vec<AnalysisRunStatus> {
+        &mut status.analysis
+    }
+    fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
+        statefulset::analysis_builtins(&self.name_any(), ns, &self.spec, status)
+    }
+    fn measures_in(phase: Self::Phase) -> bool {
+        statefulset::reads_abort(phase)
+    }
+    fn plan(
+        &self,
+        reference: RolloutRef,
+        status: Self::Status,
+        analysis: Resolved,
+        observed: &Observed,
+        now: jiff::Timestamp,
+    ) -> Planned<Self::Status, Self::Phase> {
+        let input = statefulset::Rollout {
+            reference,
+            generation: self.metadata.generation,
+            spec: &self.spec,
+            promote: annotation(self, PROMOTE_ANNOTATION),
+            abort: annotation(self, ABORT_ANNOTATION),
+            source_revision: annotation(self, REVISION_ANNOTATION),
+            source_path: annotation(self, SOURCE_PATH_ANNOTATION),
+            status,
+            analysis,
+        };
+        statefulset::plan(&input, observed, now)
+    }
+}
+
+impl RolloutKind for CanaryDeployment {
+    const KIND: &'static str = "CanaryDeployment";
+    type Status = crate::api::CanaryDeploymentStatus;
+    type Phase = crate::api::DeploymentPhase;
+    fn status(&self) -> Option<&Self::Status> {
+        self.status.as_ref()
+    }
+    fn analysis(&self) -> Option<&RolloutAnalysis> {
+        self.spec.analysis.as_ref()
+    }
+    fn runs(status: &mut Self::Status) -> &mut Vec<AnalysisRunStatus> {
+        &mut status.analysis
+    }
+    fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
+        deployment::analysis_builtins(&self.name_any(), ns, &self.spec, status)
+    }
+    fn measures_in(phase: Self::Phase) -> bool {
+        deployment::reads_abort(phase)
+    }
+    fn plan(
+        &self,
+        reference: RolloutRef,
+        status: Self::Status,
+        analysis: Resolved,
+        observed: &Observed,
+        now: jiff::Timestamp,
+    ) -> Planned<Self::Status, Self::Phase> {
+        let input = deployment::DeployRollout {
+            reference,
+            generation: self.metadata.generation,
+            spec: &self.spec,
+            source_revision: annotation(self, REVISION_ANNOTATION),
+            source_path: annotation(self, SOURCE_PATH_ANNOTATION),
+            abort: annotation(self, ABORT_ANNOTATION),
+            status,
+            analysis,
+        };
+        deployment::plan(&input, observed, now)
+    }
+}
+
+/// The rollout as the plans name it.
+pub(crate) fn reference(rollout: &impl Resource, ns: &str) -> RolloutRef {
+    RolloutRef {
+        name: rollout.name_any(),
+        namespace: ns.to_string(),
+        uid: rollout.uid().unwrap_or_default(),
+        source: rollout.labels().get(SOURCE_LABEL).cloned(),
+    }
+}
+
+/// Plans and acts on `rollout` in `ns` from what was `observed`.
+pub(crate) async fn plan_and_act<K: RolloutKind>(
+    ctx: &Context,
+    rollout: &K,
+    ns: &str,
+    observed: &Observed,
+) -> Result<Requeue, ReconcileError> {
+    let started = Instant::now();
+    let name = rollout.name_any();
+    let mut status = rollout.status().cloned().unwrap_or_default();
+    let builtins = rollout.builtins(ns, &status);
+    let resolved = ctx
+        .templates
+        .resolve(rollout.analysis(), ns, &builtins)
+        .await;
+    let now = jiff::Timestamp::now();
+    let reference = reference(rollout, ns);
+    let measured = Measured {
+        reference: &reference,
+        kind: K::KIND,
+        active: status.phase().is_some_and(K::measures_in)
+            && !super::status_write_pending(ctx, K::KIND, rollout),
+    };
+    measure(ctx, measured, K::runs(&mut status), &resolved, now).await;
+    let planned = rollout.plan(reference, status, resolved, observed, now);
+    ctx.metrics.rollout_phase(
+        K::KIND,
+        &format!("{ns}/{name}"),
+        planned.status.phase().map(|p| format!("{p:?}")).as_deref(),
+    );
+    let written = write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?;
+    for action in &planned.actions {
+        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
+        if let Err(e) = execute(action, ctx, ns, &name, observed).await {
+            return Err(show_action_failure(ctx, rollout, K::KIND, &planned.status, e, now).await);
+        }
+    }
+    let object = rollout.object_ref(&());
+    let announced = written == StatusWrite::Repeated;
+    for e in planned.events.iter().filter(|_| !announced) {
+        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
+        ctx.publish(&object, e.warning, e.reason, &e.message).await;
+    }
+    tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase(), took = ?started.elapsed(), "reconciled");
+    Ok(match planned.requeue_after {
+        Some(after) => Requeue::requeue(after),
+        None => Requeue::await_change(),
+    })
+}
+
+/// Times a reconcile, counts its error by label, and puts a failed API request on the
+/// rollout as a `ReconcileFailed` event.
+pub(crate) async fn measured<K: RolloutKind>(
+    ctx: &Context,
+    rollout: &K,
+    reconcile: impl std::future::Future<Output = Result<Requeue, ReconcileError>>,
+) -> Result<Requeue, ReconcileError> {
+    let result = ctx.measured(K::KIND, reconcile).await;
+    if let Err(e @ ReconcileError::Kube { .. }) = &result {
+        ctx.publish(
+            &rollout.object_ref(&()),
+            true,
+            "ReconcileFailed",
+            &e.to_string(),
+        )
+        .await;
+    }
+    result
+}
+
+/// When a failed reconcile is tried again: a deletion waiting for children is woken by
+/// them (this is a safety net); anything else in 5 s.
+pub(crate) fn error_policy<K: RolloutKind, S>(
+    rollout: Arc<K>,
+    error: &ReconcileError,
+    _: Arc<S>,
+) -> Requeue {
+    let key = format!(
+        "{}/{}",
+        rollout.namespace().unwrap_or_default(),
+        rollout.name_any()
+    );
+    match error {
+        ReconcileError::Waiting(what) => {
+            tracing::info!(rollout = %key, "deleting: waiting for {what}");
+            Requeue::requeue(Duration::from_secs(30))
+        }
+        e => {
+            tracing::warn!(rollout = %key, error = %e, "reconcile failed; retrying");
+            Requeue::requeue(Duration::from_secs(5))
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! `linnet agent`: the flags made into an [`crate::agent::AgentConfig`], a checked client, and the
+//! run.
+
+use super::*;
+
+pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
+    use crate::agent::{AgentConfig, SourceConfig};
+    use crate::source::git::{GitAuth, GitRemote};
+    // Before anything else: an agent that would take any webhook must not start at all.
+    if let Some(file) = &args.webhook_secret_file {
+        crate::source::hooks::read_secret(file).map_err(|message| {
+            Error::Runtime(std::io::Error::other(format!(
+                "{message} (--webhook-secret-file)"
+            )))
+        })?;
+    }
+    // The status API's client with the CA, now: a CA that OpenSSL took and rustls does not
+    // stops the agent here, rather than turning commit statuses off later.
+    if args.ca_file.is_some() {
+        crate::net::http_client(args.ca_file.as_deref(), args.git_timeout)
+            .map_err(|e| Error::Usage(e.to_string()))?;
+    }
+    let source = match (&args.repo_url, &args.repo_path) {
+        (_, Some(dir)) => SourceConfig::Local { dir: dir.clone() },
+        (Some(url), None) => {
+            let auth = if let Some(key) = &args.ssh_key_file {
+                GitAuth::SshKey {
+                    username: "git".into(),
+                    private_key: key.clone(),
+                    known_hosts: args.ssh_known_hosts.clone().unwrap_or_default(),
+                }
+            } else if let Some(file) = &args.git_password_file {
+                GitAuth::Basic {
+                    username: args.git_username.clone(),
+                    password_file: file.clone(),
+                }
+            } else {
+                GitAuth::Anonymous
+            };
+            SourceConfig::Remote {
+                remote: GitRemote {
+                    url: url.clone(),
+                    branch: args.branch.clone(),
+                    auth,
+                },
+                cache_dir: args.cache_dir.clone(),
+            }
+        }
+        (None, None) => unreachable_source()?,
+    };
+    let writeback_source = source.clone();
+    let config = AgentConfig {
+        source,
+        path: args.path.clone(),
+        allow_empty: args.allow_empty,
+        poll_interval: args.poll_interval,
+        drift_interval: args.drift_interval,
+        git_timeout: args.git_timeout,
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+        probe_listen: args.probe_listen,
+        serve_limits: crate::serve::ServeLimits {
+            max_connections: args.max_connections.max(1),
+            header_timeout: args.header_timeout,
+            ..crate::serve::ServeLimits::default()
+        },
+        webhook: args
+            .webhook_secret_file
+            .as_ref()
+            .map(|f| crate::source::hooks::HookSettings {
+                repository_url: args.repo_url.clone(),
+                max_body_bytes: args.webhook_max_body_bytes,
+                body_timeout: args.webhook_body_timeout,
+                max_unverified_bodies: args.webhook_max_unverified_bodies,
+                ..crate::source::hooks::HookSettings::new(f.clone(), args.branch.clone())
+            }),
+        load: args.specs.load_options(),
+        source_name: args.sync.source_name.clone(),
+        prune: args.sync.prune,
+        apply_as: args.sync.apply_as(args.specs.agent_namespace.as_deref()),
+        adopt: args.sync.adopt,
+        writeback: match (&writeback_source, args.writeback) {
+            (SourceConfig::Remote { remote, cache_dir }, true) => {
+                Some(crate::writeback::WritebackConfig {
+                    remote: crate::source::git::GitRemote {
+                        branch: args.writeback_branch.clone(),
+                        ..remote.clone()
+                    },
+                    cache_dir: cache_dir.with_file_name(format!(
+                        "{}-writeback",
+                        cache_dir
+                            .file_name()
+                            .map(|n| n.to_string_lossy().to_string())
+                            .unwrap_or_else(|| "repo".into())
+                    )),
+                    author_name: args.git_author_name.clone(),
+                    author_email: args.git_author_email.clone(),
+                    interval: args.writeback_interval,
+                    timeout: args.git_timeout,
+                })
+            }
+            _ => None,
+        },
+        commit_status: match (
+            args.commit_status_provider,
+            &args.commit_status_repo,
+            &args.commit_status_token_file,
+        ) {
+            (Some(provider), Some(repo), Some(token)) => {
+                use crate::writeback::commit_status::{CommitStatusConfig, Provider};
+                let api_url = match (&args.commit_status_api_url, provider) {
+                    (Some(url), _) => url.clone(),
+                    (None, Provider::Github) => "https://api.github.com".into(),
+                    (None, Provider::Gitlab) => "https://gitlab.com/api/v4".into(),
+                    (None, Provider::Gitea) => {
+                        return Err(Error::Usage(
+                            "--commit-status-provider gitea needs --commit-status-api-url (e.g. https://gitea.example.com/api/v1)".into(),
+                        ));
+                    }
+                };
+                Some(CommitStatusConfig {
+                    provider,
+                    api_url,
+                    repository: repo.clone(),
+                    token_file: token.clone(),
+                    cluster: args.cluster_name.clone(),
+                    target_url: args.commit_status_target_url.clone(),
+                    ca_file: args.ca_file.clone(),
+                    timeout: args.git_timeout,
+                })
+            }
+            _ => None,
+        },
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
+        analysis: crate::controller::analysis::Policy {
+            files_dir: args.analysis_files_dir.clone(),
+            url_prefixes: args.analysis_url_prefix.clone(),
+        },
+        state_namespace: args
+            .specs
+            .agent_namespace
+            .clone()
+            .unwrap_or_else(|| args.lease_namespace.clone()),
+        leader: args.leader_elect.then(|| crate::agent::LeaderConfig {
+            name: args
+                .lease_name
+                .clone()
+                .unwrap_or_else(|| format!("linnet-{}", args.sync.source_name)),
+            namespace: args.lease_namespace.clone(),
+            identity: args.lease_identity.clone().unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|_| "linnet".into());
+                format!("{host}-{}", std::process::id())
+            }),
+            duration: args.lease_duration,
+        }),
+    };
+    let (kube_config, client) = crate::kube_client::connect().await?;
+    crate::agent::run(config, client, kube_config).await?;
+    Ok(ExitCode::SUCCESS)
+}

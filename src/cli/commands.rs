@@ -1,0 +1,315 @@
+//! The commands besides `agent`: `get`, `status`, `diff` and `validate`, and what they print.
+
+use super::*;
+
+/// A checked client and the namespace to use: `namespace`, else the kubeconfig context's.
+pub(super) async fn client_in(namespace: Option<String>) -> Result<(kube::Client, String)> {
+    let (_, client) = crate::kube_client::connect().await?;
+    let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+    Ok((client, ns))
+}
+
+pub(super) async fn get(name: &str, namespace: Option<String>, watch: bool) -> Result<ExitCode> {
+    let (client, ns) = client_in(namespace).await?;
+    if !watch {
+        let tree = crate::inspect::snapshot(&client, &ns, name).await?;
+        say_raw!("{}", tree.render(jiff::Timestamp::now()));
+        return Ok(ExitCode::SUCCESS);
+    }
+    use std::io::IsTerminal as _;
+    let terminal = std::io::stdout().is_terminal();
+    crate::inspect::watch(&client, &ns, name, |text| {
+        if terminal {
+            // Clear the screen and draw from the top, as `watch` does.
+            say_raw!("\x1b[H\x1b[2J{text}");
+        } else {
+            say_raw!("{}\n{text}", "-".repeat(78));
+        }
+    })
+    .await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) async fn pull(
+    name: &str,
+    namespace: Option<String>,
+    lever: crate::inspect::Lever,
+) -> Result<ExitCode> {
+    let (client, ns) = client_in(namespace).await?;
+    let done = crate::inspect::pull(&client, &ns, name, lever).await?;
+    say!("{done}");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn unreachable_source() -> Result<crate::agent::SourceConfig> {
+    Err(Error::Usage("give --repo-url or --repo-path".into()))
+}
+
+/// `linnet status`: what the agent's `/status` says, the source and every rollout of it as
+/// the agent's shared stores have them. No cluster I/O of its own.
+pub(super) async fn status(agent_url: &str) -> Result<ExitCode> {
+    let url = format!("{}/status", agent_url.trim_end_matches('/'));
+    let http = crate::net::http_client(None, std::time::Duration::from_secs(10))
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    let response = http
+        .get(&url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .map_err(|e| {
+            Error::Usage(format!(
+                "cannot reach the agent at {url}: {}; give --agent-url, or in a cluster run \
+                 `kubectl -n linnet-system port-forward deploy/linnet 9090` first",
+                crate::net::explain_http(&e).1
+            ))
+        })?;
+    let report = response
+        .json::<crate::agent::StatusReport>()
+        .await
+        .map_err(|e| Error::Usage(format!("{url} answered, but not with a status: {e}")))?;
+    let s = &report.source;
+    say!("source {}:", s.source);
+    say!(
+        "  revision:   {}",
+        s.revision.as_deref().unwrap_or("(not synced yet)")
+    );
+    say!("  last sync:  {}", s.last_sync.as_deref().unwrap_or("-"));
+    say!(
+        "  last error: {}",
+        s.last_error.as_deref().unwrap_or("none")
+    );
+    say!("  objects:    {}", s.objects);
+    for e in &s.spec_errors {
+        say!("  spec error: {e}");
+    }
+    for e in &s.sync_errors {
+        say!("  not applied: {e}");
+    }
+    for c in &s.conditions {
+        say!("  {}: {} ({}): {}", c.type_, c.status, c.reason, c.message);
+    }
+    say!(
+        "{:<14} {:<40} {:<18} {:<7} MESSAGE",
+        "KIND",
+        "NAMESPACE/NAME",
+        "PHASE",
+        "READY"
+    );
+    for r in &report.rollouts {
+        status_row(r);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line of `linnet status`'s rollout table.
+pub(super) fn status_row(r: &crate::agent::RolloutRow) {
+    say!(
+        "{:<14} {:<40} {:<18} {:<7} {}",
+        r.kind,
+        format!("{}/{}", r.namespace, r.name),
+        r.phase.as_deref().unwrap_or("-"),
+        r.ready.as_deref().unwrap_or("-"),
+        r.message.as_deref().unwrap_or_default()
+    );
+}
+
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)
+}
+
+/// Why a directory without any spec is refused (a wrong path, most likely).
+pub(super) fn no_specs(dir: &Path) -> String {
+    format!(
+        "no specs found in {}: no .yaml or .yml file with an object; give the \
+         directory that holds them, or --allow-empty",
+        dir.display()
+    )
+}
+
+pub(super) async fn diff(
+    dir: &Path,
+    allow_empty: bool,
+    unknown_fields: UnknownFields,
+    args: &SpecArgs,
+    sync: &SyncArgs,
+) -> Result<ExitCode> {
+    use crate::sync::{Change, Syncer, diff::render_diff};
+    let set = load_dir(dir, &args.checking_options(unknown_fields))?;
+    if set.is_empty() && !allow_empty {
+        return Err(Error::Usage(no_specs(dir)));
+    }
+    for e in &set.errors {
+        eprintln!("{e}");
+    }
+    let (_, client) = crate::kube_client::connect().await?;
+    let load = args.load_options();
+    let syncer = Syncer::new(
+        client,
+        &sync.source_name,
+        load.policy.allowed_namespaces.clone(),
+    )
+    .with_adopt(sync.adopt)
+    .with_policy(load.policy);
+    let (plan, read_errors) = syncer.plan(&set, "working-tree", sync.prune).await;
+    let mut changed = 0;
+    for change in &plan {
+        let verb = match change.change {
+            Change::Unchanged => continue,
+            Change::Create => "create",
+            Change::Update => "update",
+            Change::Prune => "prune",
+            Change::KeepVolume => {
+                say!(
+                    "= keep {} (no longer in Git, but linnet never deletes volumes)",
+                    change.key
+                );
+                continue;
+            }
+        };
+        changed += 1;
+        let from = change
+            .desired
+            .as_ref()
+            .map(|d| format!(" ({})", d.source_path))
+            .unwrap_or_default();
+        say!("~ {verb} {}{from}", change.key);
+        say_raw!("{}", render_diff(change));
+    }
+    for (key, e) in &read_errors {
+        eprintln!("error: {key}: {e}");
+    }
+    let unchanged = plan
+        .iter()
+        .filter(|c| c.change == Change::Unchanged)
+        .count();
+    say!("{changed} to change, {unchanged} unchanged");
+    // 2 for an error, never 1: in CI, 1 reads as "a change is pending".
+    Ok(if !set.errors.is_empty() || !read_errors.is_empty() {
+        ExitCode::from(2)
+    } else if changed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub(super) fn validate(
+    dir: &Path,
+    output: ValidateOutput,
+    allow_empty: bool,
+    unknown_fields: UnknownFields,
+    args: &SpecArgs,
+) -> Result<ExitCode> {
+    let set = load_dir(dir, &args.checking_options(unknown_fields))?;
+    let files = set
+        .objects
+        .values()
+        .map(|o| o.location.file.as_str())
+        .collect::<std::collections::BTreeSet<_>>();
+    let empty = set.is_empty() && !allow_empty;
+    let ok = set.errors.is_empty() && !empty;
+    match output {
+        ValidateOutput::Json => {
+            let errors: Vec<serde_json::Value> = set
+                .errors
+                .iter()
+                .map(|e| {
+                    serde_json::json!({
+                        "file": e.location.file,
+                        "line": e.location.line,
+                        "column": e.location.column,
+                        "message": e.message,
+                    })
+                })
+                .chain(empty.then(|| serde_json::json!({"message": no_specs(dir)})))
+                .collect();
+            say_raw!(
+                "{}\n",
+                serde_json::json!({
+                    "dir": dir.display().to_string(),
+                    "ok": ok,
+                    "objects": set.objects.len(),
+                    "files": files.len(),
+                    "errors": errors,
+                    "blockedFiles": set.blocked_files,
+                })
+            );
+        }
+        ValidateOutput::Github => {
+            for e in &set.errors {
+                say!("{}", github_annotation(dir, e));
+            }
+            if empty {
+                say!("::error::{}", github_escape(&no_specs(dir), false));
+            }
+        }
+        ValidateOutput::Text => {
+            for e in &set.errors {
+                say!("{e}");
+            }
+            if empty {
+                say!("{}", no_specs(dir));
+            }
+        }
+    }
+    if output != ValidateOutput::Json {
+        if ok {
+            say!(
+                "{}: {} objects in {} files, no errors",
+                dir.display(),
+                set.objects.len(),
+                files.len()
+            );
+        } else if !set.errors.is_empty() {
+            say!(
+                "{}: {} error(s); {} file(s) blocked: {}",
+                dir.display(),
+                set.errors.len(),
+                set.blocked_files.len(),
+                set.blocked_files.join(", ")
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A GitHub Actions error annotation for `e`, its file named from the repository's root
+/// (`dir` as given, joined with the file's path below it).
+pub(super) fn github_annotation(dir: &Path, e: &crate::specs::SpecError) -> String {
+    let file = if dir == Path::new(".") {
+        e.location.file.clone()
+    } else {
+        format!(
+            "{}/{}",
+            dir.display().to_string().trim_end_matches('/'),
+            e.location.file
+        )
+    };
+    format!(
+        "::error file={},line={},col={}::{}",
+        github_escape(file.trim_start_matches("./"), true),
+        e.location.line,
+        e.location.column,
+        github_escape(&e.message, false)
+    )
+}
+
+/// Escapes text for a workflow command, as GitHub's toolkit does (`%`, CR and LF; in a
+/// property also `:` and `,`).
+pub(super) fn github_escape(text: &str, property: bool) -> String {
+    let mut out = text
+        .replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A");
+    if property {
+        out = out.replace(':', "%3A").replace(',', "%2C");
+    }
+    out
+}

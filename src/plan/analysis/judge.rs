@@ -1,0 +1,168 @@
+//! Judging one measurement: what may be wrong with a metric before it runs, its CEL conditions
+//! (compiled with bounds on what Git may ask of them), and the phase a result gets.
+
+use super::*;
+
+/// What is wrong with a metric before any argument is filled in: `(field, problem)`.
+pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let p = &m.provider;
+    let providers = [p.prometheus.is_some(), p.web.is_some(), p.job.is_some()]
+        .iter()
+        .filter(|x| **x)
+        .count();
+    if providers != 1 {
+        out.push((
+            "provider".into(),
+            "set exactly one of prometheus, web or job".into(),
+        ));
+    }
+    for (field, text) in [
+        ("interval", Some(m.interval.as_str())),
+        ("initialDelay", m.initial_delay.as_deref()),
+        (
+            "provider.prometheus.timeout",
+            p.prometheus.as_ref().and_then(|p| p.timeout.as_deref()),
+        ),
+        (
+            "provider.web.timeout",
+            p.web.as_ref().and_then(|w| w.timeout.as_deref()),
+        ),
+    ] {
+        if let Some(Err(e)) = text.map(parse_duration) {
+            out.push((field.into(), e));
+        }
+    }
+    if parse_duration(&m.interval).is_ok_and(|d| d < Duration::from_secs(1)) {
+        out.push(("interval".into(), "must be at least 1s".into()));
+    }
+    for (field, cond) in [
+        ("successCondition", &m.success_condition),
+        ("failureCondition", &m.failure_condition),
+    ] {
+        if let Some(c) = cond
+            && let Err(e) = compile(c)
+        {
+            out.push((field.into(), e));
+        }
+    }
+    if let Some(web) = &p.web
+        && let Some(path) = &web.json_path
+        && let Err(e) = jsonpath_rust::parser::parse_json_path(path)
+    {
+        out.push((
+            "provider.web.jsonPath".into(),
+            format!("{path:?} is not a JSONPath: {e}"),
+        ));
+    }
+    out
+}
+
+pub(super) fn compile(condition: &str) -> Result<cel::Program, String> {
+    if condition.len() > CONDITION_CHARS {
+        return Err(format!("longer than {CONDITION_CHARS} characters"));
+    }
+    let program =
+        cel::Program::compile(condition).map_err(|e| format!("{condition:?} is not CEL: {e}"))?;
+    // CEL has no cost limit here, and a result can be a list of thousands: one macro such as
+    // `result.all(x, x < 0.05)` is linear, but nested ones multiply.
+    if comprehension_depth(program.expression()) > 1 {
+        return Err(format!(
+            "{condition:?} nests list macros (all, exists, map, filter) inside each other; use one"
+        ));
+    }
+    Ok(program)
+}
+
+/// How deeply comprehensions (the list macros) nest in `e`.
+pub(super) fn comprehension_depth(e: &cel::IdedExpr) -> usize {
+    use cel::common::ast::{EntryExpr, Expr, MapExpr, StructExpr};
+    let deepest = |es: &mut dyn Iterator<Item = &cel::IdedExpr>| {
+        es.map(comprehension_depth).max().unwrap_or(0)
+    };
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            1 + deepest(
+                &mut [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ]
+                .into_iter(),
+            )
+        }
+        Expr::Call(c) => deepest(&mut c.target.as_deref().into_iter().chain(&c.args)),
+        Expr::List(l) => deepest(&mut l.elements.iter()),
+        Expr::Select(s) => comprehension_depth(&s.operand),
+        Expr::Map(MapExpr { entries }) | Expr::Struct(StructExpr { entries, .. }) => {
+            deepest(&mut entries.iter().flat_map(|x| match &x.expr {
+                EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            }))
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 0,
+    }
+}
+
+pub(super) fn holds(condition: &str, result: &Value) -> Result<bool, String> {
+    let program = compile(condition)?;
+    let mut context = cel::Context::default();
+    let value = cel::to_value(result).map_err(|e| e.to_string())?;
+    context.add_variable_from_value("result", value);
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!("{condition} gave {other:?}, not true or false")),
+        Err(e) => Err(format!("{condition}: {e}")),
+    }
+}
+
+/// Judges `result` by the metric's conditions, as Argo Rollouts does: the failure condition
+/// first, then the success condition; with both and neither holding, Inconclusive. Without
+/// either, only `false` fails. The message names the condition that decided.
+pub fn judge(metric: &Metric, result: &Value) -> (MeasurementPhase, Option<String>) {
+    use MeasurementPhase::*;
+    if let Some(f) = &metric.failure_condition {
+        match holds(f, result) {
+            Ok(true) => return (Failed, Some(format!("met failureCondition {f}"))),
+            Ok(false) => {}
+            Err(e) => return (Error, Some(e)),
+        }
+    }
+    match (&metric.success_condition, &metric.failure_condition) {
+        (Some(s), failure) => match holds(s, result) {
+            Ok(true) => (Successful, None),
+            Ok(false) if failure.is_some() => (
+                Inconclusive,
+                Some(format!(
+                    "neither {s} nor {} held",
+                    failure.as_deref().unwrap_or_default()
+                )),
+            ),
+            Ok(false) => (Failed, Some(format!("failed {s}"))),
+            Err(e) => (Error, Some(e)),
+        },
+        (None, Some(_)) => (Successful, None),
+        (None, None) if *result == Value::Bool(false) => (Failed, Some("false".into())),
+        (None, None) => (Successful, None),
+    }
+}
+
+/// A provider's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Value(Value),
+    /// The measurement could not be taken.
+    Error(String),
+}
+
+pub(super) fn shown(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > VALUE_CHARS {
+        let cut: String = text.chars().take(VALUE_CHARS).collect();
+        format!("{cut}…")
+    } else {
+        text
+    }
+}

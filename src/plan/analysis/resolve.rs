@@ -1,0 +1,263 @@
+//! Resolution: the templates a rollout's analysis names, with its arguments and the rollout's
+//! built-ins filled into each provider's strings (bounded), and durations parsed.
+
+use super::*;
+
+/// What `{{ rollout.FIELD }}` is replaced with.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Builtins {
+    pub name: String,
+    pub namespace: String,
+    pub canary_image: String,
+    pub stable_image: String,
+    /// A label selector (`k=v,k=v`) of the canary's pods.
+    pub canary_selector: String,
+    /// A label selector of the stable pods.
+    pub stable_selector: String,
+}
+
+impl Builtins {
+    fn get(&self, field: &str) -> Option<&str> {
+        Some(match field {
+            "name" => &self.name,
+            "namespace" => &self.namespace,
+            "canaryImage" => &self.canary_image,
+            "stableImage" => &self.stable_image,
+            "canarySelector" => &self.canary_selector,
+            "stableSelector" => &self.stable_selector,
+            _ => return None,
+        })
+    }
+}
+
+/// A metric ready to measure: its provider's text filled in, its durations parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedMetric {
+    pub template: String,
+    pub metric: Metric,
+    pub interval: Duration,
+    pub initial_delay: Duration,
+    pub timeout: Duration,
+}
+
+/// A rollout's analysis, resolved: each run's metrics, or why they cannot be had.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Resolved {
+    pub runs: BTreeMap<String, Result<Vec<ResolvedMetric>, String>>,
+}
+
+impl Resolved {
+    pub fn has(&self, run: &str) -> bool {
+        self.runs.contains_key(run)
+    }
+}
+
+/// Resolves every run `analysis` asks for; `template` looks an AnalysisTemplate up by name in
+/// the rollout's namespace.
+pub fn resolve(
+    analysis: Option<&RolloutAnalysis>,
+    template: &dyn Fn(&str) -> Option<AnalysisTemplateSpec>,
+    builtins: &Builtins,
+) -> Resolved {
+    let mut out = Resolved::default();
+    let Some(analysis) = analysis else {
+        return out;
+    };
+    if let Some(background) = &analysis.background {
+        out.runs.insert(
+            BACKGROUND.into(),
+            resolve_run(background, &analysis.args, template, builtins),
+        );
+    }
+    for gate in &analysis.gates {
+        let run = AnalysisRef {
+            templates: gate.templates.clone(),
+            args: gate.args.clone(),
+        };
+        out.runs.insert(
+            gate_run(gate.after),
+            resolve_run(&run, &analysis.args, template, builtins),
+        );
+    }
+    out
+}
+
+pub(super) fn resolve_run(
+    run: &AnalysisRef,
+    shared: &[AnalysisArg],
+    template: &dyn Fn(&str) -> Option<AnalysisTemplateSpec>,
+    builtins: &Builtins,
+) -> Result<Vec<ResolvedMetric>, String> {
+    let mut metrics: Vec<ResolvedMetric> = Vec::new();
+    for t in &run.templates {
+        let name = &t.template_name;
+        let spec = template(name).ok_or_else(|| {
+            format!(
+                "AnalysisTemplate {name} is not in namespace {}; add it to the repository or fix templateName",
+                builtins.namespace
+            )
+        })?;
+        let mut args: BTreeMap<&str, Option<&str>> = spec
+            .args
+            .iter()
+            .map(|a| (a.name.as_str(), a.value.as_deref()))
+            .collect();
+        for a in shared.iter().chain(&run.args) {
+            if let Some(slot) = args.get_mut(a.name.as_str()) {
+                *slot = Some(a.value.as_str());
+            }
+        }
+        for m in &spec.metrics {
+            if let Some((path, problem)) = metric_problems(m).into_iter().next() {
+                return Err(format!(
+                    "AnalysisTemplate {name}: metric {}: {path}: {problem}",
+                    m.name
+                ));
+            }
+            if metrics.iter().any(|r| r.metric.name == m.name) {
+                return Err(format!(
+                    "metric {} is in two templates of one analysis; rename one",
+                    m.name
+                ));
+            }
+            let provider = serde_json::to_value(&m.provider).map_err(|e| e.to_string())?;
+            let provider = fill_strings(provider, &|text| fill(text, &args, builtins))
+                .map_err(|e| format!("AnalysisTemplate {name}: metric {}: {e}", m.name))?;
+            let mut metric = m.clone();
+            metric.provider = serde_json::from_value(provider).map_err(|e| e.to_string())?;
+            let timeout = metric
+                .provider
+                .prometheus
+                .as_ref()
+                .and_then(|p| p.timeout.as_deref())
+                .or(metric
+                    .provider
+                    .web
+                    .as_ref()
+                    .and_then(|w| w.timeout.as_deref()))
+                .map(parse_duration)
+                .transpose()?
+                .unwrap_or(DEFAULT_TIMEOUT)
+                .min(MAX_TIMEOUT);
+            metrics.push(ResolvedMetric {
+                template: name.clone(),
+                interval: parse_duration(&metric.interval)?,
+                initial_delay: metric
+                    .initial_delay
+                    .as_deref()
+                    .map(parse_duration)
+                    .transpose()?
+                    .unwrap_or_default(),
+                timeout,
+                metric,
+            });
+        }
+    }
+    Ok(metrics)
+}
+
+pub(super) fn fill_strings(
+    value: Value,
+    f: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<Value, String> {
+    Ok(match value {
+        Value::String(s) => Value::String(f(&s)?),
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|v| fill_strings(v, f))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| Ok((k, fill_strings(v, f)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => other,
+    })
+}
+
+/// Replaces `{{ args.NAME }}` and `{{ rollout.FIELD }}` in `text`.
+pub(super) fn fill(
+    text: &str,
+    args: &BTreeMap<&str, Option<&str>>,
+    builtins: &Builtins,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        let close = after
+            .find("}}")
+            .ok_or_else(|| format!("{{{{ without }}}} in {text:?}"))?;
+        let key = after[..close].trim();
+        let value = if let Some(arg) = key.strip_prefix("args.") {
+            match args.get(arg) {
+                Some(Some(v)) => *v,
+                Some(None) => {
+                    return Err(format!(
+                        "argument {arg} has no value; set it in spec.analysis.args in Git"
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "{{{{ args.{arg} }}}} is not an argument of the template; add it to spec.args"
+                    ));
+                }
+            }
+        } else if let Some(field) = key.strip_prefix("rollout.") {
+            builtins.get(field).ok_or_else(|| {
+                format!(
+                    "{{{{ rollout.{field} }}}} is unknown; use name, namespace, canaryImage, stableImage, canarySelector or stableSelector"
+                )
+            })?
+        } else {
+            return Err(format!(
+                "{{{{ {key} }}}} is unknown; use {{{{ args.NAME }}}} or {{{{ rollout.FIELD }}}}"
+            ));
+        };
+        // A long argument used many times would make a string of any size.
+        if out.len() + value.len() + rest.len() > MAX_FILLED_CHARS {
+            return Err(format!(
+                "longer than {MAX_FILLED_CHARS} characters once its arguments are filled in"
+            ));
+        }
+        out.push_str(value);
+        rest = &after[close + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Parses `30s`, `1m30s`, `500ms`, `2h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration; write e.g. 30s, 1m or 500ms");
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        if digits == 0 || digits > 9 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (Duration::from_millis(1), 2)
+        } else if rest.starts_with('s') {
+            (Duration::from_secs(1), 1)
+        } else if rest.starts_with('m') {
+            (Duration::from_secs(60), 1)
+        } else if rest.starts_with('h') {
+            (Duration::from_secs(3600), 1)
+        } else {
+            return Err(bad());
+        };
+        total += unit * u32::try_from(n).map_err(|_| bad())?;
+        rest = &rest[len..];
+    }
+    Ok(total)
+}

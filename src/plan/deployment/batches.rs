@@ -1,0 +1,246 @@
+//! Moving through the batches (or one rolling step): an interruption, the analysis gates and
+//! holds, the pause rules, and the batch step itself.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    /// Why an in-flight rollout must be ended, if it must. Called first by the steps of the
+    /// phases [`reads_abort`] names.
+    pub(super) fn interrupted(&mut self) -> Option<Next<Phase>> {
+        let canary = self.canary_image();
+        let stable = self.stable_image();
+        let image = self.spec().image.clone();
+        let aborted = annotation_acts(
+            self.r.abort.as_deref(),
+            self.st.abort_at_start.as_deref(),
+            &canary,
+        );
+        let (reason, message) = if aborted && canary != stable {
+            (
+                "Aborted",
+                format!("the abort annotation is set; rolling {canary} back to {stable}"),
+            )
+        } else if self.spec().strategy.type_ == Strategy::Rollback {
+            (
+                "RollbackStarted",
+                format!("strategy set to Rollback; rolling {canary} back to {stable}"),
+            )
+        } else if image == stable {
+            (
+                "Reverted",
+                format!("image set back to {stable} in Git; rolling {canary} back"),
+            )
+        } else if image != canary && self.batched() {
+            (
+                "Superseded",
+                format!(
+                    "image changed to {image} during the rollout of {canary}; rolling back before starting it"
+                ),
+            )
+        } else if let Some((run, why)) =
+            analysis::failed(&mut self.st.analysis, &self.r.analysis, self.now)
+        {
+            self.start_rollback(&canary, &stable);
+            return Some(go_warning(
+                Phase::RollingBack,
+                "AnalysisFailed",
+                format!("analysis {run} failed: {why}; rolling {canary} back to {stable}"),
+            ));
+        } else {
+            return None;
+        };
+        self.start_rollback(&canary, &stable);
+        Some(go(Phase::RollingBack, reason, message))
+    }
+
+    /// What holds the rollout after batch `n`: the background analysis inconclusive or
+    /// unable to measure, unless a person approved the next batch in Git.
+    pub(super) fn analysis_hold(&mut self, n: i32) -> Option<String> {
+        if self.spec().current_batch > n {
+            return None;
+        }
+        match analysis::background(&mut self.st.analysis, &self.r.analysis, self.now) {
+            Some(Verdict::Held(why)) => Some(self.held(BACKGROUND, &why, n)),
+            _ => None,
+        }
+    }
+
+    pub(super) fn held(&self, run: &str, why: &str, n: i32) -> String {
+        let go_on = if n < self.batches() {
+            format!("set currentBatch to {} in Git", n + 1)
+        } else {
+            "remove it from spec.analysis in Git".to_string()
+        };
+        format!(
+            "analysis {run} holds the rollout: {why}. To go on without it, {go_on}; to roll back, \
+             set {}: \"true\" or put the image back",
+            crate::api::ABORT_ANNOTATION
+        )
+    }
+
+    /// What the gate after batch `n` says, if the spec has one: `Ok(true)` passed,
+    /// `Ok(false)` none (or a person approved the next batch), `Err` a move or a wait.
+    pub(super) fn gate(&mut self, n: i32, phase: Phase) -> Result<bool, Next<Phase>> {
+        if n < self.batches() && self.spec().current_batch > n {
+            return Ok(false);
+        }
+        let Some((name, verdict)) =
+            analysis::gate(&mut self.st.analysis, n, &self.r.analysis, self.now)
+        else {
+            return Ok(false);
+        };
+        match verdict {
+            Verdict::Passed => Ok(true),
+            Verdict::Failed(why) => {
+                let (from, to) = (self.canary_image(), self.stable_image());
+                self.start_rollback(&from, &to);
+                Err(go_warning(
+                    Phase::RollingBack,
+                    "AnalysisFailed",
+                    format!("analysis {name} failed: {why}; rolling {from} back to {to}"),
+                ))
+            }
+            Verdict::Held(why) => {
+                let waiting = self.held(&name, &why, n);
+                Err(if phase == Phase::Paused {
+                    Next::Stay(waiting)
+                } else {
+                    go(Phase::Paused, "AnalysisInconclusive", waiting)
+                })
+            }
+            Verdict::Measuring(what) => Err(Next::Stay(format!("analysis {name}: {what}"))),
+        }
+    }
+
+    pub(super) fn rolling_step(&mut self) -> Next<Phase> {
+        if let Some(next) = self.interrupted() {
+            return next;
+        }
+        // A new image during a rolling update just becomes its target.
+        if self.spec().image != self.canary_image() {
+            self.st.canary_image = Some(self.spec().image.clone());
+        }
+        let image = self.canary_image();
+        let total = self.total();
+        let name = self.name().to_string();
+        // The update is done: what keeps it (a held analysis) is not late pods.
+        let done = self
+            .find(&name)
+            .is_some_and(|d| d.complete(total) && d.image.as_deref() == Some(image.as_str()));
+        if !done && let Some(next) = self.deadline_passed() {
+            return next;
+        }
+        let d = self.ensure(&name, &image, total);
+        if !d.is_some_and(|d| d.complete(total)) {
+            return Next::Stay(format!(
+                "rolling update to {image}: {} of {total} updated and available",
+                d.map_or(0, |d| d.updated.min(d.available))
+            ));
+        }
+        if let Some(hold) = self.analysis_hold(1) {
+            return Next::Stay(hold);
+        }
+        self.delete_others(&name);
+        self.finish_rollout()
+    }
+
+    pub(super) fn finish_rollout(&mut self) -> Next<Phase> {
+        let image = self.canary_image();
+        self.st.previous_image = Some(self.stable_image());
+        self.st.stable_image = Some(image.clone());
+        self.st.canary_image = None;
+        let total = self.total();
+        go(
+            Phase::Completed,
+            "RolloutComplete",
+            format!("{total}/{total} replicas on {image}"),
+        )
+    }
+
+    /// May batch `n` start without (more) approval?
+    pub(super) fn allowed(&self, n: i32) -> bool {
+        match self.spec().pause {
+            PauseMode::Never => true,
+            PauseMode::First => n > 2 || self.spec().current_batch >= n,
+            PauseMode::All => self.spec().current_batch >= n,
+        }
+    }
+
+    pub(super) fn batch_step(&mut self, phase: Phase) -> Next<Phase> {
+        if let Some(next) = self.interrupted() {
+            return next;
+        }
+        let n = self.current_batch();
+        let total = self.total();
+        // The deadline is for new pods that do not become available. Once the batch's are,
+        // what keeps it (a gate measuring, a held analysis) is not late pods.
+        let batch_ready = self
+            .find(&self.version_for(&self.canary_image()))
+            .is_some_and(|d| d.available >= batch::target(total, self.batches(), n));
+        if phase == Phase::Progressing
+            && !batch_ready
+            && let Some(next) = self.deadline_passed()
+        {
+            return next;
+        }
+        let m = self.batches();
+        let t = batch::target(total, m, n);
+        let image = self.canary_image();
+        let new_name = self.version_for(&image);
+        let new = self.ensure(&new_name, &image, t);
+        let available = new.map_or(0, |d| d.available.min(t));
+        let stable_image = self.stable_image();
+        let old_replicas = batch::old_replicas(total, available);
+        // The old version serves the rest; one deleted by hand comes back.
+        let old_name = match self.stable_deployment(&new_name) {
+            Some(old) => Some(old.name.clone()),
+            None if old_replicas > 0 => {
+                Some(self.version_for(&stable_image)).filter(|name| *name != new_name)
+            }
+            None => None,
+        };
+        if let Some(old_name) = old_name {
+            self.ensure(&old_name, &stable_image, old_replicas);
+        }
+        let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
+        if !done {
+            return Next::Stay(format!(
+                "batch {n} of {m}: {available}/{t} new replica(s) on {image} available"
+            ));
+        }
+        let gate_passed = match self.gate(n, phase) {
+            Ok(passed) => passed,
+            Err(next) => return next,
+        };
+        if let Some(hold) = self.analysis_hold(n) {
+            return if phase == Phase::Paused {
+                Next::Stay(hold)
+            } else {
+                go(Phase::Paused, "AnalysisInconclusive", hold)
+            };
+        }
+        if n >= m {
+            self.delete_others(&new_name);
+            return self.finish_rollout();
+        }
+        if gate_passed || self.allowed(n + 1) {
+            self.st.current_batch = Some(n + 1);
+            let next = batch::target(total, m, n + 1);
+            return go(
+                Phase::Progressing,
+                "BatchStarted",
+                format!("batch {} of {m}: {next} new replica(s) on {image}", n + 1),
+            );
+        }
+        let waiting = format!(
+            "batch {n} of {m} done ({t} new, {} old); waiting for approval: set currentBatch to {} in Git",
+            total - t,
+            n + 1
+        );
+        if phase == Phase::Paused {
+            Next::Stay(waiting)
+        } else {
+            go(Phase::Paused, "Paused", waiting)
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The plan's last part: the status fields, batches, conditions and timer that follow from where
+//! the machine stopped.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    pub(super) fn finish(mut self, message: String) -> DeployPlan {
+        let total = self.total();
+        let phase = self.st.phase.unwrap_or(Phase::Initializing);
+        // A Deployment this plan deletes serves no more.
+        let deleted = |name: &str| {
+            self.actions
+                .iter()
+                .any(|a| matches!(a, Action::DeleteDeployment { name: n } if n == name))
+        };
+        let available: i32 = self
+            .o
+            .deployments
+            .iter()
+            .filter(|d| !deleted(&d.name))
+            .map(|d| d.available)
+            .sum();
+        self.st.available_replicas = available;
+        let mut by_image: BTreeMap<&str, i32> = BTreeMap::new();
+        for d in self
+            .o
+            .deployments
+            .iter()
+            .filter(|d| !deleted(&d.name) && d.available > 0)
+        {
+            *by_image
+                .entry(d.image.as_deref().unwrap_or("unknown"))
+                .or_default() += d.available;
+        }
+        self.st.available_by_image = by_image
+            .into_iter()
+            .map(|(image, replicas)| ImageReplicas {
+                image: image.to_string(),
+                replicas,
+            })
+            .collect();
+        self.st.ready = Some(format!("{available}/{total}"));
+        let m = self.batches();
+        let in_rollout = matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed);
+        if self.batched() && self.st.current_batch.is_some() {
+            let n = self.current_batch();
+            let all_done = phase == Phase::Completed;
+            self.st.batches = (1..=m)
+                .map(|b| BatchStatus {
+                    batch: b,
+                    target: batch::target(total, m, b),
+                    state: if all_done || b < n || (b == n && phase == Phase::Paused) {
+                        BatchState::Finished
+                    } else if b == n && in_rollout {
+                        BatchState::InProgress
+                    } else {
+                        BatchState::Pending
+                    },
+                })
+                .collect();
+            self.st.batch = Some(format!("{}/{m}", if all_done { m } else { n }));
+        } else if !self.batched() {
+            self.st.batches.clear();
+            self.st.batch = None;
+        }
+        if phase == Phase::Completed {
+            self.st.current_batch = None;
+        }
+        if reads_abort(phase) {
+            if let Some(after) = analysis::next_due(&self.st.analysis, &self.r.analysis, self.now) {
+                let after = after + Duration::from_millis(100);
+                self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+            }
+        } else {
+            analysis::stop_runs(&mut self.st.analysis);
+        }
+        self.st.observed_generation = self.r.generation;
+        self.st.source_revision = self.r.source_revision.clone();
+        self.st.message = Some(message.clone());
+        // A rollback is what Git asks for under strategy Rollback; otherwise it is a failed
+        // rollout that waits for a new image.
+        let asked_back = self.spec().strategy.type_ == Strategy::Rollback;
+        let on_git_image = self.st.stable_image.as_deref() == Some(self.spec().image.as_str());
+        // The serving Deployment has every replica updated and available, and nothing else
+        // runs: a template change rolling through (same image) is not settled yet.
+        let serving_complete = self.st.stable_image.as_deref().is_some_and(|stable| {
+            self.serving(stable).is_some_and(|d| d.complete(total))
+                && self
+                    .o
+                    .deployments
+                    .iter()
+                    .all(|d| d.pods == 0 || Some(d) == self.serving(stable))
+        });
+        let standing = match phase {
+            Phase::Completed if !on_git_image => Standing::Stuck,
+            Phase::Completed if available >= total && serving_complete => Standing::Settled,
+            Phase::RolledBack if asked_back && available >= total && serving_complete => {
+                Standing::Settled
+            }
+            Phase::RolledBack if asked_back => Standing::Working,
+            Phase::RolledBack | Phase::Failed => Standing::Stuck,
+            _ => Standing::Working,
+        };
+        let reason = format!("{phase:?}");
+        let mut conditions = std::mem::take(&mut self.st.conditions);
+        set_standing(&mut conditions, standing, &reason, &message, self.now);
+        self.st.conditions = conditions;
+        DeployPlan {
+            status: self.st,
+            actions: self.actions,
+            events: self.events,
+            requeue_after: self.requeue,
+            entered: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! The Partition phases: moving the single set's partition through the steps, promoting and
+//! rolling back.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    /// Pods at or above `partition` that run the set's update revision and are Ready.
+    pub(super) fn updated_ready(&self, set: Option<&SetView>, partition: i32) -> i32 {
+        let Some(set) = set else { return 0 };
+        self.pods_of(Role::Single)
+            .iter()
+            .filter(|p| {
+                p.ordinal >= partition
+                    && p.ready
+                    && !p.deleting
+                    && p.revision == set.update_revision
+            })
+            .count() as i32
+    }
+
+    pub(super) fn deploying_partition(&mut self) -> Next<Phase> {
+        if let Some(next) = self.abort_reason() {
+            return next;
+        }
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        if let Some(next) = self.deadline_passed(&format!("the canary's {n} pod(s) were not Ready"))
+        {
+            return next;
+        }
+        let image = self.canary_image();
+        let set = self.ensure(self.main_shape(&image, r, r - n)).cloned();
+        let ready = self.updated_ready(set.as_ref(), r - n);
+        if !set.as_ref().is_some_and(|s| s.status_fresh) || ready < n {
+            return Next::Stay(format!(
+                "waiting for ordinals {}..{} to run {image} and be Ready ({ready}/{n})",
+                r - n,
+                r - 1
+            ));
+        }
+        self.step_done(n)
+    }
+
+    pub(super) fn promoting_partition(&mut self) -> Next<Phase> {
+        let r = self.replicas();
+        let image = self.canary_image();
+        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if !Self::settled(set.as_ref(), r) {
+            return Next::Stay(format!(
+                "rolling all {r} replicas to {image} ({} updated)",
+                set.map_or(0, |s| s.updated_replicas)
+            ));
+        }
+        self.finish_promotion()
+    }
+
+    pub(super) fn rolling_back_partition(&mut self) -> Next<Phase> {
+        let r = self.replicas();
+        let image = self.stable_image();
+        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if let Some(set) = set.as_ref().filter(|s| s.status_fresh) {
+            // A pod that never became Ready blocks its set's rolling update for good (a known
+            // StatefulSet trap); delete it so the set recreates it on the restored revision.
+            let stuck: Vec<String> = self
+                .pods_of(Role::Single)
+                .iter()
+                .filter(|p| !p.ready && !p.deleting && p.revision != set.update_revision)
+                .map(|p| p.name.clone())
+                .collect();
+            for name in stuck {
+                self.actions.push(Action::DeletePod { name });
+            }
+        }
+        if !Self::settled(set.as_ref(), r) {
+            return Next::Stay(format!(
+                "restoring {image} on every replica ({} updated and Ready)",
+                set.map_or(0, |s| s.ready_replicas.min(s.updated_replicas))
+            ));
+        }
+        self.finish_rollback()
+    }
+
+    // --- Both ----------------------------------------------------------------------------
+}

@@ -1,0 +1,165 @@
+//! The first phases and what they check: a spec a live rollout cannot take (a change the API
+//! server refuses, a template the handoff cannot follow), Initializing, Stable, and starting
+//! a canary.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    /// What makes the spec impossible to act on, with the event's reason: a template linnet
+    /// cannot roll out, or a change the live sets cannot take.
+    pub(super) fn spec_problem(&self) -> Option<(&'static str, String)> {
+        if let Some(problem) = self.template_problem() {
+            return Some(("InvalidSpec", problem));
+        }
+        let located = |text: String| match &self.r.source_path {
+            Some(path) => format!("{path}: {text}"),
+            None => text,
+        };
+        if let Some(other) = &self.o.other_strategy_set {
+            let (now, before) = if self.two_sets() {
+                ("TwoSets", "Partition")
+            } else {
+                ("Partition", "TwoSets")
+            };
+            return Some((
+                "UnsafeChange",
+                located(format!(
+                    "spec.strategy.type changed to {now} while StatefulSet {other} still runs this rollout's \
+                     {before} pods; a switch would start a second set of pods on new volumes. \
+                     Put spec.strategy.type back to {before} in Git; to switch, delete the rollout \
+                     (its claims and volumes stay) and create it again"
+                )),
+            ));
+        }
+        let live = [
+            (self.main_role(), self.o.stable.as_ref()),
+            (Role::Canary, self.o.canary.as_ref()),
+        ];
+        for (role, set) in live {
+            let Some((set, fixed)) = set.and_then(|s| Some((s, s.fixed.as_ref()?))) else {
+                continue;
+            };
+            let shape = SetShape {
+                role,
+                image: "",
+                replicas: 0,
+                ordinals_start: 0,
+                partition: 0,
+            };
+            let desired = stateful_set(&self.r.reference, self.spec(), &shape);
+            let changed = fixed.changed(&FixedSetFields::of_set(&desired));
+            if !changed.is_empty() {
+                return Some((
+                    "UnsafeChange",
+                    located(format!(
+                        "{} changed, but Kubernetes cannot change it on the live StatefulSet {}; \
+                         put it back in Git, or delete the rollout (its claims and volumes stay) \
+                         and create it again",
+                        changed.join(", "),
+                        set.name
+                    )),
+                ));
+            }
+        }
+        None
+    }
+
+    /// What makes the template impossible to roll out (the API server's rules cannot see it).
+    pub(super) fn template_problem(&self) -> Option<String> {
+        let pod = self.spec().template.template.spec.as_ref();
+        let containers = pod.map(|p| p.containers.as_slice()).unwrap_or_default();
+        match self.spec().container.as_deref() {
+            Some(c) if !containers.iter().any(|x| x.name == c) => Some(format!(
+                "container {c:?} is not in the template; fix spec.container or the template in Git"
+            )),
+            None if containers.is_empty() => {
+                Some("the template has no containers; add one in Git".into())
+            }
+            _ if self.replicas() == 0 => Some("replicas must be at least 1".into()),
+            _ => None,
+        }
+    }
+
+    pub(super) fn main_shape<'s>(
+        &self,
+        image: &'s str,
+        replicas: i32,
+        partition: i32,
+    ) -> SetShape<'s> {
+        SetShape {
+            role: self.main_role(),
+            image,
+            replicas,
+            ordinals_start: 0,
+            partition,
+        }
+    }
+
+    pub(super) fn initializing(&mut self) -> Next<Phase> {
+        let image = self.stable_image();
+        let r = self.replicas();
+        let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
+        if Self::settled(set.as_ref(), r) {
+            return go(
+                Phase::Stable,
+                "Available",
+                format!("{r}/{r} replicas ready on {image}"),
+            );
+        }
+        Next::Stay(format!(
+            "starting {r} replicas of {image} ({} ready)",
+            set.map_or(0, |s| s.ready_replicas)
+        ))
+    }
+
+    pub(super) fn stable(&mut self) -> Next<Phase> {
+        let image = self.stable_image();
+        if self.spec().image != image {
+            return self.start_canary();
+        }
+        let r = self.replicas();
+        if self.ensure(self.main_shape(&image, r, 0)).is_none()
+            && let Some(set) = &self.o.stable
+        {
+            return Next::Stay(format!(
+                "{}/{r} replicas ready on {image}; putting back {} changed outside Git ({} replicas, image {})",
+                set.ready_replicas,
+                set.name,
+                set.replicas,
+                set.image.as_deref().unwrap_or("none"),
+            ));
+        }
+        Next::Stay(format!(
+            "{}/{r} replicas ready on {image}",
+            self.o.stable.as_ref().map_or(0, |s| s.ready_replicas)
+        ))
+    }
+
+    pub(super) fn start_canary(&mut self) -> Next<Phase> {
+        let image = self.spec().image.clone();
+        self.st.canary_image = Some(image.clone());
+        self.st.current_step = Some(0);
+        self.st.promote_at_start = self.r.promote.clone();
+        self.st.abort_at_start = self.r.abort.clone();
+        analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);
+        let n = self.size(0);
+        let r = self.replicas();
+        let next = if self.two_sets() {
+            Phase::ScalingDownStable
+        } else {
+            Phase::DeployingCanary
+        };
+        go(
+            next,
+            "CanaryStarted",
+            format!(
+                "canary of {image} on {n} of {r} replicas (ordinals {}..{}); stable stays on {}",
+                r - n,
+                r - 1,
+                self.stable_image()
+            ),
+        )
+    }
+
+    // --- TwoSets -------------------------------------------------------------------------
+}

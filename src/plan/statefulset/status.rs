@@ -1,0 +1,76 @@
+//! The plan's last part: the status fields, conditions and timer that follow from where the
+//! machine stopped.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    pub(super) fn finish(mut self, message: String) -> Plan {
+        let r = self.replicas();
+        let ready = self
+            .o
+            .pods
+            .iter()
+            .filter(|p| p.ready && !p.deleting)
+            .count() as i32;
+        let canary_ready = match self.st.phase {
+            Some(Phase::Stable | Phase::Initializing | Phase::RolledBack | Phase::Failed) => 0,
+            _ => self
+                .canary_pods()
+                .iter()
+                .filter(|p| p.ready && !p.deleting)
+                .count() as i32,
+        };
+        let phase = self.st.phase.unwrap_or(Phase::Initializing);
+        if progressing_phase(phase) && self.st.canary_image.is_none() {
+            self.st.canary_image = Some(self.spec().image.clone());
+        }
+        let stable_set = self.o.stable.as_ref();
+        let stable_revision = stable_set.and_then(|s| s.current_revision.clone());
+        let canary_revision = if self.two_sets() {
+            self.o
+                .canary
+                .as_ref()
+                .and_then(|c| c.update_revision.clone())
+        } else {
+            stable_set
+                .and_then(|s| s.update_revision.clone())
+                .filter(|u| Some(u) != stable_revision.as_ref())
+        };
+        if reads_abort(phase) {
+            if let Some(after) = analysis::next_due(&self.st.analysis, &self.r.analysis, self.now) {
+                self.timer(after);
+            }
+        } else {
+            analysis::stop_runs(&mut self.st.analysis);
+        }
+        self.st.stable_revision = stable_revision;
+        self.st.canary_revision = canary_revision.filter(|_| progressing_phase(phase));
+        self.st.ready_replicas = ready;
+        self.st.canary_ready_replicas = canary_ready;
+        self.st.ready = Some(format!("{ready}/{r}"));
+        self.st.observed_generation = self.r.generation;
+        self.st.source_revision = self.r.source_revision.clone();
+        self.st.message = Some(message.clone());
+
+        let standing = match phase {
+            // Every pod ready on the set's current revision: a template change rolling
+            // through the pods (same image) is not settled yet.
+            Phase::Stable if ready >= r && Self::settled(self.o.stable.as_ref(), r) => {
+                Standing::Settled
+            }
+            Phase::RolledBack | Phase::Failed => Standing::Stuck,
+            _ => Standing::Working,
+        };
+        let reason = format!("{phase:?}");
+        let mut conditions = std::mem::take(&mut self.st.conditions);
+        set_standing(&mut conditions, standing, &reason, &message, self.now);
+        self.st.conditions = conditions;
+        Plan {
+            status: self.st,
+            actions: self.actions,
+            events: self.events,
+            requeue_after: self.requeue,
+            entered: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! Properties over random event sequences, refusals that stay shown, and kstatus readings.
+
+use super::*;
+
+/// One thing that can happen between reconciles.
+#[derive(Clone, Debug)]
+enum Event {
+    Tick,
+    Image(u8),
+    Promote(bool),
+    Abort(bool),
+    Crash(usize),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => Just(Event::Tick),
+        1 => (0u8..4).prop_map(Event::Image),
+        1 => any::<bool>().prop_map(Event::Promote),
+        1 => any::<bool>().prop_map(Event::Abort),
+        1 => (0usize..3).prop_map(Event::Crash),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random Git changes, crashes and clock ticks: every plan keeps the invariants (checked
+    /// in `reconcile`), Ready never drops below the floor while canaries are healthy, no
+    /// volume is ever lost, and once things calm down the rollout settles with every replica
+    /// on its own volume.
+    #[test]
+    fn invariants_hold_over_random_histories(
+        two in any::<bool>(),
+        steps in any::<bool>(),
+        events in proptest::collection::vec(event(), 1..60),
+    ) {
+        let mut s = if two { two_sets() } else { partition() };
+        if steps {
+            s.spec.canary_replicas = 2;
+            s.spec.steps = Some(vec![1, 2]);
+        }
+        s.stabilise();
+        let before = s.volumes_by_ordinal();
+        let pv_count = s.volumes.len();
+        for e in events {
+            match e {
+                Event::Tick => {
+                    s.reconcile();
+                    s.check_ready_floor();
+                    s.tick();
+                }
+                Event::Image(i) => s.spec.image = format!("redis:{}", i + 1),
+                Event::Promote(on) => s.promote = on.then(|| "true".into()),
+                Event::Abort(on) => s.abort = on.then(|| "true".into()),
+                Event::Crash(n) => {
+                    s.reconcile_partial(Some(n));
+                    s.tick();
+                }
+            }
+            // Determinism: the same state plans the same way.
+            prop_assert_eq!(s.plan(), s.plan());
+            prop_assert!(s.volumes.len() >= pv_count, "a volume disappeared");
+        }
+        // Calm: Git settles on the last image, promoted.
+        s.abort = None;
+        s.promote = Some(s.spec.image.clone());
+        s.run_until("settled", |s| {
+            s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some(&s.spec.image)
+                || s.phase() == Some(Phase::RolledBack)
+        });
+        if s.phase() == Some(Phase::RolledBack) {
+            let image = s.status.stable_image.clone().unwrap();
+            s.spec.image = image;
+            s.stabilise();
+        }
+        prop_assert_eq!(s.volumes_by_ordinal(), before);
+        prop_assert_eq!(s.volumes.len(), pv_count, "volumes were created: a replica lost its data");
+    }
+}
+
+#[test]
+fn a_refused_action_shows_as_stalled_until_the_plan_no_longer_needs_it() {
+    // Issue 18: a 422 on every retry while status said Stable, Ready=True.
+    let mut s = two_sets();
+    s.stabilise();
+    s.sets.get_mut("redis-stable").unwrap().replicas = 1;
+    let p = s.plan();
+    let apply = p.actions[0].describe();
+    let mut blocked = p.status.clone();
+    let failure = format!("{apply}: spec: Forbidden (Invalid, HTTP 422)");
+    crate::plan::mark_action_failed(
+        &mut blocked.conditions,
+        &mut blocked.message,
+        &failure,
+        true,
+        s.now,
+    );
+    s.status = blocked.clone();
+    let condition = |st: &CanaryStatefulSetStatus, t: &str| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    assert_eq!(
+        condition(&blocked, "Ready"),
+        Some(("False".into(), "ActionFailed".into()))
+    );
+    // A retry plans the same action: the status stays as written, so nothing is rewritten.
+    let again = s.plan();
+    assert_eq!(again.status, blocked);
+    // Once the action went through, the failure is gone with it.
+    s.sets.get_mut("redis-stable").unwrap().replicas = 3;
+    let after = s.reconcile();
+    assert!(after.actions.is_empty());
+    assert_eq!(
+        condition(&after.status, "Stalled"),
+        Some(("False".into(), "Stable".into()))
+    );
+    assert_eq!(
+        condition(&after.status, "Ready"),
+        Some(("True".into(), "Stable".into()))
+    );
+}
+
+#[test]
+fn a_strategy_switch_on_a_live_rollout_is_refused_until_put_back() {
+    // Issue 18: Partition -> TwoSets made redis-stable on new volumes beside redis: 8 pods for 4.
+    let mut s = partition();
+    s.stabilise();
+    s.spec.strategy.type_ = StatefulSetStrategyType::TwoSets;
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Failed));
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == "UnsafeChange")
+    );
+    let message = p.status.message.clone().unwrap();
+    assert!(
+        message.starts_with("redis.yaml: spec.strategy.type changed to TwoSets")
+            && message.contains("Put spec.strategy.type back to Partition"),
+        "{message}"
+    );
+    assert!(!s.sets.contains_key("redis-stable"));
+    s.spec.strategy.type_ = StatefulSetStrategyType::Partition;
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Stable));
+    assert!(s.events.contains(&"SpecFixed"));
+}
+
+#[test]
+fn a_change_kubernetes_cannot_make_to_a_live_set_is_refused_by_name() {
+    // Issue 18: a selector added to a live rollout's template was a 422 retried forever.
+    for field in ["selector", "serviceName", "volumeClaimTemplates"] {
+        let mut s = two_sets();
+        s.stabilise();
+        let before = s.spec.clone();
+        match field {
+            "selector" => {
+                s.spec
+                    .template
+                    .selector
+                    .match_labels
+                    .get_or_insert_default()
+                    .insert("tier".into(), "db".into());
+            }
+            "serviceName" => s.spec.template.service_name = Some("other".into()),
+            _ => {
+                let t = s.spec.template.volume_claim_templates.as_mut().unwrap();
+                t[0].metadata.name = Some("state".into());
+            }
+        }
+        let p = s.reconcile();
+        assert_eq!(p.status.phase, Some(Phase::Failed), "{field}");
+        assert!(p.actions.is_empty(), "{field}: {:?}", p.actions);
+        let message = p.status.message.clone().unwrap();
+        assert!(
+            message.starts_with(&format!("redis.yaml: spec.template.{field} changed"))
+                && message.contains("redis-stable"),
+            "{message}"
+        );
+        s.spec = before;
+        assert_eq!(s.reconcile().status.phase, Some(Phase::Stable), "{field}");
+    }
+}
+
+#[test]
+fn a_canary_claim_deleted_by_hand_is_recreated_on_its_volume_before_it_moves_back() {
+    // Issue 18: with both claims of ordinal 2 gone, the handoff back called it done, and the
+    // stable set's controller gave replica 2 a new, empty volume.
+    let mut s = two_sets();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.claims.get_mut("data-redis-canary-2").unwrap().deleting = true;
+    s.promote = Some("true".into());
+    s.run_until("Stable on redis:2", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+    assert_eq!(s.volumes_by_ordinal(), before);
+}
+
+/// What kstatus (Flux health checks, kpt) must read from each phase once the status is
+/// current: Ready only when settled on Git's image, Failed only when Git must change.
+fn kstatus_expected(phase: Phase, ready: bool) -> &'static str {
+    match phase {
+        Phase::Stable if ready => "Current",
+        Phase::RolledBack | Phase::Failed => "Failed",
+        _ => "InProgress",
+    }
+}
+
+#[test]
+fn flux_kstatus_reads_every_phase_as_meant() {
+    let mut histories = Vec::new();
+    // A canary promoted by hand, then a broken image rolled back by its deadline.
+    let mut s = two_sets();
+    s.spec.progress_deadline_seconds = 20;
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.promote = Some("true".into());
+    s.stabilise();
+    s.promote = None;
+    s.spec.image = "redis:broken".into();
+    s.generation += 1;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    s.spec.container = Some("sidecar".into());
+    s.generation += 1;
+    s.run_until("Failed", |s| s.phase() == Some(Phase::Failed));
+    histories.push(s.written);
+    // A migration that fails, and a canary aborted while the stable set scales down.
+    let mut s = two_sets();
+    s.spec.migration = Some(Migration {
+        template: serde_json::from_value(
+            serde_json::json!({"spec": {"template": {"spec": {"containers": []}}}}),
+        )
+        .unwrap(),
+    });
+    s.job_fails = true;
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.promote = Some("redis:2".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    histories.push(s.written);
+    let mut s = two_sets();
+    s.spec.migration = Some(Migration {
+        template: serde_json::from_value(serde_json::json!({
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "migrate:1"}]}}}
+        }))
+        .unwrap(),
+    });
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.promote = Some("true".into());
+    s.stabilise();
+    histories.push(s.written);
+    let mut s = partition();
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.generation += 1;
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.abort = Some("true".into());
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    histories.push(s.written);
+
+    let mut cases: Vec<(String, serde_json::Value, &str)> = Vec::new();
+    let object = |generation: i64, status: &CanaryStatefulSetStatus| {
+        serde_json::json!({
+            "apiVersion": crate::api::API_VERSION, "kind": "CanaryStatefulSet",
+            "metadata": {"name": "redis", "namespace": "shop", "generation": generation},
+            "status": status,
+        })
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for (generation, status) in histories.into_iter().flatten() {
+        let phase = status.phase.unwrap();
+        let ready = status.ready_replicas >= 3;
+        if !seen.insert((format!("{phase:?}"), ready)) {
+            continue;
+        }
+        cases.push((
+            format!("{phase:?} ready={ready}"),
+            object(generation, &status),
+            kstatus_expected(phase, ready),
+        ));
+        // A status not yet updated for a new generation is in progress, whatever it says.
+        cases.push((
+            format!("{phase:?} ready={ready}, generation ahead"),
+            object(generation + 1, &status),
+            "InProgress",
+        ));
+    }
+    // An action the API server refuses is Failed; one that failed in a way that clears by
+    // itself (a conflict) is still in progress.
+    for (what, failure, permanent, want) in [
+        (
+            "action refused",
+            "apply StatefulSet redis-stable: forbidden",
+            true,
+            "Failed",
+        ),
+        (
+            "action conflicted",
+            "patch PersistentVolume pv-1: the object has been modified (Conflict, HTTP 409)",
+            false,
+            "InProgress",
+        ),
+    ] {
+        let mut status = CanaryStatefulSetStatus {
+            phase: Some(Phase::Stable),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        crate::plan::mark_action_failed(
+            &mut status.conditions,
+            &mut status.message,
+            failure,
+            permanent,
+            Timestamp::UNIX_EPOCH,
+        );
+        cases.push((what.into(), object(1, &status), want));
+    }
+
+    let phases: std::collections::BTreeSet<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
+    for phase in [
+        "Initializing",
+        "Stable",
+        "ScalingDownStable",
+        "DeployingCanary",
+        "CanaryActive",
+        "AwaitingMigration",
+        // MigratingData: the model's Job finishes within the plan that starts it.
+        "MigrationFailed",
+        "Promoting",
+        "RollingBack",
+        "RolledBack",
+        "Failed",
+    ] {
+        assert!(phases.contains(phase), "no {phase} in {phases:?}");
+    }
+    crate::plan::machine::assert_kstatus_reads(&cases);
+}

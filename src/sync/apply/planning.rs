@@ -1,0 +1,307 @@
+//! Planning a sync: what to create, update, leave or prune, from the specs and the live objects
+//! (listed in full, or read one by one for an incremental sync), and what the policy or the
+//! source's rights refuse.
+
+use super::*;
+
+impl Syncer {
+    /// Plans a sync of `specs` at `revision`, reading the cluster but writing nothing.
+    pub async fn plan(
+        &self,
+        specs: &SpecSet,
+        revision: &str,
+        prune: bool,
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
+        let desired = desired_set(specs, &self.source, revision);
+        let locations = locations_of(&desired);
+        let prune = Prune {
+            enabled: prune,
+            blocked_files: &specs.blocked_files,
+        };
+        let (plan, errors) = self.plan_full(desired, prune, None).await;
+        (plan, located(errors, &locations))
+    }
+
+    /// [`Syncer::plan`] for a desired set already built. `previous`: what the last sync
+    /// applied, if known (where to look for a kind only the source may list).
+    pub(super) async fn plan_full(
+        &self,
+        desired: Vec<DesiredObject>,
+        prune: Prune<'_>,
+        previous: Option<&BTreeMap<ObjectKey, String>>,
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
+        let mut errors = Vec::new();
+        let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+
+        // One labelled list per kind finds everything this source manages.
+        let mut kinds: Vec<(String, String)> = PRUNABLE_KINDS
+            .iter()
+            .map(|(a, k)| (a.to_string(), k.to_string()))
+            .collect();
+        for d in &desired {
+            let k = (d.key.api_version.clone(), d.key.kind.clone());
+            if !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+        let params = ListParams::default().labels(&self.selector());
+        // Each live object is kept only as far as the diff looks at it: the fields its desired
+        // object sets, or its identity when Git no longer has it.
+        let by_key: HashMap<&ObjectKey, &DesiredObject> =
+            desired.iter().map(|d| (&d.key, d)).collect();
+        for (api_version, kind) in &kinds {
+            let Ok((ar, caps)) = self.resource(api_version, kind).await else {
+                continue; // not served; desired objects of this kind report it below
+            };
+            let namespaces: Vec<&str> =
+                if self.namespaces.is_empty() || caps.scope == Scope::Cluster {
+                    vec![""]
+                } else {
+                    self.namespaces.iter().map(String::as_str).collect()
+                };
+            let declared = desired
+                .iter()
+                .any(|d| d.key.api_version == *api_version && d.key.kind == *kind);
+            let list_key = |ns: &str| ObjectKey {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                namespace: ns.to_string(),
+                name: "*".into(),
+            };
+            let cannot_list = |e: &kube::Error| format!("cannot list: {}", kube_message(e));
+            for ns in namespaces {
+                let api = self.api(&ar, &caps, ns);
+                match list_live(&api, &params, &ar, &by_key, false, &mut live).await {
+                    Ok(()) => {}
+                    // A kind only the source may read (e.g. Secrets): its account lists it
+                    // where Git has it and where this source applied it before.
+                    Err(kube::Error::Api(s))
+                        if s.code == 403 && self.apply_as != ApplyAs::Client =>
+                    {
+                        let source_namespaces: std::collections::BTreeSet<&str> = if ns.is_empty() {
+                            desired
+                                .iter()
+                                .map(|d| &d.key)
+                                .chain(previous.into_iter().flat_map(BTreeMap::keys))
+                                .filter(|k| k.api_version == *api_version && k.kind == *kind)
+                                .map(|k| k.namespace.as_str())
+                                .collect()
+                        } else {
+                            [ns].into()
+                        };
+                        for source_ns in source_namespaces {
+                            let listed = match self.writer_api(&ar, &caps, source_ns) {
+                                Ok(api) => {
+                                    list_live(&api, &params, &ar, &by_key, false, &mut live).await
+                                }
+                                Err(e) => {
+                                    errors.push((list_key(source_ns), e));
+                                    continue;
+                                }
+                            };
+                            match listed {
+                                Ok(()) => {}
+                                Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                                    tracing::debug!(
+                                        kind,
+                                        namespace = source_ns,
+                                        "the source may not list; nothing of this kind to prune"
+                                    );
+                                }
+                                Err(e) => errors.push((list_key(source_ns), cannot_list(&e))),
+                            }
+                        }
+                    }
+                    // A kind Git does not declare and linnet may not list cannot hold anything
+                    // linnet applied with its own identity.
+                    Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                        tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
+                    }
+                    Err(e) => errors.push((list_key(ns), cannot_list(&e))),
+                }
+            }
+        }
+        // Desired objects that may exist without linnet's labels (adopted on first sync). Where
+        // many of one kind in one namespace are unlabelled, as in a first sync, one list of
+        // that kind finds them all; one get each made a first sync of 1,000 rollouts 1,000
+        // requests longer.
+        let mut unlabelled: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
+        for d in desired.iter().filter(|d| !live.contains_key(&d.key)) {
+            let group = (
+                d.key.api_version.as_str(),
+                d.key.kind.as_str(),
+                d.key.namespace.as_str(),
+            );
+            *unlabelled.entry(group).or_default() += 1;
+        }
+        let mut listed = std::collections::BTreeSet::new();
+        for ((api_version, kind, ns), count) in unlabelled {
+            if count < ADOPT_BY_LIST {
+                continue;
+            }
+            let Ok((ar, caps)) = self.resource(api_version, kind).await else {
+                continue;
+            };
+            let api = self.api(&ar, &caps, ns);
+            let everything = ListParams::default();
+            match list_live(&api, &everything, &ar, &by_key, true, &mut live).await {
+                Ok(()) => {
+                    listed.insert((api_version.to_string(), kind.to_string(), ns.to_string()));
+                }
+                // One get each, below.
+                Err(e) => tracing::debug!(kind, namespace = ns, error = %e, "cannot list"),
+            }
+        }
+        let mut servable = Vec::new();
+        for d in desired {
+            match self.resource(&d.key.api_version, &d.key.kind).await {
+                Ok((ar, caps)) => {
+                    let unread = !live.contains_key(&d.key)
+                        && !listed.contains(&(
+                            d.key.api_version.clone(),
+                            d.key.kind.clone(),
+                            d.key.namespace.clone(),
+                        ));
+                    if unread {
+                        match self.get_live(&ar, &caps, &d.key).await {
+                            Ok(Some(object)) => {
+                                live.insert(d.key.clone(), to_value(object, &ar));
+                            }
+                            Ok(None) => {}
+                            Err(e) => {
+                                errors.push((d.key.clone(), e));
+                                continue;
+                            }
+                        }
+                    }
+                    servable.push(d);
+                }
+                Err(e) => errors.push((d.key.clone(), e)),
+            }
+        }
+        let servable = self.refuse(servable, &mut live, &mut errors).await;
+        (plan_changes(servable, &live, prune), errors)
+    }
+
+    /// Reads `key` as the agent; a kind the agent may not read (e.g. a Secret) is read as the
+    /// source, which is about to write it anyway.
+    pub(super) async fn get_live(
+        &self,
+        ar: &ApiResource,
+        caps: &ApiCapabilities,
+        key: &ObjectKey,
+    ) -> Result<Option<DynamicObject>, String> {
+        match self.api(ar, caps, &key.namespace).get_opt(&key.name).await {
+            Err(kube::Error::Api(s)) if s.code == 403 && self.apply_as != ApplyAs::Client => {
+                let namespace = scoped(caps, &key.namespace);
+                self.writer_api(ar, caps, namespace)?
+                    .get_opt(&key.name)
+                    .await
+                    .map_err(|e| self.write_error("read", "get", &e, ar, namespace))
+            }
+            other => other.map_err(|e| format!("cannot read: {}", kube_message(&e))),
+        }
+    }
+
+    /// Leaves out, with an error each, the desired objects this source may not write: a
+    /// cluster-scoped kind the policy does not allow (the loader knows only the common ones),
+    /// and existing objects that are not its to take over ([`takeover_refusal`]). A refused
+    /// object leaves `live` too: it is not this source's, so never a candidate for pruning.
+    pub(super) async fn refuse(
+        &self,
+        desired: Vec<DesiredObject>,
+        live: &mut BTreeMap<ObjectKey, Value>,
+        errors: &mut Vec<(ObjectKey, String)>,
+    ) -> Vec<DesiredObject> {
+        let mut allowed = Vec::with_capacity(desired.len());
+        for d in desired {
+            if let Ok((_, caps)) = self.resource(&d.key.api_version, &d.key.kind).await
+                && caps.scope == Scope::Cluster
+                && let Some(why) = self.policy.cluster_kind_refusal(&d.key.kind)
+            {
+                live.remove(&d.key);
+                errors.push((d.key.clone(), why));
+                continue;
+            }
+            if let Some(why) = live
+                .get(&d.key)
+                .and_then(|l| takeover_refusal(l, &self.source, self.adopt))
+            {
+                live.remove(&d.key);
+                errors.push((d.key.clone(), why));
+                continue;
+            }
+            allowed.push(d);
+        }
+        allowed
+    }
+
+    /// Plans only what changed since `applied`: desired objects whose hash differs (read with
+    /// one get each) and objects that left Git (pruned only if still labelled as this
+    /// source's). Returns the plan, read errors and how many objects were skipped as unchanged.
+    pub(super) async fn plan_incremental(
+        &self,
+        desired: Vec<DesiredObject>,
+        applied: &BTreeMap<ObjectKey, String>,
+        prune: Prune<'_>,
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>, usize) {
+        let mut errors = Vec::new();
+        let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+        let in_git: std::collections::BTreeSet<ObjectKey> =
+            desired.iter().map(|d| d.key.clone()).collect();
+        let total = desired.len();
+        let changed: Vec<DesiredObject> = desired
+            .into_iter()
+            .filter(|d| applied.get(&d.key) != Some(&d.hash))
+            .collect();
+        let skipped = total - changed.len();
+        // Objects the last sync applied that Git no longer has.
+        let gone: Vec<&ObjectKey> = if prune.enabled {
+            applied.keys().filter(|k| !in_git.contains(*k)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut servable = Vec::new();
+        for d in changed {
+            match self.read_one(&d.key).await {
+                Ok(Some(object)) => {
+                    live.insert(d.key.clone(), object);
+                    servable.push(d);
+                }
+                Ok(None) => servable.push(d),
+                Err(e) => errors.push((d.key.clone(), e)),
+            }
+        }
+        let labels = [
+            (MANAGED_BY_LABEL, MANAGED_BY_VALUE),
+            (SOURCE_LABEL, self.source.as_str()),
+        ];
+        for key in gone {
+            match self.read_one(key).await {
+                Ok(Some(object)) => {
+                    let ours = labels.iter().all(|(k, v)| {
+                        object
+                            .pointer("/metadata/labels")
+                            .and_then(|l| l.get(*k))
+                            .and_then(Value::as_str)
+                            == Some(*v)
+                    });
+                    if ours {
+                        live.insert(key.clone(), object);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => errors.push((key.clone(), e)),
+            }
+        }
+        let servable = self.refuse(servable, &mut live, &mut errors).await;
+        (plan_changes(servable, &live, prune), errors, skipped)
+    }
+
+    pub(super) async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, String> {
+        let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
+        self.get_live(&ar, &caps, key)
+            .await
+            .map(|o| o.map(|o| to_value(o, &ar)))
+    }
+}

@@ -11,8 +11,7 @@
 //!
 //! Each call looks at the cluster as it is and returns the next step, so a handoff cut off at
 //! any point carries on where it stopped. A claim deleted by hand is recreated on its volume
-//! (found by its `claimRef`) before the volume moves on. A claim is deleted only when its volume
-//! is Retain
+//! (found by its `claimRef`) before the volume moves on. A claim is deleted only when its volume is Retain
 //! and marked for a new claim that exists; a volume is never deleted.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};

@@ -5,10 +5,8 @@
 //! |---|---|---|
 //! | GitHub | `/hooks/github` | `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` |
 //! | GitLab | `/hooks/gitlab` | `X-Gitlab-Token: <secret>` |
-//! | Gitea / Forgejo | `/hooks/gitea` | `X-Gitea-Signature` (or `X-Forgejo-Signature`): hex HMAC-
-//! SHA256 |
-//! | Bitbucket Cloud and Server | `/hooks/bitbucket` | `X-Hub-Signature: sha256=<hex HMAC-SHA256>`
-//! |
+//! | Gitea / Forgejo | `/hooks/gitea` | `X-Gitea-Signature` (or `X-Forgejo-Signature`): hex HMAC-SHA256 |
+//! | Bitbucket Cloud and Server | `/hooks/bitbucket` | `X-Hub-Signature: sha256=<hex HMAC-SHA256>` |
 //! | generic | `/hooks/generic` | `X-Linnet-Signature: sha256=<hex HMAC-SHA256>` |
 
 use hmac::{Hmac, KeyInit, Mac};

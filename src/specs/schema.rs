@@ -1,7 +1,6 @@
 //! The OpenAPI v3 checks of a CRD's structural schema that the API server applies before any
 //! CEL rule: types, `minimum`/`maximum`, lengths, item counts, `enum` and `required` (linnet's
-//! CRDs use no `pattern`). `linnet validate` runs them offline so that `replicas: 0` fails in the
-//! pull
+//! CRDs use no `pattern`). `linnet validate` runs them offline so that `replicas: 0` fails in the pull
 //! request, located, instead of as a 422 from the agent. Pure: a schema and a value in, a list
 //! of `(path, message)` out.
 

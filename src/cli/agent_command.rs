@@ -8,9 +8,9 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
     use crate::source::git::{GitAuth, GitRemote};
     // Before anything else: an agent that would take any webhook must not start at all.
     if let Some(file) = &args.webhook_secret_file {
-        crate::source::hooks::read_secret(file).map_err(|message| {
+        crate::source::hooks::read_secret(file).map_err(|e| {
             Error::Runtime(std::io::Error::other(format!(
-                "{message} (--webhook-secret-file)"
+                "{e} (--webhook-secret-file)"
             )))
         })?;
     }

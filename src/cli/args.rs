@@ -319,7 +319,16 @@ pub struct AgentArgs {
     pub sync: SyncArgs,
 }
 
-pub(super) fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+/// A flag's duration that does not parse (clap shows it with the flag's name).
+#[derive(Debug, thiserror::Error)]
+pub enum FlagDurationError {
+    #[error("{0:?} is not a duration like 30s, 5m or 1h")]
+    NotANumber(String),
+    #[error("unknown unit in {0:?}; use ms, s, m or h")]
+    UnknownUnit(String),
+}
+
+pub(super) fn parse_duration(text: &str) -> std::result::Result<Duration, FlagDurationError> {
     let text = text.trim();
     let (number, unit) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -327,13 +336,13 @@ pub(super) fn parse_duration(text: &str) -> std::result::Result<Duration, String
     );
     let n: f64 = number
         .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 5m or 1h"))?;
+        .map_err(|_| FlagDurationError::NotANumber(text.to_string()))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit in {text:?}; use ms, s, m or h")),
+        _ => return Err(FlagDurationError::UnknownUnit(text.to_string())),
     };
     Ok(Duration::from_secs_f64(secs))
 }

@@ -85,6 +85,41 @@ impl Templates {
     }
 }
 
+/// Why a measurement could not be taken; recorded as the measurement's Error (never a failed
+/// reconcile), with a URL's credentials redacted.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// What the agent's flags do not allow: a file outside --analysis-files-dir, a URL under
+    /// no --analysis-url-prefix, a token with no prefix set.
+    #[error("{0}")]
+    Refused(String),
+    #[error("{field} {path}: {source}")]
+    File {
+        field: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Client(#[from] crate::net::CaFileError),
+    #[error("{what}: {why}")]
+    BadUrl { what: String, why: String },
+    /// The request got no answer.
+    #[error("{target}: {why}")]
+    Unreachable { target: String, why: String },
+    #[error("the answer is over {MAX_ANSWER_BYTES} bytes")]
+    TooLarge,
+    #[error("cannot read bearerTokenFile {}: {source}", path.display())]
+    Token {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An answer that holds no value: an error status, no JSON, no number, no match.
+    #[error("{0}")]
+    Answer(String),
+}
+
 /// What a template from Git may make the agent read and request (`--analysis-files-dir`,
 /// `--analysis-url-prefix`).
 #[derive(Clone, Debug, Default)]
@@ -95,29 +130,33 @@ pub struct Policy {
 
 impl Policy {
     /// `path` if it is a file inside the files directory (after resolving links).
-    fn file(&self, field: &str, path: &str) -> Result<PathBuf, String> {
+    fn file(&self, field: &'static str, path: &str) -> Result<PathBuf, MeasureError> {
         let Some(dir) = &self.files_dir else {
-            return Err(format!(
+            return Err(MeasureError::Refused(format!(
                 "{field} {path} is refused: the agent allows no files (start it with --analysis-files-dir)"
-            ));
+            )));
         };
         let inside = std::fs::canonicalize(dir)
             .and_then(|dir| Ok((dir, std::fs::canonicalize(path)?)))
             .map(|(dir, file)| (file.starts_with(&dir), file));
         match inside {
             Ok((true, file)) => Ok(file),
-            Ok((false, _)) => Err(format!(
+            Ok((false, _)) => Err(MeasureError::Refused(format!(
                 "{field} {path} is refused: it is not inside --analysis-files-dir {}",
                 dir.display()
-            )),
-            Err(e) => Err(format!("{field} {path}: {e}")),
+            ))),
+            Err(source) => Err(MeasureError::File {
+                field,
+                path: path.to_string(),
+                source,
+            }),
         }
     }
 
     /// Whether `url` (parsed) is under a prefix: the same scheme, host and port, and a path
     /// that starts with the prefix's. Compared parsed, so `http://prom:9090` does not admit
     /// `http://prom.evil.example:9090/` or a `@` trick.
-    fn url(&self, url: &reqwest::Url) -> Result<(), String> {
+    fn url(&self, url: &reqwest::Url) -> Result<(), MeasureError> {
         let under = |prefix: &String| {
             reqwest::Url::parse(prefix).is_ok_and(|p| {
                 p.scheme() == url.scheme()
@@ -129,11 +168,11 @@ impl Policy {
         if self.url_prefixes.is_empty() || self.url_prefixes.iter().any(under) {
             return Ok(());
         }
-        Err(format!(
+        Err(MeasureError::Refused(format!(
             "{} is refused: it is under none of --analysis-url-prefix {}",
             crate::text::redact_credentials(url.as_str()),
             self.url_prefixes.join(", ")
-        ))
+        )))
     }
 }
 
@@ -143,15 +182,14 @@ impl Policy {
 pub struct HttpClients(Mutex<HashMap<Option<PathBuf>, reqwest::Client>>);
 
 impl HttpClients {
-    fn get(&self, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, String> {
+    fn get(&self, ca_file: Option<&std::path::Path>) -> Result<reqwest::Client, MeasureError> {
         let key = ca_file.map(PathBuf::from);
         if let Ok(clients) = self.0.lock()
             && let Some(c) = clients.get(&key)
         {
             return Ok(c.clone());
         }
-        let client = crate::net::http_client_no_redirects(key.as_deref(), analysis::MAX_TIMEOUT)
-            .map_err(|e| e.to_string())?;
+        let client = crate::net::http_client_no_redirects(key.as_deref(), analysis::MAX_TIMEOUT)?;
         if let Ok(mut clients) = self.0.lock() {
             clients.insert(key, client.clone());
         }
@@ -323,37 +361,39 @@ async fn query(ctx: &super::Context, m: &ResolvedMetric) -> Outcome {
     } else if let Some(web) = &p.web {
         web_request(ctx, web, m.timeout).await
     } else {
-        Err("the metric has no provider".into())
+        Err(MeasureError::Answer("the metric has no provider".into()))
     };
     match result {
         Ok(v) => Outcome::Value(v),
         // A URL in Git may carry a password; the error is kept in status.
-        Err(e) => Outcome::Error(crate::text::redact_credentials(&e)),
+        Err(e) => Outcome::Error(crate::text::redact_credentials(&e.to_string())),
     }
 }
 
 /// Reads at most [`MAX_ANSWER_BYTES`] of a body; more is an error.
-async fn body(mut r: reqwest::Response) -> Result<Vec<u8>, String> {
+async fn body(mut r: reqwest::Response, target: &str) -> Result<Vec<u8>, MeasureError> {
     let mut out = Vec::new();
-    while let Some(chunk) = r
-        .chunk()
-        .await
-        .map_err(|e| crate::net::explain_http(&e).1)?
-    {
+    while let Some(chunk) = r.chunk().await.map_err(|e| MeasureError::Unreachable {
+        target: target.to_string(),
+        why: crate::net::explain_http(&e).1,
+    })? {
         if out.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Err(format!("the answer is over {MAX_ANSWER_BYTES} bytes"));
+            return Err(MeasureError::TooLarge);
         }
         out.extend_from_slice(&chunk);
     }
     Ok(out)
 }
 
-fn read_token(path: &std::path::Path) -> Result<String, String> {
+fn read_token(path: &std::path::Path) -> Result<String, MeasureError> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_TOKEN_BYTES).read_to_string(&mut text))
-        .map_err(|e| format!("cannot read bearerTokenFile {}: {e}", path.display()))?;
+        .map_err(|source| MeasureError::Token {
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok(text.trim().to_string())
 }
 
@@ -361,7 +401,7 @@ async fn prometheus(
     ctx: &super::Context,
     p: &PrometheusMetric,
     timeout: Duration,
-) -> Result<Value, String> {
+) -> Result<Value, MeasureError> {
     let ca_file = match &p.ca_file {
         Some(f) => Some(ctx.analysis.file("caFile", f)?),
         None => None,
@@ -371,52 +411,57 @@ async fn prometheus(
         &format!("{}/api/v1/query", p.address.trim_end_matches('/')),
         &[("query", p.query.as_str())],
     )
-    .map_err(|e| format!("Prometheus address {:?}: {e}", p.address))?;
+    .map_err(|e| MeasureError::BadUrl {
+        what: format!("Prometheus address {:?}", p.address),
+        why: e.to_string(),
+    })?;
     // The URL as it will be requested (parsed and normalised), not as written.
     ctx.analysis.url(&url)?;
     let mut request = client.get(url).timeout(timeout);
     if let Some(file) = &p.bearer_token_file {
         // A token goes only where the operator said queries may go.
         if ctx.analysis.url_prefixes.is_empty() {
-            return Err(
+            return Err(MeasureError::Refused(
                 "bearerTokenFile is refused: the agent sends tokens only under --analysis-url-prefix, and none is set"
                     .into(),
-            );
+            ));
         }
         let file = ctx.analysis.file("bearerTokenFile", file)?;
         request = request.bearer_auth(read_token(&file)?);
     }
-    let answer = request.send().await.map_err(|e| {
-        format!(
-            "Prometheus {}: {}",
-            p.address,
-            crate::net::explain_http(&e).1
-        )
-    })?;
+    let target = format!("Prometheus {}", p.address);
+    let answer = request
+        .send()
+        .await
+        .map_err(|e| MeasureError::Unreachable {
+            target: target.clone(),
+            why: crate::net::explain_http(&e).1,
+        })?;
     let status = answer.status();
-    let bytes = body(answer).await?;
+    let bytes = body(answer, &target).await?;
     let doc: Value = serde_json::from_slice(&bytes)
-        .map_err(|_| format!("Prometheus {} answered {status} with no JSON", p.address))?;
+        .map_err(|_| MeasureError::Answer(format!("{target} answered {status} with no JSON")))?;
     prometheus_result(&doc)
 }
 
 /// `result` from a Prometheus query answer.
-pub fn prometheus_result(doc: &Value) -> Result<Value, String> {
+pub fn prometheus_result(doc: &Value) -> Result<Value, MeasureError> {
+    let answer = |text: String| MeasureError::Answer(text);
     if doc["status"] != "success" {
-        return Err(format!(
+        return Err(answer(format!(
             "the query failed: {} {}",
             doc["errorType"].as_str().unwrap_or(""),
             doc["error"].as_str().unwrap_or("")
-        ));
+        )));
     }
-    let number = |sample: &Value| -> Result<Value, String> {
+    let number = |sample: &Value| -> Result<Value, MeasureError> {
         let text = sample[1].as_str().unwrap_or("");
         let x: f64 = text
             .parse()
-            .map_err(|_| format!("the query gave {text:?}, not a number"))?;
+            .map_err(|_| answer(format!("the query gave {text:?}, not a number")))?;
         serde_json::Number::from_f64(x)
             .map(Value::Number)
-            .ok_or_else(|| format!("the query gave {text} (no traffic yet?)"))
+            .ok_or_else(|| answer(format!("the query gave {text} (no traffic yet?)")))
     };
     let data = &doc["data"];
     match data["resultType"].as_str() {
@@ -424,7 +469,7 @@ pub fn prometheus_result(doc: &Value) -> Result<Value, String> {
         Some("vector") => {
             let samples = data["result"].as_array().cloned().unwrap_or_default();
             match samples.as_slice() {
-                [] => Err("the query returned no samples".into()),
+                [] => Err(answer("the query returned no samples".into())),
                 [one] => number(&one["value"]),
                 many => many
                     .iter()
@@ -433,10 +478,10 @@ pub fn prometheus_result(doc: &Value) -> Result<Value, String> {
                     .map(Value::Array),
             }
         }
-        other => Err(format!(
+        other => Err(answer(format!(
             "the query gave a {}, not a scalar or an instant vector",
             other.unwrap_or("nothing")
-        )),
+        ))),
     }
 }
 
@@ -444,8 +489,11 @@ async fn web_request(
     ctx: &super::Context,
     w: &WebMetric,
     timeout: Duration,
-) -> Result<Value, String> {
-    let url = reqwest::Url::parse(&w.url).map_err(|e| format!("url {:?}: {e}", w.url))?;
+) -> Result<Value, MeasureError> {
+    let url = reqwest::Url::parse(&w.url).map_err(|e| MeasureError::BadUrl {
+        what: format!("url {:?}", w.url),
+        why: e.to_string(),
+    })?;
     ctx.analysis.url(&url)?;
     let ca_file = match &w.ca_file {
         Some(f) => Some(ctx.analysis.file("caFile", f)?),
@@ -463,23 +511,28 @@ async fn web_request(
     let answer = request
         .send()
         .await
-        .map_err(|e| format!("{}: {}", w.url, crate::net::explain_http(&e).1))?;
+        .map_err(|e| MeasureError::Unreachable {
+            target: w.url.clone(),
+            why: crate::net::explain_http(&e).1,
+        })?;
     let status = answer.status();
-    let bytes = body(answer).await?;
+    let bytes = body(answer, &w.url).await?;
     if !status.is_success() {
-        return Err(format!("{} answered {status}", w.url));
+        return Err(MeasureError::Answer(format!("{} answered {status}", w.url)));
     }
-    let doc: Value =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{} answered no JSON: {e}", w.url))?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| MeasureError::Answer(format!("{} answered no JSON: {e}", w.url)))?;
     match &w.json_path {
         None => Ok(doc),
         Some(path) => {
             use jsonpath_rust::JsonPath;
             let found = doc
                 .query(path)
-                .map_err(|e| format!("jsonPath {path}: {e}"))?;
+                .map_err(|e| MeasureError::Answer(format!("jsonPath {path}: {e}")))?;
             match found.as_slice() {
-                [] => Err(format!("jsonPath {path} matched nothing in the answer")),
+                [] => Err(MeasureError::Answer(format!(
+                    "jsonPath {path} matched nothing in the answer"
+                ))),
                 [one] => Ok((*one).clone()),
                 many => Ok(Value::Array(many.iter().map(|v| (*v).clone()).collect())),
             }
@@ -502,7 +555,7 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("git-token"), allowed.join("link")).unwrap();
         let none = Policy::default();
         let e = none.file("bearerTokenFile", "/etc/hostname").unwrap_err();
-        assert!(e.contains("--analysis-files-dir"), "{e}");
+        assert!(e.to_string().contains("--analysis-files-dir"), "{e}");
         let policy = Policy {
             files_dir: Some(allowed.clone()),
             url_prefixes: vec!["http://prometheus.monitoring:9090/".into()],
@@ -521,7 +574,7 @@ mod tests {
             let e = policy
                 .file("bearerTokenFile", escape.to_str().unwrap())
                 .unwrap_err();
-            assert!(e.contains("not inside"), "{e}");
+            assert!(e.to_string().contains("not inside"), "{e}");
         }
         let url = |u: &str| reqwest::Url::parse(u).unwrap();
         assert!(
@@ -537,7 +590,10 @@ mod tests {
             "http://10.0.0.1/",
         ] {
             let e = policy.url(&url(refused)).unwrap_err();
-            assert!(e.contains("--analysis-url-prefix"), "{refused}: {e}");
+            assert!(
+                e.to_string().contains("--analysis-url-prefix"),
+                "{refused}: {e}"
+            );
         }
         let no_slash = Policy {
             files_dir: None,
@@ -558,36 +614,38 @@ mod tests {
 
     #[test]
     fn prometheus_answers_become_results() {
+        let prometheus_result_text =
+            |doc: &Value| prometheus_result(doc).map_err(|e| e.to_string());
         let vector = |samples: Value| json!({"status": "success", "data": {"resultType": "vector", "result": samples}});
         assert_eq!(
-            prometheus_result(&vector(json!([{"metric": {}, "value": [1.0, "0.31"]}]))),
+            prometheus_result_text(&vector(json!([{"metric": {}, "value": [1.0, "0.31"]}]))),
             Ok(json!(0.31))
         );
         assert_eq!(
-            prometheus_result(&vector(
+            prometheus_result_text(&vector(
                 json!([{"value": [1.0, "1"]}, {"value": [1.0, "2"]}])
             )),
             Ok(json!([1.0, 2.0]))
         );
         assert!(
-            prometheus_result(&vector(json!([])))
+            prometheus_result_text(&vector(json!([])))
                 .unwrap_err()
                 .contains("no samples")
         );
         assert!(
-            prometheus_result(&vector(json!([{"value": [1.0, "NaN"]}])))
+            prometheus_result_text(&vector(json!([{"value": [1.0, "NaN"]}])))
                 .unwrap_err()
                 .contains("NaN")
         );
         assert_eq!(
-            prometheus_result(
+            prometheus_result_text(
                 &json!({"status": "success", "data": {"resultType": "scalar", "result": [1.0, "2.5"]}})
             ),
             Ok(json!(2.5))
         );
         let bad = json!({"status": "error", "errorType": "bad_data", "error": "parse error"});
         assert_eq!(
-            prometheus_result(&bad),
+            prometheus_result_text(&bad),
             Err("the query failed: bad_data parse error".into())
         );
     }

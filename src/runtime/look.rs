@@ -13,6 +13,59 @@ use crate::specs::{LoadOptions, SpecSet};
 use crate::telemetry::ReasonLabel;
 use crate::{Error, Result};
 
+/// Why a look at the source or a sync failed; the cluster keeps the last good state, and the
+/// loop tries again. Each has a stable label for `linnet_git_fetch_errors_total`.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(
+        "the previous call to {url} has not returned after --git-timeout ({timeout:?}); waiting \
+         for libgit2 to give it up before starting another"
+    )]
+    Busy { url: String, timeout: Duration },
+    #[error("{url} did not answer within {timeout:?} (--git-timeout)")]
+    Timeout { url: String, timeout: Duration },
+    #[error("Git task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    #[error("the source's state is poisoned by an earlier panic")]
+    Poisoned,
+    #[error("{}: {source}", path.display())]
+    Local {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "no specs found in {path:?} at {revision}; nothing is applied or pruned. Check --path, \
+         or give --allow-empty to sync an empty directory"
+    )]
+    NoSpecs { path: String, revision: String },
+    #[error("{count} object(s) failed to sync; first: {first}")]
+    Sync { count: usize, first: String },
+}
+
+impl SourceError {
+    /// A stable, low-cardinality label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            SourceError::Git(e) => e.label(),
+            SourceError::Busy { .. } => "busy",
+            SourceError::Timeout { .. } => "timeout",
+            SourceError::Task(_) => "panic",
+            SourceError::Poisoned => "git",
+            SourceError::Local { .. } => "local",
+            SourceError::NoSpecs { .. } => "no_specs",
+            SourceError::Sync { .. } => "sync",
+        }
+    }
+
+    /// Whether the source could not be read (retried sooner than a failed sync).
+    pub fn is_source(&self) -> bool {
+        !matches!(self, SourceError::NoSpecs { .. } | SourceError::Sync { .. })
+    }
+}
+
 pub(super) struct RemoteState {
     mirror: GitMirror,
     pub(super) snapshot: SpecSnapshot,
@@ -57,7 +110,7 @@ pub(super) async fn look_at_remote(
     source_loop: &SourceLoop,
     synced: Option<String>,
     announced: Option<String>,
-) -> Result<Found, String> {
+) -> Result<Found, SourceError> {
     let started = Instant::now();
     let result = ask_remote(&remote, source_loop, synced.clone(), announced).await;
     source_loop
@@ -73,20 +126,19 @@ pub(super) async fn look_at_remote(
             // Local work only: the objects are in the mirror already.
             tokio::task::spawn_blocking(move || read_revision(&remote, tip, &path, &load, synced))
                 .await
-                .map_err(|e| ("panic", format!("Git task failed: {e}")))
-                .and_then(|r| r.map_err(|e| (e.label(), e.to_string())))
+                .map_err(SourceError::Task)
+                .and_then(|r| r.map_err(SourceError::Git))
         }
         Err(e) => Err(e),
     };
-    found.map_err(|(label, message)| {
+    found.inspect_err(|e| {
         source_loop
             .metrics
             .fetch_errors
             .get_or_create(&ReasonLabel {
-                reason: label.to_string(),
+                reason: e.metric_label().to_string(),
             })
             .inc();
-        message
     })
 }
 
@@ -97,13 +149,10 @@ async fn ask_remote(
     source_loop: &SourceLoop,
     synced: Option<String>,
     announced: Option<String>,
-) -> Result<RemoteTip, (&'static str, String)> {
+) -> Result<RemoteTip, SourceError> {
     let timeout = source_loop.config.git_timeout;
     let (dir, git_remote, previous, announced_is_new) = {
-        let s = remote
-            .state
-            .lock()
-            .map_err(|_| ("git", "source state poisoned".to_string()))?;
+        let s = remote.state.lock().map_err(|_| SourceError::Poisoned)?;
         let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
         // A webhook for a tip fetched before (a replay, a redelivery, an old push) only asks
         // the remote for its tip; wake-ups coalesce, so a newer push behind it is found then.
@@ -116,13 +165,7 @@ async fn ask_remote(
     };
     let url = crate::text::redact_credentials(&git_remote.url);
     let Ok(permit) = remote.in_flight.clone().try_acquire_owned() else {
-        return Err((
-            "busy",
-            format!(
-                "the previous call to {url} has not returned after --git-timeout ({timeout:?}); \
-                 waiting for libgit2 to give it up before starting another"
-            ),
-        ));
+        return Err(SourceError::Busy { url, timeout });
     };
     let job = tokio::task::spawn_blocking(move || -> Result<RemoteTip, GitError> {
         let _permit = permit;
@@ -145,12 +188,9 @@ async fn ask_remote(
     // `in_flight`.
     match tokio::time::timeout(timeout + Duration::from_secs(1), job).await {
         Ok(Ok(Ok(tip))) => Ok(tip),
-        Ok(Ok(Err(e))) => Err((e.label(), e.to_string())),
-        Ok(Err(e)) => Err(("panic", format!("Git task failed: {e}"))),
-        Err(_) => Err((
-            "timeout",
-            format!("{url} did not answer within {timeout:?} (--git-timeout)"),
-        )),
+        Ok(Ok(Err(e))) => Err(SourceError::Git(e)),
+        Ok(Err(e)) => Err(SourceError::Task(e)),
+        Err(_) => Err(SourceError::Timeout { url, timeout }),
     }
 }
 
@@ -201,13 +241,16 @@ pub(super) fn look_at_local(
     snapshot: &mut SpecSnapshot,
     source_loop: &SourceLoop,
     last_sync_ok: bool,
-) -> Result<Found, String> {
+) -> Result<Found, SourceError> {
     let SourceConfig::Local { dir } = &source_loop.config.source else {
         return Ok(Found::Nothing);
     };
     let root = dir.join(&source_loop.config.path);
-    let files = crate::specs::list_local_spec_files(&root)
-        .map_err(|e| format!("{}: {e}", root.display()))?;
+    let files =
+        crate::specs::list_local_spec_files(&root).map_err(|source| SourceError::Local {
+            path: root.clone(),
+            source,
+        })?;
     let listing: Vec<(String, String)> = files
         .iter()
         .map(|f| (f.rel.clone(), f.change_id()))
@@ -226,7 +269,7 @@ pub(super) fn look_at_local(
             },
             &source_loop.config.load,
         )
-        .map_err(|e| format!("{}: {e}", root.display()))?;
+        .unwrap_or_else(|never: std::convert::Infallible| match never {});
     if !update.changed && last_sync_ok {
         return Ok(Found::Nothing);
     }

@@ -14,7 +14,7 @@ use kube::runtime::watcher::DefaultBackoff;
 use tokio::sync::mpsc;
 
 use super::config::AgentConfig;
-use super::look::{Found, Remote, look_at_local, look_at_remote};
+use super::look::{Found, Remote, SourceError, look_at_local, look_at_remote};
 use super::rollouts::RolloutStores;
 use super::state::{AgentState, now_rfc3339};
 use crate::source::hooks::WakeReceiver;
@@ -160,9 +160,9 @@ impl SourceLoop {
                     delay = with_jitter(config.poll_interval);
                     self.state.update(|s| s.last_error = None);
                 }
-                Err(message) => {
+                Err(error) => {
                     // Git's own messages may quote the URL, with whatever credentials it holds.
-                    let message = crate::text::redact_credentials(&message);
+                    let message = crate::text::redact_credentials(&error.to_string());
                     // A failed look at the source is made again within MAX_ERROR_RETRY, so a host
                     // that answers again is synced from soon after (a look that fails costs one
                     // connection); a failed sync backs off further, up to 30 s.
@@ -190,15 +190,14 @@ impl SourceLoop {
         revision: &str,
         specs: &SpecSet,
         full: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), SourceError> {
         if specs.is_empty() && !self.config.allow_empty {
             // Most likely a wrong --path (or specs moved away): applying "nothing" would prune
             // everything this source applied.
-            return Err(format!(
-                "no specs found in {:?} at {revision}; nothing is applied or pruned. Check \
-             --path, or give --allow-empty to sync an empty directory",
-                self.config.path
-            ));
+            return Err(SourceError::NoSpecs {
+                path: self.config.path.clone(),
+                revision: revision.to_string(),
+            });
         }
         for e in &specs.errors {
             tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
@@ -278,10 +277,10 @@ impl SourceLoop {
             Ok(())
         } else {
             let (key, e) = &report.errors[0];
-            Err(format!(
-                "{} object(s) failed to sync; first: {key}: {e}",
-                report.errors.len()
-            ))
+            Err(SourceError::Sync {
+                count: report.errors.len(),
+                first: format!("{key}: {e}"),
+            })
         }
     }
 }

@@ -95,15 +95,37 @@ pub fn secret_problem(secret: &[u8]) -> Option<String> {
     None
 }
 
+/// Why the webhook secret cannot be used; the agent does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("cannot read {}: {source}", file.display())]
+    Read {
+        file: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the webhook secret in {} {problem}; put a long random secret there (for example \
+         `openssl rand -hex 32`) and set the same one on the Git host's webhook",
+        file.display()
+    )]
+    Weak {
+        file: std::path::PathBuf,
+        problem: String,
+    },
+}
+
 /// Reads the secret file and checks it ([`secret_problem`]); the error says what to do.
-pub fn read_secret(file: &Path) -> Result<Vec<u8>, String> {
-    let secret = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+pub fn read_secret(file: &Path) -> Result<Vec<u8>, SecretError> {
+    let secret = std::fs::read(file).map_err(|source| SecretError::Read {
+        file: file.to_path_buf(),
+        source,
+    })?;
     match secret_problem(&secret) {
-        Some(problem) => Err(format!(
-            "the webhook secret in {} {problem}; put a long random secret there (for example \
-             `openssl rand -hex 32`) and set the same one on the Git host's webhook",
-            file.display()
-        )),
+        Some(problem) => Err(SecretError::Weak {
+            file: file.to_path_buf(),
+            problem,
+        }),
         None => Ok(secret.trim_ascii().to_vec()),
     }
 }

@@ -65,6 +65,87 @@ struct Applied {
     full_at: Instant,
 }
 
+/// Why one object of a revision was not read or written. Shown, located in its file, in the
+/// source's status (`syncErrors`), and retried with the next sync.
+#[derive(Debug)]
+pub enum ObjectError {
+    /// The cluster does not serve the object's kind; `linnet` for linnet's own kinds.
+    NotServed {
+        kind: String,
+        api_version: String,
+        linnet: bool,
+    },
+    /// The kind could not be looked up.
+    Lookup {
+        kind: String,
+        api_version: String,
+        source: kube::Error,
+    },
+    /// The agent cannot make a client that acts as the source's account.
+    ActAs(String),
+    /// A read as the agent failed.
+    Read(kube::Error),
+    /// A request failed: `what` is `apply`, `delete` or `read`; `refused` when the source's
+    /// account may not make it; `text` is the API server's message with what to grant.
+    Request {
+        what: &'static str,
+        refused: bool,
+        text: String,
+    },
+}
+
+impl std::fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectError::NotServed {
+                kind,
+                api_version,
+                linnet: true,
+            } => write!(
+                f,
+                "the cluster does not serve {kind} in {api_version}: install linnet's CRDs \
+                 (kubectl apply -f deploy/crds/crds.yaml)"
+            ),
+            ObjectError::NotServed {
+                kind, api_version, ..
+            } => write!(
+                f,
+                "the cluster does not serve {kind} in {api_version}: install the CRD or API \
+                 that provides it, or fix apiVersion"
+            ),
+            ObjectError::Lookup {
+                kind,
+                api_version,
+                source,
+            } => write!(
+                f,
+                "cannot look up {kind} in {api_version}: {}",
+                kube_message(source)
+            ),
+            ObjectError::ActAs(why) => f.write_str(why),
+            ObjectError::Read(e) => write!(f, "cannot read: {}", kube_message(e)),
+            ObjectError::Request {
+                what,
+                refused: true,
+                text,
+            } => write!(f, "{what} refused: {text}"),
+            ObjectError::Request {
+                what: "read", text, ..
+            } => write!(f, "cannot read: {text}"),
+            ObjectError::Request { what, text, .. } => write!(f, "{what} failed: {text}"),
+        }
+    }
+}
+
+impl std::error::Error for ObjectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ObjectError::Lookup { source, .. } | ObjectError::Read(source) => Some(source),
+            _ => None,
+        }
+    }
+}
+
 /// The outcome of a sync.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SyncReport {
@@ -201,25 +282,26 @@ impl Syncer {
     }
 
     /// The client that writes objects in `namespace` (empty: cluster-scoped) as the source.
-    fn writer(&self, namespace: &str) -> Result<Client, String> {
+    fn writer(&self, namespace: &str) -> Result<Client, ObjectError> {
         let Some(user) = self.apply_as.user_for(namespace) else {
             return Ok(self.client.clone());
         };
         let mut writers = self
             .writers
             .lock()
-            .map_err(|_| "the writer cache is poisoned".to_string())?;
+            .map_err(|_| ObjectError::ActAs("the writer cache is poisoned".into()))?;
         if let Some(client) = writers.get(&user) {
             return Ok(client.clone());
         }
         let mut config = self
             .kube_config
             .clone()
-            .ok_or_else(|| format!("no configuration to act as {user} with"))?;
+            .ok_or_else(|| ObjectError::ActAs(format!("no configuration to act as {user} with")))?;
         config.auth_info.impersonate = Some(user.clone());
         config.auth_info.impersonate_groups = None;
-        let client = crate::kube_client::from_config(config)
-            .map_err(|e| format!("cannot make a client acting as {user}: {e}"))?;
+        let client = crate::kube_client::from_config(config).map_err(|e| {
+            ObjectError::ActAs(format!("cannot make a client acting as {user}: {e}"))
+        })?;
         writers.insert(user, client.clone());
         Ok(client)
     }
@@ -230,7 +312,7 @@ impl Syncer {
         ar: &ApiResource,
         caps: &ApiCapabilities,
         namespace: &str,
-    ) -> Result<Api<DynamicObject>, String> {
+    ) -> Result<Api<DynamicObject>, ObjectError> {
         let namespace = scoped(caps, namespace);
         Ok(api_as(self.writer(namespace)?, ar, namespace))
     }
@@ -257,7 +339,7 @@ impl Syncer {
         &self,
         api_version: &str,
         kind: &str,
-    ) -> Result<(ApiResource, ApiCapabilities), String> {
+    ) -> Result<(ApiResource, ApiCapabilities), ObjectError> {
         let cache_key = (api_version.to_string(), kind.to_string());
         if let Some(found) = self.discovery.lock().await.get(&cache_key) {
             return Ok(found.clone());
@@ -267,18 +349,16 @@ impl Syncer {
         let found = pinned_kind(&self.client, &gvk)
             .await
             .map_err(|e| match &e {
-                kube::Error::Api(s) if s.code == 404 && group == crate::api::GROUP => format!(
-                    "the cluster does not serve {kind} in {api_version}: install linnet's CRDs \
-                 (kubectl apply -f deploy/crds/crds.yaml)"
-                ),
-                kube::Error::Api(s) if s.code == 404 => format!(
-                    "the cluster does not serve {kind} in {api_version}: install the CRD or API \
-                 that provides it, or fix apiVersion"
-                ),
-                _ => format!(
-                    "cannot look up {kind} in {api_version}: {}",
-                    kube_message(&e)
-                ),
+                kube::Error::Api(s) if s.code == 404 => ObjectError::NotServed {
+                    kind: kind.to_string(),
+                    api_version: api_version.to_string(),
+                    linnet: group == crate::api::GROUP,
+                },
+                _ => ObjectError::Lookup {
+                    kind: kind.to_string(),
+                    api_version: api_version.to_string(),
+                    source: e,
+                },
             })?;
         self.discovery.lock().await.insert(cache_key, found.clone());
         Ok(found)

@@ -3,6 +3,25 @@
 
 use super::*;
 
+/// Why a condition cannot be compiled or evaluated.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConditionError {
+    #[error("longer than {CONDITION_CHARS} characters")]
+    TooLong,
+    #[error("{condition:?} is not CEL: {why}")]
+    NotCel { condition: String, why: String },
+    #[error(
+        "{condition:?} nests list macros (all, exists, map, filter) inside each other; use one"
+    )]
+    Nested { condition: String },
+    #[error("the result cannot be given to CEL: {0}")]
+    Result(String),
+    #[error("{condition} gave {got}, not true or false")]
+    NotBool { condition: String, got: String },
+    #[error("{condition}: {why}")]
+    Failed { condition: String, why: String },
+}
+
 /// What is wrong with a metric before any argument is filled in: `(field, problem)`.
 pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -30,7 +49,7 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
         ),
     ] {
         if let Some(Err(e)) = text.map(parse_duration) {
-            out.push((field.into(), e));
+            out.push((field.into(), e.to_string()));
         }
     }
     if parse_duration(&m.interval).is_ok_and(|d| d < Duration::from_secs(1)) {
@@ -43,7 +62,7 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
         if let Some(c) = cond
             && let Err(e) = compile(c)
         {
-            out.push((field.into(), e));
+            out.push((field.into(), e.to_string()));
         }
     }
     if let Some(web) = &p.web
@@ -58,18 +77,20 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
     out
 }
 
-pub(super) fn compile(condition: &str) -> Result<cel::Program, String> {
+pub(super) fn compile(condition: &str) -> Result<cel::Program, ConditionError> {
     if condition.len() > CONDITION_CHARS {
-        return Err(format!("longer than {CONDITION_CHARS} characters"));
+        return Err(ConditionError::TooLong);
     }
-    let program =
-        cel::Program::compile(condition).map_err(|e| format!("{condition:?} is not CEL: {e}"))?;
+    let program = cel::Program::compile(condition).map_err(|e| ConditionError::NotCel {
+        condition: condition.to_string(),
+        why: e.to_string(),
+    })?;
     // CEL has no cost limit here, and a result can be a list of thousands: one macro such as
     // `result.all(x, x < 0.05)` is linear, but nested ones multiply.
     if comprehension_depth(program.expression()) > 1 {
-        return Err(format!(
-            "{condition:?} nests list macros (all, exists, map, filter) inside each other; use one"
-        ));
+        return Err(ConditionError::Nested {
+            condition: condition.to_string(),
+        });
     }
     Ok(program)
 }
@@ -106,15 +127,21 @@ pub(super) fn comprehension_depth(e: &cel::IdedExpr) -> usize {
     }
 }
 
-pub(super) fn holds(condition: &str, result: &Value) -> Result<bool, String> {
+pub(super) fn holds(condition: &str, result: &Value) -> Result<bool, ConditionError> {
     let program = compile(condition)?;
     let mut context = cel::Context::default();
-    let value = cel::to_value(result).map_err(|e| e.to_string())?;
+    let value = cel::to_value(result).map_err(|e| ConditionError::Result(e.to_string()))?;
     context.add_variable_from_value("result", value);
     match program.execute(&context) {
         Ok(cel::Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(format!("{condition} gave {other:?}, not true or false")),
-        Err(e) => Err(format!("{condition}: {e}")),
+        Ok(other) => Err(ConditionError::NotBool {
+            condition: condition.to_string(),
+            got: format!("{other:?}"),
+        }),
+        Err(e) => Err(ConditionError::Failed {
+            condition: condition.to_string(),
+            why: e.to_string(),
+        }),
     }
 }
 
@@ -127,7 +154,7 @@ pub fn judge(metric: &Metric, result: &Value) -> (MeasurementPhase, Option<Strin
         match holds(f, result) {
             Ok(true) => return (Failed, Some(format!("met failureCondition {f}"))),
             Ok(false) => {}
-            Err(e) => return (Error, Some(e)),
+            Err(e) => return (Error, Some(e.to_string())),
         }
     }
     match (&metric.success_condition, &metric.failure_condition) {
@@ -141,7 +168,7 @@ pub fn judge(metric: &Metric, result: &Value) -> (MeasurementPhase, Option<Strin
                 )),
             ),
             Ok(false) => (Failed, Some(format!("failed {s}"))),
-            Err(e) => (Error, Some(e)),
+            Err(e) => (Error, Some(e.to_string())),
         },
         (None, Some(_)) => (Successful, None),
         (None, None) if *result == Value::Bool(false) => (Failed, Some("false".into())),

@@ -40,10 +40,71 @@ pub struct ResolvedMetric {
     pub timeout: Duration,
 }
 
+/// Why a run's metrics cannot be had; the run holds, and the status says what to fix in Git.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ResolveError {
+    #[error(
+        "AnalysisTemplate {name} is not in namespace {namespace}; add it to the repository or fix templateName"
+    )]
+    MissingTemplate { name: String, namespace: String },
+    #[error("AnalysisTemplate {template}: metric {metric}: {field}: {problem}")]
+    BadMetric {
+        template: String,
+        metric: String,
+        field: String,
+        problem: String,
+    },
+    #[error("metric {0} is in two templates of one analysis; rename one")]
+    SharedName(String),
+    #[error("AnalysisTemplate {template}: metric {metric}: {source}")]
+    Fill {
+        template: String,
+        metric: String,
+        #[source]
+        source: FillError,
+    },
+    #[error(transparent)]
+    Duration(#[from] DurationError),
+    /// The templates cannot be read yet (the agent's watch has not listed them).
+    #[error("{0}")]
+    Unavailable(String),
+    /// A provider that does not survive its own encoding (a bug, not Git's).
+    #[error("AnalysisTemplate {template}: metric {metric}: {why}")]
+    Encoding {
+        template: String,
+        metric: String,
+        why: String,
+    },
+}
+
+/// Why a placeholder cannot be filled in.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum FillError {
+    #[error("{{{{ without }}}} in {0:?}")]
+    Unclosed(String),
+    #[error("argument {0} has no value; set it in spec.analysis.args in Git")]
+    NoValue(String),
+    #[error("{{{{ args.{0} }}}} is not an argument of the template; add it to spec.args")]
+    NotAnArgument(String),
+    #[error(
+        "{{{{ rollout.{0} }}}} is unknown; use name, namespace, canaryImage, stableImage, canarySelector or stableSelector"
+    )]
+    UnknownBuiltin(String),
+    #[error("{{{{ {0} }}}} is unknown; use {{{{ args.NAME }}}} or {{{{ rollout.FIELD }}}}")]
+    Unknown(String),
+    #[error("longer than {MAX_FILLED_CHARS} characters once its arguments are filled in")]
+    TooLong,
+}
+
+/// A duration that does not parse.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{0:?} is not a duration; write e.g. 30s, 1m or 500ms")]
+pub struct DurationError(pub String);
+
 /// A rollout's analysis, resolved: each run's metrics, or why they cannot be had.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Resolved {
-    pub runs: BTreeMap<String, Result<Vec<ResolvedMetric>, String>>,
+    pub runs: BTreeMap<String, Result<Vec<ResolvedMetric>, ResolveError>>,
 }
 
 impl Resolved {
@@ -87,15 +148,13 @@ pub(super) fn resolve_run(
     shared: &[AnalysisArg],
     template: &dyn Fn(&str) -> Option<AnalysisTemplateSpec>,
     builtins: &Builtins,
-) -> Result<Vec<ResolvedMetric>, String> {
+) -> Result<Vec<ResolvedMetric>, ResolveError> {
     let mut metrics: Vec<ResolvedMetric> = Vec::new();
     for t in &run.templates {
         let name = &t.template_name;
-        let spec = template(name).ok_or_else(|| {
-            format!(
-                "AnalysisTemplate {name} is not in namespace {}; add it to the repository or fix templateName",
-                builtins.namespace
-            )
+        let spec = template(name).ok_or_else(|| ResolveError::MissingTemplate {
+            name: name.clone(),
+            namespace: builtins.namespace.clone(),
         })?;
         let mut args: BTreeMap<&str, Option<&str>> = spec
             .args
@@ -109,22 +168,32 @@ pub(super) fn resolve_run(
         }
         for m in &spec.metrics {
             if let Some((path, problem)) = metric_problems(m).into_iter().next() {
-                return Err(format!(
-                    "AnalysisTemplate {name}: metric {}: {path}: {problem}",
-                    m.name
-                ));
+                return Err(ResolveError::BadMetric {
+                    template: name.clone(),
+                    metric: m.name.clone(),
+                    field: path,
+                    problem,
+                });
             }
             if metrics.iter().any(|r| r.metric.name == m.name) {
-                return Err(format!(
-                    "metric {} is in two templates of one analysis; rename one",
-                    m.name
-                ));
+                return Err(ResolveError::SharedName(m.name.clone()));
             }
-            let provider = serde_json::to_value(&m.provider).map_err(|e| e.to_string())?;
-            let provider = fill_strings(provider, &|text| fill(text, &args, builtins))
-                .map_err(|e| format!("AnalysisTemplate {name}: metric {}: {e}", m.name))?;
+            let encoding = |e: serde_json::Error| ResolveError::Encoding {
+                template: name.clone(),
+                metric: m.name.clone(),
+                why: e.to_string(),
+            };
+            let provider = serde_json::to_value(&m.provider).map_err(encoding)?;
+            let provider =
+                fill_strings(provider, &|text| fill(text, &args, builtins)).map_err(|source| {
+                    ResolveError::Fill {
+                        template: name.clone(),
+                        metric: m.name.clone(),
+                        source,
+                    }
+                })?;
             let mut metric = m.clone();
-            metric.provider = serde_json::from_value(provider).map_err(|e| e.to_string())?;
+            metric.provider = serde_json::from_value(provider).map_err(encoding)?;
             let timeout = metric
                 .provider
                 .prometheus
@@ -158,8 +227,8 @@ pub(super) fn resolve_run(
 
 pub(super) fn fill_strings(
     value: Value,
-    f: &dyn Fn(&str) -> Result<String, String>,
-) -> Result<Value, String> {
+    f: &dyn Fn(&str) -> Result<String, FillError>,
+) -> Result<Value, FillError> {
     Ok(match value {
         Value::String(s) => Value::String(f(&s)?),
         Value::Array(items) => Value::Array(
@@ -171,7 +240,7 @@ pub(super) fn fill_strings(
         Value::Object(map) => Value::Object(
             map.into_iter()
                 .map(|(k, v)| Ok((k, fill_strings(v, f)?)))
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, FillError>>()?,
         ),
         other => other,
     })
@@ -182,7 +251,7 @@ pub(super) fn fill(
     text: &str,
     args: &BTreeMap<&str, Option<&str>>,
     builtins: &Builtins,
-) -> Result<String, String> {
+) -> Result<String, FillError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(open) = rest.find("{{") {
@@ -190,38 +259,28 @@ pub(super) fn fill(
         let after = &rest[open + 2..];
         let close = after
             .find("}}")
-            .ok_or_else(|| format!("{{{{ without }}}} in {text:?}"))?;
+            .ok_or_else(|| FillError::Unclosed(text.to_string()))?;
         let key = after[..close].trim();
         let value = if let Some(arg) = key.strip_prefix("args.") {
             match args.get(arg) {
                 Some(Some(v)) => *v,
                 Some(None) => {
-                    return Err(format!(
-                        "argument {arg} has no value; set it in spec.analysis.args in Git"
-                    ));
+                    return Err(FillError::NoValue(arg.to_string()));
                 }
                 None => {
-                    return Err(format!(
-                        "{{{{ args.{arg} }}}} is not an argument of the template; add it to spec.args"
-                    ));
+                    return Err(FillError::NotAnArgument(arg.to_string()));
                 }
             }
         } else if let Some(field) = key.strip_prefix("rollout.") {
-            builtins.get(field).ok_or_else(|| {
-                format!(
-                    "{{{{ rollout.{field} }}}} is unknown; use name, namespace, canaryImage, stableImage, canarySelector or stableSelector"
-                )
-            })?
+            builtins
+                .get(field)
+                .ok_or_else(|| FillError::UnknownBuiltin(field.to_string()))?
         } else {
-            return Err(format!(
-                "{{{{ {key} }}}} is unknown; use {{{{ args.NAME }}}} or {{{{ rollout.FIELD }}}}"
-            ));
+            return Err(FillError::Unknown(key.to_string()));
         };
         // A long argument used many times would make a string of any size.
         if out.len() + value.len() + rest.len() > MAX_FILLED_CHARS {
-            return Err(format!(
-                "longer than {MAX_FILLED_CHARS} characters once its arguments are filled in"
-            ));
+            return Err(FillError::TooLong);
         }
         out.push_str(value);
         rest = &after[close + 2..];
@@ -231,8 +290,8 @@ pub(super) fn fill(
 }
 
 /// Parses `30s`, `1m30s`, `500ms`, `2h`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration; write e.g. 30s, 1m or 500ms");
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let bad = || DurationError(text.to_string());
     let mut total = Duration::ZERO;
     let mut rest = text;
     if rest.is_empty() {

@@ -95,7 +95,8 @@ fn arguments_and_builtins_are_filled_into_the_provider() {
     assert_eq!(metrics[0].interval, Duration::from_secs(10));
     let gate = r.runs[&gate_run(2)].as_ref().unwrap_err();
     assert!(
-        gate.contains("AnalysisTemplate missing is not in namespace demo"),
+        gate.to_string()
+            .contains("AnalysisTemplate missing is not in namespace demo"),
         "{gate}"
     );
 }
@@ -105,7 +106,8 @@ fn a_missing_argument_says_where_to_set_it() {
     let r = resolve(Some(&analysis(None)), &lookup, &Builtins::default());
     let e = r.runs[BACKGROUND].as_ref().unwrap_err();
     assert!(
-        e.contains("argument app has no value; set it in spec.analysis.args"),
+        e.to_string()
+            .contains("argument app has no value; set it in spec.analysis.args"),
         "{e}"
     );
 }
@@ -403,7 +405,10 @@ fn a_finished_run_keeps_its_verdict_when_its_template_is_gone() {
     let (mut runs, verdict) = run_with(&[v.clone(), v.clone(), v], &m, true);
     assert_eq!(verdict, Verdict::Passed);
     let gone = Resolved {
-        runs: BTreeMap::from([(BACKGROUND.to_string(), Err("not listed yet".to_string()))]),
+        runs: BTreeMap::from([(
+            BACKGROUND.to_string(),
+            Err(ResolveError::Unavailable("not listed yet".into())),
+        )]),
     };
     assert_eq!(
         run_verdict(&mut runs, BACKGROUND, &gone, true, t0()),
@@ -423,7 +428,7 @@ fn nested_list_macros_are_refused_and_one_is_fine() {
         "{'a': result.all(x, result.exists(y, y == x))}.a",
     ] {
         let e = compile(nested).unwrap_err();
-        assert!(e.contains("nests list macros"), "{nested}: {e}");
+        assert!(e.to_string().contains("nests list macros"), "{nested}: {e}");
     }
 }
 
@@ -437,7 +442,10 @@ fn a_long_argument_repeated_is_refused_not_built() {
         &Builtins::default(),
     )
     .unwrap_err();
-    assert!(e.contains("once its arguments are filled in"), "{e}");
+    assert!(
+        e.to_string().contains("once its arguments are filled in"),
+        "{e}"
+    );
     assert_eq!(
         fill("{{args.a}}", &args, &Builtins::default())
             .unwrap()

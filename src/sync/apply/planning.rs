@@ -95,7 +95,7 @@ impl Syncer {
                                     list_live(&api, &params, &ar, &by_key, false, &mut live).await
                                 }
                                 Err(e) => {
-                                    errors.push((list_key(source_ns), e));
+                                    errors.push((list_key(source_ns), e.to_string()));
                                     continue;
                                 }
                             };
@@ -169,14 +169,14 @@ impl Syncer {
                             }
                             Ok(None) => {}
                             Err(e) => {
-                                errors.push((d.key.clone(), e));
+                                errors.push((d.key.clone(), e.to_string()));
                                 continue;
                             }
                         }
                     }
                     servable.push(d);
                 }
-                Err(e) => errors.push((d.key.clone(), e)),
+                Err(e) => errors.push((d.key.clone(), e.to_string())),
             }
         }
         let servable = self.refuse(servable, &mut live, &mut errors).await;
@@ -190,7 +190,7 @@ impl Syncer {
         ar: &ApiResource,
         caps: &ApiCapabilities,
         key: &ObjectKey,
-    ) -> Result<Option<DynamicObject>, String> {
+    ) -> Result<Option<DynamicObject>, ObjectError> {
         match self.api(ar, caps, &key.namespace).get_opt(&key.name).await {
             Err(kube::Error::Api(s)) if s.code == 403 && self.apply_as != ApplyAs::Client => {
                 let namespace = scoped(caps, &key.namespace);
@@ -199,7 +199,7 @@ impl Syncer {
                     .await
                     .map_err(|e| self.write_error("read", "get", &e, ar, namespace))
             }
-            other => other.map_err(|e| format!("cannot read: {}", kube_message(&e))),
+            other => other.map_err(ObjectError::Read),
         }
     }
 
@@ -269,7 +269,7 @@ impl Syncer {
                     servable.push(d);
                 }
                 Ok(None) => servable.push(d),
-                Err(e) => errors.push((d.key.clone(), e)),
+                Err(e) => errors.push((d.key.clone(), e.to_string())),
             }
         }
         let labels = [
@@ -291,14 +291,14 @@ impl Syncer {
                     }
                 }
                 Ok(None) => {}
-                Err(e) => errors.push((key.clone(), e)),
+                Err(e) => errors.push((key.clone(), e.to_string())),
             }
         }
         let servable = self.refuse(servable, &mut live, &mut errors).await;
         (plan_changes(servable, &live, prune), errors, skipped)
     }
 
-    pub(super) async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, String> {
+    pub(super) async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, ObjectError> {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
         self.get_live(&ar, &caps, key)
             .await

@@ -15,7 +15,7 @@ impl Syncer {
         let done_rest = futures::stream::iter(rest)
             .map(|c| self.execute(c))
             .buffered(APPLY_CONCURRENCY);
-        let done: Vec<(&PlannedChange, Option<Result<(), String>>)> =
+        let done: Vec<(&PlannedChange, Option<Result<(), ObjectError>>)> =
             done_first.chain(done_rest).collect().await;
         for (change, result) in done {
             let key = &change.key;
@@ -54,7 +54,7 @@ impl Syncer {
                 }
                 (Err(e), _) => {
                     tracing::warn!(object = %key, error = %e, "sync failed for object");
-                    report.errors.push((key.clone(), e))
+                    report.errors.push((key.clone(), e.to_string()))
                 }
             }
         }
@@ -101,7 +101,7 @@ impl Syncer {
     pub(super) async fn execute<'c>(
         &self,
         change: &'c PlannedChange,
-    ) -> (&'c PlannedChange, Option<Result<(), String>>) {
+    ) -> (&'c PlannedChange, Option<Result<(), ObjectError>>) {
         let result = match change.change {
             Change::Unchanged | Change::KeepVolume => None,
             Change::Create | Change::Update => Some(self.apply_one(change).await),
@@ -110,7 +110,7 @@ impl Syncer {
         (change, result)
     }
 
-    pub(super) async fn apply_one(&self, change: &PlannedChange) -> Result<(), String> {
+    pub(super) async fn apply_one(&self, change: &PlannedChange) -> Result<(), ObjectError> {
         let Some(desired) = &change.desired else {
             return Ok(());
         };
@@ -131,12 +131,12 @@ impl Syncer {
     /// grant it. `what` is `apply`, `delete` or `read`.
     pub(super) fn write_error(
         &self,
-        what: &str,
+        what: &'static str,
         verb: &str,
         e: &kube::Error,
         ar: &ApiResource,
         namespace: &str,
-    ) -> String {
+    ) -> ObjectError {
         let as_source = self.apply_as.user_for(namespace).is_some();
         let refused = as_source && matches!(e, kube::Error::Api(s) if s.code == 403);
         let text = if as_source {
@@ -144,14 +144,14 @@ impl Syncer {
         } else {
             kube_message(e)
         };
-        match what {
-            _ if refused => format!("{what} refused: {text}"),
-            "read" => format!("cannot read: {text}"),
-            _ => format!("{what} failed: {text}"),
+        ObjectError::Request {
+            what,
+            refused,
+            text,
         }
     }
 
-    pub(super) async fn delete_one(&self, key: &ObjectKey) -> Result<(), String> {
+    pub(super) async fn delete_one(&self, key: &ObjectKey) -> Result<(), ObjectError> {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
         match self
             .writer_api(&ar, &caps, &key.namespace)?

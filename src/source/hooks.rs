@@ -12,6 +12,10 @@
 //! Answers: 202 once verified, 401 for a bad or missing signature, 408 for a body that did not
 //! arrive in time, 413 above the body limit, 400 for a body that is not JSON, 503 (with
 //! `Retry-After`) when busy or when the secret is unusable.
+//!
+//! After a 202, the wake-up reaches the source loop ([`crate::runtime::source_loop`]): it
+//! fetches the announced tip (or, for one fetched before, only asks the remote for its tip),
+//! parses only the files whose blobs changed, and syncs them.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};

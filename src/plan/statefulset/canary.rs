@@ -1,9 +1,45 @@
-//! What both strategies share while a canary runs: the active canary, the migration Job, and a
-//! finished rollback.
+//! What both strategies share while a canary runs: when a step advances ([`Planner::step_done`]:
+//! its pods Ready, then its analysis gate, then the next step or the active canary), the active
+//! canary, the migration Job, and a finished rollback.
 
 use super::*;
 
 impl<'a> Planner<'a> {
+    /// A step's canary pods are Ready: its gate (if any) decides, then a held analysis keeps
+    /// it, else the next step starts (`StepComplete`) or, after the last, the canary is active.
+    pub(super) fn step_done(&mut self, n: i32) -> Next<Phase> {
+        let i = self.step_index();
+        if let Some(next) = self.gate(i as i32 + 1) {
+            return next;
+        }
+        if let Some(hold) = self.analysis_hold() {
+            return Next::Stay(hold);
+        }
+        if i < self.last_step() {
+            self.st.current_step = Some(i as i32 + 1);
+            let next = if self.two_sets() {
+                Phase::ScalingDownStable
+            } else {
+                Phase::DeployingCanary
+            };
+            return go(
+                next,
+                "StepComplete",
+                format!(
+                    "step {} of {} done ({n} canary replicas Ready); next: {}",
+                    i + 1,
+                    self.last_step() + 1,
+                    self.size(i + 1)
+                ),
+            );
+        }
+        go(
+            Phase::CanaryActive,
+            "CanaryReady",
+            format!("{n} canary replica(s) Ready on {}", self.canary_image()),
+        )
+    }
+
     /// The canary pods (those on the canary image) as the strategy places them.
     pub(super) fn canary_pods(&self) -> Vec<&PodView> {
         if self.two_sets() {

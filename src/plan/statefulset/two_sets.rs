@@ -105,39 +105,6 @@ impl<'a> Planner<'a> {
         self.step_done(n)
     }
 
-    pub(super) fn step_done(&mut self, n: i32) -> Next<Phase> {
-        let i = self.step_index();
-        if let Some(next) = self.gate(i as i32 + 1) {
-            return next;
-        }
-        if let Some(hold) = self.analysis_hold() {
-            return Next::Stay(hold);
-        }
-        if i < self.last_step() {
-            self.st.current_step = Some(i as i32 + 1);
-            let next = if self.two_sets() {
-                Phase::ScalingDownStable
-            } else {
-                Phase::DeployingCanary
-            };
-            return go(
-                next,
-                "StepComplete",
-                format!(
-                    "step {} of {} done ({n} canary replicas Ready); next: {}",
-                    i + 1,
-                    self.last_step() + 1,
-                    self.size(i + 1)
-                ),
-            );
-        }
-        go(
-            Phase::CanaryActive,
-            "CanaryReady",
-            format!("{n} canary replica(s) Ready on {}", self.canary_image()),
-        )
-    }
-
     pub(super) fn canary_drained(&self) -> bool {
         self.o.canary.as_ref().is_none_or(|c| c.replicas == 0)
             && self.pods_of(Role::Canary).is_empty()

@@ -62,7 +62,11 @@ fn main() {
         churn: Duration::from_secs(env_or("LINNET_BENCH_CHURN_SECS", 60)),
         repeats: env_or("LINNET_BENCH_REPEATS", 1),
         analysis_window: Duration::from_secs(env_or("LINNET_BENCH_ANALYSIS_SECS", 60)),
-        linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
+        // LINNET_BENCH_LINNET_BIN runs another build of the agent (e.g. an earlier commit's)
+        // under the same bench, to compare the two.
+        linnet_bin: std::env::var("LINNET_BENCH_LINNET_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_linnet"))),
     };
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let rows = match rt.block_on(run::run(&cfg)) {

@@ -84,6 +84,10 @@ struct Samples {
     rss_mib: Vec<f64>,
     churn_cpu_percent: f64,
     churn_push_to_write_ms: Vec<f64>,
+    /// linnet's gets and lists from its start until it settled after the initial sync.
+    initial_reads: f64,
+    /// The watches linnet opened in that time.
+    initial_watches: f64,
 }
 
 fn log(msg: &str) {
@@ -363,7 +367,9 @@ fn audit_writes(from: u64, to: u64) -> (u64, u64, Vec<String>) {
         let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        if e["stage"] != "ResponseComplete" {
+        if e["stage"] != "ResponseComplete"
+            || !WRITE_VERBS.contains(&e["verb"].as_str().unwrap_or(""))
+        {
             continue;
         }
         let resource = e["objectRef"]["resource"].as_str().unwrap_or("?");
@@ -380,6 +386,34 @@ fn audit_writes(from: u64, to: u64) -> (u64, u64, Vec<String>) {
         }
     }
     (writes, leases, what)
+}
+
+/// The verbs of a write, as the audit log names them.
+const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+/// linnet's reads in the audit log between two byte offsets: (gets and lists, watches).
+fn audit_reads(from: u64, to: u64) -> (u64, u64) {
+    use std::io::{Read, Seek, SeekFrom};
+    let path = support::cluster_dir().join("logs/audit.log");
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(&path)
+        && file.seek(SeekFrom::Start(from)).is_ok()
+    {
+        let _ = file.take(to.saturating_sub(from)).read_to_end(&mut bytes);
+    }
+    let (mut reads, mut watches) = (0, 0);
+    for line in String::from_utf8_lossy(&bytes).lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        // A watch is logged when it starts; a get or list when it is answered.
+        match (e["verb"].as_str(), e["stage"].as_str()) {
+            (Some("watch"), Some("ResponseStarted")) => watches += 1,
+            (Some("get" | "list"), Some("ResponseComplete")) => reads += 1,
+            _ => {}
+        }
+    }
+    (reads, watches)
 }
 
 fn audit_offset() -> u64 {
@@ -420,6 +454,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     // 4. Initial sync: start -> every CR applied and every stable StatefulSet created.
     log(&format!("size {n}: initial sync"));
     let started = Instant::now();
+    let audit_at_start = audit_offset();
     let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, "1h");
     let (crs, stables) = tokio::join!(
         count_seen(rollouts.clone(), n, slow, |_| true),
@@ -445,6 +480,9 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     ));
     support::agent::wait_ready_at(&agent.base).await;
     settle(&agent, Duration::from_secs(3), slow).await;
+    let (reads, watches) = audit_reads(audit_at_start, audit_offset());
+    s.initial_reads = reads as f64;
+    s.initial_watches = watches as f64;
 
     // 1 and 5. Pushes, each changing one rollout's image: push -> CR write; canary pods Ready ->
     // linnet's next action (the CanaryActive status).
@@ -657,7 +695,7 @@ fn row(
 }
 
 /// Extra rows that explain the seven figures.
-pub const CONTEXT: [&str; 7] = [
+pub const CONTEXT: [&str; 9] = [
     "   leader-election lease writes in idle window",
     "   initial sync -> every rollout Stable (pods Ready)",
     "   restart (kill -9) -> caught up, no writes",
@@ -665,6 +703,8 @@ pub const CONTEXT: [&str; 7] = [
     "   idle polls measured",
     "   initial sync: every CR applied",
     "   initial sync: agent CPU time used",
+    "   initial sync: linnet's gets and lists",
+    "   initial sync: watches linnet opened",
 ];
 
 fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
@@ -773,6 +813,28 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
                 4,
                 "s CPU",
                 per_run(&|s| s.initial_sync_cpu_s),
+                "-",
+                None,
+            )
+        },
+        Row {
+            figure: CONTEXT[7],
+            ..row(
+                size,
+                4,
+                "requests",
+                per_run(&|s| s.initial_reads),
+                "-",
+                None,
+            )
+        },
+        Row {
+            figure: CONTEXT[8],
+            ..row(
+                size,
+                4,
+                "watches",
+                per_run(&|s| s.initial_watches),
                 "-",
                 None,
             )

@@ -27,7 +27,7 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
-    let wakes = super::wakes(rollouts.subscribe());
+    let wakes = super::wakes(rollouts.subscribe(), store.clone());
     let children = crate::controller::watch_config(&ctx.child_selector());
     // Read from this watch's store, not with a list in each reconcile, as the sets are.
     let (deployments, deployment_changes) = watch_deployments(

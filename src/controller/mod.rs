@@ -40,12 +40,15 @@ use kube::runtime::watcher;
 /// woken by a watch of what it waits for, or by a real timer.
 ///
 /// kube's `predicate_filter` takes owned objects; the shared store hands out `Arc`s, so its
-/// predicate is applied here, keyed by object and uid, and a deleted rollout's key is dropped.
+/// predicate is applied here, keyed by object and uid. A deleted rollout's key is dropped;
+/// one deleted while the watch was down (no delete event) is dropped once the keys outnumber
+/// the store's rollouts twice.
 pub(crate) fn wakes<K>(
     changes: impl Stream<Item = crate::runtime::rollouts::Change<K>> + Send + 'static,
+    store: Store<K>,
 ) -> impl Stream<Item = std::sync::Arc<K>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     use crate::runtime::rollouts::Change;
     use kube::runtime::Predicate as _;
@@ -60,6 +63,9 @@ where
                     Some(hash) if seen.get(&key) == Some(&hash) => None,
                     Some(hash) => {
                         seen.insert(key, hash);
+                        if seen.len() > 2 * store.len() + 64 {
+                            seen.retain(|(r, _), _| store.get(r).is_some());
+                        }
                         Some(o)
                     }
                     None => Some(o),
@@ -515,7 +521,7 @@ mod tests {
             Change::Deleted(object(2, "5", "b")),
             Change::Applied(object(2, "6", "b")), // made again
         ]);
-        let woken: Vec<String> = wakes(changes)
+        let woken: Vec<String> = wakes(changes, reflector::store::<ConfigMap>().0)
             .map(|o| o.metadata.resource_version.clone().unwrap_or_default())
             .collect()
             .await;

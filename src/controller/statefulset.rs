@@ -39,7 +39,7 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
-    let wakes = super::wakes(rollouts.subscribe());
+    let wakes = super::wakes(rollouts.subscribe(), store.clone());
     let children = crate::controller::watch_config(&ctx.child_selector());
     // The sets are read from this watch's store, not with a GET in each reconcile: at 1,000
     // rollouts those GETs were a third of the API server's requests in a first sync.

@@ -114,8 +114,8 @@ start etcd --name linnet-test --data-dir "$CP_RUN/etcd" \
   --unsafe-no-fsync --quota-backend-bytes 4294967296 --log-level warn
 wait_for etcd 30 curl -fsS "http://127.0.0.1:$CP_ETCD_PORT/health"
 
-# An audit log of linnet's writes only (user `linnet` and the shipped ServiceAccount), so
-# `make bench` can count exactly what the agent wrote, e.g. none while idle.
+# An audit log of linnet's requests only (user `linnet` and the shipped ServiceAccount), so
+# `make bench` can count exactly what the agent wrote (e.g. none while idle) and read.
 cat >audit-policy.yaml <<'EOF'
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -123,7 +123,7 @@ omitStages: [RequestReceived]
 rules:
 - level: Metadata
   users: ["linnet", "system:serviceaccount:linnet-system:linnet"]
-  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  verbs: ["create", "update", "patch", "delete", "deletecollection", "get", "list", "watch"]
 - level: None
 EOF
 

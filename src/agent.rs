@@ -59,14 +59,25 @@ pub async fn run(
         config.max_concurrent_reconciles,
         config.analysis.clone(),
     ));
+    // Each consumer subscribes here, not in its task: none misses the first list.
+    let (sts, sts_changes) = (
+        rollouts.statefulsets.clone(),
+        rollouts.statefulsets.subscribe(),
+    );
     tokio::spawn(controller::statefulset::run(
         ctx.clone(),
-        rollouts.statefulsets.clone(),
+        sts,
+        sts_changes,
         shutdown_signal(),
     ));
+    let (deploys, deploy_changes) = (
+        rollouts.deployments.clone(),
+        rollouts.deployments.subscribe(),
+    );
     tokio::spawn(controller::deployment::run(
         ctx.clone(),
-        rollouts.deployments.clone(),
+        deploys,
+        deploy_changes,
         shutdown_signal(),
     ));
     tokio::spawn(controller::unmanaged::run(ctx, shutdown_signal()));
@@ -84,7 +95,7 @@ pub async fn run(
     let spec_error_statuses = config.commit_status.clone().map(|cfg| {
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(writeback::post_commit_statuses(
-            rollouts.clone(),
+            rollouts.subscribe(),
             cfg,
             metrics.clone(),
             rx,
@@ -92,9 +103,9 @@ pub async fn run(
         tx
     });
     if let Some(cfg) = config.writeback.clone() {
-        tokio::spawn(writeback::run(rollouts.clone(), cfg, metrics.clone()));
+        tokio::spawn(writeback::run(rollouts.subscribe(), cfg, metrics.clone()));
     }
-    // Every consumer has subscribed: the rollout watches start.
+    // Every consumer has subscribed (above, not in its task): the rollout watches start.
     tokio::spawn(sts_watch.run());
     tokio::spawn(deploy_watch.run());
     let syncer = Syncer::new(

@@ -98,6 +98,11 @@ pub(super) async fn status(agent_url: &str) -> Result<ExitCode> {
     for r in &report.rollouts {
         status_row(r);
     }
+    if !report.rollouts_listed {
+        say!(
+            "(rollouts not listed yet: the agent is starting, or this replica waits for the lease)"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

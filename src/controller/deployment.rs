@@ -17,22 +17,26 @@ use super::reconcile;
 use super::{Context, ReconcileError, StoreReady};
 use crate::api::{CanaryDeployment, ROLLOUT_LABEL};
 use crate::plan::observed::{DeploymentView, Observed, StoredDeployment};
-use crate::runtime::rollouts::Rollouts;
+use crate::runtime::rollouts::{Changes, Rollouts};
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
     ctx: Arc<Context>,
     rollouts: Rollouts<CanaryDeployment>,
+    changes: Changes<CanaryDeployment>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
-    let wakes = super::wakes(rollouts.subscribe(), store.clone());
+    let wakes = super::wakes(changes, store.clone());
     let children = crate::controller::watch_config(&ctx.child_selector());
-    // Read from this watch's store, not with a list in each reconcile, as the sets are.
+    // Read from this watch's store, not with a list in each reconcile, as the sets are. By
+    // the rollout label, as the list was: a Deployment of the rollout that lacks this
+    // source's label (hand-edited, or made under another source) is still seen, and deleted
+    // when it serves no more.
     let (deployments, deployment_changes) = watch_deployments(
         Api::<StoredDeployment>::all(client.clone()),
-        children.clone(),
+        crate::controller::watch_config(ROLLOUT_LABEL),
     );
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())

@@ -40,9 +40,10 @@ use kube::runtime::watcher;
 /// woken by a watch of what it waits for, or by a real timer.
 ///
 /// kube's `predicate_filter` takes owned objects; the shared store hands out `Arc`s, so its
-/// predicate is applied here, keyed by object and uid. A deleted rollout's key is dropped;
-/// one deleted while the watch was down (no delete event) is dropped once the keys outnumber
-/// the store's rollouts twice.
+/// predicate is applied here, keyed by object and uid, and like kube's an entry counts for an
+/// hour (a rollout quiet that long is reconciled once more by its next event). A deleted
+/// rollout's key is dropped; one deleted while the watch was down (no delete event) is dropped
+/// once the keys outnumber the listed store's rollouts twice.
 pub(crate) fn wakes<K>(
     changes: impl Stream<Item = crate::runtime::rollouts::Change<K>> + Send + 'static,
     store: Store<K>,
@@ -53,17 +54,26 @@ where
     use crate::runtime::rollouts::Change;
     use kube::runtime::Predicate as _;
     let predicate = own_status_writes_filtered::<K>();
-    let mut seen: std::collections::HashMap<(reflector::ObjectRef<K>, Option<String>), u64> =
-        Default::default();
+    const TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+    type Key<K> = (reflector::ObjectRef<K>, Option<String>);
+    let mut seen: std::collections::HashMap<Key<K>, (u64, std::time::Instant)> = Default::default();
     changes.filter_map(move |change| {
         let woken = match change {
             Change::Applied(o) => {
                 let key = (reflector::ObjectRef::from_obj(&*o), o.meta().uid.clone());
+                let now = std::time::Instant::now();
                 match predicate.hash_property(&o) {
-                    Some(hash) if seen.get(&key) == Some(&hash) => None,
+                    Some(hash)
+                        if seen
+                            .get(&key)
+                            .is_some_and(|(h, at)| *h == hash && now - *at < TTL) =>
+                    {
+                        None
+                    }
                     Some(hash) => {
-                        seen.insert(key, hash);
-                        if seen.len() > 2 * store.len() + 64 {
+                        seen.insert(key, (hash, now));
+                        // Not while the first list is under way: the store is empty until its end.
+                        if !store.is_empty() && seen.len() > 2 * store.len() + 64 {
                             seen.retain(|(r, _), _| store.get(r).is_some());
                         }
                         Some(o)
@@ -111,6 +121,11 @@ impl StoreReady {
     pub fn told() -> (tokio::sync::watch::Sender<bool>, StoreReady) {
         let (ready, rx) = tokio::sync::watch::channel(false);
         (ready, StoreReady(rx))
+    }
+
+    /// Whether the first list is in.
+    pub fn is_ready(&self) -> bool {
+        *self.0.borrow()
     }
 
     /// Waits for the first list; an error when the store's watch has stopped for good.

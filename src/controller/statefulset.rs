@@ -27,7 +27,7 @@ use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
 };
 use crate::plan::statefulset::plan_cleanup;
-use crate::runtime::rollouts::Rollouts;
+use crate::runtime::rollouts::{Changes, Rollouts};
 
 pub use crate::api::VOLUME_NAMESPACE_LABEL;
 
@@ -35,11 +35,12 @@ pub use crate::api::VOLUME_NAMESPACE_LABEL;
 pub async fn run(
     ctx: Arc<Context>,
     rollouts: Rollouts<CanaryStatefulSet>,
+    changes: Changes<CanaryStatefulSet>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
-    let wakes = super::wakes(rollouts.subscribe(), store.clone());
+    let wakes = super::wakes(changes, store.clone());
     let children = crate::controller::watch_config(&ctx.child_selector());
     // The sets are read from this watch's store, not with a GET in each reconcile: at 1,000
     // rollouts those GETs were a third of the API server's requests in a first sync.

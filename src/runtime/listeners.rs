@@ -38,6 +38,10 @@ struct Shared {
 pub struct StatusReport {
     #[serde(flatten)]
     pub source: SourceStatus,
+    /// Whether `rollouts` is from a complete list: false until both kinds are listed, and on
+    /// a replica waiting for the lease (its watches start once it holds it).
+    #[serde(default)]
+    pub rollouts_listed: bool,
     #[serde(default)]
     pub rollouts: Vec<RolloutRow>,
 }
@@ -159,6 +163,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> axum::Json<StatusReport> {
         .sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
     axum::Json(StatusReport {
         source: shared.state.status(),
+        rollouts_listed: shared.rollouts.listed(),
         rollouts,
     })
 }

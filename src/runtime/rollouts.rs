@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use kube::Resource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -27,6 +27,17 @@ use crate::controller::StoreReady;
 /// Changes a subscriber may be behind before it is handed the whole store instead. At start
 /// every rollout arrives at once: 1,000 of them fit.
 pub const BUFFER: usize = 2048;
+
+/// A subscriber's changes: every rollout change from the moment it subscribed.
+pub type Changes<K> = futures::stream::BoxStream<'static, Change<K>>;
+
+/// Where the watch is in its lists: how many are done, and whether one is under way (during
+/// a list the store still holds what the last one found).
+#[derive(Clone, Copy, Debug, Default)]
+struct Lists {
+    done: u64,
+    listing: bool,
+}
 
 /// A change of one rollout, as a subscriber sees it.
 #[derive(Debug)]
@@ -59,6 +70,7 @@ impl<K> Change<K> {
 pub struct Rollouts<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     ready: StoreReady,
+    lists: tokio::sync::watch::Receiver<Lists>,
     changes: broadcast::Sender<Change<K>>,
 }
 
@@ -67,6 +79,7 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Clone for Rollouts<K> {
         Rollouts {
             store: self.store.clone(),
             ready: self.ready.clone(),
+            lists: self.lists.clone(),
             changes: self.changes.clone(),
         }
     }
@@ -79,6 +92,13 @@ pub struct RolloutWatch<K: Resource<DynamicType = ()> + Clone + 'static> {
     writer: reflector::store::Writer<K>,
     changes: broadcast::Sender<Change<K>>,
     ready: tokio::sync::watch::Sender<bool>,
+    lists: tokio::sync::watch::Sender<Lists>,
+}
+
+/// A subscription to every kind's changes, made before the watches start.
+pub struct Subscription {
+    pub statefulsets: Changes<CanaryStatefulSet>,
+    pub deployments: Changes<CanaryDeployment>,
 }
 
 /// Every rollout kind's [`Rollouts`].
@@ -113,6 +133,23 @@ impl RolloutStores {
     }
 }
 
+impl RolloutStores {
+    /// Subscribes to both kinds now (call it before the watches run, so that nothing of the
+    /// first list is missed).
+    pub fn subscribe(&self) -> Subscription {
+        Subscription {
+            statefulsets: self.statefulsets.subscribe(),
+            deployments: self.deployments.subscribe(),
+        }
+    }
+
+    /// Whether both kinds have been listed (before that, and on a replica waiting for the
+    /// lease, the stores are empty).
+    pub fn listed(&self) -> bool {
+        self.statefulsets.ready().is_ready() && self.deployments.ready().is_ready()
+    }
+}
+
 impl<K> Rollouts<K>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
@@ -125,9 +162,11 @@ where
         let (changes, _) = broadcast::channel(BUFFER);
         // Told by the watch, not by `wait_until_ready`: the controller waits on that.
         let (told, ready) = StoreReady::told();
+        let (lists_tx, lists) = tokio::sync::watch::channel(Lists::default());
         (
             Rollouts {
                 ready,
+                lists,
                 store,
                 changes: changes.clone(),
             },
@@ -137,6 +176,7 @@ where
                 writer,
                 changes,
                 ready: told,
+                lists: lists_tx,
             },
         )
     }
@@ -151,12 +191,13 @@ where
         &self.ready
     }
 
-    /// Every change from now on. A subscriber that falls [`BUFFER`] changes behind gets every
-    /// rollout in the store once, as applied, and goes on from there.
-    pub fn subscribe(&self) -> impl Stream<Item = Change<K>> + Send + 'static {
+    /// Every change from the moment of the call. A subscriber that falls [`BUFFER`] changes
+    /// behind gets every rollout in the store once, as applied, and goes on from there; when
+    /// it fell behind during a list, once the list is in the store.
+    pub fn subscribe(&self) -> Changes<K> {
         let rx = self.changes.subscribe();
-        let store = self.store.clone();
-        futures::stream::unfold((rx, store), |(mut rx, store)| async move {
+        let state = (rx, self.store.clone(), self.lists.clone());
+        futures::stream::unfold(state, |(mut rx, store, mut lists)| async move {
             let changes = match rx.recv().await {
                 Ok(change) => vec![change],
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
@@ -165,13 +206,22 @@ where
                         kind = %K::kind(&()),
                         "a consumer of rollout changes fell behind; it reads the whole store"
                     );
+                    let seen = *lists.borrow_and_update();
+                    if seen.listing || seen.done == 0 {
+                        // The changes it missed are in the list under way, not yet in the store.
+                        let listed = lists.wait_for(|l| l.done > seen.done && !l.listing).await;
+                        if listed.is_err() {
+                            return None;
+                        }
+                    }
                     store.state().into_iter().map(Change::Applied).collect()
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
             };
-            Some((futures::stream::iter(changes), (rx, store)))
+            Some((futures::stream::iter(changes), (rx, store, lists)))
         })
         .flatten()
+        .boxed()
     }
 }
 
@@ -190,6 +240,7 @@ where
             writer,
             changes,
             ready,
+            lists,
         } = self;
         let store = writer.as_reader();
         let events = watcher(api, config)
@@ -208,10 +259,17 @@ where
                 }
                 Ok(watcher::Event::Delete(o)) => Change::Deleted(Arc::new(o)),
                 Ok(watcher::Event::InitDone) => {
+                    lists.send_modify(|l| {
+                        l.done += 1;
+                        l.listing = false;
+                    });
                     ready.send_replace(true);
                     continue;
                 }
-                Ok(watcher::Event::Init) => continue,
+                Ok(watcher::Event::Init) => {
+                    lists.send_modify(|l| l.listing = true);
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(kind = %K::kind(&()), error = %e, "rollout watch failed; retrying with backoff");
                     continue;
@@ -240,17 +298,30 @@ mod tests {
         let mut writer = reflector::store::Writer::<ConfigMap>::default();
         let store = writer.as_reader();
         let (changes, _) = broadcast::channel(2);
+        let (lists_tx, lists) = tokio::sync::watch::channel(Lists::default());
         let rollouts = Rollouts {
+            lists,
             ready: StoreReady::told().1,
             store,
             changes: changes.clone(),
         };
-        let mut subscriber = std::pin::pin!(rollouts.subscribe());
+        let mut subscriber = rollouts.subscribe();
+        // Four changes during the first list: the store has them only at its end.
+        lists_tx.send_modify(|l| l.listing = true);
+        writer.apply_watcher_event(&watcher::Event::Init);
         for name in ["a", "b", "c", "d"] {
             let o = object(name);
-            writer.apply_watcher_event(&watcher::Event::Apply(o.clone()));
+            writer.apply_watcher_event(&watcher::Event::InitApply(o.clone()));
             let _ = changes.send(Change::Applied(Arc::new(o)));
         }
+        let listed = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            lists_tx.send_modify(|l| {
+                l.done += 1;
+                l.listing = false;
+            });
+        });
         let mut names = Vec::new();
         for _ in 0..4 {
             let change = subscriber.next().await;
@@ -258,6 +329,7 @@ mod tests {
             names.push(change.object().metadata.name.clone().unwrap_or_default());
         }
         names.sort();
-        assert_eq!(names, ["a", "b", "c", "d"], "every rollout, once");
+        assert_eq!(names, ["a", "b", "c", "d"], "every rollout, once listed");
+        assert!(listed.await.is_ok());
     }
 }

@@ -296,37 +296,40 @@ async fn spec_error_statuses(
 ) {
     use crate::api::SOURCE_PATH_ANNOTATION;
     use crate::writeback::commit_status::wanted_for_spec_error;
-    // The first sync may come before the stores' first list.
-    let ready = async {
-        let _ = rollouts.statefulsets.ready().wait().await;
-        let _ = rollouts.deployments.ready().wait().await;
-    };
-    if tokio::time::timeout(Duration::from_secs(30), ready)
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "the rollout stores are not listed yet; no error statuses for spec errors this time (the errors are logged above)"
-        );
-        return;
-    }
+    // The first sync may come before the stores' first list; each kind is read once it is
+    // listed, and one that never lists (its CRD missing, its RBAC refused) does not hold up
+    // the other.
+    let wait = Duration::from_secs(30);
+    let (sts_ready, deploy_ready) = tokio::join!(
+        tokio::time::timeout(wait, rollouts.statefulsets.ready().wait()),
+        tokio::time::timeout(wait, rollouts.deployments.ready().wait()),
+    );
     let mut metas: Vec<kube::api::ObjectMeta> = Vec::new();
-    metas.extend(
-        rollouts
-            .statefulsets
-            .store()
-            .state()
-            .iter()
-            .map(|o| o.metadata.clone()),
-    );
-    metas.extend(
-        rollouts
-            .deployments
-            .store()
-            .state()
-            .iter()
-            .map(|o| o.metadata.clone()),
-    );
+    if matches!(sts_ready, Ok(Ok(()))) {
+        metas.extend(
+            rollouts
+                .statefulsets
+                .store()
+                .state()
+                .iter()
+                .map(|o| o.metadata.clone()),
+        );
+    }
+    if matches!(deploy_ready, Ok(Ok(()))) {
+        metas.extend(
+            rollouts
+                .deployments
+                .store()
+                .state()
+                .iter()
+                .map(|o| o.metadata.clone()),
+        );
+    }
+    if !(matches!(sts_ready, Ok(Ok(()))) && matches!(deploy_ready, Ok(Ok(())))) {
+        tracing::warn!(
+            "a rollout kind is not listed yet; no error statuses for its rollouts this time (the spec errors are logged above)"
+        );
+    }
     for e in &errors {
         for m in &metas {
             let file = m

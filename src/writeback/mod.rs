@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::runtime::rollouts::RolloutStores;
+use crate::runtime::rollouts::Subscription;
 use crate::source::git::GitRemote;
 use crate::telemetry::{Metrics, ReasonLabel};
 use push::{Pushed, StatusWriter};
@@ -71,10 +71,11 @@ impl Coalescer {
     }
 }
 
-/// Follows this source's rollouts (their shared stores) and keeps their status files in Git, until
+/// Follows this source's rollouts (`changes`, subscribed before their watches started) and
+/// keeps their status files in Git, until
 /// the process ends. A failure to write never touches a rollout; it is logged, counted, and
 /// tried again with the next change or after a backoff.
-pub async fn run(rollouts: RolloutStores, config: WritebackConfig, metrics: Arc<Metrics>) {
+pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Metrics>) {
     let open = {
         let c = config.clone();
         move || {
@@ -96,14 +97,12 @@ pub async fn run(rollouts: RolloutStores, config: WritebackConfig, metrics: Arc<
             return;
         }
     };
-    let sets = rollouts
+    let sets = changes
         .statefulsets
-        .subscribe()
         .filter_map(|c| async move { status_files::for_statefulset(c.object()) })
         .boxed();
-    let deploys = rollouts
+    let deploys = changes
         .deployments
-        .subscribe()
         .filter_map(|c| async move { status_files::for_deployment(c.object()) })
         .boxed();
     let mut changes = futures::stream::select(sets, deploys);
@@ -262,7 +261,7 @@ impl StatusPoster {
 /// Follows this source's rollouts (their shared stores) and posts their commit statuses;
 /// spec errors found by the sync arrive on `errors`.
 pub async fn post_commit_statuses(
-    rollouts: RolloutStores,
+    changes: Subscription,
     config: commit_status::CommitStatusConfig,
     metrics: Arc<Metrics>,
     errors: tokio::sync::mpsc::Receiver<commit_status::Wanted>,
@@ -275,17 +274,15 @@ pub async fn post_commit_statuses(
         }
     };
     let (c1, c2) = (config.clone(), config.clone());
-    let sets = rollouts
+    let sets = changes
         .statefulsets
-        .subscribe()
         .filter_map(move |c| {
             let w = commit_status::wanted_for_statefulset(&c1, c.object());
             async move { w }
         })
         .boxed();
-    let deploys = rollouts
+    let deploys = changes
         .deployments
-        .subscribe()
         .filter_map(move |c| {
             let w = commit_status::wanted_for_deployment(&c2, c.object());
             async move { w }

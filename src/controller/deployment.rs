@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
@@ -34,7 +34,7 @@ pub async fn run(
     // the rollout label, as the list was: a Deployment of the rollout that lacks this
     // source's label (hand-edited, or made under another source) is still seen, and deleted
     // when it serves no more.
-    let (deployments, deployment_changes) = watch_deployments(
+    let (deployments, by_rollout, deployments_ready, deployment_changes) = watch_deployments(
         Api::<StoredDeployment>::all(client.clone()),
         crate::controller::watch_config(ROLLOUT_LABEL),
     );
@@ -52,8 +52,9 @@ pub async fn run(
             reconcile::error_policy,
             Arc::new(Shared {
                 ctx,
-                deployments_ready: StoreReady::of(deployments.clone()),
+                deployments_ready,
                 deployments,
+                by_rollout,
             }),
         )
         .for_each(|result| async move {
@@ -69,6 +70,7 @@ struct Shared {
     ctx: Arc<Context>,
     deployments: Store<StoredDeployment>,
     deployments_ready: StoreReady,
+    by_rollout: ByRollout,
 }
 
 /// A watch of the Deployments linnet made, and the store it fills with
@@ -78,15 +80,125 @@ fn watch_deployments(
     config: watcher::Config,
 ) -> (
     Store<StoredDeployment>,
+    ByRollout,
+    StoreReady,
     impl futures::Stream<Item = Result<StoredDeployment, watcher::Error>> + Send + 'static,
 ) {
     let (reader, writer) = reflector::store();
+    let index = ByRollout::default();
+    let indexed = index.clone();
+    // Ready once the index has the first list too (told here, after it).
+    let (told, ready) = StoreReady::told();
     let stream = watcher(api, config)
         .default_backoff()
         .modify(|d| d.metadata.managed_fields = None)
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                indexed.apply(event);
+                if matches!(event, watcher::Event::InitDone) {
+                    told.send_replace(true);
+                }
+            }
+        })
         .touched_objects();
-    (reader, stream)
+    (reader, index, ready, stream)
+}
+
+type RolloutKey = (String, String);
+
+/// The names of each rollout's Deployments, by namespace and rollout label, kept in step with
+/// the store: a reconcile reads its own few Deployments instead of scanning every one (at
+/// 1,000 measured rollouts, a hundred scans of 2,000 a second).
+#[derive(Clone, Default)]
+struct ByRollout(Arc<std::sync::Mutex<Index>>);
+
+#[derive(Default)]
+struct Index {
+    /// Each rollout's Deployments, and each Deployment's rollout (by namespace and name).
+    names: std::collections::HashMap<RolloutKey, std::collections::BTreeSet<String>>,
+    rollout_of: std::collections::HashMap<(String, String), RolloutKey>,
+    /// What a list under way has found so far; it replaces the above when the list ends.
+    listing: Vec<(RolloutKey, String)>,
+}
+
+impl Index {
+    fn remove(&mut self, ns: &str, name: &str) {
+        if let Some(key) = self.rollout_of.remove(&(ns.to_string(), name.to_string()))
+            && let Some(names) = self.names.get_mut(&key)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                self.names.remove(&key);
+            }
+        }
+    }
+
+    fn insert(&mut self, key: RolloutKey, name: String) {
+        self.rollout_of
+            .insert((key.0.clone(), name.clone()), key.clone());
+        self.names.entry(key).or_default().insert(name);
+    }
+}
+
+impl ByRollout {
+    fn key(d: &StoredDeployment) -> Option<(RolloutKey, String)> {
+        let m = &d.metadata;
+        let rollout = m.labels.as_ref()?.get(ROLLOUT_LABEL)?;
+        Some(((m.namespace.clone()?, rollout.clone()), m.name.clone()?))
+    }
+
+    fn apply(&self, event: &watcher::Event<StoredDeployment>) {
+        let Ok(mut index) = self.0.lock() else {
+            return;
+        };
+        let ns_name = |d: &StoredDeployment| {
+            (
+                d.metadata.namespace.clone().unwrap_or_default(),
+                d.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        match event {
+            watcher::Event::Apply(d) => {
+                // A Deployment whose rollout label changed is under its new rollout only.
+                let (ns, name) = ns_name(d);
+                index.remove(&ns, &name);
+                if let Some((key, name)) = Self::key(d) {
+                    index.insert(key, name);
+                }
+            }
+            watcher::Event::Delete(d) => {
+                let (ns, name) = ns_name(d);
+                index.remove(&ns, &name);
+            }
+            watcher::Event::Init => index.listing.clear(),
+            watcher::Event::InitApply(d) => {
+                if let Some(found) = Self::key(d) {
+                    index.listing.push(found);
+                }
+            }
+            watcher::Event::InitDone => {
+                let listed = std::mem::take(&mut index.listing);
+                index.names.clear();
+                index.rollout_of.clear();
+                for (key, name) in listed {
+                    index.insert(key, name);
+                }
+            }
+        }
+    }
+
+    fn names(&self, ns: &str, rollout: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|i| {
+                i.names
+                    .get(&(ns.to_string(), rollout.to_string()))
+                    .map(|n| n.iter().cloned().collect())
+            })
+            .unwrap_or_default()
+    }
 }
 
 async fn reconcile(
@@ -128,17 +240,10 @@ async fn observe(
     let uid = rollout.uid();
     let container = rollout.spec.container.as_deref();
     let mut deployments: Vec<DeploymentView> = shared
-        .deployments
-        .state()
-        .iter()
-        .filter(|d| d.metadata.namespace.as_deref() == Some(ns))
-        .filter(|d| {
-            d.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ROLLOUT_LABEL))
-                == Some(&name)
-        })
+        .by_rollout
+        .names(ns, &name)
+        .into_iter()
+        .filter_map(|d| shared.deployments.get(&ObjectRef::new(&d).within(ns)))
         .filter(|d| {
             d.metadata
                 .owner_references
@@ -146,7 +251,7 @@ async fn observe(
                 .flatten()
                 .any(|o| Some(&o.uid) == uid.as_ref())
         })
-        .map(|d| DeploymentView::from_stored(d, container))
+        .map(|d| DeploymentView::from_stored(&d, container))
         .collect();
     // The order a list gave (by name), which the planner's choices may follow.
     deployments.sort_by(|a, b| a.name.cmp(&b.name));

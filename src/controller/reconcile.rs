@@ -13,8 +13,8 @@ use super::analysis::{Measured, measure};
 use super::execute::execute;
 use super::{Context, ReconcileError, StatusWrite, show_action_failure, write_status};
 use crate::api::{
-    ABORT_ANNOTATION, AnalysisRunStatus, CanaryDeployment, CanaryStatefulSet, PROMOTE_ANNOTATION,
-    REVISION_ANNOTATION, RolloutAnalysis, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
+    ABORT_ANNOTATION, CanaryDeployment, CanaryStatefulSet, PROMOTE_ANNOTATION, REVISION_ANNOTATION,
+    RolloutAnalysis, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
 use crate::plan::actions::Planned;
 use crate::plan::analysis::{Builtins, Resolved};
@@ -42,7 +42,6 @@ pub(crate) trait RolloutKind:
     type Phase: Copy + std::fmt::Debug;
     fn status(&self) -> Option<&Self::Status>;
     fn analysis(&self) -> Option<&RolloutAnalysis>;
-    fn runs(status: &mut Self::Status) -> &mut Vec<AnalysisRunStatus>;
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins;
     /// Whether analysis runs in `phase` (a canary under way).
     fn measures_in(phase: Self::Phase) -> bool;
@@ -69,9 +68,6 @@ impl RolloutKind for CanaryStatefulSet {
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
-    }
-    fn runs(status: &mut Self::Status) -> &mut Vec<AnalysisRunStatus> {
-        &mut status.analysis
     }
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
         statefulset::analysis_builtins(&self.name_any(), ns, &self.spec, status)
@@ -111,9 +107,6 @@ impl RolloutKind for CanaryDeployment {
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
-    }
-    fn runs(status: &mut Self::Status) -> &mut Vec<AnalysisRunStatus> {
-        &mut status.analysis
     }
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
         deployment::analysis_builtins(&self.name_any(), ns, &self.spec, status)
@@ -176,7 +169,7 @@ pub(crate) async fn plan_and_act<K: RolloutKind>(
         active: status.phase().is_some_and(K::measures_in)
             && !super::status_write_pending(ctx, K::KIND, rollout),
     };
-    measure(ctx, measured, K::runs(&mut status), &resolved, now).await;
+    measure(ctx, measured, status.analysis_runs(), &resolved, now).await;
     let planned = rollout.plan(reference, status, resolved, observed, now);
     ctx.metrics.rollout_phase(
         K::KIND,

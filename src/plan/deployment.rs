@@ -21,12 +21,11 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use super::actions::Planned;
-use super::actions::{Action, PlanEvent};
+use super::actions::Action;
 use super::analysis::{self, BACKGROUND, Resolved, Verdict};
 use super::batch;
 use super::machine::{
-    self, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning, set_standing,
+    self, Finished, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning,
 };
 use super::objects::{RolloutRef, stamp};
 pub use super::observed::DeploymentView;
@@ -133,7 +132,6 @@ struct Planner<'a> {
     now: Timestamp,
     st: CanaryDeploymentStatus,
     actions: Vec<Action>,
-    events: Vec<PlanEvent>,
     requeue: Option<Duration>,
 }
 
@@ -145,7 +143,6 @@ pub fn plan(rollout: &DeployRollout<'_>, observed: &Observed, now: Timestamp) ->
         now,
         st: rollout.status.clone(),
         actions: Vec::new(),
-        events: Vec::new(),
         requeue: None,
     };
     machine::plan(planner, &rollout.status)
@@ -184,12 +181,7 @@ impl Machine for Planner<'_> {
         self.actions.extend(kept);
     }
 
-    fn finish(
-        mut self,
-        message: String,
-        events: Vec<PlanEvent>,
-    ) -> Planned<CanaryDeploymentStatus, Phase> {
-        self.events = events;
+    fn finish(self, message: String) -> Finished<Self::Status> {
         Planner::finish(self, message)
     }
 }

@@ -67,7 +67,7 @@ pub(crate) fn keeping<P>(next: Next<P>) -> Next<P> {
 
 /// What both rollout statuses have: a phase, conditions and a message.
 pub trait RolloutStatus {
-    type Phase: Copy;
+    type Phase: Copy + std::fmt::Debug;
     /// The phase a new status starts in.
     const INITIAL: Self::Phase;
     fn phase(&self) -> Option<Self::Phase>;
@@ -78,6 +78,8 @@ pub trait RolloutStatus {
     fn conditions(&self) -> &[Condition];
     /// Where a failed action is shown.
     fn conditions_and_message(&mut self) -> (&mut Vec<Condition>, &mut Option<String>);
+    /// The analysis runs and their measurements.
+    fn analysis_runs(&mut self) -> &mut Vec<crate::api::AnalysisRunStatus>;
 }
 
 macro_rules! rollout_status {
@@ -101,6 +103,9 @@ macro_rules! rollout_status {
             }
             fn conditions_and_message(&mut self) -> (&mut Vec<Condition>, &mut Option<String>) {
                 (&mut self.conditions, &mut self.message)
+            }
+            fn analysis_runs(&mut self) -> &mut Vec<crate::api::AnalysisRunStatus> {
+                &mut self.analysis
             }
         }
     };
@@ -127,9 +132,9 @@ pub(crate) trait Machine {
     fn moved_on(&mut self, mark: usize, keep: bool);
     /// Before the first step, what a new status lacks besides its phase.
     fn start(&mut self) {}
-    /// After the last step: the plan, with the message of the phase it stopped in and the
-    /// events of its moves.
-    fn finish(self, message: String, events: Vec<PlanEvent>) -> Planned<Self::Status, Phase<Self>>;
+    /// After the last step, given the message of the phase it stopped in: the status's other
+    /// fields, the actions, the timer and how the rollout stands.
+    fn finish(self, message: String) -> Finished<Self::Status>;
 
     fn phase(&self) -> Phase<Self> {
         self.status()
@@ -140,6 +145,16 @@ pub(crate) trait Machine {
         let now = self.now();
         self.status_mut().enter(phase, now, message);
     }
+}
+
+/// What a machine hands [`plan`] after its last step.
+pub(crate) struct Finished<S> {
+    pub status: S,
+    pub actions: Vec<super::Action>,
+    /// A real timer: a bake time, a measurement or the progress deadline.
+    pub requeue: Option<std::time::Duration>,
+    /// Ready, Reconciling or Stalled, with the phase as the reason.
+    pub standing: Standing,
 }
 
 /// A machine's phase type.
@@ -154,8 +169,21 @@ pub(crate) fn plan<M: Machine>(mut m: M, before: &M::Status) -> Planned<M::Statu
         .start_in(<M::Status as RolloutStatus>::INITIAL);
     m.start();
     let driven = drive(&mut m);
-    let mut plan = m.finish(driven.message, driven.events);
-    plan.entered = driven.entered;
+    let mut finished = m.finish(driven.message.clone());
+    let phase = finished
+        .status
+        .phase()
+        .unwrap_or(<M::Status as RolloutStatus>::INITIAL);
+    let (conditions, _) = finished.status.conditions_and_message();
+    let reason = format!("{phase:?}");
+    set_standing(conditions, finished.standing, &reason, &driven.message, now);
+    let mut plan = Planned {
+        status: finished.status,
+        actions: finished.actions,
+        events: driven.events,
+        requeue_after: finished.requeue,
+        entered: driven.entered,
+    };
     let actions: Vec<String> = plan.actions.iter().map(super::Action::describe).collect();
     let (conditions, message) = plan.status.conditions_and_message();
     carry_action_failure(before.conditions(), conditions, message, actions, now);

@@ -12,12 +12,11 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::actions::Planned;
-use super::actions::{Action, PlanEvent};
+use super::actions::Action;
 use super::analysis::{self, BACKGROUND, Resolved, Verdict, gate_run};
 use super::handoff::{HandoffStep, handoff_step};
 use super::machine::{
-    self, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning, keeping, set_standing,
+    self, Finished, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning, keeping,
 };
 use super::objects::{
     Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
@@ -57,7 +56,6 @@ struct Planner<'a> {
     now: Timestamp,
     st: CanaryStatefulSetStatus,
     actions: Vec<Action>,
-    events: Vec<PlanEvent>,
     requeue: Option<Duration>,
 }
 
@@ -69,7 +67,6 @@ pub fn plan(rollout: &Rollout<'_>, observed: &Observed, now: Timestamp) -> Plan 
         now,
         st: rollout.status.clone(),
         actions: Vec::new(),
-        events: Vec::new(),
         requeue: None,
     };
     machine::plan(planner, &rollout.status)
@@ -118,12 +115,7 @@ impl Machine for Planner<'_> {
         }
     }
 
-    fn finish(
-        mut self,
-        message: String,
-        events: Vec<PlanEvent>,
-    ) -> Planned<CanaryStatefulSetStatus, Phase> {
-        self.events = events;
+    fn finish(self, message: String) -> Finished<Self::Status> {
         Planner::finish(self, message)
     }
 }

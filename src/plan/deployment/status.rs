@@ -4,7 +4,7 @@
 use super::*;
 
 impl<'a> Planner<'a> {
-    pub(super) fn finish(mut self, message: String) -> DeployPlan {
+    pub(super) fn finish(mut self, message: String) -> Finished<CanaryDeploymentStatus> {
         let total = self.total();
         let phase = self.st.phase.unwrap_or(Phase::Initializing);
         // A Deployment this plan deletes serves no more.
@@ -101,16 +101,11 @@ impl<'a> Planner<'a> {
             Phase::RolledBack | Phase::Failed => Standing::Stuck,
             _ => Standing::Working,
         };
-        let reason = format!("{phase:?}");
-        let mut conditions = std::mem::take(&mut self.st.conditions);
-        set_standing(&mut conditions, standing, &reason, &message, self.now);
-        self.st.conditions = conditions;
-        DeployPlan {
+        Finished {
             status: self.st,
             actions: self.actions,
-            events: self.events,
-            requeue_after: self.requeue,
-            entered: Vec::new(),
+            requeue: self.requeue,
+            standing,
         }
     }
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 impl<'a> Planner<'a> {
-    pub(super) fn finish(mut self, message: String) -> Plan {
+    pub(super) fn finish(mut self, message: String) -> Finished<CanaryStatefulSetStatus> {
         let r = self.replicas();
         let ready = self
             .o
@@ -61,16 +61,11 @@ impl<'a> Planner<'a> {
             Phase::RolledBack | Phase::Failed => Standing::Stuck,
             _ => Standing::Working,
         };
-        let reason = format!("{phase:?}");
-        let mut conditions = std::mem::take(&mut self.st.conditions);
-        set_standing(&mut conditions, standing, &reason, &message, self.now);
-        self.st.conditions = conditions;
-        Plan {
+        Finished {
             status: self.st,
             actions: self.actions,
-            events: self.events,
-            requeue_after: self.requeue,
-            entered: Vec::new(),
+            requeue: self.requeue,
+            standing,
         }
     }
 }

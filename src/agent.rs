@@ -22,7 +22,7 @@ pub async fn run(
 ) -> Result<()> {
     let metrics = Arc::new(Metrics::default());
     let state = Arc::new(AgentState::new(&config.source_name));
-    let selector = format!("{}={}", crate::api::SOURCE_LABEL, config.source_name);
+    let selector = controller::context::source_selector(&config.source_name);
     let (rollouts, sts_watch, deploy_watch) = RolloutStores::new(&client, &selector);
     let (waker, wakes) = source::hooks::wake_channel();
     listeners::serve_all(

@@ -65,38 +65,3 @@ async fn fifty_requests_in_flight_share_one_connection() {
         "HTTP/1.1 would open a connection per request in flight; opened {opened:?}"
     );
 }
-
-/// kube's read timeout holds on the HTTP/2 client too: an API server that takes the
-/// connection and never answers fails the request at `read_timeout`, instead of holding the
-/// reconcile that sent it for ever (the stack once dropped kube's timeouts).
-#[tokio::test]
-async fn an_api_server_that_never_answers_times_out() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("address");
-    // Accepts, reads what it is sent, and says nothing.
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let mut config = Config::new(format!("http://{addr}").parse().expect("url"));
-    config.read_timeout = Some(std::time::Duration::from_secs(1));
-    let client = linnet::kube_client::from_config(config).expect("build the client");
-    let services: Api<Service> = Api::namespaced(client, "default");
-    let started = std::time::Instant::now();
-    let answer = tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        services.get("kubernetes"),
-    )
-    .await
-    .expect("the request ends on its own, at the read timeout");
-    assert!(answer.is_err(), "nothing was answered: {answer:?}");
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
-}

@@ -2,7 +2,9 @@
 //! with a certificate from a test CA given to the agent with `--ca-file`, in front of a real
 //! `git http-backend` and a real status API): the agent's fetches, write-back pushes and
 //! commit status posts give up at --git-timeout and say so, the agent keeps answering
-//! /healthz and webhooks meanwhile, and it catches up as soon as the host answers again.
+//! /healthz and webhooks meanwhile, and it catches up as soon as the host answers again. The
+//! same proxy in front of the real API server: the Kubernetes client gives up at its read
+//! timeout.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -309,5 +311,53 @@ async fn a_host_that_stalls_fetches_pushes_and_status_posts_times_out_and_is_cau
     let posted_after = answered.elapsed();
     println!(
         "host answering again -> synced {synced_after:?}, status file {written_after:?}, commit status {posted_after:?}; slowest /healthz while hung {slowest_probe:?}"
+    );
+}
+
+/// kube's read timeout holds on the HTTP/2 client too: when the real API server behind a
+/// proxy stops answering (a wedged load balancer), the request fails at `read_timeout`
+/// instead of holding the reconcile that sent it for ever (the stack once dropped kube's
+/// timeouts).
+#[tokio::test]
+async fn an_api_server_that_stops_answering_times_out() {
+    install_linnet(&admin_client().await).await;
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(support::linnet_kubeconfig()).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("a config from linnet's kubeconfig");
+    let api_server: std::net::SocketAddr = format!(
+        "{}:{}",
+        config.cluster_url.host().expect("host"),
+        config.cluster_url.port_u16().expect("port")
+    )
+    .parse()
+    .expect("the API server's address");
+    let proxy = StallProxy::start(api_server);
+    config.cluster_url = format!("https://{}", proxy.addr).parse().expect("url");
+    config.read_timeout = Some(std::time::Duration::from_secs(2));
+    let client = linnet::kube_client::from_config(config).expect("build the client");
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, "default");
+    services
+        .get("kubernetes")
+        .await
+        .expect("read Service default/kubernetes through the proxy");
+
+    proxy.set(Mode::StallAll);
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        services.get("kubernetes"),
+    )
+    .await
+    .expect("the request ends on its own, at the read timeout");
+    assert!(answer.is_err(), "nothing was answered: {answer:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
     );
 }

@@ -60,7 +60,7 @@ impl Context {
 
     /// The label selector of this agent's rollouts (objects applied from its source).
     pub fn selector(&self) -> String {
-        format!("{}={}", crate::api::SOURCE_LABEL, self.source)
+        source_selector(&self.source)
     }
 
     /// The label selector of the children this agent's rollouts created.
@@ -91,6 +91,11 @@ impl Context {
             tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
         }
     }
+}
+
+/// The label selector of the rollouts (objects applied) of `source`.
+pub fn source_selector(source: &str) -> String {
+    format!("{}={source}", crate::api::SOURCE_LABEL)
 }
 
 /// The event's `action`, which with its reason keys the Recorder's series: the same text

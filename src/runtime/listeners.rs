@@ -135,30 +135,58 @@ async fn metrics_text(
     )
 }
 
+/// A rollout's row: its kind as `kubectl get` takes it, and what its status says.
+fn row(
+    kind: &str,
+    meta: &kube::api::ObjectMeta,
+    phase: Option<impl std::fmt::Debug>,
+    ready: Option<&String>,
+    message: Option<&String>,
+) -> RolloutRow {
+    RolloutRow {
+        kind: kind.into(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        phase: phase.map(|p| format!("{p:?}")),
+        ready: ready.cloned(),
+        message: message.cloned(),
+    }
+}
+
 async fn status(State(shared): State<Arc<Shared>>) -> axum::Json<StatusReport> {
-    let mut rollouts: Vec<RolloutRow> = Vec::new();
-    for o in shared.rollouts.statefulsets.store().state() {
-        let st = o.status.clone().unwrap_or_default();
-        rollouts.push(RolloutRow {
-            kind: "csts".into(),
-            namespace: o.metadata.namespace.clone().unwrap_or_default(),
-            name: o.metadata.name.clone().unwrap_or_default(),
-            phase: st.phase.map(|p| format!("{p:?}")),
-            ready: st.ready,
-            message: st.message,
-        });
-    }
-    for o in shared.rollouts.deployments.store().state() {
-        let st = o.status.clone().unwrap_or_default();
-        rollouts.push(RolloutRow {
-            kind: "cdeploy".into(),
-            namespace: o.metadata.namespace.clone().unwrap_or_default(),
-            name: o.metadata.name.clone().unwrap_or_default(),
-            phase: st.phase.map(|p| format!("{p:?}")),
-            ready: st.ready,
-            message: st.message,
-        });
-    }
+    let sets = shared.rollouts.statefulsets.store().state();
+    let deploys = shared.rollouts.deployments.store().state();
+    let mut rollouts: Vec<RolloutRow> = sets
+        .iter()
+        .map(|o| {
+            let st = o.status.as_ref();
+            let (ready, message) = (
+                st.and_then(|s| s.ready.as_ref()),
+                st.and_then(|s| s.message.as_ref()),
+            );
+            row(
+                "csts",
+                &o.metadata,
+                st.and_then(|s| s.phase),
+                ready,
+                message,
+            )
+        })
+        .chain(deploys.iter().map(|o| {
+            let st = o.status.as_ref();
+            let (ready, message) = (
+                st.and_then(|s| s.ready.as_ref()),
+                st.and_then(|s| s.message.as_ref()),
+            );
+            row(
+                "cdeploy",
+                &o.metadata,
+                st.and_then(|s| s.phase),
+                ready,
+                message,
+            )
+        }))
+        .collect();
     rollouts
         .sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));
     axum::Json(StatusReport {

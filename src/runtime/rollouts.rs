@@ -40,21 +40,12 @@ struct Lists {
 }
 
 /// A change of one rollout, as a subscriber sees it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Change<K> {
     /// Listed, created or changed: the object as the store now has it.
     Applied(Arc<K>),
     /// Deleted: the object as it last was.
     Deleted(Arc<K>),
-}
-
-impl<K> Clone for Change<K> {
-    fn clone(&self) -> Self {
-        match self {
-            Change::Applied(o) => Change::Applied(o.clone()),
-            Change::Deleted(o) => Change::Deleted(o.clone()),
-        }
-    }
 }
 
 impl<K> Change<K> {
@@ -67,22 +58,12 @@ impl<K> Change<K> {
 }
 
 /// The rollouts of one kind: the store, and the changes to subscribe to.
+#[derive(Clone)]
 pub struct Rollouts<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     ready: StoreReady,
     lists: tokio::sync::watch::Receiver<Lists>,
     changes: broadcast::Sender<Change<K>>,
-}
-
-impl<K: Resource<DynamicType = ()> + Clone + 'static> Clone for Rollouts<K> {
-    fn clone(&self) -> Self {
-        Rollouts {
-            store: self.store.clone(),
-            ready: self.ready.clone(),
-            lists: self.lists.clone(),
-            changes: self.changes.clone(),
-        }
-    }
 }
 
 /// The watch that fills a [`Rollouts`]; run it once every subscriber has subscribed.

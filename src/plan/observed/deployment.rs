@@ -3,7 +3,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
-use super::{container_image, normalized_selector};
+use super::normalized_selector;
 use crate::api::CHILD_HASH_ANNOTATION;
 
 /// A Deployment of the rollout, as the planner needs it.
@@ -21,43 +21,6 @@ pub struct DeploymentView {
     pub applied_hash: Option<String>,
     /// `spec.selector`, normalized; the API server never lets it change.
     pub selector: Option<serde_json::Value>,
-}
-
-impl DeploymentView {
-    pub fn from_object(d: &Deployment, container: Option<&str>) -> DeploymentView {
-        let spec = d.spec.clone().unwrap_or_default();
-        let status = d.status.clone().unwrap_or_default();
-        let pod = spec.template.spec.as_ref();
-        let resources = pod.and_then(|p| {
-            let c = match container {
-                Some(name) => p.containers.iter().find(|c| c.name == name),
-                None => p.containers.first(),
-            };
-            c.and_then(|c| c.resources.clone())
-        });
-        DeploymentView {
-            name: d.metadata.name.clone().unwrap_or_default(),
-            replicas: spec.replicas.unwrap_or(1),
-            image: container_image(pod, container),
-            resources,
-            available: status.available_replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            pods: status.replicas.unwrap_or(0),
-            status_fresh: status.observed_generation.is_some()
-                && status.observed_generation == d.metadata.generation,
-            applied_hash: d
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
-            selector: normalized_selector(&spec.selector),
-        }
-    }
-
-    /// Every replica runs the current template and is available.
-    pub fn complete(&self, n: i32) -> bool {
-        self.status_fresh && self.updated == n && self.available == n && self.pods == n
-    }
 }
 
 /// A Deployment as the controller's store keeps it: only what [`DeploymentView`] reads,
@@ -132,6 +95,21 @@ impl k8s_openapi::Metadata for StoredDeployment {
 }
 
 impl DeploymentView {
+    /// The view of a whole Deployment, as the store would keep it (the simulations apply
+    /// whole Deployments).
+    #[cfg(test)]
+    pub(crate) fn from_object(d: &Deployment, container: Option<&str>) -> DeploymentView {
+        let stored = serde_json::to_value(d)
+            .and_then(serde_json::from_value::<StoredDeployment>)
+            .unwrap_or_default();
+        DeploymentView::from_stored(&stored, container)
+    }
+
+    /// Every replica runs the current template and is available.
+    pub fn complete(&self, n: i32) -> bool {
+        self.status_fresh && self.updated == n && self.available == n && self.pods == n
+    }
+
     /// The planner's view of a Deployment, from the controller's store.
     pub fn from_stored(d: &StoredDeployment, container: Option<&str>) -> DeploymentView {
         let containers = &d.spec.template.spec.containers;
@@ -181,17 +159,26 @@ mod tests {
         let stored: StoredDeployment =
             serde_json::from_value(serde_json::to_value(&object).unwrap_or_default())
                 .unwrap_or_default();
-        for container in [None, Some("app")] {
-            assert_eq!(
-                DeploymentView::from_stored(&stored, container),
-                DeploymentView::from_object(&object, container)
-            );
-        }
+        let view = DeploymentView::from_stored(&stored, Some("app"));
         assert_eq!(
-            DeploymentView::from_stored(&stored, Some("app"))
-                .image
-                .as_deref(),
-            Some("web:2")
+            view,
+            DeploymentView {
+                name: "web-1a2b3c4d".into(),
+                replicas: 4,
+                image: Some("web:2".into()),
+                resources: serde_json::from_value(serde_json::json!({"limits": {"cpu": "1"}})).ok(),
+                available: 3,
+                updated: 4,
+                pods: 5,
+                status_fresh: true,
+                applied_hash: Some("h1".into()),
+                selector: Some(serde_json::json!({"matchLabels": {"app": "web"}})),
+            }
+        );
+        assert_eq!(
+            DeploymentView::from_stored(&stored, None).image.as_deref(),
+            Some("envoy:1"),
+            "without a container name, the first"
         );
     }
 }

@@ -2,7 +2,7 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench chaos clean
+.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
 
 all: build
 
@@ -61,6 +61,13 @@ demo: deps cluster-build prometheus-build
 bench: cluster-build
 	$(CARGO) bench --bench source
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
+
+## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on
+## the local control plane), with a 60 s idle window; writes bench/RESULTS.md's table. See
+## bench/RESULTS.md for how long it takes.
+bench-large: cluster-build
+	LINNET_BENCH_SIZES=$${LINNET_BENCH_SIZES:-10000} LINNET_BENCH_IDLE_SECS=$${LINNET_BENCH_IDLE_SECS:-60} \
+	  tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## chaos: the chaos soak (200 random kills, a kube-apiserver restart, a Git outage); writes bench/CHAOS.md.
 chaos: cluster-build

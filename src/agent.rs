@@ -11,7 +11,7 @@ pub use crate::runtime::listeners::{RolloutRow, StatusReport};
 use crate::runtime::rollouts::RolloutStores;
 use crate::runtime::source_loop::{Source, SourceLoop};
 pub use crate::runtime::state::{DEGRADED, SourceCondition, SourceStatus};
-use crate::runtime::{lease, listeners, look, shutdown_signal, state::AgentState};
+use crate::runtime::{lease, listeners, look, shards, shutdown_signal, state::AgentState};
 use crate::{Error, Result, controller, source, sync::Syncer, telemetry::Metrics, writeback};
 
 /// Runs the agent until SIGINT or SIGTERM.
@@ -48,38 +48,55 @@ pub async fn run(
             Source::Local { watcher, changes }
         }
     };
-    if let Some(leader) = &config.leader {
+    // Sharded (`--shards`), every replica runs the rollouts of the shards it holds at once;
+    // only Git sync, write-back and commit statuses wait for the main Lease.
+    let sharded = config.leader.clone().filter(|l| l.shards > 1);
+    if let (Some(leader), None) = (&config.leader, &sharded) {
         lease::wait_for_leadership(client.clone(), leader).await?;
     }
     // The controllers act on what the sync applied, each on its kind's shared store.
-    let ctx = Arc::new(controller::Context::new(
+    let mut ctx = controller::Context::new(
         client.clone(),
         &config.source_name,
         metrics.clone(),
         config.max_concurrent_reconciles,
         config.analysis.clone(),
-    ));
+    );
+    if let Some(leader) = &sharded {
+        let shards = Arc::new(controller::shards::ShardSet::new(leader.shards));
+        shards::hold_shards(client.clone(), leader, shards.clone());
+        ctx = ctx.with_shards(shards);
+    }
+    let ctx = Arc::new(ctx);
     // Each consumer subscribes here, not in its task: none misses the first list.
     let (sts, sts_changes) = (
         rollouts.statefulsets.clone(),
         rollouts.statefulsets.subscribe(),
     );
+    let (deploys, deploy_changes) = (
+        rollouts.deployments.clone(),
+        rollouts.deployments.subscribe(),
+    );
+    let commit_status_changes = config.commit_status.as_ref().map(|_| rollouts.subscribe());
+    let writeback_changes = config.writeback.as_ref().map(|_| rollouts.subscribe());
     tokio::spawn(controller::statefulset::run(
         ctx.clone(),
         sts,
         sts_changes,
         shutdown_signal(),
     ));
-    let (deploys, deploy_changes) = (
-        rollouts.deployments.clone(),
-        rollouts.deployments.subscribe(),
-    );
     tokio::spawn(controller::deployment::run(
         ctx.clone(),
         deploys,
         deploy_changes,
         shutdown_signal(),
     ));
+    // Every consumer has subscribed (above, not in its task): the rollout watches start.
+    tokio::spawn(sts_watch.run());
+    tokio::spawn(deploy_watch.run());
+    if let Some(leader) = &sharded {
+        lease::wait_for_leadership(client.clone(), leader).await?;
+    }
     tokio::spawn(controller::unmanaged::run(ctx, shutdown_signal()));
     tokio::spawn(source::object::publish(
         client.clone(),
@@ -92,22 +109,22 @@ pub async fn run(
         },
         state.subscribe(),
     ));
-    let spec_error_statuses = config.commit_status.clone().map(|cfg| {
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(writeback::post_commit_statuses(
-            rollouts.subscribe(),
-            cfg,
-            metrics.clone(),
-            rx,
-        ));
-        tx
-    });
-    if let Some(cfg) = config.writeback.clone() {
-        tokio::spawn(writeback::run(rollouts.subscribe(), cfg, metrics.clone()));
+    let spec_error_statuses = match (config.commit_status.clone(), commit_status_changes) {
+        (Some(cfg), Some(changes)) => {
+            let (tx, rx) = mpsc::channel(64);
+            tokio::spawn(writeback::post_commit_statuses(
+                changes,
+                cfg,
+                metrics.clone(),
+                rx,
+            ));
+            Some(tx)
+        }
+        _ => None,
+    };
+    if let (Some(cfg), Some(changes)) = (config.writeback.clone(), writeback_changes) {
+        tokio::spawn(writeback::run(changes, cfg, metrics.clone()));
     }
-    // Every consumer has subscribed (above, not in its task): the rollout watches start.
-    tokio::spawn(sts_watch.run());
-    tokio::spawn(deploy_watch.run());
     let syncer = Syncer::new(
         client.clone(),
         &config.source_name,

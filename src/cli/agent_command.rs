@@ -49,6 +49,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         (None, None) => unreachable_source()?,
     };
     let writeback_source = source.clone();
+    let leader = leader_config(&args)?;
     let config = AgentConfig {
         source,
         path: args.path.clone(),
@@ -141,22 +142,50 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             .agent_namespace
             .clone()
             .unwrap_or_else(|| args.lease_namespace.clone()),
-        leader: args.leader_elect.then(|| crate::agent::LeaderConfig {
-            name: args
-                .lease_name
-                .clone()
-                .unwrap_or_else(|| format!("linnet-{}", args.sync.source_name)),
-            namespace: args.lease_namespace.clone(),
-            identity: args.lease_identity.clone().unwrap_or_else(|| {
-                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                    .map(|h| h.trim().to_string())
-                    .unwrap_or_else(|_| "linnet".into());
-                format!("{host}-{}", std::process::id())
-            }),
-            duration: args.lease_duration,
-        }),
+        leader,
     };
     let (kube_config, client) = crate::kube_client::connect().await?;
     crate::agent::run(config, client, kube_config).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Leases of `--leader-elect` and `--shards`.
+fn leader_config(args: &AgentArgs) -> Result<Option<crate::agent::LeaderConfig>> {
+    if !args.leader_elect {
+        if args.shards > 1 {
+            return Err(crate::Error::Usage(
+                "--shards needs leader election: each shard is a Lease (drop --leader-elect=false)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let identity = args.lease_identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "linnet".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let home_shard = match args.shard_index {
+        Some(i) => i,
+        None if args.shards <= 1 => 0,
+        None => crate::controller::shards::ordinal(&identity).ok_or_else(|| {
+            crate::Error::Usage(format!(
+                "--shards {}: which shard is this replica's? Pass --shard-index, or run as a \
+                 StatefulSet, whose pod names (the --lease-identity, {identity}) end in an ordinal",
+                args.shards
+            ))
+        })?,
+    } % args.shards;
+    Ok(Some(crate::agent::LeaderConfig {
+        name: args
+            .lease_name
+            .clone()
+            .unwrap_or_else(|| format!("linnet-{}", args.sync.source_name)),
+        namespace: args.lease_namespace.clone(),
+        identity,
+        duration: args.lease_duration,
+        shards: args.shards,
+        home_shard,
+    }))
 }

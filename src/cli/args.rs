@@ -296,6 +296,19 @@ pub struct AgentArgs {
     /// How long a Lease holds without renewal; a failover takes at most about this long.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "LINNET_LEASE_DURATION")]
     pub lease_duration: Duration,
+    /// Split the rollouts across replicas: rollout namespace/name belongs to shard
+    /// hash(namespace/name) mod N, and each shard has its own Lease (<lease-name>-shard-<k>).
+    /// A replica runs the rollouts of the shards it holds, so one replica's failure moves
+    /// only its own shards, to the others, within --lease-duration. Git sync and write-back
+    /// stay with the holder of the main Lease. 1 (the default) does not split. See
+    /// docs/sharding.md.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64), env = "LINNET_SHARDS")]
+    pub shards: u32,
+    /// The shard this replica holds first; the others it takes only when their holder stops
+    /// renewing [default: the number ending --lease-identity, as a StatefulSet pod's name
+    /// ends in its ordinal].
+    #[arg(long, env = "LINNET_SHARD_INDEX")]
+    pub shard_index: Option<u32>,
     /// Reconciles in flight at once, per kind of rollout; 0 means no limit. A start with
     /// 1,000 rollouts reconciles every one of them: a limit bounds the memory that takes, and
     /// too low a limit slows it down.

@@ -23,6 +23,8 @@ pub struct Context {
     pub http: super::analysis::HttpClients,
     /// What analysis from Git may reach.
     pub analysis: super::analysis::Policy,
+    /// The shards of rollouts this replica runs (all of them, unsharded).
+    pub shards: std::sync::Arc<super::shards::ShardSet>,
 }
 
 impl Context {
@@ -50,7 +52,14 @@ impl Context {
             metrics,
             max_concurrent_reconciles,
             own_status_writes: Default::default(),
+            shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
         }
+    }
+
+    /// This context running only the rollouts of the shards `shards` holds.
+    pub fn with_shards(mut self, shards: std::sync::Arc<super::shards::ShardSet>) -> Context {
+        self.shards = shards;
+        self
     }
 
     /// The controller settings every controller shares.

@@ -40,6 +40,8 @@ pub async fn run(
     );
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
+        // A shard taken over (or given up) looks at every rollout again.
+        .reconcile_all_on(ctx.shards.changes())
         .owns_stream(deployment_changes)
         // The Jobs of `job` analysis metrics.
         .owns(
@@ -205,6 +207,9 @@ async fn reconcile(
     rollout: Arc<CanaryDeployment>,
     shared: Arc<Shared>,
 ) -> Result<Requeue, ReconcileError> {
+    if reconcile::runs_elsewhere(&shared.ctx, &*rollout) {
+        return Ok(Requeue::await_change());
+    }
     let inner = reconcile_inner(&rollout, &shared);
     reconcile::measured(&shared.ctx, &*rollout, inner).await
 }

@@ -24,6 +24,7 @@ pub mod context;
 pub mod deployment;
 pub mod execute;
 pub mod reconcile;
+pub mod shards;
 pub mod statefulset;
 pub mod unmanaged;
 

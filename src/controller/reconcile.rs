@@ -196,6 +196,19 @@ pub(crate) async fn plan_and_act<K: RolloutKind>(
     })
 }
 
+/// Whether another replica runs `rollout` (its shard's Lease is not this replica's): then
+/// this one does nothing for it, and drops the phase it may have shown for it while it ran it.
+pub(crate) fn runs_elsewhere<K: RolloutKind>(ctx: &Context, rollout: &K) -> bool {
+    let ns = rollout.namespace().unwrap_or_default();
+    let name = rollout.name_any();
+    if ctx.shards.owns(&ns, &name) {
+        return false;
+    }
+    ctx.metrics
+        .rollout_phase(K::KIND, &format!("{ns}/{name}"), None);
+    true
+}
+
 /// Times a reconcile, counts its error by label, and puts a failed API request on the
 /// rollout as a `ReconcileFailed` event.
 pub(crate) async fn measured<K: RolloutKind>(

@@ -73,6 +73,8 @@ pub async fn run(
     let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
+        // A shard taken over (or given up) looks at every rollout again.
+        .reconcile_all_on(ctx.shards.changes())
         .owns_stream(set_changes)
         .owns(Api::<Job>::all(client.clone()), children)
         .watches(
@@ -139,6 +141,9 @@ async fn reconcile(
     rollout: Arc<CanaryStatefulSet>,
     shared: Arc<Shared>,
 ) -> Result<Requeue, ReconcileError> {
+    if reconcile::runs_elsewhere(&shared.ctx, &*rollout) {
+        return Ok(Requeue::await_change());
+    }
     let inner = reconcile_inner(rollout.clone(), &shared);
     reconcile::measured(&shared.ctx, &*rollout, inner).await
 }

@@ -73,4 +73,8 @@ pub struct LeaderConfig {
     pub namespace: String,
     pub identity: String,
     pub duration: Duration,
+    /// Shards the rollouts are split into (1: not split), each with its own Lease.
+    pub shards: u32,
+    /// The shard this replica holds first.
+    pub home_shard: u32,
 }

@@ -70,6 +70,9 @@ pub(super) struct RemoteState {
     mirror: GitMirror,
     pub(super) snapshot: SpecSnapshot,
     fetched: Option<git2::Oid>,
+    /// The spec files' tree at `fetched` ([`GitMirror::spec_tree_id`]): a new tip with the
+    /// same one (a status commit) changes no spec, whatever the repository's size.
+    spec_tree: Option<git2::Oid>,
     /// Tips fetched lately: a webhook announcing one of them is not a reason to fetch.
     fetched_tips: std::collections::VecDeque<git2::Oid>,
 }
@@ -214,7 +217,18 @@ fn read_revision(
         }
         s.fetched_tips.push_back(tip);
     }
+    // Only when the last sync succeeded for the snapshot as it was; a failed sync is retried.
+    let last_sync_covers_snapshot = synced.is_some() && synced == previous.map(|p| p.to_string());
+    let spec_tree = s.mirror.spec_tree_id(tip, path)?;
+    if last_sync_covers_snapshot && s.spec_tree == Some(spec_tree) {
+        s.fetched = Some(tip);
+        tracing::info!(revision = %tip, "new revision changes no spec file (e.g. status only); nothing to sync");
+        return Ok(Found::SameSpecs {
+            revision: tip.to_string(),
+        });
+    }
     let listing = s.mirror.list_files(tip, path)?;
+    s.spec_tree = Some(spec_tree);
     let mirror = &s.mirror;
     let update = s.snapshot.update(
         &listing,
@@ -222,8 +236,6 @@ fn read_revision(
         load,
     )?;
     s.fetched = Some(tip);
-    // Only when the last sync succeeded for the snapshot as it was; a failed sync is retried.
-    let last_sync_covers_snapshot = synced.is_some() && synced == previous.map(|p| p.to_string());
     if !update.changed && last_sync_covers_snapshot {
         tracing::info!(revision = %tip, "new revision changes no spec (e.g. status only); nothing to sync");
         return Ok(Found::SameSpecs {
@@ -297,6 +309,7 @@ pub async fn open_remote(
             mirror,
             snapshot: SpecSnapshot::default(),
             fetched: None,
+            spec_tree: None,
             fetched_tips: Default::default(),
         }),
         in_flight: Arc::new(tokio::sync::Semaphore::new(1)),

@@ -5,6 +5,7 @@
 //! - [`source_loop`]: wake-ups in, looks at the source ([`look`]) and syncs out;
 //! - [`listeners`]: HTTP in (webhooks, probes, `/metrics`, `/status`), wake-ups out;
 //! - [`lease`]: the Lease in, whether this replica acts out;
+//! - [`shards`]: the shard Leases in (`--shards`), which rollouts this replica runs out;
 //! - [`rollouts`]: one watch and store per rollout kind, fanned out to the controllers,
 //!   write-back, commit statuses, spec-error statuses and `/status`;
 //! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
@@ -19,6 +20,7 @@ pub mod lease;
 pub mod listeners;
 pub mod look;
 pub mod rollouts;
+pub mod shards;
 pub mod source_loop;
 pub mod state;
 

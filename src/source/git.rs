@@ -361,6 +361,32 @@ impl GitMirror {
         })
     }
 
+    /// An id of what [`GitMirror::list_files`] would list at `commit` under `path`: the tree's
+    /// id, or, at the repository's root, an id of its entries but those starting with a dot
+    /// (which the listing skips, and where `.linnet/status` lives). Equal ids, equal listings,
+    /// found without reading the tree below its top.
+    pub fn spec_tree_id(&self, commit: Oid, path: &str) -> Result<Oid, GitError> {
+        let tree = self.repo.find_commit(commit)?.tree()?;
+        let root = path.trim_matches('/');
+        if !(root.is_empty() || root == ".") {
+            return Ok(match tree.get_path(Path::new(root)) {
+                Ok(entry) => entry.id(),
+                Err(_) => Oid::ZERO_SHA1,
+            });
+        }
+        let mut entries = Vec::new();
+        for entry in tree.iter() {
+            if entry.name_bytes().starts_with(b".") {
+                continue;
+            }
+            entries.extend_from_slice(entry.name_bytes());
+            entries.push(0);
+            entries.extend_from_slice(&entry.filemode().to_le_bytes());
+            entries.extend_from_slice(entry.id().as_bytes());
+        }
+        Ok(Oid::hash_object(git2::ObjectType::Blob, &entries)?)
+    }
+
     /// Every file below `path` at `commit`, as `(path relative to `path`, file id)`, skipping
     /// hidden directories (`.git`, `.linnet`) and submodules. The id is the blob id, with
     /// `symlink:` in front for a symbolic link, which is never followed.

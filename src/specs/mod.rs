@@ -102,6 +102,11 @@ impl Spec {
         Spec { json: json.into() }
     }
 
+    /// Whether `other` has the same text; the same shared text is recognised without reading it.
+    pub fn same_text(&self, other: &Spec) -> bool {
+        Arc::ptr_eq(&self.json, &other.json) || self.json == other.json
+    }
+
     /// The size of the object as JSON, in bytes.
     pub fn json_len(&self) -> usize {
         self.json.len()

@@ -21,14 +21,14 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::FIELD_MANAGER;
-use super::desired::{DesiredObject, desired_set};
+use super::desired::{DesiredHashes, DesiredObject, desired_object, desired_set};
 use super::diff::{
     Change, PlannedChange, Prune, drifted_fields, identity_only, plan_changes, prerequisites_first,
     project_owned, takeover_refusal,
 };
 use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::error::{kube_message, kube_message_hinted};
-use crate::specs::{Location, ObjectKey, SpecSet};
+use crate::specs::{ObjectKey, SpecSet};
 
 /// Kinds that are listed for pruning even when Git no longer declares any object of them.
 const PRUNABLE_KINDS: &[(&str, &str)] = &[
@@ -179,6 +179,9 @@ pub struct Syncer {
     discovery: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
     /// None until a full sync succeeds, and again after a sync that could not read.
     applied: Mutex<Option<Applied>>,
+    /// Each object's hash while its text is unchanged (an incremental sync hashes only what
+    /// changed).
+    desired_hashes: std::sync::Mutex<DesiredHashes>,
     /// How old the last full sync may be before the next is full again.
     drift_interval: Duration,
     recorder: Recorder,
@@ -238,6 +241,7 @@ impl Syncer {
             namespaces,
             discovery: Mutex::new(HashMap::new()),
             applied: Mutex::new(None),
+            desired_hashes: Default::default(),
             drift_interval: DEFAULT_DRIFT_INTERVAL,
             apply_as: ApplyAs::Client,
             kube_config: None,
@@ -400,25 +404,57 @@ impl Syncer {
             enabled: prune,
             blocked_files: &specs.blocked_files,
         };
-        let desired = desired_set(specs, &self.source, revision);
-        let locations = locations_of(&desired);
-        let hashes: BTreeMap<ObjectKey, String> = desired
-            .iter()
-            .map(|d| (d.key.clone(), d.hash.clone()))
-            .collect();
         let incremental = applied
             .as_ref()
             .filter(|a| allow_incremental && a.full_at.elapsed() < self.drift_interval);
-        let (plan, read_errors, skipped, full) = match incremental {
+        let (hashes, plan, read_errors, skipped, full) = match incremental {
             Some(a) => {
-                let (plan, errors, skipped) =
-                    self.plan_incremental(desired, &a.hashes, prune).await;
-                (plan, errors, skipped, false)
+                // Only the objects whose hash changed are built in full; the others' hashes
+                // are remembered from when their text was last seen.
+                let hashes: BTreeMap<ObjectKey, String> = match self.desired_hashes.lock() {
+                    Ok(mut cache) => {
+                        let hashes = specs
+                            .objects
+                            .values()
+                            .map(|o| (o.key.clone(), cache.hash(o, &self.source)))
+                            .collect();
+                        cache.trim(specs);
+                        hashes
+                    }
+                    Err(_) => desired_set(specs, &self.source, revision)
+                        .into_iter()
+                        .map(|d| (d.key, d.hash))
+                        .collect(),
+                };
+                let changed: Vec<DesiredObject> = specs
+                    .objects
+                    .values()
+                    .filter(|o| a.hashes.get(&o.key) != hashes.get(&o.key))
+                    .map(|o| desired_object(o, &self.source, revision))
+                    .collect();
+                let skipped = specs.objects.len() - changed.len();
+                let (plan, errors) = self
+                    .plan_incremental(changed, &hashes, &a.hashes, prune)
+                    .await;
+                (hashes, plan, errors, skipped, false)
             }
             None => {
+                let desired = desired_set(specs, &self.source, revision);
+                if let Ok(mut cache) = self.desired_hashes.lock() {
+                    for d in &desired {
+                        if let Some(loaded) = specs.objects.get(&d.key) {
+                            cache.remember(loaded, &d.hash);
+                        }
+                    }
+                    cache.trim(specs);
+                }
+                let hashes: BTreeMap<ObjectKey, String> = desired
+                    .iter()
+                    .map(|d| (d.key.clone(), d.hash.clone()))
+                    .collect();
                 let previous = applied.as_ref().map(|a| &a.hashes);
                 let (plan, errors) = self.plan_full(desired, prune, previous).await;
-                (plan, errors, 0, true)
+                (hashes, plan, errors, 0, true)
             }
         };
         let mut report = self.apply(&plan).await;
@@ -442,7 +478,7 @@ impl Syncer {
         } else {
             None
         };
-        report.errors = located(std::mem::take(&mut report.errors), &locations);
+        report.errors = located(std::mem::take(&mut report.errors), specs);
         report
     }
 }
@@ -467,24 +503,16 @@ fn api_as(client: Client, ar: &ApiResource, namespace: &str) -> Api<DynamicObjec
     }
 }
 
-fn locations_of(desired: &[DesiredObject]) -> HashMap<ObjectKey, Location> {
-    desired
-        .iter()
-        .map(|d| (d.key.clone(), d.location.clone()))
-        .collect()
-}
-
 /// Each error about an object from Git, prefixed with where Git declares it.
-fn located(
-    errors: Vec<(ObjectKey, String)>,
-    locations: &HashMap<ObjectKey, Location>,
-) -> Vec<(ObjectKey, String)> {
+fn located(errors: Vec<(ObjectKey, String)>, specs: &SpecSet) -> Vec<(ObjectKey, String)> {
     errors
         .into_iter()
-        .map(|(key, e)| match locations.get(&key) {
-            Some(at) => (key, format!("{at}: {e}")),
-            None => (key, e),
-        })
+        .map(
+            |(key, e)| match specs.objects.get(&key).map(|o| &o.location) {
+                Some(at) => (key, format!("{at}: {e}")),
+                None => (key, e),
+            },
+        )
         .collect()
 }
 

@@ -8,7 +8,7 @@ pub use crate::hash::content_hash;
 use crate::api::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
-use crate::specs::{Location, ObjectKey, SpecSet};
+use crate::specs::{LoadedObject, Location, ObjectKey, Spec, SpecSet};
 
 /// Annotation with the hash of the object as linnet last applied it (without the revision).
 pub const APPLIED_HASH_ANNOTATION: &str = "rollouts.linnet.dev/applied-hash";
@@ -33,36 +33,88 @@ pub fn desired_set(specs: &SpecSet, source: &str, revision: &str) -> Vec<Desired
     specs
         .objects
         .values()
-        .map(|loaded| {
-            let mut object = loaded.spec.to_json();
-            if let Value::Object(map) = &mut object {
-                map.remove("status");
-                let metadata = map
-                    .entry("metadata")
-                    .or_insert_with(|| Value::Object(Map::new()));
-                set_entry(metadata, "labels", MANAGED_BY_LABEL, MANAGED_BY_VALUE);
-                set_entry(metadata, "labels", SOURCE_LABEL, source);
-                set_entry(
-                    metadata,
-                    "annotations",
-                    SOURCE_PATH_ANNOTATION,
-                    &loaded.location.file,
-                );
-            }
-            let hash = content_hash(&object);
-            if let Some(metadata) = object.get_mut("metadata") {
-                set_entry(metadata, "annotations", APPLIED_HASH_ANNOTATION, &hash);
-                set_entry(metadata, "annotations", REVISION_ANNOTATION, revision);
-            }
-            DesiredObject {
-                key: loaded.key.clone(),
-                object,
-                hash,
-                source_path: loaded.location.file.clone(),
-                location: loaded.location.clone(),
-            }
-        })
+        .map(|loaded| desired_object(loaded, source, revision))
         .collect()
+}
+
+/// One object as linnet will apply it.
+pub fn desired_object(loaded: &LoadedObject, source: &str, revision: &str) -> DesiredObject {
+    let (mut object, hash) = labelled(loaded, source);
+    if let Some(metadata) = object.get_mut("metadata") {
+        set_entry(metadata, "annotations", APPLIED_HASH_ANNOTATION, &hash);
+        set_entry(metadata, "annotations", REVISION_ANNOTATION, revision);
+    }
+    DesiredObject {
+        key: loaded.key.clone(),
+        object,
+        hash,
+        source_path: loaded.location.file.clone(),
+        location: loaded.location.clone(),
+    }
+}
+
+/// The object with linnet's labels and source annotation, and its hash (before the revision
+/// and the hash itself are added).
+fn labelled(loaded: &LoadedObject, source: &str) -> (Value, String) {
+    let mut object = loaded.spec.to_json();
+    if let Value::Object(map) = &mut object {
+        map.remove("status");
+        let metadata = map
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()));
+        set_entry(metadata, "labels", MANAGED_BY_LABEL, MANAGED_BY_VALUE);
+        set_entry(metadata, "labels", SOURCE_LABEL, source);
+        set_entry(
+            metadata,
+            "annotations",
+            SOURCE_PATH_ANNOTATION,
+            &loaded.location.file,
+        );
+    }
+    let hash = content_hash(&object);
+    (object, hash)
+}
+
+/// Each object's hash, kept for as long as its spec text is the same: a sync after a
+/// one-file push hashes that file's objects, not every object of the repository. The spec
+/// text is shared with the snapshot, so an unchanged object is recognised by its pointer.
+#[derive(Debug, Default)]
+pub struct DesiredHashes {
+    by_key: std::collections::HashMap<ObjectKey, (Spec, String, String)>,
+}
+
+impl DesiredHashes {
+    /// The hash [`desired_object`] gives `loaded` for `source`.
+    pub fn hash(&mut self, loaded: &LoadedObject, source: &str) -> String {
+        if let Some((spec, file, hash)) = self.by_key.get(&loaded.key)
+            && spec.same_text(&loaded.spec)
+            && *file == loaded.location.file
+        {
+            return hash.clone();
+        }
+        let (_, hash) = labelled(loaded, source);
+        self.remember(loaded, &hash);
+        hash
+    }
+
+    /// Records the hash of an object built in full.
+    pub fn remember(&mut self, loaded: &LoadedObject, hash: &str) {
+        self.by_key.insert(
+            loaded.key.clone(),
+            (
+                loaded.spec.clone(),
+                loaded.location.file.clone(),
+                hash.to_string(),
+            ),
+        );
+    }
+
+    /// Forgets objects Git no longer has, once they are as many as those it has.
+    pub fn trim(&mut self, specs: &SpecSet) {
+        if self.by_key.len() > 2 * specs.objects.len() + 64 {
+            self.by_key.retain(|k, _| specs.objects.contains_key(k));
+        }
+    }
 }
 
 fn set_entry(metadata: &mut Value, map_name: &str, key: &str, value: &str) {
@@ -120,6 +172,22 @@ mod tests {
         assert_eq!(
             desired_set(&specs(reordered), "prod", "rev1")[0].hash,
             a[0].hash
+        );
+    }
+
+    #[test]
+    fn a_remembered_hash_is_the_hash_of_the_object_and_follows_its_text() {
+        let set = specs(CM);
+        let loaded = set.objects.values().next().unwrap();
+        let mut hashes = DesiredHashes::default();
+        let full = desired_set(&set, "prod", "rev1");
+        assert_eq!(hashes.hash(loaded, "prod"), full[0].hash);
+        assert_eq!(hashes.hash(loaded, "prod"), full[0].hash);
+        let changed = specs(&CM.replace("k: v", "k: w"));
+        let changed = changed.objects.values().next().unwrap();
+        assert_eq!(
+            hashes.hash(changed, "prod"),
+            desired_set(&specs(&CM.replace("k: v", "k: w")), "prod", "r")[0].hash
         );
     }
 

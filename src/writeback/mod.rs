@@ -39,9 +39,14 @@ pub struct WritebackConfig {
 
 /// Gathers status file changes into one write per window. The window opens at the first
 /// change after a write, so a steady stream of changes cannot postpone a write for ever.
+/// A write carries only the files changed since the last one: its cost follows the change,
+/// not the number of rollouts.
 #[derive(Debug, Default)]
 pub struct Coalescer {
+    /// Every rollout's latest file, to tell a change from a repeat.
     latest: BTreeMap<String, StatusFile>,
+    /// Paths changed since the last write that went through.
+    unwritten: std::collections::BTreeSet<String>,
     due: Option<std::time::Instant>,
 }
 
@@ -49,6 +54,7 @@ impl Coalescer {
     /// Records `file`; a file that did not change opens no window.
     pub fn offer(&mut self, file: StatusFile, now: std::time::Instant, window: Duration) {
         if self.latest.get(&file.path) != Some(&file) {
+            self.unwritten.insert(file.path.clone());
             self.latest.insert(file.path.clone(), file);
             self.due.get_or_insert(now + window);
         }
@@ -59,14 +65,19 @@ impl Coalescer {
         self.due
     }
 
-    /// The files to write now (every rollout's latest); closes the window.
+    /// The files to write now (those changed since the last write); closes the window.
     pub fn take(&mut self) -> Vec<StatusFile> {
         self.due = None;
-        self.latest.values().cloned().collect()
+        std::mem::take(&mut self.unwritten)
+            .iter()
+            .filter_map(|path| self.latest.get(path).cloned())
+            .collect()
     }
 
-    /// A write failed: try again at `at`.
-    pub fn retry_at(&mut self, at: std::time::Instant) {
+    /// A write of `files` failed: they are written again, with whatever changed meanwhile,
+    /// at `at`.
+    pub fn retry_at(&mut self, files: &[StatusFile], at: std::time::Instant) {
+        self.unwritten.extend(files.iter().map(|f| f.path.clone()));
         self.due = Some(at);
     }
 }
@@ -118,6 +129,7 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
             }
             () = wait => {
                 let files = pending.take();
+                let attempted = files.clone();
                 let current = writer.take();
                 let open = open.clone();
                 let result = tokio::task::spawn_blocking(move || {
@@ -148,7 +160,7 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
                         metrics.writeback_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
                         let backoff = config.interval * 2u32.pow(failures.min(6));
                         tracing::warn!(error = %crate::text::redact_credentials(&e.to_string()), retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again");
-                        pending.retry_at(std::time::Instant::now() + backoff);
+                        pending.retry_at(&attempted, std::time::Instant::now() + backoff);
                     }
                 }
             }
@@ -360,5 +372,28 @@ mod tests {
         // The same content again opens no window.
         c.offer(file("redis", "CanaryActive"), t0 + window, window);
         assert_eq!(c.due(), None);
+    }
+
+    #[test]
+    fn a_write_carries_only_the_files_changed_since_the_last() {
+        // Issue 25: every write compared every rollout's file with the branch, so a push cost
+        // grew with the number of rollouts.
+        let window = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let mut c = Coalescer::default();
+        for i in 0..100 {
+            c.offer(file(&format!("app-{i}"), "Stable"), t0, window);
+        }
+        assert_eq!(c.take().len(), 100);
+        c.offer(file("app-7", "CanaryActive"), t0 + window, window);
+        let files = c.take();
+        assert_eq!(files.len(), 1);
+        // A failed write is tried again with what changed meanwhile.
+        c.retry_at(&files, t0 + window * 2);
+        c.offer(file("app-8", "CanaryActive"), t0 + window, window);
+        assert_eq!(c.due(), Some(t0 + window * 2));
+        let again: Vec<String> = c.take().into_iter().map(|f| f.content).collect();
+        assert_eq!(again, vec!["phase: CanaryActive\n"; 2]);
+        assert!(c.take().is_empty());
     }
 }

@@ -14,7 +14,9 @@ use std::cell::RefCell;
 use std::path::Path;
 use std::time::Duration;
 
-use git2::{Index, IndexEntry, IndexTime, Oid, PushOptions, Signature};
+#[cfg(test)]
+use git2::{Index, IndexEntry, IndexTime};
+use git2::{ObjectType, Oid, PushOptions, Signature};
 
 use super::status_files::{StatusFile, commit_message};
 use crate::source::git::{GitError, GitMirror, GitRemote, local_path};
@@ -138,33 +140,31 @@ impl StatusWriter {
         Err(WriteError::KeptMoving { tries: MAX_TRIES })
     }
 
-    /// A commit of `files` on `tip`, or `None` when they are all there already.
+    /// A commit of `files` on `tip`, or `None` when they are all there already. Only the
+    /// trees on the changed files' paths are read and written again, and a file is compared
+    /// by its blob id, so the cost follows the files written, not the repository's size.
     fn commit_on(&self, tip: Option<Oid>, files: &[StatusFile]) -> Result<Option<Oid>, GitError> {
         let repo = self.mirror.repo();
         let parent = tip.map(|t| repo.find_commit(t)).transpose()?;
         let base = parent.as_ref().map(|c| c.tree()).transpose()?;
-        let mut index = Index::new()?;
-        if let Some(tree) = &base {
-            index.read_tree(tree)?;
-        }
         let mut changed = Vec::new();
+        let mut blobs = Vec::new();
         for f in files {
+            let id = Oid::hash_object(ObjectType::Blob, f.content.as_bytes())?;
             let current = base
                 .as_ref()
                 .and_then(|t| t.get_path(Path::new(&f.path)).ok())
-                .and_then(|e| repo.find_blob(e.id()).ok())
-                .map(|b| b.content().to_vec());
-            if current.as_deref() == Some(f.content.as_bytes()) {
+                .map(|e| e.id());
+            if current == Some(id) {
                 continue;
             }
-            let blob = repo.blob(f.content.as_bytes())?;
-            index.add(&entry(&f.path, f.content.len(), blob))?;
+            blobs.push((f.path.as_str(), repo.blob(f.content.as_bytes())?));
             changed.push(f);
         }
         if changed.is_empty() {
             return Ok(None);
         }
-        let tree = repo.find_tree(index.write_tree_to(repo)?)?;
+        let tree = repo.find_tree(tree_with(repo, base.as_ref(), &blobs)?)?;
         let signature = Signature::now(&self.author.0, &self.author.1)?;
         let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
         let commit = repo.commit(
@@ -270,6 +270,36 @@ impl StatusWriter {
     }
 }
 
+/// `base` (or an empty tree) with each `(path, blob)` of `files` written: only the trees on
+/// those paths are built again; every other subtree is kept by its id.
+fn tree_with(
+    repo: &git2::Repository,
+    base: Option<&git2::Tree<'_>>,
+    files: &[(&str, Oid)],
+) -> Result<Oid, git2::Error> {
+    let mut builder = repo.treebuilder(base)?;
+    let mut subdirs: std::collections::BTreeMap<&str, Vec<(&str, Oid)>> = Default::default();
+    for (path, blob) in files {
+        match path.split_once('/') {
+            Some((dir, rest)) => subdirs.entry(dir).or_default().push((rest, *blob)),
+            None => {
+                builder.insert(path, *blob, 0o100_644)?;
+            }
+        }
+    }
+    for (dir, below) in subdirs {
+        let subtree = base
+            .and_then(|t| t.get_name(dir))
+            .filter(|e| e.kind() == Some(ObjectType::Tree))
+            .map(|e| repo.find_tree(e.id()))
+            .transpose()?;
+        let id = tree_with(repo, subtree.as_ref(), &below)?;
+        builder.insert(dir, id, 0o040_000)?;
+    }
+    builder.write()
+}
+
+#[cfg(test)]
 fn entry(path: &str, size: usize, id: Oid) -> IndexEntry {
     IndexEntry {
         ctime: IndexTime::new(0, 0),
@@ -361,5 +391,33 @@ mod tests {
         let now = bare.refname_to_id("refs/heads/main").unwrap();
         assert_eq!(now, retried);
         assert_eq!(bare.find_commit(now).unwrap().parent_id(0).unwrap(), human);
+    }
+
+    #[test]
+    fn a_status_write_rebuilds_only_the_trees_on_its_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_bare(dir.path()).unwrap();
+        let a = repo.blob(b"a").unwrap();
+        let b = repo.blob(b"b").unwrap();
+        let first = tree_with(
+            &repo,
+            None,
+            &[
+                ("apps/a.yaml", a),
+                (".linnet/status/ns/a.yaml", a),
+                ("README", b),
+            ],
+        )
+        .unwrap();
+        let first = repo.find_tree(first).unwrap();
+        let second = tree_with(&repo, Some(&first), &[(".linnet/status/ns/b.yaml", b)]).unwrap();
+        let second = repo.find_tree(second).unwrap();
+        let id = |t: &git2::Tree<'_>, p: &str| t.get_path(Path::new(p)).unwrap().id();
+        // Untouched subtrees are the very same objects; the new file sits beside the old.
+        assert_eq!(id(&first, "apps"), id(&second, "apps"));
+        assert_eq!(id(&second, ".linnet/status/ns/a.yaml"), a);
+        assert_eq!(id(&second, ".linnet/status/ns/b.yaml"), b);
+        assert_eq!(id(&second, "README"), b);
+        assert_ne!(id(&first, ".linnet"), id(&second, ".linnet"));
     }
 }

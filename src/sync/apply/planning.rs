@@ -13,13 +13,12 @@ impl Syncer {
         prune: bool,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let desired = desired_set(specs, &self.source, revision);
-        let locations = locations_of(&desired);
         let prune = Prune {
             enabled: prune,
             blocked_files: &specs.blocked_files,
         };
         let (plan, errors) = self.plan_full(desired, prune, None).await;
-        (plan, located(errors, &locations))
+        (plan, located(errors, specs))
     }
 
     /// [`Syncer::plan`] for a desired set already built. `previous`: what the last sync
@@ -239,25 +238,23 @@ impl Syncer {
     /// Plans only what changed since `applied`: desired objects whose hash differs (read with
     /// one get each) and objects that left Git (pruned only if still labelled as this
     /// source's). Returns the plan, read errors and how many objects were skipped as unchanged.
+    /// Plans the objects whose hash `changed` since the last sync (`applied`), and the
+    /// pruning of those it applied that Git no longer has (`in_git` is all Git has).
     pub(super) async fn plan_incremental(
         &self,
-        desired: Vec<DesiredObject>,
+        changed: Vec<DesiredObject>,
+        in_git: &BTreeMap<ObjectKey, String>,
         applied: &BTreeMap<ObjectKey, String>,
         prune: Prune<'_>,
-    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>, usize) {
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
-        let in_git: std::collections::BTreeSet<ObjectKey> =
-            desired.iter().map(|d| d.key.clone()).collect();
-        let total = desired.len();
-        let changed: Vec<DesiredObject> = desired
-            .into_iter()
-            .filter(|d| applied.get(&d.key) != Some(&d.hash))
-            .collect();
-        let skipped = total - changed.len();
         // Objects the last sync applied that Git no longer has.
         let gone: Vec<&ObjectKey> = if prune.enabled {
-            applied.keys().filter(|k| !in_git.contains(*k)).collect()
+            applied
+                .keys()
+                .filter(|k| !in_git.contains_key(*k))
+                .collect()
         } else {
             Vec::new()
         };
@@ -295,7 +292,7 @@ impl Syncer {
             }
         }
         let servable = self.refuse(servable, &mut live, &mut errors).await;
-        (plan_changes(servable, &live, prune), errors, skipped)
+        (plan_changes(servable, &live, prune), errors)
     }
 
     pub(super) async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, ObjectError> {

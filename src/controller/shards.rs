@@ -1,0 +1,129 @@
+//! Which rollouts this replica runs when rollouts are split across replicas (`--shards`):
+//! rollout `namespace/name` belongs to shard [`shard_of`]`(namespace, name, count)`, and a
+//! replica runs the rollouts of the shards whose Lease it holds ([`crate::runtime::shards`]
+//! holds them). Unsharded, it runs them all.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::Stream;
+
+pub use crate::hash::shard_of;
+
+/// The shards this replica holds, and a signal when that changes.
+#[derive(Debug)]
+pub struct ShardSet {
+    held: Vec<AtomicBool>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl ShardSet {
+    /// One shard, always held: the replica runs every rollout.
+    pub fn unsharded() -> ShardSet {
+        let set = ShardSet::new(1);
+        set.held[0].store(true, Ordering::SeqCst);
+        set
+    }
+
+    /// `count` shards, none held yet.
+    pub fn new(count: u32) -> ShardSet {
+        ShardSet {
+            held: (0..count.max(1)).map(|_| AtomicBool::new(false)).collect(),
+            changed: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.held.len() as u32
+    }
+
+    /// Whether this replica runs rollout `namespace/name` now.
+    pub fn owns(&self, namespace: &str, name: &str) -> bool {
+        let shard = shard_of(namespace, name, self.count());
+        self.held
+            .get(shard as usize)
+            .is_some_and(|h| h.load(Ordering::SeqCst))
+    }
+
+    /// Records whether `shard`'s Lease is held; a change is signalled to [`Self::changes`].
+    pub fn set_held(&self, shard: u32, held: bool) {
+        let Some(flag) = self.held.get(shard as usize) else {
+            return;
+        };
+        if flag.swap(held, Ordering::SeqCst) != held {
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// The shards held now.
+    pub fn held(&self) -> Vec<u32> {
+        (0..self.count())
+            .filter(|k| self.held[*k as usize].load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// One item each time the held shards change: every rollout is then looked at again, so
+    /// a shard taken over is run at once and one given up stops showing as this replica's.
+    pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let rx = self.changed.subscribe();
+        futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+    }
+}
+
+/// The number ending `identity` (`linnet-2` is 2), as a StatefulSet's pod names end in
+/// their ordinal.
+pub fn ordinal(identity: &str) -> Option<u32> {
+    let digits = identity.len()
+        - identity
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .len();
+    identity[identity.len() - digits..].parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statefulset_pods_name_ends_in_its_ordinal() {
+        assert_eq!(ordinal("linnet-2"), Some(2));
+        assert_eq!(ordinal("linnet-12"), Some(12));
+        assert_eq!(ordinal("linnet-abc"), None);
+        assert_eq!(ordinal(""), None);
+    }
+
+    #[test]
+    fn unsharded_owns_every_rollout() {
+        let s = ShardSet::unsharded();
+        assert!(s.owns("a", "b"));
+        assert_eq!(s.held(), vec![0]);
+    }
+
+    #[test]
+    fn a_replica_owns_only_the_rollouts_of_its_held_shards() {
+        let s = ShardSet::new(3);
+        let names: Vec<String> = (0..30).map(|i| format!("app-{i}")).collect();
+        assert!(names.iter().all(|n| !s.owns("prod", n)));
+        s.set_held(1, true);
+        for n in &names {
+            assert_eq!(s.owns("prod", n), shard_of("prod", n, 3) == 1, "{n}");
+        }
+        s.set_held(7, true); // no such shard: ignored
+        assert_eq!(s.held(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_change_of_held_shards_is_signalled_once() {
+        use futures::StreamExt;
+        let s = ShardSet::new(2);
+        let mut changes = Box::pin(s.changes());
+        s.set_held(0, true);
+        s.set_held(0, true);
+        assert_eq!(changes.next().await, Some(()));
+        let again =
+            tokio::time::timeout(std::time::Duration::from_millis(50), changes.next()).await;
+        assert!(again.is_err(), "no change, no signal");
+    }
+}

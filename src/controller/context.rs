@@ -17,6 +17,8 @@ pub struct Context {
     /// The last status written to each rollout, so that a reconcile ahead of its watch does
     /// not write it again.
     pub own_status_writes: super::OwnStatusWrites,
+    /// Children written and not yet shown by their watch: a reconcile waits for them.
+    pub own_child_writes: super::own_writes::OwnChildWrites,
     /// The AnalysisTemplates of this source, from a watch.
     pub templates: super::analysis::Templates,
     /// HTTP clients of the analysis providers.
@@ -52,6 +54,7 @@ impl Context {
             metrics,
             max_concurrent_reconciles,
             own_status_writes: Default::default(),
+            own_child_writes: Default::default(),
             shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
         }
     }

@@ -37,6 +37,7 @@ pub async fn run(
     let (deployments, by_rollout, deployments_ready, deployment_changes) = watch_deployments(
         Api::<StoredDeployment>::all(client.clone()),
         crate::controller::watch_config(ROLLOUT_LABEL),
+        ctx.clone(),
     );
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
@@ -80,6 +81,7 @@ struct Shared {
 fn watch_deployments(
     api: Api<StoredDeployment>,
     config: watcher::Config,
+    ctx: Arc<Context>,
 ) -> (
     Store<StoredDeployment>,
     ByRollout,
@@ -98,6 +100,7 @@ fn watch_deployments(
         .inspect(move |event| {
             if let Ok(event) = event {
                 indexed.apply(event);
+                super::seen_own_writes(&ctx.own_child_writes, "Deployment", event);
                 if matches!(event, watcher::Event::InitDone) {
                     told.send_replace(true);
                 }

@@ -68,6 +68,32 @@ async fn check_volume(
     }
 }
 
+/// Records that the rollout's next reconcile waits for the watch of `child_kind` to show the
+/// write that left `name` at `after`, unless the write changed nothing (`after` is `before`,
+/// and no watch event will come).
+#[allow(clippy::too_many_arguments)]
+fn expect_seen(
+    ctx: &Context,
+    rollout_kind: &str,
+    child_kind: &str,
+    ns: &str,
+    rollout: &str,
+    name: &str,
+    before: Option<String>,
+    after: Option<String>,
+) {
+    if let Some(after) = after
+        && before.as_ref() != Some(&after)
+    {
+        ctx.own_child_writes.expect(
+            &format!("{rollout_kind}/{ns}/{rollout}"),
+            &super::own_writes::child_key(child_kind, ns, name),
+            &after,
+            std::time::Instant::now(),
+        );
+    }
+}
+
 /// Does one action of `rollout`'s plan. `observed` is what the plan was made from: a
 /// Deployment it shows as the rollout's needs no second look before it is applied.
 pub(crate) async fn execute(
@@ -89,14 +115,26 @@ pub(crate) async fn execute(
             {
                 return Err(ReconcileError::NotOurs { doing: what(), why });
             }
-            sets.patch(
+            let written = sets
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(set.as_ref()),
+                )
+                .await
+                .doing(what)?;
+            let before = live.and_then(|l| l.metadata.resource_version);
+            expect_seen(
+                ctx,
+                "CanaryStatefulSet",
+                "StatefulSet",
+                ns,
+                rollout,
                 &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(set.as_ref()),
-            )
-            .await
-            .map(|_| ())
-            .doing(what)
+                before,
+                written.metadata.resource_version,
+            );
+            Ok(())
         }
         Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
             .patch(
@@ -221,15 +259,30 @@ pub(crate) async fn execute(
             {
                 return Err(ReconcileError::NotOurs { doing: what(), why });
             }
-            deployments
+            let written = deployments
                 .patch(
                     &name,
                     &PatchParams::apply(FIELD_MANAGER).force(),
                     &Patch::Apply(d.as_ref()),
                 )
                 .await
-                .map(|_| ())
-                .doing(what)
+                .doing(what)?;
+            // A Deployment the rollout already has was not read: only a create, which can
+            // never leave the version as it was, is waited for.
+            if !observed.deployments.iter().any(|o| o.name == name) {
+                let before = live.and_then(|l| l.metadata.resource_version);
+                expect_seen(
+                    ctx,
+                    "CanaryDeployment",
+                    "Deployment",
+                    ns,
+                    rollout,
+                    &name,
+                    before,
+                    written.metadata.resource_version,
+                );
+            }
+            Ok(())
         }
         Action::DeleteDeployment { name } => ignore_status(
             Api::<Deployment>::namespaced(client, ns)

@@ -23,6 +23,7 @@ pub mod analysis;
 pub mod context;
 pub mod deployment;
 pub mod execute;
+pub mod own_writes;
 pub mod reconcile;
 pub mod shards;
 pub mod statefulset;
@@ -89,6 +90,30 @@ where
         };
         futures::future::ready(woken)
     })
+}
+
+/// Clears the expectations a watch event of `kind` meets ([`own_writes`]).
+pub(crate) fn seen_own_writes<K: kube::Resource>(
+    writes: &own_writes::OwnChildWrites,
+    kind: &str,
+    event: &watcher::Event<K>,
+) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            let m = o.meta();
+            if let (Some(ns), Some(name), Some(rv)) = (&m.namespace, &m.name, &m.resource_version) {
+                writes.seen(&own_writes::child_key(kind, ns, name), rv);
+            }
+        }
+        watcher::Event::Delete(o) => {
+            let m = o.meta();
+            if let (Some(ns), Some(name)) = (&m.namespace, &m.name) {
+                writes.deleted(&own_writes::child_key(kind, ns, name));
+            }
+        }
+        watcher::Event::InitDone => writes.relisted(kind),
+        watcher::Event::Init => {}
+    }
 }
 
 /// Whether a reflector's store has had its first list, for any number of waiters at once.

@@ -155,6 +155,12 @@ pub(crate) async fn plan_and_act<K: RolloutKind>(
 ) -> Result<Requeue, ReconcileError> {
     let started = Instant::now();
     let name = rollout.name_any();
+    // A child this agent just wrote is not in the store yet: planning now would write it again.
+    let key = format!("{}/{ns}/{name}", K::KIND);
+    if let Some(wait) = ctx.own_child_writes.wait_for(&key, started) {
+        tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "waiting for the watch to show this agent's last write of a child");
+        return Ok(Requeue::requeue(wait));
+    }
     let mut status = rollout.status().cloned().unwrap_or_default();
     let builtins = rollout.builtins(ns, &status);
     let resolved = ctx

@@ -44,7 +44,11 @@ pub async fn run(
     let children = crate::controller::watch_config(&ctx.child_selector());
     // The sets are read from this watch's store, not with a GET in each reconcile: at 1,000
     // rollouts those GETs were a third of the API server's requests in a first sync.
-    let (sets, set_changes) = watch_sets(Api::<StoredSet>::all(client.clone()), children.clone());
+    let (sets, set_changes) = watch_sets(
+        Api::<StoredSet>::all(client.clone()),
+        children.clone(),
+        ctx.clone(),
+    );
     // Pods and claims carry the set's selector labels (the rollout's name), not the source;
     // volumes carry the rollout's name and namespace once a handoff has touched them. Every
     // wait of the phase machine is on one of these, so each is woken by what it waits for,
@@ -123,6 +127,7 @@ struct Shared {
 fn watch_sets(
     api: Api<StoredSet>,
     config: watcher::Config,
+    ctx: Arc<Context>,
 ) -> (
     Store<StoredSet>,
     impl futures::Stream<Item = Result<StoredSet, watcher::Error>> + Send + 'static,
@@ -132,6 +137,12 @@ fn watch_sets(
         .default_backoff()
         .modify(|set| set.metadata.managed_fields = None)
         .reflect(writer)
+        // After the store has it: the reconcile this event wakes plans from it.
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                super::seen_own_writes(&ctx.own_child_writes, "StatefulSet", event);
+            }
+        })
         // Deletions too: a rollout being deleted waits for its sets to go.
         .touched_objects();
     (reader, stream)

@@ -57,16 +57,18 @@ demo: deps cluster-build prometheus-build
 
 ## bench: measurements, not pass/fail tests: the idle poll's cost, then linnet at 10, 100 and
 ## 1,000 rollouts on the local control plane (push latency, idle CPU and writes, initial sync,
-## step latency, memory, churn), written to bench/RESULTS.md. About 30 minutes.
+## step latency, memory, churn, CPU per push, writes per rollout in a first sync, start to
+## children Ready), written to bench/RESULTS.md. About 30 minutes.
 bench: cluster-build
 	$(CARGO) bench --bench source
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on
-## the local control plane), with a 60 s idle window; writes bench/RESULTS.md's table. See
-## bench/RESULTS.md for how long it takes.
+## the local control plane), with a 60 s idle window and without the analysis load; writes
+## bench/RESULTS-large.md. bench/RESULTS.md says how long it takes and what it found.
 bench-large: cluster-build
 	LINNET_BENCH_SIZES=$${LINNET_BENCH_SIZES:-10000} LINNET_BENCH_IDLE_SECS=$${LINNET_BENCH_IDLE_SECS:-60} \
+	  LINNET_BENCH_ANALYSIS=$${LINNET_BENCH_ANALYSIS:-0} LINNET_BENCH_RESULTS=$${LINNET_BENCH_RESULTS:-bench/RESULTS-large.md} \
 	  tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## chaos: the chaos soak (200 random kills, a kube-apiserver restart, a Git outage); writes bench/CHAOS.md.

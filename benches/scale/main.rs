@@ -5,7 +5,8 @@
 //!
 //! Settings (environment): `LINNET_BENCH_SIZES` (10,100,1000), `LINNET_BENCH_PUSHES` (20),
 //! `LINNET_BENCH_IDLE_SECS` (300), `LINNET_BENCH_CHURN_SECS` (60), `LINNET_BENCH_REPEATS` (1),
-//! `LINNET_BENCH_RESULTS` (bench/RESULTS.md; `-` for none). To compare settings or profile:
+//! `LINNET_BENCH_RESULTS` (bench/RESULTS.md; `-` for none), `LINNET_BENCH_ANALYSIS` (`0`: no
+//! analysis load, figures 9 and 10). To compare settings or profile:
 //! `LINNET_BENCH_IDLE_POLL` (1s), `LINNET_BENCH_AGENT_ARGS` (extra agent flags) and
 //! `LINNET_BENCH_AGENT_WRAPPER` (see `start_agent`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]

@@ -1045,6 +1045,11 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
             }
             rows.extend(rows_for(n, &runs));
         }
+        // LINNET_BENCH_ANALYSIS=0 leaves figures 9 and 10 out (make bench-large: another
+        // 10,000 rollouts would double its time).
+        if std::env::var("LINNET_BENCH_ANALYSIS").as_deref() == Ok("0") {
+            continue;
+        }
         log(&format!("size {n}: background analysis"));
         let (cpu, qps) = analysis_load(cfg, &admin, n).await?;
         rows.push(row(n, 9, "% of a core", vec![cpu], "report", None));

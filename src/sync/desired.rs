@@ -6,8 +6,7 @@ use serde_json::{Map, Value};
 pub use crate::hash::content_hash;
 
 use crate::api::{
-    FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL,
-    SOURCE_PATH_ANNOTATION,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
 use crate::specs::{LoadedObject, Location, ObjectKey, Spec, SpecSet};
 
@@ -71,30 +70,9 @@ fn labelled(loaded: &LoadedObject, source: &str) -> (Value, String) {
             SOURCE_PATH_ANNOTATION,
             &loaded.location.file,
         );
-        // A rollout is created with its controller's finalizer, instead of getting it in a
-        // second write: one API write less per rollout in a first sync.
-        if is_rollout(&loaded.key)
-            && let Value::Object(meta) = metadata
-        {
-            let finalizers = meta
-                .entry("finalizers")
-                .or_insert_with(|| Value::Array(Vec::new()));
-            if let Value::Array(list) = finalizers
-                && !list.iter().any(|f| f == FINALIZER)
-            {
-                list.push(Value::String(FINALIZER.to_string()));
-            }
-        }
     }
     let hash = content_hash(&object);
     (object, hash)
-}
-
-/// Whether `key` is a rollout, which its controller deletes only after its cleanup.
-fn is_rollout(key: &ObjectKey) -> bool {
-    key.api_version
-        .starts_with(&format!("{}/", crate::api::GROUP))
-        && matches!(key.kind.as_str(), "CanaryStatefulSet" | "CanaryDeployment")
 }
 
 /// Each object's hash, kept for as long as its spec text is the same: a sync after a

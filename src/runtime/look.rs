@@ -87,7 +87,10 @@ pub(super) enum Found {
     /// A new revision whose specs equal those last synced (e.g. a status-only commit).
     SameSpecs { revision: String },
     /// Specs to sync at a revision.
-    Specs { revision: String, specs: SpecSet },
+    Specs {
+        revision: String,
+        specs: Arc<SpecSet>,
+    },
 }
 
 /// The remote and its mirror, shared by the looks at the source.

@@ -122,7 +122,7 @@ impl SourceLoop {
                         revision: revision.clone(),
                         specs: match &remote {
                             Some(remote) => match remote.state.lock() {
-                                Ok(s) => s.snapshot.spec_set(),
+                                Ok(mut s) => s.snapshot.spec_set(),
                                 Err(_) => {
                                     return Err(Error::Runtime(std::io::Error::other(
                                         "source state poisoned",

@@ -1,8 +1,13 @@
 //! The specs at a revision, kept between revisions so that only files whose content (blob id)
 //! changed are parsed again. A revision whose spec files are all unchanged (for example a
 //! commit that touches only `.linnet/status/`) is reported as such, and starts no sync.
+//!
+//! The combined [`SpecSet`] is kept too, and a change that cannot alter anything beyond its
+//! own objects (the same objects, no errors, no analysis) is patched into it in place: a
+//! one-file push costs that file, not the repository. Any other change rebuilds the set.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::specs::{FileContent, FileSpecs, LoadOptions, SpecSet, is_spec_file, load_content};
 
@@ -10,6 +15,44 @@ use crate::specs::{FileContent, FileSpecs, LoadOptions, SpecSet, is_spec_file, l
 #[derive(Debug, Default)]
 pub struct SpecSnapshot {
     files: BTreeMap<String, (String, FileSpecs)>,
+    /// The combined set as of the last [`SpecSnapshot::spec_set`].
+    set: Arc<SpecSet>,
+    /// What changed in `files` since `set` was made.
+    pending: Pending,
+}
+
+/// Changes to `files` not yet in the combined set.
+#[derive(Debug, Default)]
+enum Pending {
+    #[default]
+    Nothing,
+    /// Files whose new objects replace their old ones one for one.
+    Patch(Vec<String>),
+    /// Anything else: the set is made again from every file.
+    Rebuild,
+}
+
+impl Pending {
+    fn patch(&mut self, path: &str) {
+        match self {
+            Pending::Nothing => *self = Pending::Patch(vec![path.to_string()]),
+            Pending::Patch(paths) => paths.push(path.to_string()),
+            Pending::Rebuild => {}
+        }
+    }
+}
+
+/// Whether a file's new objects can replace its old ones in the combined set without
+/// touching anything else: neither version has an error, both declare the same objects in
+/// the same order (so no duplicate appears or goes), none is an AnalysisTemplate (which
+/// other files' rollouts are checked against), and no new object has analysis to check.
+fn replaces_one_for_one(old: &FileSpecs, new: &FileSpecs) -> bool {
+    old.errors.is_empty()
+        && new.errors.is_empty()
+        && old.objects.len() == new.objects.len()
+        && old.objects.iter().zip(&new.objects).all(|(o, n)| {
+            o.key == n.key && n.key.kind != "AnalysisTemplate" && !n.spec.may_have_analysis()
+        })
 }
 
 /// What [`SpecSnapshot::update`] did.
@@ -40,17 +83,25 @@ impl SpecSnapshot {
             }
             let (id, mut specs) = match self.files.remove(path) {
                 Some((old_id, specs)) if &old_id == id => (old_id, specs),
-                _ => {
+                old => {
                     let content = read(path, id)?;
                     update.parsed += 1;
                     update.changed = true;
-                    (id.clone(), load_content(path, content, opts))
+                    let specs = load_content(path, content, opts);
+                    match old {
+                        Some((_, old)) if replaces_one_for_one(&old, &specs) => {
+                            self.pending.patch(path)
+                        }
+                        _ => self.pending = Pending::Rebuild,
+                    }
+                    (id.clone(), specs)
                 }
             };
             // Past the total, the file is kept as an error with no id, so that it is read
             // again once there is room.
             let id = if specs.charge_total(path, &mut total, opts.max_total_bytes) {
                 update.changed = true;
+                self.pending = Pending::Rebuild;
                 String::new()
             } else {
                 id
@@ -58,19 +109,55 @@ impl SpecSnapshot {
             next.insert(path.clone(), (id, specs));
         }
         // Anything left was removed.
-        update.changed |= !self.files.is_empty();
+        if !self.files.is_empty() {
+            update.changed = true;
+            self.pending = Pending::Rebuild;
+        }
         self.files = next;
         Ok(update)
     }
 
-    /// The specs of the current revision.
-    pub fn spec_set(&self) -> SpecSet {
-        SpecSet::from_files(
+    /// The specs of the current revision. Shared: the snapshot patches its own copy in place
+    /// next time only if nobody else holds this one by then.
+    pub fn spec_set(&mut self) -> Arc<SpecSet> {
+        match std::mem::take(&mut self.pending) {
+            Pending::Nothing => {}
+            Pending::Patch(paths) => {
+                if !self.patch(&paths) {
+                    self.rebuild();
+                }
+            }
+            Pending::Rebuild => self.rebuild(),
+        }
+        self.set.clone()
+    }
+
+    fn rebuild(&mut self) {
+        self.set = Arc::new(SpecSet::from_files(
             self.files
                 .iter()
                 .map(|(path, (_, specs))| (path.clone(), specs.clone()))
                 .collect(),
-        )
+        ));
+    }
+
+    /// Replaces the objects of `paths` in the set; false (the set half patched, to be
+    /// rebuilt) when one of them is not there as that file's: it was blocked or declared
+    /// twice, and its file's change may lift that.
+    fn patch(&mut self, paths: &[String]) -> bool {
+        let set = Arc::make_mut(&mut self.set);
+        for path in paths {
+            let Some((_, specs)) = self.files.get(path) else {
+                return false;
+            };
+            for object in &specs.objects {
+                match set.objects.get_mut(&object.key) {
+                    Some(old) if old.location.file == *path => *old = object.clone(),
+                    _ => return false,
+                }
+            }
+        }
+        true
     }
 }
 
@@ -152,6 +239,112 @@ mod tests {
                 parsed: 0
             }
         );
+    }
+
+    #[test]
+    fn a_changed_value_is_patched_in_place() {
+        let mut snap = SpecSnapshot::default();
+        let opts = LoadOptions::default();
+        let text = |value: &str| {
+            FileContent::Bytes(
+                format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  v: \"{value}\"\n")
+                    .into_bytes(),
+            )
+        };
+        snap.update(
+            &listing(&[("a.yaml", "1")]),
+            |_, _| Ok::<_, ()>(text("1")),
+            &opts,
+        )
+        .unwrap();
+        let first = snap.spec_set();
+        drop(first);
+        snap.update(
+            &listing(&[("a.yaml", "2")]),
+            |_, _| Ok::<_, ()>(text("2")),
+            &opts,
+        )
+        .unwrap();
+        assert!(matches!(snap.pending, Pending::Patch(_)));
+        let set = snap.spec_set();
+        assert!(
+            set.objects
+                .values()
+                .all(|o| o.spec.to_json()["data"]["v"] == "2")
+        );
+    }
+
+    /// Files whose contents play against each other: duplicates, errors, analysis that needs a
+    /// template in another file, and a template whose arguments do not fit.
+    fn variant(i: usize) -> String {
+        let cm = |name: &str, v: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  v: \"{v}\"\n"
+            )
+        };
+        let template = |args: &str| {
+            format!(
+                "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: AnalysisTemplate\nmetadata:\n  \
+                 name: error-rate\nspec:\n{args}  metrics:\n  - name: error-rate\n    \
+                 interval: 30s\n    successCondition: result < 0.05\n    provider:\n      \
+                 prometheus:\n        address: http://prometheus:9090\n        query: errors\n"
+            )
+        };
+        let web = |image: &str| {
+            format!(
+                "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryDeployment\nmetadata:\n  \
+                 name: web\nspec:\n  replicas: 2\n  image: {image}\n  template:\n    \
+                 selector:\n      matchLabels: {{app: web}}\n    template:\n      metadata:\n        \
+                 labels: {{app: web}}\n      spec:\n        containers:\n        - name: web\n          \
+                 image: web:1\n  analysis:\n    args: [{{name: app, value: web}}]\n    \
+                 background:\n      templates: [{{templateName: error-rate}}]\n"
+            )
+        };
+        match i {
+            0 => cm("a", "1"),
+            1 => cm("a", "2"),
+            2 => cm("b", "1"),
+            3 => format!("{}---\n{}", cm("a", "1"), cm("b", "2")),
+            4 => "kind: [\n".to_string(),
+            5 => template("  args:\n  - name: app\n"),
+            6 => template(""),
+            7 => web("web:1"),
+            8 => web("web:2"),
+            _ => cm("c", &"x".repeat(400)),
+        }
+    }
+
+    proptest::proptest! {
+        /// A snapshot brought through any series of revisions, patching where it can, has the
+        /// set a snapshot made at once from the last revision has.
+        #[test]
+        fn patched_set_equals_a_rebuilt_one(
+            revisions in proptest::collection::vec(
+                proptest::collection::vec(proptest::option::of(0usize..10), 4),
+                1..8,
+            ),
+            small_total in proptest::bool::ANY,
+        ) {
+            let opts = LoadOptions {
+                max_total_bytes: if small_total { 1300 } else { LoadOptions::default().max_total_bytes },
+                ..LoadOptions::default()
+            };
+            let read = |_: &str, id: &str| -> Result<FileContent, ()> {
+                Ok(FileContent::Bytes(variant(id.parse().unwrap_or(0)).into_bytes()))
+            };
+            let mut snap = SpecSnapshot::default();
+            for files in revisions {
+                let l: Vec<(String, String)> = files
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(n, v)| v.map(|v| (format!("f{n}.yaml"), v.to_string())))
+                    .collect();
+                snap.update(&l, read, &opts).unwrap();
+                let mut fresh = SpecSnapshot::default();
+                fresh.update(&l, read, &opts).unwrap();
+                proptest::prop_assert_eq!(&*snap.spec_set(), &*fresh.spec_set());
+            }
+        }
     }
 
     #[test]

@@ -107,6 +107,12 @@ impl Spec {
         Arc::ptr_eq(&self.json, &other.json) || self.json == other.json
     }
 
+    /// Whether the object may have an `analysis` field anywhere: a cheap test that lets the
+    /// many rollouts without one go unparsed.
+    pub fn may_have_analysis(&self) -> bool {
+        self.json.contains("\"analysis\"")
+    }
+
     /// The size of the object as JSON, in bytes.
     pub fn json_len(&self) -> usize {
         self.json.len()
@@ -243,7 +249,7 @@ impl SpecSet {
         let mut broken: Vec<SpecError> = Vec::new();
         for object in self.objects.values() {
             // Parsing every rollout of a large repository on each change costs; most have none.
-            if !object.spec.json.contains("\"analysis\"") {
+            if !object.spec.may_have_analysis() {
                 continue;
             }
             let (analysis, points, what): (Option<RolloutAnalysis>, i32, &str) =

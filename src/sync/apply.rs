@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::FIELD_MANAGER;
-use super::desired::{DesiredHashes, DesiredObject, desired_object, desired_set};
+use super::desired::{DesiredHashes, DesiredObject, changes_since, desired_set};
 use super::diff::{
     Change, PlannedChange, Prune, drifted_fields, identity_only, plan_changes, prerequisites_first,
     project_owned, takeover_refusal,
@@ -63,6 +63,17 @@ pub const DEFAULT_DRIFT_INTERVAL: Duration = Duration::from_secs(180);
 struct Applied {
     hashes: BTreeMap<ObjectKey, String>,
     full_at: Instant,
+}
+
+/// What a sync does to [`Applied`] once it is done.
+enum NextApplied {
+    /// A full sync: these are all Git has.
+    All(BTreeMap<ObjectKey, String>),
+    /// An incremental one: the new hashes of the changed objects, and the keys Git dropped.
+    Changes {
+        hashes: Vec<(ObjectKey, String)>,
+        gone: Vec<ObjectKey>,
+    },
 }
 
 /// Why one object of a revision was not read or written. Shown, located in its file, in the
@@ -407,36 +418,39 @@ impl Syncer {
         let incremental = applied
             .as_ref()
             .filter(|a| allow_incremental && a.full_at.elapsed() < self.drift_interval);
-        let (hashes, plan, read_errors, skipped, full) = match incremental {
+        let (plan, read_errors, skipped, next) = match incremental {
             Some(a) => {
                 // Only the objects whose hash changed are built in full; the others' hashes
                 // are remembered from when their text was last seen.
-                let hashes: BTreeMap<ObjectKey, String> = match self.desired_hashes.lock() {
+                let changes = match self.desired_hashes.lock() {
                     Ok(mut cache) => {
-                        let hashes = specs
-                            .objects
-                            .values()
-                            .map(|o| (o.key.clone(), cache.hash(o, &self.source)))
-                            .collect();
+                        let changes =
+                            changes_since(&a.hashes, specs, &mut cache, &self.source, revision);
                         cache.trim(specs);
-                        hashes
+                        changes
                     }
-                    Err(_) => desired_set(specs, &self.source, revision)
-                        .into_iter()
-                        .map(|d| (d.key, d.hash))
-                        .collect(),
+                    Err(_) => changes_since(
+                        &a.hashes,
+                        specs,
+                        &mut DesiredHashes::default(),
+                        &self.source,
+                        revision,
+                    ),
                 };
-                let changed: Vec<DesiredObject> = specs
-                    .objects
-                    .values()
-                    .filter(|o| a.hashes.get(&o.key) != hashes.get(&o.key))
-                    .map(|o| desired_object(o, &self.source, revision))
+                let skipped = specs.objects.len() - changes.changed.len();
+                let hashes: Vec<(ObjectKey, String)> = changes
+                    .changed
+                    .iter()
+                    .map(|d| (d.key.clone(), d.hash.clone()))
                     .collect();
-                let skipped = specs.objects.len() - changed.len();
                 let (plan, errors) = self
-                    .plan_incremental(changed, &hashes, &a.hashes, prune)
+                    .plan_incremental(changes.changed, &changes.gone, prune)
                     .await;
-                (hashes, plan, errors, skipped, false)
+                let next = NextApplied::Changes {
+                    hashes,
+                    gone: changes.gone,
+                };
+                (plan, errors, skipped, next)
             }
             None => {
                 let desired = desired_set(specs, &self.source, revision);
@@ -454,30 +468,40 @@ impl Syncer {
                     .collect();
                 let previous = applied.as_ref().map(|a| &a.hashes);
                 let (plan, errors) = self.plan_full(desired, prune, previous).await;
-                (hashes, plan, errors, 0, true)
+                (plan, errors, 0, NextApplied::All(hashes))
             }
         };
         let mut report = self.apply(&plan).await;
         report.unchanged += skipped;
         report.errors.extend(read_errors);
-        report.full = full;
+        report.full = matches!(next, NextApplied::All(_));
         // An object the API server refused is left out of what was applied, so the next sync
         // retries it (incrementally: one refused object must not make every retry a full
         // sync). A failed list leaves the live set unknown: the next sync is full.
         let listed = !report.errors.iter().any(|(key, _)| key.name == "*");
-        *applied = if listed {
-            let full_at = match (&*applied, report.full) {
-                (Some(a), false) => a.full_at,
-                _ => Instant::now(),
-            };
-            let mut hashes = hashes;
-            for (key, _) in &report.errors {
-                hashes.remove(key);
+        match (next, applied.as_mut()) {
+            _ if !listed => *applied = None,
+            (NextApplied::Changes { hashes, gone }, Some(a)) => {
+                a.hashes.extend(hashes);
+                for key in &gone {
+                    a.hashes.remove(key);
+                }
+                for (key, _) in &report.errors {
+                    a.hashes.remove(key);
+                }
             }
-            Some(Applied { hashes, full_at })
-        } else {
-            None
-        };
+            // An incremental sync starts from what was applied; were it gone, the next is full.
+            (NextApplied::Changes { .. }, None) => *applied = None,
+            (NextApplied::All(mut hashes), _) => {
+                for (key, _) in &report.errors {
+                    hashes.remove(key);
+                }
+                *applied = Some(Applied {
+                    hashes,
+                    full_at: Instant::now(),
+                });
+            }
+        }
         report.errors = located(std::mem::take(&mut report.errors), specs);
         report
     }

@@ -85,16 +85,18 @@ pub struct DesiredHashes {
 
 impl DesiredHashes {
     /// The hash [`desired_object`] gives `loaded` for `source`.
-    pub fn hash(&mut self, loaded: &LoadedObject, source: &str) -> String {
-        if let Some((spec, file, hash)) = self.by_key.get(&loaded.key)
-            && spec.same_text(&loaded.spec)
-            && *file == loaded.location.file
-        {
-            return hash.clone();
+    pub fn hash(&mut self, loaded: &LoadedObject, source: &str) -> &str {
+        let known = matches!(
+            self.by_key.get(&loaded.key),
+            Some((spec, file, _)) if spec.same_text(&loaded.spec) && *file == loaded.location.file
+        );
+        if !known {
+            let (_, hash) = labelled(loaded, source);
+            self.remember(loaded, &hash);
         }
-        let (_, hash) = labelled(loaded, source);
-        self.remember(loaded, &hash);
-        hash
+        self.by_key
+            .get(&loaded.key)
+            .map_or("", |(_, _, hash)| hash.as_str())
     }
 
     /// Records the hash of an object built in full.
@@ -115,6 +117,50 @@ impl DesiredHashes {
             self.by_key.retain(|k, _| specs.objects.contains_key(k));
         }
     }
+}
+
+/// What changed in Git since a sync that applied `applied` (key to hash).
+#[derive(Debug, Default, PartialEq)]
+pub struct ChangesSince {
+    /// The objects whose hash differs, or that are new, built in full.
+    pub changed: Vec<DesiredObject>,
+    /// The objects the last sync applied that Git no longer has.
+    pub gone: Vec<ObjectKey>,
+}
+
+/// The objects of `specs` whose hash differs from `applied`, and the keys of `applied` that
+/// Git no longer has. Hashes come from `cache`, so unchanged objects cost a lookup each and
+/// nothing is allocated for them.
+pub fn changes_since(
+    applied: &std::collections::BTreeMap<ObjectKey, String>,
+    specs: &SpecSet,
+    cache: &mut DesiredHashes,
+    source: &str,
+    revision: &str,
+) -> ChangesSince {
+    let mut changes = ChangesSince::default();
+    let mut new_keys = 0;
+    for loaded in specs.objects.values() {
+        let hash = cache.hash(loaded, source);
+        match applied.get(&loaded.key) {
+            Some(h) if h == hash => continue,
+            Some(_) => {}
+            None => new_keys += 1,
+        }
+        changes
+            .changed
+            .push(desired_object(loaded, source, revision));
+    }
+    // Git's keys are those applied before and the new ones: when the counts add up, none
+    // of those applied has left.
+    if applied.len() + new_keys != specs.objects.len() {
+        changes.gone = applied
+            .keys()
+            .filter(|k| !specs.objects.contains_key(*k))
+            .cloned()
+            .collect();
+    }
+    changes
 }
 
 fn set_entry(metadata: &mut Value, map_name: &str, key: &str, value: &str) {
@@ -188,6 +234,40 @@ mod tests {
         assert_eq!(
             hashes.hash(changed, "prod"),
             desired_set(&specs(&CM.replace("k: v", "k: w")), "prod", "r")[0].hash
+        );
+    }
+
+    #[test]
+    fn changes_since_names_only_changed_new_and_gone_objects() {
+        let two = format!("{CM}---\n{}", CM.replace("name: a", "name: b"));
+        let before = specs(&two);
+        let applied: BTreeMap<ObjectKey, String> = desired_set(&before, "prod", "r1")
+            .into_iter()
+            .map(|d| (d.key, d.hash))
+            .collect();
+        let mut cache = DesiredHashes::default();
+        let same = changes_since(&applied, &before, &mut cache, "prod", "r2");
+        assert_eq!(same, ChangesSince::default());
+        // b changes, c is new, a is gone.
+        let after = specs(&format!(
+            "{}---\n{}",
+            CM.replace("name: a", "name: b").replace("k: v", "k: w"),
+            CM.replace("name: a", "name: c")
+        ));
+        let changes = changes_since(&applied, &after, &mut cache, "prod", "r3");
+        let names: Vec<&str> = changes
+            .changed
+            .iter()
+            .map(|d| d.key.name.as_str())
+            .collect();
+        assert_eq!(names, ["b", "c"]);
+        assert_eq!(changes.gone.len(), 1);
+        assert_eq!(changes.gone[0].name, "a");
+        assert!(
+            changes
+                .changed
+                .iter()
+                .all(|d| d.object["metadata"]["annotations"][REVISION_ANNOTATION] == "r3")
         );
     }
 

@@ -235,29 +235,19 @@ impl Syncer {
         allowed
     }
 
-    /// Plans only what changed since `applied`: desired objects whose hash differs (read with
-    /// one get each) and objects that left Git (pruned only if still labelled as this
-    /// source's). Returns the plan, read errors and how many objects were skipped as unchanged.
-    /// Plans the objects whose hash `changed` since the last sync (`applied`), and the
-    /// pruning of those it applied that Git no longer has (`in_git` is all Git has).
+    /// Plans only what changed since the last sync: the objects whose hash differs
+    /// (`changed`, read with one get each) and the pruning of those it applied that Git no
+    /// longer has (`gone`; pruned only if still labelled as this source's). Returns the plan
+    /// and read errors.
     pub(super) async fn plan_incremental(
         &self,
         changed: Vec<DesiredObject>,
-        in_git: &BTreeMap<ObjectKey, String>,
-        applied: &BTreeMap<ObjectKey, String>,
+        gone: &[ObjectKey],
         prune: Prune<'_>,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
-        // Objects the last sync applied that Git no longer has.
-        let gone: Vec<&ObjectKey> = if prune.enabled {
-            applied
-                .keys()
-                .filter(|k| !in_git.contains_key(*k))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let gone: &[ObjectKey] = if prune.enabled { gone } else { &[] };
         let mut servable = Vec::new();
         for d in changed {
             match self.read_one(&d.key).await {

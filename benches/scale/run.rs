@@ -590,7 +590,13 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     let restarted = Instant::now();
     let idle_poll = std::env::var("LINNET_BENCH_IDLE_POLL").unwrap_or_else(|_| "1s".into());
     let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, agent.port, &idle_poll);
-    support::agent::wait_ready_at(&agent.base).await;
+    // Ready after the first sync, which at 10,000 rollouts (on a loaded API server) may take
+    // longer than the 30 s a test allows.
+    support::agent::wait_ready_within(&agent.base, Duration::from_secs(30 + n as u64 / 50)).await;
+    log(&format!(
+        "size {n}: ready {:.1} s after the restart",
+        restarted.elapsed().as_secs_f64()
+    ));
     settle(&agent, Duration::from_secs(3), slow).await;
     s.restart_settle_s = (restarted.elapsed().saturating_sub(Duration::from_secs(3))).as_secs_f64();
     let offset = audit_offset();

@@ -165,7 +165,13 @@ pub async fn wait_ready(agent: &Agent) {
 
 /// Waits until the agent at `base` (e.g. `http://127.0.0.1:8080`) answers `/readyz` with 200.
 pub async fn wait_ready_at(base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    wait_ready_within(base, Duration::from_secs(30)).await
+}
+
+/// [`wait_ready_at`], for as long as `within`: an agent starting on a large repository is
+/// ready after its first sync.
+pub async fn wait_ready_within(base: &str, within: Duration) {
+    let deadline = Instant::now() + within;
     loop {
         if let Ok(r) = super::http().get(format!("{base}/readyz")).send().await
             && r.status() == 200

@@ -430,14 +430,35 @@ fn audit_offset() -> u64 {
         .unwrap_or(0)
 }
 
-/// Waits until the agent has done no reconcile for `quiet`: it has caught up.
+/// What the agent has done so far: reconciles, syncs and status commits.
+fn work_done(metrics: &str) -> f64 {
+    // Not fetches: a 1 s poll counts one each second, busy or not.
+    const COUNTS: [&str; 3] = [
+        "linnet_reconcile_duration_seconds_count",
+        "linnet_sync_duration_seconds_count",
+        "linnet_writeback_commits_total",
+    ];
+    metrics
+        .lines()
+        .filter(|l| {
+            COUNTS
+                .iter()
+                .any(|k| l.starts_with(k) && l[k.len()..].starts_with([' ', '{']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until the agent has done no reconcile, sync or status commit for `quiet`: it
+/// has caught up, write-back included (a status commit left over from the initial sync would
+/// otherwise be counted to the pushes).
 async fn settle(agent: &Agent, quiet: Duration, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     let mut last = -1.0;
     let mut since = Instant::now();
     while Instant::now() < deadline {
         let m = agent.metrics().await;
-        let now = support::metric(&m, "linnet_reconcile_duration_seconds_count");
+        let now = work_done(&m);
         if now != last {
             last = now;
             since = Instant::now();

@@ -135,6 +135,89 @@ fn a_status_only_commit_changes_no_spec() {
     assert_eq!(update.parsed, 1, "only the new file is parsed");
 }
 
+/// The tree diff a Git source reads each revision with says exactly what the two whole
+/// listings differ in, for every kind of change, at the root and below a path.
+#[test]
+fn the_tree_diff_equals_the_difference_of_two_listings() {
+    use std::collections::BTreeMap;
+    let f = Fixture::new();
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    let mut revisions = vec![mirror.fetch().unwrap()];
+    let mut step = |change: &dyn Fn(&Path), message: &str| {
+        change(&f.work);
+        git(&f.work, &["add", "-A"]);
+        git(&f.work, &["commit", "-qm", message, "--allow-empty"]);
+        git(&f.work, &["push", "-q", "origin", "HEAD:main"]);
+        revisions.push(mirror.fetch().unwrap());
+    };
+    let write = |rel: &'static str, text: &'static str| {
+        move |work: &Path| {
+            let file = work.join(rel);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+    };
+    step(&write("apps/web/web.yaml", "changed: 1\n"), "change a file");
+    step(&write("apps/new/deep/a.yaml", "a: 1\n"), "add a directory");
+    step(
+        &write(".linnet/status/demo/web.yaml", "phase: Stable\n"),
+        "status only",
+    );
+    step(
+        &write("apps/.hidden/x.yaml", "x: 1\n"),
+        "a hidden directory",
+    );
+    step(
+        &|work: &Path| std::fs::remove_dir_all(work.join("apps/new")).unwrap(),
+        "remove a directory",
+    );
+    step(
+        &|work: &Path| {
+            std::os::unix::fs::symlink("web/web.yaml", work.join("apps/link.yaml")).unwrap()
+        },
+        "add a link",
+    );
+    step(
+        &|work: &Path| {
+            std::fs::remove_dir_all(work.join("apps/redis")).unwrap();
+            std::fs::write(work.join("apps/redis"), "now a file\n").unwrap();
+        },
+        "a directory becomes a file",
+    );
+    step(
+        &|work: &Path| std::fs::remove_dir_all(work.join("apps")).unwrap(),
+        "remove the spec path",
+    );
+    step(&write("apps/back.yaml", "b: 1\n"), "the spec path is back");
+    let mut changes = 0;
+    for path in ["", "apps", "apps/web"] {
+        for pair in revisions
+            .windows(2)
+            .chain([[revisions[0], revisions[revisions.len() - 1]].as_slice()])
+        {
+            let (from, to) = (pair[0], pair[1]);
+            let old: BTreeMap<_, _> = mirror.list_files(from, path).unwrap().into_iter().collect();
+            let new: BTreeMap<_, _> = mirror.list_files(to, path).unwrap().into_iter().collect();
+            let mut want: Vec<(String, Option<String>)> = old
+                .keys()
+                .filter(|p| !new.contains_key(*p))
+                .map(|p| (p.clone(), None))
+                .chain(
+                    new.iter()
+                        .filter(|(p, id)| old.get(*p) != Some(id))
+                        .map(|(p, id)| (p.clone(), Some(id.clone()))),
+                )
+                .collect();
+            let mut got = mirror.changed_files(from, to, path).unwrap().unwrap();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "path {path:?}, {from} -> {to}");
+            changes += got.len();
+        }
+    }
+    assert!(changes > 20, "the revisions change files: {changes}");
+}
+
 #[test]
 fn a_force_push_is_just_a_new_tip() {
     let f = Fixture::new();

@@ -53,7 +53,7 @@ pub struct CanaryDeploymentSpec {
     pub container: Option<String>,
     /// The Deployment to run (its `replicas` is ignored; `replicas` above wins).
     #[schemars(schema_with = "super::embedded_object")]
-    pub template: DeploymentSpec,
+    pub template: super::Embedded<DeploymentSpec>,
     /// CPU and memory for the rolled-out container; drift from these is corrected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,

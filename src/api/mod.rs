@@ -4,11 +4,13 @@
 
 mod analysis;
 mod deployment;
+mod embedded;
 mod source;
 mod statefulset;
 
 pub use analysis::*;
 pub use deployment::*;
+pub use embedded::Embedded;
 pub use source::*;
 pub use statefulset::*;
 

@@ -57,7 +57,7 @@ pub struct CanaryStatefulSetSpec {
     pub container: Option<String>,
     /// The StatefulSet to run (its `replicas` is ignored; `replicas` above wins).
     #[schemars(schema_with = "super::embedded_object")]
-    pub template: StatefulSetSpec,
+    pub template: super::Embedded<StatefulSetSpec>,
     /// How the canary is placed.
     #[serde(default)]
     pub strategy: StatefulSetStrategy,
@@ -75,7 +75,8 @@ pub struct CanaryStatefulSetSpec {
     pub progress_deadline_seconds: i64,
     /// A Job run before promotion (for example, a schema migration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub migration: Option<Migration>,
+    // Boxed: most rollouts have none, and a Job template inline is 2.4 KB in every rollout.
+    pub migration: Option<Box<Migration>>,
     /// Metrics that judge the canary: a background analysis and gates after steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<super::RolloutAnalysis>,

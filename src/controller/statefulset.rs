@@ -275,12 +275,8 @@ async fn observe(
     };
     // Claims matter only to the handoff, which moves the claims of the spec's templates: a
     // rollout without templates has none to read (a quarter of the reads in a first sync of 1,000).
-    let has_templates = rollout
-        .spec
-        .template
-        .volume_claim_templates
-        .as_ref()
-        .is_some_and(|t| !t.is_empty());
+    let templates = crate::plan::objects::claim_templates(&rollout.spec).len();
+    let has_templates = templates > 0;
     let claims: Vec<ClaimView> = if has_templates {
         Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
             .list(&own)
@@ -310,12 +306,6 @@ async fn observe(
     // Fewer claims than replicas: one was deleted by hand. The volumes a handoff has touched
     // (labelled with the rollout) are read too, so the handoff finds the one whose claim is
     // gone instead of letting the replica start on a new, empty volume.
-    let templates = rollout
-        .spec
-        .template
-        .volume_claim_templates
-        .as_ref()
-        .map_or(0, Vec::len);
     if has_templates && claims.len() < templates * rollout.spec.replicas.max(0) as usize {
         let labelled = pvs
             .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}")))

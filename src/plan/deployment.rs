@@ -75,7 +75,7 @@ fn pod_template(
     spec: &CanaryDeploymentSpec,
     image: &str,
 ) -> k8s_openapi::api::core::v1::PodTemplateSpec {
-    let mut template = spec.template.template.clone();
+    let mut template = spec.template.get().template;
     if let Some(pod) = template.spec.as_mut() {
         let index = match spec.container.as_deref() {
             Some(c) => pod.containers.iter().position(|x| x.name == c),
@@ -242,7 +242,7 @@ impl<'a> Planner<'a> {
     /// The Deployment `name` running `image` with `replicas`.
     fn deployment(&self, name: &str, image: &str, replicas: i32) -> Deployment {
         let rollout = &self.r.reference;
-        let mut spec = self.spec().template.clone();
+        let mut spec = self.spec().template.get();
         spec.replicas = Some(replicas);
         spec.template = self.pod_template(image);
         let mut pod_labels = spec.selector.match_labels.clone().unwrap_or_default();

@@ -119,7 +119,7 @@ pub fn stateful_set(
     shape: &SetShape<'_>,
 ) -> StatefulSet {
     let name = shape.role.set_name(&rollout.name);
-    let mut set_spec = spec.template.clone();
+    let mut set_spec = spec.template.get();
     set_spec.replicas = Some(shape.replicas);
 
     // Pods (and, through the selector, the claims the set creates) say whose they are. The two
@@ -203,6 +203,7 @@ pub fn applied_hash(set: &StatefulSet) -> Option<&str> {
 /// The names of the set's claim templates (`data` in `data-redis-stable-2`).
 pub fn claim_templates(spec: &CanaryStatefulSetSpec) -> Vec<String> {
     spec.template
+        .get()
         .volume_claim_templates
         .iter()
         .flatten()
@@ -228,8 +229,8 @@ pub fn handoff_claim(
     storage_class: Option<&str>,
 ) -> PersistentVolumeClaim {
     let set = target.set_name(&rollout.name);
-    let base = spec
-        .template
+    let set_spec = spec.template.get();
+    let base = set_spec
         .volume_claim_templates
         .iter()
         .flatten()
@@ -243,13 +244,7 @@ pub fn handoff_claim(
     let mut labels = base
         .and_then(|t| t.metadata.labels.clone())
         .unwrap_or_default();
-    labels.extend(
-        spec.template
-            .selector
-            .match_labels
-            .clone()
-            .unwrap_or_default(),
-    );
+    labels.extend(set_spec.selector.match_labels.clone().unwrap_or_default());
     labels.extend(rollout.labels());
     labels.insert(ROLE_LABEL.into(), target.label().into());
     let mut meta = rollout.meta(

@@ -73,6 +73,10 @@ pub(super) struct RemoteState {
     /// The spec files' tree at `fetched` ([`GitMirror::spec_tree_id`]): a new tip with the
     /// same one (a status commit) changes no spec, whatever the repository's size.
     spec_tree: Option<git2::Oid>,
+    /// The commit whose files the snapshot holds: the next revision is read as a tree diff
+    /// from it ([`GitMirror::changed_files`]). `None` after a failed read, so that the next
+    /// one lists every file.
+    listed: Option<git2::Oid>,
     /// Tips fetched lately: a webhook announcing one of them is not a reason to fetch.
     fetched_tips: std::collections::VecDeque<git2::Oid>,
 }
@@ -230,14 +234,31 @@ fn read_revision(
             revision: tip.to_string(),
         });
     }
-    let listing = s.mirror.list_files(tip, path)?;
-    s.spec_tree = Some(spec_tree);
     let mirror = &s.mirror;
-    let update = s.snapshot.update(
-        &listing,
-        |_, id| mirror.read_spec_file(id, load.max_file_bytes),
-        load,
-    )?;
+    let read = |_: &str, id: &str| mirror.read_spec_file(id, load.max_file_bytes);
+    // Set again only once the snapshot holds `tip`'s files.
+    let listed = s.listed.take();
+    s.spec_tree = None;
+    let changed = match listed {
+        Some(from) => match mirror.changed_files(from, tip, path) {
+            Ok(Some(changes)) => s.snapshot.update_changed(&changes, read, load)?,
+            Ok(None) => None,
+            // E.g. `from` is gone from a mirror cloned again: the whole listing says it all.
+            Err(e) => {
+                tracing::debug!(error = %e, "no tree diff from the last revision; listing every file");
+                None
+            }
+        },
+        None => None,
+    };
+    let update = match changed {
+        Some(update) => update,
+        None => s
+            .snapshot
+            .update(&mirror.list_files(tip, path)?, read, load)?,
+    };
+    s.listed = Some(tip);
+    s.spec_tree = Some(spec_tree);
     s.fetched = Some(tip);
     if !update.changed && last_sync_covers_snapshot {
         tracing::info!(revision = %tip, "new revision changes no spec (e.g. status only); nothing to sync");
@@ -313,6 +334,7 @@ pub async fn open_remote(
             snapshot: SpecSnapshot::default(),
             fetched: None,
             spec_tree: None,
+            listed: None,
             fetched_tips: Default::default(),
         }),
         in_flight: Arc::new(tokio::sync::Semaphore::new(1)),

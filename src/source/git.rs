@@ -13,6 +13,9 @@ use git2::{
     AutotagOption, Cred, CredentialType, Direction, FetchOptions, Oid, RemoteCallbacks, Repository,
 };
 
+/// A file added or changed (with its new id) or removed (`None`), by its path.
+pub type FileChange = (String, Option<String>);
+
 /// How [`GitMirror::list_files`] marks a symbolic link's id.
 const SYMLINK: &str = "symlink:";
 
@@ -420,6 +423,104 @@ impl GitMirror {
         Ok(files)
     }
 
+    /// The files below `path` that differ between commits `from` and `to`, by the rules of
+    /// [`GitMirror::list_files`]: `(path, Some(id))` for a file added or changed, `(path,
+    /// None)` for one removed. Subtrees with equal ids are not read, so a one-file push costs
+    /// the trees on that file's path (and a directory's entries), not the repository. `None`
+    /// when a tree's entries are not in Git's order or repeat a name (no Git writes such a
+    /// tree; a hostile one could): then only a whole listing says what is there.
+    pub fn changed_files(
+        &self,
+        from: Oid,
+        to: Oid,
+        path: &str,
+    ) -> Result<Option<Vec<FileChange>>, GitError> {
+        let (old, new) = (self.spec_root(from, path)?, self.spec_root(to, path)?);
+        let mut changes = Vec::new();
+        let in_order = self.diff_trees(old.as_ref(), new.as_ref(), "", &mut changes)?;
+        Ok(in_order.then_some(changes))
+    }
+
+    /// The tree [`GitMirror::list_files`] lists at `commit`; `None` when `path` is not there.
+    fn spec_root(&self, commit: Oid, path: &str) -> Result<Option<git2::Tree<'_>>, GitError> {
+        let tree = self.repo.find_commit(commit)?.tree()?;
+        let root = path.trim_matches('/');
+        if root.is_empty() || root == "." {
+            return Ok(Some(tree));
+        }
+        match tree.get_path(Path::new(root)) {
+            Ok(entry) if entry.kind() == Some(git2::ObjectType::Tree) => {
+                Ok(Some(self.repo.find_tree(entry.id())?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Adds to `changes` the files that differ between `old` and `new` (either may be absent),
+    /// below `dir`; false when a tree is out of order.
+    fn diff_trees(
+        &self,
+        old: Option<&git2::Tree<'_>>,
+        new: Option<&git2::Tree<'_>>,
+        dir: &str,
+        changes: &mut Vec<FileChange>,
+    ) -> Result<bool, GitError> {
+        let (old, new) = (visible_entries(old), visible_entries(new));
+        if !in_git_order(&old) || !in_git_order(&new) {
+            return Ok(false);
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() || j < new.len() {
+            let order = match (old.get(i), new.get(j)) {
+                (Some(o), Some(n)) => git_order(o, n),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            let (o, n) = match order {
+                std::cmp::Ordering::Less => (old.get(i), None),
+                std::cmp::Ordering::Greater => (None, new.get(j)),
+                std::cmp::Ordering::Equal => (old.get(i), new.get(j)),
+            };
+            i += usize::from(o.is_some());
+            j += usize::from(n.is_some());
+            if let (Some(o), Some(n)) = (o, n)
+                && o.id() == n.id()
+                && o.filemode() == n.filemode()
+            {
+                continue;
+            }
+            let name = o.or(n).and_then(|e| e.name().ok()).unwrap_or("");
+            let here = format!("{dir}{name}");
+            let subtree = |e: Option<&git2::TreeEntry<'_>>| -> Result<_, GitError> {
+                match e {
+                    Some(e) if e.kind() == Some(git2::ObjectType::Tree) => {
+                        Ok(Some(self.repo.find_tree(e.id())?))
+                    }
+                    _ => Ok(None),
+                }
+            };
+            let (old_tree, new_tree) = (subtree(o)?, subtree(n)?);
+            if (old_tree.is_some() || new_tree.is_some())
+                && !self.diff_trees(
+                    old_tree.as_ref(),
+                    new_tree.as_ref(),
+                    &format!("{here}/"),
+                    changes,
+                )?
+            {
+                return Ok(false);
+            }
+            let old_file = o.and_then(file_id);
+            let new_file = n.and_then(file_id);
+            match (old_file, new_file) {
+                (_, Some(id)) => changes.push((here, Some(id))),
+                (Some(_), None) => changes.push((here, None)),
+                (None, None) => {}
+            }
+        }
+        Ok(true)
+    }
+
     /// The content of a file listed by [`GitMirror::list_files`]: a blob's bytes only when its
     /// size (from the object header, before anything is inflated) is at most `max`; a link's
     /// target is never read as content.
@@ -445,6 +546,49 @@ impl GitMirror {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// A file's id as [`GitMirror::list_files`] gives it; `None` for a tree or a submodule.
+fn file_id(entry: &git2::TreeEntry<'_>) -> Option<String> {
+    if entry.kind() != Some(git2::ObjectType::Blob) {
+        return None;
+    }
+    Some(if entry.filemode() == i32::from(git2::FileMode::Link) {
+        format!("{SYMLINK}{}", entry.id())
+    } else {
+        entry.id().to_string()
+    })
+}
+
+/// A tree's entries but those [`GitMirror::list_files`] skips (names starting with a dot).
+fn visible_entries<'t>(tree: Option<&'t git2::Tree<'_>>) -> Vec<git2::TreeEntry<'t>> {
+    tree.map(|t| {
+        t.iter()
+            .filter(|e| !e.name_bytes().starts_with(b"."))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Git's order of tree entries: by name, a directory's name read with a `/` after it.
+fn git_order(a: &git2::TreeEntry<'_>, b: &git2::TreeEntry<'_>) -> std::cmp::Ordering {
+    order_key(a).cmp(order_key(b))
+}
+
+fn order_key<'e>(entry: &'e git2::TreeEntry<'_>) -> impl Iterator<Item = u8> + 'e {
+    let dir = entry.filemode() == i32::from(git2::FileMode::Tree);
+    entry
+        .name_bytes()
+        .iter()
+        .copied()
+        .chain(dir.then_some(b'/'))
+}
+
+/// Whether entries are strictly in Git's order (and so name no path twice).
+fn in_git_order(entries: &[git2::TreeEntry<'_>]) -> bool {
+    entries
+        .windows(2)
+        .all(|w| git_order(&w[0], &w[1]) == std::cmp::Ordering::Less)
 }
 
 fn is_local(url: &str) -> bool {

@@ -5,6 +5,9 @@
 //! The combined [`SpecSet`] is kept too, and a change that cannot alter anything beyond its
 //! own objects (the same objects, no errors, no analysis) is patched into it in place: a
 //! one-file push costs that file, not the repository. Any other change rebuilds the set.
+//!
+//! A Git source hands over only the files that changed ([`SpecSnapshot::update_changed`],
+//! from a tree diff) instead of every file, while the total-bytes limit is not in play.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +22,11 @@ pub struct SpecSnapshot {
     set: Arc<SpecSet>,
     /// What changed in `files` since `set` was made.
     pending: Pending,
+    /// The bytes the files' objects hold together, as --max-total-bytes counts them.
+    total: usize,
+    /// Whether a file was refused for the total: which one depends on every file before it,
+    /// so only a whole listing can say whether it still is.
+    over_total: bool,
 }
 
 /// Changes to `files` not yet in the combined set.
@@ -113,8 +121,72 @@ impl SpecSnapshot {
             update.changed = true;
             self.pending = Pending::Rebuild;
         }
+        self.over_total = next.values().any(|(id, _)| id.is_empty());
         self.files = next;
+        self.total = total;
         Ok(update)
+    }
+
+    /// Brings the snapshot to a new revision from only the files that changed since the
+    /// listing it has: `(path, Some(id))` for one added or changed, `(path, None)` for one
+    /// removed. `None`, with the snapshot untouched, when the total-bytes limit is or would be
+    /// in play: then the caller hands over the whole listing ([`SpecSnapshot::update`]).
+    /// Below the limit both give the same snapshot, since no running total can then pass it.
+    pub fn update_changed<E>(
+        &mut self,
+        changes: &[(String, Option<String>)],
+        mut read: impl FnMut(&str, &str) -> Result<FileContent, E>,
+        opts: &LoadOptions,
+    ) -> Result<Option<SnapshotUpdate>, E> {
+        if self.over_total {
+            return Ok(None);
+        }
+        // One entry per path; a path both removed and added (a type change) is added.
+        let mut by_path: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+        for (path, id) in changes {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            if is_spec_file(name) {
+                let entry = by_path.entry(path).or_insert(None);
+                *entry = entry.or(id.as_deref());
+            }
+        }
+        let mut total = self.total;
+        let mut read_files = Vec::new();
+        for (&path, &id) in &by_path {
+            let old = self.files.get(path);
+            if let Some((_, specs)) = old {
+                total = total.saturating_sub(specs.json_bytes());
+            }
+            let Some(id) = id else { continue };
+            if old.is_some_and(|(old_id, _)| old_id == id) {
+                total += old.map_or(0, |(_, specs)| specs.json_bytes());
+                continue;
+            }
+            let specs = load_content(path, read(path, id)?, opts);
+            total += specs.json_bytes();
+            read_files.push((path, id, specs));
+        }
+        if total > opts.max_total_bytes {
+            return Ok(None);
+        }
+        let mut update = SnapshotUpdate::default();
+        for (&path, &id) in &by_path {
+            if id.is_none() && self.files.remove(path).is_some() {
+                update.changed = true;
+                self.pending = Pending::Rebuild;
+            }
+        }
+        for (path, id, specs) in read_files {
+            update.changed = true;
+            update.parsed += 1;
+            match self.files.get(path) {
+                Some((_, old)) if replaces_one_for_one(old, &specs) => self.pending.patch(path),
+                _ => self.pending = Pending::Rebuild,
+            }
+            self.files.insert(path.to_string(), (id.to_string(), specs));
+        }
+        self.total = total;
+        Ok(Some(update))
     }
 
     /// The specs of the current revision. Shared: the snapshot patches its own copy in place
@@ -333,18 +405,97 @@ mod tests {
                 Ok(FileContent::Bytes(variant(id.parse().unwrap_or(0)).into_bytes()))
             };
             let mut snap = SpecSnapshot::default();
+            // The same revisions handed over as changes only, as a Git source does.
+            let mut by_changes = SpecSnapshot::default();
+            let mut last: Vec<(String, String)> = Vec::new();
             for files in revisions {
                 let l: Vec<(String, String)> = files
                     .iter()
                     .enumerate()
                     .filter_map(|(n, v)| v.map(|v| (format!("f{n}.yaml"), v.to_string())))
                     .collect();
-                snap.update(&l, read, &opts).unwrap();
+                let u = snap.update(&l, read, &opts).unwrap();
                 let mut fresh = SpecSnapshot::default();
                 fresh.update(&l, read, &opts).unwrap();
-                proptest::prop_assert_eq!(&*snap.spec_set(), &*fresh.spec_set());
+                let changes = changes_between(&last, &l);
+                let by_changes_update = match by_changes.update_changed(&changes, read, &opts).unwrap() {
+                    Some(update) => update,
+                    None => by_changes.update(&l, read, &opts).unwrap(),
+                };
+                last = l;
+                proptest::prop_assert_eq!(by_changes_update.changed, u.changed);
+                proptest::prop_assert_eq!(by_changes.total, snap.total);
+                let set = snap.spec_set();
+                proptest::prop_assert_eq!(&*set, &*fresh.spec_set());
+                proptest::prop_assert_eq!(&*set, &*by_changes.spec_set());
             }
         }
+    }
+
+    /// What a tree diff reports between two listings.
+    fn changes_between(
+        old: &[(String, String)],
+        new: &[(String, String)],
+    ) -> Vec<(String, Option<String>)> {
+        let old: BTreeMap<_, _> = old.iter().cloned().collect();
+        let new: BTreeMap<_, _> = new.iter().cloned().collect();
+        let removed = old
+            .keys()
+            .filter(|p| !new.contains_key(*p))
+            .map(|p| (p.clone(), None));
+        let changed = new
+            .iter()
+            .filter(|(p, id)| old.get(*p) != Some(id))
+            .map(|(p, id)| (p.clone(), Some(id.clone())));
+        removed.chain(changed).collect()
+    }
+
+    #[test]
+    fn changes_alone_read_only_the_changed_files() {
+        let mut snap = SpecSnapshot::default();
+        let opts = LoadOptions::default();
+        let l = listing(&[("a.yaml", "1"), ("b.yaml", "1"), ("c.yaml", "1")]);
+        snap.update(&l, |p, _| Ok::<_, ()>(cm(p)), &opts).unwrap();
+        let mut reads = Vec::new();
+        let changes = vec![
+            ("b.yaml".to_string(), Some("2".to_string())),
+            ("c.yaml".to_string(), None),
+            ("README.md".to_string(), Some("9".to_string())),
+        ];
+        let u = snap
+            .update_changed(
+                &changes,
+                |p, _| {
+                    reads.push(p.to_string());
+                    Ok::<_, ()>(cm(p))
+                },
+                &opts,
+            )
+            .unwrap();
+        assert_eq!(
+            u,
+            Some(SnapshotUpdate {
+                changed: true,
+                parsed: 1
+            })
+        );
+        assert_eq!(reads, ["b.yaml"]);
+        assert_eq!(snap.spec_set().objects.len(), 2);
+    }
+
+    #[test]
+    fn changes_past_the_total_ask_for_the_whole_listing() {
+        let mut snap = SpecSnapshot::default();
+        let opts = LoadOptions {
+            max_total_bytes: 150,
+            ..LoadOptions::default()
+        };
+        let l = listing(&[("a.yaml", "1")]);
+        snap.update(&l, |p, _| Ok::<_, ()>(cm(p)), &opts).unwrap();
+        let changes = vec![("b.yaml".to_string(), Some("1".to_string()))];
+        let big = |_: &str, _: &str| Ok::<_, ()>(cm(&"x".repeat(200)));
+        assert_eq!(snap.update_changed(&changes, big, &opts).unwrap(), None);
+        assert_eq!(snap.files.len(), 1, "untouched");
     }
 
     #[test]

@@ -125,15 +125,16 @@ fn check_pod_template(
 
 /// Cross-field checks of a CanaryStatefulSet.
 pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
+    let template = o.spec.template.get();
     let mut problems = check_pod_template(
-        &o.spec.template.template,
+        &template.template,
         o.spec.container.as_deref(),
-        Some(&o.spec.template.selector),
+        Some(&template.selector),
     );
     problems.extend(check_image(&o.spec.image));
     // A template naming a volume would hand every replica that one volume, perhaps another
     // namespace's; the handoff decides which volume a replica's claim binds.
-    for t in o.spec.template.volume_claim_templates.iter().flatten() {
+    for t in template.volume_claim_templates.iter().flatten() {
         if t.spec.as_ref().is_some_and(|s| s.volume_name.is_some()) {
             problems.push((
                 vec!["spec", "template", "volumeClaimTemplates"],
@@ -150,10 +151,11 @@ pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
 
 /// Cross-field checks of a CanaryDeployment.
 pub fn check_canary_deployment(o: &CanaryDeployment) -> Vec<Problem> {
+    let template = o.spec.template.get();
     let mut problems = check_pod_template(
-        &o.spec.template.template,
+        &template.template,
         o.spec.container.as_deref(),
-        Some(&o.spec.template.selector),
+        Some(&template.selector),
     );
     problems.extend(check_image(&o.spec.image));
     problems

@@ -66,8 +66,11 @@ impl<'a> Planner<'a> {
 
     /// What makes the template impossible to roll out (the API server's rules cannot see it).
     pub(super) fn template_problem(&self) -> Option<String> {
-        let pod = self.spec().template.template.spec.as_ref();
-        let containers = pod.map(|p| p.containers.as_slice()).unwrap_or_default();
+        let pod = self.spec().template.get().template.spec;
+        let containers = pod
+            .as_ref()
+            .map(|p| p.containers.as_slice())
+            .unwrap_or_default();
         match self.spec().container.as_deref() {
             Some(c) if !containers.iter().any(|x| x.name == c) => Some(format!(
                 "container {c:?} is not in the template; fix spec.container or the template in Git"

@@ -105,12 +105,12 @@ fn a_selector_change_on_a_live_rollout_is_refused_until_put_back() {
         let mut s = Sim::new(strategy, 2, PauseMode::Never);
         s.completed_on("web:1");
         let before = s.spec.clone();
-        s.spec
-            .template
-            .selector
-            .match_labels
-            .get_or_insert_default()
-            .insert("tier".into(), "front".into());
+        s.spec.template.update(|t| {
+            t.selector
+                .match_labels
+                .get_or_insert_default()
+                .insert("tier".into(), "front".into());
+        });
         let p = s.reconcile();
         assert_eq!(s.phase(), Some(Phase::Failed));
         assert!(p.actions.is_empty(), "{:?}", p.actions);

@@ -160,18 +160,21 @@ fn a_change_kubernetes_cannot_make_to_a_live_set_is_refused_by_name() {
         let before = s.spec.clone();
         match field {
             "selector" => {
-                s.spec
-                    .template
-                    .selector
-                    .match_labels
-                    .get_or_insert_default()
-                    .insert("tier".into(), "db".into());
+                s.spec.template.update(|t| {
+                    t.selector
+                        .match_labels
+                        .get_or_insert_default()
+                        .insert("tier".into(), "db".into());
+                });
             }
-            "serviceName" => s.spec.template.service_name = Some("other".into()),
-            _ => {
-                let t = s.spec.template.volume_claim_templates.as_mut().unwrap();
-                t[0].metadata.name = Some("state".into());
-            }
+            "serviceName" => s
+                .spec
+                .template
+                .update(|t| t.service_name = Some("other".into())),
+            _ => s.spec.template.update(|t| {
+                let claims = t.volume_claim_templates.as_mut().unwrap();
+                claims[0].metadata.name = Some("state".into());
+            }),
         }
         let p = s.reconcile();
         assert_eq!(p.status.phase, Some(Phase::Failed), "{field}");
@@ -236,12 +239,12 @@ fn flux_kstatus_reads_every_phase_as_meant() {
     histories.push(s.written);
     // A migration that fails, and a canary aborted while the stable set scales down.
     let mut s = two_sets();
-    s.spec.migration = Some(Migration {
+    s.spec.migration = Some(Box::new(Migration {
         template: serde_json::from_value(
             serde_json::json!({"spec": {"template": {"spec": {"containers": []}}}}),
         )
         .unwrap(),
-    });
+    }));
     s.job_fails = true;
     s.stabilise();
     s.spec.image = "redis:2".into();
@@ -250,12 +253,12 @@ fn flux_kstatus_reads_every_phase_as_meant() {
     s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
     histories.push(s.written);
     let mut s = two_sets();
-    s.spec.migration = Some(Migration {
+    s.spec.migration = Some(Box::new(Migration {
         template: serde_json::from_value(serde_json::json!({
             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "migrate:1"}]}}}
         }))
         .unwrap(),
-    });
+    }));
     s.stabilise();
     s.spec.image = "redis:2".into();
     s.generation += 1;

@@ -285,12 +285,12 @@ fn steps_bring_the_canary_up_in_batches() {
 #[test]
 fn migration_runs_once_then_promotes() {
     let mut s = two_sets();
-    s.spec.migration = Some(Migration {
+    s.spec.migration = Some(Box::new(Migration {
         template: serde_json::from_value(serde_json::json!({
             "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "migrate:1"}]}}}
         }))
         .unwrap(),
-    });
+    }));
     s.stabilise();
     s.spec.image = "redis:2".into();
     s.promote = None;
@@ -310,12 +310,12 @@ fn migration_runs_once_then_promotes() {
 #[test]
 fn a_failed_migration_rolls_back_and_never_runs_again() {
     let mut s = two_sets();
-    s.spec.migration = Some(Migration {
+    s.spec.migration = Some(Box::new(Migration {
         template: serde_json::from_value(
             serde_json::json!({"spec": {"template": {"spec": {"containers": []}}}}),
         )
         .unwrap(),
-    });
+    }));
     s.job_fails = true;
     s.stabilise();
     let before = s.volumes_by_ordinal();

@@ -218,6 +218,32 @@ fn the_tree_diff_equals_the_difference_of_two_listings() {
     assert!(changes > 20, "the revisions change files: {changes}");
 }
 
+/// A tree nested deeper than any spec repository is left to the whole listing, which still
+/// finds its file: the diff recurses per level, and a hostile push must not exhaust it.
+#[test]
+fn a_tree_nested_too_deep_for_the_diff_is_listed_whole() {
+    let f = Fixture::new();
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    let seed = mirror.fetch().unwrap();
+    let deep = format!("apps/{}deep.yaml", "d/".repeat(100));
+    f.commit(&deep, "kind: ConfigMap\n", "nest a file 100 trees deep");
+    let tip = mirror.fetch().unwrap();
+    assert_eq!(mirror.changed_files(seed, tip, "").unwrap(), None);
+    assert!(
+        mirror
+            .list_files(tip, "")
+            .unwrap()
+            .iter()
+            .any(|(path, _)| *path == deep)
+    );
+    let shallow = mirror.changed_files(seed, tip, &format!("apps/{}", "d/".repeat(50)));
+    assert_eq!(
+        shallow.unwrap().unwrap().len(),
+        1,
+        "50 trees below the path is in reach"
+    );
+}
+
 #[test]
 fn a_force_push_is_just_a_new_tip() {
     let f = Fixture::new();

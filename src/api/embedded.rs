@@ -53,23 +53,6 @@ impl<T: Serialize + DeserializeOwned + Default> Embedded<T> {
         change(&mut value);
         *self = Embedded::new(&value);
     }
-
-    /// The compact JSON it is kept as.
-    pub fn json(&self) -> &str {
-        &self.json
-    }
-}
-
-impl<T: Serialize + DeserializeOwned + Default> From<T> for Embedded<T> {
-    fn from(value: T) -> Embedded<T> {
-        Embedded::new(&value)
-    }
-}
-
-impl<T: Serialize + DeserializeOwned + Default> Default for Embedded<T> {
-    fn default() -> Embedded<T> {
-        Embedded::new(&T::default())
-    }
 }
 
 impl<T> Clone for Embedded<T> {
@@ -138,7 +121,7 @@ mod tests {
         let embedded: Embedded<StatefulSetSpec> = serde_json::from_value(spec()).unwrap();
         let typed = std::mem::size_of::<StatefulSetSpec>()
             + std::mem::size_of::<k8s_openapi::api::core::v1::Container>();
-        assert!(embedded.json().len() * 10 < typed, "{}", embedded.json());
+        assert!(embedded.json.len() * 10 < typed, "{}", embedded.json);
     }
 
     #[test]
@@ -146,7 +129,7 @@ mod tests {
         let mut embedded: Embedded<StatefulSetSpec> = serde_json::from_value(spec()).unwrap();
         embedded.update(|s| s.replicas = Some(3));
         assert_eq!(embedded.get().replicas, Some(3));
-        assert!(embedded.json().contains("\"replicas\":3"));
+        assert!(embedded.json.contains("\"replicas\":3"));
     }
 
     #[test]

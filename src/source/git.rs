@@ -16,6 +16,11 @@ use git2::{
 /// A file added or changed (with its new id) or removed (`None`), by its path.
 pub type FileChange = (String, Option<String>);
 
+/// How deep [`GitMirror::changed_files`] follows trees that differ before it leaves the
+/// revision to a whole listing: it recurses once per level and keeps each level's path, so
+/// a hostile tree nested thousands deep must not reach it. Spec repositories are shallow.
+const DIFF_MAX_DEPTH: usize = 64;
+
 /// How [`GitMirror::list_files`] marks a symbolic link's id.
 const SYMLINK: &str = "symlink:";
 
@@ -394,29 +399,16 @@ impl GitMirror {
     /// hidden directories (`.git`, `.linnet`) and submodules. The id is the blob id, with
     /// `symlink:` in front for a symbolic link, which is never followed.
     pub fn list_files(&self, commit: Oid, path: &str) -> Result<Vec<(String, String)>, GitError> {
-        let tree = self.repo.find_commit(commit)?.tree()?;
-        let root = path.trim_matches('/');
-        let tree = if root.is_empty() || root == "." {
-            tree
-        } else {
-            match tree.get_path(Path::new(root)) {
-                Ok(entry) => self.repo.find_tree(entry.id())?,
-                Err(_) => return Ok(Vec::new()),
-            }
+        let Some(tree) = self.spec_root(commit, path)? else {
+            return Ok(Vec::new());
         };
         let mut files = Vec::new();
         tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
-            let name = entry.name().unwrap_or("");
-            if name.starts_with('.') {
+            if hidden(entry) {
                 return git2::TreeWalkResult::Skip;
             }
-            if entry.kind() == Some(git2::ObjectType::Blob) {
-                let id = if entry.filemode() == i32::from(git2::FileMode::Link) {
-                    format!("{SYMLINK}{}", entry.id())
-                } else {
-                    entry.id().to_string()
-                };
-                files.push((format!("{dir}{name}"), id));
+            if let Some(id) = file_id(entry) {
+                files.push((format!("{dir}{}", entry.name().unwrap_or("")), id));
             }
             git2::TreeWalkResult::Ok
         })?;
@@ -428,7 +420,8 @@ impl GitMirror {
     /// None)` for one removed. Subtrees with equal ids are not read, so a one-file push costs
     /// the trees on that file's path (and a directory's entries), not the repository. `None`
     /// when a tree's entries are not in Git's order or repeat a name (no Git writes such a
-    /// tree; a hostile one could): then only a whole listing says what is there.
+    /// tree; a hostile one could), or when the trees that differ nest deeper than
+    /// [`DIFF_MAX_DEPTH`]: then only a whole listing says what is there.
     pub fn changed_files(
         &self,
         from: Oid,
@@ -437,11 +430,12 @@ impl GitMirror {
     ) -> Result<Option<Vec<FileChange>>, GitError> {
         let (old, new) = (self.spec_root(from, path)?, self.spec_root(to, path)?);
         let mut changes = Vec::new();
-        let in_order = self.diff_trees(old.as_ref(), new.as_ref(), "", &mut changes)?;
+        let in_order = self.diff_trees(old.as_ref(), new.as_ref(), "", 0, &mut changes)?;
         Ok(in_order.then_some(changes))
     }
 
-    /// The tree [`GitMirror::list_files`] lists at `commit`; `None` when `path` is not there.
+    /// The tree [`GitMirror::list_files`] lists at `commit`; `None` when `path` is not there
+    /// or is not a directory.
     fn spec_root(&self, commit: Oid, path: &str) -> Result<Option<git2::Tree<'_>>, GitError> {
         let tree = self.repo.find_commit(commit)?.tree()?;
         let root = path.trim_matches('/');
@@ -457,14 +451,18 @@ impl GitMirror {
     }
 
     /// Adds to `changes` the files that differ between `old` and `new` (either may be absent),
-    /// below `dir`; false when a tree is out of order.
+    /// below `dir`, `depth` trees down; false when a tree is out of order or too deep.
     fn diff_trees(
         &self,
         old: Option<&git2::Tree<'_>>,
         new: Option<&git2::Tree<'_>>,
         dir: &str,
+        depth: usize,
         changes: &mut Vec<FileChange>,
     ) -> Result<bool, GitError> {
+        if depth > DIFF_MAX_DEPTH {
+            return Ok(false);
+        }
         let (old, new) = (visible_entries(old), visible_entries(new));
         if !in_git_order(&old) || !in_git_order(&new) {
             return Ok(false);
@@ -505,6 +503,7 @@ impl GitMirror {
                     old_tree.as_ref(),
                     new_tree.as_ref(),
                     &format!("{here}/"),
+                    depth + 1,
                     changes,
                 )?
             {
@@ -548,6 +547,12 @@ impl GitMirror {
     }
 }
 
+/// Whether [`GitMirror::list_files`] skips an entry, and all below it: its name starts with
+/// a dot (`.git`, `.linnet`).
+fn hidden(entry: &git2::TreeEntry<'_>) -> bool {
+    entry.name_bytes().starts_with(b".")
+}
+
 /// A file's id as [`GitMirror::list_files`] gives it; `None` for a tree or a submodule.
 fn file_id(entry: &git2::TreeEntry<'_>) -> Option<String> {
     if entry.kind() != Some(git2::ObjectType::Blob) {
@@ -562,12 +567,8 @@ fn file_id(entry: &git2::TreeEntry<'_>) -> Option<String> {
 
 /// A tree's entries but those [`GitMirror::list_files`] skips (names starting with a dot).
 fn visible_entries<'t>(tree: Option<&'t git2::Tree<'_>>) -> Vec<git2::TreeEntry<'t>> {
-    tree.map(|t| {
-        t.iter()
-            .filter(|e| !e.name_bytes().starts_with(b"."))
-            .collect()
-    })
-    .unwrap_or_default()
+    tree.map(|t| t.iter().filter(|e| !hidden(e)).collect())
+        .unwrap_or_default()
 }
 
 /// Git's order of tree entries: by name, a directory's name read with a `/` after it.

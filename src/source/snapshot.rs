@@ -154,14 +154,15 @@ impl SpecSnapshot {
         let mut read_files = Vec::new();
         for (&path, &id) in &by_path {
             let old = self.files.get(path);
+            if let (Some(id), Some((old_id, _))) = (id, old)
+                && old_id == id
+            {
+                continue;
+            }
             if let Some((_, specs)) = old {
                 total = total.saturating_sub(specs.json_bytes());
             }
             let Some(id) = id else { continue };
-            if old.is_some_and(|(old_id, _)| old_id == id) {
-                total += old.map_or(0, |(_, specs)| specs.json_bytes());
-                continue;
-            }
             let specs = load_content(path, read(path, id)?, opts);
             total += specs.json_bytes();
             read_files.push((path, id, specs));

@@ -244,6 +244,21 @@ fn a_tree_nested_too_deep_for_the_diff_is_listed_whole() {
     );
 }
 
+/// A `--path` that names a file lists no specs (the sync then says "no specs found" and names
+/// the path), and the diff agrees.
+#[test]
+fn a_spec_path_that_names_a_file_lists_nothing() {
+    let f = Fixture::new();
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    let tip = mirror.fetch().unwrap();
+    let file = "apps/web/web.yaml";
+    assert_eq!(mirror.list_files(tip, file).unwrap(), Vec::new());
+    assert_eq!(
+        mirror.changed_files(tip, tip, file).unwrap(),
+        Some(Vec::new())
+    );
+}
+
 #[test]
 fn a_force_push_is_just_a_new_tip() {
     let f = Fixture::new();

@@ -805,7 +805,7 @@ async fn story(d: &Demo) -> Step<()> {
     wait("the last status commit", 30, || async {
         git(
             &d.bare,
-            &["show", "linnet/status:.linnet/status/demo/web.yaml"],
+            &["show", "linnet/status:.linnet/status/demo/4b/web.yaml"],
         )
         .ok()
         .filter(|t| t.contains("phase: RolledBack") && t.contains("error-rate"))
@@ -815,12 +815,12 @@ async fn story(d: &Demo) -> Step<()> {
         "{}",
         git(&d.bare, &["log", "--format=%h %s", "linnet/status"])?
     );
-    println!("\n    $ git show linnet/status:.linnet/status/demo/web.yaml");
+    println!("\n    $ git show linnet/status:.linnet/status/demo/4b/web.yaml");
     println!(
         "{}",
         git(
             &d.bare,
-            &["show", "linnet/status:.linnet/status/demo/web.yaml"]
+            &["show", "linnet/status:.linnet/status/demo/4b/web.yaml"]
         )?
     );
     println!("\nDone: every step happened.");

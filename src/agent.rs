@@ -133,7 +133,9 @@ pub async fn run(
     .with_drift_interval(config.drift_interval)
     .with_apply_as(config.apply_as.clone(), kube_config)
     .with_adopt(config.adopt)
-    .with_policy(config.load.policy.clone());
+    .with_policy(config.load.policy.clone())
+    // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
+    .with_rollout_finalizer(true);
     let source_loop = SourceLoop {
         config,
         client,

@@ -331,8 +331,8 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
         &ns.name,
     );
     wait_ready(&agent).await;
-    let redis = format!(".linnet/status/{}/redis.yaml", ns.name);
-    let web = format!(".linnet/status/{}/web.yaml", ns.name);
+    let redis = linnet::writeback::status_files::path(&ns.name, "redis");
+    let web = linnet::writeback::status_files::path(&ns.name, "web");
     let wait_file = |path: String, want: &'static str| {
         let bare = bare.clone();
         async move {

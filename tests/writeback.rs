@@ -32,7 +32,8 @@ fn repo() -> Repo {
 
 fn file(name: &str, phase: &str) -> StatusFile {
     StatusFile {
-        path: format!(".linnet/status/default/{name}.yaml"),
+        path: linnet::writeback::status_files::path("default", name),
+        replaces: None,
         content: format!("phase: {phase}\n"),
         summary: format!("default/{name} {phase}"),
     }
@@ -73,7 +74,10 @@ fn status_files_go_to_a_status_branch_with_no_empty_commits() {
         Pushed::Committed { retries: 0, .. }
     ));
     assert_eq!(
-        show(&r.bare, "linnet/status:.linnet/status/default/redis.yaml"),
+        show(
+            &r.bare,
+            "linnet/status:.linnet/status/default/34/redis.yaml"
+        ),
         "phase: Stable"
     );
     let log = git(&r.bare, &["log", "--format=%an <%ae> %s", "linnet/status"]);
@@ -120,7 +124,10 @@ fn status_files_over_smart_http_with_a_token() {
     );
     w.write(&[file("redis", "Stable")]).unwrap();
     assert_eq!(
-        show(&r.bare, "linnet/status:.linnet/status/default/redis.yaml"),
+        show(
+            &r.bare,
+            "linnet/status:.linnet/status/default/34/redis.yaml"
+        ),
         "phase: Stable"
     );
     // A token that may not push gets a clear error, and nothing is written.
@@ -128,7 +135,10 @@ fn status_files_over_smart_http_with_a_token() {
     let err = w.write(&[file("redis", "Promoting")]).unwrap_err();
     assert_eq!(err.label(), "auth", "{err}");
     assert_eq!(
-        show(&r.bare, "linnet/status:.linnet/status/default/redis.yaml"),
+        show(
+            &r.bare,
+            "linnet/status:.linnet/status/default/34/redis.yaml"
+        ),
         "phase: Stable"
     );
 }
@@ -183,10 +193,61 @@ fn a_human_push_between_fetch_and_push_is_never_lost() {
         format!("kind: ConfigMap\n# {}", rounds - 1)
     );
     assert_eq!(
-        show(&r.bare, "main:.linnet/status/default/redis.yaml"),
+        show(&r.bare, "main:.linnet/status/default/34/redis.yaml"),
         format!("phase: Step{}", rounds - 1)
     );
     // Linear history: every human commit is an ancestor of the tip (no force push).
     let first = git(&r.bare, &["rev-list", "--max-parents=0", "main"]);
     assert_eq!(first.lines().count(), 1);
+}
+
+/// A status branch an earlier linnet wrote, with every file of a namespace in one directory:
+/// each file moves under its fan-out directory in the commit that next writes it, and a
+/// deleted rollout's file stays where it was.
+#[test]
+fn status_files_in_the_flat_layout_move_to_the_fan_out_layout() {
+    use linnet::writeback::status_files::flat_path;
+    let r = repo();
+    git(&r.work, &["checkout", "-q", "-b", "linnet/status"]);
+    std::fs::create_dir_all(r.work.join(".linnet/status/default")).unwrap();
+    for name in ["redis", "web", "gone"] {
+        std::fs::write(r.work.join(flat_path("default", name)), "phase: Old\n").unwrap();
+    }
+    git(&r.work, &["add", "-A"]);
+    git(&r.work, &["commit", "-qm", "an earlier linnet's status"]);
+    git(&r.work, &["push", "-q", "origin", "linnet/status"]);
+    let mut w = writer(
+        &r,
+        format!("file://{}", r.bare.display()),
+        "linnet/status",
+        GitAuth::Anonymous,
+    );
+    let moved = |name: &str| StatusFile {
+        replaces: Some(flat_path("default", name)),
+        ..file(name, "Stable")
+    };
+    assert!(matches!(
+        w.write(&[moved("redis"), moved("web")]).unwrap(),
+        Pushed::Committed { retries: 0, .. }
+    ));
+    let files = git(&r.bare, &["ls-tree", "-r", "--name-only", "linnet/status"]);
+    assert_eq!(
+        files.lines().collect::<Vec<_>>(),
+        [
+            ".linnet/status/default/34/redis.yaml",
+            ".linnet/status/default/4b/web.yaml",
+            ".linnet/status/default/gone.yaml",
+            "apps/app.yaml",
+        ]
+    );
+    assert_eq!(
+        show(&r.bare, "linnet/status:.linnet/status/default/4b/web.yaml"),
+        "phase: Stable"
+    );
+    // Moved in one commit; written again, nothing to commit.
+    assert_eq!(git(&r.bare, &["rev-list", "--count", "linnet/status"]), "3");
+    assert_eq!(
+        w.write(&[moved("redis"), moved("web")]).unwrap(),
+        Pushed::Unchanged
+    );
 }

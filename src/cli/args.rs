@@ -240,7 +240,7 @@ pub struct AgentArgs {
     /// requests, before its connection is closed.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "LINNET_HEADER_TIMEOUT")]
     pub header_timeout: std::time::Duration,
-    /// Write each rollout's progress to `.linnet/status/<namespace>/<name>.yaml` in the
+    /// Write each rollout's progress to `.linnet/status/<namespace>/<xx>/<name>.yaml` in the
     /// repository (with --repo-url), as commits by --git-author-name.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_WRITEBACK")]
     pub writeback: bool,

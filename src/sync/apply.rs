@@ -26,7 +26,7 @@ use super::diff::{
     Change, PlannedChange, Prune, drifted_fields, identity_only, plan_changes, prerequisites_first,
     project_owned, takeover_refusal,
 };
-use crate::api::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
+use crate::api::{FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::error::{kube_message, kube_message_hinted};
 use crate::specs::{ObjectKey, SpecSet};
 
@@ -205,6 +205,9 @@ pub struct Syncer {
     /// Take over objects linnet did not apply.
     adopt: bool,
     policy: crate::specs::Policy,
+    /// Create CanaryStatefulSets with their controller's finalizer (only where that
+    /// controller runs: the agent).
+    rollout_finalizer: bool,
 }
 
 /// Whose rights a sync applies and prunes Git's objects with: the source's, not the agent's.
@@ -259,6 +262,7 @@ impl Syncer {
             writers: std::sync::Mutex::new(HashMap::new()),
             adopt: false,
             policy: crate::specs::Policy::default(),
+            rollout_finalizer: false,
             recorder: Recorder::new(
                 client.clone(),
                 Reporter {
@@ -287,6 +291,14 @@ impl Syncer {
     /// Takes over objects linnet did not apply (`--adopt`).
     pub fn with_adopt(mut self, adopt: bool) -> Self {
         self.adopt = adopt;
+        self
+    }
+
+    /// Applies each CanaryStatefulSet with its controller's finalizer, so the controller
+    /// need not add it in a second write. Only for a syncer whose agent runs that
+    /// controller: a finalizer nobody removes leaves a pruned rollout Terminating.
+    pub fn with_rollout_finalizer(mut self, on: bool) -> Self {
+        self.rollout_finalizer = on;
         self
     }
 

@@ -177,6 +177,36 @@ fn set_entry(metadata: &mut Value, map_name: &str, key: &str, value: &str) {
     }
 }
 
+/// Whether `key` is a kind whose controller cleans up before it lets the object go (a
+/// CanaryStatefulSet scales its sets down and keeps its claims).
+pub fn has_cleanup(key: &ObjectKey) -> bool {
+    key.kind == "CanaryStatefulSet"
+        && key
+            .api_version
+            .split_once('/')
+            .is_some_and(|(group, _)| group == crate::api::GROUP)
+}
+
+/// `object` with `finalizer` in its `metadata.finalizers` (kept once, after any Git lists).
+/// Added at apply time, after the hash: whether the sync adds it changes no object's hash.
+pub fn with_finalizer(object: &Value, finalizer: &str) -> Value {
+    let mut object = object.clone();
+    if let Some(Value::Object(meta)) = object.get_mut("metadata") {
+        let list = meta
+            .entry("finalizers")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !list.is_array() {
+            *list = Value::Array(Vec::new());
+        }
+        if let Value::Array(list) = list
+            && !list.iter().any(|f| f == finalizer)
+        {
+            list.push(Value::String(finalizer.to_string()));
+        }
+    }
+    object
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +306,42 @@ mod tests {
         let a = desired_set(&specs(CM), "prod", "rev1");
         let b = desired_set(&specs(&CM.replace("k: v", "k: w")), "prod", "rev1");
         assert_ne!(a[0].hash, b[0].hash);
+    }
+
+    #[test]
+    fn only_a_canary_statefulset_of_linnets_group_gets_the_cleanup_finalizer() {
+        let key = |api_version: &str, kind: &str| ObjectKey {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: "default".into(),
+            name: "redis".into(),
+        };
+        assert!(has_cleanup(&key(
+            crate::api::API_VERSION,
+            "CanaryStatefulSet"
+        )));
+        assert!(!has_cleanup(&key(
+            crate::api::API_VERSION,
+            "CanaryDeployment"
+        )));
+        assert!(!has_cleanup(&key("example.com/v1", "CanaryStatefulSet")));
+        assert!(!has_cleanup(&key("apps/v1", "StatefulSet")));
+    }
+
+    #[test]
+    fn the_finalizer_is_added_once_after_those_git_lists() {
+        let f = crate::api::FINALIZER;
+        let bare = serde_json::json!({"metadata": {"name": "redis"}});
+        assert_eq!(
+            with_finalizer(&bare, f)["metadata"]["finalizers"],
+            serde_json::json!([f])
+        );
+        let listed = serde_json::json!({"metadata": {"finalizers": ["example.com/hold"]}});
+        let once = with_finalizer(&listed, f);
+        assert_eq!(
+            once["metadata"]["finalizers"],
+            serde_json::json!(["example.com/hold", f])
+        );
+        assert_eq!(with_finalizer(&once, f), once);
     }
 }

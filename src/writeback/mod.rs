@@ -339,6 +339,7 @@ mod tests {
             path: status_files::path("default", name),
             content: format!("phase: {phase}\n"),
             summary: format!("default/{name} {phase}"),
+            replaces: None,
         }
     }
 

@@ -148,23 +148,32 @@ impl StatusWriter {
         let parent = tip.map(|t| repo.find_commit(t)).transpose()?;
         let base = parent.as_ref().map(|c| c.tree()).transpose()?;
         let mut changed = Vec::new();
-        let mut blobs = Vec::new();
+        let mut edits: Vec<(&str, Option<Oid>)> = Vec::new();
+        let at = |path: &str| {
+            base.as_ref()
+                .and_then(|t| t.get_path(Path::new(path)).ok())
+                .map(|e| e.id())
+        };
         for f in files {
             let id = Oid::hash_object(ObjectType::Blob, f.content.as_bytes())?;
-            let current = base
-                .as_ref()
-                .and_then(|t| t.get_path(Path::new(&f.path)).ok())
-                .map(|e| e.id());
-            if current == Some(id) {
+            let stale = f.replaces.as_deref().filter(|old| at(old).is_some());
+            let current = at(&f.path) == Some(id);
+            if current && stale.is_none() {
                 continue;
             }
-            blobs.push((f.path.as_str(), repo.blob(f.content.as_bytes())?));
+            if !current {
+                edits.push((f.path.as_str(), Some(repo.blob(f.content.as_bytes())?)));
+            }
+            // The file moves out of the old layout in the commit that writes it.
+            if let Some(old) = stale {
+                edits.push((old, None));
+            }
             changed.push(f);
         }
         if changed.is_empty() {
             return Ok(None);
         }
-        let tree = repo.find_tree(tree_with(repo, base.as_ref(), &blobs)?)?;
+        let tree = repo.find_tree(tree_with(repo, base.as_ref(), &edits)?.0)?;
         let signature = Signature::now(&self.author.0, &self.author.1)?;
         let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
         let commit = repo.commit(
@@ -270,20 +279,27 @@ impl StatusWriter {
     }
 }
 
-/// `base` (or an empty tree) with each `(path, blob)` of `files` written: only the trees on
-/// those paths are built again; every other subtree is kept by its id.
+/// `base` (or an empty tree) with each `(path, Some(blob))` of `edits` written and each
+/// `(path, None)` removed: only the trees on those paths are built again; every other subtree
+/// is kept by its id, and a tree left empty is dropped. Returns the tree and its entry count.
 fn tree_with(
     repo: &git2::Repository,
     base: Option<&git2::Tree<'_>>,
-    files: &[(&str, Oid)],
-) -> Result<Oid, git2::Error> {
+    edits: &[(&str, Option<Oid>)],
+) -> Result<(Oid, usize), git2::Error> {
     let mut builder = repo.treebuilder(base)?;
-    let mut subdirs: std::collections::BTreeMap<&str, Vec<(&str, Oid)>> = Default::default();
-    for (path, blob) in files {
-        match path.split_once('/') {
-            Some((dir, rest)) => subdirs.entry(dir).or_default().push((rest, *blob)),
-            None => {
+    let mut subdirs: std::collections::BTreeMap<&str, Vec<(&str, Option<Oid>)>> =
+        Default::default();
+    for (path, blob) in edits {
+        match (path.split_once('/'), blob) {
+            (Some((dir, rest)), _) => subdirs.entry(dir).or_default().push((rest, *blob)),
+            (None, Some(blob)) => {
                 builder.insert(path, *blob, 0o100_644)?;
+            }
+            (None, None) => {
+                if builder.get(path)?.is_some() {
+                    builder.remove(path)?;
+                }
             }
         }
     }
@@ -293,10 +309,18 @@ fn tree_with(
             .filter(|e| e.kind() == Some(ObjectType::Tree))
             .map(|e| repo.find_tree(e.id()))
             .transpose()?;
-        let id = tree_with(repo, subtree.as_ref(), &below)?;
-        builder.insert(dir, id, 0o040_000)?;
+        match tree_with(repo, subtree.as_ref(), &below)? {
+            (_, 0) => {
+                if builder.get(dir)?.is_some() {
+                    builder.remove(dir)?;
+                }
+            }
+            (id, _) => {
+                builder.insert(dir, id, 0o040_000)?;
+            }
+        }
     }
-    builder.write()
+    Ok((builder.write()?, builder.len()))
 }
 
 #[cfg(test)]
@@ -365,6 +389,7 @@ mod tests {
             path: ".linnet/status/a.yaml".into(),
             content: "phase: Stable\n".into(),
             summary: "a Stable".into(),
+            replaces: None,
         };
         let ours = writer.commit_on(Some(tip), &[file]).unwrap().unwrap();
         // The human's push lands after linnet read the tip, before its branch update.
@@ -382,6 +407,7 @@ mod tests {
             path: ".linnet/status/a.yaml".into(),
             content: "phase: Stable\n".into(),
             summary: "a Stable".into(),
+            replaces: None,
         };
         let retried = writer.commit_on(Some(human), &[file]).unwrap().unwrap();
         assert!(matches!(
@@ -403,15 +429,20 @@ mod tests {
             &repo,
             None,
             &[
-                ("apps/a.yaml", a),
-                (".linnet/status/ns/a.yaml", a),
-                ("README", b),
+                ("apps/a.yaml", Some(a)),
+                (".linnet/status/ns/a.yaml", Some(a)),
+                ("README", Some(b)),
             ],
         )
         .unwrap();
-        let first = repo.find_tree(first).unwrap();
-        let second = tree_with(&repo, Some(&first), &[(".linnet/status/ns/b.yaml", b)]).unwrap();
-        let second = repo.find_tree(second).unwrap();
+        let first = repo.find_tree(first.0).unwrap();
+        let second = tree_with(
+            &repo,
+            Some(&first),
+            &[(".linnet/status/ns/b.yaml", Some(b))],
+        )
+        .unwrap();
+        let second = repo.find_tree(second.0).unwrap();
         let id = |t: &git2::Tree<'_>, p: &str| t.get_path(Path::new(p)).unwrap().id();
         // Untouched subtrees are the very same objects; the new file sits beside the old.
         assert_eq!(id(&first, "apps"), id(&second, "apps"));
@@ -419,5 +450,87 @@ mod tests {
         assert_eq!(id(&second, ".linnet/status/ns/b.yaml"), b);
         assert_eq!(id(&second, "README"), b);
         assert_ne!(id(&first, ".linnet"), id(&second, ".linnet"));
+    }
+
+    #[test]
+    fn a_removed_file_takes_its_emptied_trees_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_bare(dir.path()).unwrap();
+        let a = repo.blob(b"a").unwrap();
+        let first = tree_with(
+            &repo,
+            None,
+            &[
+                (".linnet/status/ns/a.yaml", Some(a)),
+                (".linnet/status/other/b.yaml", Some(a)),
+                ("README", Some(a)),
+            ],
+        )
+        .unwrap();
+        let first = repo.find_tree(first.0).unwrap();
+        let (second, entries) = tree_with(
+            &repo,
+            Some(&first),
+            &[
+                (".linnet/status/ns/a.yaml", None),
+                (".linnet/status/ns/34/a.yaml", Some(a)),
+                (".linnet/status/other/b.yaml", None),
+                ("missing/c.yaml", None),
+            ],
+        )
+        .unwrap();
+        let second = repo.find_tree(second).unwrap();
+        assert_eq!(entries, 2, ".linnet and README");
+        let at = |p: &str| second.get_path(Path::new(p)).ok().map(|e| e.id());
+        assert_eq!(at(".linnet/status/ns/34/a.yaml"), Some(a));
+        assert_eq!(at(".linnet/status/ns/a.yaml"), None);
+        assert_eq!(
+            at(".linnet/status/other"),
+            None,
+            "an emptied tree is dropped"
+        );
+        assert_eq!(
+            at("missing"),
+            None,
+            "removing what is not there adds nothing"
+        );
+        assert_eq!(at("README"), Some(a));
+    }
+
+    #[test]
+    fn a_status_file_in_the_flat_layout_moves_in_the_commit_that_writes_it() {
+        use super::super::status_files::{flat_path, path};
+        let dir = tempfile::tempdir().unwrap();
+        let bare = git2::Repository::init_bare(dir.path().join("remote.git")).unwrap();
+        let specs = commit_on(&bare, None, "specs.yaml");
+        let old = flat_path("default", "redis");
+        let before = commit_on(&bare, Some(specs), &old);
+        bare.reference("refs/heads/main", before, true, "seed")
+            .unwrap();
+        let remote = GitRemote {
+            url: format!("file://{}", dir.path().join("remote.git").display()),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        };
+        let mut writer =
+            StatusWriter::open(&dir.path().join("clone"), remote, "linnet", "l@x").unwrap();
+        let file = StatusFile {
+            path: path("default", "redis"),
+            replaces: Some(old.clone()),
+            content: "phase: Stable\n".into(),
+            summary: "default/redis Stable".into(),
+        };
+        assert!(matches!(
+            writer.write(std::slice::from_ref(&file)).unwrap(),
+            Pushed::Committed { .. }
+        ));
+        let tip = bare.refname_to_id("refs/heads/main").unwrap();
+        let tree = bare.find_commit(tip).unwrap().tree().unwrap();
+        let at = |p: &str| tree.get_path(Path::new(p)).is_ok();
+        assert!(at(".linnet/status/default/34/redis.yaml"));
+        assert!(!at(&old), "the flat file is gone");
+        assert!(at("specs.yaml"));
+        // Moved once: the same file again is no commit.
+        assert_eq!(writer.write(&[file]).unwrap(), Pushed::Unchanged);
     }
 }

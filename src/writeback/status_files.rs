@@ -1,5 +1,5 @@
-//! The status files linnet writes to Git: `.linnet/status/<namespace>/<name>.yaml`, one per
-//! rollout, and the commit message that says what changed. Pure: rollout status in, file
+//! The status files linnet writes to Git: `.linnet/status/<namespace>/<xx>/<name>.yaml`, one
+//! per rollout, and the commit message that says what changed. Pure: rollout status in, file
 //! text out. The text changes only when the rollout does (no clocks, no counters that tick),
 //! so an unchanged rollout never makes a commit.
 
@@ -11,10 +11,12 @@ use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition};
 pub const STATUS_DIR: &str = ".linnet/status";
 
 /// One rollout's status file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StatusFile {
-    /// `.linnet/status/<namespace>/<name>.yaml`.
+    /// `.linnet/status/<namespace>/<xx>/<name>.yaml` ([`path`]).
     pub path: String,
+    /// Where an earlier linnet wrote this file ([`flat_path`]): a write removes it there.
+    pub replaces: Option<String>,
     pub content: String,
     /// For the commit message, e.g. `default/redis CanaryActive (2 on redis:7.2, 1 on redis:7.4; 3/3 ready)`.
     pub summary: String,
@@ -86,17 +88,32 @@ fn conditions(cs: &[Condition]) -> Vec<DocCondition<'_>> {
         .collect()
 }
 
-fn render(path: String, doc: &Document<'_>, summary: String) -> StatusFile {
+fn render(doc: &Document<'_>, summary: String) -> StatusFile {
     let body = serde_saphyr::to_string(doc).unwrap_or_default();
     StatusFile {
-        path,
+        path: path(doc.namespace, doc.name),
+        replaces: Some(flat_path(doc.namespace, doc.name)),
         content: format!("# Written by linnet: the rollout's progress. Do not edit.\n{body}"),
         summary,
     }
 }
 
-/// The path of a rollout's status file.
+/// The path of a rollout's status file: under a directory named by the first byte of the
+/// SHA-256 of its name (`printf %s NAME | sha256sum | cut -c1-2`), so that no tree object
+/// grows with the namespace. Git writes a directory as one object: with every file in one
+/// directory, each status commit at 10,000 rollouts wrote and pushed a 10,000-entry tree.
 pub fn path(namespace: &str, name: &str) -> String {
+    format!("{STATUS_DIR}/{namespace}/{}/{name}.yaml", fan_out(name))
+}
+
+/// The two hex digits of [`path`]'s directory for `name`.
+pub fn fan_out(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:02x}", Sha256::digest(name.as_bytes())[0])
+}
+
+/// Where linnet wrote a rollout's status file before [`path`] fanned them out.
+pub fn flat_path(namespace: &str, name: &str) -> String {
     format!("{STATUS_DIR}/{namespace}/{name}.yaml")
 }
 
@@ -144,7 +161,7 @@ pub fn for_statefulset(o: &CanaryStatefulSet) -> Option<StatusFile> {
         batch: None,
         conditions: conditions(&s.conditions),
     };
-    Some(render(path(namespace, name), &doc, summary))
+    Some(render(&doc, summary))
 }
 
 /// The status file of a CanaryDeployment; `None` before it has a status.
@@ -194,7 +211,7 @@ pub fn for_deployment(o: &CanaryDeployment) -> Option<StatusFile> {
         batch: s.batch.as_deref(),
         conditions: conditions(&s.conditions),
     };
-    Some(render(path(namespace, name), &doc, summary))
+    Some(render(&doc, summary))
 }
 
 /// The longest line of a commit message linnet writes.
@@ -254,7 +271,12 @@ mod tests {
     #[test]
     fn a_status_file_says_where_the_rollout_is() {
         let f = for_statefulset(&redis(StatefulSetPhase::CanaryActive)).unwrap();
-        assert_eq!(f.path, ".linnet/status/default/redis.yaml");
+        // `printf %s redis | sha256sum | cut -c1-2` is 34, as docs/write-back.md says.
+        assert_eq!(f.path, ".linnet/status/default/34/redis.yaml");
+        assert_eq!(
+            f.replaces.as_deref(),
+            Some(".linnet/status/default/redis.yaml")
+        );
         assert_eq!(
             f.summary,
             "default/redis CanaryActive (2 on redis:7.2, 1 on redis:7.4; 1/3 ready)"

@@ -116,11 +116,20 @@ impl Syncer {
         };
         let key = &desired.key;
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
+        // Every apply carries the finalizer, not only the create: an apply without a field
+        // this manager applied before would remove it.
+        let finalized;
+        let object = if self.rollout_finalizer && crate::sync::desired::has_cleanup(key) {
+            finalized = crate::sync::desired::with_finalizer(&desired.object, FINALIZER);
+            &finalized
+        } else {
+            &desired.object
+        };
         self.writer_api(&ar, &caps, &key.namespace)?
             .patch(
                 &key.name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&desired.object),
+                &Patch::Apply(object),
             )
             .await
             .map(|_| ())

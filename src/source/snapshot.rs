@@ -12,7 +12,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::specs::{FileContent, FileSpecs, LoadOptions, SpecSet, is_spec_file, load_content};
+use crate::specs::{
+    FileContent, FileSpecs, Lineage, LoadOptions, SpecSet, is_spec_file, load_content,
+};
 
 /// Parsed spec files by path, with the content id each was parsed from.
 #[derive(Debug, Default)]
@@ -206,12 +208,14 @@ impl SpecSnapshot {
     }
 
     fn rebuild(&mut self) {
-        self.set = Arc::new(SpecSet::from_files(
+        let mut set = SpecSet::from_files(
             self.files
                 .iter()
                 .map(|(path, (_, specs))| (path.clone(), specs.clone()))
                 .collect(),
-        ));
+        );
+        set.lineage = Lineage::fresh();
+        self.set = Arc::new(set);
     }
 
     /// Replaces the objects of `paths` in the set; false (the set half patched, to be
@@ -219,6 +223,8 @@ impl SpecSnapshot {
     /// twice, and its file's change may lift that.
     fn patch(&mut self, paths: &[String]) -> bool {
         let set = Arc::make_mut(&mut self.set);
+        let from = set.lineage.generation;
+        let mut replaced = Vec::new();
         for path in paths {
             let Some((_, specs)) = self.files.get(path) else {
                 return false;
@@ -228,8 +234,13 @@ impl SpecSnapshot {
                     Some(old) if old.location.file == *path => *old = object.clone(),
                     _ => return false,
                 }
+                replaced.push(object.key.clone());
             }
         }
+        set.lineage = Lineage {
+            patched_from: Some((from, replaced)),
+            ..Lineage::fresh()
+        };
         true
     }
 }
@@ -249,6 +260,56 @@ mod tests {
             .iter()
             .map(|(p, i)| (p.to_string(), i.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_patched_set_names_the_set_it_came_from_and_the_objects_it_replaced() {
+        let mut snap = SpecSnapshot::default();
+        let opts = LoadOptions::default();
+        // The same object in every version of a file, with a label that follows its id.
+        let read = |p: &str, id: &str| -> Result<FileContent, ()> {
+            let name = p.trim_end_matches(".yaml");
+            Ok(FileContent::Bytes(
+                format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels: {{v: \"{id}\"}}\n")
+                    .into_bytes(),
+            ))
+        };
+        snap.update(&listing(&[("a.yaml", "1"), ("b.yaml", "1")]), read, &opts)
+            .unwrap();
+        let first = snap.spec_set();
+        assert_ne!(first.lineage.generation, 0);
+        assert_eq!(first.lineage.changed_since(0), None);
+        snap.update(&listing(&[("a.yaml", "1"), ("b.yaml", "2")]), read, &opts)
+            .unwrap();
+        let second = snap.spec_set();
+        let names: Vec<&str> = second
+            .lineage
+            .changed_since(first.lineage.generation)
+            .unwrap()
+            .iter()
+            .map(|k| k.name.as_str())
+            .collect();
+        assert_eq!(names, ["b"]);
+        // Only from the set it was patched from, and not from one before that.
+        snap.update(&listing(&[("a.yaml", "2"), ("b.yaml", "2")]), read, &opts)
+            .unwrap();
+        let third = snap.spec_set();
+        assert!(
+            third
+                .lineage
+                .changed_since(second.lineage.generation)
+                .is_some()
+        );
+        assert_eq!(third.lineage.changed_since(first.lineage.generation), None);
+        // A file added: the set is made afresh, and says nothing about what changed.
+        snap.update(
+            &listing(&[("a.yaml", "2"), ("b.yaml", "2"), ("c.yaml", "1")]),
+            read,
+            &opts,
+        )
+        .unwrap();
+        let fourth = snap.spec_set();
+        assert_eq!(fourth.lineage.changed_since(third.lineage.generation), None);
     }
 
     #[test]
@@ -409,6 +470,8 @@ mod tests {
             // The same revisions handed over as changes only, as a Git source does.
             let mut by_changes = SpecSnapshot::default();
             let mut last: Vec<(String, String)> = Vec::new();
+            let mut previous: Option<Arc<SpecSet>> = None;
+            let mut previous_by_changes: Option<Arc<SpecSet>> = None;
             for files in revisions {
                 let l: Vec<(String, String)> = files
                     .iter()
@@ -428,7 +491,24 @@ mod tests {
                 proptest::prop_assert_eq!(by_changes.total, snap.total);
                 let set = snap.spec_set();
                 proptest::prop_assert_eq!(&*set, &*fresh.spec_set());
-                proptest::prop_assert_eq!(&*set, &*by_changes.spec_set());
+                let patched = by_changes.spec_set();
+                proptest::prop_assert_eq!(&*set, &*patched);
+                // A patched set's lineage names every object that differs from the set
+                // before it, and the keys are the same: a sync may look at those alone.
+                for (before, now) in [(&previous, &set), (&previous_by_changes, &patched)] {
+                    let Some(before) = before else { continue };
+                    let Some(keys) = now.lineage.changed_since(before.lineage.generation) else {
+                        continue;
+                    };
+                    proptest::prop_assert!(before.objects.keys().eq(now.objects.keys()));
+                    for (key, object) in &now.objects {
+                        if before.objects.get(key) != Some(object) {
+                            proptest::prop_assert!(keys.contains(key), "{key} changed but is not named");
+                        }
+                    }
+                }
+                previous = Some(set);
+                previous_by_changes = Some(patched);
             }
         }
     }

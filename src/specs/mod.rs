@@ -188,6 +188,46 @@ pub struct SpecSet {
     pub errors: Vec<SpecError>,
     /// Files that contributed nothing because of an error in them.
     pub blocked_files: Vec<String>,
+    /// Which set this one was made from, and what differs (see [`Lineage`]).
+    pub lineage: Lineage,
+}
+
+/// Where a [`SpecSet`] came from: a set made afresh has a new `generation`; a set patched
+/// from another names that one's generation and the keys whose objects were replaced. The
+/// keys are the same in both sets (a patch replaces objects one for one). A sync that
+/// started from generation `since` looks only at `changed`, not at every object.
+/// Generation 0 is a set of unknown origin. It says how a set was made, not what it holds,
+/// so it takes no part in comparing sets.
+#[derive(Clone, Debug, Default)]
+pub struct Lineage {
+    pub generation: u64,
+    pub patched_from: Option<(u64, Vec<ObjectKey>)>,
+}
+
+impl PartialEq for Lineage {
+    fn eq(&self, _: &Lineage) -> bool {
+        true
+    }
+}
+
+impl Lineage {
+    /// A generation no other set of this process has.
+    pub fn fresh() -> Lineage {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Lineage {
+            generation: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            patched_from: None,
+        }
+    }
+
+    /// The keys whose objects may differ from the set of generation `since`, when this set
+    /// was patched from that one; `None` when anything may differ.
+    pub fn changed_since(&self, since: u64) -> Option<&[ObjectKey]> {
+        match &self.patched_from {
+            Some((from, keys)) if since != 0 && *from == since => Some(keys),
+            _ => None,
+        }
+    }
 }
 
 impl SpecSet {

@@ -63,6 +63,11 @@ pub const DEFAULT_DRIFT_INTERVAL: Duration = Duration::from_secs(180);
 struct Applied {
     hashes: BTreeMap<ObjectKey, String>,
     full_at: Instant,
+    /// The generation of the spec set last synced ([`crate::specs::Lineage`]).
+    generation: u64,
+    /// Keys left out of `hashes` because their write failed: a sync that looks only at what
+    /// the spec set changed looks at these too.
+    unapplied: std::collections::BTreeSet<ObjectKey>,
 }
 
 /// What a sync does to [`Applied`] once it is done.
@@ -434,10 +439,20 @@ impl Syncer {
             Some(a) => {
                 // Only the objects whose hash changed are built in full; the others' hashes
                 // are remembered from when their text was last seen.
+                // A set patched from the one last synced says which objects it replaced.
+                let candidates: Option<Vec<&ObjectKey>> = specs
+                    .lineage
+                    .changed_since(a.generation)
+                    .map(|keys| keys.iter().chain(&a.unapplied).collect());
                 let changes = match self.desired_hashes.lock() {
                     Ok(mut cache) => {
-                        let changes =
-                            changes_since(&a.hashes, specs, &mut cache, &self.source, revision);
+                        let changes = changes_since(
+                            &a.hashes,
+                            specs,
+                            &mut cache,
+                            candidates.as_deref(),
+                            (&self.source, revision),
+                        );
                         cache.trim(specs);
                         changes
                     }
@@ -445,8 +460,8 @@ impl Syncer {
                         &a.hashes,
                         specs,
                         &mut DesiredHashes::default(),
-                        &self.source,
-                        revision,
+                        candidates.as_deref(),
+                        (&self.source, revision),
                     ),
                 };
                 let skipped = specs.objects.len() - changes.changed.len();
@@ -494,23 +509,32 @@ impl Syncer {
         match (next, applied.as_mut()) {
             _ if !listed => *applied = None,
             (NextApplied::Changes { hashes, gone }, Some(a)) => {
+                for (key, _) in &hashes {
+                    a.unapplied.remove(key);
+                }
                 a.hashes.extend(hashes);
                 for key in &gone {
                     a.hashes.remove(key);
                 }
                 for (key, _) in &report.errors {
                     a.hashes.remove(key);
+                    a.unapplied.insert(key.clone());
                 }
+                a.generation = specs.lineage.generation;
             }
             // An incremental sync starts from what was applied; were it gone, the next is full.
             (NextApplied::Changes { .. }, None) => *applied = None,
             (NextApplied::All(mut hashes), _) => {
+                let mut unapplied = std::collections::BTreeSet::new();
                 for (key, _) in &report.errors {
                     hashes.remove(key);
+                    unapplied.insert(key.clone());
                 }
                 *applied = Some(Applied {
                     hashes,
                     full_at: Instant::now(),
+                    generation: specs.lineage.generation,
+                    unapplied,
                 });
             }
         }

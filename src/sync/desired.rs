@@ -130,27 +130,30 @@ pub struct ChangesSince {
 
 /// The objects of `specs` whose hash differs from `applied`, and the keys of `applied` that
 /// Git no longer has. Hashes come from `cache`, so unchanged objects cost a lookup each and
-/// nothing is allocated for them.
+/// nothing is allocated for them. With `candidates` (the keys a patched spec set replaced,
+/// and those whose last write failed), only those are looked at, as long as the keys add up:
+/// every key of `specs` is in `applied` or among the candidates. Otherwise every object is.
 pub fn changes_since(
     applied: &std::collections::BTreeMap<ObjectKey, String>,
     specs: &SpecSet,
     cache: &mut DesiredHashes,
-    source: &str,
-    revision: &str,
+    candidates: Option<&[&ObjectKey]>,
+    (source, revision): (&str, &str),
 ) -> ChangesSince {
-    let mut changes = ChangesSince::default();
-    let mut new_keys = 0;
-    for loaded in specs.objects.values() {
-        let hash = cache.hash(loaded, source);
-        match applied.get(&loaded.key) {
-            Some(h) if h == hash => continue,
-            Some(_) => {}
-            None => new_keys += 1,
+    if let Some(keys) = candidates {
+        let mut seen = std::collections::BTreeSet::new();
+        let objects = keys
+            .iter()
+            .filter(|k| seen.insert(**k))
+            .filter_map(|k| specs.objects.get(*k));
+        let (changes, new_keys) = changed_among(applied, objects, cache, source, revision);
+        // A patch keeps the set's keys: when the counts add up, none has come or gone.
+        if applied.len() + new_keys == specs.objects.len() {
+            return changes;
         }
-        changes
-            .changed
-            .push(desired_object(loaded, source, revision));
     }
+    let (mut changes, new_keys) =
+        changed_among(applied, specs.objects.values(), cache, source, revision);
     // Git's keys are those applied before and the new ones: when the counts add up, none
     // of those applied has left.
     if applied.len() + new_keys != specs.objects.len() {
@@ -161,6 +164,31 @@ pub fn changes_since(
             .collect();
     }
     changes
+}
+
+/// The objects among `objects` whose hash differs from `applied`, and how many of them
+/// `applied` does not have.
+fn changed_among<'a>(
+    applied: &std::collections::BTreeMap<ObjectKey, String>,
+    objects: impl Iterator<Item = &'a LoadedObject>,
+    cache: &mut DesiredHashes,
+    source: &str,
+    revision: &str,
+) -> (ChangesSince, usize) {
+    let mut changes = ChangesSince::default();
+    let mut new_keys = 0;
+    for loaded in objects {
+        let hash = cache.hash(loaded, source);
+        match applied.get(&loaded.key) {
+            Some(h) if h == hash => continue,
+            Some(_) => {}
+            None => new_keys += 1,
+        }
+        changes
+            .changed
+            .push(desired_object(loaded, source, revision));
+    }
+    (changes, new_keys)
 }
 
 fn set_entry(metadata: &mut Value, map_name: &str, key: &str, value: &str) {
@@ -276,7 +304,7 @@ mod tests {
             .map(|d| (d.key, d.hash))
             .collect();
         let mut cache = DesiredHashes::default();
-        let same = changes_since(&applied, &before, &mut cache, "prod", "r2");
+        let same = changes_since(&applied, &before, &mut cache, None, ("prod", "r2"));
         assert_eq!(same, ChangesSince::default());
         // b changes, c is new, a is gone.
         let after = specs(&format!(
@@ -284,7 +312,7 @@ mod tests {
             CM.replace("name: a", "name: b").replace("k: v", "k: w"),
             CM.replace("name: a", "name: c")
         ));
-        let changes = changes_since(&applied, &after, &mut cache, "prod", "r3");
+        let changes = changes_since(&applied, &after, &mut cache, None, ("prod", "r3"));
         let names: Vec<&str> = changes
             .changed
             .iter()
@@ -343,5 +371,43 @@ mod tests {
             serde_json::json!(["example.com/hold", f])
         );
         assert_eq!(with_finalizer(&once, f), once);
+    }
+
+    #[test]
+    fn changes_since_looks_only_at_the_candidates_while_the_keys_add_up() {
+        let two = format!("{CM}---\n{}", CM.replace("name: a", "name: b"));
+        let before = specs(&two);
+        let applied: BTreeMap<ObjectKey, String> = desired_set(&before, "prod", "r1")
+            .into_iter()
+            .map(|d| (d.key, d.hash))
+            .collect();
+        let key = |name: &str| {
+            before
+                .objects
+                .keys()
+                .find(|k| k.name == name)
+                .unwrap()
+                .clone()
+        };
+        let (a, b) = (key("a"), key("b"));
+        // Both change; only b is a candidate, so only b is looked at.
+        let both = specs(&two.replace("k: v", "k: w"));
+        let mut cache = DesiredHashes::default();
+        let only_b = changes_since(&applied, &both, &mut cache, Some(&[&b]), ("prod", "r2"));
+        let names: Vec<&str> = only_b.changed.iter().map(|d| d.key.name.as_str()).collect();
+        assert_eq!(names, ["b"]);
+        // A candidate named twice counts once.
+        let twice = changes_since(&applied, &both, &mut cache, Some(&[&b, &b]), ("prod", "r2"));
+        assert_eq!(twice, only_b);
+        // a was never applied (its write failed) and is not a candidate: the keys do not add
+        // up, and every object is looked at.
+        let mut without_a = applied.clone();
+        without_a.remove(&a);
+        let all = changes_since(&without_a, &both, &mut cache, Some(&[&b]), ("prod", "r2"));
+        assert_eq!(
+            all,
+            changes_since(&without_a, &both, &mut cache, None, ("prod", "r2"))
+        );
+        assert_eq!(all.changed.len(), 2);
     }
 }

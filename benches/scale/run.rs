@@ -274,6 +274,9 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
             dir.join("git-token").to_str().unwrap(),
         ])
         .args(["--poll-interval", poll])
+        // No periodic drift check (a full sync, every 3 min by default) lands among the pushes
+        // of figure 11 by chance; a restart still syncs in full.
+        .args(["--drift-interval", "1h"])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
         .args([

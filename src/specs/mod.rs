@@ -195,7 +195,8 @@ pub struct SpecSet {
 /// Where a [`SpecSet`] came from: a set made afresh has a new `generation`; a set patched
 /// from another names that one's generation and the keys whose objects were replaced. The
 /// keys are the same in both sets (a patch replaces objects one for one). A sync that
-/// started from generation `since` looks only at `changed`, not at every object.
+/// started from that generation looks only at those keys ([`Lineage::changed_since`]), not
+/// at every object.
 /// Generation 0 is a set of unknown origin. It says how a set was made, not what it holds,
 /// so it takes no part in comparing sets.
 #[derive(Clone, Debug, Default)]

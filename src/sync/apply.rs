@@ -21,7 +21,9 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::FIELD_MANAGER;
-use super::desired::{DesiredHashes, DesiredObject, changes_since, desired_set};
+use super::desired::{
+    DesiredHashes, DesiredObject, changes_since, desired_set, has_cleanup, with_finalizer,
+};
 use super::diff::{
     Change, PlannedChange, Prune, drifted_fields, identity_only, plan_changes, prerequisites_first,
     project_owned, takeover_refusal,

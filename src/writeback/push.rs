@@ -152,6 +152,7 @@ impl StatusWriter {
         let at = |path: &str| {
             base.as_ref()
                 .and_then(|t| t.get_path(Path::new(path)).ok())
+                .filter(|e| e.kind() == Some(ObjectType::Blob))
                 .map(|e| e.id())
         };
         for f in files {
@@ -281,7 +282,9 @@ impl StatusWriter {
 
 /// `base` (or an empty tree) with each `(path, Some(blob))` of `edits` written and each
 /// `(path, None)` removed: only the trees on those paths are built again; every other subtree
-/// is kept by its id, and a tree left empty is dropped. Returns the tree and its entry count.
+/// is kept by its id, and a tree left empty is dropped. A removal takes only a file at that
+/// path, never a directory or a file where the path wants a directory. Returns the tree and
+/// its entry count.
 fn tree_with(
     repo: &git2::Repository,
     base: Option<&git2::Tree<'_>>,
@@ -297,7 +300,10 @@ fn tree_with(
                 builder.insert(path, *blob, 0o100_644)?;
             }
             (None, None) => {
-                if builder.get(path)?.is_some() {
+                if builder
+                    .get(path)?
+                    .is_some_and(|e| e.kind() == Some(ObjectType::Blob))
+                {
                     builder.remove(path)?;
                 }
             }
@@ -309,13 +315,13 @@ fn tree_with(
             .filter(|e| e.kind() == Some(ObjectType::Tree))
             .map(|e| repo.find_tree(e.id()))
             .transpose()?;
-        match tree_with(repo, subtree.as_ref(), &below)? {
-            (_, 0) => {
-                if builder.get(dir)?.is_some() {
-                    builder.remove(dir)?;
-                }
+        match (tree_with(repo, subtree.as_ref(), &below)?, &subtree) {
+            ((_, 0), Some(_)) => {
+                builder.remove(dir)?;
             }
-            (id, _) => {
+            // Only removals below a path that is no directory: nothing to do there.
+            ((_, 0), None) => {}
+            ((id, _), _) => {
                 builder.insert(dir, id, 0o040_000)?;
             }
         }
@@ -367,6 +373,18 @@ mod tests {
             .unwrap()
     }
 
+    /// A writer for branch `main` of the bare repository `remote.git` in `dir`, at `tip`.
+    fn writer_at(dir: &Path, bare: &git2::Repository, tip: Oid) -> StatusWriter {
+        bare.reference("refs/heads/main", tip, true, "seed")
+            .unwrap();
+        let remote = GitRemote {
+            url: format!("file://{}", dir.join("remote.git").display()),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        };
+        StatusWriter::open(&dir.join("clone"), remote, "linnet", "l@x").unwrap()
+    }
+
     #[test]
     fn a_human_push_after_the_tip_was_read_is_never_overwritten_on_a_local_remote() {
         // Issue 26: libgit2's local transport checked fast-forward against the tip it read at
@@ -374,15 +392,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bare = git2::Repository::init_bare(dir.path().join("remote.git")).unwrap();
         let first = commit_on(&bare, None, "specs.yaml");
-        bare.reference("refs/heads/main", first, true, "seed")
-            .unwrap();
-        let remote = GitRemote {
-            url: format!("file://{}", dir.path().join("remote.git").display()),
-            branch: "main".into(),
-            auth: GitAuth::Anonymous,
-        };
-        let writer =
-            StatusWriter::open(&dir.path().join("clone"), remote, "linnet", "l@x").unwrap();
+        let writer = writer_at(dir.path(), &bare, first);
         let tip = writer.mirror.fetch().unwrap();
         assert_eq!(tip, first);
         let file = StatusFile {
@@ -505,15 +515,7 @@ mod tests {
         let specs = commit_on(&bare, None, "specs.yaml");
         let old = flat_path("default", "redis");
         let before = commit_on(&bare, Some(specs), &old);
-        bare.reference("refs/heads/main", before, true, "seed")
-            .unwrap();
-        let remote = GitRemote {
-            url: format!("file://{}", dir.path().join("remote.git").display()),
-            branch: "main".into(),
-            auth: GitAuth::Anonymous,
-        };
-        let mut writer =
-            StatusWriter::open(&dir.path().join("clone"), remote, "linnet", "l@x").unwrap();
+        let mut writer = writer_at(dir.path(), &bare, before);
         let file = StatusFile {
             path: path("default", "redis"),
             replaces: Some(old.clone()),
@@ -531,6 +533,30 @@ mod tests {
         assert!(!at(&old), "the flat file is gone");
         assert!(at("specs.yaml"));
         // Moved once: the same file again is no commit.
+        assert_eq!(
+            writer.write(std::slice::from_ref(&file)).unwrap(),
+            Pushed::Unchanged
+        );
+        // A directory where the old file was is not the old file: kept, and no commit.
+        let human = commit_on(&bare, Some(tip), &format!("{old}/keep"));
+        bare.reference("refs/heads/main", human, true, "human push")
+            .unwrap();
         assert_eq!(writer.write(&[file]).unwrap(), Pushed::Unchanged);
+        assert_eq!(bare.refname_to_id("refs/heads/main").unwrap(), human);
+    }
+
+    #[test]
+    fn a_removal_takes_only_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_bare(dir.path()).unwrap();
+        let a = repo.blob(b"a").unwrap();
+        let (base, _) =
+            tree_with(&repo, None, &[("x", Some(a)), ("d.yaml/inner", Some(a))]).unwrap();
+        let base = repo.find_tree(base).unwrap();
+        // `x/y.yaml` below a file, and `d.yaml`, a directory: neither is a file to remove.
+        let (after, entries) =
+            tree_with(&repo, Some(&base), &[("x/y.yaml", None), ("d.yaml", None)]).unwrap();
+        assert_eq!(after, base.id());
+        assert_eq!(entries, 2);
     }
 }

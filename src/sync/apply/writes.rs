@@ -119,8 +119,8 @@ impl Syncer {
         // Every apply carries the finalizer, not only the create: an apply without a field
         // this manager applied before would remove it.
         let finalized;
-        let object = if self.rollout_finalizer && crate::sync::desired::has_cleanup(key) {
-            finalized = crate::sync::desired::with_finalizer(&desired.object, FINALIZER);
+        let object = if self.rollout_finalizer && has_cleanup(key) {
+            finalized = with_finalizer(&desired.object, FINALIZER);
             &finalized
         } else {
             &desired.object

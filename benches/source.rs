@@ -1,5 +1,9 @@
-//! What an idle poll costs: asking a remote for the branch tip when nothing changed (no fetch,
-//! no parse, no API call). Run with `make bench`; prints wall and CPU time per poll.
+//! What the Git source costs, without a cluster. Run with `make bench`.
+//! - An idle poll: asking a remote for the branch tip when nothing changed (no fetch, no
+//!   parse, no API call); wall and CPU time per poll.
+//! - A one-file push: fetching the pushed commit over smart HTTP and finding the changed file,
+//!   at 100 and 10,000 spec files, all in one directory and spread over 100; the fetching
+//!   thread's CPU time per push (`git http-backend` runs in its own processes, as a Git host).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::Path;
@@ -8,6 +12,9 @@ use std::time::Instant;
 
 #[path = "../tests/support/process.rs"]
 mod process;
+
+#[path = "../tests/support/git_http.rs"]
+mod git_http;
 
 use linnet::source::git::{GitAuth, GitMirror, GitRemote};
 
@@ -35,6 +42,115 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() {
+    // As the agent sets libgit2 (`net::configure_git`).
+    linnet::net::configure_git(std::time::Duration::from_secs(30), None).expect("git settings");
+    idle_poll();
+    // `cargo test --all-targets` runs harness-less benches too, without `--bench`: there, a
+    // small run keeps this code working; the sizes take minutes to set up.
+    let (sizes, pushes): (&[(usize, usize)], u32) = if std::env::args().any(|a| a == "--bench") {
+        (&[(100, 1), (10_000, 1), (10_000, 100)], 40)
+    } else {
+        (&[(100, 1), (100, 10)], 3)
+    };
+    for &(files, dirs) in sizes {
+        one_file_push(files, dirs, pushes);
+    }
+}
+
+/// CPU time of the calling thread, in seconds.
+#[allow(unsafe_code)]
+fn thread_cpu_seconds() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// A spec file's path: `files` of them in `dirs` directories below `apps/`.
+fn spec_path(i: usize, dirs: usize) -> String {
+    if dirs <= 1 {
+        format!("apps/r-{i:05}.yaml")
+    } else {
+        format!("apps/{:03}/r-{i:05}.yaml", i % dirs)
+    }
+}
+
+/// The fetching side of a push that changes one spec file: fetch, the spec tree's id, the
+/// changed files and their content, as the agent does for each push.
+fn one_file_push(files: usize, dirs: usize, pushes: u32) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let repos = tmp.path().join("repos");
+    let bare = repos.join("gitops.git");
+    std::fs::create_dir_all(&bare).expect("mkdir");
+    git(&bare, &["init", "--bare", "-q"]);
+    git(
+        tmp.path(),
+        &["clone", "-q", bare.to_str().unwrap_or(""), "work"],
+    );
+    let work = tmp.path().join("work");
+    let body = |i: usize, image: &str| {
+        format!(
+            "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryStatefulSet\nmetadata:\n  \
+             name: r-{i:05}\nspec:\n  replicas: 1\n  image: {image}\n"
+        )
+    };
+    for i in 0..files {
+        let path = work.join(spec_path(i, dirs));
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, body(i, "bench:1")).expect("write");
+    }
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "seed"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let server = git_http::serve(repos, None);
+    let mirror = GitMirror::open(
+        &tmp.path().join("cache"),
+        GitRemote {
+            url: format!("{server}/gitops.git"),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        },
+    )
+    .expect("mirror");
+    let mut tip = mirror.fetch().expect("fetch");
+    let mut cpu = 0.0;
+    for n in 0..pushes as usize {
+        let i = (n * 7919) % files;
+        std::fs::write(
+            work.join(spec_path(i, dirs)),
+            body(i, &format!("bench:{}", n + 2)),
+        )
+        .expect("write");
+        git(&work, &["commit", "-qam", "one image"]);
+        git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        let started = thread_cpu_seconds();
+        let new = mirror.fetch().expect("fetch");
+        mirror.spec_tree_id(new, "").expect("spec tree id");
+        let changed = mirror
+            .changed_files(tip, new, "")
+            .expect("diff")
+            .expect("trees in order");
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        for (_, id) in &changed {
+            mirror
+                .read_spec_file(id.as_deref().expect("changed"), 1 << 20)
+                .expect("read");
+        }
+        cpu += thread_cpu_seconds() - started;
+        tip = new;
+    }
+    println!(
+        "one-file push (HTTP, {files} spec files in {dirs} director{}): {:.2} ms CPU per push \
+         ({pushes} pushes)",
+        if dirs == 1 { "y" } else { "ies" },
+        cpu * 1e3 / f64::from(pushes)
+    );
+}
+
+fn idle_poll() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let bare = tmp.path().join("remote.git");
     std::fs::create_dir_all(&bare).expect("mkdir");

@@ -407,3 +407,53 @@ fn an_unresolvable_host_and_a_refused_connection_say_which() {
         assert!(err.to_string().contains(words), "{err}");
     }
 }
+
+/// The agent turns off libgit2's second SHA-1 of each object it reads
+/// (`net::configure_git`); a damaged object in the mirror must still be an error, not content.
+#[test]
+fn a_damaged_object_in_the_mirror_is_an_error_without_hash_verification() {
+    git2::opts::strict_hash_verification(false);
+    let f = Fixture::new();
+    let mut spec = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n");
+    for i in 0..200 {
+        spec.push_str(&format!(
+            "  key{i}: \"value {i} of a file large enough to damage\"\n"
+        ));
+    }
+    let tip = f.commit("apps/big.yaml", &spec, "big");
+    let blob = git(&f.work, &["rev-parse", &format!("{tip}:apps/big.yaml")]);
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    mirror.fetch().unwrap();
+    let read = |m: &GitMirror| m.read_spec_file(&blob, 1 << 20);
+    assert!(matches!(
+        read(&mirror),
+        Ok(linnet::specs::FileContent::Bytes(b)) if b == spec.as_bytes()
+    ));
+    drop(mirror);
+
+    // Flip one byte in the middle of the blob's compressed data, where `git verify-pack` puts it.
+    let packs = f.cache.join("objects/pack");
+    let pack = std::fs::read_dir(&packs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "pack"))
+        .expect("a pack in the mirror");
+    let listing = git(&packs, &["verify-pack", "-v", pack.to_str().unwrap()]);
+    let entry: Vec<&str> = listing
+        .lines()
+        .find(|l| l.starts_with(&blob))
+        .expect("the blob in the pack")
+        .split_whitespace()
+        .collect();
+    let (size_in_pack, offset): (u64, u64) = (entry[3].parse().unwrap(), entry[4].parse().unwrap());
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let at = usize::try_from(offset + size_in_pack / 2).unwrap();
+    bytes[at] ^= 0x55;
+    std::fs::write(&pack, bytes).unwrap();
+
+    let mirror = GitMirror::open_existing(&f.cache, f.remote()).unwrap();
+    match read(&mirror) {
+        Err(_) => {}
+        Ok(other) => panic!("a damaged object was read as {other:?}"),
+    }
+}

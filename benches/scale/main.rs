@@ -8,7 +8,8 @@
 //! `LINNET_BENCH_RESULTS` (bench/RESULTS.md; `-` for none), `LINNET_BENCH_ANALYSIS` (`0`: no
 //! analysis load, figures 9 and 10). To compare settings or profile:
 //! `LINNET_BENCH_IDLE_POLL` (1s), `LINNET_BENCH_AGENT_ARGS` (extra agent flags) and
-//! `LINNET_BENCH_AGENT_WRAPPER` (see `start_agent`).
+//! `LINNET_BENCH_AGENT_WRAPPER` (see `start_agent`), and `LINNET_BENCH_FILES_PER_DIR` (0:
+//! every spec file in `apps/`; `k`: `k` files per directory below it).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[path = "../../tests/support/mod.rs"]
@@ -99,10 +100,14 @@ fn main() {
     };
     let section = format!(
         "<!-- bench:begin (written by `make bench`; edit outside the markers) -->\n\
-         Machine: {}. Commit `{commit}`{dirty}. Run {}. Sizes {:?}, {} pushes per size, idle window {} s, churn {} s, {} repeat(s).\n\n{table}<!-- bench:end -->",
+         Machine: {}. Commit `{commit}`{dirty}. Run {}. Sizes {:?}, {}, {} pushes per size, idle window {} s, churn {} s, {} repeat(s).\n\n{table}<!-- bench:end -->",
         machine(),
         sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         cfg.sizes,
+        match env_or("LINNET_BENCH_FILES_PER_DIR", 0usize) {
+            0 => "spec files all in `apps/`".to_string(),
+            k => format!("{k} spec files per directory below `apps/`"),
+        },
         cfg.pushes,
         cfg.idle.as_secs(),
         cfg.churn.as_secs(),

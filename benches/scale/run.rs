@@ -141,6 +141,19 @@ fn rollout_name(i: usize) -> String {
     format!("r-{i:04}")
 }
 
+/// Where rollout `i`'s spec file is, below the work tree: `apps/<name>.yaml`, or with
+/// `LINNET_BENCH_FILES_PER_DIR=k`, `apps/<i / k>/<name>.yaml` (a repository that spreads its
+/// specs over directories; Git reads and sends only the trees on a changed file's path).
+fn spec_file(i: usize) -> String {
+    static PER_DIR: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let per_dir = *PER_DIR.get_or_init(|| support::bench::env_or("LINNET_BENCH_FILES_PER_DIR", 0));
+    let name = rollout_name(i);
+    match per_dir {
+        0 => format!("apps/{name}.yaml"),
+        k => format!("apps/{:03}/{name}.yaml", i / k),
+    }
+}
+
 /// The Git host: a bare repository of `n` specs served over smart HTTP with a token, whose
 /// `post-receive` hook posts a signed GitHub push event to the agent in the background (as a
 /// host delivers webhooks after accepting the push).
@@ -164,12 +177,9 @@ fn git_host(dir: &Path, ns: &str, n: usize, agent_base: &str) -> GitHost {
     git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
     std::fs::create_dir_all(work.join("apps")).unwrap();
     for i in 0..n {
-        let name = rollout_name(i);
-        std::fs::write(
-            work.join(format!("apps/{name}.yaml")),
-            spec(&name, ns, "bench:1"),
-        )
-        .unwrap();
+        let file = work.join(spec_file(i));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, spec(&rollout_name(i), ns, "bench:1")).unwrap();
     }
     git(&work, &["add", "-A"]);
     git(
@@ -571,7 +581,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
                 && o.status.as_ref().and_then(|st| st.canary_image.as_deref()) == Some(&want)
         })
         .await;
-        let file = host.work.join(format!("apps/{name}.yaml"));
+        let file = host.work.join(spec_file(i));
         let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
         std::fs::write(
             &file,
@@ -662,7 +672,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     while churn_started.elapsed() < cfg.churn {
         let next = churn_started + Duration::from_secs(tick as u64 + 1);
         let name = rollout_name(tick % n);
-        let file = host.work.join(format!("apps/{name}.yaml"));
+        let file = host.work.join(spec_file(tick % n));
         let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
         let value = format!("churn-{tick}");
         let text = match text.lines().find(|l| l.starts_with("    bench/churn: ")) {
@@ -1166,10 +1176,9 @@ spec:
     )
     .map_err(|e| e.to_string())?;
     for i in 0..n {
-        let name = rollout_name(i);
         std::fs::write(
-            host.work.join(format!("apps/{name}.yaml")),
-            analysed_spec(&name, &ns.name, "bench:1"),
+            host.work.join(spec_file(i)),
+            analysed_spec(&rollout_name(i), &ns.name, "bench:1"),
         )
         .map_err(|e| e.to_string())?;
     }
@@ -1183,7 +1192,7 @@ spec:
     })
     .await?;
     for i in 0..n {
-        let file = host.work.join(format!("apps/{}.yaml", rollout_name(i)));
+        let file = host.work.join(spec_file(i));
         let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
         std::fs::write(&file, text.replace("bench:1", "bench:2")).map_err(|e| e.to_string())?;
     }

@@ -573,16 +573,32 @@ fn visible_entries<'t>(tree: Option<&'t git2::Tree<'_>>) -> Vec<git2::TreeEntry<
 
 /// Git's order of tree entries: by name, a directory's name read with a `/` after it.
 fn git_order(a: &git2::TreeEntry<'_>, b: &git2::TreeEntry<'_>) -> std::cmp::Ordering {
-    order_key(a).cmp(order_key(b))
+    let dir = |e: &git2::TreeEntry<'_>| e.filemode() == i32::from(git2::FileMode::Tree);
+    name_order(a.name_bytes(), dir(a), b.name_bytes(), dir(b))
 }
 
-fn order_key<'e>(entry: &'e git2::TreeEntry<'_>) -> impl Iterator<Item = u8> + 'e {
-    let dir = entry.filemode() == i32::from(git2::FileMode::Tree);
-    entry
-        .name_bytes()
-        .iter()
-        .copied()
-        .chain(dir.then_some(b'/'))
+/// Git's order of two names, each read with a `/` after it when it names a directory. The
+/// names are compared as slices: a directory of 10,000 entries is compared twice per push.
+fn name_order(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering {
+    let common = a.len().min(b.len());
+    match a[..common].cmp(&b[..common]) {
+        std::cmp::Ordering::Equal => {}
+        unequal => return unequal,
+    }
+    // One name is a prefix of the other: what follows it (its `/`, or nothing) decides.
+    let next = |name: &[u8], dir: bool| match name.get(common) {
+        Some(&byte) => Some(byte),
+        None => dir.then_some(b'/'),
+    };
+    let (x, y) = (next(a, a_dir), next(b, b_dir));
+    match (x, y) {
+        // Both are a `/` that ends at least one of the two: the shorter reading comes first.
+        (Some(x), Some(y)) if x == y => {
+            let length = |name: &[u8], dir: bool| name.len() + usize::from(dir);
+            length(a, a_dir).cmp(&length(b, b_dir))
+        }
+        _ => x.cmp(&y),
+    }
 }
 
 /// Whether entries are strictly in Git's order (and so name no path twice).
@@ -622,4 +638,52 @@ fn ssh_host_known(known_hosts: &Path, host: &str, key: &[u8]) -> bool {
                 .split(',')
                 .any(|h| h == host || h.trim_start_matches('[').starts_with(&format!("{host}]")))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_order;
+    use proptest::prelude::*;
+
+    /// The order by definition: each name read with a `/` after it when it is a directory.
+    fn by_definition(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering {
+        let key = |name: &[u8], dir: bool| {
+            let mut k = name.to_vec();
+            if dir {
+                k.push(b'/');
+            }
+            k
+        };
+        key(a, a_dir).cmp(&key(b, b_dir))
+    }
+
+    #[test]
+    fn a_directory_sorts_as_if_its_name_ended_in_a_slash() {
+        use std::cmp::Ordering::*;
+        // `a.b` < `a/` (a directory) < `a0`, and a file `a` < directory `a`.
+        assert_eq!(name_order(b"a.b", false, b"a", true), Less);
+        assert_eq!(name_order(b"a", true, b"a0", false), Less);
+        assert_eq!(name_order(b"a", false, b"a", true), Less);
+        assert_eq!(name_order(b"a", true, b"a", true), Equal);
+        assert_eq!(name_order(b"ab", false, b"a", false), Greater);
+    }
+
+    proptest! {
+        #[test]
+        fn name_order_is_the_order_by_definition(
+            a in proptest::collection::vec(prop_oneof![Just(b'/'), Just(b'.'), Just(b'a'), Just(b'0'), any::<u8>()], 0..5),
+            b in proptest::collection::vec(prop_oneof![Just(b'/'), Just(b'.'), Just(b'a'), Just(b'0'), any::<u8>()], 0..5),
+            a_dir: bool,
+            b_dir: bool,
+        ) {
+            prop_assert_eq!(name_order(&a, a_dir, &b, b_dir), by_definition(&a, a_dir, &b, b_dir));
+            // Shared prefixes are where the two readings can differ.
+            let mut longer = a.clone();
+            longer.extend_from_slice(&b);
+            prop_assert_eq!(
+                name_order(&a, a_dir, &longer, b_dir),
+                by_definition(&a, a_dir, &longer, b_dir)
+            );
+        }
+    }
 }

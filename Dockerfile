@@ -4,10 +4,10 @@
 #   docker build -t ghcr.io/linnet-dev/linnet:0.1.0 .
 #
 # The binary is the one `make test` tests (`cargo build --release --locked`). libgit2 and
-# libssh2 are compiled in; rustls (with ring) is compiled in for the Kubernetes API and
-# commit statuses. Git over HTTPS goes through the system's OpenSSL: the binary links
-# libssl.so.3 and libcrypto.so.3 (and libz), which distroless/cc-debian12 ships, with the CA
-# bundle at /etc/ssl/certs that both TLS stacks trust. A private CA is added with --ca-file.
+# libssh2 are compiled in, with zlib-ng (built with cmake); rustls (with ring) is compiled
+# in for the Kubernetes API and commit statuses. Git over HTTPS goes through the system's
+# OpenSSL: the binary links libssl.so.3 and libcrypto.so.3, which distroless/cc-debian12
+# ships, with the CA bundle at /etc/ssl/certs that both TLS stacks trust. A private CA is added with --ca-file.
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends cmake pkg-config \

@@ -16,6 +16,10 @@ mod process;
 #[path = "../tests/support/git_http.rs"]
 mod git_http;
 
+#[path = "../tests/support/bench.rs"]
+#[allow(dead_code)]
+mod bench;
+
 use linnet::source::git::{GitAuth, GitMirror, GitRemote};
 
 fn git(dir: &Path, args: &[&str]) {
@@ -42,18 +46,19 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() {
-    // As the agent sets libgit2 (`net::configure_git`).
+    // libgit2 set as the agent sets it.
     linnet::net::configure_git(std::time::Duration::from_secs(30), None).expect("git settings");
     idle_poll();
     // `cargo test --all-targets` runs harness-less benches too, without `--bench`: there, a
     // small run keeps this code working; the sizes take minutes to set up.
+    // (spec files, files per directory; 0: all in one).
     let (sizes, pushes): (&[(usize, usize)], u32) = if std::env::args().any(|a| a == "--bench") {
-        (&[(100, 1), (10_000, 1), (10_000, 100)], 40)
+        (&[(100, 0), (10_000, 0), (10_000, 100)], 40)
     } else {
-        (&[(100, 1), (100, 10)], 3)
+        (&[(100, 0), (100, 10)], 3)
     };
-    for &(files, dirs) in sizes {
-        one_file_push(files, dirs, pushes);
+    for &(files, per_dir) in sizes {
+        one_file_push(files, per_dir, pushes);
     }
 }
 
@@ -65,22 +70,14 @@ fn thread_cpu_seconds() -> f64 {
         tv_nsec: 0,
     };
     // SAFETY: `t` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(read, 0, "the thread's CPU clock");
     t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-}
-
-/// A spec file's path: `files` of them in `dirs` directories below `apps/`.
-fn spec_path(i: usize, dirs: usize) -> String {
-    if dirs <= 1 {
-        format!("apps/r-{i:05}.yaml")
-    } else {
-        format!("apps/{:03}/r-{i:05}.yaml", i % dirs)
-    }
 }
 
 /// The fetching side of a push that changes one spec file: fetch, the spec tree's id, the
 /// changed files and their content, as the agent does for each push.
-fn one_file_push(files: usize, dirs: usize, pushes: u32) {
+fn one_file_push(files: usize, per_dir: usize, pushes: u32) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let repos = tmp.path().join("repos");
     let bare = repos.join("gitops.git");
@@ -94,11 +91,11 @@ fn one_file_push(files: usize, dirs: usize, pushes: u32) {
     let body = |i: usize, image: &str| {
         format!(
             "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryStatefulSet\nmetadata:\n  \
-             name: r-{i:05}\nspec:\n  replicas: 1\n  image: {image}\n"
+             name: r-{i:04}\nspec:\n  replicas: 1\n  image: {image}\n"
         )
     };
     for i in 0..files {
-        let path = work.join(spec_path(i, dirs));
+        let path = work.join(bench::spec_file(i, per_dir));
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(path, body(i, "bench:1")).expect("write");
     }
@@ -120,7 +117,7 @@ fn one_file_push(files: usize, dirs: usize, pushes: u32) {
     for n in 0..pushes as usize {
         let i = (n * 7919) % files;
         std::fs::write(
-            work.join(spec_path(i, dirs)),
+            work.join(bench::spec_file(i, per_dir)),
             body(i, &format!("bench:{}", n + 2)),
         )
         .expect("write");
@@ -142,14 +139,18 @@ fn one_file_push(files: usize, dirs: usize, pushes: u32) {
         cpu += thread_cpu_seconds() - started;
         tip = new;
     }
+    let layout = match per_dir {
+        0 => "in one directory".to_string(),
+        k => format!("{k} per directory"),
+    };
     println!(
-        "one-file push (HTTP, {files} spec files in {dirs} director{}): {:.2} ms CPU per push \
-         ({pushes} pushes)",
-        if dirs == 1 { "y" } else { "ies" },
+        "one-file push (HTTP, {files} spec files {layout}): {:.2} ms CPU per push ({pushes} \
+         pushes)",
         cpu * 1e3 / f64::from(pushes)
     );
 }
 
+/// An idle poll: the remote's branch tip, unchanged, at 1,000 spec files.
 fn idle_poll() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let bare = tmp.path().join("remote.git");

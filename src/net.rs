@@ -134,9 +134,9 @@ fn client_with(
 }
 
 /// Sets libgit2's process-wide connect and read timeouts to `timeout` (a read timeout is per
-/// read: [`crate::source::git::GitMirror::set_deadline`] bounds a whole transfer), adds
-/// `ca_file` to the certificates its HTTPS (OpenSSL) trusts, and turns off its second hash of
-/// each object read. Call once, while the process has a single thread.
+/// read: [`crate::source::git::GitMirror::set_deadline`] bounds a whole transfer), and adds
+/// `ca_file` to the certificates its HTTPS (OpenSSL) trusts. Call once, while the process
+/// has a single thread.
 #[allow(unsafe_code)]
 pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), CaFileError> {
     let millis = libc::c_int::try_from(timeout.as_millis())
@@ -153,12 +153,6 @@ pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), Ca
     // nothing writes these settings again.
     unsafe { git2::opts::set_server_connect_timeout_in_milliseconds(millis) }.map_err(settings)?;
     unsafe { git2::opts::set_server_timeout_in_milliseconds(millis) }.map_err(settings)?;
-    // libgit2 hashes every object it reads again (SHA-1 with collision detection), by default.
-    // The mirror's objects were hashed when they were fetched (the indexer names each object
-    // by its hash) or written, and zlib's checksum still catches a damaged object on read.
-    // Reading a 10,000-entry tree twice per push cost 7 % of the agent's CPU at 10,000
-    // rollouts (bench/RESULTS.md).
-    git2::opts::strict_hash_verification(false);
     if let Some(path) = ca_file {
         // SAFETY: as above.
         unsafe { git2::opts::set_ssl_cert_file(path) }.map_err(|e| CaFileError::Git {

@@ -69,6 +69,7 @@ fn main() {
         linnet_bin: std::env::var("LINNET_BENCH_LINNET_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_linnet"))),
+        files_per_dir: env_or("LINNET_BENCH_FILES_PER_DIR", 0),
     };
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let rows = match rt.block_on(run::run(&cfg)) {
@@ -104,7 +105,7 @@ fn main() {
         machine(),
         sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         cfg.sizes,
-        match env_or("LINNET_BENCH_FILES_PER_DIR", 0usize) {
+        match cfg.files_per_dir {
             0 => "spec files all in `apps/`".to_string(),
             k => format!("{k} spec files per directory below `apps/`"),
         },

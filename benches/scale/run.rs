@@ -38,6 +38,8 @@ pub struct Config {
     /// The window of figures 9 and 10 (every rollout paused mid-canary, analysing).
     pub analysis_window: Duration,
     pub linnet_bin: PathBuf,
+    /// Spec files per directory below `apps/`; 0 puts them all in `apps/`.
+    pub files_per_dir: usize,
 }
 
 /// One line of the results table.
@@ -141,17 +143,9 @@ fn rollout_name(i: usize) -> String {
     format!("r-{i:04}")
 }
 
-/// Where rollout `i`'s spec file is, below the work tree: `apps/<name>.yaml`, or with
-/// `LINNET_BENCH_FILES_PER_DIR=k`, `apps/<i / k>/<name>.yaml` (a repository that spreads its
-/// specs over directories; Git reads and sends only the trees on a changed file's path).
-fn spec_file(i: usize) -> String {
-    static PER_DIR: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let per_dir = *PER_DIR.get_or_init(|| support::bench::env_or("LINNET_BENCH_FILES_PER_DIR", 0));
-    let name = rollout_name(i);
-    match per_dir {
-        0 => format!("apps/{name}.yaml"),
-        k => format!("apps/{:03}/{name}.yaml", i / k),
-    }
+/// Rollout `i`'s spec file below the work tree.
+fn spec_file(cfg: &Config, i: usize) -> String {
+    support::bench::spec_file(i, cfg.files_per_dir)
 }
 
 /// The Git host: a bare repository of `n` specs served over smart HTTP with a token, whose
@@ -163,7 +157,7 @@ struct GitHost {
     url: String,
 }
 
-fn git_host(dir: &Path, ns: &str, n: usize, agent_base: &str) -> GitHost {
+fn git_host(cfg: &Config, dir: &Path, ns: &str, n: usize, agent_base: &str) -> GitHost {
     let bare = dir.join("repos/gitops.git");
     std::fs::create_dir_all(&bare).unwrap();
     git(&bare, &["init", "--bare", "-q"]);
@@ -177,7 +171,7 @@ fn git_host(dir: &Path, ns: &str, n: usize, agent_base: &str) -> GitHost {
     git(dir, &["clone", "-q", bare.to_str().unwrap(), "work"]);
     std::fs::create_dir_all(work.join("apps")).unwrap();
     for i in 0..n {
-        let file = work.join(spec_file(i));
+        let file = work.join(spec_file(cfg, i));
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(file, spec(&rollout_name(i), ns, "bench:1")).unwrap();
     }
@@ -487,7 +481,13 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     let ns = support::TestNamespace::create(admin, &format!("bench-{n}")).await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = support::agent::free_port();
-    let host = git_host(tmp.path(), &ns.name, n, &format!("http://127.0.0.1:{port}"));
+    let host = git_host(
+        cfg,
+        tmp.path(),
+        &ns.name,
+        n,
+        &format!("http://127.0.0.1:{port}"),
+    );
     let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
@@ -581,7 +581,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
                 && o.status.as_ref().and_then(|st| st.canary_image.as_deref()) == Some(&want)
         })
         .await;
-        let file = host.work.join(spec_file(i));
+        let file = host.work.join(spec_file(cfg, i));
         let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
         std::fs::write(
             &file,
@@ -672,7 +672,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     while churn_started.elapsed() < cfg.churn {
         let next = churn_started + Duration::from_secs(tick as u64 + 1);
         let name = rollout_name(tick % n);
-        let file = host.work.join(spec_file(tick % n));
+        let file = host.work.join(spec_file(cfg, tick % n));
         let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
         let value = format!("churn-{tick}");
         let text = match text.lines().find(|l| l.starts_with("    bench/churn: ")) {
@@ -999,7 +999,13 @@ async fn volume_canary(cfg: &Config, admin: &Client) -> Result<Vec<f64>, String>
     let ns = support::TestNamespace::create(admin, "bench-vol").await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = support::agent::free_port();
-    let host = git_host(tmp.path(), &ns.name, 0, &format!("http://127.0.0.1:{port}"));
+    let host = git_host(
+        cfg,
+        tmp.path(),
+        &ns.name,
+        0,
+        &format!("http://127.0.0.1:{port}"),
+    );
     let file = host.work.join("apps/vol.yaml");
     std::fs::write(&file, volume_spec(&ns.name, "bench:1")).map_err(|e| e.to_string())?;
     git(&host.work, &["add", "-A"]);
@@ -1151,7 +1157,13 @@ async fn analysis_load(cfg: &Config, admin: &Client, n: usize) -> Result<(f64, f
     let prometheus = support::prometheus::Prometheus::start(&exporter).await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = support::agent::free_port();
-    let host = git_host(tmp.path(), &ns.name, 0, &format!("http://127.0.0.1:{port}"));
+    let host = git_host(
+        cfg,
+        tmp.path(),
+        &ns.name,
+        0,
+        &format!("http://127.0.0.1:{port}"),
+    );
     std::fs::write(
         host.work.join("apps/error-rate.yaml"),
         format!(
@@ -1177,7 +1189,7 @@ spec:
     .map_err(|e| e.to_string())?;
     for i in 0..n {
         std::fs::write(
-            host.work.join(spec_file(i)),
+            host.work.join(spec_file(cfg, i)),
             analysed_spec(&rollout_name(i), &ns.name, "bench:1"),
         )
         .map_err(|e| e.to_string())?;
@@ -1192,7 +1204,7 @@ spec:
     })
     .await?;
     for i in 0..n {
-        let file = host.work.join(spec_file(i));
+        let file = host.work.join(spec_file(cfg, i));
         let text = std::fs::read_to_string(&file).map_err(|e| e.to_string())?;
         std::fs::write(&file, text.replace("bench:1", "bench:2")).map_err(|e| e.to_string())?;
     }

@@ -571,7 +571,9 @@ fn visible_entries<'t>(tree: Option<&'t git2::Tree<'_>>) -> Vec<git2::TreeEntry<
         .unwrap_or_default()
 }
 
-/// Git's order of tree entries: by name, a directory's name read with a `/` after it.
+/// Git's order of tree entries: by name, a directory's name read with a `/` after it. (A name
+/// holding a `/`, which only a hand-made tree has, is ordered by the same reading, which can
+/// differ from Git's own comparison there.)
 fn git_order(a: &git2::TreeEntry<'_>, b: &git2::TreeEntry<'_>) -> std::cmp::Ordering {
     let dir = |e: &git2::TreeEntry<'_>| e.filemode() == i32::from(git2::FileMode::Tree);
     name_order(a.name_bytes(), dir(a), b.name_bytes(), dir(b))

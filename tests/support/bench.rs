@@ -19,3 +19,13 @@ pub fn sh(cmd: &str, args: &[&str]) -> String {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
 }
+
+/// Where spec file `i` of a bench's repository is: `apps/r-<i>.yaml`, or with `per_dir` > 0,
+/// `apps/<i / per_dir>/r-<i>.yaml` (a repository that spreads its specs over directories, by
+/// team or namespace). `r-<i>` is also the rollout's name.
+pub fn spec_file(i: usize, per_dir: usize) -> String {
+    match per_dir {
+        0 => format!("apps/r-{i:04}.yaml"),
+        k => format!("apps/{:03}/r-{i:04}.yaml", i / k),
+    }
+}

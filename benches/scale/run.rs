@@ -1188,11 +1188,12 @@ spec:
     )
     .map_err(|e| e.to_string())?;
     for i in 0..n {
-        std::fs::write(
-            host.work.join(spec_file(cfg, i)),
-            analysed_spec(&rollout_name(i), &ns.name, "bench:1"),
-        )
-        .map_err(|e| e.to_string())?;
+        let file = host.work.join(spec_file(cfg, i));
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(file, analysed_spec(&rollout_name(i), &ns.name, "bench:1"))
+            .map_err(|e| e.to_string())?;
     }
     git(&host.work, &["add", "-A"]);
     push(&host.work, "analysed rollouts");

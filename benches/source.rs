@@ -40,6 +40,21 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(ok, "git {args:?} failed");
 }
 
+/// A bare repository at `bare` and its clone in `dir/work`, which is returned.
+fn bare_and_clone(dir: &Path, bare: &Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(bare).expect("mkdir");
+    git(bare, &["init", "--bare", "-q"]);
+    git(dir, &["clone", "-q", bare.to_str().unwrap_or(""), "work"]);
+    dir.join("work")
+}
+
+/// Commits everything in `work` and pushes it to `main`.
+fn commit_all_and_push(work: &Path) {
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-qm", "seed"]);
+    git(work, &["push", "-q", "origin", "HEAD:main"]);
+}
+
 /// User + system CPU time of this process.
 fn cpu_seconds() -> f64 {
     process::usage(std::process::id()).map_or(0.0, |(_, cpu)| cpu)
@@ -80,14 +95,7 @@ fn thread_cpu_seconds() -> f64 {
 fn one_file_push(files: usize, per_dir: usize, pushes: u32) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let repos = tmp.path().join("repos");
-    let bare = repos.join("gitops.git");
-    std::fs::create_dir_all(&bare).expect("mkdir");
-    git(&bare, &["init", "--bare", "-q"]);
-    git(
-        tmp.path(),
-        &["clone", "-q", bare.to_str().unwrap_or(""), "work"],
-    );
-    let work = tmp.path().join("work");
+    let work = bare_and_clone(tmp.path(), &repos.join("gitops.git"));
     let body = |i: usize, image: &str| {
         format!(
             "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryStatefulSet\nmetadata:\n  \
@@ -99,9 +107,7 @@ fn one_file_push(files: usize, per_dir: usize, pushes: u32) {
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(path, body(i, "bench:1")).expect("write");
     }
-    git(&work, &["add", "-A"]);
-    git(&work, &["commit", "-qm", "seed"]);
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    commit_all_and_push(&work);
     let server = git_http::serve(repos, None);
     let mirror = GitMirror::open(
         &tmp.path().join("cache"),
@@ -154,13 +160,7 @@ fn one_file_push(files: usize, per_dir: usize, pushes: u32) {
 fn idle_poll() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let bare = tmp.path().join("remote.git");
-    std::fs::create_dir_all(&bare).expect("mkdir");
-    git(&bare, &["init", "--bare", "-q"]);
-    git(
-        tmp.path(),
-        &["clone", "-q", bare.to_str().unwrap_or(""), "work"],
-    );
-    let work = tmp.path().join("work");
+    let work = bare_and_clone(tmp.path(), &bare);
     // A repository of 1,000 spec files: an idle poll must not cost more because of them.
     std::fs::create_dir_all(work.join("apps")).expect("mkdir");
     for i in 0..1000 {
@@ -170,9 +170,7 @@ fn idle_poll() {
         )
         .expect("write");
     }
-    git(&work, &["add", "-A"]);
-    git(&work, &["commit", "-qm", "seed"]);
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    commit_all_and_push(&work);
 
     let mirror = GitMirror::open(
         &tmp.path().join("cache"),

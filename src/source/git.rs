@@ -584,22 +584,14 @@ fn git_order(a: &git2::TreeEntry<'_>, b: &git2::TreeEntry<'_>) -> std::cmp::Orde
 fn name_order(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering {
     let common = a.len().min(b.len());
     match a[..common].cmp(&b[..common]) {
-        std::cmp::Ordering::Equal => {}
-        unequal => return unequal,
-    }
-    // One name is a prefix of the other: what follows it (its `/`, or nothing) decides.
-    let next = |name: &[u8], dir: bool| match name.get(common) {
-        Some(&byte) => Some(byte),
-        None => dir.then_some(b'/'),
-    };
-    let (x, y) = (next(a, a_dir), next(b, b_dir));
-    match (x, y) {
-        // Both are a `/` that ends at least one of the two: the shorter reading comes first.
-        (Some(x), Some(y)) if x == y => {
-            let length = |name: &[u8], dir: bool| name.len() + usize::from(dir);
-            length(a, a_dir).cmp(&length(b, b_dir))
+        // One is a prefix of the other: the rest, with its `/`, decides in a byte or two.
+        std::cmp::Ordering::Equal => {
+            fn rest(name: &[u8], from: usize, dir: bool) -> impl Iterator<Item = u8> + '_ {
+                name[from..].iter().copied().chain(dir.then_some(b'/'))
+            }
+            rest(a, common, a_dir).cmp(rest(b, common, b_dir))
         }
-        _ => x.cmp(&y),
+        unequal => unequal,
     }
 }
 

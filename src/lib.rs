@@ -18,6 +18,7 @@ pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod error;
+pub mod events;
 pub mod hash;
 pub mod inspect;
 pub mod kube_client;

@@ -635,3 +635,70 @@ async fn a_secret_that_left_git_is_pruned_by_a_full_sync() {
             .is_none()
     );
 }
+
+/// Events go through one Recorder per bucket of objects (`linnet::events`): an event
+/// repeated on one object is still one series, and the same event on objects in other
+/// buckets is an event of its own.
+#[tokio::test]
+async fn a_repeated_event_is_one_series_with_the_recorder_split_in_buckets() {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::runtime::events::{Event, EventType, Reporter};
+
+    let client = admin_client().await;
+    let ns = TestNamespace::create(&client, "events").await;
+    let recorders = linnet::events::EventRecorders::new(
+        client.clone(),
+        Reporter {
+            controller: "linnet".into(),
+            instance: None,
+        },
+    );
+    let regarding = |name: &str| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        namespace: Some(ns.name.clone()),
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Available".into(),
+        note: Some("1 of 1 on redis:7.4".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    // Enough objects that some share a bucket and most do not.
+    let names: Vec<String> = (0..300).map(|i| format!("app-{i:03}")).collect();
+    for name in &names {
+        recorders.publish(&event, &regarding(name)).await.unwrap();
+    }
+    recorders
+        .publish(&event, &regarding("app-007"))
+        .await
+        .unwrap();
+    recorders
+        .publish(&event, &regarding("app-007"))
+        .await
+        .unwrap();
+
+    let events = Api::<K8sEvent>::namespaced(client.clone(), &ns.name)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(events.len(), names.len(), "one event per object");
+    let about = |name: &str| {
+        events
+            .iter()
+            .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .unwrap()
+    };
+    let repeated = about("app-007");
+    assert_eq!(
+        repeated.series.as_ref().map(|s| s.count),
+        Some(3),
+        "{repeated:?}"
+    );
+    assert!(about("app-008").series.is_none());
+}

@@ -2,12 +2,13 @@
 //! this agent runs.
 
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 
 /// Shared by all reconciles of all controllers, as an `Arc`.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    /// Events, each through the Recorder of its object's bucket (`crate::events`).
+    pub recorder: crate::events::EventRecorders,
     /// The `rollouts.linnet.dev/source` label value this agent syncs; it runs only the
     /// rollouts (and watches only the children) that carry it.
     pub source: String,
@@ -42,7 +43,7 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: crate::events::EventRecorders::new(client.clone(), reporter),
             templates: super::analysis::Templates::watch(
                 client.clone(),
                 &format!("{}={source}", crate::api::SOURCE_LABEL),

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope, pinned_kind};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -202,7 +202,7 @@ pub struct Syncer {
     desired_hashes: std::sync::Mutex<DesiredHashes>,
     /// How old the last full sync may be before the next is full again.
     drift_interval: Duration,
-    recorder: Recorder,
+    recorder: crate::events::EventRecorders,
     /// Whose rights Git's objects are written with.
     apply_as: ApplyAs,
     /// The agent's own configuration, from which the impersonating clients are made.
@@ -270,7 +270,7 @@ impl Syncer {
             adopt: false,
             policy: crate::specs::Policy::default(),
             rollout_finalizer: false,
-            recorder: Recorder::new(
+            recorder: crate::events::EventRecorders::new(
                 client.clone(),
                 Reporter {
                     controller: "linnet".into(),

@@ -133,15 +133,10 @@ fn client_with(
     })
 }
 
-/// The largest tree libgit2 keeps parsed: about 40,000 entries.
-const CACHED_TREE_MAX: usize = 2 << 20;
-/// libgit2's object cache, in bytes of objects: a few large trees, and the small ones.
-const GIT_CACHE_MAX: isize = 8 << 20;
-
 /// Sets libgit2's process-wide connect and read timeouts to `timeout` (a read timeout is per
 /// read: [`crate::source::git::GitMirror::set_deadline`] bounds a whole transfer), and adds
 /// `ca_file` to the certificates its HTTPS (OpenSSL) trusts. Call once, while the process
-/// has a single thread. Also sizes libgit2's object cache.
+/// has a single thread.
 #[allow(unsafe_code)]
 pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), CaFileError> {
     let millis = libc::c_int::try_from(timeout.as_millis())
@@ -158,14 +153,6 @@ pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), Ca
     // nothing writes these settings again.
     unsafe { git2::opts::set_server_connect_timeout_in_milliseconds(millis) }.map_err(settings)?;
     unsafe { git2::opts::set_server_timeout_in_milliseconds(millis) }.map_err(settings)?;
-    // SAFETY: as above. A push's tree diff reads the spec directory's tree of the revision
-    // before, which the last diff read: cached, it is not inflated, hashed and parsed again.
-    // libgit2 caches no tree over 4 KB by default (a directory of about 100 files).
-    unsafe { git2::opts::set_cache_object_limit(git2::ObjectType::Tree, CACHED_TREE_MAX) }
-        .map_err(settings)?;
-    // SAFETY: as above. Bounds the objects cached by all repositories together (256 MiB by
-    // default): a long-lived mirror caches every tree and commit it reads.
-    unsafe { git2::opts::set_cache_max_size(GIT_CACHE_MAX) }.map_err(settings)?;
     if let Some(path) = ca_file {
         // SAFETY: as above.
         unsafe { git2::opts::set_ssl_cert_file(path) }.map_err(|e| CaFileError::Git {

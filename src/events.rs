@@ -6,9 +6,13 @@
 //! With one Recorder, an event's cost grows with the events published lately: at 10,000
 //! rollouts, 4 % of the agent's CPU for a one-file push, and a first sync that is quadratic in
 //! the rollouts. A series is kept per object (`regarding`), so a Recorder per bucket of objects
-//! keeps every series whole while each publish looks only at its own bucket's cache.
+//! keeps every series whole while each publish looks only at its own bucket's cache. A bucket
+//! that has been quiet for longer than the cache keeps events gets an empty Recorder at the
+//! next publish anywhere, as one Recorder's sweep emptied it.
 
 use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
@@ -17,18 +21,38 @@ use kube::runtime::events::{Event, Recorder, Reporter};
 /// How many Recorders share the events: about 40 rollouts each at 10,000.
 const BUCKETS: usize = 256;
 
+/// After this long without a publish, every entry of a bucket's cache has expired
+/// (kube-runtime keeps an event for 6 minutes; one more for clocks).
+const IDLE: Duration = Duration::from_secs(7 * 60);
+
 /// Publishes events, each through the Recorder of its object's bucket.
 #[derive(Clone)]
 pub struct EventRecorders {
-    recorders: Vec<Recorder>,
+    client: Client,
+    reporter: Reporter,
+    buckets: Arc<Vec<Mutex<Bucket>>>,
+}
+
+struct Bucket {
+    recorder: Recorder,
+    /// The last publish through `recorder`; `None` while its cache is empty.
+    last_publish: Option<Instant>,
 }
 
 impl EventRecorders {
     pub fn new(client: Client, reporter: Reporter) -> EventRecorders {
+        let buckets = (0..BUCKETS)
+            .map(|_| {
+                Mutex::new(Bucket {
+                    recorder: Recorder::new(client.clone(), reporter.clone()),
+                    last_publish: None,
+                })
+            })
+            .collect();
         EventRecorders {
-            recorders: (0..BUCKETS)
-                .map(|_| Recorder::new(client.clone(), reporter.clone()))
-                .collect(),
+            client,
+            reporter,
+            buckets: Arc::new(buckets),
         }
     }
 
@@ -39,10 +63,37 @@ impl EventRecorders {
         event: &Event,
         regarding: &ObjectReference,
     ) -> Result<(), kube::Error> {
-        self.recorders[bucket(regarding)]
-            .publish(event, regarding)
-            .await
+        let now = Instant::now();
+        let recorder = {
+            let mut bucket = self.buckets[bucket(regarding)]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            bucket.last_publish = Some(now);
+            bucket.recorder.clone()
+        };
+        self.forget_idle(now);
+        recorder.publish(event, regarding).await
     }
+
+    /// Empties the caches of the buckets idle for [`IDLE`], as one Recorder's sweep emptied
+    /// them at any publish: a bucket sweeps only at its own publishes, so a quiet one would
+    /// keep its expired events. A new Recorder is made only for a bucket that held events.
+    fn forget_idle(&self, now: Instant) {
+        for bucket in self.buckets.iter() {
+            let Ok(mut bucket) = bucket.try_lock() else {
+                continue;
+            };
+            if bucket.last_publish.is_some_and(|t| is_idle(t, now)) {
+                bucket.recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                bucket.last_publish = None;
+            }
+        }
+    }
+}
+
+/// Whether a bucket last published at `last` holds only expired events at `now`.
+fn is_idle(last: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(last) > IDLE
 }
 
 /// The bucket of an object: the same for the same object for the life of the process.
@@ -72,6 +123,52 @@ mod tests {
         later.uid = Some("b1d4".into());
         later.resource_version = Some("42".into());
         assert_eq!(bucket(&rollout("shop", "redis")), bucket(&later));
+    }
+
+    #[test]
+    fn a_bucket_is_idle_only_once_its_newest_event_has_expired() {
+        let last = Instant::now();
+        assert!(!is_idle(last, last));
+        assert!(!is_idle(last, last + Duration::from_secs(6 * 60)));
+        assert!(is_idle(last, last + IDLE + Duration::from_secs(1)));
+        // A clock read before `last` (another thread's) is not idle.
+        assert!(!is_idle(last + Duration::from_secs(1), last));
+    }
+
+    #[tokio::test]
+    async fn a_quiet_bucket_with_events_gets_an_empty_recorder_at_the_next_publish_anywhere() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap_or_default());
+        let Ok(client) = Client::try_from(config) else {
+            panic!("a client needs no server until it sends");
+        };
+        let reporter = Reporter {
+            controller: "linnet".into(),
+            instance: None,
+        };
+        let recorders = EventRecorders::new(client, reporter);
+        let start = Instant::now();
+        let at = |i: usize| {
+            recorders.buckets[i]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .last_publish
+        };
+        let set = |i: usize, t: Option<Instant>| {
+            recorders.buckets[i]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .last_publish = t;
+        };
+        set(1, Some(start));
+        set(2, Some(start + Duration::from_secs(120)));
+        recorders.forget_idle(start + IDLE + Duration::from_secs(60));
+        assert_eq!(at(1), None, "idle for 8 minutes: emptied");
+        assert_eq!(
+            at(2),
+            Some(start + Duration::from_secs(120)),
+            "6 minutes: kept"
+        );
+        assert_eq!(at(3), None, "never published: left as it was");
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! - [`source`] is the only module that reads Git; [`writeback`] the only one that writes it.
-//! - [`sync`] and [`controller`] are the only modules that talk to the cluster.
+//! - [`sync`] and [`controller`] are the only modules that talk to the cluster, with
+//!   [`events`], through which both publish their Kubernetes events.
 //! - [`plan`] makes every rollout decision, as pure functions of spec, observed state and time.
 
 pub mod agent;

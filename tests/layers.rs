@@ -18,6 +18,7 @@ const ABOVE_PLAN: &[&str] = &[
     "serve",
     "kube_client",
     "net",
+    "events",
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

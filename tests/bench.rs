@@ -23,6 +23,7 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
         // Spread over directories, so that this layout keeps working too.
         files_per_dir: 4,
+        floor_max: 10,
     };
     let rows = run::run(&cfg).await.expect("the benchmark completes");
     let table = run::table(&rows);
@@ -40,4 +41,9 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         assert!(!row.median.is_nan(), "{figure} was not measured:\n{table}");
         assert!(table.contains(figure), "{table}");
     }
+    let floor = run::CONTEXT[9];
+    assert!(
+        rows.iter().any(|r| r.figure == floor && r.samples == 1),
+        "figure 13 without linnet was not measured:\n{table}"
+    );
 }

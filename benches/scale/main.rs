@@ -9,7 +9,9 @@
 //! analysis load, figures 9 and 10). To compare settings or profile:
 //! `LINNET_BENCH_IDLE_POLL` (1s), `LINNET_BENCH_AGENT_ARGS` (extra agent flags) and
 //! `LINNET_BENCH_AGENT_WRAPPER` (see `start_agent`), and `LINNET_BENCH_FILES_PER_DIR` (0:
-//! every spec file in `apps/`; `k`: `k` files per directory below it).
+//! every spec file in `apps/`; `k`: `k` files per directory below it), and
+//! `LINNET_BENCH_FLOOR_MAX` (1000: the largest size at which figure 13 is measured without
+//! linnet too, its stable sets created straight through the API).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[path = "../../tests/support/mod.rs"]
@@ -70,6 +72,7 @@ fn main() {
             .map(PathBuf::from)
             .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_linnet"))),
         files_per_dir: env_or("LINNET_BENCH_FILES_PER_DIR", 0),
+        floor_max: env_or("LINNET_BENCH_FLOOR_MAX", 1000),
     };
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let rows = match rt.block_on(run::run(&cfg)) {

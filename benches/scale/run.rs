@@ -40,6 +40,8 @@ pub struct Config {
     pub linnet_bin: PathBuf,
     /// Spec files per directory below `apps/`; 0 puts them all in `apps/`.
     pub files_per_dir: usize,
+    /// The largest size at which figure 13 is measured without linnet too (its floor).
+    pub floor_max: usize,
 }
 
 /// One line of the results table.
@@ -98,6 +100,9 @@ struct Samples {
     initial_writes_per_rollout: f64,
     /// Agent CPU from the first push until it settled after the last, per push.
     push_cpu_ms: f64,
+    /// Figure 13 without linnet: its stable sets created straight through the API, from the
+    /// first create until every one reports its replica Ready.
+    direct_ready_s: Option<f64>,
 }
 
 fn log(msg: &str) {
@@ -520,6 +525,10 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
         "size {n}: synced in {:.2} s, all Stable after {:.2} s",
         s.initial_sync_s, s.all_stable_s
     ));
+    let first_set = sets
+        .get(&format!("{}-stable", rollout_name(0)))
+        .await
+        .map_err(|e| e.to_string())?;
     support::agent::wait_ready_at(&agent.base).await;
     settle(&agent, Duration::from_secs(3), slow).await;
     let (reads, watches) = audit_reads(audit_at_start, audit_offset());
@@ -713,7 +722,59 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     agent.kill();
     drop(agent);
     deleted(admin, ns).await;
+    if n <= cfg.floor_max {
+        log(&format!("size {n}: the same StatefulSets without linnet"));
+        let ready = direct_sets_ready(admin, &first_set, n, slow * 3).await?;
+        log(&format!("size {n}: without linnet, every set Ready after {ready:.2} s"));
+        s.direct_ready_s = Some(ready);
+    }
     Ok(s)
+}
+
+/// Figure 13's floor on this machine: `n` copies of `first` (rollout 0's stable set, as
+/// linnet made it) created straight through the API, 32 at a time as linnet's reconciles
+/// run, in a namespace of their own; seconds from the first create until every set reports
+/// its replica Ready. What is left of figure 13 above this is linnet's.
+async fn direct_sets_ready(
+    admin: &Client,
+    first: &StatefulSet,
+    n: usize,
+    timeout: Duration,
+) -> Result<f64, String> {
+    let ns = support::TestNamespace::create(admin, &format!("floor-{n}")).await;
+    let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let mut template = first.clone();
+    template.status = None;
+    template.metadata = kube::api::ObjectMeta {
+        name: template.metadata.name.take(),
+        labels: template.metadata.labels.take(),
+        annotations: template.metadata.annotations.take(),
+        ..Default::default()
+    };
+    let template = serde_json::to_string(&template).map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let ready = count_seen(sets.clone(), n, timeout, |o: &StatefulSet| {
+        o.status.as_ref().and_then(|st| st.ready_replicas) == Some(1)
+    });
+    let created = futures::stream::iter(0..n)
+        .map(|i| {
+            let sets = sets.clone();
+            let json = template.replace(&rollout_name(0), &rollout_name(i));
+            async move {
+                let set: StatefulSet = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+                sets.create(&Default::default(), &set)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("create {i}: {e}"))
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>();
+    let (ready, created) = tokio::join!(ready, created);
+    created.into_iter().collect::<Result<Vec<()>, String>>()?;
+    let ready_s = (ready? - started).as_secs_f64();
+    deleted(admin, ns).await;
+    Ok(ready_s)
 }
 
 /// Deletes the namespace and waits (10 minutes at most) until it is gone: the next
@@ -760,7 +821,7 @@ fn row(
 }
 
 /// Extra rows that explain the seven figures.
-pub const CONTEXT: [&str; 9] = [
+pub const CONTEXT: [&str; 10] = [
     "   leader-election lease writes in idle window",
     "   initial sync -> every rollout Stable (pods Ready)",
     "   restart (kill -9) -> caught up, no writes",
@@ -770,6 +831,7 @@ pub const CONTEXT: [&str; 9] = [
     "   initial sync: agent CPU time used",
     "   initial sync: linnet's gets and lists",
     "   initial sync: watches linnet opened",
+    "   13 without linnet: its stable sets created directly -> every one Ready",
 ];
 
 fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
@@ -880,6 +942,17 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
                 3,
                 "writes",
                 per_run(&|s| s.idle_lease_writes as f64),
+                "-",
+                None,
+            )
+        },
+        Row {
+            figure: CONTEXT[9],
+            ..row(
+                size,
+                13,
+                "s",
+                runs.iter().filter_map(|s| s.direct_ready_s).collect(),
                 "-",
                 None,
             )

@@ -58,7 +58,8 @@ demo: deps cluster-build prometheus-build
 ## bench: measurements, not pass/fail tests: the idle poll's cost, then linnet at 10, 100 and
 ## 1,000 rollouts on the local control plane (push latency, idle CPU and writes, initial sync,
 ## step latency, memory, churn, CPU per push, writes per rollout in a first sync, start to
-## children Ready), written to bench/RESULTS.md. About 30 minutes.
+## children Ready, and the last two for the same StatefulSets created without linnet),
+## written to bench/RESULTS.md. About 30 minutes.
 bench: cluster-build
 	$(CARGO) bench --bench source
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale

@@ -41,9 +41,11 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         assert!(!row.median.is_nan(), "{figure} was not measured:\n{table}");
         assert!(table.contains(figure), "{table}");
     }
-    let floor = run::CONTEXT[9];
-    assert!(
-        rows.iter().any(|r| r.figure == floor && r.samples == 1),
-        "figure 13 without linnet was not measured:\n{table}"
-    );
+    for floor in &run::CONTEXT[9..12] {
+        assert!(
+            rows.iter()
+                .any(|r| r.figure == *floor && r.samples == 1 && !r.median.is_nan()),
+            "{floor} was not measured:\n{table}"
+        );
+    }
 }

@@ -103,6 +103,10 @@ struct Samples {
     /// Figure 13 without linnet: its stable sets created straight through the API, from the
     /// first create until every one reports its replica Ready.
     direct_ready_s: Option<f64>,
+    /// In that time, per set: the StatefulSet controller's status writes, and its writes of
+    /// every kind (status, pods, its events), for figure 12's comparison.
+    direct_status_writes: Option<f64>,
+    direct_controller_writes: Option<f64>,
 }
 
 fn log(msg: &str) {
@@ -724,23 +728,93 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     deleted(admin, ns).await;
     if n <= cfg.floor_max {
         log(&format!("size {n}: the same StatefulSets without linnet"));
-        let ready = direct_sets_ready(admin, &first_set, n, slow * 3).await?;
-        log(&format!("size {n}: without linnet, every set Ready after {ready:.2} s"));
-        s.direct_ready_s = Some(ready);
+        let floor = direct_sets_ready(admin, &first_set, n, slow * 3).await?;
+        log(&format!(
+            "size {n}: without linnet, every set created after {:.2} s and Ready after {:.2} s; \
+             the StatefulSet controller wrote {:.2} statuses and {:.2} objects in all per set",
+            floor.created_s, floor.ready_s, floor.status_writes, floor.controller_writes
+        ));
+        s.direct_ready_s = Some(floor.ready_s);
+        s.direct_status_writes = Some(floor.status_writes);
+        s.direct_controller_writes = Some(floor.controller_writes);
     }
     Ok(s)
 }
 
-/// Figure 13's floor on this machine: `n` copies of `first` (rollout 0's stable set, as
-/// linnet made it) created straight through the API, 32 at a time as linnet's reconciles
-/// run, in a namespace of their own; seconds from the first create until every set reports
-/// its replica Ready. What is left of figure 13 above this is linnet's.
+/// What the control plane alone did for `n` of linnet's stable sets.
+struct Floor {
+    /// Seconds from the first create until every set was created.
+    created_s: f64,
+    /// Seconds from the first create until every set reported its replica Ready.
+    ready_s: f64,
+    /// The StatefulSet controller's status writes per set in that time.
+    status_writes: f64,
+    /// Its writes of every kind per set: status, pods, and its (core v1) events.
+    controller_writes: f64,
+}
+
+/// The API server's requests so far whose `apiserver_request_total` labels include every
+/// one of `labels`, summed over the rest (its `/metrics`, which the admin may read).
+async fn apiserver_requests(admin: &Client, labels: &[(&str, &str)]) -> Result<f64, String> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    let text = admin
+        .request_text(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let wanted: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!(r#"{k}="{v}""#))
+        .collect();
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| wanted.iter().all(|x| l.contains(x.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+/// The StatefulSet controller's writes so far, by the API server's count: (status, every
+/// kind). Only it writes set statuses and creates pods and core v1 events while the floor
+/// runs (the scheduler's events are `events.k8s.io`; kwok patches pod status).
+async fn set_controller_writes(admin: &Client) -> Result<(f64, f64), String> {
+    let status = apiserver_requests(
+        admin,
+        &[
+            ("resource", "statefulsets"),
+            ("subresource", "status"),
+            ("verb", "PUT"),
+        ],
+    )
+    .await?;
+    let pods = apiserver_requests(
+        admin,
+        &[("resource", "pods"), ("subresource", ""), ("verb", "POST")],
+    )
+    .await?;
+    let mut events = 0.0;
+    for verb in ["POST", "PATCH"] {
+        events += apiserver_requests(
+            admin,
+            &[("group", ""), ("resource", "events"), ("verb", verb)],
+        )
+        .await?;
+    }
+    Ok((status, status + pods + events))
+}
+
+/// Figures 12 and 13 without linnet, on this machine: `n` copies of `first` (rollout 0's
+/// stable set, as linnet made it) created straight through the API, 32 at a time as linnet's
+/// reconciles run, in a namespace of their own. What is left of figure 13 above its time is
+/// linnet's, and the StatefulSet controller's writes per set are Kubernetes' own count for
+/// reporting the same start.
 async fn direct_sets_ready(
     admin: &Client,
     first: &StatefulSet,
     n: usize,
     timeout: Duration,
-) -> Result<f64, String> {
+) -> Result<Floor, String> {
     let ns = support::TestNamespace::create(admin, &format!("floor-{n}")).await;
     let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let mut template = first.clone();
@@ -752,6 +826,7 @@ async fn direct_sets_ready(
         ..Default::default()
     };
     let template = serde_json::to_string(&template).map_err(|e| e.to_string())?;
+    let before = set_controller_writes(admin).await?;
     let started = Instant::now();
     let ready = count_seen(sets.clone(), n, timeout, |o: &StatefulSet| {
         o.status.as_ref().and_then(|st| st.ready_replicas) == Some(1)
@@ -770,11 +845,21 @@ async fn direct_sets_ready(
         })
         .buffer_unordered(32)
         .collect::<Vec<_>>();
-    let (ready, created) = tokio::join!(ready, created);
+    let created = async { (created.await, Instant::now()) };
+    let (ready, (created, created_at)) = tokio::join!(ready, created);
     created.into_iter().collect::<Result<Vec<()>, String>>()?;
     let ready_s = (ready? - started).as_secs_f64();
+    let created_s = (created_at - started).as_secs_f64();
+    // The last Ready set's status write is counted once its response is complete.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = set_controller_writes(admin).await?;
     deleted(admin, ns).await;
-    Ok(ready_s)
+    Ok(Floor {
+        created_s,
+        ready_s,
+        status_writes: (after.0 - before.0) / n as f64,
+        controller_writes: (after.1 - before.1) / n as f64,
+    })
 }
 
 /// Deletes the namespace and waits (10 minutes at most) until it is gone: the next
@@ -821,7 +906,7 @@ fn row(
 }
 
 /// Extra rows that explain the seven figures.
-pub const CONTEXT: [&str; 10] = [
+pub const CONTEXT: [&str; 12] = [
     "   leader-election lease writes in idle window",
     "   initial sync -> every rollout Stable (pods Ready)",
     "   restart (kill -9) -> caught up, no writes",
@@ -832,6 +917,8 @@ pub const CONTEXT: [&str; 10] = [
     "   initial sync: linnet's gets and lists",
     "   initial sync: watches linnet opened",
     "   13 without linnet: its stable sets created directly -> every one Ready",
+    "   12 without linnet: the StatefulSet controller's status writes per set",
+    "   12 without linnet: the StatefulSet controller's writes per set (status, pods, events)",
 ];
 
 fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
@@ -958,6 +1045,30 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
             )
         },
         Row {
+            figure: CONTEXT[10],
+            ..row(
+                size,
+                12,
+                "writes/set",
+                runs.iter().filter_map(|s| s.direct_status_writes).collect(),
+                "-",
+                None,
+            )
+        },
+        Row {
+            figure: CONTEXT[11],
+            ..row(
+                size,
+                12,
+                "writes/set",
+                runs.iter()
+                    .filter_map(|s| s.direct_controller_writes)
+                    .collect(),
+                "-",
+                None,
+            )
+        },
+        Row {
             figure: CONTEXT[2],
             ..row(size, 4, "s", per_run(&|s| s.restart_settle_s), "-", None)
         },
@@ -1021,6 +1132,10 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
             )
         },
     ]
+    .into_iter()
+    // The floor runs only up to `Config::floor_max`.
+    .filter(|r| r.samples > 0 || !CONTEXT[9..12].contains(&r.figure))
+    .collect()
 }
 
 /// A TwoSets rollout of 2 replicas with one volume each, promoted as soon as its canary is

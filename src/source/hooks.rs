@@ -142,8 +142,10 @@ pub struct Waker {
 }
 
 /// How long after turning a caller away the source looks at the remote; more refusals
-/// meanwhile add nothing, so a flood costs at most one look per this interval.
-pub const MISSED_LOOK_DELAY: Duration = Duration::from_secs(1);
+/// meanwhile add nothing, so a flood costs at most one look per this interval. Well under a
+/// second: a push whose webhook was turned away as a flood ended is applied within a second
+/// of its end, the look and the sync included (at 1 s, the last look could come after it).
+pub const MISSED_LOOK_DELAY: Duration = Duration::from_millis(500);
 
 impl Waker {
     /// Wakes the source; never blocks and never fails.

@@ -10,8 +10,8 @@
 //! `LINNET_BENCH_IDLE_POLL` (1s), `LINNET_BENCH_AGENT_ARGS` (extra agent flags) and
 //! `LINNET_BENCH_AGENT_WRAPPER` (see `start_agent`), and `LINNET_BENCH_FILES_PER_DIR` (0:
 //! every spec file in `apps/`; `k`: `k` files per directory below it), and
-//! `LINNET_BENCH_FLOOR_MAX` (1000: the largest size at which figure 13 is measured without
-//! linnet too, its stable sets created straight through the API).
+//! `LINNET_BENCH_FLOOR_MAX` (1000: the largest size at which figures 12 and 13 are measured
+//! without linnet too, its stable sets created straight through the API).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[path = "../../tests/support/mod.rs"]

@@ -40,7 +40,7 @@ pub struct Config {
     pub linnet_bin: PathBuf,
     /// Spec files per directory below `apps/`; 0 puts them all in `apps/`.
     pub files_per_dir: usize,
-    /// The largest size at which figure 13 is measured without linnet too (its floor).
+    /// The largest size at which figures 12 and 13 are measured without linnet too.
     pub floor_max: usize,
 }
 
@@ -454,14 +454,9 @@ fn work_done(metrics: &str) -> f64 {
         "linnet_sync_duration_seconds_count",
         "linnet_writeback_commits_total",
     ];
-    metrics
-        .lines()
-        .filter(|l| {
-            COUNTS
-                .iter()
-                .any(|k| l.starts_with(k) && l[k.len()..].starts_with([' ', '{']))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    COUNTS
+        .iter()
+        .map(|k| support::metric_sum(metrics, k, &[]))
         .sum()
 }
 
@@ -749,13 +744,17 @@ struct Floor {
     ready_s: f64,
     /// The StatefulSet controller's status writes per set in that time.
     status_writes: f64,
-    /// Its writes of every kind per set: status, pods, and its (core v1) events.
+    /// Its writes of every kind per set: status, ControllerRevisions, pods, and its (core
+    /// v1) events.
     controller_writes: f64,
 }
 
-/// The API server's requests so far whose `apiserver_request_total` labels include every
-/// one of `labels`, summed over the rest (its `/metrics`, which the admin may read).
-async fn apiserver_requests(admin: &Client, labels: &[(&str, &str)]) -> Result<f64, String> {
+/// The StatefulSet controller's writes so far, by the API server's request counts (its
+/// `/metrics`, which the admin may read): (set statuses, every kind). Only that controller
+/// writes set statuses, ControllerRevisions, pods (not their status) and core v1 events
+/// while the floor runs, if nothing else runs on the cluster: the scheduler's events are
+/// `events.k8s.io`, kwok patches pod status. Refused requests count, as in the audit log.
+async fn set_controller_writes(admin: &Client) -> Result<(f64, f64), String> {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .map_err(|e| e.to_string())?;
@@ -763,45 +762,18 @@ async fn apiserver_requests(admin: &Client, labels: &[(&str, &str)]) -> Result<f
         .request_text(request)
         .await
         .map_err(|e| e.to_string())?;
-    let wanted: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!(r#"{k}="{v}""#))
-        .collect();
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| wanted.iter().all(|x| l.contains(x.as_str())))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
-}
-
-/// The StatefulSet controller's writes so far, by the API server's count: (status, every
-/// kind). Only it writes set statuses and creates pods and core v1 events while the floor
-/// runs (the scheduler's events are `events.k8s.io`; kwok patches pod status).
-async fn set_controller_writes(admin: &Client) -> Result<(f64, f64), String> {
-    let status = apiserver_requests(
-        admin,
-        &[
-            ("resource", "statefulsets"),
-            ("subresource", "status"),
-            ("verb", "PUT"),
-        ],
-    )
-    .await?;
-    let pods = apiserver_requests(
-        admin,
-        &[("resource", "pods"), ("subresource", ""), ("verb", "POST")],
-    )
-    .await?;
-    let mut events = 0.0;
-    for verb in ["POST", "PATCH"] {
-        events += apiserver_requests(
-            admin,
-            &[("group", ""), ("resource", "events"), ("verb", verb)],
-        )
-        .await?;
-    }
-    Ok((status, status + pods + events))
+    let requests =
+        |labels: &[(&str, &str)]| support::metric_sum(&text, "apiserver_request_total", labels);
+    let status = requests(&[
+        ("resource", "statefulsets"),
+        ("subresource", "status"),
+        ("verb", "PUT"),
+    ]);
+    let others = requests(&[("resource", "controllerrevisions"), ("verb", "POST")])
+        + requests(&[("resource", "pods"), ("subresource", ""), ("verb", "POST")])
+        + requests(&[("group", ""), ("resource", "events"), ("verb", "POST")])
+        + requests(&[("group", ""), ("resource", "events"), ("verb", "PATCH")]);
+    Ok((status, status + others))
 }
 
 /// Figures 12 and 13 without linnet, on this machine: `n` copies of `first` (rollout 0's
@@ -845,10 +817,16 @@ async fn direct_sets_ready(
         })
         .buffer_unordered(32)
         .collect::<Vec<_>>();
-    let created = async { (created.await, Instant::now()) };
-    let (ready, (created, created_at)) = tokio::join!(ready, created);
-    created.into_iter().collect::<Result<Vec<()>, String>>()?;
-    let ready_s = (ready? - started).as_secs_f64();
+    // A failed create ends the wait for Ready at once.
+    let created = async {
+        created
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, String>>()?;
+        Ok(Instant::now())
+    };
+    let (ready, created_at) = tokio::try_join!(ready, created)?;
+    let ready_s = (ready - started).as_secs_f64();
     let created_s = (created_at - started).as_secs_f64();
     // The last Ready set's status write is counted once its response is complete.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -906,7 +884,7 @@ fn row(
 }
 
 /// Extra rows that explain the seven figures.
-pub const CONTEXT: [&str; 12] = [
+pub const CONTEXT: [&str; 9] = [
     "   leader-election lease writes in idle window",
     "   initial sync -> every rollout Stable (pods Ready)",
     "   restart (kill -9) -> caught up, no writes",
@@ -916,9 +894,13 @@ pub const CONTEXT: [&str; 12] = [
     "   initial sync: agent CPU time used",
     "   initial sync: linnet's gets and lists",
     "   initial sync: watches linnet opened",
+];
+
+/// Rows of figures 12 and 13 without linnet, at sizes up to `Config::floor_max`.
+pub const FLOOR: [&str; 3] = [
     "   13 without linnet: its stable sets created directly -> every one Ready",
     "   12 without linnet: the StatefulSet controller's status writes per set",
-    "   12 without linnet: the StatefulSet controller's writes per set (status, pods, events)",
+    "   12 without linnet: the StatefulSet controller's writes per set (status, revision, pod, events)",
 ];
 
 fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
@@ -1034,7 +1016,7 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
             )
         },
         Row {
-            figure: CONTEXT[9],
+            figure: FLOOR[0],
             ..row(
                 size,
                 13,
@@ -1045,7 +1027,7 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
             )
         },
         Row {
-            figure: CONTEXT[10],
+            figure: FLOOR[1],
             ..row(
                 size,
                 12,
@@ -1056,7 +1038,7 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
             )
         },
         Row {
-            figure: CONTEXT[11],
+            figure: FLOOR[2],
             ..row(
                 size,
                 12,
@@ -1134,7 +1116,7 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
     ]
     .into_iter()
     // The floor runs only up to `Config::floor_max`.
-    .filter(|r| r.samples > 0 || !CONTEXT[9..12].contains(&r.figure))
+    .filter(|r| r.samples > 0 || !FLOOR.contains(&r.figure))
     .collect()
 }
 
@@ -1404,12 +1386,8 @@ spec:
     .await?;
     // Every rollout's background analysis is under way; let first measurements pass.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let measured = |text: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with("linnet_analysis_measurements_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
+    let measured =
+        |text: &str| support::metric_sum(text, "linnet_analysis_measurements_total", &[]);
     let (m0, cpu0, t0) = (
         measured(&agent.metrics().await),
         usage(agent.pid()).1,

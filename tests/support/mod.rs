@@ -311,6 +311,29 @@ pub fn metric(text: &str, key: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The sum of the metric lines named `name` in Prometheus text whose labels include each of
+/// `labels` exactly (`("subresource", "")` matches an empty value only); 0 when none.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (set, value) = match rest.strip_prefix('{') {
+                Some(r) => r.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            let has = |k: &str, v: &str| {
+                set.split(',')
+                    .filter_map(|kv| kv.split_once('='))
+                    .any(|(key, val)| key == k && val.trim_matches('"') == v)
+            };
+            labels
+                .iter()
+                .all(|(k, v)| has(k, v))
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
 /// Builds a typed object from JSON, for compact test fixtures.
 pub fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
     serde_json::from_value(v).expect("fixture matches its type")

@@ -100,13 +100,8 @@ struct Samples {
     initial_writes_per_rollout: f64,
     /// Agent CPU from the first push until it settled after the last, per push.
     push_cpu_ms: f64,
-    /// Figure 13 without linnet: its stable sets created straight through the API, from the
-    /// first create until every one reports its replica Ready.
-    direct_ready_s: Option<f64>,
-    /// In that time, per set: the StatefulSet controller's status writes, and its writes of
-    /// every kind (status, pods, its events), for figure 12's comparison.
-    direct_status_writes: Option<f64>,
-    direct_controller_writes: Option<f64>,
+    /// Figures 12 and 13 without linnet, at sizes up to `Config::floor_max`.
+    floor: Option<Floor>,
 }
 
 fn log(msg: &str) {
@@ -524,10 +519,13 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
         "size {n}: synced in {:.2} s, all Stable after {:.2} s",
         s.initial_sync_s, s.all_stable_s
     ));
-    let first_set = sets
-        .get(&format!("{}-stable", rollout_name(0)))
-        .await
-        .map_err(|e| e.to_string())?;
+    // The floor copies rollout 0's stable set as linnet made it.
+    let first_set = if n <= cfg.floor_max {
+        let name = format!("{}-stable", rollout_name(0));
+        Some(sets.get(&name).await.map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     support::agent::wait_ready_at(&agent.base).await;
     settle(&agent, Duration::from_secs(3), slow).await;
     let (reads, watches) = audit_reads(audit_at_start, audit_offset());
@@ -721,7 +719,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     agent.kill();
     drop(agent);
     deleted(admin, ns).await;
-    if n <= cfg.floor_max {
+    if let Some(first_set) = first_set {
         log(&format!("size {n}: the same StatefulSets without linnet"));
         let floor = direct_sets_ready(admin, &first_set, n, slow * 3).await?;
         log(&format!(
@@ -729,9 +727,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
              the StatefulSet controller wrote {:.2} statuses and {:.2} objects in all per set",
             floor.created_s, floor.ready_s, floor.status_writes, floor.controller_writes
         ));
-        s.direct_ready_s = Some(floor.ready_s);
-        s.direct_status_writes = Some(floor.status_writes);
-        s.direct_controller_writes = Some(floor.controller_writes);
+        s.floor = Some(floor);
     }
     Ok(s)
 }
@@ -906,6 +902,16 @@ pub const FLOOR: [&str; 3] = [
 fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
     let all = |f: &dyn Fn(&Samples) -> Vec<f64>| runs.iter().flat_map(f).collect::<Vec<f64>>();
     let per_run = |f: &dyn Fn(&Samples) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+    let floor = |figure: usize, f: fn(&Floor) -> f64, unit: &'static str, label: &'static str| {
+        let v = runs
+            .iter()
+            .filter_map(|s| s.floor.as_ref().map(f))
+            .collect();
+        Row {
+            figure: label,
+            ..row(size, figure, unit, v, "-", None)
+        }
+    };
     let push = all(&|s| s.push_to_write_ms.clone());
     let (pm, _, px) = stats(push.clone());
     let at_1000 = size >= 1000;
@@ -1015,41 +1021,9 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
                 None,
             )
         },
-        Row {
-            figure: FLOOR[0],
-            ..row(
-                size,
-                13,
-                "s",
-                runs.iter().filter_map(|s| s.direct_ready_s).collect(),
-                "-",
-                None,
-            )
-        },
-        Row {
-            figure: FLOOR[1],
-            ..row(
-                size,
-                12,
-                "writes/set",
-                runs.iter().filter_map(|s| s.direct_status_writes).collect(),
-                "-",
-                None,
-            )
-        },
-        Row {
-            figure: FLOOR[2],
-            ..row(
-                size,
-                12,
-                "writes/set",
-                runs.iter()
-                    .filter_map(|s| s.direct_controller_writes)
-                    .collect(),
-                "-",
-                None,
-            )
-        },
+        floor(13, |f| f.ready_s, "s", FLOOR[0]),
+        floor(12, |f| f.status_writes, "writes/set", FLOOR[1]),
+        floor(12, |f| f.controller_writes, "writes/set", FLOOR[2]),
         Row {
             figure: CONTEXT[2],
             ..row(size, 4, "s", per_run(&|s| s.restart_settle_s), "-", None)

@@ -228,8 +228,9 @@ async fn reconcile_inner(
         ctx.metrics.rollout_phase("CanaryDeployment", &key, None);
         return Ok(Requeue::await_change());
     }
-    let observed = observe(rollout, shared, &ns).await?;
-    reconcile::plan_and_act(ctx, rollout, &ns, &observed).await
+    let at = ns.as_str();
+    let observe = move |_pods: bool| observe(rollout, shared, at);
+    reconcile::plan_and_act(ctx, rollout, &ns, observe).await
 }
 
 /// The rollout's Deployments: labelled with its name, in its namespace, owned by its uid.

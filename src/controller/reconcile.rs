@@ -41,6 +41,8 @@ pub(crate) trait RolloutKind:
         + Sync;
     type Phase: Copy + std::fmt::Debug;
     fn status(&self) -> Option<&Self::Status>;
+    /// Whether a plan from `phase` reads the rollout's pods (see [`statefulset::reads_pods`]).
+    fn reads_pods(phase: Option<Self::Phase>) -> bool;
     fn analysis(&self) -> Option<&RolloutAnalysis>;
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins;
     /// Whether analysis runs in `phase` (a canary under way).
@@ -65,6 +67,9 @@ impl RolloutKind for CanaryStatefulSet {
     type Phase = crate::api::StatefulSetPhase;
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
+    }
+    fn reads_pods(phase: Option<Self::Phase>) -> bool {
+        statefulset::reads_pods(phase)
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
@@ -104,6 +109,10 @@ impl RolloutKind for CanaryDeployment {
     type Phase = crate::api::DeploymentPhase;
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
+    }
+    /// A CanaryDeployment's observation has no pod list to spare.
+    fn reads_pods(_: Option<Self::Phase>) -> bool {
+        true
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
@@ -146,13 +155,17 @@ pub(crate) fn reference(rollout: &impl Resource, ns: &str) -> RolloutRef {
     }
 }
 
-/// Plans and acts on `rollout` in `ns` from what was `observed`.
-pub(crate) async fn plan_and_act<K: RolloutKind>(
+/// Plans and acts on `rollout` in `ns` from what `observe` reads (with the pods or without).
+pub(crate) async fn plan_and_act<K, Read>(
     ctx: &Context,
     rollout: &K,
     ns: &str,
-    observed: &Observed,
-) -> Result<Requeue, ReconcileError> {
+    observe: impl Fn(bool) -> Read,
+) -> Result<Requeue, ReconcileError>
+where
+    K: RolloutKind,
+    Read: std::future::Future<Output = Result<Observed, ReconcileError>>,
+{
     let started = Instant::now();
     let name = rollout.name_any();
     // A child this agent just wrote is not in the store yet: planning now would write it again.
@@ -161,6 +174,8 @@ pub(crate) async fn plan_and_act<K: RolloutKind>(
         tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "waiting for the watch to show this agent's last write of a child");
         return Ok(Requeue::requeue(wait));
     }
+    let stored_phase = rollout.status().and_then(|s| s.phase());
+    let mut observed = observe(K::reads_pods(stored_phase)).await?;
     let mut status = rollout.status().cloned().unwrap_or_default();
     let builtins = rollout.builtins(ns, &status);
     let resolved = ctx
@@ -176,7 +191,18 @@ pub(crate) async fn plan_and_act<K: RolloutKind>(
             && !super::status_write_pending(ctx, K::KIND, rollout),
     };
     measure(ctx, measured, status.analysis_runs(), &resolved, now).await;
-    let planned = rollout.plan(reference, status, resolved, observed, now);
+    let mut planned = rollout.plan(
+        reference.clone(),
+        status.clone(),
+        resolved.clone(),
+        &observed,
+        now,
+    );
+    if !K::reads_pods(stored_phase) && K::reads_pods(planned.status.phase()) {
+        // The plan left a phase that goes by the sets alone: plan again with the pods.
+        observed = observe(true).await?;
+        planned = rollout.plan(reference, status, resolved, &observed, now);
+    }
     ctx.metrics.rollout_phase(
         K::KIND,
         &format!("{ns}/{name}"),
@@ -185,7 +211,7 @@ pub(crate) async fn plan_and_act<K: RolloutKind>(
     let written = write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?;
     for action in &planned.actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
-        if let Err(e) = execute(action, ctx, ns, &name, observed).await {
+        if let Err(e) = execute(action, ctx, ns, &name, &observed).await {
             return Err(show_action_failure(ctx, rollout, K::KIND, &planned.status, e, now).await);
         }
     }

@@ -169,8 +169,9 @@ async fn reconcile_inner(
     finalizer(&api, FINALIZER, rollout, |event| async {
         match event {
             Finalizer::Apply(r) => {
-                let observed = observe(&r, shared, &ns).await?;
-                reconcile::plan_and_act(ctx, &*r, &ns, &observed).await
+                let (rollout, at) = (&*r, ns.as_str());
+                let observe = move |pods: bool| observe(rollout, shared, at, pods);
+                reconcile::plan_and_act(ctx, &*r, &ns, observe).await
             }
             Finalizer::Cleanup(r) => cleanup(&r, shared, &ns).await,
         }
@@ -189,7 +190,7 @@ async fn cleanup(
     ns: &str,
 ) -> Result<Requeue, ReconcileError> {
     let ctx = &shared.ctx;
-    let observed = observe(rollout, shared, ns).await?;
+    let observed = observe(rollout, shared, ns, true).await?;
     let name = rollout.name_any();
     let (actions, waiting) = plan_cleanup(&observed);
     for action in &actions {
@@ -208,13 +209,14 @@ async fn cleanup(
     }
 }
 
-/// Reads what the planner needs: the sets (from the watch's store), the pods and claims
-/// labelled with the rollout's name, the volumes those claims name, and the migration Job for
-/// the current canary image.
+/// Reads what the planner needs: the sets (from the watch's store), the pods (if `with_pods`)
+/// and claims labelled with the rollout's name, the volumes those claims name, and the
+/// migration Job for the current canary image.
 async fn observe(
     rollout: &CanaryStatefulSet,
     shared: &Shared,
     ns: &str,
+    with_pods: bool,
 ) -> Result<Observed, ReconcileError> {
     let client = &shared.ctx.client;
     let name = rollout.name_any();
@@ -261,7 +263,7 @@ async fn observe(
     let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
     // Pods belong to sets; without one there are none to count (the first reconcile of each
     // rollout in a first sync).
-    let pods: Vec<PodView> = if stable.is_none() && canary.is_none() {
+    let pods: Vec<PodView> = if !with_pods || (stable.is_none() && canary.is_none()) {
         Vec::new()
     } else {
         Api::<Pod>::namespaced(client.clone(), ns)

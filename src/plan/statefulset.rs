@@ -444,6 +444,14 @@ fn progressing_phase(phase: Phase) -> bool {
     )
 }
 
+/// Whether a plan from `phase` reads the rollout's pods. Without a canary, a rollout goes by
+/// its set's status alone (its ready count decides Stable), so the controller lists the pods
+/// only for a plan that starts or runs a canary: at 1,000 new rollouts, pod lists were the
+/// API server's most frequent request in a first sync.
+pub fn reads_pods(phase: Option<Phase>) -> bool {
+    !matches!(phase, None | Some(Phase::Initializing | Phase::Stable))
+}
+
 /// Whether a rollout in `phase` acts on the promote annotation: its canary phases (it is
 /// read in CanaryActive; set earlier, it acts there).
 pub fn reads_promote(phase: Phase) -> bool {

@@ -50,8 +50,10 @@ const PRUNABLE_KINDS: &[(&str, &str)] = &[
 /// Objects per list request in a full sync.
 const LIST_PAGE: u32 = 100;
 
-/// Requests in flight while a sync applies its plan (after Namespaces and CRDs).
-const APPLY_CONCURRENCY: usize = 16;
+/// Requests in flight while a sync applies its plan (after Namespaces and CRDs). At 1,000 new
+/// rollouts each apply waits about 85 ms on a busy API server; 16 at a time left the last CR
+/// applied 9 s after start, 32 at 6.5 s (bench/RESULTS.md, sixth round).
+const APPLY_CONCURRENCY: usize = 32;
 
 /// Unlabelled desired objects of one kind in one namespace from which a full sync lists the
 /// kind to find them, instead of reading each.

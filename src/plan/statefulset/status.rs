@@ -6,12 +6,19 @@ use super::*;
 impl<'a> Planner<'a> {
     pub(super) fn finish(mut self, message: String) -> Finished<CanaryStatefulSetStatus> {
         let r = self.replicas();
-        let ready = self
-            .o
-            .pods
-            .iter()
-            .filter(|p| p.ready && !p.deleting)
-            .count() as i32;
+        let phase = self.st.phase.unwrap_or(Phase::Initializing);
+        // Without a canary the set's status tells, as it decides Stable (see `reads_pods`).
+        let ready = match phase {
+            Phase::Initializing | Phase::Stable => {
+                self.o.stable.as_ref().map_or(0, |s| s.ready_replicas)
+            }
+            _ => self
+                .o
+                .pods
+                .iter()
+                .filter(|p| p.ready && !p.deleting)
+                .count() as i32,
+        };
         let canary_ready = match self.st.phase {
             Some(Phase::Stable | Phase::Initializing | Phase::RolledBack | Phase::Failed) => 0,
             _ => self
@@ -20,7 +27,6 @@ impl<'a> Planner<'a> {
                 .filter(|p| p.ready && !p.deleting)
                 .count() as i32,
         };
-        let phase = self.st.phase.unwrap_or(Phase::Initializing);
         if progressing_phase(phase) && self.st.canary_image.is_none() {
             self.st.canary_image = Some(self.spec().image.clone());
         }
@@ -43,7 +49,9 @@ impl<'a> Planner<'a> {
         } else {
             analysis::stop_runs(&mut self.st.analysis);
         }
-        self.st.stable_revision = stable_revision;
+        // Nothing is stable before the first Stable: a revision shown while Initializing would
+        // cost every new rollout one more status write (the set's controller sets it later).
+        self.st.stable_revision = stable_revision.filter(|_| phase != Phase::Initializing);
         self.st.canary_revision = canary_revision.filter(|_| progressing_phase(phase));
         self.st.ready_replicas = ready;
         self.st.canary_ready_replicas = canary_ready;

@@ -205,7 +205,17 @@ impl Sim {
         }
     }
 
+    /// Plans as the controller does: without the pods while Initializing, and again with them
+    /// if that plan leaves Initializing.
     fn plan(&self) -> Plan {
+        if !reads_pods(self.status.phase) {
+            let mut observed = self.observed();
+            observed.pods.clear();
+            let p = plan(&self.rollout(), &observed, self.now);
+            if !reads_pods(p.status.phase) {
+                return p;
+            }
+        }
         plan(&self.rollout(), &self.observed(), self.now)
     }
 

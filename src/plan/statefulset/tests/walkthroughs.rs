@@ -2,6 +2,54 @@
 
 use super::*;
 
+/// Regression: a first sync wrote each new rollout's status again when the StatefulSet
+/// controller gave its set a revision, and when a pod was ready before the set said so.
+#[test]
+fn a_new_rollouts_status_changes_only_with_its_sets_ready_count() {
+    let mut s = two_sets();
+    s.spec.image = "redis:broken".into();
+    let first = s.reconcile();
+    assert_eq!(first.status.phase, Some(Phase::Initializing));
+    s.tick();
+    let observed = s.observed();
+    assert!(observed.stable.as_ref().unwrap().current_revision.is_some());
+    assert_eq!(observed.pods.len(), 1);
+    let second = s.reconcile();
+    assert_eq!(second.status, first.status, "nothing it shows has changed");
+    assert_eq!(second.status.stable_revision, None);
+}
+
+#[test]
+fn initializing_counts_ready_replicas_from_its_set_without_the_pods() {
+    let mut s = two_sets();
+    s.reconcile();
+    s.tick();
+    let mut observed = s.observed();
+    assert_eq!(observed.stable.as_ref().unwrap().ready_replicas, 1);
+    observed.pods.clear();
+    let p = plan(&s.rollout(), &observed, s.now);
+    assert_eq!(p.status.phase, Some(Phase::Initializing));
+    assert_eq!(p.status.ready.as_deref(), Some("1/3"));
+    assert_eq!(p.status.ready_replicas, 1);
+}
+
+#[test]
+fn only_a_plan_that_starts_or_runs_a_canary_reads_the_pods() {
+    assert!(!reads_pods(None));
+    assert!(!reads_pods(Some(Phase::Initializing)));
+    assert!(!reads_pods(Some(Phase::Stable)));
+    for phase in [
+        Phase::ScalingDownStable,
+        Phase::CanaryActive,
+        Phase::Promoting,
+        Phase::RollingBack,
+        Phase::RolledBack,
+        Phase::Failed,
+    ] {
+        assert!(reads_pods(Some(phase)), "{phase:?}");
+    }
+}
+
 #[test]
 fn initializing_creates_the_stable_set_and_becomes_stable() {
     let mut s = two_sets();

@@ -199,7 +199,8 @@ where
         now,
     );
     if !K::reads_pods(stored_phase) && K::reads_pods(planned.status.phase()) {
-        // The plan left a phase that goes by the sets alone: plan again with the pods.
+        // The plan left a phase that goes by the sets alone: plan again with the pods (and
+        // a fresh read of the rest, once per canary start).
         observed = observe(true).await?;
         planned = rollout.plan(reference, status, resolved, &observed, now);
     }

@@ -51,8 +51,8 @@ const PRUNABLE_KINDS: &[(&str, &str)] = &[
 const LIST_PAGE: u32 = 100;
 
 /// Requests in flight while a sync applies its plan (after Namespaces and CRDs). At 1,000 new
-/// rollouts each apply waits about 85 ms on a busy API server; 16 at a time left the last CR
-/// applied 9 s after start, 32 at 6.5 s (bench/RESULTS.md, sixth round).
+/// rollouts a CR apply took 87 ms on the busy API server (audit log); 16 at a time left the
+/// last CR applied 9 to 10 s after start, 32 at 7.6 to 8.8 s (bench/RESULTS.md, rounds 6, 7).
 const APPLY_CONCURRENCY: usize = 32;
 
 /// Unlabelled desired objects of one kind in one namespace from which a full sync lists the

@@ -205,18 +205,24 @@ impl Sim {
         }
     }
 
-    /// Plans as the controller does: without the pods while Initializing, and again with them
-    /// if that plan leaves Initializing.
+    /// Plans as the controller does: without the pods from a phase that does not read them,
+    /// and again with them if that plan moves into one that does. A plan kept without the
+    /// pods must be the plan the pods would have given: no decision rests on them.
     fn plan(&self) -> Plan {
+        let with_pods = plan(&self.rollout(), &self.observed(), self.now);
         if !reads_pods(self.status.phase) {
             let mut observed = self.observed();
             observed.pods.clear();
-            let p = plan(&self.rollout(), &observed, self.now);
-            if !reads_pods(p.status.phase) {
-                return p;
+            let without = plan(&self.rollout(), &observed, self.now);
+            if !reads_pods(without.status.phase) {
+                assert_eq!(
+                    without, with_pods,
+                    "a plan without the pods decided otherwise"
+                );
+                return without;
             }
         }
-        plan(&self.rollout(), &self.observed(), self.now)
+        with_pods
     }
 
     /// Plans, writes the status, and executes the first `keep` actions (all when `None`), as

@@ -43,6 +43,8 @@ pub(crate) trait RolloutKind:
     fn status(&self) -> Option<&Self::Status>;
     /// Whether a plan from `phase` reads the rollout's pods (see [`statefulset::reads_pods`]).
     fn reads_pods(phase: Option<Self::Phase>) -> bool;
+    /// Whether a plan made from `stored` without the pods must be made again with them.
+    fn plans_again_with_pods(stored: Option<Self::Phase>, planned: Option<Self::Phase>) -> bool;
     fn analysis(&self) -> Option<&RolloutAnalysis>;
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins;
     /// Whether analysis runs in `phase` (a canary under way).
@@ -70,6 +72,9 @@ impl RolloutKind for CanaryStatefulSet {
     }
     fn reads_pods(phase: Option<Self::Phase>) -> bool {
         statefulset::reads_pods(phase)
+    }
+    fn plans_again_with_pods(stored: Option<Self::Phase>, planned: Option<Self::Phase>) -> bool {
+        statefulset::plans_again_with_pods(stored, planned)
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
@@ -113,6 +118,9 @@ impl RolloutKind for CanaryDeployment {
     /// A CanaryDeployment's observation has no pod list to spare.
     fn reads_pods(_: Option<Self::Phase>) -> bool {
         true
+    }
+    fn plans_again_with_pods(_: Option<Self::Phase>, _: Option<Self::Phase>) -> bool {
+        false
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
@@ -198,7 +206,7 @@ where
         &observed,
         now,
     );
-    if !K::reads_pods(stored_phase) && K::reads_pods(planned.status.phase()) {
+    if K::plans_again_with_pods(stored_phase, planned.status.phase()) {
         // The plan left a phase that goes by the sets alone: plan again with the pods (and
         // a fresh read of the rest, once per canary start).
         observed = observe(true).await?;

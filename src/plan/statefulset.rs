@@ -452,6 +452,12 @@ pub fn reads_pods(phase: Option<Phase>) -> bool {
     !matches!(phase, None | Some(Phase::Initializing | Phase::Stable))
 }
 
+/// Whether a plan made from `stored` without the pods must be made again with them: it moved
+/// into a phase that reads them (a canary start).
+pub fn plans_again_with_pods(stored: Option<Phase>, planned: Option<Phase>) -> bool {
+    !reads_pods(stored) && reads_pods(planned)
+}
+
 /// Whether a rollout in `phase` acts on the promote annotation: its canary phases (it is
 /// read in CanaryActive; set earlier, it acts there).
 pub fn reads_promote(phase: Phase) -> bool {

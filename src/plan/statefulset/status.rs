@@ -19,8 +19,8 @@ impl<'a> Planner<'a> {
                 .filter(|p| p.ready && !p.deleting)
                 .count() as i32,
         };
-        let canary_ready = match self.st.phase {
-            Some(Phase::Stable | Phase::Initializing | Phase::RolledBack | Phase::Failed) => 0,
+        let canary_ready = match phase {
+            Phase::Stable | Phase::Initializing | Phase::RolledBack | Phase::Failed => 0,
             _ => self
                 .canary_pods()
                 .iter()

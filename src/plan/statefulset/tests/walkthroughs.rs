@@ -48,6 +48,13 @@ fn only_a_plan_that_starts_or_runs_a_canary_reads_the_pods() {
     ] {
         assert!(reads_pods(Some(phase)), "{phase:?}");
     }
+    let (stable, canary) = (Some(Phase::Stable), Some(Phase::ScalingDownStable));
+    assert!(plans_again_with_pods(stable, canary));
+    assert!(!plans_again_with_pods(None, stable));
+    assert!(
+        !plans_again_with_pods(canary, canary),
+        "it had the pods already"
+    );
 }
 
 #[test]

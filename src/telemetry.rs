@@ -113,6 +113,8 @@ pub struct Metrics {
     pub commit_status_posts: Family<ResultLabel, Counter>,
     /// Analysis measurements taken, by provider and measurement phase.
     pub analysis_measurements: Family<MeasurementLabels, Counter>,
+    /// Waits for the agent's own write of a child that lapsed: the watch never showed it.
+    pub own_write_wait_lapses: Counter,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
@@ -202,6 +204,12 @@ impl Default for Metrics {
             "Analysis measurements taken (queries, requests, Jobs), by provider and phase",
             analysis_measurements.clone(),
         );
+        let own_write_wait_lapses = Counter::default();
+        registry.register(
+            "own_write_wait_lapses",
+            "Waits for the watch to show the agent's own write of a child that lapsed after 15 s (0 when the watches work)",
+            own_write_wait_lapses.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -250,6 +258,7 @@ impl Default for Metrics {
             registry,
             commit_status_posts,
             analysis_measurements,
+            own_write_wait_lapses,
             writeback_commits,
             writeback_push_retries,
             writeback_errors,

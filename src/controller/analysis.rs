@@ -44,7 +44,7 @@ impl Templates {
             Api::<AnalysisTemplate>::all(client),
             super::watch_config(selector),
         )
-        .default_backoff()
+        .backoff(crate::controller::backoff::watch_backoff())
         .modify(|t| t.metadata.managed_fields = None)
         .reflect(writer)
         .touched_objects();

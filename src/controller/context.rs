@@ -20,6 +20,8 @@ pub struct Context {
     pub own_status_writes: super::OwnStatusWrites,
     /// Children written and not yet shown by their watch: a reconcile waits for them.
     pub own_child_writes: super::own_writes::OwnChildWrites,
+    /// Each failing rollout's run of errors, for its retry's backoff and its log lines.
+    pub error_runs: super::backoff::ErrorRuns,
     /// The AnalysisTemplates of this source, from a watch.
     pub templates: super::analysis::Templates,
     /// HTTP clients of the analysis providers.
@@ -56,6 +58,7 @@ impl Context {
             max_concurrent_reconciles,
             own_status_writes: Default::default(),
             own_child_writes: Default::default(),
+            error_runs: Default::default(),
             shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
         }
     }

@@ -39,16 +39,21 @@ pub async fn run(
         crate::controller::watch_config(ROLLOUT_LABEL),
         ctx.clone(),
     );
+    // The Jobs of `job` analysis metrics.
+    let jobs = watcher(
+        Api::<kube::core::PartialObjectMeta<k8s_openapi::api::batch::v1::Job>>::all(client),
+        children,
+    )
+    .backoff(super::backoff::watch_backoff())
+    .touched_objects();
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
+        // Each watch backs off on its own (see `backoff`).
+        .trigger_backoff(super::backoff::NoTriggerBackoff)
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
         .owns_stream(deployment_changes)
-        // The Jobs of `job` analysis metrics.
-        .owns(
-            Api::<k8s_openapi::api::batch::v1::Job>::all(client),
-            children,
-        )
+        .owns_stream(jobs)
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,
@@ -76,6 +81,12 @@ struct Shared {
     by_rollout: ByRollout,
 }
 
+impl reconcile::HasContext for Shared {
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+}
+
 /// A watch of the Deployments linnet made, and the store it fills with
 /// [`StoredDeployment`]s, which keep only what [`DeploymentView`] reads.
 fn watch_deployments(
@@ -94,7 +105,7 @@ fn watch_deployments(
     // Ready once the index has the first list too (told here, after it).
     let (told, ready) = StoreReady::told();
     let stream = watcher(api, config)
-        .default_backoff()
+        .backoff(crate::controller::backoff::watch_backoff())
         .modify(|d| d.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |event| {

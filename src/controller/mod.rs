@@ -20,6 +20,7 @@ pub(crate) fn watch_config(labels: &str) -> watcher::Config {
 pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 
 pub mod analysis;
+pub mod backoff;
 pub mod context;
 pub mod deployment;
 pub mod execute;

@@ -2,8 +2,12 @@
 //! kube-runtime users keep them: after linnet applies a StatefulSet or a Deployment, the
 //! rollout's next reconcile waits until the child's watch has shown that write, instead of
 //! planning from the store's older copy and applying the same thing again. The watch clears
-//! an expectation when it delivers the written resourceVersion (or lists afresh); one that is
-//! never cleared lapses after [`EXPECTATION_TTL`], so a lost event costs a delay, not a stall.
+//! an expectation when it delivers the written resourceVersion or any later one (or lists
+//! afresh): the write's own event and a later one (the StatefulSet controller's status) can
+//! both arrive before the write's response. Resource versions are compared as Kubernetes
+//! defines it since KEP-5504 (decimal integers: the longer is newer, then by digits); a
+//! version that is not such a number meets only the exact one. One never cleared lapses
+//! after [`EXPECTATION_TTL`], a last resort counted in `linnet_own_write_wait_lapses`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,8 +28,8 @@ struct Pending {
     by_rollout: HashMap<String, HashMap<String, (String, Instant)>>,
     /// child key -> rollout key.
     rollout_of: HashMap<String, String>,
-    /// child key -> the last resourceVersion its watch delivered: the event of a write can
-    /// come in before the write's own response, and must not be waited for after.
+    /// child key -> the newest resourceVersion its watch delivered: the event of a write (and
+    /// later ones) can come in before the write's own response, and must not be waited for.
     last_seen: HashMap<String, String>,
 }
 
@@ -40,7 +44,7 @@ impl OwnChildWrites {
         let Ok(mut p) = self.inner.lock() else { return };
         if p.last_seen
             .get(child)
-            .is_some_and(|rv| rv == resource_version)
+            .is_some_and(|seen| at_least(seen, resource_version))
         {
             return;
         }
@@ -51,7 +55,8 @@ impl OwnChildWrites {
         p.rollout_of.insert(child.to_string(), rollout.to_string());
     }
 
-    /// The watch delivered `child` at `resource_version`: a write of that version is seen.
+    /// The watch delivered `child` at `resource_version`: a write of that version, or of an
+    /// older one, is seen.
     pub fn seen(&self, child: &str, resource_version: &str) {
         let Ok(mut p) = self.inner.lock() else { return };
         p.last_seen
@@ -64,7 +69,7 @@ impl OwnChildWrites {
         };
         if children
             .get(child)
-            .is_some_and(|(rv, _)| rv == resource_version)
+            .is_some_and(|(written, _)| at_least(resource_version, written))
         {
             children.remove(child);
             if children.is_empty() {
@@ -93,13 +98,15 @@ impl OwnChildWrites {
         p.by_rollout.retain(|_, children| !children.is_empty());
     }
 
-    /// How long `rollout`'s reconcile should still wait for its own writes to show, if at all.
-    /// Lapsed expectations are dropped.
-    pub fn wait_for(&self, rollout: &str, now: Instant) -> Option<Duration> {
+    /// How long `rollout`'s reconcile should still wait for its own writes to show, if at all,
+    /// and how many expectations lapsed now (dropped: the caller counts them).
+    pub fn wait_for(&self, rollout: &str, now: Instant) -> Wait {
         let Ok(mut p) = self.inner.lock() else {
-            return None;
+            return Wait::default();
         };
-        let children = p.by_rollout.get_mut(rollout)?;
+        let Some(children) = p.by_rollout.get_mut(rollout) else {
+            return Wait::default();
+        };
         let mut lapsed = Vec::new();
         let mut longest = Duration::ZERO;
         for (child, (_, at)) in children.iter() {
@@ -117,8 +124,36 @@ impl OwnChildWrites {
         for child in &lapsed {
             p.rollout_of.remove(child);
         }
-        (!longest.is_zero()).then_some(longest)
+        Wait {
+            left: (!longest.is_zero()).then_some(longest),
+            lapsed: lapsed.len(),
+        }
     }
+}
+
+/// What [`OwnChildWrites::wait_for`] found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// How long to wait still, if at all.
+    pub left: Option<Duration>,
+    /// Expectations that lapsed, never met by the watch.
+    pub lapsed: usize,
+}
+
+/// Whether resource version `seen` is `written` or newer. KEP-5504 made resource versions
+/// comparable: decimal integers without leading zeros, the longer one newer, then by digits.
+/// A version that is not of that form is only ever equal to itself.
+pub fn at_least(seen: &str, written: &str) -> bool {
+    let decimal = |v: &str| {
+        !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && (v == "0" || !v.starts_with('0'))
+    };
+    if seen == written {
+        return true;
+    }
+    if !(decimal(seen) && decimal(written)) {
+        return false;
+    }
+    (seen.len(), seen) > (written.len(), written)
 }
 
 #[cfg(test)]
@@ -132,12 +167,15 @@ mod tests {
         let t0 = Instant::now();
         let set = child_key("StatefulSet", "ns", "redis-stable");
         w.expect("CanaryStatefulSet/ns/redis", &set, "41", t0);
-        assert!(w.wait_for("CanaryStatefulSet/ns/redis", t0).is_some());
-        assert!(w.wait_for("CanaryStatefulSet/ns/other", t0).is_none());
+        assert!(w.wait_for("CanaryStatefulSet/ns/redis", t0).left.is_some());
+        assert!(w.wait_for("CanaryStatefulSet/ns/other", t0).left.is_none());
         w.seen(&set, "40"); // an older version: still waiting
-        assert!(w.wait_for("CanaryStatefulSet/ns/redis", t0).is_some());
+        assert!(w.wait_for("CanaryStatefulSet/ns/redis", t0).left.is_some());
         w.seen(&set, "41");
-        assert_eq!(w.wait_for("CanaryStatefulSet/ns/redis", t0), None);
+        assert_eq!(
+            w.wait_for("CanaryStatefulSet/ns/redis", t0),
+            Wait::default()
+        );
     }
 
     #[test]
@@ -146,7 +184,43 @@ mod tests {
         let set = child_key("StatefulSet", "ns", "redis-stable");
         w.seen(&set, "41");
         w.expect("r", &set, "41", Instant::now());
-        assert_eq!(w.wait_for("r", Instant::now()), None);
+        assert_eq!(w.wait_for("r", Instant::now()), Wait::default());
+    }
+
+    #[test]
+    fn a_write_whose_event_and_a_later_one_came_before_its_response_is_not_waited_for() {
+        // Issue 44: the write's event and then the StatefulSet controller's status came in
+        // before the write's answer; the wait matched only the exact version, and lapsed
+        // after 15 s.
+        let w = OwnChildWrites::default();
+        let set = child_key("StatefulSet", "ns", "redis-stable");
+        w.seen(&set, "41");
+        w.seen(&set, "42");
+        w.expect("r", &set, "41", Instant::now());
+        assert_eq!(w.wait_for("r", Instant::now()), Wait::default());
+    }
+
+    #[test]
+    fn a_later_version_meets_a_wait_already_recorded() {
+        let w = OwnChildWrites::default();
+        let t0 = Instant::now();
+        let set = child_key("StatefulSet", "ns", "redis-stable");
+        w.expect("r", &set, "99", t0);
+        w.seen(&set, "100"); // longer: newer
+        assert_eq!(w.wait_for("r", t0), Wait::default());
+    }
+
+    #[test]
+    fn resource_versions_compare_as_kep_5504_defines() {
+        assert!(at_least("41", "41"));
+        assert!(at_least("42", "41"));
+        assert!(at_least("100", "99"));
+        assert!(!at_least("99", "100"));
+        assert!(!at_least("41", "42"));
+        // Not decimal: only the exact version counts.
+        assert!(!at_least("b", "a"));
+        assert!(!at_least("042", "41"));
+        assert!(at_least("opaque", "opaque"));
     }
 
     #[test]
@@ -155,15 +229,24 @@ mod tests {
         let t0 = Instant::now();
         w.expect("r", &child_key("StatefulSet", "ns", "a"), "1", t0);
         assert_eq!(
-            w.wait_for("r", t0 + Duration::from_secs(5)),
+            w.wait_for("r", t0 + Duration::from_secs(5)).left,
             Some(EXPECTATION_TTL - Duration::from_secs(5))
         );
-        assert_eq!(w.wait_for("r", t0 + EXPECTATION_TTL), None);
+        assert_eq!(
+            w.wait_for("r", t0 + EXPECTATION_TTL),
+            Wait {
+                left: None,
+                lapsed: 1
+            }
+        );
         w.expect("r", &child_key("StatefulSet", "ns", "a"), "2", t0);
         w.expect("r", &child_key("Deployment", "ns", "b"), "3", t0);
         w.relisted("StatefulSet");
-        assert!(w.wait_for("r", t0).is_some(), "the Deployment is still due");
+        assert!(
+            w.wait_for("r", t0).left.is_some(),
+            "the Deployment is still due"
+        );
         w.relisted("Deployment");
-        assert_eq!(w.wait_for("r", t0), None);
+        assert_eq!(w.wait_for("r", t0), Wait::default());
     }
 }

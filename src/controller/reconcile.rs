@@ -178,7 +178,13 @@ where
     let name = rollout.name_any();
     // A child this agent just wrote is not in the store yet: planning now would write it again.
     let key = format!("{}/{ns}/{name}", K::KIND);
-    if let Some(wait) = ctx.own_child_writes.wait_for(&key, started) {
+    let wait = ctx.own_child_writes.wait_for(&key, started);
+    if wait.lapsed > 0 {
+        // A last resort: the watch never showed the write (nor anything after it).
+        tracing::warn!(rollout = %format!("{ns}/{name}"), lapsed = wait.lapsed, "the watch never showed this agent's write of a child; planning from the store as it is");
+        ctx.metrics.own_write_wait_lapses.inc_by(wait.lapsed as u64);
+    }
+    if let Some(wait) = wait.left {
         tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "waiting for the watch to show this agent's last write of a child");
         return Ok(Requeue::requeue(wait));
     }
@@ -258,6 +264,17 @@ pub(crate) async fn measured<K: RolloutKind>(
     reconcile: impl std::future::Future<Output = Result<Requeue, ReconcileError>>,
 ) -> Result<Requeue, ReconcileError> {
     let result = ctx.measured(K::KIND, reconcile).await;
+    if result.is_ok() {
+        let key = format!(
+            "{}/{}/{}",
+            K::KIND,
+            rollout.namespace().unwrap_or_default(),
+            rollout.name_any()
+        );
+        if ctx.error_runs.succeeded(&key) {
+            tracing::info!(rollout = %key, "reconciled again after failures");
+        }
+    }
     if let Err(e @ ReconcileError::Kube { .. }) = &result {
         ctx.publish(
             &rollout.object_ref(&()),
@@ -270,12 +287,19 @@ pub(crate) async fn measured<K: RolloutKind>(
     result
 }
 
+/// What both controllers' shared state gives the error policy.
+pub(crate) trait HasContext {
+    fn context(&self) -> &Context;
+}
+
 /// When a failed reconcile is tried again: a deletion waiting for children is woken by
-/// them (this is a safety net); anything else in 5 s.
-pub(crate) fn error_policy<K: RolloutKind, S>(
+/// them (this is a safety net); anything else later and later
+/// ([`super::backoff::retry_after`]), slower for a refusal, with a log line only when the
+/// error changes.
+pub(crate) fn error_policy<K: RolloutKind, S: HasContext>(
     rollout: Arc<K>,
     error: &ReconcileError,
-    _: Arc<S>,
+    shared: Arc<S>,
 ) -> Requeue {
     let key = format!(
         "{}/{}",
@@ -288,8 +312,17 @@ pub(crate) fn error_policy<K: RolloutKind, S>(
             Requeue::requeue(Duration::from_secs(30))
         }
         e => {
-            tracing::warn!(rollout = %key, error = %e, "reconcile failed; retrying");
-            Requeue::requeue(Duration::from_secs(5))
+            let retry = shared.context().error_runs.failed(
+                &format!("{}/{key}", K::KIND),
+                &e.to_string(),
+                e.permanent(),
+            );
+            if retry.changed {
+                tracing::warn!(rollout = %key, error = %e, retry_in = ?retry.after, "reconcile failed; retrying later and later until it succeeds");
+            } else {
+                tracing::debug!(rollout = %key, failures = retry.failures, retry_in = ?retry.after, "reconcile failed again with the same error");
+            }
+            Requeue::requeue(retry.after)
         }
     }
 }

@@ -58,13 +58,13 @@ pub async fn run(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
         by_rollout.clone(),
     )
-    .default_backoff()
+    .backoff(crate::controller::backoff::watch_backoff())
     .touched_objects();
     let volumes = watcher(
         Api::<PartialObjectMeta<PersistentVolume>>::all(client.clone()),
         by_rollout.clone(),
     )
-    .default_backoff()
+    .backoff(crate::controller::backoff::watch_backoff())
     .touched_objects();
     // Pods, claims and volumes carry only the rollout's name, so these watches see every
     // agent's; only those of a rollout this agent runs (in its store) wake a reconcile.
@@ -74,18 +74,27 @@ pub async fn run(
             object.filter(|r| store.get(r).is_some())
         }
     };
+    let claims = watcher(
+        Api::<PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()),
+        by_rollout,
+    )
+    .backoff(super::backoff::watch_backoff())
+    .touched_objects();
+    let jobs = watcher(Api::<PartialObjectMeta<Job>>::all(client.clone()), children)
+        .backoff(super::backoff::watch_backoff())
+        .touched_objects();
     let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
+        // Each watch backs off on its own (see `backoff`).
+        .trigger_backoff(super::backoff::NoTriggerBackoff)
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
         .owns_stream(set_changes)
-        .owns(Api::<Job>::all(client.clone()), children)
-        .watches(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            by_rollout,
-            move |claim| for_claims(rollout_of(&claim, claim.namespace())),
-        )
+        .owns_stream(jobs)
+        .watches_stream(claims, move |claim| {
+            for_claims(rollout_of(&claim, claim.namespace()))
+        })
         .watches_stream(pods, move |pod| for_pods(rollout_of(&pod, pod.namespace())))
         .watches_stream(volumes, move |volume| {
             let ns = volume.labels().get(VOLUME_NAMESPACE_LABEL).cloned();
@@ -122,6 +131,12 @@ struct Shared {
     sets_ready: StoreReady,
 }
 
+impl reconcile::HasContext for Shared {
+    fn context(&self) -> &Context {
+        &self.ctx
+    }
+}
+
 /// A watch of the sets linnet made, and the store it fills with [`StoredSet`]s, which keep
 /// only what [`SetView`] reads.
 fn watch_sets(
@@ -134,7 +149,7 @@ fn watch_sets(
 ) {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config)
-        .default_backoff()
+        .backoff(crate::controller::backoff::watch_backoff())
         .modify(|set| set.metadata.managed_fields = None)
         .reflect(writer)
         // After the store has it: the reconcile this event wakes plans from it.

@@ -56,7 +56,8 @@ where
     // Once per object and generation while this agent runs (a restart says it once more);
     // a deleted object's entries go with it.
     let mut warned: HashMap<String, Option<i64>> = HashMap::new();
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut events =
+        std::pin::pin!(watcher(api, config).backoff(crate::controller::backoff::watch_backoff()));
     while let Some(next) = events.next().await {
         let object = match next {
             Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => object,

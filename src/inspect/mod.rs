@@ -189,9 +189,12 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let changes = reflector(writer, watcher(api, config).default_backoff())
-        .map(move |event| matches!(event, Ok(watcher::Event::InitDone)).then_some(tag))
-        .boxed();
+    let changes = reflector(
+        writer,
+        watcher(api, config).backoff(crate::controller::backoff::watch_backoff()),
+    )
+    .map(move |event| matches!(event, Ok(watcher::Event::InitDone)).then_some(tag))
+    .boxed();
     (store, changes)
 }
 

@@ -225,7 +225,7 @@ where
         } = self;
         let store = writer.as_reader();
         let events = watcher(api, config)
-            .default_backoff()
+            .backoff(crate::controller::backoff::watch_backoff())
             .modify(|rollout| rollout.meta_mut().managed_fields = None)
             .reflect(writer);
         let mut events = std::pin::pin!(events);

@@ -188,7 +188,13 @@ impl<'a> Planner<'a> {
         let image = self.canary_image();
         let new_name = self.version_for(&image);
         let new = self.ensure(&new_name, &image, t);
-        let available = new.map_or(0, |d| d.available.min(t));
+        // What the new version serves is what is observed, whether or not an apply of it (this
+        // batch's scale-up, a hand edit put back) is queued: `ensure` answers None then, and
+        // counting 0 scaled the old version back to `total` at every batch start (issue 44).
+        let available = self
+            .find(&new_name)
+            .filter(|d| d.image.as_deref() == Some(image.as_str()))
+            .map_or(0, |d| d.available.min(t));
         let stable_image = self.stable_image();
         let old_replicas = batch::old_replicas(total, available);
         // The old version serves the rest; one deleted by hand comes back.

@@ -133,6 +133,19 @@ impl Sim {
         for a in &p.actions[..n] {
             self.execute(a);
         }
+        // Issue 44: a whole plan never leaves more replicas asked for than `replicas` plus the
+        // documented surge (a crash mid-plan may, until the next plan finishes its work).
+        if keep.is_none() {
+            let asked: i32 = self.deployments.values().map(|d| d.replicas).sum();
+            assert!(
+                asked <= self.surge_bound(),
+                "{asked} replicas asked for, more than {} (batch {:?}, phase {:?}): {:?}",
+                self.surge_bound(),
+                self.status.current_batch,
+                self.status.phase,
+                self.by_image()
+            );
+        }
         if keep.is_none() {
             self.events.extend(p.events.iter().map(|e| e.reason));
             if self.phases.is_empty() && p.entered.is_empty() {
@@ -215,6 +228,22 @@ impl Sim {
     }
 
     /// Replicas by image, over all Deployments.
+    /// The most replicas the rollout's Deployments may ask for together: `replicas`, plus,
+    /// while batch N runs, the replicas batch N adds (docs/canarydeployment.md: the old
+    /// version runs `total - new.available`, so it shrinks only as new pods become available).
+    fn surge_bound(&self) -> i32 {
+        let (total, m) = (self.spec.replicas.max(0), self.spec.batches.max(1));
+        self.status.current_batch.map_or(total, |n| {
+            let n = n.clamp(1, m);
+            let before = if n > 1 {
+                batch::target(total, m, n - 1)
+            } else {
+                0
+            };
+            total + batch::target(total, m, n) - before
+        })
+    }
+
     fn by_image(&self) -> BTreeMap<String, i32> {
         let mut out = BTreeMap::new();
         for d in self.deployments.values() {
@@ -423,3 +452,44 @@ fn a_restart_mid_batch_carries_on_without_scaling_twice() {
 }
 
 mod invariants;
+
+#[test]
+fn a_batch_start_does_not_scale_the_old_version_back_up() {
+    // Issue 44: the plan that started batch N queued the new version's scale-up, `ensure`
+    // answered None, 0 new pods counted as available, and the old version went back to
+    // `replicas`: 10 old + 10 new at batch 3 of a 10-replica rollout.
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::Never);
+    s.spec.replicas = 10;
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    let mut history = Vec::new();
+    for _ in 0..20 {
+        s.reconcile();
+        if let Some(n) = s.status.current_batch {
+            let by = s.by_image();
+            let entry = (
+                n,
+                by.get("web:1").copied().unwrap_or(0),
+                by.get("web:2").copied().unwrap_or(0),
+            );
+            if history.last() != Some(&entry) {
+                history.push(entry);
+            }
+        }
+        s.tick();
+        if s.phase() == Some(Phase::Completed) && s.status.stable_image.as_deref() == Some("web:2")
+        {
+            break;
+        }
+    }
+    // Targets 1, 4, 10; the old version runs 10 minus the new pods already available.
+    assert!(
+        history.iter().all(|(_, old, new)| old + new <= 10 + 6),
+        "{history:?}"
+    );
+    assert!(
+        history.windows(2).all(|w| w[1].1 <= w[0].1),
+        "the old version never grows: {history:?}"
+    );
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 10)]));
+}

@@ -276,20 +276,6 @@ async fn observe(
             })
     });
     let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
-    // Pods belong to sets; without one there are none to count (the first reconcile of each
-    // rollout in a first sync).
-    let pods: Vec<PodView> = if !with_pods || (stable.is_none() && canary.is_none()) {
-        Vec::new()
-    } else {
-        Api::<Pod>::namespaced(client.clone(), ns)
-            .list(&own)
-            .await
-            .doing(|| format!("listing the pods of {ns}/{name}"))?
-            .items
-            .iter()
-            .filter_map(PodView::from_object)
-            .collect()
-    };
     // Claims matter only to the handoff, which moves the claims of the spec's templates: a
     // rollout without templates has none to read (a quarter of the reads in a first sync of 1,000).
     let templates = crate::plan::objects::claim_templates(&rollout.spec).len();
@@ -355,14 +341,25 @@ async fn observe(
         }
         None => None,
     };
-    Ok(Observed {
+    let mut observed = Observed {
         stable,
         canary,
-        pods,
+        pods: Vec::new(),
         claims,
         volumes,
         job,
         other_strategy_set,
         deployments: Vec::new(),
-    })
+    };
+    if with_pods && crate::plan::statefulset::has_pods(&observed) {
+        observed.pods = Api::<Pod>::namespaced(client.clone(), ns)
+            .list(&own)
+            .await
+            .doing(|| format!("listing the pods of {ns}/{name}"))?
+            .items
+            .iter()
+            .filter_map(PodView::from_object)
+            .collect();
+    }
+    Ok(observed)
 }

@@ -452,6 +452,14 @@ pub fn reads_pods(phase: Option<Phase>) -> bool {
     !matches!(phase, None | Some(Phase::Initializing | Phase::Stable))
 }
 
+/// Whether the rollout has pods to list: a set of the spec's strategy, or one of the other
+/// strategy that a refused switch left running (its pods carry the same rollout label, and a
+/// Failed rollout's status counts them). Without a set there are none (the first reconcile of
+/// each rollout in a first sync), and the controller does not list them.
+pub fn has_pods(observed: &Observed) -> bool {
+    observed.stable.is_some() || observed.canary.is_some() || observed.other_strategy_set.is_some()
+}
+
 /// Whether a plan made from `stored` without the pods must be made again with them: it moved
 /// into a phase that reads them (a canary start).
 pub fn plans_again_with_pods(stored: Option<Phase>, planned: Option<Phase>) -> bool {

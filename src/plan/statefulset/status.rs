@@ -19,8 +19,14 @@ impl<'a> Planner<'a> {
                 .filter(|p| p.ready && !p.deleting)
                 .count() as i32,
         };
+        // A Failed rollout still shows the canary it runs (issue 44: it showed none); with one
+        // set, only pods of a revision other than the stable one are a canary.
+        let partition_canary = self.o.stable.as_ref().is_some_and(|s| {
+            s.update_revision.is_some() && s.update_revision != s.current_revision
+        });
         let canary_ready = match phase {
-            Phase::Stable | Phase::Initializing | Phase::RolledBack | Phase::Failed => 0,
+            Phase::Stable | Phase::Initializing | Phase::RolledBack => 0,
+            Phase::Failed if !self.two_sets() && !partition_canary => 0,
             _ => self
                 .canary_pods()
                 .iter()

@@ -170,7 +170,7 @@ impl Sim {
                 .as_deref()
                 .unwrap_or(&self.spec.image),
         );
-        Observed {
+        let mut observed = Observed {
             stable: view(if two { "redis-stable" } else { "redis" }),
             canary: view("redis-canary"),
             pods: self.pods.values().cloned().collect(),
@@ -183,7 +183,12 @@ impl Sim {
                 .find(|n| !self.strategy_sets().contains(&n.as_str()))
                 .cloned(),
             deployments: Vec::new(),
+        };
+        // As the controller observes: no pod list without a set.
+        if !has_pods(&observed) {
+            observed.pods.clear();
         }
+        observed
     }
 
     fn rollout(&self) -> Rollout<'_> {

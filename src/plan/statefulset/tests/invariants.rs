@@ -207,6 +207,43 @@ fn a_canary_claim_deleted_by_hand_is_recreated_on_its_volume_before_it_moves_bac
     assert_eq!(s.volumes_by_ordinal(), before);
 }
 
+#[test]
+fn a_rollout_failed_by_a_strategy_switch_counts_the_pods_it_still_runs() {
+    // Issue 44: READY 0/3 (and "0 on redis:7.0.5; 0/3 ready" in commit subjects) while the
+    // Partition set's 3 pods were Ready: no pod was listed without a set of the new strategy.
+    let mut s = partition();
+    s.stabilise();
+    s.spec.strategy.type_ = StatefulSetStrategyType::TwoSets;
+    let o = s.observed();
+    assert!(o.stable.is_none() && o.canary.is_none() && has_pods(&o));
+    for _ in 0..2 {
+        let p = s.reconcile();
+        assert_eq!(p.status.phase, Some(Phase::Failed));
+        assert_eq!(
+            (p.status.ready.as_deref(), p.status.ready_replicas),
+            (Some("3/3"), 3)
+        );
+        assert_eq!(p.status.canary_ready_replicas, 0);
+    }
+}
+
+#[test]
+fn a_rollout_failed_mid_canary_still_counts_its_canary() {
+    let mut s = two_sets();
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    let canary = s.status.canary_ready_replicas;
+    assert!(canary > 0);
+    s.spec
+        .template
+        .update(|t| t.service_name = Some("other".into()));
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Failed));
+    assert_eq!(p.status.ready_replicas, s.spec.replicas);
+    assert_eq!(p.status.canary_ready_replicas, canary);
+}
+
 /// What kstatus (Flux health checks, kpt) must read from each phase once the status is
 /// current: Ready only when settled on Git's image, Failed only when Git must change.
 fn kstatus_expected(phase: Phase, ready: bool) -> &'static str {

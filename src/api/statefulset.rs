@@ -216,4 +216,10 @@ pub struct CanaryStatefulSetStatus {
     /// The analysis runs of the current (or last) canary, with their measurements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub analysis: Vec<super::AnalysisRunStatus>,
+    /// During a TwoSets canary, each handed-over replica's own PersistentVolume, by the canary
+    /// claim that holds it (`data-redis-canary-2: pv-…`), recorded when the handoff took it
+    /// from the stable claim. A claim of that replica on any other volume fails the rollout
+    /// (reason VolumeSwapped); nothing is handed on but this volume.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub replica_volumes: std::collections::BTreeMap<String, String>,
 }

@@ -503,6 +503,11 @@ impl<'a> Planner<'a> {
             };
         }
         if self.spec().image != stable {
+            // Leftovers of a rollout that was cut off after writing Completed and before
+            // deleting them would run beside the new one, above the surge (issue 44).
+            if let Some(serving) = self.serving(&stable).map(|d| d.name.clone()) {
+                self.delete_others(&serving);
+            }
             return self.start_rollout();
         }
         let name = match self.serving(&stable) {

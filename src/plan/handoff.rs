@@ -34,22 +34,57 @@ pub enum HandoffStep {
     Act(Action),
 }
 
-/// The next step of moving replica `ordinal`'s volume of claim template `template` from set
-/// `from` to set `to`.
+/// One volume to move: replica `ordinal`'s of claim template `template`, from set `from` to
+/// set `to`; `own` is the replica's own volume when the rollout recorded it
+/// (`status.replicaVolumes`).
+#[derive(Clone, Copy, Debug)]
+pub struct Move<'a> {
+    pub template: &'a str,
+    pub ordinal: i32,
+    pub from: Role,
+    pub to: Role,
+    pub own: Option<&'a str>,
+}
+
+/// The volume claim `dst`, else claim `src`, names: the replica's volume as a handoff finds it.
+pub fn named_volume<'o>(observed: &'o Observed, src: &str, dst: &str) -> Option<&'o str> {
+    [dst, src]
+        .into_iter()
+        .find_map(|n| observed.claim(n)?.volume.as_deref())
+}
+
+/// The next step of a [`Move`].
 pub fn handoff_step(
     rollout: &RolloutRef,
     spec: &CanaryStatefulSetSpec,
     observed: &Observed,
-    template: &str,
-    ordinal: i32,
-    from: Role,
-    to: Role,
+    m: Move<'_>,
 ) -> HandoffStep {
+    let Move {
+        template,
+        ordinal,
+        from,
+        to,
+        own,
+    } = m;
     let from_set = from.set_name(&rollout.name);
     let src_name = claim_name(template, &from_set, ordinal);
     let dst_name = claim_name(template, &to.set_name(&rollout.name), ordinal);
     let src = observed.claim(&src_name);
     let dst = observed.claim(&dst_name);
+    // A claim of the replica on another volume than its own (deleted with its pod, made again
+    // by the StatefulSet controller): never handed on; the planner fails the rollout.
+    if let Some(own) = own
+        && let Some(c) = [src, dst]
+            .into_iter()
+            .flatten()
+            .find(|c| c.volume.as_deref() != Some(own))
+    {
+        return HandoffStep::Waiting(format!(
+            "claim {} is not on replica {ordinal}'s own volume {own}; leaving it alone",
+            c.name
+        ));
+    }
 
     if src.is_none() && dst.is_some_and(|d| d.bound) {
         return HandoffStep::Done;
@@ -72,6 +107,7 @@ pub fn handoff_step(
             .iter()
             .filter(|v| {
                 v.retain
+                    && own.is_none_or(|own| v.name == own)
                     && v.claim
                         .as_ref()
                         .is_some_and(|(n, _)| *n == src_name || *n == dst_name)

@@ -14,12 +14,13 @@ use jiff::Timestamp;
 
 use super::actions::Action;
 use super::analysis::{self, BACKGROUND, Resolved, Verdict, gate_run};
-use super::handoff::{HandoffStep, handoff_step};
+use super::handoff::{HandoffStep, Move, handoff_step, named_volume};
 use super::machine::{
     self, Finished, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning, keeping,
 };
 use super::objects::{
-    Role, RolloutRef, SetShape, applied_hash, claim_templates, migration_job, stateful_set,
+    Role, RolloutRef, SetShape, applied_hash, claim_name, claim_templates, migration_job,
+    stateful_set,
 };
 use super::observed::{FixedSetFields, Observed, PodView, SetView};
 use crate::api::{
@@ -358,10 +359,13 @@ impl<'a> Planner<'a> {
     }
 
     fn step(&mut self, phase: Phase) -> Next<Phase> {
-        if phase != Phase::Failed
-            && let Some((reason, problem)) = self.spec_problem()
-        {
-            return go_warning(Phase::Failed, reason, problem);
+        if phase != Phase::Failed {
+            if let Some((reason, problem)) = self.spec_problem() {
+                return go_warning(Phase::Failed, reason, problem);
+            }
+            if let Some(problem) = self.volume_problem() {
+                return go_warning(Phase::Failed, "VolumeSwapped", problem);
+            }
         }
         match (phase, self.two_sets()) {
             (Phase::Initializing, _) => self.initializing(),
@@ -379,8 +383,25 @@ impl<'a> Planner<'a> {
             (Phase::RollingBack | Phase::MigrationFailed, true) => self.rolling_back_two_sets(),
             (Phase::RollingBack | Phase::MigrationFailed, false) => self.rolling_back_partition(),
             (Phase::RolledBack, _) => self.rolled_back(),
-            (Phase::Failed, _) => match self.spec_problem() {
-                Some((_, problem)) => Next::Stay(problem),
+            (Phase::Failed, _) => match self
+                .spec_problem()
+                .map(|(_, p)| p)
+                .or_else(|| self.volume_problem())
+            {
+                Some(problem) => Next::Stay(problem),
+                // Failed mid-canary: the canary's volumes go back before anything else runs
+                // (the stable set scaled up now would give those replicas new, empty volumes).
+                None if self.two_sets()
+                    && (self.o.canary.is_some() || !self.st.replica_volumes.is_empty()) =>
+                {
+                    go(
+                        Phase::RollingBack,
+                        "SpecFixed",
+                        "the rollout can go on again; rolling the canary back, its volumes \
+                         first"
+                            .into(),
+                    )
+                }
                 None if self.o.stable.is_none() => go(
                     Phase::Initializing,
                     "SpecFixed",

@@ -58,13 +58,22 @@ impl<'a> Planner<'a> {
             .collect()
     }
 
-    pub(super) fn keep_canary_shape(&mut self) {
+    /// Keeps the sets as the canary step has them; what is still to do first, if anything.
+    pub(super) fn keep_canary_shape(&mut self) -> Option<String> {
         let r = self.replicas();
         let n = self.size(self.step_index());
         let image = self.canary_image();
         if self.two_sets() {
             let stable = self.stable_image();
             self.ensure(self.main_shape(&stable, r - n, 0));
+            // A canary claim gone with its pod (a drain) is made again on the replica's own
+            // volume, if linnet is before the StatefulSet controller; if not, `volume_problem`
+            // stops the rollout at the next plan.
+            if let Some(why) = self.hand_over(r - n..r, Role::Stable, Role::Canary) {
+                return Some(format!(
+                    "putting the canary's volumes back on their claims: {why}"
+                ));
+            }
             self.ensure(SetShape {
                 role: Role::Canary,
                 image: &image,
@@ -75,13 +84,16 @@ impl<'a> Planner<'a> {
         } else {
             self.ensure(self.main_shape(&image, r, r - n));
         }
+        None
     }
 
     pub(super) fn canary_active(&mut self) -> Next<Phase> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
-        self.keep_canary_shape();
+        if let Some(first) = self.keep_canary_shape() {
+            return Next::Stay(first);
+        }
         if let Some(hold) = self.analysis_hold() {
             return Next::Stay(hold);
         }
@@ -158,7 +170,9 @@ impl<'a> Planner<'a> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
-        self.keep_canary_shape();
+        if let Some(first) = self.keep_canary_shape() {
+            return Next::Stay(first);
+        }
         if let Some(job) = &self.o.job {
             return go(
                 Phase::MigratingData,
@@ -184,7 +198,9 @@ impl<'a> Planner<'a> {
         if let Some(next) = self.abort_reason() {
             return next;
         }
-        self.keep_canary_shape();
+        if let Some(first) = self.keep_canary_shape() {
+            return Next::Stay(first);
+        }
         match &self.o.job {
             Some(j) if j.succeeded => go(
                 Phase::Promoting,

@@ -5,6 +5,43 @@
 use super::*;
 
 impl<'a> Planner<'a> {
+    /// A claim of a handed-over replica on another volume than the replica's own (recorded at
+    /// the handoff): deleted with its pod, and made again by the StatefulSet controller on a
+    /// new volume (issue 44). The rollout stops rather than promote onto it.
+    pub(super) fn volume_problem(&self) -> Option<String> {
+        if !self.two_sets() || self.st.replica_volumes.is_empty() {
+            return None;
+        }
+        let name = &self.r.reference.name;
+        let (stable, canary) = (Role::Stable.set_name(name), Role::Canary.set_name(name));
+        for t in claim_templates(self.spec()) {
+            for k in 0..self.replicas() {
+                let key = claim_name(&t, &canary, k);
+                let Some(own) = self.st.replica_volumes.get(&key) else {
+                    continue;
+                };
+                for set in [&canary, &stable] {
+                    let claim = claim_name(&t, set, k);
+                    let Some(c) = self.o.claim(&claim) else {
+                        continue;
+                    };
+                    if c.volume.as_deref() == Some(own.as_str()) {
+                        continue;
+                    }
+                    let other = c.volume.as_deref().unwrap_or("a volume not bound yet");
+                    return Some(format!(
+                        "claim {claim} is on {other}, not on replica {k}'s own volume {own}, which \
+                         keeps its data: the claim was deleted with its pod and made again by \
+                         the StatefulSet controller. linnet stops here and never hands {other} \
+                         on. To carry on with {own}: scale StatefulSet {set} to 0 and delete \
+                         claim {claim}; linnet then rolls the canary back onto {own}"
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// What makes the spec impossible to act on, with the event's reason: a template linnet
     /// cannot roll out, or a change the live sets cannot take.
     pub(super) fn spec_problem(&self) -> Option<(&'static str, String)> {

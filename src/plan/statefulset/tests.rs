@@ -480,6 +480,16 @@ impl Sim {
                 }
             }
         }
+        // Issue 44: an ordinal never has two pods.
+        let mut ordinals = std::collections::BTreeSet::new();
+        for p in self.pods.values() {
+            assert!(
+                ordinals.insert(p.ordinal),
+                "ordinal {} has two pods: {:?}",
+                p.ordinal,
+                self.pods.keys().collect::<Vec<_>>()
+            );
+        }
     }
 
     /// Reconciles and ticks until `done` or a bound, checking the invariants each round.
@@ -584,6 +594,48 @@ fn check_plan(r: &Rollout<'_>, o: &Observed, p: &Plan) {
                     assert!(n <= max_step, "canary set asks for {n} > {max_step}");
                 } else if name.ends_with("-stable") {
                     assert!(n >= floor, "stable set asks for {n} < {floor}");
+                    // Issue 44: the stable set shrinks only while the canary is absent or
+                    // Ready (the first step's scale-down comes before the canary exists).
+                    if let Some(stable) = &o.stable
+                        && n < stable.replicas
+                    {
+                        assert!(
+                            o.canary
+                                .as_ref()
+                                .is_none_or(|c| c.replicas == 0 || c.ready_replicas >= c.replicas),
+                            "stable set scaled down to {n} while the canary is not Ready: {:?}",
+                            o.canary
+                        );
+                    }
+                }
+                // Issue 44: no ordinal is asked of two sets at once.
+                let start = spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0);
+                let other = if name.ends_with("-canary") {
+                    o.stable.as_ref()
+                } else if name.ends_with("-stable") {
+                    o.canary.as_ref()
+                } else {
+                    None
+                };
+                let planned_other = p.actions.iter().find_map(|a| match a {
+                    Action::ApplySet(s)
+                        if s.metadata.name.as_deref() == other.map(|o| o.name.as_str()) =>
+                    {
+                        s.spec.as_ref().map(|s| {
+                            (
+                                s.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0),
+                                s.replicas.unwrap_or(0),
+                            )
+                        })
+                    }
+                    _ => None,
+                });
+                if let Some((other_start, other_n)) = planned_other {
+                    let (a, b) = (start..start + n, other_start..other_start + other_n);
+                    assert!(
+                        a.end <= b.start || b.end <= a.start,
+                        "{name} asks for ordinals {a:?}, and the other set for {b:?}"
+                    );
                 }
                 if let Some(part) = spec
                     .update_strategy

@@ -52,9 +52,26 @@ impl<'a> Planner<'a> {
         to: Role,
     ) -> Option<String> {
         let mut pending = Vec::new();
+        let name = self.r.reference.name.clone();
         for k in range {
             for t in claim_templates(self.spec()) {
-                match handoff_step(&self.r.reference, self.spec(), self.o, &t, k, from, to) {
+                // Keyed by the canary claim both ways; recorded as the volume goes to the canary.
+                let key = claim_name(&t, &Role::Canary.set_name(&name), k);
+                if to == Role::Canary
+                    && !self.st.replica_volumes.contains_key(&key)
+                    && let Some(v) =
+                        named_volume(self.o, &claim_name(&t, &from.set_name(&name), k), &key)
+                {
+                    self.st.replica_volumes.insert(key.clone(), v.to_string());
+                }
+                let m = Move {
+                    template: &t,
+                    ordinal: k,
+                    from,
+                    to,
+                    own: self.st.replica_volumes.get(&key).map(String::as_str),
+                };
+                match handoff_step(&self.r.reference, self.spec(), self.o, m) {
                     HandoffStep::Done => {}
                     HandoffStep::Waiting(why) => pending.push(why),
                     HandoffStep::Act(a) => {
@@ -165,6 +182,7 @@ impl<'a> Planner<'a> {
     }
 
     pub(super) fn finish_promotion(&mut self) -> Next<Phase> {
+        self.st.replica_volumes.clear();
         let image = self.canary_image();
         self.st.stable_image = Some(image.clone());
         self.st.canary_image = None;
@@ -223,6 +241,7 @@ impl<'a> Planner<'a> {
     }
 
     pub(super) fn finish_rollback(&mut self) -> Next<Phase> {
+        self.st.replica_volumes.clear();
         let r = self.replicas();
         let stable = self.stable_image();
         self.st.current_step = None;

@@ -316,3 +316,38 @@ fn a_rolling_update_holds_for_its_background_analysis_before_completing() {
     s.answer = analysis::Outcome::Value(serde_json::json!(0.0));
     s.completed_on("web:2");
 }
+
+#[test]
+fn a_rollout_cut_off_before_deleting_its_old_version_does_not_run_three() {
+    // Issue 44 (found by the surge invariant): Completed was written, the agent stopped before
+    // deleting the old version, and the next image started beside both: 3 + 6 + 1 for 6.
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
+    s.spec.replicas = 6;
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.reconcile_partial(Some(1));
+    s.tick();
+    s.spec.current_batch = 2;
+    for _ in 0..2 {
+        s.reconcile();
+        s.tick();
+    }
+    // The plan that writes Completed, cut off before its deletion of the old version.
+    let p = s.reconcile_partial(Some(0));
+    assert_eq!(p.status.phase, Some(Phase::Completed));
+    s.tick();
+    assert_eq!(s.deployments.len(), 2, "{:?}", s.by_image());
+    s.spec.image = "web:3".into();
+    let p = s.reconcile(); // the surge bound is checked after every whole plan
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::DeleteDeployment { .. })),
+        "{:?}",
+        p.actions
+    );
+    s.tick();
+    s.spec.current_batch = 3;
+    s.completed_on("web:3");
+    assert_eq!(s.by_image(), BTreeMap::from([("web:3".to_string(), 6)]));
+}

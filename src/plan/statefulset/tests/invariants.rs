@@ -244,6 +244,84 @@ fn a_rollout_failed_mid_canary_still_counts_its_canary() {
     assert_eq!(p.status.canary_ready_replicas, canary);
 }
 
+#[test]
+fn a_canary_claim_deleted_with_its_pod_stops_the_rollout_before_it_promotes_a_new_volume() {
+    // Issue 44: a drain deleted the canary's claim, then its pod; the StatefulSet controller
+    // made a new claim on a new volume, and linnet promoted onto it and handed the empty
+    // volume to the stable set. The replica's own volume was left Released.
+    let mut s = two_sets();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.claims.get_mut("data-redis-canary-2").unwrap().deleting = true;
+    s.pods.remove("redis-canary-2");
+    s.tick(); // the claim goes; the set's controller makes pod and claim again, first
+    let fresh = s.claims["data-redis-canary-2"].volume.clone().unwrap();
+    assert_ne!(fresh, before[2]);
+    s.promote = Some("true".into());
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Failed));
+    let message = p.status.message.clone().unwrap();
+    assert!(
+        message.contains(&before[2]) && message.contains(&fresh),
+        "{message}"
+    );
+    assert!(s.events.contains(&"VolumeSwapped"));
+    for _ in 0..5 {
+        assert!(s.reconcile().actions.is_empty());
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::Failed));
+    assert!(!s.phases.contains(&Phase::Promoting));
+    assert!(!s.claims.contains_key("data-redis-stable-2"));
+    // As the message says: the canary set to 0 and the wrong claim deleted; the canary is
+    // rolled back onto the replica's own volume.
+    s.sets.get_mut("redis-canary").unwrap().replicas = 0;
+    s.tick();
+    s.claims.remove("data-redis-canary-2");
+    s.volumes.remove(&fresh);
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.volumes_by_ordinal(), before);
+}
+
+#[test]
+fn a_canary_claim_gone_with_its_pod_is_made_again_on_the_replicas_own_volume() {
+    // Issue 44, the other order: linnet sees the claim gone before the StatefulSet
+    // controller makes it again, and makes it on the replica's own volume.
+    let mut s = two_sets();
+    s.stabilise();
+    let before = s.volumes_by_ordinal();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.claims.remove("data-redis-canary-2");
+    s.pods.remove("redis-canary-2");
+    let p = s.reconcile();
+    assert!(
+        p.actions.iter().any(|a| matches!(a, Action::CreateClaim(c)
+            if c.metadata.name.as_deref() == Some("data-redis-canary-2")
+            && c.spec.as_ref().and_then(|s| s.volume_name.as_deref()) == Some(before[2].as_str()))),
+        "{:?}",
+        p.actions
+    );
+    s.run_until("bound", |s| {
+        s.claims.get("data-redis-canary-2").is_some_and(|c| c.bound)
+    });
+    assert_eq!(s.phase(), Some(Phase::CanaryActive));
+    if let Some(pod) = s.pods.get_mut("redis-canary-2") {
+        pod.ready = true; // the kubelet starts it once its claim is bound
+    }
+    s.promote = Some("true".into());
+    s.run_until("Stable on redis:2", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+    assert_eq!(s.volumes_by_ordinal(), before);
+    assert!(
+        s.status.replica_volumes.is_empty(),
+        "forgotten once promoted"
+    );
+}
+
 /// What kstatus (Flux health checks, kpt) must read from each phase once the status is
 /// current: Ready only when settled on Git's image, Failed only when Git must change.
 fn kstatus_expected(phase: Phase, ready: bool) -> &'static str {

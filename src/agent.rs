@@ -11,6 +11,7 @@ pub use crate::runtime::listeners::{RolloutRow, StatusReport};
 use crate::runtime::rollouts::RolloutStores;
 use crate::runtime::source_loop::{Source, SourceLoop};
 pub use crate::runtime::state::{DEGRADED, SourceCondition, SourceStatus};
+use crate::runtime::supervise::Tasks;
 use crate::runtime::{lease, listeners, look, shards, shutdown_signal, state::AgentState};
 use crate::{Error, Result, controller, source, sync::Syncer, telemetry::Metrics, writeback};
 
@@ -25,12 +26,15 @@ pub async fn run(
     let selector = controller::context::source_selector(&config.source_name);
     let (rollouts, sts_watch, deploy_watch) = RolloutStores::new(&client, &selector);
     let (waker, wakes) = source::hooks::wake_channel();
+    // Every long-running task is held here: one that ends or panics stops the agent.
+    let mut tasks = Tasks::default();
     listeners::serve_all(
         &config,
         state.clone(),
         rollouts.clone(),
         metrics.clone(),
         waker,
+        &mut tasks,
     )
     .await?;
     let source = match &config.source {
@@ -79,51 +83,51 @@ pub async fn run(
     );
     let commit_status_changes = config.commit_status.as_ref().map(|_| rollouts.subscribe());
     let writeback_changes = config.writeback.as_ref().map(|_| rollouts.subscribe());
-    tokio::spawn(controller::statefulset::run(
-        ctx.clone(),
-        sts,
-        sts_changes,
-        shutdown_signal(),
-    ));
-    tokio::spawn(controller::deployment::run(
-        ctx.clone(),
-        deploys,
-        deploy_changes,
-        shutdown_signal(),
-    ));
+    tasks.spawn(
+        "CanaryStatefulSet controller",
+        controller::statefulset::run(ctx.clone(), sts, sts_changes, shutdown_signal()),
+    );
+    tasks.spawn(
+        "CanaryDeployment controller",
+        controller::deployment::run(ctx.clone(), deploys, deploy_changes, shutdown_signal()),
+    );
     // Every consumer has subscribed (above, not in its task): the rollout watches start.
-    tokio::spawn(sts_watch.run());
-    tokio::spawn(deploy_watch.run());
+    tasks.spawn("CanaryStatefulSet watch", sts_watch.run());
+    tasks.spawn("CanaryDeployment watch", deploy_watch.run());
     if let Some(leader) = &sharded {
         lease::wait_for_leadership(client.clone(), leader).await?;
     }
-    tokio::spawn(controller::unmanaged::run(ctx, shutdown_signal()));
-    tokio::spawn(source::object::publish(
-        client.clone(),
-        config.state_namespace.clone(),
-        config.source_name.clone(),
-        source::object::spec_of(&config),
-        {
-            let state = state.clone();
-            move || state.status()
-        },
-        state.subscribe(),
-    ));
+    tasks.spawn(
+        "unmanaged rollouts",
+        controller::unmanaged::run(ctx, shutdown_signal()),
+    );
+    tasks.spawn(
+        "LinnetSource status",
+        source::object::publish(
+            client.clone(),
+            config.state_namespace.clone(),
+            config.source_name.clone(),
+            source::object::spec_of(&config),
+            {
+                let state = state.clone();
+                move || state.status()
+            },
+            state.subscribe(),
+        ),
+    );
     let spec_error_statuses = match (config.commit_status.clone(), commit_status_changes) {
         (Some(cfg), Some(changes)) => {
             let (tx, rx) = mpsc::channel(64);
-            tokio::spawn(writeback::post_commit_statuses(
-                changes,
-                cfg,
-                metrics.clone(),
-                rx,
-            ));
+            tasks.spawn(
+                "commit statuses",
+                writeback::post_commit_statuses(changes, cfg, metrics.clone(), rx),
+            );
             Some(tx)
         }
         _ => None,
     };
     if let (Some(cfg), Some(changes)) = (config.writeback.clone(), writeback_changes) {
-        tokio::spawn(writeback::run(changes, cfg, metrics.clone()));
+        tasks.spawn("write-back", writeback::run(changes, cfg, metrics.clone()));
     }
     let syncer = Syncer::new(
         client.clone(),
@@ -144,5 +148,11 @@ pub async fn run(
         rollouts,
         spec_error_statuses,
     };
-    source_loop.run(syncer, source, wakes).await
+    tokio::select! {
+        done = source_loop.run(syncer, source, wakes) => done,
+        fault = tasks.first_fault() => {
+            tracing::error!(error = %fault, "a task of the agent stopped");
+            Err(fault)
+        }
+    }
 }

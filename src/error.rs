@@ -37,6 +37,10 @@ pub enum Error {
 
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+
+    /// A long-running task of the agent stopped: the agent stops too, so that it is restarted.
+    #[error("the agent's {task} task {how}; stopping so that Kubernetes restarts the agent")]
+    TaskEnded { task: &'static str, how: String },
 }
 
 impl Error {
@@ -51,6 +55,7 @@ impl Error {
             Error::Serialize(_) => "serialize",
             Error::Usage(_) => "usage",
             Error::Runtime(_) => "runtime",
+            Error::TaskEnded { .. } => "task_ended",
         }
     }
 }

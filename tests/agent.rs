@@ -669,3 +669,52 @@ async fn the_source_state_is_on_a_linnet_source_object() {
         "a look that changed nothing rewrote the LinnetSource"
     );
 }
+
+/// Issue 44: a runtime task that died left a process that did nothing and answered `/healthz`
+/// ok. Now the first task to end or panic stops the agent with an error naming it, so that
+/// Kubernetes restarts it. The fault is injected with `LINNET_TEST_PANIC_TASK`.
+#[tokio::test]
+async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
+    let client = admin_client().await;
+    install_linnet(&client).await;
+    let ns = TestNamespace::create(&client, "task-panic").await;
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    for task in ["CanaryDeployment watch", "write-back"] {
+        let run = dir.path().join(task.replace(' ', "-"));
+        std::fs::create_dir_all(&run).unwrap();
+        let mut args = vec![format!("--repo-path={}", specs.display())];
+        if task == "write-back" {
+            // Write-back runs only with a repository to write to: a real bare one.
+            let (bare, _work) = seeded_remote(&run, &ns.name);
+            args = vec![format!("--repo-url=file://{}", bare.display())];
+        }
+        let mut agent = support::agent::start_agent_env(
+            &run,
+            &args,
+            &ns.name,
+            &support::linnet_kubeconfig(),
+            &[("LINNET_TEST_PANIC_TASK", task)],
+        );
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = agent.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the agent kept running with its {task} task dead:\n{}",
+                agent.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(status.code(), Some(2), "{}", agent.log_text());
+        let log = agent.log_text();
+        assert!(
+            log.contains(&format!("the agent's {task} task panicked")),
+            "{log}"
+        );
+        std::mem::forget(agent);
+    }
+}

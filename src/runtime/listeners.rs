@@ -67,6 +67,7 @@ pub async fn serve_all(
     rollouts: RolloutStores,
     metrics: Arc<Metrics>,
     waker: Waker,
+    tasks: &mut super::supervise::Tasks,
 ) -> Result<()> {
     let shared = Arc::new(Shared {
         state,
@@ -98,7 +99,7 @@ pub async fn serve_all(
     for (what, addr, app, on_refused) in listeners {
         let listener = bind(addr, what).await?;
         tracing::info!(addr = %listener.local_addr().map_err(|source| Error::Io { path: "listener".into(), source })?, serves = what, webhooks = config.webhook.is_some(), "listening");
-        tokio::spawn(serve(listener, app, config.serve_limits, on_refused));
+        tasks.spawn(what, serve(listener, app, config.serve_limits, on_refused));
     }
     Ok(())
 }

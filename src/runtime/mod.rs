@@ -9,7 +9,8 @@
 //! - [`rollouts`]: one watch and store per rollout kind, fanned out to the controllers,
 //!   write-back, commit statuses, spec-error statuses and `/status`;
 //! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
-//! - [`config`]: what the flags say.
+//! - [`config`]: what the flags say;
+//! - [`supervise`]: every task above held by name; one that dies stops the agent.
 //!
 //! The controllers ([`crate::controller`]) and write-back ([`crate::writeback::run`],
 //! [`crate::writeback::post_commit_statuses`]) are the other tasks; they take their kind's
@@ -23,9 +24,16 @@ pub mod rollouts;
 pub mod shards;
 pub mod source_loop;
 pub mod state;
+pub mod supervise;
 
-/// Resolves on SIGTERM or SIGINT.
+/// Resolves on SIGTERM or SIGINT, and marks the agent as shutting down
+/// ([`supervise::shutting_down`]): its tasks may end now.
 pub async fn shutdown_signal() {
+    signal().await;
+    supervise::shutting_down();
+}
+
+async fn signal() {
     #[cfg(unix)]
     {
         if let Ok(mut term) =

@@ -82,6 +82,17 @@ pub fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
 
 /// [`start_agent`] with the identity of `kubeconfig`.
 pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig: &Path) -> Agent {
+    start_agent_env(dir, source_args, ns, kubeconfig, &[])
+}
+
+/// [`start_agent_with`] with `env` set for the agent alone.
+pub fn start_agent_env(
+    dir: &Path,
+    source_args: &[String],
+    ns: &str,
+    kubeconfig: &Path,
+    env: &[(&str, &str)],
+) -> Agent {
     let port = free_port();
     let admin_port = free_port();
     let log = dir.join("agent.log");
@@ -147,6 +158,7 @@ pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig
         )
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "linnet=debug")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(log_file)
         .spawn()

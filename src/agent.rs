@@ -72,6 +72,7 @@ pub async fn run(
         ctx = ctx.with_shards(shards);
     }
     let ctx = Arc::new(ctx);
+    let drift_seen = ctx.drift_seen.clone();
     // Each consumer subscribes here, not in its task: none misses the first list.
     let (sts, sts_changes) = (
         rollouts.statefulsets.clone(),
@@ -147,6 +148,7 @@ pub async fn run(
         state,
         rollouts,
         spec_error_statuses,
+        drift_seen,
     };
     tokio::select! {
         done = source_loop.run(syncer, source, wakes) => done,

@@ -113,6 +113,8 @@ type Batches = Vec<(i32, i32, BatchState)>;
 struct Recorder {
     batches: Arc<Mutex<Vec<Batches>>>,
     max_replicas: Arc<Mutex<BTreeMap<String, i32>>>,
+    /// The most replicas the rollout's Deployments were asked for together, at any moment.
+    max_total: Arc<Mutex<(i32, BTreeMap<String, i32>)>>,
 }
 
 impl Recorder {
@@ -141,17 +143,35 @@ impl Recorder {
         let rec = r.clone();
         let deployments = f.api::<Deployment>();
         tokio::spawn(async move {
-            let mut s = watcher(deployments, watcher::Config::default())
-                .applied_objects()
-                .boxed();
-            while let Some(Ok(d)) = s.next().await {
-                let n = d.spec.and_then(|s| s.replicas).unwrap_or(0);
-                let mut max = rec.max_replicas.lock().unwrap();
-                let e = max.entry(d.metadata.name.unwrap()).or_insert(0);
-                *e = (*e).max(n);
+            let mut s = watcher(deployments, watcher::Config::default()).boxed();
+            let mut now = BTreeMap::new();
+            while let Some(Ok(event)) = s.next().await {
+                match event {
+                    watcher::Event::Apply(d) | watcher::Event::InitApply(d) => {
+                        let n = d.spec.and_then(|s| s.replicas).unwrap_or(0);
+                        let name = d.metadata.name.unwrap();
+                        let mut max = rec.max_replicas.lock().unwrap();
+                        let e = max.entry(name.clone()).or_insert(0);
+                        *e = (*e).max(n);
+                        now.insert(name, n);
+                    }
+                    watcher::Event::Delete(d) => {
+                        now.remove(&d.metadata.name.unwrap());
+                    }
+                    _ => {}
+                }
+                let total: i32 = now.values().sum();
+                let mut max = rec.max_total.lock().unwrap();
+                if total > max.0 {
+                    *max = (total, now.clone());
+                }
             }
         });
         r
+    }
+
+    fn max_total(&self) -> (i32, BTreeMap<String, i32>) {
+        self.max_total.lock().unwrap().clone()
     }
 
     fn batches(&self) -> Vec<Batches> {
@@ -596,4 +616,77 @@ async fn a_selector_change_on_a_live_rollout_is_refused_and_named() {
     }
     f.write();
     wait_completed_on(&f, "nginx:1.27", 30).await;
+}
+
+/// Issue 44: replicas 10, batches 3: at batch 2 and again at batch 3 the old version went
+/// back to 10 before coming down again, 20 replicas asked for a 10-replica rollout. While
+/// batch N runs, the two Deployments ask for at most `replicas` plus what batch N adds.
+#[tokio::test]
+async fn batches_never_ask_for_more_than_the_replicas_a_batch_adds() {
+    let mut f = start(
+        "cd-surge",
+        json!({"replicas": 10, "batches": 3, "pause": "None"}),
+    )
+    .await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    let rec = Recorder::start(&f);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_completed_on(&f, "nginx:1.28", 180).await;
+    // Targets 1, 4, 10: batch 3 adds 6, the most of any batch.
+    let (most, when) = rec.max_total();
+    assert!(most <= 16, "{most} replicas asked for at once: {when:?}");
+    assert_eq!(
+        replicas_by_image(&f).await,
+        BTreeMap::from([("nginx:1.28".to_string(), 10)])
+    );
+}
+
+/// Issue 44: a `kubectl patch` of a CanaryDeployment's strategy to Rollback rolled it back,
+/// and it stayed RolledBack after the drift check reverted the patch. Now the edit is never
+/// acted on, and Git's spec is put back at once.
+#[tokio::test]
+async fn a_strategy_edited_in_the_cluster_is_never_acted_on() {
+    let mut f = start("cd-edit", json!({"pause": "None"})).await;
+    wait_completed_on(&f, "nginx:1.27", 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    wait_completed_on(&f, "nginx:1.28", 120).await;
+    let phases = Arc::new(Mutex::new(Vec::new()));
+    let seen = phases.clone();
+    let rollouts = f.api::<CanaryDeployment>();
+    let recorder = tokio::spawn(async move {
+        let mut s = watcher(rollouts, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(d)) = s.next().await {
+            seen.lock().unwrap().push(phase_of(&d));
+        }
+    });
+    f.api::<CanaryDeployment>()
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"strategy": {"type": "Rollback"}}})),
+        )
+        .await
+        .unwrap();
+    f.wait_event_reasons(&["SpecDrift"], 15).await;
+    f.wait_for("Git's strategy back", 15, |d: &CanaryDeployment| {
+        d.spec.strategy.type_ == linnet::api::DeploymentStrategyType::Batches
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    recorder.abort();
+    let phases = phases.lock().unwrap().clone();
+    assert!(
+        phases
+            .iter()
+            .all(|p| *p == Some(DeploymentPhase::Completed)),
+        "the edit was acted on: {phases:?}"
+    );
+    wait_completed_on(&f, "nginx:1.28", 10).await;
+    assert_eq!(
+        replicas_by_image(&f).await,
+        BTreeMap::from([("nginx:1.28".to_string(), 4)])
+    );
 }

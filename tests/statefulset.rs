@@ -971,3 +971,66 @@ async fn a_same_named_rollout_in_another_namespace_keeps_its_volumes() {
     }
     assert!(marked > 0, "the twin's canary marked none of its volumes");
 }
+
+/// Issue 44: a `kubectl patch` of a rollout's image to one Git never had started a canary at
+/// once, and that image served a replica for 164 s until the drift check put Git's back. Now
+/// the controller does not act on a spec Git did not apply, and the sync puts Git's back at
+/// once, not at the next drift tick.
+#[tokio::test]
+async fn a_rollout_edited_in_the_cluster_is_never_acted_on_and_is_put_back_at_once() {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let f = start("sts-edit", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    // Everything the rollout and its sets go through from now on.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (rollouts, sets) = (f.api::<CanaryStatefulSet>(), f.api::<StatefulSet>());
+    let recorder = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let phases = watcher(rollouts, watcher::Config::default())
+                .applied_objects()
+                .map(|r| {
+                    r.ok()
+                        .map(|r: CanaryStatefulSet| format!("{:?}", r.status.and_then(|s| s.phase)))
+                });
+            let sets = watcher(sets, watcher::Config::default())
+                .applied_objects()
+                .map(|s| {
+                    s.ok()
+                        .map(|s: StatefulSet| s.metadata.name.unwrap_or_default())
+                });
+            let mut both = std::pin::pin!(futures::stream::select(phases, sets));
+            while let Some(item) = both.next().await {
+                seen.lock().unwrap().extend(item);
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    f.api::<CanaryStatefulSet>()
+        .patch(
+            "redis",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"image": "redis:by-hand"}})),
+        )
+        .await
+        .unwrap();
+    f.wait_event_reasons(&["SpecDrift"], 15).await;
+    f.wait_for("Git's image back", 15, |r: &CanaryStatefulSet| {
+        r.spec.image == "redis:7.2"
+    })
+    .await;
+    eprintln!("Git's spec back {:?} after the edit", started.elapsed());
+    // Long enough for a canary to have started, had the edit been acted on.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    recorder.abort();
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s == "redis-canary" || s.contains("ScalingDownStable")),
+        "the edit was acted on: {seen:?}"
+    );
+    assert_eq!(f.sets().await.get("redis-stable"), Some(&3));
+    f.wait_stable_on("redis:7.2", 10).await;
+}

@@ -42,6 +42,18 @@ pub const SOURCE_PATH_ANNOTATION: &str = "rollouts.linnet.dev/source-path";
 /// Annotation with the Git revision the object was last applied from.
 pub const REVISION_ANNOTATION: &str = "rollouts.linnet.dev/revision";
 
+/// Annotation on a rollout with the hash of its spec as the sync applied it from Git
+/// ([`spec_hash`]). A rollout whose spec no longer has that hash was edited in the cluster;
+/// its controller does not act on it, and the sync puts Git's spec back.
+pub const SPEC_HASH_ANNOTATION: &str = "rollouts.linnet.dev/spec-hash";
+
+/// The hash of a rollout's spec as its Rust type reads it: the API server's defaults and
+/// the serde defaults agree, so Git's spec and the same spec read back from the cluster hash
+/// alike.
+pub fn spec_hash<S: serde::Serialize>(spec: &S) -> String {
+    crate::hash::content_hash(&serde_json::to_value(spec).unwrap_or_default())
+}
+
 /// Label on every object a rollout creates (sets, claims, Jobs, and the volumes it hands
 /// over), naming the rollout; StatefulSets put it on their claims too.
 pub const ROLLOUT_LABEL: &str = "rollouts.linnet.dev/rollout";

@@ -22,6 +22,9 @@ pub struct Context {
     pub own_child_writes: super::own_writes::OwnChildWrites,
     /// Each failing rollout's run of errors, for its retry's backoff and its log lines.
     pub error_runs: super::backoff::ErrorRuns,
+    /// Told when a rollout's spec in the cluster is not the one Git applied: the source loop
+    /// then compares every object with the cluster at once, not at its next drift tick.
+    pub drift_seen: std::sync::Arc<tokio::sync::Notify>,
     /// The AnalysisTemplates of this source, from a watch.
     pub templates: super::analysis::Templates,
     /// HTTP clients of the analysis providers.
@@ -59,6 +62,7 @@ impl Context {
             own_status_writes: Default::default(),
             own_child_writes: Default::default(),
             error_runs: Default::default(),
+            drift_seen: Default::default(),
             shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
         }
     }

@@ -14,7 +14,7 @@ use super::execute::execute;
 use super::{Context, ReconcileError, StatusWrite, show_action_failure, write_status};
 use crate::api::{
     ABORT_ANNOTATION, CanaryDeployment, CanaryStatefulSet, PROMOTE_ANNOTATION, REVISION_ANNOTATION,
-    RolloutAnalysis, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
+    RolloutAnalysis, SOURCE_LABEL, SOURCE_PATH_ANNOTATION, SPEC_HASH_ANNOTATION,
 };
 use crate::plan::actions::Planned;
 use crate::plan::analysis::{Builtins, Resolved};
@@ -41,6 +41,8 @@ pub(crate) trait RolloutKind:
         + Sync;
     type Phase: Copy + std::fmt::Debug;
     fn status(&self) -> Option<&Self::Status>;
+    /// The hash of the spec as it is in the cluster ([`crate::api::spec_hash`]).
+    fn spec_hash(&self) -> String;
     /// Whether a plan from `phase` reads the rollout's pods (see [`statefulset::reads_pods`]).
     fn reads_pods(phase: Option<Self::Phase>) -> bool;
     /// Whether a plan made from `stored` without the pods must be made again with them.
@@ -69,6 +71,9 @@ impl RolloutKind for CanaryStatefulSet {
     type Phase = crate::api::StatefulSetPhase;
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
+    }
+    fn spec_hash(&self) -> String {
+        crate::api::spec_hash(&self.spec)
     }
     fn reads_pods(phase: Option<Self::Phase>) -> bool {
         statefulset::reads_pods(phase)
@@ -114,6 +119,9 @@ impl RolloutKind for CanaryDeployment {
     type Phase = crate::api::DeploymentPhase;
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
+    }
+    fn spec_hash(&self) -> String {
+        crate::api::spec_hash(&self.spec)
     }
     /// A CanaryDeployment's observation has no pod list to spare.
     fn reads_pods(_: Option<Self::Phase>) -> bool {
@@ -187,6 +195,22 @@ where
     if let Some(wait) = wait.left {
         tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "waiting for the watch to show this agent's last write of a child");
         return Ok(Requeue::requeue(wait));
+    }
+    // Issue 44: a spec edited in the cluster (`kubectl edit`, `patch`) is never acted on. The
+    // sync is told at once and puts Git's spec back; that change wakes this rollout again.
+    if let Some(applied) = rollout.annotations().get(SPEC_HASH_ANNOTATION)
+        && *applied != rollout.spec_hash()
+    {
+        let message = format!(
+            "the spec of {} {ns}/{name} differs from the one linnet applied from Git (edited in \
+             the cluster?); it is not acted on, and Git's spec is being put back: change it in Git",
+            K::KIND
+        );
+        tracing::warn!(rollout = %format!("{ns}/{name}"), "{message}");
+        ctx.publish(&rollout.object_ref(&()), true, "SpecDrift", &message)
+            .await;
+        ctx.drift_seen.notify_one();
+        return Ok(Requeue::await_change());
     }
     let stored_phase = rollout.status().and_then(|s| s.phase());
     let mut observed = observe(K::reads_pods(stored_phase)).await?;

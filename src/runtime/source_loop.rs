@@ -57,6 +57,8 @@ pub struct SourceLoop {
     pub rollouts: RolloutStores,
     /// Error statuses for specs that fail to load, to the commit-status task.
     pub spec_error_statuses: Option<mpsc::Sender<Wanted>>,
+    /// Told by a controller that a rollout's spec was edited in the cluster.
+    pub drift_seen: Arc<tokio::sync::Notify>,
 }
 
 impl SourceLoop {
@@ -83,6 +85,7 @@ impl SourceLoop {
         let mut last_sync_ok = false;
         let mut delay = Duration::ZERO;
         let mut shutdown = std::pin::pin!(super::shutdown_signal());
+        let drift_seen = self.drift_seen.clone();
 
         loop {
             // The commit a webhook announced, if any: when it is not the one fetched last, the
@@ -101,6 +104,10 @@ impl SourceLoop {
                 Some(()) = changes.recv() => tracing::info!("files changed on disk"),
                 _ = drift_check.tick() => {
                     tracing::debug!("drift interval: comparing every object with the cluster");
+                    drift_due = true;
+                }
+                _ = drift_seen.notified() => {
+                    tracing::info!("a rollout was edited in the cluster: comparing every object with the cluster now");
                     drift_due = true;
                 }
                 _ = &mut shutdown => {

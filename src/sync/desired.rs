@@ -7,6 +7,7 @@ pub use crate::hash::content_hash;
 
 use crate::api::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
 };
 use crate::specs::{LoadedObject, Location, ObjectKey, Spec, SpecSet};
 
@@ -70,9 +71,32 @@ fn labelled(loaded: &LoadedObject, source: &str) -> (Value, String) {
             SOURCE_PATH_ANNOTATION,
             &loaded.location.file,
         );
+        if let Some(hash) = rollout_spec_hash(loaded) {
+            set_entry(metadata, "annotations", SPEC_HASH_ANNOTATION, &hash);
+        }
     }
     let hash = content_hash(&object);
     (object, hash)
+}
+
+/// For a rollout, the hash of its spec as its controller will read it back
+/// ([`crate::api::spec_hash`]).
+fn rollout_spec_hash(loaded: &LoadedObject) -> Option<String> {
+    use crate::api::{API_VERSION, CanaryDeployment, CanaryStatefulSet, spec_hash};
+    if loaded.key.api_version != API_VERSION {
+        return None;
+    }
+    match loaded.key.kind.as_str() {
+        "CanaryStatefulSet" => loaded
+            .spec
+            .typed::<CanaryStatefulSet>()
+            .map(|r| spec_hash(&r.spec)),
+        "CanaryDeployment" => loaded
+            .spec
+            .typed::<CanaryDeployment>()
+            .map(|r| spec_hash(&r.spec)),
+        _ => None,
+    }
 }
 
 /// Each object's hash, kept for as long as its spec text is the same: a sync after a

@@ -187,10 +187,9 @@ impl<'a> Planner<'a> {
         let t = batch::target(total, m, n);
         let image = self.canary_image();
         let new_name = self.version_for(&image);
-        let new = self.ensure(&new_name, &image, t);
         // What the new version serves is what is observed, whether or not an apply of it (this
-        // batch's scale-up, a hand edit put back) is queued: `ensure` answers None then, and
-        // counting 0 scaled the old version back to `total` at every batch start (issue 44).
+        // batch's scale-up, a hand edit put back) is queued: counting 0 then scaled the old
+        // version back to `total` at every batch start (issue 44).
         let available = self
             .find(&new_name)
             .filter(|d| d.image.as_deref() == Some(image.as_str()))
@@ -205,8 +204,18 @@ impl<'a> Planner<'a> {
             }
             None => None,
         };
+        // What shrinks is written first, then what grows: the other order asked for both at
+        // once between the two writes (18 replicas for 10 at a batch start).
+        let new_shrinks = self.find(&new_name).is_some_and(|d| d.replicas > t);
+        let mut new = None;
+        if new_shrinks {
+            new = self.ensure(&new_name, &image, t);
+        }
         if let Some(old_name) = old_name {
             self.ensure(&old_name, &stable_image, old_replicas);
+        }
+        if !new_shrinks {
+            new = self.ensure(&new_name, &image, t);
         }
         let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         if !done {

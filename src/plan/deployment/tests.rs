@@ -132,6 +132,19 @@ impl Sim {
         let n = keep.unwrap_or(p.actions.len()).min(p.actions.len());
         for a in &p.actions[..n] {
             self.execute(a);
+            // Between two writes too: the cluster sees each one as it lands.
+            if keep.is_none() {
+                let asked: i32 = self.deployments.values().map(|d| d.replicas).sum();
+                assert!(
+                    asked <= self.surge_bound(),
+                    "{asked} replicas asked for after {}, more than {} (phase {:?}, batch {:?}): {:?}",
+                    a.describe(),
+                    self.surge_bound(),
+                    self.status.phase,
+                    self.status.current_batch,
+                    self.by_image()
+                );
+            }
         }
         // Issue 44: a whole plan never leaves more replicas asked for than `replicas` plus the
         // documented surge (a crash mid-plan may, until the next plan finishes its work).
@@ -233,6 +246,12 @@ impl Sim {
     /// version runs `total - new.available`, so it shrinks only as new pods become available).
     fn surge_bound(&self) -> i32 {
         let (total, m) = (self.spec.replicas.max(0), self.spec.batches.max(1));
+        if self.status.phase == Some(Phase::RollingBack) {
+            // The old version back to `replicas` before the new one stops: for a moment both,
+            // the new one at most at its batch's target.
+            let n = self.status.current_batch.unwrap_or(m).clamp(1, m);
+            return total + batch::target(total, m, n);
+        }
         self.status.current_batch.map_or(total, |n| {
             let n = n.clamp(1, m);
             let before = if n > 1 {

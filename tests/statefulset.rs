@@ -1034,3 +1034,101 @@ async fn a_rollout_edited_in_the_cluster_is_never_acted_on_and_is_put_back_at_on
     assert_eq!(f.sets().await.get("redis-stable"), Some(&3));
     f.wait_stable_on("redis:7.2", 10).await;
 }
+
+/// Issue 44: during a canary a person deleted the canary's claim and then its pod (what a
+/// drain does). The StatefulSet controller made a new claim on a new volume, and linnet
+/// promoted onto it, handing the empty volume to the stable set. Now either linnet makes the
+/// claim again on the replica's own volume first, or the rollout stops (Failed,
+/// VolumeSwapped, both volumes named) and never promotes; it rolls back onto the replica's
+/// own volume once the wrong claim is gone.
+#[tokio::test]
+async fn a_canary_claim_deleted_with_its_pod_never_promotes_onto_a_new_volume() {
+    use k8s_openapi::api::core::v1::Pod;
+    let mut f = start("sts-drain", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    let before = f.volumes().await;
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    let claims = f.api::<PersistentVolumeClaim>();
+    claims
+        .delete("data-redis-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    f.api::<Pod>()
+        .delete("redis-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    let own = before[&2].0.clone();
+    // Whoever is first: linnet (the claim on the replica's own volume) or the StatefulSet
+    // controller (a claim on a new volume, and the rollout stopped).
+    let rollouts = f.api::<CanaryStatefulSet>();
+    let swapped = eventually(
+        "the claim back on its volume, or the rollout stopped",
+        Duration::from_secs(60),
+        || async {
+            let r = rollouts.get("redis").await.unwrap();
+            let status = r.status.unwrap_or_default();
+            if status.phase == Some(StatefulSetPhase::Failed) {
+                return Some(true);
+            }
+            let claim = claims.get_opt("data-redis-canary-2").await.unwrap()?;
+            let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            let on = claim.spec.as_ref().and_then(|s| s.volume_name.clone());
+            (bound && claim.metadata.deletion_timestamp.is_none())
+                .then_some(on != Some(own.clone()))
+        },
+    )
+    .await;
+    eprintln!("the StatefulSet controller was first: {swapped}");
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
+    if !swapped {
+        f.wait_stable_on("redis:7.4", 120).await;
+        f.assert_volumes(&before).await;
+        return;
+    }
+    let failed = f.wait_phase(StatefulSetPhase::Failed, 30).await;
+    let message = failed.status.unwrap().message.unwrap_or_default();
+    let fresh = claims
+        .get("data-redis-canary-2")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap_or_default();
+    assert!(
+        message.contains(&own) && message.contains(&fresh),
+        "{message}"
+    );
+    f.wait_event_reasons(&["VolumeSwapped"], 10).await;
+    // It stays stopped, promote annotation or not.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let r = f.rollout().await.unwrap();
+    assert_eq!(
+        r.status.and_then(|s| s.phase),
+        Some(StatefulSetPhase::Failed)
+    );
+    assert!(
+        claims
+            .get_opt("data-redis-stable-2")
+            .await
+            .unwrap()
+            .is_none(),
+        "a volume was handed to the stable set"
+    );
+    // As the message says: the canary set to 0 and the wrong claim deleted.
+    f.api::<StatefulSet>()
+        .patch(
+            "redis-canary",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    claims
+        .delete("data-redis-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    f.wait_phase(StatefulSetPhase::RolledBack, 120).await;
+    f.assert_volumes(&before).await;
+}

@@ -21,7 +21,9 @@ async fn twenty_random_kills_all_converge_and_lose_nothing() {
     let cfg = run::Config {
         seed,
         kills: 20,
-        faults: false,
+        apiserver_restarts: 0,
+        etcd_freezes: 0,
+        etcd_freeze: Duration::ZERO,
         git_outage: Duration::ZERO,
         linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
     };
@@ -34,4 +36,5 @@ async fn twenty_random_kills_all_converge_and_lose_nothing() {
     assert_eq!(report.pvs_deleted, 0, "{table}");
     assert!(report.two_pods_on_an_ordinal.is_empty(), "{table}");
     assert!(report.replicas_above_spec.is_empty(), "{table}");
+    assert_eq!(report.own_write_lapses, 0, "{table}");
 }

@@ -72,7 +72,7 @@ pub async fn run(
         ctx = ctx.with_shards(shards);
     }
     let ctx = Arc::new(ctx);
-    let drift_seen = ctx.drift_seen.clone();
+    let edited = ctx.edited.clone();
     // Each consumer subscribes here, not in its task: none misses the first list.
     let (sts, sts_changes) = (
         rollouts.statefulsets.clone(),
@@ -148,7 +148,7 @@ pub async fn run(
         state,
         rollouts,
         spec_error_statuses,
-        drift_seen,
+        edited,
     };
     tokio::select! {
         done = source_loop.run(syncer, source, wakes) => done,

@@ -76,9 +76,10 @@ async fn a_kube_apiserver_restart_mid_handoff_is_followed_at_once() {
     .await;
     restart_apiserver();
     let back = Instant::now();
-    // The rest of the canary and its promotion take a few seconds when the watches work;
-    // before the fix the rollout waited for minutes.
-    f.wait_for("Stable on redis:7.4", 60, |r: &CanaryStatefulSet| {
+    // The rest of the canary and its promotion take a few seconds when the watches work
+    // (9.4 s measured); before the fix the rollout waited for minutes (kube's shared trigger
+    // backoff alone paused every watch for up to 30 s after each error).
+    f.wait_for("Stable on redis:7.4", 30, |r: &CanaryStatefulSet| {
         let s = r.status.clone().unwrap_or_default();
         s.phase == Some(StatefulSetPhase::Stable) && s.stable_image.as_deref() == Some("redis:7.4")
     })
@@ -92,5 +93,5 @@ async fn a_kube_apiserver_restart_mid_handoff_is_followed_at_once() {
     );
     let lapses = support::metric(&agent.metrics().await, "linnet_own_write_wait_lapses_total");
     assert_eq!(lapses, 0.0, "an own-write wait lapsed");
-    assert!(took < Duration::from_secs(60));
+    assert!(took < Duration::from_secs(30));
 }

@@ -1086,20 +1086,25 @@ async fn a_canary_claim_deleted_with_its_pod_never_promotes_onto_a_new_volume() 
         f.assert_volumes(&before).await;
         return;
     }
-    let failed = f.wait_phase(StatefulSetPhase::Failed, 30).await;
-    let message = failed.status.unwrap().message.unwrap_or_default();
-    let fresh = claims
-        .get("data-redis-canary-2")
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .volume_name
-        .unwrap_or_default();
-    assert!(
-        message.contains(&own) && message.contains(&fresh),
-        "{message}"
-    );
+    f.wait_phase(StatefulSetPhase::Failed, 30).await;
+    let fresh = eventually("the new claim bound", Duration::from_secs(30), || async {
+        let claim = claims.get("data-redis-canary-2").await.unwrap();
+        claim.spec.and_then(|s| s.volume_name)
+    })
+    .await;
+    // The message names both volumes (before the new claim binds: "a volume not bound yet").
+    f.wait_for(
+        "a message naming both volumes",
+        15,
+        |r: &CanaryStatefulSet| {
+            let status = r.status.clone().unwrap_or_default();
+            let message = status.message.unwrap_or_default();
+            status.phase == Some(StatefulSetPhase::Failed)
+                && message.contains(&own)
+                && message.contains(&fresh)
+        },
+    )
+    .await;
     f.wait_event_reasons(&["VolumeSwapped"], 10).await;
     // It stays stopped, promote annotation or not.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -1131,4 +1136,38 @@ async fn a_canary_claim_deleted_with_its_pod_never_promotes_onto_a_new_volume() 
         .unwrap();
     f.wait_phase(StatefulSetPhase::RolledBack, 120).await;
     f.assert_volumes(&before).await;
+}
+
+/// Issue 44, a neighbour: an edit of a field Git leaves out (`promotion`, here Auto) is kept by
+/// server-side apply, which removes only what its own field manager set. The spec is put back
+/// whole, the field removed, and the canary still waits for a promotion in Git.
+#[tokio::test]
+async fn a_field_git_leaves_out_set_in_the_cluster_is_removed_and_never_acted_on() {
+    let mut f = start("sts-edit-extra", json!({})).await;
+    f.wait_stable_on("redis:7.2", 90).await;
+    f.api::<CanaryStatefulSet>()
+        .patch(
+            "redis",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"promotion": {"type": "Auto", "bakeSeconds": 0}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    f.wait_event_reasons(&["SpecDrift"], 15).await;
+    f.wait_for("Git's promotion back", 15, |r: &CanaryStatefulSet| {
+        r.spec.promotion.type_ == linnet::api::PromotionType::Manual
+    })
+    .await;
+    // Git's next image: a Manual canary waits for its promotion, Auto would promote at once.
+    f.set_image("redis:7.4");
+    f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let r = f.rollout().await.unwrap();
+    assert_eq!(
+        r.status.and_then(|s| s.phase),
+        Some(StatefulSetPhase::CanaryActive),
+        "promoted by the edit"
+    );
 }

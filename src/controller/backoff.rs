@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use backon::BackoffBuilder as _;
 use kube::runtime::utils::Backoff;
 
 /// The first wait of a watch after an error.
@@ -22,38 +21,17 @@ pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(250);
 /// within this (and the jitter) of answering.
 pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
-/// One watch's backoff: exponential from [`WATCH_BACKOFF_MIN`] to [`WATCH_BACKOFF_MAX`], with
-/// jitter, reset by any event (kube's `StreamBackoff` resets it on success).
-pub struct WatchBackoff {
-    builder: backon::ExponentialBuilder,
-    current: backon::ExponentialBackoff,
-}
-
-/// A new [`WatchBackoff`].
-pub fn watch_backoff() -> WatchBackoff {
-    let builder = backon::ExponentialBuilder::default()
+/// One watch's backoff: kube's exponential backoff from [`WATCH_BACKOFF_MIN`] to
+/// [`WATCH_BACKOFF_MAX`], with jitter, reset by any event (kube's `StreamBackoff` resets it
+/// on success).
+pub fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
         .with_min_delay(WATCH_BACKOFF_MIN)
         .with_max_delay(WATCH_BACKOFF_MAX)
         .with_factor(2.0)
         .with_jitter()
-        .without_max_times();
-    WatchBackoff {
-        current: builder.build(),
-        builder,
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        self.current.next()
-    }
-}
-
-impl Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.current = self.builder.build();
-    }
+        .without_max_times()
+        .into()
 }
 
 /// The controller's backoff over all its trigger streams together: none, since each stream
@@ -92,12 +70,17 @@ pub fn retry_after(failures: u32, permanent: bool) -> Duration {
     min.saturating_mul(1 << doublings).min(max)
 }
 
-/// Each failing rollout's run of errors: how many in a row, and the last one's text, so that
-/// a retry with the same error logs nothing new.
+/// Each failing rollout's run of errors: how many in a row, and the last one's class (its
+/// metric label and HTTP code, not its text, which may vary), so that a retry with the same
+/// error logs nothing new.
 #[derive(Debug, Default)]
 pub struct ErrorRuns {
     runs: Mutex<HashMap<String, (u32, String)>>,
 }
+
+/// Runs kept at most: a rollout deleted (or moved to another shard) while failing leaves its
+/// run behind; past this many, all are forgotten (each then starts its backoff again).
+const MAX_RUNS: usize = 10_000;
 
 /// What [`ErrorRuns::failed`] decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +94,7 @@ pub struct Retry {
 }
 
 impl ErrorRuns {
-    /// Records a failure of `key` with `error`, and says when to retry.
+    /// Records a failure of `key` with an error of class `error`, and says when to retry.
     pub fn failed(&self, key: &str, error: &str, permanent: bool) -> Retry {
         let Ok(mut runs) = self.runs.lock() else {
             return Retry {
@@ -120,6 +103,9 @@ impl ErrorRuns {
                 changed: true,
             };
         };
+        if runs.len() >= MAX_RUNS && !runs.contains_key(key) {
+            runs.clear();
+        }
         let run = runs.entry(key.to_string()).or_insert((0, String::new()));
         let changed = run.1 != error;
         run.0 = if changed { 1 } else { run.0.saturating_add(1) };

@@ -22,9 +22,9 @@ pub struct Context {
     pub own_child_writes: super::own_writes::OwnChildWrites,
     /// Each failing rollout's run of errors, for its retry's backoff and its log lines.
     pub error_runs: super::backoff::ErrorRuns,
-    /// Told when a rollout's spec in the cluster is not the one Git applied: the source loop
-    /// then compares every object with the cluster at once, not at its next drift tick.
-    pub drift_seen: std::sync::Arc<tokio::sync::Notify>,
+    /// Rollouts whose spec in the cluster is not the one Git applied: the source loop puts
+    /// Git's back at once, not at its next drift tick.
+    pub edited: std::sync::Arc<crate::sync::EditedRollouts>,
     /// The AnalysisTemplates of this source, from a watch.
     pub templates: super::analysis::Templates,
     /// HTTP clients of the analysis providers.
@@ -62,7 +62,7 @@ impl Context {
             own_status_writes: Default::default(),
             own_child_writes: Default::default(),
             error_runs: Default::default(),
-            drift_seen: Default::default(),
+            edited: Default::default(),
             shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
         }
     }

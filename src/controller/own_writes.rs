@@ -59,8 +59,15 @@ impl OwnChildWrites {
     /// older one, is seen.
     pub fn seen(&self, child: &str, resource_version: &str) {
         let Ok(mut p) = self.inner.lock() else { return };
-        p.last_seen
-            .insert(child.to_string(), resource_version.to_string());
+        // The newest: an older version delivered again (a relist) does not take it back.
+        let newer = p
+            .last_seen
+            .get(child)
+            .is_none_or(|seen| !at_least(seen, resource_version) || seen == resource_version);
+        if newer {
+            p.last_seen
+                .insert(child.to_string(), resource_version.to_string());
+        }
         let Some(rollout) = p.rollout_of.get(child).cloned() else {
             return;
         };

@@ -171,6 +171,9 @@ pub(crate) fn reference(rollout: &impl Resource, ns: &str) -> RolloutRef {
     }
 }
 
+/// What a rollout applied from Git without a spec hash is compared with: no spec's hash.
+static NO_SPEC_HASH: String = String::new();
+
 /// Plans and acts on `rollout` in `ns` from what `observe` reads (with the pods or without).
 pub(crate) async fn plan_and_act<K, Read>(
     ctx: &Context,
@@ -198,7 +201,15 @@ where
     }
     // Issue 44: a spec edited in the cluster (`kubectl edit`, `patch`) is never acted on. The
     // sync is told at once and puts Git's spec back; that change wakes this rollout again.
-    if let Some(applied) = rollout.annotations().get(SPEC_HASH_ANNOTATION)
+    // Applied from Git (it has linnet's applied-hash) but without a spec hash: the annotation
+    // was taken off in the cluster, which turns nothing off.
+    let annotations = rollout.annotations();
+    let applied = annotations.get(SPEC_HASH_ANNOTATION).or_else(|| {
+        annotations
+            .get(crate::sync::desired::APPLIED_HASH_ANNOTATION)
+            .map(|_| &NO_SPEC_HASH)
+    });
+    if let Some(applied) = applied
         && *applied != rollout.spec_hash()
     {
         let message = format!(
@@ -209,7 +220,12 @@ where
         tracing::warn!(rollout = %format!("{ns}/{name}"), "{message}");
         ctx.publish(&rollout.object_ref(&()), true, "SpecDrift", &message)
             .await;
-        ctx.drift_seen.notify_one();
+        ctx.edited.found(crate::specs::ObjectKey {
+            api_version: crate::api::API_VERSION.to_string(),
+            kind: K::KIND.to_string(),
+            namespace: ns.to_string(),
+            name: name.clone(),
+        });
         return Ok(Requeue::await_change());
     }
     let stored_phase = rollout.status().and_then(|s| s.phase());
@@ -275,6 +291,8 @@ pub(crate) fn runs_elsewhere<K: RolloutKind>(ctx: &Context, rollout: &K) -> bool
     if ctx.shards.owns(&ns, &name) {
         return false;
     }
+    ctx.error_runs
+        .succeeded(&format!("{}/{ns}/{name}", K::KIND));
     ctx.metrics
         .rollout_phase(K::KIND, &format!("{ns}/{name}"), None);
     true
@@ -336,9 +354,16 @@ pub(crate) fn error_policy<K: RolloutKind, S: HasContext>(
             Requeue::requeue(Duration::from_secs(30))
         }
         e => {
+            let class = match e {
+                ReconcileError::Kube {
+                    source: kube::Error::Api(s),
+                    ..
+                } => format!("{}:{}", e.metric_label(), s.code),
+                other => other.metric_label().to_string(),
+            };
             let retry = shared.context().error_runs.failed(
                 &format!("{}/{key}", K::KIND),
-                &e.to_string(),
+                &class,
                 e.permanent(),
             );
             if retry.changed {

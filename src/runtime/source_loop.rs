@@ -57,8 +57,8 @@ pub struct SourceLoop {
     pub rollouts: RolloutStores,
     /// Error statuses for specs that fail to load, to the commit-status task.
     pub spec_error_statuses: Option<mpsc::Sender<Wanted>>,
-    /// Told by a controller that a rollout's spec was edited in the cluster.
-    pub drift_seen: Arc<tokio::sync::Notify>,
+    /// Rollouts a controller found edited in the cluster.
+    pub edited: Arc<crate::sync::EditedRollouts>,
 }
 
 impl SourceLoop {
@@ -85,7 +85,7 @@ impl SourceLoop {
         let mut last_sync_ok = false;
         let mut delay = Duration::ZERO;
         let mut shutdown = std::pin::pin!(super::shutdown_signal());
-        let drift_seen = self.drift_seen.clone();
+        let edited = self.edited.clone();
 
         loop {
             // The commit a webhook announced, if any: when it is not the one fetched last, the
@@ -106,7 +106,7 @@ impl SourceLoop {
                     tracing::debug!("drift interval: comparing every object with the cluster");
                     drift_due = true;
                 }
-                _ = drift_seen.notified() => {
+                _ = edited.notified() => {
                     tracing::info!("a rollout was edited in the cluster: comparing every object with the cluster now");
                     drift_due = true;
                 }
@@ -222,7 +222,22 @@ impl SourceLoop {
         }
         let started = Instant::now();
         let report = if full {
-            syncer.sync(specs, revision, self.config.prune).await
+            let report = syncer.sync(specs, revision, self.config.prune).await;
+            // Rollouts found edited: their spec back whole, fields Git leaves out included.
+            for key in self.edited.take() {
+                let Some(loaded) = specs.objects.get(&key) else {
+                    continue;
+                };
+                let desired = crate::sync::desired::desired_object(
+                    loaded,
+                    &self.config.source_name,
+                    revision,
+                );
+                if let Err(e) = syncer.restore_spec(&desired).await {
+                    tracing::warn!(object = %format!("{}/{}/{}", key.kind, key.namespace, key.name), error = %e, "could not put Git's spec of an edited rollout back; the next drift check tries again");
+                }
+            }
+            report
         } else {
             syncer
                 .sync_changes(specs, revision, self.config.prune)

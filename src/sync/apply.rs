@@ -412,6 +412,67 @@ impl Syncer {
         )
     }
 
+    /// Puts a rollout's spec back to Git's whole, when its controller found another in the
+    /// cluster (`rollouts.linnet.dev/spec-hash`): server-side apply keeps fields that Git
+    /// leaves out and someone else set (`kubectl patch` of `promotion`), so the spec is
+    /// merge-patched with Git's values and a null for every key Git lacks, at the version read.
+    /// If the API server still stores it otherwise (an older CRD pruning a field, a mutating
+    /// webhook), the annotation is set to the hash of what it stores: that is Git's spec as
+    /// this cluster keeps it, and the rollout goes on from it. Written as the source.
+    pub async fn restore_spec(&self, desired: &DesiredObject) -> Result<(), ObjectError> {
+        use super::desired::spec_hash_of;
+        use crate::api::SPEC_HASH_ANNOTATION;
+        let key = &desired.key;
+        let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
+        let Some(live) = self
+            .api(&ar, &caps, &key.namespace)
+            .get_opt(&key.name)
+            .await
+            .map_err(ObjectError::Read)?
+        else {
+            return Ok(());
+        };
+        let live = to_value(live, &ar);
+        let git = desired.object.get("spec").cloned().unwrap_or(Value::Null);
+        let wanted = spec_hash_of(&key.kind, &desired.object);
+        if spec_hash_of(&key.kind, &live) == wanted {
+            return Ok(());
+        }
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": live.pointer("/metadata/resourceVersion")},
+            "spec": with_nulls(&git, live.get("spec").unwrap_or(&Value::Null)),
+        });
+        let request = |e: kube::Error| ObjectError::Request {
+            what: "restore",
+            refused: matches!(&e, kube::Error::Api(s) if s.code == 403),
+            text: kube_message(&e),
+        };
+        let writer = self.writer_api(&ar, &caps, &key.namespace)?;
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let restored = writer
+            .patch(&key.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(request)?;
+        let restored = to_value(restored, &ar);
+        let stored = spec_hash_of(&key.kind, &restored);
+        tracing::info!(object = %format!("{}/{}/{}", key.kind, key.namespace, key.name), "put Git's spec back whole: it was edited in the cluster");
+        if stored != wanted
+            && let Some(stored) = stored
+        {
+            tracing::warn!(object = %format!("{}/{}/{}", key.kind, key.namespace, key.name), "the API server stores this rollout's spec otherwise than Git gives it (an older CRD pruning a field, or a mutating webhook?); going on from what it stores");
+            let note =
+                serde_json::json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: stored}}});
+            writer
+                .patch(&key.name, &params, &Patch::Merge(&note))
+                .await
+                .map_err(request)?;
+        }
+        Ok(())
+    }
+
     /// Plans and applies in one go, reading every managed object (a full sync).
     pub async fn sync(&self, specs: &SpecSet, revision: &str, prune: bool) -> SyncReport {
         self.sync_with(specs, revision, prune, false).await
@@ -549,6 +610,25 @@ impl Syncer {
 
 /// The namespace an object of this kind lives in: none when the kind is cluster-scoped,
 /// whatever the key says.
+/// A merge patch that makes `have` into `want`: `want`, with a null for every key of `have`
+/// that `want` lacks, at every depth of objects both have (arrays are replaced whole).
+fn with_nulls(want: &Value, have: &Value) -> Value {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => {
+            let mut out = serde_json::Map::new();
+            for (k, wv) in w {
+                let hv = h.get(k).unwrap_or(&Value::Null);
+                out.insert(k.clone(), with_nulls(wv, hv));
+            }
+            for k in h.keys().filter(|k| !w.contains_key(*k)) {
+                out.insert(k.clone(), Value::Null);
+            }
+            Value::Object(out)
+        }
+        _ => want.clone(),
+    }
+}
+
 fn scoped<'a>(caps: &ApiCapabilities, namespace: &'a str) -> &'a str {
     if caps.scope == Scope::Cluster {
         ""
@@ -635,3 +715,28 @@ fn to_value(mut object: DynamicObject, ar: &ApiResource) -> Value {
 
 mod planning;
 mod writes;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restore_nulls_every_key_git_leaves_out() {
+        // Issue 44: a field set by `kubectl patch` that Git leaves out stayed under server-side
+        // apply; the rollout's spec never matched Git's again.
+        let want = serde_json::json!({"image": "redis:7.2", "promotion": {"type": "Manual"}});
+        let have = serde_json::json!({
+            "image": "redis:by-hand",
+            "steps": [1, 2],
+            "promotion": {"type": "Auto", "bakeSeconds": 30}
+        });
+        assert_eq!(
+            with_nulls(&want, &have),
+            serde_json::json!({
+                "image": "redis:7.2",
+                "steps": null,
+                "promotion": {"type": "Manual", "bakeSeconds": null}
+            })
+        );
+    }
+}

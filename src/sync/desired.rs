@@ -82,18 +82,23 @@ fn labelled(loaded: &LoadedObject, source: &str) -> (Value, String) {
 /// For a rollout, the hash of its spec as its controller will read it back
 /// ([`crate::api::spec_hash`]).
 fn rollout_spec_hash(loaded: &LoadedObject) -> Option<String> {
-    use crate::api::{API_VERSION, CanaryDeployment, CanaryStatefulSet, spec_hash};
-    if loaded.key.api_version != API_VERSION {
+    if loaded.key.api_version != crate::api::API_VERSION {
         return None;
     }
-    match loaded.key.kind.as_str() {
-        "CanaryStatefulSet" => loaded
-            .spec
-            .typed::<CanaryStatefulSet>()
+    spec_hash_of(&loaded.key.kind, &loaded.spec.to_json())
+}
+
+/// The hash of the spec of a rollout of `kind` given as JSON, read as its Rust type reads it;
+/// `None` for another kind or an object that does not read as one.
+pub fn spec_hash_of(kind: &str, object: &Value) -> Option<String> {
+    use crate::api::{CanaryDeployment, CanaryStatefulSet, spec_hash};
+    use serde::Deserialize as _;
+    match kind {
+        "CanaryStatefulSet" => CanaryStatefulSet::deserialize(object)
+            .ok()
             .map(|r| spec_hash(&r.spec)),
-        "CanaryDeployment" => loaded
-            .spec
-            .typed::<CanaryDeployment>()
+        "CanaryDeployment" => CanaryDeployment::deserialize(object)
+            .ok()
             .map(|r| spec_hash(&r.spec)),
         _ => None,
     }

@@ -8,10 +8,12 @@
 pub mod apply;
 pub mod desired;
 pub mod diff;
+pub mod edited;
 
 pub use apply::{ApplyAs, SyncReport, Syncer};
 pub use desired::{DesiredObject, desired_set};
 pub use diff::{Change, PlannedChange, Prune, plan_changes};
+pub use edited::EditedRollouts;
 
 /// The field manager of every server-side apply linnet makes.
 pub const FIELD_MANAGER: &str = "linnet";

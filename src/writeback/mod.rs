@@ -101,11 +101,12 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
         Ok(Ok(w)) => Some(w),
         Ok(Err(e)) => {
             tracing::error!(error = %crate::text::redact_credentials(&e.to_string()), "write-back is off: cannot open its clone; check --cache-dir");
-            return;
+            // Off, not dead: the agent goes on without it (a supervised task that ends stops it).
+            return std::future::pending().await;
         }
         Err(e) => {
             tracing::error!(error = %crate::text::redact_credentials(&e.to_string()), "write-back is off");
-            return;
+            return std::future::pending().await;
         }
     };
     let sets = changes
@@ -282,7 +283,8 @@ pub async fn post_commit_statuses(
         Ok(p) => p,
         Err(e) => {
             tracing::error!(error = %e, "commit statuses are off");
-            return;
+            // Off, not dead: the agent goes on without them (a supervised task that ends stops it).
+            return std::future::pending().await;
         }
     };
     let (c1, c2) = (config.clone(), config.clone());

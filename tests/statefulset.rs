@@ -626,11 +626,22 @@ async fn a_missing_permission_is_named_and_loses_nothing() {
             && message.contains("deploy/rbac.yaml"),
         "{message}"
     );
+    // Issue 44: the same refusal was retried every 5 s for ever, with a WARN each time. Now
+    // it is retried after as long again as it has lasted (from 5 s) and logged once.
+    tokio::time::sleep(Duration::from_secs(20)).await;
     let log = f.agent.as_ref().unwrap().log_text();
     assert!(
         log.contains("deploy/rbac.yaml"),
         "the log does not say what to grant"
     );
+    let warned = log
+        .matches("reconcile failed; retrying later and later")
+        .count();
+    assert_eq!(warned, 1, "one WARN per change of error:\n{log}");
+    let retried = log
+        .matches("reconcile failed again with the same error")
+        .count();
+    assert!(retried <= 5, "{retried} retries in about 20 s");
     let r = f.rollout().await.unwrap().status.unwrap();
     assert_eq!(r.phase, Some(StatefulSetPhase::DeployingCanary));
     f.assert_volumes(&before).await;
@@ -790,6 +801,12 @@ async fn a_strategy_switch_on_a_live_rollout_is_refused_and_named() {
         "{message}"
     );
     f.wait_event_reasons(&["UnsafeChange"], 10).await;
+    // Issue 44: Failed showed READY 0/3 while the set's 3 pods were Ready.
+    f.wait_for("3/3 ready while Failed", 15, |r: &CanaryStatefulSet| {
+        let s = r.status.clone().unwrap_or_default();
+        s.phase == Some(StatefulSetPhase::Failed) && s.ready.as_deref() == Some("3/3")
+    })
+    .await;
     assert_eq!(f.sets().await, BTreeMap::from([("redis".into(), 3)]));
     f.patch_spec(json!({"strategy": {"type": "Partition"}}));
     f.wait_stable_on("redis:7.2", 30).await;

@@ -293,6 +293,15 @@ impl Harness<'_> {
                 Ok(()) => return Ok(started.elapsed()),
                 Err(what) if started.elapsed() > limit => return Err(what),
                 Err(_) => {
+                    // The control plane's own processes, as their supervisor would: a
+                    // scheduler that lost its leader election in an API server restart exits.
+                    if started.elapsed().as_millis() % 2000 < 250 {
+                        let _ = Command::new(concat!(
+                            env!("CARGO_MANIFEST_DIR"),
+                            "/tests/cluster/revive.sh"
+                        ))
+                        .status();
+                    }
                     let exits = self.restart_exited();
                     if exits > 0 {
                         log(&format!(

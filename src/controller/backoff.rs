@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::runtime::utils::Backoff;
 
@@ -50,32 +50,41 @@ impl Backoff for NoTriggerBackoff {
 }
 
 /// The first retry of a reconcile that failed with an error that clears by itself.
-pub const RETRY_MIN: Duration = Duration::from_secs(2);
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
 /// The longest wait between retries of an error that clears by itself.
 pub const RETRY_MAX: Duration = Duration::from_secs(60);
-/// The first retry of a refusal (400, 403, 404, 422, not ours): only a change can clear it,
-/// and a change wakes the rollout anyway.
-pub const PERMANENT_MIN: Duration = Duration::from_secs(15);
+/// The first retry of a refusal (400, 403, 404, 422, not ours): usually only a change clears
+/// it, but right after an API server restart a 403 can come while its authorizer catches up.
+pub const PERMANENT_MIN: Duration = Duration::from_secs(5);
 /// The longest wait between retries of a refusal.
 pub const PERMANENT_MAX: Duration = Duration::from_secs(300);
 
-/// The wait before the `failures`th retry in a row (1 for the first).
-pub fn retry_after(failures: u32, permanent: bool) -> Duration {
+/// The wait before the next retry of an error that has lasted `lasted`: as long again,
+/// between the bounds (slower for a refusal). By time, not by count: a burst of failures in
+/// the seconds after an API server restart does not push the next try minutes away, and an
+/// error that lasts is retried about twice as far apart each time.
+pub fn retry_after(lasted: Duration, permanent: bool) -> Duration {
     let (min, max) = if permanent {
         (PERMANENT_MIN, PERMANENT_MAX)
     } else {
         (RETRY_MIN, RETRY_MAX)
     };
-    let doublings = failures.saturating_sub(1).min(16);
-    min.saturating_mul(1 << doublings).min(max)
+    lasted.clamp(min, max)
 }
 
-/// Each failing rollout's run of errors: how many in a row, and the last one's class (its
-/// metric label and HTTP code, not its text, which may vary), so that a retry with the same
-/// error logs nothing new.
+/// Each failing rollout's run of errors: when it began, how many in a row, and the last one's
+/// class (its metric label and HTTP code, not its text, which may vary), so that a retry with
+/// the same error logs nothing new.
 #[derive(Debug, Default)]
 pub struct ErrorRuns {
-    runs: Mutex<HashMap<String, (u32, String)>>,
+    runs: Mutex<HashMap<String, Run>>,
+}
+
+#[derive(Debug)]
+struct Run {
+    since: Instant,
+    failures: u32,
+    class: String,
 }
 
 /// Runs kept at most: a rollout deleted (or moved to another shard) while failing leaves its
@@ -94,11 +103,12 @@ pub struct Retry {
 }
 
 impl ErrorRuns {
-    /// Records a failure of `key` with an error of class `error`, and says when to retry.
-    pub fn failed(&self, key: &str, error: &str, permanent: bool) -> Retry {
+    /// Records a failure of `key` at `now` with an error of class `error`, and says when to
+    /// retry.
+    pub fn failed(&self, key: &str, error: &str, permanent: bool, now: Instant) -> Retry {
         let Ok(mut runs) = self.runs.lock() else {
             return Retry {
-                after: retry_after(1, permanent),
+                after: retry_after(Duration::ZERO, permanent),
                 failures: 1,
                 changed: true,
             };
@@ -106,13 +116,23 @@ impl ErrorRuns {
         if runs.len() >= MAX_RUNS && !runs.contains_key(key) {
             runs.clear();
         }
-        let run = runs.entry(key.to_string()).or_insert((0, String::new()));
-        let changed = run.1 != error;
-        run.0 = if changed { 1 } else { run.0.saturating_add(1) };
-        run.1 = error.to_string();
+        let run = runs.entry(key.to_string()).or_insert(Run {
+            since: now,
+            failures: 0,
+            class: String::new(),
+        });
+        let changed = run.class != error;
+        if changed {
+            *run = Run {
+                since: now,
+                failures: 0,
+                class: error.to_string(),
+            };
+        }
+        run.failures = run.failures.saturating_add(1);
         Retry {
-            after: retry_after(run.0, permanent),
-            failures: run.0,
+            after: retry_after(now.saturating_duration_since(run.since), permanent),
+            failures: run.failures,
             changed,
         }
     }
@@ -151,29 +171,48 @@ mod tests {
     }
 
     #[test]
-    fn retries_slow_down_and_refusals_slow_down_more() {
-        assert_eq!(retry_after(1, false), RETRY_MIN);
-        assert_eq!(retry_after(2, false), RETRY_MIN * 2);
-        assert_eq!(retry_after(100, false), RETRY_MAX);
-        assert_eq!(retry_after(1, true), PERMANENT_MIN);
-        assert_eq!(retry_after(100, true), PERMANENT_MAX);
-        assert!((1..40).all(|n| retry_after(n, true) >= retry_after(n, false)));
+    fn retries_slow_down_as_the_error_lasts_and_refusals_slow_down_more() {
+        assert_eq!(retry_after(Duration::ZERO, false), RETRY_MIN);
+        assert_eq!(
+            retry_after(Duration::from_secs(8), false),
+            Duration::from_secs(8)
+        );
+        assert_eq!(retry_after(Duration::from_secs(3600), false), RETRY_MAX);
+        assert_eq!(retry_after(Duration::ZERO, true), PERMANENT_MIN);
+        assert_eq!(retry_after(Duration::from_secs(3600), true), PERMANENT_MAX);
+        assert!((0..400).all(|s| {
+            let lasted = Duration::from_secs(s);
+            retry_after(lasted, true) >= retry_after(lasted, false)
+        }));
+    }
+
+    #[test]
+    fn a_burst_of_failures_does_not_push_the_next_try_away() {
+        // Issue 44 (make chaos): 403s for a few seconds after an API server restart pushed a
+        // rollout's next try minutes away when the wait doubled per failure.
+        let runs = ErrorRuns::default();
+        let t0 = Instant::now();
+        for ms in [0, 200, 400, 600, 800] {
+            let retry = runs.failed("ns/a", "kube_api:403", true, t0 + Duration::from_millis(ms));
+            assert_eq!(retry.after, PERMANENT_MIN);
+        }
     }
 
     #[test]
     fn a_repeated_error_is_logged_once_and_a_new_one_starts_a_new_run() {
         // Issue 44: a 403 was retried every 5 s for ever, with a long WARN each time.
         let runs = ErrorRuns::default();
-        let first = runs.failed("ns/a", "403 forbidden", true);
+        let t0 = Instant::now();
+        let first = runs.failed("ns/a", "kube_api:403", true, t0);
         assert!(first.changed);
-        let again = runs.failed("ns/a", "403 forbidden", true);
+        let again = runs.failed("ns/a", "kube_api:403", true, t0 + Duration::from_secs(20));
         assert!(!again.changed);
         assert!(again.after > first.after);
-        let other = runs.failed("ns/a", "409 conflict", false);
+        let other = runs.failed("ns/a", "kube_api:409", false, t0 + Duration::from_secs(40));
         assert!(other.changed);
-        assert_eq!(other.failures, 1);
+        assert_eq!((other.failures, other.after), (1, RETRY_MIN));
         assert!(runs.succeeded("ns/a"));
         assert!(!runs.succeeded("ns/a"), "the run is over");
-        assert!(runs.failed("ns/a", "409 conflict", false).changed);
+        assert!(runs.failed("ns/a", "kube_api:409", false, t0).changed);
     }
 }

@@ -365,6 +365,7 @@ pub(crate) fn error_policy<K: RolloutKind, S: HasContext>(
                 &format!("{}/{key}", K::KIND),
                 &class,
                 e.permanent(),
+                Instant::now(),
             );
             if retry.changed {
                 tracing::warn!(rollout = %key, error = %e, retry_in = ?retry.after, "reconcile failed; retrying later and later until it succeeds");

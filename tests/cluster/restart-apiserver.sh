@@ -7,6 +7,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/cluster/env.sh
 . "$here/env.sh"
 
+# Every process's command line, while it runs: revive.sh starts one again if it exits.
+mkdir -p "$CP_RUN/cmdline"
+for name in kube-apiserver kube-controller-manager kube-scheduler kwok; do
+  pid=$(cat "$CP_RUN/pid/$name.pid" 2>/dev/null || echo 0)
+  if kill -0 "$pid" 2>/dev/null; then cp "/proc/$pid/cmdline" "$CP_RUN/cmdline/$name"; fi
+done
 pidfile=$CP_RUN/pid/kube-apiserver.pid
 pid=$(cat "$pidfile")
 mapfile -d '' argv <"/proc/$pid/cmdline"
@@ -20,3 +26,4 @@ until cp_running; do
   [ "$(date +%s)" -lt "$deadline" ] || { echo "kube-apiserver did not come back" >&2; exit 1; }
   sleep 0.2
 done
+"$here/revive.sh"

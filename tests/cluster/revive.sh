@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts again, with the very flags it ran with, any control-plane process of the local cluster
-# that has exited, as a supervisor (systemd, the kubelet) would. kube-scheduler and
-# kube-controller-manager exit by design when they lose their leader election, which a
-# kube-apiserver restart can cause; `make chaos` restarts the API server 20 times.
+# that has exited, as a supervisor (systemd, the kubelet) would. In a `make chaos` run (which
+# restarts the API server 20 times) the kube-scheduler exited after a restart, its last log
+# line "Scheduler cache is corrupted", and nothing was scheduled after it.
 # restart-apiserver.sh records each process's command line while it runs (cmdline/).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -33,7 +33,7 @@ struct Pending {
     last_seen: HashMap<String, String>,
 }
 
-/// The key of a child: its kind, namespace and name.
+/// The key of an object (a child, or a rollout): its kind, namespace and name.
 pub fn child_key(kind: &str, namespace: &str, name: &str) -> String {
     format!("{kind}/{namespace}/{name}")
 }

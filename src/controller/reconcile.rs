@@ -171,9 +171,6 @@ pub(crate) fn reference(rollout: &impl Resource, ns: &str) -> RolloutRef {
     }
 }
 
-/// What a rollout applied from Git without a spec hash is compared with: no spec's hash.
-static NO_SPEC_HASH: String = String::new();
-
 /// Plans and acts on `rollout` in `ns` from what `observe` reads (with the pods or without).
 pub(crate) async fn plan_and_act<K, Read>(
     ctx: &Context,
@@ -188,7 +185,7 @@ where
     let started = Instant::now();
     let name = rollout.name_any();
     // A child this agent just wrote is not in the store yet: planning now would write it again.
-    let key = format!("{}/{ns}/{name}", K::KIND);
+    let key = super::own_writes::child_key(K::KIND, ns, &name);
     let wait = ctx.own_child_writes.wait_for(&key, started);
     if wait.lapsed > 0 {
         // A last resort: the watch never showed the write (nor anything after it).
@@ -201,17 +198,12 @@ where
     }
     // Issue 44: a spec edited in the cluster (`kubectl edit`, `patch`) is never acted on. The
     // sync is told at once and puts Git's spec back; that change wakes this rollout again.
-    // Applied from Git (it has linnet's applied-hash) but without a spec hash: the annotation
-    // was taken off in the cluster, which turns nothing off.
     let annotations = rollout.annotations();
-    let applied = annotations.get(SPEC_HASH_ANNOTATION).or_else(|| {
-        annotations
-            .get(crate::sync::desired::APPLIED_HASH_ANNOTATION)
-            .map(|_| &NO_SPEC_HASH)
-    });
-    if let Some(applied) = applied
-        && *applied != rollout.spec_hash()
-    {
+    if !crate::plan::spec_is_gits(
+        annotations.get(SPEC_HASH_ANNOTATION).map(String::as_str),
+        annotations.contains_key(crate::sync::desired::APPLIED_HASH_ANNOTATION),
+        &rollout.spec_hash(),
+    ) {
         let message = format!(
             "the spec of {} {ns}/{name} differs from the one linnet applied from Git (edited in \
              the cluster?); it is not acted on, and Git's spec is being put back: change it in Git",
@@ -292,7 +284,7 @@ pub(crate) fn runs_elsewhere<K: RolloutKind>(ctx: &Context, rollout: &K) -> bool
         return false;
     }
     ctx.error_runs
-        .succeeded(&format!("{}/{ns}/{name}", K::KIND));
+        .succeeded(&super::own_writes::child_key(K::KIND, &ns, &name));
     ctx.metrics
         .rollout_phase(K::KIND, &format!("{ns}/{name}"), None);
     true
@@ -307,11 +299,10 @@ pub(crate) async fn measured<K: RolloutKind>(
 ) -> Result<Requeue, ReconcileError> {
     let result = ctx.measured(K::KIND, reconcile).await;
     if result.is_ok() {
-        let key = format!(
-            "{}/{}/{}",
+        let key = super::own_writes::child_key(
             K::KIND,
-            rollout.namespace().unwrap_or_default(),
-            rollout.name_any()
+            &rollout.namespace().unwrap_or_default(),
+            &rollout.name_any(),
         );
         if ctx.error_runs.succeeded(&key) {
             tracing::info!(rollout = %key, "reconciled again after failures");
@@ -362,7 +353,7 @@ pub(crate) fn error_policy<K: RolloutKind, S: HasContext>(
                 other => other.metric_label().to_string(),
             };
             let retry = shared.context().error_runs.failed(
-                &format!("{}/{key}", K::KIND),
+                &format!("{}/{key}", K::KIND), // child_key's form: KIND/ns/name
                 &class,
                 e.permanent(),
                 Instant::now(),

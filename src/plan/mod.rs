@@ -28,3 +28,37 @@ pub use machine::{
     ACTION_FAILED, ACTION_RETRYING, RolloutStatus, acting_value, mark_action_failed, set_condition,
 };
 pub use observed::Observed;
+
+/// Whether a rollout's spec in the cluster is the one the sync applied from Git, so that its
+/// controller may act on it: `stamped` is its `rollouts.linnet.dev/spec-hash`, `from_git`
+/// whether the sync applied it at all (linnet's applied-hash), `live` the hash of the spec as
+/// it is. A rollout made with kubectl (not from Git) is acted on as it is; one from Git whose
+/// stamp was taken off is not (issue 44: an edit in the cluster is never acted on).
+pub fn spec_is_gits(stamped: Option<&str>, from_git: bool, live: &str) -> bool {
+    match stamped {
+        Some(stamped) => stamped == live,
+        None => !from_git,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_spec_git_applied_is_acted_on() {
+        assert!(spec_is_gits(Some("h1"), true, "h1"));
+        assert!(
+            !spec_is_gits(Some("h1"), true, "h2"),
+            "edited in the cluster"
+        );
+        assert!(
+            !spec_is_gits(None, true, "h1"),
+            "applied from Git, stamp taken off"
+        );
+        assert!(
+            spec_is_gits(None, false, "h1"),
+            "made with kubectl: nothing to compare"
+        );
+    }
+}

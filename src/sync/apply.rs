@@ -608,8 +608,6 @@ impl Syncer {
     }
 }
 
-/// The namespace an object of this kind lives in: none when the kind is cluster-scoped,
-/// whatever the key says.
 /// A merge patch that makes `have` into `want`: `want`, with a null for every key of `have`
 /// that `want` lacks, at every depth of objects both have (arrays are replaced whole).
 fn with_nulls(want: &Value, have: &Value) -> Value {
@@ -629,6 +627,8 @@ fn with_nulls(want: &Value, have: &Value) -> Value {
     }
 }
 
+/// The namespace an object of this kind lives in: none when the kind is cluster-scoped,
+/// whatever the key says.
 fn scoped<'a>(caps: &ApiCapabilities, namespace: &'a str) -> &'a str {
     if caps.scope == Scope::Cluster {
         ""

@@ -68,6 +68,9 @@ impl<'a> Planner<'a> {
                 )),
             ));
         }
+        if let Some(problem) = self.held_ordinals_problem() {
+            return Some(("UnsafeChange", located(problem)));
+        }
         let live = [
             (self.main_role(), self.o.stable.as_ref()),
             (Role::Canary, self.o.canary.as_ref()),
@@ -99,6 +102,49 @@ impl<'a> Planner<'a> {
             }
         }
         None
+    }
+
+    /// A change of `replicas`, `canaryReplicas` or `steps` that moves the canary's ordinals
+    /// off the ones whose volumes it holds: the stable set would start those ordinals again on
+    /// new, empty volumes (issue 44). Refused until the shape is back or the canary is done.
+    pub(super) fn held_ordinals_problem(&self) -> Option<String> {
+        if !self.two_sets() || self.st.replica_volumes.is_empty() {
+            return None;
+        }
+        let canary = Role::Canary.set_name(&self.r.reference.name);
+        let templates = claim_templates(self.spec());
+        let held: std::collections::BTreeSet<i32> = self
+            .st
+            .replica_volumes
+            .keys()
+            .filter_map(|key| {
+                templates.iter().find_map(|t| {
+                    key.strip_prefix(&format!("{t}-{canary}-"))?
+                        .parse::<i32>()
+                        .ok()
+                })
+            })
+            .collect();
+        let (first, last) = (*held.first()?, *held.last()?);
+        let r = self.replicas();
+        let n = self.size(self.step_index());
+        if first >= r - n && last < r {
+            return None;
+        }
+        let ordinals = held
+            .iter()
+            .map(i32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(format!(
+            "spec.replicas, spec.canaryReplicas or spec.steps changed while the canary holds the \
+             volumes of ordinal(s) {ordinals}: the new shape ({r} replicas, {n} canary) would \
+             start them again in the stable set on new, empty volumes. Put them back in Git \
+             ({} replicas and a canary of at least {}) and change them once the rollout is \
+             Stable or RolledBack",
+            last + 1,
+            last + 1 - first
+        ))
     }
 
     /// What makes the template impossible to roll out (the API server's rules cannot see it).

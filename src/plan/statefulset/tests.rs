@@ -66,6 +66,8 @@ struct Sim {
     analysis: Resolved,
     answer: Outcome,
     measurements: usize,
+    /// The widest canary Git has asked for: the stable floor while a canary runs.
+    widest_canary: i32,
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +91,7 @@ impl Sim {
             status: CanaryStatefulSetStatus::default(),
             promote: None,
             abort: None,
+            widest_canary: 0,
             generation: 1,
             sets: BTreeMap::new(),
             pods: BTreeMap::new(),
@@ -521,7 +524,7 @@ impl Sim {
             return;
         }
         let ready = self.pods.values().filter(|p| p.ready).count() as i32;
-        let floor = self.spec.replicas - self.spec.canary_replicas;
+        let floor = self.spec.replicas - self.spec.canary_replicas.max(self.widest_canary);
         assert!(
             ready >= floor,
             "Ready dropped to {ready} (< {floor}) in {:?}: {:?}",

@@ -10,6 +10,8 @@ enum Event {
     Promote(bool),
     Abort(bool),
     Crash(usize),
+    /// Git changes the canary's size: (canaryReplicas, steps) from a few shapes.
+    CanaryShape(u8),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -19,6 +21,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => any::<bool>().prop_map(Event::Promote),
         1 => any::<bool>().prop_map(Event::Abort),
         1 => (0usize..3).prop_map(Event::Crash),
+        1 => (0u8..3).prop_map(Event::CanaryShape),
     ]
 }
 
@@ -41,6 +44,7 @@ proptest! {
             s.spec.steps = Some(vec![1, 2]);
         }
         s.stabilise();
+        let shape = (s.spec.canary_replicas, s.spec.steps.clone());
         let before = s.volumes_by_ordinal();
         let pv_count = s.volumes.len();
         for e in events {
@@ -57,12 +61,26 @@ proptest! {
                     s.reconcile_partial(Some(n));
                     s.tick();
                 }
+                Event::CanaryShape(i) => {
+                    (s.spec.canary_replicas, s.spec.steps) = match i {
+                        0 => (1, None),
+                        1 => (2, None),
+                        _ => (2, Some(vec![1, 2])),
+                    };
+                    s.widest_canary = s.widest_canary.max(s.spec.canary_replicas);
+                }
             }
             // Determinism: the same state plans the same way.
             prop_assert_eq!(s.plan(), s.plan());
             prop_assert!(s.volumes.len() >= pv_count, "a volume disappeared");
         }
-        // Calm: Git settles on the last image, promoted.
+        // Calm: Git settles on the last image, promoted, in a shape that covers every
+        // ordinal a canary may hold (a narrower one is refused, as asserted elsewhere).
+        (s.spec.canary_replicas, s.spec.steps) = if s.widest_canary > 0 {
+            (s.widest_canary, None)
+        } else {
+            shape
+        };
         s.abort = None;
         s.promote = Some(s.spec.image.clone());
         s.run_until("settled", |s| {
@@ -319,6 +337,66 @@ fn a_canary_claim_gone_with_its_pod_is_made_again_on_the_replicas_own_volume() {
     assert!(
         s.status.replica_volumes.is_empty(),
         "forgotten once promoted"
+    );
+}
+
+#[test]
+fn a_replica_count_changed_mid_canary_is_refused_until_put_back() {
+    // Issue 44: replicas 3 -> 4 while the canary held ordinal 2's volume moved the canary to
+    // ordinal 3 and started ordinal 2 again in the stable set, on a new, empty volume.
+    for (replicas, canary, steps) in [(4, 1, None), (2, 1, None), (3, 1, Some(vec![1]))] {
+        let mut s = two_sets();
+        s.spec.canary_replicas = 2;
+        s.spec.steps = Some(vec![1, 2]);
+        s.stabilise();
+        let before = s.volumes_by_ordinal();
+        let pv_count = s.volumes.len();
+        s.spec.image = "redis:2".into();
+        s.run_until("second step", |s| {
+            s.phase() == Some(Phase::CanaryActive) && s.status.current_step == Some(1)
+        });
+        let shape = (
+            s.spec.replicas,
+            s.spec.canary_replicas,
+            s.spec.steps.clone(),
+        );
+        (s.spec.replicas, s.spec.canary_replicas, s.spec.steps) = (replicas, canary, steps);
+        let p = s.reconcile();
+        assert_eq!(p.status.phase, Some(Phase::Failed), "{replicas} {canary}");
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        let message = p.status.message.clone().unwrap();
+        assert!(
+            message.starts_with("redis.yaml: spec.replicas, spec.canaryReplicas or spec.steps")
+                && message.contains("ordinal(s) 1, 2")
+                && message.contains("(3 replicas and a canary of at least 2)"),
+            "{message}"
+        );
+        for _ in 0..3 {
+            s.tick();
+            assert!(s.reconcile().actions.is_empty());
+        }
+        assert_eq!(s.volumes.len(), pv_count);
+        (s.spec.replicas, s.spec.canary_replicas, s.spec.steps) = shape;
+        s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+        assert_eq!(s.volumes_by_ordinal(), before);
+        assert_eq!(s.volumes.len(), pv_count);
+    }
+}
+
+#[test]
+fn a_canary_grown_mid_canary_goes_on() {
+    // Growing the canary keeps the ordinals it holds inside it: no refusal.
+    let mut s = two_sets();
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    s.spec.canary_replicas = 2;
+    let p = s.reconcile();
+    assert_ne!(
+        p.status.phase,
+        Some(Phase::Failed),
+        "{:?}",
+        p.status.message
     );
 }
 

@@ -409,6 +409,19 @@ async fn service_account_kubeconfig(
         .patch("linnet", &params, &Patch::Apply(&binding))
         .await
         .map_err(failed("the ClusterRoleBinding"))?;
+    // The inventory of what the source applied, in linnet's own namespace.
+    let state_role: k8s_openapi::api::rbac::v1::Role =
+        serde_saphyr::from_str(&read("state-rbac.yaml")?).map_err(parse_err)?;
+    let state_binding: k8s_openapi::api::rbac::v1::RoleBinding =
+        serde_saphyr::from_str(&read("state-rbac-binding.yaml")?).map_err(parse_err)?;
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &sa_ns)
+        .patch("linnet-state", &params, &Patch::Apply(&state_role))
+        .await
+        .map_err(failed("the Role linnet-state"))?;
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &sa_ns)
+        .patch("linnet-state", &params, &Patch::Apply(&state_binding))
+        .await
+        .map_err(failed("the RoleBinding linnet-state"))?;
     // What the source may apply, granted in namespace demo only: linnet applies Git's objects
     // as ServiceAccount linnet-default there, never with its own rights.
     let source_role: ClusterRole =
@@ -591,6 +604,11 @@ async fn run() -> Step<()> {
             NS,
             "--lease-identity",
             "demo",
+            // Its own namespace, as in a pod: its Lease, LinnetSource and inventory live there.
+            "--lease-namespace",
+            "linnet-system",
+            "--agent-namespace",
+            "linnet-system",
         ])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).map_err(|e| e.to_string())?)

@@ -12,7 +12,7 @@ use crate::runtime::rollouts::RolloutStores;
 use crate::runtime::source_loop::{Source, SourceLoop};
 pub use crate::runtime::state::{DEGRADED, SourceCondition, SourceStatus};
 use crate::runtime::supervise::Tasks;
-use crate::runtime::{lease, listeners, look, shards, shutdown_signal, state::AgentState};
+use crate::runtime::{holder, lease, listeners, look, shards, shutdown_signal, state::AgentState};
 use crate::{Error, Result, controller, source, sync::Syncer, telemetry::Metrics, writeback};
 
 /// Runs the agent until SIGINT or SIGTERM.
@@ -21,6 +21,18 @@ pub async fn run(
     client: kube::Client,
     kube_config: kube::Config,
 ) -> Result<()> {
+    // Before anything listens or applies: another live agent may have this source name.
+    let lease_name = config.leader.as_ref().map_or_else(
+        || format!("linnet-{}", config.source_name),
+        |l| l.name.clone(),
+    );
+    holder::check_source_name(
+        &client,
+        &config.source_name,
+        &config.state_namespace,
+        &lease_name,
+    )
+    .await?;
     let metrics = Arc::new(Metrics::default());
     let state = Arc::new(AgentState::new(&config.source_name));
     let selector = controller::context::source_selector(&config.source_name);
@@ -139,6 +151,7 @@ pub async fn run(
     .with_apply_as(config.apply_as.clone(), kube_config)
     .with_adopt(config.adopt)
     .with_policy(config.load.policy.clone())
+    .with_inventory(config.state_namespace.clone())
     // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
     .with_rollout_finalizer(true);
     let source_loop = SourceLoop {

@@ -718,3 +718,166 @@ async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
         std::mem::forget(agent);
     }
 }
+
+/// A ConfigMap in `ns` with linnet's two labels for source `source`: what a copied manifest
+/// carries.
+fn labelled_config_map(
+    ns: &str,
+    name: &str,
+    source: &str,
+) -> k8s_openapi::api::core::v1::ConfigMap {
+    support::from_json(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": {
+            "app.kubernetes.io/managed-by": "linnet",
+            "rollouts.linnet.dev/source": source,
+        }},
+        "data": {"copied": "from a manifest linnet applied"},
+    }))
+}
+
+/// Issue 45: prune selected by linnet's two labels. A hand-made ConfigMap carrying them (a
+/// copied manifest) was deleted by the first sync, and two agents with the same source name
+/// deleted each other's objects. Pruning now deletes only what the source's inventory holds,
+/// with the uid applied, and the inventory is in the cluster: a restarted agent prunes what
+/// the one before applied.
+#[tokio::test]
+async fn prune_deletes_only_what_the_source_applied_across_a_restart() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-inv").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    config_maps
+        .create(
+            &PostParams::default(),
+            &labelled_config_map(&ns.name, "copied", &ns.name),
+        )
+        .await
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    std::fs::write(
+        work.join("apps/settings.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {}\ndata:\n  a: b\n", ns.name),
+    )
+    .unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "settings"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let args = [
+        format!(
+            "--repo-url=file://{}",
+            tmp.path().join("remote.git").display()
+        ),
+        "--path=apps".into(),
+        "--prune".into(),
+    ];
+    let mut agent = start_agent(tmp.path(), &args, &ns.name);
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    let inventory_name = format!("linnet-inventory-{}", ns.name);
+    let inventory = support::eventually("the inventory", Duration::from_secs(20), || async {
+        config_maps
+            .get_opt(&inventory_name)
+            .await
+            .unwrap()
+            .and_then(|cm| cm.data?.get("entries").cloned())
+            .filter(|e| e.contains(" settings "))
+    })
+    .await;
+    assert!(!inventory.contains(" copied "), "{inventory}");
+    // The full sync left the copy alone.
+    assert!(
+        config_maps.get_opt("copied").await.unwrap().is_some(),
+        "the copy was pruned"
+    );
+
+    // A second agent, another repository, the same source name, in another namespace:
+    // refused at start, naming the first (whose Lease is renewed); nothing of the first
+    // agent's is touched.
+    let ns2 = TestNamespace::create(&admin, "agent-inv2").await;
+    let tmp2 = tempfile::tempdir().unwrap();
+    let _remote2 = seeded_remote(tmp2.path(), &ns2.name);
+    let mut other = start_agent(
+        tmp2.path(),
+        &[
+            format!(
+                "--repo-url=file://{}",
+                tmp2.path().join("remote.git").display()
+            ),
+            "--path=apps".into(),
+            "--prune".into(),
+            format!("--source-name={}", ns.name),
+            format!("--apply-as={}", support::SOURCE_ACCOUNT),
+            format!("--allow-namespace={},{}", ns2.name, ns.name),
+        ],
+        &ns2.name,
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = other.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second agent did not stop: {}",
+            other.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = other.log_text();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains(&format!(
+            "is already used by the agent in namespace {}",
+            ns.name
+        )) && log.contains("--source-name"),
+        "{log}"
+    );
+    assert!(
+        config_maps.get_opt("settings").await.unwrap().is_some(),
+        "the other agent pruned settings"
+    );
+    assert!(
+        csts_api(&admin, &ns.name)
+            .get_opt("redis")
+            .await
+            .unwrap()
+            .is_some(),
+        "the other agent pruned redis"
+    );
+
+    // kill -9, a commit that drops settings, and a new agent (a new cache): it prunes
+    // settings from the inventory, and still not the copy.
+    agent.kill();
+    std::fs::remove_file(work.join("apps/settings.yaml")).unwrap();
+    git(&work, &["commit", "-qam", "drop settings"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    std::fs::remove_dir_all(tmp.path().join("cache")).ok();
+    let agent = start_agent(tmp.path(), &args, &ns.name);
+    wait_ready(&agent).await;
+    support::eventually("settings pruned", Duration::from_secs(20), || async {
+        config_maps
+            .get_opt("settings")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        config_maps.get_opt("copied").await.unwrap().is_some(),
+        "the copy was pruned"
+    );
+    let inventory = config_maps.get(&inventory_name).await.unwrap();
+    let entries = inventory
+        .data
+        .unwrap_or_default()
+        .remove("entries")
+        .unwrap_or_default();
+    assert!(!entries.contains(" settings "), "{entries}");
+}

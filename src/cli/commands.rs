@@ -157,7 +157,13 @@ pub(super) async fn diff(
         load.policy.allowed_namespaces.clone(),
     )
     .with_adopt(sync.adopt)
-    .with_policy(load.policy);
+    .with_policy(load.policy)
+    // Prunes shown are those the agent would make: of its inventory, in its namespace.
+    .with_inventory(
+        args.agent_namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
+    );
     let (plan, read_errors) = syncer.plan(&set, "working-tree", sync.prune).await;
     let mut changed = 0;
     for change in &plan {

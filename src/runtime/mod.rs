@@ -4,6 +4,7 @@
 //!
 //! - [`source_loop`]: wake-ups in, looks at the source ([`look`]) and syncs out;
 //! - [`listeners`]: HTTP in (webhooks, probes, `/metrics`, `/status`), wake-ups out;
+//! - [`holder`]: at start, whether another live agent has this source name;
 //! - [`lease`]: the Lease in, whether this replica acts out;
 //! - [`shards`]: the shard Leases in (`--shards`), which rollouts this replica runs out;
 //! - [`rollouts`]: one watch and store per rollout kind, fanned out to the controllers,
@@ -17,6 +18,7 @@
 //! [`rollouts::Rollouts`] instead of watching rollouts themselves.
 
 pub mod config;
+pub mod holder;
 pub mod lease;
 pub mod listeners;
 pub mod look;

@@ -26,7 +26,7 @@ use super::desired::{
 };
 use super::diff::{
     Change, PlannedChange, Prune, drifted_fields, identity_only, plan_changes, prerequisites_first,
-    project_owned, takeover_refusal,
+    project_owned, takeover_refusal, uid_of,
 };
 use crate::api::{FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::error::{kube_message, kube_message_hinted};
@@ -217,6 +217,10 @@ pub struct Syncer {
     /// Create CanaryStatefulSets with their controller's finalizer (only where that
     /// controller runs: the agent).
     rollout_finalizer: bool,
+    /// Where the inventory is kept; `None` keeps it in memory only.
+    inventory_namespace: Option<String>,
+    /// What this source applied: all that pruning may delete.
+    inventory: Mutex<InventoryState>,
 }
 
 /// Whose rights a sync applies and prunes Git's objects with: the source's, not the agent's.
@@ -272,6 +276,8 @@ impl Syncer {
             adopt: false,
             policy: crate::specs::Policy::default(),
             rollout_finalizer: false,
+            inventory_namespace: None,
+            inventory: Mutex::new(InventoryState::default()),
             recorder: crate::events::EventRecorders::new(
                 client.clone(),
                 Reporter {
@@ -308,6 +314,15 @@ impl Syncer {
     /// controller: a finalizer nobody removes leaves a pruned rollout Terminating.
     pub fn with_rollout_finalizer(mut self, on: bool) -> Self {
         self.rollout_finalizer = on;
+        self
+    }
+
+    /// Keeps the inventory of what this source applied ([`crate::sync::inventory`]) in
+    /// ConfigMaps in `namespace` (the agent's own), so that a restarted agent prunes only what
+    /// it applied. Without it the inventory lives in memory: nothing applied before the
+    /// process started is pruned.
+    pub fn with_inventory(mut self, namespace: impl Into<String>) -> Self {
+        self.inventory_namespace = Some(namespace.into());
         self
     }
 
@@ -493,14 +508,18 @@ impl Syncer {
         allow_incremental: bool,
     ) -> SyncReport {
         let mut applied = self.applied.lock().await;
+        let mut inventory = self.inventory.lock().await;
+        self.load_inventory(&mut inventory).await;
+        let before = inventory.entries.clone();
         let prune = Prune {
-            enabled: prune,
+            enabled: prune && inventory.loaded,
             blocked_files: &specs.blocked_files,
+            applied: &before,
         };
         let incremental = applied
             .as_ref()
             .filter(|a| allow_incremental && a.full_at.elapsed() < self.drift_interval);
-        let (plan, read_errors, skipped, next) = match incremental {
+        let (plan, read_errors, forgotten, skipped, next) = match incremental {
             Some(a) => {
                 // Only the objects whose hash changed are built in full; the others' hashes
                 // are remembered from when their text was last seen.
@@ -535,14 +554,14 @@ impl Syncer {
                     .iter()
                     .map(|d| (d.key.clone(), d.hash.clone()))
                     .collect();
-                let (plan, errors) = self
+                let (plan, errors, forgotten) = self
                     .plan_incremental(changes.changed, &changes.gone, prune)
                     .await;
                 let next = NextApplied::Changes {
                     hashes,
                     gone: changes.gone,
                 };
-                (plan, errors, skipped, next)
+                (plan, errors, forgotten, skipped, next)
             }
             None => {
                 let desired = desired_set(specs, &self.source, revision);
@@ -559,11 +578,14 @@ impl Syncer {
                     .map(|d| (d.key.clone(), d.hash.clone()))
                     .collect();
                 let previous = applied.as_ref().map(|a| &a.hashes);
-                let (plan, errors) = self.plan_full(desired, prune, previous).await;
-                (plan, errors, 0, NextApplied::All(hashes))
+                let (plan, errors, forgotten) = self.plan_full(desired, prune, previous).await;
+                (plan, errors, forgotten, 0, NextApplied::All(hashes))
             }
         };
-        let mut report = self.apply(&plan).await;
+        let (mut report, written) = self.apply_recording(&plan).await;
+        inventory_store::record(&mut inventory.entries, &plan, &written, &report, &forgotten);
+        self.save_inventory(&mut inventory, &before).await;
+        drop(inventory);
         report.unchanged += skipped;
         report.errors.extend(read_errors);
         report.full = matches!(next, NextApplied::All(_));
@@ -713,8 +735,11 @@ fn to_value(mut object: DynamicObject, ar: &ApiResource) -> Value {
     serde_json::to_value(object).unwrap_or(Value::Null)
 }
 
+mod inventory_store;
 mod planning;
 mod writes;
+
+use inventory_store::InventoryState;
 
 #[cfg(test)]
 mod tests {

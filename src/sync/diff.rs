@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::desired::{APPLIED_HASH_ANNOTATION, DesiredObject};
+use super::inventory::{Inventory, may_prune};
 use crate::api::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
@@ -36,29 +37,42 @@ pub struct PlannedChange {
     pub desired: Option<DesiredObject>,
     /// What the cluster has (absent for creates).
     pub live: Option<Value>,
+    /// The live object's uid (absent for creates): what the source's inventory records.
+    pub uid: Option<String>,
 }
 
 /// What a sync may prune.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prune<'a> {
     /// Pruning is on (`--prune`).
     pub enabled: bool,
     /// Files Git still has but that have an error now: an error blocks only its own file, and
     /// must not delete what the file applied earlier.
     pub blocked_files: &'a [String],
+    /// What this source applied ([`super::inventory`]): only these objects, with the uid
+    /// recorded, are pruned.
+    pub applied: &'a Inventory,
 }
+
+/// An inventory with nothing in it: nothing can be pruned.
+static NOTHING_APPLIED: Inventory = Inventory::new();
 
 impl Prune<'_> {
     /// Nothing is pruned.
     pub const OFF: Prune<'static> = Prune {
         enabled: false,
         blocked_files: &[],
+        applied: &NOTHING_APPLIED,
     };
-    /// What left Git is pruned.
-    pub const ON: Prune<'static> = Prune {
-        enabled: true,
-        blocked_files: &[],
-    };
+
+    /// What left Git is pruned, of what `applied` records.
+    pub fn on(applied: &Inventory) -> Prune<'_> {
+        Prune {
+            enabled: true,
+            blocked_files: &[],
+            applied,
+        }
+    }
 
     /// Whether `live`, which Git no longer declares, stays: it came from a blocked file.
     fn keeps(&self, live: &Value) -> bool {
@@ -97,6 +111,7 @@ pub fn plan_changes(
             } else {
                 live_object.cloned()
             },
+            uid: live_object.and_then(uid_of),
         });
     }
     if prune.enabled {
@@ -104,6 +119,10 @@ pub fn plan_changes(
             // A rollout's own children are repaired by its controller, never pruned, whatever
             // labels an older linnet or a person put on them.
             if wanted.contains(key) || owned_by_a_controller(l) {
+                continue;
+            }
+            if !may_prune(prune.applied, key, uid_of(l).as_deref()) {
+                tracing::debug!(object = %key, "not pruning: labelled as this source's, but not what it applied (not in its inventory, or another uid)");
                 continue;
             }
             if prune.keeps(l) {
@@ -123,10 +142,19 @@ pub fn plan_changes(
                 change,
                 desired: None,
                 live: Some(l.clone()),
+                uid: uid_of(l),
             });
         }
     }
     changes
+}
+
+/// The uid of a live object.
+pub fn uid_of(object: &Value) -> Option<String> {
+    object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(String::from)
 }
 
 /// The owner reference of the controller that made `object`, if one did (a pod's ReplicaSet,
@@ -306,8 +334,10 @@ pub fn project_owned(want: &Value, have: &Value) -> Value {
     if let (Some(Value::Object(meta)), Some(have_meta)) =
         (kept.get_mut("metadata"), have.get("metadata"))
     {
-        if let Some(owners) = have_meta.get("ownerReferences") {
-            meta.insert("ownerReferences".into(), owners.clone());
+        for field in ["ownerReferences", "uid"] {
+            if let Some(v) = have_meta.get(field) {
+                meta.insert(field.into(), v.clone());
+            }
         }
         for (map_name, key) in [
             ("labels", MANAGED_BY_LABEL),
@@ -388,6 +418,7 @@ pub fn identity_only(object: &Value) -> Value {
             [
                 "name",
                 "namespace",
+                "uid",
                 "labels",
                 "ownerReferences",
                 "annotations",

@@ -138,6 +138,7 @@ impl TestNamespace {
             .await
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
         grant_source(client, &name, SOURCE_ACCOUNT).await;
+        grant_state(client, &name).await;
         TestNamespace { name }
     }
 }
@@ -383,6 +384,34 @@ pub async fn grant_source(client: &Client, namespace: &str, account: &str) {
         )
         .await
         .unwrap_or_else(|e| panic!("grant the source in {namespace}: {e}"));
+}
+
+/// What `deploy/state-rbac.yaml` grants linnet in its own namespace (the inventory), granted
+/// to user `linnet` in `namespace`: the test agents keep their state in the test's namespace.
+pub async fn grant_state(client: &Client, namespace: &str) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use kube::api::{Patch, PatchParams};
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/state-rbac.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/state-rbac.yaml");
+    let mut role: Role =
+        serde_saphyr::from_str(&text).expect("deploy/state-rbac.yaml holds a Role");
+    role.metadata.namespace = Some(namespace.to_string());
+    let params = PatchParams::apply("linnet-tests").force();
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .patch("linnet-state", &params, &Patch::Apply(&role))
+        .await
+        .unwrap_or_else(|e| panic!("install Role linnet-state in {namespace}: {e}"));
+    let binding: RoleBinding = from_json(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "linnet-state", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "linnet-state"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "linnet"}],
+    }));
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .patch("linnet-state", &params, &Patch::Apply(&binding))
+        .await
+        .unwrap_or_else(|e| panic!("bind Role linnet-state in {namespace}: {e}"));
 }
 
 /// ClusterRole `linnet-source` as shipped in `deploy/source-rbac.yaml`.

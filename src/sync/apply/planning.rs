@@ -13,36 +13,43 @@ impl Syncer {
         prune: bool,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
         let desired = desired_set(specs, &self.source, revision);
+        let mut inventory = self.inventory.lock().await;
+        self.load_inventory(&mut inventory).await;
         let prune = Prune {
-            enabled: prune,
+            enabled: prune && inventory.loaded,
             blocked_files: &specs.blocked_files,
+            applied: &inventory.entries,
         };
-        let (plan, errors) = self.plan_full(desired, prune, None).await;
+        let (plan, errors, _) = self.plan_full(desired, prune, None).await;
         (plan, located(errors, specs))
     }
 
     /// [`Syncer::plan`] for a desired set already built. `previous`: what the last sync
-    /// applied, if known (where to look for a kind only the source may list).
+    /// applied, if known (where to look for a kind only the source may list). Also returns
+    /// the inventory entries found gone (or no longer labelled, or another object by now),
+    /// of kinds listed in full.
     pub(super) async fn plan_full(
         &self,
         desired: Vec<DesiredObject>,
         prune: Prune<'_>,
         previous: Option<&BTreeMap<ObjectKey, String>>,
-    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>, Vec<ObjectKey>) {
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
 
-        // One labelled list per kind finds everything this source manages.
+        // One labelled list per kind finds everything this source manages: the common kinds,
+        // Git's, and every kind the inventory holds (a Role Git no longer declares).
         let mut kinds: Vec<(String, String)> = PRUNABLE_KINDS
             .iter()
             .map(|(a, k)| (a.to_string(), k.to_string()))
             .collect();
-        for d in &desired {
-            let k = (d.key.api_version.clone(), d.key.kind.clone());
+        for key in desired.iter().map(|d| &d.key).chain(prune.applied.keys()) {
+            let k = (key.api_version.clone(), key.kind.clone());
             if !kinds.contains(&k) {
                 kinds.push(k);
             }
         }
+        let mut listed_in_full = std::collections::BTreeSet::new();
         let params = ListParams::default().labels(&self.selector());
         // Each live object is kept only as far as the diff looks at it: the fields its desired
         // object sets, or its identity when Git no longer has it.
@@ -68,6 +75,8 @@ impl Syncer {
                 name: "*".into(),
             };
             let cannot_list = |e: &kube::Error| format!("cannot list: {}", kube_message(e));
+            let errors_before = errors.len();
+            let mut in_full = true;
             for ns in namespaces {
                 let api = self.api(&ar, &caps, ns);
                 match list_live(&api, &params, &ar, &by_key, false, &mut live).await {
@@ -101,6 +110,7 @@ impl Syncer {
                             match listed {
                                 Ok(()) => {}
                                 Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                                    in_full = false;
                                     tracing::debug!(
                                         kind,
                                         namespace = source_ns,
@@ -114,12 +124,28 @@ impl Syncer {
                     // A kind Git does not declare and linnet may not list cannot hold anything
                     // linnet applied with its own identity.
                     Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
+                        in_full = false;
                         tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
                     }
                     Err(e) => errors.push((list_key(ns), cannot_list(&e))),
                 }
             }
+            if in_full && errors.len() == errors_before {
+                listed_in_full.insert((api_version.clone(), kind.clone()));
+            }
         }
+        let wanted: std::collections::BTreeSet<&ObjectKey> =
+            desired.iter().map(|d| &d.key).collect();
+        let forgotten: Vec<ObjectKey> = prune
+            .applied
+            .iter()
+            .filter(|(key, uid)| {
+                !wanted.contains(key)
+                    && listed_in_full.contains(&(key.api_version.clone(), key.kind.clone()))
+                    && live.get(*key).and_then(uid_of).as_deref() != Some(uid.as_str())
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
         // Desired objects that may exist without linnet's labels (adopted on first sync). Where
         // many of one kind in one namespace are unlabelled, as in a first sync, one list of
         // that kind finds them all; one get each made a first sync of 1,000 rollouts 1,000
@@ -179,7 +205,7 @@ impl Syncer {
             }
         }
         let servable = self.refuse(servable, &mut live, &mut errors).await;
-        (plan_changes(servable, &live, prune), errors)
+        (plan_changes(servable, &live, prune), errors, forgotten)
     }
 
     /// Reads `key` as the agent; a kind the agent may not read (e.g. a Secret) is read as the
@@ -237,14 +263,15 @@ impl Syncer {
 
     /// Plans only what changed since the last sync: the objects whose hash differs
     /// (`changed`, read with one get each) and the pruning of those it applied that Git no
-    /// longer has (`gone`; pruned only if still labelled as this source's). Returns the plan
-    /// and read errors.
+    /// longer has (`gone`; pruned only if still labelled as this source's and in its
+    /// inventory). Returns the plan, read errors, and the inventory entries found gone.
     pub(super) async fn plan_incremental(
         &self,
         changed: Vec<DesiredObject>,
         gone: &[ObjectKey],
         prune: Prune<'_>,
-    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>) {
+    ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>, Vec<ObjectKey>) {
+        let mut forgotten = Vec::new();
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
         let gone: &[ObjectKey] = if prune.enabled { gone } else { &[] };
@@ -273,16 +300,22 @@ impl Syncer {
                             .and_then(Value::as_str)
                             == Some(*v)
                     });
+                    let recorded = prune.applied.get(key);
+                    if recorded.is_some() && recorded.cloned() != uid_of(&object) {
+                        forgotten.push(key.clone());
+                    }
                     if ours {
                         live.insert(key.clone(), object);
+                    } else if recorded.is_some() {
+                        forgotten.push(key.clone());
                     }
                 }
-                Ok(None) => {}
+                Ok(None) => forgotten.push(key.clone()),
                 Err(e) => errors.push((key.clone(), e.to_string())),
             }
         }
         let servable = self.refuse(servable, &mut live, &mut errors).await;
-        (plan_changes(servable, &live, prune), errors)
+        (plan_changes(servable, &live, prune), errors, forgotten)
     }
 
     pub(super) async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, ObjectError> {

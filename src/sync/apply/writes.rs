@@ -3,19 +3,31 @@
 
 use super::*;
 
+/// One write's outcome: the uid the API server answered (for an apply).
+type WriteResult = Result<Option<String>, ObjectError>;
+
 impl Syncer {
     /// Executes a plan; one object's failure does not stop the others. What other objects
     /// may need goes first, one at a time ([`prerequisites_first`]); the rest go
     /// [`APPLY_CONCURRENCY`] at a time (one at a time, a first sync of 1,000 rollouts spent
     /// 25 s waiting on single requests).
     pub async fn apply(&self, plan: &[PlannedChange]) -> SyncReport {
+        self.apply_recording(plan).await.0
+    }
+
+    /// [`Syncer::apply`], with the uid the API server answered for each object written.
+    pub(super) async fn apply_recording(
+        &self,
+        plan: &[PlannedChange],
+    ) -> (SyncReport, BTreeMap<ObjectKey, String>) {
         let mut report = SyncReport::default();
+        let mut written = BTreeMap::new();
         let (first, rest) = prerequisites_first(plan);
         let done_first = futures::stream::iter(first).then(|c| self.execute(c));
         let done_rest = futures::stream::iter(rest)
             .map(|c| self.execute(c))
             .buffered(APPLY_CONCURRENCY);
-        let done: Vec<(&PlannedChange, Option<Result<(), ObjectError>>)> =
+        let done: Vec<(&PlannedChange, Option<WriteResult>)> =
             done_first.chain(done_rest).collect().await;
         for (change, result) in done {
             let key = &change.key;
@@ -29,12 +41,15 @@ impl Syncer {
                 }
                 continue;
             };
+            if let Ok(Some(uid)) = &result {
+                written.insert(key.clone(), uid.clone());
+            }
             match (result, change.change) {
-                (Ok(()), Change::Create) => {
+                (Ok(_), Change::Create) => {
                     tracing::info!(object = %key, "created");
                     report.created.push(key.clone())
                 }
-                (Ok(()), Change::Update) => {
+                (Ok(_), Change::Update) => {
                     let drifted = match (&change.desired, &change.live) {
                         (Some(d), Some(live)) => drifted_fields(d, live),
                         _ => Vec::new(),
@@ -48,7 +63,7 @@ impl Syncer {
                     }
                     report.updated.push(key.clone())
                 }
-                (Ok(()), _) => {
+                (Ok(_), _) => {
                     tracing::info!(object = %key, "pruned: no longer in Git");
                     report.pruned.push(key.clone())
                 }
@@ -58,7 +73,7 @@ impl Syncer {
                 }
             }
         }
-        report
+        (report, written)
     }
 
     /// A `DriftReverted` event on an object put back to what Git says.
@@ -101,18 +116,29 @@ impl Syncer {
     pub(super) async fn execute<'c>(
         &self,
         change: &'c PlannedChange,
-    ) -> (&'c PlannedChange, Option<Result<(), ObjectError>>) {
+    ) -> (
+        &'c PlannedChange,
+        Option<Result<Option<String>, ObjectError>>,
+    ) {
         let result = match change.change {
             Change::Unchanged | Change::KeepVolume => None,
             Change::Create | Change::Update => Some(self.apply_one(change).await),
-            Change::Prune => Some(self.delete_one(&change.key).await),
+            Change::Prune => Some(
+                self.delete_one(&change.key, change.uid.as_deref())
+                    .await
+                    .map(|()| None),
+            ),
         };
         (change, result)
     }
 
-    pub(super) async fn apply_one(&self, change: &PlannedChange) -> Result<(), ObjectError> {
+    /// Applies one object; its uid, as the API server answered.
+    pub(super) async fn apply_one(
+        &self,
+        change: &PlannedChange,
+    ) -> Result<Option<String>, ObjectError> {
         let Some(desired) = &change.desired else {
-            return Ok(());
+            return Ok(None);
         };
         let key = &desired.key;
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
@@ -132,7 +158,7 @@ impl Syncer {
                 &Patch::Apply(object),
             )
             .await
-            .map(|_| ())
+            .map(|o| o.metadata.uid)
             .map_err(|e| self.write_error("apply", "patch", &e, &ar, scoped(&caps, &key.namespace)))
     }
 
@@ -160,11 +186,24 @@ impl Syncer {
         }
     }
 
-    pub(super) async fn delete_one(&self, key: &ObjectKey) -> Result<(), ObjectError> {
+    /// Deletes one object, only if it is still the one with `uid` (a precondition: an object
+    /// made again under the same name since is not this source's).
+    pub(super) async fn delete_one(
+        &self,
+        key: &ObjectKey,
+        uid: Option<&str>,
+    ) -> Result<(), ObjectError> {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
+        let mut params = DeleteParams::background();
+        if let Some(uid) = uid {
+            params = params.preconditions(kube::api::Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            });
+        }
         match self
             .writer_api(&ar, &caps, &key.namespace)?
-            .delete(&key.name, &DeleteParams::background())
+            .delete(&key.name, &params)
             .await
         {
             Ok(_) => Ok(()),

@@ -143,16 +143,19 @@ fn drift_in_the_cluster_is_an_update() {
 fn a_file_with_an_error_keeps_what_it_applied_earlier() {
     let live = identity_only(&json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "a", "namespace": "default",
+            "uid": "u1",
             "labels": {"rollouts.linnet.dev/source": "prod"},
             "annotations": {SOURCE_PATH_ANNOTATION: "apps/a.yaml", "other": "x"}}}));
     assert!(live["metadata"]["annotations"].get("other").is_none());
     let key = key("ConfigMap", "a");
+    let applied = Inventory::from([(key.clone(), "u1".to_string())]);
     let live = BTreeMap::from([(key, live)]);
-    assert_eq!(plan_changes(vec![], &live, Prune::ON).len(), 1);
+    assert_eq!(plan_changes(vec![], &live, Prune::on(&applied)).len(), 1);
     let other_file = ["apps/b.yaml".to_string()];
     let prune = Prune {
         enabled: true,
         blocked_files: &other_file,
+        applied: &applied,
     };
     assert_eq!(
         plan_changes(vec![], &live, prune).len(),
@@ -163,6 +166,7 @@ fn a_file_with_an_error_keeps_what_it_applied_earlier() {
     let prune = Prune {
         enabled: true,
         blocked_files: &its_file,
+        applied: &applied,
     };
     assert!(
         plan_changes(vec![], &live, prune).is_empty(),
@@ -188,7 +192,8 @@ fn prune_never_deletes_what_a_rollout_owns_whatever_its_labels() {
             namespace: "ns".into(),
             name: "redis-stable".into(),
         };
-        plan_changes(vec![], &BTreeMap::from([(k, live)]), Prune::ON)
+        let applied = Inventory::from([(k.clone(), "u".to_string())]);
+        plan_changes(vec![], &BTreeMap::from([(k, live)]), Prune::on(&applied))
     };
     assert!(plan_for(owned("rollouts.linnet.dev/v1alpha1", true)).is_empty());
     // Issue 19: made by any controller (a pod of a Deployment whose template carried the
@@ -231,6 +236,7 @@ fn namespaces_and_crds_to_apply_come_first_and_prunes_wait() {
         change,
         desired: None,
         live: None,
+        uid: None,
     };
     let plan = vec![
         change("ConfigMap", "a", Change::Create),
@@ -262,9 +268,11 @@ fn new_hash_is_an_update() {
 fn pruning_is_opt_in_and_never_touches_volumes() {
     let cm = key("ConfigMap", "gone");
     let pvc = key("PersistentVolumeClaim", "data-redis-0");
-    let live = BTreeMap::from([(cm.clone(), json!({})), (pvc.clone(), json!({}))]);
+    let uid = |u: &str| json!({"metadata": {"uid": u}});
+    let live = BTreeMap::from([(cm.clone(), uid("u1")), (pvc.clone(), uid("u2"))]);
+    let applied = Inventory::from([(cm.clone(), "u1".into()), (pvc.clone(), "u2".into())]);
     assert!(plan_changes(vec![], &live, Prune::OFF).is_empty());
-    let plan = plan_changes(vec![], &live, Prune::ON);
+    let plan = plan_changes(vec![], &live, Prune::on(&applied));
     let by_key: BTreeMap<_, _> = plan.iter().map(|c| (c.key.clone(), c.change)).collect();
     assert_eq!(by_key[&cm], Change::Prune);
     assert_eq!(by_key[&pvc], Change::KeepVolume);
@@ -282,4 +290,32 @@ fn subset_allows_server_defaults_but_not_changes() {
     ));
     assert!(!is_subset(&json!({"spec": {"ports": []}}), &have));
     assert!(is_subset(&json!({"port": "80"}), &json!({"port": 80})));
+}
+
+#[test]
+fn prune_deletes_only_what_the_inventory_holds_with_its_uid() {
+    // Issue 45: prune selected by linnet's two labels, and a hand-made ConfigMap carrying
+    // them (a copied manifest) was deleted by the first sync.
+    let labelled = |uid: &str| {
+        identity_only(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "namespace": "default", "uid": uid,
+                "labels": {"rollouts.linnet.dev/source": "prod",
+                    "app.kubernetes.io/managed-by": "linnet"}}}))
+    };
+    let applied_key = key("ConfigMap", "applied");
+    let copy_key = key("ConfigMap", "copy");
+    let live = BTreeMap::from([
+        (applied_key.clone(), labelled("u1")),
+        (copy_key.clone(), labelled("u2")),
+    ]);
+    let applied = Inventory::from([(applied_key.clone(), "u1".to_string())]);
+    let plan = plan_changes(vec![], &live, Prune::on(&applied));
+    assert_eq!(
+        plan.iter().map(|c| &c.key).collect::<Vec<_>>(),
+        vec![&applied_key]
+    );
+    assert_eq!(plan[0].uid.as_deref(), Some("u1"));
+    // Made again under the same name since: another object, not pruned.
+    let remade = Inventory::from([(applied_key, "u0".to_string())]);
+    assert!(plan_changes(vec![], &live, Prune::on(&remade)).is_empty());
 }

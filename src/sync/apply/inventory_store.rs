@@ -1,0 +1,223 @@
+//! Reading and writing the source's inventory ([`crate::sync::inventory`]) in the cluster,
+//! and bringing it up to date after a sync.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::*;
+use crate::sync::inventory::{self, INVENTORY_LABEL, Inventory};
+
+/// The inventory as this process knows it.
+#[derive(Default)]
+pub(crate) struct InventoryState {
+    pub(super) entries: Inventory,
+    /// Read from the cluster (or found absent there); until then nothing is pruned, and the
+    /// inventory is not written (it would drop what it does not know yet).
+    pub(super) loaded: bool,
+    /// Shards written last, to delete the ones no longer needed.
+    shards: usize,
+    /// Changed since last written (a write failed).
+    dirty: bool,
+}
+
+impl Syncer {
+    /// Reads the inventory once, if it is not read yet. An inventory kept only in memory
+    /// (no namespace configured: the engine's tests) starts empty.
+    pub(super) async fn load_inventory(&self, state: &mut InventoryState) {
+        if state.loaded {
+            return;
+        }
+        let Some(namespace) = &self.inventory_namespace else {
+            state.loaded = true;
+            return;
+        };
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let params = ListParams::default().labels(&format!("{INVENTORY_LABEL}={}", self.source));
+        match api.list(&params).await {
+            Ok(list) => {
+                let mut entries = Inventory::new();
+                let mut skipped = 0;
+                for cm in &list.items {
+                    let text = cm
+                        .data
+                        .as_ref()
+                        .and_then(|d| d.get("entries"))
+                        .map(String::as_str)
+                        .unwrap_or_default();
+                    skipped += inventory::decode(text, &mut entries);
+                }
+                if skipped > 0 {
+                    tracing::warn!(skipped, "inventory lines that do not read were skipped");
+                }
+                if list.items.is_empty() {
+                    tracing::info!(
+                        namespace,
+                        source = %self.source,
+                        "no inventory yet: starting one. Objects an earlier linnet applied and Git has \
+                         dropped since are not pruned; delete those by hand \
+                         (kubectl get all -A -l rollouts.linnet.dev/source={})",
+                        self.source
+                    );
+                    // Written after this sync even if nothing changed: the next start knows.
+                    state.dirty = true;
+                } else {
+                    tracing::debug!(entries = entries.len(), "inventory read");
+                }
+                state.entries = entries;
+                state.shards = list.items.len();
+                state.loaded = true;
+            }
+            Err(e) => tracing::warn!(
+                namespace,
+                error = %kube_message(&e),
+                "cannot read the inventory; nothing is pruned until it can be read"
+            ),
+        }
+    }
+
+    /// Writes the inventory if it changed. A failure is retried after the next sync.
+    pub(super) async fn save_inventory(&self, state: &mut InventoryState, before: &Inventory) {
+        if !state.loaded || (!state.dirty && state.entries == *before) {
+            return;
+        }
+        let Some(namespace) = &self.inventory_namespace else {
+            return;
+        };
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let maps = inventory::encode(&self.source, namespace, &state.entries);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        for (i, cm) in maps.iter().enumerate() {
+            let name = inventory::shard_name(&self.source, i);
+            if let Err(e) = api.patch(&name, &params, &Patch::Apply(cm)).await {
+                tracing::warn!(
+                    namespace,
+                    config_map = name,
+                    error = %kube_message(&e),
+                    "cannot write the inventory; retried after the next sync (until then a \
+                     restarted agent would not prune what this one applied since)"
+                );
+                state.dirty = true;
+                return;
+            }
+        }
+        for i in maps.len()..state.shards {
+            let name = inventory::shard_name(&self.source, i);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(config_map = name, error = %kube_message(&e), "cannot delete an inventory shard no longer needed");
+                    state.dirty = true;
+                    return;
+                }
+            }
+        }
+        state.shards = maps.len();
+        state.dirty = false;
+    }
+}
+
+/// What a sync's outcome changes in the inventory: written objects are recorded with the
+/// uid the API server answered, unchanged ones with their live uid, pruned and kept volumes
+/// and objects found gone are forgotten.
+pub(super) fn record(
+    entries: &mut Inventory,
+    plan: &[PlannedChange],
+    written: &BTreeMap<ObjectKey, String>,
+    report: &SyncReport,
+    forgotten: &[ObjectKey],
+) {
+    let failed: std::collections::BTreeSet<&ObjectKey> =
+        report.errors.iter().map(|(k, _)| k).collect();
+    for change in plan {
+        let key = &change.key;
+        match change.change {
+            Change::Create | Change::Update => {
+                if let Some(uid) = written.get(key) {
+                    entries.insert(key.clone(), uid.clone());
+                }
+            }
+            Change::Unchanged => {
+                if let Some(uid) = &change.uid {
+                    entries.insert(key.clone(), uid.clone());
+                }
+            }
+            Change::Prune if !failed.contains(key) => {
+                entries.remove(key);
+            }
+            Change::Prune => {}
+            Change::KeepVolume => {
+                entries.remove(key);
+            }
+        }
+    }
+    for key in forgotten {
+        entries.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: "apps".into(),
+            name: name.into(),
+        }
+    }
+
+    fn change(name: &str, change: Change, uid: Option<&str>) -> PlannedChange {
+        PlannedChange {
+            key: key(name),
+            change,
+            desired: None,
+            live: None,
+            uid: uid.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_sync_records_what_it_wrote_and_forgets_what_it_pruned() {
+        let mut entries = Inventory::from([
+            (key("pruned"), "u1".to_string()),
+            (key("failed-prune"), "u2".to_string()),
+            (key("gone"), "u3".to_string()),
+            (key("updated"), "old".to_string()),
+        ]);
+        let plan = vec![
+            change("created", Change::Create, None),
+            change("updated", Change::Update, Some("old")),
+            change("unchanged", Change::Unchanged, Some("u5")),
+            change("pruned", Change::Prune, Some("u1")),
+            change("failed-prune", Change::Prune, Some("u2")),
+            change("refused", Change::Create, None),
+        ];
+        let written = BTreeMap::from([
+            (key("created"), "u4".to_string()),
+            (key("updated"), "new".to_string()),
+        ]);
+        let report = SyncReport {
+            errors: vec![
+                (key("failed-prune"), "delete failed".into()),
+                (key("refused"), "apply refused".into()),
+            ],
+            ..SyncReport::default()
+        };
+        record(&mut entries, &plan, &written, &report, &[key("gone")]);
+        let names: Vec<(&str, &str)> = entries
+            .iter()
+            .map(|(k, u)| (k.name.as_str(), u.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("created", "u4"),
+                ("failed-prune", "u2"),
+                ("unchanged", "u5"),
+                ("updated", "new"),
+            ]
+        );
+    }
+}

@@ -702,3 +702,90 @@ async fn a_repeated_event_is_one_series_with_the_recorder_split_in_buckets() {
     );
     assert!(about("app-008").series.is_none());
 }
+
+/// Issue 45: a cluster-scoped kind the loader does not know (a CSIDriver then; here a CRD's
+/// kind), written with a namespace, passed `validate`, and the sync advised widening the
+/// agent's own ClusterRole: only the source's RBAC stopped it. The policy now refuses every
+/// kind the cluster serves without namespaces, before anything is read.
+#[tokio::test]
+async fn an_unknown_cluster_scoped_kind_meets_the_cluster_kind_policy() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "gadget").await;
+    let crd: CustomResourceDefinition = support::from_json(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.scope.test.linnet.dev"},
+        "spec": {
+            "group": "scope.test.linnet.dev",
+            "scope": "Cluster",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }));
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    crds.patch(
+        "gadgets.scope.test.linnet.dev",
+        &PatchParams::apply("linnet-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        await_condition(
+            crds,
+            "gadgets.scope.test.linnet.dev",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .expect("CRD never established")
+    .unwrap();
+    let kubeconfig = Kubeconfig::read_from(support::linnet_kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let syncer = Syncer::new(support::linnet_client().await, &ns.name, vec![]).with_apply_as(
+        linnet::sync::ApplyAs::AccountPerNamespace {
+            name: support::SOURCE_ACCOUNT.into(),
+            home: ns.name.clone(),
+        },
+        config,
+    );
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("gadget.yaml"),
+        format!(
+            "apiVersion: scope.test.linnet.dev/v1\nkind: Gadget\nmetadata:\n  name: g-{ns}\n  namespace: {ns}\n",
+            ns = ns.name
+        ),
+    )
+    .unwrap();
+    let specs = load_dir(repo.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(specs.errors.len(), 0, "offline, the kind is unknown");
+    for full in [true, false] {
+        let report = if full {
+            syncer.sync(&specs, "rev1", true).await
+        } else {
+            syncer.sync_changes(&specs, "rev2", true).await
+        };
+        assert_eq!(report.created, vec![]);
+        let [(_, e)] = report.errors.as_slice() else {
+            panic!("{:?}", report.errors)
+        };
+        assert!(
+            e.starts_with("gadget.yaml:1:1: ")
+                && e.contains("--allow-cluster-kind Gadget")
+                && e.contains("without namespaces"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("deploy/rbac.yaml"),
+            "advises widening the agent's rights: {e}"
+        );
+    }
+}

@@ -48,6 +48,10 @@ pub struct SpecArgs {
         env = "LINNET_ALLOW_CLUSTER_KINDS"
     )]
     pub cluster_kinds: Vec<String>,
+    /// Let claims from Git name their volume (`spec.volumeName`, also in claim templates).
+    /// Off: a repository writer could bind any Available PersistentVolume, someone else's data.
+    #[arg(long, env = "LINNET_ALLOW_CLAIM_VOLUME_NAME")]
+    pub allow_claim_volume_name: bool,
     /// The namespace linnet runs in (in a pod: from the downward API). It is closed to the
     /// source unless --allow-namespace names it, and holds the account that applies
     /// cluster-scoped objects.
@@ -79,6 +83,7 @@ impl SpecArgs {
                 allowed_namespaces: named(&self.allowed_namespaces),
                 denied_namespaces,
                 cluster_kinds: named(&self.cluster_kinds),
+                claim_volume_names: self.allow_claim_volume_name,
             },
             max_file_bytes: self.max_file_bytes,
             budget: crate::specs::ParseBudget::default(),

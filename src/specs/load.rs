@@ -51,7 +51,9 @@ impl Default for LoadOptions {
     }
 }
 
-/// Kinds that live outside namespaces; the rest are taken as namespaced.
+/// Kinds that live outside namespaces (Kubernetes' own, as of 1.36); the rest are taken as
+/// namespaced offline. The sync asks the cluster, so a CRD's cluster-scoped kind meets the same
+/// policy there.
 const CLUSTER_SCOPED_KINDS: &[&str] = &[
     "Namespace",
     "Node",
@@ -65,7 +67,24 @@ const CLUSTER_SCOPED_KINDS: &[&str] = &[
     "RuntimeClass",
     "ValidatingWebhookConfiguration",
     "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
     "APIService",
+    "CSIDriver",
+    "CSINode",
+    "VolumeAttachment",
+    "VolumeAttributesClass",
+    "CertificateSigningRequest",
+    "ClusterTrustBundle",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "DeviceClass",
+    "ResourceSlice",
+    "ServiceCIDR",
+    "IPAddress",
+    "StorageVersionMigration",
 ];
 
 /// Whether a kind is cluster-scoped, as far as linnet knows offline.

@@ -38,6 +38,9 @@ pub struct Policy {
     pub denied_namespaces: Vec<String>,
     /// Cluster-scoped kinds the source may apply (e.g. `Namespace`); empty allows none.
     pub cluster_kinds: Vec<String>,
+    /// Claims from Git may name their volume (`spec.volumeName`): off, a repository writer
+    /// could bind any Available volume, someone else's data (`--allow-claim-volume-name`).
+    pub claim_volume_names: bool,
 }
 
 impl Default for Policy {
@@ -49,6 +52,7 @@ impl Default for Policy {
                 .map(|n| n.to_string())
                 .collect(),
             cluster_kinds: Vec::new(),
+            claim_volume_names: false,
         }
     }
 }
@@ -92,6 +96,96 @@ impl Policy {
             }
         ))
     }
+}
+
+impl Policy {
+    /// Where `object` (from Git) names a volume for a claim, with why it may not, if the
+    /// policy does not allow it: a claim's `spec.volumeName`, a claim template's (a
+    /// StatefulSet's `volumeClaimTemplates`, a pod's ephemeral volume), at any depth.
+    pub fn claim_volume_name_refusal(
+        &self,
+        kind: &str,
+        object: &serde_json::Value,
+    ) -> Option<(Vec<String>, String)> {
+        if self.claim_volume_names {
+            return None;
+        }
+        let path = claim_volume_name_path(kind, object)?;
+        let volume = path_value(object, &path).unwrap_or_default();
+        Some((
+            path.clone(),
+            format!(
+                "{} names volume {volume:?}; a claim from Git may not pick its volume (it could                  bind another team's Available volume and its data): let the StorageClass                  provision one, or a cluster admin allows it with --allow-claim-volume-name",
+                path.join(".")
+            ),
+        ))
+    }
+}
+
+fn path_value(object: &serde_json::Value, path: &[String]) -> Option<String> {
+    let mut at = object;
+    for p in path {
+        at = match at {
+            serde_json::Value::Array(a) => a.get(p.parse::<usize>().ok()?)?,
+            other => other.get(p)?,
+        };
+    }
+    at.as_str().map(String::from)
+}
+
+/// The path of the first `volumeName` a claim (or claim template) in `object` sets.
+fn claim_volume_name_path(kind: &str, object: &serde_json::Value) -> Option<Vec<String>> {
+    use serde_json::Value;
+    let set = |v: &Value| {
+        v.get("volumeName")
+            .is_some_and(|n| n.as_str().is_some_and(|s| !s.is_empty()))
+    };
+    if kind == "PersistentVolumeClaim" && object.get("spec").is_some_and(set) {
+        return Some(vec!["spec".into(), "volumeName".into()]);
+    }
+    fn walk(v: &Value, path: &mut Vec<String>, set: &dyn Fn(&Value) -> bool) -> bool {
+        match v {
+            Value::Object(m) => {
+                for (k, child) in m {
+                    path.push(k.clone());
+                    let claim_spec = match k.as_str() {
+                        "volumeClaimTemplates" => child.as_array().and_then(|a| {
+                            a.iter()
+                                .enumerate()
+                                .find_map(|(i, t)| t.get("spec").filter(|s| set(s)).map(|_| i))
+                        }),
+                        _ => None,
+                    };
+                    if let Some(i) = claim_spec {
+                        path.extend([i.to_string(), "spec".into(), "volumeName".into()]);
+                        return true;
+                    }
+                    if k == "volumeClaimTemplate" && child.get("spec").is_some_and(set) {
+                        path.extend(["spec".into(), "volumeName".into()]);
+                        return true;
+                    }
+                    if walk(child, path, set) {
+                        return true;
+                    }
+                    path.pop();
+                }
+                false
+            }
+            Value::Array(a) => {
+                for (i, child) in a.iter().enumerate() {
+                    path.push(i.to_string());
+                    if walk(child, path, set) {
+                        return true;
+                    }
+                    path.pop();
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+    let mut path = Vec::new();
+    walk(object, &mut path, &set).then_some(path)
 }
 
 /// Why `kind` (in API `group`) is never applied from Git, if it is not.
@@ -151,6 +245,52 @@ mod tests {
         };
         assert_eq!(p.cluster_kind_refusal("Namespace"), None);
         assert!(p.cluster_kind_refusal("ClusterRole").is_some());
+    }
+
+    #[test]
+    fn a_claim_from_git_may_not_name_its_volume_unless_allowed() {
+        // Issue 45: a plain claim could bind any Available volume by volumeName.
+        use serde_json::json;
+        let p = Policy::default();
+        let claim = json!({"spec": {"volumeName": "pv-of-team-b"}});
+        let (path, why) = p
+            .claim_volume_name_refusal("PersistentVolumeClaim", &claim)
+            .unwrap();
+        assert_eq!(path, vec!["spec", "volumeName"]);
+        assert!(
+            why.contains("pv-of-team-b") && why.contains("--allow-claim-volume-name"),
+            "{why}"
+        );
+        // The neighbours: a StatefulSet's claim template, a pod's ephemeral volume.
+        let set = json!({"spec": {"volumeClaimTemplates": [
+            {"metadata": {"name": "data"}, "spec": {}},
+            {"metadata": {"name": "logs"}, "spec": {"volumeName": "pv-x"}}]}});
+        assert_eq!(
+            p.claim_volume_name_refusal("StatefulSet", &set).unwrap().0,
+            vec!["spec", "volumeClaimTemplates", "1", "spec", "volumeName"]
+        );
+        let deploy = json!({"spec": {"template": {"spec": {"volumes": [{"name": "s",
+            "ephemeral": {"volumeClaimTemplate": {"spec": {"volumeName": "pv-y"}}}}]}}}});
+        assert_eq!(
+            p.claim_volume_name_refusal("Deployment", &deploy)
+                .unwrap()
+                .0
+                .join("."),
+            "spec.template.spec.volumes.0.ephemeral.volumeClaimTemplate.spec.volumeName"
+        );
+        assert!(
+            p.claim_volume_name_refusal("PersistentVolumeClaim", &json!({"spec": {}}))
+                .is_none()
+        );
+        let allowed = Policy {
+            claim_volume_names: true,
+            ..Policy::default()
+        };
+        assert!(
+            allowed
+                .claim_volume_name_refusal("PersistentVolumeClaim", &claim)
+                .is_none()
+        );
     }
 
     #[test]

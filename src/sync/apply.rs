@@ -47,6 +47,12 @@ const PRUNABLE_KINDS: &[(&str, &str)] = &[
     ("v1", "PersistentVolumeClaim"),
 ];
 
+/// After a 403 reading an object from Git: the fix is never to widen the agent's own rights.
+const READ_FORBIDDEN_HINT: &str = "; this identity may not read it. Do not widen linnet's own \
+     ClusterRole for an object from Git: the agent reads and writes such objects as the \
+     source's account (--apply-as), which a cluster admin grants per namespace \
+     (docs/security.md, Permissions)";
+
 /// Objects per list request in a full sync.
 const LIST_PAGE: u32 = 100;
 
@@ -143,7 +149,11 @@ impl std::fmt::Display for ObjectError {
                 kube_message(source)
             ),
             ObjectError::ActAs(why) => f.write_str(why),
-            ObjectError::Read(e) => write!(f, "cannot read: {}", kube_message(e)),
+            ObjectError::Read(e) => write!(
+                f,
+                "cannot read: {}",
+                kube_message_hinted(e, READ_FORBIDDEN_HINT)
+            ),
             ObjectError::Request {
                 what,
                 refused: true,

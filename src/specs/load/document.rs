@@ -123,6 +123,10 @@ pub(super) fn load_document(
             )]);
         }
     }
+    if let Some((path, message)) = opts.policy.claim_volume_name_refusal(kind, &value) {
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        return Err(vec![at_key(&path, message)]);
+    }
 
     let key = ObjectKey {
         api_version: api_version.to_string(),

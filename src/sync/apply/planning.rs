@@ -59,6 +59,11 @@ impl Syncer {
             let Ok((ar, caps)) = self.resource(api_version, kind).await else {
                 continue; // not served; desired objects of this kind report it below
             };
+            // A cluster-scoped kind the policy refuses: nothing of it is applied or pruned
+            // (its desired objects report the refusal below).
+            if caps.scope == Scope::Cluster && self.policy.cluster_kind_refusal(kind).is_some() {
+                continue;
+            }
             let namespaces: Vec<&str> =
                 if self.namespaces.is_empty() || caps.scope == Scope::Cluster {
                     vec![""]
@@ -74,7 +79,12 @@ impl Syncer {
                 namespace: ns.to_string(),
                 name: "*".into(),
             };
-            let cannot_list = |e: &kube::Error| format!("cannot list: {}", kube_message(e));
+            let cannot_list = |e: &kube::Error| {
+                format!(
+                    "cannot list: {}",
+                    kube_message_hinted(e, READ_FORBIDDEN_HINT)
+                )
+            };
             let errors_before = errors.len();
             let mut in_full = true;
             for ns in namespaces {
@@ -180,6 +190,12 @@ impl Syncer {
         let mut servable = Vec::new();
         for d in desired {
             match self.resource(&d.key.api_version, &d.key.kind).await {
+                // The policy before any read: a kind the loader did not know to be
+                // cluster-scoped (a CSIDriver written with a namespace) is refused here.
+                Ok((_, caps)) if let Some(why) = self.scope_refusal(&d.key, &caps) => {
+                    live.remove(&d.key);
+                    errors.push((d.key.clone(), why));
+                }
                 Ok((ar, caps)) => {
                     let unread = !live.contains_key(&d.key)
                         && !listed.contains(&(
@@ -241,8 +257,7 @@ impl Syncer {
         let mut allowed = Vec::with_capacity(desired.len());
         for d in desired {
             if let Ok((_, caps)) = self.resource(&d.key.api_version, &d.key.kind).await
-                && caps.scope == Scope::Cluster
-                && let Some(why) = self.policy.cluster_kind_refusal(&d.key.kind)
+                && let Some(why) = self.scope_refusal(&d.key, &caps)
             {
                 live.remove(&d.key);
                 errors.push((d.key.clone(), why));
@@ -261,6 +276,24 @@ impl Syncer {
         allowed
     }
 
+    /// Why the policy refuses `key`, of a kind the cluster serves as `caps`: a cluster-scoped
+    /// kind `--allow-cluster-kind` does not name, whatever namespace the file gave it.
+    pub(super) fn scope_refusal(&self, key: &ObjectKey, caps: &ApiCapabilities) -> Option<String> {
+        if caps.scope != Scope::Cluster {
+            return None;
+        }
+        let why = self.policy.cluster_kind_refusal(&key.kind)?;
+        Some(if key.namespace.is_empty() {
+            why
+        } else {
+            format!(
+                "{why} (the cluster serves {} without namespaces: metadata.namespace {:?} does \
+                 not apply)",
+                key.kind, key.namespace
+            )
+        })
+    }
+
     /// Plans only what changed since the last sync: the objects whose hash differs
     /// (`changed`, read with one get each) and the pruning of those it applied that Git no
     /// longer has (`gone`; pruned only if still labelled as this source's and in its
@@ -277,6 +310,12 @@ impl Syncer {
         let gone: &[ObjectKey] = if prune.enabled { gone } else { &[] };
         let mut servable = Vec::new();
         for d in changed {
+            if let Ok((_, caps)) = self.resource(&d.key.api_version, &d.key.kind).await
+                && let Some(why) = self.scope_refusal(&d.key, &caps)
+            {
+                errors.push((d.key.clone(), why));
+                continue;
+            }
             match self.read_one(&d.key).await {
                 Ok(Some(object)) => {
                     live.insert(d.key.clone(), object);

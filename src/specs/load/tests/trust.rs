@@ -434,3 +434,32 @@ fn gates_on_a_rolling_deployment_are_refused() {
         set.errors
     );
 }
+
+#[test]
+fn a_claim_naming_its_volume_is_refused_at_volume_name() {
+    // Issue 45: a plain claim from Git could bind any Available PersistentVolume.
+    let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: grab\n  namespace: apps\nspec:\n  accessModes: [ReadWriteOnce]\n  volumeName: pv-of-team-b\n  resources:\n    requests:\n      storage: 1Gi\n";
+    let e = only_error_with(claim, &LoadOptions::default());
+    assert_eq!((e.location.line, e.location.column), (8, 3), "{e}");
+    assert!(e.message.contains("--allow-claim-volume-name"), "{e}");
+    let allowed = LoadOptions {
+        policy: crate::specs::Policy {
+            claim_volume_names: true,
+            ..Default::default()
+        },
+        ..LoadOptions::default()
+    };
+    assert_eq!(
+        load_file("x.yaml", claim.as_bytes(), &allowed).errors,
+        vec![]
+    );
+}
+
+#[test]
+fn a_csi_driver_written_with_a_namespace_meets_the_cluster_kind_policy_offline() {
+    // Issue 45: a CSIDriver with a namespace passed `validate`.
+    let text = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: fake.csi\n  namespace: apps\nspec: {}\n";
+    let e = only_error_with(text, &LoadOptions::default());
+    assert_eq!(e.location.line, 2, "{e}");
+    assert!(e.message.contains("--allow-cluster-kind CSIDriver"), "{e}");
+}

@@ -45,9 +45,14 @@ const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
 Content-Type: text/plain\r\nContent-Length: 42\r\nConnection: close\r\n\r\n\
 busy: too many connections; retry shortly\n";
 
-/// Refusals being written at once; past this a connection is closed without an answer (a
-/// flood that large is not a Git host).
-const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+/// Refusals being written at once; past this a connection is closed without an answer. Each
+/// waits at most [`REFUSAL_WAIT`] for a request head with a 512-byte buffer (about 1 KiB in
+/// all), so 1,024 of them cost about 1 MiB: 64 were all held by 1,000 idle connections, and a
+/// Git host's webhook got a reset instead of the 503 (issue 45).
+const MAX_REFUSALS_IN_FLIGHT: usize = 1024;
+
+/// How long a refused connection may take to send its request head before it is closed.
+const REFUSAL_WAIT: Duration = Duration::from_secs(1);
 
 /// Serves `app` on `listener` until the task is dropped. A caller turned away is reported to
 /// `on_refused` (the webhook listener schedules a look at the remote: it may have been a push).
@@ -77,23 +82,24 @@ pub async fn serve(
             if let Ok(refusal) = refusals.clone().try_acquire_owned() {
                 tokio::spawn(async move {
                     let _refusal = refusal;
-                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    let _ = tokio::time::timeout(REFUSAL_WAIT, async {
                         // An answer before the request reads as an error to HTTP clients:
-                        // wait for the request's head (at most a few KiB), then answer.
-                        let mut head = [0u8; 8192];
+                        // wait for the request's head (at most 16 KiB), then answer.
+                        let mut chunk = [0u8; 512];
+                        let mut tail = [0u8; 3];
                         let mut seen = 0;
-                        while seen < head.len() {
-                            let n = stream.read(&mut head[seen..]).await?;
-                            seen += n;
-                            if n == 0 || head[..seen].windows(4).any(|w| w == b"\r\n\r\n") {
+                        while seen < 16 * 1024 {
+                            let n = stream.read(&mut chunk).await?;
+                            if n == 0 || ends_head(&mut tail, &chunk[..n]) {
                                 break;
                             }
+                            seen += n;
                         }
                         stream.write_all(BUSY).await?;
                         stream.shutdown().await?;
                         // Closing with the body unread would reset the connection, and the
                         // caller would see an error instead of the 503.
-                        while stream.read(&mut head).await? > 0 {}
+                        while stream.read(&mut chunk).await? > 0 {}
                         Ok::<_, std::io::Error>(())
                     })
                     .await;
@@ -116,5 +122,37 @@ pub async fn serve(
                 Err(_) => tracing::debug!(%peer, "connection closed: open too long"),
             }
         });
+    }
+}
+
+/// Whether `bytes`, read after the bytes that left `tail` (the last three seen), complete a
+/// request head (`\r\n\r\n`); keeps `tail` up to date.
+fn ends_head(tail: &mut [u8; 3], bytes: &[u8]) -> bool {
+    for &b in bytes {
+        if *tail == *b"\r\n\r" && b == b'\n' {
+            return true;
+        }
+        *tail = [tail[1], tail[2], b];
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_split_across_reads_is_seen_to_end() {
+        let mut tail = [0u8; 3];
+        assert!(!ends_head(&mut tail, b"GET / HTTP/1.1\r\nHost: x\r"));
+        assert!(!ends_head(&mut tail, b"\n"));
+        assert!(ends_head(&mut tail, b"\r\n"));
+        let mut tail = [0u8; 3];
+        assert!(ends_head(&mut tail, b"a\r\n\r\nbody"));
+        let mut tail = [0u8; 3];
+        assert!(!ends_head(&mut tail, b"\r"));
+        assert!(!ends_head(&mut tail, b"\n"));
+        assert!(!ends_head(&mut tail, b"\r"));
+        assert!(ends_head(&mut tail, b"\n"));
     }
 }

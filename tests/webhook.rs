@@ -474,3 +474,41 @@ async fn a_connection_that_never_reads_its_answers_is_closed_at_its_age() {
         .is_ok();
     assert!(closed, "the connection is still open");
 }
+
+/// Issue 45: with 1,000 idle connections open, a legitimate webhook got a TCP reset instead of
+/// the documented 503 with Retry-After: the idle connections past the limit held every
+/// refusal slot while they waited to send a request head, and a caller past those was
+/// dropped unanswered. Refusals are cheap now, so a caller gets an answer; and a look at the
+/// remote is scheduled either way.
+#[tokio::test]
+async fn with_a_thousand_idle_connections_a_webhook_is_answered_not_reset() {
+    let mut l = start_with(|_| {}, ServeLimits::default()).await;
+    let mut idle = Vec::new();
+    for _ in 0..1000 {
+        idle.push(TcpStream::connect(l.addr).await.unwrap());
+    }
+    let body = github_push("main");
+    let mut req = http()
+        .post(format!("{}/hooks/github", l.base))
+        .header("content-type", "application/json")
+        .body(body.clone());
+    for (k, v) in github_headers("push", &body) {
+        req = req.header(k, v);
+    }
+    let answer = req.send().await;
+    let response = answer.unwrap_or_else(|e| panic!("no answer: {e:?}"));
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    // The push is not lost: the refusal scheduled a look at the remote.
+    tokio::time::timeout(Duration::from_secs(5), l.wake.next())
+        .await
+        .expect("no look at the remote was scheduled")
+        .unwrap();
+    drop(idle);
+}

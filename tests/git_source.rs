@@ -461,3 +461,109 @@ fn a_damaged_object_in_the_mirror_is_an_error_not_content() {
         Ok(other) => panic!("a damaged object was read as {other:?}"),
     }
 }
+
+/// Writes a commit on `main` of the bare `repo` whose root holds the example's `apps/` tree
+/// and `extra` (name, tree id) entries; returns its id.
+fn commit_with_trees(repo: &git2::Repository, extra: &[(&str, git2::Oid)]) -> git2::Oid {
+    let head = repo.refname_to_id("refs/heads/main").unwrap();
+    let parent = repo.find_commit(head).unwrap();
+    let mut root = repo.treebuilder(Some(&parent.tree().unwrap())).unwrap();
+    for (name, id) in extra {
+        root.insert(name, *id, 0o040000).unwrap();
+    }
+    let tree = repo.find_tree(root.write().unwrap()).unwrap();
+    let sig = git2::Signature::now("t", "t@example.invalid").unwrap();
+    repo.commit(
+        Some("refs/heads/main"),
+        &sig,
+        &sig,
+        "shape",
+        &tree,
+        &[&parent],
+    )
+    .unwrap()
+}
+
+/// A tree of `n` entries `f0.yaml`... each naming `id` with `mode`.
+fn wide_tree(repo: &git2::Repository, n: usize, id: git2::Oid, mode: i32) -> git2::Oid {
+    let mut b = repo.treebuilder(None).unwrap();
+    for i in 0..n {
+        b.insert(format!("f{i}.yaml"), id, mode).unwrap();
+    }
+    b.write().unwrap()
+}
+
+/// Issue 45: a tree bomb (two trees of 1,000 entries, ~100 KB pushed) listed a million
+/// files: 102 s, 2.2 GB and a million spec errors. A listing is bounded by the revision's
+/// shape, charged per directory: the bomb is one blocked entry, its neighbours are listed.
+#[test]
+fn a_tree_bomb_is_one_blocked_directory_and_its_neighbours_are_listed() {
+    let f = Fixture::new();
+    let repo = git2::Repository::open_bare(&f.bare).unwrap();
+    let blob = repo
+        .blob(b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")
+        .unwrap();
+    let inner = wide_tree(&repo, 1000, blob, 0o100644);
+    let bomb = wide_tree(&repo, 1000, inner, 0o040000);
+    let flat = wide_tree(&repo, 20_000, blob, 0o100644);
+    let tip = commit_with_trees(&repo, &[("bomb", bomb), ("flat", flat)]);
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    assert_eq!(mirror.fetch().unwrap(), tip);
+    let started = std::time::Instant::now();
+    let listing = mirror
+        .list_files_within(tip, "", &linnet::specs::RevisionShape::default())
+        .unwrap();
+    println!("listed in {:?}", started.elapsed());
+    let blocked: Vec<&(String, String)> = listing
+        .iter()
+        .filter(|(_, id)| id.starts_with(linnet::source::git::BLOCKED))
+        .collect();
+    assert_eq!(
+        blocked.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+        ["bomb/", "flat/"],
+        "{blocked:?}"
+    );
+    assert!(
+        blocked[0].1.contains("1000000 files below it")
+            && blocked[0].1.contains("991 subdirectories"),
+        "{}",
+        blocked[0].1
+    );
+    assert!(
+        blocked[1].1.contains("20000 entries in one directory"),
+        "{}",
+        blocked[1].1
+    );
+    // Every file of the example is still listed.
+    let example = mirror.list_files(tip, "apps").unwrap().len();
+    assert!(example > 0);
+    assert_eq!(
+        listing
+            .iter()
+            .filter(|(p, _)| p.starts_with("apps/"))
+            .count(),
+        example
+    );
+    // Three directories of 600 files and a limit of 1,000 files: from the smallest, what fits
+    // is listed (by name on a tie); the rest is blocked, never the small ones.
+    let mid = wide_tree(&repo, 600, blob, 0o100644);
+    let small = wide_tree(&repo, 10, blob, 0o100644);
+    let tip = commit_with_trees(&repo, &[("a", mid), ("b", mid), ("c", mid), ("z", small)]);
+    assert_eq!(mirror.fetch().unwrap(), tip);
+    let shape = linnet::specs::RevisionShape {
+        max_files: 1000,
+        max_tree_entries: 10_000,
+    };
+    let listing = mirror.list_files_within(tip, "", &shape).unwrap();
+    let mut blocked: Vec<&str> = listing
+        .iter()
+        .filter(|(_, id)| id.starts_with(linnet::source::git::BLOCKED))
+        .map(|(p, _)| p.as_str())
+        .collect();
+    blocked.sort();
+    // (The bomb and the flat directory of the commit before are still there.)
+    assert_eq!(blocked, ["b/", "bomb/", "c/", "flat/"]);
+    let under = |dir: &str| listing.iter().filter(|(p, _)| p.starts_with(dir)).count();
+    assert_eq!((under("z/"), under("a/")), (10, 600));
+    assert!(listing.len() <= 1000 + blocked.len());
+}

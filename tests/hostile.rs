@@ -181,6 +181,107 @@ async fn a_crafted_repository_is_refused_file_by_file_within_128_mib() {
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }
 
+/// A tree of `n` entries `f0.yaml`... each naming `id` with `mode`, in `repo`.
+fn wide_tree(repo: &git2::Repository, n: usize, id: git2::Oid, mode: i32) -> git2::Oid {
+    let mut b = repo.treebuilder(None).unwrap();
+    for i in 0..n {
+        b.insert(format!("f{i}.yaml"), id, mode).unwrap();
+    }
+    b.write().unwrap()
+}
+
+/// Issue 45: repository shapes that exhausted memory, each cheap to push: a tree bomb (two
+/// trees of 1,000 entries, a million paths: 2.2 GB and a 177 MB `/status`), 200,000 small
+/// files (527 MiB), 20 merge-key bombs in 20 files (149 MiB); and the files sorted after them
+/// were refused by a total budget they had used up. Each now blocks only itself, the good
+/// files of the same commit (before and after them) apply, and the agent stays under 128 MiB.
+#[tokio::test]
+async fn repository_shapes_block_only_themselves_within_128_mib() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "hostile-shape").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    let apps = work.join("apps");
+    std::fs::create_dir_all(&apps).unwrap();
+    std::fs::write(apps.join("a-good.yaml"), config_map(&ns.name, "first", "1")).unwrap();
+    std::fs::write(apps.join("zz-good.yaml"), config_map(&ns.name, "last", "1")).unwrap();
+    for i in 0..20 {
+        std::fs::write(
+            apps.join(format!("merge-{i:02}.yaml")),
+            merge_bomb(&ns.name).replace("name: merge", &format!("name: merge-{i}")),
+        )
+        .unwrap();
+    }
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "good files and merge bombs"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    // The bombs, written straight into the remote: ~100 KB and ~10 MB of trees.
+    let repo = git2::Repository::open_bare(&bare).unwrap();
+    let blob = repo
+        .blob(config_map(&ns.name, "x", "1").as_bytes())
+        .unwrap();
+    let inner = wide_tree(&repo, 1000, blob, 0o100644);
+    let bomb = wide_tree(&repo, 1000, inner, 0o040000);
+    let flat = wide_tree(&repo, 200_000, blob, 0o100644);
+    let head = repo.refname_to_id("refs/heads/main").unwrap();
+    let parent = repo.find_commit(head).unwrap();
+    let root = parent.tree().unwrap();
+    let apps_tree = repo.find_tree(root.get_name("apps").unwrap().id()).unwrap();
+    let mut apps_builder = repo.treebuilder(Some(&apps_tree)).unwrap();
+    apps_builder.insert("bomb", bomb, 0o040000).unwrap();
+    apps_builder.insert("many", flat, 0o040000).unwrap();
+    let mut root_builder = repo.treebuilder(Some(&root)).unwrap();
+    root_builder
+        .insert("apps", apps_builder.write().unwrap(), 0o040000)
+        .unwrap();
+    let tree = repo.find_tree(root_builder.write().unwrap()).unwrap();
+    let sig = git2::Signature::now("t", "t@example.invalid").unwrap();
+    repo.commit(
+        Some("refs/heads/main"),
+        &sig,
+        &sig,
+        "bombs",
+        &tree,
+        &[&parent],
+    )
+    .unwrap();
+
+    let server = support::git_http::serve(tmp.path().to_path_buf(), None);
+    let agent = start_agent(
+        tmp.path(),
+        &[format!("--repo-url={server}/remote.git")],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let errors = wait_spec_errors(&agent, &["apps/bomb/", "apps/many/", "merge-19.yaml"]).await;
+    assert!(
+        error_for(&errors, "apps/bomb/").contains("1000000 files below it"),
+        "{errors:#?}"
+    );
+    assert!(
+        error_for(&errors, "apps/many/").contains("200000 entries in one directory"),
+        "{errors:#?}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    wait_value(&cms, "first", "1", Duration::from_secs(30)).await;
+    wait_value(&cms, "last", "1", Duration::from_secs(30)).await;
+    let status = agent.status().await;
+    assert!(
+        status.to_string().len() < 256 * 1024,
+        "/status is {} bytes",
+        status.to_string().len()
+    );
+    let mut agent = agent;
+    assert!(
+        agent.child.try_wait().unwrap().is_none(),
+        "the agent exited"
+    );
+    let peak = peak_rss(&agent);
+    println!("peak RSS with repository-shape bombs: {peak:.1} MiB");
+    assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
+}
+
 #[tokio::test]
 async fn a_working_tree_of_links_and_pipes_is_reported_and_the_loop_goes_on() {
     let admin = admin_client().await;

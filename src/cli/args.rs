@@ -61,9 +61,16 @@ pub struct SpecArgs {
     #[arg(long, default_value_t = 1024 * 1024, env = "LINNET_MAX_FILE_BYTES")]
     pub max_file_bytes: usize,
     /// What all spec files' objects may hold together, as JSON (bounds the agent's memory
-    /// whatever the repository holds); files past it are refused, in path order.
+    /// whatever the repository holds); past it the largest files are refused first.
     #[arg(long, default_value_t = 64 * 1024 * 1024, env = "LINNET_MAX_TOTAL_BYTES")]
     pub max_total_bytes: usize,
+    /// Files one revision of a Git source may list; past it the largest directories are
+    /// blocked (each one error, their objects kept), never the rest of the revision.
+    #[arg(long, default_value_t = 10_000, env = "LINNET_MAX_FILES")]
+    pub max_files: usize,
+    /// Entries one directory of a Git source may hold; a larger one is blocked as a whole.
+    #[arg(long, default_value_t = 10_000, env = "LINNET_MAX_TREE_ENTRIES")]
+    pub max_tree_entries: usize,
 }
 
 impl SpecArgs {
@@ -88,6 +95,10 @@ impl SpecArgs {
             max_file_bytes: self.max_file_bytes,
             budget: crate::specs::ParseBudget::default(),
             max_total_bytes: self.max_total_bytes,
+            shape: crate::specs::RevisionShape {
+                max_files: self.max_files,
+                max_tree_entries: self.max_tree_entries,
+            },
             unknown_fields_are_errors: false,
         }
     }

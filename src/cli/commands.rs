@@ -82,8 +82,20 @@ pub(super) async fn status(agent_url: &str) -> Result<ExitCode> {
     for e in &s.spec_errors {
         say!("  spec error: {e}");
     }
+    if s.spec_error_count > s.spec_errors.len() {
+        say!(
+            "  spec error: … and {} more",
+            s.spec_error_count - s.spec_errors.len()
+        );
+    }
     for e in &s.sync_errors {
         say!("  not applied: {e}");
+    }
+    if s.sync_error_count > s.sync_errors.len() {
+        say!(
+            "  not applied: … and {} more",
+            s.sync_error_count - s.sync_errors.len()
+        );
     }
     for c in &s.conditions {
         say!("  {}: {} ({}): {}", c.type_, c.status, c.reason, c.message);

@@ -253,9 +253,11 @@ fn read_revision(
     };
     let update = match changed {
         Some(update) => update,
-        None => s
-            .snapshot
-            .update(&mirror.list_files(tip, path)?, read, load)?,
+        None => s.snapshot.update(
+            &mirror.list_files_within(tip, path, &load.shape)?,
+            read,
+            load,
+        )?,
     };
     s.listed = Some(tip);
     s.spec_tree = Some(spec_tree);

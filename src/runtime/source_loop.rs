@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::config::AgentConfig;
 use super::look::{Found, Remote, SourceError, look_at_local, look_at_remote};
 use super::rollouts::RolloutStores;
-use super::state::{AgentState, now_rfc3339};
+use super::state::{AgentState, kept_errors, now_rfc3339};
 use crate::source::hooks::WakeReceiver;
 use crate::source::snapshot::SpecSnapshot;
 use crate::specs::SpecSet;
@@ -275,14 +275,12 @@ impl SourceLoop {
         // listed beside it (and retried), the rest of the commit was applied.
         self.state.update(|s| {
             s.objects = specs.objects.len();
-            s.spec_errors = specs.errors.iter().map(ToString::to_string).collect();
+            (s.spec_errors, s.spec_error_count) =
+                kept_errors(specs.errors.iter().map(ToString::to_string));
             s.revision = Some(revision.to_string());
             s.last_sync = Some(now_rfc3339());
-            s.sync_errors = report
-                .errors
-                .iter()
-                .map(|(key, e)| format!("{key}: {e}"))
-                .collect();
+            (s.sync_errors, s.sync_error_count) =
+                kept_errors(report.errors.iter().map(|(key, e)| format!("{key}: {e}")));
             s.set_degraded();
             if report.errors.is_empty() {
                 s.last_error = None;

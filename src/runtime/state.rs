@@ -18,12 +18,19 @@ pub struct SourceStatus {
     /// The last failure to reach Git or to sync, cleared by the next success.
     pub last_error: Option<String>,
     pub objects: usize,
-    /// Located errors in the specs at the current revision.
+    /// Located errors in the specs at the current revision: the first [`ERRORS_KEPT`].
     pub spec_errors: Vec<String>,
+    /// How many errors the specs have, kept or not.
+    #[serde(default)]
+    pub spec_error_count: usize,
     /// Objects of `revision` that were not applied (refused by the policy, by the source's
-    /// rights or by the API server), each located in its file; retried.
+    /// rights or by the API server), each located in its file; retried. The first
+    /// [`ERRORS_KEPT`].
     #[serde(default)]
     pub sync_errors: Vec<String>,
+    /// How many objects were not applied, kept or not.
+    #[serde(default)]
+    pub sync_error_count: usize,
     /// `Degraded`: whether part of the revision is not applied (spec or sync errors).
     #[serde(default)]
     pub conditions: Vec<SourceCondition>,
@@ -40,6 +47,32 @@ pub struct SourceCondition {
     pub message: String,
 }
 
+/// Errors kept per revision in the status (`/status`, `linnet status`); the rest are counted.
+/// A revision of 10,000 broken files made `/status` 177 MB before (issue 45).
+pub const ERRORS_KEPT: usize = 100;
+
+/// The longest error message kept, in characters.
+const ERROR_CHARS: usize = 1000;
+
+/// The first [`ERRORS_KEPT`] of `errors`, each at most [`ERROR_CHARS`] long, and how many
+/// there were.
+pub fn kept_errors(errors: impl ExactSizeIterator<Item = String>) -> (Vec<String>, usize) {
+    let count = errors.len();
+    let kept = errors
+        .take(ERRORS_KEPT)
+        .map(|e| {
+            if e.chars().count() > ERROR_CHARS {
+                let mut cut: String = e.chars().take(ERROR_CHARS).collect();
+                cut.push('…');
+                cut
+            } else {
+                e
+            }
+        })
+        .collect();
+    (kept, count)
+}
+
 /// The source's condition that part of the revision is not applied.
 pub const DEGRADED: &str = "Degraded";
 
@@ -52,7 +85,7 @@ impl SourceStatus {
                 "SyncErrors",
                 format!(
                     "{} object(s) of the revision not applied; first: {first}",
-                    self.sync_errors.len()
+                    self.sync_error_count.max(self.sync_errors.len())
                 ),
             ),
             (Some(first), None) => (
@@ -60,7 +93,7 @@ impl SourceStatus {
                 "SpecErrors",
                 format!(
                     "{} error(s) in the specs block their files; first: {first}",
-                    self.spec_errors.len()
+                    self.spec_error_count.max(self.spec_errors.len())
                 ),
             ),
             (None, None) => (
@@ -129,5 +162,30 @@ impl AgentState {
 
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_revision_of_many_errors_keeps_a_hundred_and_counts_the_rest() {
+        // Issue 45: a million spec errors made a 177 MB `/status` body.
+        let errors = (0..100_000).map(|i| format!("f{i}.yaml:1:1: {}", "x".repeat(5000)));
+        let (kept, count) = kept_errors(errors);
+        assert_eq!((kept.len(), count), (ERRORS_KEPT, 100_000));
+        assert!(kept.iter().all(|e| e.chars().count() <= ERROR_CHARS + 1));
+        let mut s = SourceStatus {
+            spec_errors: kept,
+            spec_error_count: count,
+            ..SourceStatus::default()
+        };
+        s.set_degraded();
+        assert!(
+            s.conditions[0].message.starts_with("100000 error(s)"),
+            "{:?}",
+            s.conditions
+        );
     }
 }

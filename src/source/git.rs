@@ -24,6 +24,31 @@ const DIFF_MAX_DEPTH: usize = 64;
 /// How [`GitMirror::list_files`] marks a symbolic link's id.
 const SYMLINK: &str = "symlink:";
 
+/// Tree entries [`GitMirror::changed_files`] looks at before it leaves the revision to a
+/// whole listing, which is bounded by [`RevisionShape`]: a pushed bomb must not be diffed.
+const DIFF_MAX_ENTRIES: usize = 20_000;
+
+/// Subdirectories of one directory that may be blocked one by one; past it the directory
+/// itself is blocked, as one error rather than a thousand.
+const MAX_BLOCKED_PER_DIRECTORY: usize = 10;
+
+/// Distinct trees one listing counts; past it the subtree being counted is blocked.
+const MAX_TREES_COUNTED: usize = 100_000;
+
+pub use crate::specs::RevisionShape;
+
+/// How a listing marks a blocked directory's id; its path ends in `/` and the rest of the id
+/// says why. Read like a file that was refused ([`GitMirror::read_spec_file`]).
+pub const BLOCKED: &str = "blocked:";
+
+/// Files below a tree, as counted for [`RevisionShape`].
+#[derive(Clone, Copy, Debug)]
+enum Count {
+    Files(usize),
+    /// The tree itself has too many entries, or too many trees were counted.
+    Over(usize),
+}
+
 /// Credentials for the remote. Secrets are read from files on every connection, so a mounted
 /// Kubernetes Secret can rotate without a restart.
 #[derive(Clone, Debug, Default)]
@@ -415,6 +440,182 @@ impl GitMirror {
         Ok(files)
     }
 
+    /// [`GitMirror::list_files`] within `shape`: a directory with more entries than it allows,
+    /// and, while the revision would list more files than it allows, the largest
+    /// directories, are listed as one entry each (`dir/`, id [`BLOCKED`] and why), never
+    /// walked. Counting is memoized per tree id, so a tree named a thousand times is read once.
+    pub fn list_files_within(
+        &self,
+        commit: Oid,
+        path: &str,
+        shape: &RevisionShape,
+    ) -> Result<Vec<(String, String)>, GitError> {
+        let Some(tree) = self.spec_root(commit, path)? else {
+            return Ok(Vec::new());
+        };
+        let mut counts = std::collections::HashMap::new();
+        let mut out = Vec::new();
+        let mut left = shape.max_files;
+        self.list_within(&tree, "", shape, &mut counts, &mut left, &mut out)?;
+        Ok(out)
+    }
+
+    fn count(
+        &self,
+        tree: &git2::Tree<'_>,
+        shape: &RevisionShape,
+        counts: &mut std::collections::HashMap<Oid, Count>,
+        depth: usize,
+    ) -> Result<Count, GitError> {
+        if let Some(c) = counts.get(&tree.id()) {
+            return Ok(*c);
+        }
+        let entries = tree.len();
+        let count = if entries > shape.max_tree_entries {
+            Count::Over(entries)
+        } else if counts.len() >= MAX_TREES_COUNTED || depth > DIFF_MAX_DEPTH {
+            Count::Over(0)
+        } else {
+            let mut files = 0usize;
+            for e in visible_entries(Some(tree)) {
+                if file_id(&e).is_some() {
+                    files += 1;
+                } else if e.kind() == Some(git2::ObjectType::Tree) {
+                    let sub = self.repo.find_tree(e.id())?;
+                    if let Count::Files(n) = self.count(&sub, shape, counts, depth + 1)? {
+                        files = files.saturating_add(n);
+                    }
+                }
+            }
+            Count::Files(files)
+        };
+        counts.insert(tree.id(), count);
+        Ok(count)
+    }
+
+    /// Lists `tree` (at `dir`) into `out`, blocking what does not fit in `left`.
+    fn list_within(
+        &self,
+        tree: &git2::Tree<'_>,
+        dir: &str,
+        shape: &RevisionShape,
+        counts: &mut std::collections::HashMap<Oid, Count>,
+        left: &mut usize,
+        out: &mut Vec<(String, String)>,
+    ) -> Result<(), GitError> {
+        let depth = dir.matches('/').count();
+        let blocked = |why: String| {
+            let at = if dir.is_empty() { "./" } else { dir };
+            (at.to_string(), format!("{BLOCKED}{why}"))
+        };
+        let files = match self.count(tree, shape, counts, depth)? {
+            Count::Over(0) => {
+                out.push(blocked(format!(
+                    "the trees below it nest deeper than {DIFF_MAX_DEPTH} or number over \
+                     {MAX_TREES_COUNTED}; no spec repository needs that: the directory is \
+                     blocked, the rest of the revision syncs"
+                )));
+                return Ok(());
+            }
+            Count::Over(entries) => {
+                out.push(blocked(format!(
+                    "{entries} entries in one directory, over the {} a directory may hold \
+                     (--max-tree-entries): the directory is blocked, the rest of the revision \
+                     syncs; split it, or raise the limit",
+                    shape.max_tree_entries
+                )));
+                return Ok(());
+            }
+            Count::Files(n) => n,
+        };
+        if files <= *left {
+            *left -= files;
+            return self.list_all(tree, dir, out);
+        }
+        // Too many. The directory's own files first, then its subdirectories from the
+        // smallest: those that fit are listed whole, the others are looked into in turn (a
+        // mixed directory such as `apps/` keeps its good files), unless more than a few do
+        // not fit: then this directory is the bomb, and it is blocked as one entry.
+        let entries = visible_entries(Some(tree));
+        let direct = entries.iter().filter(|e| file_id(e).is_some()).count();
+        if direct > *left {
+            out.push(blocked(format!(
+                "{direct} files in this directory alone, with the {} files a revision may list \
+                 (--max-files) mostly taken by the rest: the directory is blocked, the rest of \
+                 the revision syncs",
+                shape.max_files
+            )));
+            return Ok(());
+        }
+        let mut subdirs: Vec<(usize, String, Oid)> = Vec::new();
+        for e in &entries {
+            if e.kind() == Some(git2::ObjectType::Tree) {
+                let sub = self.repo.find_tree(e.id())?;
+                let n = match self.count(&sub, shape, counts, depth + 1)? {
+                    Count::Files(n) => n,
+                    Count::Over(_) => usize::MAX,
+                };
+                subdirs.push((n, e.name().unwrap_or("").to_string(), e.id()));
+            }
+        }
+        subdirs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let mut room = *left - direct;
+        let mut too_big = 0;
+        for (n, ..) in &subdirs {
+            if *n <= room {
+                room -= n;
+            } else {
+                too_big += 1;
+            }
+        }
+        if too_big > MAX_BLOCKED_PER_DIRECTORY {
+            out.push(blocked(format!(
+                "{files} files below it would pass the {} files a revision may list \
+                 (--max-files), spread over {too_big} subdirectories: the directory is blocked, \
+                 the rest of the revision syncs; split the repository into several sources, or \
+                 raise the limit",
+                shape.max_files
+            )));
+            return Ok(());
+        }
+        for e in &entries {
+            if let Some(id) = file_id(e) {
+                *left -= 1;
+                out.push((format!("{dir}{}", e.name().unwrap_or("")), id));
+            }
+        }
+        for (n, name, id) in subdirs {
+            let sub = self.repo.find_tree(id)?;
+            let here = format!("{dir}{name}/");
+            if n <= *left {
+                *left -= n;
+                self.list_all(&sub, &here, out)?;
+            } else {
+                self.list_within(&sub, &here, shape, counts, left, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every file of `tree` (at `dir`), by the rules of [`GitMirror::list_files`].
+    fn list_all(
+        &self,
+        tree: &git2::Tree<'_>,
+        dir: &str,
+        out: &mut Vec<(String, String)>,
+    ) -> Result<(), GitError> {
+        tree.walk(git2::TreeWalkMode::PreOrder, |sub, entry| {
+            if hidden(entry) {
+                return git2::TreeWalkResult::Skip;
+            }
+            if let Some(id) = file_id(entry) {
+                out.push((format!("{dir}{sub}{}", entry.name().unwrap_or("")), id));
+            }
+            git2::TreeWalkResult::Ok
+        })?;
+        Ok(())
+    }
+
     /// The files below `path` that differ between commits `from` and `to`, by the rules of
     /// [`GitMirror::list_files`]: `(path, Some(id))` for a file added or changed, `(path,
     /// None)` for one removed. Subtrees with equal ids are not read, so a one-file push costs
@@ -430,7 +631,9 @@ impl GitMirror {
     ) -> Result<Option<Vec<FileChange>>, GitError> {
         let (old, new) = (self.spec_root(from, path)?, self.spec_root(to, path)?);
         let mut changes = Vec::new();
-        let in_order = self.diff_trees(old.as_ref(), new.as_ref(), "", 0, &mut changes)?;
+        let mut looked = 0;
+        let in_order =
+            self.diff_trees(old.as_ref(), new.as_ref(), "", 0, &mut looked, &mut changes)?;
         Ok(in_order.then_some(changes))
     }
 
@@ -458,9 +661,15 @@ impl GitMirror {
         new: Option<&git2::Tree<'_>>,
         dir: &str,
         depth: usize,
+        looked: &mut usize,
         changes: &mut Vec<FileChange>,
     ) -> Result<bool, GitError> {
         if depth > DIFF_MAX_DEPTH {
+            return Ok(false);
+        }
+        // Sizes first: a tree of a million entries is not read into a list here.
+        *looked += old.map_or(0, |t| t.len()) + new.map_or(0, |t| t.len());
+        if *looked > DIFF_MAX_ENTRIES {
             return Ok(false);
         }
         let (old, new) = (visible_entries(old), visible_entries(new));
@@ -504,6 +713,7 @@ impl GitMirror {
                     new_tree.as_ref(),
                     &format!("{here}/"),
                     depth + 1,
+                    looked,
                     changes,
                 )?
             {
@@ -524,6 +734,9 @@ impl GitMirror {
     /// size (from the object header, before anything is inflated) is at most `max`; a link's
     /// target is never read as content.
     pub fn read_spec_file(&self, file_id: &str, max: usize) -> Result<FileContent, GitError> {
+        if let Some(why) = file_id.strip_prefix(BLOCKED) {
+            return Ok(FileContent::Refused(why.to_string()));
+        }
         if file_id.starts_with(SYMLINK) {
             return Ok(FileContent::Refused(
                 "is a symbolic link; linnet reads only regular files inside the tree and does \

@@ -12,8 +12,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::source::git::BLOCKED;
 use crate::specs::{
     FileContent, FileSpecs, Lineage, LoadOptions, SpecSet, is_spec_file, load_content,
+    refuse_largest_past_total,
 };
 
 /// Parsed spec files by path, with the content id each was parsed from.
@@ -85,13 +87,13 @@ impl SpecSnapshot {
     ) -> Result<SnapshotUpdate, E> {
         let mut next = BTreeMap::new();
         let mut update = SnapshotUpdate::default();
-        let mut total = 0;
         for (path, id) in listing {
             let name = path.rsplit('/').next().unwrap_or(path);
-            if !is_spec_file(name) {
+            // A blocked directory ([`BLOCKED`]) is kept as one refused file.
+            if !is_spec_file(name) && !id.starts_with(BLOCKED) {
                 continue;
             }
-            let (id, mut specs) = match self.files.remove(path) {
+            let (id, specs) = match self.files.remove(path) {
                 Some((old_id, specs)) if &old_id == id => (old_id, specs),
                 old => {
                     let content = read(path, id)?;
@@ -107,16 +109,20 @@ impl SpecSnapshot {
                     (id.clone(), specs)
                 }
             };
-            // Past the total, the file is kept as an error with no id, so that it is read
-            // again once there is room.
-            let id = if specs.charge_total(path, &mut total, opts.max_total_bytes) {
-                update.changed = true;
-                self.pending = Pending::Rebuild;
-                String::new()
-            } else {
-                id
-            };
             next.insert(path.clone(), (id, specs));
+        }
+        // Past the total, the largest files are kept as errors with no id, so that they are
+        // read again once there is room.
+        let (total, refused) = refuse_largest_past_total(
+            next.iter_mut().map(|(p, (_, specs))| (p, specs)),
+            opts.max_total_bytes,
+        );
+        for path in &refused {
+            if let Some((id, _)) = next.get_mut(path) {
+                id.clear();
+            }
+            update.changed = true;
+            self.pending = Pending::Rebuild;
         }
         // Anything left was removed.
         if !self.files.is_empty() {
@@ -140,7 +146,9 @@ impl SpecSnapshot {
         mut read: impl FnMut(&str, &str) -> Result<FileContent, E>,
         opts: &LoadOptions,
     ) -> Result<Option<SnapshotUpdate>, E> {
-        if self.over_total {
+        // A blocked directory's files are not listed one by one: only a whole listing says
+        // whether it still is.
+        if self.over_total || self.files.values().any(|(id, _)| id.starts_with(BLOCKED)) {
             return Ok(None);
         }
         // One entry per path; a path both removed and added (a type change) is added.
@@ -577,6 +585,72 @@ mod tests {
         let big = |_: &str, _: &str| Ok::<_, ()>(cm(&"x".repeat(200)));
         assert_eq!(snap.update_changed(&changes, big, &opts).unwrap(), None);
         assert_eq!(snap.files.len(), 1, "untouched");
+    }
+
+    #[test]
+    fn past_the_total_the_largest_file_is_refused_not_those_after_it() {
+        // Issue 45: files sorted after a big one were refused by --max-total-bytes: one
+        // writer blocked every other file of the source.
+        let mut snap = SpecSnapshot::default();
+        let opts = LoadOptions {
+            max_total_bytes: 600,
+            ..LoadOptions::default()
+        };
+        let l = listing(&[("a-big.yaml", "1"), ("b.yaml", "1"), ("c.yaml", "1")]);
+        snap.update(
+            &l,
+            |p, _| {
+                Ok::<_, ()>(if p == "a-big.yaml" {
+                    cm(&"x".repeat(600))
+                } else {
+                    cm(p)
+                })
+            },
+            &opts,
+        )
+        .unwrap();
+        let set = snap.spec_set();
+        assert_eq!(set.blocked_files, ["a-big.yaml"]);
+        assert_eq!(set.objects.len(), 2);
+        assert!(
+            set.errors[0]
+                .message
+                .contains("the largest files are refused first")
+        );
+    }
+
+    #[test]
+    fn a_blocked_directory_is_one_refused_entry() {
+        let mut snap = SpecSnapshot::default();
+        let opts = LoadOptions::default();
+        let l = vec![
+            (
+                "bomb/".to_string(),
+                format!("{BLOCKED}1000000 files below it"),
+            ),
+            ("ok.yaml".to_string(), "1".to_string()),
+        ];
+        snap.update(
+            &l,
+            |p, id| {
+                Ok::<_, ()>(match id.strip_prefix(BLOCKED) {
+                    Some(why) => FileContent::Refused(why.into()),
+                    None => cm(p),
+                })
+            },
+            &opts,
+        )
+        .unwrap();
+        let set = snap.spec_set();
+        assert_eq!(set.blocked_files, ["bomb/"]);
+        assert_eq!(set.objects.len(), 1);
+        // Only a whole listing says whether it still is blocked.
+        let changes = vec![("bomb/x.yaml".to_string(), Some("2".to_string()))];
+        assert_eq!(
+            snap.update_changed(&changes, |p, _| Ok::<_, ()>(cm(p)), &opts)
+                .unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -40,6 +40,27 @@ impl Default for ParseBudget {
     }
 }
 
+/// What one revision's file listing may hold (issue 45): a tree of 1,000 entries that each
+/// name another tree of 1,000 entries is a million paths from 100 KB pushed. Charged per
+/// directory, so that one bad subtree blocks itself, never its neighbours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RevisionShape {
+    /// Files a revision may list (`--max-files`); past it the largest directories are
+    /// blocked, each as one error, until the rest fits.
+    pub max_files: usize,
+    /// Entries one directory may hold (`--max-tree-entries`); a larger one is blocked.
+    pub max_tree_entries: usize,
+}
+
+impl Default for RevisionShape {
+    fn default() -> Self {
+        RevisionShape {
+            max_files: 10_000,
+            max_tree_entries: 10_000,
+        }
+    }
+}
+
 /// What is left of a file's [`ParseBudget`] while its documents are parsed.
 pub(crate) struct Allowance {
     budget: ParseBudget,

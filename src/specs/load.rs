@@ -25,9 +25,11 @@ pub struct LoadOptions {
     pub max_file_bytes: usize,
     /// What one file may expand to while it is parsed.
     pub budget: ParseBudget,
-    /// What all files' objects may hold together, as JSON; files past it (in path order) are
+    /// What all files' objects may hold together, as JSON; past it the largest files are
     /// refused with an error.
     pub max_total_bytes: usize,
+    /// What a revision's listing may hold: files, entries per directory.
+    pub shape: super::RevisionShape,
     /// Report fields the Kubernetes types (of k8s-openapi's release, 1.36) do not have as
     /// errors: on for `validate` and `diff`. Off in the agent, which leaves them to the API
     /// server: a newer cluster knows fields this release does not, and blocking them would
@@ -46,6 +48,7 @@ impl Default for LoadOptions {
             max_file_bytes: 1024 * 1024,
             budget: ParseBudget::default(),
             max_total_bytes: 64 * 1024 * 1024,
+            shape: super::RevisionShape::default(),
             unknown_fields_are_errors: false,
         }
     }
@@ -98,16 +101,15 @@ pub fn is_cluster_scoped(kind: &str) -> bool {
 /// none past `max_file_bytes`: links are reported, not followed.
 pub fn load_dir(root: &Path, opts: &LoadOptions) -> Result<SpecSet> {
     let mut files = BTreeMap::new();
-    let mut total = 0;
     for entry in list_local_spec_files(root).map_err(|source| Error::Io {
         path: root.to_path_buf(),
         source,
     })? {
         let content = read_local_spec_file(&entry, opts.max_file_bytes);
-        let mut specs = load_content(&entry.rel, content, opts);
-        specs.charge_total(&entry.rel, &mut total, opts.max_total_bytes);
+        let specs = load_content(&entry.rel, content, opts);
         files.insert(entry.rel, specs);
     }
+    super::refuse_largest_past_total(files.iter_mut(), opts.max_total_bytes);
     Ok(SpecSet::from_files(files))
 }
 

@@ -13,7 +13,7 @@ pub mod policy;
 mod schema;
 mod validate;
 
-pub use budget::ParseBudget;
+pub use budget::{ParseBudget, RevisionShape};
 pub use load::{
     FileContent, LoadOptions, LocalFileKind, LocalSpecFile, is_spec_file, list_local_spec_files,
     load_content, load_dir, load_file, read_local_spec_file, too_large,
@@ -152,14 +152,8 @@ impl FileSpecs {
         self.objects.iter().map(|o| o.spec.json_len()).sum()
     }
 
-    /// Adds this file's objects to `total`; past `max`, the file is replaced by an error that
-    /// says so (its objects are dropped, and with them their memory). Returns whether it was.
-    pub fn charge_total(&mut self, file: &str, total: &mut usize, max: usize) -> bool {
-        *total += self.json_bytes();
-        if *total <= max {
-            return false;
-        }
-        *total -= self.json_bytes();
+    /// Replaces the file by an error: it holds `bytes` of a revision over the total.
+    fn refuse_for_total(&mut self, file: &str, bytes: usize, max: usize) {
         *self = FileSpecs {
             objects: Vec::new(),
             errors: vec![SpecError {
@@ -169,14 +163,40 @@ impl FileSpecs {
                     column: 1,
                 },
                 message: format!(
-                    "the specs read before this file already hold {total} of the {max} bytes \
-                     all spec files may hold together (--max-total-bytes); raise it, or split \
-                     the repository into several sources"
+                    "this file's objects hold {bytes} bytes, and with the revision's other files \
+                     they pass the {max} bytes all spec files may hold together \
+                     (--max-total-bytes); the largest files are refused first, the rest sync. \
+                     Split it, split the repository into several sources, or raise the limit"
                 ),
             }],
         };
-        true
     }
+}
+
+/// While `files` together hold more than `max` bytes, refuses the largest (by path on a tie),
+/// so that one big file blocks itself rather than every file sorted after it (issue 45).
+/// Returns the bytes kept and the paths refused.
+pub fn refuse_largest_past_total<'a>(
+    files: impl Iterator<Item = (&'a String, &'a mut FileSpecs)>,
+    max: usize,
+) -> (usize, Vec<String>) {
+    let mut sized: Vec<(usize, &String, &mut FileSpecs)> =
+        files.map(|(p, f)| (f.json_bytes(), p, f)).collect();
+    let mut total: usize = sized.iter().map(|(n, ..)| *n).sum();
+    let mut refused = Vec::new();
+    if total <= max {
+        return (total, refused);
+    }
+    sized.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    for (bytes, path, specs) in sized {
+        if total <= max || bytes == 0 {
+            break;
+        }
+        total -= bytes;
+        specs.refuse_for_total(path, bytes, max);
+        refused.push(path.clone());
+    }
+    (total, refused)
 }
 
 /// Everything loaded from a spec root.

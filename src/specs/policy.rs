@@ -115,7 +115,9 @@ impl Policy {
         Some((
             path.clone(),
             format!(
-                "{} names volume {volume:?}; a claim from Git may not pick its volume (it could                  bind another team's Available volume and its data): let the StorageClass                  provision one, or a cluster admin allows it with --allow-claim-volume-name",
+                "{} names volume {volume:?}; a claim from Git may not pick its volume (it could \
+                 bind another team's Available volume and its data): let the StorageClass \
+                 provision one, or a cluster admin allows it with --allow-claim-volume-name",
                 path.join(".")
             ),
         ))

@@ -79,7 +79,12 @@ impl Prune<'_> {
         live.pointer("/metadata/annotations")
             .and_then(|a| a.get(SOURCE_PATH_ANNOTATION))
             .and_then(Value::as_str)
-            .is_some_and(|file| self.blocked_files.iter().any(|b| b == file))
+            .is_some_and(|file| {
+                self.blocked_files.iter().any(|b| {
+                    // A blocked directory (`dir/`, `./` for the whole root) keeps all below it.
+                    b == file || b == "./" || (b.ends_with('/') && file.starts_with(b.as_str()))
+                })
+            })
     }
 }
 

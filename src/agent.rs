@@ -154,6 +154,13 @@ pub async fn run(
     .with_inventory(config.state_namespace.clone())
     // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
     .with_rollout_finalizer(true);
+    let events = crate::events::EventRecorders::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "linnet".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
     let source_loop = SourceLoop {
         config,
         client,
@@ -162,6 +169,7 @@ pub async fn run(
         rollouts,
         spec_error_statuses,
         edited,
+        events,
     };
     tokio::select! {
         done = source_loop.run(syncer, source, wakes) => done,

@@ -881,3 +881,265 @@ async fn prune_deletes_only_what_the_source_applied_across_a_restart() {
         .unwrap_or_default();
     assert!(!entries.contains(" settings "), "{entries}");
 }
+
+/// Runs `git` in `dir` with `extra` settings (signing) and environment.
+fn git_with(dir: &Path, extra: &[&str], env: &[(&str, &Path)], args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(extra)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Changes the redis image in `work` and commits, with `sign` as extra `git` settings.
+fn commit_image(work: &Path, image: &str, sign: &[&str], env: &[(&str, &Path)]) -> String {
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let at = text.find("  image: redis:").unwrap();
+    let end = at + text[at..].find('\n').unwrap();
+    std::fs::write(
+        &file,
+        format!("{}  image: {image}{}", &text[..at], &text[end..]),
+    )
+    .unwrap();
+    let mut args = vec!["commit", "-qam", "image"];
+    if !sign.is_empty() {
+        args.push("-S");
+    }
+    git_with(work, sign, env, &args);
+    git(work, &["rev-parse", "HEAD"])
+}
+
+/// Issue 45: Flux and Argo CD can require signed commits; linnet could not. With
+/// --signing-keys only a tip signed by a listed key, OpenPGP or SSH (signed here with
+/// Debian's `gpg` and `ssh-keygen`, as `git commit -S` does), is applied; another is refused,
+/// located by its commit, and the last good revision stays.
+#[tokio::test]
+async fn only_commits_signed_by_a_listed_key_are_applied() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-signed").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = tmp.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    // An SSH key and an OpenPGP key the operator trusts, and an SSH key they do not.
+    let ssh_key = tmp.path().join("id_ed25519");
+    let stranger = tmp.path().join("stranger");
+    for key in [&ssh_key, &stranger] {
+        let out = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "dev", "-f"])
+            .arg(key)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    std::fs::copy(ssh_key.with_extension("pub"), keys.join("dev.pub")).unwrap();
+    let gnupg = tmp.path().join("gnupg");
+    std::fs::create_dir_all(&gnupg).unwrap();
+    std::fs::set_permissions(&gnupg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let gpg = |args: &[&str]| {
+        let out = std::process::Command::new("gpg")
+            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(args)
+            .env("GNUPGHOME", &gnupg)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpg {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    gpg(&[
+        "--quick-gen-key",
+        "Release <release@example.invalid>",
+        "ed25519",
+        "sign",
+        "never",
+    ]);
+    std::fs::write(keys.join("release.asc"), gpg(&["--armor", "--export"])).unwrap();
+    let ssh_sign = [
+        "-c",
+        "gpg.format=ssh",
+        "-c",
+        &format!("user.signingkey={}", ssh_key.display()),
+    ];
+    let stranger_sign = [
+        "-c",
+        "gpg.format=ssh",
+        "-c",
+        &format!("user.signingkey={}", stranger.display()),
+    ];
+    let pgp_sign = ["-c", "user.signingkey=release@example.invalid"];
+    let gpg_env = [("GNUPGHOME", gnupg.as_path())];
+
+    let (_bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    git_with(
+        &work,
+        &ssh_sign,
+        &[],
+        &["commit", "-q", "--amend", "--no-edit", "-S"],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!(
+                "--repo-url=file://{}",
+                tmp.path().join("remote.git").display()
+            ),
+            "--path=apps".into(),
+            format!("--signing-keys={}", keys.display()),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+
+    // Unsigned, then signed by a stranger: refused, each named by its commit.
+    for (image, sign, env, why) in [
+        ("redis:6.0", &[][..], &[][..], "it is not signed"),
+        (
+            "redis:6.2",
+            &stranger_sign[..],
+            &[][..],
+            "which is not a trusted key",
+        ),
+    ] {
+        let commit = commit_image(&work, image, sign, env);
+        git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        assert_eq!(push_webhook(&agent).await, 202);
+        let status = wait_status(&agent, "the refusal", |s| {
+            s["lastError"].as_str().is_some_and(|e| e.contains(&commit))
+        })
+        .await;
+        let error = status["lastError"].as_str().unwrap();
+        assert!(
+            error.contains(why) && error.contains("--signing-keys"),
+            "{error}"
+        );
+        assert_ne!(status["revision"].as_str(), Some(commit.as_str()));
+    }
+    let sets = csts_api(&admin, &ns.name);
+    let redis = sets.get("redis").await.unwrap();
+    assert_eq!(
+        redis.data["spec"]["image"], "redis:7.2",
+        "an unverified commit was applied"
+    );
+
+    // Signed with the OpenPGP key: applied.
+    let commit = commit_image(&work, "redis:7.4", &pgp_sign, &gpg_env);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    assert_eq!(push_webhook(&agent).await, 202);
+    wait_image(&admin, &ns.name, "redis:7.4").await;
+    wait_status(&agent, "the signed revision", |s| {
+        s["revision"].as_str() == Some(commit.as_str()) && s["lastError"].is_null()
+    })
+    .await;
+    assert!(agent.log_text().contains("signed by a trusted key"));
+}
+
+/// Issue 45: the tracked branch force-pushed to another history was followed with no log
+/// line, event or condition. Over smart HTTP (a shallow mirror, which fetches more history to
+/// tell): a rewrite is a Warning event and a `HistoryRewritten` condition, and with
+/// --refuse-history-rewrites the new tip is refused, the last good revision staying.
+#[tokio::test]
+async fn a_force_push_is_an_event_and_a_condition_and_can_be_refused() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-rewrite").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_bare, work) = seeded_remote(tmp.path(), &ns.name);
+    for i in 0..3 {
+        std::fs::write(work.join(format!("notes-{i}.txt")), "x").unwrap();
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "notes"]);
+    }
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let server = support::git_http::serve(tmp.path().to_path_buf(), None);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url={server}/remote.git"),
+            "--path=apps".into(),
+            "--refuse-history-rewrites".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    let good = git(&work, &["rev-parse", "HEAD"]);
+    // A fast-forward first: applied, no condition.
+    let next = commit_image(&work, "redis:7.4", &[], &[]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    assert_eq!(push_webhook(&agent).await, 202);
+    wait_image(&admin, &ns.name, "redis:7.4").await;
+    drop(good);
+
+    // The last commit amended and force-pushed.
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("redis:7.4", "redis:6.0")).unwrap();
+    git(&work, &["commit", "-q", "--amend", "-am", "rewritten"]);
+    git(&work, &["push", "-q", "--force", "origin", "HEAD:main"]);
+    let rewritten = git(&work, &["rev-parse", "HEAD"]);
+    assert_eq!(push_webhook(&agent).await, 202);
+    let status = wait_status(&agent, "the refused rewrite", |s| {
+        s["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("does not descend"))
+    })
+    .await;
+    let error = status["lastError"].as_str().unwrap();
+    assert!(
+        error.contains(&rewritten) && error.contains(&next),
+        "{error}"
+    );
+    let condition = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "HistoryRewritten")
+        .unwrap_or_else(|| panic!("no HistoryRewritten condition: {status}"));
+    assert_eq!(condition["status"], "True");
+    let redis = csts_api(&admin, &ns.name).get("redis").await.unwrap();
+    assert_eq!(
+        redis.data["spec"]["image"], "redis:7.4",
+        "the rewrite was applied"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns.name);
+    support::eventually(
+        "a HistoryRewritten event",
+        Duration::from_secs(10),
+        || async {
+            events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("HistoryRewritten")
+                        && e.regarding.as_ref().and_then(|r| r.kind.as_deref())
+                            == Some("LinnetSource")
+                })
+        },
+    )
+    .await;
+}

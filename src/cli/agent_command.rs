@@ -50,6 +50,11 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
     };
     let writeback_source = source.clone();
     let leader = leader_config(&args)?;
+    // Keys that do not read stop the start, not every revision.
+    if let Some(keys) = &args.signing_keys {
+        crate::source::verify::TrustedKeys::load(keys)
+            .map_err(|e| crate::Error::Usage(format!("--signing-keys: {e}")))?;
+    }
     let config = AgentConfig {
         source,
         path: args.path.clone(),
@@ -57,6 +62,8 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         poll_interval: args.poll_interval,
         drift_interval: args.drift_interval,
         git_timeout: args.git_timeout,
+        signing_keys: args.signing_keys.clone(),
+        refuse_history_rewrites: args.refuse_history_rewrites,
         listen: args.listen,
         admin_listen: args.admin_listen,
         probe_listen: args.probe_listen,

@@ -193,6 +193,18 @@ pub struct AgentArgs {
     /// on, and the next look (within 10 s, or at a webhook) tries again.
     #[arg(long, default_value = "60s", value_parser = parse_duration, env = "LINNET_GIT_TIMEOUT")]
     pub git_timeout: Duration,
+    /// Apply only revisions whose tip commit is signed by one of these keys: a file, or a
+    /// directory of files (a mounted Secret or ConfigMap), of armored OpenPGP public keys
+    /// (`gpg --export --armor`) or SSH public key lines (`ssh-ed25519 AAAA…`). Another tip is
+    /// refused, located by its commit, and the last good revision stays. Read again for
+    /// every new tip, so the keys can rotate.
+    #[arg(long, env = "LINNET_SIGNING_KEYS")]
+    pub signing_keys: Option<PathBuf>,
+    /// Refuse a tip that does not descend from the revision synced last (a force push that
+    /// rewrote the tracked branch's history). Without it a rewrite is applied, with a
+    /// HistoryRewritten event and condition.
+    #[arg(long, env = "LINNET_REFUSE_HISTORY_REWRITES")]
+    pub refuse_history_rewrites: bool,
     /// A PEM file with the CA (or CAs) that signed the Git host's certificate, for a
     /// self-hosted GitLab, Gitea or GitHub Enterprise with a private CA. Trusted for Git over
     /// HTTPS and for the commit status API, in addition to the system's CAs.

@@ -36,6 +36,10 @@ pub struct AgentConfig {
     pub drift_interval: Duration,
     /// Longest a single Git operation may take.
     pub git_timeout: Duration,
+    /// Only tips signed by a key in this file or directory are applied.
+    pub signing_keys: Option<PathBuf>,
+    /// A tip that does not descend from the one synced last is refused.
+    pub refuse_history_rewrites: bool,
     /// Webhooks and probes; faces the Git host.
     pub listen: SocketAddr,
     /// Metrics, status and probes; for the cluster's own tools.

@@ -111,8 +111,19 @@ pub struct Remote {
 enum RemoteTip {
     /// The remote's tip is the revision synced last.
     Unchanged,
-    /// This tip is in the mirror (fetched now, or before).
-    At(git2::Oid),
+    /// This tip is in the mirror (fetched now, or before), and whether it descends from the
+    /// tip fetched before it (`None`: nothing before, or too far back to tell).
+    At(git2::Oid, Option<History>),
+}
+
+/// How a new tip relates to the one fetched before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum History {
+    FastForward,
+    /// A force push: the tip does not descend from `previous`.
+    Rewritten {
+        previous: git2::Oid,
+    },
 }
 
 pub(super) async fn look_at_remote(
@@ -129,15 +140,41 @@ pub(super) async fn look_at_remote(
         .observe(started.elapsed().as_secs_f64());
     let found = match result {
         Ok(RemoteTip::Unchanged) => Ok(Found::Nothing),
-        Ok(RemoteTip::At(tip)) => {
-            let path = source_loop.config.path.clone();
-            let load = source_loop.config.load.clone();
-            let remote = remote.clone();
-            // Local work only: the objects are in the mirror already.
-            tokio::task::spawn_blocking(move || read_revision(&remote, tip, &path, &load, synced))
-                .await
-                .map_err(SourceError::Task)
-                .and_then(|r| r.map_err(SourceError::Git))
+        Ok(RemoteTip::At(tip, history)) => {
+            match history {
+                Some(History::Rewritten { previous }) => {
+                    source_loop.history_rewritten(previous, tip).await;
+                }
+                Some(History::FastForward) => source_loop.history_fast_forward(),
+                None => {}
+            }
+            let refused = match history {
+                Some(History::Rewritten { previous })
+                    if source_loop.config.refuse_history_rewrites =>
+                {
+                    Some(SourceError::Git(GitError::Rewritten {
+                        previous: previous.to_string(),
+                        tip: tip.to_string(),
+                    }))
+                }
+                _ => None,
+            };
+            match refused {
+                Some(e) => Err(e),
+                None => {
+                    let path = source_loop.config.path.clone();
+                    let load = source_loop.config.load.clone();
+                    let keys = source_loop.config.signing_keys.clone();
+                    let remote = remote.clone();
+                    // Local work only: the objects are in the mirror already.
+                    tokio::task::spawn_blocking(move || {
+                        read_revision(&remote, tip, &path, &load, keys.as_deref(), synced)
+                    })
+                    .await
+                    .map_err(SourceError::Task)
+                    .and_then(|r| r.map_err(SourceError::Git))
+                }
+            }
         }
         Err(e) => Err(e),
     };
@@ -181,17 +218,34 @@ async fn ask_remote(
         let _permit = permit;
         let mut mirror = GitMirror::open_existing(&dir, git_remote)?;
         mirror.set_deadline(Some(timeout));
-        if announced_is_new {
-            return Ok(RemoteTip::At(mirror.fetch()?));
-        }
-        let tip = mirror.remote_tip()?;
-        if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
-            return Ok(RemoteTip::Unchanged);
-        }
-        if Some(tip) == previous {
-            return Ok(RemoteTip::At(tip));
-        }
-        Ok(RemoteTip::At(mirror.fetch()?))
+        let tip = if announced_is_new {
+            mirror.fetch()?
+        } else {
+            let tip = mirror.remote_tip()?;
+            if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
+                return Ok(RemoteTip::Unchanged);
+            }
+            if Some(tip) == previous {
+                return Ok(RemoteTip::At(tip, None));
+            }
+            mirror.fetch()?
+        };
+        let history = match previous.filter(|p| *p != tip) {
+            Some(previous) => match mirror.descends_from(tip, previous) {
+                Ok(Some(true)) => Some(History::FastForward),
+                Ok(Some(false)) => Some(History::Rewritten { previous }),
+                Ok(None) => {
+                    tracing::info!(%tip, %previous, "cannot tell whether the new tip descends from the last one (more than 64 commits apart)");
+                    None
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot look at the history between the tips");
+                    None
+                }
+            },
+            None => None,
+        };
+        Ok(RemoteTip::At(tip, history))
     });
     // libgit2 ends the call at its socket timeout or the deadline above; this is the backstop
     // for a server that keeps it busy otherwise, and then the call goes on alone, holding only
@@ -210,6 +264,7 @@ fn read_revision(
     tip: git2::Oid,
     path: &str,
     load: &LoadOptions,
+    signing_keys: Option<&std::path::Path>,
     synced: Option<String>,
 ) -> Result<Found, GitError> {
     let mut guard = remote
@@ -217,6 +272,17 @@ fn read_revision(
         .lock()
         .map_err(|_| GitError::Git(git2::Error::from_str("source state poisoned")))?;
     let s = &mut *guard;
+    // Before anything of it is read: a tip not signed by a trusted key is refused whole.
+    if let Some(keys) = signing_keys {
+        let unverified = |why: String| GitError::Unverified {
+            commit: tip.to_string(),
+            why,
+        };
+        let keys = crate::source::verify::TrustedKeys::load(keys).map_err(unverified)?;
+        let signer =
+            crate::source::verify::check_commit(s.mirror.repo(), tip, &keys).map_err(unverified)?;
+        tracing::info!(revision = %tip, signer, "signed by a trusted key");
+    }
     let previous = s.fetched;
     if !s.fetched_tips.contains(&tip) {
         if s.fetched_tips.len() >= REMEMBERED_TIPS {

@@ -17,6 +17,7 @@ use super::config::AgentConfig;
 use super::look::{Found, Remote, SourceError, look_at_local, look_at_remote};
 use super::rollouts::RolloutStores;
 use super::state::{AgentState, kept_errors, now_rfc3339};
+use crate::source::git::GitError;
 use crate::source::hooks::WakeReceiver;
 use crate::source::snapshot::SpecSnapshot;
 use crate::specs::SpecSet;
@@ -33,6 +34,9 @@ fn with_jitter(interval: Duration) -> Duration {
         .unwrap_or(0);
     interval + interval.mul_f64(f64::from(nanos % 1000) / 10_000.0)
 }
+
+/// Spec errors logged per sync; the rest are counted (the status keeps 100).
+const LOGGED_SPEC_ERRORS: usize = 10;
 
 /// The longest wait before a failed look at the source is made again.
 const MAX_ERROR_RETRY: Duration = Duration::from_secs(10);
@@ -59,9 +63,64 @@ pub struct SourceLoop {
     pub spec_error_statuses: Option<mpsc::Sender<Wanted>>,
     /// Rollouts a controller found edited in the cluster.
     pub edited: Arc<crate::sync::EditedRollouts>,
+    /// Events about the source, on its LinnetSource.
+    pub events: crate::events::EventRecorders,
 }
 
 impl SourceLoop {
+    /// Publishes a Warning event about the source on its LinnetSource.
+    pub(super) async fn source_event(&self, reason: &str, note: &str) {
+        use kube::runtime::events::{Event, EventType};
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(crate::api::API_VERSION.to_string()),
+            kind: Some("LinnetSource".into()),
+            namespace: Some(self.config.state_namespace.clone()),
+            name: Some(self.config.source_name.clone()),
+            ..Default::default()
+        };
+        let note: String = note.chars().take(1000).collect();
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            action: crate::controller::context::event_action(&note),
+            note: Some(note),
+            secondary: None,
+        };
+        if let Err(e) = self.events.publish(&event, &reference).await {
+            tracing::debug!(error = %e, reason, "could not publish the source's event");
+        }
+    }
+
+    /// The branch's history was rewritten between `previous` and `tip` (a force push): a
+    /// log line, an event and a condition, whether or not the new tip is applied.
+    pub(super) async fn history_rewritten(&self, previous: git2::Oid, tip: git2::Oid) {
+        let message = format!(
+            "the tracked branch was force-pushed: {tip} does not descend from {previous}, the \
+             tip before it; {}",
+            if self.config.refuse_history_rewrites {
+                "not applied (--refuse-history-rewrites)"
+            } else {
+                "applied as it is (--refuse-history-rewrites refuses it)"
+            }
+        );
+        tracing::warn!(%previous, %tip, "{message}");
+        self.source_event("HistoryRewritten", &message).await;
+        self.state.update(|s| {
+            s.history_rewritten = Some(message);
+            s.set_degraded();
+        });
+    }
+
+    /// A tip that descends from the one before: a rewrite reported earlier is over.
+    pub(super) fn history_fast_forward(&self) {
+        if self.state.status().history_rewritten.is_some() {
+            self.state.update(|s| {
+                s.history_rewritten = None;
+                s.set_degraded();
+            });
+        }
+    }
+
     /// Runs until SIGINT or SIGTERM.
     pub async fn run(
         self,
@@ -183,7 +242,14 @@ impl SourceLoop {
                         .unwrap_or(most)
                         .min(most)
                         .min(config.poll_interval);
-                    tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state");
+                    if source_failed || matches!(error, SourceError::NoSpecs { .. }) {
+                        tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state");
+                    } else {
+                        tracing::warn!(error = %message, retry_in = ?delay, "some objects of the revision were not applied (the others were); retrying them");
+                    }
+                    if let SourceError::Git(GitError::Unverified { .. }) = &error {
+                        self.source_event("Unverified", &message).await;
+                    }
                     self.state.update(|s| s.last_error = Some(message));
                 }
             }
@@ -206,8 +272,24 @@ impl SourceLoop {
                 revision: revision.to_string(),
             });
         }
-        for e in &specs.errors {
+        for e in specs.errors.iter().take(LOGGED_SPEC_ERRORS) {
             tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
+        }
+        if specs.errors.len() > LOGGED_SPEC_ERRORS {
+            tracing::error!(
+                more = specs.errors.len() - LOGGED_SPEC_ERRORS,
+                "more spec errors; linnet status lists the first 100"
+            );
+        }
+        if let Some(first) = specs.errors.first() {
+            self.source_event(
+                "SpecErrors",
+                &format!(
+                    "{} error(s) in the specs of {revision} block their files (the rest is applied); first: {first}",
+                    specs.errors.len()
+                ),
+            )
+            .await;
         }
         if !specs.errors.is_empty()
             && let (Some(tx), Some(cfg)) = (&self.spec_error_statuses, &self.config.commit_status)

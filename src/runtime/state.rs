@@ -31,7 +31,12 @@ pub struct SourceStatus {
     /// How many objects were not applied, kept or not.
     #[serde(default)]
     pub sync_error_count: usize,
-    /// `Degraded`: whether part of the revision is not applied (spec or sync errors).
+    /// Set when the tracked branch was last force-pushed (its new tip not descending from the
+    /// one before), until a tip descends from the one before it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_rewritten: Option<String>,
+    /// `Degraded`: whether part of the revision is not applied (spec or sync errors);
+    /// `HistoryRewritten` while the branch's last move was a force push.
     #[serde(default)]
     pub conditions: Vec<SourceCondition>,
 }
@@ -76,6 +81,9 @@ pub fn kept_errors(errors: impl ExactSizeIterator<Item = String>) -> (Vec<String
 /// The source's condition that part of the revision is not applied.
 pub const DEGRADED: &str = "Degraded";
 
+/// The source's condition that the tracked branch was force-pushed.
+pub const HISTORY_REWRITTEN: &str = "HistoryRewritten";
+
 impl SourceStatus {
     /// Recomputes `Degraded` from the errors.
     pub fn set_degraded(&mut self) {
@@ -108,6 +116,14 @@ impl SourceStatus {
             reason: reason.into(),
             message,
         }];
+        if let Some(rewritten) = &self.history_rewritten {
+            self.conditions.push(SourceCondition {
+                type_: HISTORY_REWRITTEN.into(),
+                status: "True".into(),
+                reason: "ForcePushed".into(),
+                message: rewritten.clone(),
+            });
+        }
     }
 }
 

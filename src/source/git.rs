@@ -28,6 +28,9 @@ const SYMLINK: &str = "symlink:";
 /// whole listing, which is bounded by [`RevisionShape`]: a pushed bomb must not be diffed.
 const DIFF_MAX_ENTRIES: usize = 20_000;
 
+/// Commits of history a shallow mirror fetches to tell a fast-forward from a rewrite.
+const HISTORY_DEPTH: i32 = 64;
+
 /// Subdirectories of one directory that may be blocked one by one; past it the directory
 /// itself is blocked, as one error rather than a thousand.
 const MAX_BLOCKED_PER_DIRECTORY: usize = 10;
@@ -111,6 +114,18 @@ pub enum GitError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "commit {commit} is not applied: {why}. Only commits signed by a key in --signing-keys \
+         are; the last good revision stays"
+    )]
+    Unverified { commit: String, why: String },
+    #[error(
+        "commit {tip} does not descend from {previous}, the revision synced last: the branch's \
+         history was rewritten (a force push). Not applied (--refuse-history-rewrites); the \
+         last good revision stays. Push a commit on top of {previous} (git revert), or restart \
+         the agent without the flag to take the new history"
+    )]
+    Rewritten { previous: String, tip: String },
     #[error("git: {0}")]
     Git(#[from] git2::Error),
     #[error("{path}: {source}")]
@@ -129,6 +144,8 @@ impl GitError {
         "unknown_host_key",
         "no_such_branch",
         "credential_file",
+        "unverified",
+        "rewritten",
         "git",
         "io",
     ];
@@ -142,6 +159,8 @@ impl GitError {
             GitError::UnknownHostKey { .. } => "unknown_host_key",
             GitError::NoSuchBranch { .. } => "no_such_branch",
             GitError::CredentialFile { .. } => "credential_file",
+            GitError::Unverified { .. } => "unverified",
+            GitError::Rewritten { .. } => "rewritten",
             GitError::Git(_) => "git",
             GitError::Io { .. } => "io",
         }
@@ -376,6 +395,11 @@ impl GitMirror {
     /// Fetches the branch (only it; shallow where the transport allows) and returns its tip.
     /// A rewritten history (force push) is taken as it is.
     pub fn fetch(&self) -> Result<Oid, GitError> {
+        self.fetch_to_depth(1)
+    }
+
+    /// [`GitMirror::fetch`], with `depth` commits of history where the mirror is shallow.
+    fn fetch_to_depth(&self, depth: i32) -> Result<Oid, GitError> {
         let refspec = format!("+refs/heads/{}:{}", self.remote.branch, self.tracking_ref());
         let mut remote = self.repo.find_remote("origin")?;
         let local = is_local(&self.remote.url);
@@ -383,7 +407,7 @@ impl GitMirror {
         options.remote_callbacks(self.callbacks());
         options.download_tags(AutotagOption::None);
         if !local && self.shallow {
-            options.depth(1);
+            options.depth(depth);
         }
         remote
             .fetch(&[refspec.as_str()], Some(&mut options), None)
@@ -392,6 +416,49 @@ impl GitMirror {
             url: crate::text::redact_credentials(&self.remote.url),
             branch: self.remote.branch.clone(),
         })
+    }
+
+    /// Whether `tip` descends from `previous` (the revision synced before): `Some(true)` for a
+    /// fast-forward, `Some(false)` for a rewritten history (a force push), `None` when the
+    /// history fetched cannot tell. A shallow mirror fetches [`HISTORY_DEPTH`] commits of
+    /// history once to find out (network: call it where a fetch may be made).
+    pub fn descends_from(&self, tip: Oid, previous: Oid) -> Result<Option<bool>, GitError> {
+        if tip == previous || self.repo.graph_descendant_of(tip, previous)? {
+            return Ok(Some(true));
+        }
+        if self.shallow && !is_local(&self.remote.url) {
+            self.fetch_to_depth(HISTORY_DEPTH)?;
+            if self.repo.graph_descendant_of(tip, previous)? {
+                return Ok(Some(true));
+            }
+        }
+        // Not found among the ancestors fetched: rewritten if they reach a root, or reach
+        // back past the time `previous` was committed (an ancestor is older than its
+        // descendants, give or take a clock); else too far back to tell.
+        let shallow: std::collections::HashSet<Oid> =
+            std::fs::read_to_string(self.repo.path().join("shallow"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| Oid::from_str(l.trim()).ok())
+                .collect();
+        let previous_time = match self.repo.find_commit(previous) {
+            Ok(c) => c.time().seconds(),
+            Err(_) => return Ok(None),
+        };
+        let mut walk = self.repo.revwalk()?;
+        walk.push(tip)?;
+        let mut oldest = i64::MAX;
+        let mut at_boundary = false;
+        for (seen, id) in walk.enumerate() {
+            let id = id?;
+            if seen > HISTORY_DEPTH as usize * 4 {
+                at_boundary = true;
+                break;
+            }
+            oldest = oldest.min(self.repo.find_commit(id)?.time().seconds());
+            at_boundary |= shallow.contains(&id);
+        }
+        Ok((!at_boundary || previous_time >= oldest).then_some(false))
     }
 
     /// An id of what [`GitMirror::list_files`] would list at `commit` under `path`: the tree's

@@ -7,4 +7,5 @@ pub mod hooks;
 pub mod local;
 pub mod object;
 pub mod snapshot;
+pub mod verify;
 pub mod webhook;

@@ -72,6 +72,29 @@ pub fn status_of(
         &message,
         now,
     );
+    let rewritten_before = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == crate::runtime::state::HISTORY_REWRITTEN);
+    match &state.history_rewritten {
+        Some(why) => set_condition(
+            &mut status.conditions,
+            crate::runtime::state::HISTORY_REWRITTEN,
+            true,
+            "ForcePushed",
+            why,
+            now,
+        ),
+        None if rewritten_before => set_condition(
+            &mut status.conditions,
+            crate::runtime::state::HISTORY_REWRITTEN,
+            false,
+            "FastForward",
+            "the branch's last move was a fast-forward",
+            now,
+        ),
+        None => {}
+    }
     // The sync time moves only with what it stands for: no write per poll or drift check.
     let same = previous.is_some_and(|p| {
         let mut p = p.clone();

@@ -153,6 +153,12 @@ pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), Ca
     // nothing writes these settings again.
     unsafe { git2::opts::set_server_connect_timeout_in_milliseconds(millis) }.map_err(settings)?;
     unsafe { git2::opts::set_server_timeout_in_milliseconds(millis) }.map_err(settings)?;
+    // Memory libgit2 may hold for objects and packs (issue 45): its defaults (a 256 MiB object
+    // cache, 8 GiB of mapped pack windows) let a pushed repository's shape, not the agent's
+    // budgets, decide the resident size. SAFETY: as above.
+    unsafe { git2::opts::set_cache_max_size(16 * 1024 * 1024) }.map_err(settings)?;
+    unsafe { git2::opts::set_mwindow_size(8 * 1024 * 1024) }.map_err(settings)?;
+    unsafe { git2::opts::set_mwindow_mapped_limit(32 * 1024 * 1024) }.map_err(settings)?;
     if let Some(path) = ca_file {
         // SAFETY: as above.
         unsafe { git2::opts::set_ssl_cert_file(path) }.map_err(|e| CaFileError::Git {

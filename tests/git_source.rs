@@ -422,7 +422,14 @@ fn a_damaged_object_in_the_mirror_is_an_error_not_content() {
     }
     let tip = f.commit("apps/big.yaml", &spec, "big");
     let blob = git(&f.work, &["rev-parse", &format!("{tip}:apps/big.yaml")]);
-    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    // Over smart HTTP, so that the mirror holds the objects (a repository on this machine is
+    // read in place).
+    let server = git_http::serve(f._tmp.path().to_path_buf(), None);
+    let remote = GitRemote {
+        url: format!("{server}/remote.git"),
+        ..f.remote()
+    };
+    let mirror = GitMirror::open(&f.cache, remote.clone()).unwrap();
     mirror.fetch().unwrap();
     let read = |m: &GitMirror| m.read_spec_file(&blob, 1 << 20);
     assert!(matches!(
@@ -455,7 +462,7 @@ fn a_damaged_object_in_the_mirror_is_an_error_not_content() {
     std::fs::set_permissions(&pack, std::fs::Permissions::from_mode(0o644)).unwrap();
     std::fs::write(&pack, bytes).unwrap();
 
-    let mirror = GitMirror::open_existing(&f.cache, f.remote()).unwrap();
+    let mirror = GitMirror::open_existing(&f.cache, remote).unwrap();
     match read(&mirror) {
         Err(_) => {}
         Ok(other) => panic!("a damaged object was read as {other:?}"),

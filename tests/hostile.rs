@@ -181,6 +181,60 @@ async fn a_crafted_repository_is_refused_file_by_file_within_128_mib() {
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }
 
+/// Issue 45: a 1 GiB blob of zeros over a `file://` remote (a documented URL form) took 1.1 GB
+/// during the fetch, although the size check then refused the file: libgit2's local
+/// transport copies every object, inflating each. A repository on this machine is now read in
+/// place, and the blob's size is read from its header, as over smart HTTP.
+#[tokio::test]
+async fn a_huge_blob_over_a_file_url_is_refused_from_its_size_within_128_mib() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "hostile-file").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, work) = support::bare_remote_and_clone(tmp.path());
+    let apps = work.join("apps");
+    std::fs::create_dir_all(&apps).unwrap();
+    std::fs::write(apps.join("good.yaml"), config_map(&ns.name, "good", "1")).unwrap();
+    git(&work, &["add", "-A"]);
+    let zeros = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("head -c 536870912 /dev/zero | git hash-object -w --stdin")
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    let blob = String::from_utf8(zeros.stdout).unwrap();
+    git(
+        &work,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{},apps/zeros.yaml", blob.trim()),
+        ],
+    );
+    git(&work, &["commit", "-qm", "zeros"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let agent = start_agent(
+        tmp.path(),
+        &[format!(
+            "--repo-url=file://{}",
+            tmp.path().join("remote.git").display()
+        )],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let errors = wait_spec_errors(&agent, &["zeros.yaml"]).await;
+    assert!(
+        error_for(&errors, "zeros.yaml").contains("536870912 bytes, over the limit"),
+        "{errors:#?}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    wait_value(&cms, "good", "1", Duration::from_secs(30)).await;
+    let peak = peak_rss(&agent);
+    println!("peak RSS with a 512 MiB blob over file://: {peak:.1} MiB");
+    assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
+}
+
 /// A tree of `n` entries `f0.yaml`... each naming `id` with `mode`, in `repo`.
 fn wide_tree(repo: &git2::Repository, n: usize, id: git2::Oid, mode: i32) -> git2::Oid {
     let mut b = repo.treebuilder(None).unwrap();
@@ -231,6 +285,10 @@ async fn repository_shapes_block_only_themselves_within_128_mib() {
     let mut apps_builder = repo.treebuilder(Some(&apps_tree)).unwrap();
     apps_builder.insert("bomb", bomb, 0o040000).unwrap();
     apps_builder.insert("many", flat, 0o040000).unwrap();
+    // A submodule: never followed, and said so.
+    apps_builder
+        .insert("vendor", parent.id(), 0o160000)
+        .unwrap();
     let mut root_builder = repo.treebuilder(Some(&root)).unwrap();
     root_builder
         .insert("apps", apps_builder.write().unwrap(), 0o040000)
@@ -266,6 +324,12 @@ async fn repository_shapes_block_only_themselves_within_128_mib() {
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
     wait_value(&cms, "first", "1", Duration::from_secs(30)).await;
     wait_value(&cms, "last", "1", Duration::from_secs(30)).await;
+    assert!(
+        agent
+            .log_text()
+            .contains("a submodule: linnet does not follow submodules"),
+        "the submodule was skipped silently"
+    );
     let status = agent.status().await;
     assert!(
         status.to_string().len() < 256 * 1024,

@@ -184,6 +184,11 @@ impl GitMirror {
     /// Opens the mirror in `dir`, or creates it. A directory that is not a usable repository
     /// (corrupt, half-written) is removed and made again.
     pub fn open(dir: &Path, remote: GitRemote) -> Result<GitMirror, GitError> {
+        if let Some(path) = local_path(&remote.url)
+            && dir.exists()
+        {
+            link_local_objects(dir, &path)?;
+        }
         let repo = match Repository::open_bare(dir) {
             Ok(repo) if repo.is_bare() && repo.find_remote("origin").is_ok() => repo,
             other => {
@@ -198,9 +203,11 @@ impl GitMirror {
                         source,
                     })?;
                 }
-                let repo = Repository::init_bare(dir)?;
-                repo.remote("origin", &remote.url)?;
-                repo
+                Repository::init_bare(dir)?.remote("origin", &remote.url)?;
+                if let Some(path) = local_path(&remote.url) {
+                    link_local_objects(dir, &path)?;
+                }
+                Repository::open_bare(dir)?
             }
         };
         if repo.find_remote("origin")?.url().ok() != Some(remote.url.as_str()) {
@@ -370,6 +377,9 @@ impl GitMirror {
 
     /// Asks the remote for the branch tip, and nothing else: no objects are transferred.
     pub fn remote_tip(&self) -> Result<Oid, GitError> {
+        if let Some(path) = local_path(&self.remote.url) {
+            return self.local_branch_tip(&path);
+        }
         let mut remote = self.repo.remote_anonymous(&self.remote.url)?;
         let connection = remote
             .connect_auth(Direction::Fetch, Some(self.callbacks()), None)
@@ -387,6 +397,22 @@ impl GitMirror {
         })
     }
 
+    /// The branch's tip in the repository at `path` on this machine.
+    fn local_branch_tip(&self, path: &Path) -> Result<Oid, GitError> {
+        let url = crate::text::redact_credentials(&self.remote.url);
+        let remote = Repository::open(path).map_err(|e| GitError::Unreachable {
+            url: url.clone(),
+            failure: crate::net::classify_git(&e),
+            source: e,
+        })?;
+        remote
+            .refname_to_id(&format!("refs/heads/{}", self.remote.branch))
+            .map_err(|_| GitError::NoSuchBranch {
+                url,
+                branch: self.remote.branch.clone(),
+            })
+    }
+
     /// The tip fetched last, if any.
     pub fn local_tip(&self) -> Option<Oid> {
         self.repo.refname_to_id(&self.tracking_ref()).ok()
@@ -400,6 +426,15 @@ impl GitMirror {
 
     /// [`GitMirror::fetch`], with `depth` commits of history where the mirror is shallow.
     fn fetch_to_depth(&self, depth: i32) -> Result<Oid, GitError> {
+        // A repository on this machine is read in place (its objects are the mirror's
+        // alternates): libgit2's local transport copies every object, inflating each, and a
+        // pushed 1 GiB blob took 1.1 GB before its size was checked (issue 45).
+        if let Some(path) = local_path(&self.remote.url) {
+            let tip = self.local_branch_tip(&path)?;
+            self.repo
+                .reference(&self.tracking_ref(), tip, true, "linnet: read in place")?;
+            return Ok(tip);
+        }
         let refspec = format!("+refs/heads/{}:{}", self.remote.branch, self.tracking_ref());
         let mut remote = self.repo.find_remote("origin")?;
         let local = is_local(&self.remote.url);
@@ -649,6 +684,8 @@ impl GitMirror {
             if let Some(id) = file_id(e) {
                 *left -= 1;
                 out.push((format!("{dir}{}", e.name().unwrap_or("")), id));
+            } else if is_submodule(e) {
+                note_submodule(&format!("{dir}{}", e.name().unwrap_or("")));
             }
         }
         for (n, name, id) in subdirs {
@@ -675,8 +712,11 @@ impl GitMirror {
             if hidden(entry) {
                 return git2::TreeWalkResult::Skip;
             }
+            let path = format!("{dir}{sub}{}", entry.name().unwrap_or(""));
             if let Some(id) = file_id(entry) {
-                out.push((format!("{dir}{sub}{}", entry.name().unwrap_or("")), id));
+                out.push((path, id));
+            } else if is_submodule(entry) {
+                note_submodule(&path);
             }
             git2::TreeWalkResult::Ok
         })?;
@@ -786,6 +826,9 @@ impl GitMirror {
             {
                 return Ok(false);
             }
+            if n.is_some_and(is_submodule) {
+                note_submodule(&here);
+            }
             let old_file = o.and_then(file_id);
             let new_file = n.and_then(file_id);
             match (old_file, new_file) {
@@ -843,6 +886,39 @@ fn file_id(entry: &git2::TreeEntry<'_>) -> Option<String> {
     } else {
         entry.id().to_string()
     })
+}
+
+/// Makes the objects of the repository at `remote` (on this machine) the mirror's alternates,
+/// so they are read in place, never copied.
+fn link_local_objects(dir: &Path, remote: &Path) -> Result<(), GitError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| GitError::Io { path, source }
+    };
+    let objects = Repository::open(remote)?.path().join("objects");
+    let info = dir.join("objects/info");
+    std::fs::create_dir_all(&info).map_err(io(&info))?;
+    let file = info.join("alternates");
+    let line = format!("{}\n", objects.display());
+    if std::fs::read_to_string(&file).ok().as_deref() != Some(line.as_str()) {
+        std::fs::write(&file, line).map_err(io(&file))?;
+    }
+    Ok(())
+}
+
+/// Whether `entry` is a submodule (a commit of another repository).
+fn is_submodule(entry: &git2::TreeEntry<'_>) -> bool {
+    entry.kind() == Some(git2::ObjectType::Commit)
+}
+
+/// A submodule is never followed, so its URL is never contacted (a repository writer could
+/// point it anywhere); said once per listing that meets it, rather than skipped silently.
+fn note_submodule(path: &str) {
+    tracing::info!(
+        path,
+        "a submodule: linnet does not follow submodules (its URL is never contacted), so no \
+         spec below it is read; commit the files themselves"
+    );
 }
 
 /// A tree's entries but those [`GitMirror::list_files`] skips (names starting with a dot).

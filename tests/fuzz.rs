@@ -291,3 +291,122 @@ fn fuzz_the_webhook_parsers() {
         }
     });
 }
+
+/// A random tree in `repo`: wide and deep, subtrees named many times over (bombs), files,
+/// links and submodules; returns its id.
+fn random_tree(
+    repo: &git2::Repository,
+    rng: &mut Rng,
+    depth: usize,
+    made: &mut Vec<git2::Oid>,
+) -> git2::Oid {
+    let blob = repo
+        .blob(b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")
+        .unwrap();
+    let mut b = repo.treebuilder(None).unwrap();
+    let width = match rng.below(4) {
+        0 => rng.below(400),
+        _ => rng.below(12),
+    };
+    for i in 0..width {
+        let name = format!("e{i}.yaml");
+        match rng.below(8) {
+            0 | 1 if depth < 6 => {
+                // A fresh subtree, or one made before (shared: the bomb's shape).
+                // At most 60 distinct trees a case; past that, shared ones.
+                let sub = if !made.is_empty() && (made.len() >= 60 || rng.below(2) == 0) {
+                    made[rng.below(made.len())]
+                } else {
+                    random_tree(repo, rng, depth + 1, made)
+                };
+                b.insert(&name, sub, 0o040000).unwrap();
+            }
+            2 => {
+                b.insert(&name, blob, 0o120000).unwrap();
+            }
+            3 if !made.is_empty() => {
+                // A submodule entry names a commit; any id will do.
+                b.insert(&name, made[0], 0o160000).unwrap();
+            }
+            _ => {
+                b.insert(&name, blob, 0o100644).unwrap();
+            }
+        }
+    }
+    let id = b.write().unwrap();
+    made.push(id);
+    id
+}
+
+/// Random repository shapes through the listing's budgets (issue 45): whatever the shape, the
+/// files listed stay within `--max-files`, each blocked directory is one entry, and a listing
+/// takes no time, however many paths the trees stand for.
+#[test]
+fn fuzz_repository_shapes() {
+    use linnet::source::git::{BLOCKED, GitAuth, GitMirror, GitRemote};
+    use linnet::specs::RevisionShape;
+    let (seed, cases) = (seed(), (cases() / 200).max(20));
+    let mut rng = Rng(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    let bare = tmp.path().join("remote.git");
+    let repo = git2::Repository::init_bare(&bare).unwrap();
+    let shape = RevisionShape {
+        max_files: 300,
+        max_tree_entries: 200,
+    };
+    let sig = git2::Signature::now("t", "t@example.invalid").unwrap();
+    let mirror = GitMirror::open(
+        &tmp.path().join("cache"),
+        GitRemote {
+            url: format!("file://{}", bare.display()),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        },
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for case in 0..cases {
+        let mut made = Vec::new();
+        let root = random_tree(&repo, &mut rng, 0, &mut made);
+        let tree = repo.find_tree(root).unwrap();
+        let parents: Vec<git2::Commit> = repo
+            .refname_to_id("refs/heads/main")
+            .ok()
+            .and_then(|id| repo.find_commit(id).ok())
+            .into_iter()
+            .collect();
+        let parents: Vec<&git2::Commit> = parents.iter().collect();
+        repo.commit(Some("refs/heads/main"), &sig, &sig, "case", &tree, &parents)
+            .unwrap();
+        let tip = mirror.fetch().unwrap();
+        let one = Instant::now();
+        let listing = mirror.list_files_within(tip, "", &shape).unwrap();
+        let took = one.elapsed();
+        slowest = slowest.max(took);
+        let blocked = listing
+            .iter()
+            .filter(|(_, id)| id.starts_with(BLOCKED))
+            .count();
+        assert!(
+            listing.len() - blocked <= shape.max_files,
+            "case {case} of seed {seed}: {} files listed",
+            listing.len() - blocked
+        );
+        assert!(
+            listing
+                .iter()
+                .filter(|(_, id)| id.starts_with(BLOCKED))
+                .all(|(p, _)| p.ends_with('/')),
+            "case {case} of seed {seed}: a blocked entry is not a directory"
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "case {case} of seed {seed}: listing took {took:?}"
+        );
+    }
+    println!(
+        "repository shapes: {cases} cases from seed {seed} in {:?}; slowest listing {slowest:?}",
+        started.elapsed()
+    );
+}

@@ -44,10 +44,18 @@ pub use crate::specs::RevisionShape;
 /// says why. Read like a file that was refused ([`GitMirror::read_spec_file`]).
 pub const BLOCKED: &str = "blocked:";
 
+/// What is left of a listing's files (`--max-files`), and whether it ran out.
+struct Budget {
+    left: usize,
+    cut: bool,
+}
+
 /// Files below a tree, as counted for [`RevisionShape`].
 #[derive(Clone, Copy, Debug)]
 enum Count {
-    Files(usize),
+    /// Files below it; `clean` when no tree below it is [`Count::Over`] (then it may be
+    /// listed whole without looking).
+    Files { files: usize, clean: bool },
     /// The tree itself has too many entries, or too many trees were counted.
     Over(usize),
 }
@@ -557,8 +565,23 @@ impl GitMirror {
         };
         let mut counts = std::collections::HashMap::new();
         let mut out = Vec::new();
-        let mut left = shape.max_files;
-        self.list_within(&tree, "", shape, &mut counts, &mut left, &mut out)?;
+        let mut budget = Budget {
+            left: shape.max_files,
+            cut: false,
+        };
+        self.list_within(&tree, "", shape, &mut counts, &mut budget, &mut out)?;
+        if budget.cut {
+            // Blocked directories count against the files too: past them, one entry says so.
+            out.push((
+                "./".into(),
+                format!(
+                    "{BLOCKED}the listing reached the {} files and blocked directories a \
+                     revision may hold (--max-files); the directories past it are not read, \
+                     the files listed sync",
+                    shape.max_files
+                ),
+            ));
+        }
         Ok(out)
     }
 
@@ -578,60 +601,76 @@ impl GitMirror {
         } else if counts.len() >= MAX_TREES_COUNTED || depth > DIFF_MAX_DEPTH {
             Count::Over(0)
         } else {
-            let mut files = 0usize;
+            let (mut files, mut clean) = (0usize, true);
             for e in visible_entries(Some(tree)) {
                 if file_id(&e).is_some() {
                     files += 1;
                 } else if e.kind() == Some(git2::ObjectType::Tree) {
                     let sub = self.repo.find_tree(e.id())?;
-                    if let Count::Files(n) = self.count(&sub, shape, counts, depth + 1)? {
-                        files = files.saturating_add(n);
+                    match self.count(&sub, shape, counts, depth + 1)? {
+                        Count::Files { files: n, clean: c } => {
+                            files = files.saturating_add(n);
+                            clean &= c;
+                        }
+                        Count::Over(_) => clean = false,
                     }
                 }
             }
-            Count::Files(files)
+            Count::Files { files, clean }
         };
         counts.insert(tree.id(), count);
         Ok(count)
     }
 
-    /// Lists `tree` (at `dir`) into `out`, blocking what does not fit in `left`.
+    /// Lists `tree` (at `dir`) into `out`, blocking what does not fit in `budget`; each
+    /// blocked entry takes one too, and the budget is marked cut when nothing was left.
     fn list_within(
         &self,
         tree: &git2::Tree<'_>,
         dir: &str,
         shape: &RevisionShape,
         counts: &mut std::collections::HashMap<Oid, Count>,
-        left: &mut usize,
+        budget: &mut Budget,
         out: &mut Vec<(String, String)>,
     ) -> Result<(), GitError> {
+        if budget.left == 0 {
+            budget.cut = true;
+            return Ok(());
+        }
         let depth = dir.matches('/').count();
-        let blocked = |why: String| {
+        let blocked = |left: &mut usize, why: String| {
             let at = if dir.is_empty() { "./" } else { dir };
+            *left -= 1;
             (at.to_string(), format!("{BLOCKED}{why}"))
         };
-        let files = match self.count(tree, shape, counts, depth)? {
+        let (files, clean) = match self.count(tree, shape, counts, depth)? {
             Count::Over(0) => {
-                out.push(blocked(format!(
-                    "the trees below it nest deeper than {DIFF_MAX_DEPTH} or number over \
+                out.push(blocked(
+                    &mut budget.left,
+                    format!(
+                        "the trees below it nest deeper than {DIFF_MAX_DEPTH} or number over \
                      {MAX_TREES_COUNTED}; no spec repository needs that: the directory is \
                      blocked, the rest of the revision syncs"
-                )));
+                    ),
+                ));
                 return Ok(());
             }
             Count::Over(entries) => {
-                out.push(blocked(format!(
-                    "{entries} entries in one directory, over the {} a directory may hold \
+                out.push(blocked(
+                    &mut budget.left,
+                    format!(
+                        "{entries} entries in one directory, over the {} a directory may hold \
                      (--max-tree-entries): the directory is blocked, the rest of the revision \
                      syncs; split it, or raise the limit",
-                    shape.max_tree_entries
-                )));
+                        shape.max_tree_entries
+                    ),
+                ));
                 return Ok(());
             }
-            Count::Files(n) => n,
+            Count::Files { files, clean } => (files, clean),
         };
-        if files <= *left {
-            *left -= files;
+        if clean && files <= budget.left {
+            budget.left -= files;
             return self.list_all(tree, dir, out);
         }
         // Too many. The directory's own files first, then its subdirectories from the
@@ -640,28 +679,31 @@ impl GitMirror {
         // not fit: then this directory is the bomb, and it is blocked as one entry.
         let entries = visible_entries(Some(tree));
         let direct = entries.iter().filter(|e| file_id(e).is_some()).count();
-        if direct > *left {
-            out.push(blocked(format!(
-                "{direct} files in this directory alone, with the {} files a revision may list \
+        if direct > budget.left {
+            out.push(blocked(
+                &mut budget.left,
+                format!(
+                    "{direct} files in this directory alone, with the {} files a revision may list \
                  (--max-files) mostly taken by the rest: the directory is blocked, the rest of \
                  the revision syncs",
-                shape.max_files
-            )));
+                    shape.max_files
+                ),
+            ));
             return Ok(());
         }
-        let mut subdirs: Vec<(usize, String, Oid)> = Vec::new();
+        let mut subdirs: Vec<(usize, bool, String, Oid)> = Vec::new();
         for e in &entries {
             if e.kind() == Some(git2::ObjectType::Tree) {
                 let sub = self.repo.find_tree(e.id())?;
-                let n = match self.count(&sub, shape, counts, depth + 1)? {
-                    Count::Files(n) => n,
-                    Count::Over(_) => usize::MAX,
+                let (n, clean) = match self.count(&sub, shape, counts, depth + 1)? {
+                    Count::Files { files, clean } => (files, clean),
+                    Count::Over(_) => (usize::MAX, false),
                 };
-                subdirs.push((n, e.name().unwrap_or("").to_string(), e.id()));
+                subdirs.push((n, clean, e.name().unwrap_or("").to_string(), e.id()));
             }
         }
-        subdirs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-        let mut room = *left - direct;
+        subdirs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
+        let mut room = budget.left - direct;
         let mut too_big = 0;
         for (n, ..) in &subdirs {
             if *n <= room {
@@ -671,31 +713,34 @@ impl GitMirror {
             }
         }
         if too_big > MAX_BLOCKED_PER_DIRECTORY {
-            out.push(blocked(format!(
-                "{files} files below it would pass the {} files a revision may list \
+            out.push(blocked(
+                &mut budget.left,
+                format!(
+                    "{files} files below it would pass the {} files a revision may list \
                  (--max-files), spread over {too_big} subdirectories: the directory is blocked, \
                  the rest of the revision syncs; split the repository into several sources, or \
                  raise the limit",
-                shape.max_files
-            )));
+                    shape.max_files
+                ),
+            ));
             return Ok(());
         }
         for e in &entries {
             if let Some(id) = file_id(e) {
-                *left -= 1;
+                budget.left -= 1;
                 out.push((format!("{dir}{}", e.name().unwrap_or("")), id));
             } else if is_submodule(e) {
                 note_submodule(&format!("{dir}{}", e.name().unwrap_or("")));
             }
         }
-        for (n, name, id) in subdirs {
+        for (n, clean, name, id) in subdirs {
             let sub = self.repo.find_tree(id)?;
             let here = format!("{dir}{name}/");
-            if n <= *left {
-                *left -= n;
+            if clean && n <= budget.left {
+                budget.left -= n;
                 self.list_all(&sub, &here, out)?;
             } else {
-                self.list_within(&sub, &here, shape, counts, left, out)?;
+                self.list_within(&sub, &here, shape, counts, budget, out)?;
             }
         }
         Ok(())

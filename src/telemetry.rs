@@ -115,6 +115,10 @@ pub struct Metrics {
     pub analysis_measurements: Family<MeasurementLabels, Counter>,
     /// Waits for the agent's own write of a child that lapsed: the watch never showed it.
     pub own_write_wait_lapses: Counter,
+    /// The agent's resident memory now and at its peak (VmRSS, VmHWM), read at each scrape:
+    /// the hostile-input tests hold the peak under 128 MiB from this.
+    pub resident_memory: Gauge,
+    pub peak_resident_memory: Gauge,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
@@ -210,6 +214,20 @@ impl Default for Metrics {
             "Waits for the watch to show the agent's own write of a child that lapsed after 15 s (0 when the watches work)",
             own_write_wait_lapses.clone(),
         );
+        let resident_memory = Gauge::default();
+        registry.register_with_unit(
+            "resident_memory",
+            "The agent's resident memory (VmRSS), read when scraped",
+            prometheus_client::registry::Unit::Bytes,
+            resident_memory.clone(),
+        );
+        let peak_resident_memory = Gauge::default();
+        registry.register_with_unit(
+            "peak_resident_memory",
+            "The agent's peak resident memory since it started (VmHWM), read when scraped",
+            prometheus_client::registry::Unit::Bytes,
+            peak_resident_memory.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -259,6 +277,8 @@ impl Default for Metrics {
             commit_status_posts,
             analysis_measurements,
             own_write_wait_lapses,
+            resident_memory,
+            peak_resident_memory,
             writeback_commits,
             writeback_push_retries,
             writeback_errors,
@@ -310,6 +330,21 @@ impl Metrics {
 
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
+        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+            for (field, gauge) in [
+                ("VmRSS:", &self.resident_memory),
+                ("VmHWM:", &self.peak_resident_memory),
+            ] {
+                let kib = status
+                    .lines()
+                    .find(|l| l.starts_with(field))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<i64>().ok());
+                if let Some(kib) = kib {
+                    gauge.set(kib * 1024);
+                }
+            }
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -56,8 +56,23 @@ fn merge_bomb(ns: &str) -> String {
     text
 }
 
-fn peak_rss(agent: &Agent) -> f64 {
-    support::process::peak_rss_mib(agent.child.id()).expect("the agent is running")
+/// The agent's peak resident memory in MiB, from its own metrics
+/// (`linnet_peak_resident_memory_bytes`), checked against the kernel's count for its process.
+async fn peak_rss(agent: &Agent) -> f64 {
+    let metrics = agent.metrics().await;
+    let bytes: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("linnet_peak_resident_memory_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no linnet_peak_resident_memory_bytes in {metrics}"));
+    let from_metrics = bytes / (1024.0 * 1024.0);
+    let from_kernel =
+        support::process::peak_rss_mib(agent.child.id()).expect("the agent is running");
+    assert!(
+        from_metrics <= from_kernel + 0.1,
+        "{from_metrics} > {from_kernel}"
+    );
+    from_metrics
 }
 
 async fn wait_value(api: &Api<ConfigMap>, name: &str, value: &str, timeout: Duration) {
@@ -176,7 +191,7 @@ async fn a_crafted_repository_is_refused_file_by_file_within_128_mib() {
         agent.child.try_wait().unwrap().is_none(),
         "the agent exited"
     );
-    let peak = peak_rss(&agent);
+    let peak = peak_rss(&agent).await;
     println!("peak RSS with a crafted repository (Git mode): {peak:.1} MiB");
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }
@@ -230,7 +245,7 @@ async fn a_huge_blob_over_a_file_url_is_refused_from_its_size_within_128_mib() {
     );
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
     wait_value(&cms, "good", "1", Duration::from_secs(30)).await;
-    let peak = peak_rss(&agent);
+    let peak = peak_rss(&agent).await;
     println!("peak RSS with a 512 MiB blob over file://: {peak:.1} MiB");
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }
@@ -330,6 +345,21 @@ async fn repository_shapes_block_only_themselves_within_128_mib() {
             .contains("a submodule: linnet does not follow submodules"),
         "the submodule was skipped silently"
     );
+    // Refused files raise an event on the source, which kubectl shows.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns.name);
+    eventually("a SpecErrors event", Duration::from_secs(10), || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("SpecErrors")
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("LinnetSource")
+            })
+    })
+    .await;
     let status = agent.status().await;
     assert!(
         status.to_string().len() < 256 * 1024,
@@ -341,7 +371,7 @@ async fn repository_shapes_block_only_themselves_within_128_mib() {
         agent.child.try_wait().unwrap().is_none(),
         "the agent exited"
     );
-    let peak = peak_rss(&agent);
+    let peak = peak_rss(&agent).await;
     println!("peak RSS with repository-shape bombs: {peak:.1} MiB");
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }
@@ -386,7 +416,7 @@ async fn a_working_tree_of_links_and_pipes_is_reported_and_the_loop_goes_on() {
     // Not hung on the FIFO: an edit still arrives.
     std::fs::write(tree.join("good.yaml"), config_map(&ns.name, "good", "2")).unwrap();
     wait_value(&cms, "good", "2", Duration::from_secs(30)).await;
-    let peak = peak_rss(&agent);
+    let peak = peak_rss(&agent).await;
     println!("peak RSS with links, /dev/zero and a FIFO (local mode): {peak:.1} MiB");
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }
@@ -533,7 +563,7 @@ async fn a_push_during_a_flood_of_forged_replayed_and_held_webhooks_is_applied()
     // One for the push, and at most one per `MISSED_LOOK_DELAY` for callers turned away.
     let per_delay = flood_for.as_secs_f64() / MISSED_LOOK_DELAY.as_secs_f64();
     assert!(looks <= per_delay + 3.0, "{looks} looks");
-    let peak = peak_rss(&agent);
+    let peak = peak_rss(&agent).await;
     println!("peak RSS during the webhook flood: {peak:.1} MiB");
     assert!(peak < PEAK_RSS_LIMIT_MIB, "peak RSS {peak:.1} MiB");
 }

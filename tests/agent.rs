@@ -483,6 +483,14 @@ async fn status_shows_the_revision_applied_and_the_objects_that_were_not() {
         error.contains("Service") && error.contains("refused") && !error.contains("Status {"),
         "{error}"
     );
+    // Issue 45: the WARN said "the cluster keeps the last good state" although the other
+    // objects of the commit were applied.
+    let log = agent.log_text();
+    assert!(
+        log.contains("some objects of the revision were not applied (the others were)")
+            && !log.contains("keeps the last good state"),
+        "{log}"
+    );
 }
 
 /// Issue 18: a rollout CR edited with `kubectl patch` stayed edited while syncs said

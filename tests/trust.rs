@@ -262,9 +262,17 @@ async fn a_hostile_commit_changes_nothing_and_its_legitimate_files_still_sync() 
     let t = targets(&admin, "trust").await;
     let _leftovers = Leftovers(t.pwn.clone(), t.pv.clone());
     let pv_before = pv_state(&admin, &t.pv).await;
-    // The default policy, no namespace allow-list, the shipped source name (its account is
-    // linnet-default in each namespace), pruning on.
-    let (repo, _scratch, agent) = follow_the_commit(&t, &["--source-name=default".into()]).await;
+    // The default policy, no namespace allow-list, the shipped source account (linnet-default
+    // in each namespace), pruning on. The source name is the test's own: a live agent (the
+    // install test's) may hold "default", and a second agent with it refuses to start.
+    let (repo, _scratch, agent) = follow_the_commit(
+        &t,
+        &[
+            format!("--source-name={}", t.tenant.name),
+            format!("--apply-as={}", support::SOURCE_ACCOUNT),
+        ],
+    )
+    .await;
 
     // The legitimate files sync.
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &t.tenant.name);

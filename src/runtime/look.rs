@@ -274,9 +274,9 @@ fn read_revision(
     let s = &mut *guard;
     // Before anything of it is read: a tip not signed by a trusted key is refused whole.
     if let Some(keys) = signing_keys {
-        let unverified = |why: String| GitError::Unverified {
+        let unverified = |why: crate::source::verify::VerifyError| GitError::Unverified {
             commit: tip.to_string(),
-            why,
+            why: why.to_string(),
         };
         let keys = crate::source::verify::TrustedKeys::load(keys).map_err(unverified)?;
         let signer =
@@ -350,8 +350,8 @@ pub(super) fn look_at_local(
         return Ok(Found::Nothing);
     };
     let root = dir.join(&source_loop.config.path);
-    let files =
-        crate::specs::list_local_spec_files(&root).map_err(|source| SourceError::Local {
+    let files = crate::specs::list_local_spec_files(&root, &source_loop.config.load.shape)
+        .map_err(|source| SourceError::Local {
             path: root.clone(),
             source,
         })?;

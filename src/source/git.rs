@@ -40,9 +40,7 @@ const MAX_TREES_COUNTED: usize = 100_000;
 
 pub use crate::specs::RevisionShape;
 
-/// How a listing marks a blocked directory's id; its path ends in `/` and the rest of the id
-/// says why. Read like a file that was refused ([`GitMirror::read_spec_file`]).
-pub const BLOCKED: &str = "blocked:";
+pub use crate::specs::BLOCKED;
 
 /// What is left of a listing's files (`--max-files`), and whether it ran out.
 struct Budget {

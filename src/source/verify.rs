@@ -15,6 +15,32 @@ const SSH_NAMESPACE: &str = "git";
 /// The largest key file read.
 const MAX_KEY_FILE_BYTES: u64 = 1024 * 1024;
 
+/// Why keys could not be read, or a commit is not trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("{path}: {reason}")]
+    KeyFile { path: String, reason: String },
+    #[error(
+        "{path}: no OpenPGP or SSH public key found; export one with `gpg --export --armor KEY` \
+         or give an SSH public key line"
+    )]
+    NoKeys { path: String },
+    #[error("{0}")]
+    BadKey(String),
+    #[error("it is not signed")]
+    Unsigned,
+    #[error("{0}")]
+    Unreadable(String),
+    #[error("signed with {kind} key {key}, which is not a trusted key{more}")]
+    Untrusted {
+        kind: &'static str,
+        key: String,
+        more: &'static str,
+    },
+    #[error("the SSH signature does not verify: {0}")]
+    Invalid(String),
+}
+
 /// The keys whose signatures make a commit trusted.
 #[derive(Clone, Debug, Default)]
 pub struct TrustedKeys {
@@ -28,11 +54,15 @@ impl TrustedKeys {
     /// public key blocks (`gpg --export --armor`), or SSH public keys one per line
     /// (`ssh-ed25519 AAAA… comment`, as in `authorized_keys`; an `allowed_signers` line's
     /// leading principal is skipped).
-    pub fn load(path: &Path) -> Result<TrustedKeys, String> {
+    pub fn load(path: &Path) -> Result<TrustedKeys, VerifyError> {
+        let file_error = |file: &Path, reason: String| VerifyError::KeyFile {
+            path: file.display().to_string(),
+            reason,
+        };
         let mut keys = TrustedKeys::default();
         let files: Vec<std::path::PathBuf> = if path.is_dir() {
             let mut files: Vec<_> = std::fs::read_dir(path)
-                .map_err(|e| format!("{}: {e}", path.display()))?
+                .map_err(|e| file_error(path, e.to_string()))?
                 .filter_map(|e| e.ok())
                 .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
                 .map(|e| e.path())
@@ -45,39 +75,42 @@ impl TrustedKeys {
         };
         for file in files {
             let size = std::fs::metadata(&file)
-                .map_err(|e| format!("{}: {e}", file.display()))?
+                .map_err(|e| file_error(&file, e.to_string()))?
                 .len();
             if size > MAX_KEY_FILE_BYTES {
-                return Err(format!(
-                    "{}: {size} bytes; a key file may hold at most {MAX_KEY_FILE_BYTES}",
-                    file.display()
+                return Err(file_error(
+                    &file,
+                    format!("{size} bytes; a key file may hold at most {MAX_KEY_FILE_BYTES}"),
                 ));
             }
             let text =
-                std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+                std::fs::read_to_string(&file).map_err(|e| file_error(&file, e.to_string()))?;
             keys.add(&text)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
+                .map_err(|e| file_error(&file, e.to_string()))?;
         }
         if keys.is_empty() {
-            return Err(format!(
-                "{}: no OpenPGP or SSH public key found; export one with `gpg --export --armor \
-                 KEY` or give an SSH public key line",
-                path.display()
-            ));
+            return Err(VerifyError::NoKeys {
+                path: path.display().to_string(),
+            });
         }
         Ok(keys)
     }
 
     /// Adds the keys in `text`.
-    pub fn add(&mut self, text: &str) -> Result<(), String> {
+    pub fn add(&mut self, text: &str) -> Result<(), VerifyError> {
         if text.contains("-----BEGIN PGP PUBLIC KEY BLOCK-----") {
-            let (found, _) =
-                SignedPublicKey::from_armor_many(std::io::Cursor::new(text.as_bytes()))
-                    .map_err(|e| format!("not an armored OpenPGP public key: {e}"))?;
+            let (found, _) = SignedPublicKey::from_armor_many(std::io::Cursor::new(
+                text.as_bytes(),
+            ))
+            .map_err(|e| VerifyError::BadKey(format!("not an armored OpenPGP public key: {e}")))?;
             for key in found {
-                let key = key.map_err(|e| format!("not an armored OpenPGP public key: {e}"))?;
+                let key = key.map_err(|e| {
+                    VerifyError::BadKey(format!("not an armored OpenPGP public key: {e}"))
+                })?;
                 key.verify_bindings().map_err(|e| {
-                    format!("an OpenPGP key whose self-signatures do not verify: {e}")
+                    VerifyError::BadKey(format!(
+                        "an OpenPGP key whose self-signatures do not verify: {e}"
+                    ))
                 })?;
                 self.pgp.push(key);
             }
@@ -94,8 +127,9 @@ impl TrustedKeys {
                 .or_else(|| line.find("ecdsa-"))
                 .or_else(|| line.find("sk-"))
                 .unwrap_or(0);
-            let key = ssh_key::PublicKey::from_openssh(&line[from..])
-                .map_err(|e| format!("line {}: not an SSH public key: {e}", n + 1))?;
+            let key = ssh_key::PublicKey::from_openssh(&line[from..]).map_err(|e| {
+                VerifyError::BadKey(format!("line {}: not an SSH public key: {e}", n + 1))
+            })?;
             self.ssh.push(key);
         }
         Ok(())
@@ -106,34 +140,39 @@ impl TrustedKeys {
     }
 
     /// Who among the keys made `signature` over `signed` (a fingerprint), or why none did.
-    pub fn verify(&self, signature: &[u8], signed: &[u8]) -> Result<String, String> {
-        let text = std::str::from_utf8(signature).map_err(|_| "the signature is not text")?;
+    pub fn verify(&self, signature: &[u8], signed: &[u8]) -> Result<String, VerifyError> {
+        let text = std::str::from_utf8(signature)
+            .map_err(|_| VerifyError::Unreadable("the signature is not text".into()))?;
         if text.contains("-----BEGIN SSH SIGNATURE-----") {
-            let sig = ssh_key::SshSig::from_pem(text)
-                .map_err(|e| format!("the SSH signature does not read: {e}"))?;
+            let sig = ssh_key::SshSig::from_pem(text).map_err(|e| {
+                VerifyError::Unreadable(format!("the SSH signature does not read: {e}"))
+            })?;
             if sig.namespace() != SSH_NAMESPACE {
-                return Err(format!(
+                return Err(VerifyError::Unreadable(format!(
                     "the SSH signature is for namespace {:?}, not {SSH_NAMESPACE:?}",
                     sig.namespace()
-                ));
+                )));
             }
             for key in &self.ssh {
                 if key.key_data() == sig.public_key() {
                     return key
                         .verify(SSH_NAMESPACE, signed, &sig)
                         .map(|()| key.fingerprint(Default::default()).to_string())
-                        .map_err(|e| format!("the SSH signature does not verify: {e}"));
+                        .map_err(|e| VerifyError::Invalid(e.to_string()));
                 }
             }
             let by = ssh_key::PublicKey::from(sig.public_key().clone());
-            return Err(format!(
-                "signed with SSH key {}, which is not a trusted key",
-                by.fingerprint(Default::default())
-            ));
+            return Err(VerifyError::Untrusted {
+                kind: "SSH",
+                key: by.fingerprint(Default::default()).to_string(),
+                more: "",
+            });
         }
         if text.contains("-----BEGIN PGP SIGNATURE-----") {
             let (sig, _) = DetachedSignature::from_armor_single(std::io::Cursor::new(signature))
-                .map_err(|e| format!("the OpenPGP signature does not read: {e}"))?;
+                .map_err(|e| {
+                    VerifyError::Unreadable(format!("the OpenPGP signature does not read: {e}"))
+                })?;
             for key in &self.pgp {
                 if sig.verify(key, signed).is_ok() {
                     return Ok(hex(key.fingerprint().as_bytes()));
@@ -152,17 +191,19 @@ impl TrustedKeys {
                 .iter()
                 .map(|f| hex(f.as_bytes()))
                 .collect();
-            return Err(format!(
-                "signed with OpenPGP key {}, which is not a trusted key (or the signature does \
-                 not verify)",
-                if issuers.is_empty() {
+            return Err(VerifyError::Untrusted {
+                kind: "OpenPGP",
+                key: if issuers.is_empty() {
                     "?".to_string()
                 } else {
                     issuers.join(", ")
-                }
-            ));
+                },
+                more: " (or the signature does not verify)",
+            });
         }
-        Err("the signature is neither OpenPGP nor SSH (X.509 signatures are not verified)".into())
+        Err(VerifyError::Unreadable(
+            "the signature is neither OpenPGP nor SSH (X.509 signatures are not verified)".into(),
+        ))
     }
 }
 
@@ -176,13 +217,16 @@ pub fn check_commit(
     repo: &git2::Repository,
     commit: git2::Oid,
     keys: &TrustedKeys,
-) -> Result<String, String> {
+) -> Result<String, VerifyError> {
     let (signature, signed) = match repo.extract_signature(&commit, None) {
         Ok(found) => found,
-        Err(e) if e.code() == git2::ErrorCode::NotFound => {
-            return Err("it is not signed".into());
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Err(VerifyError::Unsigned),
+        Err(e) => {
+            return Err(VerifyError::Unreadable(format!(
+                "its signature cannot be read: {}",
+                e.message()
+            )));
         }
-        Err(e) => return Err(format!("its signature cannot be read: {}", e.message())),
     };
     keys.verify(&signature, &signed)
 }

@@ -101,7 +101,7 @@ pub fn is_cluster_scoped(kind: &str) -> bool {
 /// none past `max_file_bytes`: links are reported, not followed.
 pub fn load_dir(root: &Path, opts: &LoadOptions) -> Result<SpecSet> {
     let mut files = BTreeMap::new();
-    for entry in list_local_spec_files(root).map_err(|source| Error::Io {
+    for entry in list_local_spec_files(root, &opts.shape).map_err(|source| Error::Io {
         path: root.to_path_buf(),
         source,
     })? {
@@ -131,7 +131,44 @@ pub enum LocalFileKind {
     Symlink,
     /// A FIFO, socket or device; never opened.
     Special,
+    /// A directory not walked (its path ends in `/`), by [`super::RevisionShape`].
+    Blocked(BlockedWhy),
 }
+
+/// Why a directory of a `--repo-path` tree was not walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockedWhy {
+    /// More entries than `--max-tree-entries` (`max`).
+    Entries { max: usize },
+    /// Nested deeper than `max`.
+    Depth { max: usize },
+    /// The listing reached `--max-files` (`max`) before it.
+    Cut { max: usize },
+}
+
+impl std::fmt::Display for BlockedWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlockedWhy::Entries { max } => write!(
+                f,
+                "more than {max} entries in one directory (--max-tree-entries): the directory \
+                 is blocked, the rest syncs; split it, or raise the limit"
+            ),
+            BlockedWhy::Depth { max } => write!(
+                f,
+                "nested deeper than {max} directories: the directory is blocked, the rest syncs"
+            ),
+            BlockedWhy::Cut { max } => write!(
+                f,
+                "the listing reached the {max} files a source may list (--max-files); the \
+                 directories past it are not read, the files listed sync"
+            ),
+        }
+    }
+}
+
+/// Directories a `--repo-path` walk enters below its root, at most.
+const MAX_LOCAL_DEPTH: usize = 64;
 
 impl LocalSpecFile {
     /// An id that changes when the file does.
@@ -140,22 +177,81 @@ impl LocalSpecFile {
             LocalFileKind::Regular { len, modified } => format!("{len}-{modified}"),
             LocalFileKind::Symlink => "symlink".into(),
             LocalFileKind::Special => "special".into(),
+            LocalFileKind::Blocked(why) => format!("{}{why}", super::BLOCKED),
         }
     }
 }
 
 /// Every entry below `root` with a spec file's name, sorted: regular files, links (never
 /// followed: a link to a directory is not entered) and special files. Hidden entries are
-/// skipped. Nothing is followed and nothing is opened.
-pub fn list_local_spec_files(root: &Path) -> std::io::Result<Vec<LocalSpecFile>> {
+/// skipped. Nothing is followed and nothing is opened. Within `shape` (issue 45): a
+/// directory with too many entries, or nested too deep, is one [`LocalFileKind::Blocked`]
+/// entry, and past `max_files` entries the walk stops with one more.
+pub fn list_local_spec_files(
+    root: &Path,
+    shape: &super::RevisionShape,
+) -> std::io::Result<Vec<LocalSpecFile>> {
     let mut out = Vec::new();
-    walk_local(root, root, &mut out)?;
+    let mut left = shape.max_files;
+    if !walk_local(root, root, 0, shape, &mut left, &mut out)? {
+        out.push(LocalSpecFile {
+            rel: "./".into(),
+            path: root.to_path_buf(),
+            kind: LocalFileKind::Blocked(BlockedWhy::Cut {
+                max: shape.max_files,
+            }),
+        });
+    }
     out.sort_by(|a, b| a.rel.cmp(&b.rel));
     Ok(out)
 }
 
-fn walk_local(root: &Path, dir: &Path, out: &mut Vec<LocalSpecFile>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)?.flatten() {
+/// Walks `dir` into `out`; false when `left` ran out.
+fn walk_local(
+    root: &Path,
+    dir: &Path,
+    depth: usize,
+    shape: &super::RevisionShape,
+    left: &mut usize,
+    out: &mut Vec<LocalSpecFile>,
+) -> std::io::Result<bool> {
+    let rel_dir = || {
+        let rel = dir
+            .strip_prefix(root)
+            .unwrap_or(dir)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        if rel.is_empty() {
+            "./".to_string()
+        } else {
+            format!("{rel}/")
+        }
+    };
+    let blocked = |why| LocalSpecFile {
+        rel: rel_dir(),
+        path: dir.to_path_buf(),
+        kind: LocalFileKind::Blocked(why),
+    };
+    if depth > MAX_LOCAL_DEPTH {
+        out.push(blocked(BlockedWhy::Depth {
+            max: MAX_LOCAL_DEPTH,
+        }));
+        return Ok(true);
+    }
+    // At most one entry past the limit is read to know it is passed.
+    let entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)?
+        .flatten()
+        .take(shape.max_tree_entries + 1)
+        .collect();
+    if entries.len() > shape.max_tree_entries {
+        out.push(blocked(BlockedWhy::Entries {
+            max: shape.max_tree_entries,
+        }));
+        return Ok(true);
+    }
+    for entry in entries {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') {
             continue;
@@ -173,7 +269,9 @@ fn walk_local(root: &Path, dir: &Path, out: &mut Vec<LocalSpecFile>) -> std::io:
             .join("/");
         let file_type = meta.file_type();
         let kind = if file_type.is_dir() {
-            walk_local(root, &path, out)?;
+            if !walk_local(root, &path, depth + 1, shape, left, out)? {
+                return Ok(false);
+            }
             continue;
         } else if file_type.is_symlink() {
             // Never followed; reported when it has a spec file's name, as in Git mode.
@@ -196,9 +294,13 @@ fn walk_local(root: &Path, dir: &Path, out: &mut Vec<LocalSpecFile>) -> std::io:
         } else {
             LocalFileKind::Special
         };
+        if *left == 0 {
+            return Ok(false);
+        }
+        *left -= 1;
         out.push(LocalSpecFile { rel, path, kind });
     }
-    Ok(())
+    Ok(true)
 }
 
 /// A spec file's content as a source found it: its bytes, or why they were not read.
@@ -231,6 +333,7 @@ pub fn read_local_spec_file(entry: &LocalSpecFile, max: usize) -> FileContent {
                 "is not a regular file (a FIFO, socket or device); linnet does not read it".into(),
             );
         }
+        LocalFileKind::Blocked(why) => return FileContent::Refused(why.to_string()),
         LocalFileKind::Regular { len, .. } if len > max as u64 => {
             return FileContent::Refused(too_large(len, max));
         }

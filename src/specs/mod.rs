@@ -14,6 +14,11 @@ mod schema;
 mod validate;
 
 pub use budget::{ParseBudget, RevisionShape};
+
+/// How a listing marks a blocked directory's id; its path ends in `/` and the rest of the id
+/// says why. Read like a file that was refused (by the Git source and `--repo-path` alike).
+pub const BLOCKED: &str = "blocked:";
+
 pub use load::{
     FileContent, LoadOptions, LocalFileKind, LocalSpecFile, is_spec_file, list_local_spec_files,
     load_content, load_dir, load_file, read_local_spec_file, too_large,

@@ -247,7 +247,7 @@ mod local_tree {
             "a.yaml",
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
         )]);
-        let files = list_local_spec_files(dir.path()).unwrap();
+        let files = list_local_spec_files(dir.path(), &Default::default()).unwrap();
         std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("s.yaml"), dir.path().join("a.yaml"))
             .unwrap();
@@ -462,4 +462,55 @@ fn a_csi_driver_written_with_a_namespace_meets_the_cluster_kind_policy_offline()
     let e = only_error_with(text, &LoadOptions::default());
     assert_eq!(e.location.line, 2, "{e}");
     assert!(e.message.contains("--allow-cluster-kind CSIDriver"), "{e}");
+}
+
+#[test]
+fn a_repo_path_tree_is_walked_within_its_shape() {
+    // Issue 45: a directory of 200,000 files, or one nested thousands deep, in a --repo-path
+    // tree would be walked whole (and the nesting could exhaust the stack).
+    let dir = tempfile::tempdir().unwrap();
+    let cm = |name: &str| format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n");
+    std::fs::write(dir.path().join("good.yaml"), cm("good")).unwrap();
+    let many = dir.path().join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..30 {
+        std::fs::write(many.join(format!("f{i}.yaml")), cm(&format!("f{i}"))).unwrap();
+    }
+    let mut deep = dir.path().join("deep");
+    for _ in 0..70 {
+        deep = deep.join("d");
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("x.yaml"), cm("x")).unwrap();
+    let shape = crate::specs::RevisionShape {
+        max_files: 100,
+        max_tree_entries: 20,
+    };
+    let files = list_local_spec_files(dir.path(), &shape).unwrap();
+    let blocked: Vec<&str> = files
+        .iter()
+        .filter(|f| matches!(f.kind, crate::specs::LocalFileKind::Blocked(_)))
+        .map(|f| f.rel.as_str())
+        .collect();
+    assert_eq!(blocked.len(), 2, "{blocked:?}");
+    assert!(blocked.contains(&"many/"), "{blocked:?}");
+    assert!(
+        blocked.iter().any(|b| b.starts_with("deep/d/")),
+        "{blocked:?}"
+    );
+    assert!(files.iter().any(|f| f.rel == "good.yaml"));
+    // The file budget: past it the walk stops, with one entry saying so.
+    let small = crate::specs::RevisionShape {
+        max_files: 1,
+        max_tree_entries: 100,
+    };
+    let files = list_local_spec_files(dir.path(), &small).unwrap();
+    assert!(files.iter().any(|f| f.rel == "./"), "{files:?}");
+    let opts = LoadOptions {
+        shape,
+        ..LoadOptions::default()
+    };
+    let set = crate::specs::load_dir(dir.path(), &opts).unwrap();
+    assert!(set.blocked_files.contains(&"many/".to_string()));
+    assert!(set.objects.keys().any(|k| k.name == "good"));
 }

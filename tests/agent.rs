@@ -1150,4 +1150,29 @@ async fn a_force_push_is_an_event_and_a_condition_and_can_be_refused() {
         },
     )
     .await;
+    // kill -9 and a new agent on the same cache (a container restarted in its pod): the
+    // rewrite is judged against the revision accepted before, and still refused.
+    let mut agent = agent;
+    agent.kill();
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url={server}/remote.git"),
+            "--path=apps".into(),
+            "--refuse-history-rewrites".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_status(&agent, "the rewrite refused after a restart", |s| {
+        s["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("does not descend"))
+    })
+    .await;
+    let redis = csts_api(&admin, &ns.name).get("redis").await.unwrap();
+    assert_eq!(
+        redis.data["spec"]["image"], "redis:7.4",
+        "applied after a restart"
+    );
 }

@@ -295,6 +295,7 @@ fn read_revision(
     let spec_tree = s.mirror.spec_tree_id(tip, path)?;
     if last_sync_covers_snapshot && s.spec_tree == Some(spec_tree) {
         s.fetched = Some(tip);
+        accept(&s.mirror, tip);
         tracing::info!(revision = %tip, "new revision changes no spec file (e.g. status only); nothing to sync");
         return Ok(Found::SameSpecs {
             revision: tip.to_string(),
@@ -328,6 +329,7 @@ fn read_revision(
     s.listed = Some(tip);
     s.spec_tree = Some(spec_tree);
     s.fetched = Some(tip);
+    accept(&s.mirror, tip);
     if !update.changed && last_sync_covers_snapshot {
         tracing::info!(revision = %tip, "new revision changes no spec (e.g. status only); nothing to sync");
         return Ok(Found::SameSpecs {
@@ -339,6 +341,13 @@ fn read_revision(
         revision: tip.to_string(),
         specs: s.snapshot.spec_set(),
     })
+}
+
+/// Keeps `tip` as the revision a restarted agent judges the next one against.
+fn accept(mirror: &GitMirror, tip: git2::Oid) {
+    if let Err(e) = mirror.set_accepted(tip) {
+        tracing::debug!(error = %e, "cannot record the accepted revision in the mirror");
+    }
 }
 
 pub(super) fn look_at_local(
@@ -396,11 +405,14 @@ pub async fn open_remote(
                 &e.to_string(),
             )))
         })?;
+    // After a restart, the next tip is judged (signature, history) against the revision the
+    // agent before accepted.
+    let fetched = mirror.accepted();
     Ok(Arc::new(Remote {
         state: Mutex::new(RemoteState {
             mirror,
             snapshot: SpecSnapshot::default(),
-            fetched: None,
+            fetched,
             spec_tree: None,
             listed: None,
             fetched_tips: Default::default(),

@@ -28,6 +28,9 @@ const SYMLINK: &str = "symlink:";
 /// whole listing, which is bounded by [`RevisionShape`]: a pushed bomb must not be diffed.
 const DIFF_MAX_ENTRIES: usize = 20_000;
 
+/// Where the mirror keeps the revision last accepted.
+const ACCEPTED_REF: &str = "refs/linnet/accepted";
+
 /// Commits of history a shallow mirror fetches to tell a fast-forward from a rewrite.
 const HISTORY_DEPTH: i32 = 64;
 
@@ -417,6 +420,19 @@ impl GitMirror {
                 url,
                 branch: self.remote.branch.clone(),
             })
+    }
+
+    /// The revision last read and accepted (verified, not a refused rewrite), kept in the
+    /// mirror so that a restarted agent judges the next tip against it, not against nothing.
+    pub fn accepted(&self) -> Option<Oid> {
+        self.repo.refname_to_id(ACCEPTED_REF).ok()
+    }
+
+    /// Records `tip` as [`GitMirror::accepted`].
+    pub fn set_accepted(&self, tip: Oid) -> Result<(), GitError> {
+        self.repo
+            .reference(ACCEPTED_REF, tip, true, "linnet: accepted")?;
+        Ok(())
     }
 
     /// The tip fetched last, if any.

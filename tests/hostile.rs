@@ -113,6 +113,27 @@ async fn wait_spec_errors(agent: &Agent, files: &[&str]) -> Vec<String> {
     .await
 }
 
+/// Stages `apps/zeros.yaml` in `work`: 512 MiB of zeros, about half a megabyte in the
+/// repository.
+fn stage_zeros(work: &std::path::Path) {
+    let zeros = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("head -c 536870912 /dev/zero | git hash-object -w --stdin")
+        .current_dir(work)
+        .output()
+        .unwrap();
+    let blob = String::from_utf8(zeros.stdout).unwrap();
+    git(
+        work,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{},apps/zeros.yaml", blob.trim()),
+        ],
+    );
+}
+
 fn error_for<'a>(errors: &'a [String], file: &str) -> &'a str {
     errors.iter().find(|e| e.contains(file)).unwrap()
 }
@@ -133,23 +154,7 @@ async fn a_crafted_repository_is_refused_file_by_file_within_128_mib() {
     std::fs::write(apps.join("merge.yaml"), merge_bomb(&ns.name)).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", apps.join("link.yaml")).unwrap();
     git(&work, &["add", "-A"]);
-    // 512 MiB of zeros: about half a megabyte in the repository.
-    let zeros = std::process::Command::new("sh")
-        .arg("-c")
-        .arg("head -c 536870912 /dev/zero | git hash-object -w --stdin")
-        .current_dir(&work)
-        .output()
-        .unwrap();
-    let blob = String::from_utf8(zeros.stdout).unwrap();
-    git(
-        &work,
-        &[
-            "update-index",
-            "--add",
-            "--cacheinfo",
-            &format!("100644,{},apps/zeros.yaml", blob.trim()),
-        ],
-    );
+    stage_zeros(&work);
     git(&work, &["commit", "-qm", "hostile"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
 
@@ -211,22 +216,7 @@ async fn a_huge_blob_over_a_file_url_is_refused_from_its_size_within_128_mib() {
     std::fs::create_dir_all(&apps).unwrap();
     std::fs::write(apps.join("good.yaml"), config_map(&ns.name, "good", "1")).unwrap();
     git(&work, &["add", "-A"]);
-    let zeros = std::process::Command::new("sh")
-        .arg("-c")
-        .arg("head -c 536870912 /dev/zero | git hash-object -w --stdin")
-        .current_dir(&work)
-        .output()
-        .unwrap();
-    let blob = String::from_utf8(zeros.stdout).unwrap();
-    git(
-        &work,
-        &[
-            "update-index",
-            "--add",
-            "--cacheinfo",
-            &format!("100644,{},apps/zeros.yaml", blob.trim()),
-        ],
-    );
+    stage_zeros(&work);
     git(&work, &["commit", "-qm", "zeros"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let agent = start_agent(

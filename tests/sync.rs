@@ -23,6 +23,23 @@ use support::{
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// A syncer as the agent runs: linnet's shipped identity, applying as the source's account of
+/// each namespace (`--apply-as linnet-default`), source `source`.
+async fn as_the_source(source: &str) -> Syncer {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let kubeconfig = Kubeconfig::read_from(support::linnet_kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Syncer::new(support::linnet_client().await, source, vec![]).with_apply_as(
+        linnet::sync::ApplyAs::AccountPerNamespace {
+            name: support::SOURCE_ACCOUNT.into(),
+            home: source.to_string(),
+        },
+        config,
+    )
+}
+
 fn names(keys: &[linnet::specs::ObjectKey]) -> Vec<String> {
     let mut v: Vec<String> = keys
         .iter()
@@ -583,22 +600,11 @@ async fn an_existing_object_linnet_did_not_apply_is_not_taken_over() {
 #[tokio::test]
 async fn a_secret_that_left_git_is_pruned_by_a_full_sync() {
     use k8s_openapi::api::core::v1::Secret;
-    use kube::config::{KubeConfigOptions, Kubeconfig};
     let admin = admin_client().await;
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "secret-prune").await;
     // The agent's shipped identity, applying as the source's account of the namespace.
-    let kubeconfig = Kubeconfig::read_from(support::linnet_kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let syncer = Syncer::new(support::linnet_client().await, &ns.name, vec![]).with_apply_as(
-        linnet::sync::ApplyAs::AccountPerNamespace {
-            name: support::SOURCE_ACCOUNT.into(),
-            home: ns.name.clone(),
-        },
-        config,
-    );
+    let syncer = as_the_source(&ns.name).await;
     let repo = tempfile::tempdir().unwrap();
     let file = repo.path().join("secret.yaml");
     std::fs::write(
@@ -710,7 +716,6 @@ async fn a_repeated_event_is_one_series_with_the_recorder_split_in_buckets() {
 #[tokio::test]
 async fn an_unknown_cluster_scoped_kind_meets_the_cluster_kind_policy() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    use kube::config::{KubeConfigOptions, Kubeconfig};
     let admin = admin_client().await;
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "gadget").await;
@@ -745,17 +750,7 @@ async fn an_unknown_cluster_scoped_kind_meets_the_cluster_kind_policy() {
     .await
     .expect("CRD never established")
     .unwrap();
-    let kubeconfig = Kubeconfig::read_from(support::linnet_kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let syncer = Syncer::new(support::linnet_client().await, &ns.name, vec![]).with_apply_as(
-        linnet::sync::ApplyAs::AccountPerNamespace {
-            name: support::SOURCE_ACCOUNT.into(),
-            home: ns.name.clone(),
-        },
-        config,
-    );
+    let syncer = as_the_source(&ns.name).await;
     let repo = tempfile::tempdir().unwrap();
     std::fs::write(
         repo.path().join("gadget.yaml"),

@@ -22,6 +22,7 @@ async fn twenty_random_kills_all_converge_and_lose_nothing() {
         seed,
         kills: 20,
         apiserver_restarts: 0,
+        control_plane_restarts: 0,
         etcd_freezes: 0,
         etcd_freeze: Duration::ZERO,
         git_outage: Duration::ZERO,

@@ -1,9 +1,11 @@
 //! `make chaos`: the chaos soak of `run.rs` on the local control plane, at 200 random kills of
-//! the agent plus 20 kube-apiserver restarts, 5 etcd freezes and a Git outage. Prints a table and writes it, with
+//! the agent plus 20 kube-apiserver restarts, 10 control-plane restarts, 5 etcd freezes and a
+//! Git outage. Prints a table and writes it, with
 //! the machine, the commit and the seed, into `bench/CHAOS.md`.
 //!
 //! Settings (environment): `LINNET_CHAOS_SEED` (1), `LINNET_CHAOS_KILLS` (200),
-//! `LINNET_CHAOS_APISERVER_RESTARTS` (20), `LINNET_CHAOS_ETCD_FREEZES` (5),
+//! `LINNET_CHAOS_APISERVER_RESTARTS` (20), `LINNET_CHAOS_CONTROL_PLANE_RESTARTS` (10),
+//! `LINNET_CHAOS_ETCD_FREEZES` (5),
 //! `LINNET_CHAOS_ETCD_FREEZE_SECS` (8), `LINNET_CHAOS_GIT_OUTAGE_SECS` (60),
 //! `LINNET_CHAOS_RESULTS` (bench/CHAOS.md; `-` for none).
 //! The same seed makes the same choices (the moments still depend on the machine's speed).
@@ -29,6 +31,7 @@ fn main() {
         seed: env_or("LINNET_CHAOS_SEED", 1),
         kills: env_or("LINNET_CHAOS_KILLS", 200),
         apiserver_restarts: env_or("LINNET_CHAOS_APISERVER_RESTARTS", 20),
+        control_plane_restarts: env_or("LINNET_CHAOS_CONTROL_PLANE_RESTARTS", 10),
         etcd_freezes: env_or("LINNET_CHAOS_ETCD_FREEZES", 5),
         etcd_freeze: Duration::from_secs(env_or("LINNET_CHAOS_ETCD_FREEZE_SECS", 8)),
         git_outage: Duration::from_secs(env_or("LINNET_CHAOS_GIT_OUTAGE_SECS", 60)),
@@ -52,12 +55,14 @@ fn main() {
         let text = format!(
             "# Chaos soak\n\nWritten by `make chaos` (`benches/chaos/`): {} random kills of the agent \
              (SIGKILL, at a moment uniform over a rollout's life; half of them hand over to the \
-             standby replica), then {} kube-apiserver restarts and {} etcd freezes of {} s (each \
+             standby replica), then {} kube-apiserver restarts, {} restarts of the API server, \
+             controller-manager and scheduler together, and {} etcd freezes of {} s (each \
              at a random moment of a rollout) and a Git outage of {} s, over a TwoSets and a \
              Partition CanaryStatefulSet (3 replicas, a volume each) and a batched \
              CanaryDeployment. Commit `{commit}`, seed {}, {}, {} cores.\n\n{table}",
             cfg.kills,
             cfg.apiserver_restarts,
+            cfg.control_plane_restarts,
             cfg.etcd_freezes,
             cfg.etcd_freeze.as_secs(),
             cfg.git_outage.as_secs(),
@@ -74,6 +79,8 @@ fn main() {
         && report.two_pods_on_an_ordinal.is_empty()
         && report.replicas_above_spec.is_empty()
         && report.apiserver_restart_s.len() == cfg.apiserver_restarts
+        && report.edit_reverted_s.len() == cfg.apiserver_restarts
+        && report.control_plane_restart_s.len() == cfg.control_plane_restarts
         && report.etcd_freeze_s.len() == cfg.etcd_freezes
         && report.fault_stalls.is_empty()
         && report.own_write_lapses == 0

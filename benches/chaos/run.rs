@@ -27,6 +27,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
@@ -44,6 +45,9 @@ pub struct Config {
     pub kills: usize,
     /// kube-apiserver restarts, each at a random moment of a rollout.
     pub apiserver_restarts: usize,
+    /// Restarts of the whole control plane but etcd (kube-apiserver, kube-controller-manager
+    /// and kube-scheduler together), each at a random moment of a rollout.
+    pub control_plane_restarts: usize,
     /// etcd freezes (SIGSTOP for `etcd_freeze`, then SIGCONT), each at a random moment.
     pub etcd_freezes: usize,
     pub etcd_freeze: Duration,
@@ -85,9 +89,14 @@ pub struct Report {
     pub replicas_above_spec: Vec<String>,
     /// Runs that did not converge, with what was seen.
     pub stalls: Vec<String>,
-    pub faults_run: bool,
     /// Seconds from the API server answering again to every rollout done, per restart.
     pub apiserver_restart_s: Vec<f64>,
+    /// Seconds from the API server answering again to the agent putting back a rollout's spec
+    /// edited in the cluster at that moment: its next needed action, whatever the
+    /// controller-manager does.
+    pub edit_reverted_s: Vec<f64>,
+    /// Seconds from the control plane answering again to every rollout done, per restart.
+    pub control_plane_restart_s: Vec<f64>,
     /// Seconds from etcd going on again to every rollout done, per freeze.
     pub etcd_freeze_s: Vec<f64>,
     /// Faults after which the rollouts were not done within the lease + 10 s.
@@ -97,6 +106,7 @@ pub struct Report {
     /// Waits for the agent's own write of a child that lapsed (log lines).
     pub own_write_lapses: usize,
     pub git_outage_s: Option<f64>,
+    pub git_outage_run: bool,
     pub rollout_life_s: f64,
 }
 
@@ -178,6 +188,24 @@ spec:
         ("apps/part.yaml".into(), sts("part", "Partition")),
         ("apps/web.yaml".into(), web),
     ]
+}
+
+/// A fault of the control plane, numbered within its kind.
+#[derive(Clone, Copy)]
+enum Fault {
+    ApiServer(usize),
+    ControlPlane(usize),
+    Etcd(usize),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::ApiServer(i) => write!(f, "kube-apiserver restart {i}"),
+            Fault::ControlPlane(i) => write!(f, "control-plane restart {i}"),
+            Fault::Etcd(i) => write!(f, "etcd freeze {i}"),
+        }
+    }
 }
 
 struct Agent {
@@ -384,6 +412,39 @@ impl Harness<'_> {
                 Err(what) if started.elapsed() > limit => return Err(what),
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
+        }
+    }
+
+    /// Edits rollout `two`'s spec in the cluster, as a person with kubectl would, and waits
+    /// for the agent to put Git's back; the time from the edit.
+    async fn edit_reverted(&self, limit: Duration) -> Result<Duration, String> {
+        let api: Api<CanaryStatefulSet> = Api::namespaced(self.admin.clone(), &self.ns);
+        let started = Instant::now();
+        let edit = serde_json::json!({"spec": {"progressDeadlineSeconds": 599}});
+        // The API server may refuse a write for a moment after its /readyz answers.
+        while let Err(e) = api
+            .patch("two", &PatchParams::default(), &Patch::Merge(&edit))
+            .await
+        {
+            if started.elapsed() > limit {
+                return Err(format!("could not edit: {e}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        loop {
+            let deadline = api
+                .get_opt("two")
+                .await
+                .ok()
+                .flatten()
+                .map(|r| r.spec.progress_deadline_seconds);
+            if deadline == Some(600) {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > limit {
+                return Err(format!("progressDeadlineSeconds still {deadline:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -643,54 +704,88 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         }
     }
 
-    let faults = cfg.apiserver_restarts + cfg.etcd_freezes;
+    let faults = cfg.apiserver_restarts + cfg.control_plane_restarts + cfg.etcd_freezes;
     let mut next_image = cfg.kills + 3;
     for i in 0..faults {
-        report.lock().unwrap().faults_run = true;
         let image = format!("chaos:{next_image}");
         next_image += 1;
         h.push_image(&image, &bare);
         tokio::time::sleep(life.mul_f64(rng.unit())).await;
-        let restart = i < cfg.apiserver_restarts;
-        let what = if restart {
-            // The kube-apiserver restarted mid-rollout, with the same flags.
-            let restart = Command::new(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/cluster/restart-apiserver.sh"
-            ))
-            .status()
-            .map_err(|e| e.to_string())?;
-            if !restart.success() {
-                return Err("could not restart the kube-apiserver".into());
-            }
-            format!("kube-apiserver restart {i}")
+        let fault = if i < cfg.apiserver_restarts {
+            Fault::ApiServer(i)
+        } else if i < cfg.apiserver_restarts + cfg.control_plane_restarts {
+            Fault::ControlPlane(i - cfg.apiserver_restarts)
         } else {
-            // etcd stops answering (a frozen disk, a paused VM), then goes on.
-            let pid = std::fs::read_to_string(support::cluster_dir().join("pid/etcd.pid"))
-                .map_err(|e| e.to_string())?;
-            let signal = |sig: &str| {
-                Command::new("kill")
-                    .args([sig, pid.trim()])
-                    .status()
-                    .map_err(|e| e.to_string())
-            };
-            signal("-STOP")?;
-            tokio::time::sleep(cfg.etcd_freeze).await;
-            signal("-CONT")?;
-            format!("etcd freeze {}", i - cfg.apiserver_restarts)
+            Fault::Etcd(i - cfg.apiserver_restarts - cfg.control_plane_restarts)
         };
+        match fault {
+            Fault::ApiServer(_) | Fault::ControlPlane(_) => {
+                // Restarted mid-rollout with the same flags; with the controllers, as a
+                // control-plane node's restart would.
+                let mut restart = Command::new(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/cluster/restart-apiserver.sh"
+                ));
+                if matches!(fault, Fault::ControlPlane(_)) {
+                    restart.arg("--with-controllers");
+                }
+                let status = restart.status().map_err(|e| e.to_string())?;
+                if !status.success() {
+                    return Err(format!("{fault}: the restart script failed"));
+                }
+            }
+            Fault::Etcd(_) => {
+                // etcd stops answering (a frozen disk, a paused VM), then goes on.
+                let pid = std::fs::read_to_string(support::cluster_dir().join("pid/etcd.pid"))
+                    .map_err(|e| e.to_string())?;
+                let signal = |sig: &str| {
+                    Command::new("kill")
+                        .args([sig, pid.trim()])
+                        .status()
+                        .map_err(|e| e.to_string())
+                };
+                signal("-STOP")?;
+                tokio::time::sleep(cfg.etcd_freeze).await;
+                signal("-CONT")?;
+            }
+        }
+        let what = fault.to_string();
         let back = Instant::now();
-        let outcome = h.converge_after_fault(&image, limit).await;
+        if matches!(fault, Fault::ApiServer(_)) {
+            // The agent's own next action, which needs no controller-manager: a rollout
+            // edited in the cluster now is put back (its watches work again, and it acts).
+            let reverted = h.edit_reverted(limit).await;
+            let mut rep = report.lock().unwrap();
+            match reverted {
+                Ok(took) => rep.edit_reverted_s.push(took.as_secs_f64()),
+                Err(not) => rep
+                    .fault_stalls
+                    .push(format!("{what}: edit not reverted: {not}")),
+            }
+        }
+        // After an API server restart alone, the controller-manager may lag for a minute
+        // (see restart-apiserver.sh): that fault is judged by the revert above, and its
+        // convergence is recorded as it comes.
+        let converge_limit = match fault {
+            Fault::ApiServer(_) => Duration::from_secs(240),
+            _ => limit,
+        };
+        let outcome = h.converge_after_fault(&image, converge_limit).await;
         let stalled = {
             let mut rep = report.lock().unwrap();
-            match outcome {
-                Ok(_) if restart => rep.apiserver_restart_s.push(back.elapsed().as_secs_f64()),
-                Ok(_) => rep.etcd_freeze_s.push(back.elapsed().as_secs_f64()),
-                Err(not) => rep.fault_stalls.push(format!("{what}: {not}")),
+            match (outcome, fault) {
+                (Ok(_), Fault::ApiServer(_)) => {
+                    rep.apiserver_restart_s.push(back.elapsed().as_secs_f64())
+                }
+                (Ok(_), Fault::ControlPlane(_)) => rep
+                    .control_plane_restart_s
+                    .push(back.elapsed().as_secs_f64()),
+                (Ok(_), Fault::Etcd(_)) => rep.etcd_freeze_s.push(back.elapsed().as_secs_f64()),
+                (Err(not), _) => rep.fault_stalls.push(format!("{what}: {not}")),
             }
             rep.fault_stalls
                 .last()
-                .is_some_and(|s| s.starts_with(&format!("{what}:")))
+                .is_some_and(|s| s.starts_with(&format!("{what}: ")) && !s.contains("edit not"))
         };
         if stalled {
             log(&format!("{what} did not converge in time; waiting on"));
@@ -703,7 +798,7 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         }
     }
     if !cfg.git_outage.is_zero() {
-        report.lock().unwrap().faults_run = true;
+        report.lock().unwrap().git_outage_run = true;
         // The Git remote gone for a while; a push lands meanwhile.
         let image = format!("chaos:{next_image}");
         let down = h.bare.with_extension("git.down");
@@ -745,7 +840,17 @@ impl Report {
             + self
                 .fault_stalls
                 .iter()
-                .filter(|s| s.starts_with("kube-apiserver"))
+                .filter(|s| s.starts_with("kube-apiserver") && !s.contains("edit not"))
+                .count()
+    }
+
+    /// Control-plane restarts run, converged in time or not.
+    pub fn control_plane_restarts(&self) -> usize {
+        self.control_plane_restart_s.len()
+            + self
+                .fault_stalls
+                .iter()
+                .filter(|s| s.starts_with("control-plane"))
                 .count()
     }
 
@@ -774,7 +879,7 @@ pub fn table(r: &Report) -> String {
     let (median, max) = stats(&r.converge_s);
     let opt = |v: Option<f64>| match v {
         Some(s) => format!("{s:.1} s"),
-        None if r.faults_run => "did not converge".to_string(),
+        None if r.git_outage_run => "did not converge".to_string(),
         None => "not run".to_string(),
     };
     let mut out = String::from("| figure | value | target |\n|---|---:|---|\n");
@@ -826,8 +931,27 @@ pub fn table(r: &Report) -> String {
             "all".to_string(),
         ),
         (
+            "  API server back -> a rollout edited then put back, median / max",
+            pair(&r.edit_reverted_s),
+            format!("max < {} s (lease + 10 s)", LEASE_SECS + 10),
+        ),
+        (
             "  API server back -> converged, median / max",
             pair(&r.apiserver_restart_s),
+            "converges (the controller-manager's own lag included)".to_string(),
+        ),
+        (
+            "control-plane restarts (API server, controller-manager, scheduler), converged",
+            format!(
+                "{} of {}",
+                r.control_plane_restart_s.len(),
+                r.control_plane_restarts()
+            ),
+            "all".to_string(),
+        ),
+        (
+            "  control plane back -> converged, median / max",
+            pair(&r.control_plane_restart_s),
             format!("max < {} s (lease + 10 s)", LEASE_SECS + 10),
         ),
         (

@@ -13,6 +13,18 @@ CP_ETCD_PORT=${CP_ETCD_PORT:-23791}
 CP_ETCD_PEER_PORT=${CP_ETCD_PEER_PORT:-23801}
 CP_API_PORT=${CP_API_PORT:-16443}
 
+# True while process $1 runs. A killed process whose parent has not reaped it yet (a zombie)
+# has exited, though `kill -0` still finds it; but a Go program's main thread turns zombie
+# while its other threads still exit and hold its sockets, so those count as running.
+cp_alive() {
+  local state tasks
+  state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] || return 1
+  if [ "$state" != Z ] && [ "$state" != X ]; then return 0; fi
+  tasks=$(find "/proc/$1/task" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+  [ "$tasks" -gt 1 ]
+}
+
 # True when a control plane started by up.sh is up and answering.
 cp_running() {
   [ -f "$CP_RUN/ready" ] && curl -fsS --max-time 2 --cacert "$CP_RUN/pki/ca.crt" \

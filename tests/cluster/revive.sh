@@ -14,7 +14,7 @@ cd "$CP_RUN"
 for saved in cmdline/*; do
   name=$(basename "$saved")
   pid=$(cat "pid/$name.pid" 2>/dev/null || echo 0)
-  if kill -0 "$pid" 2>/dev/null; then continue; fi
+  if cp_alive "$pid"; then continue; fi
   mapfile -d '' argv <"$saved"
   echo "revive.sh: $name had exited; starting it again" >&2
   "${argv[@]}" >>"logs/$name.log" 2>&1 &

@@ -14,6 +14,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends cmake p
     && rm -rf /var/lib/apt/lists/*
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 COPY benches ./benches
 # The commit goes into linnet_build_info: docker build --build-arg LINNET_GIT_COMMIT=$(git rev-parse HEAD) .
 ARG LINNET_GIT_COMMIT=unknown

@@ -8,11 +8,11 @@ use tokio::sync::mpsc;
 
 pub use crate::runtime::config::{AgentConfig, LeaderConfig, SourceConfig};
 pub use crate::runtime::listeners::{RolloutRow, StatusReport};
-use crate::runtime::rollouts::RolloutStores;
 use crate::runtime::source_loop::{Source, SourceLoop};
 pub use crate::runtime::state::{DEGRADED, SourceCondition, SourceStatus};
 use crate::runtime::supervise::Tasks;
 use crate::runtime::{holder, lease, listeners, look, shards, shutdown_signal, state::AgentState};
+use crate::watch::rollouts::RolloutStores;
 use crate::{Error, Result, controller, source, sync::Syncer, telemetry::Metrics, writeback};
 
 /// Runs the agent until SIGINT or SIGTERM.
@@ -33,7 +33,7 @@ pub async fn run(
         &lease_name,
     )
     .await?;
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(metrics());
     let state = Arc::new(AgentState::new(&config.source_name));
     let selector = controller::context::source_selector(&config.source_name);
     let (rollouts, sts_watch, deploy_watch) = RolloutStores::new(&client, &selector);
@@ -116,11 +116,11 @@ pub async fn run(
     );
     tasks.spawn(
         "LinnetSource status",
-        source::object::publish(
+        crate::runtime::source_object::publish(
             client.clone(),
             config.state_namespace.clone(),
             config.source_name.clone(),
-            source::object::spec_of(&config),
+            crate::runtime::source_object::spec_of(&config),
             {
                 let state = state.clone();
                 move || state.status()
@@ -176,6 +176,95 @@ pub async fn run(
         fault = tasks.first_fault() => {
             tracing::error!(error = %fault, "a task of the agent stopped");
             Err(fault)
+        }
+    }
+}
+
+/// The agent's metrics, with every error counter at 0 from the start, by the labels of the
+/// modules that own the errors.
+pub fn metrics() -> Metrics {
+    let metrics = Metrics::default();
+    let network = crate::net::Failure::LABELS;
+    let git = crate::source::git::GitError::LABELS;
+    metrics.start_error_series(&crate::telemetry::ErrorSeries {
+        fetch: network.iter().chain(git).copied().collect(),
+        writeback: network
+            .iter()
+            .chain(git)
+            .chain(crate::writeback::push::WriteError::LABELS)
+            .copied()
+            .collect(),
+        commit_status: network
+            .iter()
+            .chain(crate::writeback::commit_status::PostError::LABELS)
+            .copied()
+            .collect(),
+        reconcile: crate::controller::ReconcileError::LABELS.to_vec(),
+    });
+    metrics
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_label_lists_hold_every_label_given() {
+        use crate::net::Failure;
+        use crate::source::git::GitError;
+        for f in [
+            Failure::Certificate,
+            Failure::Tls,
+            Failure::Dns,
+            Failure::Refused,
+            Failure::Timeout,
+            Failure::Other,
+        ] {
+            assert!(Failure::LABELS.contains(&f.label()), "{f:?}");
+        }
+        let e = || git2::Error::from_str("x");
+        let url = String::new;
+        for g in [
+            GitError::Timeout {
+                url: url(),
+                after: std::time::Duration::ZERO,
+            },
+            GitError::Auth {
+                url: url(),
+                source: e(),
+            },
+            GitError::UnknownHostKey {
+                url: url(),
+                known_hosts: url(),
+            },
+            GitError::NoSuchBranch {
+                url: url(),
+                branch: url(),
+            },
+            GitError::CredentialFile {
+                path: "p".into(),
+                source: std::io::Error::other("x"),
+            },
+            GitError::Git(e()),
+            GitError::Io {
+                path: "p".into(),
+                source: std::io::Error::other("x"),
+            },
+        ] {
+            assert!(GitError::LABELS.contains(&g.label()), "{g:?}");
+        }
+    }
+
+    #[test]
+    fn every_error_counter_exists_before_the_first_error() {
+        let text = super::metrics().encode();
+        for series in [
+            r#"linnet_git_fetch_errors_total{reason="timeout"} 0"#,
+            r#"linnet_git_fetch_errors_total{reason="certificate"} 0"#,
+            r#"linnet_git_fetch_errors_total{reason="auth"} 0"#,
+            r#"linnet_writeback_errors_total{reason="kept_moving"} 0"#,
+            r#"linnet_commit_status_posts_total{result="refused"} 0"#,
+            r#"linnet_reconcile_errors_total{kind="CanaryDeployment",error="kube_api"} 0"#,
+        ] {
+            assert!(text.contains(series), "no {series} in:\n{text}");
         }
     }
 }

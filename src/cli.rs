@@ -129,5 +129,8 @@ use commands::*;
 mod agent_command;
 use agent_command::*;
 
+mod agent_args;
+pub use agent_args::AgentArgs;
+
 mod args;
 pub use args::*;

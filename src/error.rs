@@ -5,13 +5,6 @@ use std::path::PathBuf;
 /// Anything that can go wrong in linnet, with the context a user needs to act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A subcommand that is planned but not built yet.
-    #[error("`linnet {command}` is not built yet: {planned}")]
-    NotBuiltYet {
-        command: &'static str,
-        planned: &'static str,
-    },
-
     #[error("cannot connect to Kubernetes: {0}")]
     KubeConfig(#[source] Box<dyn std::error::Error + Send + Sync>),
 
@@ -47,7 +40,6 @@ impl Error {
     /// A stable label for the `error` dimension of metrics; never includes user data.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::NotBuiltYet { .. } => "not_built_yet",
             Error::KubeConfig(_) => "kubeconfig",
             Error::Cluster(_) => "cluster",
             Error::Kube(_) => "kube_api",
@@ -143,15 +135,20 @@ mod tests {
 
     #[test]
     fn metric_labels_are_stable_snake_case() {
-        let e = Error::NotBuiltYet {
-            command: "agent",
-            planned: "x",
-        };
-        assert_eq!(e.metric_label(), "not_built_yet");
-        assert!(
-            e.metric_label()
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c == '_')
-        );
+        for e in [
+            Error::Usage("x".into()),
+            Error::Cluster("x".into()),
+            Error::TaskEnded {
+                task: "t",
+                how: "ended".into(),
+            },
+        ] {
+            assert!(
+                e.metric_label()
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{e}"
+            );
+        }
     }
 }

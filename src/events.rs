@@ -103,6 +103,16 @@ fn bucket(object: &ObjectReference) -> usize {
     (hasher.finish() % BUCKETS as u64) as usize
 }
 
+/// The event's `action`, which with its reason keys the Recorder's series: the same text
+/// again counts up one event, and new text (the next canary's image) makes a new event
+/// instead of raising the count of one that still shows the first occurrence's text.
+pub fn event_action(message: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    message.hash(&mut hasher);
+    format!("Reconcile-{:08x}", hasher.finish() as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

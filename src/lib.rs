@@ -10,28 +10,30 @@
 //! ```
 //!
 //! - [`source`] is the only module that reads Git; [`writeback`] the only one that writes it.
-//! - [`sync`] and [`controller`] are the only modules that talk to the cluster, with
-//!   [`events`], through which both publish their Kubernetes events.
-//! - [`plan`] makes every rollout decision, as pure functions of spec, observed state and time.
+//! - [`plan`] makes every rollout decision, as pure functions of spec, observed state and time:
+//!   it and the CRD types ([`api`]) are the crate `linnet-core`, which has no Kubernetes
+//!   client, Git or async runtime, and are re-exported here.
+//! - The cluster is written by [`sync`] (Git's objects), [`controller`] (the rollouts'
+//!   children and statuses), [`runtime`] (the Lease and the source's LinnetSource) and
+//!   [`events`]; read also by [`watch`] (the shared stores) and [`inspect`] (`linnet get`).
+//! - Imports run down the layers of docs/development.md; `tests/layers.rs` checks them.
 
 pub mod agent;
-pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod error;
 pub mod events;
-pub mod hash;
 pub mod inspect;
 pub mod kube_client;
 pub mod net;
-pub mod plan;
 pub mod runtime;
 pub mod serve;
 pub mod source;
 pub mod specs;
 pub mod sync;
 pub mod telemetry;
-pub mod text;
+pub mod watch;
 pub mod writeback;
 
 pub use error::{Error, Result};
+pub use linnet_core::{api, hash, plan, text};

@@ -2,14 +2,13 @@
 //! connection holds a slot of a fixed number; a caller past the limit gets `503` with
 //! `Retry-After` (not a silent drop) and the connection is closed. Request headers must arrive
 //! within a timeout, which also closes a kept-alive connection that sends nothing. Bodies are
-//! bounded by their handlers (see [`crate::source::hooks`]).
+//! bounded by their handlers (the webhook routes bound theirs).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 
-use crate::source::hooks::Waker;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -54,13 +53,16 @@ const MAX_REFUSALS_IN_FLIGHT: usize = 1024;
 /// How long a refused connection may take to send its request head before it is closed.
 const REFUSAL_WAIT: Duration = Duration::from_secs(1);
 
+/// Called for each caller turned away at the connection limit.
+pub type OnRefused = Arc<dyn Fn() + Send + Sync>;
+
 /// Serves `app` on `listener` until the task is dropped. A caller turned away is reported to
 /// `on_refused` (the webhook listener schedules a look at the remote: it may have been a push).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ServeLimits,
-    on_refused: Option<Waker>,
+    on_refused: Option<OnRefused>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
@@ -105,8 +107,8 @@ pub async fn serve(
                     .await;
                 });
             }
-            if let Some(waker) = &on_refused {
-                waker.missed();
+            if let Some(refused) = &on_refused {
+                refused();
             }
             tracing::debug!(%peer, "connection refused: at the connection limit");
             continue;

@@ -1,25 +1,24 @@
-//! The layers of DESIGN.md, checked on the source: `plan/` makes decisions from what it is
-//! given and imports nothing from the modules that do I/O or wire processes; the processes
-//! live in `runtime/`, wired by `agent.rs` only; and no function's error is a bare `String`.
+//! The layers of docs/development.md, checked on the source. What the compiler can check, it
+//! does: the pure core (`api`, `plan`, `hash`, `text`) is the crate `linnet-core`, which
+//! cannot name the agent's modules, and this test checks that its dependencies hold no
+//! Kubernetes client, Git or async runtime. The rest is read with a Rust parser
+//! (`layers/imports.rs`): no import cycle between modules, imports that run down the layers
+//! listed in docs/development.md, that list and the layout table complete, no file over
+//! [`MAX_LINES`] lines of code, the processes wired by `agent.rs` only, and no function whose
+//! error is a bare `String`.
 
+#[path = "layers/imports.rs"]
+mod imports;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// The modules `plan/` may not use: they talk to Git, the cluster or the network, or run
-/// processes.
-const ABOVE_PLAN: &[&str] = &[
-    "sync",
-    "source",
-    "writeback",
-    "controller",
-    "agent",
-    "runtime",
-    "inspect",
-    "cli",
-    "serve",
-    "kube_client",
-    "net",
-    "events",
-];
+/// The most lines a file may have before its tests (`#[cfg(test)]`); test files are exempt.
+const MAX_LINES: usize = 500;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -32,44 +31,238 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// Every `.rs` file of both crates.
+fn all_sources() -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    rust_files(&root().join("crates/core/src"), &mut files);
+    files
+}
+
 #[test]
-fn plan_imports_nothing_from_the_layers_above_it() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/plan");
-    let mut files = vec![root.with_extension("rs")];
-    files.retain(|f| f.exists());
-    rust_files(&root, &mut files);
+fn no_module_imports_a_module_that_imports_it_back() {
     let mut found = Vec::new();
-    for file in &files {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or_default();
-            for module in ABOVE_PLAN {
-                if code.contains(&format!("crate::{module}::"))
-                    || code.contains(&format!("crate::{module}}}"))
-                    || code.contains(&format!("crate::{{{module}"))
-                    || code.contains(&format!("linnet::{module}::"))
-                {
-                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
-                }
+    for (krate, src) in [("linnet", "src"), ("linnet-core", "crates/core/src")] {
+        let graph = imports::read_crate(&root().join(src));
+        let mut parents = graph.parents();
+        parents.insert(Vec::new());
+        for parent in parents {
+            if let Some(cycle) = imports::find_cycle(&graph.children_edges(&parent)) {
+                let prefix: String = parent.iter().map(|p| format!("{p}::")).collect();
+                let cycle: Vec<String> = cycle.iter().map(|m| format!("{prefix}{m}")).collect();
+                found.push(format!("{krate}: {}", cycle.join(" -> ")));
             }
         }
     }
     assert!(
         found.is_empty(),
-        "plan/ must stay pure; move what it shares with these modules below both (as \
-         src/hash.rs):\n{}",
+        "import cycles (move what both need below both, or pass it in):\n{}",
         found.join("\n")
     );
 }
 
-/// Every `.rs` file under `src/`.
-fn all_sources() -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    rust_files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
+/// The layers listed in docs/development.md's "Layers" section, lowest first: lines
+/// `N. `a`, `b` ...`, each module named in backticks before the first ` - `.
+fn documented_layers() -> Vec<BTreeSet<String>> {
+    let doc = std::fs::read_to_string(root().join("docs/development.md")).unwrap_or_default();
+    let section = doc
+        .split("\n## Layers")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_default();
+    section
+        .lines()
+        .filter(|l| {
+            l.split_once(". ")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok())
+        })
+        .map(|l| {
+            let names = l.split(" - ").next().unwrap_or_default();
+            names
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn imports_run_down_the_documented_layers() {
+    let layers = documented_layers();
+    assert!(
+        layers.len() > 3,
+        "docs/development.md has no list of layers under \"## Layers\""
     );
-    files
+    let layer_of: BTreeMap<&str, usize> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| l.iter().map(move |m| (m.as_str(), i)))
+        .collect();
+    let mut found = Vec::new();
+    for src in ["src", "crates/core/src"] {
+        let graph = imports::read_crate(&root().join(src));
+        let top: BTreeSet<String> = graph
+            .files
+            .keys()
+            .filter_map(|m| m.first().cloned())
+            .collect();
+        for module in &top {
+            if !layer_of.contains_key(module.as_str()) {
+                found.push(format!(
+                    "{src}/{module} is in no layer of docs/development.md"
+                ));
+            }
+        }
+        for (from, to) in graph.children_edges(&[]) {
+            for to in to {
+                let (Some(a), Some(b)) = (layer_of.get(from.as_str()), layer_of.get(to.as_str()))
+                else {
+                    continue;
+                };
+                if b > a {
+                    found.push(format!(
+                        "{from} (layer {a}) imports {to} (layer {b}), a layer above it"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_layout_table_names_every_module_and_file_it_lists() {
+    let doc = std::fs::read_to_string(root().join("docs/development.md")).unwrap_or_default();
+    let layout = doc
+        .split("\n## Layout")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    // Every path the table names exists.
+    for path in layout
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|p| p.starts_with("src/") || p.starts_with("crates/"))
+    {
+        if !root().join(path.trim_end_matches('/')).exists() {
+            found.push(format!(
+                "the layout table names {path}, which does not exist"
+            ));
+        }
+    }
+    // Every module of both crates is in it.
+    for src in ["src", "crates/core/src"] {
+        for entry in std::fs::read_dir(root().join(src))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = if entry.path().is_dir() {
+                format!("{src}/{name}/")
+            } else {
+                format!("{src}/{name}")
+            };
+            if name == "lib.rs"
+                || name == "main.rs"
+                || !(entry.path().is_dir() || name.ends_with(".rs"))
+            {
+                continue;
+            }
+            if entry.path().is_dir() && root().join(src).join(format!("{name}.rs")).exists() {
+                continue;
+            }
+            if !layout.contains(&format!("`{path}`")) {
+                found.push(format!("the layout table leaves out `{path}`"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "docs/development.md: {}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_core_crate_has_no_kubernetes_client_git_or_async_runtime() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "linnet-core",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("cargo tree: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let crates: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(crates.contains("kube-core"), "{tree}");
+    for banned in [
+        "tokio",
+        "git2",
+        "hyper",
+        "reqwest",
+        "kube-client",
+        "kube-runtime",
+        "tower",
+        "axum",
+    ] {
+        assert!(
+            !crates.contains(banned),
+            "linnet-core depends on {banned}:\n{tree}"
+        );
+    }
+}
+
+/// The lines of `text` before its tests: up to a `#[cfg(test)]` at the start of a line.
+fn code_lines(text: &str) -> usize {
+    text.lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .count()
+}
+
+#[test]
+fn no_file_is_over_the_line_limit_before_its_tests() {
+    let mut found = Vec::new();
+    for file in all_sources() {
+        let rel = file
+            .strip_prefix(root())
+            .unwrap_or(&file)
+            .to_string_lossy()
+            .into_owned();
+        if rel.contains("/tests/") || rel.ends_with("/tests.rs") {
+            continue;
+        }
+        let lines = code_lines(&std::fs::read_to_string(&file).unwrap_or_default());
+        if lines > MAX_LINES {
+            found.push(format!("{rel}: {lines} lines"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "split these by what they do (at most {MAX_LINES} lines before the tests):\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -136,4 +329,39 @@ fn error_type(after: &str) -> Option<&str> {
         }
     }
     None
+}
+
+/// Writes a file of a scratch crate.
+fn scratch(root: &Path, file: &str, text: &str) {
+    let path = root.join(file);
+    std::fs::create_dir_all(path.parent().unwrap_or(root)).unwrap_or_default();
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{file}: {e}"));
+}
+
+#[test]
+fn the_import_reader_sees_every_form_text_matching_missed() {
+    // Issue 46: the text matcher missed `use crate::sync;`, a module not first in a
+    // `use crate::{...}` group, and `super::super::`.
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let src = dir.path();
+    scratch(src, "lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\n");
+    scratch(src, "a.rs", "use crate::b;\n");
+    scratch(src, "b.rs", "use crate::{d::Other, c::Thing};\n");
+    scratch(src, "c/mod.rs", "mod inner;\npub struct Thing;\n");
+    scratch(src, "c/inner.rs", "fn f() { super::super::d::g(); }\n");
+    scratch(
+        src,
+        "d.rs",
+        "pub struct Other;\npub fn g() { tracing::info!(\"{}\", crate::a::X); }\n",
+    );
+    let graph = imports::read_crate(src);
+    let edges = graph.children_edges(&[]);
+    let has = |a: &str, b: &str| edges.get(a).is_some_and(|t| t.contains(b));
+    assert!(has("a", "b"), "use crate::b; {edges:?}");
+    assert!(has("b", "c"), "second in a group: {edges:?}");
+    assert!(has("b", "d"), "first in a group: {edges:?}");
+    assert!(has("c", "d"), "super::super:: {edges:?}");
+    assert!(has("d", "a"), "a path in a macro call: {edges:?}");
+    let cycle = imports::find_cycle(&edges).unwrap_or_default();
+    assert!(cycle.len() >= 3, "no cycle found in {edges:?}");
 }

@@ -40,7 +40,9 @@ async fn start_with(tweak: impl FnOnce(&mut HookSettings), limits: ServeLimits) 
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, app, limits, Some(waker_for_refusals)));
+    let refused: linnet::serve::OnRefused =
+        std::sync::Arc::new(move || waker_for_refusals.missed());
+    tokio::spawn(serve(listener, app, limits, Some(refused)));
     Listener {
         base: format!("http://{addr}"),
         addr,

@@ -1,53 +1,10 @@
-//! How the controllers wait after errors: each watch backs off on its own, briefly, so that
-//! a restarted API server is followed within seconds; a rollout whose reconcile fails is
-//! retried later and later, slower for an error that only a change can clear, and logged once
-//! per change of error rather than once per retry.
-//!
-//! kube's `Controller` puts one backoff on all its trigger streams together (up to 30 s, reset
-//! after 120 s without errors). Across a kube-apiserver restart every child watch failed and
-//! then answered 410 Gone, one error after another, and each paused every trigger for up to
-//! 30 s: the controllers acted on nothing for minutes (issue 44). Each stream here carries
-//! [`watch_backoff`] and the controller's shared one never waits ([`NoTriggerBackoff`]).
+//! How the controllers wait after a reconcile fails: a rollout is retried later and later,
+//! slower for an error that only a change can clear, and logged once per change of error
+//! rather than once per retry. (Watches back off on their own: [`crate::watch::backoff`].)
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use kube::runtime::utils::Backoff;
-
-/// The first wait of a watch after an error.
-pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(250);
-/// The longest wait of a watch between two tries: a restarted API server is seen again
-/// within this (and the jitter) of answering.
-pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(4);
-
-/// One watch's backoff: kube's exponential backoff from [`WATCH_BACKOFF_MIN`] to
-/// [`WATCH_BACKOFF_MAX`], with jitter, reset by any event (kube's `StreamBackoff` resets it
-/// on success).
-pub fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(WATCH_BACKOFF_MIN)
-        .with_max_delay(WATCH_BACKOFF_MAX)
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-        .into()
-}
-
-/// The controller's backoff over all its trigger streams together: none, since each stream
-/// backs off on its own ([`watch_backoff`]); one stream's errors never hold up the others.
-pub struct NoTriggerBackoff;
-
-impl Iterator for NoTriggerBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        Some(Duration::ZERO)
-    }
-}
-
-impl Backoff for NoTriggerBackoff {
-    fn reset(&mut self) {}
-}
 
 /// The first retry of a reconcile that failed with an error that clears by itself.
 pub const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -149,26 +106,6 @@ impl ErrorRuns {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_watch_waits_at_most_a_few_seconds_between_tries() {
-        let mut b = watch_backoff();
-        let waits: Vec<Duration> = (&mut b).take(20).collect();
-        assert!(
-            waits.iter().all(|w| *w <= WATCH_BACKOFF_MAX * 2),
-            "{waits:?}"
-        );
-        b.reset();
-        assert!(
-            b.next().is_some_and(|w| w < WATCH_BACKOFF_MAX),
-            "reset starts over"
-        );
-    }
-
-    #[test]
-    fn the_controllers_shared_backoff_never_waits() {
-        assert_eq!(NoTriggerBackoff.next(), Some(Duration::ZERO));
-    }
 
     #[test]
     fn retries_slow_down_as_the_error_lasts_and_refusals_slow_down_more() {

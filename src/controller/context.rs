@@ -104,7 +104,7 @@ impl Context {
             },
             reason: reason.to_string(),
             note: Some(message.chars().take(1000).collect()),
-            action: event_action(message),
+            action: crate::events::event_action(message),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, object).await {
@@ -116,16 +116,6 @@ impl Context {
 /// The label selector of the rollouts (objects applied) of `source`.
 pub fn source_selector(source: &str) -> String {
     format!("{}={source}", crate::api::SOURCE_LABEL)
-}
-
-/// The event's `action`, which with its reason keys the Recorder's series: the same text
-/// again counts up one event, and new text (the next canary's image) makes a new event
-/// instead of raising the count of one that still shows the first occurrence's text.
-pub(crate) fn event_action(message: &str) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    message.hash(&mut hasher);
-    format!("Reconcile-{:08x}", hasher.finish() as u32)
 }
 
 impl Context {
@@ -161,14 +151,13 @@ impl Context {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     #[test]
     fn events_with_new_text_are_not_folded_into_a_stale_series() {
         // Issue 18: `CanaryStarted (x4) canary of redis:7.4.1` when the canary was redis:7.5.
-        let first = event_action("canary of redis:7.4.1");
-        assert_eq!(first, event_action("canary of redis:7.4.1"));
-        assert_ne!(first, event_action("canary of redis:7.5"));
+        let first = crate::events::event_action("canary of redis:7.4.1");
+        assert_eq!(first, crate::events::event_action("canary of redis:7.4.1"));
+        assert_ne!(first, crate::events::event_action("canary of redis:7.5"));
         assert!(first.len() <= 128, "the API's limit on action");
     }
 }

@@ -14,10 +14,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 
 use super::reconcile;
-use super::{Context, ReconcileError, StoreReady};
+use super::{Context, ReconcileError};
 use crate::api::{CanaryDeployment, ROLLOUT_LABEL};
 use crate::plan::observed::{DeploymentView, Observed, StoredDeployment};
-use crate::runtime::rollouts::{Changes, Rollouts};
+use crate::watch::StoreReady;
+use crate::watch::rollouts::{Changes, Rollouts};
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
@@ -29,14 +30,14 @@ pub async fn run(
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
     let wakes = super::wakes(changes, store.clone());
-    let children = crate::controller::watch_config(&ctx.child_selector());
+    let children = crate::watch::watch_config(&ctx.child_selector());
     // Read from this watch's store, not with a list in each reconcile, as the sets are. By
     // the rollout label, as the list was: a Deployment of the rollout that lacks this
     // source's label (hand-edited, or made under another source) is still seen, and deleted
     // when it serves no more.
     let (deployments, by_rollout, deployments_ready, deployment_changes) = watch_deployments(
         Api::<StoredDeployment>::all(client.clone()),
-        crate::controller::watch_config(ROLLOUT_LABEL),
+        crate::watch::watch_config(ROLLOUT_LABEL),
         ctx.clone(),
     );
     // The Jobs of `job` analysis metrics.
@@ -44,12 +45,12 @@ pub async fn run(
         Api::<kube::core::PartialObjectMeta<k8s_openapi::api::batch::v1::Job>>::all(client),
         children,
     )
-    .backoff(super::backoff::watch_backoff())
+    .backoff(crate::watch::backoff::watch_backoff())
     .touched_objects();
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
         // Each watch backs off on its own (see `backoff`).
-        .trigger_backoff(super::backoff::NoTriggerBackoff)
+        .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
         .owns_stream(deployment_changes)
@@ -105,7 +106,7 @@ fn watch_deployments(
     // Ready once the index has the first list too (told here, after it).
     let (told, ready) = StoreReady::told();
     let stream = watcher(api, config)
-        .backoff(crate::controller::backoff::watch_backoff())
+        .backoff(crate::watch::backoff::watch_backoff())
         .modify(|d| d.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |event| {

@@ -39,7 +39,7 @@ pub(crate) trait RolloutKind:
         + PartialEq
         + Send
         + Sync;
-    type Phase: Copy + std::fmt::Debug;
+    type Phase: Copy + std::fmt::Debug + crate::api::WireName;
     fn status(&self) -> Option<&Self::Status>;
     /// The hash of the spec as it is in the cluster ([`crate::api::spec_hash`]).
     fn spec_hash(&self) -> String;
@@ -253,13 +253,22 @@ where
     ctx.metrics.rollout_phase(
         K::KIND,
         &format!("{ns}/{name}"),
-        planned.status.phase().map(|p| format!("{p:?}")).as_deref(),
+        planned.status.phase().map(crate::api::WireName::wire_name),
     );
     let written = write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?;
     for action in &planned.actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
         if let Err(e) = execute(action, ctx, ns, &name, &observed).await {
-            return Err(show_action_failure(ctx, rollout, K::KIND, &planned.status, e, now).await);
+            return Err(show_action_failure(
+                ctx,
+                rollout,
+                K::KIND,
+                &planned.status,
+                action,
+                e,
+                now,
+            )
+            .await);
         }
     }
     let object = rollout.object_ref(&());

@@ -20,14 +20,15 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::execute::execute;
 use super::reconcile;
-use super::{Context, Doing, ReconcileError, StoreReady};
+use super::{Context, Doing, ReconcileError};
 use crate::api::{CanaryStatefulSet, FINALIZER, ROLLOUT_LABEL, StatefulSetStrategyType};
 use crate::plan::objects::{Role, migration_job_name};
 use crate::plan::observed::{
     ClaimView, JobView, Observed, PodView, SetView, StoredSet, VolumeView,
 };
 use crate::plan::statefulset::plan_cleanup;
-use crate::runtime::rollouts::{Changes, Rollouts};
+use crate::watch::StoreReady;
+use crate::watch::rollouts::{Changes, Rollouts};
 
 pub use crate::api::VOLUME_NAMESPACE_LABEL;
 
@@ -41,7 +42,7 @@ pub async fn run(
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
     let wakes = super::wakes(changes, store.clone());
-    let children = crate::controller::watch_config(&ctx.child_selector());
+    let children = crate::watch::watch_config(&ctx.child_selector());
     // The sets are read from this watch's store, not with a GET in each reconcile: at 1,000
     // rollouts those GETs were a third of the API server's requests in a first sync.
     let (sets, set_changes) = watch_sets(
@@ -53,18 +54,18 @@ pub async fn run(
     // volumes carry the rollout's name and namespace once a handoff has touched them. Every
     // wait of the phase machine is on one of these, so each is woken by what it waits for,
     // never by linnet's own status write (which `watch_rollouts` filters out).
-    let by_rollout = crate::controller::watch_config(ROLLOUT_LABEL);
+    let by_rollout = crate::watch::watch_config(ROLLOUT_LABEL);
     let pods = watcher(
         Api::<PartialObjectMeta<Pod>>::all(client.clone()),
         by_rollout.clone(),
     )
-    .backoff(crate::controller::backoff::watch_backoff())
+    .backoff(crate::watch::backoff::watch_backoff())
     .touched_objects();
     let volumes = watcher(
         Api::<PartialObjectMeta<PersistentVolume>>::all(client.clone()),
         by_rollout.clone(),
     )
-    .backoff(crate::controller::backoff::watch_backoff())
+    .backoff(crate::watch::backoff::watch_backoff())
     .touched_objects();
     // Pods, claims and volumes carry only the rollout's name, so these watches see every
     // agent's; only those of a rollout this agent runs (in its store) wake a reconcile.
@@ -78,16 +79,16 @@ pub async fn run(
         Api::<PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()),
         by_rollout,
     )
-    .backoff(super::backoff::watch_backoff())
+    .backoff(crate::watch::backoff::watch_backoff())
     .touched_objects();
     let jobs = watcher(Api::<PartialObjectMeta<Job>>::all(client.clone()), children)
-        .backoff(super::backoff::watch_backoff())
+        .backoff(crate::watch::backoff::watch_backoff())
         .touched_objects();
     let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
         // Each watch backs off on its own (see `backoff`).
-        .trigger_backoff(super::backoff::NoTriggerBackoff)
+        .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
         .owns_stream(set_changes)
@@ -149,7 +150,7 @@ fn watch_sets(
 ) {
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config)
-        .backoff(crate::controller::backoff::watch_backoff())
+        .backoff(crate::watch::backoff::watch_backoff())
         .modify(|set| set.metadata.managed_fields = None)
         .reflect(writer)
         // After the store has it: the reconcile this event wakes plans from it.

@@ -28,7 +28,7 @@ pub fn not_managed_message(kind: &str, source: &str) -> String {
 
 /// Watches both kinds for rollouts without a source label until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()>) {
-    let unlabelled = super::watch_config(&format!("!{SOURCE_LABEL}"));
+    let unlabelled = crate::watch::watch_config(&format!("!{SOURCE_LABEL}"));
     let sets = warn_each(
         ctx.clone(),
         Api::<CanaryStatefulSet>::all(ctx.client.clone()),
@@ -57,7 +57,7 @@ where
     // a deleted object's entries go with it.
     let mut warned: HashMap<String, Option<i64>> = HashMap::new();
     let mut events =
-        std::pin::pin!(watcher(api, config).backoff(crate::controller::backoff::watch_backoff()));
+        std::pin::pin!(watcher(api, config).backoff(crate::watch::backoff::watch_backoff()));
     while let Some(next) = events.next().await {
         let object = match next {
             Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => object,

@@ -191,7 +191,7 @@ where
     let (store, writer) = reflector::store();
     let changes = reflector(
         writer,
-        watcher(api, config).backoff(crate::controller::backoff::watch_backoff()),
+        watcher(api, config).backoff(crate::watch::backoff::watch_backoff()),
     )
     .map(move |event| matches!(event, Ok(watcher::Event::InitDone)).then_some(tag))
     .boxed();

@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
-use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition, ROLE_LABEL};
+use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition, ROLE_LABEL, RolloutView};
 
 /// The rollout, either kind.
 #[derive(Clone, Debug)]
@@ -254,49 +254,33 @@ struct Workload<'a> {
     pods: Vec<&'a Pod>,
 }
 
-/// What both kinds' statuses have, for [`summary`].
-struct Common<'a> {
-    kind: &'static str,
-    strategy: String,
-    phase: Option<String>,
-    message: Option<&'a str>,
-    stable: Option<&'a str>,
-    canary: Option<&'a str>,
-    conditions: &'a [Condition],
-    revision: Option<&'a str>,
-}
-
 /// The summary lines both kinds share, around `middle` (replicas, step or batch).
-fn summary<'a>(
-    meta: &'a ObjectMeta,
-    common: Common<'_>,
+fn summary<'a, R: RolloutView>(
+    r: &'a R,
+    strategy: &str,
     middle: Vec<(&'static str, String)>,
 ) -> Summary<'a> {
-    let Common {
-        kind,
-        strategy,
-        phase,
-        message,
-        stable,
-        canary,
-        conditions: conditions_,
-        revision,
-    } = common;
-    let phase = phase.unwrap_or_else(|| "(no status yet)".into());
+    let meta = r.meta();
+    let phase = r
+        .phase_name()
+        .map_or_else(|| "(no status yet)".into(), str::to_string);
     let mut lines = vec![
         ("Name", meta.name.clone().unwrap_or_default()),
         ("Namespace", meta.namespace.clone().unwrap_or_default()),
-        ("Kind", format!("{kind} ({strategy})")),
+        ("Kind", format!("{} ({strategy})", R::KIND)),
         ("Phase", phase.clone()),
-        ("Message", message.unwrap_or("-").to_string()),
-        ("Images", images(stable, canary)),
+        ("Message", r.message().unwrap_or("-").to_string()),
+        ("Images", images(r.stable_image(), r.canary_image())),
     ];
     lines.extend(middle);
-    lines.push(("Conditions", conditions(conditions_)));
-    lines.push(("Source", source(meta.annotations.as_ref(), revision)));
+    lines.push(("Conditions", conditions(r.conditions())));
+    lines.push((
+        "Source",
+        source(meta.annotations.as_ref(), r.source_revision()),
+    ));
     Summary {
         name: meta.name.clone().unwrap_or_default(),
-        kind,
+        kind: R::KIND,
         phase,
         created: meta.creation_timestamp.as_ref(),
         lines,
@@ -309,7 +293,7 @@ fn sts_summary(r: &CanaryStatefulSet) -> Summary<'_> {
         "Replicas",
         format!(
             "{} ready, {} canary ready (desired {}, canary {})",
-            st.and_then(|s| s.ready.as_deref()).unwrap_or("-"),
+            r.ready().unwrap_or("-"),
             st.map_or(0, |s| s.canary_ready_replicas),
             r.spec.replicas,
             r.spec.canary_replicas
@@ -320,20 +304,7 @@ fn sts_summary(r: &CanaryStatefulSet) -> Summary<'_> {
         middle.push(("Step", format!("{step}/{} {steps:?}", steps.len())));
     }
     middle.extend(analysis_lines(st.map_or(&[][..], |s| &s.analysis)));
-    summary(
-        &r.metadata,
-        Common {
-            kind: "CanaryStatefulSet",
-            strategy: format!("{:?}", r.spec.strategy.type_),
-            phase: st.and_then(|s| s.phase).map(|p| format!("{p:?}")),
-            message: st.and_then(|s| s.message.as_deref()),
-            stable: st.and_then(|s| s.stable_image.as_deref()),
-            canary: st.and_then(|s| s.canary_image.as_deref()),
-            conditions: st.map_or(&[][..], |s| &s.conditions),
-            revision: st.and_then(|s| s.source_revision.as_deref()),
-        },
-        middle,
-    )
+    summary(r, r.spec.strategy.type_.as_str(), middle)
 }
 
 fn deploy_summary(r: &CanaryDeployment) -> Summary<'_> {
@@ -342,7 +313,7 @@ fn deploy_summary(r: &CanaryDeployment) -> Summary<'_> {
         "Replicas",
         format!(
             "{} ready (desired {})",
-            st.and_then(|s| s.ready.as_deref()).unwrap_or("-"),
+            r.ready().unwrap_or("-"),
             r.spec.replicas
         ),
     )];
@@ -352,25 +323,12 @@ fn deploy_summary(r: &CanaryDeployment) -> Summary<'_> {
         let states: Vec<String> = st
             .batches
             .iter()
-            .map(|b| format!("{}:{:?}", b.batch, b.state))
+            .map(|b| format!("{}:{}", b.batch, b.state))
             .collect();
         middle.push(("Batch", format!("{batch} [{}]", states.join(" "))));
     }
     middle.extend(analysis_lines(st.map_or(&[][..], |s| &s.analysis)));
-    summary(
-        &r.metadata,
-        Common {
-            kind: "CanaryDeployment",
-            strategy: format!("{:?}", r.spec.strategy.type_),
-            phase: st.and_then(|s| s.phase).map(|p| format!("{p:?}")),
-            message: st.and_then(|s| s.message.as_deref()),
-            stable: st.and_then(|s| s.stable_image.as_deref()),
-            canary: st.and_then(|s| s.canary_image.as_deref()),
-            conditions: st.map_or(&[][..], |s| &s.conditions),
-            revision: st.and_then(|s| s.source_revision.as_deref()),
-        },
-        middle,
-    )
+    summary(r, r.spec.strategy.type_.as_str(), middle)
 }
 
 /// The most recent measurements shown per metric.
@@ -424,7 +382,7 @@ fn analysis_lines(runs: &[crate::api::AnalysisRunStatus]) -> Vec<(&'static str, 
                 .collect();
             (
                 "Analysis",
-                format!("{} {:?}: {}", run.name, run.phase, metrics.join("; ")),
+                format!("{} {}: {}", run.name, run.phase, metrics.join("; ")),
             )
         })
         .collect()

@@ -17,11 +17,12 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 
 use super::config::AgentConfig;
-use super::rollouts::RolloutStores;
 use super::state::{AgentState, SourceStatus};
+use crate::api::RolloutView;
 use crate::serve::serve;
 use crate::source::hooks::{self, Waker};
 use crate::telemetry::Metrics;
+use crate::watch::rollouts::RolloutStores;
 use crate::{Error, Result};
 
 /// What the handlers read.
@@ -88,7 +89,10 @@ pub async fn serve_all(
             .route("/status", get(status))
             .with_state(shared),
     );
-    let hooks_refusals = config.webhook.as_ref().map(|_| waker);
+    let hooks_refusals = config.webhook.as_ref().map(|_| {
+        let refused: crate::serve::OnRefused = Arc::new(move || waker.missed());
+        refused
+    });
     let mut listeners = vec![
         ("webhooks", config.listen, hooks_app, hooks_refusals),
         ("metrics and status", config.admin_listen, admin_app, None),
@@ -137,20 +141,14 @@ async fn metrics_text(
 }
 
 /// A rollout's row: its kind as `kubectl get` takes it, and what its status says.
-fn row(
-    kind: &str,
-    meta: &kube::api::ObjectMeta,
-    phase: Option<impl std::fmt::Debug>,
-    ready: Option<&String>,
-    message: Option<&String>,
-) -> RolloutRow {
+fn row<R: RolloutView>(o: &R) -> RolloutRow {
     RolloutRow {
-        kind: kind.into(),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-        phase: phase.map(|p| format!("{p:?}")),
-        ready: ready.cloned(),
-        message: message.cloned(),
+        kind: R::SHORT_NAME.into(),
+        namespace: o.meta().namespace.clone().unwrap_or_default(),
+        name: o.meta().name.clone().unwrap_or_default(),
+        phase: o.phase_name().map(str::to_string),
+        ready: o.ready().map(str::to_string),
+        message: o.message().map(str::to_string),
     }
 }
 
@@ -159,34 +157,8 @@ async fn status(State(shared): State<Arc<Shared>>) -> axum::Json<StatusReport> {
     let deploys = shared.rollouts.deployments.store().state();
     let mut rollouts: Vec<RolloutRow> = sets
         .iter()
-        .map(|o| {
-            let st = o.status.as_ref();
-            let (ready, message) = (
-                st.and_then(|s| s.ready.as_ref()),
-                st.and_then(|s| s.message.as_ref()),
-            );
-            row(
-                "csts",
-                &o.metadata,
-                st.and_then(|s| s.phase),
-                ready,
-                message,
-            )
-        })
-        .chain(deploys.iter().map(|o| {
-            let st = o.status.as_ref();
-            let (ready, message) = (
-                st.and_then(|s| s.ready.as_ref()),
-                st.and_then(|s| s.message.as_ref()),
-            );
-            row(
-                "cdeploy",
-                &o.metadata,
-                st.and_then(|s| s.phase),
-                ready,
-                message,
-            )
-        }))
+        .map(|o| row(o.as_ref()))
+        .chain(deploys.iter().map(|o| row(o.as_ref())))
         .collect();
     rollouts
         .sort_by(|a, b| (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name)));

@@ -5,12 +5,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::config::AgentConfig;
 use super::config::SourceConfig;
-use super::source_loop::SourceLoop;
 use crate::source::git::{GitError, GitMirror};
 use crate::source::snapshot::SpecSnapshot;
 use crate::specs::{LoadOptions, SpecSet};
-use crate::telemetry::ReasonLabel;
+use crate::telemetry::{Metrics, ReasonLabel};
 use crate::{Error, Result};
 
 /// Why a look at the source or a sync failed; the cluster keeps the last good state, and the
@@ -126,32 +126,33 @@ pub(super) enum History {
     },
 }
 
+/// A look at the remote: what it found, and how the new tip relates to the last one (the
+/// source loop records a rewrite, refused or not).
+pub(super) struct Looked {
+    pub found: Result<Found, SourceError>,
+    /// The new tip and its history, when there is a new tip.
+    pub history: Option<(git2::Oid, History)>,
+}
+
 pub(super) async fn look_at_remote(
     remote: Arc<Remote>,
-    source_loop: &SourceLoop,
+    config: &AgentConfig,
+    metrics: &Metrics,
     synced: Option<String>,
     announced: Option<String>,
-) -> Result<Found, SourceError> {
+) -> Looked {
     let started = Instant::now();
-    let result = ask_remote(&remote, source_loop, synced.clone(), announced).await;
-    source_loop
-        .metrics
+    let result = ask_remote(&remote, config, synced.clone(), announced).await;
+    metrics
         .fetch_duration
         .observe(started.elapsed().as_secs_f64());
+    let mut seen = None;
     let found = match result {
         Ok(RemoteTip::Unchanged) => Ok(Found::Nothing),
         Ok(RemoteTip::At(tip, history)) => {
-            match history {
-                Some(History::Rewritten { previous }) => {
-                    source_loop.history_rewritten(previous, tip).await;
-                }
-                Some(History::FastForward) => source_loop.history_fast_forward(),
-                None => {}
-            }
+            seen = history.map(|h| (tip, h));
             let refused = match history {
-                Some(History::Rewritten { previous })
-                    if source_loop.config.refuse_history_rewrites =>
-                {
+                Some(History::Rewritten { previous }) if config.refuse_history_rewrites => {
                     Some(SourceError::Git(GitError::Rewritten {
                         previous: previous.to_string(),
                         tip: tip.to_string(),
@@ -162,9 +163,9 @@ pub(super) async fn look_at_remote(
             match refused {
                 Some(e) => Err(e),
                 None => {
-                    let path = source_loop.config.path.clone();
-                    let load = source_loop.config.load.clone();
-                    let keys = source_loop.config.signing_keys.clone();
+                    let path = config.path.clone();
+                    let load = config.load.clone();
+                    let keys = config.signing_keys.clone();
                     let remote = remote.clone();
                     // Local work only: the objects are in the mirror already.
                     tokio::task::spawn_blocking(move || {
@@ -178,26 +179,29 @@ pub(super) async fn look_at_remote(
         }
         Err(e) => Err(e),
     };
-    found.inspect_err(|e| {
-        source_loop
-            .metrics
+    let found = found.inspect_err(|e| {
+        metrics
             .fetch_errors
             .get_or_create(&ReasonLabel {
                 reason: e.metric_label().to_string(),
             })
             .inc();
-    })
+    });
+    Looked {
+        found,
+        history: seen,
+    }
 }
 
 /// Asks the remote for its tip and fetches it when it is new, within --git-timeout, holding
 /// no lock while it waits.
 async fn ask_remote(
     remote: &Arc<Remote>,
-    source_loop: &SourceLoop,
+    config: &AgentConfig,
     synced: Option<String>,
     announced: Option<String>,
 ) -> Result<RemoteTip, SourceError> {
-    let timeout = source_loop.config.git_timeout;
+    let timeout = config.git_timeout;
     let (dir, git_remote, previous, announced_is_new) = {
         let s = remote.state.lock().map_err(|_| SourceError::Poisoned)?;
         let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
@@ -352,17 +356,19 @@ fn accept(mirror: &GitMirror, tip: git2::Oid) {
 
 pub(super) fn look_at_local(
     snapshot: &mut SpecSnapshot,
-    source_loop: &SourceLoop,
+    config: &AgentConfig,
     last_sync_ok: bool,
 ) -> Result<Found, SourceError> {
-    let SourceConfig::Local { dir } = &source_loop.config.source else {
+    let SourceConfig::Local { dir } = &config.source else {
         return Ok(Found::Nothing);
     };
-    let root = dir.join(&source_loop.config.path);
-    let files = crate::specs::list_local_spec_files(&root, &source_loop.config.load.shape)
-        .map_err(|source| SourceError::Local {
-            path: root.clone(),
-            source,
+    let root = dir.join(&config.path);
+    let files =
+        crate::specs::list_local_spec_files(&root, &config.load.shape).map_err(|source| {
+            SourceError::Local {
+                path: root.clone(),
+                source,
+            }
         })?;
     let listing: Vec<(String, String)> = files
         .iter()
@@ -370,7 +376,7 @@ pub(super) fn look_at_local(
         .collect();
     let by_path: std::collections::HashMap<&str, &crate::specs::LocalSpecFile> =
         files.iter().map(|f| (f.rel.as_str(), f)).collect();
-    let max = source_loop.config.load.max_file_bytes;
+    let max = config.load.max_file_bytes;
     let update = snapshot
         .update(
             &listing,
@@ -380,7 +386,7 @@ pub(super) fn look_at_local(
                     None => crate::specs::FileContent::Refused("vanished while read".into()),
                 })
             },
-            &source_loop.config.load,
+            &config.load,
         )
         .unwrap_or_else(|never: std::convert::Infallible| match never {});
     if !update.changed && last_sync_ok {

@@ -7,24 +7,24 @@
 //! - [`holder`]: at start, whether another live agent has this source name;
 //! - [`lease`]: the Lease in, whether this replica acts out;
 //! - [`shards`]: the shard Leases in (`--shards`), which rollouts this replica runs out;
-//! - [`rollouts`]: one watch and store per rollout kind, fanned out to the controllers,
-//!   write-back, commit statuses, spec-error statuses and `/status`;
 //! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
+//! - [`source_object`]: that state published on the source's `LinnetSource` object;
 //! - [`config`]: what the flags say;
 //! - [`supervise`]: every task above held by name; one that dies stops the agent.
 //!
 //! The controllers ([`crate::controller`]) and write-back ([`crate::writeback::run`],
 //! [`crate::writeback::post_commit_statuses`]) are the other tasks; they take their kind's
-//! [`rollouts::Rollouts`] instead of watching rollouts themselves.
+//! [`crate::watch::rollouts::Rollouts`] (one watch and store per rollout kind, fanned out)
+//! instead of watching rollouts themselves.
 
 pub mod config;
 pub mod holder;
 pub mod lease;
 pub mod listeners;
 pub mod look;
-pub mod rollouts;
 pub mod shards;
 pub mod source_loop;
+pub mod source_object;
 pub mod state;
 pub mod supervise;
 

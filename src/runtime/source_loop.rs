@@ -14,8 +14,7 @@ use kube::runtime::watcher::DefaultBackoff;
 use tokio::sync::mpsc;
 
 use super::config::AgentConfig;
-use super::look::{Found, Remote, SourceError, look_at_local, look_at_remote};
-use super::rollouts::RolloutStores;
+use super::look::{Found, History, Remote, SourceError, look_at_local, look_at_remote};
 use super::state::{AgentState, kept_errors, now_rfc3339};
 use crate::source::git::GitError;
 use crate::source::hooks::WakeReceiver;
@@ -23,6 +22,7 @@ use crate::source::snapshot::SpecSnapshot;
 use crate::specs::SpecSet;
 use crate::sync::Syncer;
 use crate::telemetry::{ActionLabel, Metrics, RevisionLabel};
+use crate::watch::rollouts::RolloutStores;
 use crate::writeback::commit_status::Wanted;
 use crate::{Error, Result};
 
@@ -82,7 +82,7 @@ impl SourceLoop {
         let event = Event {
             type_: EventType::Warning,
             reason: reason.into(),
-            action: crate::controller::context::event_action(&note),
+            action: crate::events::event_action(&note),
             note: Some(note),
             secondary: None,
         };
@@ -177,9 +177,24 @@ impl SourceLoop {
             let started = Instant::now();
             let found = match &remote {
                 Some(remote) => {
-                    look_at_remote(remote.clone(), &self, synced.clone(), announced).await
+                    let looked = look_at_remote(
+                        remote.clone(),
+                        &self.config,
+                        &self.metrics,
+                        synced.clone(),
+                        announced,
+                    )
+                    .await;
+                    match looked.history {
+                        Some((tip, History::Rewritten { previous })) => {
+                            self.history_rewritten(previous, tip).await;
+                        }
+                        Some((_, History::FastForward)) => self.history_fast_forward(),
+                        None => {}
+                    }
+                    looked.found
                 }
-                None => look_at_local(&mut local_snapshot, &self, last_sync_ok),
+                None => look_at_local(&mut local_snapshot, &self.config, last_sync_ok),
             };
             // Git did not move, but the cluster may have: the last synced specs, compared in full.
             let found = match found {

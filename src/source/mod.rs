@@ -5,7 +5,6 @@
 pub mod git;
 pub mod hooks;
 pub mod local;
-pub mod object;
 pub mod snapshot;
 pub mod verify;
 pub mod webhook;

@@ -1,5 +1,6 @@
 //! Webhooks from Git hosts: who sent a request, whether its signature holds, and what it
-//! asks for. Verification is pure and constant-time; the HTTP wiring lives in the agent.
+//! asks for. Verification is pure and constant-time; the routes are in [`super::hooks`], served
+//! by the runtime's webhook listener.
 //!
 //! | host | route | check |
 //! |---|---|---|

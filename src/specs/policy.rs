@@ -26,7 +26,7 @@ const CONTROLLER_MARKS: &[&str] = &[
     HANDOFF_TO_ANNOTATION,
     BIND_REQUESTED_ANNOTATION,
     // Put on by a person with rights on the object, never by the repository.
-    crate::sync::diff::ADOPT_ANNOTATION,
+    crate::api::ADOPT_ANNOTATION,
 ];
 
 /// The namespaces and cluster-scoped kinds a source may apply.

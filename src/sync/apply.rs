@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{ApiCapabilities, ApiResource, Scope, pinned_kind};
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -46,12 +45,6 @@ const PRUNABLE_KINDS: &[(&str, &str)] = &[
     // Listed so that pruning can say it keeps them.
     ("v1", "PersistentVolumeClaim"),
 ];
-
-/// After a 403 reading an object from Git: the fix is never to widen the agent's own rights.
-const READ_FORBIDDEN_HINT: &str = "; this identity may not read it. Do not widen linnet's own \
-     ClusterRole for an object from Git: the agent reads and writes such objects as the \
-     source's account (--apply-as), which a cluster admin grants per namespace \
-     (docs/security.md, Permissions)";
 
 /// Objects per list request in a full sync.
 const LIST_PAGE: u32 = 100;
@@ -91,115 +84,6 @@ enum NextApplied {
     },
 }
 
-/// Why one object of a revision was not read or written. Shown, located in its file, in the
-/// source's status (`syncErrors`), and retried with the next sync.
-#[derive(Debug)]
-pub enum ObjectError {
-    /// The cluster does not serve the object's kind; `linnet` for linnet's own kinds.
-    NotServed {
-        kind: String,
-        api_version: String,
-        linnet: bool,
-    },
-    /// The kind could not be looked up.
-    Lookup {
-        kind: String,
-        api_version: String,
-        source: kube::Error,
-    },
-    /// The agent cannot make a client that acts as the source's account.
-    ActAs(String),
-    /// A read as the agent failed.
-    Read(kube::Error),
-    /// A request failed: `what` is `apply`, `delete` or `read`; `refused` when the source's
-    /// account may not make it; `text` is the API server's message with what to grant.
-    Request {
-        what: &'static str,
-        refused: bool,
-        text: String,
-    },
-}
-
-impl std::fmt::Display for ObjectError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ObjectError::NotServed {
-                kind,
-                api_version,
-                linnet: true,
-            } => write!(
-                f,
-                "the cluster does not serve {kind} in {api_version}: install linnet's CRDs \
-                 (kubectl apply -f deploy/crds/crds.yaml)"
-            ),
-            ObjectError::NotServed {
-                kind, api_version, ..
-            } => write!(
-                f,
-                "the cluster does not serve {kind} in {api_version}: install the CRD or API \
-                 that provides it, or fix apiVersion"
-            ),
-            ObjectError::Lookup {
-                kind,
-                api_version,
-                source,
-            } => write!(
-                f,
-                "cannot look up {kind} in {api_version}: {}",
-                kube_message(source)
-            ),
-            ObjectError::ActAs(why) => f.write_str(why),
-            ObjectError::Read(e) => write!(
-                f,
-                "cannot read: {}",
-                kube_message_hinted(e, READ_FORBIDDEN_HINT)
-            ),
-            ObjectError::Request {
-                what,
-                refused: true,
-                text,
-            } => write!(f, "{what} refused: {text}"),
-            ObjectError::Request {
-                what: "read", text, ..
-            } => write!(f, "cannot read: {text}"),
-            ObjectError::Request { what, text, .. } => write!(f, "{what} failed: {text}"),
-        }
-    }
-}
-
-impl std::error::Error for ObjectError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ObjectError::Lookup { source, .. } | ObjectError::Read(source) => Some(source),
-            _ => None,
-        }
-    }
-}
-
-/// The outcome of a sync.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SyncReport {
-    pub created: Vec<ObjectKey>,
-    pub updated: Vec<ObjectKey>,
-    pub unchanged: usize,
-    pub pruned: Vec<ObjectKey>,
-    /// Volumes that pruning left in place.
-    pub kept_volumes: Vec<ObjectKey>,
-    /// Objects that could not be read or written, with the reason.
-    pub errors: Vec<(ObjectKey, String)>,
-    /// Objects changed outside Git and put back, with the fields that had drifted.
-    pub drift_reverted: Vec<(ObjectKey, Vec<String>)>,
-    /// Whether the sync read every managed object (a full sync) or only what changed.
-    pub full: bool,
-}
-
-impl SyncReport {
-    /// Write requests this sync made.
-    pub fn writes(&self) -> usize {
-        self.created.len() + self.updated.len() + self.pruned.len()
-    }
-}
-
 /// Applies desired sets to one cluster under linnet's field manager.
 pub struct Syncer {
     client: Client,
@@ -231,43 +115,6 @@ pub struct Syncer {
     inventory_namespace: Option<String>,
     /// What this source applied: all that pruning may delete.
     inventory: Mutex<InventoryState>,
-}
-
-/// Whose rights a sync applies and prunes Git's objects with: the source's, not the agent's.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ApplyAs {
-    /// The client's own identity (the engine's tests, with an admin client).
-    Client,
-    /// ServiceAccount `name` in each object's namespace; cluster-scoped objects are applied as
-    /// the one in `home` (the agent's namespace).
-    AccountPerNamespace { name: String, home: String },
-    /// One ServiceAccount for every object.
-    Account { namespace: String, name: String },
-}
-
-impl ApplyAs {
-    /// The Kubernetes user name of the account that writes objects in `namespace` (empty for
-    /// cluster-scoped objects), or `None` for the client's own identity.
-    pub fn user_for(&self, namespace: &str) -> Option<String> {
-        match self {
-            ApplyAs::Client => None,
-            ApplyAs::AccountPerNamespace { name, home } => Some(format!(
-                "system:serviceaccount:{}:{name}",
-                if namespace.is_empty() {
-                    home
-                } else {
-                    namespace
-                }
-            )),
-            ApplyAs::Account { namespace, name } => {
-                Some(format!("system:serviceaccount:{namespace}:{name}"))
-            }
-        }
-    }
-}
-
-fn split_api_version(api_version: &str) -> (&str, &str) {
-    api_version.rsplit_once('/').unwrap_or(("", api_version))
 }
 
 impl Syncer {
@@ -340,101 +187,6 @@ impl Syncer {
     pub fn with_policy(mut self, policy: crate::specs::Policy) -> Self {
         self.policy = policy;
         self
-    }
-
-    /// The client that writes objects in `namespace` (empty: cluster-scoped) as the source.
-    fn writer(&self, namespace: &str) -> Result<Client, ObjectError> {
-        let Some(user) = self.apply_as.user_for(namespace) else {
-            return Ok(self.client.clone());
-        };
-        let mut writers = self
-            .writers
-            .lock()
-            .map_err(|_| ObjectError::ActAs("the writer cache is poisoned".into()))?;
-        if let Some(client) = writers.get(&user) {
-            return Ok(client.clone());
-        }
-        let mut config = self
-            .kube_config
-            .clone()
-            .ok_or_else(|| ObjectError::ActAs(format!("no configuration to act as {user} with")))?;
-        config.auth_info.impersonate = Some(user.clone());
-        config.auth_info.impersonate_groups = None;
-        let client = crate::kube_client::from_config(config).map_err(|e| {
-            ObjectError::ActAs(format!("cannot make a client acting as {user}: {e}"))
-        })?;
-        writers.insert(user, client.clone());
-        Ok(client)
-    }
-
-    /// The `Api` that writes `key` as the source.
-    fn writer_api(
-        &self,
-        ar: &ApiResource,
-        caps: &ApiCapabilities,
-        namespace: &str,
-    ) -> Result<Api<DynamicObject>, ObjectError> {
-        let namespace = scoped(caps, namespace);
-        Ok(api_as(self.writer(namespace)?, ar, namespace))
-    }
-
-    /// What a 403 on a write means when the source's account made it.
-    fn forbidden_hint(&self, verb: &str, ar: &ApiResource, namespace: &str) -> String {
-        match self.apply_as.user_for(namespace) {
-            Some(user) => format!(
-                "; the source applies as {user}, which may not {verb} {}{}: a cluster admin \
-                 grants it (docs/security.md, Permissions), e.g. a RoleBinding to ClusterRole \
-                 linnet-source from deploy/source-rbac.yaml",
-                ar.plural,
-                if namespace.is_empty() {
-                    String::new()
-                } else {
-                    format!(" in namespace {namespace}")
-                }
-            ),
-            None => String::new(),
-        }
-    }
-
-    async fn resource(
-        &self,
-        api_version: &str,
-        kind: &str,
-    ) -> Result<(ApiResource, ApiCapabilities), ObjectError> {
-        let cache_key = (api_version.to_string(), kind.to_string());
-        if let Some(found) = self.discovery.lock().await.get(&cache_key) {
-            return Ok(found.clone());
-        }
-        let (group, version) = split_api_version(api_version);
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let found = pinned_kind(&self.client, &gvk)
-            .await
-            .map_err(|e| match &e {
-                kube::Error::Api(s) if s.code == 404 => ObjectError::NotServed {
-                    kind: kind.to_string(),
-                    api_version: api_version.to_string(),
-                    linnet: group == crate::api::GROUP,
-                },
-                _ => ObjectError::Lookup {
-                    kind: kind.to_string(),
-                    api_version: api_version.to_string(),
-                    source: e,
-                },
-            })?;
-        self.discovery.lock().await.insert(cache_key, found.clone());
-        Ok(found)
-    }
-
-    /// The `Api` that reads objects of `ar` in `namespace` as the agent.
-    fn api(&self, ar: &ApiResource, caps: &ApiCapabilities, namespace: &str) -> Api<DynamicObject> {
-        api_as(self.client.clone(), ar, scoped(caps, namespace))
-    }
-
-    fn selector(&self) -> String {
-        format!(
-            "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_LABEL}={}",
-            self.source
-        )
     }
 
     /// Puts a rollout's spec back to Git's whole, when its controller found another in the
@@ -659,39 +411,6 @@ fn with_nulls(want: &Value, have: &Value) -> Value {
     }
 }
 
-/// The namespace an object of this kind lives in: none when the kind is cluster-scoped,
-/// whatever the key says.
-fn scoped<'a>(caps: &ApiCapabilities, namespace: &'a str) -> &'a str {
-    if caps.scope == Scope::Cluster {
-        ""
-    } else {
-        namespace
-    }
-}
-
-/// An `Api` for `client` in `namespace`, or across namespaces (and for cluster-scoped kinds)
-/// when it is empty.
-fn api_as(client: Client, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
-    if namespace.is_empty() {
-        Api::all_with(client, ar)
-    } else {
-        Api::namespaced_with(client, namespace, ar)
-    }
-}
-
-/// Each error about an object from Git, prefixed with where Git declares it.
-fn located(errors: Vec<(ObjectKey, String)>, specs: &SpecSet) -> Vec<(ObjectKey, String)> {
-    errors
-        .into_iter()
-        .map(
-            |(key, e)| match specs.objects.get(&key).map(|o| &o.location) {
-                Some(at) => (key, format!("{at}: {e}")),
-                None => (key, e),
-            },
-        )
-        .collect()
-}
-
 /// Adds the objects `api` lists with `params` to `live`, page by page, each reduced to what the
 /// diff needs before the next page (one response for 1,000 rollouts was the agent's biggest
 /// memory peak): the fields its desired object sets, or its identity when Git does not have
@@ -729,25 +448,16 @@ async fn list_live(
     }
 }
 
-/// The live object as the diff needs it: without `managedFields` and `status`, which Git never
-/// sets and which made up most of a full sync's memory at 1,000 rollouts.
-fn to_value(mut object: DynamicObject, ar: &ApiResource) -> Value {
-    object.metadata.managed_fields = None;
-    if let Value::Object(data) = &mut object.data {
-        data.remove("status");
-    }
-    if object.types.is_none() {
-        object.types = Some(kube::core::TypeMeta {
-            api_version: ar.api_version.clone(),
-            kind: ar.kind.clone(),
-        });
-    }
-    serde_json::to_value(object).unwrap_or(Value::Null)
-}
-
+mod access;
 mod inventory_store;
 mod planning;
+mod report;
 mod writes;
+
+pub use access::ApplyAs;
+use access::{READ_FORBIDDEN_HINT, scoped, to_value};
+use report::located;
+pub use report::{ObjectError, SyncReport};
 
 use inventory_store::InventoryState;
 

@@ -11,8 +11,7 @@ use crate::api::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, SOURCE_LABEL, SOURCE_PATH_ANNOTATION,
 };
 
-/// Annotation by which a cluster user lets linnet take over an object it did not apply.
-pub const ADOPT_ANNOTATION: &str = "rollouts.linnet.dev/adopt";
+pub use crate::api::ADOPT_ANNOTATION;
 use crate::specs::ObjectKey;
 
 /// What a sync does with one object.

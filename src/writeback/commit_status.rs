@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::api::{
-    CanaryDeployment, CanaryStatefulSet, DeploymentPhase, PromotionType, StatefulSetPhase,
+    CanaryDeployment, CanaryStatefulSet, DeploymentPhase, PromotionType, RolloutView,
+    StatefulSetPhase,
 };
 
 /// The Git hosts linnet posts commit statuses to.
@@ -71,7 +72,15 @@ fn is_sha(s: &str) -> bool {
     (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-fn wanted(
+fn wanted<R: RolloutView>(
+    cfg: &CommitStatusConfig,
+    o: &R,
+    state: Option<(State, String)>,
+) -> Option<Wanted> {
+    wanted_on(cfg, R::KIND, o.meta(), o.source_revision(), state)
+}
+
+fn wanted_on(
     cfg: &CommitStatusConfig,
     kind: &str,
     meta: &kube::api::ObjectMeta,
@@ -99,18 +108,15 @@ fn wanted(
 /// promotion under way keeps the status it had until it is done).
 pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -> Option<Wanted> {
     let s = o.status.as_ref()?;
-    let image = s
-        .canary_image
-        .clone()
-        .unwrap_or_else(|| o.spec.image.clone());
+    let image = o.rolling_out();
     let state = match s.phase? {
         StatefulSetPhase::Initializing => Some((State::Pending, "starting".to_string())),
         StatefulSetPhase::Stable => Some((
             State::Success,
             format!(
                 "stable: {} on {}",
-                s.ready.as_deref().unwrap_or("-"),
-                s.stable_image.as_deref().unwrap_or("-")
+                o.ready().unwrap_or("-"),
+                o.stable_image().unwrap_or("-")
             ),
         )),
         StatefulSetPhase::ScalingDownStable | StatefulSetPhase::DeployingCanary => {
@@ -146,22 +152,13 @@ pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -
                 .unwrap_or_else(|| "the spec cannot be acted on".into()),
         )),
     };
-    wanted(
-        cfg,
-        "CanaryStatefulSet",
-        &o.metadata,
-        s.source_revision.as_deref(),
-        state,
-    )
+    wanted(cfg, o, state)
 }
 
 /// What a CanaryDeployment shows on its commit.
 pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> Option<Wanted> {
     let s = o.status.as_ref()?;
-    let image = s
-        .canary_image
-        .clone()
-        .unwrap_or_else(|| o.spec.image.clone());
+    let image = o.rolling_out();
     let state = match s.phase? {
         DeploymentPhase::Initializing => Some((State::Pending, "starting".to_string())),
         DeploymentPhase::Progressing => Some((
@@ -182,8 +179,8 @@ pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> 
             State::Success,
             format!(
                 "complete: {} on {}",
-                s.ready.as_deref().unwrap_or("-"),
-                s.stable_image.as_deref().unwrap_or("-")
+                o.ready().unwrap_or("-"),
+                o.stable_image().unwrap_or("-")
             ),
         )),
         DeploymentPhase::RollingBack => None,
@@ -194,13 +191,7 @@ pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> 
                 .unwrap_or_else(|| format!("{image} failed")),
         )),
     };
-    wanted(
-        cfg,
-        "CanaryDeployment",
-        &o.metadata,
-        s.source_revision.as_deref(),
-        state,
-    )
+    wanted(cfg, o, state)
 }
 
 /// The error status for rollout `namespace/name`, whose file has `located_error` at
@@ -217,7 +208,7 @@ pub fn wanted_for_spec_error(
         name: Some(name.to_string()),
         ..Default::default()
     };
-    wanted(
+    wanted_on(
         cfg,
         "spec",
         &meta,

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::runtime::rollouts::Subscription;
 use crate::source::git::GitRemote;
 use crate::telemetry::{Metrics, ReasonLabel};
+use crate::watch::rollouts::Subscription;
 use push::{Pushed, StatusWriter};
 use status_files::StatusFile;
 

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition};
+use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition, RolloutView};
 
 /// The directory of status files in the repository.
 pub const STATUS_DIR: &str = ".linnet/status";
@@ -33,7 +33,7 @@ struct Document<'a> {
     /// The Git commit that last set the spec.
     #[serde(skip_serializing_if = "Option::is_none")]
     source_revision: Option<&'a str>,
-    phase: String,
+    phase: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,97 +119,41 @@ pub fn flat_path(namespace: &str, name: &str) -> String {
 
 /// The status file of a CanaryStatefulSet; `None` before it has a status.
 pub fn for_statefulset(o: &CanaryStatefulSet) -> Option<StatusFile> {
-    let s = o.status.as_ref()?;
-    let phase = format!("{:?}", s.phase?);
-    let namespace = o.metadata.namespace.as_deref()?;
-    let name = o.metadata.name.as_deref()?;
-    let canary = s.canary_image.as_deref();
-    // What each image runs, so a subject never names an image that no replica serves (a
-    // rolled-back canary's).
-    let stable_ready = s.ready_replicas - s.canary_ready_replicas;
-    let mut running = vec![format!(
-        "{stable_ready} on {}",
-        s.stable_image.as_deref().unwrap_or("-")
-    )];
-    if let Some(canary) = canary.filter(|_| s.canary_ready_replicas > 0) {
-        running.push(format!("{} on {canary}", s.canary_ready_replicas));
-    }
-    let summary = format!(
-        "{namespace}/{name} {phase} ({}; {} ready)",
-        running.join(", "),
-        s.ready.as_deref().unwrap_or("-"),
-    );
-    let doc = Document {
-        api_version: crate::api::API_VERSION,
-        kind: "CanaryStatefulSet",
-        namespace,
-        name,
-        source_revision: s.source_revision.as_deref(),
-        phase,
-        message: s.message.as_deref(),
-        since: s.phase_since.as_ref().map(|t| t.0.to_string()),
-        images: Images {
-            stable: s.stable_image.as_deref(),
-            canary,
-        },
-        replicas: Replicas {
-            desired: o.spec.replicas,
-            ready: s.ready_replicas,
-            canary: canary.map(|_| s.canary_ready_replicas),
-        },
-        step: s.current_step,
-        batch: None,
-        conditions: conditions(&s.conditions),
-    };
-    Some(render(&doc, summary))
+    status_file(o)
 }
 
 /// The status file of a CanaryDeployment; `None` before it has a status.
 pub fn for_deployment(o: &CanaryDeployment) -> Option<StatusFile> {
-    let s = o.status.as_ref()?;
-    let phase = format!("{:?}", s.phase?);
-    let namespace = o.metadata.namespace.as_deref()?;
-    let name = o.metadata.name.as_deref()?;
-    let canary = s.canary_image.as_deref();
-    let running: Vec<String> = s
-        .available_by_image
-        .iter()
-        .map(|r| format!("{} on {}", r.replicas, r.image))
-        .collect();
-    let running = if running.is_empty() {
-        "none available".to_string()
-    } else {
-        running.join(", ")
-    };
-    let summary = format!(
-        "{namespace}/{name} {phase} ({}{running}; {} ready)",
-        s.batch
-            .as_deref()
-            .map(|b| format!("batch {b}: "))
-            .unwrap_or_default(),
-        s.ready.as_deref().unwrap_or("-"),
-    );
+    status_file(o)
+}
+
+/// The status file of any rollout; `None` before it has a status.
+pub fn status_file<R: RolloutView>(o: &R) -> Option<StatusFile> {
+    let phase = o.phase_name()?;
+    let namespace = o.meta().namespace.as_deref()?;
+    let name = o.meta().name.as_deref()?;
+    let summary = o.summary()?;
     let doc = Document {
         api_version: crate::api::API_VERSION,
-        kind: "CanaryDeployment",
+        kind: R::KIND,
         namespace,
         name,
-        source_revision: s.source_revision.as_deref(),
+        source_revision: o.source_revision(),
         phase,
-        message: s.message.as_deref(),
-        since: s.phase_since.as_ref().map(|t| t.0.to_string()),
+        message: o.message(),
+        since: o.phase_since().map(|t| t.0.to_string()),
         images: Images {
-            stable: s.stable_image.as_deref(),
-            canary,
+            stable: o.stable_image(),
+            canary: o.canary_image(),
         },
         replicas: Replicas {
-            desired: o.spec.replicas,
-            ready: s.available_replicas,
-            canary: None,
+            desired: o.desired_replicas(),
+            ready: o.ready_replicas(),
+            canary: o.canary_ready_replicas(),
         },
-        step: None,
-        batch: s.batch.as_deref(),
-        conditions: conditions(&s.conditions),
+        step: o.step(),
+        batch: o.batch(),
+        conditions: conditions(o.conditions()),
     };
     Some(render(&doc, summary))
 }

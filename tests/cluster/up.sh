@@ -158,7 +158,8 @@ start kube-scheduler --kubeconfig admin.kubeconfig --leader-elect=false --secure
 
 # kwok: the stock node and pod stages, except that pods whose image tag is `broken` run but
 # never become Ready, and Job pods whose image tag is `fail` fail (tests use these to reach
-# rollback and migration-failure paths).
+# rollback and migration-failure paths); and a running pod made NotReady by another actor
+# becomes Ready again, as under a kubelet (kwok-stage-ready-again.yaml).
 stages=$bin/kwok-stages
 {
   cat "$stages/node-initialize.yaml"; echo "---"
@@ -167,6 +168,7 @@ stages=$bin/kwok-stages
   sed "s|^    matchExpressions:|    matchExpressions:\n    - key: '[.spec.containers[].image \| endswith(\":broken\")] \| any'\n      operator: 'NotIn'\n      values: ['true']|" \
     "$stages/pod-ready.yaml"; echo "---"
   cat "$here/kwok-stage-broken.yaml"; echo "---"
+  cat "$here/kwok-stage-ready-again.yaml"; echo "---"
   # pod-complete, narrowed to Job pods with no `fail` image; those fail instead.
   sed "s|^    matchExpressions:|    matchExpressions:\n    - key: '[.spec.containers[].image \| endswith(\":fail\")] \| any'\n      operator: 'NotIn'\n      values: ['true']|" \
     "$stages/pod-complete.yaml"; echo "---"

@@ -103,7 +103,7 @@ impl Syncer {
         let event = Event {
             type_: EventType::Warning,
             reason: "DriftReverted".into(),
-            action: crate::controller::context::event_action(&note),
+            action: crate::events::event_action(&note),
             note: Some(note),
             secondary: None,
         };

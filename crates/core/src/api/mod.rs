@@ -5,14 +5,18 @@
 mod analysis;
 mod deployment;
 mod embedded;
+mod names;
 mod source;
 mod statefulset;
+mod view;
 
 pub use analysis::*;
 pub use deployment::*;
 pub use embedded::Embedded;
+pub use names::WireName;
 pub use source::*;
 pub use statefulset::*;
+pub use view::RolloutView;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -37,6 +41,9 @@ pub const MANAGED_BY_VALUE: &str = "linnet";
 /// Label naming the source (a linnet agent's `--source-name`) an object came from; pruning only
 /// ever considers objects of its own source.
 pub const SOURCE_LABEL: &str = "rollouts.linnet.dev/source";
+/// On an object in the cluster: a source may take it over although another source (or no
+/// source) applied it.
+pub const ADOPT_ANNOTATION: &str = "rollouts.linnet.dev/adopt";
 /// Annotation with the object's file in the repository, relative to the spec path.
 pub const SOURCE_PATH_ANNOTATION: &str = "rollouts.linnet.dev/source-path";
 /// Annotation with the Git revision the object was last applied from.

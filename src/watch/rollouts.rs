@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::broadcast;
 
 use crate::api::{CanaryDeployment, CanaryStatefulSet};
-use crate::controller::StoreReady;
+use crate::watch::StoreReady;
 
 /// Changes a subscriber may be behind before it is handed the whole store instead. At start
 /// every rollout arrives at once: 1,000 of them fit.
@@ -99,7 +99,7 @@ impl RolloutStores {
         RolloutWatch<CanaryStatefulSet>,
         RolloutWatch<CanaryDeployment>,
     ) {
-        let config = crate::controller::watch_config(selector);
+        let config = crate::watch::watch_config(selector);
         let (statefulsets, sts_watch) =
             Rollouts::new(kube::Api::all(client.clone()), config.clone());
         let (deployments, deploy_watch) = Rollouts::new(kube::Api::all(client.clone()), config);
@@ -225,7 +225,7 @@ where
         } = self;
         let store = writer.as_reader();
         let events = watcher(api, config)
-            .backoff(crate::controller::backoff::watch_backoff())
+            .backoff(crate::watch::backoff::watch_backoff())
             .modify(|rollout| rollout.meta_mut().managed_fields = None)
             .reflect(writer);
         let mut events = std::pin::pin!(events);

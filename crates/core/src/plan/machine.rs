@@ -67,7 +67,7 @@ pub(crate) fn keeping<P>(next: Next<P>) -> Next<P> {
 
 /// What both rollout statuses have: a phase, conditions and a message.
 pub trait RolloutStatus {
-    type Phase: Copy + std::fmt::Debug;
+    type Phase: Copy + std::fmt::Debug + crate::api::WireName;
     /// The phase a new status starts in.
     const INITIAL: Self::Phase;
     fn phase(&self) -> Option<Self::Phase>;
@@ -78,6 +78,9 @@ pub trait RolloutStatus {
     fn conditions(&self) -> &[Condition];
     /// Where a failed action is shown.
     fn conditions_and_message(&mut self) -> (&mut Vec<Condition>, &mut Option<String>);
+    /// The action that failed, while the plan still needs it.
+    fn failed_action(&self) -> Option<&str>;
+    fn set_failed_action(&mut self, action: Option<String>);
     /// The analysis runs and their measurements.
     fn analysis_runs(&mut self) -> &mut Vec<crate::api::AnalysisRunStatus>;
 }
@@ -104,6 +107,12 @@ macro_rules! rollout_status {
             fn conditions_and_message(&mut self) -> (&mut Vec<Condition>, &mut Option<String>) {
                 (&mut self.conditions, &mut self.message)
             }
+            fn failed_action(&self) -> Option<&str> {
+                self.failed_action.as_deref()
+            }
+            fn set_failed_action(&mut self, action: Option<String>) {
+                self.failed_action = action;
+            }
             fn analysis_runs(&mut self) -> &mut Vec<crate::api::AnalysisRunStatus> {
                 &mut self.analysis
             }
@@ -119,15 +128,45 @@ rollout_status!(
     crate::api::DeploymentPhase
 );
 
-/// A phase machine: [`plan`] runs it.
+/// What both phase machines plan with: the rollout as its kind's planner sees it (`r`), what
+/// was observed, the time, the status being made, the actions emitted and the timer. Each
+/// kind's planner is this with its own rollout and status types, and implements [`Machine`].
+pub(crate) struct Planner<'a, R, S> {
+    pub r: &'a R,
+    pub o: &'a super::observed::Observed,
+    pub now: Timestamp,
+    pub st: S,
+    pub actions: Vec<super::Action>,
+    /// A real timer: a bake time, a measurement or the progress deadline.
+    pub requeue: Option<std::time::Duration>,
+}
+
+impl<'a, R, S: RolloutStatus + Clone> Planner<'a, R, S> {
+    /// A planner that starts from the rollout's current `status`.
+    pub fn new(r: &'a R, o: &'a super::observed::Observed, status: &S, now: Timestamp) -> Self {
+        Planner {
+            r,
+            o,
+            now,
+            st: status.clone(),
+            actions: Vec::new(),
+            requeue: None,
+        }
+    }
+
+    fn phase(&self) -> S::Phase {
+        self.st.phase().unwrap_or(S::INITIAL)
+    }
+
+    fn enter(&mut self, phase: S::Phase, message: &str) {
+        self.st.enter(phase, self.now, message);
+    }
+}
+
+/// What each kind's phase machine decides; [`plan`] runs it.
 pub(crate) trait Machine {
     type Status: RolloutStatus;
-    fn status(&self) -> &Self::Status;
-    fn status_mut(&mut self) -> &mut Self::Status;
-    fn now(&self) -> Timestamp;
     fn step(&mut self, phase: Phase<Self>) -> Next<Phase<Self>>;
-    /// How many actions have been emitted so far.
-    fn mark(&self) -> usize;
     /// The phase moved on: decide what becomes of the actions it emitted since `mark`.
     fn moved_on(&mut self, mark: usize, keep: bool);
     /// Before the first step, what a new status lacks besides its phase.
@@ -135,16 +174,6 @@ pub(crate) trait Machine {
     /// After the last step, given the message of the phase it stopped in: the status's other
     /// fields, the actions, the timer and how the rollout stands.
     fn finish(self, message: String) -> Finished<Self::Status>;
-
-    fn phase(&self) -> Phase<Self> {
-        self.status()
-            .phase()
-            .unwrap_or(<Self::Status as RolloutStatus>::INITIAL)
-    }
-    fn enter(&mut self, phase: Phase<Self>, message: &str) {
-        let now = self.now();
-        self.status_mut().enter(phase, now, message);
-    }
 }
 
 /// What a machine hands [`plan`] after its last step.
@@ -163,20 +192,22 @@ pub(crate) type Phase<M> = <<M as Machine>::Status as RolloutStatus>::Phase;
 /// The one driver of both phase machines: starts the status, runs steps until one stays,
 /// finishes the plan, and keeps shown an action failure the plan repeats. `before` is the
 /// status the plan was made from.
-pub(crate) fn plan<M: Machine>(mut m: M, before: &M::Status) -> Planned<M::Status, Phase<M>> {
-    let now = m.now();
-    m.status_mut()
-        .start_in(<M::Status as RolloutStatus>::INITIAL);
+pub(crate) fn plan<'a, R, S>(mut m: Planner<'a, R, S>, before: &S) -> Planned<S, S::Phase>
+where
+    S: RolloutStatus + Clone,
+    Planner<'a, R, S>: Machine<Status = S>,
+{
+    let now = m.now;
+    m.st.start_in(S::INITIAL);
+    // Shown again below only while the plan still needs that action.
+    m.st.set_failed_action(None);
     m.start();
     let driven = drive(&mut m);
     let mut finished = m.finish(driven.message.clone());
-    let phase = finished
-        .status
-        .phase()
-        .unwrap_or(<M::Status as RolloutStatus>::INITIAL);
+    let phase = finished.status.phase().unwrap_or(S::INITIAL);
     let (conditions, _) = finished.status.conditions_and_message();
-    let reason = format!("{phase:?}");
-    set_standing(conditions, finished.standing, &reason, &driven.message, now);
+    let reason = crate::api::WireName::wire_name(phase);
+    set_standing(conditions, finished.standing, reason, &driven.message, now);
     let mut plan = Planned {
         status: finished.status,
         actions: finished.actions,
@@ -185,8 +216,7 @@ pub(crate) fn plan<M: Machine>(mut m: M, before: &M::Status) -> Planned<M::Statu
         entered: driven.entered,
     };
     let actions: Vec<String> = plan.actions.iter().map(super::Action::describe).collect();
-    let (conditions, message) = plan.status.conditions_and_message();
-    carry_action_failure(before.conditions(), conditions, message, actions, now);
+    carry_action_failure(before, &mut plan.status, actions, now);
     plan
 }
 
@@ -201,15 +231,20 @@ struct Driven<P> {
 }
 
 /// Runs steps until one stays.
-fn drive<M: Machine>(m: &mut M) -> Driven<Phase<M>> {
+fn drive<'a, R, S>(m: &mut Planner<'a, R, S>) -> Driven<S::Phase>
+where
+    S: RolloutStatus + Clone,
+    Planner<'a, R, S>: Machine<Status = S>,
+{
     let mut out = Driven {
         message: String::new(),
         entered: Vec::new(),
         events: Vec::new(),
     };
     for _ in 0..MAX_MOVES {
-        let mark = m.mark();
-        match m.step(m.phase()) {
+        let mark = m.actions.len();
+        let phase = m.phase();
+        match m.step(phase) {
             Next::Stay(message) => {
                 out.message = message;
                 break;
@@ -310,14 +345,14 @@ pub(crate) fn set_standing(
     }
 }
 
-/// Records in a status that an action failed, with `failure` (what was done, then the API
+/// Records in a status that `action` failed, with `failure` (what was done, then the API
 /// server's own message) as the conditions' and the status's message: Stalled (reason
 /// ActionFailed) when it is `permanent` (a refusal that retrying cannot cure), else still
 /// Reconciling (reason ActionRetrying): a conflict or a throttle is no reason for Flux to
 /// call the rollout failed.
-pub fn mark_action_failed(
-    conditions: &mut Vec<Condition>,
-    message: &mut Option<String>,
+pub fn mark_action_failed<S: RolloutStatus>(
+    status: &mut S,
+    action: &str,
     failure: &str,
     permanent: bool,
     now: Timestamp,
@@ -327,34 +362,36 @@ pub fn mark_action_failed(
     } else {
         (Standing::Working, ACTION_RETRYING)
     };
+    let (conditions, message) = status.conditions_and_message();
     set_standing(conditions, standing, reason, failure, now);
     *message = Some(format!("blocked: {failure}"));
+    status.set_failed_action(Some(action.to_string()));
 }
 
-/// Keeps a failure that an earlier reconcile recorded while the plan still asks for the same
-/// action: the status stays as written (no write per retry, no flapping Stalled). Once the
-/// plan no longer needs that action, the failure is gone with it.
-pub(crate) fn carry_action_failure(
-    old: &[Condition],
-    conditions: &mut Vec<Condition>,
-    message: &mut Option<String>,
+/// Keeps a failure that an earlier reconcile recorded (`before`) while the plan still asks
+/// for the same action (`failedAction`, compared whole): the status stays as written (no
+/// write per retry, no flapping Stalled). Once the plan no longer needs that action, the
+/// failure is gone with it.
+pub(crate) fn carry_action_failure<S: RolloutStatus>(
+    before: &S,
+    after: &mut S,
     actions: impl IntoIterator<Item = String>,
     now: Timestamp,
 ) {
-    let Some(failure) = old.iter().find(|c| {
+    let Some(action) = before.failed_action() else {
+        return;
+    };
+    let Some(failure) = before.conditions().iter().find(|c| {
         c.status == "True"
             && ((c.type_ == crate::api::condition::STALLED && c.reason == ACTION_FAILED)
                 || (c.type_ == crate::api::condition::RECONCILING && c.reason == ACTION_RETRYING))
     }) else {
         return;
     };
-    let permanent = failure.reason == ACTION_FAILED;
-    let failure = failure.message.clone();
-    if actions
-        .into_iter()
-        .any(|a| failure.starts_with(&format!("{a}: ")))
-    {
-        mark_action_failed(conditions, message, &failure, permanent, now);
+    if actions.into_iter().any(|a| a == action) {
+        let permanent = failure.reason == ACTION_FAILED;
+        let failure = failure.message.clone();
+        mark_action_failed(after, action, &failure, permanent, now);
     }
 }
 
@@ -457,7 +494,8 @@ pub(crate) fn kstatus_of(objects: &[serde_json::Value]) -> Vec<String> {
     use std::io::Write as _;
     static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     let bin = BIN.get_or_init(|| {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        // The workspace root, two levels above this crate.
+        let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
         let built = std::process::Command::new(root.join("tests/tools/build.sh"))
             .stderr(std::process::Stdio::inherit())
             .output()
@@ -484,4 +522,55 @@ pub(crate) fn kstatus_of(objects: &[serde_json::Value]) -> Vec<String> {
         .collect();
     assert_eq!(lines.len(), objects.len());
     lines
+}
+
+#[cfg(test)]
+mod failed_action_tests {
+    use super::*;
+    use crate::api::CanaryStatefulSetStatus;
+
+    fn stalled(s: &CanaryStatefulSetStatus) -> bool {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == crate::api::condition::STALLED && c.status == "True")
+    }
+
+    #[test]
+    fn a_refused_action_stays_shown_while_the_plan_repeats_it() {
+        // A refusal's message did not lead with its action, so the status lost and regained
+        // its Stalled condition on every retry; the action is now a field of its own.
+        let action = "retain volume pv-1 for data-db-canary-0";
+        let now = Timestamp::UNIX_EPOCH;
+        let mut shown = CanaryStatefulSetStatus::default();
+        mark_action_failed(
+            &mut shown,
+            action,
+            "the volume is not rollout shop/db's",
+            true,
+            now,
+        );
+        assert_eq!(shown.failed_action.as_deref(), Some(action));
+        let mut next = CanaryStatefulSetStatus::default();
+        carry_action_failure(&shown, &mut next, [action.to_string()], now);
+        assert!(stalled(&next), "{next:?}");
+        assert_eq!(next.failed_action.as_deref(), Some(action));
+    }
+
+    #[test]
+    fn a_failure_is_dropped_once_the_plan_no_longer_needs_its_action() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut shown = CanaryStatefulSetStatus::default();
+        // The message leads with text that another action starts with: only the field counts.
+        mark_action_failed(
+            &mut shown,
+            "scale set db-canary to 1",
+            "scale set db-canary to 1: forbidden",
+            true,
+            now,
+        );
+        let mut next = CanaryStatefulSetStatus::default();
+        carry_action_failure(&shown, &mut next, ["scale set db-canary".to_string()], now);
+        assert!(!stalled(&next), "{next:?}");
+        assert_eq!(next.failed_action, None);
+    }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
-use crate::agent::SourceStatus;
+use super::state::SourceStatus;
 use crate::api::{LinnetSource, LinnetSourceSpec, LinnetSourceStatus};
 use crate::plan::set_condition;
 
@@ -33,7 +33,7 @@ pub fn status_of(
     let degraded = state
         .conditions
         .iter()
-        .find(|c| c.type_ == crate::agent::DEGRADED && c.status == "True");
+        .find(|c| c.type_ == super::state::DEGRADED && c.status == "True");
     let (ready, reason, message) = match (&state.last_error, degraded, &state.revision) {
         (Some(e), _, _) => (false, "SyncFailed", e.clone()),
         (None, Some(d), _) => (false, d.reason.as_str(), d.message.clone()),
@@ -75,11 +75,11 @@ pub fn status_of(
     let rewritten_before = status
         .conditions
         .iter()
-        .any(|c| c.type_ == crate::runtime::state::HISTORY_REWRITTEN);
+        .any(|c| c.type_ == super::state::HISTORY_REWRITTEN);
     match &state.history_rewritten {
         Some(why) => set_condition(
             &mut status.conditions,
-            crate::runtime::state::HISTORY_REWRITTEN,
+            super::state::HISTORY_REWRITTEN,
             true,
             "ForcePushed",
             why,
@@ -87,7 +87,7 @@ pub fn status_of(
         ),
         None if rewritten_before => set_condition(
             &mut status.conditions,
-            crate::runtime::state::HISTORY_REWRITTEN,
+            super::state::HISTORY_REWRITTEN,
             false,
             "FastForward",
             "the branch's last move was a fast-forward",
@@ -113,8 +113,8 @@ pub fn status_of(
 }
 
 /// The LinnetSource's spec for the agent's `config`: where it reads (credentials redacted).
-pub fn spec_of(config: &crate::agent::AgentConfig) -> LinnetSourceSpec {
-    use crate::agent::SourceConfig;
+pub fn spec_of(config: &super::config::AgentConfig) -> LinnetSourceSpec {
+    use super::config::SourceConfig;
     let (url, branch) = match &config.source {
         SourceConfig::Remote { remote, .. } => (
             crate::text::redact_credentials(&remote.url),

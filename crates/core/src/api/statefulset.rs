@@ -197,6 +197,10 @@ pub struct CanaryStatefulSetStatus {
     /// What is happening, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The action the plan needs that last failed (its description), while the plan still
+    /// needs it: the failure stays shown, without a write per retry, until it is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_action: Option<String>,
     /// The StatefulSet revision (`controller-revision-hash`) the stable replicas run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stable_revision: Option<String>,

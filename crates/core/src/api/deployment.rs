@@ -201,6 +201,10 @@ pub struct CanaryDeploymentStatus {
     pub rollback: Option<RollbackStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The action the plan needs that last failed (its description), while the plan still
+    /// needs it: the failure stays shown, without a write per retry, until it is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_action: Option<String>,
     /// The batch being rolled out (1-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_batch: Option<i32>,

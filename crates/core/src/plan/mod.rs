@@ -22,8 +22,6 @@ pub mod observed;
 pub mod statefulset;
 
 pub use actions::{Action, PlanEvent};
-#[cfg(test)]
-pub(crate) use machine::carry_action_failure;
 pub use machine::{
     ACTION_FAILED, ACTION_RETRYING, RolloutStatus, acting_value, mark_action_failed, set_condition,
 };

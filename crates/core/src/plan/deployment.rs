@@ -126,49 +126,23 @@ pub fn analysis_builtins(
     }
 }
 
-struct Planner<'a> {
-    r: &'a DeployRollout<'a>,
-    o: &'a Observed,
-    now: Timestamp,
-    st: CanaryDeploymentStatus,
-    actions: Vec<Action>,
-    requeue: Option<Duration>,
-}
+/// The CanaryDeployment planner: the shared [`machine::Planner`] with this kind's rollout and
+/// status.
+type Planner<'a> = machine::Planner<'a, DeployRollout<'a>, CanaryDeploymentStatus>;
 
 /// Plans one reconcile of a CanaryDeployment from its managed Deployments.
 pub fn plan(rollout: &DeployRollout<'_>, observed: &Observed, now: Timestamp) -> DeployPlan {
-    let planner = Planner {
-        r: rollout,
-        o: observed,
-        now,
-        st: rollout.status.clone(),
-        actions: Vec::new(),
-        requeue: None,
-    };
-    machine::plan(planner, &rollout.status)
+    machine::plan(
+        Planner::new(rollout, observed, &rollout.status, now),
+        &rollout.status,
+    )
 }
 
 impl Machine for Planner<'_> {
     type Status = CanaryDeploymentStatus;
 
-    fn status(&self) -> &CanaryDeploymentStatus {
-        &self.st
-    }
-
-    fn status_mut(&mut self) -> &mut CanaryDeploymentStatus {
-        &mut self.st
-    }
-
-    fn now(&self) -> Timestamp {
-        self.now
-    }
-
     fn step(&mut self, phase: Phase) -> Next<Phase> {
         Planner::step(self, phase)
-    }
-
-    fn mark(&self) -> usize {
-        self.actions.len()
     }
 
     /// Deletions are a phase's last step; everything else is redone by the next phase.
@@ -424,104 +398,6 @@ impl<'a> Planner<'a> {
             self.name().to_string()
         }
     }
-
-    fn initializing(&mut self) -> Next<Phase> {
-        let image = self.spec().image.clone();
-        self.st.stable_image = Some(image.clone());
-        let total = self.total();
-        // Adopt what a restart finds: the single Deployment that exists, else a new one.
-        let name = match &self.o.deployments[..] {
-            [only] => only.name.clone(),
-            _ => self.home(&image),
-        };
-        let d = self.ensure(&name, &image, total);
-        if d.is_some_and(|d| d.complete(total)) {
-            self.delete_others(&name);
-            return go(
-                Phase::Completed,
-                "Available",
-                format!("{total}/{total} replicas available on {image}"),
-            );
-        }
-        Next::Stay(format!(
-            "starting {total} replicas of {image} ({} available)",
-            d.map_or(0, |d| d.available)
-        ))
-    }
-
-    fn start_rollback(&mut self, from: &str, to: &str) {
-        self.st.rollback = Some(RollbackStatus {
-            from_image: from.to_string(),
-            to_image: to.to_string(),
-            state: BatchState::InProgress,
-        });
-    }
-
-    fn start_rollout(&mut self) -> Next<Phase> {
-        let image = self.spec().image.clone();
-        let stable = self.stable_image();
-        self.st.canary_image = Some(image.clone());
-        self.st.rollback = None;
-        self.st.abort_at_start = self.r.abort.clone();
-        analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);
-        if self.batched() {
-            self.st.current_batch = Some(1);
-            let t = batch::target(self.total(), self.batches(), 1);
-            return go(
-                Phase::Progressing,
-                "BatchStarted",
-                format!(
-                    "rolling out {image} (from {stable}): batch 1 of {}, {t} new replica(s)",
-                    self.batches()
-                ),
-            );
-        }
-        self.st.current_batch = None;
-        go(
-            Phase::Progressing,
-            "RolloutStarted",
-            format!("rolling update from {stable} to {image}"),
-        )
-    }
-
-    fn completed(&mut self) -> Next<Phase> {
-        let stable = self.stable_image();
-        let total = self.total();
-        if self.spec().strategy.type_ == Strategy::Rollback {
-            return match self.st.previous_image.clone() {
-                Some(previous) if previous != stable => {
-                    self.start_rollback(&stable, &previous);
-                    go(
-                        Phase::RollingBack,
-                        "RollbackStarted",
-                        format!("rolling back from {stable} to {previous}"),
-                    )
-                }
-                _ => Next::Stay(format!(
-                    "strategy is Rollback, but there is no earlier image than {stable} to go back to"
-                )),
-            };
-        }
-        if self.spec().image != stable {
-            // Leftovers of a rollout that was cut off after writing Completed and before
-            // deleting them would run beside the new one, above the surge (issue 44).
-            if let Some(serving) = self.serving(&stable).map(|d| d.name.clone()) {
-                self.delete_others(&serving);
-            }
-            return self.start_rollout();
-        }
-        let name = match self.serving(&stable) {
-            Some(d) => d.name.clone(),
-            None => self.home(&stable),
-        };
-        let d = self.ensure(&name, &stable, total);
-        // Leftovers of a rollout cut off before its status was written.
-        self.delete_others(&name);
-        Next::Stay(format!(
-            "{}/{total} replicas available on {stable}",
-            d.map_or(0, |d| d.available)
-        ))
-    }
 }
 
 /// Whether a rollout in `phase` acts on the abort annotation: the phases whose step begins
@@ -532,6 +408,7 @@ pub fn reads_abort(phase: Phase) -> bool {
 
 mod batches;
 mod rollback;
+mod starting;
 mod status;
 
 #[cfg(test)]

@@ -107,13 +107,7 @@ fn a_refused_action_shows_as_stalled_until_the_plan_no_longer_needs_it() {
     let apply = p.actions[0].describe();
     let mut blocked = p.status.clone();
     let failure = format!("{apply}: spec: Forbidden (Invalid, HTTP 422)");
-    crate::plan::mark_action_failed(
-        &mut blocked.conditions,
-        &mut blocked.message,
-        &failure,
-        true,
-        s.now,
-    );
+    crate::plan::mark_action_failed(&mut blocked, &apply, &failure, true, s.now);
     s.status = blocked.clone();
     let condition = |st: &CanaryStatefulSetStatus, t: &str| {
         st.conditions
@@ -517,8 +511,8 @@ fn flux_kstatus_reads_every_phase_as_meant() {
             ..Default::default()
         };
         crate::plan::mark_action_failed(
-            &mut status.conditions,
-            &mut status.message,
+            &mut status,
+            "an action",
             failure,
             permanent,
             Timestamp::UNIX_EPOCH,

@@ -1,0 +1,202 @@
+//! The measurement providers: a Prometheus instant query and a web request, each bounded in
+//! time and answer size, with the token files and URLs the policy allows.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::api::{PrometheusMetric, WebMethod, WebMetric};
+use crate::plan::analysis::{Outcome, ResolvedMetric};
+
+use super::*;
+
+/// The most of an answer read; a metric's answer is a number or a small JSON document.
+pub(super) const MAX_ANSWER_BYTES: usize = 256 * 1024;
+/// The most of a bearer token file read.
+const MAX_TOKEN_BYTES: u64 = 16 * 1024;
+
+pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) -> Outcome {
+    let p = &m.metric.provider;
+    let result = if let Some(prom) = &p.prometheus {
+        prometheus(ctx, prom, m.timeout).await
+    } else if let Some(web) = &p.web {
+        web_request(ctx, web, m.timeout).await
+    } else {
+        Err(MeasureError::Answer("the metric has no provider".into()))
+    };
+    match result {
+        Ok(v) => Outcome::Value(v),
+        // A URL in Git may carry a password; the error is kept in status.
+        Err(e) => Outcome::Error(crate::text::redact_credentials(&e.to_string())),
+    }
+}
+
+/// Reads at most [`MAX_ANSWER_BYTES`] of a body; more is an error.
+async fn body(mut r: reqwest::Response, target: &str) -> Result<Vec<u8>, MeasureError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(|e| MeasureError::Unreachable {
+        target: target.to_string(),
+        why: crate::net::explain_http(&e).1,
+    })? {
+        if out.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(MeasureError::TooLarge);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+fn read_token(path: &std::path::Path) -> Result<String, MeasureError> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TOKEN_BYTES).read_to_string(&mut text))
+        .map_err(|source| MeasureError::Token {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(text.trim().to_string())
+}
+
+async fn prometheus(
+    ctx: &crate::controller::Context,
+    p: &PrometheusMetric,
+    timeout: Duration,
+) -> Result<Value, MeasureError> {
+    let ca_file = match &p.ca_file {
+        Some(f) => Some(ctx.analysis.file("caFile", f)?),
+        None => None,
+    };
+    let client = ctx.http.get(ca_file.as_deref())?;
+    let url = reqwest::Url::parse_with_params(
+        &format!("{}/api/v1/query", p.address.trim_end_matches('/')),
+        &[("query", p.query.as_str())],
+    )
+    .map_err(|e| MeasureError::BadUrl {
+        what: format!("Prometheus address {:?}", p.address),
+        why: e.to_string(),
+    })?;
+    // The URL as it will be requested (parsed and normalised), not as written.
+    ctx.analysis.url(&url)?;
+    let mut request = client.get(url).timeout(timeout);
+    if let Some(file) = &p.bearer_token_file {
+        // A token goes only where the operator said queries may go.
+        if ctx.analysis.url_prefixes.is_empty() {
+            return Err(MeasureError::Refused(
+                "bearerTokenFile is refused: the agent sends tokens only under --analysis-url-prefix, and none is set"
+                    .into(),
+            ));
+        }
+        let file = ctx.analysis.file("bearerTokenFile", file)?;
+        request = request.bearer_auth(read_token(&file)?);
+    }
+    let target = format!("Prometheus {}", p.address);
+    let answer = request
+        .send()
+        .await
+        .map_err(|e| MeasureError::Unreachable {
+            target: target.clone(),
+            why: crate::net::explain_http(&e).1,
+        })?;
+    let status = answer.status();
+    let bytes = body(answer, &target).await?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|_| MeasureError::Answer(format!("{target} answered {status} with no JSON")))?;
+    prometheus_result(&doc)
+}
+
+/// `result` from a Prometheus query answer.
+pub fn prometheus_result(doc: &Value) -> Result<Value, MeasureError> {
+    let answer = |text: String| MeasureError::Answer(text);
+    if doc["status"] != "success" {
+        return Err(answer(format!(
+            "the query failed: {} {}",
+            doc["errorType"].as_str().unwrap_or(""),
+            doc["error"].as_str().unwrap_or("")
+        )));
+    }
+    let number = |sample: &Value| -> Result<Value, MeasureError> {
+        let text = sample[1].as_str().unwrap_or("");
+        let x: f64 = text
+            .parse()
+            .map_err(|_| answer(format!("the query gave {text:?}, not a number")))?;
+        serde_json::Number::from_f64(x)
+            .map(Value::Number)
+            .ok_or_else(|| answer(format!("the query gave {text} (no traffic yet?)")))
+    };
+    let data = &doc["data"];
+    match data["resultType"].as_str() {
+        Some("scalar") => number(&data["result"]),
+        Some("vector") => {
+            let samples = data["result"].as_array().cloned().unwrap_or_default();
+            match samples.as_slice() {
+                [] => Err(answer("the query returned no samples".into())),
+                [one] => number(&one["value"]),
+                many => many
+                    .iter()
+                    .map(|s| number(&s["value"]))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Value::Array),
+            }
+        }
+        other => Err(answer(format!(
+            "the query gave a {}, not a scalar or an instant vector",
+            other.unwrap_or("nothing")
+        ))),
+    }
+}
+
+async fn web_request(
+    ctx: &crate::controller::Context,
+    w: &WebMetric,
+    timeout: Duration,
+) -> Result<Value, MeasureError> {
+    let url = reqwest::Url::parse(&w.url).map_err(|e| MeasureError::BadUrl {
+        what: format!("url {:?}", w.url),
+        why: e.to_string(),
+    })?;
+    ctx.analysis.url(&url)?;
+    let ca_file = match &w.ca_file {
+        Some(f) => Some(ctx.analysis.file("caFile", f)?),
+        None => None,
+    };
+    let client = ctx.http.get(ca_file.as_deref())?;
+    let mut request = match w.method {
+        WebMethod::Get => client.get(url),
+        WebMethod::Post => client.post(url).body(w.body.clone().unwrap_or_default()),
+    }
+    .timeout(timeout);
+    for h in &w.headers {
+        request = request.header(&h.key, &h.value);
+    }
+    let answer = request
+        .send()
+        .await
+        .map_err(|e| MeasureError::Unreachable {
+            target: w.url.clone(),
+            why: crate::net::explain_http(&e).1,
+        })?;
+    let status = answer.status();
+    let bytes = body(answer, &w.url).await?;
+    if !status.is_success() {
+        return Err(MeasureError::Answer(format!("{} answered {status}", w.url)));
+    }
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| MeasureError::Answer(format!("{} answered no JSON: {e}", w.url)))?;
+    match &w.json_path {
+        None => Ok(doc),
+        Some(path) => {
+            use jsonpath_rust::JsonPath;
+            let found = doc
+                .query(path)
+                .map_err(|e| MeasureError::Answer(format!("jsonPath {path}: {e}")))?;
+            match found.as_slice() {
+                [] => Err(MeasureError::Answer(format!(
+                    "jsonPath {path} matched nothing in the answer"
+                ))),
+                [one] => Ok((*one).clone()),
+                many => Ok(Value::Array(many.iter().map(|v| (*v).clone()).collect())),
+            }
+        }
+    }
+}

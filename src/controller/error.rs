@@ -1,0 +1,89 @@
+//! A reconcile's errors, each with a stable metric label, and what was being done when a
+//! request failed.
+
+/// Errors of a reconcile. Each has a stable metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(
+        "Kubernetes API request failed while {doing}: {}",
+        crate::error::kube_message(source)
+    )]
+    Kube {
+        doing: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the object has no namespace")]
+    NoNamespace,
+    /// A patch refused because its object is not the rollout's (a volume whose claim is not).
+    #[error("refused {doing}: {why}")]
+    NotOurs { doing: String, why: String },
+    #[error("waiting: {0}")]
+    Waiting(String),
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+impl ReconcileError {
+    /// Whether retrying cannot help until something changes (Git, RBAC, a hand-made object):
+    /// a refusal (400, 401, 403, 404, 422) or an object that is not the rollout's. A
+    /// conflict, a throttle, a server error, a timeout or a wait clears by itself.
+    pub fn permanent(&self) -> bool {
+        match self {
+            ReconcileError::Kube {
+                source: kube::Error::Api(s),
+                ..
+            } => matches!(s.code, 400 | 401 | 403 | 404 | 422),
+            ReconcileError::NotOurs { .. } | ReconcileError::NoNamespace => true,
+            ReconcileError::Kube { .. }
+            | ReconcileError::Waiting(_)
+            | ReconcileError::Finalizer(_) => false,
+        }
+    }
+
+    /// What failed, as a rollout's status says it: the action, then the API server's message.
+    pub fn failure(&self) -> String {
+        match self {
+            ReconcileError::Kube { doing, source } => {
+                format!("{doing}: {}", crate::error::kube_message(source))
+            }
+            // Led by the action, like the others, so that a person reads what was refused.
+            ReconcileError::NotOurs { doing, why } => format!("{doing}: refused: {why}"),
+            other => other.to_string(),
+        }
+    }
+
+    /// Every label [`ReconcileError::metric_label`] gives.
+    pub const LABELS: &'static [&'static str] = &[
+        "kube_api",
+        "no_namespace",
+        "not_ours",
+        "waiting",
+        "finalizer",
+    ];
+
+    /// A stable, low-cardinality label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ReconcileError::Kube { .. } => "kube_api",
+            ReconcileError::NoNamespace => "no_namespace",
+            ReconcileError::NotOurs { .. } => "not_ours",
+            ReconcileError::Waiting(_) => "waiting",
+            ReconcileError::Finalizer(_) => "finalizer",
+        }
+    }
+}
+
+/// Adds what was being done to a kube error.
+pub(crate) trait Doing<T> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, ReconcileError>;
+}
+
+impl<T> Doing<T> for Result<T, kube::Error> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, ReconcileError> {
+        self.map_err(|source| ReconcileError::Kube {
+            doing: what(),
+            source,
+        })
+    }
+}

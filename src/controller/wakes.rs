@@ -1,0 +1,190 @@
+//! What wakes a reconcile: the changes of a rollout that Git or a person makes (not the
+//! agent's own status writes), the watch events that meet the agent's own writes of
+//! children, and which children a rollout may act on at all.
+
+use futures::{Stream, StreamExt as _};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+
+use super::own_writes;
+
+/// What wakes a controller's reconciles, from its kind's shared store
+/// ([`crate::watch::rollouts`]): every rollout applied, but of changes only those of what
+/// Git or a person sets (the spec, by its generation; labels, annotations, finalizers). A
+/// status write of linnet's own changes none of them, so it wakes nothing: every wait is
+/// woken by a watch of what it waits for, or by a real timer.
+///
+/// kube's `predicate_filter` takes owned objects; the shared store hands out `Arc`s, so its
+/// predicate is applied here, keyed by object and uid, and like kube's an entry counts for an
+/// hour (a rollout quiet that long is reconciled once more by its next event). A deleted
+/// rollout's key is dropped; one deleted while the watch was down (no delete event) is dropped
+/// once the keys outnumber the listed store's rollouts twice.
+pub(crate) fn wakes<K>(
+    changes: impl Stream<Item = crate::watch::rollouts::Change<K>> + Send + 'static,
+    store: Store<K>,
+) -> impl Stream<Item = std::sync::Arc<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    use crate::watch::rollouts::Change;
+    use kube::runtime::Predicate as _;
+    let predicate = own_status_writes_filtered::<K>();
+    const TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+    type Key<K> = (reflector::ObjectRef<K>, Option<String>);
+    let mut seen: std::collections::HashMap<Key<K>, (u64, std::time::Instant)> = Default::default();
+    changes.filter_map(move |change| {
+        let woken = match change {
+            Change::Applied(o) => {
+                let key = (reflector::ObjectRef::from_obj(&*o), o.meta().uid.clone());
+                let now = std::time::Instant::now();
+                match predicate.hash_property(&o) {
+                    Some(hash)
+                        if seen
+                            .get(&key)
+                            .is_some_and(|(h, at)| *h == hash && now - *at < TTL) =>
+                    {
+                        None
+                    }
+                    Some(hash) => {
+                        seen.insert(key, (hash, now));
+                        // Not while the first list is under way: the store is empty until its end.
+                        if !store.is_empty() && seen.len() > 2 * store.len() + 64 {
+                            seen.retain(|(r, _), _| store.get(r).is_some());
+                        }
+                        Some(o)
+                    }
+                    None => Some(o),
+                }
+            }
+            Change::Deleted(o) => {
+                seen.remove(&(reflector::ObjectRef::from_obj(&*o), o.meta().uid.clone()));
+                None
+            }
+        };
+        futures::future::ready(woken)
+    })
+}
+
+/// Clears the expectations a watch event of `kind` meets ([`own_writes`]).
+pub(crate) fn seen_own_writes<K: kube::Resource>(
+    writes: &own_writes::OwnChildWrites,
+    kind: &str,
+    event: &watcher::Event<K>,
+) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            let m = o.meta();
+            if let (Some(ns), Some(name), Some(rv)) = (&m.namespace, &m.name, &m.resource_version) {
+                writes.seen(&own_writes::child_key(kind, ns, name), rv);
+            }
+        }
+        watcher::Event::Delete(o) => {
+            let m = o.meta();
+            if let (Some(ns), Some(name)) = (&m.namespace, &m.name) {
+                writes.deleted(&own_writes::child_key(kind, ns, name));
+            }
+        }
+        watcher::Event::InitDone => writes.relisted(kind),
+        watcher::Event::Init => {}
+    }
+}
+
+/// What of a rollout wakes its reconcile: everything but its status.
+fn own_status_writes_filtered<K: kube::Resource>() -> impl kube::runtime::Predicate<K> {
+    use kube::runtime::{Predicate, predicates};
+    predicates::generation
+        .combine(predicates::labels)
+        .combine(predicates::annotations)
+        .combine(predicates::finalizers)
+        .combine(|k: &K| Some(u64::from(k.meta().deletion_timestamp.is_some())))
+}
+
+/// Why a child the controller is about to apply may not be: an object of its name exists that
+/// this rollout did not make (no controller owner reference with the rollout's uid). A rollout
+/// named after someone's StatefulSet or Deployment must not take it over with the agent's
+/// rights; the name is refused instead.
+pub(crate) fn foreign_child(
+    live: Option<&kube::api::ObjectMeta>,
+    desired: &kube::api::ObjectMeta,
+) -> Option<String> {
+    let controller_uid = |m: &kube::api::ObjectMeta| {
+        m.owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.clone())
+    };
+    let live = live?;
+    let ours = controller_uid(desired);
+    if ours.is_some() && controller_uid(live) == ours {
+        return None;
+    }
+    Some(format!(
+        "{} already exists and this rollout did not make it; rename the rollout (linnet \
+         never takes over an object it did not create)",
+        live.name.as_deref().unwrap_or_default()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(owner_uid: Option<&str>) -> kube::api::ObjectMeta {
+        serde_json::from_value(serde_json::json!({"name": "db-stable",
+            "ownerReferences": owner_uid.map(|u| vec![serde_json::json!({
+                "apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryStatefulSet",
+                "name": "db", "uid": u, "controller": true})]).unwrap_or_default()}))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_rollout_never_takes_over_a_workload_it_did_not_make() {
+        let desired = meta(Some("r1"));
+        assert_eq!(foreign_child(None, &desired), None, "absent: created");
+        assert_eq!(
+            foreign_child(Some(&meta(Some("r1"))), &desired),
+            None,
+            "its own"
+        );
+        assert!(
+            foreign_child(Some(&meta(None)), &desired).is_some(),
+            "hand-made"
+        );
+        assert!(
+            foreign_child(Some(&meta(Some("r2"))), &desired).is_some(),
+            "another rollout's (a deleted and recreated one has a new uid)"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_changes_of_what_git_or_a_person_sets_wake_a_reconcile() {
+        use crate::watch::rollouts::Change;
+        use futures::StreamExt as _;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use std::sync::Arc;
+        let object = |generation: i64, version: &str, label: &str| {
+            let mut o = ConfigMap::default();
+            o.metadata.name = Some("db".into());
+            o.metadata.namespace = Some("shop".into());
+            o.metadata.uid = Some("u1".into());
+            o.metadata.generation = Some(generation);
+            o.metadata.resource_version = Some(version.into());
+            o.metadata.labels = Some([("app".to_string(), label.to_string())].into());
+            Arc::new(o)
+        };
+        let changes = futures::stream::iter(vec![
+            Change::Applied(object(1, "1", "a")),
+            Change::Applied(object(1, "2", "a")), // linnet's own status write
+            Change::Applied(object(2, "3", "a")), // the spec from Git
+            Change::Applied(object(2, "4", "b")), // a label
+            Change::Deleted(object(2, "5", "b")),
+            Change::Applied(object(2, "6", "b")), // made again
+        ]);
+        let woken: Vec<String> = wakes(changes, reflector::store::<ConfigMap>().0)
+            .map(|o| o.metadata.resource_version.clone().unwrap_or_default())
+            .collect()
+            .await;
+        assert_eq!(woken, ["1", "3", "4", "6"]);
+    }
+}

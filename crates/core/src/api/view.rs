@@ -64,43 +64,51 @@ pub trait RolloutView {
     }
 }
 
+/// The accessors both kinds answer the same way, from fields of the same names.
+macro_rules! same_in_both_kinds {
+    () => {
+        fn meta(&self) -> &ObjectMeta {
+            &self.metadata
+        }
+        fn phase_name(&self) -> Option<&'static str> {
+            Some(self.status.as_ref()?.phase?.as_str())
+        }
+        fn ready(&self) -> Option<&str> {
+            self.status.as_ref()?.ready.as_deref()
+        }
+        fn message(&self) -> Option<&str> {
+            self.status.as_ref()?.message.as_deref()
+        }
+        fn stable_image(&self) -> Option<&str> {
+            self.status.as_ref()?.stable_image.as_deref()
+        }
+        fn canary_image(&self) -> Option<&str> {
+            self.status.as_ref()?.canary_image.as_deref()
+        }
+        fn spec_image(&self) -> &str {
+            &self.spec.image
+        }
+        fn source_revision(&self) -> Option<&str> {
+            self.status.as_ref()?.source_revision.as_deref()
+        }
+        fn phase_since(&self) -> Option<&Time> {
+            self.status.as_ref()?.phase_since.as_ref()
+        }
+        fn conditions(&self) -> &[Condition] {
+            self.status.as_ref().map_or(&[], |s| &s.conditions)
+        }
+        fn desired_replicas(&self) -> i32 {
+            self.spec.replicas
+        }
+    };
+}
+
 impl RolloutView for CanaryStatefulSet {
     const KIND: &'static str = "CanaryStatefulSet";
     const SHORT_NAME: &'static str = "csts";
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn phase_name(&self) -> Option<&'static str> {
-        Some(self.status.as_ref()?.phase?.as_str())
-    }
-    fn ready(&self) -> Option<&str> {
-        self.status.as_ref()?.ready.as_deref()
-    }
-    fn message(&self) -> Option<&str> {
-        self.status.as_ref()?.message.as_deref()
-    }
-    fn stable_image(&self) -> Option<&str> {
-        self.status.as_ref()?.stable_image.as_deref()
-    }
-    fn canary_image(&self) -> Option<&str> {
-        self.status.as_ref()?.canary_image.as_deref()
-    }
-    fn spec_image(&self) -> &str {
-        &self.spec.image
-    }
-    fn source_revision(&self) -> Option<&str> {
-        self.status.as_ref()?.source_revision.as_deref()
-    }
-    fn phase_since(&self) -> Option<&Time> {
-        self.status.as_ref()?.phase_since.as_ref()
-    }
-    fn conditions(&self) -> &[Condition] {
-        self.status.as_ref().map_or(&[], |s| &s.conditions)
-    }
-    fn desired_replicas(&self) -> i32 {
-        self.spec.replicas
-    }
+    same_in_both_kinds!();
+
     fn ready_replicas(&self) -> i32 {
         self.status.as_ref().map_or(0, |s| s.ready_replicas)
     }
@@ -138,39 +146,8 @@ impl RolloutView for CanaryDeployment {
     const KIND: &'static str = "CanaryDeployment";
     const SHORT_NAME: &'static str = "cdeploy";
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn phase_name(&self) -> Option<&'static str> {
-        Some(self.status.as_ref()?.phase?.as_str())
-    }
-    fn ready(&self) -> Option<&str> {
-        self.status.as_ref()?.ready.as_deref()
-    }
-    fn message(&self) -> Option<&str> {
-        self.status.as_ref()?.message.as_deref()
-    }
-    fn stable_image(&self) -> Option<&str> {
-        self.status.as_ref()?.stable_image.as_deref()
-    }
-    fn canary_image(&self) -> Option<&str> {
-        self.status.as_ref()?.canary_image.as_deref()
-    }
-    fn spec_image(&self) -> &str {
-        &self.spec.image
-    }
-    fn source_revision(&self) -> Option<&str> {
-        self.status.as_ref()?.source_revision.as_deref()
-    }
-    fn phase_since(&self) -> Option<&Time> {
-        self.status.as_ref()?.phase_since.as_ref()
-    }
-    fn conditions(&self) -> &[Condition] {
-        self.status.as_ref().map_or(&[], |s| &s.conditions)
-    }
-    fn desired_replicas(&self) -> i32 {
-        self.spec.replicas
-    }
+    same_in_both_kinds!();
+
     fn ready_replicas(&self) -> i32 {
         self.status.as_ref().map_or(0, |s| s.available_replicas)
     }

@@ -500,6 +500,36 @@ fn wide_tree(repo: &git2::Repository, n: usize, id: git2::Oid, mode: i32) -> git
     b.write().unwrap()
 }
 
+/// `make bench` found a one-file push to 10,000 spec files in one directory (the entry limit
+/// of a directory) no longer diffed: the diff's bound counted both trees, 20,002 entries, and
+/// left every such push to a whole listing.
+#[test]
+fn a_one_file_push_to_a_directory_at_the_entry_limit_is_diffed() {
+    let f = Fixture::new();
+    let repo = git2::Repository::open_bare(&f.bare).unwrap();
+    let blob = repo.blob(b"kind: ConfigMap\n").unwrap();
+    let changed = repo.blob(b"kind: ConfigMap\nchanged: true\n").unwrap();
+    let limit = linnet::specs::RevisionShape::default().max_tree_entries;
+    let full = wide_tree(&repo, limit, blob, 0o100644);
+    let before = commit_with_trees(&repo, &[("many", full)]);
+    let mut b = repo
+        .treebuilder(Some(&repo.find_tree(full).unwrap()))
+        .unwrap();
+    b.insert("f7.yaml", changed, 0o100644).unwrap();
+    let after = commit_with_trees(&repo, &[("many", b.write().unwrap())]);
+    let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
+    assert_eq!(mirror.fetch().unwrap(), after);
+    let diff = mirror.changed_files(before, after, "").unwrap();
+    assert_eq!(
+        diff,
+        Some(vec![(
+            "many/f7.yaml".to_string(),
+            Some(changed.to_string())
+        )]),
+        "a one-file push is diffed, not listed whole"
+    );
+}
+
 /// Issue 45: a tree bomb (two trees of 1,000 entries, ~100 KB pushed) listed a million
 /// files: 102 s, 2.2 GB and a million spec errors. A listing is bounded by the revision's
 /// shape, charged per directory: the bomb is one blocked entry, its neighbours are listed.

@@ -133,7 +133,7 @@ fn one_file_push(files: usize, per_dir: usize, pushes: u32) {
         let new = mirror.fetch().expect("fetch");
         mirror.spec_tree_id(new, "").expect("spec tree id");
         let changed = mirror
-            .changed_files(tip, new, "")
+            .changed_files(tip, new, "", &linnet::specs::RevisionShape::default())
             .expect("diff")
             .expect("trees in order");
         assert_eq!(changed.len(), 1, "{changed:?}");

@@ -158,6 +158,7 @@ fn the_tree_diff_equals_the_difference_of_two_listings() {
         }
     };
     step(&write("apps/web/web.yaml", "changed: 1\n"), "change a file");
+    let shape = linnet::specs::RevisionShape::default();
     step(&write("apps/new/deep/a.yaml", "a: 1\n"), "add a directory");
     step(
         &write(".linnet/status/demo/web.yaml", "phase: Stable\n"),
@@ -208,7 +209,10 @@ fn the_tree_diff_equals_the_difference_of_two_listings() {
                         .map(|(p, id)| (p.clone(), Some(id.clone()))),
                 )
                 .collect();
-            let mut got = mirror.changed_files(from, to, path).unwrap().unwrap();
+            let mut got = mirror
+                .changed_files(from, to, path, &shape)
+                .unwrap()
+                .unwrap();
             want.sort();
             got.sort();
             assert_eq!(got, want, "path {path:?}, {from} -> {to}");
@@ -222,13 +226,14 @@ fn the_tree_diff_equals_the_difference_of_two_listings() {
 /// finds its file: the diff recurses per level, and a hostile push must not exhaust it.
 #[test]
 fn a_tree_nested_too_deep_for_the_diff_is_listed_whole() {
+    let shape = linnet::specs::RevisionShape::default();
     let f = Fixture::new();
     let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
     let seed = mirror.fetch().unwrap();
     let deep = format!("apps/{}deep.yaml", "d/".repeat(100));
     f.commit(&deep, "kind: ConfigMap\n", "nest a file 100 trees deep");
     let tip = mirror.fetch().unwrap();
-    assert_eq!(mirror.changed_files(seed, tip, "").unwrap(), None);
+    assert_eq!(mirror.changed_files(seed, tip, "", &shape).unwrap(), None);
     assert!(
         mirror
             .list_files(tip, "")
@@ -236,7 +241,7 @@ fn a_tree_nested_too_deep_for_the_diff_is_listed_whole() {
             .iter()
             .any(|(path, _)| *path == deep)
     );
-    let shallow = mirror.changed_files(seed, tip, &format!("apps/{}", "d/".repeat(50)));
+    let shallow = mirror.changed_files(seed, tip, &format!("apps/{}", "d/".repeat(50)), &shape);
     assert_eq!(
         shallow.unwrap().unwrap().len(),
         1,
@@ -248,13 +253,14 @@ fn a_tree_nested_too_deep_for_the_diff_is_listed_whole() {
 /// the path), and the diff agrees.
 #[test]
 fn a_spec_path_that_names_a_file_lists_nothing() {
+    let shape = linnet::specs::RevisionShape::default();
     let f = Fixture::new();
     let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
     let tip = mirror.fetch().unwrap();
     let file = "apps/web/web.yaml";
     assert_eq!(mirror.list_files(tip, file).unwrap(), Vec::new());
     assert_eq!(
-        mirror.changed_files(tip, tip, file).unwrap(),
+        mirror.changed_files(tip, tip, file, &shape).unwrap(),
         Some(Vec::new())
     );
 }
@@ -501,33 +507,49 @@ fn wide_tree(repo: &git2::Repository, n: usize, id: git2::Oid, mode: i32) -> git
 }
 
 /// `make bench` found a one-file push to 10,000 spec files in one directory (the entry limit
-/// of a directory) no longer diffed: the diff's bound counted both trees, 20,002 entries, and
-/// left every such push to a whole listing.
+/// of a directory) no longer diffed: the diff's bound (20,000) counted both trees, 20,002
+/// entries, and left every such push to a whole listing. The bound follows
+/// `--max-tree-entries`, so a raised limit is diffed too; a push past it is listed whole.
 #[test]
 fn a_one_file_push_to_a_directory_at_the_entry_limit_is_diffed() {
+    use linnet::specs::RevisionShape;
     let f = Fixture::new();
     let repo = git2::Repository::open_bare(&f.bare).unwrap();
     let blob = repo.blob(b"kind: ConfigMap\n").unwrap();
     let changed = repo.blob(b"kind: ConfigMap\nchanged: true\n").unwrap();
-    let limit = linnet::specs::RevisionShape::default().max_tree_entries;
-    let full = wide_tree(&repo, limit, blob, 0o100644);
-    let before = commit_with_trees(&repo, &[("many", full)]);
-    let mut b = repo
-        .treebuilder(Some(&repo.find_tree(full).unwrap()))
-        .unwrap();
-    b.insert("f7.yaml", changed, 0o100644).unwrap();
-    let after = commit_with_trees(&repo, &[("many", b.write().unwrap())]);
     let mirror = GitMirror::open(&f.cache, f.remote()).unwrap();
-    assert_eq!(mirror.fetch().unwrap(), after);
-    let diff = mirror.changed_files(before, after, "").unwrap();
-    assert_eq!(
-        diff,
-        Some(vec![(
-            "many/f7.yaml".to_string(),
-            Some(changed.to_string())
-        )]),
-        "a one-file push is diffed, not listed whole"
-    );
+    let raised = RevisionShape {
+        max_tree_entries: 15_000,
+        ..RevisionShape::default()
+    };
+    for shape in [RevisionShape::default(), raised] {
+        let full = wide_tree(&repo, shape.max_tree_entries, blob, 0o100644);
+        let before = commit_with_trees(&repo, &[("many", full)]);
+        let mut b = repo
+            .treebuilder(Some(&repo.find_tree(full).unwrap()))
+            .unwrap();
+        b.insert("f7.yaml", changed, 0o100644).unwrap();
+        let after = commit_with_trees(&repo, &[("many", b.write().unwrap())]);
+        assert_eq!(mirror.fetch().unwrap(), after);
+        assert_eq!(
+            mirror.changed_files(before, after, "", &shape).unwrap(),
+            Some(vec![(
+                "many/f7.yaml".to_string(),
+                Some(changed.to_string())
+            )]),
+            "a one-file push at {} entries is diffed, not listed whole",
+            shape.max_tree_entries
+        );
+        // Past the bound the diff gives up (the listing then blocks the directory).
+        let small = RevisionShape {
+            max_tree_entries: shape.max_tree_entries / 4 - 1,
+            ..shape
+        };
+        assert_eq!(
+            mirror.changed_files(before, after, "", &small).unwrap(),
+            None
+        );
+    }
 }
 
 /// Issue 45: a tree bomb (two trees of 1,000 entries, ~100 KB pushed) listed a million

@@ -311,7 +311,7 @@ fn read_revision(
     let listed = s.listed.take();
     s.spec_tree = None;
     let changed = match listed {
-        Some(from) => match mirror.changed_files(from, tip, path) {
+        Some(from) => match mirror.changed_files(from, tip, path, &load.shape) {
             Ok(Some(changes)) => s.snapshot.update_changed(&changes, read, load)?,
             Ok(None) => None,
             // E.g. `from` is gone from a mirror cloned again: the whole listing says it all.

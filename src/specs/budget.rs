@@ -52,6 +52,16 @@ pub struct RevisionShape {
     pub max_tree_entries: usize,
 }
 
+impl RevisionShape {
+    /// Tree entries the diff of two revisions may look at before the revision is listed
+    /// whole: twice the two versions of a directory at the entry limit (the trees on the
+    /// changed path come on top), and never under 20,000. A one-file push to 10,000 files in
+    /// one directory compares 20,002 entries.
+    pub fn max_diff_entries(&self) -> usize {
+        self.max_tree_entries.saturating_mul(4).max(20_000)
+    }
+}
+
 impl Default for RevisionShape {
     fn default() -> Self {
         RevisionShape {

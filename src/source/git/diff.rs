@@ -1,25 +1,19 @@
 //! What changed between two revisions' spec trees, without listing either whole: trees with
 //! the same id are skipped, so a one-file push reads a few trees. Bounded in depth and entries
-//! ([`DIFF_MAX_DEPTH`], [`DIFF_MAX_ENTRIES`]); past either the revision is listed whole.
+//! ([`DIFF_MAX_DEPTH`], [`RevisionShape::max_diff_entries`]); past either the revision is
+//! listed whole.
 
 use git2::Oid;
 
 use super::tree::{
     file_id, git_order, in_git_order, is_submodule, note_submodule, visible_entries,
 };
-use super::{GitError, GitMirror};
+use super::{GitError, GitMirror, RevisionShape};
 
 /// A file added or changed (with its new id) or removed (`None`), by its path.
 pub type FileChange = (String, Option<String>);
 
 use super::tree::DIFF_MAX_DEPTH;
-
-/// Tree entries [`GitMirror::changed_files`] looks at before it leaves the revision to a
-/// whole listing, which is bounded by [`super::RevisionShape`]: a pushed bomb must not be
-/// diffed. A push to a directory at `--max-tree-entries` (10,000) compares two trees of that
-/// size, besides the trees on the path: 20,000 was one entry short of a one-file push to the
-/// bench's 10,000 spec files in one directory, which was listed whole on every push.
-const DIFF_MAX_ENTRIES: usize = 50_000;
 
 impl GitMirror {
     /// The files below `path` that differ between commits `from` and `to`, by the rules of
@@ -27,19 +21,22 @@ impl GitMirror {
     /// None)` for one removed. Subtrees with equal ids are not read, so a one-file push costs
     /// the trees on that file's path (and a directory's entries), not the repository. `None`
     /// when a tree's entries are not in Git's order or repeat a name (no Git writes such a
-    /// tree; a hostile one could), or when the trees that differ nest deeper than
-    /// [`DIFF_MAX_DEPTH`]: then only a whole listing says what is there.
+    /// tree; a hostile one could), when the trees that differ nest deeper than
+    /// [`DIFF_MAX_DEPTH`], or when they hold more entries than `shape` lets a diff look at
+    /// ([`RevisionShape::max_diff_entries`]): then only a whole listing, bounded by the same
+    /// shape, says what is there.
     pub fn changed_files(
         &self,
         from: Oid,
         to: Oid,
         path: &str,
+        shape: &RevisionShape,
     ) -> Result<Option<Vec<FileChange>>, GitError> {
         let (old, new) = (self.spec_root(from, path)?, self.spec_root(to, path)?);
         let mut changes = Vec::new();
-        let mut looked = 0;
+        let mut left = shape.max_diff_entries();
         let in_order =
-            self.diff_trees(old.as_ref(), new.as_ref(), "", 0, &mut looked, &mut changes)?;
+            self.diff_trees(old.as_ref(), new.as_ref(), "", 0, &mut left, &mut changes)?;
         Ok(in_order.then_some(changes))
     }
 
@@ -51,17 +48,18 @@ impl GitMirror {
         new: Option<&git2::Tree<'_>>,
         dir: &str,
         depth: usize,
-        looked: &mut usize,
+        left: &mut usize,
         changes: &mut Vec<FileChange>,
     ) -> Result<bool, GitError> {
         if depth > DIFF_MAX_DEPTH {
             return Ok(false);
         }
         // Sizes first: a tree of a million entries is not read into a list here.
-        *looked += old.map_or(0, |t| t.len()) + new.map_or(0, |t| t.len());
-        if *looked > DIFF_MAX_ENTRIES {
-            return Ok(false);
-        }
+        let entries = old.map_or(0, |t| t.len()) + new.map_or(0, |t| t.len());
+        *left = match left.checked_sub(entries) {
+            Some(rest) => rest,
+            None => return Ok(false),
+        };
         let (old, new) = (visible_entries(old), visible_entries(new));
         if !in_git_order(&old) || !in_git_order(&new) {
             return Ok(false);
@@ -103,7 +101,7 @@ impl GitMirror {
                     new_tree.as_ref(),
                     &format!("{here}/"),
                     depth + 1,
-                    looked,
+                    left,
                     changes,
                 )?
             {

@@ -99,8 +99,10 @@ pub struct Report {
     pub control_plane_restart_s: Vec<f64>,
     /// Seconds from etcd going on again to every rollout done, per freeze.
     pub etcd_freeze_s: Vec<f64>,
-    /// Faults after which the rollouts were not done within the lease + 10 s.
+    /// Faults after which the rollouts were not done within their limit.
     pub fault_stalls: Vec<String>,
+    /// Faults run, by kind.
+    pub faults_run: FaultsRun,
     /// Agents that exited by themselves during a fault (restarted, as a Deployment would).
     pub agent_exits: usize,
     /// Waits for the agent's own write of a child that lapsed (log lines).
@@ -188,6 +190,14 @@ spec:
         ("apps/part.yaml".into(), sts("part", "Partition")),
         ("apps/web.yaml".into(), web),
     ]
+}
+
+/// Faults run, by kind.
+#[derive(Debug, Default)]
+pub struct FaultsRun {
+    pub apiserver: usize,
+    pub control_plane: usize,
+    pub etcd: usize,
 }
 
 /// A fault of the control plane, numbered within its kind.
@@ -413,6 +423,30 @@ impl Harness<'_> {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
+    }
+
+    /// The error for a run that never converged: what each rollout shows, which agents
+    /// still run, and the agents' log kept in `target/` (the scratch directory goes with the
+    /// harness).
+    fn never_converged(&mut self, run: &str, what: &str) -> String {
+        let running: Vec<String> = self
+            .agents
+            .iter_mut()
+            .map(|a| match a.child.try_wait() {
+                Ok(None) => format!("{} running", a.identity),
+                Ok(Some(status)) => format!("{} exited ({status})", a.identity),
+                Err(e) => format!("{} unknown ({e})", a.identity),
+            })
+            .collect();
+        let kept = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chaos-agents.log");
+        let log = match std::fs::copy(self.dir.join("agents.log"), &kept) {
+            Ok(_) => format!("the agents' log is kept in {}", kept.display()),
+            Err(e) => format!("the agents' log could not be kept: {e}"),
+        };
+        format!(
+            "{run} never converged: {what}; agents: {}; {log}",
+            running.join(", ")
+        )
     }
 
     /// Edits rollout `two`'s spec in the cluster, as a person with kubectl would, and waits
@@ -686,8 +720,8 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         };
         if stalled {
             log(&format!("run {run} did not converge in time; waiting on"));
-            if h.converge(&image, Duration::from_secs(180)).await.is_err() {
-                return Err(format!("run {run} never converged"));
+            if let Err(what) = h.converge(&image, Duration::from_secs(180)).await {
+                return Err(h.never_converged(&format!("run {run}"), &what));
             }
             continue;
         }
@@ -772,28 +806,37 @@ pub async fn run(cfg: &Config) -> Result<Report, String> {
         };
         let outcome = h.converge_after_fault(&image, converge_limit).await;
         let stalled = {
-            let mut rep = report.lock().unwrap();
-            match (outcome, fault) {
-                (Ok(_), Fault::ApiServer(_)) => {
-                    rep.apiserver_restart_s.push(back.elapsed().as_secs_f64())
+            let mut guard = report.lock().unwrap();
+            let rep = &mut *guard;
+            let (run, converged) = match fault {
+                Fault::ApiServer(_) => {
+                    (&mut rep.faults_run.apiserver, &mut rep.apiserver_restart_s)
                 }
-                (Ok(_), Fault::ControlPlane(_)) => rep
-                    .control_plane_restart_s
-                    .push(back.elapsed().as_secs_f64()),
-                (Ok(_), Fault::Etcd(_)) => rep.etcd_freeze_s.push(back.elapsed().as_secs_f64()),
-                (Err(not), _) => rep.fault_stalls.push(format!("{what}: {not}")),
+                Fault::ControlPlane(_) => (
+                    &mut rep.faults_run.control_plane,
+                    &mut rep.control_plane_restart_s,
+                ),
+                Fault::Etcd(_) => (&mut rep.faults_run.etcd, &mut rep.etcd_freeze_s),
+            };
+            *run += 1;
+            match outcome {
+                Ok(_) => {
+                    converged.push(back.elapsed().as_secs_f64());
+                    false
+                }
+                Err(not) => {
+                    rep.fault_stalls.push(format!("{what}: {not}"));
+                    true
+                }
             }
-            rep.fault_stalls
-                .last()
-                .is_some_and(|s| s.starts_with(&format!("{what}: ")) && !s.contains("edit not"))
         };
         if stalled {
             log(&format!("{what} did not converge in time; waiting on"));
-            if h.converge_after_fault(&image, Duration::from_secs(240))
+            if let Err(not) = h
+                .converge_after_fault(&image, Duration::from_secs(240))
                 .await
-                .is_err()
             {
-                return Err(format!("{what} never converged"));
+                return Err(h.never_converged(&what, &not));
             }
         }
     }
@@ -831,38 +874,6 @@ fn pair(v: &[f64]) -> String {
     }
     let (median, max) = stats(v);
     format!("{median:.1} / {max:.1} s")
-}
-
-impl Report {
-    /// kube-apiserver restarts run, converged in time or not.
-    pub fn apiserver_restarts(&self) -> usize {
-        self.apiserver_restart_s.len()
-            + self
-                .fault_stalls
-                .iter()
-                .filter(|s| s.starts_with("kube-apiserver") && !s.contains("edit not"))
-                .count()
-    }
-
-    /// Control-plane restarts run, converged in time or not.
-    pub fn control_plane_restarts(&self) -> usize {
-        self.control_plane_restart_s.len()
-            + self
-                .fault_stalls
-                .iter()
-                .filter(|s| s.starts_with("control-plane"))
-                .count()
-    }
-
-    /// etcd freezes run, converged in time or not.
-    pub fn etcd_freezes(&self) -> usize {
-        self.etcd_freeze_s.len()
-            + self
-                .fault_stalls
-                .iter()
-                .filter(|s| s.starts_with("etcd"))
-                .count()
-    }
 }
 
 fn stats(v: &[f64]) -> (f64, f64) {
@@ -926,7 +937,7 @@ pub fn table(r: &Report) -> String {
             format!(
                 "{} of {}",
                 r.apiserver_restart_s.len(),
-                r.apiserver_restarts()
+                r.faults_run.apiserver
             ),
             "all".to_string(),
         ),
@@ -945,7 +956,7 @@ pub fn table(r: &Report) -> String {
             format!(
                 "{} of {}",
                 r.control_plane_restart_s.len(),
-                r.control_plane_restarts()
+                r.faults_run.control_plane
             ),
             "all".to_string(),
         ),
@@ -956,7 +967,7 @@ pub fn table(r: &Report) -> String {
         ),
         (
             "etcd freezes, converged",
-            format!("{} of {}", r.etcd_freeze_s.len(), r.etcd_freezes()),
+            format!("{} of {}", r.etcd_freeze_s.len(), r.faults_run.etcd),
             "all".to_string(),
         ),
         (

@@ -49,6 +49,23 @@ fn phase(r: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
     r.status.as_ref().and_then(|s| s.phase)
 }
 
+/// Restarts the controller-manager and scheduler when dropped, pass or fail: after an API
+/// server restart alone their watches lag for up to a minute, and the test binaries after
+/// this one (the chaos soak among them) must not wait on that.
+struct FreshControllersAfter;
+
+impl Drop for FreshControllersAfter {
+    fn drop(&mut self) {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/cluster/restart-controllers.sh"
+        );
+        if !Command::new(script).status().is_ok_and(|s| s.success()) {
+            eprintln!("could not restart the controller-manager and scheduler");
+        }
+    }
+}
+
 fn restart_apiserver() {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -74,6 +91,7 @@ async fn a_kube_apiserver_restart_mid_handoff_is_followed_at_once() {
         )
     })
     .await;
+    let _fresh_controllers = FreshControllersAfter;
     restart_apiserver();
     let back = Instant::now();
     // The rest of the canary and its promotion take a few seconds when the watches work

@@ -31,3 +31,14 @@ cp_running() {
     -H "Authorization: Bearer $(cat "$CP_RUN/admin.token")" \
     "https://127.0.0.1:$CP_API_PORT/readyz" >/dev/null 2>&1
 }
+
+# Kills kube-controller-manager and kube-scheduler (SIGKILL) and waits until they are gone;
+# revive.sh starts them again with the flags they ran with.
+cp_kill_controllers() {
+  local name pid
+  for name in kube-controller-manager kube-scheduler; do
+    pid=$(cat "$CP_RUN/pid/$name.pid" 2>/dev/null || echo 0)
+    kill -9 "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do cp_alive "$pid" || break; sleep 0.1; done
+  done
+}

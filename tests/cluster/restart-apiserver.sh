@@ -33,10 +33,7 @@ for _ in $(seq 1 50); do
 done
 if $with_controllers; then
   # They die with it and come back after it (revive.sh below).
-  for name in kube-controller-manager kube-scheduler; do
-    cpid=$(cat "$CP_RUN/pid/$name.pid" 2>/dev/null || echo 0)
-    kill -9 "$cpid" 2>/dev/null || true
-  done
+  cp_kill_controllers
 fi
 cd "$CP_RUN"
 "${argv[@]}" >>logs/kube-apiserver.log 2>&1 &

@@ -207,53 +207,6 @@ pub fn metrics() -> Metrics {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_label_lists_hold_every_label_given() {
-        use crate::net::Failure;
-        use crate::source::git::GitError;
-        for f in [
-            Failure::Certificate,
-            Failure::Tls,
-            Failure::Dns,
-            Failure::Refused,
-            Failure::Timeout,
-            Failure::Other,
-        ] {
-            assert!(Failure::LABELS.contains(&f.label()), "{f:?}");
-        }
-        let e = || git2::Error::from_str("x");
-        let url = String::new;
-        for g in [
-            GitError::Timeout {
-                url: url(),
-                after: std::time::Duration::ZERO,
-            },
-            GitError::Auth {
-                url: url(),
-                source: e(),
-            },
-            GitError::UnknownHostKey {
-                url: url(),
-                known_hosts: url(),
-            },
-            GitError::NoSuchBranch {
-                url: url(),
-                branch: url(),
-            },
-            GitError::CredentialFile {
-                path: "p".into(),
-                source: std::io::Error::other("x"),
-            },
-            GitError::Git(e()),
-            GitError::Io {
-                path: "p".into(),
-                source: std::io::Error::other("x"),
-            },
-        ] {
-            assert!(GitError::LABELS.contains(&g.label()), "{g:?}");
-        }
-    }
-
-    #[test]
     fn every_error_counter_exists_before_the_first_error() {
         let text = super::metrics().encode();
         for series in [

@@ -328,6 +328,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_label_list_holds_every_label_given() {
+        for f in [
+            Failure::Certificate,
+            Failure::Tls,
+            Failure::Dns,
+            Failure::Refused,
+            Failure::Timeout,
+            Failure::Other,
+        ] {
+            assert!(Failure::LABELS.contains(&f.label()), "{f:?}");
+        }
+    }
+
+    #[test]
     fn a_ca_file_without_a_certificate_is_refused_with_what_it_should_hold() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pem");

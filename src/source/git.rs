@@ -429,8 +429,44 @@ fn ssh_host_known(known_hosts: &Path, host: &str, key: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::GitError;
     use super::tree::name_order;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_label_list_holds_every_label_given() {
+        let e = || git2::Error::from_str("x");
+        let url = String::new;
+        for g in [
+            GitError::Timeout {
+                url: url(),
+                after: std::time::Duration::ZERO,
+            },
+            GitError::Auth {
+                url: url(),
+                source: e(),
+            },
+            GitError::UnknownHostKey {
+                url: url(),
+                known_hosts: url(),
+            },
+            GitError::NoSuchBranch {
+                url: url(),
+                branch: url(),
+            },
+            GitError::CredentialFile {
+                path: "p".into(),
+                source: std::io::Error::other("x"),
+            },
+            GitError::Git(e()),
+            GitError::Io {
+                path: "p".into(),
+                source: std::io::Error::other("x"),
+            },
+        ] {
+            assert!(GitError::LABELS.contains(&g.label()), "{g:?}");
+        }
+    }
 
     /// The order by definition: each name read with a `/` after it when it is a directory.
     fn by_definition(a: &[u8], a_dir: bool, b: &[u8], b_dir: bool) -> std::cmp::Ordering {

@@ -292,8 +292,17 @@ impl<'a> Planner<'a> {
             .or_else(|| self.stable_deployment(""))
     }
 
+    /// Deletes every Deployment but `keep`, the one asking for most replicas first: a crash
+    /// between two deletions leaves the smallest surge.
     fn delete_others(&mut self, keep: &str) {
-        for d in self.o.deployments.iter().filter(|d| d.name != keep) {
+        let mut others: Vec<_> = self
+            .o
+            .deployments
+            .iter()
+            .filter(|d| d.name != keep)
+            .collect();
+        others.sort_by_key(|d| (std::cmp::Reverse(d.replicas), d.name.clone()));
+        for d in others {
             let delete = Action::DeleteDeployment {
                 name: d.name.clone(),
             };

@@ -351,3 +351,62 @@ fn a_rollout_cut_off_before_deleting_its_old_version_does_not_run_three() {
     s.completed_on("web:3");
     assert_eq!(s.by_image(), BTreeMap::from([("web:3".to_string(), 6)]));
 }
+
+#[test]
+fn a_completion_after_a_crashed_rollback_deletes_the_largest_old_version_first() {
+    // Found by the surge invariant (seed in proptest-regressions): a rollback cut off after
+    // scaling web:1 to 0 left it beside web:2 and web:3; the plan that completed web:3 deleted
+    // the empty web:1 first, so a crash there would have left 3 + 6 for 6.
+    use Event::{Approve, Crash, Image, Tick};
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
+    s.spec.replicas = 6;
+    s.completed_on("web:1");
+    let events = [
+        Image(1),
+        Approve(2),
+        Crash(1),
+        Tick,
+        Crash(2),
+        Tick,
+        Image(0),
+        Tick,
+        Image(2),
+        Crash(1),
+        Crash(0),
+        Tick,
+        Tick,
+        Tick,
+    ];
+    for e in events {
+        match e {
+            Tick => {
+                s.reconcile();
+                s.tick();
+            }
+            Image(i) => s.spec.image = format!("web:{}", i + 1),
+            Approve(n) => s.spec.current_batch = n,
+            Crash(n) => {
+                s.reconcile_partial(Some(n));
+                s.tick();
+            }
+            Event::Strategy(_) => unreachable!(),
+        }
+    }
+    assert_eq!(s.deployments.len(), 3, "{:?}", s.by_image());
+    let p = s.reconcile();
+    assert_eq!(p.status.phase, Some(Phase::Completed));
+    let first = p.actions.first().map(Action::describe);
+    let web_2 = s
+        .deployments
+        .values()
+        .find(|d| d.image.as_deref() == Some("web:2"));
+    assert!(web_2.is_none(), "{:?}", s.by_image());
+    assert!(
+        first
+            .as_deref()
+            .is_some_and(|f| f.starts_with("delete Deployment web-f4889cf2")),
+        "{:?}",
+        p.actions.iter().map(Action::describe).collect::<Vec<_>>()
+    );
+    assert_eq!(s.by_image(), BTreeMap::from([("web:3".to_string(), 6)]));
+}

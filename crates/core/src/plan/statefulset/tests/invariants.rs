@@ -62,6 +62,8 @@ proptest! {
                     s.tick();
                 }
                 Event::CanaryShape(i) => {
+                    // The shape it leaves counts too: its canary may still hold those ordinals.
+                    s.widest_canary = s.widest_canary.max(s.spec.canary_replicas);
                     (s.spec.canary_replicas, s.spec.steps) = match i {
                         0 => (1, None),
                         1 => (2, None),

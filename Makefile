@@ -2,12 +2,21 @@
 SHELL := bash
 CARGO ?= cargo
 
-.PHONY: all build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
+PREFIX ?= $(HOME)/.cargo
+
+.PHONY: all build install deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
 
 all: build
 
 build:
 	$(CARGO) build --release
+
+## install: the CLI in $(PREFIX)/bin (default ~/.cargo/bin), also as `kubectl-linnet`, so that
+## `kubectl linnet get` works.
+install:
+	$(CARGO) install --locked --path . --root $(PREFIX)
+	ln -sf linnet $(PREFIX)/bin/kubectl-linnet
+	@echo "installed $(PREFIX)/bin/linnet and $(PREFIX)/bin/kubectl-linnet (kubectl linnet ...)"
 
 ## deps: check (and, as root on Debian or Ubuntu, install) what the machine needs.
 deps:
@@ -51,7 +60,8 @@ crds:
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
 ## it started it; exits non-zero if any step did not happen.
 demo: deps cluster-build prometheus-build
-	$(CARGO) build --quiet --bin linnet --example demo
+	@echo "building linnet and the demo (the first time, a few minutes; cargo shows its progress)"
+	$(CARGO) build --bin linnet --example demo
 	@echo "\$$ linnet validate examples/gitops-repo"; target/debug/linnet validate examples/gitops-repo
 	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
 

@@ -67,8 +67,9 @@ pub async fn run(
     // Sharded (`--shards`), every replica runs the rollouts of the shards it holds at once;
     // only Git sync, write-back and commit statuses wait for the main Lease.
     let sharded = config.leader.clone().filter(|l| l.shards > 1);
+    let mut held_lease = None;
     if let (Some(leader), None) = (&config.leader, &sharded) {
-        lease::wait_for_leadership(client.clone(), leader).await?;
+        held_lease = Some(lease::wait_for_leadership(client.clone(), leader).await?);
     }
     // The controllers act on what the sync applied, each on its kind's shared store.
     let mut ctx = controller::Context::new(
@@ -108,7 +109,7 @@ pub async fn run(
     tasks.spawn("CanaryStatefulSet watch", sts_watch.run());
     tasks.spawn("CanaryDeployment watch", deploy_watch.run());
     if let Some(leader) = &sharded {
-        lease::wait_for_leadership(client.clone(), leader).await?;
+        held_lease = Some(lease::wait_for_leadership(client.clone(), leader).await?);
     }
     tasks.spawn(
         "unmanaged rollouts",
@@ -171,13 +172,19 @@ pub async fn run(
         edited,
         events,
     };
-    tokio::select! {
+    let outcome = tokio::select! {
         done = source_loop.run(syncer, source, wakes) => done,
         fault = tasks.first_fault() => {
             tracing::error!(error = %fault, "a task of the agent stopped");
             Err(fault)
         }
+    };
+    // Nothing of this replica acts any more before the next one may start.
+    tasks.stop_all().await;
+    if let Some(lease) = held_lease {
+        lease.release().await;
     }
+    outcome
 }
 
 /// The agent's metrics, with every error counter at 0 from the start, by the labels of the

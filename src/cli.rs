@@ -26,6 +26,29 @@ macro_rules! say_raw {
     }};
 }
 
+impl Cli {
+    /// Parses the command line; run as `kubectl-linnet` (`kubectl linnet ...`), usage and
+    /// errors name the command as the user typed it.
+    pub fn parse_as_invoked() -> Cli {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let invoked = std::env::args_os().next().unwrap_or_default();
+        let mut command = Cli::command();
+        if is_kubectl_plugin(Path::new(&invoked)) {
+            command = command.bin_name("kubectl linnet");
+        }
+        let matches = command.get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
+/// Whether the binary was run as kubectl runs a plugin: a file named `kubectl-linnet`.
+fn is_kubectl_plugin(invoked: &Path) -> bool {
+    invoked
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("kubectl-linnet"))
+}
+
 /// Runs a parsed command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
     telemetry::init(cli.log_format, "linnet=info,warn");
@@ -71,14 +94,40 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Get {
             name,
             namespace,
+            all_namespaces,
+            output,
             watch,
-        } => runtime()?.block_on(get(&name, namespace, watch)),
-        Command::Promote { name, namespace } => {
-            runtime()?.block_on(pull(&name, namespace, crate::inspect::Lever::Promote))
-        }
-        Command::Abort { name, namespace } => {
-            runtime()?.block_on(pull(&name, namespace, crate::inspect::Lever::Abort))
-        }
+            cluster,
+        } => runtime()?.block_on(get(
+            name.as_deref(),
+            GetScope {
+                namespace,
+                all_namespaces,
+                output,
+                watch,
+            },
+            &cluster,
+        )),
+        Command::Promote {
+            name,
+            namespace,
+            cluster,
+        } => runtime()?.block_on(pull(
+            &name,
+            namespace,
+            &cluster,
+            crate::inspect::Lever::Promote,
+        )),
+        Command::Abort {
+            name,
+            namespace,
+            cluster,
+        } => runtime()?.block_on(pull(
+            &name,
+            namespace,
+            &cluster,
+            crate::inspect::Lever::Abort,
+        )),
         Command::Crds => {
             let yaml = crate::api::crds_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
             say_raw!("{yaml}");
@@ -112,6 +161,15 @@ mod tests {
             .map(|a| a.get_id().to_string())
             .collect();
         assert!(missing.is_empty(), "flags without an env var: {missing:?}");
+    }
+
+    #[test]
+    fn run_as_kubectl_linnet_it_is_a_kubectl_plugin() {
+        assert!(is_kubectl_plugin(Path::new(
+            "/usr/local/bin/kubectl-linnet"
+        )));
+        assert!(is_kubectl_plugin(Path::new("kubectl-linnet.exe")));
+        assert!(!is_kubectl_plugin(Path::new("/usr/bin/linnet")));
     }
 
     #[test]

@@ -28,8 +28,13 @@ pub enum Error {
     #[error("cannot serialise: {0}")]
     Serialize(String),
 
-    #[error("cannot start the async runtime: {0}")]
+    /// The agent's own machinery failed (the async runtime, a lock, the lease manager).
+    #[error("{0}")]
     Runtime(#[source] std::io::Error),
+
+    /// The Git source cannot be opened at the start.
+    #[error("{0}")]
+    Source(String),
 
     /// A long-running task of the agent stopped: the agent stops too, so that it is restarted.
     #[error("the agent's {task} task {how}; stopping so that Kubernetes restarts the agent")]
@@ -47,6 +52,7 @@ impl Error {
             Error::Serialize(_) => "serialize",
             Error::Usage(_) => "usage",
             Error::Runtime(_) => "runtime",
+            Error::Source(_) => "source",
             Error::TaskEnded { .. } => "task_ended",
         }
     }

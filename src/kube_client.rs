@@ -31,17 +31,131 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the first request may take before linnet says the API server is unreachable.
 const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The kubeconfig (or in-cluster) settings, found as `kubectl` finds them, and a client
-/// that has been answered once: a
-/// command that cannot reach the API server, or is refused, says so once, in words, instead
-/// of failing every request after it.
-pub async fn connect() -> Result<(Config, Client), crate::Error> {
-    let config = Config::infer()
-        .await
-        .map_err(|e| crate::Error::KubeConfig(Box::new(kube::Error::InferConfig(e))))?;
+/// Which cluster to use: kubectl's `--kubeconfig` and `--context`. Neither set: found as
+/// `kubectl` finds it (KUBECONFIG, ~/.kube/config, else in a pod its ServiceAccount).
+#[derive(Clone, Debug, Default)]
+pub struct Target {
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub context: Option<String>,
+}
+
+/// The kubeconfig (or in-cluster) settings of `target`, and a client that has been answered
+/// once: a command that cannot reach the API server, or is refused, says so once, in words,
+/// instead of failing every request after it.
+pub async fn connect_to(target: &Target) -> Result<(Config, Client), crate::Error> {
+    let config = load_config(target).await?;
     let client = from_config(config.clone()).map_err(|e| crate::Error::KubeConfig(Box::new(e)))?;
     check(&client, &config.cluster_url.to_string()).await?;
     Ok((config, client))
+}
+
+/// [`connect_to`] the cluster kubectl would use.
+pub async fn connect() -> Result<(Config, Client), crate::Error> {
+    connect_to(&Target::default()).await
+}
+
+async fn load_config(target: &Target) -> Result<Config, crate::Error> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let failed = |why: String| crate::Error::KubeConfig(why.into());
+    if target.kubeconfig.is_none() && target.context.is_none() {
+        return Config::infer().await.map_err(|_| failed(no_config_found()));
+    }
+    let options = KubeConfigOptions {
+        context: target.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let kubeconfig = match &target.kubeconfig {
+        Some(path) if !path.is_file() => {
+            return Err(failed(format!(
+                "--kubeconfig {}: no such file",
+                path.display()
+            )));
+        }
+        Some(path) => Kubeconfig::read_from(path),
+        None => Kubeconfig::read(),
+    }
+    .map_err(|e| failed(crate::net::error_chain(&e)))?;
+    if let Some(context) = &target.context
+        && !kubeconfig.contexts.iter().any(|c| &c.name == context)
+    {
+        let known: Vec<&str> = kubeconfig
+            .contexts
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        return Err(failed(format!(
+            "--context {context}: the kubeconfig has no such context (it has: {})",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| failed(crate::net::error_chain(&e)))
+}
+
+/// Why no configuration was found, in kubectl's terms, without kube's error-chain stutter.
+fn no_config_found() -> String {
+    let files = match std::env::var("KUBECONFIG") {
+        Ok(paths) if !paths.is_empty() => {
+            format!("KUBECONFIG ({paths}) names no readable kubeconfig")
+        }
+        _ => {
+            let home = std::env::var("HOME").unwrap_or_else(|_| "~".into());
+            format!("KUBECONFIG is not set and {home}/.kube/config cannot be read")
+        }
+    };
+    format!(
+        "no cluster configured: {files}, and this is not a pod (KUBERNETES_SERVICE_HOST is not \
+         set). Set KUBECONFIG or pass --kubeconfig (and --context) as for kubectl"
+    )
+}
+
+/// What to do when the API server does not serve rollouts.linnet.dev.
+pub const CRDS_MISSING: &str = "this cluster does not serve rollouts.linnet.dev/v1alpha1: \
+     linnet's CustomResourceDefinitions are not installed. Install them with `kubectl apply -f \
+     deploy/crds/crds.yaml` (or `linnet crds | kubectl apply -f -`), as an administrator";
+
+/// Checks that the API server serves every kind of linnet's API, so that an agent without
+/// its CustomResourceDefinitions says so once instead of failing every watch.
+pub async fn check_crds(client: &Client) -> Result<(), crate::Error> {
+    let kinds = [
+        "CanaryStatefulSet",
+        "CanaryDeployment",
+        "LinnetSource",
+        "AnalysisTemplate",
+    ];
+    let served = match client
+        .list_api_group_resources(crate::api::API_VERSION)
+        .await
+    {
+        Ok(list) => list.resources,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Err(crate::Error::Cluster(CRDS_MISSING.into()));
+        }
+        Err(e) => {
+            return Err(crate::Error::Cluster(format!(
+                "cannot read which kinds the API server serves: {}",
+                crate::error::kube_message(&e)
+            )));
+        }
+    };
+    let missing: Vec<&str> = kinds
+        .into_iter()
+        .filter(|k| !served.iter().any(|r| r.kind == *k))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(crate::Error::Cluster(format!(
+        "this cluster serves rollouts.linnet.dev/v1alpha1 without {}: its \
+         CustomResourceDefinitions are from an older linnet. Apply this version's: `kubectl \
+         apply -f deploy/crds/crds.yaml` (or `linnet crds | kubectl apply -f -`)",
+        missing.join(", ")
+    )))
 }
 
 /// Asks the API server for its version, which any authenticated identity may read.

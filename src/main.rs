@@ -2,14 +2,12 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 // mimalloc returns freed memory to the system; with glibc's malloc the agent kept the peak of
 // its start-up (the first list of every rollout and child) as resident memory for good.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = linnet::cli::Cli::parse();
+    let cli = linnet::cli::Cli::parse_as_invoked();
     linnet::cli::run(cli)
 }

@@ -414,6 +414,35 @@ fn an_unresolvable_host_and_a_refused_connection_say_which() {
     }
 }
 
+/// Issue 47: a URL the host answers with 404 was reported as "cannot reach"; the host was
+/// reached, and said there is no such repository. So is a path with no repository.
+#[test]
+fn a_repository_that_is_not_there_is_not_found_not_unreachable() {
+    let f = Fixture::new();
+    let server = git_http::serve(f._tmp.path().to_path_buf(), None);
+    let missing_path = f._tmp.path().join("no-such-repository");
+    for url in [
+        format!("{server}/no-such-repository.git"),
+        missing_path.display().to_string(),
+    ] {
+        let remote = GitRemote {
+            url: url.clone(),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let err = GitMirror::open(&dir.path().join("mirror"), remote)
+            .and_then(|mirror| mirror.remote_tip())
+            .unwrap_err();
+        assert_eq!(err.label(), "not_found", "{url}: {err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("there is no Git repository at {url}")),
+            "{err}"
+        );
+    }
+}
+
 /// A damaged object in the mirror is an error, never content. libgit2 hashes each object it
 /// reads again; that stays on: zlib's own checksum covers only an object's compressed bytes,
 /// and a damaged pack index could hand back another, well-formed object.

@@ -1,5 +1,6 @@
 //! Two agents, one Lease: only the holder acts; the other is not ready and takes over within
-//! the lease duration when the holder dies in the middle of a rollout.
+//! the lease duration when the holder dies in the middle of a rollout. A leader stopped as
+//! Kubernetes stops it releases the Lease, so the next agent acts at once.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -139,4 +140,46 @@ async fn the_standby_takes_over_mid_rollout_and_nothing_is_done_twice() {
         );
     }
     assert!(standby.log_text().contains("holding the lease"));
+}
+
+#[tokio::test]
+async fn a_leader_stopped_by_sigterm_releases_its_lease_and_the_next_agent_acts_at_once() {
+    // Issue 47: a stopped agent kept its Lease, and the next one waited 13 s for it to expire.
+    use k8s_openapi::api::coordination::v1::Lease;
+    let mut f = Fixture::start("leader-release", redis).await;
+    f.wait_for("Stable", 90, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::Stable)
+    })
+    .await;
+    let lease_name = format!("linnet-{}", f.ns.name);
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
+    let lease = f.api::<Lease>().get(&lease_name).await.unwrap();
+    assert!(holder(lease).is_some(), "the agent holds the lease");
+
+    let mut leader = f.agent.take().unwrap();
+    let status = leader.terminate();
+    assert!(status.success(), "{status:?}:\n{}", leader.log_text());
+    assert!(
+        leader.log_text().contains("released the lease"),
+        "{}",
+        leader.log_text()
+    );
+    let lease = f.api::<Lease>().get(&lease_name).await.unwrap();
+    assert_eq!(
+        holder(lease),
+        None,
+        "the Lease is free once the agent has stopped"
+    );
+
+    // The next agent does not wait for the Lease to expire (4 s here, 15 s by default).
+    let started = Instant::now();
+    let next = f.spawn_agent("next", &["--lease-identity=next".to_string()]);
+    wait_ready(&next).await;
+    let waited = started.elapsed();
+    println!("the next agent was ready after {waited:?}");
+    assert!(
+        next.log_text().contains("holding the lease"),
+        "{}",
+        next.log_text()
+    );
 }

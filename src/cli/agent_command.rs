@@ -8,11 +8,8 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
     use crate::source::git::{GitAuth, GitRemote};
     // Before anything else: an agent that would take any webhook must not start at all.
     if let Some(file) = &args.webhook_secret_file {
-        crate::source::hooks::read_secret(file).map_err(|e| {
-            Error::Runtime(std::io::Error::other(format!(
-                "{e} (--webhook-secret-file)"
-            )))
-        })?;
+        crate::source::hooks::read_secret(file)
+            .map_err(|e| Error::Usage(format!("{e} (--webhook-secret-file)")))?;
     }
     // The status API's client with the CA, now: a CA that OpenSSL took and rustls does not
     // stops the agent here, rather than turning commit statuses off later.
@@ -24,12 +21,18 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         (_, Some(dir)) => SourceConfig::Local { dir: dir.clone() },
         (Some(url), None) => {
             let auth = if let Some(key) = &args.ssh_key_file {
+                credential_file_readable(key, "--ssh-key-file", "the deploy key's private key")?;
                 GitAuth::SshKey {
                     username: "git".into(),
                     private_key: key.clone(),
                     known_hosts: args.ssh_known_hosts.clone().unwrap_or_default(),
                 }
             } else if let Some(file) = &args.git_password_file {
+                credential_file_readable(
+                    file,
+                    "--git-password-file",
+                    "a token of the Git host that can read the repository",
+                )?;
                 GitAuth::Basic {
                     username: args.git_username.clone(),
                     password_file: file.clone(),
@@ -152,6 +155,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         leader,
     };
     let (kube_config, client) = crate::kube_client::connect().await?;
+    crate::kube_client::check_crds(&client).await?;
     crate::agent::run(config, client, kube_config).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -195,4 +199,24 @@ fn leader_config(args: &AgentArgs) -> Result<Option<crate::agent::LeaderConfig>>
         shards: args.shards,
         home_shard,
     }))
+}
+
+/// A credential file the agent reads on every fetch (so that a rotated Secret is used at
+/// once) must be there at the start: a missing one is a mistake in the installation, which
+/// retrying every poll would only hide.
+fn credential_file_readable(path: &std::path::Path, flag: &str, holds: &str) -> Result<()> {
+    let why = match std::fs::read(path) {
+        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => "is empty".to_string(),
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            "cannot be read by this user (permission denied)".to_string()
+        }
+        Err(e) => format!("cannot be read: {}", crate::net::error_chain(&e)),
+    };
+    Err(Error::Usage(format!(
+        "{flag} {}: the file {why}; it must hold {holds} (in a cluster: the Secret mounted \
+         there, see docs/getting-started.md)",
+        path.display()
+    )))
 }

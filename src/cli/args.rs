@@ -270,19 +270,31 @@ pub enum Command {
         agent_url: String,
     },
     /// Show one rollout as a tree: its sets or Deployments, their pods with image, readiness
-    /// and volume, its step or batch, conditions and last events.
+    /// and volume, its step or batch, conditions and last events. Without a name, list the
+    /// rollouts of the namespace (-A: of every namespace).
     ///
     /// With -w, draw it again whenever any of it changes (the cluster's watches, not
-    /// polling), until stopped. Uses the current kubeconfig context.
+    /// polling), until stopped. Uses the current kubeconfig context unless --context or
+    /// --kubeconfig say otherwise. As a kubectl plugin: `kubectl linnet get`.
     Get {
-        /// The CanaryStatefulSet or CanaryDeployment.
-        name: String,
+        /// The CanaryStatefulSet or CanaryDeployment: NAME, or KIND/NAME when both kinds have
+        /// one of that name (KIND: csts or cdeploy, or the kind's full name).
+        name: Option<String>,
         /// Its namespace (default: the kubeconfig context's).
         #[arg(short, long)]
         namespace: Option<String>,
-        /// Keep watching, and draw again on every change.
-        #[arg(short, long)]
+        /// List the rollouts of every namespace.
+        #[arg(short = 'A', long, conflicts_with_all = ["name", "namespace"])]
+        all_namespaces: bool,
+        /// Output format: the tree or list (default), wide (a list with step, source and
+        /// message), yaml or json (the objects as the API server has them).
+        #[arg(short, long, value_enum)]
+        output: Option<GetOutput>,
+        /// Keep watching, and draw again on every change (one rollout's tree).
+        #[arg(short, long, requires = "name", conflicts_with = "output")]
         watch: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Emergency: promote the running canary of a CanaryStatefulSet now.
     ///
@@ -296,6 +308,8 @@ pub enum Command {
         /// Its namespace (default: the kubeconfig context's).
         #[arg(short, long)]
         namespace: Option<String>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Emergency: abort the running canary or batches and roll back to the stable image.
     ///
@@ -303,12 +317,44 @@ pub enum Command {
     /// promote does). The rollout stays rolled back until Git changes the image; put the old
     /// image back in Git to match.
     Abort {
-        /// The CanaryStatefulSet or CanaryDeployment.
+        /// The CanaryStatefulSet or CanaryDeployment (NAME or KIND/NAME).
         name: String,
         /// Its namespace (default: the kubeconfig context's).
         #[arg(short, long)]
         namespace: Option<String>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Print the CustomResourceDefinitions for `kubectl apply -f -`.
     Crds,
+}
+
+/// What `linnet get` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GetOutput {
+    Wide,
+    Yaml,
+    Json,
+}
+
+/// Which cluster a command talks to, as kubectl's flags of the same names say.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClusterArgs {
+    /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config, else the pod's
+    /// ServiceAccount).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: its current-context).
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The cluster these flags name.
+    pub fn target(&self) -> crate::kube_client::Target {
+        crate::kube_client::Target {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
 }

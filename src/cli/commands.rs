@@ -2,18 +2,73 @@
 
 use super::*;
 
-/// A checked client and the namespace to use: `namespace`, else the kubeconfig context's.
-pub(super) async fn client_in(namespace: Option<String>) -> Result<(kube::Client, String)> {
-    let (_, client) = crate::kube_client::connect().await?;
+/// A checked client of the cluster `cluster` names, and the namespace to use: `namespace`,
+/// else the kubeconfig context's.
+pub(super) async fn client_in(
+    namespace: Option<String>,
+    cluster: &ClusterArgs,
+) -> Result<(kube::Client, String)> {
+    let (_, client) = crate::kube_client::connect_to(&cluster.target()).await?;
     let ns = namespace.unwrap_or_else(|| client.default_namespace().to_string());
     Ok((client, ns))
 }
 
-pub(super) async fn get(name: &str, namespace: Option<String>, watch: bool) -> Result<ExitCode> {
-    let (client, ns) = client_in(namespace).await?;
-    if !watch {
+/// Where `linnet get` looks and how it prints.
+pub(super) struct GetScope {
+    pub namespace: Option<String>,
+    pub all_namespaces: bool,
+    pub output: Option<GetOutput>,
+    pub watch: bool,
+}
+
+pub(super) async fn get(
+    name: Option<&str>,
+    scope: GetScope,
+    cluster: &ClusterArgs,
+) -> Result<ExitCode> {
+    let (client, ns) = client_in(scope.namespace, cluster).await?;
+    let now = jiff::Timestamp::now();
+    let Some(name) = name else {
+        let rollouts =
+            crate::inspect::list(&client, (!scope.all_namespaces).then_some(ns.as_str())).await?;
+        match scope.output {
+            Some(GetOutput::Yaml | GetOutput::Json) => {
+                let items: Vec<serde_json::Value> = rollouts
+                    .iter()
+                    .map(|r| r.to_json())
+                    .collect::<Result<_>>()?;
+                print_objects(
+                    &serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}),
+                    scope.output,
+                )?;
+            }
+            wide => {
+                if rollouts.is_empty() {
+                    let place = if scope.all_namespaces {
+                        "any namespace".to_string()
+                    } else {
+                        format!("namespace {ns}")
+                    };
+                    eprintln!("No CanaryStatefulSets or CanaryDeployments in {place}.");
+                } else {
+                    let columns = crate::inspect::list::ListColumns {
+                        namespace: scope.all_namespaces,
+                        wide: wide == Some(GetOutput::Wide),
+                    };
+                    say_raw!("{}", crate::inspect::list::render(&rollouts, columns, now));
+                }
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    if !scope.watch {
         let tree = crate::inspect::snapshot(&client, &ns, name).await?;
-        say_raw!("{}", tree.render(jiff::Timestamp::now()));
+        match scope.output {
+            Some(GetOutput::Yaml | GetOutput::Json) => {
+                print_objects(&tree.rollout.to_json()?, scope.output)?
+            }
+            _ => say_raw!("{}", tree.render(now)),
+        }
         return Ok(ExitCode::SUCCESS);
     }
     use std::io::IsTerminal as _;
@@ -30,12 +85,24 @@ pub(super) async fn get(name: &str, namespace: Option<String>, watch: bool) -> R
     Ok(ExitCode::SUCCESS)
 }
 
+/// `value` as YAML or JSON, as `kubectl get -o` prints it.
+fn print_objects(value: &serde_json::Value, output: Option<GetOutput>) -> Result<()> {
+    let text = if output == Some(GetOutput::Json) {
+        serde_json::to_string_pretty(value).map_err(|e| Error::Serialize(e.to_string()))? + "\n"
+    } else {
+        serde_saphyr::to_string(value).map_err(|e| Error::Serialize(e.to_string()))?
+    };
+    say_raw!("{text}");
+    Ok(())
+}
+
 pub(super) async fn pull(
     name: &str,
     namespace: Option<String>,
+    cluster: &ClusterArgs,
     lever: crate::inspect::Lever,
 ) -> Result<ExitCode> {
-    let (client, ns) = client_in(namespace).await?;
+    let (client, ns) = client_in(namespace, cluster).await?;
     let done = crate::inspect::pull(&client, &ns, name, lever).await?;
     say!("{done}");
     Ok(ExitCode::SUCCESS)
@@ -134,7 +201,11 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(Error::Runtime)
+        .map_err(|e| {
+            Error::Runtime(std::io::Error::other(format!(
+                "cannot start the async runtime: {e}"
+            )))
+        })
 }
 
 /// Why a directory without any spec is refused (a wrong path, most likely).

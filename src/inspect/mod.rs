@@ -1,6 +1,9 @@
 //! `linnet get`, `linnet promote` and `linnet abort`: a person's view of one rollout and the
 //! emergency levers, for kubectl users. Reading is here; the tree is drawn by [`tree`].
 
+pub mod list;
+pub mod object;
+pub mod table;
 pub mod tree;
 
 use std::time::Duration;
@@ -17,15 +20,19 @@ use crate::api::{
     ABORT_ANNOTATION, CanaryDeployment, CanaryStatefulSet, PROMOTE_ANNOTATION, ROLLOUT_LABEL,
 };
 use crate::error::{Error, Result};
-pub use tree::{RolloutObject, Snapshot};
+pub use object::RolloutObject;
+pub use tree::Snapshot;
 
 /// How long `get -w` waits after a change for more before it draws again.
 const SETTLE: Duration = Duration::from_millis(250);
 
-/// Reads rollout `name` in `ns` (either kind) and everything the tree shows.
-pub async fn snapshot(client: &Client, ns: &str, name: &str) -> Result<Snapshot> {
-    let rollout = find(client, ns, name).await?;
+/// Reads rollout `target` in `ns` (`name` of either kind, or `kind/name`) and everything the
+/// tree shows.
+pub async fn snapshot(client: &Client, ns: &str, target: &str) -> Result<Snapshot> {
+    let rollout = find(client, ns, target).await?;
     let kind = rollout.kind();
+    let name = rollout.name();
+    let name = name.as_str();
     let mine = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
     let (stateful_sets, deployments) = match &rollout {
         RolloutObject::StatefulSet(_) => (
@@ -67,23 +74,102 @@ pub async fn snapshot(client: &Client, ns: &str, name: &str) -> Result<Snapshot>
     })
 }
 
-async fn find(client: &Client, ns: &str, name: &str) -> Result<RolloutObject> {
-    if let Some(r) = Api::<CanaryStatefulSet>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await?
-    {
-        return Ok(RolloutObject::StatefulSet(Box::new(r)));
+/// The kinds a `kind/name` may name, as `kubectl get` takes them.
+const STATEFULSET_NAMES: [&str; 4] = [
+    "csts",
+    "canarysts",
+    "canarystatefulset",
+    "canarystatefulsets",
+];
+const DEPLOYMENT_NAMES: [&str; 4] = [
+    "cdeploy",
+    "canarydeploy",
+    "canarydeployment",
+    "canarydeployments",
+];
+
+/// Which kinds `target` may be, and its name: `name` is either kind, `kind/name` one.
+pub fn parse_target(target: &str) -> Result<(bool, bool, &str)> {
+    let Some((kind, name)) = target.split_once('/') else {
+        return Ok((true, true, target));
+    };
+    let kind = kind.to_ascii_lowercase();
+    let kind = kind.split('.').next().unwrap_or_default();
+    if STATEFULSET_NAMES.contains(&kind) {
+        Ok((true, false, name))
+    } else if DEPLOYMENT_NAMES.contains(&kind) {
+        Ok((false, true, name))
+    } else {
+        Err(Error::Usage(format!(
+            "{target}: no such kind of rollout; say csts/NAME (CanaryStatefulSet) or \
+             cdeploy/NAME (CanaryDeployment)"
+        )))
     }
-    if let Some(r) = Api::<CanaryDeployment>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await?
+}
+
+async fn find(client: &Client, ns: &str, target: &str) -> Result<RolloutObject> {
+    let (sts, deploy, name) = parse_target(target)?;
+    let mut found = Vec::new();
+    if sts
+        && let Some(r) = Api::<CanaryStatefulSet>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(crds_missing)?
     {
-        return Ok(RolloutObject::Deployment(Box::new(r)));
+        found.push(RolloutObject::StatefulSet(Box::new(r)));
     }
-    Err(Error::Usage(format!(
-        "no CanaryStatefulSet or CanaryDeployment {name} in namespace {ns} \
-         (kubectl get csts,cdeploy -A lists them; -n names the namespace)"
-    )))
+    if deploy
+        && let Some(r) = Api::<CanaryDeployment>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(crds_missing)?
+    {
+        found.push(RolloutObject::Deployment(Box::new(r)));
+    }
+    match found.len() {
+        0 => Err(Error::Usage(format!(
+            "no CanaryStatefulSet or CanaryDeployment {name} in namespace {ns} \
+             (linnet get -A lists them; -n names the namespace)"
+        ))),
+        1 => Ok(found.remove(0)),
+        _ => Err(Error::Usage(format!(
+            "both a CanaryStatefulSet and a CanaryDeployment are named {name} in namespace \
+             {ns}: say csts/{name} or cdeploy/{name}"
+        ))),
+    }
+}
+
+/// Every rollout of either kind in `ns`, or in every namespace.
+pub async fn list(client: &Client, ns: Option<&str>) -> Result<Vec<RolloutObject>> {
+    let params = ListParams::default();
+    let (sets, deployments) = match ns {
+        Some(ns) => (
+            Api::<CanaryStatefulSet>::namespaced(client.clone(), ns),
+            Api::<CanaryDeployment>::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let sets = sets.list(&params).await.map_err(crds_missing)?.items;
+    let deployments = deployments.list(&params).await.map_err(crds_missing)?.items;
+    Ok(sets
+        .into_iter()
+        .map(|r| RolloutObject::StatefulSet(Box::new(r)))
+        .chain(
+            deployments
+                .into_iter()
+                .map(|r| RolloutObject::Deployment(Box::new(r))),
+        )
+        .collect())
+}
+
+/// A 404 that is not a Status about one object: the API server does not serve linnet's kinds.
+pub fn crds_missing(e: kube::Error) -> Error {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 && s.reason != "NotFound" => {
+            Error::Usage(crate::kube_client::CRDS_MISSING.to_string())
+        }
+        _ => Error::Kube(e),
+    }
 }
 
 /// Draws the tree, then again whenever the rollout, its workloads, pods, claims or events
@@ -100,6 +186,8 @@ pub async fn watch(
     let mut last = start.render(jiff::Timestamp::now());
     draw(&last);
     let kind = start.rollout.kind();
+    let name = start.rollout.name();
+    let name = name.as_str();
     let labels = watcher::Config::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
     let named = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let about = watcher::Config::default().fields(&format!(
@@ -219,10 +307,12 @@ pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result
         Lever::Abort => (ABORT_ANNOTATION, "abort"),
     };
     let rollout = find(client, ns, name).await?;
+    let name = rollout.name();
+    let name = name.as_str();
     use crate::plan::{deployment, statefulset};
     let nothing = || {
         Error::Usage(format!(
-            "{name} has no canary that can be {verb}d now: nothing to {verb} (linnet get {name} \
+            "{name} has no canary to {verb} now: no phase under way reads the {verb} lever (linnet get {name} \
              shows its phase)"
         ))
     };

@@ -9,24 +9,9 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod, PodTemplateS
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use super::object::RolloutObject;
+use super::table::{Table, printable};
 use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition, ROLE_LABEL, RolloutView};
-
-/// The rollout, either kind.
-#[derive(Clone, Debug)]
-pub enum RolloutObject {
-    StatefulSet(Box<CanaryStatefulSet>),
-    Deployment(Box<CanaryDeployment>),
-}
-
-impl RolloutObject {
-    /// Its kind, as events name it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            RolloutObject::StatefulSet(_) => "CanaryStatefulSet",
-            RolloutObject::Deployment(_) => "CanaryDeployment",
-        }
-    }
-}
 
 /// What one `linnet get` shows: the rollout and what it made, as read from the cluster.
 #[derive(Clone, Debug)]
@@ -58,13 +43,9 @@ impl Snapshot {
             header(&mut out, name, value);
         }
         out.push('\n');
-        let _ = writeln!(
-            out,
-            "{:<32} {:<18} {:<14} {:<22} {:<14} AGE",
-            "NAME", "KIND", "STATUS", "IMAGE", "VOLUME"
-        );
+        let mut table = Table::new(&["NAME", "KIND", "STATUS", "IMAGE", "VOLUME", "AGE"]);
         row(
-            &mut out,
+            &mut table,
             "",
             &summary.name,
             summary.kind,
@@ -76,7 +57,7 @@ impl Snapshot {
         for (i, w) in workloads.iter().enumerate() {
             let last = i + 1 == workloads.len();
             row(
-                &mut out,
+                &mut table,
                 branch(last),
                 &w.name,
                 w.kind,
@@ -85,8 +66,9 @@ impl Snapshot {
                 "",
                 created(w.created, now),
             );
-            self.render_pods(&w.pods, if last { "    " } else { "│   " }, now, &mut out);
+            self.render_pods(&w.pods, if last { "    " } else { "│   " }, now, &mut table);
         }
+        out.push_str(&table.render());
         self.render_events(now, &mut out);
         out
     }
@@ -162,7 +144,7 @@ impl Snapshot {
         pods
     }
 
-    fn render_pods(&self, pods: &[&Pod], indent: &str, now: jiff::Timestamp, out: &mut String) {
+    fn render_pods(&self, pods: &[&Pod], indent: &str, now: jiff::Timestamp, out: &mut Table) {
         for (i, pod) in pods.iter().enumerate() {
             let last = i + 1 == pods.len();
             let image = pod
@@ -398,17 +380,9 @@ fn header(out: &mut String, name: &str, value: &str) {
     let _ = writeln!(out, "{:<12} {}", format!("{name}:"), printable(value));
 }
 
-/// `text` without control characters: what the tree prints comes from the cluster (event
-/// messages, images, annotations), and an escape sequence there must not reach the terminal.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
-}
-
 #[allow(clippy::too_many_arguments)]
 fn row(
-    out: &mut String,
+    table: &mut Table,
     prefix: &str,
     name: &str,
     kind: &str,
@@ -417,15 +391,14 @@ fn row(
     volume: &str,
     age: String,
 ) {
-    let _ = writeln!(
-        out,
-        "{:<32} {:<18} {:<14} {:<22} {:<14} {age}",
-        printable(&format!("{prefix}{name}")),
-        kind,
-        printable(status),
-        printable(image),
-        printable(volume)
-    );
+    table.push(vec![
+        format!("{prefix}{name}"),
+        kind.to_string(),
+        status.to_string(),
+        image.to_string(),
+        volume.to_string(),
+        age,
+    ]);
 }
 
 fn branch(last: bool) -> &'static str {
@@ -485,7 +458,7 @@ fn created(t: Option<&Time>, now: jiff::Timestamp) -> String {
 }
 
 /// A short age as kubectl prints it: 45s, 3m, 2h, 4d.
-fn age(now: jiff::Timestamp, then: jiff::Timestamp) -> String {
+pub(super) fn age(now: jiff::Timestamp, then: jiff::Timestamp) -> String {
     let secs = now.duration_since(then).as_secs().max(0);
     match secs {
         s if s < 120 => format!("{s}s"),

@@ -3,10 +3,28 @@
 use super::config::LeaderConfig;
 use crate::{Error, Result};
 
+/// How long a stopping agent waits for the API server to take its release of the Lease.
+const RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The Lease this replica holds, until [`HeldLease::release`].
+pub struct HeldLease {
+    stop: tokio::sync::oneshot::Sender<()>,
+    watching: tokio::task::JoinHandle<()>,
+}
+
+impl HeldLease {
+    /// Gives the Lease up, so that a standby (or the next pod of a rollout) acts at once
+    /// instead of waiting for it to expire. Call it once nothing of this replica acts any more.
+    pub async fn release(self) {
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(RELEASE_TIMEOUT, self.watching).await;
+    }
+}
+
 /// Blocks until this replica holds the Lease, then watches it: a replica that loses the
 /// Lease exits at once (all rollout state is in the cluster, so the next leader carries on),
 /// which is the surest way never to have two replicas acting.
-pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Result<()> {
+pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Result<HeldLease> {
     use kube_lease_manager::LeaseManagerBuilder;
     let duration = leader.duration.as_secs().max(2);
     let manager = LeaseManagerBuilder::new(client, &leader.name)
@@ -42,14 +60,29 @@ pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) ->
         }
     }
     tracing::info!(lease = %leader.name, identity = %leader.identity, "holding the lease; this replica acts");
-    tokio::spawn(async move {
-        let _task = task;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let lease = format!("{}/{}", leader.namespace, leader.name);
+    let watching = tokio::spawn(async move {
         loop {
-            if holding.changed().await.is_err() || !*holding.borrow_and_update() {
-                tracing::error!("lost the lease; exiting so that only the new holder acts");
-                std::process::exit(1);
+            tokio::select! {
+                _ = &mut stopped => {
+                    // Closing the channel makes the lease manager release the Lease and end.
+                    drop(holding);
+                    match task.await {
+                        Ok(Ok(_)) => tracing::info!(%lease, "released the lease"),
+                        Ok(Err(e)) => tracing::warn!(%lease, error = %e, "could not release the lease; it expires by itself"),
+                        Err(e) => tracing::warn!(%lease, error = %e, "could not release the lease; it expires by itself"),
+                    }
+                    return;
+                }
+                changed = holding.changed() => {
+                    if changed.is_err() || !*holding.borrow_and_update() {
+                        tracing::error!("lost the lease; exiting so that only the new holder acts");
+                        std::process::exit(1);
+                    }
+                }
             }
         }
     });
-    Ok(())
+    Ok(HeldLease { stop, watching })
 }

@@ -406,11 +406,7 @@ pub async fn open_remote(
     let mirror = tokio::task::spawn_blocking(move || GitMirror::open(&cache_dir, remote))
         .await
         .map_err(|e| Error::Runtime(std::io::Error::other(e)))?
-        .map_err(|e| {
-            Error::Runtime(std::io::Error::other(crate::text::redact_credentials(
-                &e.to_string(),
-            )))
-        })?;
+        .map_err(|e| Error::Source(crate::text::redact_credentials(&e.to_string())))?;
     // After a restart, the next tip is judged (signature, history) against the revision the
     // agent before accepted.
     let fetched = mirror.accepted();

@@ -46,6 +46,11 @@ impl Tasks {
         self.names.insert(handle.id(), name);
     }
 
+    /// Stops every task and waits until they have stopped.
+    pub async fn stop_all(&mut self) {
+        self.set.shutdown().await;
+    }
+
     /// Waits until a task ends while the agent is not shutting down, and says which and how.
     /// Never resolves while every task runs (or once all ended in a shutdown).
     pub async fn first_fault(&mut self) -> Error {

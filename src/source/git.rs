@@ -229,6 +229,10 @@ impl GitMirror {
             _ if e.message().contains("credentials") && e.class() != git2::ErrorClass::Net => {
                 GitError::Auth { url, source: e }
             }
+            // The host answered: there is no repository there (or none this token may see).
+            git2::ErrorClass::Http if e.message().contains("status code: 404") => {
+                GitError::NotFound { url }
+            }
             _ => GitError::Unreachable {
                 url,
                 failure: crate::net::classify_git(&e),
@@ -262,10 +266,13 @@ impl GitMirror {
     /// The branch's tip in the repository at `path` on this machine.
     fn local_branch_tip(&self, path: &Path) -> Result<Oid, GitError> {
         let url = crate::text::redact_credentials(&self.remote.url);
-        let remote = Repository::open(path).map_err(|e| GitError::Unreachable {
-            url: url.clone(),
-            failure: crate::net::classify_git(&e),
-            source: e,
+        let remote = Repository::open(path).map_err(|e| match e.code() {
+            git2::ErrorCode::NotFound => GitError::NotFound { url: url.clone() },
+            _ => GitError::Unreachable {
+                url: url.clone(),
+                failure: crate::net::classify_git(&e),
+                source: e,
+            },
         })?;
         remote
             .refname_to_id(&format!("refs/heads/{}", self.remote.branch))
@@ -384,7 +391,13 @@ fn link_local_objects(dir: &Path, remote: &Path) -> Result<(), GitError> {
         let path = path.to_path_buf();
         move |source| GitError::Io { path, source }
     };
-    let objects = Repository::open(remote)?.path().join("objects");
+    let repository = Repository::open(remote).map_err(|e| match e.code() {
+        git2::ErrorCode::NotFound => GitError::NotFound {
+            url: remote.display().to_string(),
+        },
+        _ => GitError::Git(e),
+    })?;
+    let objects = repository.path().join("objects");
     let info = dir.join("objects/info");
     std::fs::create_dir_all(&info).map_err(io(&info))?;
     let file = info.join("alternates");
@@ -442,6 +455,7 @@ mod tests {
                 url: url(),
                 after: std::time::Duration::ZERO,
             },
+            GitError::NotFound { url: "u".into() },
             GitError::Auth {
                 url: url(),
                 source: e(),

@@ -42,6 +42,12 @@ pub enum GitError {
         #[source]
         source: git2::Error,
     },
+    #[error(
+        "there is no Git repository at {url}: check --repo-url; for a private repository on a \
+         Git host, check that the token can read it (hosts answer 404, not 403, to a token \
+         that may not)"
+    )]
+    NotFound { url: String },
     #[error("{url} did not answer within {after:?} (--git-timeout); the call was cancelled")]
     Timeout {
         url: String,
@@ -91,6 +97,7 @@ impl GitError {
     /// Every label [`GitError::label`] gives, besides [`crate::net::Failure::LABELS`].
     pub const LABELS: &'static [&'static str] = &[
         "timeout",
+        "not_found",
         "auth",
         "unknown_host_key",
         "no_such_branch",
@@ -106,6 +113,7 @@ impl GitError {
         match self {
             GitError::Unreachable { failure, .. } => failure.label(),
             GitError::Timeout { .. } => "timeout",
+            GitError::NotFound { .. } => "not_found",
             GitError::Auth { .. } => "auth",
             GitError::UnknownHostKey { .. } => "unknown_host_key",
             GitError::NoSuchBranch { .. } => "no_such_branch",

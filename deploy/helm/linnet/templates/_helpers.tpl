@@ -1,6 +1,7 @@
-{{/* The release's name for every object: "linnet" by default, as in deploy/. */}}
+{{/* The release's name for every object ("linnet" by default, as in deploy/), or
+fullnameOverride. */}}
 {{- define "linnet.fullname" -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | default .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "linnet.selectorLabels" -}}

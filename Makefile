@@ -4,12 +4,36 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
+.PHONY: all build install image image-push image-tools deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
 
 all: build
 
 build:
 	$(CARGO) build --release
+
+## image: linnet's container image as an OCI layout in $(IMAGE_DIR) (target/image), built without
+## Docker: a static binary (glibc and OpenSSL linked in) on no base image, user 65532, labels
+## with the version and the commit (deploy/image/build.py). IMAGE_PROFILE=dev for a quick one.
+## image-push REGISTRY=registry.example.com/team pushes it as $(REGISTRY)/linnet:$(VERSION),
+## with crane (built from its Go module, like the other tools).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_TARGET := x86_64-unknown-linux-gnu
+IMAGE_PROFILE ?= release
+IMAGE_DIR ?= target/image
+image-tools:
+	@tests/registry/build.sh >/dev/null
+
+image: image-tools
+	LINNET_GIT_COMMIT=$(COMMIT) RUSTFLAGS="-C target-feature=+crt-static" OPENSSL_STATIC=1 \
+	  $(CARGO) build --locked --profile $(IMAGE_PROFILE) --target $(IMAGE_TARGET) --bin linnet
+	python3 deploy/image/build.py \
+	  target/$(IMAGE_TARGET)/$(if $(filter dev,$(IMAGE_PROFILE)),debug,$(IMAGE_PROFILE))/linnet \
+	  $(IMAGE_DIR) --version $(VERSION) --commit $(COMMIT)
+
+image-push: image
+	@[ -n "$(REGISTRY)" ] || { echo "make image-push REGISTRY=registry.example.com/team: where to push" >&2; exit 2; }
+	"$$(tests/registry/build.sh)/crane" push $(IMAGE_DIR) $(REGISTRY)/linnet:$(VERSION)
 
 ## install: the CLI in $(PREFIX)/bin (default ~/.cargo/bin), also as `kubectl-linnet`, so that
 ## `kubectl linnet get` works.
@@ -24,7 +48,7 @@ deps:
 
 ## test: install what the machine lacks, build the control plane, Gitea and the test tools
 ## (helm, kubectl, kstatus) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
-test: deps cluster-build gitea-build tools-build prometheus-build
+test: deps cluster-build gitea-build tools-build prometheus-build image-tools
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \

@@ -247,6 +247,18 @@ async fn each_mistake_gets_a_message_that_says_what_to_do() {
     let specs = dir.join("specs");
     std::fs::create_dir_all(&specs).unwrap();
     let specs = format!("--repo-path={}", specs.display());
+    let no_namespace = format!("t-nope-{}", std::process::id());
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(
+        elsewhere.join("cm.yaml"),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: \
+             {no_namespace}\ndata:\n  a: b\n"
+        ),
+    )
+    .unwrap();
+    let elsewhere = elsewhere.to_str().unwrap();
     let crds_missing = "linnet: this cluster does not serve rollouts.linnet.dev/v1alpha1: linnet's \
          CustomResourceDefinitions are not installed. Install them with `kubectl apply -f \
          deploy/crds/crds.yaml` (or `linnet crds | kubectl apply -f -`), as an administrator";
@@ -317,6 +329,17 @@ async fn each_mistake_gets_a_message_that_says_what_to_do() {
                 .to_string(),
         ),
         (
+            "a spec in a namespace that does not exist: linnet diff",
+            vec!["diff", elsewhere, "--allow-namespace", &no_namespace],
+            vec![],
+            format!(
+                "error: ConfigMap {no_namespace}/settings: cm.yaml:1:1: namespace {no_namespace} \
+                 does not exist: a cluster admin creates it and lets the source deploy there (a \
+                 RoleBinding to ClusterRole linnet-source, docs/getting-started.md), or the \
+                 revision creates it (a Namespace in Git, with --allow-cluster-kind Namespace)"
+            ),
+        ),
+        (
             "a context the kubeconfig does not have",
             vec!["get", "-n", ns, "--context", "nope"],
             vec![],
@@ -348,7 +371,8 @@ async fn each_mistake_gets_a_message_that_says_what_to_do() {
         all.extend(args);
         let out = run(dir, "kubectl", &all, env);
         let (stdout, stderr) = text(&out);
-        if out.status.code() != Some(2) || !stderr.starts_with(want.as_str()) {
+        // The message is a line of its own (a log line may come before it).
+        if out.status.code() != Some(2) || !stderr.lines().any(|l| l.starts_with(want.as_str())) {
             wrong.push(format!(
                 "{mistake}: exit {:?}\n  want: {want}\n  got:  {stderr}{stdout}",
                 out.status.code()

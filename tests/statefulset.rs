@@ -385,13 +385,41 @@ async fn a_rollout_no_source_manages_gets_an_event_saying_so() {
         note.contains("no rollouts.linnet.dev/source label"),
         "{note}"
     );
-    // Nothing acted on it.
-    let stray = Api::<CanaryStatefulSet>::namespaced(f.admin.clone(), &f.ns.name)
-        .get("stray")
-        .await
+    // Nothing acted on it, and its status says so (issue 47: an empty status reads as
+    // healthy to kstatus): Stalled, with the event's words, and no phase.
+    let stray = support::eventually(
+        "a NotManaged status on stray",
+        Duration::from_secs(30),
+        || async {
+            Api::<CanaryStatefulSet>::namespaced(f.admin.clone(), &f.ns.name)
+                .get("stray")
+                .await
+                .ok()
+                .filter(|s| {
+                    s.status
+                        .as_ref()
+                        .is_some_and(|st| !st.conditions.is_empty())
+                })
+        },
+    )
+    .await;
+    let status = stray.status.clone().unwrap();
+    assert_eq!(status.phase, None);
+    let stalled = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
         .unwrap();
-    assert!(stray.status.is_none());
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "NotManaged")
+    );
+    assert!(
+        stalled.message.contains("no linnet source manages"),
+        "{stalled:?}"
+    );
     assert!(stray.metadata.finalizers.is_none());
+    assert!(stray.metadata.owner_references.is_none());
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Rollouts no linnet source manages: a CanaryStatefulSet or CanaryDeployment made with
 //! `kubectl apply` has no source label, so no agent's controller sees it, and it would sit
 //! there without status or a word. This watches for them and puts one Warning event on each,
-//! saying why nothing happens and what would manage it.
+//! saying why nothing happens and what would manage it, and a status that says so in
+//! conditions (Stalled: kstatus reads it as Failed, not as a healthy, empty status).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +14,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::Context;
 use crate::api::{CanaryDeployment, CanaryStatefulSet, SOURCE_LABEL};
 
-/// Reason of the event on a rollout no source manages.
-pub const NOT_MANAGED: &str = "NotManaged";
+pub use crate::plan::unmanaged::NOT_MANAGED;
 
 /// What the event says about rollout `kind` when this agent's source is `source`.
 pub fn not_managed_message(kind: &str, source: &str) -> String {
@@ -50,7 +50,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
 
 async fn warn_each<K>(ctx: Arc<Context>, api: Api<K>, config: watcher::Config, kind: &str)
 where
-    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
     K: Send + Sync + 'static,
 {
     // Once per object and generation while this agent runs (a restart says it once more);
@@ -78,13 +82,55 @@ where
         if warned.insert(object.uid().unwrap_or_default(), generation) == Some(generation) {
             continue;
         }
-        tracing::warn!(kind, namespace = ?object.namespace(), name = %object.name_any(), "a rollout no linnet source manages; it gets an event saying so");
-        ctx.publish(
-            &object.object_ref(&()),
-            true,
-            NOT_MANAGED,
-            &not_managed_message(kind, &ctx.source),
+        tracing::warn!(kind, namespace = ?object.namespace(), name = %object.name_any(), "a rollout no linnet source manages; it gets an event and a status saying so");
+        let message = not_managed_message(kind, &ctx.source);
+        ctx.publish(&object.object_ref(&()), true, NOT_MANAGED, &message)
+            .await;
+        mark_not_managed(&ctx, &object, kind, &message).await;
+    }
+}
+
+/// Writes the NotManaged status on `object` (the field manager the controllers write status
+/// with, so a source that later adopts the rollout replaces it whole).
+async fn mark_not_managed<K>(ctx: &Context, object: &K, kind: &str, message: &str)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+{
+    // Already said for this generation (by this agent before a restart, or another agent).
+    let current = serde_json::to_value(object).unwrap_or_default();
+    let current = &current["status"];
+    let said = current["observedGeneration"].as_i64() == object.meta().generation
+        && current["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Stalled" && c["reason"] == NOT_MANAGED)
+        });
+    if said {
+        return;
+    }
+    let status = crate::plan::unmanaged::not_managed_status(
+        object.meta().generation,
+        message,
+        jiff::Timestamp::now(),
+    );
+    let patch = serde_json::json!({
+        "apiVersion": crate::api::API_VERSION,
+        "kind": kind,
+        "status": status,
+    });
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
+    let params = kube::api::PatchParams::apply(crate::sync::FIELD_MANAGER).force();
+    if let Err(e) = api
+        .patch_status(
+            &object.name_any(),
+            &params,
+            &kube::api::Patch::Apply(&patch),
         )
-        .await;
+        .await
+    {
+        tracing::warn!(kind, name = %object.name_any(), error = %crate::error::kube_message(&e), "cannot write the NotManaged status");
     }
 }

@@ -44,13 +44,19 @@ pub fn status_of(
         ),
         (None, None, None) => (false, "NotSynced", "no revision synced yet".into()),
     };
+    // An agent that has not synced since it started (the remote fails) keeps what the last
+    // one applied, as the cluster still runs it; Flux keeps its last artifact the same way.
+    let (revision, objects) = match (&state.revision, previous) {
+        (None, Some(p)) if p.revision.is_some() => (p.revision.clone(), p.objects),
+        _ => (state.revision.clone(), state.objects as i64),
+    };
     let mut status = LinnetSourceStatus {
         observed_generation: generation,
         conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
-        revision: state.revision.clone(),
+        revision,
         last_sync_time: None,
         last_error: state.last_error.clone(),
-        objects: state.objects as i64,
+        objects,
         spec_errors: state
             .spec_errors
             .iter()
@@ -271,5 +277,27 @@ mod tests {
         unreachable.last_error = Some("cannot reach https://git.example/x.git: timed out".into());
         let third = status_of(&unreachable, Some(1), Some(&next), t1);
         assert_eq!(third.conditions[0].reason, "SyncFailed");
+    }
+
+    #[test]
+    fn a_restart_while_the_remote_fails_keeps_the_last_applied_revision_and_count() {
+        // Issue 47: after a restart, `kubectl get lsrc` showed no revision and 0 objects while
+        // the cluster still ran the last good revision.
+        let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let synced = status_of(&state(), Some(1), None, t0);
+        assert!(synced.revision.is_some() && synced.objects > 0);
+        let restarted = SourceStatus {
+            revision: None,
+            objects: 0,
+            last_error: Some("cannot reach https://git.example/x.git: timed out".into()),
+            ..state()
+        };
+        let after = status_of(&restarted, Some(1), Some(&synced), t0);
+        assert_eq!(after.revision, synced.revision);
+        assert_eq!(after.objects, synced.objects);
+        assert_eq!(after.conditions[0].reason, "SyncFailed");
+        // A new agent with no object before it shows what it knows: nothing yet.
+        let fresh = status_of(&restarted, Some(1), None, t0);
+        assert_eq!((fresh.revision, fresh.objects), (None, 0));
     }
 }

@@ -221,7 +221,54 @@ impl Syncer {
             }
         }
         let servable = self.refuse(servable, &mut live, &mut errors).await;
+        let servable = self
+            .refuse_missing_namespaces(servable, &live, &mut errors)
+            .await;
         (plan_changes(servable, &live, prune), errors, forgotten)
+    }
+
+    /// Leaves out, with an error each, objects to create in a namespace that does not exist
+    /// and that the revision does not create: the source's account gets a 403 there, whose
+    /// advice (grant a RoleBinding) sends the user the wrong way (issue 47). One read per
+    /// such namespace, only for objects to create; an agent that may not read namespaces
+    /// (an older ClusterRole) skips the check.
+    pub(super) async fn refuse_missing_namespaces(
+        &self,
+        desired: Vec<DesiredObject>,
+        live: &BTreeMap<ObjectKey, Value>,
+        errors: &mut Vec<(ObjectKey, String)>,
+    ) -> Vec<DesiredObject> {
+        let created: std::collections::BTreeSet<String> = desired
+            .iter()
+            .filter(|d| d.key.kind == "Namespace" && d.key.api_version == "v1")
+            .map(|d| d.key.name.clone())
+            .collect();
+        let to_check: std::collections::BTreeSet<String> = desired
+            .iter()
+            .filter(|d| !d.key.namespace.is_empty() && !live.contains_key(&d.key))
+            .map(|d| d.key.namespace.clone())
+            .filter(|ns| !created.contains(ns))
+            .collect();
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let mut missing = std::collections::BTreeSet::new();
+        for ns in to_check {
+            if let Ok(None) = namespaces.get_opt(&ns).await {
+                missing.insert(ns);
+            }
+        }
+        if missing.is_empty() {
+            return desired;
+        }
+        desired
+            .into_iter()
+            .filter(|d| {
+                if !missing.contains(&d.key.namespace) {
+                    return true;
+                }
+                errors.push((d.key.clone(), missing_namespace(&d.key.namespace)));
+                false
+            })
+            .collect()
     }
 
     /// Reads `key` as the agent; a kind the agent may not read (e.g. a Secret) is read as the
@@ -354,6 +401,9 @@ impl Syncer {
             }
         }
         let servable = self.refuse(servable, &mut live, &mut errors).await;
+        let servable = self
+            .refuse_missing_namespaces(servable, &live, &mut errors)
+            .await;
         (plan_changes(servable, &live, prune), errors, forgotten)
     }
 
@@ -363,4 +413,13 @@ impl Syncer {
             .await
             .map(|o| o.map(|o| to_value(o, &ar)))
     }
+}
+
+/// Why an object in namespace `ns`, which does not exist, is not applied.
+pub(crate) fn missing_namespace(ns: &str) -> String {
+    format!(
+        "namespace {ns} does not exist: a cluster admin creates it and lets the source deploy \
+         there (a RoleBinding to ClusterRole linnet-source, docs/getting-started.md), or the \
+         revision creates it (a Namespace in Git, with --allow-cluster-kind Namespace)"
+    )
 }

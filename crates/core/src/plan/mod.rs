@@ -20,6 +20,7 @@ mod machine;
 pub mod objects;
 pub mod observed;
 pub mod statefulset;
+pub mod unmanaged;
 
 pub use actions::{Action, PlanEvent};
 pub use machine::{

@@ -15,7 +15,7 @@ pub enum Error {
     #[error("Kubernetes API request failed: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
 
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", io_reason(.source))]
     Io {
         path: PathBuf,
         #[source]
@@ -99,6 +99,26 @@ pub fn kube_message_hinted(e: &kube::Error, forbidden_hint: &str) -> String {
     }
 }
 
+/// An I/O error as a person reads it: "no such file" rather than "No such file or directory
+/// (os error 2)"; other errors keep their words without the errno.
+pub fn io_reason(e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::NotFound => "no such file".into(),
+        ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::IsADirectory => "a directory, not a file".into(),
+        _ => {
+            let text = e.to_string();
+            match e.raw_os_error() {
+                Some(code) => text
+                    .trim_end_matches(&format!(" (os error {code})"))
+                    .to_string(),
+                None => text,
+            }
+        }
+    }
+}
+
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -137,6 +157,19 @@ mod tests {
             "{}",
             kube_message(&e)
         );
+    }
+
+    #[test]
+    fn an_io_error_reads_without_its_errno() {
+        let missing = std::io::Error::from_raw_os_error(2);
+        assert_eq!(io_reason(&missing), "no such file");
+        let busy = std::io::Error::from_raw_os_error(16);
+        assert_eq!(io_reason(&busy), "Device or resource busy");
+        let e = Error::Io {
+            path: "/x".into(),
+            source: missing,
+        };
+        assert_eq!(e.to_string(), "/x: no such file");
     }
 
     #[test]

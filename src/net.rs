@@ -24,7 +24,7 @@ pub fn install_crypto_provider() {
 /// Why `--ca-file` cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CaFileError {
-    #[error("cannot read --ca-file {path}: {source}")]
+    #[error("cannot read --ca-file {path}: {}", crate::error::io_reason(.source))]
     Read {
         path: PathBuf,
         #[source]

@@ -340,6 +340,33 @@ async fn each_mistake_gets_a_message_that_says_what_to_do() {
             ),
         ),
         (
+            "a spec directory that does not exist",
+            vec!["validate", "/nonexistent/specs"],
+            vec![],
+            "linnet: /nonexistent/specs: no such file".to_string(),
+        ),
+        (
+            "a webhook secret file that is not there",
+            vec![
+                "agent",
+                "--repo-url=https://git.example/acme/gitops.git",
+                "--webhook-secret-file=/nonexistent/secret",
+            ],
+            vec![],
+            "linnet: cannot read /nonexistent/secret: no such file (--webhook-secret-file)"
+                .to_string(),
+        ),
+        (
+            "a CA file that is not there",
+            vec![
+                "agent",
+                "--repo-url=https://git.example/acme/gitops.git",
+                "--ca-file=/nonexistent/ca.pem",
+            ],
+            vec![],
+            "linnet: cannot read --ca-file /nonexistent/ca.pem: no such file".to_string(),
+        ),
+        (
             "a context the kubeconfig does not have",
             vec!["get", "-n", ns, "--context", "nope"],
             vec![],

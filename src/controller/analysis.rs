@@ -86,7 +86,7 @@ pub enum MeasureError {
     /// no --analysis-url-prefix, a token with no prefix set.
     #[error("{0}")]
     Refused(String),
-    #[error("{field} {path}: {source}")]
+    #[error("{field} {path}: {}", crate::error::io_reason(.source))]
     File {
         field: &'static str,
         path: String,
@@ -102,7 +102,7 @@ pub enum MeasureError {
     Unreachable { target: String, why: String },
     #[error("the answer is over {MAX_ANSWER_BYTES} bytes")]
     TooLarge,
-    #[error("cannot read bearerTokenFile {}: {source}", path.display())]
+    #[error("cannot read bearerTokenFile {}: {}", path.display(), crate::error::io_reason(.source))]
     Token {
         path: PathBuf,
         #[source]

@@ -30,7 +30,7 @@ pub enum SourceError {
     Task(#[source] tokio::task::JoinError),
     #[error("the source's state is poisoned by an earlier panic")]
     Poisoned,
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {}", path.display(), crate::error::io_reason(.source))]
     Local {
         path: std::path::PathBuf,
         #[source]

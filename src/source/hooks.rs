@@ -102,7 +102,7 @@ pub fn secret_problem(secret: &[u8]) -> Option<String> {
 /// Why the webhook secret cannot be used; the agent does not start.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
-    #[error("cannot read {}: {source}", file.display())]
+    #[error("cannot read {}: {}", file.display(), crate::error::io_reason(.source))]
     Read {
         file: std::path::PathBuf,
         #[source]

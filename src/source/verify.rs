@@ -62,7 +62,7 @@ impl TrustedKeys {
         let mut keys = TrustedKeys::default();
         let files: Vec<std::path::PathBuf> = if path.is_dir() {
             let mut files: Vec<_> = std::fs::read_dir(path)
-                .map_err(|e| file_error(path, e.to_string()))?
+                .map_err(|e| file_error(path, crate::error::io_reason(&e)))?
                 .filter_map(|e| e.ok())
                 .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
                 .map(|e| e.path())
@@ -75,7 +75,7 @@ impl TrustedKeys {
         };
         for file in files {
             let size = std::fs::metadata(&file)
-                .map_err(|e| file_error(&file, e.to_string()))?
+                .map_err(|e| file_error(&file, crate::error::io_reason(&e)))?
                 .len();
             if size > MAX_KEY_FILE_BYTES {
                 return Err(file_error(
@@ -83,8 +83,8 @@ impl TrustedKeys {
                     format!("{size} bytes; a key file may hold at most {MAX_KEY_FILE_BYTES}"),
                 ));
             }
-            let text =
-                std::fs::read_to_string(&file).map_err(|e| file_error(&file, e.to_string()))?;
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| file_error(&file, crate::error::io_reason(&e)))?;
             keys.add(&text)
                 .map_err(|e| file_error(&file, e.to_string()))?;
         }

@@ -294,7 +294,7 @@ pub fn request(cfg: &CommitStatusConfig, token: &str, w: &Wanted) -> Request {
 /// Why a post failed for good.
 #[derive(Debug, thiserror::Error)]
 pub enum PostError {
-    #[error("cannot read the token file {path}: {source}")]
+    #[error("cannot read the token file {path}: {}", crate::error::io_reason(.source))]
     Token {
         path: String,
         #[source]

@@ -65,7 +65,7 @@ pub enum GitError {
     UnknownHostKey { url: String, known_hosts: String },
     #[error("branch {branch:?} does not exist on {url}")]
     NoSuchBranch { url: String, branch: String },
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {}", crate::error::io_reason(.source))]
     CredentialFile {
         path: PathBuf,
         #[source]
@@ -85,7 +85,7 @@ pub enum GitError {
     Rewritten { previous: String, tip: String },
     #[error("git: {0}")]
     Git(#[from] git2::Error),
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", crate::error::io_reason(.source))]
     Io {
         path: PathBuf,
         #[source]

@@ -174,10 +174,8 @@ pub async fn run(
     };
     let outcome = tokio::select! {
         done = source_loop.run(syncer, source, wakes) => done,
-        fault = tasks.first_fault() => {
-            tracing::error!(error = %fault, "a task of the agent stopped");
-            Err(fault)
-        }
+        // Said once, by the command line's error report (text or JSON), not logged here too.
+        fault = tasks.first_fault() => Err(fault),
     };
     // Nothing of this replica acts any more before the next one may start.
     tasks.stop_all().await;

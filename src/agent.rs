@@ -79,9 +79,11 @@ pub async fn run(
         config.max_concurrent_reconciles,
         config.analysis.clone(),
     );
+    let (release_shards, shard_release) = tokio::sync::watch::channel(false);
+    let mut shard_holders = Vec::new();
     if let Some(leader) = &sharded {
         let shards = Arc::new(controller::shards::ShardSet::new(leader.shards));
-        shards::hold_shards(client.clone(), leader, shards.clone());
+        shard_holders = shards::hold_shards(client.clone(), leader, shards.clone(), shard_release);
         ctx = ctx.with_shards(shards);
     }
     let ctx = Arc::new(ctx);
@@ -179,6 +181,12 @@ pub async fn run(
     };
     // Nothing of this replica acts any more before the next one may start.
     tasks.stop_all().await;
+    let _ = release_shards.send(true);
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        futures::future::join_all(shard_holders),
+    )
+    .await;
     if let Some(lease) = held_lease {
         lease.release().await;
     }

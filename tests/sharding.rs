@@ -213,4 +213,28 @@ async fn each_rollout_is_run_by_one_shard_and_a_killed_shards_rollouts_move_to_t
             "{name} (shard {home})"
         );
     }
+
+    // Issue 47: a replica stopped as Kubernetes stops it (SIGTERM) releases every Lease it
+    // holds, shards and the main one alike, instead of leaving them to expire.
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns.name);
+    let holder_of = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
+    let stopping = replicas[syncing].as_mut().unwrap();
+    let identity = format!("replica-{syncing}");
+    let mut held = Vec::new();
+    for lease in leases.list(&Default::default()).await.unwrap().items {
+        if holder_of(lease.clone()).as_deref() == Some(identity.as_str()) {
+            held.push(lease.metadata.name.clone().unwrap());
+        }
+    }
+    assert!(
+        held.len() >= 2,
+        "replica-{syncing} holds its shard and the main Lease: {held:?}"
+    );
+    let status = stopping.terminate();
+    assert!(status.success(), "{status:?}");
+    for name in &held {
+        let lease = leases.get(name).await.unwrap();
+        assert_eq!(holder_of(lease), None, "{name} is still held after SIGTERM");
+    }
 }

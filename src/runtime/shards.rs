@@ -15,22 +15,40 @@ pub fn lease_name(leader: &LeaderConfig, k: u32) -> String {
     format!("{}-shard-{k}", leader.name)
 }
 
-/// Holds shard Leases for as long as the process runs; one task per shard.
-pub fn hold_shards(client: kube::Client, leader: &LeaderConfig, shards: Arc<ShardSet>) {
-    for k in 0..leader.shards {
-        let (client, leader, shards) = (client.clone(), leader.clone(), shards.clone());
-        tokio::spawn(async move {
-            // Standing by: the home replica of a shard starting with this one gets its Lease
-            // first, so shards spread one per replica instead of going to the quickest.
-            if k != leader.home_shard {
-                tokio::time::sleep(leader.duration).await;
-            }
-            hold_shard(client, &leader, k, &shards).await;
-        });
-    }
+/// Holds shard Leases until `release` turns true (the agent stops: every shard held is
+/// released, so other replicas take it at once); one task per shard, returned to be awaited.
+pub fn hold_shards(
+    client: kube::Client,
+    leader: &LeaderConfig,
+    shards: Arc<ShardSet>,
+    release: tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..leader.shards)
+        .map(|k| {
+            let (client, leader, shards) = (client.clone(), leader.clone(), shards.clone());
+            let mut release = release.clone();
+            tokio::spawn(async move {
+                // Standing by: the home replica of a shard starting with this one gets its
+                // Lease first, so shards spread one per replica instead of going to the quickest.
+                if k != leader.home_shard {
+                    tokio::select! {
+                        _ = tokio::time::sleep(leader.duration) => {}
+                        _ = released(&mut release) => return,
+                    }
+                }
+                hold_shard(client, &leader, k, &shards, release).await;
+            })
+        })
+        .collect()
 }
 
-async fn hold_shard(client: kube::Client, leader: &LeaderConfig, k: u32, shards: &ShardSet) {
+async fn hold_shard(
+    client: kube::Client,
+    leader: &LeaderConfig,
+    k: u32,
+    shards: &ShardSet,
+    mut release: tokio::sync::watch::Receiver<bool>,
+) {
     use kube_lease_manager::LeaseManagerBuilder;
     let name = lease_name(leader, k);
     let duration = leader.duration.as_secs().max(2);
@@ -61,8 +79,19 @@ async fn hold_shard(client: kube::Client, leader: &LeaderConfig, k: u32, shards:
                 tracing::warn!(lease = %name, shard = k, "lost the shard; its rollouts are another replica's now");
             }
             shards.set_held(k, held);
-            if holding.changed().await.is_err() {
-                break;
+            tokio::select! {
+                changed = holding.changed() => if changed.is_err() {
+                    break;
+                },
+                _ = released(&mut release) => {
+                    // Closing the channel makes the lease manager release the Lease and end.
+                    shards.set_held(k, false);
+                    drop(holding);
+                    if let Ok(Ok(_)) = task.await {
+                        tracing::info!(lease = %name, shard = k, "released the shard");
+                    }
+                    return;
+                }
             }
         }
         shards.set_held(k, false);
@@ -74,4 +103,9 @@ async fn hold_shard(client: kube::Client, leader: &LeaderConfig, k: u32, shards:
         tracing::warn!(lease = %name, why = %stopped, "the shard's lease manager stopped; starting it again");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// Resolves once the agent asks for the shards back (or the sender is gone).
+async fn released(release: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = release.wait_for(|r| *r).await.map(|_| ());
 }

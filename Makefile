@@ -86,7 +86,7 @@ crds:
 demo: deps cluster-build prometheus-build
 	@echo "building linnet and the demo (the first time, a few minutes; cargo shows its progress)"
 	$(CARGO) build --bin linnet --example demo
-	@echo "\$$ linnet validate examples/gitops-repo"; target/debug/linnet validate examples/gitops-repo
+	@echo "\$$ linnet validate --check-namespaces never examples/gitops-repo"; target/debug/linnet validate --check-namespaces never examples/gitops-repo
 	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
 
 ## bench: measurements, not pass/fail tests: the idle poll's cost, then linnet at 10, 100 and

@@ -88,8 +88,17 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             output,
             allow_empty,
             unknown_fields,
+            check_namespaces,
+            cluster,
             specs,
-        } => validate(&dir, output, allow_empty, unknown_fields, &specs),
+        } => validate(
+            &dir,
+            output,
+            allow_empty,
+            unknown_fields,
+            (check_namespaces, &cluster),
+            &specs,
+        ),
         Command::Status { agent_url } => runtime()?.block_on(status(&agent_url)),
         Command::Get {
             name,
@@ -192,3 +201,6 @@ pub use agent_args::AgentArgs;
 
 mod args;
 pub use args::*;
+
+mod namespaces;
+pub use namespaces::NamespaceCheck;

@@ -392,6 +392,32 @@ async fn each_mistake_gets_a_message_that_says_what_to_do() {
             ),
         ),
     ];
+    // validate asks the cluster it can reach too (exit 1: an error in the specs).
+    let validate = run(dir, "kubectl", &["linnet", "validate", elsewhere], &[]);
+    let (stdout, stderr) = text(&validate);
+    assert_eq!(validate.status.code(), Some(1), "{stdout}{stderr}");
+    let want = format!("cm.yaml:1:1: namespace {no_namespace} does not exist");
+    assert!(
+        stdout
+            .lines()
+            .chain(stderr.lines())
+            .any(|l| l.starts_with(&want)),
+        "{stdout}{stderr}"
+    );
+    let offline = run(
+        dir,
+        "kubectl",
+        &[
+            "linnet",
+            "validate",
+            elsewhere,
+            "--check-namespaces",
+            "never",
+        ],
+        &[],
+    );
+    assert_eq!(offline.status.code(), Some(0), "{:?}", text(&offline));
+
     let mut wrong = Vec::new();
     for (mistake, args, env, want) in &table {
         let mut all = vec!["linnet"];

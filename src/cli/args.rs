@@ -255,6 +255,13 @@ pub enum Command {
         /// a newer release.
         #[arg(long, value_enum, default_value_t = UnknownFields::Error)]
         unknown_fields: UnknownFields,
+        /// Whether the namespaces the specs deploy to exist (or are created by the specs):
+        /// `auto` asks the cluster of the kubeconfig when it answers within 3 s, `always`
+        /// fails when it cannot ask, `never` stays offline.
+        #[arg(long, value_enum, default_value_t = NamespaceCheck::Auto)]
+        check_namespaces: NamespaceCheck,
+        #[command(flatten)]
+        cluster: ClusterArgs,
         #[command(flatten)]
         specs: SpecArgs,
     },

@@ -295,9 +295,13 @@ pub(super) fn validate(
     output: ValidateOutput,
     allow_empty: bool,
     unknown_fields: UnknownFields,
+    (check, cluster): (NamespaceCheck, &ClusterArgs),
     args: &SpecArgs,
 ) -> Result<ExitCode> {
-    let set = load_dir(dir, &args.checking_options(unknown_fields))?;
+    let mut set = load_dir(dir, &args.checking_options(unknown_fields))?;
+    if let Some(why) = super::namespaces::check_namespaces(&mut set, check, cluster)? {
+        eprintln!("note: namespaces not checked (no cluster to ask: {why})");
+    }
     let files = set
         .objects
         .values()

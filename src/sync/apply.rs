@@ -451,6 +451,7 @@ async fn list_live(
 mod access;
 mod inventory_store;
 mod planning;
+pub use planning::missing_namespace;
 mod report;
 mod writes;
 

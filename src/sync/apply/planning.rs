@@ -416,7 +416,7 @@ impl Syncer {
 }
 
 /// Why an object in namespace `ns`, which does not exist, is not applied.
-pub(crate) fn missing_namespace(ns: &str) -> String {
+pub fn missing_namespace(ns: &str) -> String {
     format!(
         "namespace {ns} does not exist: a cluster admin creates it and lets the source deploy \
          there (a RoleBinding to ClusterRole linnet-source, docs/getting-started.md), or the \

@@ -310,7 +310,8 @@ fn a_remote_that_goes_away_is_an_error_and_recovers_when_it_returns() {
     let hidden = f.bare.with_extension("away");
     std::fs::rename(&f.bare, &hidden).unwrap();
     let err = mirror.remote_tip().unwrap_err();
-    assert!(matches!(err, GitError::Unreachable { .. }), "{err:?}");
+    // The path holds no repository any more: not found, not unreachable (issue 47).
+    assert!(matches!(err, GitError::NotFound { .. }), "{err:?}");
     assert!(mirror.fetch().is_err());
     // The last good state is still there.
     assert_eq!(mirror.local_tip(), Some(tip));

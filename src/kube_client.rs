@@ -122,12 +122,10 @@ pub const CRDS_MISSING: &str = "this cluster does not serve rollouts.linnet.dev/
 /// Checks that the API server serves every kind of linnet's API, so that an agent without
 /// its CustomResourceDefinitions says so once instead of failing every watch.
 pub async fn check_crds(client: &Client) -> Result<(), crate::Error> {
-    let kinds = [
-        "CanaryStatefulSet",
-        "CanaryDeployment",
-        "LinnetSource",
-        "AnalysisTemplate",
-    ];
+    let kinds: Vec<String> = crate::api::crds()
+        .into_iter()
+        .map(|crd| crd.spec.names.kind)
+        .collect();
     let served = match client
         .list_api_group_resources(crate::api::API_VERSION)
         .await
@@ -143,9 +141,9 @@ pub async fn check_crds(client: &Client) -> Result<(), crate::Error> {
             )));
         }
     };
-    let missing: Vec<&str> = kinds
+    let missing: Vec<String> = kinds
         .into_iter()
-        .filter(|k| !served.iter().any(|r| r.kind == *k))
+        .filter(|k| !served.iter().any(|r| &r.kind == k))
         .collect();
     if missing.is_empty() {
         return Ok(());

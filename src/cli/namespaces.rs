@@ -46,17 +46,14 @@ pub(super) fn check_namespaces(
         return Ok(None);
     }
     let target = cluster.target();
-    let missing = runtime()?.block_on(async {
-        let connect = crate::kube_client::connect_to(&target);
-        let client = match mode {
-            NamespaceCheck::Auto => match tokio::time::timeout(AUTO_TIMEOUT, connect).await {
-                Ok(Ok((_, client))) => client,
-                // No kubeconfig at all (a CI runner): offline, as before, without a word.
-                Ok(Err(Error::KubeConfig(_))) => return Err(String::new()),
-                Ok(Err(e)) => return Err(e.to_string()),
-                Err(_) => return Err(format!("no answer within {}s", AUTO_TIMEOUT.as_secs())),
-            },
-            _ => connect.await.map_err(|e| e.to_string())?.1,
+    let ask = async {
+        let client = match crate::kube_client::connect_to(&target).await {
+            Ok((_, client)) => client,
+            // No kubeconfig at all (a CI runner): offline, as before, without a word.
+            Err(Error::KubeConfig(_)) if mode == NamespaceCheck::Auto => {
+                return Err(String::new());
+            }
+            Err(e) => return Err(e.to_string()),
         };
         let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
         let mut missing = std::collections::BTreeSet::new();
@@ -70,6 +67,15 @@ pub(super) fn check_namespaces(
             }
         }
         Ok(missing)
+    };
+    // `auto` bounds the whole look, connection and reads, so an offline run is never slowed.
+    let missing = runtime()?.block_on(async {
+        match mode {
+            NamespaceCheck::Auto => tokio::time::timeout(AUTO_TIMEOUT, ask)
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {}s", AUTO_TIMEOUT.as_secs()))),
+            _ => ask.await,
+        }
     });
     let missing = match (missing, mode) {
         (Ok(missing), _) => missing,

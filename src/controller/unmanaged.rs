@@ -48,15 +48,37 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     }
 }
 
-async fn warn_each<K>(ctx: Arc<Context>, api: Api<K>, config: watcher::Config, kind: &str)
-where
+/// Either rollout kind, as this module reads and writes it.
+trait RolloutKind:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> RolloutKind for K where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
-        + serde::Serialize,
-    K: Send + Sync + 'static,
+        + serde::Serialize
+        + Send
+        + Sync
+        + 'static
 {
+}
+
+async fn warn_each<K: RolloutKind>(
+    ctx: Arc<Context>,
+    api: Api<K>,
+    config: watcher::Config,
+    kind: &str,
+) {
     // Once per object and generation while this agent runs (a restart says it once more);
     // a deleted object's entries go with it.
     let mut warned: HashMap<String, Option<i64>> = HashMap::new();
@@ -92,23 +114,9 @@ where
 
 /// Writes the NotManaged status on `object` (the field manager the controllers write status
 /// with, so a source that later adopts the rollout replaces it whole).
-async fn mark_not_managed<K>(ctx: &Context, object: &K, kind: &str, message: &str)
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + serde::Serialize,
-{
-    // Already said for this generation (by this agent before a restart, or another agent).
+async fn mark_not_managed<K: RolloutKind>(ctx: &Context, object: &K, kind: &str, message: &str) {
     let current = serde_json::to_value(object).unwrap_or_default();
-    let current = &current["status"];
-    let said = current["observedGeneration"].as_i64() == object.meta().generation
-        && current["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Stalled" && c["reason"] == NOT_MANAGED)
-        });
-    if said {
+    if crate::plan::unmanaged::says_not_managed(&current["status"], object.meta().generation) {
         return;
     }
     let status = crate::plan::unmanaged::not_managed_status(

@@ -28,9 +28,34 @@ pub fn not_managed_status(
     })
 }
 
+/// Whether `status` (a rollout's, as JSON) already says NotManaged for `generation`: then
+/// nothing is written (after a restart, or by another agent).
+pub fn says_not_managed(status: &serde_json::Value, generation: Option<i64>) -> bool {
+    status["observedGeneration"].as_i64() == generation
+        && status["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Stalled" && c["reason"] == NOT_MANAGED)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_is_written_once_per_generation() {
+        let now = Timestamp::from_second(1_800_000_000).unwrap_or_default();
+        let written = not_managed_status(Some(2), "no source", now);
+        assert!(says_not_managed(&written, Some(2)));
+        assert!(
+            !says_not_managed(&written, Some(3)),
+            "a new generation says it again"
+        );
+        assert!(!says_not_managed(&serde_json::Value::Null, Some(2)));
+        let managed = serde_json::json!({"observedGeneration": 2, "conditions": [
+            {"type": "Stalled", "status": "False", "reason": "Stable"}]});
+        assert!(!says_not_managed(&managed, Some(2)));
+    }
 
     #[test]
     fn kstatus_reads_an_unmanaged_rollout_as_failed_not_current() {

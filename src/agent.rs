@@ -50,9 +50,9 @@ pub async fn run(
     )
     .await?;
     let source = match &config.source {
-        SourceConfig::Remote { remote, cache_dir } => {
-            Source::Remote(look::open_remote(remote.clone(), cache_dir.clone()).await?)
-        }
+        SourceConfig::Remote { remote, cache_dir } => Source::Remote(
+            look::open_remote(remote.clone(), cache_dir.clone(), config.render.clone()).await?,
+        ),
         SourceConfig::Local { dir } => {
             let (watcher, changes) =
                 source::local::watch(dir.clone(), std::time::Duration::from_millis(200)).map_err(

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::specs::{LoadOptions, load_dir};
+use crate::specs::LoadOptions;
 use crate::telemetry::{self, LogFormat};
 use crate::{Error, Result};
 
@@ -203,4 +203,7 @@ mod args;
 pub use args::*;
 
 mod namespaces;
+
+mod render_args;
 pub use namespaces::NamespaceCheck;
+pub use render_args::RenderArgs;

@@ -9,6 +9,7 @@
 //!     └── writeback ◀── CR status ◀── controller ◀── plan (pure decisions)
 //! ```
 //!
+//! - [`render`] turns Kustomize overlays and Helm charts into objects, as hostile input.
 //! - [`source`] is the only module that reads Git; [`writeback`] the only one that writes it.
 //! - [`plan`] makes every rollout decision, as pure functions of spec, observed state and time:
 //!   it and the CRD types ([`api`]) are the crate `linnet-core`, which has no Kubernetes
@@ -26,6 +27,7 @@ pub mod events;
 pub mod inspect;
 pub mod kube_client;
 pub mod net;
+pub mod render;
 pub mod runtime;
 pub mod serve;
 pub mod source;

@@ -10,6 +10,8 @@ fn linnet(args: &[&str]) -> std::process::Output {
         .args(args)
         // No cluster: these are the offline checks (validate asks a cluster it can reach).
         .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        // The example repository holds Kustomize overlays and a chart.
+        .envs(support::render_env())
         .output()
         .expect("run the linnet binary")
 }
@@ -119,6 +121,7 @@ fn diff_exits_2_not_1_when_the_cluster_cannot_be_read() {
     let out = Command::new(env!("CARGO_BIN_EXE_linnet"))
         .args(["diff", example])
         .env("KUBECONFIG", &kubeconfig)
+        .envs(support::render_env())
         .output()
         .unwrap();
     assert_eq!(

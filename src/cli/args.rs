@@ -71,6 +71,8 @@ pub struct SpecArgs {
     /// Entries one directory of a Git source may hold; a larger one is blocked as a whole.
     #[arg(long, default_value_t = 10_000, env = "LINNET_MAX_TREE_ENTRIES")]
     pub max_tree_entries: usize,
+    #[command(flatten)]
+    pub render: super::RenderArgs,
 }
 
 impl SpecArgs {

@@ -225,7 +225,11 @@ pub(super) async fn diff(
     sync: &SyncArgs,
 ) -> Result<ExitCode> {
     use crate::sync::{Change, Syncer, diff::render_diff};
-    let set = load_dir(dir, &args.checking_options(unknown_fields))?;
+    let set = crate::source::snapshot::load_tree(
+        dir,
+        &args.checking_options(unknown_fields),
+        args.render.render_options(),
+    )?;
     if set.is_empty() && !allow_empty {
         return Err(Error::Usage(no_specs(dir)));
     }
@@ -298,7 +302,11 @@ pub(super) fn validate(
     (check, cluster): (NamespaceCheck, &ClusterArgs),
     args: &SpecArgs,
 ) -> Result<ExitCode> {
-    let mut set = load_dir(dir, &args.checking_options(unknown_fields))?;
+    let mut set = crate::source::snapshot::load_tree(
+        dir,
+        &args.checking_options(unknown_fields),
+        args.render.render_options(),
+    )?;
     if let Some(why) = super::namespaces::check_namespaces(&mut set, check, cluster)? {
         eprintln!("note: namespaces not checked (no cluster to ask: {why})");
     }

@@ -50,6 +50,8 @@ pub struct AgentConfig {
     pub serve_limits: ServeLimits,
     pub webhook: Option<HookSettings>,
     pub load: LoadOptions,
+    /// How Kustomize overlays and Helm charts are rendered.
+    pub render: crate::render::RenderOptions,
     pub source_name: String,
     pub prune: bool,
     /// Whose rights Git's objects are applied with.

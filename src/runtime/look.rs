@@ -402,6 +402,7 @@ pub(super) fn look_at_local(
 pub async fn open_remote(
     remote: crate::source::git::GitRemote,
     cache_dir: std::path::PathBuf,
+    render: crate::render::RenderOptions,
 ) -> Result<Arc<Remote>> {
     let mirror = tokio::task::spawn_blocking(move || GitMirror::open(&cache_dir, remote))
         .await
@@ -413,7 +414,7 @@ pub async fn open_remote(
     Ok(Arc::new(Remote {
         state: Mutex::new(RemoteState {
             mirror,
-            snapshot: SpecSnapshot::default(),
+            snapshot: SpecSnapshot::with_render(render),
             fetched,
             spec_tree: None,
             listed: None,

@@ -133,7 +133,7 @@ impl SourceLoop {
             Source::Remote(remote) => (Some(remote), None, mpsc::channel(1).1),
             Source::Local { watcher, changes } => (None, Some(watcher), changes),
         };
-        let mut local_snapshot = SpecSnapshot::default();
+        let mut local_snapshot = SpecSnapshot::with_render(config.render.clone());
         // Drift is looked for on this timer, whether or not Git moved.
         let mut drift_check = tokio::time::interval(config.drift_interval);
         drift_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

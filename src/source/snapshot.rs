@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::render::{ParsedFiles, RENDERED, RenderOptions, Unit, is_render_file, render_unit};
 use crate::source::git::BLOCKED;
 use crate::specs::{
     FileContent, FileSpecs, Lineage, LoadOptions, SpecSet, is_spec_file, load_content,
@@ -31,6 +32,12 @@ pub struct SpecSnapshot {
     /// Whether a file was refused for the total: which one depends on every file before it,
     /// so only a whole listing can say whether it still is.
     over_total: bool,
+    /// How Kustomize and Helm units are rendered.
+    render: RenderOptions,
+    /// The kustomizations and `linnet-helm.yaml` files read, by content id.
+    parsed_render_files: ParsedFiles,
+    /// Whether the last listing had a rendered unit: then any change may touch one.
+    has_units: bool,
 }
 
 /// Changes to `files` not yet in the combined set.
@@ -77,6 +84,14 @@ pub struct SnapshotUpdate {
 }
 
 impl SpecSnapshot {
+    /// A snapshot that renders Kustomize and Helm units with `render`.
+    pub fn with_render(render: RenderOptions) -> SpecSnapshot {
+        SpecSnapshot {
+            render,
+            ..SpecSnapshot::default()
+        }
+    }
+
     /// Brings the snapshot to a new file listing (`path`, content id). `read` returns a file's
     /// content (or why it was not read) and is called only for files that are new or changed.
     pub fn update<E>(
@@ -87,19 +102,30 @@ impl SpecSnapshot {
     ) -> Result<SnapshotUpdate, E> {
         let mut next = BTreeMap::new();
         let mut update = SnapshotUpdate::default();
+        let layout = crate::render::layout(
+            listing,
+            &mut read,
+            &mut self.parsed_render_files,
+            opts,
+            &self.render,
+        )?;
+        self.has_units = !layout.units.is_empty();
+        let listing = &layout.listing();
         for (path, id) in listing {
             let name = path.rsplit('/').next().unwrap_or(path);
             // A blocked directory ([`BLOCKED`]) is kept as one refused file.
-            if !is_spec_file(name) && !id.starts_with(BLOCKED) {
+            if !is_spec_file(name) && !id.starts_with(BLOCKED) && !id.starts_with(RENDERED) {
                 continue;
             }
             let (id, specs) = match self.files.remove(path) {
                 Some((old_id, specs)) if &old_id == id => (old_id, specs),
                 old => {
-                    let content = read(path, id)?;
+                    let specs = match layout.units.get(path) {
+                        Some(unit) => self.render(unit, &mut read, opts)?,
+                        None => load_content(path, read(path, id)?, opts),
+                    };
                     update.parsed += 1;
                     update.changed = true;
-                    let specs = load_content(path, content, opts);
                     match old {
                         Some((_, old)) if replaces_one_for_one(&old, &specs) => {
                             self.pending.patch(path)
@@ -147,8 +173,12 @@ impl SpecSnapshot {
         opts: &LoadOptions,
     ) -> Result<Option<SnapshotUpdate>, E> {
         // A blocked directory's files are not listed one by one: only a whole listing says
-        // whether it still is.
-        if self.over_total || self.files.values().any(|(id, _)| id.starts_with(BLOCKED)) {
+        // whether it still is. Nor are a unit's inputs, nor which units there are.
+        if self.over_total
+            || self.has_units
+            || changes.iter().any(|(p, _)| is_render_file(p))
+            || self.files.values().any(|(id, _)| id.starts_with(BLOCKED))
+        {
             return Ok(None);
         }
         // One entry per path; a path both removed and added (a type change) is added.
@@ -198,6 +228,25 @@ impl SpecSnapshot {
         }
         self.total = total;
         Ok(Some(update))
+    }
+
+    /// Renders a unit, logging what it took.
+    fn render<E>(
+        &self,
+        unit: &Unit,
+        read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
+        opts: &LoadOptions,
+    ) -> Result<FileSpecs, E> {
+        let started = std::time::Instant::now();
+        let specs = render_unit(unit, read, opts, &self.render)?;
+        tracing::debug!(
+            unit = %unit.key,
+            objects = specs.objects.len(),
+            errors = specs.errors.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "rendered"
+        );
+        Ok(specs)
     }
 
     /// The specs of the current revision. Shared: the snapshot patches its own copy in place
@@ -251,6 +300,41 @@ impl SpecSnapshot {
         };
         true
     }
+}
+
+/// The specs of a directory tree as the agent reads them, Kustomize and Helm units rendered
+/// the same way: what `linnet validate` and `linnet diff` check.
+pub fn load_tree(
+    root: &std::path::Path,
+    opts: &LoadOptions,
+    render: RenderOptions,
+) -> crate::Result<SpecSet> {
+    let files = crate::specs::list_local_spec_files(root, &opts.shape).map_err(|source| {
+        crate::Error::Io {
+            path: root.to_path_buf(),
+            source,
+        }
+    })?;
+    let listing: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.rel.clone(), f.change_id()))
+        .collect();
+    let by_path: std::collections::HashMap<&str, &crate::specs::LocalSpecFile> =
+        files.iter().map(|f| (f.rel.as_str(), f)).collect();
+    let mut snapshot = SpecSnapshot::with_render(render);
+    snapshot
+        .update(
+            &listing,
+            |p, _| -> Result<FileContent, std::convert::Infallible> {
+                Ok(match by_path.get(p) {
+                    Some(file) => crate::specs::read_local_spec_file(file, opts.max_file_bytes),
+                    None => FileContent::Refused("vanished while read".into()),
+                })
+            },
+            opts,
+        )
+        .unwrap_or_else(|never| match never {});
+    Ok(Arc::unwrap_or_clone(snapshot.spec_set()))
 }
 
 #[cfg(test)]

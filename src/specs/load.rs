@@ -105,6 +105,10 @@ pub fn load_dir(root: &Path, opts: &LoadOptions) -> Result<SpecSet> {
         path: root.to_path_buf(),
         source,
     })? {
+        let name = entry.rel.rsplit('/').next().unwrap_or(&entry.rel);
+        if !is_spec_file(name) && !matches!(entry.kind, LocalFileKind::Blocked(_)) {
+            continue;
+        }
         let content = read_local_spec_file(&entry, opts.max_file_bytes);
         let specs = load_content(&entry.rel, content, opts);
         files.insert(entry.rel, specs);
@@ -200,6 +204,39 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
         objects.clear();
     }
     FileSpecs { objects, errors }
+}
+
+/// Parses a configuration file of a renderer (a kustomization, a `linnet-helm.yaml`) into
+/// one JSON value, within the same size and parse budget as a spec file; an error is located.
+pub fn parse_config_file(
+    file: &str,
+    bytes: &[u8],
+    opts: &LoadOptions,
+) -> std::result::Result<Value, SpecError> {
+    if bytes.len() > opts.max_file_bytes {
+        let message = too_large(bytes.len() as u64, opts.max_file_bytes);
+        return Err(error_at(file, 1, 1, message));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let (line, column) = line_col_of_byte(bytes, e.valid_up_to());
+        error_at(
+            file,
+            line,
+            column,
+            "file is not valid UTF-8; save it as UTF-8".into(),
+        )
+    })?;
+    let doc = Document {
+        text: text.strip_prefix('\u{feff}').unwrap_or(text).to_string(),
+        first_line: 1,
+    };
+    Allowance::new(opts.budget).parse(&doc.text).map_err(|e| {
+        let mut located = yaml_error(file, &doc, &e, "invalid YAML: ");
+        if let Some(refusal) = budget_refusal(&e, &opts.budget) {
+            located.message = refusal;
+        }
+        located
+    })
 }
 
 fn line_col_of_byte(bytes: &[u8], offset: usize) -> (u64, u64) {

@@ -21,8 +21,9 @@ pub const BLOCKED: &str = "blocked:";
 
 pub use load::{
     FileContent, LoadOptions, LocalFileKind, LocalSpecFile, is_spec_file, list_local_spec_files,
-    load_content, load_dir, load_file, read_local_spec_file, too_large,
+    load_content, load_dir, load_file, parse_config_file, read_local_spec_file, too_large,
 };
+pub use locate::find_key;
 pub use policy::Policy;
 
 use std::collections::BTreeMap;
@@ -116,6 +117,11 @@ impl Spec {
     /// many rollouts without one go unparsed.
     pub fn may_have_analysis(&self) -> bool {
         self.json.contains("\"analysis\"")
+    }
+
+    /// Whether the JSON text holds `needle` anywhere (a cheap test before a parse).
+    pub fn to_json_text_contains(&self, needle: &str) -> bool {
+        self.json.contains(needle)
     }
 
     /// The size of the object as JSON, in bytes.

@@ -654,6 +654,31 @@ pub fn show_on(dir: &std::path::Path, branch: &str, path: &str) -> Option<String
 
 /// The directory of the test tools (helm, kubectl, kstatus) that `tests/tools/build.sh`
 /// builds once per machine from their pinned Go modules (a warm cache builds nothing).
+/// The renderers the agent runs (kustomize, helm), built from deploy/render-tools/.
+pub fn render_bin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = std::process::Command::new(root.join("deploy/render-tools/build.sh"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("deploy/render-tools/build.sh runs (it needs Go)");
+        assert!(out.status.success(), "deploy/render-tools/build.sh failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        PathBuf::from(text.lines().last().unwrap_or_default())
+    })
+    .clone()
+}
+
+/// The environment that points linnet at [`render_bin`]'s kustomize and helm.
+pub fn render_env() -> [(&'static str, PathBuf); 2] {
+    let bin = render_bin();
+    [
+        ("LINNET_KUSTOMIZE", bin.join("kustomize")),
+        ("LINNET_HELM", bin.join("helm")),
+    ]
+}
+
 pub fn tools_bin() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(build_tools).clone()

@@ -75,8 +75,8 @@ impl LocalSpecFile {
     }
 }
 
-/// Every entry below `root` with a spec file's name, sorted: regular files, links (never
-/// followed: a link to a directory is not entered) and special files. Hidden entries are
+/// Every entry below `root`, sorted: regular files, and links (never followed: a link to a
+/// directory is not entered) and special files with a spec file's name. Hidden entries are
 /// skipped. Nothing is followed and nothing is opened. Within `shape` (issue 45): a
 /// directory with too many entries, or nested too deep, is one [`LocalFileKind::Blocked`]
 /// entry, and past `max_files` entries the walk stops with one more.
@@ -172,9 +172,9 @@ fn walk_local(
                 continue;
             }
             LocalFileKind::Symlink
-        } else if !is_spec_file(&name) {
-            continue;
         } else if file_type.is_file() {
+            // Every regular file, as a Git listing has: a kustomization or chart reads more
+            // than YAML (generator inputs, `_helpers.tpl`).
             LocalFileKind::Regular {
                 len: meta.len(),
                 modified: meta
@@ -184,8 +184,10 @@ fn walk_local(
                     .map(|d| d.as_nanos())
                     .unwrap_or(0),
             }
-        } else {
+        } else if is_spec_file(&name) {
             LocalFileKind::Special
+        } else {
+            continue;
         };
         if *left == 0 {
             return Ok(false);

@@ -1,0 +1,3 @@
+{{- define "cache.labels" -}}
+app: {{ .Release.Name }}
+{{- end }}

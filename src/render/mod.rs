@@ -1,0 +1,229 @@
+//! Kustomize overlays and Helm charts in a repository, rendered into the objects linnet syncs.
+//!
+//! A directory with a `kustomization.yaml` that no other kustomization uses is rendered by
+//! `kustomize build`; a `linnet-helm.yaml` names a chart and its values, rendered by `helm
+//! template` ([`units`] says which directories are roots, and which files each reads). Each
+//! unit is rendered as a hostile input ([`run`]): in a directory holding only its inputs, with
+//! no network, plugins or exec, and within a time, memory, output and object limit. Its
+//! objects are read like one spec file named after its kustomization or `linnet-helm.yaml`,
+//! so an error blocks only that unit and never prunes what it applied.
+//!
+//! The unit's id is a hash of its inputs' content ids: the source's snapshot renders again only
+//! a unit whose inputs changed.
+
+mod helm;
+mod kustomize;
+mod output;
+mod run;
+mod units;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use helm::HelmRelease;
+pub use units::{
+    HELM_FILE, KUSTOMIZATION_NAMES, Layout, ParsedFiles, Unit, UnitKind, is_render_file, layout,
+};
+
+use crate::specs::{FileContent, FileSpecs, LoadOptions, Location, SpecError};
+
+/// How the listing marks a rendered unit's id: its path is the unit's kustomization or
+/// `linnet-helm.yaml`, the rest of the id is the hash of its inputs.
+pub const RENDERED: &str = "rendered:";
+
+/// How units are rendered: the tools and the limits on each run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderOptions {
+    /// The `kustomize` binary (a bare name is looked up in `PATH`).
+    pub kustomize: PathBuf,
+    /// The `helm` binary.
+    pub helm: PathBuf,
+    /// The longest one render may run (a remote chart's download included).
+    pub timeout: Duration,
+    /// The memory one render's process may take (its data segment, `RLIMIT_DATA`).
+    pub max_memory_bytes: u64,
+    /// The most a render may print; past it the tool is stopped.
+    pub max_output_bytes: usize,
+    /// The most objects one unit may render to.
+    pub max_objects: usize,
+    /// Hosts whose charts and bases a unit may fetch; none by default.
+    pub allowed_hosts: Vec<String>,
+    /// Where each render's inputs are written, in a directory of its own.
+    pub work_dir: PathBuf,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            kustomize: "kustomize".into(),
+            helm: "helm".into(),
+            timeout: Duration::from_secs(30),
+            max_memory_bytes: 512 * 1024 * 1024,
+            max_output_bytes: 8 * 1024 * 1024,
+            max_objects: 2_000,
+            allowed_hosts: Vec::new(),
+            work_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+impl RenderOptions {
+    /// Whether a unit may fetch from `host`.
+    pub fn allows_host(&self, host: &str) -> bool {
+        self.allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host))
+    }
+}
+
+/// Renders `unit`, reading its inputs with `read`: its objects, or its errors, as one file's.
+pub fn render_unit<E>(
+    unit: &Unit,
+    read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
+    opts: &LoadOptions,
+    render: &RenderOptions,
+) -> Result<FileSpecs, E> {
+    if let Some(problem) = &unit.problem {
+        return Ok(refused(problem.clone()));
+    }
+    let work = match run::WorkDir::new(&render.work_dir) {
+        Ok(w) => w,
+        Err(e) => {
+            return Ok(refused(error_at(
+                &unit.key,
+                1,
+                1,
+                format!(
+                    "cannot make a directory to render in under {}: {e}",
+                    render.work_dir.display()
+                ),
+            )));
+        }
+    };
+    let mut inputs = Vec::new();
+    for (path, id) in &unit.inputs {
+        match read(path, id)? {
+            FileContent::Bytes(bytes) => inputs.push((path.as_str(), bytes)),
+            FileContent::Refused(why) => {
+                return Ok(refused(error_at(
+                    path,
+                    1,
+                    1,
+                    format!("{why}; {} cannot be rendered without it", unit.key),
+                )));
+            }
+        }
+    }
+    let rendered = match &unit.kind {
+        UnitKind::Kustomize => kustomize::render(unit, &inputs, &work, render),
+        UnitKind::Helm(release) => helm::render(unit, release, &inputs, &work, render),
+    };
+    Ok(match rendered {
+        Ok(out) => output::read_rendered(unit, &out, &inputs, opts, render),
+        Err(e) => refused(e),
+    })
+}
+
+fn refused(error: SpecError) -> FileSpecs {
+    FileSpecs {
+        objects: Vec::new(),
+        errors: vec![error],
+    }
+}
+
+fn error_at(file: &str, line: u64, column: u64, message: String) -> SpecError {
+    SpecError {
+        location: Location {
+            file: file.to_string(),
+            line,
+            column,
+        },
+        message,
+    }
+}
+
+/// `dir` joined with the relative `path`, `.` and `..` resolved; `None` when it leaves the
+/// spec root or is absolute.
+pub(crate) fn join_relative(dir: &str, path: &str) -> Option<String> {
+    if path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// The directory of a listed path (`""` at the root).
+pub(crate) fn dir_of(path: &str) -> &str {
+    path.rsplit_once('/').map(|(d, _)| d).unwrap_or("")
+}
+
+/// The line and column of the first `needle` in `text`; 1:1 when it is not there as written.
+pub(crate) fn locate_text(text: &str, needle: &str) -> (u64, u64) {
+    if needle.is_empty() {
+        return (1, 1);
+    }
+    for (i, line) in text.lines().enumerate() {
+        if let Some(at) = line.find(needle) {
+            return (i as u64 + 1, line[..at].chars().count() as u64 + 1);
+        }
+    }
+    (1, 1)
+}
+
+/// The host a kustomize reference fetches from, when it is remote (a URL, `git@host:`, or a
+/// `host.tld/org/repo` form kustomize clones).
+pub(crate) fn remote_host(reference: &str) -> Option<String> {
+    let r = reference.trim();
+    let rest = if let Some((_, rest)) = r.split_once("://") {
+        rest
+    } else if let Some(rest) = r.strip_prefix("git@") {
+        return rest.split([':', '/']).next().map(str::to_string);
+    } else {
+        let first = r.split('/').next().unwrap_or("");
+        let looks_like_host = first.contains('.')
+            && r.contains('/')
+            && !first.starts_with('.')
+            && first
+                .rsplit('.')
+                .next()
+                .is_some_and(|tld| tld.len() >= 2 && tld.chars().all(|c| c.is_ascii_alphabetic()));
+        if !looks_like_host {
+            return None;
+        }
+        r
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    let host = host.rsplit('@').next().unwrap_or(host);
+    let host = host.split(':').next().unwrap_or(host);
+    Some(host.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_resolve_inside_the_root_only() {
+        assert_eq!(
+            join_relative("overlays/prod", "../../base").as_deref(),
+            Some("base")
+        );
+        assert_eq!(
+            join_relative("a", "./b/../c.yaml").as_deref(),
+            Some("a/c.yaml")
+        );
+        assert_eq!(join_relative("a", "../../x"), None);
+        assert_eq!(join_relative("", "/etc/passwd"), None);
+        assert_eq!(dir_of("a/b/k.yaml"), "a/b");
+        assert_eq!(dir_of("k.yaml"), "");
+    }
+}

@@ -1,0 +1,222 @@
+//! Running a renderer on hostile input: in a directory of its own, with a clean environment
+//! (no `PATH` to `git` or plugins, no network unless a host is allowed), and within a time,
+//! memory and output limit. A render that passes one is stopped and says which.
+
+use std::ffi::OsString;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use wait_timeout::ChildExt as _;
+
+use super::RenderOptions;
+
+/// A directory a render's inputs are written to, removed when dropped.
+#[derive(Debug)]
+pub(super) struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    pub(super) fn new(under: &Path) -> std::io::Result<WorkDir> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = under.join(format!(
+            "linnet-render-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(path.join("home"))?;
+        std::fs::create_dir_all(path.join("in"))?;
+        Ok(WorkDir { path })
+    }
+
+    /// Where the unit's files go, at their repository paths.
+    pub(super) fn inputs(&self) -> PathBuf {
+        self.path.join("in")
+    }
+
+    /// Writes one input file at its repository path below [`WorkDir::inputs`].
+    pub(super) fn write(&self, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let to = self.inputs().join(rel);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(to, bytes)
+    }
+
+    pub(super) fn home(&self) -> PathBuf {
+        self.path.join("home")
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Why a render gave no output.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RunFailure {
+    #[error(
+        "cannot run {program}: {why}; linnet's image ships kustomize and helm, elsewhere \
+         install them or name them with --kustomize and --helm"
+    )]
+    Spawn { program: String, why: String },
+    #[error("it ran longer than the {0:?} a render may take (--render-timeout) and was stopped")]
+    Timeout(Duration),
+    #[error(
+        "it printed more than the {0} bytes a render may give (--render-max-bytes) and was stopped"
+    )]
+    OutputOver(usize),
+    #[error(
+        "it ran out of the {0} bytes of memory a render may use (--render-max-memory) and was stopped"
+    )]
+    Memory(u64),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What a render prints at most to stderr that is kept for its error.
+const MAX_STDERR: usize = 16 * 1024;
+
+/// Runs `program args` in `dir` within `limits`; its stdout, or why not. `network` lets it
+/// use the agent's proxy settings and `PATH` (a host was allowed); otherwise any HTTP goes
+/// to a closed local port and nothing but the program itself can run.
+pub(super) fn run_bounded(
+    program: &Path,
+    args: &[OsString],
+    dir: &Path,
+    home: &Path,
+    network: bool,
+    limits: &RenderOptions,
+) -> Result<Vec<u8>, RunFailure> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let home_dir = |sub: &str| home.join(sub);
+    cmd.env("HOME", home)
+        .env("XDG_CACHE_HOME", home_dir("cache"))
+        .env("XDG_CONFIG_HOME", home_dir("config"))
+        .env("XDG_DATA_HOME", home_dir("data"))
+        .env("HELM_CACHE_HOME", home_dir("cache/helm"))
+        .env("HELM_CONFIG_HOME", home_dir("config/helm"))
+        .env("HELM_DATA_HOME", home_dir("data/helm"))
+        .env("HELM_PLUGINS", home_dir("no-plugins"))
+        .env("KUSTOMIZE_PLUGIN_HOME", home_dir("no-plugins"))
+        // The Go runtime collects harder as it nears the limit, before the kernel says no.
+        .env("GOMEMLIMIT", format!("{}", limits.max_memory_bytes / 4 * 3));
+    if network {
+        for var in [
+            "PATH",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "NO_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "no_proxy",
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
+        ] {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+    } else {
+        // Port 9 (discard) is closed: every HTTP request a tool tries fails at once.
+        cmd.env("PATH", "/nonexistent")
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("ALL_PROXY", "http://127.0.0.1:9")
+            .env("NO_PROXY", "");
+    }
+    limit_memory(&mut cmd, limits.max_memory_bytes);
+    let mut child = cmd.spawn().map_err(|e| RunFailure::Spawn {
+        program: program.display().to_string(),
+        why: crate::error::io_reason(&e),
+    })?;
+    let max_out = limits.max_output_bytes;
+    let stdout = child.stdout.take();
+    let out_reader = std::thread::spawn(move || -> (Vec<u8>, bool) {
+        let Some(stdout) = stdout else {
+            return (Vec::new(), false);
+        };
+        let mut out = Vec::new();
+        // One byte past the limit says it was passed; dropping the pipe then stops the tool
+        // (a Go program exits on a write to a closed stdout).
+        let _ = stdout.take(max_out as u64 + 1).read_to_end(&mut out);
+        let over = out.len() > max_out;
+        (out, over)
+    });
+    let stderr = child.stderr.take();
+    let err_reader = std::thread::spawn(move || -> Vec<u8> {
+        let Some(mut stderr) = stderr else {
+            return Vec::new();
+        };
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let room = MAX_STDERR.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+        kept
+    });
+    let status = match child.wait_timeout(limits.timeout) {
+        Ok(Some(status)) => Some(status),
+        Ok(None) | Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    };
+    let (out, over) = out_reader.join().unwrap_or_default();
+    let err = err_reader.join().unwrap_or_default();
+    let Some(status) = status else {
+        return Err(RunFailure::Timeout(limits.timeout));
+    };
+    if over {
+        return Err(RunFailure::OutputOver(max_out));
+    }
+    let err = String::from_utf8_lossy(&err);
+    if !status.success() {
+        if err.contains("out of memory")
+            || err.contains("cannot allocate memory")
+            || err.contains("failed to reserve")
+        {
+            return Err(RunFailure::Memory(limits.max_memory_bytes));
+        }
+        return Err(RunFailure::Failed(err.trim().to_string()));
+    }
+    Ok(out)
+}
+
+/// Caps the child's data segment: the Go runtime's heap lives there, while its address space
+/// reservations (which `RLIMIT_AS` would refuse at start) do not count.
+#[allow(unsafe_code)]
+fn limit_memory(cmd: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt as _;
+    let limit = libc::rlimit {
+        rlim_cur: bytes as libc::rlim_t,
+        rlim_max: bytes as libc::rlim_t,
+    };
+    // SAFETY: runs in the forked child before exec and calls only setrlimit, which is
+    // async-signal-safe; `limit` is a plain copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

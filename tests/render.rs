@@ -1,0 +1,349 @@
+//! Kustomize overlays and Helm charts rendered by the real tools (built from their Go modules
+//! by deploy/render-tools/build.sh), through `linnet validate`: located errors for broken
+//! units while the rest is read, and hostile units (a remote base, an exec plugin, an output
+//! bomb, a memory bomb, a template that loops, too many objects) held to their limits.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Writes `files` (path, content) under `dir`.
+fn write_tree(dir: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let to = dir.join(path);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, content).unwrap();
+    }
+}
+
+/// `linnet validate DIR extra...` with the renderers; (exit code, stdout, how long it took).
+fn validate(dir: &Path, extra: &[&str]) -> (i32, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(["validate", "--check-namespaces", "never"])
+        .args(extra)
+        .arg(dir)
+        .envs(support::render_env())
+        .output()
+        .expect("run linnet");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text, started.elapsed())
+}
+
+const ROLLOUT: &str = "apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryDeployment
+metadata:
+  name: api
+spec:
+  replicas: 2
+  image: nginx:1.26
+  template:
+    selector:
+      matchLabels: {app: api}
+    template:
+      metadata:
+        labels: {app: api}
+      spec:
+        containers:
+        - name: api
+          image: nginx:1.26
+";
+
+const CHART: &str = "apiVersion: v2\nname: c\nversion: 0.1.0\n";
+
+#[test]
+fn broken_units_are_located_errors_and_the_rest_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_rollout = ROLLOUT.replace("replicas: 2", "replicas: two");
+    write_tree(
+        dir.path(),
+        &[
+            (
+                "plain.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: plain}\n",
+            ),
+            ("base/kustomization.yaml", "resources: [api.yaml]\n"),
+            ("base/api.yaml", ROLLOUT),
+            (
+                "good/kustomization.yaml",
+                "resources: [../base]\nnamespace: good\n",
+            ),
+            // A rendered object with a type error: located in the base it came from.
+            ("badbase/kustomization.yaml", "resources: [api.yaml]\n"),
+            ("badbase/api.yaml", &bad_rollout),
+            (
+                "bad/kustomization.yaml",
+                "resources: [../badbase]\nnamespace: bad\n",
+            ),
+            // A patch whose target is not there: kustomize's error, at the kustomization.
+            (
+                "nopatch/kustomization.yaml",
+                "resources: [../base]\nnamespace: nopatch\npatches:\n- path: missing.yaml\n",
+            ),
+            // A template error: at the template's line and column.
+            ("charts/c/Chart.yaml", CHART),
+            (
+                "charts/c/templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  a: {{ .Values.a | nosuchfunction }}\n",
+            ),
+            ("rel/linnet-helm.yaml", "chart: ../charts/c\n"),
+            // A values file that is not YAML: at the values file.
+            ("charts/d/Chart.yaml", CHART),
+            (
+                "charts/d/templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  a: {{ .Values.a | quote }}\n",
+            ),
+            (
+                "reld/linnet-helm.yaml",
+                "chart: ../charts/d\nvaluesFiles: [values.yaml]\n",
+            ),
+            ("reld/values.yaml", "a: 1\nb: [unclosed\n"),
+            // A good chart beside them.
+            (
+                "relgood/linnet-helm.yaml",
+                "chart: ../charts/d\nnamespace: helm\nvalues: {a: x}\n",
+            ),
+        ],
+    );
+    let (code, out, _) = validate(dir.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    let line = |prefix: &str| {
+        out.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no error at {prefix}:\n{out}"))
+            .to_string()
+    };
+    assert!(
+        line("badbase/api.yaml:6:")
+            .contains("bad/kustomization.yaml renders from badbase/api.yaml"),
+        "{out}"
+    );
+    assert!(
+        line("nopatch/kustomization.yaml:4:").contains("missing.yaml"),
+        "{out}"
+    );
+    assert!(
+        line("charts/c/templates/cm.yaml:6:").contains("nosuchfunction"),
+        "{out}"
+    );
+    assert!(
+        line("reld/values.yaml:2:").contains("helm template failed"),
+        "{out}"
+    );
+    // Only the broken units are blocked: the good overlay, the good chart and the plain file
+    // are read.
+    assert!(
+        out.contains("4 file(s) blocked: bad/kustomization.yaml, nopatch/kustomization.yaml, rel/linnet-helm.yaml, reld/linnet-helm.yaml"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_remote_base_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tree(
+        dir.path(),
+        &[(
+            "app/kustomization.yaml",
+            "resources:\n- https://github.com/kubernetes-sigs/kustomize//examples/helloWorld?ref=v5.8.1\n",
+        )],
+    );
+    let (code, out, took) = validate(dir.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("app/kustomization.yaml:2:3: `https://github.com/"),
+        "{out}"
+    );
+    assert!(out.contains("--render-allow-host github.com"), "{out}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn a_remote_chart_is_refused_unless_its_host_is_allowed_and_then_goes_offline_nowhere() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tree(
+        dir.path(),
+        &[(
+            "r/linnet-helm.yaml",
+            "chart: web\nrepository: https://charts.example.invalid\nversion: 1.0.0\n",
+        )],
+    );
+    let (code, out, _) = validate(dir.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("r/linnet-helm.yaml:2:"), "{out}");
+    assert!(
+        out.contains("--render-allow-host charts.example.invalid"),
+        "{out}"
+    );
+    // Allowed, the fetch is tried (and fails here, with no such host), within the time limit.
+    let (code, out, took) = validate(
+        dir.path(),
+        &[
+            "--render-allow-host",
+            "charts.example.invalid",
+            "--render-timeout",
+            "10s",
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("helm template failed"), "{out}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+}
+
+#[test]
+fn an_exec_plugin_does_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let script = format!("#!/bin/sh\ntouch {}\ncat\n", marker.display());
+    write_tree(
+        dir.path(),
+        &[
+            (
+                "app/kustomization.yaml",
+                "resources: [cm.yaml]\ntransformers: [fn.yaml]\n",
+            ),
+            (
+                "app/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+            ),
+            (
+                "app/fn.yaml",
+                "apiVersion: example.com/v1\nkind: Run\nmetadata:\n  name: run\n  annotations:\n    config.kubernetes.io/function: |\n      exec:\n        path: ./run.sh\n",
+            ),
+            ("app/run.sh", &script),
+        ],
+    );
+    let mut perms = std::fs::metadata(dir.path().join("app/run.sh"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(dir.path().join("app/run.sh"), perms).unwrap();
+    let (code, out, _) = validate(dir.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("app/kustomization.yaml:"), "{out}");
+    assert!(!marker.exists(), "the plugin ran: {out}");
+}
+
+/// A chart whose one template is `body`.
+fn chart_with(dir: &Path, body: &str) {
+    write_tree(
+        dir,
+        &[
+            ("charts/b/Chart.yaml", CHART),
+            ("charts/b/templates/t.yaml", body),
+            ("r/linnet-helm.yaml", "chart: ../charts/b\n"),
+        ],
+    );
+}
+
+/// `linnet validate DIR extra...`, and the largest resident set of linnet and the renderer it
+/// waited for (from `wait4`, which counts a process's waited-for children), in bytes.
+#[allow(clippy::zombie_processes)] // waited for by wait4, which std does not know of
+fn validate_peak_rss(dir: &Path, extra: &[&str]) -> (String, u64) {
+    use std::io::Read as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(["validate", "--check-namespaces", "never"])
+        .args(extra)
+        .arg(dir)
+        .envs(support::render_env())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run linnet");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let mut status = 0;
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: wait4 fills the struct it is given; the child is not waited for elsewhere.
+    #[allow(unsafe_code)]
+    let usage = unsafe {
+        libc::wait4(
+            child.id() as libc::pid_t,
+            &mut status,
+            0,
+            usage.as_mut_ptr(),
+        );
+        usage.assume_init()
+    };
+    (out, usage.ru_maxrss as u64 * 1024)
+}
+
+#[test]
+fn hostile_charts_are_held_to_the_limits() {
+    // An output bomb: a loop printing 64 MiB, stopped at 1 MiB.
+    let bomb = tempfile::tempdir().unwrap();
+    chart_with(
+        bomb.path(),
+        "{{- range until 1000000 }}\n# {{ repeat 64 \"x\" }}\n{{- end }}\n",
+    );
+    let (code, out, took) = validate(bomb.path(), &["--render-max-bytes", "1048576"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "r/linnet-helm.yaml:1:1: helm template failed: it printed more than the 1048576 bytes"
+        ),
+        "{out}"
+    );
+    println!("output bomb stopped after {took:?}");
+
+    // A template that loops for ever, in effect: stopped at the time limit.
+    let looping = tempfile::tempdir().unwrap();
+    chart_with(
+        looping.path(),
+        "{{- range until 3000 }}{{- range until 3000 }}{{- range until 3000 }}{{- end }}{{- end }}{{- end }}\n",
+    );
+    let (code, out, took) = validate(looping.path(), &["--render-timeout", "2s"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("ran longer than the 2s"), "{out}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+
+    // A memory bomb: a string doubled until memory runs out, stopped at 256 MiB.
+    let memory = tempfile::tempdir().unwrap();
+    chart_with(
+        memory.path(),
+        "{{- $s := \"xxxxxxxxxxxxxxxx\" }}{{- range until 40 }}{{- $s = print $s $s }}{{- end }}\na: {{ len $s }}\n",
+    );
+    let limit: u64 = 256 * 1024 * 1024;
+    let (out, peak) =
+        validate_peak_rss(memory.path(), &["--render-max-memory", &limit.to_string()]);
+    assert!(
+        out.contains("ran out of the 268435456 bytes of memory"),
+        "{out}"
+    );
+    println!(
+        "memory bomb: peak RSS {} MiB against a limit of {} MiB",
+        peak >> 20,
+        limit >> 20
+    );
+    assert!(peak < limit + 32 * 1024 * 1024, "peak {peak}");
+
+    // Too many objects: 300 ConfigMaps against a limit of 100.
+    let many = tempfile::tempdir().unwrap();
+    chart_with(
+        many.path(),
+        "{{- range until 300 }}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{{ . }}\n{{- end }}\n",
+    );
+    let (code, out, _) = validate(many.path(), &["--render-max-objects", "100"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("renders 300 objects, over the 100"), "{out}");
+}
+
+#[test]
+fn the_example_repository_renders_its_overlays_and_chart() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");
+    let (code, out, _) = validate(&example, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no errors"), "{out}");
+}

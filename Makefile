@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
+.PHONY: all build install image image-push image-tools render-build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
 
 all: build
 
@@ -24,12 +24,13 @@ IMAGE_DIR ?= target/image
 image-tools:
 	@tests/registry/build.sh >/dev/null
 
-image: image-tools
+image: image-tools render-build
 	LINNET_GIT_COMMIT=$(COMMIT) RUSTFLAGS="-C target-feature=+crt-static" OPENSSL_STATIC=1 \
 	  $(CARGO) build --locked --profile $(IMAGE_PROFILE) --target $(IMAGE_TARGET) --bin linnet
 	python3 deploy/image/build.py \
 	  target/$(IMAGE_TARGET)/$(if $(filter dev,$(IMAGE_PROFILE)),debug,$(IMAGE_PROFILE))/linnet \
-	  $(IMAGE_DIR) --version $(VERSION) --commit $(COMMIT)
+	  $(IMAGE_DIR) --version $(VERSION) --commit $(COMMIT) \
+	  --tool "$$(deploy/render-tools/build.sh)/kustomize" --tool "$$(deploy/render-tools/build.sh)/helm"
 
 image-push: image
 	@[ -n "$(REGISTRY)" ] || { echo "make image-push REGISTRY=registry.example.com/team: where to push" >&2; exit 2; }
@@ -47,8 +48,8 @@ deps:
 	@tests/deps.sh
 
 ## test: install what the machine lacks, build the control plane, Gitea and the test tools
-## (helm, kubectl, kstatus) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
-test: deps cluster-build gitea-build tools-build prometheus-build image-tools
+## (helm, kubectl, kstatus), the renderers (kustomize, helm) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
+test: deps cluster-build gitea-build tools-build render-build prometheus-build image-tools
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -83,19 +84,23 @@ crds:
 ## demo: the main job on the local control plane: a Git repository with a push webhook, the
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
 ## it started it; exits non-zero if any step did not happen.
-demo: deps cluster-build prometheus-build
+demo: deps cluster-build prometheus-build render-build
 	@echo "building linnet and the demo (the first time, a few minutes; cargo shows its progress)"
 	$(CARGO) build --bin linnet --example demo
-	@echo "\$$ linnet validate --check-namespaces never examples/gitops-repo"; target/debug/linnet validate --check-namespaces never examples/gitops-repo
+	@echo "\$$ linnet validate --check-namespaces never examples/gitops-repo"; \
+	  LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" LINNET_HELM="$$(deploy/render-tools/build.sh)/helm" \
+	  target/debug/linnet validate --check-namespaces never examples/gitops-repo
 	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
 
 ## bench: measurements, not pass/fail tests: the idle poll's cost, then linnet at 10, 100 and
 ## 1,000 rollouts on the local control plane (push latency, idle CPU and writes, initial sync,
 ## step latency, memory, churn, CPU per push, writes per rollout in a first sync, start to
 ## children Ready, and the last two for the same StatefulSets created without linnet),
-## written to bench/RESULTS.md. About 30 minutes.
-bench: cluster-build
+## written to bench/RESULTS.md; and a push to the spec set through Kustomize overlays against
+## plain YAML at 100 and 1,000 apps (bench/RENDER.md). About 30 minutes.
+bench: cluster-build render-build
 	$(CARGO) bench --bench source
+	LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" $(CARGO) bench --bench render
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on
@@ -118,6 +123,11 @@ gitea-build:
 
 tools-build:
 	tests/tools/build.sh >/dev/null
+
+## render-build: kustomize and helm, the renderers the agent runs and its image ships, built
+## from the Go modules pinned in deploy/render-tools/.
+render-build:
+	deploy/render-tools/build.sh >/dev/null
 
 prometheus-build:
 	tests/prometheus/build.sh >/dev/null

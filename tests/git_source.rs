@@ -28,7 +28,9 @@ impl Fixture {
         git(&bare, &["init", "--bare", "-q"]);
         git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
         let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");
-        copy_dir(&example, &work);
+        // The plain YAML of the example: rendering has its own tests (tests/render.rs).
+        copy_dir(&example.join("apps"), &work.join("apps"));
+        std::fs::copy(example.join("README.md"), work.join("README.md")).unwrap();
         git(&work, &["add", "-A"]);
         git(&work, &["commit", "-qm", "seed"]);
         git(&work, &["push", "-q", "origin", "HEAD:main"]);

@@ -174,6 +174,45 @@ fn make_image_builds_an_image_that_a_registry_takes_and_that_runs() {
         format!("linnet {}", env!("CARGO_PKG_VERSION"))
     );
     assert!(rootfs.join("etc/ssl/certs/ca-certificates.crt").exists());
+    // The renderers ship beside it (issue 48), and render the example's overlays and chart
+    // inside the image's filesystem alone.
+    for tool in ["kustomize", "helm"] {
+        assert!(
+            rootfs.join("usr/local/bin").join(tool).is_file(),
+            "{tool} is not in the image"
+        );
+    }
+    if running_as_root() {
+        let example = rootfs.join("tmp/example");
+        run(
+            Path::new("cp"),
+            &[
+                "-r",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gitops-repo"),
+                example.to_str().unwrap(),
+            ],
+        );
+        // Found in this PATH: the command's own PATH is the image's.
+        let chroot = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join("chroot"))
+            .find(|p| p.is_file())
+            .expect("chroot in PATH");
+        let out = Command::new(chroot)
+            .args(["--userspec=65532:65532", rootfs.to_str().unwrap()])
+            .args([
+                "/usr/local/bin/linnet",
+                "validate",
+                "--check-namespaces",
+                "never",
+                "/tmp/example",
+            ])
+            .env_clear()
+            .env("PATH", "/usr/local/bin")
+            .output()
+            .unwrap();
+        let said = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && said.contains("no errors"), "{said}");
+    }
     let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap();
     assert!(passwd.contains("nonroot:x:65532:65532"), "{passwd}");
 }

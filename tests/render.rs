@@ -347,3 +347,181 @@ fn the_example_repository_renders_its_overlays_and_chart() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("no errors"), "{out}");
 }
+
+/// Issue 48, through the agent on the real control plane: a repository of Kustomize overlays
+/// (a base with staging and production) and a chart syncs; an `images:` change in one overlay
+/// starts a canary there and renders that overlay alone; an overlay broken in the same push is
+/// a located error whose objects stay (pruning is on), while the rest syncs.
+#[tokio::test]
+async fn the_agent_renders_overlays_and_a_chart_and_an_images_change_starts_a_canary() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    use support::agent::{start_agent, wait_ready};
+    use support::{TestNamespace, admin_client, git, install_linnet};
+
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "render").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    let redis = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo/apps/redis/redis.yaml"),
+    )
+    .unwrap()
+    .replace("  namespace: demo\n", "");
+    let overlay = |suffix: &str, tag: &str| {
+        format!(
+            "namespace: {}\nnameSuffix: -{suffix}\nresources: [../base]\nimages:\n- name: redis\n  newTag: \"{tag}\"\n",
+            ns.name
+        )
+    };
+    let keep = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: keep}\ndata: {a: b}\n";
+    write_tree(
+        &work,
+        &[
+            ("base/kustomization.yaml", "resources: [redis.yaml]\n"),
+            ("base/redis.yaml", &redis),
+            ("staging/kustomization.yaml", &overlay("staging", "7.2")),
+            (
+                "production/kustomization.yaml",
+                &overlay("production", "7.2"),
+            ),
+            (
+                "other/kustomization.yaml",
+                &format!("namespace: {}\nresources: [keep.yaml]\n", ns.name),
+            ),
+            ("other/keep.yaml", keep),
+            ("charts/settings/Chart.yaml", CHART),
+            (
+                "charts/settings/templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  level: {{ .Values.level | quote }}\n",
+            ),
+            (
+                "releases/settings/linnet-helm.yaml",
+                &format!(
+                    "chart: ../../charts/settings\nnamespace: {}\nvaluesFiles: [values.yaml]\n",
+                    ns.name
+                ),
+            ),
+            ("releases/settings/values.yaml", "level: info\n"),
+        ],
+    );
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "overlays and a chart"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let bin = support::render_bin();
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--prune".into(),
+            format!("--kustomize={}", bin.join("kustomize").display()),
+            format!("--helm={}", bin.join("helm").display()),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let gvk = GroupVersionKind::gvk("rollouts.linnet.dev", "v1alpha1", "CanaryStatefulSet");
+    let rollouts: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &ns.name, &ApiResource::from_gvk(&gvk));
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    let field = |o: &DynamicObject, pointer: &str| {
+        o.data
+            .pointer(pointer)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    for name in ["redis-staging", "redis-production"] {
+        support::eventually(name, Duration::from_secs(60), || async {
+            rollouts.get_opt(name).await.unwrap().filter(|o| {
+                field(o, "/spec/image") == "redis:7.2" && field(o, "/status/phase") == "Stable"
+            })
+        })
+        .await;
+    }
+    let settings =
+        support::eventually("the chart's ConfigMap", Duration::from_secs(30), || async {
+            config_maps.get_opt("settings").await.unwrap()
+        })
+        .await;
+    assert_eq!(settings.data.unwrap()["level"], "info");
+    support::eventually(
+        "the other overlay's ConfigMap",
+        Duration::from_secs(30),
+        || async { config_maps.get_opt("keep").await.unwrap() },
+    )
+    .await;
+
+    // One push: staging's image by `images:`, and the other overlay broken.
+    write_tree(
+        &work,
+        &[
+            ("staging/kustomization.yaml", &overlay("staging", "7.4")),
+            (
+                "other/kustomization.yaml",
+                &format!(
+                    "namespace: {}\nresources: [keep.yaml]\npatches:\n- path: missing.yaml\n",
+                    ns.name
+                ),
+            ),
+        ],
+    );
+    git(
+        &work,
+        &["commit", "-qam", "staging on redis 7.4; other broken"],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let head = git(&work, &["rev-parse", "HEAD"]);
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let sig = linnet::source::webhook::sign_hex(support::agent::SECRET.as_bytes(), body);
+    let webhook = support::http()
+        .post(format!("{}/hooks/generic", agent.hooks))
+        .header("x-linnet-signature", format!("sha256={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(webhook, 202);
+    support::eventually("a canary in staging", Duration::from_secs(60), || async {
+        rollouts
+            .get_opt("redis-staging")
+            .await
+            .unwrap()
+            .filter(|o| {
+                field(o, "/spec/image") == "redis:7.4" && field(o, "/status/phase") != "Stable"
+            })
+    })
+    .await;
+    let status = support::eventually(
+        "the revision in /status",
+        Duration::from_secs(30),
+        || async {
+            let s: serde_json::Value = agent.status().await;
+            (s["revision"].as_str() == Some(head.as_str())).then_some(s)
+        },
+    )
+    .await;
+    let errors = status["specErrors"].to_string();
+    assert!(errors.contains("other/kustomization.yaml:4:"), "{status}");
+    assert!(errors.contains("missing.yaml"), "{status}");
+    // Production was not touched, and the broken overlay's object is kept.
+    let production = rollouts.get("redis-production").await.unwrap();
+    assert_eq!(field(&production, "/spec/image"), "redis:7.2");
+    assert!(
+        config_maps.get_opt("keep").await.unwrap().is_some(),
+        "a broken unit's object was pruned"
+    );
+    // Two units changed, two renders: the unchanged overlay and chart were not rendered.
+    let log = agent.log_text();
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("new revision") && l.contains(&head[..12.min(head.len())]))
+        .unwrap_or_else(|| panic!("no new revision line for {head}:\n{log}"));
+    assert!(line.contains("parsed=2"), "{line}");
+}

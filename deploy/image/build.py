@@ -40,7 +40,7 @@ def entry(tar, name, data=None, mode=0o644, kind=tarfile.REGTYPE, uid=0, link=""
         tar.addfile(info, io.BytesIO(data))
 
 
-def layer(binary):
+def layer(binary, tools):
     """The layer as an uncompressed tar, entries in a fixed order."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -55,6 +55,9 @@ def layer(binary):
             entry(tar, "etc/ssl/certs/ca-certificates.crt", f.read())
         with open(binary, "rb") as f:
             entry(tar, "usr/local/bin/linnet", f.read(), mode=0o755)
+        for tool in sorted(tools, key=os.path.basename):
+            with open(tool, "rb") as f:
+                entry(tar, "usr/local/bin/" + os.path.basename(tool), f.read(), mode=0o755)
     return out.getvalue()
 
 
@@ -73,6 +76,8 @@ def main():
     p.add_argument("--version", required=True)
     p.add_argument("--commit", required=True)
     p.add_argument("--tag", help="the tag the layout names (default: the version)")
+    p.add_argument("--tool", action="append", default=[],
+                   help="a static binary the agent runs (kustomize, helm), put beside it")
     a = p.parse_args()
     with open(a.binary, "rb") as f:
         if f.read(4) != b"\x7fELF":
@@ -82,7 +87,7 @@ def main():
 
     shutil.rmtree(a.out_dir, ignore_errors=True)
     os.makedirs(os.path.join(a.out_dir, "blobs", "sha256"))
-    tar = layer(a.binary)
+    tar = layer(a.binary, a.tool)
     compressed = gzip.compress(tar, compresslevel=6, mtime=0)
     layer_digest = blob(a.out_dir, compressed)
     labels = {

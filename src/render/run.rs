@@ -94,11 +94,14 @@ pub(super) fn run_bounded(
     network: bool,
     limits: &RenderOptions,
 ) -> Result<Vec<u8>, RunFailure> {
+    // Found in the agent's PATH: the child's own PATH leads nowhere.
+    let program = &resolve_program(program);
     let mut cmd = Command::new(program);
     cmd.args(args)
         .current_dir(dir)
         .env_clear()
-        .stdin(Stdio::null())
+        // A pipe closed at once, not /dev/null, which a bare filesystem may not have.
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let home_dir = |sub: &str| home.join(sub);
@@ -142,6 +145,7 @@ pub(super) fn run_bounded(
         program: program.display().to_string(),
         why: crate::error::io_reason(&e),
     })?;
+    drop(child.stdin.take());
     let max_out = limits.max_output_bytes;
     let stdout = child.stdout.take();
     let out_reader = std::thread::spawn(move || -> (Vec<u8>, bool) {
@@ -198,6 +202,20 @@ pub(super) fn run_bounded(
         return Err(RunFailure::Failed(err.trim().to_string()));
     }
     Ok(out)
+}
+
+/// `program` as a path: a bare name is looked up in the agent's `PATH`; a name not found
+/// there is left as it is, and the spawn says so.
+fn resolve_program(program: &Path) -> PathBuf {
+    if program.components().count() != 1 {
+        return program.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| program.to_path_buf())
 }
 
 /// Caps the child's data segment: the Go runtime's heap lives there, while its address space

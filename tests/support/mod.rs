@@ -560,12 +560,13 @@ pub async fn counting_admin_client() -> (Client, RequestCounter) {
     (client, counter)
 }
 
-/// Copies `examples/gitops-repo` into a temporary directory, moving every object into
-/// namespace `ns`.
+/// Copies `examples/gitops-repo/apps` into a temporary directory (as `apps/`), moving every
+/// object into namespace `ns`.
 pub fn example_repo_in(ns: &str) -> tempfile::TempDir {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");
     let dst = tempfile::tempdir().expect("temp dir");
-    copy_tree(&src, dst.path(), ns);
+    // Its plain YAML (`apps/`); the overlays and the chart are tests/render.rs's.
+    copy_tree(&src.join("apps"), &dst.path().join("apps"), ns);
     dst
 }
 

@@ -1,0 +1,222 @@
+//! What rendering costs a push, without a cluster (issue 48). Run with `make bench`.
+//!
+//! A repository of N apps, each one rollout: written as plain YAML (`apps/app-<i>.yaml`), or
+//! as Kustomize (a base and a staging overlay per app, the overlay setting the image with
+//! `images:`). A push changes one app's image; the figure is the wall time from the push to
+//! the new spec set, as the agent makes it (fetch over smart HTTP, the tree diff or the
+//! listing, the snapshot's update with its renders, the combined set), at 100 and 1,000 apps.
+//! The rest of a push's way to the cluster (the apply of the one changed rollout) is the same
+//! for both layouts. Writes `bench/RENDER.md`.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[path = "../tests/support/process.rs"]
+#[allow(dead_code)]
+mod process;
+
+#[path = "../tests/support/git_http.rs"]
+mod git_http;
+
+use linnet::render::RenderOptions;
+use linnet::source::git::{GitAuth, GitMirror, GitRemote};
+use linnet::source::snapshot::SpecSnapshot;
+use linnet::specs::{FileContent, LoadOptions};
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .args(["-c", "user.name=b", "-c", "user.email=b@example.invalid"])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "git {args:?} failed");
+}
+
+fn rollout(i: usize, image: &str) -> String {
+    format!(
+        "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryStatefulSet\nmetadata:\n  \
+         name: app-{i:04}\n  namespace: bench\nspec:\n  replicas: 1\n  image: {image}\n  \
+         template:\n    serviceName: app-{i:04}\n    selector:\n      matchLabels: {{app: \
+         app-{i:04}}}\n    template:\n      metadata:\n        labels: {{app: app-{i:04}}}\n      \
+         spec:\n        containers:\n        - name: app\n          image: {image}\n"
+    )
+}
+
+/// The files of app `i` at image tag `tag`, in either layout.
+fn app_files(i: usize, tag: u32, overlays: bool) -> Vec<(String, String)> {
+    if !overlays {
+        return vec![(
+            format!("apps/app-{i:04}.yaml"),
+            rollout(i, &format!("bench:{tag}")),
+        )];
+    }
+    vec![
+        (
+            format!("apps/app-{i:04}/base/kustomization.yaml"),
+            "resources: [rollout.yaml]\n".into(),
+        ),
+        (
+            format!("apps/app-{i:04}/base/rollout.yaml"),
+            rollout(i, "bench:1"),
+        ),
+        (
+            format!("apps/app-{i:04}/staging/kustomization.yaml"),
+            format!("resources: [../base]\nimages:\n- name: bench\n  newTag: \"{tag}\"\n"),
+        ),
+    ]
+}
+
+fn write(work: &Path, files: &[(String, String)]) {
+    for (path, text) in files {
+        let to = work.join(path);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, text).unwrap();
+    }
+}
+
+/// The median and the largest wall time from a push to the new spec set, in ms.
+fn push_to_specs(
+    apps: usize,
+    overlays: bool,
+    pushes: usize,
+    render: &RenderOptions,
+) -> (f64, f64, Duration) {
+    let tmp = tempfile::tempdir().unwrap();
+    let repos = tmp.path().join("repos");
+    let bare = repos.join("gitops.git");
+    std::fs::create_dir_all(&bare).unwrap();
+    git(&bare, &["init", "--bare", "-q"]);
+    git(tmp.path(), &["clone", "-q", bare.to_str().unwrap(), "work"]);
+    let work = tmp.path().join("work");
+    for i in 0..apps {
+        write(&work, &app_files(i, 1, overlays));
+    }
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "seed"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let server = git_http::serve(repos, None);
+    let mirror = GitMirror::open(
+        &tmp.path().join("cache"),
+        GitRemote {
+            url: format!("{server}/gitops.git"),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+        },
+    )
+    .unwrap();
+    let opts = LoadOptions::default();
+    let mut snapshot = SpecSnapshot::with_render(render.clone());
+    let read = |_: &str, id: &str| -> Result<FileContent, linnet::source::git::GitError> {
+        mirror.read_spec_file(id, opts.max_file_bytes)
+    };
+    let first = Instant::now();
+    let mut tip = mirror.fetch().unwrap();
+    snapshot
+        .update(
+            &mirror.list_files_within(tip, "", &opts.shape).unwrap(),
+            read,
+            &opts,
+        )
+        .unwrap();
+    let set = snapshot.spec_set();
+    assert_eq!(set.objects.len(), apps, "{:?}", set.errors.first());
+    let first_sync = first.elapsed();
+    let mut times = Vec::new();
+    for n in 0..pushes {
+        let i = (n * 7919) % apps;
+        write(&work, &app_files(i, n as u32 + 2, overlays));
+        git(&work, &["commit", "-qam", "one image"]);
+        git(&work, &["push", "-q", "origin", "HEAD:main"]);
+        let started = Instant::now();
+        let new = mirror.fetch().unwrap();
+        let changes = mirror
+            .changed_files(tip, new, "", &opts.shape)
+            .unwrap()
+            .unwrap();
+        let update = match snapshot.update_changed(&changes, read, &opts).unwrap() {
+            Some(u) => u,
+            None => snapshot
+                .update(
+                    &mirror.list_files_within(new, "", &opts.shape).unwrap(),
+                    read,
+                    &opts,
+                )
+                .unwrap(),
+        };
+        let set = snapshot.spec_set();
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(update.parsed, 1, "one unit or file parsed");
+        assert!(set.errors.is_empty(), "{:?}", set.errors.first());
+        tip = new;
+    }
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], times[times.len() - 1], first_sync)
+}
+
+fn main() {
+    linnet::net::configure_git(Duration::from_secs(30), None).expect("git settings");
+    // `make bench` names it; under `cargo test` the script gives its cached build.
+    let kustomize = std::env::var_os("LINNET_KUSTOMIZE")
+        .map(Into::into)
+        .unwrap_or_else(|| {
+            let out = Command::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/deploy/render-tools/build.sh"
+            ))
+            .output()
+            .expect("deploy/render-tools/build.sh runs (it needs Go)");
+            let bin = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .to_string();
+            std::path::PathBuf::from(bin).join("kustomize")
+        });
+    let render = RenderOptions {
+        kustomize,
+        ..RenderOptions::default()
+    };
+    // `cargo test --all-targets` runs harness-less benches too: there, a small run.
+    let (sizes, pushes): (&[usize], usize) = if std::env::args().any(|a| a == "--bench") {
+        (&[100, 1_000], 20)
+    } else {
+        (&[10], 3)
+    };
+    let mut rows = Vec::new();
+    for &apps in sizes {
+        let (plain, plain_max, plain_first) = push_to_specs(apps, false, pushes, &render);
+        let (over, over_max, over_first) = push_to_specs(apps, true, pushes, &render);
+        let line = format!(
+            "| {apps} | {plain:.1} (max {plain_max:.1}) | {over:.1} (max {over_max:.1}) | {:.2}x | {:.1} s | {:.1} s |",
+            over / plain,
+            plain_first.as_secs_f64(),
+            over_first.as_secs_f64()
+        );
+        println!("{line}");
+        rows.push(line);
+    }
+    if std::env::args().any(|a| a == "--bench") {
+        let text = format!(
+            "# Rendering: a push to the new spec set, plain YAML against Kustomize overlays\n\n\
+             Written by `make bench` (`benches/render.rs`). N apps of one CanaryStatefulSet each; a \
+             push changes one app's image (plain: its file; Kustomize: `images:` in its staging \
+             overlay, over a base). Wall time from the push to the new spec set as the agent makes \
+             it: fetch over smart HTTP, the tree diff (plain) or the listing (a repository with \
+             units), one file parsed or one overlay rendered by kustomize, the combined set. \
+             {pushes} pushes each; the first sync is the whole repository read (and rendered) once.\n\n\
+             | apps | plain YAML, ms (median) | overlays, ms (median) | overlays / plain | first sync, plain | first sync, overlays |\n\
+             |---|---|---|---|---|---|\n{}\n",
+            rows.join("\n")
+        );
+        std::fs::write(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/bench/RENDER.md"),
+            text,
+        )
+        .unwrap();
+    }
+}

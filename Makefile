@@ -100,7 +100,7 @@ demo: deps cluster-build prometheus-build render-build
 ## plain YAML at 100 and 1,000 apps (bench/RENDER.md). About 30 minutes.
 bench: cluster-build render-build
 	$(CARGO) bench --bench source
-	LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" $(CARGO) bench --bench render
+	LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" tests/cluster/with-cluster.sh $(CARGO) bench --bench render
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on

@@ -282,11 +282,11 @@ fn validate_peak_rss(dir: &Path, extra: &[&str]) -> (String, u64) {
 
 #[test]
 fn hostile_charts_are_held_to_the_limits() {
-    // An output bomb: a loop printing 64 MiB, stopped at 1 MiB.
+    // An output bomb: a loop printing 16 MiB, stopped at 1 MiB.
     let bomb = tempfile::tempdir().unwrap();
     chart_with(
         bomb.path(),
-        "{{- range until 1000000 }}\n# {{ repeat 64 \"x\" }}\n{{- end }}\n",
+        "{{- range until 250000 }}\n# {{ repeat 64 \"x\" }}\n{{- end }}\n",
     );
     let (code, out, took) = validate(bomb.path(), &["--render-max-bytes", "1048576"]);
     assert_eq!(code, 1, "{out}");
@@ -350,8 +350,9 @@ fn the_example_repository_renders_its_overlays_and_chart() {
 
 /// Issue 48, through the agent on the real control plane: a repository of Kustomize overlays
 /// (a base with staging and production) and a chart syncs; an `images:` change in one overlay
-/// starts a canary there and renders that overlay alone; an overlay broken in the same push is
-/// a located error whose objects stay (pruning is on), while the rest syncs.
+/// starts a canary there; an overlay broken and a chart made an output bomb in the same push
+/// are located errors whose objects stay (pruning is on), while the rest syncs; only the
+/// three units the push touched are rendered.
 #[tokio::test]
 async fn the_agent_renders_overlays_and_a_chart_and_an_images_change_starts_a_canary() {
     use k8s_openapi::api::core::v1::ConfigMap;
@@ -455,11 +456,16 @@ async fn the_agent_renders_overlays_and_a_chart_and_an_images_change_starts_a_ca
     )
     .await;
 
-    // One push: staging's image by `images:`, and the other overlay broken.
+    // One push: staging's image by `images:`, the other overlay broken, and the chart made an
+    // output bomb (16 MiB against the 8 MiB a render may print).
     write_tree(
         &work,
         &[
             ("staging/kustomization.yaml", &overlay("staging", "7.4")),
+            (
+                "charts/settings/templates/cm.yaml",
+                "{{- range until 250000 }}\n# {{ repeat 64 \"x\" }}\n{{- end }}\n",
+            ),
             (
                 "other/kustomization.yaml",
                 &format!(
@@ -471,7 +477,11 @@ async fn the_agent_renders_overlays_and_a_chart_and_an_images_change_starts_a_ca
     );
     git(
         &work,
-        &["commit", "-qam", "staging on redis 7.4; other broken"],
+        &[
+            "commit",
+            "-qam",
+            "staging on redis 7.4; other broken; a bomb",
+        ],
     );
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let head = git(&work, &["rev-parse", "HEAD"]);
@@ -509,19 +519,78 @@ async fn the_agent_renders_overlays_and_a_chart_and_an_images_change_starts_a_ca
     let errors = status["specErrors"].to_string();
     assert!(errors.contains("other/kustomization.yaml:4:"), "{status}");
     assert!(errors.contains("missing.yaml"), "{status}");
-    // Production was not touched, and the broken overlay's object is kept.
+    assert!(
+        errors.contains("releases/settings/linnet-helm.yaml:1:1"),
+        "{status}"
+    );
+    assert!(
+        errors.contains("printed more than the 8388608 bytes"),
+        "{status}"
+    );
+    // Production was not touched, and the broken units' objects are kept as they were.
     let production = rollouts.get("redis-production").await.unwrap();
     assert_eq!(field(&production, "/spec/image"), "redis:7.2");
     assert!(
         config_maps.get_opt("keep").await.unwrap().is_some(),
         "a broken unit's object was pruned"
     );
-    // Two units changed, two renders: the unchanged overlay and chart were not rendered.
+    let settings = config_maps.get("settings").await.unwrap();
+    assert_eq!(
+        settings.data.unwrap()["level"],
+        "info",
+        "the bomb's unit was pruned or changed"
+    );
+    // Three units changed, three renders: the unchanged overlay was not rendered.
     let log = agent.log_text();
     let line = log
         .lines()
         .rev()
         .find(|l| l.contains("new revision") && l.contains(&head[..12.min(head.len())]))
         .unwrap_or_else(|| panic!("no new revision line for {head}:\n{log}"));
-    assert!(line.contains("parsed=2"), "{line}");
+    assert!(line.contains("parsed=3"), "{line}");
+}
+
+/// `linnet diff` renders as the agent does: a new overlay's objects are creates, named by the
+/// overlay they come from.
+#[tokio::test]
+async fn diff_renders_overlays_against_the_cluster() {
+    let admin = support::admin_client().await;
+    support::install_linnet(&admin).await;
+    let ns = support::TestNamespace::create(&admin, "render-diff").await;
+    let dir = tempfile::tempdir().unwrap();
+    write_tree(
+        dir.path(),
+        &[
+            ("base/kustomization.yaml", "resources: [api.yaml]\n"),
+            ("base/api.yaml", ROLLOUT),
+            (
+                "staging/kustomization.yaml",
+                &format!(
+                    "resources: [../base]\nnamespace: {}\nimages:\n- name: nginx\n  newTag: \"1.27\"\n",
+                    ns.name
+                ),
+            ),
+        ],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(["diff", dir.path().to_str().unwrap()])
+        .env("KUBECONFIG", support::admin_kubeconfig())
+        .envs(support::render_env())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("CanaryDeployment {}/api", ns.name)),
+        "{text}"
+    );
+    assert!(text.contains("nginx:1.27"), "{text}");
+    assert!(
+        !text.contains("nginx:1.26"),
+        "the base's image, not the overlay's: {text}"
+    );
 }

@@ -86,7 +86,10 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
                 ..crate::source::hooks::HookSettings::new(f.clone(), args.branch.clone())
             }),
         load: args.specs.load_options(),
-        render: args.specs.render.render_options(),
+        render: crate::render::RenderOptions {
+            fetch_timeout: args.git_timeout,
+            ..args.specs.render.render_options()
+        },
         source_name: args.sync.source_name.clone(),
         prune: args.sync.prune,
         apply_as: args.sync.apply_as(args.specs.agent_namespace.as_deref()),

@@ -17,8 +17,9 @@ pub struct RenderArgs {
     /// The helm binary that renders a chart a linnet-helm.yaml names.
     #[arg(long, default_value = "helm", env = "LINNET_HELM")]
     pub helm: PathBuf,
-    /// The longest one unit's render may take (a remote chart's download included); past it
-    /// the render is stopped and the unit is an error.
+    /// The longest one unit's render may take; past it the render is stopped and the unit is
+    /// an error. A render that fetches (--render-allow-host) has the agent's --git-timeout on
+    /// top.
     #[arg(long, default_value = "30s", value_parser = parse_duration, env = "LINNET_RENDER_TIMEOUT")]
     pub render_timeout: Duration,
     /// The memory one render's process may take, in bytes.
@@ -57,6 +58,7 @@ impl RenderArgs {
                 .map(|h| h.trim().to_string())
                 .filter(|h| !h.is_empty())
                 .collect(),
+            fetch_timeout: Duration::from_secs(60),
             work_dir: std::env::temp_dir(),
         }
     }

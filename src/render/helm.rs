@@ -217,7 +217,7 @@ fn is_exact_version(v: &str) -> bool {
 pub(super) fn render(
     unit: &Unit,
     release: &HelmRelease,
-    inputs: &[(&str, Vec<u8>)],
+    inputs: &[(String, Vec<u8>)],
     work: &WorkDir,
     render: &RenderOptions,
 ) -> Result<Vec<u8>, SpecError> {
@@ -290,7 +290,7 @@ fn locate_failure(
     chart_dir: Option<&str>,
     stderr: &str,
     work_dir: &str,
-    inputs: &[(&str, Vec<u8>)],
+    inputs: &[(String, Vec<u8>)],
 ) -> SpecError {
     let text = stderr
         .lines()

@@ -14,7 +14,7 @@ use crate::specs::SpecError;
 /// Renders a kustomize unit: its output, or an error located in its kustomization.
 pub(super) fn render(
     unit: &Unit,
-    inputs: &[(&str, Vec<u8>)],
+    inputs: &[(String, Vec<u8>)],
     work: &WorkDir,
     render: &RenderOptions,
 ) -> Result<Vec<u8>, SpecError> {

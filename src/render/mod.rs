@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use helm::HelmRelease;
+
 pub use units::{
     HELM_FILE, KUSTOMIZATION_NAMES, Layout, ParsedFiles, Unit, UnitKind, is_render_file, layout,
 };
@@ -38,7 +39,7 @@ pub struct RenderOptions {
     pub kustomize: PathBuf,
     /// The `helm` binary.
     pub helm: PathBuf,
-    /// The longest one render may run (a remote chart's download included).
+    /// The longest one render may run; one that fetches has `fetch_timeout` on top.
     pub timeout: Duration,
     /// The memory one render's process may take (its data segment, `RLIMIT_DATA`).
     pub max_memory_bytes: u64,
@@ -48,6 +49,9 @@ pub struct RenderOptions {
     pub max_objects: usize,
     /// Hosts whose charts and bases a unit may fetch; none by default.
     pub allowed_hosts: Vec<String>,
+    /// What a render that fetches may take on top of `timeout`: the Git timeout, as a
+    /// download from Git would have.
+    pub fetch_timeout: Duration,
     /// Where each render's inputs are written, in a directory of its own.
     pub work_dir: PathBuf,
 }
@@ -62,6 +66,7 @@ impl Default for RenderOptions {
             max_output_bytes: 8 * 1024 * 1024,
             max_objects: 2_000,
             allowed_hosts: Vec::new(),
+            fetch_timeout: Duration::from_secs(60),
             work_dir: std::env::temp_dir(),
         }
     }
@@ -83,13 +88,58 @@ pub fn render_unit<E>(
     opts: &LoadOptions,
     render: &RenderOptions,
 ) -> Result<FileSpecs, E> {
+    let prepared = prepare(unit, read)?;
+    Ok(render_prepared(unit, prepared, opts, render))
+}
+
+/// A unit's input files, read; or what it renders to without running a tool (an error).
+#[derive(Debug)]
+pub enum Prepared {
+    Inputs(Vec<(String, Vec<u8>)>),
+    Done(FileSpecs),
+}
+
+/// Reads a unit's inputs with `read` (which need not be shared across threads); the tool runs
+/// later, in [`render_prepared`].
+pub fn prepare<E>(
+    unit: &Unit,
+    read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
+) -> Result<Prepared, E> {
     if let Some(problem) = &unit.problem {
-        return Ok(refused(problem.clone()));
+        return Ok(Prepared::Done(refused(problem.clone())));
     }
+    let mut inputs = Vec::new();
+    for (path, id) in &unit.inputs {
+        match read(path, id)? {
+            FileContent::Bytes(bytes) => inputs.push((path.clone(), bytes)),
+            FileContent::Refused(why) => {
+                return Ok(Prepared::Done(refused(error_at(
+                    path,
+                    1,
+                    1,
+                    format!("{why}; {} cannot be rendered without it", unit.key),
+                ))));
+            }
+        }
+    }
+    Ok(Prepared::Inputs(inputs))
+}
+
+/// Runs the unit's tool on its prepared inputs: its objects, or its errors.
+pub fn render_prepared(
+    unit: &Unit,
+    prepared: Prepared,
+    opts: &LoadOptions,
+    render: &RenderOptions,
+) -> FileSpecs {
+    let inputs = match prepared {
+        Prepared::Done(specs) => return specs,
+        Prepared::Inputs(inputs) => inputs,
+    };
     let work = match run::WorkDir::new(&render.work_dir) {
         Ok(w) => w,
         Err(e) => {
-            return Ok(refused(error_at(
+            return refused(error_at(
                 &unit.key,
                 1,
                 1,
@@ -97,31 +147,63 @@ pub fn render_unit<E>(
                     "cannot make a directory to render in under {}: {e}",
                     render.work_dir.display()
                 ),
-            )));
+            ));
         }
     };
-    let mut inputs = Vec::new();
-    for (path, id) in &unit.inputs {
-        match read(path, id)? {
-            FileContent::Bytes(bytes) => inputs.push((path.as_str(), bytes)),
-            FileContent::Refused(why) => {
-                return Ok(refused(error_at(
-                    path,
-                    1,
-                    1,
-                    format!("{why}; {} cannot be rendered without it", unit.key),
-                )));
-            }
-        }
-    }
     let rendered = match &unit.kind {
         UnitKind::Kustomize => kustomize::render(unit, &inputs, &work, render),
         UnitKind::Helm(release) => helm::render(unit, release, &inputs, &work, render),
     };
-    Ok(match rendered {
+    match rendered {
         Ok(out) => output::read_rendered(unit, &out, &inputs, opts, render),
         Err(e) => refused(e),
-    })
+    }
+}
+
+/// Renders many units at once, one tool at a time per core: a first sync of a thousand
+/// overlays is bound by the tools' runs, which share nothing.
+pub fn render_all(
+    jobs: Vec<(&Unit, Prepared)>,
+    opts: &LoadOptions,
+    render: &RenderOptions,
+) -> Vec<FileSpecs> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(jobs.len())
+        .max(1);
+    if workers == 1 {
+        return jobs
+            .into_iter()
+            .map(|(unit, prepared)| render_prepared(unit, prepared, opts, render))
+            .collect();
+    }
+    let count = jobs.len();
+    let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
+    let results =
+        std::sync::Mutex::new((0..count).map(|_| None).collect::<Vec<Option<FileSpecs>>>());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    // The lock is held only to take a job, never across a render.
+                    let job = queue.lock().ok().and_then(|mut q| q.pop());
+                    let Some((i, (unit, prepared))) = job else {
+                        break;
+                    };
+                    let specs = render_prepared(unit, prepared, opts, render);
+                    if let Ok(mut r) = results.lock() {
+                        r[i] = Some(specs);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect()
 }
 
 fn refused(error: SpecError) -> FileSpecs {

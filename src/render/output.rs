@@ -14,7 +14,7 @@ const ORIGIN: &str = "config.kubernetes.io/origin";
 pub(super) fn read_rendered(
     unit: &Unit,
     out: &[u8],
-    inputs: &[(&str, Vec<u8>)],
+    inputs: &[(String, Vec<u8>)],
     opts: &LoadOptions,
     render: &RenderOptions,
 ) -> FileSpecs {

@@ -22,6 +22,8 @@ pub(super) struct WorkDir {
 impl WorkDir {
     pub(super) fn new(under: &Path) -> std::io::Result<WorkDir> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| remove_orphans(under));
         let path = under.join(format!(
             "linnet-render-{}-{}",
             std::process::id(),
@@ -49,6 +51,30 @@ impl WorkDir {
 
     pub(super) fn home(&self) -> PathBuf {
         self.path.join("home")
+    }
+}
+
+/// Removes the directories of renders whose process is gone (killed mid-render): a pod's
+/// `/tmp` outlives its container's restarts. Run once, before this process renders.
+fn remove_orphans(under: &Path) {
+    let Ok(entries) = std::fs::read_dir(under) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("linnet-render-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // This process has made none yet: one with its pid is a former container's (a
+        // container's pids start again at 1).
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        if pid == std::process::id() || !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -175,7 +201,13 @@ pub(super) fn run_bounded(
         }
         kept
     });
-    let status = match child.wait_timeout(limits.timeout) {
+    // A render that fetches has the Git timeout for its download on top of its own.
+    let timeout = if network {
+        limits.timeout + limits.fetch_timeout
+    } else {
+        limits.timeout
+    };
+    let status = match child.wait_timeout(timeout) {
         Ok(Some(status)) => Some(status),
         Ok(None) | Err(_) => {
             let _ = child.kill();
@@ -186,7 +218,7 @@ pub(super) fn run_bounded(
     let (out, over) = out_reader.join().unwrap_or_default();
     let err = err_reader.join().unwrap_or_default();
     let Some(status) = status else {
-        return Err(RunFailure::Timeout(limits.timeout));
+        return Err(RunFailure::Timeout(timeout));
     };
     if over {
         return Err(RunFailure::OutputOver(max_out));

@@ -79,7 +79,9 @@ impl Layout {
 /// A kustomization's references, read once per content id.
 #[derive(Clone, Debug)]
 pub(super) enum Parsed {
-    Kustomization(Result<Vec<Reference>, SpecError>),
+    /// The repository paths its references name (resolved: they depend only on its path and
+    /// content, and on the render options, which a snapshot keeps).
+    Kustomization(Result<Vec<String>, SpecError>),
     Helm(Result<super::helm::HelmRelease, SpecError>),
 }
 
@@ -94,7 +96,7 @@ pub(super) struct Reference {
 /// What the last layouts read, by (path, content id).
 #[derive(Debug, Default)]
 pub struct ParsedFiles {
-    by_id: HashMap<(String, String), Parsed>,
+    by_id: HashMap<(String, String), std::sync::Arc<Parsed>>,
 }
 
 /// Splits `listing` into plain files and units. Reads (with `read`) only the kustomizations
@@ -138,12 +140,12 @@ pub fn layout<E>(
         }
     }
     let mut new_parsed = HashMap::new();
-    let mut parse = |path: &str, helm: bool| -> Result<Parsed, E> {
+    let mut parse = |path: &str, helm: bool| -> Result<std::sync::Arc<Parsed>, E> {
         let id = files.get(path).copied().unwrap_or_default();
         let key = (path.to_string(), id.to_string());
-        if let Some(p) = parsed.by_id.get(&key) {
-            new_parsed.insert(key.clone(), p.clone());
-            return Ok(p.clone());
+        if let Some(p) = parsed.by_id.remove(&key) {
+            new_parsed.insert(key, p.clone());
+            return Ok(p);
         }
         let (value, text) = match read(path, id)? {
             FileContent::Bytes(bytes) => (
@@ -155,8 +157,12 @@ pub fn layout<E>(
         let p = if helm {
             Parsed::Helm(value.and_then(|v| super::helm::HelmRelease::from_value(path, &v, &text)))
         } else {
-            Parsed::Kustomization(value.map(|v| references(&v, &text)))
+            let dir = dir_of(path);
+            Parsed::Kustomization(
+                value.and_then(|v| resolve(path, dir, &references(&v, &text), render)),
+            )
         };
+        let p = std::sync::Arc::new(p);
         new_parsed.insert(key, p.clone());
         Ok(p)
     };
@@ -165,20 +171,21 @@ pub fn layout<E>(
     let mut problems: BTreeMap<&str, SpecError> = BTreeMap::new();
     let mut used: HashSet<String> = HashSet::new();
     for (&dir, &path) in &kustomize_dirs {
-        let Parsed::Kustomization(refs) = parse(path, false)? else {
+        let parsed = parse(path, false)?;
+        let Parsed::Kustomization(targets) = &*parsed else {
             continue;
         };
-        match refs.and_then(|refs| resolve(path, dir, &refs, render)) {
+        match targets {
             Ok(targets) => {
-                for t in &targets {
+                for t in targets {
                     if kustomize_dirs.contains_key(t.as_str()) {
                         used.insert(t.clone());
                     }
                 }
-                edges.insert(dir, targets);
+                edges.insert(dir, targets.clone());
             }
             Err(e) => {
-                problems.insert(dir, e);
+                problems.insert(dir, e.clone());
             }
         }
     }
@@ -216,9 +223,11 @@ pub fn layout<E>(
         );
     }
     for (&dir, &path) in &helm_dirs {
-        let Parsed::Helm(release) = parse(path, true)? else {
+        let parsed = parse(path, true)?;
+        let Parsed::Helm(release) = &*parsed else {
             continue;
         };
+        let release = release.clone();
         let mut inputs = BTreeMap::new();
         inputs.insert(path.to_string(), files[path].to_string());
         let (kind, problem) = match release {

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::render::{ParsedFiles, RENDERED, RenderOptions, Unit, is_render_file, render_unit};
+use crate::render::{ParsedFiles, RENDERED, RenderOptions, is_render_file, prepare, render_all};
 use crate::source::git::BLOCKED;
 use crate::specs::{
     FileContent, FileSpecs, Lineage, LoadOptions, SpecSet, is_spec_file, load_content,
@@ -38,6 +38,9 @@ pub struct SpecSnapshot {
     parsed_render_files: ParsedFiles,
     /// Whether the last listing had a rendered unit: then any change may touch one.
     has_units: bool,
+    /// The last whole listing, kept while it has units: a push's changes applied to it give
+    /// the next one without walking every tree of the revision again.
+    raw_listing: Option<BTreeMap<String, String>>,
 }
 
 /// Changes to `files` not yet in the combined set.
@@ -110,7 +113,10 @@ impl SpecSnapshot {
             &self.render,
         )?;
         self.has_units = !layout.units.is_empty();
+        self.raw_listing = self.has_units.then(|| listing.iter().cloned().collect());
         let listing = &layout.listing();
+        // Units to render: their inputs are read here, in order; the tools run together after.
+        let mut to_render = Vec::new();
         for (path, id) in listing {
             let name = path.rsplit('/').next().unwrap_or(path);
             // A blocked directory ([`BLOCKED`]) is kept as one refused file.
@@ -120,22 +126,33 @@ impl SpecSnapshot {
             let (id, specs) = match self.files.remove(path) {
                 Some((old_id, specs)) if &old_id == id => (old_id, specs),
                 old => {
-                    let specs = match layout.units.get(path) {
-                        Some(unit) => self.render(unit, &mut read, opts)?,
-                        None => load_content(path, read(path, id)?, opts),
-                    };
-                    update.parsed += 1;
-                    update.changed = true;
-                    match old {
-                        Some((_, old)) if replaces_one_for_one(&old, &specs) => {
-                            self.pending.patch(path)
-                        }
-                        _ => self.pending = Pending::Rebuild,
+                    if let Some(unit) = layout.units.get(path) {
+                        to_render.push((unit, prepare(unit, &mut read)?, id, old));
+                        continue;
                     }
+                    let specs = load_content(path, read(path, id)?, opts);
+                    self.note_change(path, old.map(|(_, o)| o), &specs, &mut update);
                     (id.clone(), specs)
                 }
             };
             next.insert(path.clone(), (id, specs));
+        }
+        let started = std::time::Instant::now();
+        let (jobs, rest): (Vec<_>, Vec<_>) = to_render
+            .into_iter()
+            .map(|(unit, prepared, id, old)| ((unit, prepared), (unit, id, old)))
+            .unzip();
+        let rendered = render_all(jobs, opts, &self.render);
+        if !rendered.is_empty() {
+            tracing::debug!(
+                units = rendered.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "rendered"
+            );
+        }
+        for ((unit, id, old), specs) in rest.into_iter().zip(rendered) {
+            self.note_change(&unit.key, old.map(|(_, o)| o), &specs, &mut update);
+            next.insert(unit.key.clone(), (id.clone(), specs));
         }
         // Past the total, the largest files are kept as errors with no id, so that they are
         // read again once there is room.
@@ -173,13 +190,32 @@ impl SpecSnapshot {
         opts: &LoadOptions,
     ) -> Result<Option<SnapshotUpdate>, E> {
         // A blocked directory's files are not listed one by one: only a whole listing says
-        // whether it still is. Nor are a unit's inputs, nor which units there are.
-        if self.over_total
-            || self.has_units
-            || changes.iter().any(|(p, _)| is_render_file(p))
-            || self.files.values().any(|(id, _)| id.starts_with(BLOCKED))
-        {
+        // whether it still is.
+        if self.over_total || self.files.values().any(|(id, _)| id.starts_with(BLOCKED)) {
             return Ok(None);
+        }
+        // With units, which there are and what each reads follow from the whole listing: the
+        // last one with these changes applied, when it was kept; a whole new one otherwise.
+        if self.has_units || changes.iter().any(|(p, _)| is_render_file(p)) {
+            let Some(mut listing) = self.raw_listing.take() else {
+                return Ok(None);
+            };
+            // Removals first: a path both removed and added (a type change) is added.
+            for (path, id) in changes {
+                if id.is_none() {
+                    listing.remove(path);
+                }
+            }
+            for (path, id) in changes {
+                if let Some(id) = id {
+                    listing.insert(path.clone(), id.clone());
+                }
+            }
+            if listing.len() > opts.shape.max_files {
+                return Ok(None);
+            }
+            let listing: Vec<(String, String)> = listing.into_iter().collect();
+            return self.update(&listing, read, opts).map(Some);
         }
         // One entry per path; a path both removed and added (a type change) is added.
         let mut by_path: BTreeMap<&str, Option<&str>> = BTreeMap::new();
@@ -230,23 +266,21 @@ impl SpecSnapshot {
         Ok(Some(update))
     }
 
-    /// Renders a unit, logging what it took.
-    fn render<E>(
-        &self,
-        unit: &Unit,
-        read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
-        opts: &LoadOptions,
-    ) -> Result<FileSpecs, E> {
-        let started = std::time::Instant::now();
-        let specs = render_unit(unit, read, opts, &self.render)?;
-        tracing::debug!(
-            unit = %unit.key,
-            objects = specs.objects.len(),
-            errors = specs.errors.len(),
-            ms = started.elapsed().as_millis() as u64,
-            "rendered"
-        );
-        Ok(specs)
+    /// Counts a file or unit read again, and how the combined set follows: patched in place
+    /// when its objects replace the old ones one for one, made again otherwise.
+    fn note_change(
+        &mut self,
+        path: &str,
+        old: Option<FileSpecs>,
+        specs: &FileSpecs,
+        update: &mut SnapshotUpdate,
+    ) {
+        update.parsed += 1;
+        update.changed = true;
+        match old {
+            Some(old) if replaces_one_for_one(&old, specs) => self.pending.patch(path),
+            _ => self.pending = Pending::Rebuild,
+        }
     }
 
     /// The specs of the current revision. Shared: the snapshot patches its own copy in place
@@ -756,5 +790,41 @@ mod tests {
             .unwrap();
         assert!(u.changed);
         assert_eq!(snap.spec_set().objects.len(), 1);
+    }
+
+    /// Issue 48: with units, a push's changes are applied to the last whole listing, and only
+    /// what they touch is read again. The unit here cannot render (its base is outside the
+    /// root), so no tool runs: its error stands for its output.
+    #[test]
+    fn a_push_to_a_repository_with_units_reads_only_what_it_touched() {
+        let mut snap = SpecSnapshot::default();
+        let opts = LoadOptions::default();
+        let content = |p: &str, id: &str| -> FileContent {
+            if p.ends_with("kustomization.yaml") {
+                FileContent::Bytes(format!("resources: [../../outside-{id}]\n").into_bytes())
+            } else {
+                cm(p.trim_end_matches(".yaml"))
+            }
+        };
+        let read = |p: &str, id: &str| -> Result<FileContent, ()> { Ok(content(p, id)) };
+        let first = listing(&[("app/kustomization.yaml", "1"), ("plain.yaml", "1")]);
+        let u = snap.update(&first, read, &opts).unwrap();
+        assert_eq!(u.parsed, 2);
+        assert_eq!(snap.spec_set().blocked_files, ["app/kustomization.yaml"]);
+        // The plain file changes: read alone, through the kept listing.
+        let changes = vec![("plain.yaml".to_string(), Some("2".to_string()))];
+        let u = snap.update_changed(&changes, read, &opts).unwrap().unwrap();
+        assert_eq!(u.parsed, 1);
+        // The kustomization changes: its unit alone.
+        let changes = vec![("app/kustomization.yaml".to_string(), Some("2".to_string()))];
+        let u = snap.update_changed(&changes, read, &opts).unwrap().unwrap();
+        assert_eq!(u.parsed, 1);
+        let errors = &snap.spec_set().errors;
+        assert!(errors[0].message.contains("outside-2"), "{errors:?}");
+        // A kustomization appears in a repository that had none: a whole listing is asked for.
+        let mut plain = SpecSnapshot::default();
+        plain.update(&listing(&[("plain.yaml", "1")]), read, &opts).unwrap();
+        let changes = vec![("new/kustomization.yaml".to_string(), Some("1".to_string()))];
+        assert_eq!(plain.update_changed(&changes, read, &opts).unwrap(), None);
     }
 }

@@ -147,22 +147,7 @@ pub fn layout<E>(
             new_parsed.insert(key, p.clone());
             return Ok(p);
         }
-        let (value, text) = match read(path, id)? {
-            FileContent::Bytes(bytes) => (
-                parse_config_file(path, &bytes, opts),
-                String::from_utf8_lossy(&bytes).into_owned(),
-            ),
-            FileContent::Refused(why) => (Err(error_at(path, 1, 1, why)), String::new()),
-        };
-        let p = if helm {
-            Parsed::Helm(value.and_then(|v| super::helm::HelmRelease::from_value(path, &v, &text)))
-        } else {
-            let dir = dir_of(path);
-            Parsed::Kustomization(
-                value.and_then(|v| resolve(path, dir, &references(&v, &text), render)),
-            )
-        };
-        let p = std::sync::Arc::new(p);
+        let p = std::sync::Arc::new(parse_render_file(path, read(path, id)?, helm, opts, render));
         new_parsed.insert(key, p.clone());
         Ok(p)
     };
@@ -260,6 +245,81 @@ pub fn layout<E>(
         .cloned()
         .collect();
     Ok(Layout { plain, units })
+}
+
+/// A kustomization's resolved references, or a `linnet-helm.yaml`'s release.
+fn parse_render_file(
+    path: &str,
+    content: FileContent,
+    helm: bool,
+    opts: &LoadOptions,
+    render: &RenderOptions,
+) -> Parsed {
+    let (value, text) = match content {
+        FileContent::Bytes(bytes) => (
+            parse_config_file(path, &bytes, opts),
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ),
+        FileContent::Refused(why) => (Err(error_at(path, 1, 1, why)), String::new()),
+    };
+    if helm {
+        Parsed::Helm(value.and_then(|v| super::helm::HelmRelease::from_value(path, &v, &text)))
+    } else {
+        let dir = dir_of(path);
+        Parsed::Kustomization(
+            value.and_then(|v| resolve(path, dir, &references(&v, &text), render)),
+        )
+    }
+}
+
+impl ParsedFiles {
+    /// Whether kustomization `path`, changed from content `old_id` to `new_id`, still names
+    /// the same paths (then no unit's layout changes); its new parse is kept when it does.
+    pub fn same_references<E>(
+        &mut self,
+        path: &str,
+        (old_id, new_id): (&str, &str),
+        read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
+        opts: &LoadOptions,
+        render: &RenderOptions,
+    ) -> Result<bool, E> {
+        let old_key = (path.to_string(), old_id.to_string());
+        let Some(Parsed::Kustomization(Ok(old))) = self.by_id.get(&old_key).map(|p| &**p) else {
+            return Ok(false);
+        };
+        let new = parse_render_file(path, read(path, new_id)?, false, opts, render);
+        let same = matches!(&new, Parsed::Kustomization(Ok(targets)) if targets == old);
+        if same {
+            self.by_id.remove(&old_key);
+            self.by_id.insert(
+                (path.to_string(), new_id.to_string()),
+                std::sync::Arc::new(new),
+            );
+        }
+        Ok(same)
+    }
+}
+
+impl Unit {
+    /// The unit with the content ids of some inputs changed, and its hash made again.
+    pub fn with_inputs(&self, changed: &HashMap<&str, &str>, render: &RenderOptions) -> Unit {
+        let inputs = self
+            .inputs
+            .iter()
+            .map(|(p, id)| {
+                let id = changed.get(p.as_str()).map_or(id.as_str(), |new| *new);
+                (p.clone(), id.to_string())
+            })
+            .collect();
+        unit(
+            &self.key,
+            &self.dir,
+            self.kind.clone(),
+            inputs,
+            self.problem.clone(),
+            render,
+        )
+    }
 }
 
 /// Whether a directory at or above `path` belongs to a renderer.

@@ -38,10 +38,13 @@ pub struct SpecSnapshot {
     parsed_render_files: ParsedFiles,
     /// Whether the last listing had a rendered unit: then any change may touch one.
     has_units: bool,
-    /// The last whole listing, kept while it has units: a push's changes applied to it give
-    /// the next one without walking every tree of the revision again.
-    raw_listing: Option<BTreeMap<String, String>>,
+    /// The last whole listing and its units, kept while it has units: a push's changes are
+    /// applied to them in place, or give the next whole listing without walking every tree
+    /// of the revision again.
+    unit_layout: Option<in_place::UnitLayout>,
 }
+
+mod in_place;
 
 /// Changes to `files` not yet in the combined set.
 #[derive(Debug, Default)]
@@ -113,7 +116,9 @@ impl SpecSnapshot {
             &self.render,
         )?;
         self.has_units = !layout.units.is_empty();
-        self.raw_listing = self.has_units.then(|| listing.iter().cloned().collect());
+        self.unit_layout = self
+            .has_units
+            .then(|| in_place::UnitLayout::new(listing, &layout));
         let listing = &layout.listing();
         // Units to render: their inputs are read here, in order; the tools run together after.
         let mut to_render = Vec::new();
@@ -197,9 +202,13 @@ impl SpecSnapshot {
         // With units, which there are and what each reads follow from the whole listing: the
         // last one with these changes applied, when it was kept; a whole new one otherwise.
         if self.has_units || changes.iter().any(|(p, _)| is_render_file(p)) {
-            let Some(mut listing) = self.raw_listing.take() else {
+            if let Some(update) = self.update_units_in_place(changes, &mut read, opts)? {
+                return Ok(Some(update));
+            }
+            let Some(kept) = self.unit_layout.take() else {
                 return Ok(None);
             };
+            let mut listing = kept.raw;
             // Removals first: a path both removed and added (a type change) is added.
             for (path, id) in changes {
                 if id.is_none() {
@@ -823,8 +832,56 @@ mod tests {
         assert!(errors[0].message.contains("outside-2"), "{errors:?}");
         // A kustomization appears in a repository that had none: a whole listing is asked for.
         let mut plain = SpecSnapshot::default();
-        plain.update(&listing(&[("plain.yaml", "1")]), read, &opts).unwrap();
+        plain
+            .update(&listing(&[("plain.yaml", "1")]), read, &opts)
+            .unwrap();
         let changes = vec![("new/kustomization.yaml".to_string(), Some("1".to_string()))];
         assert_eq!(plain.update_changed(&changes, read, &opts).unwrap(), None);
+    }
+
+    /// In place, a changed input renders its unit alone, a file nothing reads renders nothing,
+    /// and the snapshot equals one made from the whole listing. (No kustomize here: the unit's
+    /// render fails to start, and that error stands for its output.)
+    #[test]
+    fn a_unit_input_changed_in_place_renders_that_unit_alone_as_a_whole_listing_would() {
+        let opts = LoadOptions::default();
+        let read = |p: &str, id: &str| -> Result<FileContent, ()> {
+            Ok(if p.ends_with("kustomization.yaml") {
+                FileContent::Bytes(b"resources: [cm.yaml]\n".to_vec())
+            } else if p.ends_with("Chart.yaml") {
+                FileContent::Bytes(b"apiVersion: v2\nname: c\nversion: 0.1.0\n".to_vec())
+            } else {
+                cm(&format!("{}-{id}", p.replace(['/', '.'], "-")))
+            })
+        };
+        let render = RenderOptions {
+            kustomize: "/nonexistent/kustomize".into(),
+            ..RenderOptions::default()
+        };
+        let mut snap = SpecSnapshot::with_render(render.clone());
+        let mut files = listing(&[
+            ("a/kustomization.yaml", "1"),
+            ("a/cm.yaml", "1"),
+            ("b/kustomization.yaml", "1"),
+            ("b/cm.yaml", "1"),
+            ("unused-chart/Chart.yaml", "1"),
+            ("unused-chart/values.yaml", "1"),
+            ("plain.yaml", "1"),
+        ]);
+        snap.update(&files, read, &opts).unwrap();
+        let change = |path: &str, id: &str| vec![(path.to_string(), Some(id.to_string()))];
+        let u = snap.update_changed(&change("a/cm.yaml", "2"), read, &opts).unwrap().unwrap();
+        assert_eq!(u.parsed, 1);
+        let u = snap
+            .update_changed(&change("unused-chart/values.yaml", "2"), read, &opts)
+            .unwrap()
+            .unwrap();
+        assert_eq!((u.parsed, u.changed), (0, false));
+        files[1].1 = "2".into();
+        files[5].1 = "2".into();
+        let mut whole = SpecSnapshot::with_render(render);
+        whole.update(&files, read, &opts).unwrap();
+        assert_eq!(*snap.spec_set(), *whole.spec_set());
+        assert!(snap.spec_set().errors[0].message.contains("cannot run"));
     }
 }

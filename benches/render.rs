@@ -355,14 +355,21 @@ fn main() {
                 cluster_rows.join("\n")
             )
         };
+        let commit = Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         let text = format!(
             "# Rendering: a push to the new spec set, plain YAML against Kustomize overlays\n\n\
              Written by `make bench` (`benches/render.rs`). N apps of one CanaryStatefulSet each; a \
              push changes one app's image (plain: its file; Kustomize: `images:` in its staging \
              overlay, over a base). Wall time from the push to the new spec set as the agent makes \
-             it: fetch over smart HTTP, the tree diff (plain) or the listing (a repository with \
-             units), one file parsed or one overlay rendered by kustomize, the combined set. \
-             {pushes} pushes each; the first sync is the whole repository read (and rendered) once.\n\n\
+             it: fetch over smart HTTP, the tree diff, then one file parsed (plain) or the one \
+             overlay that reads the changed file rendered by kustomize, in place (Kustomize), \
+             and the combined set. {pushes} pushes each; the first sync is the whole repository \
+             read (and rendered, one kustomize per core) once. Commit {commit}, {cores} cores.\n\n\
              | apps | plain YAML, ms (median) | overlays, ms (median) | overlays / plain | first sync, plain | first sync, overlays |\n\
              |---|---|---|---|---|---|\n{}\n\n\
              ## Through the agent: `git push` to the rollout's new image in the cluster\n\n\

@@ -175,6 +175,7 @@ pub fn layout<E>(
         }
     }
     let mut units = BTreeMap::new();
+    let mut reached: HashSet<String> = HashSet::new();
     for (&dir, &path) in &kustomize_dirs {
         if used.contains(dir) {
             continue;
@@ -206,6 +207,33 @@ pub fn layout<E>(
             path.to_string(),
             unit(path, dir, UnitKind::Kustomize, inputs, problem, render),
         );
+        reached.extend(seen);
+    }
+    // Kustomizations that only use each other (a cycle): no unit would render them, and
+    // silence would hide them; each is a unit with that error.
+    for (&dir, &path) in &kustomize_dirs {
+        if !reached.contains(dir) && used.contains(dir) {
+            let problem = error_at(
+                path,
+                1,
+                1,
+                "this kustomization is used only by kustomizations that use it in turn (a \
+                 cycle of `resources`): none of them is rendered; break the cycle"
+                    .into(),
+            );
+            let inputs = BTreeMap::from([(path.to_string(), files[path].to_string())]);
+            units.insert(
+                path.to_string(),
+                unit(
+                    path,
+                    dir,
+                    UnitKind::Kustomize,
+                    inputs,
+                    Some(problem),
+                    render,
+                ),
+            );
+        }
     }
     for (&dir, &path) in &helm_dirs {
         let parsed = parse(path, true)?;
@@ -676,6 +704,21 @@ mod tests {
             let problem = l.units["r/linnet-helm.yaml"].problem.clone().unwrap();
             assert!(problem.message.contains(says), "{decl}: {problem}");
             assert_eq!(problem.location.line, line, "{decl}: {problem}");
+        }
+    }
+
+    #[test]
+    fn kustomizations_that_use_each_other_are_errors_not_silence() {
+        let l = layout_of(
+            &[
+                ("a/kustomization.yaml", "resources: [../b]\n"),
+                ("b/kustomization.yaml", "resources: [../a]\n"),
+            ],
+            &RenderOptions::default(),
+        );
+        for key in ["a/kustomization.yaml", "b/kustomization.yaml"] {
+            let problem = l.units[key].problem.clone().unwrap();
+            assert!(problem.message.contains("cycle"), "{problem}");
         }
     }
 

@@ -870,7 +870,10 @@ mod tests {
         ]);
         snap.update(&files, read, &opts).unwrap();
         let change = |path: &str, id: &str| vec![(path.to_string(), Some(id.to_string()))];
-        let u = snap.update_changed(&change("a/cm.yaml", "2"), read, &opts).unwrap().unwrap();
+        let u = snap
+            .update_changed(&change("a/cm.yaml", "2"), read, &opts)
+            .unwrap()
+            .unwrap();
         assert_eq!(u.parsed, 1);
         let u = snap
             .update_changed(&change("unused-chart/values.yaml", "2"), read, &opts)

@@ -18,17 +18,7 @@ pub(super) fn render(
     work: &WorkDir,
     render: &RenderOptions,
 ) -> Result<Vec<u8>, SpecError> {
-    let write_error = |e: std::io::Error| {
-        error_at(
-            &unit.key,
-            1,
-            1,
-            format!(
-                "cannot write the inputs to render: {}",
-                crate::error::io_reason(&e)
-            ),
-        )
-    };
+    let write_error = |e| super::write_error(unit, e);
     let mut root_text = String::new();
     for (path, bytes) in inputs {
         let name = path.rsplit('/').next().unwrap_or(path);

@@ -26,7 +26,7 @@ pub use units::{
     HELM_FILE, KUSTOMIZATION_NAMES, Layout, ParsedFiles, Unit, UnitKind, is_render_file, layout,
 };
 
-use crate::specs::{FileContent, FileSpecs, LoadOptions, Location, SpecError};
+use crate::specs::{FileContent, FileSpecs, LoadOptions, SpecError};
 
 /// How the listing marks a rendered unit's id: its path is the unit's kustomization or
 /// `linnet-helm.yaml`, the rest of the id is the hash of its inputs.
@@ -206,6 +206,19 @@ pub fn render_all(
         .collect()
 }
 
+/// The unit's error when its inputs cannot be written to render.
+fn write_error(unit: &Unit, e: std::io::Error) -> SpecError {
+    error_at(
+        &unit.key,
+        1,
+        1,
+        format!(
+            "cannot write the inputs to render: {}",
+            crate::error::io_reason(&e)
+        ),
+    )
+}
+
 fn refused(error: SpecError) -> FileSpecs {
     FileSpecs {
         objects: Vec::new(),
@@ -214,14 +227,7 @@ fn refused(error: SpecError) -> FileSpecs {
 }
 
 fn error_at(file: &str, line: u64, column: u64, message: String) -> SpecError {
-    SpecError {
-        location: Location {
-            file: file.to_string(),
-            line,
-            column,
-        },
-        message,
-    }
+    SpecError::at(file, line, column, message)
 }
 
 /// `dir` joined with the relative `path`, `.` and `..` resolved; `None` when it leaves the

@@ -363,32 +363,12 @@ pub(super) fn look_at_local(
         return Ok(Found::Nothing);
     };
     let root = dir.join(&config.path);
-    let files =
-        crate::specs::list_local_spec_files(&root, &config.load.shape).map_err(|source| {
-            SourceError::Local {
-                path: root.clone(),
-                source,
-            }
-        })?;
-    let listing: Vec<(String, String)> = files
-        .iter()
-        .map(|f| (f.rel.clone(), f.change_id()))
-        .collect();
-    let by_path: std::collections::HashMap<&str, &crate::specs::LocalSpecFile> =
-        files.iter().map(|f| (f.rel.as_str(), f)).collect();
-    let max = config.load.max_file_bytes;
-    let update = snapshot
-        .update(
-            &listing,
-            |p, _| -> std::result::Result<_, std::convert::Infallible> {
-                Ok(match by_path.get(p) {
-                    Some(file) => crate::specs::read_local_spec_file(file, max),
-                    None => crate::specs::FileContent::Refused("vanished while read".into()),
-                })
-            },
-            &config.load,
-        )
-        .unwrap_or_else(|never: std::convert::Infallible| match never {});
+    let update = crate::source::snapshot::update_from_dir(snapshot, &root, &config.load).map_err(
+        |source| SourceError::Local {
+            path: root.clone(),
+            source,
+        },
+    )?;
     if !update.changed && last_sync_ok {
         return Ok(Found::Nothing);
     }

@@ -345,27 +345,21 @@ impl SpecSnapshot {
     }
 }
 
-/// The specs of a directory tree as the agent reads them, Kustomize and Helm units rendered
-/// the same way: what `linnet validate` and `linnet diff` check.
-pub fn load_tree(
+/// Brings `snapshot` to the files of the directory tree `root` (`--repo-path`, `linnet
+/// validate`): listed within the shape, read only when new or changed.
+pub fn update_from_dir(
+    snapshot: &mut SpecSnapshot,
     root: &std::path::Path,
     opts: &LoadOptions,
-    render: RenderOptions,
-) -> crate::Result<SpecSet> {
-    let files = crate::specs::list_local_spec_files(root, &opts.shape).map_err(|source| {
-        crate::Error::Io {
-            path: root.to_path_buf(),
-            source,
-        }
-    })?;
+) -> std::io::Result<SnapshotUpdate> {
+    let files = crate::specs::list_local_spec_files(root, &opts.shape)?;
     let listing: Vec<(String, String)> = files
         .iter()
         .map(|f| (f.rel.clone(), f.change_id()))
         .collect();
     let by_path: std::collections::HashMap<&str, &crate::specs::LocalSpecFile> =
         files.iter().map(|f| (f.rel.as_str(), f)).collect();
-    let mut snapshot = SpecSnapshot::with_render(render);
-    snapshot
+    let update = snapshot
         .update(
             &listing,
             |p, _| -> Result<FileContent, std::convert::Infallible> {
@@ -377,6 +371,21 @@ pub fn load_tree(
             opts,
         )
         .unwrap_or_else(|never| match never {});
+    Ok(update)
+}
+
+/// The specs of a directory tree as the agent reads them, Kustomize and Helm units rendered
+/// the same way: what `linnet validate` and `linnet diff` check.
+pub fn load_tree(
+    root: &std::path::Path,
+    opts: &LoadOptions,
+    render: RenderOptions,
+) -> crate::Result<SpecSet> {
+    let mut snapshot = SpecSnapshot::with_render(render);
+    update_from_dir(&mut snapshot, root, opts).map_err(|source| crate::Error::Io {
+        path: root.to_path_buf(),
+        source,
+    })?;
     Ok(Arc::unwrap_or_clone(snapshot.spec_set()))
 }
 

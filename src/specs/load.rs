@@ -147,14 +147,7 @@ pub fn is_spec_file(name: &str) -> bool {
 }
 
 fn error_at(file: &str, line: u64, column: u64, message: String) -> SpecError {
-    SpecError {
-        location: Location {
-            file: file.to_string(),
-            line,
-            column,
-        },
-        message,
-    }
+    SpecError::at(file, line, column, message)
 }
 
 /// Loads one file. Pure: the same path and bytes always give the same result. If any

@@ -60,6 +60,20 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
+impl SpecError {
+    /// An error at `file:line:column`.
+    pub fn at(file: &str, line: u64, column: u64, message: String) -> SpecError {
+        SpecError {
+            location: Location {
+                file: file.to_string(),
+                line,
+                column,
+            },
+            message,
+        }
+    }
+}
+
 /// Identifies an object in the cluster: group, kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {

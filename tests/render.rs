@@ -82,6 +82,15 @@ fn broken_units_are_located_errors_and_the_rest_is_read() {
                 "bad/kustomization.yaml",
                 "resources: [../badbase]\nnamespace: bad\n",
             ),
+            // A type error brought in by an overlay's patch: located in the patch.
+            (
+                "patched/kustomization.yaml",
+                "resources: [../base]\nnamespace: patched\npatches:\n- path: replicas.yaml\n",
+            ),
+            (
+                "patched/replicas.yaml",
+                "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryDeployment\nmetadata:\n  name: api\nspec:\n  replicas: three\n",
+            ),
             // A patch whose target is not there: kustomize's error, at the kustomization.
             (
                 "nopatch/kustomization.yaml",
@@ -126,6 +135,10 @@ fn broken_units_are_located_errors_and_the_rest_is_read() {
         "{out}"
     );
     assert!(
+        line("patched/replicas.yaml:6:3:").contains("renders from base/api.yaml"),
+        "{out}"
+    );
+    assert!(
         line("nopatch/kustomization.yaml:4:").contains("missing.yaml"),
         "{out}"
     );
@@ -140,7 +153,7 @@ fn broken_units_are_located_errors_and_the_rest_is_read() {
     // Only the broken units are blocked: the good overlay, the good chart and the plain file
     // are read.
     assert!(
-        out.contains("4 file(s) blocked: bad/kustomization.yaml, nopatch/kustomization.yaml, rel/linnet-helm.yaml, reld/linnet-helm.yaml"),
+        out.contains("5 file(s) blocked: bad/kustomization.yaml, nopatch/kustomization.yaml, patched/kustomization.yaml, rel/linnet-helm.yaml, reld/linnet-helm.yaml"),
         "{out}"
     );
 }
@@ -593,4 +606,95 @@ async fn diff_renders_overlays_against_the_cluster() {
         !text.contains("nginx:1.26"),
         "the base's image, not the overlay's: {text}"
     );
+}
+
+/// A chart from a chart repository, fetched over HTTPS from a host `--render-allow-host`
+/// names (the repository here is a local server whose CA the renderer is given by
+/// `SSL_CERT_FILE`, as a pod's trust store would hold it), at an exact version.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_remote_chart_from_an_allowed_host_renders() {
+    use axum::extract::Path as UrlPath;
+    let dir = tempfile::tempdir().unwrap();
+    let helm = support::render_bin().join("helm");
+    // The chart, packaged and indexed as a chart repository serves it.
+    let repo = dir.path().join("repo");
+    write_tree(
+        dir.path(),
+        &[
+            (
+                "src/web/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 1.2.3\n",
+            ),
+            (
+                "src/web/templates/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  from: repository\n",
+            ),
+        ],
+    );
+    std::fs::create_dir_all(&repo).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&helm).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "helm {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "package",
+        dir.path().join("src/web").to_str().unwrap(),
+        "-d",
+        repo.to_str().unwrap(),
+    ]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    run(&["repo", "index", repo.to_str().unwrap(), "--url", &url]);
+    let ca = support::tls::TestCa::new("chart repository");
+    let ca_file = ca.write(dir.path(), "ca.pem");
+    let served = repo.clone();
+    let app = axum::Router::new().route(
+        "/{file}",
+        axum::routing::get(move |UrlPath(file): UrlPath<String>| {
+            let served = served.clone();
+            async move {
+                std::fs::read(served.join(file)).map_err(|_| axum::http::StatusCode::NOT_FOUND)
+            }
+        }),
+    );
+    tokio::spawn(support::tls::serve_https(listener, app, ca.server_config()));
+    let specs = dir.path().join("specs");
+    write_tree(
+        &specs,
+        &[(
+            "web/linnet-helm.yaml",
+            &format!("repository: {url}\nchart: web\nversion: 1.2.3\nnamespace: shop\n"),
+        )],
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_linnet"))
+            .args([
+                "validate",
+                "--check-namespaces",
+                "never",
+                "--render-allow-host",
+                "127.0.0.1",
+            ])
+            .arg(&specs)
+            .envs(support::render_env())
+            .env("SSL_CERT_FILE", &ca_file)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("1 objects in 1 files, no errors"), "{text}");
 }

@@ -49,22 +49,15 @@ pub(super) fn read_rendered(
             .nth(e.location.line.saturating_sub(1) as usize)
             .unwrap_or("")
             .trim();
-        let origin_text = inputs
-            .iter()
-            .find(|(p, _)| *p == origin)
-            .map(|(_, b)| String::from_utf8_lossy(b).into_owned());
         e.message = format!(
             "{} (in the object {} renders from {origin})",
             e.message, unit.key
         );
-        let (line, column) = origin_text
-            .map(|t| locate_text(&t, rendered_line))
-            .unwrap_or((1, 1));
-        e.location = crate::specs::Location {
-            file: origin,
-            line,
-            column,
-        };
+        // The line as rendered, in the file it came from; or in another of the unit's files
+        // (an overlay's patch) when that one does not have it as written.
+        let (file, line, column) =
+            locate_rendered_line(&origin, rendered_line, inputs).unwrap_or((origin, 1, 1));
+        e.location = crate::specs::Location { file, line, column };
     }
     if specs.objects.len() > render.max_objects {
         return FileSpecs {
@@ -92,6 +85,35 @@ pub(super) fn read_rendered(
         }
     }
     specs
+}
+
+/// Where `line` (trimmed, not empty) is written: in `origin` first, then in the unit's other
+/// YAML files that are not kustomizations, as `(file, line, column)`.
+fn locate_rendered_line(
+    origin: &str,
+    line: &str,
+    inputs: &[(String, Vec<u8>)],
+) -> Option<(String, u64, u64)> {
+    if line.is_empty() {
+        return None;
+    }
+    let candidates = inputs
+        .iter()
+        .filter(|(p, _)| p == origin)
+        .chain(inputs.iter().filter(|(p, _)| {
+            let name = p.rsplit('/').next().unwrap_or(p);
+            p != origin
+                && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                && !super::KUSTOMIZATION_NAMES.contains(&name)
+        }));
+    for (path, bytes) in candidates {
+        let text = String::from_utf8_lossy(bytes);
+        if text.lines().any(|l| l.contains(line)) {
+            let (l, c) = locate_text(&text, line);
+            return Some((path.clone(), l, c));
+        }
+    }
+    None
 }
 
 fn strip_origin(v: &mut Value) {

@@ -698,3 +698,56 @@ async fn a_remote_chart_from_an_allowed_host_renders() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("1 objects in 1 files, no errors"), "{text}");
 }
+
+/// `linnet agent --repo-path` renders a working tree's overlays too (off the async runtime's
+/// threads), and an edit to the overlay on disk reaches the cluster.
+#[tokio::test(flavor = "multi_thread")]
+async fn repo_path_renders_a_working_tree_overlay() {
+    use kube::Api;
+    use linnet::api::CanaryDeployment;
+    use support::agent::{start_agent, wait_ready};
+    let admin = support::admin_client().await;
+    support::install_linnet(&admin).await;
+    let ns = support::TestNamespace::create(&admin, "render-local").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("tree");
+    let overlay = |tag: &str| {
+        format!(
+            "resources: [../base]\nnamespace: {}\nimages:\n- name: nginx\n  newTag: \"{tag}\"\n",
+            ns.name
+        )
+    };
+    write_tree(
+        &tree,
+        &[
+            ("base/kustomization.yaml", "resources: [api.yaml]\n"),
+            ("base/api.yaml", ROLLOUT),
+            ("staging/kustomization.yaml", &overlay("1.27")),
+        ],
+    );
+    let bin = support::render_bin();
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-path={}", tree.display()),
+            format!("--kustomize={}", bin.join("kustomize").display()),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let rollouts: Api<CanaryDeployment> = Api::namespaced(admin.clone(), &ns.name);
+    for tag in ["1.27", "1.28"] {
+        if tag == "1.28" {
+            write_tree(&tree, &[("staging/kustomization.yaml", &overlay(tag))]);
+        }
+        let want = format!("nginx:{tag}");
+        support::eventually(&want, Duration::from_secs(30), || async {
+            rollouts
+                .get_opt("api")
+                .await
+                .unwrap()
+                .filter(|r| r.spec.image == want)
+        })
+        .await;
+    }
+}

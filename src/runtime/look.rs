@@ -167,7 +167,10 @@ pub(super) async fn look_at_remote(
                     let load = config.load.clone();
                     let keys = config.signing_keys.clone();
                     let remote = remote.clone();
-                    // Local work only: the objects are in the mirror already.
+                    // Local work: the objects are in the mirror already. Only a chart from a
+                    // host --render-allow-host names is fetched here, within --render-timeout
+                    // plus --git-timeout; only this loop takes the state's lock, so nothing
+                    // waits on it meanwhile.
                     tokio::task::spawn_blocking(move || {
                         read_revision(&remote, tip, &path, &load, keys.as_deref(), synced)
                     })

@@ -194,7 +194,11 @@ impl SourceLoop {
                     }
                     looked.found
                 }
-                None => look_at_local(&mut local_snapshot, &self.config, last_sync_ok),
+                // Reading the tree may render units (seconds, within --render-timeout): the
+                // runtime's other tasks move to other threads meanwhile.
+                None => tokio::task::block_in_place(|| {
+                    look_at_local(&mut local_snapshot, &self.config, last_sync_ok)
+                }),
             };
             // Git did not move, but the cluster may have: the last synced specs, compared in full.
             let found = match found {

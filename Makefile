@@ -48,7 +48,7 @@ deps:
 	@tests/deps.sh
 
 ## test: install what the machine lacks, build the control plane, Gitea and the test tools
-## (helm, kubectl, kstatus), the renderers (kustomize, helm) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
+## (kubectl, kstatus), the renderers (kustomize, helm, also the chart tests' helm) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
 test: deps cluster-build gitea-build tools-build render-build prometheus-build image-tools
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \

@@ -26,22 +26,6 @@ fn seeded_remote(dir: &Path, ns: &str) -> (PathBuf, PathBuf) {
     (bare, work)
 }
 
-/// Sends the agent a signed generic push webhook for `main`, as a Git host would after a push;
-/// returns the HTTP status.
-async fn push_webhook(agent: &Agent) -> u16 {
-    let body = br#"{"ref":"refs/heads/main"}"#;
-    let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
-    support::http()
-        .post(format!("{}/hooks/generic", agent.hooks))
-        .header("x-linnet-signature", format!("sha256={sig}"))
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
-}
-
 /// Polls the agent's `/status` until `done` holds; the agent writes it just after the cluster.
 async fn wait_status(
     agent: &Agent,
@@ -210,7 +194,7 @@ async fn a_remote_that_goes_away_keeps_the_last_state_and_recovers() {
 
     let away = tmp.path().join("away.git");
     std::fs::rename(&bare, &away).unwrap();
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     wait_status(
         &agent,
         "the agent did not report the remote that went away",
@@ -356,7 +340,7 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     git(&work, &["commit", "-qam", "redis 7.4"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     // The Git host's webhook for that push.
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     let active = wait_file(redis.clone(), "phase: CanaryActive").await;
     assert!(active.contains("canary: redis:7.4"), "{active}");
     let head = git(&work, &["rev-parse", "HEAD"]);
@@ -417,7 +401,7 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
     git(&work, &["commit", "-qam", "typo"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let broken = git(&work, &["rev-parse", "HEAD"]);
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     let path = format!("/repos/acme/gitops/statuses/{broken}");
     let error = support::eventually("an error commit status", Duration::from_secs(30), || {
         let found = statuses
@@ -469,7 +453,7 @@ async fn status_shows_the_revision_applied_and_the_objects_that_were_not() {
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "redis 7.4 and a refused Service"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     let head = git(&work, &["rev-parse", "HEAD"]);
     wait_image(&admin, &ns.name, "redis:7.4").await;
     let status = wait_status(&agent, "the new revision in /status", |s| {
@@ -580,7 +564,7 @@ async fn a_path_without_specs_is_an_error_that_prunes_nothing() {
     git(&work, &["mv", "apps", "moved"]);
     git(&work, &["commit", "-qm", "move the specs away"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     let status = wait_status(&agent, "the agent to say it found no specs", |s| {
         s["lastError"]
             .as_str()
@@ -652,7 +636,7 @@ async fn the_source_state_is_on_a_linnet_source_object() {
     git(&work, &["mv", "apps", "moved"]);
     git(&work, &["commit", "-qm", "move the specs away"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     let failed = support::eventually(
         "LinnetSource not Ready",
         Duration::from_secs(30),
@@ -669,7 +653,7 @@ async fn the_source_state_is_on_a_linnet_source_object() {
     assert_eq!(reason, "SyncFailed");
     assert!(message.contains("no specs found"), "{message}");
     // The same state again writes nothing.
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let again = sources.get(&ns.name).await.unwrap();
     assert_eq!(
@@ -1032,7 +1016,7 @@ async fn only_commits_signed_by_a_listed_key_are_applied() {
     ] {
         let commit = commit_image(&work, image, sign, env);
         git(&work, &["push", "-q", "origin", "HEAD:main"]);
-        assert_eq!(push_webhook(&agent).await, 202);
+        assert_eq!(agent.push_webhook().await, 202);
         let status = wait_status(&agent, "the refusal", |s| {
             s["lastError"].as_str().is_some_and(|e| e.contains(&commit))
         })
@@ -1054,7 +1038,7 @@ async fn only_commits_signed_by_a_listed_key_are_applied() {
     // Signed with the OpenPGP key: applied.
     let commit = commit_image(&work, "redis:7.4", &pgp_sign, &gpg_env);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     wait_image(&admin, &ns.name, "redis:7.4").await;
     wait_status(&agent, "the signed revision", |s| {
         s["revision"].as_str() == Some(commit.as_str()) && s["lastError"].is_null()
@@ -1096,7 +1080,7 @@ async fn a_force_push_is_an_event_and_a_condition_and_can_be_refused() {
     // A fast-forward first: applied, no condition.
     let next = commit_image(&work, "redis:7.4", &[], &[]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     wait_image(&admin, &ns.name, "redis:7.4").await;
     drop(good);
 
@@ -1107,7 +1091,7 @@ async fn a_force_push_is_an_event_and_a_condition_and_can_be_refused() {
     git(&work, &["commit", "-q", "--amend", "-am", "rewritten"]);
     git(&work, &["push", "-q", "--force", "origin", "HEAD:main"]);
     let rewritten = git(&work, &["rev-parse", "HEAD"]);
-    assert_eq!(push_webhook(&agent).await, 202);
+    assert_eq!(agent.push_webhook().await, 202);
     let status = wait_status(&agent, "the refused rewrite", |s| {
         s["lastError"]
             .as_str()

@@ -288,13 +288,14 @@ fn serve_example(dir: &Path, ns: &str, token: &str) -> String {
     format!("{base}/remote.git")
 }
 
-/// Runs `program` with the test tools (kubectl, helm) first on PATH, as the cluster's admin,
-/// from the checkout's root; panics with its output unless it succeeds. Returns stdout.
+/// Runs `program` with the test tools (kubectl) and the renderers (helm) first on PATH, as the
+/// cluster's admin, from the checkout's root; panics with its output unless it succeeds.
+/// Returns stdout.
 fn run_tool(program: &str, args: &[&str]) -> String {
-    let tools = support::tools_bin();
     let path = format!(
-        "{}:{}",
-        tools.display(),
+        "{}:{}:{}",
+        support::tools_bin().display(),
+        support::render_bin().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let out = std::process::Command::new(program)
@@ -474,7 +475,7 @@ fn the_helm_chart_renders_what_deploy_installs() {
         config["data"]["LINNET_REPO_URL"],
         "https://github.com/YOU/gitops.git"
     );
-    let out = std::process::Command::new(support::tools_bin().join("helm"))
+    let out = std::process::Command::new(support::render_bin().join("helm"))
         .args(["template", "linnet", &chart_dir(), "--set", "git.token=t"])
         .output()
         .unwrap();

@@ -498,17 +498,7 @@ async fn the_agent_renders_overlays_and_a_chart_and_an_images_change_starts_a_ca
     );
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let head = git(&work, &["rev-parse", "HEAD"]);
-    let body = br#"{"ref":"refs/heads/main"}"#;
-    let sig = linnet::source::webhook::sign_hex(support::agent::SECRET.as_bytes(), body);
-    let webhook = support::http()
-        .post(format!("{}/hooks/generic", agent.hooks))
-        .header("x-linnet-signature", format!("sha256={sig}"))
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16();
+    let webhook = agent.push_webhook().await;
     assert_eq!(webhook, 202);
     support::eventually("a canary in staging", Duration::from_secs(60), || async {
         rollouts

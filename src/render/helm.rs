@@ -8,7 +8,7 @@ use std::ffi::OsString;
 
 use serde_json::Value;
 
-use super::run::{RunFailure, WorkDir, run_bounded};
+use super::run::{RunFailure, WorkDir, run_bounded, tool_message};
 use super::{RenderOptions, Unit, error_at, join_relative, locate_text};
 use crate::specs::SpecError;
 
@@ -262,13 +262,9 @@ pub(super) fn render(
     args.extend(["--include-crds".into(), "--skip-tests".into()]);
     let network = release.repository.is_some();
     run_bounded(&render.helm, &args, &root, &work.home(), network, render).map_err(|e| match e {
-        RunFailure::Failed(stderr) => locate_failure(
-            unit,
-            chart_dir.as_deref(),
-            &stderr,
-            &root.display().to_string(),
-            inputs,
-        ),
+        RunFailure::Failed(stderr) => {
+            locate_failure(unit, chart_dir.as_deref(), &stderr, &root, inputs)
+        }
         other => error_at(&unit.key, 1, 1, format!("helm template failed: {other}")),
     })
 }
@@ -279,16 +275,10 @@ fn locate_failure(
     unit: &Unit,
     chart_dir: Option<&str>,
     stderr: &str,
-    work_dir: &str,
+    work_dir: &std::path::Path,
     inputs: &[(String, Vec<u8>)],
 ) -> SpecError {
-    let text = stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
-        .replace(&format!("{work_dir}/"), "");
-    let text = text.strip_prefix("Error: ").unwrap_or(&text).to_string();
+    let text = tool_message(stderr, work_dir);
     let message = format!("helm template failed: {text}");
     // `parse error at (NAME/templates/x.yaml:12): ...`: a template that does not parse.
     if let (Some(chart), Some(at)) = (chart_dir, text.find("parse error at (")) {

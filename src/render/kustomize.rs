@@ -6,7 +6,7 @@ use std::ffi::OsString;
 
 use serde_json::Value;
 
-use super::run::{RunFailure, WorkDir, run_bounded};
+use super::run::{RunFailure, WorkDir, run_bounded, tool_message};
 use super::units::KUSTOMIZATION_NAMES;
 use super::{RenderOptions, Unit, error_at, locate_text};
 use crate::specs::SpecError;
@@ -54,7 +54,7 @@ pub(super) fn render(
     )
     .map_err(|e| {
         let message = match e {
-            RunFailure::Failed(stderr) => explain(&stderr, &work.inputs().display().to_string()),
+            RunFailure::Failed(stderr) => explain(&stderr, &work.inputs()),
             other => other.to_string(),
         };
         let (line, column) = mentioned(&message, &unit.dir)
@@ -111,28 +111,16 @@ fn prepared(bytes: &[u8], is_root: bool) -> Vec<u8> {
     serde_json::to_vec(&Value::Object(map)).unwrap_or_else(|_| bytes.to_vec())
 }
 
-/// Kustomize's error without the `Error: ` prefix and with the render directory taken out of
-/// paths, so that they read as repository paths.
-fn explain(stderr: &str, work_dir: &str) -> String {
-    let text = stderr
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
-    let text = text
-        .replace(&format!("{work_dir}/"), "")
-        .replace(work_dir, ".");
-    let text = text.strip_prefix("Error: ").unwrap_or(&text).to_string();
+/// Kustomize's error, read as repository paths, saying why a plugin did not run.
+fn explain(stderr: &str, work_dir: &std::path::Path) -> String {
+    let text = tool_message(stderr, work_dir);
     if text.contains("plugin") || text.contains("exec") && text.contains("function") {
         return format!(
             "{text} (linnet runs kustomize without plugins, exec or container functions: a \
              repository's writer must not run programs in the agent)"
         );
     }
-    if KUSTOMIZATION_NAMES.iter().any(|n| text.contains(n)) || !text.is_empty() {
-        return text;
-    }
-    "kustomize printed no reason".into()
+    text
 }
 
 /// What a message names that may be an entry of the kustomization: quoted strings (`'x'`,

@@ -81,37 +81,63 @@ impl RenderOptions {
     }
 }
 
-/// Renders `unit`, reading its inputs with `read`: its objects, or its errors, as one file's.
-pub fn render_unit<E>(
-    unit: &Unit,
+/// Renders `units`, in order: each one's inputs are read with `read` (which need not be
+/// shared across threads) just before its turn, so that only a few units' inputs are held at
+/// once, each unit's at most `--max-total-bytes`; the tools run one per core.
+pub fn render_units<E>(
+    units: &[&Unit],
     read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
     opts: &LoadOptions,
     render: &RenderOptions,
-) -> Result<FileSpecs, E> {
-    let prepared = prepare(unit, read)?;
-    Ok(render_prepared(unit, prepared, opts, render))
+) -> Result<Vec<FileSpecs>, E> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut rendered = Vec::with_capacity(units.len());
+    for chunk in units.chunks(workers * 2) {
+        let mut jobs = Vec::with_capacity(chunk.len());
+        for unit in chunk {
+            jobs.push((*unit, prepare(unit, read, opts.max_total_bytes)?));
+        }
+        rendered.extend(render_all(jobs, opts, render));
+    }
+    Ok(rendered)
 }
 
 /// A unit's input files, read; or what it renders to without running a tool (an error).
 #[derive(Debug)]
-pub enum Prepared {
+enum Prepared {
     Inputs(Vec<(String, Vec<u8>)>),
     Done(FileSpecs),
 }
 
-/// Reads a unit's inputs with `read` (which need not be shared across threads); the tool runs
-/// later, in [`render_prepared`].
-pub fn prepare<E>(
+/// Reads a unit's inputs, at most `max_bytes` of them together.
+fn prepare<E>(
     unit: &Unit,
     read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
+    max_bytes: usize,
 ) -> Result<Prepared, E> {
     if let Some(problem) = &unit.problem {
         return Ok(Prepared::Done(refused(problem.clone())));
     }
     let mut inputs = Vec::new();
+    let mut total = 0usize;
     for (path, id) in &unit.inputs {
         match read(path, id)? {
-            FileContent::Bytes(bytes) => inputs.push((path.clone(), bytes)),
+            FileContent::Bytes(bytes) => {
+                total = total.saturating_add(bytes.len());
+                if total > max_bytes {
+                    return Ok(Prepared::Done(refused(error_at(
+                        &unit.key,
+                        1,
+                        1,
+                        format!(
+                            "the files this unit reads hold more than the {max_bytes} bytes a \
+                             revision's specs may hold (--max-total-bytes): it is not rendered, \
+                             and what it applied stays; split it"
+                        ),
+                    ))));
+                }
+                inputs.push((path.clone(), bytes));
+            }
             FileContent::Refused(why) => {
                 return Ok(Prepared::Done(refused(error_at(
                     path,
@@ -126,7 +152,7 @@ pub fn prepare<E>(
 }
 
 /// Runs the unit's tool on its prepared inputs: its objects, or its errors.
-pub fn render_prepared(
+fn render_prepared(
     unit: &Unit,
     prepared: Prepared,
     opts: &LoadOptions,
@@ -162,7 +188,7 @@ pub fn render_prepared(
 
 /// Renders many units at once, one tool at a time per core: a first sync of a thousand
 /// overlays is bound by the tools' runs, which share nothing.
-pub fn render_all(
+fn render_all(
     jobs: Vec<(&Unit, Prepared)>,
     opts: &LoadOptions,
     render: &RenderOptions,

@@ -250,6 +250,24 @@ fn resolve_program(program: &Path) -> PathBuf {
         .unwrap_or_else(|| program.to_path_buf())
 }
 
+/// A tool's stderr as one line for an error: its lines joined, `Error: ` taken off, and the
+/// render directory taken out of paths, so that they read as repository paths.
+pub(super) fn tool_message(stderr: &str, work_dir: &Path) -> String {
+    let work_dir = work_dir.display().to_string();
+    let text = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+        .replace(&format!("{work_dir}/"), "")
+        .replace(&work_dir, ".");
+    match text.strip_prefix("Error: ") {
+        Some(rest) => rest.to_string(),
+        None if text.is_empty() => "it printed no reason".into(),
+        None => text,
+    }
+}
+
 /// Caps the child's data segment: the Go runtime's heap lives there, while its address space
 /// reservations (which `RLIMIT_AS` would refuse at start) do not count.
 #[allow(unsafe_code)]

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::render::{ParsedFiles, RENDERED, RenderOptions, is_render_file, prepare, render_all};
+use crate::render::{ParsedFiles, RENDERED, RenderOptions, is_render_file, render_units};
 use crate::source::git::BLOCKED;
 use crate::specs::{
     FileContent, FileSpecs, Lineage, LoadOptions, SpecSet, is_spec_file, load_content,
@@ -132,7 +132,7 @@ impl SpecSnapshot {
                 Some((old_id, specs)) if &old_id == id => (old_id, specs),
                 old => {
                     if let Some(unit) = layout.units.get(path) {
-                        to_render.push((unit, prepare(unit, &mut read)?, id, old));
+                        to_render.push((unit, id, old));
                         continue;
                     }
                     let specs = load_content(path, read(path, id)?, opts);
@@ -143,11 +143,8 @@ impl SpecSnapshot {
             next.insert(path.clone(), (id, specs));
         }
         let started = std::time::Instant::now();
-        let (jobs, rest): (Vec<_>, Vec<_>) = to_render
-            .into_iter()
-            .map(|(unit, prepared, id, old)| ((unit, prepared), (unit, id, old)))
-            .unzip();
-        let rendered = render_all(jobs, opts, &self.render);
+        let units: Vec<_> = to_render.iter().map(|(unit, ..)| *unit).collect();
+        let rendered = render_units(&units, &mut read, opts, &self.render)?;
         if !rendered.is_empty() {
             tracing::debug!(
                 units = rendered.len(),
@@ -155,7 +152,7 @@ impl SpecSnapshot {
                 "rendered"
             );
         }
-        for ((unit, id, old), specs) in rest.into_iter().zip(rendered) {
+        for ((unit, id, old), specs) in to_render.into_iter().zip(rendered) {
             self.note_change(&unit.key, old.map(|(_, o)| o), &specs, &mut update);
             next.insert(unit.key.clone(), (id.clone(), specs));
         }
@@ -895,5 +892,43 @@ mod tests {
         whole.update(&files, read, &opts).unwrap();
         assert_eq!(*snap.spec_set(), *whole.spec_set());
         assert!(snap.spec_set().errors[0].message.contains("cannot run"));
+    }
+
+    /// A unit's input files are read into memory to be rendered: together they may hold no
+    /// more than a whole revision's specs (--max-total-bytes), or a repository writer could
+    /// make the agent hold every file of the revision at once.
+    #[test]
+    fn a_unit_whose_inputs_pass_the_total_is_refused_before_it_is_read_whole() {
+        let opts = LoadOptions {
+            max_total_bytes: 1000,
+            ..LoadOptions::default()
+        };
+        let reads = std::cell::Cell::new(0);
+        let read = |p: &str, _: &str| -> Result<FileContent, ()> {
+            reads.set(reads.get() + 1);
+            Ok(if p.ends_with("kustomization.yaml") {
+                FileContent::Bytes(b"resources: [big-0.yaml]\n".to_vec())
+            } else {
+                FileContent::Bytes(vec![b'#'; 600])
+            })
+        };
+        let mut snap = SpecSnapshot::with_render(RenderOptions {
+            kustomize: "/nonexistent/kustomize".into(),
+            ..RenderOptions::default()
+        });
+        let files: Vec<(String, String)> =
+            std::iter::once(("app/kustomization.yaml".to_string(), "k".to_string()))
+                .chain((0..10).map(|i| (format!("app/big-{i}.yaml"), format!("{i}"))))
+                .collect();
+        snap.update(&files, read, &opts).unwrap();
+        let set = snap.spec_set();
+        assert_eq!(set.blocked_files, ["app/kustomization.yaml"]);
+        assert!(
+            set.errors[0].message.contains("--max-total-bytes"),
+            "{:?}",
+            set.errors
+        );
+        // The layout reads the kustomization; the render stops at the second big file.
+        assert!(reads.get() <= 4, "{} reads", reads.get());
     }
 }

@@ -52,6 +52,22 @@ impl Agent {
             .unwrap()
     }
 
+    /// Sends it a signed generic push webhook for `main`, as a Git host would after a push;
+    /// returns the HTTP status.
+    pub async fn push_webhook(&self) -> u16 {
+        let body = br#"{"ref":"refs/heads/main"}"#;
+        let sig = linnet::source::webhook::sign_hex(SECRET.as_bytes(), body);
+        super::http()
+            .post(format!("{}/hooks/generic", self.hooks))
+            .header("x-linnet-signature", format!("sha256={sig}"))
+            .body(body.to_vec())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
     /// Kills the process at once (SIGKILL): no shutdown, no last writes.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

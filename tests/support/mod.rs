@@ -653,7 +653,7 @@ pub fn show_on(dir: &std::path::Path, branch: &str, path: &str) -> Option<String
         .then(|| String::from_utf8_lossy(&out.stdout).to_string())
 }
 
-/// The directory of the test tools (helm, kubectl, kstatus) that `tests/tools/build.sh`
+/// The directory of the test tools (kubectl, kstatus) that `tests/tools/build.sh`
 /// builds once per machine from their pinned Go modules (a warm cache builds nothing).
 /// The renderers the agent runs (kustomize, helm), built from deploy/render-tools/.
 pub fn render_bin() -> PathBuf {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test tools from the Go modules pinned in go.mod into a cache directory outside
-# the checkout: helm (the chart test renders deploy/helm/linnet with it), kubectl (the install
-# test runs the commands of docs/getting-started.md with it) and kstatus (the
+# the checkout: kubectl (the install test runs the commands of docs/getting-started.md with
+# it) and kstatus (the
 # conditions test asks it how Flux reads each phase). Prints the bin directory on its last
 # line. A warm cache builds nothing.
 set -euo pipefail
@@ -22,12 +22,12 @@ if [ -f "$TOOLS_BIN/.complete" ]; then
   echo "$TOOLS_BIN"
   exit 0
 fi
-command -v go >/dev/null || { echo "tools/build.sh: Go is needed to build helm (https://go.dev/dl)" >&2; exit 1; }
+command -v go >/dev/null || { echo "tools/build.sh: Go is needed to build kubectl and kstatus (https://go.dev/dl)" >&2; exit 1; }
 cd "$here"
 rm -rf "$TOOLS_BIN.partial"
 mkdir -p "$TOOLS_BIN.partial"
 export CGO_ENABLED=0 GOFLAGS=-mod=readonly
-for t in "helm helm.sh/helm/v4/cmd/helm" "kstatus ./cmd/kstatus" "kubectl ./cmd/kubectl"; do
+for t in "kstatus ./cmd/kstatus" "kubectl ./cmd/kubectl"; do
   name=${t%% *}; pkg=${t#* }
   echo "building $name ($pkg) ... (a cold build takes a few minutes; go is compiling, not hung)" >&2
   start=$(date +%s)

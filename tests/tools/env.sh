@@ -1,4 +1,4 @@
-# Shared settings for the test tools (helm, kstatus). Sourced, not run.
+# Shared settings for the test tools (kubectl, kstatus). Sourced, not run.
 LINNET_CACHE=${LINNET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/linnet}
 _tools_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The cache key covers the pinned module set and the sources, so a change rebuilds.

@@ -3,6 +3,4 @@
 // Package tools pins the commands that build.sh compiles, so `go mod tidy` keeps them.
 package tools
 
-import (
-	_ "helm.sh/helm/v4/cmd/helm"
-)
+// helm, which the tests use too, is the renderer's: deploy/render-tools builds it once.

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{SnapshotUpdate, SpecSnapshot};
-use crate::render::{HELM_FILE, KUSTOMIZATION_NAMES, Layout, RENDERED, Unit, prepare, render_all};
+use crate::render::{HELM_FILE, KUSTOMIZATION_NAMES, Layout, RENDERED, Unit, render_units};
 use crate::specs::{FileContent, FileSpecs, LoadOptions, is_spec_file, load_content};
 
 /// What the snapshot keeps of the last whole listing that had units.
@@ -110,11 +110,7 @@ impl SpecSnapshot {
             total = total.saturating_sub(old_bytes(&self.files, path)) + specs.json_bytes();
             parsed_plain.push((path, id, specs));
         }
-        let mut jobs = Vec::new();
-        for unit in &units {
-            jobs.push((unit, prepare(unit, read)?));
-        }
-        let rendered = render_all(jobs, opts, &self.render);
+        let rendered = render_units(&units.iter().collect::<Vec<_>>(), read, opts, &self.render)?;
         for (unit, specs) in units.iter().zip(&rendered) {
             total = total.saturating_sub(old_bytes(&self.files, &unit.key)) + specs.json_bytes();
         }

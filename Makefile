@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
 
 all: build
 
@@ -49,7 +49,7 @@ deps:
 
 ## test: install what the machine lacks, build the control plane, Gitea and the test tools
 ## (kubectl, kstatus), the renderers (kustomize, helm, also the chart tests' helm) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
-test: deps cluster-build gitea-build tools-build render-build prometheus-build image-tools
+test: deps cluster-build gitea-build tools-build render-build gateway-build prometheus-build image-tools
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -128,6 +128,11 @@ tools-build:
 ## from the Go modules pinned in deploy/render-tools/.
 render-build:
 	deploy/render-tools/build.sh >/dev/null
+
+## gateway-build: Traefik (from its Go module) and the Gateway API CRDs, for the traffic tests;
+## cached.
+gateway-build:
+	tests/gateway/build.sh >/dev/null
 
 prometheus-build:
 	tests/prometheus/build.sh >/dev/null

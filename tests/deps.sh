@@ -10,7 +10,7 @@ set -euo pipefail
 need=()
 for pkg_cmd in git:git openssl:openssl curl:curl python3:python3 make:make gcc:gcc \
   pkg-config:pkg-config ca-certificates:update-ca-certificates openssh-client:ssh-keygen \
-  gnupg:gpg \
+  gnupg:gpg iproute2:ip \
   cmake:cmake; do
   pkg=${pkg_cmd%%:*}; cmd=${pkg_cmd#*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
@@ -31,6 +31,22 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "deps: this machine lacks ${need[*]}. On Debian or Ubuntu, run:" >&2
     echo "    sudo apt-get install -y --no-install-recommends ${need[*]}" >&2
     echo "then run make again (other systems: install the same tools)." >&2
+    exit 1
+  fi
+fi
+
+# The traffic tests send real requests through a real gateway to "pods": kwok gives pods
+# addresses in 10.244.0.0/16 (the API server refuses loopback ones in EndpointSlices), and a
+# local route makes that range this machine's own, so a test server can listen on each pod's
+# address. Nothing else on the machine uses the range.
+if ! ip route show table local 2>/dev/null | grep -q '^local 10.244.0.0/16 dev lo'; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "deps: routing the test pods' addresses (10.244.0.0/16) to this machine (lo)" >&2
+    ip route add local 10.244.0.0/16 dev lo
+  else
+    echo "deps: the traffic tests need the test pods' addresses on this machine. Run:" >&2
+    echo "    sudo ip route add local 10.244.0.0/16 dev lo" >&2
+    echo "then run make again (it lasts until the next reboot)." >&2
     exit 1
   fi
 fi

@@ -40,6 +40,13 @@ pub async fn run(
         crate::watch::watch_config(ROLLOUT_LABEL),
         ctx.clone(),
     );
+    let routes_served = super::traffic::serves_routes(&client).await;
+    let traffic = super::traffic::traffic_wakes(
+        client.clone(),
+        store.clone(),
+        routes_served,
+        |r: &CanaryDeployment| r.spec.traffic_routing.as_deref(),
+    );
     // The Jobs of `job` analysis metrics.
     let jobs = watcher(
         Api::<kube::core::PartialObjectMeta<k8s_openapi::api::batch::v1::Job>>::all(client),
@@ -53,6 +60,7 @@ pub async fn run(
         .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
+        .reconcile_on(traffic)
         .owns_stream(deployment_changes)
         .owns_stream(jobs)
         .graceful_shutdown_on(shutdown)
@@ -276,8 +284,15 @@ async fn observe(
         .collect();
     // The order a list gave (by name), which the planner's choices may follow.
     deployments.sort_by(|a, b| a.name.cmp(&b.name));
+    let traffic = match rollout.spec.traffic_routing.as_deref() {
+        Some(routing) => {
+            super::traffic::observe_traffic(&shared.ctx.client, ns, &name, routing).await?
+        }
+        None => Default::default(),
+    };
     Ok(Observed {
         deployments,
+        traffic,
         ..Observed::default()
     })
 }

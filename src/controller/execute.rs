@@ -292,5 +292,25 @@ pub(crate) async fn execute(
             404,
         )
         .doing(what),
+        Action::ApplyService(service) => {
+            super::traffic::apply_service(&client, ns, service, &what).await
+        }
+        Action::UpdateRoute {
+            name,
+            rules,
+            resource_version,
+            owner,
+        } => {
+            super::traffic::update_route(
+                &client,
+                ns,
+                name,
+                rules,
+                resource_version.as_deref(),
+                owner,
+                &what,
+            )
+            .await
+        }
     }
 }

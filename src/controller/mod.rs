@@ -16,6 +16,7 @@ pub mod own_writes;
 pub mod reconcile;
 pub mod shards;
 pub mod statefulset;
+pub mod traffic;
 pub mod unmanaged;
 
 pub use context::Context;

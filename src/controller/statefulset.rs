@@ -85,7 +85,15 @@ pub async fn run(
         .backoff(crate::watch::backoff::watch_backoff())
         .touched_objects();
     let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
+    let routes_served = super::traffic::serves_routes(&client).await;
+    let traffic = super::traffic::traffic_wakes(
+        client.clone(),
+        store.clone(),
+        routes_served,
+        |r: &CanaryStatefulSet| r.spec.traffic_routing.as_deref(),
+    );
     Controller::for_shared_stream(wakes, store)
+        .reconcile_on(traffic)
         .with_config(ctx.controller_config())
         // Each watch backs off on its own (see `backoff`).
         .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
@@ -351,7 +359,11 @@ async fn observe(
         job,
         other_strategy_set,
         deployments: Vec::new(),
+        traffic: Default::default(),
     };
+    if let Some(routing) = rollout.spec.traffic_routing.as_deref() {
+        observed.traffic = super::traffic::observe_traffic(client, ns, &name, routing).await?;
+    }
     if with_pods && crate::plan::statefulset::has_pods(&observed) {
         observed.pods = Api::<Pod>::namespaced(client.clone(), ns)
             .list(&own)

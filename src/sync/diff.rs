@@ -210,7 +210,17 @@ pub fn drifted_fields(desired: &DesiredObject, live: &Value) -> Vec<String> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    differing_paths(&comparable(&desired.object), live, "", &mut out);
+    let mut want = comparable(&desired.object);
+    // A route a rollout weighs: its rules are the rollout's to set, not drift from Git.
+    if live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(crate::api::TRAFFIC_ANNOTATION))
+        .is_some()
+        && let Some(Value::Object(spec)) = want.get_mut("spec")
+    {
+        spec.remove("rules");
+    }
+    differing_paths(&want, live, "", &mut out);
     if !has_finalizers(&desired.object, live) {
         out.push("metadata.finalizers".into());
     }

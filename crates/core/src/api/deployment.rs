@@ -29,6 +29,7 @@ use super::Condition;
     printcolumn(name = "Canary", type_ = "string", json_path = ".status.canaryImage"),
     printcolumn(name = "Batch", type_ = "string", json_path = ".status.batch"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".status.canaryWeight"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -40,6 +41,9 @@ use super::Condition;
     validation = Rule::new("size(self.image) > 0").message("image must not be empty").field_path(".image"),
     validation = Rule::new("self.batches >= 1").message("batches must be at least 1").field_path(".batches"),
     validation = Rule::new("self.currentBatch >= 1 && self.currentBatch <= self.batches").message("currentBatch must be between 1 and batches").field_path(".currentBatch"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || self.trafficRouting.weights.all(w, w >= 0 && w <= 100)").message("every weight must be a percent, 0 to 100").field_path(".trafficRouting.weights"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || size(self.trafficRouting.weights) == self.batches").message("trafficRouting.weights needs one weight per batch").field_path(".trafficRouting.weights"),
+    validation = Rule::new("!has(self.trafficRouting) || has(self.strategy) && has(self.strategy.type) && self.strategy.type != 'Rolling'").message("trafficRouting needs strategy Batches: a rolling update has no canary to weigh").field_path(".trafficRouting"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryDeploymentSpec {
@@ -80,6 +84,10 @@ pub struct CanaryDeploymentSpec {
     /// failed analysis always rolls back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<super::RolloutAnalysis>,
+    /// Traffic shifting through the Gateway API: the new version gets `weights` percent of
+    /// the requests at each batch, not its share of the pods. Needs strategy `Batches`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_routing: Option<Box<super::TrafficRouting>>,
 }
 
 fn default_progress_deadline() -> i64 {
@@ -224,4 +232,15 @@ pub struct CanaryDeploymentStatus {
     /// The analysis runs of the current (or last) rollout, with their measurements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub analysis: Vec<super::AnalysisRunStatus>,
+    /// Percent of the routes' requests the canary Service gets, as the routes say now (with
+    /// `trafficRouting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_weight: Option<i32>,
+    /// Whether the routes send requests matching `trafficRouting.headerRoute` to the canary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub header_routed: bool,
+    /// When the routes last changed (weight or header route), as observed: pods that lose
+    /// their traffic are stopped only `settleSeconds` after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_since: Option<Time>,
 }

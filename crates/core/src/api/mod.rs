@@ -8,6 +8,7 @@ mod embedded;
 mod names;
 mod source;
 mod statefulset;
+mod traffic;
 mod view;
 
 pub use analysis::*;
@@ -16,6 +17,7 @@ pub use embedded::Embedded;
 pub use names::WireName;
 pub use source::*;
 pub use statefulset::*;
+pub use traffic::*;
 pub use view::RolloutView;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

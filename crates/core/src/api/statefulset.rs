@@ -28,6 +28,7 @@ use super::Condition;
     printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableImage"),
     printcolumn(name = "Canary", type_ = "string", json_path = ".status.canaryImage"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.ready"),
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".status.canaryWeight"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -40,6 +41,8 @@ use super::Condition;
     validation = Rule::new("size(self.image) > 0").message("image must not be empty").field_path(".image"),
     validation = Rule::new("!has(self.steps) || self.steps.all(s, s >= 1 && s <= self.canaryReplicas)").message("every step must be at least 1 and at most canaryReplicas").field_path(".steps"),
     validation = Rule::new("!has(self.steps) || self.steps.all(s, self.steps.indexOf(s) == self.steps.lastIndexOf(s)) && self.steps.isSorted()").message("steps must be strictly ascending").field_path(".steps"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || self.trafficRouting.weights.all(w, w >= 0 && w <= 100)").message("every weight must be a percent, 0 to 100").field_path(".trafficRouting.weights"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || size(self.trafficRouting.weights) == (has(self.steps) ? size(self.steps) : 1)").message("trafficRouting.weights needs one weight per step (one when there are no steps)").field_path(".trafficRouting.weights"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryStatefulSetSpec {
@@ -80,6 +83,10 @@ pub struct CanaryStatefulSetSpec {
     /// Metrics that judge the canary: a background analysis and gates after steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<super::RolloutAnalysis>,
+    /// Traffic shifting through the Gateway API: the canary gets `weights` percent of the
+    /// requests, not its share of the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_routing: Option<Box<super::TrafficRouting>>,
 }
 
 fn one() -> i32 {
@@ -226,4 +233,15 @@ pub struct CanaryStatefulSetStatus {
     /// (reason VolumeSwapped); nothing is handed on but this volume.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub replica_volumes: std::collections::BTreeMap<String, String>,
+    /// Percent of the routes' requests the canary Service gets, as the routes say now (with
+    /// `trafficRouting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_weight: Option<i32>,
+    /// Whether the routes send requests matching `trafficRouting.headerRoute` to the canary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub header_routed: bool,
+    /// When the routes last changed (weight or header route), as observed: pods that lose
+    /// their traffic are stopped only `settleSeconds` after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_since: Option<Time>,
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 
 /// One thing for the controller to do.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +43,16 @@ pub enum Action {
     ApplyDeployment(Box<Deployment>),
     /// Delete a Deployment that serves no traffic any more.
     DeleteDeployment { name: String },
+    /// Create or update one of a rollout's two Services (server-side apply).
+    ApplyService(Box<Service>),
+    /// Replace an HTTPRoute's `spec.rules` (guarded by its resourceVersion when known), and
+    /// mark it as weighed by `owner` (`<Kind>/<name>`).
+    UpdateRoute {
+        name: String,
+        rules: serde_json::Value,
+        resource_version: Option<String>,
+        owner: String,
+    },
 }
 
 /// What a phase machine decided: the status to write, then the actions to take, the events
@@ -107,6 +117,24 @@ impl Action {
                 d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
             ),
             Action::DeleteDeployment { name } => format!("delete Deployment {name}"),
+            Action::ApplyService(s) => format!("apply Service {}", name(&s.metadata)),
+            Action::UpdateRoute { name, rules, .. } => {
+                let weight = rules.as_array().and_then(|rules| {
+                    rules.iter().find_map(|r| {
+                        let refs = r.get("backendRefs")?.as_array()?;
+                        (refs.len() == 2).then(|| refs[1].get("weight")?.as_i64())?
+                    })
+                });
+                match weight {
+                    Some(w) => format!("set HTTPRoute {name} to {w}% canary"),
+                    None => format!("update HTTPRoute {name}"),
+                }
+            }
         }
+    }
+
+    /// Whether the action is one of traffic routing's (a Service or a route).
+    pub fn is_traffic(&self) -> bool {
+        matches!(self, Action::ApplyService(_) | Action::UpdateRoute { .. })
     }
 }

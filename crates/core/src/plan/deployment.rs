@@ -30,6 +30,7 @@ use super::machine::{
 use super::objects::{RolloutRef, stamp};
 pub use super::observed::DeploymentView;
 use super::observed::{Observed, normalized_selector};
+use super::traffic::Want;
 use crate::api::{
     BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
     DeploymentPhase as Phase, DeploymentStrategyType as Strategy, ImageReplicas, PauseMode,
@@ -153,6 +154,7 @@ impl Machine for Planner<'_> {
             .filter(|a| matches!(a, Action::DeleteDeployment { .. }))
             .collect();
         self.actions.extend(kept);
+        self.want = None;
     }
 
     fn finish(self, message: String) -> Finished<Self::Status> {
@@ -419,6 +421,7 @@ mod batches;
 mod rollback;
 mod starting;
 mod status;
+mod traffic;
 
 #[cfg(test)]
 mod tests;

@@ -139,6 +139,9 @@ pub(crate) struct Planner<'a, R, S> {
     pub actions: Vec<super::Action>,
     /// A real timer: a bake time, a measurement or the progress deadline.
     pub requeue: Option<std::time::Duration>,
+    /// What the phase the plan is in asked of the routes (with `trafficRouting`); the routes
+    /// are moved to it when the plan finishes.
+    pub want: Option<super::traffic::Want>,
 }
 
 impl<'a, R, S: RolloutStatus + Clone> Planner<'a, R, S> {
@@ -151,6 +154,7 @@ impl<'a, R, S: RolloutStatus + Clone> Planner<'a, R, S> {
             st: status.clone(),
             actions: Vec::new(),
             requeue: None,
+            want: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! - [`statefulset`]: the CanaryStatefulSet phase machine;
 //! - [`batch`] and [`deployment`]: the CanaryDeployment batch arithmetic and phase machine;
 //! - [`analysis`]: metric arguments, CEL judgements, measurement records and run verdicts;
+//! - [`traffic`]: the Services and HTTPRoute weights of a rollout with `trafficRouting`;
 //! - [`actions`]: what a plan asks the controller to do;
 //! - `machine`: the one driver of both phase machines ([`RolloutStatus`], `machine::plan`),
 //!   and the condition helpers they share.
@@ -20,6 +21,7 @@ mod machine;
 pub mod objects;
 pub mod observed;
 pub mod statefulset;
+pub mod traffic;
 pub mod unmanaged;
 
 pub use actions::{Action, PlanEvent};

@@ -341,6 +341,8 @@ pub struct Observed {
     pub other_strategy_set: Option<String>,
     /// A CanaryDeployment's Deployments (owned by it).
     pub deployments: Vec<DeploymentView>,
+    /// The Services and HTTPRoutes of a rollout with `trafficRouting` (empty without).
+    pub traffic: crate::plan::traffic::TrafficView,
 }
 
 impl Observed {

@@ -23,6 +23,7 @@ use super::objects::{
     stateful_set,
 };
 use super::observed::{FixedSetFields, Observed, PodView, SetView};
+use super::traffic::Want;
 use crate::api::{
     CanaryStatefulSetSpec, CanaryStatefulSetStatus, PromotionType, StatefulSetPhase as Phase,
     StatefulSetStrategyType,
@@ -74,6 +75,7 @@ impl Machine for Planner<'_> {
         if !keep {
             self.actions.truncate(mark);
         }
+        self.want = None;
     }
 
     /// A new status (or a CR created over existing sets): the stable image is what the
@@ -376,6 +378,8 @@ mod partition;
 mod starting;
 mod status;
 mod two_sets;
+
+mod traffic;
 
 #[cfg(test)]
 mod tests;

@@ -195,7 +195,34 @@ impl<'a> Planner<'a> {
             .filter(|d| d.image.as_deref() == Some(image.as_str()))
             .map_or(0, |d| d.available.min(t));
         let stable_image = self.stable_image();
-        let old_replicas = batch::old_replicas(total, available);
+        // With traffic routing the old version shrinks only once the routes send the batch's
+        // share to the new one; until then it keeps what the previous batch left it.
+        let mut route_waiting = None;
+        let serving_new = if self.r.spec.traffic_routing.is_none() {
+            available
+        } else {
+            let before = if n > 1 {
+                batch::target(total, m, n - 1)
+            } else {
+                0
+            };
+            if available >= t {
+                route_waiting = self.traffic_at(self.batch_want(n));
+            } else {
+                let previous = if n > 1 {
+                    self.batch_want(n - 1)
+                } else {
+                    Want::stable()
+                };
+                self.traffic_at(previous);
+            }
+            if available >= t && route_waiting.is_none() {
+                t
+            } else {
+                before.min(available)
+            }
+        };
+        let old_replicas = batch::old_replicas(total, serving_new);
         // The old version serves the rest; one deleted by hand comes back.
         let old_name = match self.stable_deployment(&new_name) {
             Some(old) => Some(old.name.clone()),
@@ -221,6 +248,11 @@ impl<'a> Planner<'a> {
         if !done {
             return Next::Stay(format!(
                 "batch {n} of {m}: {available}/{t} new replica(s) on {image} available"
+            ));
+        }
+        if let Some(why) = route_waiting {
+            return Next::Stay(format!(
+                "batch {n} of {m}: {t} new replica(s) available; {why}"
             ));
         }
         let gate_passed = match self.gate(n, phase) {

@@ -22,6 +22,10 @@ impl<'a> Planner<'a> {
             .or_else(|| self.stable_deployment(""))
             .map_or_else(|| self.home(&target), |d| d.name.clone());
         let back = self.ensure(&home, &target, total);
+        // Every request back on the version rolled back to before a new pod stops.
+        if let Some(why) = self.traffic_at(Want::stable()) {
+            return Next::Stay(format!("rolling back to {target}: {why}"));
+        }
         for other in self.o.deployments.iter().filter(|d| d.name != home) {
             if other.replicas > 0 {
                 let image = other.image.clone().unwrap_or_default();

@@ -75,6 +75,7 @@ impl<'a> Planner<'a> {
             analysis::stop_runs(&mut self.st.analysis);
         }
         self.st.observed_generation = self.r.generation;
+        self.settle_traffic();
         self.st.source_revision = self.r.source_revision.clone();
         self.st.message = Some(message.clone());
         // A rollback is what Git asks for under strategy Rollback; otherwise it is a failed

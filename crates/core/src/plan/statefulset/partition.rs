@@ -38,12 +38,26 @@ impl<'a> Planner<'a> {
                 r - 1
             ));
         }
+        if let Some(why) = self.traffic_at(self.step_want(self.step_index())) {
+            return Next::Stay(format!("{n} canary pod(s) Ready; {why}"));
+        }
         self.step_done(n)
     }
 
     pub(super) fn promoting_partition(&mut self) -> Next<Phase> {
         let r = self.replicas();
         let image = self.canary_image();
+        // Every request to the new revision before a stable pod restarts; the canary Service
+        // takes in each pod as it is updated.
+        let n = self.size(self.step_index());
+        if let Some(why) = self.traffic_at(Want {
+            weight: 100,
+            header: false,
+            canary_endpoints: n,
+            settle: true,
+        }) {
+            return Next::Stay(format!("moving all traffic to the canary first: {why}"));
+        }
         let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
         if !Self::settled(set.as_ref(), r) {
             return Next::Stay(format!(
@@ -57,6 +71,10 @@ impl<'a> Planner<'a> {
     pub(super) fn rolling_back_partition(&mut self) -> Next<Phase> {
         let r = self.replicas();
         let image = self.stable_image();
+        // All traffic back to the stable revision before a canary pod restarts.
+        if let Some(why) = self.traffic_at(Want::stable()) {
+            return Next::Stay(format!("moving all traffic back to stable first: {why}"));
+        }
         let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
         if let Some(set) = set.as_ref().filter(|s| s.status_fresh) {
             // A pod that never became Ready blocks its set's rolling update for good (a known

@@ -63,6 +63,7 @@ impl<'a> Planner<'a> {
         self.st.canary_ready_replicas = canary_ready;
         self.st.ready = Some(format!("{ready}/{r}"));
         self.st.observed_generation = self.r.generation;
+        self.settle_traffic();
         self.st.source_revision = self.r.source_revision.clone();
         self.st.message = Some(message.clone());
 

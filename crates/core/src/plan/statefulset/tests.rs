@@ -186,6 +186,7 @@ impl Sim {
                 .find(|n| !self.strategy_sets().contains(&n.as_str()))
                 .cloned(),
             deployments: Vec::new(),
+            traffic: Default::default(),
         };
         // As the controller observes: no pod list without a set.
         if !has_pods(&observed) {

@@ -119,6 +119,10 @@ impl<'a> Planner<'a> {
                 canary.map_or(0, |c| c.ready_replicas)
             ));
         }
+        // Traffic follows Ready pods, never goes ahead of them.
+        if let Some(why) = self.traffic_at(self.step_want(self.step_index())) {
+            return Next::Stay(format!("{n} canary pod(s) Ready; {why}"));
+        }
         self.step_done(n)
     }
 
@@ -150,7 +154,24 @@ impl<'a> Planner<'a> {
         let image = self.canary_image();
         let canary_range = r - self.spec().canary_replicas.clamp(1, r.max(1))..r;
         if !self.canary_drained() {
-            // 1. The stable replicas move to the new image first; the canary keeps serving.
+            // 1. The stable replicas move to the new image first; the canary keeps serving
+            //    (with traffic routing, all of it while the stable pods restart).
+            let on_new = self
+                .o
+                .stable
+                .as_ref()
+                .is_some_and(|s| s.image.as_deref() == Some(image.as_str()))
+                && Self::settled(self.o.stable.as_ref(), r - n);
+            if !on_new
+                && let Some(why) = self.traffic_at(Want {
+                    weight: 100,
+                    header: false,
+                    canary_endpoints: n,
+                    settle: true,
+                })
+            {
+                return Next::Stay(format!("moving all traffic to the canary first: {why}"));
+            }
             let stable = self.ensure(self.main_shape(&image, r - n, 0)).cloned();
             if !Self::settled(stable.as_ref(), r - n) {
                 return Next::Stay(format!(
@@ -158,7 +179,12 @@ impl<'a> Planner<'a> {
                     r - n
                 ));
             }
-            // 2. Then the canary stops.
+            // 2. Then the traffic goes back to the stable Service, and the canary stops.
+            if let Some(why) = self.traffic_at(Want::stable()) {
+                return Next::Stay(format!(
+                    "stable replicas on {image}; moving traffic back to them: {why}"
+                ));
+            }
             self.drain_canary();
             return Next::Stay("stopping the canary pods".into());
         }
@@ -208,6 +234,10 @@ impl<'a> Planner<'a> {
                 return Next::Stay(format!(
                     "waiting for the {keep} stable replica(s) on {stable_image} to be Ready before stopping the canary"
                 ));
+            }
+            // All traffic back to stable before a canary pod stops.
+            if let Some(why) = self.traffic_at(Want::stable()) {
+                return Next::Stay(format!("moving all traffic back to stable first: {why}"));
             }
             self.drain_canary();
             return Next::Stay("stopping the canary pods".into());

@@ -1,0 +1,84 @@
+//! `trafficRouting`, on both rollout kinds: the Gateway API HTTPRoutes whose backends linnet
+//! weighs between the rollout's stable and canary Services, the weight of each step or batch,
+//! and a header route that sends matching requests to the canary whatever the weight.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How a rollout moves traffic, not only pods.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TrafficRouting {
+    /// The Gateway API routes whose backends linnet weighs.
+    #[serde(rename = "gatewayAPI")]
+    pub gateway_api: GatewayApiRouting,
+    /// Percent of requests sent to the canary: one per entry of `steps` (CanaryStatefulSet;
+    /// one when it has no steps) or one per batch (CanaryDeployment). Without it the weight
+    /// follows the canary's share of the replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub weights: Option<Vec<i32>>,
+    /// While a canary serves, requests with every one of these headers go to it whatever
+    /// the weight (for testers, or one tenant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_route: Option<HeaderRoute>,
+    /// How long after the gateway accepted a route change linnet waits before it stops pods
+    /// that no longer get traffic: a gateway applies an accepted route a moment later (Argo
+    /// Rollouts' `scaleDownDelaySeconds` is the same wait).
+    #[serde(default = "default_settle_seconds")]
+    #[schemars(range(min = 0, max = 600))]
+    pub settle_seconds: i64,
+}
+
+fn default_settle_seconds() -> i64 {
+    10
+}
+
+/// The HTTPRoutes (in the rollout's namespace) that linnet weighs. Each must send its
+/// traffic to the Service `<rollout>-stable`; linnet adds `<rollout>-canary` beside it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewayApiRouting {
+    /// Names of HTTPRoutes in the rollout's namespace.
+    #[schemars(length(min = 1, max = 8))]
+    pub http_routes: Vec<String>,
+    /// The port of the two Services, and of the pods behind them (`targetPort`).
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+/// Requests that go to the canary whatever the weight.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderRoute {
+    /// Every header must be present with exactly this value.
+    #[schemars(length(min = 1, max = 8))]
+    pub headers: Vec<HeaderMatch>,
+}
+
+/// One header a request must carry.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderMatch {
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[A-Za-z0-9!#$%&'*+\-.^_|~`]+$")
+    )]
+    pub name: String,
+    #[schemars(length(min = 1, max = 4096))]
+    pub value: String,
+}
+
+/// Annotation on an HTTPRoute whose rules a rollout weighs (`<Kind>/<name>`): the sync does
+/// not count its rules as drift from Git.
+pub const TRAFFIC_ANNOTATION: &str = "rollouts.linnet.dev/traffic-of";
+
+/// The Service linnet makes for the stable side of a rollout with traffic routing.
+pub fn stable_service_name(rollout: &str) -> String {
+    format!("{rollout}-stable")
+}
+
+/// The Service linnet makes for the canary side.
+pub fn canary_service_name(rollout: &str) -> String {
+    format!("{rollout}-canary")
+}

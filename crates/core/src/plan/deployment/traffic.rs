@@ -1,0 +1,121 @@
+//! Traffic routing for a batched CanaryDeployment: which version's pods each Service selects,
+//! the weight each batch asks of the routes, and moving the routes when the plan finishes.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::plan::traffic::{Recorded, Sides, TrafficStep, Want, step_weight, traffic_step};
+
+impl<'a> Planner<'a> {
+    /// The pods of the version running `image`: its Deployment's version label.
+    fn version_pods(&self, image: &str) -> BTreeMap<String, String> {
+        let name = self
+            .o
+            .deployments
+            .iter()
+            .filter(|d| d.image.as_deref() == Some(image))
+            .max_by_key(|d| (d.replicas, d.available))
+            .map_or_else(|| self.version_for(image), |d| d.name.clone());
+        let prefix = format!("{}-", self.name());
+        let version = name.strip_prefix(&prefix).unwrap_or("none");
+        BTreeMap::from([
+            (ROLLOUT_LABEL.to_string(), self.name().to_string()),
+            (VERSION_LABEL.to_string(), version.to_string()),
+        ])
+    }
+
+    /// The stable Service selects the version that serves (the one a rollback returns to),
+    /// the canary Service the one being rolled out.
+    pub(super) fn sides(&self) -> Sides {
+        let (stable, canary) = match &self.st.rollback {
+            Some(r) if self.st.phase == Some(Phase::RollingBack) => {
+                (r.to_image.clone(), r.from_image.clone())
+            }
+            _ => (self.stable_image(), self.canary_image()),
+        };
+        Sides {
+            stable: self.version_pods(&stable),
+            canary: self.version_pods(&canary),
+        }
+    }
+
+    /// What batch `n` asks of the routes once its new pods are available: its weight, and
+    /// every request after the last batch (before the old version goes).
+    pub(super) fn batch_want(&self, n: i32) -> Want {
+        let Some(routing) = self.r.spec.traffic_routing.as_deref() else {
+            return Want::stable();
+        };
+        let (total, m) = (self.total(), self.batches());
+        let t = batch::target(total, m, n);
+        if n >= m {
+            // The old version stops next.
+            return Want {
+                weight: 100,
+                header: false,
+                canary_endpoints: t,
+                settle: true,
+            };
+        }
+        Want {
+            weight: step_weight(routing, (n - 1).max(0) as usize, t, total),
+            header: true,
+            canary_endpoints: t,
+            settle: false,
+        }
+    }
+
+    /// Asks the routes for `want`: what they are not yet at (None without traffic routing,
+    /// or when every route is there, accepted by its gateway, and settled if `want` says so).
+    pub(super) fn traffic_at(&mut self, want: Want) -> Option<String> {
+        self.r.spec.traffic_routing.as_deref()?;
+        self.want = Some(want);
+        let step = self.traffic_step(want)?;
+        if let Some(after) = step.recheck_after {
+            let after = after + std::time::Duration::from_millis(100);
+            self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+        }
+        step.waiting
+    }
+
+    fn traffic_step(&self, want: Want) -> Option<TrafficStep> {
+        let routing = self.r.spec.traffic_routing.as_deref()?;
+        let recorded = Recorded {
+            weight: self.st.canary_weight,
+            header: self.st.header_routed,
+            since: self.st.traffic_since.as_ref().map(|t| t.0),
+        };
+        Some(traffic_step(
+            &self.r.reference,
+            "CanaryDeployment",
+            routing,
+            &self.sides(),
+            want,
+            &self.o.traffic,
+            recorded,
+            self.now,
+        ))
+    }
+
+    /// Moves the routes to what the phase the plan stopped in asked for (everything to the
+    /// stable Service where it asked nothing), replacing traffic actions of phases left.
+    pub(super) fn settle_traffic(&mut self) {
+        self.actions.retain(|a| !a.is_traffic());
+        if self.r.spec.traffic_routing.is_none() {
+            self.st.canary_weight = None;
+            self.st.header_routed = false;
+            self.st.traffic_since = None;
+            return;
+        }
+        let want = self.want.unwrap_or_else(Want::stable);
+        let Some(step) = self.traffic_step(want) else {
+            return;
+        };
+        self.actions.extend(step.actions);
+        self.st.canary_weight = step.now.weight;
+        self.st.header_routed = step.now.header;
+        self.st.traffic_since = step
+            .now
+            .since
+            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+    }
+}

@@ -1,0 +1,403 @@
+//! Traffic shifting through the Gateway API, without I/O: the two Services of a rollout with
+//! `trafficRouting`, the HTTPRoute rules that weigh them, and whether the routes, as the
+//! gateway has accepted them, are at what a phase needs. The phase machines ask for a weight
+//! with [`traffic_step`] before any step that would take pods from the side serving traffic.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::{Value, json};
+
+use super::actions::Action;
+use super::objects::{RolloutRef, stamp};
+use crate::api::{CHILD_HASH_ANNOTATION, TrafficRouting, canary_service_name, stable_service_name};
+
+/// One of the rollout's two Services, as observed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceView {
+    pub name: String,
+    /// The hash linnet stamped on it when it last applied it.
+    pub applied_hash: Option<String>,
+    /// Ready endpoints in its EndpointSlices.
+    pub ready_endpoints: i32,
+}
+
+/// An HTTPRoute the rollout weighs, as observed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RouteView {
+    pub name: String,
+    /// `spec.rules`.
+    pub rules: Value,
+    pub generation: i64,
+    /// The oldest generation any parent (Gateway) has accepted; None before any has.
+    pub accepted_generation: Option<i64>,
+    pub resource_version: Option<String>,
+}
+
+/// What the planner sees of a rollout's traffic objects (routes not found are absent).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrafficView {
+    pub services: Vec<ServiceView>,
+    pub routes: Vec<RouteView>,
+}
+
+/// The pods each Service selects (labels, all of which must match).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sides {
+    pub stable: BTreeMap<String, String>,
+    pub canary: BTreeMap<String, String>,
+}
+
+/// What a phase wants of the routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Want {
+    /// Percent to the canary.
+    pub weight: i32,
+    /// Whether the header route sends matching requests to the canary.
+    pub header: bool,
+    /// Ready endpoints the canary Service must have before it gets any traffic.
+    pub canary_endpoints: i32,
+    /// Whether pods that lose traffic by this change stop next: then the routes must have
+    /// been so for `settleSeconds` before the step may go on.
+    pub settle: bool,
+}
+
+impl Want {
+    /// Everything to the stable Service.
+    pub fn stable() -> Want {
+        Want {
+            weight: 0,
+            header: false,
+            canary_endpoints: 0,
+            settle: true,
+        }
+    }
+}
+
+/// What the rollout's status recorded of the routes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Recorded {
+    pub weight: Option<i32>,
+    pub header: bool,
+    pub since: Option<Timestamp>,
+}
+
+/// The outcome of [`traffic_step`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TrafficStep {
+    pub actions: Vec<Action>,
+    /// What the routes are not yet at, or None when every route is at the wanted state,
+    /// accepted by its gateway, and has been for the settle time.
+    pub waiting: Option<String>,
+    /// What to record: the routes as observed, and since when they are so.
+    pub now: Recorded,
+    /// When the settle time is up.
+    pub recheck_after: Option<std::time::Duration>,
+}
+
+/// The weight of step (or batch) `index` (0-based): the spec's, else the canary's share of
+/// `replicas` (`size` of them), rounded.
+pub fn step_weight(routing: &TrafficRouting, index: usize, size: i32, replicas: i32) -> i32 {
+    match routing.weights.as_ref().and_then(|w| w.get(index)) {
+        Some(w) => (*w).clamp(0, 100),
+        None if replicas > 0 => (size.clamp(0, replicas) * 100 + replicas / 2) / replicas,
+        None => 0,
+    }
+}
+
+/// A Service of the rollout selecting `selector`, on the routing's port.
+pub fn service(
+    rollout: &RolloutRef,
+    kind: &str,
+    name: &str,
+    port: i32,
+    selector: &BTreeMap<String, String>,
+) -> Service {
+    let mut s = Service {
+        metadata: rollout.meta(name, kind, rollout.labels()),
+        spec: Some(ServiceSpec {
+            selector: Some(selector.clone()),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port,
+                target_port: Some(IntOrString::Int(port)),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    };
+    stamp(&mut s.metadata, &s.spec);
+    s
+}
+
+fn applied(s: &Service) -> Option<&String> {
+    s.metadata.annotations.as_ref()?.get(CHILD_HASH_ANNOTATION)
+}
+
+/// Applies the two Services, then, if both sides can take what `want` sends them, moves every
+/// route to it.
+#[allow(clippy::too_many_arguments)]
+pub fn traffic_step(
+    rollout: &RolloutRef,
+    kind: &str,
+    routing: &TrafficRouting,
+    sides: &Sides,
+    want: Want,
+    view: &TrafficView,
+    recorded: Recorded,
+    now: Timestamp,
+) -> TrafficStep {
+    let mut out = TrafficStep::default();
+    let port = routing.gateway_api.port;
+    let stable_name = stable_service_name(&rollout.name);
+    let canary_name = canary_service_name(&rollout.name);
+    let mut ready = |name: &str, selector: &BTreeMap<String, String>| -> i32 {
+        let desired = service(rollout, kind, name, port, selector);
+        match view.services.iter().find(|s| s.name == name) {
+            Some(s) if s.applied_hash.as_ref() == applied(&desired) => s.ready_endpoints,
+            _ => {
+                out.actions.push(Action::ApplyService(Box::new(desired)));
+                0
+            }
+        }
+    };
+    let stable_ready = ready(&stable_name, &sides.stable);
+    let canary_ready = ready(&canary_name, &sides.canary);
+    let first = view
+        .routes
+        .iter()
+        .find(|r| routing.gateway_api.http_routes.contains(&r.name));
+    let weight = first.and_then(|r| current_weight(&r.rules, &stable_name, &canary_name));
+    let header = first.is_some_and(|r| has_header_rule(&r.rules, &canary_name));
+    let since = if (weight, header) == (recorded.weight, recorded.header) {
+        recorded.since.unwrap_or(now)
+    } else {
+        now
+    };
+    out.now = Recorded {
+        weight,
+        header,
+        since: Some(since),
+    };
+    let weight = want.weight.clamp(0, 100);
+    let to_canary = weight > 0 || want.header;
+    let need_canary = want.canary_endpoints.max(1);
+    if to_canary && canary_ready < need_canary {
+        out.waiting = Some(format!(
+            "waiting for Service {canary_name} to have {need_canary} ready endpoint(s) ({canary_ready}) before it gets traffic"
+        ));
+        return out;
+    }
+    if weight < 100 && stable_ready < 1 {
+        out.waiting = Some(format!(
+            "waiting for Service {stable_name} to have a ready endpoint before it gets traffic"
+        ));
+        return out;
+    }
+    let header = want
+        .header
+        .then_some(routing.header_route.as_ref())
+        .flatten();
+    let mut waiting = Vec::new();
+    for name in &routing.gateway_api.http_routes {
+        let Some(route) = view.routes.iter().find(|r| &r.name == name) else {
+            waiting.push(format!(
+                "HTTPRoute {name} not found in namespace {}",
+                rollout.namespace
+            ));
+            continue;
+        };
+        match route_rules(
+            &route.rules,
+            &stable_name,
+            &canary_name,
+            port,
+            weight,
+            header,
+        ) {
+            Err(why) => waiting.push(format!("HTTPRoute {name}: {why}")),
+            Ok(rules) if rules != route.rules => {
+                waiting.push(format!("setting HTTPRoute {name} to {weight}% canary"));
+                out.actions.push(Action::UpdateRoute {
+                    name: name.clone(),
+                    rules,
+                    resource_version: route.resource_version.clone(),
+                    owner: format!("{kind}/{}", rollout.name),
+                });
+            }
+            Ok(_) if route.accepted_generation < Some(route.generation) => waiting.push(format!(
+                "waiting for the gateway to accept HTTPRoute {name} (generation {})",
+                route.generation
+            )),
+            Ok(_) => {}
+        }
+    }
+    if waiting.is_empty() && want.settle {
+        let settle = std::time::Duration::from_secs(routing.settle_seconds.max(0) as u64);
+        let d = now.duration_since(since);
+        let passed = if d.is_negative() {
+            std::time::Duration::ZERO
+        } else {
+            d.unsigned_abs()
+        };
+        if passed < settle {
+            let left = settle - passed;
+            waiting.push(format!(
+                "letting the gateway apply the routes ({}s more)",
+                left.as_secs_f64().ceil()
+            ));
+            out.recheck_after = Some(left);
+        }
+    }
+    out.waiting = (!waiting.is_empty()).then(|| waiting.join("; "));
+    out
+}
+
+/// Whether `rules` has linnet's header rule (a rule whose only backend is the canary).
+fn has_header_rule(rules: &Value, canary: &str) -> bool {
+    rules.as_array().is_some_and(|rules| {
+        rules.iter().any(|r| {
+            let refs = backends(r);
+            !refs.is_empty() && refs.iter().all(|b| is_service(b, canary))
+        })
+    })
+}
+
+fn is_service(backend: &Value, name: &str) -> bool {
+    let s = |k: &str| backend.get(k).and_then(Value::as_str);
+    s("name") == Some(name)
+        && s("group").unwrap_or("").is_empty()
+        && s("kind").unwrap_or("Service") == "Service"
+}
+
+fn backends(rule: &Value) -> &[Value] {
+    rule.get("backendRefs")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The canary's weight in `rules`: its share in the first rule that weighs the two.
+pub fn current_weight(rules: &Value, stable: &str, canary: &str) -> Option<i32> {
+    let weight = |b: &Value| b.get("weight").and_then(Value::as_i64).unwrap_or(1);
+    rules.as_array()?.iter().find_map(|rule| {
+        let refs = backends(rule);
+        let s = refs.iter().find(|b| is_service(b, stable))?;
+        let c = refs
+            .iter()
+            .find(|b| is_service(b, canary))
+            .map_or(0, weight);
+        let total = weight(s) + c;
+        (total > 0).then(|| ((c * 100 + total / 2) / total) as i32)
+    })
+}
+
+/// Why linnet cannot weigh a route's rules.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error(
+        "rule {rule} sends traffic to {other} as well as to Service {stable}; linnet weighs only rules whose backends are the rollout's two Services"
+    )]
+    MixedBackends {
+        rule: usize,
+        other: String,
+        stable: String,
+    },
+    #[error("no rule sends traffic to Service {stable}; point a backendRef at it")]
+    NoStableBackend { stable: String },
+}
+
+/// `rules` with every rule that routes to the stable Service weighing it against the canary
+/// at `weight` percent, and, with `header`, a rule before each that sends requests carrying
+/// the headers to the canary. Rules that route only to the canary are linnet's header rules
+/// from before; they are rebuilt. A rule that mixes other backends with the stable Service is
+/// refused: its weights would not mean percents.
+pub fn route_rules(
+    rules: &Value,
+    stable: &str,
+    canary: &str,
+    port: i32,
+    weight: i32,
+    header: Option<&crate::api::HeaderRoute>,
+) -> Result<Value, RouteError> {
+    let rules = rules.as_array().map_or(&[][..], Vec::as_slice);
+    let mut out = Vec::with_capacity(rules.len() + 1);
+    let mut weighed = 0;
+    for (i, rule) in rules.iter().enumerate() {
+        let refs = backends(rule);
+        if !refs.is_empty() && refs.iter().all(|b| is_service(b, canary)) {
+            continue;
+        }
+        let Some(base) = refs.iter().find(|b| is_service(b, stable)) else {
+            out.push(rule.clone());
+            continue;
+        };
+        if let Some(other) = refs
+            .iter()
+            .find(|b| !is_service(b, stable) && !is_service(b, canary))
+        {
+            return Err(RouteError::MixedBackends {
+                rule: i + 1,
+                other: other
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("another backend")
+                    .to_string(),
+                stable: stable.to_string(),
+            });
+        }
+        weighed += 1;
+        let mut stable_ref = base.clone();
+        stable_ref["port"] = json!(port);
+        stable_ref["weight"] = json!(100 - weight);
+        let mut canary_ref = stable_ref.clone();
+        canary_ref["name"] = json!(canary);
+        canary_ref["weight"] = json!(weight);
+        if let Some(h) = header {
+            let mut header_rule = rule.clone();
+            let matches = rule
+                .get("matches")
+                .and_then(Value::as_array)
+                .filter(|m| !m.is_empty())
+                .cloned()
+                .unwrap_or_else(|| vec![json!({"path": {"type": "PathPrefix", "value": "/"}})]);
+            let with_headers: Vec<Value> = matches
+                .into_iter()
+                .map(|mut m| {
+                    let mut headers = m
+                        .get("headers")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    headers.extend(
+                        h.headers
+                            .iter()
+                            .map(|x| json!({"type": "Exact", "name": x.name, "value": x.value})),
+                    );
+                    m["headers"] = Value::Array(headers);
+                    m
+                })
+                .collect();
+            header_rule["matches"] = Value::Array(with_headers);
+            let mut only_canary = canary_ref.clone();
+            only_canary["weight"] = json!(1);
+            header_rule["backendRefs"] = json!([only_canary]);
+            out.push(header_rule);
+        }
+        let mut rule = rule.clone();
+        rule["backendRefs"] = json!([stable_ref, canary_ref]);
+        out.push(rule);
+    }
+    if weighed == 0 {
+        return Err(RouteError::NoStableBackend {
+            stable: stable.to_string(),
+        });
+    }
+    Ok(Value::Array(out))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,258 @@
+//! Traffic routing's I/O: reads a rollout's two Services, their EndpointSlices and its
+//! HTTPRoutes into a [`TrafficView`], and writes what the plan asks ([`apply_service`],
+//! [`update_route`]). The decisions are in [`crate::plan::traffic`].
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::{Doing, ReconcileError};
+use crate::api::{
+    CHILD_HASH_ANNOTATION, TRAFFIC_ANNOTATION, TrafficRouting, canary_service_name,
+    stable_service_name,
+};
+use crate::plan::traffic::{RouteView, ServiceView, TrafficView};
+use crate::sync::FIELD_MANAGER;
+
+/// The label the EndpointSlice controller puts on each slice: its Service's name.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// `gateway.networking.k8s.io/v1` HTTPRoute.
+pub fn http_route_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
+        "httproutes",
+    )
+}
+
+/// Reads what [`crate::plan::traffic::traffic_step`] decides from.
+pub async fn observe_traffic(
+    client: &Client,
+    ns: &str,
+    rollout: &str,
+    routing: &TrafficRouting,
+) -> Result<TrafficView, ReconcileError> {
+    let names = [stable_service_name(rollout), canary_service_name(rollout)];
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!(
+            "{SERVICE_NAME_LABEL} in ({},{})",
+            names[0], names[1]
+        )))
+        .await
+        .doing(|| format!("listing the EndpointSlices of {ns}/{rollout}'s Services"))?;
+    let mut view = TrafficView::default();
+    for name in &names {
+        let Some(svc) = services
+            .get_metadata_opt(name)
+            .await
+            .doing(|| format!("reading Service {ns}/{name}"))?
+        else {
+            continue;
+        };
+        let ready_endpoints = slices
+            .items
+            .iter()
+            .filter(|s| {
+                s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    == Some(name)
+            })
+            .flat_map(|s| s.endpoints.iter().flatten())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .map(|e| e.addresses.len() as i32)
+            .sum();
+        view.services.push(ServiceView {
+            name: name.clone(),
+            applied_hash: svc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
+            ready_endpoints,
+        });
+    }
+    let routes = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &http_route_resource());
+    for name in &routing.gateway_api.http_routes {
+        match routes.get_opt(name).await {
+            Ok(Some(route)) => view.routes.push(route_view(&route)),
+            Ok(None) => {}
+            // No Gateway API in the cluster: the plan says the route is not found.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => Err(e).doing(|| format!("reading HTTPRoute {ns}/{name}"))?,
+        }
+    }
+    Ok(view)
+}
+
+/// An HTTPRoute as the planner reads it: its rules, and the oldest generation its parents
+/// (Gateways) have accepted.
+pub fn route_view(route: &DynamicObject) -> RouteView {
+    let parents = route
+        .data
+        .pointer("/status/parents")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let accepted = parents
+        .iter()
+        .map(|p| {
+            p.get("conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| {
+                    cs.iter().find(|c| {
+                        c.get("type").and_then(Value::as_str) == Some("Accepted")
+                            && c.get("status").and_then(Value::as_str) == Some("True")
+                    })
+                })
+                .and_then(|c| c.get("observedGeneration").and_then(Value::as_i64))
+        })
+        .collect::<Option<Vec<i64>>>()
+        .and_then(|gens| gens.into_iter().min());
+    RouteView {
+        name: route.metadata.name.clone().unwrap_or_default(),
+        rules: route
+            .data
+            .pointer("/spec/rules")
+            .cloned()
+            .unwrap_or_else(|| json!([])),
+        generation: route.metadata.generation.unwrap_or(0),
+        accepted_generation: accepted,
+        resource_version: route.metadata.resource_version.clone(),
+    }
+}
+
+/// Applies one of the rollout's Services, unless a Service of that name is someone else's.
+pub async fn apply_service(
+    client: &Client,
+    ns: &str,
+    service: &Service,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    let name = service.metadata.name.clone().unwrap_or_default();
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let live = services.get_metadata_opt(&name).await.doing(what)?;
+    if let Some(why) = super::foreign_child(live.as_ref().map(|l| &l.metadata), &service.metadata) {
+        return Err(ReconcileError::NotOurs { doing: what(), why });
+    }
+    services
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(service),
+        )
+        .await
+        .map(|_| ())
+        .doing(what)
+}
+
+/// Replaces an HTTPRoute's rules; with `resource_version`, only if nobody changed it since it
+/// was read (a conflict is retried from a fresh read).
+pub async fn update_route(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    rules: &Value,
+    resource_version: Option<&str>,
+    owner: &str,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    let routes = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &http_route_resource());
+    let mut patch = json!({
+        "metadata": {"annotations": {TRAFFIC_ANNOTATION: owner}},
+        "spec": {"rules": rules},
+    });
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    routes
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .doing(what)
+}
+
+/// Whether the cluster serves HTTPRoutes (the Gateway API CRDs are installed).
+pub async fn serves_routes(client: &Client) -> bool {
+    match client
+        .list_api_group_resources("gateway.networking.k8s.io/v1")
+        .await
+    {
+        Ok(list) => list.resources.iter().any(|r| r.name == "httproutes"),
+        Err(e) => {
+            tracing::info!(error = %e, "no Gateway API in the cluster; traffic routing will find no HTTPRoute until the agent restarts with it");
+            false
+        }
+    }
+}
+
+/// Reconciles of rollouts with traffic routing that their Services' EndpointSlices (which
+/// carry the rollout's label, copied from the Service) and their HTTPRoutes (edited by hand,
+/// or accepted by the gateway) ask for. Only rollouts in `store` (this agent's) are woken.
+pub fn traffic_wakes<K>(
+    client: Client,
+    store: kube::runtime::reflector::Store<K>,
+    routes_served: bool,
+    routing: fn(&K) -> Option<&TrafficRouting>,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::reflector::ObjectRef;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let ours = store.clone();
+    let slices = watcher(
+        Api::<PartialObjectMeta<EndpointSlice>>::all(client.clone()),
+        crate::watch::watch_config(crate::api::ROLLOUT_LABEL),
+    )
+    .backoff(crate::watch::backoff::watch_backoff())
+    .touched_objects()
+    .filter_map(move |slice| {
+        let woken = slice.ok().and_then(|s| {
+            let rollout = s.metadata.labels.as_ref()?.get(crate::api::ROLLOUT_LABEL)?;
+            let r = ObjectRef::<K>::new(rollout).within(s.metadata.namespace.as_deref()?);
+            ours.get(&r).is_some().then_some(r)
+        });
+        std::future::ready(woken)
+    })
+    .boxed();
+    if !routes_served {
+        return slices;
+    }
+    let routes = watcher(
+        Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &http_route_resource()),
+        kube::runtime::watcher::Config::default(),
+    )
+    .backoff(crate::watch::backoff::watch_backoff())
+    .touched_objects()
+    .flat_map(move |route| {
+        let woken: Vec<ObjectRef<K>> = match route {
+            Ok(route) => {
+                let (ns, name) = (route.metadata.namespace, route.metadata.name);
+                store
+                    .state()
+                    .iter()
+                    .filter(|k| k.meta().namespace == ns)
+                    .filter(|k| {
+                        routing(k).is_some_and(|r| {
+                            r.gateway_api
+                                .http_routes
+                                .iter()
+                                .any(|n| Some(n) == name.as_ref())
+                        })
+                    })
+                    .map(|k| ObjectRef::from_obj(k.as_ref()))
+                    .collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        futures::stream::iter(woken)
+    });
+    futures::stream::select(slices, routes).boxed()
+}

@@ -1,0 +1,705 @@
+//! A real gateway and real "pods" for the traffic tests. Traefik (built from its Go module by
+//! `tests/gateway/build.sh`, cached) runs its Kubernetes Gateway provider against the local
+//! control plane and routes requests by the HTTPRoutes linnet weighs. kwok's pods get
+//! addresses in 10.244.0.0/16, which `tests/deps.sh` routes to this machine, and
+//! [`PodServers`] listens on each pod's address and answers with the pod's image, as the
+//! pod's container would: `500` for an image whose tag contains `bad`.
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::agent::free_port;
+
+/// The directory with `traefik` and the Gateway API CRDs (`crds/`), built on first use.
+pub fn gateway_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new(root.join("tests/gateway/build.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("tests/gateway/build.sh runs (it needs Go)");
+        assert!(out.status.success(), "tests/gateway/build.sh failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        PathBuf::from(text.lines().last().unwrap_or_default())
+    })
+    .clone()
+}
+
+fn resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind),
+        plural,
+    )
+}
+
+/// Installs the Gateway API CRDs (idempotent).
+pub async fn install_gateway_api() {
+    let crds = gateway_dir().join("crds");
+    let out = Command::new(super::tools_bin().join("kubectl"))
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .arg(&crds)
+        .env("KUBECONFIG", super::admin_kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply the Gateway API CRDs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A GatewayClass of Traefik's for one test: each Traefik selects only its own by label, so
+/// two tests' gateways never write the same class's status.
+async fn create_class(admin: &Client, name: &str) {
+    let classes =
+        Api::<DynamicObject>::all_with(admin.clone(), &resource("GatewayClass", "gatewayclasses"));
+    let class = json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GatewayClass",
+        "metadata": {"name": name, "labels": {"linnet.dev/gateway": name}},
+        "spec": {"controllerName": "traefik.io/gateway-controller"},
+    });
+    // The CRDs may take a moment to be served after they are created.
+    super::eventually(
+        "the GatewayClass to be created",
+        Duration::from_secs(30),
+        || async {
+            classes
+                .patch(
+                    name,
+                    &PatchParams::apply("linnet-tests").force(),
+                    &Patch::Apply(&class),
+                )
+                .await
+                .ok()
+        },
+    )
+    .await;
+}
+
+/// Traefik, serving the Gateway `gw` of one namespace on its own port.
+pub struct Gateway {
+    child: Child,
+    pub port: u16,
+    pub metrics_port: u16,
+    /// Traefik's own API (`/api/rawdata`: the configuration it runs), for failure messages.
+    pub api_port: u16,
+    pub log: PathBuf,
+    /// The test's own GatewayClass, deleted with the gateway.
+    class: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    pub async fn start(admin: &Client, ns: &str) -> Gateway {
+        install_gateway_api().await;
+        let class = format!("traefik-{ns}");
+        create_class(admin, &class).await;
+        let (port, metrics_port, api_port) = (free_port(), free_port(), free_port());
+        let gateways = Api::<DynamicObject>::namespaced_with(
+            admin.clone(),
+            ns,
+            &resource("Gateway", "gateways"),
+        );
+        let gw = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": ns},
+            "spec": {
+                "gatewayClassName": class,
+                "listeners": [{"name": "web", "port": port, "protocol": "HTTP",
+                    "allowedRoutes": {"namespaces": {"from": "Same"}}}],
+            },
+        });
+        gateways
+            .patch(
+                "gw",
+                &PatchParams::apply("linnet-tests").force(),
+                &Patch::Apply(&gw),
+            )
+            .await
+            .unwrap();
+        // Not in a directory the agent follows: Traefik writes its log all the time.
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::env::var_os("LINNET_TRAEFIK_LOG_DIR").map_or_else(
+            || dir.path().join("traefik.log"),
+            |d| PathBuf::from(d).join(format!("traefik-{ns}.log")),
+        );
+        let child = Command::new(gateway_dir().join("traefik"))
+            .args([
+                format!("--entryPoints.web.address=127.0.0.1:{port}"),
+                format!("--entryPoints.metrics.address=127.0.0.1:{metrics_port}"),
+                format!("--entryPoints.traefik.address=127.0.0.1:{api_port}"),
+                "--api.insecure=true".into(),
+                "--metrics.prometheus=true".into(),
+                "--metrics.prometheus.entryPoint=metrics".into(),
+                "--metrics.prometheus.addServicesLabels=true".into(),
+                "--providers.kubernetesgateway=true".into(),
+                format!("--providers.kubernetesgateway.labelselector=linnet.dev/gateway={class}"),
+                "--providers.kubernetesgateway.throttleDuration=1s".into(),
+                "--global.checkNewVersion=false".into(),
+                "--global.sendAnonymousUsage=false".into(),
+                "--log.level=INFO".into(),
+                "--log.noColor=true".into(),
+            ])
+            .env("KUBECONFIG", super::admin_kubeconfig())
+            // Traefik logs to stdout.
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(log.with_extension("stderr")).unwrap())
+            .spawn()
+            .unwrap();
+        let g = Gateway {
+            child,
+            port,
+            metrics_port,
+            api_port,
+            log,
+            class,
+            _dir: dir,
+        };
+        super::eventually(
+            "the Gateway to be Programmed",
+            Duration::from_secs(60),
+            || async {
+                let gw = gateways.get("gw").await.ok()?;
+                let conditions = gw.data.pointer("/status/conditions")?.as_array()?.clone();
+                conditions
+                    .iter()
+                    .any(|c| c["type"] == "Programmed" && c["status"] == "True")
+                    .then_some(())
+            },
+        )
+        .await;
+        g
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    /// A handle on Traefik's API alone (for a task that outlives a borrow of the gateway).
+    fn probe(api_port: u16) -> Probe {
+        Probe { api_port }
+    }
+
+    /// The HTTP services and routers Traefik runs now, as JSON text.
+    pub async fn rawdata(&self) -> String {
+        Self::probe(self.api_port).rawdata().await
+    }
+
+    /// The weights Traefik runs for the HTTPRoute `route`'s rules, by rule.
+    pub async fn running_weights(&self, ns: &str, route: &str) -> Vec<Vec<i64>> {
+        Self::probe(self.api_port).running_weights(ns, route).await
+    }
+
+    /// Whether Traefik's servers for Service `svc` are its ready endpoints.
+    pub async fn runs_endpoints_of(&self, admin: &Client, ns: &str, svc: &str) -> bool {
+        Self::probe(self.api_port).running_servers(ns, svc).await
+            == ready_addresses(admin, ns, svc).await
+    }
+
+    /// Where Traefik serves its Prometheus metrics (`/metrics`).
+    pub fn metrics_url(&self) -> String {
+        format!("127.0.0.1:{}", self.metrics_port)
+    }
+}
+
+/// Traefik's API port, to read what it runs.
+struct Probe {
+    api_port: u16,
+}
+
+impl Probe {
+    /// The weights Traefik runs for the HTTPRoute `route`'s rules, by rule: what the
+    /// gateway does now, as opposed to what the route says.
+    async fn running_weights(&self, ns: &str, route: &str) -> Vec<Vec<i64>> {
+        let raw: Value = serde_json::from_str(&self.rawdata().await).unwrap_or_default();
+        let prefix = format!("httproute-{ns}-{route}-");
+        let mut rules: Vec<(String, Vec<i64>)> = raw["services"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| name.starts_with(&prefix) && name.contains("-wrr"))
+            .map(|(name, s)| {
+                let weights = s["weighted"]["services"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|w| w["weight"].as_i64().unwrap_or(1))
+                    .collect();
+                (name.clone(), weights)
+            })
+            .collect();
+        rules.sort();
+        rules.into_iter().map(|(_, w)| w).collect()
+    }
+
+    /// The server addresses Traefik runs for Service `svc`.
+    async fn running_servers(&self, ns: &str, svc: &str) -> std::collections::BTreeSet<String> {
+        let raw: Value = serde_json::from_str(&self.rawdata().await).unwrap_or_default();
+        let name = format!("{ns}-{svc}-http-");
+        raw["services"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(n, _)| n.starts_with(&name))
+            .flat_map(|(_, s)| {
+                s["loadBalancer"]["servers"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|s| {
+                s["url"].as_str().map(|u| {
+                    u.trim_start_matches("http://")
+                        .split(':')
+                        .next()
+                        .unwrap_or("")
+                        .to_string()
+                })
+            })
+            .collect()
+    }
+
+    async fn rawdata(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/api/rawdata", self.api_port);
+        match super::http().get(url).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => format!("no rawdata: {e}"),
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The class is cluster-wide: delete it from a thread with a runtime of its own (the
+        // test's may be busy dropping us).
+        let class = self.class.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let client = super::admin_client().await;
+                let classes = Api::<DynamicObject>::all_with(
+                    client,
+                    &resource("GatewayClass", "gatewayclasses"),
+                );
+                let _ = classes.delete(&class, &Default::default()).await;
+            });
+        })
+        .join();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(400).collect();
+            eprintln!("--- traefik log (last 40 lines) ---");
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// An HTTPRoute `name` on Gateway `gw` that sends every request to Service `backend`.
+pub fn http_route(ns: &str, name: &str, backend: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "rules": [{"backendRefs": [{"name": backend, "port": port}]}],
+        },
+    })
+}
+
+/// The HTTPRoute API of a namespace.
+pub fn routes(admin: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(admin.clone(), ns, &resource("HTTPRoute", "httproutes"))
+}
+
+/// Which pod (namespace/name) has each address, and the image it answers with.
+type Addresses = Arc<Mutex<HashMap<IpAddr, (String, String)>>>;
+
+/// A server on the address of every pod of the cluster, on `port`, answering with the pod's
+/// image. Addresses are the cluster's (kwok reuses a deleted pod's), so one set serves every
+/// test of a process; it runs on a thread of its own so that a busy test runtime never
+/// delays an answer.
+pub struct PodServers {
+    addresses: Addresses,
+}
+
+impl PodServers {
+    pub fn start(port: u16) -> &'static PodServers {
+        static SERVERS: std::sync::OnceLock<PodServers> = std::sync::OnceLock::new();
+        SERVERS.get_or_init(|| {
+            let addresses: Addresses = Arc::default();
+            let watched = addresses.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(serve_pods(port, watched));
+            });
+            PodServers { addresses }
+        })
+    }
+
+    /// The images the pods of namespace `ns` answer with, by address.
+    pub fn images(&self, ns: &str) -> BTreeMap<String, String> {
+        self.addresses
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, (pod, _))| pod.starts_with(&format!("{ns}/")))
+            .map(|(ip, (_, image))| (ip.to_string(), image.clone()))
+            .collect()
+    }
+}
+
+async fn serve_pods(port: u16, addresses: Addresses) {
+    let client = super::admin_client().await;
+    let pods = Api::<Pod>::all(client);
+    let mut listening: HashSet<IpAddr> = HashSet::new();
+    let mut events = watcher(pods, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let Ok(event) = event else { continue };
+        let (pod, gone) = match event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+            watcher::Event::Delete(p) => (p, true),
+            _ => continue,
+        };
+        let name = format!(
+            "{}/{}",
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.metadata.name.clone().unwrap_or_default()
+        );
+        let Some(ip) = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+        else {
+            continue;
+        };
+        let image = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        {
+            let mut a = addresses.lock().unwrap();
+            if gone {
+                // Only if the address is still this pod's (kwok reuses addresses).
+                if a.get(&ip).is_some_and(|(n, _)| *n == name) {
+                    a.remove(&ip);
+                }
+            } else {
+                a.insert(ip, (name, image));
+            }
+        }
+        if !gone && listening.insert(ip) {
+            let listener = match tokio::net::TcpListener::bind((ip, port)).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!(
+                        "cannot listen on pod address {ip}:{port} (is 10.244.0.0/16 routed to lo? run tests/deps.sh): {e}"
+                    );
+                    continue;
+                }
+            };
+            let app = axum::Router::new()
+                .fallback(answer)
+                .with_state((ip, addresses.clone()));
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+        }
+    }
+}
+
+async fn answer(
+    axum::extract::State((ip, addresses)): axum::extract::State<(IpAddr, Addresses)>,
+) -> (axum::http::StatusCode, String) {
+    let image = addresses.lock().unwrap().get(&ip).map(|(_, i)| i.clone());
+    match image {
+        // No pod has this address any more: as a connection refused would, through a gateway.
+        None => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("no pod at {ip}"),
+        ),
+        Some(i) if i.rsplit(':').next().is_some_and(|t| t.contains("bad")) => {
+            (axum::http::StatusCode::INTERNAL_SERVER_ERROR, i)
+        }
+        Some(i) => (axum::http::StatusCode::OK, i),
+    }
+}
+
+/// What a batch of requests got: answers by body (the image), and failures by status.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    pub ok: BTreeMap<String, usize>,
+    pub failed: BTreeMap<String, usize>,
+}
+
+impl Tally {
+    pub fn count(&self, image: &str) -> usize {
+        self.ok.get(image).copied().unwrap_or(0)
+    }
+
+    pub fn total_ok(&self) -> usize {
+        self.ok.values().sum()
+    }
+
+    pub fn total_failed(&self) -> usize {
+        self.failed.values().sum()
+    }
+
+    fn add(&mut self, outcome: Result<(u16, String), String>) {
+        match outcome {
+            Ok((200, body)) => *self.ok.entry(body).or_default() += 1,
+            Ok((code, body)) => *self.failed.entry(format!("{code} {body}")).or_default() += 1,
+            Err(e) => *self.failed.entry(e).or_default() += 1,
+        }
+    }
+}
+
+async fn request(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String), String> {
+    let mut req = client.get(url).timeout(Duration::from_secs(10));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| format!("request failed: {e}"))?;
+    let code = resp.status().as_u16();
+    let body = resp.text().await.map_err(|e| format!("body failed: {e}"))?;
+    Ok((code, body.trim().to_string()))
+}
+
+/// Sends `n` requests, 8 at a time, with `headers`.
+pub async fn send(url: &str, n: usize, headers: &[(&str, &str)]) -> Tally {
+    let client = super::http();
+    let outcomes: Vec<_> = futures::stream::iter(0..n)
+        .map(|_| request(&client, url, headers))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let mut t = Tally::default();
+    for o in outcomes {
+        t.add(o);
+    }
+    t
+}
+
+/// Requests sent without a pause, 4 at a time, on a thread of their own, until stopped.
+pub struct Load {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<std::thread::JoinHandle<Tally>>,
+}
+
+impl Load {
+    pub fn start(url: &str) -> Load {
+        let url = url.to_string();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let client = super::http();
+                let mut tally = Tally::default();
+                loop {
+                    let batch =
+                        futures::future::join_all((0..4).map(|_| request(&client, &url, &[])))
+                            .await;
+                    for o in batch {
+                        tally.add(o);
+                    }
+                    if stopped.try_recv().is_ok() {
+                        return tally;
+                    }
+                }
+            })
+        });
+        Load {
+            stop: Some(stop),
+            done: Some(done),
+        }
+    }
+
+    pub fn stop(mut self) -> Tally {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.done.take().unwrap().join().unwrap()
+    }
+}
+
+/// Whether `count` of `n` requests is what weight `percent` gives, within 5 standard
+/// deviations of the binomial (a false alarm once in about 3.5 million runs).
+pub fn within_binomial(count: usize, n: usize, percent: i32) -> bool {
+    let p = f64::from(percent) / 100.0;
+    let expected = n as f64 * p;
+    let sd = (n as f64 * p * (1.0 - p)).sqrt().max(1.0);
+    (count as f64 - expected).abs() <= 5.0 * sd
+}
+
+/// The weights of `rules` (an HTTPRoute's), by rule, as Traefik would run them.
+pub fn route_weights(rules: &Value) -> Vec<Vec<i64>> {
+    rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            r["backendRefs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| b["weight"].as_i64().unwrap_or(1))
+                .collect()
+        })
+        .collect()
+}
+
+/// The ready addresses of Service `svc`'s EndpointSlices.
+async fn ready_addresses(
+    admin: &Client,
+    ns: &str,
+    svc: &str,
+) -> std::collections::BTreeSet<String> {
+    let slices =
+        Api::<k8s_openapi::api::discovery::v1::EndpointSlice>::namespaced(admin.clone(), ns)
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(&format!("kubernetes.io/service-name={svc}")),
+            )
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+    slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.clone())
+        .collect()
+}
+
+/// Keeps Traefik's running configuration in step with an HTTPRoute. Traefik 3.6.12's Gateway
+/// provider was seen to keep the configuration from before a burst of changes (a canary
+/// start: a set scaled down, another scaled up and the route reweighed within half a second)
+/// until some later event of its watches, also with a pod gone from a Service's endpoints for
+/// seconds (its provider ignores an EndpointSlice update that changes only an endpoint's
+/// conditions); any change of the route made it current. Whenever the running weights differ
+/// from the route's, or the servers of one of `services` from its ready endpoints, for 2 s,
+/// this touches an annotation of the route (never its rules) and counts it, so a test can say
+/// how often the gateway needed it.
+pub struct Converger {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<usize>>,
+}
+
+impl Converger {
+    pub fn start(
+        gateway: &Gateway,
+        admin: &Client,
+        ns: &str,
+        route: &str,
+        services: &[&str],
+    ) -> Converger {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let api = routes(admin, ns);
+        let admin = admin.clone();
+        let services: Vec<String> = services.iter().map(|s| s.to_string()).collect();
+        let (ns, route) = (ns.to_string(), route.to_string());
+        let api_port = gateway.api_port;
+        let done = tokio::spawn(async move {
+            let probe = Gateway::probe(api_port);
+            let mut nudges = 0;
+            let mut differs_since: Option<std::time::Instant> = None;
+            loop {
+                if stopped.try_recv().is_ok() {
+                    return nudges;
+                }
+                if let Ok(r) = api.get(&route).await {
+                    let want = route_weights(r.data.pointer("/spec/rules").unwrap_or(&Value::Null));
+                    let mut have = probe.running_weights(&ns, &route).await;
+                    let mut want_sorted = want.clone();
+                    want_sorted.sort();
+                    have.sort();
+                    let mut same = want_sorted == have;
+                    for svc in &services {
+                        if probe.running_servers(&ns, svc).await
+                            != ready_addresses(&admin, &ns, svc).await
+                        {
+                            same = false;
+                        }
+                    }
+                    if same {
+                        differs_since = None;
+                    } else if differs_since.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+                        nudges += 1;
+                        eprintln!(
+                            "gateway: Traefik's configuration for route {ns}/{route} is 2 s behind the cluster (weights {have:?}, the route's {want:?}); touching the route (nudge {nudges})"
+                        );
+                        let _ = api
+                            .patch(
+                                &route,
+                                &PatchParams::default(),
+                                &Patch::Merge(json!({"metadata": {"annotations": {"linnet.dev/test-nudge": nudges.to_string()}}})),
+                            )
+                            .await;
+                        differs_since = None;
+                    } else if differs_since.is_none() {
+                        differs_since = Some(std::time::Instant::now());
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Converger {
+            stop: Some(stop),
+            done: Some(done),
+        }
+    }
+
+    /// Stops, and says how many times the route was touched.
+    pub async fn stop(mut self) -> usize {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.done.take().unwrap().await.unwrap_or(0)
+    }
+}

@@ -1,0 +1,357 @@
+//! Traffic shifting through the Gateway API, with real requests through a real gateway
+//! (Traefik, run against the local control plane) to servers on each pod's address. The
+//! split each weight gives is checked against the binomial, header routes exactly, and
+//! promotion and rollback under steady load lose no request.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use linnet::api::{
+    CanaryDeployment, CanaryStatefulSet, DeploymentPhase, PROMOTE_ANNOTATION, StatefulSetPhase,
+};
+use serde_json::{Value, json};
+use support::gateway::{
+    Converger, Gateway, Load, PodServers, http_route, routes, send, within_binomial,
+};
+use support::rollout::{Fixture, merge};
+
+const PORT: u16 = 8080;
+
+fn shop(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "replicas": 4,
+            "canaryReplicas": 1,
+            "image": "shop:v1",
+            "progressDeadlineSeconds": 120,
+            "trafficRouting": {
+                "gatewayAPI": {"httpRoutes": ["shop"], "port": PORT},
+                "weights": [20],
+                "headerRoute": {"headers": [{"name": "x-canary", "value": "always"}]},
+                "settleSeconds": 5,
+            },
+            "template": {
+                "serviceName": "shop",
+                "selector": {"matchLabels": {"app": "shop"}},
+                "template": {
+                    "metadata": {"labels": {"app": "shop"}},
+                    "spec": {"containers": [{"name": "shop", "image": "shop:v1",
+                        "ports": [{"containerPort": PORT}]}]}
+                }
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
+fn web(ns: &str) -> Value {
+    json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryDeployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 4,
+            "image": "web:v1",
+            "strategy": {"type": "Batches"},
+            "batches": 2,
+            "pause": "First",
+            "currentBatch": 1,
+            "progressDeadlineSeconds": 120,
+            "trafficRouting": {
+                "gatewayAPI": {"httpRoutes": ["web"], "port": PORT},
+                "weights": [30, 100],
+                "headerRoute": {"headers": [{"name": "x-canary", "value": "always"}]},
+                "settleSeconds": 5,
+            },
+            "template": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "web:v1",
+                        "ports": [{"containerPort": PORT}]}]}
+                }
+            }
+        }
+    })
+}
+
+/// A gateway and pod servers for the fixture's namespace, and the route `name` in Git.
+async fn serve(f: &Fixture, name: &str) -> (Gateway, &'static PodServers) {
+    let gateway = Gateway::start(&f.admin, &f.ns.name).await;
+    let pods = PodServers::start(PORT);
+    f.write_file(
+        "route.yaml",
+        &[http_route(
+            &f.ns.name,
+            name,
+            &format!("{name}-stable"),
+            PORT,
+        )],
+    );
+    (gateway, pods)
+}
+
+/// Waits until every one of a few requests through the gateway is answered by `image`.
+async fn wait_serving(gateway: &Gateway, image: &str) {
+    support::eventually(
+        &format!("the gateway to serve {image}"),
+        Duration::from_secs(60),
+        || async {
+            let t = send(&gateway.url(), 20, &[]).await;
+            (t.count(image) == 20).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until Traefik runs `weights` (by rule, in any order) for the route, and for each of
+/// its two Services the ready endpoints as servers.
+async fn wait_running(gateway: &Gateway, f: &Fixture, route: &str, weights: &[Vec<i64>]) {
+    let mut want = weights.to_vec();
+    want.sort();
+    let services = [format!("{route}-stable"), format!("{route}-canary")];
+    support::eventually(
+        &format!(
+            "the gateway to run weights {weights:?} for route {route}, and the Services' endpoints"
+        ),
+        Duration::from_secs(30),
+        || async {
+            let mut have = gateway.running_weights(&f.ns.name, route).await;
+            have.sort();
+            let mut same = have == want;
+            for svc in &services {
+                same &= gateway.runs_endpoints_of(&f.admin, &f.ns.name, svc).await;
+            }
+            same.then_some(())
+        },
+    )
+    .await;
+}
+
+fn weight_of_sts(r: &CanaryStatefulSet) -> Option<i32> {
+    r.status.as_ref().and_then(|s| s.canary_weight)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_without_a_failed_request()
+{
+    let mut f = Fixture::start("traffic-sts", |ns| shop(ns, json!({}))).await;
+    let (gateway, _pods) = serve(&f, "shop").await;
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "shop",
+        &["shop-stable", "shop-canary"],
+    );
+    f.wait_for("Stable at weight 0", 120, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::Stable)
+            && weight_of_sts(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, "shop:v1").await;
+
+    f.patch_spec(json!({"image": "shop:v2"}));
+    f.wait_for("CanaryActive at weight 20", 120, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::CanaryActive)
+            && weight_of_sts(r) == Some(20)
+    })
+    .await;
+    wait_running(&gateway, &f, "shop", &[vec![1], vec![80, 20]]).await;
+    let n = 2000;
+    let t = send(&gateway.url(), n, &[]).await;
+    assert_eq!(t.total_failed(), 0, "{t:?}");
+    assert_eq!(t.total_ok(), n, "{t:?}");
+    let canary = t.count("shop:v2");
+    assert!(
+        within_binomial(canary, n, 20),
+        "{canary} of {n} requests reached the canary at weight 20: {t:?}\n{}\nagain: {:?}\ntraefik: {}",
+        debug_state(&f, "shop").await,
+        send(&gateway.url(), n, &[]).await,
+        gateway.rawdata().await
+    );
+    // 1 canary pod of 4 would have taken about 25 % without traffic routing; the weight is
+    // the route's, not the pods'.
+    let header = send(&gateway.url(), 200, &[("x-canary", "always")]).await;
+    assert_eq!(header.count("shop:v2"), 200, "header route: {header:?}");
+
+    // A route edited by hand is put back.
+    let api = routes(&f.admin, &f.ns.name);
+    api.patch(
+        "shop",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"rules": [{"backendRefs": [{"name": "shop-stable", "port": PORT}]}]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    support::eventually(
+        "the route's weights to be put back",
+        Duration::from_secs(30),
+        || async {
+            let route = api.get("shop").await.ok()?;
+            let rules = route.data.pointer("/spec/rules")?.as_array()?.clone();
+            rules
+                .iter()
+                .any(|r| {
+                    r["backendRefs"]
+                        .as_array()
+                        .is_some_and(|b| b.len() == 2 && b[1]["weight"] == 20)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Promotion under steady load: all traffic to the canary before a stable pod restarts,
+    // back to the (updated) stable pods before the canary stops.
+    let load = Load::start(&gateway.url());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.annotate(PROMOTE_ANNOTATION, "true");
+    f.wait_for(
+        "Stable on shop:v2 at weight 0",
+        180,
+        |r: &CanaryStatefulSet| {
+            let s = r.status.clone().unwrap_or_default();
+            s.phase == Some(StatefulSetPhase::Stable)
+                && s.stable_image.as_deref() == Some("shop:v2")
+                && s.canary_weight == Some(0)
+        },
+    )
+    .await;
+    wait_serving(&gateway, "shop:v2").await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed during promotion: {during:?}"
+    );
+    assert!(during.total_ok() > 100, "the load ran: {during:?}");
+    let after = send(&gateway.url(), 300, &[]).await;
+    assert_eq!(after.count("shop:v2"), 300, "{after:?}");
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}
+
+fn weight_of_deploy(r: &CanaryDeployment) -> Option<i32> {
+    r.status.as_ref().and_then(|s| s.canary_weight)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first() {
+    let mut f = Fixture::start("traffic-deploy", web).await;
+    let (gateway, _pods) = serve(&f, "web").await;
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "web",
+        &["web-stable", "web-canary"],
+    );
+    f.wait_for("Completed at weight 0", 120, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, "web:v1").await;
+
+    f.patch_spec(json!({"image": "web:v2"}));
+    f.wait_for(
+        "Paused after batch 1 at weight 30",
+        120,
+        |r: &CanaryDeployment| {
+            r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Paused)
+                && weight_of_deploy(r) == Some(30)
+        },
+    )
+    .await;
+    wait_running(&gateway, &f, "web", &[vec![1], vec![70, 30]]).await;
+    let n = 2000;
+    let t = send(&gateway.url(), n, &[]).await;
+    assert_eq!(t.total_failed(), 0, "{t:?}");
+    let canary = t.count("web:v2");
+    assert!(
+        within_binomial(canary, n, 30),
+        "{canary} of {n} requests reached the new version at weight 30: {t:?}"
+    );
+    let header = send(&gateway.url(), 200, &[("x-canary", "always")]).await;
+    assert_eq!(header.count("web:v2"), 200, "header route: {header:?}");
+
+    // Abort under steady load: traffic back to the old version before a new pod stops.
+    let load = Load::start(&gateway.url());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, "web:v1").await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed during the rollback: {during:?}"
+    );
+    assert!(
+        during.count("web:v2") > 0,
+        "the load saw the canary before the abort: {during:?}"
+    );
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}
+
+/// The route and the EndpointSlices, for a failure's message.
+async fn debug_state(f: &Fixture, route: &str) -> String {
+    let r = routes(&f.admin, &f.ns.name).get(route).await.unwrap();
+    let slices = f
+        .api::<k8s_openapi::api::discovery::v1::EndpointSlice>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let slices: Vec<String> = slices
+        .items
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {:?}",
+                s.metadata.name.clone().unwrap_or_default(),
+                s.endpoints
+                    .iter()
+                    .flatten()
+                    .map(|e| (
+                        e.addresses.clone(),
+                        e.conditions.as_ref().and_then(|c| c.ready)
+                    ))
+                    .collect::<Vec<_>>()
+            )
+        })
+        .collect();
+    let mut direct = Vec::new();
+    for ip in slices.iter().flat_map(|s| {
+        s.split('"')
+            .filter(|p| p.starts_with("10.244"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    }) {
+        let body = match support::http()
+            .get(format!("http://{ip}:{PORT}/"))
+            .send()
+            .await
+        {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => e.to_string(),
+        };
+        direct.push(format!("{ip} -> {body}"));
+    }
+    format!(
+        "route: {}\nslices: {slices:#?}\ndirect: {direct:?}",
+        serde_json::to_string(&r.data).unwrap()
+    )
+}

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use support::gateway::{
     Converger, Gateway, Load, PodServers, http_route, routes, send, within_binomial,
 };
+use support::prometheus::Prometheus;
 use support::rollout::{Fixture, merge};
 
 const PORT: u16 = 8080;
@@ -52,7 +53,11 @@ fn shop(ns: &str, patch: Value) -> Value {
 }
 
 fn web(ns: &str) -> Value {
-    json!({
+    web_with(ns, json!({}))
+}
+
+fn web_with(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
         "apiVersion": "rollouts.linnet.dev/v1alpha1",
         "kind": "CanaryDeployment",
         "metadata": {"name": "web", "namespace": ns},
@@ -79,7 +84,9 @@ fn web(ns: &str) -> Value {
                 }
             }
         }
-    })
+    });
+    merge(&mut spec["spec"], patch);
+    spec
 }
 
 /// A gateway and pod servers for the fixture's namespace, and the route `name` in Git.
@@ -354,4 +361,89 @@ async fn debug_state(f: &Fixture, route: &str) -> String {
         "route: {}\nslices: {slices:#?}\ndirect: {direct:?}",
         serde_json::to_string(&r.data).unwrap()
     )
+}
+
+/// The share of the canary Service's requests that the gateway answered with a 5xx, over
+/// the last 5 s, from Traefik's own metrics (0 while it gets none).
+fn gateway_errors(ns: &str) -> Value {
+    let canary = r#"service=~".*-web-canary-http-.*""#;
+    json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "AnalysisTemplate",
+        "metadata": {"name": "gateway-errors", "namespace": ns},
+        "spec": {
+            "args": [{"name": "prometheus"}],
+            "metrics": [{
+                "name": "canary-5xx",
+                "interval": "2s",
+                "initialDelay": "2s",
+                "successCondition": "result < 0.05",
+                "failureLimit": 1,
+                "provider": {"prometheus": {
+                    "address": "{{ args.prometheus }}",
+                    "query": format!(
+                        "(sum(rate(traefik_service_requests_total{{{canary},code=~\"5..\"}}[5s])) or vector(0)) \
+                         / (sum(rate(traefik_service_requests_total{{{canary}}}[5s])) > 0 or vector(1))"
+                    ),
+                    "timeout": "2s"
+                }}
+            }]
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_answering_500s_to_its_share_is_rolled_back_by_the_gateways_metrics_traffic_first()
+{
+    let mut f = Fixture::start("traffic-analysis", web).await;
+    let (gateway, _pods) = serve(&f, "web").await;
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "web",
+        &["web-stable", "web-canary"],
+    );
+    let prometheus = Prometheus::scraping(&gateway.metrics_url()).await;
+    f.write_file("templates.yaml", &[gateway_errors(&f.ns.name)]);
+    f.wait_for("Completed on web:v1", 120, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, "web:v1").await;
+
+    let load = Load::start(&gateway.url());
+    f.patch_spec(json!({
+        "image": "web:bad",
+        "analysis": {
+            "args": [{"name": "prometheus", "value": prometheus.address()}],
+            "background": {"templates": [{"templateName": "gateway-errors"}]},
+        },
+    }));
+    let done = f
+        .wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
+            r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+                && weight_of_deploy(r) == Some(0)
+        })
+        .await;
+    wait_serving(&gateway, "web:v1").await;
+    let during = load.stop();
+    let status = done.status.unwrap();
+    let message = status.message.clone().unwrap_or_default();
+    assert!(message.contains("canary-5xx"), "{message}");
+    // The canary's 500s are what the analysis saw; nothing else failed: no request reached a
+    // pod that was gone, before, during or after the rollback.
+    let failed: Vec<&String> = during.failed.keys().collect();
+    assert!(
+        during.failed.keys().all(|k| k == "500 web:bad"),
+        "only the bad canary's own answers failed: {failed:?}"
+    );
+    assert!(
+        during.total_failed() > 0,
+        "the canary got its share: {during:?}"
+    );
+    let after = send(&gateway.url(), 300, &[]).await;
+    assert_eq!(after.count("web:v1"), 300, "{after:?}");
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }

@@ -23,7 +23,7 @@ pub fn render(rollouts: &[RolloutObject], columns: ListColumns, now: jiff::Times
     }
     header.extend(["NAME", "PHASE", "READY", "IMAGES", "AGE"]);
     if columns.wide {
-        header.extend(["STEP", "SOURCE", "MESSAGE"]);
+        header.extend(["STEP", "WEIGHT", "SOURCE", "MESSAGE"]);
     }
     let mut table = Table::new(&header);
     let mut rows: Vec<Vec<String>> = rollouts
@@ -67,6 +67,7 @@ fn line<R: RolloutView>(r: &R, columns: ListColumns, now: jiff::Timestamp) -> Ve
             (None, None) => "-".into(),
         };
         cells.push(step);
+        cells.push(r.canary_weight().map_or("-".into(), |w| format!("{w}%")));
         cells.push(
             meta.annotations
                 .as_ref()
@@ -145,13 +146,13 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("NAMESPACE  NAME"), "{text}");
         assert!(
-            lines[0].ends_with("STEP    SOURCE           MESSAGE"),
+            lines[0].ends_with("STEP    WEIGHT  SOURCE           MESSAGE"),
             "{text}"
         );
         assert!(lines[1].starts_with("a-team     cdeploy/web"), "{text}");
         assert!(lines[1].contains("(not from Git)"), "{text}");
         assert!(
-            lines[2].ends_with("step 1  apps/redis.yaml  waiting for promotion"),
+            lines[2].ends_with("step 1  -       apps/redis.yaml  waiting for promotion"),
             "{text}"
         );
     }

@@ -254,6 +254,9 @@ fn summary<'a, R: RolloutView>(
         ("Message", r.message().unwrap_or("-").to_string()),
         ("Images", images(r.stable_image(), r.canary_image())),
     ];
+    if let Some(traffic) = r.traffic() {
+        lines.push(("Traffic", traffic));
+    }
     lines.extend(middle);
     lines.push(("Conditions", conditions(r.conditions())));
     lines.push((

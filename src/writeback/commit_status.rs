@@ -104,6 +104,13 @@ fn wanted_on(
     })
 }
 
+/// `, 20% of requests` while traffic routing gives the canary a share (nothing without).
+fn traffic_note<R: RolloutView>(o: &R) -> String {
+    o.canary_weight()
+        .map(|w| format!(", {w}% of requests"))
+        .unwrap_or_default()
+}
+
 /// What a CanaryStatefulSet shows on its commit; `None` where it posts nothing new (a
 /// promotion under way keeps the status it had until it is done).
 pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -> Option<Wanted> {
@@ -119,18 +126,22 @@ pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -
                 o.stable_image().unwrap_or("-")
             ),
         )),
-        StatefulSetPhase::ScalingDownStable | StatefulSetPhase::DeployingCanary => {
-            Some((State::Pending, format!("canary of {image} in progress")))
-        }
+        StatefulSetPhase::ScalingDownStable | StatefulSetPhase::DeployingCanary => Some((
+            State::Pending,
+            format!("canary of {image} in progress{}", traffic_note(o)),
+        )),
         StatefulSetPhase::CanaryActive => Some((
             State::Pending,
             match o.spec.promotion.type_ {
                 PromotionType::Manual => {
                     format!(
-                        "canary of {image} ready; waiting for promotion (merge the promote annotation)"
+                        "canary of {image} ready{}; waiting for promotion (merge the promote annotation)",
+                        traffic_note(o)
                     )
                 }
-                PromotionType::Auto => format!("canary of {image} ready; baking"),
+                PromotionType::Auto => {
+                    format!("canary of {image} ready{}; baking", traffic_note(o))
+                }
             },
         )),
         StatefulSetPhase::AwaitingMigration | StatefulSetPhase::MigratingData => Some((
@@ -164,15 +175,16 @@ pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> 
         DeploymentPhase::Progressing => Some((
             State::Pending,
             match s.batch.as_deref() {
-                Some(b) => format!("rolling out {image}: batch {b}"),
+                Some(b) => format!("rolling out {image}: batch {b}{}", traffic_note(o)),
                 None => format!("rolling out {image}"),
             },
         )),
         DeploymentPhase::Paused => Some((
             State::Pending,
             format!(
-                "batch {} of {image} done; waiting for approval (raise currentBatch)",
-                s.batch.as_deref().unwrap_or("-")
+                "batch {} of {image} done{}; waiting for approval (raise currentBatch)",
+                s.batch.as_deref().unwrap_or("-"),
+                traffic_note(o)
             ),
         )),
         DeploymentPhase::Completed => Some((

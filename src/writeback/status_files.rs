@@ -44,6 +44,9 @@ struct Document<'a> {
     step: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     batch: Option<&'a str>,
+    /// Percent of the routes' requests the canary gets (with traffic routing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    canary_weight: Option<i32>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     conditions: Vec<DocCondition<'a>>,
 }
@@ -153,6 +156,7 @@ pub fn status_file<R: RolloutView>(o: &R) -> Option<StatusFile> {
         },
         step: o.step(),
         batch: o.batch(),
+        canary_weight: o.canary_weight(),
         conditions: conditions(o.conditions()),
     };
     Some(render(&doc, summary))

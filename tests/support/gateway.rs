@@ -339,6 +339,9 @@ pub fn routes(admin: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(admin.clone(), ns, &resource("HTTPRoute", "httproutes"))
 }
 
+/// How long a deleted pod goes on answering (a preStop sleep's worth).
+const TERMINATION_GRACE: Duration = Duration::from_secs(3);
+
 /// Which pod (namespace/name) has each address, and the image it answers with.
 type Addresses = Arc<Mutex<HashMap<IpAddr, (String, String)>>>;
 
@@ -413,16 +416,20 @@ async fn serve_pods(port: u16, addresses: Addresses) {
             .and_then(|s| s.containers.first())
             .and_then(|c| c.image.clone())
             .unwrap_or_default();
-        {
-            let mut a = addresses.lock().unwrap();
-            if gone {
-                // Only if the address is still this pod's (kwok reuses addresses).
+        if gone {
+            // A pod that is deleted answers for TERMINATION_GRACE more, as one with a preStop
+            // sleep does under a kubelet (kwok stops pods at once): the gateway takes a moment
+            // to drop it. Only if the address is still this pod's (kwok reuses addresses).
+            let addresses = addresses.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(TERMINATION_GRACE).await;
+                let mut a = addresses.lock().unwrap();
                 if a.get(&ip).is_some_and(|(n, _)| *n == name) {
                     a.remove(&ip);
                 }
-            } else {
-                a.insert(ip, (name, image));
-            }
+            });
+        } else {
+            addresses.lock().unwrap().insert(ip, (name, image));
         }
         if !gone && listening.insert(ip) {
             let listener = match tokio::net::TcpListener::bind((ip, port)).await {
@@ -623,7 +630,7 @@ async fn ready_addresses(
 /// until some later event of its watches, also with a pod gone from a Service's endpoints for
 /// seconds (its provider ignores an EndpointSlice update that changes only an endpoint's
 /// conditions); any change of the route made it current. Whenever the running weights differ
-/// from the route's, or the servers of one of `services` from its ready endpoints, for 2 s,
+/// from the route's, or the servers of one of `services` from its ready endpoints, for 1 s,
 /// this touches an annotation of the route (never its rules) and counts it, so a test can say
 /// how often the gateway needed it.
 pub struct Converger {
@@ -669,10 +676,10 @@ impl Converger {
                     }
                     if same {
                         differs_since = None;
-                    } else if differs_since.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+                    } else if differs_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
                         nudges += 1;
                         eprintln!(
-                            "gateway: Traefik's configuration for route {ns}/{route} is 2 s behind the cluster (weights {have:?}, the route's {want:?}); touching the route (nudge {nudges})"
+                            "gateway: Traefik's configuration for route {ns}/{route} is 1 s behind the cluster (weights {have:?}, the route's {want:?}); touching the route (nudge {nudges})"
                         );
                         let _ = api
                             .patch(

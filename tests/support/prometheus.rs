@@ -130,13 +130,17 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub async fn start(exporter: &Exporter) -> Prometheus {
+        Prometheus::scraping(&format!("127.0.0.1:{}", exporter.port)).await
+    }
+
+    /// A Prometheus scraping `target` (`host:port`, path `/metrics`) every second.
+    pub async fn scraping(target: &str) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("prometheus.yml"),
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n- job_name: app\n  static_configs:\n  - targets: ['127.0.0.1:{}']\n",
-                exporter.port
+                 scrape_configs:\n- job_name: app\n  static_configs:\n  - targets: ['{target}']\n"
             ),
         )
         .unwrap();

@@ -42,6 +42,21 @@ pub trait RolloutView {
     /// What each image serves (`2 on redis:7.2, 1 on redis:7.4`): never an image that no
     /// replica serves, such as a rolled-back canary's.
     fn serving(&self) -> String;
+    /// Percent of the routes' requests the canary gets, with traffic routing.
+    fn canary_weight(&self) -> Option<i32>;
+    /// Whether the header route sends matching requests to the canary.
+    fn header_routed(&self) -> bool;
+    /// The traffic the routes give the canary, in words (`20% of requests to the canary,
+    /// and those the header route matches`), with traffic routing.
+    fn traffic(&self) -> Option<String> {
+        let weight = self.canary_weight()?;
+        let header = if self.header_routed() {
+            ", and those the header route matches"
+        } else {
+            ""
+        };
+        Some(format!("{weight}% of requests to the canary{header}"))
+    }
 
     /// The image a canary runs, or would: the canary's, else the spec's.
     fn rolling_out(&self) -> &str {
@@ -53,8 +68,9 @@ pub trait RolloutView {
             .batch()
             .map(|b| format!("batch {b}: "))
             .unwrap_or_default();
+        let traffic = self.traffic().map(|t| format!("; {t}")).unwrap_or_default();
         Some(format!(
-            "{}/{} {} ({batch}{}; {} ready)",
+            "{}/{} {} ({batch}{}{traffic}; {} ready)",
             self.meta().namespace.as_deref()?,
             self.meta().name.as_deref()?,
             self.phase_name()?,
@@ -99,6 +115,12 @@ macro_rules! same_in_both_kinds {
         }
         fn desired_replicas(&self) -> i32 {
             self.spec.replicas
+        }
+        fn canary_weight(&self) -> Option<i32> {
+            self.status.as_ref()?.canary_weight
+        }
+        fn header_routed(&self) -> bool {
+            self.status.as_ref().is_some_and(|s| s.header_routed)
         }
     };
 }

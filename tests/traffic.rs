@@ -447,3 +447,74 @@ async fn a_canary_answering_500s_to_its_share_is_rolled_back_by_the_gateways_met
     assert_eq!(after.count("web:v1"), 300, "{after:?}");
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_traffic_back_first() {
+    let mut f = Fixture::start("traffic-part", |ns| {
+        shop(
+            ns,
+            json!({
+                "strategy": {"type": "Partition"},
+                "canaryReplicas": 2,
+                "trafficRouting": {"weights": [50]},
+            }),
+        )
+    })
+    .await;
+    let (gateway, _pods) = serve(&f, "shop").await;
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "shop",
+        &["shop-stable", "shop-canary"],
+    );
+    f.wait_for("Stable at weight 0", 120, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::Stable)
+            && weight_of_sts(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, "shop:v1").await;
+
+    f.patch_spec(json!({"image": "shop:v2"}));
+    f.wait_for("CanaryActive at weight 50", 120, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::CanaryActive)
+            && weight_of_sts(r) == Some(50)
+    })
+    .await;
+    // The route is re-derived from status by a restarted agent: it stays at 50 %.
+    f.kill_agent();
+    f.start_agent().await;
+    wait_running(&gateway, &f, "shop", &[vec![1], vec![50, 50]]).await;
+    let n = 2000;
+    let t = send(&gateway.url(), n, &[]).await;
+    assert_eq!(t.total_failed(), 0, "{t:?}");
+    let canary = t.count("shop:v2");
+    assert!(
+        within_binomial(canary, n, 50),
+        "{canary} of {n} requests reached the canary (the two top ordinals, by revision) at weight 50: {t:?}"
+    );
+
+    let load = Load::start(&gateway.url());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::RolledBack)
+            && weight_of_sts(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, "shop:v1").await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed during the rollback: {during:?}\n{}\npods: {:?}",
+        debug_state(&f, "shop").await,
+        _pods.images(&f.ns.name)
+    );
+    assert!(
+        during.count("shop:v2") > 0,
+        "the load saw the canary before the abort: {during:?}"
+    );
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}

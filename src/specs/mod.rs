@@ -10,6 +10,7 @@ mod known;
 mod load;
 mod locate;
 pub mod policy;
+mod routes;
 mod schema;
 mod validate;
 
@@ -314,6 +315,7 @@ impl SpecSet {
             set.objects.remove(&key);
         }
         set.block_broken_analysis();
+        set.block_broken_routes();
         set.errors.sort();
         set
     }

@@ -342,7 +342,7 @@ pub fn routes(admin: &Client, ns: &str) -> Api<DynamicObject> {
 /// How long a deleted pod goes on answering (a preStop sleep's worth).
 const TERMINATION_GRACE: Duration = Duration::from_secs(3);
 
-/// Which pod (namespace/name) has each address, and the image it answers with.
+/// Which pod (namespace/name/uid) has each address, and the image it answers with.
 type Addresses = Arc<Mutex<HashMap<IpAddr, (String, String)>>>;
 
 /// A server on the address of every pod of the cluster, on `port`, answering with the pod's
@@ -397,10 +397,13 @@ async fn serve_pods(port: u16, addresses: Addresses) {
             watcher::Event::Delete(p) => (p, true),
             _ => continue,
         };
+        // By uid: a StatefulSet's pod comes back under the same name, perhaps on the address
+        // of the one it replaces.
         let name = format!(
-            "{}/{}",
+            "{}/{}/{}",
             pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.metadata.name.clone().unwrap_or_default()
+            pod.metadata.name.clone().unwrap_or_default(),
+            pod.metadata.uid.clone().unwrap_or_default()
         );
         let Some(ip) = pod
             .status

@@ -20,6 +20,8 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 // The tests' Git server: the real `git http-backend` behind a small HTTP server.
+#[path = "../tests/support/gateway.rs"]
+mod gateway;
 #[path = "../tests/support/git_http.rs"]
 mod git_http;
 #[path = "../tests/support/process.rs"]
@@ -28,6 +30,8 @@ mod process;
 mod prometheus;
 #[path = "../tests/support/push_hook.rs"]
 mod push_hook;
+#[path = "demo/traffic.rs"]
+mod traffic;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -550,6 +554,8 @@ async fn run() -> Step<()> {
         "Setting up: the CRDs, ServiceAccount and RBAC from deploy/ (the source may deploy to namespace demo only), namespace demo, and a Git server (smart HTTP) with a push webhook",
     );
     install_crds(&client).await?;
+    // Before the agent starts, which watches HTTPRoutes only if the API server serves them.
+    gateway::install_gateway_api(&client).await;
     fresh_namespace(&client).await?;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -816,6 +822,8 @@ async fn story(d: &Demo) -> Step<()> {
     .await?;
     d.show().await;
     d.show_get("web")?;
+
+    traffic::traffic_step(&d.client, &d.work, |m| d.push(m)).await?;
 
     say("The repository's history (main: people's commits)");
     println!("{}", git(&d.work, &["log", "--oneline"])?);

@@ -21,7 +21,58 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::agent::free_port;
+/// The kubeconfig Traefik and the pod servers use: `KUBECONFIG` when the caller runs with one
+/// (`make demo`), else the local control plane's admin one (the tests).
+pub fn kubeconfig() -> PathBuf {
+    if let Some(k) = std::env::var_os("LINNET_GATEWAY_KUBECONFIG") {
+        return PathBuf::from(k);
+    }
+    let dir = std::env::var_os("LINNET_CLUSTER_DIR").map_or_else(
+        || std::env::temp_dir().join("linnet-cluster"),
+        PathBuf::from,
+    );
+    dir.join("admin.kubeconfig")
+}
+
+async fn client() -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn http() -> reqwest::Client {
+    linnet::net::install_crypto_provider();
+    reqwest::Client::new()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `check` answers, for at most `timeout`; panics (naming `what`) after it.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
 
 /// The directory with `traefik` and the Gateway API CRDs (`crds/`), built on first use.
 pub fn gateway_dir() -> PathBuf {
@@ -47,19 +98,29 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 }
 
 /// Installs the Gateway API CRDs (idempotent).
-pub async fn install_gateway_api() {
-    let crds = gateway_dir().join("crds");
-    let out = Command::new(super::tools_bin().join("kubectl"))
-        .args(["apply", "--server-side", "--force-conflicts", "-f"])
-        .arg(&crds)
-        .env("KUBECONFIG", super::admin_kubeconfig())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply the Gateway API CRDs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+pub async fn install_gateway_api(admin: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds = Api::<CustomResourceDefinition>::all(admin.clone());
+    let dir = gateway_dir().join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crds.patch(
+            &name,
+            &PatchParams::apply("linnet-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+    }
 }
 
 /// A GatewayClass of Traefik's for one test: each Traefik selects only its own by label, so
@@ -74,7 +135,7 @@ async fn create_class(admin: &Client, name: &str) {
         "spec": {"controllerName": "traefik.io/gateway-controller"},
     });
     // The CRDs may take a moment to be served after they are created.
-    super::eventually(
+    eventually(
         "the GatewayClass to be created",
         Duration::from_secs(30),
         || async {
@@ -106,7 +167,7 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn start(admin: &Client, ns: &str) -> Gateway {
-        install_gateway_api().await;
+        install_gateway_api(admin).await;
         let class = format!("traefik-{ns}");
         create_class(admin, &class).await;
         let (port, metrics_port, api_port) = (free_port(), free_port(), free_port());
@@ -156,7 +217,7 @@ impl Gateway {
                 "--log.level=INFO".into(),
                 "--log.noColor=true".into(),
             ])
-            .env("KUBECONFIG", super::admin_kubeconfig())
+            .env("KUBECONFIG", kubeconfig())
             // Traefik logs to stdout.
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::create(log.with_extension("stderr")).unwrap())
@@ -171,7 +232,7 @@ impl Gateway {
             class,
             _dir: dir,
         };
-        super::eventually(
+        eventually(
             "the Gateway to be Programmed",
             Duration::from_secs(60),
             || async {
@@ -281,7 +342,7 @@ impl Probe {
 
     async fn rawdata(&self) -> String {
         let url = format!("http://127.0.0.1:{}/api/rawdata", self.api_port);
-        match super::http().get(url).send().await {
+        match http().get(url).send().await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(e) => format!("no rawdata: {e}"),
         }
@@ -301,7 +362,7 @@ impl Drop for Gateway {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                let client = super::admin_client().await;
+                let client = client().await;
                 let classes = Api::<DynamicObject>::all_with(
                     client,
                     &resource("GatewayClass", "gatewayclasses"),
@@ -384,7 +445,7 @@ impl PodServers {
 }
 
 async fn serve_pods(port: u16, addresses: Addresses) {
-    let client = super::admin_client().await;
+    let client = client().await;
     let pods = Api::<Pod>::all(client);
     let mut listening: HashSet<IpAddr> = HashSet::new();
     let mut events = watcher(pods, watcher::Config::default())
@@ -520,7 +581,7 @@ async fn request(
 
 /// Sends `n` requests, 8 at a time, with `headers`.
 pub async fn send(url: &str, n: usize, headers: &[(&str, &str)]) -> Tally {
-    let client = super::http();
+    let client = http();
     let outcomes: Vec<_> = futures::stream::iter(0..n)
         .map(|_| request(&client, url, headers))
         .buffer_unordered(8)
@@ -549,7 +610,7 @@ impl Load {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let client = super::http();
+                let client = http();
                 let mut tally = Tally::default();
                 loop {
                     let batch =

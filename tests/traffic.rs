@@ -89,6 +89,11 @@ fn web_with(ns: &str, patch: Value) -> Value {
     spec
 }
 
+/// The Gateway API CRDs, before the test's agent starts (it would see them within a minute).
+async fn gateway_api_first() {
+    support::gateway::install_gateway_api(&support::admin_client().await).await;
+}
+
 /// A gateway and pod servers for the fixture's namespace, and the route `name` in Git.
 async fn serve(f: &Fixture, name: &str) -> (Gateway, &'static PodServers) {
     let gateway = Gateway::start(&f.admin, &f.ns.name).await;
@@ -149,6 +154,7 @@ fn weight_of_sts(r: &CanaryStatefulSet) -> Option<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_without_a_failed_request()
 {
+    gateway_api_first().await;
     let mut f = Fixture::start("traffic-sts", |ns| shop(ns, json!({}))).await;
     let (gateway, _pods) = serve(&f, "shop").await;
     let converger = Converger::start(
@@ -253,6 +259,7 @@ fn weight_of_deploy(r: &CanaryDeployment) -> Option<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first() {
+    gateway_api_first().await;
     let mut f = Fixture::start("traffic-deploy", web).await;
     let (gateway, _pods) = serve(&f, "web").await;
     let converger = Converger::start(
@@ -395,6 +402,7 @@ fn gateway_errors(ns: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_answering_500s_to_its_share_is_rolled_back_by_the_gateways_metrics_traffic_first()
 {
+    gateway_api_first().await;
     let mut f = Fixture::start("traffic-analysis", web).await;
     let (gateway, _pods) = serve(&f, "web").await;
     let converger = Converger::start(
@@ -450,6 +458,7 @@ async fn a_canary_answering_500s_to_its_share_is_rolled_back_by_the_gateways_met
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_traffic_back_first() {
+    gateway_api_first().await;
     let mut f = Fixture::start("traffic-part", |ns| {
         shop(
             ns,

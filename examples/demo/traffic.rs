@@ -88,7 +88,7 @@ async fn split(gateway: &Gateway, weight: i32) {
     let n = 1000;
     let t = send(&gateway.url(), n, &[]).await;
     println!(
-        "    {n} requests through the gateway: {} answered by shop:v1, {} by shop:v2 ({:.1} %; the route says {weight} %), {} failed",
+        "    {n} requests through the gateway: {} answered by shop:v1, {} by shop:v2 ({:.1} %; the route gives the canary {weight} %), {} failed",
         t.count("shop:v1"),
         t.count("shop:v2"),
         100.0 * t.count("shop:v2") as f64 / n as f64,
@@ -179,10 +179,11 @@ pub async fn traffic_step(
         during.count("shop:v1"),
         during.count("shop:v2")
     );
+    println!("    shop:v2 is the stable version now; its Service gets every request:");
     split(&gateway, 0).await;
     let nudges = converger.stop().await;
     println!(
-        "    (the demo touched the route {nudges} time(s) where Traefik 3.6.12 kept an old configuration: docs/traffic.md)"
+        "    (the demo touched the route {nudges} time(s), when Traefik 3.6.12's configuration was more than 3 s behind it: docs/traffic.md)"
     );
     tokio::time::sleep(Duration::from_millis(10)).await;
     if during.total_failed() > 0 {

@@ -40,13 +40,12 @@ pub async fn run(
         crate::watch::watch_config(ROLLOUT_LABEL),
         ctx.clone(),
     );
-    let routes_served = super::traffic::serves_routes(&client).await;
-    let traffic = super::traffic::traffic_wakes(
-        client.clone(),
-        store.clone(),
-        routes_served,
-        |r: &CanaryDeployment| r.spec.traffic_routing.as_deref(),
-    );
+    // Said once in the log; the route watch runs either way.
+    super::traffic::say_if_routes_are_not_served(&client).await;
+    let traffic =
+        super::traffic::traffic_wakes(client.clone(), store.clone(), |r: &CanaryDeployment| {
+            r.spec.traffic_routing.as_deref()
+        });
     // The Jobs of `job` analysis metrics.
     let jobs = watcher(
         Api::<kube::core::PartialObjectMeta<k8s_openapi::api::batch::v1::Job>>::all(client),

@@ -85,13 +85,12 @@ pub async fn run(
         .backoff(crate::watch::backoff::watch_backoff())
         .touched_objects();
     let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
-    let routes_served = super::traffic::serves_routes(&client).await;
-    let traffic = super::traffic::traffic_wakes(
-        client.clone(),
-        store.clone(),
-        routes_served,
-        |r: &CanaryStatefulSet| r.spec.traffic_routing.as_deref(),
-    );
+    // Said once in the log; the route watch runs either way.
+    super::traffic::say_if_routes_are_not_served(&client).await;
+    let traffic =
+        super::traffic::traffic_wakes(client.clone(), store.clone(), |r: &CanaryStatefulSet| {
+            r.spec.traffic_routing.as_deref()
+        });
     Controller::for_shared_stream(wakes, store)
         .reconcile_on(traffic)
         .with_config(ctx.controller_config())

@@ -175,17 +175,33 @@ pub async fn update_route(
         .doing(what)
 }
 
-/// Whether the cluster serves HTTPRoutes (the Gateway API CRDs are installed).
-pub async fn serves_routes(client: &Client) -> bool {
+/// The HTTPRoute watch's backoff: as every watch's, but up to a minute, since it also waits
+/// for a Gateway API that is not installed yet.
+fn route_watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(crate::watch::backoff::WATCH_BACKOFF_MIN)
+        .with_max_delay(std::time::Duration::from_secs(60))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
+/// Says in the log when the cluster does not serve HTTPRoutes (the Gateway API CRDs are not
+/// installed): rollouts with traffic routing then wait for their routes.
+pub async fn say_if_routes_are_not_served(client: &Client) {
     match client
         .list_api_group_resources("gateway.networking.k8s.io/v1")
         .await
     {
-        Ok(list) => list.resources.iter().any(|r| r.name == "httproutes"),
-        Err(e) => {
-            tracing::info!(error = %e, "no Gateway API in the cluster; traffic routing will find no HTTPRoute until the agent restarts with it");
-            false
-        }
+        Ok(list) if list.resources.iter().any(|r| r.name == "httproutes") => {}
+        Ok(_) | Err(kube::Error::Api(_)) => tracing::info!(
+            "no Gateway API (gateway.networking.k8s.io/v1 HTTPRoutes) in the cluster yet; rollouts with trafficRouting wait for their HTTPRoutes, and the agent looks again at most a minute apart"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot tell whether the cluster serves HTTPRoutes; the agent looks again at most a minute apart"
+        ),
     }
 }
 
@@ -195,7 +211,6 @@ pub async fn serves_routes(client: &Client) -> bool {
 pub fn traffic_wakes<K>(
     client: Client,
     store: kube::runtime::reflector::Store<K>,
-    routes_served: bool,
     routing: fn(&K) -> Option<&TrafficRouting>,
 ) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static
 where
@@ -222,14 +237,14 @@ where
         std::future::ready(woken)
     })
     .boxed();
-    if !routes_served {
-        return slices;
-    }
+    // Watched whether or not the cluster serves HTTPRoutes now: a Gateway API installed after
+    // the agent started is picked up at the next retry (at most a minute apart, so a cluster
+    // without it costs one cheap 404 a minute).
     let routes = watcher(
         Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &http_route_resource()),
         kube::runtime::watcher::Config::default(),
     )
-    .backoff(crate::watch::backoff::watch_backoff())
+    .backoff(route_watch_backoff())
     .touched_objects()
     .flat_map(move |route| {
         let woken: Vec<ObjectRef<K>> = match route {

@@ -401,7 +401,7 @@ pub fn routes(admin: &Client, ns: &str) -> Api<DynamicObject> {
 }
 
 /// How long a deleted pod goes on answering (a preStop sleep's worth).
-const TERMINATION_GRACE: Duration = Duration::from_secs(3);
+const TERMINATION_GRACE: Duration = Duration::from_secs(5);
 
 /// Which pod (namespace/name/uid) has each address, and the image it answers with.
 type Addresses = Arc<Mutex<HashMap<IpAddr, (String, String)>>>;
@@ -694,7 +694,8 @@ async fn ready_addresses(
 /// until some later event of its watches, also with a pod gone from a Service's endpoints for
 /// seconds (its provider ignores an EndpointSlice update that changes only an endpoint's
 /// conditions); any change of the route made it current. Whenever the running weights differ
-/// from the route's, or the servers of one of `services` from its ready endpoints, for 1 s,
+/// from the route's, or the servers of one of `services` from its ready endpoints, for 3 s
+/// (longer than Traefik's own 2 s providers throttle),
 /// this touches an annotation of the route (never its rules) and counts it, so a test can say
 /// how often the gateway needed it.
 pub struct Converger {
@@ -740,10 +741,10 @@ impl Converger {
                     }
                     if same {
                         differs_since = None;
-                    } else if differs_since.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
+                    } else if differs_since.is_some_and(|t| t.elapsed() > Duration::from_secs(3)) {
                         nudges += 1;
                         eprintln!(
-                            "gateway: Traefik's configuration for route {ns}/{route} is 1 s behind the cluster (weights {have:?}, the route's {want:?}); touching the route (nudge {nudges})"
+                            "gateway: Traefik's configuration for route {ns}/{route} is 3 s behind the cluster (weights {have:?}, the route's {want:?}); touching the route (nudge {nudges})"
                         );
                         let _ = api
                             .patch(

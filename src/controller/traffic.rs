@@ -97,8 +97,24 @@ pub fn route_view(route: &DynamicObject) -> RouteView {
         .pointer("/status/parents")
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice);
+    // Only the parents the route names now: an entry a removed or renamed Gateway left
+    // behind would otherwise hold every change for good.
+    let named: Vec<&str> = route
+        .data
+        .pointer("/spec/parentRefs")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(|r| r.get("name").and_then(Value::as_str))
+        .collect();
     let accepted = parents
         .iter()
+        .filter(|p| {
+            named.is_empty()
+                || p.pointer("/parentRef/name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| named.contains(&n))
+        })
         .map(|p| {
             p.get("conditions")
                 .and_then(Value::as_array)

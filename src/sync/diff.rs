@@ -194,7 +194,7 @@ fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
         .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
         .and_then(Value::as_str);
     live_hash == Some(desired.hash.as_str())
-        && is_subset(&comparable(&desired.object), live)
+        && is_subset(&comparable(&desired.object, live), live)
         && has_finalizers(&desired.object, live)
 }
 
@@ -210,17 +210,7 @@ pub fn drifted_fields(desired: &DesiredObject, live: &Value) -> Vec<String> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    let mut want = comparable(&desired.object);
-    // A route a rollout weighs: its rules are the rollout's to set, not drift from Git.
-    if live
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(crate::api::TRAFFIC_ANNOTATION))
-        .is_some()
-        && let Some(Value::Object(spec)) = want.get_mut("spec")
-    {
-        spec.remove("rules");
-    }
-    differing_paths(&want, live, "", &mut out);
+    differing_paths(&comparable(&desired.object, live), live, "", &mut out);
     if !has_finalizers(&desired.object, live) {
         out.push("metadata.finalizers".into());
     }
@@ -282,8 +272,18 @@ fn has_finalizers(desired: &Value, live: &Value) -> bool {
 
 /// The desired object without the annotations that change on every revision, and without its
 /// finalizers, which [`has_finalizers`] compares as a set.
-fn comparable(object: &Value) -> Value {
+fn comparable(object: &Value, live: &Value) -> Value {
     let mut o = object.clone();
+    // A route a rollout weighs (its annotation says which): its rules are the rollout's to
+    // set. Counted as a change, every full sync put Git's rules back and the rollout its own.
+    if live
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(crate::api::TRAFFIC_ANNOTATION))
+        .is_some()
+        && let Some(Value::Object(spec)) = o.get_mut("spec")
+    {
+        spec.remove("rules");
+    }
     if let Some(Value::Object(meta)) = o.get_mut("metadata") {
         meta.remove("finalizers");
         if let Some(Value::Object(a)) = meta.get_mut("annotations") {
@@ -451,7 +451,7 @@ pub fn identity_only(object: &Value) -> Value {
 }
 
 fn without_bookkeeping(object: &Value) -> Value {
-    let mut o = comparable(object);
+    let mut o = comparable(object, &Value::Null);
     if let Some(Value::Object(a)) = o.pointer_mut("/metadata/annotations") {
         a.remove(APPLIED_HASH_ANNOTATION);
         if a.is_empty()

@@ -319,3 +319,40 @@ fn prune_deletes_only_what_the_inventory_holds_with_its_uid() {
     let remade = Inventory::from([(applied_key, "u0".to_string())]);
     assert!(plan_changes(vec![], &live, Prune::on(&remade)).is_empty());
 }
+
+/// Regression (review of issue 49): every full sync found a weighed route's rules changed
+/// (Git's one backend against the rollout's two) and applied Git's, resetting the weights.
+#[test]
+fn the_rules_of_a_route_a_rollout_weighs_are_not_a_change_from_git() {
+    let mut d = desired("shop", json!({}));
+    d.object = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "shop", "annotations": {APPLIED_HASH_ANNOTATION: "h1"}},
+        "spec": {"parentRefs": [{"name": "gw"}],
+            "rules": [{"backendRefs": [{"name": "shop-stable", "port": 8080}]}]}});
+    let mut live = live_of(&d, "r1");
+    live["spec"]["rules"] = json!([{"backendRefs": [
+        {"name": "shop-stable", "port": 8080, "weight": 80},
+        {"name": "shop-canary", "port": 8080, "weight": 20}]}]);
+    // Without the rollout's mark, that is drift from Git.
+    let plan = plan_changes(
+        vec![d.clone()],
+        &BTreeMap::from([(d.key.clone(), live.clone())]),
+        Prune::OFF,
+    );
+    assert_eq!(plan[0].change, Change::Update);
+    live["metadata"]["annotations"][crate::api::TRAFFIC_ANNOTATION] =
+        json!("CanaryDeployment/shop");
+    let plan = plan_changes(
+        vec![d.clone()],
+        &BTreeMap::from([(d.key.clone(), live.clone())]),
+        Prune::OFF,
+    );
+    assert_eq!(plan[0].change, Change::Unchanged);
+    assert!(drifted_fields(&d, &live).is_empty());
+    // Anything else Git sets still counts.
+    live["spec"]["parentRefs"] = json!([{"name": "other"}]);
+    assert_eq!(
+        drifted_fields(&d, &live),
+        vec!["spec.parentRefs[0].name".to_string()]
+    );
+}

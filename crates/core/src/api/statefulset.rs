@@ -43,6 +43,7 @@ use super::Condition;
     validation = Rule::new("!has(self.steps) || self.steps.all(s, self.steps.indexOf(s) == self.steps.lastIndexOf(s)) && self.steps.isSorted()").message("steps must be strictly ascending").field_path(".steps"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || self.trafficRouting.weights.all(w, w >= 0 && w <= 100)").message("every weight must be a percent, 0 to 100").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || size(self.trafficRouting.weights) == (has(self.steps) ? size(self.steps) : 1)").message("trafficRouting.weights needs one weight per step (one when there are no steps)").field_path(".trafficRouting.weights"),
+    validation = Rule::new("!has(self.trafficRouting) || self.canaryReplicas < self.replicas").message("with trafficRouting a canary must leave at least one stable replica to send the rest of the traffic to: canaryReplicas must be less than replicas").field_path(".canaryReplicas"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryStatefulSetSpec {

@@ -173,24 +173,41 @@ pub fn traffic_step(
         .find(|r| routing.gateway_api.http_routes.contains(&r.name));
     let weight = first.and_then(|r| current_weight(&r.rules, &stable_name, &canary_name));
     let header = first.is_some_and(|r| has_header_rule(&r.rules, &canary_name));
-    let since = if (weight, header) == (recorded.weight, recorded.header) {
-        recorded.since.unwrap_or(now)
-    } else {
-        now
+    // The settle time counts from when every route the rollout names was seen accepted at
+    // its generation as it is now: a change not accepted yet has no start.
+    let accepted = routing.gateway_api.http_routes.iter().all(|name| {
+        view.routes
+            .iter()
+            .find(|r| &r.name == name)
+            .is_some_and(|r| r.accepted_generation >= Some(r.generation))
+    });
+    let since = match recorded.since {
+        _ if !accepted => None,
+        Some(t) if (weight, header) == (recorded.weight, recorded.header) => Some(t),
+        _ => Some(now),
     };
     out.now = Recorded {
         weight,
         header,
-        since: Some(since),
+        since,
     };
-    let weight = want.weight.clamp(0, 100);
-    let to_canary = weight > 0 || want.header;
+    let mut weight = want.weight.clamp(0, 100);
+    let mut header_on = want.header;
+    let to_canary = weight > 0 || header_on;
     let need_canary = want.canary_endpoints.max(1);
+    let mut lost = None;
     if to_canary && canary_ready < need_canary {
-        out.waiting = Some(format!(
+        let why = format!(
             "waiting for Service {canary_name} to have {need_canary} ready endpoint(s) ({canary_ready}) before it gets traffic"
-        ));
-        return out;
+        );
+        if canary_ready > 0 {
+            // Some are ready: the routes stay as they are (the step before keeps its share).
+            out.waiting = Some(why);
+            return out;
+        }
+        // None is: whatever the canary had goes back to stable until it has some again.
+        (weight, header_on) = (0, false);
+        lost = Some(why);
     }
     if weight < 100 && stable_ready < 1 {
         out.waiting = Some(format!(
@@ -198,10 +215,7 @@ pub fn traffic_step(
         ));
         return out;
     }
-    let header = want
-        .header
-        .then_some(routing.header_route.as_ref())
-        .flatten();
+    let header = header_on.then_some(routing.header_route.as_ref()).flatten();
     let mut waiting = Vec::new();
     for name in &routing.gateway_api.http_routes {
         let Some(route) = view.routes.iter().find(|r| &r.name == name) else {
@@ -236,9 +250,12 @@ pub fn traffic_step(
             Ok(_) => {}
         }
     }
+    if let Some(why) = lost {
+        waiting.insert(0, why);
+    }
     if waiting.is_empty() && want.settle {
         let settle = std::time::Duration::from_secs(routing.settle_seconds.max(0) as u64);
-        let d = now.duration_since(since);
+        let d = now.duration_since(since.unwrap_or(now));
         let passed = if d.is_negative() {
             std::time::Duration::ZERO
         } else {
@@ -358,6 +375,10 @@ pub fn route_rules(
         canary_ref["weight"] = json!(weight);
         if let Some(h) = header {
             let mut header_rule = rule.clone();
+            // A rule's name must be unique in its route (GEP-995).
+            if let Some(o) = header_rule.as_object_mut() {
+                o.remove("name");
+            }
             let matches = rule
                 .get("matches")
                 .and_then(Value::as_array)

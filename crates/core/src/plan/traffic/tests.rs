@@ -307,3 +307,81 @@ fn pods_losing_traffic_wait_for_the_settle_time_from_the_change_seen() {
     let no_settle = settled_step(&r, want(0, false, 1), &v);
     assert_eq!(no_settle.waiting, None);
 }
+
+/// Review of issue 49: a canary whose pods all went away kept its share of the requests.
+#[test]
+fn a_canary_with_no_ready_endpoint_gives_its_traffic_back_to_stable() {
+    let r = routing(Some(vec![30]));
+    let at_30 = route_rules(&user_rules(), "shop-stable", "shop-canary", 8080, 30, None).unwrap();
+    let v = view(at_30.clone(), 3, 0, Some(3));
+    let s = settled_step(&r, want(30, true, 1), &v);
+    match &s.actions[..] {
+        [Action::UpdateRoute { rules, .. }] => {
+            assert_eq!(current_weight(rules, "shop-stable", "shop-canary"), Some(0));
+            assert!(!has_header_rule(rules, "shop-canary"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.waiting.unwrap().contains("shop-canary"));
+    // One of two ready: the share stays where it is until the second is.
+    let v = view(at_30, 3, 1, Some(3));
+    let s = settled_step(&r, want(50, true, 2), &v);
+    assert!(s.actions.is_empty(), "{:?}", s.actions);
+}
+
+/// Review of issue 49: the settle time counted from the change seen, not from its acceptance.
+#[test]
+fn the_settle_time_counts_from_the_gateways_acceptance() {
+    let r = routing(None);
+    let rules = route_rules(&user_rules(), "shop-stable", "shop-canary", 8080, 0, None).unwrap();
+    let settle = Want {
+        settle: true,
+        ..Want::stable()
+    };
+    let recorded = Recorded {
+        weight: Some(20),
+        header: false,
+        since: Some("2026-11-27T09:00:00Z".parse().unwrap()),
+    };
+    // Written, not accepted yet: no start.
+    let pending = view(rules.clone(), 3, 1, Some(2));
+    let s = traffic_step(
+        &rollout(),
+        "CanaryStatefulSet",
+        &r,
+        &sides(),
+        settle,
+        &pending,
+        recorded,
+        now(),
+    );
+    assert_eq!(s.now.since, None);
+    assert!(s.waiting.unwrap().contains("accept"));
+    // Accepted 30 s later: the 10 s start then.
+    let later = now()
+        .checked_add(jiff::SignedDuration::from_secs(30))
+        .unwrap();
+    let accepted = view(rules, 3, 1, Some(3));
+    let s2 = traffic_step(
+        &rollout(),
+        "CanaryStatefulSet",
+        &r,
+        &sides(),
+        settle,
+        &accepted,
+        s.now,
+        later,
+    );
+    assert_eq!(s2.now.since, Some(later));
+    assert_eq!(s2.recheck_after, Some(std::time::Duration::from_secs(10)));
+}
+
+#[test]
+fn a_header_rule_does_not_copy_the_rules_name() {
+    let mut rules = user_rules();
+    rules[0]["name"] = json!("main");
+    let h = routing(None).header_route;
+    let out = route_rules(&rules, "shop-stable", "shop-canary", 8080, 10, h.as_ref()).unwrap();
+    assert_eq!(out[0].get("name"), None, "the header rule");
+    assert_eq!(out[1]["name"], "main");
+}

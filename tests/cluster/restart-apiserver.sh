@@ -28,7 +28,7 @@ kill -9 "$pid"
 for _ in $(seq 1 50); do cp_alive "$pid" || break; sleep 0.1; done
 # Its port, too: the new one cannot listen before the old one's socket is gone.
 for _ in $(seq 1 50); do
-  ss -Hltn "sport = :$CP_API_PORT" | grep -q . || break
+  [ -n "$(ss -Hltn "sport = :$CP_API_PORT")" ] || break
   sleep 0.1
 done
 if $with_controllers; then

@@ -97,10 +97,13 @@ demo: deps cluster-build prometheus-build render-build gateway-build
 ## step latency, memory, churn, CPU per push, writes per rollout in a first sync, start to
 ## children Ready, and the last two for the same StatefulSets created without linnet),
 ## written to bench/RESULTS.md; and a push to the spec set through Kustomize overlays against
-## plain YAML at 100 and 1,000 apps (bench/RENDER.md). About 30 minutes.
-bench: cluster-build render-build
+## plain YAML at 100 and 1,000 apps (bench/RENDER.md); and traffic shifting at 100 rollouts
+## with routes through a real Traefik: step to route updated, route to the split at the
+## gateway (bench/TRAFFIC.md). About 40 minutes.
+bench: cluster-build render-build gateway-build deps
 	$(CARGO) bench --bench source
 	LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" tests/cluster/with-cluster.sh $(CARGO) bench --bench render
+	tests/cluster/with-cluster.sh $(CARGO) bench --bench traffic
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on

@@ -99,6 +99,7 @@ pub async fn run(
     );
     let commit_status_changes = config.commit_status.as_ref().map(|_| rollouts.subscribe());
     let writeback_changes = config.writeback.as_ref().map(|_| rollouts.subscribe());
+    let revert_changes = config.reverts.as_ref().map(|_| rollouts.subscribe());
     tasks.spawn(
         "CanaryStatefulSet controller",
         controller::statefulset::run(ctx.clone(), sts, sts_changes, shutdown_signal()),
@@ -144,6 +145,12 @@ pub async fn run(
     };
     if let (Some(cfg), Some(changes)) = (config.writeback.clone(), writeback_changes) {
         tasks.spawn("write-back", writeback::run(changes, cfg, metrics.clone()));
+    }
+    if let (Some(cfg), Some(changes)) = (config.reverts.clone(), revert_changes) {
+        tasks.spawn(
+            "revert commits",
+            writeback::revert_loop::run(changes, cfg, metrics.clone()),
+        );
     }
     let syncer = Syncer::new(
         client.clone(),

@@ -111,6 +111,9 @@ pub struct Metrics {
     pub writeback_push_retries: Counter,
     pub writeback_errors: Family<ReasonLabel, Counter>,
     pub commit_status_posts: Family<ResultLabel, Counter>,
+    /// Revert commits (`onFailure.revert: commit`), by result: `committed`, `unchanged`
+    /// (Git no longer asked for the failed image), or a write error's label.
+    pub revert_commits: Family<ResultLabel, Counter>,
     /// Analysis measurements taken, by provider and measurement phase.
     pub analysis_measurements: Family<MeasurementLabels, Counter>,
     /// Waits for the agent's own write of a child that lapsed: the watch never showed it.
@@ -202,6 +205,12 @@ impl Default for Metrics {
             "Commit statuses sent to the Git host, by result",
             commit_status_posts.clone(),
         );
+        let revert_commits = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "revert_commits",
+            "Revert commits of rolled-back rollouts, by result",
+            revert_commits.clone(),
+        );
         let analysis_measurements = Family::<MeasurementLabels, Counter>::default();
         registry.register(
             "analysis_measurements",
@@ -246,6 +255,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             commit_status_posts,
+            revert_commits,
             analysis_measurements,
             own_write_wait_lapses,
             resident_memory,

@@ -56,3 +56,30 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         "the StatefulSet controller's status writes were not counted:\n{table}"
     );
 }
+
+#[path = "../benches/traffic/run.rs"]
+mod traffic_run;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_traffic_benchmark_runs_at_three_rollouts_and_reports_every_figure() {
+    let cfg = traffic_run::Config {
+        rollouts: 3,
+        requests_per_route: 40,
+    };
+    let (rows, touches) = traffic_run::run(&cfg)
+        .await
+        .expect("the benchmark completes");
+    let table = traffic_run::table(&rows, touches);
+    println!("{table}");
+    for figure in traffic_run::FIGURES {
+        let row = rows
+            .iter()
+            .find(|r| r.figure == figure)
+            .unwrap_or_else(|| panic!("no row for {figure}:\n{table}"));
+        assert!(row.samples > 0, "{figure} has no samples:\n{table}");
+        assert!(!row.median.is_nan(), "{figure} was not measured:\n{table}");
+    }
+    // Every request of batch 2 goes to the new version; batch 1's split is the tests' to check.
+    let batch2 = rows.iter().find(|r| r.figure == traffic_run::FIGURES[4]);
+    assert!(batch2.is_some_and(|r| r.median == 100.0), "{table}");
+}

@@ -428,3 +428,342 @@ async fn a_gitea_certificate_from_another_ca_is_refused_clearly_and_changes_noth
     assert_eq!(status, 404, "a status branch was written");
     assert!(agent.log_text().contains("certificate"));
 }
+
+/// Sets every `image: <from>` of redis's spec (its own and its container's) to `to`.
+fn set_redis_images(work: &Path, from: &str, to: &str) {
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let edited = text.replace(&format!("image: {from}\n"), &format!("image: {to}\n"));
+    assert_ne!(text, edited, "no image {from} in {text}");
+    std::fs::write(&file, edited).unwrap();
+}
+
+/// The revert pull requests linnet has open on Gitea: (number, branch).
+async fn revert_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {
+    gitea
+        .open_pull_requests(REPO)
+        .await
+        .iter()
+        .filter_map(|pr| {
+            let branch = pr.pointer("/head/ref")?.as_str()?;
+            branch
+                .starts_with("linnet/revert/")
+                .then(|| (pr["number"].as_i64().unwrap_or(0), branch.to_string()))
+        })
+        .collect()
+}
+
+/// Issue 50: a failed canary opens one revert pull request on Gitea, found again after a
+/// `kill -9` (no second one); a person who moves Git on to another image that fails too gets
+/// a new pull request and the old one closed; merging it returns the rollout to Stable with no
+/// person touching the cluster.
+#[tokio::test]
+async fn a_failed_canary_opens_one_revert_pull_request_and_merging_it_makes_it_stable() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "gitea-revert").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (gitea, ca_file, work) = gitea_with_example(tmp.path(), &ns.name).await;
+    support::edit_file(
+        &work,
+        "apps/redis/redis.yaml",
+        "  canaryReplicas: 1\n",
+        "  canaryReplicas: 1\n  progressDeadlineSeconds: 10\n  onFailure:\n    revert: pullRequest\n",
+    );
+    commit_and_push(&work, "redis: revert pull requests on failure");
+    let mut args = agent_args(tmp.path(), &gitea, &ca_file);
+    args.push("--writeback-interval=500ms".into());
+    let start = |name: &str| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("gitea-token"), &gitea.token).unwrap();
+        start_agent(&dir, &args, &ns.name)
+    };
+    let mut first = start("agent-1");
+    wait_ready(&first).await;
+    gitea
+        .add_push_hook(REPO, &format!("{}/hooks/gitea", first.hooks), SECRET)
+        .await;
+    let redis: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    wait_redis(&redis, "redis Stable on redis:7.2", |o| {
+        phase(o) == Some(StatefulSetPhase::Stable) && o.spec.image == "redis:7.2"
+    })
+    .await;
+
+    // A broken image: never Ready, rolled back at the deadline, and a pull request.
+    set_redis_images(&work, "redis:7.2", "redis:broken");
+    let (broken, _) = commit_and_push(&work, "redis broken");
+    wait_redis(&redis, "redis rolled back", |o| {
+        phase(o) == Some(StatefulSetPhase::RolledBack)
+    })
+    .await;
+    let prs = eventually("a revert pull request", Duration::from_secs(60), || async {
+        let prs = revert_pull_requests(&gitea).await;
+        (!prs.is_empty()).then_some(prs)
+    })
+    .await;
+    assert_eq!(prs.len(), 1, "{prs:?}");
+    let (number, branch) = prs[0].clone();
+    assert_eq!(
+        branch,
+        format!("linnet/revert/{}/redis/{}", ns.name, &broken[..12])
+    );
+    let pr = gitea
+        .ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/pulls/{number}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        pr["title"],
+        format!("Revert {}/redis to redis:7.2", ns.name)
+    );
+    assert_eq!(pr["base"]["ref"], "main");
+    let body = pr["body"].as_str().unwrap();
+    assert!(
+        body.contains("rolled back from redis:broken to redis:7.2"),
+        "{body}"
+    );
+    let proposed = gitea
+        .raw_file(REPO, &branch, "apps/redis/redis.yaml")
+        .await
+        .unwrap();
+    assert_eq!(
+        proposed.matches("image: redis:7.2").count(),
+        2,
+        "{proposed}"
+    );
+
+    // kill -9, and an agent with an empty cache: the same pull request, no second one.
+    first.kill();
+    let mut second = start("agent-2");
+    wait_ready(&second).await;
+    gitea
+        .add_push_hook(REPO, &format!("{}/hooks/gitea", second.hooks), SECRET)
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(revert_pull_requests(&gitea).await, prs);
+    let m = metrics(&second).await;
+    assert!(
+        metric(
+            &m,
+            r#"linnet_revert_commits_total{result="pull_request_found"}"#
+        ) >= 1.0,
+        "{m}"
+    );
+
+    // A person moves on to another image, which fails too: its own pull request, and the
+    // first one closed (Git no longer asks for redis:broken).
+    set_redis_images(&work, "redis:broken", "valkey:broken");
+    let (broken_2, _) = commit_and_push(&work, "valkey broken");
+    let prs = eventually(
+        "the first pull request closed and a second one open",
+        Duration::from_secs(90),
+        || async {
+            let prs = revert_pull_requests(&gitea).await;
+            (prs.len() == 1 && prs[0].1.ends_with(&broken_2[..12])).then_some(prs)
+        },
+    )
+    .await;
+    let closed = gitea
+        .ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/pulls/{number}"),
+            None,
+        )
+        .await;
+    assert_eq!(closed["state"], "closed", "{closed}");
+    assert_eq!(closed["merged"], false, "{closed}");
+
+    // Merged: Git asks for redis:7.2 again and the rollout is Stable, nobody touched the cluster.
+    let merge = gitea
+        .merge_open_pull_request(REPO, prs[0].0, "Revert redis")
+        .await;
+    wait_redis(&redis, "redis Stable on redis:7.2 after the merge", |o| {
+        phase(o) == Some(StatefulSetPhase::Stable)
+            && o.spec.image == "redis:7.2"
+            && o.status.as_ref().and_then(|s| s.source_revision.as_deref()) == Some(merge.as_str())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(revert_pull_requests(&gitea).await.is_empty());
+    second.kill();
+}
+
+/// Linnet's open promotion pull requests on Gitea: (number, branch).
+async fn promotion_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {
+    gitea
+        .open_pull_requests(REPO)
+        .await
+        .iter()
+        .filter_map(|pr| {
+            let branch = pr.pointer("/head/ref")?.as_str()?;
+            branch
+                .starts_with("linnet/promote/")
+                .then(|| (pr["number"].as_i64().unwrap_or(0), branch.to_string()))
+        })
+        .collect()
+}
+
+/// Issue 50: staging passes, and production gets exactly that image by pull request (one,
+/// found again after a `kill -9`); merging it starts production's own canary.
+#[tokio::test]
+async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_merging_it_starts_its_canary()
+ {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "gitea-promote").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (gitea, ca_file, work) = gitea_with_example(tmp.path(), &ns.name).await;
+    // Production: the same CanaryStatefulSet as `redis-prod` in `production/`.
+    let staging = std::fs::read_to_string(work.join("apps/redis/redis.yaml")).unwrap();
+    let production = staging
+        .replace("  name: redis\n", "  name: redis-prod\n")
+        .replace("serviceName: redis\n", "serviceName: redis-prod\n")
+        .replace("app: redis\n", "app: redis-prod\n");
+    std::fs::create_dir_all(work.join("production")).unwrap();
+    std::fs::write(work.join("production/redis.yaml"), &production).unwrap();
+    support::edit_file(
+        &work,
+        "apps/redis/redis.yaml",
+        "  canaryReplicas: 1\n",
+        "  canaryReplicas: 1\n  promoteTo:\n    path: production\n    name: redis-prod\n",
+    );
+    git(&work, &["add", "-A"]);
+    commit_and_push(&work, "production, promoted to from staging");
+    let mut args = agent_args(tmp.path(), &gitea, &ca_file);
+    args.push("--writeback-interval=500ms".into());
+    let start = |name: &str| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        start_agent(&dir, &args, &ns.name)
+    };
+    let mut first = start("agent-1");
+    wait_ready(&first).await;
+    gitea
+        .add_push_hook(REPO, &format!("{}/hooks/gitea", first.hooks), SECRET)
+        .await;
+    let api: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let wait =
+        |name: &'static str, what: &'static str, image: &'static str, want: StatefulSetPhase| {
+            let api = api.clone();
+            async move {
+                eventually(what, Duration::from_secs(120), || async {
+                    api.get_opt(name).await.unwrap().filter(|o| {
+                        phase(o) == Some(want)
+                            && o.status.as_ref().and_then(|s| s.stable_image.as_deref())
+                                == Some(image)
+                    })
+                })
+                .await
+            }
+        };
+    wait(
+        "redis",
+        "staging Stable on 7.2",
+        "redis:7.2",
+        StatefulSetPhase::Stable,
+    )
+    .await;
+    wait(
+        "redis-prod",
+        "production Stable on 7.2",
+        "redis:7.2",
+        StatefulSetPhase::Stable,
+    )
+    .await;
+    // Both on 7.2: nothing to promote.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(promotion_pull_requests(&gitea).await.is_empty());
+
+    // Staging canaries 7.4 and is promoted.
+    set_redis_images(&work, "redis:7.2", "redis:7.4");
+    commit_and_push(&work, "staging: redis 7.4");
+    eventually("staging's canary", Duration::from_secs(60), || async {
+        api.get_opt("redis")
+            .await
+            .unwrap()
+            .filter(|o| phase(o) == Some(StatefulSetPhase::CanaryActive))
+    })
+    .await;
+    support::edit_file(
+        &work,
+        "apps/redis/redis.yaml",
+        "  name: redis\n",
+        "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
+    );
+    commit_and_push(&work, "promote staging's redis 7.4");
+    wait(
+        "redis",
+        "staging Stable on 7.4",
+        "redis:7.4",
+        StatefulSetPhase::Stable,
+    )
+    .await;
+
+    let prs = eventually(
+        "a promotion pull request",
+        Duration::from_secs(60),
+        || async {
+            let prs = promotion_pull_requests(&gitea).await;
+            (!prs.is_empty()).then_some(prs)
+        },
+    )
+    .await;
+    assert_eq!(prs.len(), 1, "{prs:?}");
+    let (number, branch) = prs[0].clone();
+    assert!(
+        branch.starts_with(&format!("linnet/promote/{}/redis/", ns.name)),
+        "{branch}"
+    );
+    let pr = gitea
+        .ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/pulls/{number}"),
+            None,
+        )
+        .await;
+    assert_eq!(pr["title"], "Promote redis:7.4 to redis-prod (production)");
+    let body = pr["body"].as_str().unwrap();
+    assert!(
+        body.contains("is Stable on redis:7.4 with no failed analysis"),
+        "{body}"
+    );
+    assert!(body.contains("(it runs redis:7.2 now)"), "{body}");
+    let proposed = gitea
+        .raw_file(REPO, &branch, "production/redis.yaml")
+        .await
+        .unwrap();
+    assert_eq!(proposed, production.replace("redis:7.2", "redis:7.4"));
+    // Production is untouched until the merge.
+    let prod = api.get("redis-prod").await.unwrap();
+    assert_eq!(prod.spec.image, "redis:7.2");
+
+    // kill -9, and an agent with an empty cache: the same pull request, no second one.
+    first.kill();
+    let mut second = start("agent-2");
+    wait_ready(&second).await;
+    gitea
+        .add_push_hook(REPO, &format!("{}/hooks/gitea", second.hooks), SECRET)
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(promotion_pull_requests(&gitea).await, prs);
+
+    // Merged: production runs its own canary of redis:7.4.
+    gitea
+        .merge_open_pull_request(REPO, number, "Promote redis 7.4 to production")
+        .await;
+    eventually(
+        "production's canary of 7.4",
+        Duration::from_secs(60),
+        || async {
+            api.get_opt("redis-prod").await.unwrap().filter(|o| {
+                phase(o) == Some(StatefulSetPhase::CanaryActive) && o.spec.image == "redis:7.4"
+            })
+        },
+    )
+    .await;
+    assert!(promotion_pull_requests(&gitea).await.is_empty());
+    second.kill();
+}

@@ -251,3 +251,112 @@ fn status_files_in_the_flat_layout_move_to_the_fan_out_layout() {
         Pushed::Unchanged
     );
 }
+
+const ROLLOUT: &str = "kind: CanaryStatefulSet\nmetadata:\n  name: redis\n  namespace: default\nspec:\n  image: redis:7.4 # new\n";
+
+fn redis_revert() -> linnet::writeback::revert::Revert {
+    linnet::writeback::revert::Revert {
+        path: "apps/redis.yaml".into(),
+        kind: "CanaryStatefulSet",
+        namespace: "default".into(),
+        name: "redis".into(),
+        failed: "redis:7.4".into(),
+        good: "redis:7.2".into(),
+        why: "aborted".into(),
+        mode: linnet::api::RevertMode::Commit,
+        revision: None,
+    }
+}
+
+fn human_commit(r: &Repo, path: &str, text: &str, message: &str) {
+    git(&r.work, &["pull", "-q", "--rebase", "origin", "main"]);
+    std::fs::write(r.work.join(path), text).unwrap();
+    git(&r.work, &["add", "-A"]);
+    git(&r.work, &["commit", "-qm", message]);
+    git(&r.work, &["push", "-q", "origin", "HEAD:main"]);
+}
+
+/// Issue 50: a revert commit pushed while a person pushes to the same branch keeps their
+/// commit (it is made again on the new tip), and never repeats itself.
+#[test]
+fn a_revert_commit_lands_on_top_of_a_human_push_and_only_once() {
+    let r = repo();
+    human_commit(&r, "apps/redis.yaml", ROLLOUT, "redis 7.4");
+    let mut w = writer(
+        &r,
+        format!("file://{}", r.bare.display()),
+        "main",
+        GitAuth::Anonymous,
+    );
+    let mut human_pushed = false;
+    let pushed = w
+        .revert_with(&redis_revert(), || {
+            if !human_pushed {
+                human_pushed = true;
+                human_commit(&r, "apps/app.yaml", "kind: ConfigMap\n# edited\n", "human");
+            }
+        })
+        .unwrap();
+    assert!(
+        matches!(pushed, Pushed::Committed { retries: 1, .. }),
+        "{pushed:?}"
+    );
+    assert_eq!(
+        show(&r.bare, "main:apps/redis.yaml"),
+        ROLLOUT.replace("redis:7.4", "redis:7.2").trim_end()
+    );
+    assert_eq!(
+        show(&r.bare, "main:apps/app.yaml"),
+        "kind: ConfigMap\n# edited"
+    );
+    let log = git(&r.bare, &["log", "--format=%s", "main"]);
+    assert_eq!(
+        log.lines().take(2).collect::<Vec<_>>(),
+        ["linnet: revert default/redis to redis:7.2", "human"]
+    );
+    // Again (a restart, another change of the rolled-back rollout): nothing to write.
+    assert_eq!(w.revert(&redis_revert()).unwrap(), Pushed::Unchanged);
+}
+
+/// Issue 50: a person who changed the image between linnet's fetch and its push wins: on the
+/// new tip the file no longer asks for the failed image, so no revert is written.
+#[test]
+fn a_revert_raced_by_a_new_image_is_dropped() {
+    let r = repo();
+    human_commit(&r, "apps/redis.yaml", ROLLOUT, "redis 7.4");
+    let mut w = writer(
+        &r,
+        format!("file://{}", r.bare.display()),
+        "main",
+        GitAuth::Anonymous,
+    );
+    let mut human_pushed = false;
+    let pushed = w
+        .revert_with(&redis_revert(), || {
+            if !human_pushed {
+                human_pushed = true;
+                human_commit(
+                    &r,
+                    "apps/redis.yaml",
+                    &ROLLOUT.replace("redis:7.4", "redis:7.6"),
+                    "redis 7.6",
+                );
+            }
+        })
+        .unwrap();
+    assert_eq!(pushed, Pushed::Unchanged);
+    assert!(show(&r.bare, "main:apps/redis.yaml").contains("image: redis:7.6 # new"));
+    // A file that is gone is an error that names it, not a retry.
+    human_commit(
+        &r,
+        "apps/redis.yaml",
+        "kind: ConfigMap\n",
+        "not a rollout any more",
+    );
+    let e = w.revert(&redis_revert()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("apps/redis.yaml has no CanaryStatefulSet redis"),
+        "{e}"
+    );
+}

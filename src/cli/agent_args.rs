@@ -115,7 +115,9 @@ pub struct AgentArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "LINNET_HEADER_TIMEOUT")]
     pub header_timeout: std::time::Duration,
     /// Write each rollout's progress to `.linnet/status/<namespace>/<xx>/<name>.yaml` in the
-    /// repository (with --repo-url), as commits by --git-author-name.
+    /// repository (with --repo-url), as commits by --git-author-name; and, for a rollout with
+    /// `onFailure.revert: commit` that is rolled back, a commit on --branch that puts its good
+    /// image back. Off: linnet never writes to Git.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_WRITEBACK")]
     pub writeback: bool,
     /// The branch status files are committed to. The default keeps linnet's commits off the

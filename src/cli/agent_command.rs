@@ -58,7 +58,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         crate::source::verify::TrustedKeys::load(keys)
             .map_err(|e| crate::Error::Usage(format!("--signing-keys: {e}")))?;
     }
-    let config = AgentConfig {
+    let mut config = AgentConfig {
         source,
         path: args.path.clone(),
         allow_empty: args.allow_empty,
@@ -116,6 +116,28 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             }
             _ => None,
         },
+        reverts: match (&writeback_source, args.writeback) {
+            (SourceConfig::Remote { remote, cache_dir }, true) => {
+                Some(crate::writeback::revert_loop::RevertConfig {
+                    // The followed branch: a revert changes the spec itself.
+                    remote: remote.clone(),
+                    spec_dir: args.path.clone(),
+                    cache_dir: cache_dir.with_file_name(format!(
+                        "{}-revert",
+                        cache_dir
+                            .file_name()
+                            .map(|n| n.to_string_lossy().to_string())
+                            .unwrap_or_else(|| "repo".into())
+                    )),
+                    author_name: args.git_author_name.clone(),
+                    author_email: args.git_author_email.clone(),
+                    timeout: args.git_timeout,
+                    // Set below: the commit statuses' host.
+                    host: None,
+                })
+            }
+            _ => None,
+        },
         commit_status: match (
             args.commit_status_provider,
             &args.commit_status_repo,
@@ -158,6 +180,10 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             .unwrap_or_else(|| args.lease_namespace.clone()),
         leader,
     };
+    // Revert pull requests go to the host, with the token, of commit statuses.
+    if let Some(reverts) = config.reverts.as_mut() {
+        reverts.host = config.commit_status.clone();
+    }
     let (kube_config, client) = crate::kube_client::connect().await?;
     crate::kube_client::check_crds(&client).await?;
     crate::agent::run(config, client, kube_config).await?;

@@ -62,6 +62,8 @@ pub struct AgentConfig {
     pub leader: Option<LeaderConfig>,
     /// Status files written to Git; `None` writes none.
     pub writeback: Option<crate::writeback::WritebackConfig>,
+    /// Revert commits for rollouts with `onFailure.revert: commit`; `None` makes none.
+    pub reverts: Option<crate::writeback::revert_loop::RevertConfig>,
     /// Commit statuses posted to the Git host; `None` posts none.
     pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
     /// Reconciles in flight at once per controller; 0 means no limit.

@@ -1,12 +1,20 @@
-//! Write-back: the only module that writes to Git. It commits rollout status files and posts
-//! commit statuses to the Git host, never force-pushes, and never loses a human's commit.
+//! Write-back: the only module that writes to Git. It commits rollout status files (and, for
+//! rollouts that ask for it, revert commits) and posts commit statuses to the Git host, never
+//! force-pushes, and never loses a human's commit.
 //!
 //! - [`status_files`]: the files and commit messages (pure);
 //! - [`push`]: commit on top of the branch and push, redoing it on a new tip when rejected;
-//! - [`commit_status`]: the Git host's commit statuses (what to post, and posting it).
+//! - [`commit_status`]: the Git host's commit statuses (what to post, and posting it);
+//! - [`revert`], [`pull_request`] and [`revert_loop`]: revert commits and pull requests that
+//!   put a rolled-back rollout's good image back in its spec file (`onFailure.revert`).
 
 pub mod commit_status;
+pub mod promotion;
+pub mod pull_request;
 pub mod push;
+pub mod revert;
+pub mod revert_loop;
+mod reverter;
 pub mod status_files;
 
 use std::collections::BTreeMap;

@@ -2,7 +2,8 @@
 //! remote rejects because the branch moved (a human pushed in between) is redone: fetch the
 //! new tip, write the status files onto it afresh (they are linnet's own), push again, with
 //! backoff and a bounded number of tries. The human's commit is always the new parent, so it
-//! is never lost. Every call blocks; the agent runs them on `spawn_blocking`.
+//! is never lost. Revert commits ([`super::revert`]) go the same way: the file is read and
+//! edited again on each new tip. Every call blocks; the agent runs them on `spawn_blocking`.
 //!
 //! To a path or `file://` remote, libgit2's local transport writes the branch itself, checking
 //! fast-forward only against the tip it read when it connected: a human push landing in
@@ -18,6 +19,8 @@ use std::time::Duration;
 use git2::{Index, IndexEntry, IndexTime};
 use git2::{ObjectType, Oid, PushOptions, Signature};
 
+use super::promotion::{Promotion, next_edit};
+use super::revert::{Revert, RevertError, set_image};
 use super::status_files::{StatusFile, commit_message};
 use crate::source::git::{GitError, GitMirror, GitRemote, local_path};
 
@@ -36,6 +39,16 @@ pub enum Pushed {
     Committed { commit: Oid, retries: u32 },
 }
 
+/// What pushing a revert pull request's branch did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BranchPushed {
+    /// The file no longer asks for the failed image: no branch, no pull request.
+    NotNeeded,
+    Pushed(Oid),
+    /// The branch was there already (pushed before a restart).
+    Exists,
+}
+
 /// Why a write failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -47,11 +60,13 @@ pub enum WriteError {
         "the remote refused the push of {branch}: {reason}; check that the token may push to it and that the branch is not protected"
     )]
     Refused { branch: String, reason: String },
+    #[error(transparent)]
+    Revert(#[from] RevertError),
 }
 
 impl WriteError {
     /// Every label [`WriteError::label`] gives, besides those of [`GitError`].
-    pub const LABELS: &'static [&'static str] = &["kept_moving", "refused"];
+    pub const LABELS: &'static [&'static str] = &["kept_moving", "refused", "revert"];
 
     /// A stable metric label.
     pub fn label(&self) -> &'static str {
@@ -59,6 +74,7 @@ impl WriteError {
             WriteError::Git(e) => e.label(),
             WriteError::KeptMoving { .. } => "kept_moving",
             WriteError::Refused { .. } => "refused",
+            WriteError::Revert(_) => "revert",
         }
     }
 }
@@ -108,6 +124,34 @@ impl StatusWriter {
     pub fn write_with(
         &mut self,
         files: &[StatusFile],
+        before_push: impl FnMut(),
+    ) -> Result<Pushed, WriteError> {
+        self.push_on_tip(|w, tip| Ok(w.commit_on(tip, files)?), before_push)
+    }
+
+    /// Commits `revert` on the branch's tip and pushes it, redone on a new tip when the push
+    /// is rejected: [`Pushed::Unchanged`] when the file no longer asks for the failed image.
+    pub fn revert(&mut self, revert: &Revert) -> Result<Pushed, WriteError> {
+        self.revert_with(revert, || {})
+    }
+
+    /// [`StatusWriter::revert`] with a hook before each push, as [`StatusWriter::write_with`].
+    pub fn revert_with(
+        &mut self,
+        revert: &Revert,
+        before_push: impl FnMut(),
+    ) -> Result<Pushed, WriteError> {
+        self.push_on_tip(
+            |w, tip| w.edit_on(tip, revert, &revert.message()),
+            before_push,
+        )
+    }
+
+    /// Fetches the tip, builds a commit on it with `build` (`None`: nothing to write), and
+    /// pushes it as a fast-forward; a rejected push starts again on the new tip.
+    fn push_on_tip(
+        &mut self,
+        mut build: impl FnMut(&Self, Option<Oid>) -> Result<Option<Oid>, WriteError>,
         mut before_push: impl FnMut(),
     ) -> Result<Pushed, WriteError> {
         for attempt in 0..MAX_TRIES {
@@ -117,7 +161,7 @@ impl StatusWriter {
                 Err(GitError::NoSuchBranch { .. }) => None,
                 Err(e) => return Err(e.into()),
             };
-            let Some(commit) = self.commit_on(tip, files)? else {
+            let Some(commit) = build(self, tip)? else {
                 return Ok(Pushed::Unchanged);
             };
             before_push();
@@ -131,13 +175,50 @@ impl StatusWriter {
                 PushResult::Stale => {
                     tracing::info!(
                         attempt = attempt + 1,
-                        "the branch moved; writing the status again on its new tip"
+                        "the branch moved; writing again on its new tip"
                     );
                     std::thread::sleep(Duration::from_millis(50 << attempt.min(5)));
                 }
             }
         }
         Err(WriteError::KeptMoving { tries: MAX_TRIES })
+    }
+
+    /// A commit on `tip`, with `message`, that sets the image in `revert`'s file, or `None`
+    /// when the file no longer asks for the image it replaces.
+    fn edit_on(
+        &self,
+        tip: Option<Oid>,
+        revert: &Revert,
+        message: &str,
+    ) -> Result<Option<Oid>, WriteError> {
+        let no_file = || RevertError::NoFile {
+            path: revert.path.clone(),
+        };
+        let repo = self.mirror.repo();
+        let parent = repo
+            .find_commit(tip.ok_or_else(no_file)?)
+            .map_err(GitError::from)?;
+        let base = parent.tree().map_err(GitError::from)?;
+        let entry = base
+            .get_path(Path::new(&revert.path))
+            .ok()
+            .filter(|e| e.kind() == Some(ObjectType::Blob))
+            .ok_or_else(no_file)?;
+        let blob = repo.find_blob(entry.id()).map_err(GitError::from)?;
+        let text = std::str::from_utf8(blob.content()).map_err(|_| no_file())?;
+        let Some(edited) = set_image(text, revert)? else {
+            return Ok(None);
+        };
+        let id = repo.blob(edited.as_bytes()).map_err(GitError::from)?;
+        let (tree, _) = tree_with(repo, Some(&base), &[(revert.path.as_str(), Some(id))])
+            .map_err(GitError::from)?;
+        let tree = repo.find_tree(tree).map_err(GitError::from)?;
+        let signature = Signature::now(&self.author.0, &self.author.1).map_err(GitError::from)?;
+        let commit = repo
+            .commit(None, &signature, &signature, message, &tree, &[&parent])
+            .map_err(GitError::from)?;
+        Ok(Some(commit))
     }
 
     /// A commit of `files` on `tip`, or `None` when they are all there already. Only the
@@ -188,17 +269,90 @@ impl StatusWriter {
         Ok(Some(commit))
     }
 
+    /// Commits `revert` on the followed branch's tip and pushes it to a new branch `branch`
+    /// (for a pull request). A branch that exists already is left as it is: its name is the
+    /// failure's, so it holds this very revert.
+    pub fn push_revert_branch(
+        &mut self,
+        revert: &Revert,
+        branch: &str,
+    ) -> Result<BranchPushed, WriteError> {
+        self.mirror.set_deadline(self.timeout);
+        let tip = match self.mirror.fetch() {
+            Ok(tip) => Some(tip),
+            Err(GitError::NoSuchBranch { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let Some(commit) = self.edit_on(tip, revert, &revert.message())? else {
+            return Ok(BranchPushed::NotNeeded);
+        };
+        Ok(match self.push_to(branch, commit, None)? {
+            PushResult::Done => BranchPushed::Pushed(commit),
+            PushResult::Stale => BranchPushed::Exists,
+        })
+    }
+
+    /// Finds the next environment's rollout under `p.path` at the followed branch's tip,
+    /// commits it the promoted image and pushes that to a new branch `branch`, as
+    /// [`StatusWriter::push_revert_branch`]; with the edit made (for the pull request's body).
+    pub fn push_promotion_branch(
+        &mut self,
+        p: &Promotion,
+        branch: &str,
+    ) -> Result<(BranchPushed, Option<Revert>), WriteError> {
+        self.mirror.set_deadline(self.timeout);
+        let tip = self.mirror.fetch()?;
+        let edit = {
+            let repo = self.mirror.repo();
+            let tree = repo
+                .find_commit(tip)
+                .and_then(|c| c.tree())
+                .map_err(GitError::from)?;
+            let files = yaml_files_under(repo, &tree, &p.path);
+            next_edit(
+                p,
+                files
+                    .iter()
+                    .map(|(path, text)| (path.clone(), text.as_str())),
+            )?
+        };
+        let Some(edit) = edit else {
+            return Ok((BranchPushed::NotNeeded, None));
+        };
+        let Some(commit) = self.edit_on(Some(tip), &edit, &p.message(&edit))? else {
+            return Ok((BranchPushed::NotNeeded, None));
+        };
+        let pushed = match self.push_to(branch, commit, None)? {
+            PushResult::Done => BranchPushed::Pushed(commit),
+            PushResult::Stale => BranchPushed::Exists,
+        };
+        Ok((pushed, Some(edit)))
+    }
+
+    /// The branch this writer follows (a revert pull request's base).
+    pub fn branch(&self) -> &str {
+        &self.mirror.remote().branch
+    }
+
     /// Pushes `commit`, built on `tip`, to the branch as a fast-forward only.
     fn push(&self, commit: Oid, tip: Option<Oid>) -> Result<PushResult, WriteError> {
+        let branch = self.mirror.remote().branch.clone();
+        self.push_to(&branch, commit, tip)
+    }
+
+    /// Pushes `commit` to `branch`, moving it from `tip` (`None`: creating it) only.
+    fn push_to(
+        &self,
+        branch: &str,
+        commit: Oid,
+        tip: Option<Oid>,
+    ) -> Result<PushResult, WriteError> {
         let repo = self.mirror.repo();
         repo.reference(PUSH_REF, commit, true, "linnet write-back")
             .map_err(GitError::from)?;
         match local_path(&self.mirror.remote().url) {
-            Some(path) => self.push_local(&path, commit, tip),
-            None => self.push_refspec(&format!(
-                "{PUSH_REF}:refs/heads/{}",
-                self.mirror.remote().branch
-            )),
+            Some(path) => self.push_local(&path, branch, commit, tip),
+            None => self.push_refspec(&format!("{PUSH_REF}:refs/heads/{branch}")),
         }
     }
 
@@ -207,6 +361,7 @@ impl StatusWriter {
     fn push_local(
         &self,
         path: &Path,
+        branch: &str,
         commit: Oid,
         tip: Option<Oid>,
     ) -> Result<PushResult, WriteError> {
@@ -216,7 +371,7 @@ impl StatusWriter {
         }
         let remote =
             git2::Repository::open(path).map_err(|e| WriteError::Git(self.mirror.classify(e)))?;
-        let branch = format!("refs/heads/{}", self.mirror.remote().branch);
+        let branch = format!("refs/heads/{branch}");
         let moved = match tip {
             Some(tip) => remote.reference_matching(&branch, commit, true, tip, "linnet write-back"),
             // A new branch: created only if nobody made it meanwhile.
@@ -242,7 +397,11 @@ impl StatusWriter {
     /// Pushes one refspec; a non-fast-forward is [`PushResult::Stale`].
     fn push_refspec(&self, refspec: &str) -> Result<PushResult, WriteError> {
         let repo = self.mirror.repo();
-        let branch = &self.mirror.remote().branch;
+        let branch = refspec
+            .rsplit("refs/heads/")
+            .next()
+            .unwrap_or(refspec)
+            .to_string();
         let rejected: RefCell<Option<String>> = RefCell::new(None);
         let mut callbacks = self.mirror.callbacks();
         callbacks.push_update_reference(|_, status| {
@@ -271,12 +430,59 @@ impl StatusWriter {
             Ok(()) => match rejected.into_inner() {
                 None => Ok(PushResult::Done),
                 Some(reason) if stale(&reason) => Ok(PushResult::Stale),
-                Some(reason) => Err(WriteError::Refused {
-                    branch: branch.clone(),
-                    reason,
-                }),
+                Some(reason) => Err(WriteError::Refused { branch, reason }),
             },
         }
+    }
+}
+
+/// The most YAML files, and the largest, read under a promotion's path.
+const MAX_PROMOTION_FILES: usize = 2000;
+const MAX_PROMOTION_FILE_BYTES: usize = 1024 * 1024;
+
+/// The YAML files (path from the root, text) at `path` in `tree`: the file itself, or every
+/// `.yaml` and `.yml` file below the directory, within the bounds above.
+fn yaml_files_under(
+    repo: &git2::Repository,
+    tree: &git2::Tree<'_>,
+    path: &str,
+) -> Vec<(String, String)> {
+    let text = |id: Oid| {
+        repo.find_blob(id)
+            .ok()
+            .filter(|b| b.size() <= MAX_PROMOTION_FILE_BYTES)
+            .and_then(|b| String::from_utf8(b.content().to_vec()).ok())
+    };
+    let Ok(entry) = tree.get_path(Path::new(path)) else {
+        return Vec::new();
+    };
+    match entry.kind() {
+        Some(ObjectType::Blob) => text(entry.id())
+            .map(|t| vec![(path.to_string(), t)])
+            .unwrap_or_default(),
+        Some(ObjectType::Tree) => {
+            let Ok(dir) = repo.find_tree(entry.id()) else {
+                return Vec::new();
+            };
+            let mut files = Vec::new();
+            let _ = dir.walk(git2::TreeWalkMode::PreOrder, |parent, e| {
+                let name = e.name().unwrap_or_default();
+                let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+                if e.kind() == Some(ObjectType::Blob)
+                    && yaml
+                    && let Some(t) = text(e.id())
+                {
+                    files.push((format!("{path}/{parent}{name}"), t));
+                }
+                if files.len() >= MAX_PROMOTION_FILES {
+                    git2::TreeWalkResult::Abort
+                } else {
+                    git2::TreeWalkResult::Ok
+                }
+            });
+            files
+        }
+        _ => Vec::new(),
     }
 }
 

@@ -271,6 +271,18 @@ impl Gateway {
         Self::probe(self.api_port).running_weights(ns, route).await
     }
 
+    /// The backends (Traefik's service names, which contain the Service's) and weights that
+    /// Traefik runs for each of `routes`' rules, from one read of its configuration.
+    pub async fn running_backends_of(
+        &self,
+        ns: &str,
+        routes: &[String],
+    ) -> Vec<Vec<Vec<(String, i64)>>> {
+        let raw: Value =
+            serde_json::from_str(&Self::probe(self.api_port).rawdata().await).unwrap_or_default();
+        routes.iter().map(|r| backends_in(&raw, ns, r)).collect()
+    }
+
     /// Whether Traefik's servers for Service `svc` are its ready endpoints.
     pub async fn runs_endpoints_of(&self, admin: &Client, ns: &str, svc: &str) -> bool {
         Self::probe(self.api_port).running_servers(ns, svc).await
@@ -293,24 +305,7 @@ impl Probe {
     /// gateway does now, as opposed to what the route says.
     async fn running_weights(&self, ns: &str, route: &str) -> Vec<Vec<i64>> {
         let raw: Value = serde_json::from_str(&self.rawdata().await).unwrap_or_default();
-        let prefix = format!("httproute-{ns}-{route}-");
-        let mut rules: Vec<(String, Vec<i64>)> = raw["services"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(name, _)| name.starts_with(&prefix) && name.contains("-wrr"))
-            .map(|(name, s)| {
-                let weights = s["weighted"]["services"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|w| w["weight"].as_i64().unwrap_or(1))
-                    .collect();
-                (name.clone(), weights)
-            })
-            .collect();
-        rules.sort();
-        rules.into_iter().map(|(_, w)| w).collect()
+        weights_in(&raw, ns, route)
     }
 
     /// The server addresses Traefik runs for Service `svc`.
@@ -347,6 +342,41 @@ impl Probe {
             Err(e) => format!("no rawdata: {e}"),
         }
     }
+}
+
+/// The weights Traefik's configuration `raw` (its `/api/rawdata`) runs for the HTTPRoute
+/// `route`'s rules, by rule.
+fn weights_in(raw: &Value, ns: &str, route: &str) -> Vec<Vec<i64>> {
+    backends_in(raw, ns, route)
+        .into_iter()
+        .map(|rule| rule.into_iter().map(|(_, w)| w).collect())
+        .collect()
+}
+
+/// The backends (Traefik's service names) and weights that the configuration `raw` runs for
+/// the HTTPRoute `route`'s rules, by rule.
+fn backends_in(raw: &Value, ns: &str, route: &str) -> Vec<Vec<(String, i64)>> {
+    let prefix = format!("httproute-{ns}-{route}-");
+    let mut rules: Vec<(String, Vec<(String, i64)>)> = raw["services"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| name.starts_with(&prefix) && name.contains("-wrr"))
+        .map(|(name, s)| {
+            let backends = s["weighted"]["services"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|w| {
+                    let name = w["name"].as_str().unwrap_or_default().to_string();
+                    (name, w["weight"].as_i64().unwrap_or(1))
+                })
+                .collect();
+            (name.clone(), backends)
+        })
+        .collect();
+    rules.sort();
+    rules.into_iter().map(|(_, b)| b).collect()
 }
 
 impl Drop for Gateway {

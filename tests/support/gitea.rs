@@ -402,6 +402,11 @@ ROOT_PATH = {d}/log
             )
             .await;
         let index = pr["number"].as_i64().expect("pull request number");
+        self.merge_open_pull_request(repo, index, title).await
+    }
+
+    /// Merges the open pull request `index` (a merge commit) and returns the merge commit.
+    pub async fn merge_open_pull_request(&self, repo: &str, index: i64, title: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let (status, body) = self
@@ -432,5 +437,18 @@ ROOT_PATH = {d}/log
             .as_str()
             .expect("merge commit")
             .to_string()
+    }
+
+    /// The open pull requests of `repo`.
+    pub async fn open_pull_requests(&self, repo: &str) -> Vec<Value> {
+        self.ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{repo}/pulls?state=open"),
+            None,
+        )
+        .await
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
     }
 }

@@ -88,6 +88,14 @@ pub struct CanaryDeploymentSpec {
     /// the requests at each batch, not its share of the pods. Needs strategy `Batches`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_routing: Option<Box<super::TrafficRouting>>,
+    /// What linnet does in Git once the rollout is rolled back (`revert: commit` puts the
+    /// image it returned to back in the spec file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<super::OnFailure>,
+    /// Where the change goes next once it passed here: a pull request that gives the next
+    /// environment's rollout this image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promote_to: Option<super::PromoteTo>,
 }
 
 fn default_progress_deadline() -> i64 {

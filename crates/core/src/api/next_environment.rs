@@ -1,0 +1,20 @@
+//! `promoteTo`, on both rollout kinds: where a rollout's change goes next once it passed here
+//! (staging to production), as a pull request in the same repository.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The next environment's rollout, which gets this rollout's image by pull request once this
+/// one is Stable on it with no failed analysis.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromoteTo {
+    /// A directory (or file) of the same repository and branch, from the repository's root
+    /// (e.g. `environments/production`), that holds the next environment's rollout.
+    #[schemars(length(min = 1, max = 512))]
+    pub path: String,
+    /// The next environment's rollout's name, of the same kind; this rollout's when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Option<String>,
+}

@@ -1,0 +1,263 @@
+//! Promotion between environments (issue 50, `promoteTo`): once a rollout is Stable on its
+//! image with no failed analysis, a pull request gives the next environment's rollout (the
+//! same kind, under `promoteTo.path`) the same image, with the evidence. Pure: what to promote
+//! (from the rollout in the cluster), where the next rollout is (from the files under the
+//! path), and the edit (the one of [`super::revert`]). Pushing and the pull request are
+//! [`super::revert_loop`]'s.
+//!
+//! One pull request per rollout and image (its branch is named after both): found again after
+//! a restart, not made when the next environment already runs the image, and closed when a
+//! newer image's promotion replaces it.
+
+use crate::api::{
+    AnalysisRunStatus, CanaryDeployment, CanaryStatefulSet, DeploymentPhase, PromoteTo, RevertMode,
+    StatefulSetPhase,
+};
+
+use super::revert::{Revert, RevertError};
+
+/// The branches of promotion pull requests start with this; then `<namespace>/<name>/`.
+pub const BRANCH_PREFIX: &str = "linnet/promote/";
+
+/// A rollout's image to take to the next environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Promotion {
+    pub kind: &'static str,
+    /// The rollout that passed.
+    pub namespace: String,
+    pub name: String,
+    pub image: String,
+    /// Where the next environment's rollout is, from the repository's root.
+    pub path: String,
+    /// The next environment's rollout's name.
+    pub target: String,
+    /// What passed: the analysis runs, one per line.
+    pub evidence: String,
+}
+
+impl Promotion {
+    /// The start of every promotion branch of this rollout.
+    pub fn branch_prefix(&self) -> String {
+        format!("{BRANCH_PREFIX}{}/{}/", self.namespace, self.name)
+    }
+
+    /// This image's branch: a restart finds it again, a newer image gets its own.
+    pub fn branch(&self) -> String {
+        let image = crate::hash::content_hash(&serde_json::Value::String(self.image.clone()));
+        format!("{}{image}", self.branch_prefix())
+    }
+
+    pub fn title(&self) -> String {
+        format!("Promote {} to {} ({})", self.image, self.target, self.path)
+    }
+
+    /// The pull request's body and the commit's: what passed, and what merging does.
+    pub fn body(&self, next: &Revert) -> String {
+        format!(
+            "{} {}/{} is Stable on {} with no failed analysis:\n\n{}\n\nMerging this gives \
+             {} {} in `{}` the same image (it runs {} now); it then runs its own canary.\n\n\
+             Written by linnet because {}/{} has `promoteTo`. Its status file: `{}`.\n",
+            self.kind,
+            self.namespace,
+            self.name,
+            self.image,
+            self.evidence,
+            self.kind,
+            self.target,
+            next.path,
+            next.failed,
+            self.namespace,
+            self.name,
+            super::status_files::path(&self.namespace, &self.name)
+        )
+    }
+
+    /// The commit message.
+    pub fn message(&self, next: &Revert) -> String {
+        format!("linnet: {}\n\n{}", self.title(), self.body(next))
+    }
+}
+
+/// The analysis runs, one line each, or a line that says there were none.
+fn evidence(runs: &[AnalysisRunStatus]) -> String {
+    if runs.is_empty() {
+        return "- no analysis is configured; the rollout became Stable".into();
+    }
+    runs.iter()
+        .map(|r| {
+            format!(
+                "- analysis {}: {:?}{}",
+                r.name,
+                r.phase,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn promotion(
+    kind: &'static str,
+    meta: &kube::api::ObjectMeta,
+    to: &PromoteTo,
+    image: &str,
+    runs: &[AnalysisRunStatus],
+) -> Option<Promotion> {
+    if crate::plan::analysis::failure(runs).is_some() {
+        return None;
+    }
+    let name = meta.name.clone()?;
+    Some(Promotion {
+        kind,
+        namespace: meta.namespace.clone()?,
+        target: to.name.clone().unwrap_or_else(|| name.clone()),
+        name,
+        image: image.to_string(),
+        path: to
+            .path
+            .trim_start_matches("./")
+            .trim_matches('/')
+            .to_string(),
+        evidence: evidence(runs),
+    })
+}
+
+/// The promotion a CanaryStatefulSet asks for now: Stable on Git's image, no failed analysis.
+pub fn for_statefulset(r: &CanaryStatefulSet) -> Option<Promotion> {
+    let to = r.spec.promote_to.as_ref()?;
+    let st = r.status.as_ref()?;
+    if st.phase != Some(StatefulSetPhase::Stable)
+        || st.stable_image.as_deref() != Some(r.spec.image.as_str())
+    {
+        return None;
+    }
+    promotion(
+        "CanaryStatefulSet",
+        &r.metadata,
+        to,
+        &r.spec.image,
+        &st.analysis,
+    )
+}
+
+/// The promotion a CanaryDeployment asks for now: Completed on Git's image, no failed analysis.
+pub fn for_deployment(r: &CanaryDeployment) -> Option<Promotion> {
+    let to = r.spec.promote_to.as_ref()?;
+    let st = r.status.as_ref()?;
+    if st.phase != Some(DeploymentPhase::Completed)
+        || st.stable_image.as_deref() != Some(r.spec.image.as_str())
+    {
+        return None;
+    }
+    promotion(
+        "CanaryDeployment",
+        &r.metadata,
+        to,
+        &r.spec.image,
+        &st.analysis,
+    )
+}
+
+/// The edit that gives the next environment's rollout the image, found among `files` (path
+/// and text, under the promotion's path): `Ok(None)` when it runs the image already.
+pub fn next_edit<'a>(
+    p: &Promotion,
+    files: impl IntoIterator<Item = (String, &'a str)>,
+) -> Result<Option<Revert>, RevertError> {
+    for (path, text) in files {
+        let Some((namespace, image)) = super::revert::rollout_image(text, p.kind, &p.target) else {
+            continue;
+        };
+        if image == p.image {
+            return Ok(None);
+        }
+        return Ok(Some(Revert {
+            path,
+            kind: p.kind,
+            namespace: namespace.unwrap_or_default(),
+            name: p.target.clone(),
+            failed: image,
+            good: p.image.clone(),
+            why: String::new(),
+            mode: RevertMode::PullRequest,
+            revision: None,
+        }));
+    }
+    Err(RevertError::NotInFile {
+        path: p.path.clone(),
+        kind: p.kind,
+        name: p.target.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn promotion() -> Promotion {
+        Promotion {
+            kind: "CanaryStatefulSet",
+            namespace: "staging".into(),
+            name: "redis".into(),
+            image: "redis:7.4".into(),
+            path: "environments/production".into(),
+            target: "redis".into(),
+            evidence: "- analysis errors: Successful".into(),
+        }
+    }
+
+    const PROD: &str = "kind: CanaryStatefulSet\nmetadata:\n  name: redis\n  namespace: prod\nspec:\n  image: redis:7.2\n";
+
+    #[test]
+    fn the_next_rollout_is_found_under_the_path_and_gets_the_image() {
+        let files = [
+            (
+                "environments/production/web.yaml".to_string(),
+                "kind: CanaryDeployment\nmetadata:\n  name: redis\nspec:\n  image: x\n",
+            ),
+            ("environments/production/redis.yaml".to_string(), PROD),
+        ];
+        let edit = next_edit(&promotion(), files).unwrap().unwrap();
+        assert_eq!(edit.path, "environments/production/redis.yaml");
+        assert_eq!(
+            (edit.namespace.as_str(), edit.failed.as_str()),
+            ("prod", "redis:7.2")
+        );
+        let text = super::super::revert::set_image(PROD, &edit)
+            .unwrap()
+            .unwrap();
+        assert_eq!(text, PROD.replace("redis:7.2", "redis:7.4"));
+        assert!(
+            promotion()
+                .message(&edit)
+                .starts_with("linnet: Promote redis:7.4 to redis (environments/production)\n\n")
+        );
+    }
+
+    #[test]
+    fn a_next_environment_on_the_image_already_needs_nothing_and_a_missing_one_is_an_error() {
+        let on_it = PROD.replace("redis:7.2", "redis:7.4");
+        assert_eq!(
+            next_edit(&promotion(), [("p.yaml".to_string(), on_it.as_str())]),
+            Ok(None)
+        );
+        let e = next_edit(&promotion(), [("p.yaml".to_string(), "kind: ConfigMap\n")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("environments/production has no CanaryStatefulSet redis"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn each_image_has_its_own_branch_under_the_rollouts_prefix() {
+        let p = promotion();
+        assert!(p.branch().starts_with("linnet/promote/staging/redis/"));
+        let mut newer = promotion();
+        newer.image = "redis:7.6".into();
+        assert_ne!(p.branch(), newer.branch());
+    }
+}

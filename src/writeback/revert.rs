@@ -1,0 +1,366 @@
+//! Revert commits (issue 50): once a rollout with `onFailure.revert: commit` is rolled back,
+//! the image it returned to goes back into its spec file on the followed branch, so Git stops
+//! asking for the version that failed and the rollout is Stable again once that commit is
+//! synced. Pure: what to revert (from the rollout in the cluster) and the edited file (from
+//! the file at the branch's tip). Pushing it is [`super::push`]'s.
+//!
+//! Idempotent by construction: a revert is made only while the file still asks for the image
+//! that failed, so a revert already pushed (before a restart, say) and a person's newer change
+//! both make it a no-op.
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::api::{
+    CanaryDeployment, CanaryStatefulSet, DeploymentPhase, RevertMode, SOURCE_PATH_ANNOTATION,
+    StatefulSetPhase,
+};
+
+/// One rolled-back rollout's spec to put back in Git.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revert {
+    /// The spec file, from the repository's root.
+    pub path: String,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// The image that failed: what the file asks for now.
+    pub failed: String,
+    /// The image the rollout returned to.
+    pub good: String,
+    /// Why it was rolled back, for the commit message.
+    pub why: String,
+    /// A commit on the followed branch, or a pull request.
+    pub mode: RevertMode,
+    /// The Git commit that set the failed spec (it names the pull request's branch).
+    pub revision: Option<String>,
+}
+
+/// The branches of revert pull requests start with this; then `<namespace>/<name>/`.
+pub const BRANCH_PREFIX: &str = "linnet/revert/";
+
+impl Revert {
+    /// The branch of this failure's pull request: one per rollout and failed commit, so a
+    /// restart finds it again and a later failure gets its own.
+    pub fn branch(&self) -> String {
+        let failure = match &self.revision {
+            Some(rev) if rev.len() >= 12 => rev[..12].to_string(),
+            _ => crate::hash::content_hash(&serde_json::Value::String(self.failed.clone())),
+        };
+        format!("{}{failure}", self.branch_prefix())
+    }
+
+    /// The start of every revert branch of this rollout.
+    pub fn branch_prefix(&self) -> String {
+        format!("{BRANCH_PREFIX}{}/{}/", self.namespace, self.name)
+    }
+
+    /// The pull request's title.
+    pub fn title(&self) -> String {
+        format!("Revert {}/{} to {}", self.namespace, self.name, self.good)
+    }
+
+    /// The commit message: a subject that says what, and a body that says why.
+    pub fn message(&self) -> String {
+        format!(
+            "linnet: revert {}/{} to {}\n\n{}",
+            self.namespace,
+            self.name,
+            self.good,
+            self.body()
+        )
+    }
+
+    /// What failed and what merging does: the commit's body and the pull request's.
+    pub fn body(&self) -> String {
+        let how = match self.mode {
+            RevertMode::PullRequest => "`onFailure.revert: pullRequest`. Merging it makes",
+            _ => "`onFailure.revert: commit`. Once this commit is synced,",
+        };
+        format!(
+            "{} {} was rolled back from {} to {}: {}\n\nWritten by linnet because the rollout \
+             has {how} the rollout Stable again on {}; to try {} again, set it in Git. Its \
+             status file: `{}`.\n",
+            self.kind,
+            self.name,
+            self.failed,
+            self.good,
+            self.why,
+            self.good,
+            self.failed,
+            super::status_files::path(&self.namespace, &self.name)
+        )
+    }
+}
+
+/// Why a revert cannot be made; it is not tried again until the rollout or the file changes.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RevertError {
+    #[error(
+        "{path} has no {kind} {name} with a `spec.image` on the branch; it may come from a \
+         Kustomize or Helm render, which a revert commit cannot edit: set the image in Git"
+    )]
+    NotInFile {
+        path: String,
+        kind: &'static str,
+        name: String,
+    },
+    #[error("{path} is not in the branch (moved or deleted since the rollout was synced)")]
+    NoFile { path: String },
+}
+
+/// `dir` (the followed directory, `--path`) joined with `file` (relative to it).
+fn repo_path(dir: &str, file: &str) -> String {
+    let dir = dir.trim_start_matches("./").trim_matches('/');
+    match dir {
+        "" | "." => file.to_string(),
+        _ => format!("{dir}/{file}"),
+    }
+}
+
+/// The revert a CanaryStatefulSet asks for now, if any.
+pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Revert> {
+    let spec = &r.spec;
+    let mode = spec.on_failure.as_ref().map(|f| f.revert)?;
+    if mode == RevertMode::None {
+        return None;
+    }
+    let st = r.status.as_ref()?;
+    if st.phase != Some(StatefulSetPhase::RolledBack)
+        || st.canary_image.as_deref() != Some(spec.image.as_str())
+    {
+        return None;
+    }
+    let good = st.stable_image.clone().filter(|s| *s != spec.image)?;
+    let why = crate::plan::analysis::failure(&st.analysis)
+        .map(|f| f.to_string())
+        .or_else(|| st.message.clone())
+        .unwrap_or_else(|| "rolled back".into());
+    let failure = Failure {
+        failed: &spec.image,
+        good,
+        why,
+        mode,
+        revision: st.source_revision.clone(),
+    };
+    revert("CanaryStatefulSet", &r.metadata, spec_dir, failure)
+}
+
+/// The revert a CanaryDeployment asks for now, if any.
+pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Revert> {
+    let spec = &r.spec;
+    let mode = spec.on_failure.as_ref().map(|f| f.revert)?;
+    if mode == RevertMode::None {
+        return None;
+    }
+    let st = r.status.as_ref()?;
+    let rollback = st.rollback.as_ref()?;
+    if st.phase != Some(DeploymentPhase::RolledBack) || rollback.from_image != spec.image {
+        return None;
+    }
+    let good = Some(rollback.to_image.clone()).filter(|s| *s != spec.image)?;
+    let why = crate::plan::analysis::failure(&st.analysis)
+        .map(|f| f.to_string())
+        .or_else(|| st.message.clone())
+        .unwrap_or_else(|| "rolled back".into());
+    let failure = Failure {
+        failed: &spec.image,
+        good,
+        why,
+        mode,
+        revision: st.source_revision.clone(),
+    };
+    revert("CanaryDeployment", &r.metadata, spec_dir, failure)
+}
+
+/// What failed, from a rollout's spec and status.
+struct Failure<'a> {
+    failed: &'a str,
+    good: String,
+    why: String,
+    mode: RevertMode,
+    revision: Option<String>,
+}
+
+fn revert(
+    kind: &'static str,
+    meta: &kube::api::ObjectMeta,
+    spec_dir: &str,
+    f: Failure<'_>,
+) -> Option<Revert> {
+    let file = meta.annotations.as_ref()?.get(SOURCE_PATH_ANNOTATION)?;
+    Some(Revert {
+        path: repo_path(spec_dir, file),
+        kind,
+        namespace: meta.namespace.clone()?,
+        name: meta.name.clone()?,
+        failed: f.failed.to_string(),
+        good: f.good,
+        why: f.why,
+        mode: f.mode,
+        revision: f.revision,
+    })
+}
+
+/// The fields of a document that find a rollout and its image.
+#[derive(Deserialize)]
+struct Head {
+    kind: Option<String>,
+    metadata: Option<HeadMeta>,
+    spec: Option<HeadSpec>,
+}
+
+#[derive(Deserialize)]
+struct HeadMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct HeadSpec {
+    image: Option<Spanned<String>>,
+    /// The StatefulSet's or the Deployment's spec; its pod template's containers.
+    template: Option<Workload>,
+}
+
+#[derive(Deserialize)]
+struct Workload {
+    template: Option<PodTemplate>,
+}
+
+#[derive(Deserialize)]
+struct PodTemplate {
+    spec: Option<PodSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodSpec {
+    #[serde(default)]
+    containers: Vec<Container>,
+    #[serde(default)]
+    init_containers: Vec<Container>,
+}
+
+#[derive(Deserialize)]
+struct Container {
+    image: Option<Spanned<String>>,
+}
+
+/// `text` (the spec file at the branch's tip) with the rollout's `spec.image`, and each
+/// container of its template that runs the failed image, set back to the good image.
+/// `Ok(None)` when `spec.image` no longer is the failed image (reverted already, or a person
+/// changed it since), so nothing is written. Only the images' own characters change:
+/// comments, quoting and every other line stay as they are.
+pub fn set_image(text: &str, r: &Revert) -> Result<Option<String>, RevertError> {
+    let not_in_file = || RevertError::NotInFile {
+        path: r.path.clone(),
+        kind: r.kind,
+        name: r.name.clone(),
+    };
+    for (start, doc) in documents(text) {
+        // A document that does not parse is not the rollout (the sync applied it).
+        let Ok(head) = serde_saphyr::from_str::<Head>(doc) else {
+            continue;
+        };
+        let meta = head.metadata.as_ref();
+        let this = head.kind.as_deref() == Some(r.kind)
+            && meta.and_then(|m| m.name.as_deref()) == Some(r.name.as_str())
+            && meta
+                .and_then(|m| m.namespace.as_deref())
+                .is_none_or(|ns| ns == r.namespace);
+        if !this {
+            continue;
+        }
+        let spec = head.spec.ok_or_else(not_in_file)?;
+        let image = spec.image.as_ref().ok_or_else(not_in_file)?;
+        if image.value != r.failed {
+            return Ok(None);
+        }
+        let pod = spec.template.and_then(|w| w.template).and_then(|t| t.spec);
+        let containers = pod
+            .iter()
+            .flat_map(|p| p.containers.iter().chain(&p.init_containers))
+            .filter_map(|c| c.image.as_ref())
+            .filter(|i| i.value == r.failed);
+        let mut offsets = Vec::new();
+        for found in std::iter::once(image).chain(containers) {
+            offsets.push(start + image_offset(doc, found, &r.failed).ok_or_else(not_in_file)?);
+        }
+        offsets.sort_unstable();
+        offsets.dedup();
+        let mut out = text.to_string();
+        for at in offsets.into_iter().rev() {
+            let quoted = text[..at].ends_with(['"', '\'']);
+            let good = if quoted || plain_safe(&r.good) {
+                r.good.clone()
+            } else {
+                // Double-quoted: JSON's string syntax is YAML's.
+                serde_json::Value::String(r.good.clone()).to_string()
+            };
+            out.replace_range(at..at + r.failed.len(), &good);
+        }
+        return Ok(Some(out));
+    }
+    Err(not_in_file())
+}
+
+/// The namespace (if the file gives one) and `spec.image` of the rollout of `kind` named
+/// `name` in `text`, if it is there.
+pub fn rollout_image(text: &str, kind: &str, name: &str) -> Option<(Option<String>, String)> {
+    documents(text).into_iter().find_map(|(_, doc)| {
+        let head = serde_saphyr::from_str::<Head>(doc).ok()?;
+        let meta = head.metadata?;
+        (head.kind.as_deref() == Some(kind) && meta.name.as_deref() == Some(name)).then_some(())?;
+        Some((meta.namespace, head.spec?.image?.value))
+    })
+}
+
+/// Whether `s` reads back as the same string when written as a plain YAML scalar.
+fn plain_safe(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@`".contains(c) || c.is_whitespace())
+        && !s.ends_with(char::is_whitespace)
+        && !s.contains(": ")
+        && !s.contains(" #")
+        && !s.contains(['\n', '\r', '\t'])
+}
+
+/// The byte offset in `doc` of the failed image's characters in the scalar at `image`'s
+/// location (the line it is defined on, from its column on).
+fn image_offset(doc: &str, image: &Spanned<String>, failed: &str) -> Option<usize> {
+    let line = usize::try_from(image.defined.line()).ok()?.checked_sub(1)?;
+    let column = usize::try_from(image.defined.column())
+        .ok()?
+        .saturating_sub(1);
+    let line_start: usize = doc.split_inclusive('\n').take(line).map(str::len).sum();
+    let line_text = doc[line_start..].lines().next()?;
+    let from = line_text
+        .char_indices()
+        .nth(column)
+        .map_or(line_text.len(), |(i, _)| i);
+    let found = line_text[from..].find(failed)?;
+    Some(line_start + from + found)
+}
+
+/// The documents of a YAML stream with their byte offsets, split at `---` lines as the spec
+/// loader splits them (a document keeps its marker line, which may carry content).
+fn documents(text: &str) -> Vec<(usize, &str)> {
+    let mut starts = vec![0];
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if offset > 0 && (bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t")) {
+            starts.push(offset);
+        }
+        offset += line.len();
+    }
+    starts.push(text.len());
+    starts
+        .windows(2)
+        .map(|w| (w[0], &text[w[0]..w[1]]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+use super::*;
+
+const REDIS: &str = "\
+# Redis, rolled out as a canary.
+apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryStatefulSet
+metadata:
+  name: redis
+  namespace: demo
+spec:
+  replicas: 3
+  image: redis:7.4   # bumped by the release bot
+  template:
+    serviceName: redis
+    template:
+      spec:
+        initContainers:
+        - name: init
+          image: busybox:1.36
+        containers:
+        - name: redis
+          image: redis:7.4
+        - name: exporter
+          image: \"redis-exporter:1.0\"
+";
+
+fn revert(kind: &'static str, name: &str, failed: &str, good: &str) -> Revert {
+    Revert {
+        path: "apps/redis.yaml".into(),
+        kind,
+        namespace: "demo".into(),
+        name: name.into(),
+        failed: failed.into(),
+        good: good.into(),
+        why: "analysis error-rate failed: 0.2 > 0.05".into(),
+        mode: RevertMode::Commit,
+        revision: None,
+    }
+}
+
+#[test]
+fn the_image_and_the_containers_running_it_go_back_and_nothing_else_changes() {
+    let r = revert("CanaryStatefulSet", "redis", "redis:7.4", "redis:7.2");
+    let out = set_image(REDIS, &r).unwrap().unwrap();
+    assert_eq!(out, REDIS.replace("redis:7.4", "redis:7.2"));
+    assert!(out.contains("  image: redis:7.2   # bumped by the release bot\n"));
+    assert!(out.contains("busybox:1.36") && out.contains("\"redis-exporter:1.0\""));
+}
+
+#[test]
+fn a_file_that_no_longer_asks_for_the_failed_image_is_left_alone() {
+    // Reverted already (a restart after the push), or a person moved on to another image.
+    let reverted = REDIS.replace("redis:7.4", "redis:7.2");
+    let r = revert("CanaryStatefulSet", "redis", "redis:7.4", "redis:7.2");
+    assert_eq!(set_image(&reverted, &r), Ok(None));
+    let moved_on = REDIS.replace("redis:7.4", "redis:7.6");
+    assert_eq!(set_image(&moved_on, &r), Ok(None));
+}
+
+#[test]
+fn the_rollout_is_found_among_other_documents_and_keeps_its_quotes() {
+    let text = format!(
+        "---\nkind: ConfigMap\nmetadata:\n  name: redis\n  namespace: demo\ndata:\n  image: \
+         redis:7.4\n---\nkind: CanaryDeployment\nmetadata: {{name: redis}}\nspec:\n  image: \
+         'redis:7.4'\n---\n{REDIS}"
+    );
+    let r = revert("CanaryStatefulSet", "redis", "redis:7.4", "redis:7.2");
+    let out = set_image(&text, &r).unwrap().unwrap();
+    // Only the CanaryStatefulSet's document changed.
+    assert!(out.contains("data:\n  image: redis:7.4\n"), "{out}");
+    assert!(out.contains("  image: 'redis:7.4'\n"), "{out}");
+    assert_eq!(out.matches("redis:7.2").count(), 2, "{out}");
+    let r = revert("CanaryDeployment", "redis", "redis:7.4", "redis:7.2");
+    let out = set_image(&text, &r).unwrap().unwrap();
+    assert!(out.contains("  image: 'redis:7.2'\n"), "{out}");
+    assert_eq!(out.matches("redis:7.2").count(), 1, "{out}");
+}
+
+#[test]
+fn a_good_image_that_is_no_plain_scalar_is_written_quoted() {
+    let r = revert("CanaryStatefulSet", "redis", "redis:7.4", "redis:7.2 #odd");
+    let out = set_image(REDIS, &r).unwrap().unwrap();
+    assert!(
+        out.contains("  image: \"redis:7.2 #odd\"   # bumped"),
+        "{out}"
+    );
+    let reparsed: serde_json::Value = serde_saphyr::from_str(&out).unwrap();
+    assert_eq!(reparsed["spec"]["image"], "redis:7.2 #odd");
+}
+
+#[test]
+fn a_rollout_not_in_the_file_is_an_error_that_names_it() {
+    let r = revert("CanaryStatefulSet", "cache", "redis:7.4", "redis:7.2");
+    let e = set_image(REDIS, &r).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("apps/redis.yaml has no CanaryStatefulSet cache"),
+        "{e}"
+    );
+    // Another namespace's rollout of the same name is another rollout.
+    let mut other = revert("CanaryStatefulSet", "redis", "redis:7.4", "redis:7.2");
+    other.namespace = "prod".into();
+    assert!(set_image(REDIS, &other).is_err());
+}
+
+#[test]
+fn the_path_is_the_followed_directory_joined_with_the_source_path() {
+    assert_eq!(repo_path(".", "apps/redis.yaml"), "apps/redis.yaml");
+    assert_eq!(repo_path("", "redis.yaml"), "redis.yaml");
+    assert_eq!(
+        repo_path("./envs/staging/", "redis.yaml"),
+        "envs/staging/redis.yaml"
+    );
+}
+
+fn rolled_back_redis(revert: &str) -> CanaryStatefulSet {
+    let mut r: CanaryStatefulSet = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "redis", "namespace": "demo",
+            "annotations": {SOURCE_PATH_ANNOTATION: "apps/redis.yaml"}},
+        "spec": {"replicas": 3, "image": "redis:7.4", "onFailure": {"revert": revert},
+            "template": {"serviceName": "redis", "selector": {"matchLabels": {"app": "redis"}},
+                "template": {"metadata": {"labels": {"app": "redis"}},
+                    "spec": {"containers": [{"name": "redis", "image": "redis:7.4"}]}}}},
+    }))
+    .unwrap();
+    r.status = Some(crate::api::CanaryStatefulSetStatus {
+        phase: Some(StatefulSetPhase::RolledBack),
+        stable_image: Some("redis:7.2".into()),
+        canary_image: Some("redis:7.4".into()),
+        message: Some("rolled back to redis:7.2".into()),
+        ..Default::default()
+    });
+    r
+}
+
+#[test]
+fn only_a_rolled_back_rollout_that_asks_for_it_is_reverted() {
+    let r = rolled_back_redis("commit");
+    let want = for_statefulset(&r, "envs/staging").unwrap();
+    assert_eq!(want.path, "envs/staging/apps/redis.yaml");
+    assert_eq!(
+        (want.failed.as_str(), want.good.as_str()),
+        ("redis:7.4", "redis:7.2")
+    );
+    assert!(
+        want.message()
+            .starts_with("linnet: revert demo/redis to redis:7.2\n\n")
+    );
+    assert!(for_statefulset(&rolled_back_redis("none"), ".").is_none());
+    // Any other phase: nothing to revert.
+    let mut active = rolled_back_redis("commit");
+    active.status.as_mut().unwrap().phase = Some(StatefulSetPhase::CanaryActive);
+    assert!(for_statefulset(&active, ".").is_none());
+    // Git already asks for another image than the one rolled back from.
+    let mut moved_on = rolled_back_redis("commit");
+    moved_on.spec.image = "redis:7.6".into();
+    assert!(for_statefulset(&moved_on, ".").is_none());
+}

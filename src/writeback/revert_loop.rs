@@ -1,0 +1,367 @@
+//! The task behind revert commits and pull requests: follows the rollouts, and for each one
+//! rolled back with `onFailure.revert` puts the good image back in its spec file, as a commit
+//! on the followed branch or as a pull request from a branch of its own
+//! (`linnet/revert/<namespace>/<name>/<failed commit>`). [`super::revert`] says what,
+//! [`super::push`] pushes it (never forced), [`super::pull_request`] talks to the host.
+//!
+//! A revert that Git no longer needs, and one that cannot be made, is not tried again until
+//! the rollout changes; a failed push or call is, with a backoff. A pull request is found
+//! again by its branch after a restart (one per failure), and closed once Git moved on: the
+//! rollout is no longer rolled back from that commit (a person changed the image, or a later
+//! failure has its own pull request).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use super::commit_status::CommitStatusConfig;
+use super::promotion::{self, Promotion};
+use super::pull_request::PullRequests;
+use super::push::StatusWriter;
+use super::revert::{self, Revert};
+use super::reverter::{Job, Key, Outcome, Reverter};
+use crate::api::RevertMode;
+use crate::source::git::GitRemote;
+use crate::telemetry::{Metrics, ResultLabel};
+use crate::watch::rollouts::Subscription;
+
+/// Where and as whom reverts are written.
+#[derive(Clone, Debug)]
+pub struct RevertConfig {
+    /// The followed repository and branch (the one the specs come from).
+    pub remote: GitRemote,
+    /// The followed directory (`--path`), which source paths are relative to.
+    pub spec_dir: String,
+    /// The reverter's own clone.
+    pub cache_dir: PathBuf,
+    pub author_name: String,
+    pub author_email: String,
+    /// How long one fetch-and-push may take.
+    pub timeout: Duration,
+    /// The Git host's API, for pull requests (the commit statuses' host and token).
+    pub host: Option<CommitStatusConfig>,
+}
+
+/// What a job is about: a rollout's revert, or its promotion to the next environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Lane {
+    Revert,
+    Promote,
+}
+
+/// The first wait after a failure that may pass; it doubles up to [`MAX_RETRY`].
+const RETRY: Duration = Duration::from_secs(2);
+const MAX_RETRY: Duration = Duration::from_secs(120);
+
+/// Which reverts and promotions to make and which pull requests to close, and which were
+/// dealt with.
+#[derive(Default)]
+struct Reverts {
+    pending: BTreeMap<(Key, Lane), Job>,
+    /// The last job dealt with per rollout and lane (made, not needed, or impossible): the
+    /// same one is not tried again.
+    settled: BTreeMap<(Key, Lane), Job>,
+    /// Rollouts whose revert pull requests were looked for since the start (found, opened or
+    /// closed): a rollout seen for the first time is looked for once.
+    looked: BTreeSet<Key>,
+    due: Option<Instant>,
+    failures: u32,
+}
+
+impl Reverts {
+    /// The rollout `key` asks for revert `wanted` now; `pull_requests` when it uses them.
+    fn offer(&mut self, key: Key, wanted: Option<Revert>, pull_requests: bool, now: Instant) {
+        let lane = (key.clone(), Lane::Revert);
+        let job = match wanted.map(Job::Revert) {
+            Some(job) if self.settled.get(&lane) == Some(&job) => None,
+            Some(job) => Some(job),
+            None => {
+                let had_one = self.settled.remove(&lane).is_some_and(
+                    |j| matches!(j, Job::Revert(r) if r.mode == RevertMode::PullRequest),
+                );
+                // After a restart, an open pull request may be left from before: looked for once.
+                (pull_requests && (had_one || !self.looked.contains(&key))).then_some(Job::Close)
+            }
+        };
+        match job {
+            Some(job) => {
+                self.looked.insert(key);
+                self.pending.insert(lane, job);
+                self.due.get_or_insert(now);
+            }
+            None => {
+                if self
+                    .pending
+                    .get(&lane)
+                    .is_some_and(|j| matches!(j, Job::Revert(_)))
+                {
+                    self.pending.remove(&lane);
+                }
+            }
+        }
+    }
+
+    /// The rollout `key` asks for promotion `wanted` now. A rollout that no longer asks (a new
+    /// canary) leaves its pull request open: what it proposes still passed.
+    fn offer_promotion(&mut self, key: Key, wanted: Option<Promotion>, now: Instant) {
+        let lane = (key, Lane::Promote);
+        match wanted.map(Job::Promote) {
+            Some(job) if self.settled.get(&lane) != Some(&job) => {
+                self.pending.insert(lane, job);
+                self.due.get_or_insert(now);
+            }
+            Some(_) => {}
+            None => {
+                self.pending.remove(&lane);
+            }
+        }
+    }
+
+    fn take(&mut self) -> Vec<((Key, Lane), Job)> {
+        self.due = None;
+        std::mem::take(&mut self.pending).into_iter().collect()
+    }
+
+    fn settle(&mut self, lane: (Key, Lane), job: Job) {
+        self.failures = 0;
+        if !matches!(job, Job::Close) {
+            self.settled.insert(lane, job);
+        }
+    }
+
+    /// A failure that may pass: tried again after a backoff, unless the rollout asked for
+    /// something else meanwhile.
+    fn retry(&mut self, lane: (Key, Lane), job: Job, now: Instant) {
+        self.failures = self.failures.saturating_add(1);
+        let wait = RETRY
+            .saturating_mul(1 << self.failures.min(7))
+            .min(MAX_RETRY);
+        self.pending.entry(lane).or_insert(job);
+        self.due = Some(self.due.map_or(now + wait, |d| d.max(now + wait)));
+    }
+}
+
+/// Follows this source's rollouts (`changes`) and makes their reverts, until the process ends.
+pub async fn run(changes: Subscription, config: RevertConfig, metrics: Arc<Metrics>) {
+    let host = match config.host.clone().map(PullRequests::new).transpose() {
+        Ok(host) => host,
+        Err(e) => {
+            tracing::error!(error = %e, "revert pull requests are off");
+            None
+        }
+    };
+    let mut reverter = Reverter {
+        open: {
+            let c = config.clone();
+            Arc::new(move || {
+                StatusWriter::open(
+                    &c.cache_dir,
+                    c.remote.clone(),
+                    &c.author_name,
+                    &c.author_email,
+                )
+                .map(|w| w.with_timeout(c.timeout))
+            })
+        },
+        writer: None,
+        host,
+    };
+    let dir = config.spec_dir.clone();
+    let sets = changes
+        .statefulsets
+        .map({
+            let dir = dir.clone();
+            move |c| {
+                let o = c.object();
+                Wanted {
+                    key: key("CanaryStatefulSet", &o.metadata),
+                    revert: revert::for_statefulset(o, &dir),
+                    pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
+                    promotion: promotion::for_statefulset(o),
+                }
+            }
+        })
+        .boxed();
+    let deploys = changes
+        .deployments
+        .map(move |c| {
+            let o = c.object();
+            Wanted {
+                key: key("CanaryDeployment", &o.metadata),
+                revert: revert::for_deployment(o, &dir),
+                pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
+                promotion: promotion::for_deployment(o),
+            }
+        })
+        .boxed();
+    let mut changes = futures::stream::select(sets, deploys);
+    let mut reverts = Reverts::default();
+    loop {
+        let wait = super::sleep_until_due(reverts.due);
+        tokio::select! {
+            change = changes.next() => {
+                let Some(w) = change else { return };
+                let now = Instant::now();
+                reverts.offer(w.key.clone(), w.revert, w.pull_requests, now);
+                reverts.offer_promotion(w.key, w.promotion, now);
+            }
+            () = wait => {
+                for (lane, job) in reverts.take() {
+                    let outcome = reverter.run(&lane.0, &job).await;
+                    let result = match lane.1 {
+                        Lane::Revert => outcome.label().to_string(),
+                        Lane::Promote => format!("promotion_{}", outcome.label()),
+                    };
+                    metrics.revert_commits.get_or_create(&ResultLabel { result }).inc();
+                    log(&lane, &outcome);
+                    if let Outcome::Failed { retry: true, .. } = outcome {
+                        reverts.retry(lane, job, Instant::now());
+                    } else {
+                        reverts.settle(lane, job);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a rollout's change asks of Git.
+struct Wanted {
+    key: Key,
+    revert: Option<Revert>,
+    pull_requests: bool,
+    promotion: Option<Promotion>,
+}
+
+/// Says what a job did, and what it means for the rollout.
+fn log((key, lane): &(Key, Lane), outcome: &Outcome) {
+    let rollout = format!("{}/{}", key.1, key.2);
+    let promotion = *lane == Lane::Promote;
+    match outcome {
+        Outcome::Committed(commit) => {
+            tracing::info!(%commit, %rollout, "reverted the image in Git: the rollout is Stable again once this commit is synced");
+        }
+        Outcome::Unchanged if promotion => {
+            tracing::debug!(%rollout, "the next environment runs the image already; no promotion");
+        }
+        Outcome::Unchanged => {
+            tracing::debug!(%rollout, "Git no longer asks for the rolled-back image; nothing to revert");
+        }
+        Outcome::PullRequest { url, opened: true } if promotion => {
+            tracing::info!(%url, %rollout, "opened a promotion pull request: merging it gives the next environment this image");
+        }
+        Outcome::PullRequest { url, opened: true } => {
+            tracing::info!(%url, %rollout, "opened a revert pull request: merging it makes the rollout Stable again");
+        }
+        Outcome::PullRequest { url, opened: false } => {
+            tracing::debug!(%url, %rollout, "the pull request is open");
+        }
+        Outcome::Closed(n) => {
+            tracing::debug!(%rollout, closed = n, "looked for revert pull requests Git no longer needs");
+        }
+        Outcome::Failed {
+            error, retry: true, ..
+        } => {
+            tracing::warn!(%rollout, error = %crate::text::redact_credentials(error), "could not write the change to Git; tried again later");
+        }
+        Outcome::Failed { error, .. } if promotion => {
+            tracing::warn!(%rollout, error = %crate::text::redact_credentials(error), "no promotion pull request until the rollout changes");
+        }
+        Outcome::Failed { error, .. } => {
+            tracing::warn!(%rollout, error = %crate::text::redact_credentials(error), "no revert: the rollout stays rolled back until the image changes in Git");
+        }
+    }
+}
+
+fn uses_pull_requests(on_failure: Option<&crate::api::OnFailure>) -> bool {
+    on_failure.is_some_and(|f| f.revert == RevertMode::PullRequest)
+}
+
+fn key(kind: &'static str, meta: &kube::api::ObjectMeta) -> Key {
+    (
+        kind,
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revert(failed: &str) -> Revert {
+        Revert {
+            path: "apps/redis.yaml".into(),
+            kind: "CanaryStatefulSet",
+            namespace: "demo".into(),
+            name: "redis".into(),
+            failed: failed.into(),
+            good: "redis:7.2".into(),
+            why: "rolled back".into(),
+            mode: crate::api::RevertMode::Commit,
+            revision: None,
+        }
+    }
+
+    fn redis() -> Key {
+        ("CanaryStatefulSet", "demo".into(), "redis".into())
+    }
+
+    #[test]
+    fn a_revert_dealt_with_is_not_made_again_but_a_new_failure_is() {
+        let t0 = Instant::now();
+        let mut r = Reverts::default();
+        r.offer(redis(), Some(revert("redis:7.4")), false, t0);
+        assert_eq!(r.due, Some(t0));
+        let batch = r.take();
+        assert_eq!(batch.len(), 1);
+        r.settle((redis(), Lane::Revert), Job::Revert(revert("redis:7.4")));
+        // Every later change of the same rolled-back rollout: nothing to do.
+        r.offer(redis(), Some(revert("redis:7.4")), false, t0);
+        assert!(r.take().is_empty());
+        // The next image fails too: a new revert.
+        r.offer(redis(), Some(revert("redis:7.6")), false, t0);
+        assert_eq!(r.take().len(), 1);
+    }
+
+    #[test]
+    fn a_failed_push_is_retried_after_a_backoff_unless_the_rollout_moved_on() {
+        let t0 = Instant::now();
+        let mut r = Reverts::default();
+        r.offer(redis(), Some(revert("redis:7.4")), false, t0);
+        let (key, job) = r.take().remove(0);
+        r.retry(key, job, t0);
+        assert_eq!(r.due, Some(t0 + RETRY * 2));
+        // The rollout is no longer rolled back (a person changed the image): dropped.
+        r.offer(redis(), None, false, t0);
+        assert!(r.take().is_empty());
+    }
+
+    #[test]
+    fn pull_requests_are_looked_for_once_after_a_start_and_closed_when_git_moves_on() {
+        let t0 = Instant::now();
+        let mut r = Reverts::default();
+        // A Stable rollout that uses pull requests, seen first after a start: one look, in
+        // case a pull request was left open while the agent was away.
+        r.offer(redis(), None, true, t0);
+        assert_eq!(r.take(), vec![((redis(), Lane::Revert), Job::Close)]);
+        r.offer(redis(), None, true, t0);
+        assert!(r.take().is_empty());
+        // It fails: a pull request; later it is no longer rolled back: closed.
+        let mut pr = revert("redis:7.4");
+        pr.mode = RevertMode::PullRequest;
+        r.offer(redis(), Some(pr.clone()), true, t0);
+        let (key, job) = r.take().remove(0);
+        r.settle(key, job);
+        r.offer(redis(), Some(pr), true, t0);
+        assert!(r.take().is_empty());
+        r.offer(redis(), None, true, t0);
+        assert_eq!(r.take(), vec![((redis(), Lane::Revert), Job::Close)]);
+        // Commit mode never closes anything.
+        r.offer(redis(), None, false, t0);
+        assert!(r.take().is_empty());
+    }
+}

@@ -1,0 +1,266 @@
+//! What one revert or promotion job does: the Git writer (a revert commit, or the branch of a
+//! pull request) and the host's pull request API (find, open, close). The queue that decides
+//! which jobs to run is [`super::revert_loop`]'s.
+
+use std::sync::Arc;
+
+use super::promotion::Promotion;
+use super::pull_request::PullRequests;
+use super::push::{BranchPushed, Pushed, StatusWriter, WriteError};
+use super::revert::{BRANCH_PREFIX, Revert};
+use crate::api::RevertMode;
+
+/// A rollout, by kind, namespace and name.
+pub(super) type Key = (&'static str, String, String);
+
+/// Work for the host or the branch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Job {
+    Revert(Revert),
+    /// Close the rollout's open revert pull requests: Git moved on.
+    Close,
+    Promote(Promotion),
+}
+
+/// What one job did.
+pub(super) enum Outcome {
+    Committed(git2::Oid),
+    /// Git no longer asks for the failed image.
+    Unchanged,
+    PullRequest {
+        url: String,
+        opened: bool,
+    },
+    Closed(usize),
+    Failed {
+        label: &'static str,
+        error: String,
+        retry: bool,
+    },
+}
+
+impl Outcome {
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            Outcome::Committed(_) => "committed",
+            Outcome::Unchanged => "unchanged",
+            Outcome::PullRequest { opened: true, .. } => "pull_request_opened",
+            Outcome::PullRequest { opened: false, .. } => "pull_request_found",
+            Outcome::Closed(_) => "pull_request_closed",
+            Outcome::Failed { label, .. } => label,
+        }
+    }
+}
+
+/// Makes reverts: the Git writer (moved into each blocking write and handed back, so no lock
+/// is held while Git is waited for) and the host's pull request API.
+pub(super) struct Reverter {
+    pub(super) open:
+        Arc<dyn Fn() -> Result<StatusWriter, crate::source::git::GitError> + Send + Sync>,
+    pub(super) writer: Option<StatusWriter>,
+    pub(super) host: Option<PullRequests>,
+}
+
+impl Reverter {
+    /// Runs `f` on the writer (opened if need be) on a blocking thread.
+    async fn with_writer<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut StatusWriter) -> Result<T, WriteError> + Send + 'static,
+    ) -> Result<T, WriteError> {
+        let current = self.writer.take();
+        let open = self.open.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let mut w = match current {
+                Some(w) => w,
+                None => open()?,
+            };
+            let result = f(&mut w);
+            Ok::<_, WriteError>((w, result))
+        })
+        .await;
+        match done {
+            Ok(Ok((w, result))) => {
+                self.writer = Some(w);
+                result
+            }
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(WriteError::Refused {
+                branch: "(none)".into(),
+                reason: format!("the write panicked: {e}"),
+            }),
+        }
+    }
+
+    pub(super) async fn run(&mut self, key: &Key, job: &Job) -> Outcome {
+        let failed = |e: WriteError| Outcome::Failed {
+            label: e.label(),
+            retry: matches!(e, WriteError::Git(_) | WriteError::KeptMoving { .. }),
+            error: e.to_string(),
+        };
+        match job {
+            Job::Revert(r) if r.mode == RevertMode::Commit => {
+                let r = r.clone();
+                match self.with_writer(move |w| w.revert(&r)).await {
+                    Ok(Pushed::Committed { commit, .. }) => Outcome::Committed(commit),
+                    Ok(Pushed::Unchanged) => Outcome::Unchanged,
+                    Err(e) => failed(e),
+                }
+            }
+            Job::Revert(r) => {
+                if self.host.is_none() {
+                    return no_host();
+                }
+                let (rev, branch) = (r.clone(), r.branch());
+                let pushed = {
+                    let branch = branch.clone();
+                    self.with_writer(move |w| {
+                        let base = w.branch().to_string();
+                        w.push_revert_branch(&rev, &branch).map(|p| (p, base))
+                    })
+                    .await
+                };
+                let base = match pushed {
+                    Ok((BranchPushed::NotNeeded, _)) => return Outcome::Unchanged,
+                    Ok((_, base)) => base,
+                    Err(e) => return failed(e),
+                };
+                let change = Proposal {
+                    prefix: r.branch_prefix(),
+                    branch,
+                    base,
+                    title: r.title(),
+                    body: r.body(),
+                };
+                match &self.host {
+                    Some(host) => pull_request(host, &change).await,
+                    None => Outcome::Unchanged,
+                }
+            }
+            Job::Promote(p) => {
+                if self.host.is_none() {
+                    return no_host();
+                }
+                let (promotion, branch) = (p.clone(), p.branch());
+                let pushed = {
+                    let branch = branch.clone();
+                    self.with_writer(move |w| {
+                        let base = w.branch().to_string();
+                        w.push_promotion_branch(&promotion, &branch)
+                            .map(|(p, e)| (p, e, base))
+                    })
+                    .await
+                };
+                let (edit, base) = match pushed {
+                    Ok((BranchPushed::NotNeeded, _, _) | (_, None, _)) => {
+                        return Outcome::Unchanged;
+                    }
+                    Ok((_, Some(edit), base)) => (edit, base),
+                    Err(e) => return failed(e),
+                };
+                let change = Proposal {
+                    prefix: p.branch_prefix(),
+                    branch,
+                    base,
+                    title: p.title(),
+                    body: p.body(&edit),
+                };
+                match &self.host {
+                    Some(host) => pull_request(host, &change).await,
+                    None => Outcome::Unchanged,
+                }
+            }
+            Job::Close => match &self.host {
+                Some(host) => {
+                    let prefix = format!("{BRANCH_PREFIX}{}/{}/", key.1, key.2);
+                    match host.open_with_prefix(&prefix).await {
+                        Ok(open) => close_listed(host, &open, None).await,
+                        Err(e) => pr_failed(e),
+                    }
+                }
+                None => Outcome::Closed(0),
+            },
+        }
+    }
+}
+
+fn no_host() -> Outcome {
+    Outcome::Failed {
+        label: "no_host",
+        error: "a pull request needs the Git host's API: set --commit-status-provider, \
+                --commit-status-api-url, --commit-status-repo and --commit-status-token-file"
+            .into(),
+        retry: false,
+    }
+}
+
+/// A pull request to have open: from `branch` into `base`; the others under `prefix` (the
+/// same rollout's, for an earlier failure or image) are closed.
+struct Proposal {
+    prefix: String,
+    branch: String,
+    base: String,
+    title: String,
+    body: String,
+}
+
+/// Finds the open pull request of `change` or opens it; closes the rollout's others.
+async fn pull_request(host: &PullRequests, change: &Proposal) -> Outcome {
+    let branch = change.branch.as_str();
+    let open = match host.open_with_prefix(&change.prefix).await {
+        Ok(open) => open,
+        Err(e) => return pr_failed(e),
+    };
+    if let Outcome::Failed {
+        label,
+        error,
+        retry,
+    } = close_listed(host, &open, Some(branch)).await
+    {
+        return Outcome::Failed {
+            label,
+            error,
+            retry,
+        };
+    }
+    if let Some((_, pr)) = open.iter().find(|(b, _)| b == branch) {
+        return Outcome::PullRequest {
+            url: pr.url.clone(),
+            opened: false,
+        };
+    }
+    match host
+        .open(branch, &change.base, &change.title, &change.body)
+        .await
+    {
+        Ok(pr) => Outcome::PullRequest {
+            url: pr.url,
+            opened: true,
+        },
+        Err(e) => pr_failed(e),
+    }
+}
+
+/// Closes the listed open pull requests, but the one from `keep`.
+async fn close_listed(
+    host: &PullRequests,
+    open: &[(String, super::pull_request::PullRequest)],
+    keep: Option<&str>,
+) -> Outcome {
+    let mut closed = 0;
+    for (branch, pr) in open.iter().filter(|(b, _)| Some(b.as_str()) != keep) {
+        if let Err(e) = host.close(pr.number).await {
+            return pr_failed(e);
+        }
+        tracing::info!(url = %pr.url, %branch, "closed a revert pull request: Git moved on");
+        closed += 1;
+    }
+    Outcome::Closed(closed)
+}
+
+fn pr_failed(e: super::pull_request::PullRequestError) -> Outcome {
+    Outcome::Failed {
+        label: e.label(),
+        retry: e.retryable(),
+        error: e.to_string(),
+    }
+}

@@ -438,8 +438,8 @@ fn set_redis_images(work: &Path, from: &str, to: &str) {
     std::fs::write(&file, edited).unwrap();
 }
 
-/// The revert pull requests linnet has open on Gitea: (number, branch).
-async fn revert_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {
+/// Linnet's open pull requests on Gitea whose branch starts with `prefix`: (number, branch).
+async fn pull_requests_from(gitea: &Gitea, prefix: &str) -> Vec<(i64, String)> {
     gitea
         .open_pull_requests(REPO)
         .await
@@ -447,10 +447,15 @@ async fn revert_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {
         .filter_map(|pr| {
             let branch = pr.pointer("/head/ref")?.as_str()?;
             branch
-                .starts_with("linnet/revert/")
+                .starts_with(prefix)
                 .then(|| (pr["number"].as_i64().unwrap_or(0), branch.to_string()))
         })
         .collect()
+}
+
+/// The revert pull requests linnet has open on Gitea.
+async fn revert_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {
+    pull_requests_from(gitea, "linnet/revert/").await
 }
 
 /// Issue 50: a failed canary opens one revert pull request on Gitea, found again after a
@@ -591,19 +596,9 @@ async fn a_failed_canary_opens_one_revert_pull_request_and_merging_it_makes_it_s
     second.kill();
 }
 
-/// Linnet's open promotion pull requests on Gitea: (number, branch).
+/// Linnet's open promotion pull requests on Gitea.
 async fn promotion_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {
-    gitea
-        .open_pull_requests(REPO)
-        .await
-        .iter()
-        .filter_map(|pr| {
-            let branch = pr.pointer("/head/ref")?.as_str()?;
-            branch
-                .starts_with("linnet/promote/")
-                .then(|| (pr["number"].as_i64().unwrap_or(0), branch.to_string()))
-        })
-        .collect()
+    pull_requests_from(gitea, "linnet/promote/").await
 }
 
 /// Issue 50: staging passes, and production gets exactly that image by pull request (one,

@@ -117,15 +117,5 @@ fn main() {
         cfg.churn.as_secs(),
         cfg.repeats,
     );
-    let old = std::fs::read_to_string(&results).unwrap_or_default();
-    let new = match (old.find("<!-- bench:begin"), old.find("<!-- bench:end -->")) {
-        (Some(a), Some(b)) if a < b => format!(
-            "{}{section}{}",
-            &old[..a],
-            &old[b + "<!-- bench:end -->".len()..]
-        ),
-        _ => format!("# Benchmark results\n\n{section}\n"),
-    };
-    std::fs::write(&results, new).expect("write the results");
-    eprintln!("bench: wrote {results}");
+    support::bench::write_section(&results, "Benchmark results", &section);
 }

@@ -50,15 +50,5 @@ fn main() {
         cfg.rollouts,
         cfg.requests_per_route,
     );
-    let old = std::fs::read_to_string(&results).unwrap_or_default();
-    let new = match (old.find("<!-- bench:begin"), old.find("<!-- bench:end -->")) {
-        (Some(a), Some(b)) if a < b => format!(
-            "{}{section}{}",
-            &old[..a],
-            &old[b + "<!-- bench:end -->".len()..]
-        ),
-        _ => format!("# Traffic benchmark results\n\n{section}\n"),
-    };
-    std::fs::write(&results, new).expect("write the results");
-    eprintln!("bench: wrote {results}");
+    support::bench::write_section(&results, "Traffic benchmark results", &section);
 }

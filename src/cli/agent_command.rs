@@ -101,13 +101,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
                         branch: args.writeback_branch.clone(),
                         ..remote.clone()
                     },
-                    cache_dir: cache_dir.with_file_name(format!(
-                        "{}-writeback",
-                        cache_dir
-                            .file_name()
-                            .map(|n| n.to_string_lossy().to_string())
-                            .unwrap_or_else(|| "repo".into())
-                    )),
+                    cache_dir: sibling_dir(cache_dir, "writeback"),
                     author_name: args.git_author_name.clone(),
                     author_email: args.git_author_email.clone(),
                     interval: args.writeback_interval,
@@ -122,13 +116,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
                     // The followed branch: a revert changes the spec itself.
                     remote: remote.clone(),
                     spec_dir: args.path.clone(),
-                    cache_dir: cache_dir.with_file_name(format!(
-                        "{}-revert",
-                        cache_dir
-                            .file_name()
-                            .map(|n| n.to_string_lossy().to_string())
-                            .unwrap_or_else(|| "repo".into())
-                    )),
+                    cache_dir: sibling_dir(cache_dir, "revert"),
                     author_name: args.git_author_name.clone(),
                     author_email: args.git_author_email.clone(),
                     timeout: args.git_timeout,
@@ -249,4 +237,13 @@ fn credential_file_readable(path: &std::path::Path, flag: &str, holds: &str) -> 
          there, see docs/getting-started.md)",
         path.display()
     )))
+}
+
+/// The directory beside `cache_dir` named `<its name>-<suffix>`: a writer's own clone.
+fn sibling_dir(cache_dir: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let name = cache_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "repo".into());
+    cache_dir.with_file_name(format!("{name}-{suffix}"))
 }

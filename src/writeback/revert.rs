@@ -132,14 +132,10 @@ pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Revert> 
         return None;
     }
     let good = st.stable_image.clone().filter(|s| *s != spec.image)?;
-    let why = crate::plan::analysis::failure(&st.analysis)
-        .map(|f| f.to_string())
-        .or_else(|| st.message.clone())
-        .unwrap_or_else(|| "rolled back".into());
     let failure = Failure {
         failed: &spec.image,
         good,
-        why,
+        why: why(&st.analysis, st.message.as_deref()),
         mode,
         revision: st.source_revision.clone(),
     };
@@ -159,18 +155,21 @@ pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Revert> {
         return None;
     }
     let good = Some(rollback.to_image.clone()).filter(|s| *s != spec.image)?;
-    let why = crate::plan::analysis::failure(&st.analysis)
-        .map(|f| f.to_string())
-        .or_else(|| st.message.clone())
-        .unwrap_or_else(|| "rolled back".into());
     let failure = Failure {
         failed: &spec.image,
         good,
-        why,
+        why: why(&st.analysis, st.message.as_deref()),
         mode,
         revision: st.source_revision.clone(),
     };
     revert("CanaryDeployment", &r.metadata, spec_dir, failure)
+}
+
+/// Why a rollout was rolled back: its failed analysis, else its status message.
+fn why(runs: &[crate::api::AnalysisRunStatus], message: Option<&str>) -> String {
+    crate::plan::analysis::failure(runs)
+        .or_else(|| message.map(str::to_string))
+        .unwrap_or_else(|| "rolled back".into())
 }
 
 /// What failed, from a rollout's spec and status.

@@ -29,3 +29,20 @@ pub fn spec_file(i: usize, per_dir: usize) -> String {
         k => format!("apps/{:03}/r-{i:04}.yaml", i / k),
     }
 }
+
+/// Puts `section` (with its `<!-- bench:begin … -->` and `<!-- bench:end -->` markers) in the
+/// results file at `path` in place of the one there, keeping the notes around it; a file
+/// without the markers becomes `# <title>` and the section.
+pub fn write_section(path: &str, title: &str, section: &str) {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find("<!-- bench:begin"), old.find("<!-- bench:end -->")) {
+        (Some(a), Some(b)) if a < b => format!(
+            "{}{section}{}",
+            &old[..a],
+            &old[b + "<!-- bench:end -->".len()..]
+        ),
+        _ => format!("# {title}\n\n{section}\n"),
+    };
+    std::fs::write(path, new).expect("write the results");
+    eprintln!("bench: wrote {path}");
+}

@@ -194,6 +194,8 @@ impl Demo {
 
     fn push(&self, message: &str) -> Step<()> {
         git(&self.work, &["commit", "-qam", message])?;
+        // linnet commits to main too (step 4's revert): a person's push goes on top.
+        git(&self.work, &["pull", "-q", "--rebase", "origin", "main"])?;
         git(&self.work, &["push", "-q", "origin", "HEAD:main"])?;
         println!("    $ git commit -am {message:?} && git push");
         Ok(())
@@ -739,18 +741,49 @@ async fn story(d: &Demo) -> Step<()> {
     }
 
     say(
-        "4. A push of redis:broken (deadline 10s): its pod never becomes Ready, so linnet rolls back",
+        "4. A push of redis:broken (deadline 10s, onFailure.revert: commit): its pod never becomes Ready, so linnet rolls back, and commits redis:7.4 back to Git",
     );
     d.edit(
         "apps/redis/redis.yaml",
         "  image: redis:7.4",
-        "  image: redis:broken\n  progressDeadlineSeconds: 10",
+        "  image: redis:broken\n  progressDeadlineSeconds: 10\n  onFailure:\n    revert: commit",
     )?;
     d.push("redis broken")?;
     wait("redis to roll back", 180, || {
         d.redis_in(StatefulSetPhase::RolledBack, Some("redis:7.4"))
     })
     .await?;
+    d.show().await;
+    let revert = wait("linnet's revert commit on main", 60, || async {
+        git(&d.bare, &["log", "-1", "--format=%h %an: %s", "main"])
+            .ok()
+            .filter(|l| l.contains(" linnet: linnet: revert demo/redis to redis:7.4"))
+    })
+    .await?;
+    println!("    $ git log -1 main\n    {revert}");
+    println!(
+        "{}",
+        git(&d.bare, &["show", "--format=", "--unified=0", "main"])?
+            .lines()
+            .filter(|l| l.starts_with(['+', '-']) && !l.starts_with("+++") && !l.starts_with("---"))
+            .map(|l| format!("    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    wait(
+        "redis to be Stable on redis:7.4 again (the revert synced)",
+        60,
+        || async {
+            d.redis_in(StatefulSetPhase::Stable, Some("redis:7.4"))
+                .await?;
+            d.redis()
+                .await
+                .filter(|r| r.spec.image == "redis:7.4")
+                .map(|_| ())
+        },
+    )
+    .await?;
+    println!("    Git and the cluster agree again: no person edited Git or touched the cluster");
     d.show().await;
     if !same(&before, &d.show_volumes().await) {
         return Err("a replica's volume changed during the rollback".into());
@@ -825,7 +858,7 @@ async fn story(d: &Demo) -> Step<()> {
 
     traffic::traffic_step(&d.client, &d.work, |m| d.push(m)).await?;
 
-    say("The repository's history (main: people's commits)");
+    say("The repository's history (main: people's commits, and linnet's revert in step 4)");
     println!("{}", git(&d.work, &["log", "--oneline"])?);
     say("What linnet wrote back (branch linnet/status: one file per rollout, a commit per change)");
     wait("the last status commit", 30, || async {

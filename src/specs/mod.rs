@@ -10,6 +10,7 @@ mod known;
 mod load;
 mod locate;
 pub mod policy;
+mod promote_to;
 mod routes;
 mod schema;
 mod validate;
@@ -316,6 +317,7 @@ impl SpecSet {
         }
         set.block_broken_analysis();
         set.block_broken_routes();
+        set.block_broken_promotions();
         set.errors.sort();
         set
     }

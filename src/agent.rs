@@ -146,10 +146,17 @@ pub async fn run(
     if let (Some(cfg), Some(changes)) = (config.writeback.clone(), writeback_changes) {
         tasks.spawn("write-back", writeback::run(changes, cfg, metrics.clone()));
     }
+    let events = crate::events::EventRecorders::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "linnet".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
     if let (Some(cfg), Some(changes)) = (config.reverts.clone(), revert_changes) {
         tasks.spawn(
             "revert commits",
-            writeback::revert_loop::run(changes, cfg, metrics.clone()),
+            writeback::revert_loop::run(changes, cfg, metrics.clone(), events.clone()),
         );
     }
     let syncer = Syncer::new(
@@ -164,13 +171,6 @@ pub async fn run(
     .with_inventory(config.state_namespace.clone())
     // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
     .with_rollout_finalizer(true);
-    let events = crate::events::EventRecorders::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "linnet".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
     let source_loop = SourceLoop {
         config,
         client,

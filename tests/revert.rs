@@ -131,6 +131,36 @@ async fn a_rolled_back_canary_gets_one_revert_commit_and_is_stable_again_across_
     );
     let body = git(&bare, &["log", "-1", "--format=%b", "main"]);
     assert!(body.contains("rolled back from redis:7.4"), "{body}");
+    // `kubectl describe` says so too.
+    let events =
+        kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), &ns.name);
+    let event = support::eventually(
+        "a RevertCommitted event",
+        Duration::from_secs(30),
+        || async {
+            events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("RevertCommitted"))
+        },
+    )
+    .await;
+    assert_eq!(
+        event.regarding.and_then(|r| r.name).as_deref(),
+        Some("redis")
+    );
+    assert!(
+        event
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("committed redis:7.2 back to apps/redis/redis.yaml"),
+        "{:?}",
+        event.note
+    );
 
     // The Git host's webhook for linnet's own push: synced, Stable, no person involved.
     assert_eq!(first.push_webhook().await, 202);

@@ -145,7 +145,12 @@ impl Reverts {
 }
 
 /// Follows this source's rollouts (`changes`) and makes their reverts, until the process ends.
-pub async fn run(changes: Subscription, config: RevertConfig, metrics: Arc<Metrics>) {
+pub async fn run(
+    changes: Subscription,
+    config: RevertConfig,
+    metrics: Arc<Metrics>,
+    events: crate::events::EventRecorders,
+) {
     let host = match config.host.clone().map(PullRequests::new).transpose() {
         Ok(host) => host,
         Err(e) => {
@@ -177,6 +182,7 @@ pub async fn run(changes: Subscription, config: RevertConfig, metrics: Arc<Metri
             move |c| {
                 let o = c.object();
                 Wanted {
+                    regarding: kube::Resource::object_ref(o.as_ref(), &()),
                     key: key("CanaryStatefulSet", &o.metadata),
                     revert: revert::for_statefulset(o, &dir),
                     pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
@@ -190,6 +196,7 @@ pub async fn run(changes: Subscription, config: RevertConfig, metrics: Arc<Metri
         .map(move |c| {
             let o = c.object();
             Wanted {
+                regarding: kube::Resource::object_ref(o.as_ref(), &()),
                 key: key("CanaryDeployment", &o.metadata),
                 revert: revert::for_deployment(o, &dir),
                 pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
@@ -199,12 +206,15 @@ pub async fn run(changes: Subscription, config: RevertConfig, metrics: Arc<Metri
         .boxed();
     let mut changes = futures::stream::select(sets, deploys);
     let mut reverts = Reverts::default();
+    // Each rollout's reference, for its events.
+    let mut regarding: BTreeMap<Key, k8s_openapi::api::core::v1::ObjectReference> = BTreeMap::new();
     loop {
         let wait = super::sleep_until_due(reverts.due);
         tokio::select! {
             change = changes.next() => {
                 let Some(w) = change else { return };
                 let now = Instant::now();
+                regarding.insert(w.key.clone(), w.regarding);
                 reverts.offer(w.key.clone(), w.revert, w.pull_requests, now);
                 reverts.offer_promotion(w.key, w.promotion, now);
             }
@@ -217,6 +227,11 @@ pub async fn run(changes: Subscription, config: RevertConfig, metrics: Arc<Metri
                     };
                     metrics.revert_commits.get_or_create(&ResultLabel { result }).inc();
                     log(&lane, &outcome);
+                    if let (Some((warning, reason, note)), Some(object)) =
+                        (event(&lane.1, &job, &outcome), regarding.get(&lane.0))
+                    {
+                        publish(&events, object, warning, reason, &note).await;
+                    }
                     if let Outcome::Failed { retry: true, .. } = outcome {
                         reverts.retry(lane, job, Instant::now());
                     } else {
@@ -230,10 +245,91 @@ pub async fn run(changes: Subscription, config: RevertConfig, metrics: Arc<Metri
 
 /// What a rollout's change asks of Git.
 struct Wanted {
+    regarding: k8s_openapi::api::core::v1::ObjectReference,
     key: Key,
     revert: Option<Revert>,
     pull_requests: bool,
     promotion: Option<Promotion>,
+}
+
+/// The event a job's outcome is worth on its rollout: (warning, reason, note). Retries and
+/// jobs that found nothing to do are not.
+fn event(lane: &Lane, job: &Job, outcome: &Outcome) -> Option<(bool, &'static str, String)> {
+    let promotion = *lane == Lane::Promote;
+    match (job, outcome) {
+        (Job::Revert(r), Outcome::Committed(commit)) => Some((
+            false,
+            "RevertCommitted",
+            format!(
+                "committed {} back to {} ({commit}): Stable again once synced",
+                r.good, r.path
+            ),
+        )),
+        (Job::Revert(r), Outcome::PullRequest { url, opened: true }) => Some((
+            false,
+            "RevertPullRequestOpened",
+            format!(
+                "{url} puts {} back in {}; merging it makes the rollout Stable",
+                r.good, r.path
+            ),
+        )),
+        (Job::Promote(p), Outcome::PullRequest { url, opened: true }) => Some((
+            false,
+            "PromotionPullRequestOpened",
+            format!("{url} gives {} {} in {}", p.target, p.image, p.path),
+        )),
+        (_, Outcome::Closed(n)) if *n > 0 => Some((
+            false,
+            if promotion {
+                "PromotionPullRequestClosed"
+            } else {
+                "RevertPullRequestClosed"
+            },
+            format!("closed {n} pull request(s) that Git no longer needs"),
+        )),
+        (
+            _,
+            Outcome::Failed {
+                error,
+                retry: false,
+                ..
+            },
+        ) => Some((
+            true,
+            if promotion {
+                "PromotionFailed"
+            } else {
+                "RevertFailed"
+            },
+            crate::text::redact_credentials(error),
+        )),
+        _ => None,
+    }
+}
+
+/// Publishes an event on `object`; a failure to publish is logged, never fatal.
+async fn publish(
+    events: &crate::events::EventRecorders,
+    object: &k8s_openapi::api::core::v1::ObjectReference,
+    warning: bool,
+    reason: &str,
+    note: &str,
+) {
+    use kube::runtime::events::{Event, EventType};
+    let event = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: crate::events::event_action(note),
+        secondary: None,
+    };
+    if let Err(e) = events.publish(&event, object).await {
+        tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
+    }
 }
 
 /// Says what a job did, and what it means for the rollout.

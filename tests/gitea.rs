@@ -760,7 +760,35 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(promotion_pull_requests(&gitea).await, prs);
 
-    // Merged: production runs its own canary of redis:7.4.
+    // A person closes it: another restart does not open it again.
+    let pull = format!("/repos/{ADMIN}/{REPO}/pulls/{number}");
+    let state = |s: &str| Some(serde_json::json!({"state": s}));
+    gitea
+        .ok(reqwest::Method::PATCH, &pull, state("closed"))
+        .await;
+    second.kill();
+    let mut third = start("agent-3");
+    wait_ready(&third).await;
+    gitea
+        .add_push_hook(REPO, &format!("{}/hooks/gitea", third.hooks), SECRET)
+        .await;
+    eventually(
+        "the closed pull request declined",
+        Duration::from_secs(30),
+        || async {
+            let m = metrics(&third).await;
+            (metric(
+                &m,
+                r#"linnet_revert_commits_total{result="promotion_pull_request_declined"}"#,
+            ) >= 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(promotion_pull_requests(&gitea).await.is_empty());
+    gitea.ok(reqwest::Method::PATCH, &pull, state("open")).await;
+
+    // Reopened and merged: production runs its own canary of redis:7.4.
     gitea
         .merge_open_pull_request(REPO, number, "Promote redis 7.4 to production")
         .await;
@@ -775,5 +803,5 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     )
     .await;
     assert!(promotion_pull_requests(&gitea).await.is_empty());
-    second.kill();
+    third.kill();
 }

@@ -24,6 +24,8 @@ pub struct PullRequest {
 pub enum Call<'a> {
     /// The open pull requests (the first page: 100, Gitea's 50), to find linnet's among.
     ListOpen,
+    /// The closed ones (merged or not; the first page, the newest first).
+    ListClosed,
     Open {
         head: &'a str,
         base: &'a str,
@@ -88,6 +90,19 @@ pub fn request(cfg: &CommitStatusConfig, token: &str, call: &Call<'_>) -> Reques
         (Provider::Gitlab, Call::ListOpen) => (
             Method::GET,
             format!("{base}?state=opened&per_page=100"),
+            None,
+        ),
+        (Provider::Github, Call::ListClosed) => (
+            Method::GET,
+            format!("{base}?state=closed&per_page=100"),
+            None,
+        ),
+        (Provider::Gitea, Call::ListClosed) => {
+            (Method::GET, format!("{base}?state=closed&limit=50"), None)
+        }
+        (Provider::Gitlab, Call::ListClosed) => (
+            Method::GET,
+            format!("{base}?state=closed&per_page=100"),
             None,
         ),
         (
@@ -284,6 +299,15 @@ impl PullRequests {
     ) -> Result<Vec<(String, PullRequest)>, PullRequestError> {
         let answer = self.call(&Call::ListOpen).await?;
         Ok(with_prefix(self.config.provider, &answer, prefix))
+    }
+
+    /// Whether a pull request from `branch` was closed (by a person: linnet's branches are
+    /// named after what they propose, and a merged one leaves nothing to propose).
+    pub async fn closed_from(&self, branch: &str) -> Result<bool, PullRequestError> {
+        let answer = self.call(&Call::ListClosed).await?;
+        Ok(with_prefix(self.config.provider, &answer, branch)
+            .iter()
+            .any(|(b, _)| b == branch))
     }
 
     /// Opens a pull request from `head` into `base`.

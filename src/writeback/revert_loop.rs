@@ -358,6 +358,9 @@ fn log((key, lane): &(Key, Lane), outcome: &Outcome) {
         Outcome::Closed(n) => {
             tracing::debug!(%rollout, closed = n, "looked for revert pull requests Git no longer needs");
         }
+        Outcome::Declined => {
+            tracing::info!(%rollout, "a person closed this pull request; it is not opened again");
+        }
         Outcome::Failed {
             error, retry: true, ..
         } => {

@@ -31,6 +31,8 @@ pub(super) enum Outcome {
         url: String,
         opened: bool,
     },
+    /// A person closed this very pull request: not opened again.
+    Declined,
     Closed(usize),
     Failed {
         label: &'static str,
@@ -46,6 +48,7 @@ impl Outcome {
             Outcome::Unchanged => "unchanged",
             Outcome::PullRequest { opened: true, .. } => "pull_request_opened",
             Outcome::PullRequest { opened: false, .. } => "pull_request_found",
+            Outcome::Declined => "pull_request_declined",
             Outcome::Closed(_) => "pull_request_closed",
             Outcome::Failed { label, .. } => label,
         }
@@ -227,6 +230,12 @@ async fn pull_request(host: &PullRequests, change: &Proposal) -> Outcome {
             url: pr.url.clone(),
             opened: false,
         };
+    }
+    // A person closed it (before a restart, say): not opened again.
+    match host.closed_from(branch).await {
+        Ok(true) => return Outcome::Declined,
+        Ok(false) => {}
+        Err(e) => return pr_failed(e),
     }
     match host
         .open(branch, &change.base, &change.title, &change.body)

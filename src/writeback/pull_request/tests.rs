@@ -49,6 +49,10 @@ fn each_provider_gets_its_documented_requests() {
     assert_eq!(r.headers, vec![("authorization", "token t".to_string())]);
 
     let gl = cfg(Provider::Gitlab, "https://gitlab.com/api/v4", "acme/gitops");
+    assert_eq!(
+        request(&gh, "t", &Call::ListClosed).url,
+        "https://api.github.com/repos/acme/gitops/pulls?state=closed&per_page=100"
+    );
     let r = request(&gl, "t", &Call::ListOpen);
     assert_eq!(
         r.url,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// How many Recorders share the events: about 40 rollouts each at 10,000.
 const BUCKETS: usize = 256;
@@ -73,6 +73,31 @@ impl EventRecorders {
         };
         self.forget_idle(now);
         recorder.publish(event, regarding).await
+    }
+
+    /// Publishes a Normal or Warning event with `reason` and `message` (its first 1,000
+    /// characters) on `object`; a failure to publish is logged, never fatal.
+    pub async fn publish_note(
+        &self,
+        object: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(message.chars().take(1000).collect()),
+            action: event_action(message),
+            secondary: None,
+        };
+        if let Err(e) = self.publish(&event, object).await {
+            tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
+        }
     }
 
     /// Empties the caches of the buckets idle for [`IDLE`], as one Recorder's sweep emptied

@@ -2,7 +2,7 @@
 //! this agent runs.
 
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Reporter};
+use kube::runtime::events::Reporter;
 
 /// Shared by all reconciles of all controllers, as an `Arc`.
 pub struct Context {
@@ -96,20 +96,9 @@ impl Context {
         reason: &str,
         message: &str,
     ) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(message.chars().take(1000).collect()),
-            action: crate::events::event_action(message),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, object).await {
-            tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
-        }
+        self.recorder
+            .publish_note(object, warning, reason, message)
+            .await;
     }
 }
 

@@ -322,6 +322,19 @@ impl SpecSet {
         set
     }
 
+    /// Records `broken`, and drops every object of each file it names: a rollout that fails
+    /// a check across objects blocks its file, as a parse error does.
+    fn block_files(&mut self, broken: Vec<SpecError>) {
+        for error in broken {
+            let file = error.location.file.clone();
+            self.objects.retain(|_, o| o.location.file != file);
+            if !self.blocked_files.contains(&file) {
+                self.blocked_files.push(file);
+            }
+            self.errors.push(error);
+        }
+    }
+
     /// Checks that every AnalysisTemplate a rollout references is in the set, in its
     /// namespace, and gets a value for each argument without a default, and that each gate
     /// follows a step or batch the rollout has. A rollout that fails blocks its file.
@@ -458,13 +471,6 @@ impl SpecSet {
                 });
             }
         }
-        for error in broken {
-            let file = error.location.file.clone();
-            self.objects.retain(|_, o| o.location.file != file);
-            if !self.blocked_files.contains(&file) {
-                self.blocked_files.push(file);
-            }
-            self.errors.push(error);
-        }
+        self.block_files(broken);
     }
 }

@@ -75,14 +75,7 @@ impl SpecSet {
                 }
             }
         }
-        for error in broken {
-            let file = error.location.file.clone();
-            self.objects.retain(|_, o| o.location.file != file);
-            if !self.blocked_files.contains(&file) {
-                self.blocked_files.push(file);
-            }
-            self.errors.push(error);
-        }
+        self.block_files(broken);
     }
 }
 

@@ -230,7 +230,7 @@ pub async fn run(
                     if let (Some((warning, reason, note)), Some(object)) =
                         (event(&lane.1, &job, &outcome), regarding.get(&lane.0))
                     {
-                        publish(&events, object, warning, reason, &note).await;
+                        events.publish_note(object, warning, reason, &note).await;
                     }
                     if let Outcome::Failed { retry: true, .. } = outcome {
                         reverts.retry(lane, job, Instant::now());
@@ -304,31 +304,6 @@ fn event(lane: &Lane, job: &Job, outcome: &Outcome) -> Option<(bool, &'static st
             crate::text::redact_credentials(error),
         )),
         _ => None,
-    }
-}
-
-/// Publishes an event on `object`; a failure to publish is logged, never fatal.
-async fn publish(
-    events: &crate::events::EventRecorders,
-    object: &k8s_openapi::api::core::v1::ObjectReference,
-    warning: bool,
-    reason: &str,
-    note: &str,
-) {
-    use kube::runtime::events::{Event, EventType};
-    let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: crate::events::event_action(note),
-        secondary: None,
-    };
-    if let Err(e) = events.publish(&event, object).await {
-        tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
     }
 }
 

@@ -17,6 +17,13 @@ mod validate;
 
 pub use budget::{ParseBudget, RevisionShape};
 
+/// Parser options within the default [`ParseBudget`] (depth, nodes, aliases, scalar bytes),
+/// for code outside the loader that reads a file of the repository again (a revert's or a
+/// promotion's edit): whoever can push controls those bytes too.
+pub fn bounded_parser_options() -> serde_saphyr::Options {
+    budget::Allowance::new(ParseBudget::default()).parser_options()
+}
+
 /// How a listing marks a blocked directory's id; its path ends in `/` and the rest of the id
 /// says why. Read like a file that was refused (by the Git source and `--repo-path` alike).
 pub const BLOCKED: &str = "blocked:";

@@ -206,6 +206,15 @@ impl StatusWriter {
             .filter(|e| e.kind() == Some(ObjectType::Blob))
             .ok_or_else(no_file)?;
         let blob = repo.find_blob(entry.id()).map_err(GitError::from)?;
+        let max = crate::specs::ParseBudget::default().max_bytes;
+        if blob.size() > max {
+            return Err(RevertError::TooLarge {
+                path: revert.path.clone(),
+                bytes: blob.size(),
+                max,
+            }
+            .into());
+        }
         let text = std::str::from_utf8(blob.content()).map_err(|_| no_file())?;
         let Some(edited) = set_image(text, revert)? else {
             return Ok(None);
@@ -436,9 +445,11 @@ impl StatusWriter {
     }
 }
 
-/// The most YAML files, and the largest, read under a promotion's path.
+/// The most YAML files, the largest, and the most bytes in all, read under a promotion's
+/// path (whoever can push controls them).
 const MAX_PROMOTION_FILES: usize = 2000;
 const MAX_PROMOTION_FILE_BYTES: usize = 1024 * 1024;
+const MAX_PROMOTION_BYTES: usize = 16 * 1024 * 1024;
 
 /// The YAML files (path from the root, text) at `path` in `tree`: the file itself, or every
 /// `.yaml` and `.yml` file below the directory, within the bounds above.
@@ -465,6 +476,7 @@ fn yaml_files_under(
                 return Vec::new();
             };
             let mut files = Vec::new();
+            let mut bytes = 0;
             let _ = dir.walk(git2::TreeWalkMode::PreOrder, |parent, e| {
                 let name = e.name().unwrap_or_default();
                 let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
@@ -472,9 +484,10 @@ fn yaml_files_under(
                     && yaml
                     && let Some(t) = text(e.id())
                 {
+                    bytes += t.len();
                     files.push((format!("{path}/{parent}{name}"), t));
                 }
-                if files.len() >= MAX_PROMOTION_FILES {
+                if files.len() >= MAX_PROMOTION_FILES || bytes >= MAX_PROMOTION_BYTES {
                     git2::TreeWalkResult::Abort
                 } else {
                     git2::TreeWalkResult::Ok

@@ -107,6 +107,12 @@ pub enum RevertError {
     },
     #[error("{path} is not in the branch (moved or deleted since the rollout was synced)")]
     NoFile { path: String },
+    #[error("{path} is {bytes} bytes, over the {max} a spec file may have; it is not edited")]
+    TooLarge {
+        path: String,
+        bytes: usize,
+        max: usize,
+    },
 }
 
 /// `dir` (the followed directory, `--path`) joined with `file` (relative to it).
@@ -259,7 +265,10 @@ pub fn set_image(text: &str, r: &Revert) -> Result<Option<String>, RevertError> 
     };
     for (start, doc) in documents(text) {
         // A document that does not parse is not the rollout (the sync applied it).
-        let Ok(head) = serde_saphyr::from_str::<Head>(doc) else {
+        let Ok(head) = serde_saphyr::from_str_with_options::<Head>(
+            doc,
+            crate::specs::bounded_parser_options(),
+        ) else {
             continue;
         };
         let meta = head.metadata.as_ref();
@@ -308,7 +317,11 @@ pub fn set_image(text: &str, r: &Revert) -> Result<Option<String>, RevertError> 
 /// `name` in `text`, if it is there.
 pub fn rollout_image(text: &str, kind: &str, name: &str) -> Option<(Option<String>, String)> {
     documents(text).into_iter().find_map(|(_, doc)| {
-        let head = serde_saphyr::from_str::<Head>(doc).ok()?;
+        let head = serde_saphyr::from_str_with_options::<Head>(
+            doc,
+            crate::specs::bounded_parser_options(),
+        )
+        .ok()?;
         let meta = head.metadata?;
         (head.kind.as_deref() == Some(kind) && meta.name.as_deref() == Some(name)).then_some(())?;
         Some((meta.namespace, head.spec?.image?.value))

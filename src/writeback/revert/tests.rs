@@ -158,3 +158,22 @@ fn only_a_rolled_back_rollout_that_asks_for_it_is_reverted() {
     moved_on.spec.image = "redis:7.6".into();
     assert!(for_statefulset(&moved_on, ".").is_none());
 }
+
+#[test]
+fn an_alias_bomb_in_the_file_is_refused_within_the_parse_budget() {
+    // Whoever can push controls the file a revert edits: ten levels of ten aliases would be
+    // ten billion nodes.
+    let mut bomb = String::from(
+        "kind: CanaryStatefulSet\nmetadata: {name: redis}\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n",
+    );
+    for i in 1..10 {
+        let p = i - 1;
+        bomb.push_str(&format!(
+            "l{i}: &l{i} [*l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}]\n"
+        ));
+    }
+    bomb.push_str("spec:\n  image: redis:7.4\n");
+    let r = revert("CanaryStatefulSet", "redis", "redis:7.4", "redis:7.2");
+    assert!(set_image(&bomb, &r).is_err());
+    assert!(rollout_image(&bomb, "CanaryStatefulSet", "redis").is_none());
+}

@@ -429,3 +429,97 @@ fn a_rollback_by_analysis_names_the_metric_in_the_commit_status() {
         "rolled back: analysis background failed: error-rate 0.31 failed result < 0.05 (2 failed, failureLimit 1)"
     );
 }
+
+/// Issue 50: revert and promotion pull requests on the same hosts. Each provider gets its
+/// documented list and create requests with its auth; the lists are read once per batch of
+/// jobs (a start looks at every rollout that uses pull requests), and a rate-limited host is
+/// asked again later while a refusal is not.
+#[tokio::test]
+async fn pull_requests_use_each_providers_endpoints_and_are_listed_once_per_batch() {
+    use linnet::writeback::pull_request::PullRequests;
+    let dir = tempfile::tempdir().unwrap();
+    for (provider, path, auth) in [
+        (
+            Provider::Github,
+            "/repos/acme/gitops/pulls",
+            ("authorization", "Bearer s3cret"),
+        ),
+        (
+            Provider::Gitea,
+            "/repos/acme/gitops/pulls",
+            ("authorization", "token s3cret"),
+        ),
+        (
+            Provider::Gitlab,
+            "/projects/acme%2Fgitops/merge_requests",
+            ("private-token", "s3cret"),
+        ),
+    ] {
+        let (h, api) = host().await;
+        let prs = PullRequests::new(config(provider, api, dir.path())).unwrap();
+        // Two rollouts' lookups and one closed-list check: one GET of each list.
+        prs.open_with_prefix("linnet/revert/demo/redis/")
+            .await
+            .unwrap();
+        prs.open_with_prefix("linnet/promote/demo/web/")
+            .await
+            .unwrap();
+        assert!(
+            !prs.closed_from("linnet/revert/demo/redis/0123")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !prs.closed_from("linnet/revert/demo/web/0123")
+                .await
+                .unwrap()
+        );
+        let gets = |h: &Host| {
+            h.requests
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.method == "GET")
+                .map(|r| r.path.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            gets(&h),
+            vec![path.to_string(), path.to_string()],
+            "{provider:?}"
+        );
+        // The next batch lists again.
+        prs.forget_lists();
+        prs.open_with_prefix("linnet/revert/demo/redis/")
+            .await
+            .unwrap();
+        assert_eq!(gets(&h).len(), 3, "{provider:?}");
+
+        // Opening one: a POST to the same path, authenticated as the provider documents.
+        let _ = prs
+            .open("linnet/revert/demo/redis/0123", "main", "Revert", "why")
+            .await;
+        let post = h.requests.lock().unwrap().last().cloned().unwrap();
+        assert_eq!((post.method.as_str(), post.path.as_str()), ("POST", path));
+        assert_eq!(post.headers[auth.0], auth.1);
+        let (head, base) = match provider {
+            Provider::Gitlab => ("source_branch", "target_branch"),
+            _ => ("head", "base"),
+        };
+        assert_eq!(post.body[head], "linnet/revert/demo/redis/0123");
+        assert_eq!(post.body[base], "main");
+
+        // Rate-limited: asked again later; refused: not.
+        h.answers
+            .lock()
+            .unwrap()
+            .push_back((429, vec![("retry-after", "1".into())]));
+        prs.forget_lists();
+        let e = prs.open_with_prefix("x/").await.unwrap_err();
+        assert!(e.retryable(), "{e}");
+        h.answers.lock().unwrap().push_back((403, vec![]));
+        let e = prs.close(7).await.unwrap_err();
+        assert!(!e.retryable(), "{e}");
+        assert!(e.to_string().contains("check the token's scope"), "{e}");
+    }
+}

@@ -225,19 +225,31 @@ impl PullRequestError {
         }
     }
 
-    /// Whether asking again later may succeed (not when the host said no).
+    /// Whether asking again later may succeed: not when the host said no, but yes when it
+    /// was rate-limiting (429) or failing (5xx).
     pub fn retryable(&self) -> bool {
-        !matches!(self, PullRequestError::Refused { .. })
+        !matches!(self, PullRequestError::Refused { status, .. } if *status != 429 && *status < 500)
     }
 }
 
 /// The most of an answer read: a page of 50 pull requests is well below it.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
-/// Calls the host's pull request API.
+/// Calls the host's pull request API. The lists of open and of closed pull requests are read
+/// at most once per batch of jobs ([`PullRequests::forget_lists`] starts a batch): a start
+/// looks at every rollout that uses pull requests, and one list serves them all.
 pub struct PullRequests {
     config: CommitStatusConfig,
     http: reqwest::Client,
+    /// Never held across a call to the host.
+    lists: std::sync::Mutex<Lists>,
+}
+
+/// The lists read in this batch.
+#[derive(Default)]
+struct Lists {
+    open: Option<std::sync::Arc<Value>>,
+    closed: Option<std::sync::Arc<Value>>,
 }
 
 impl PullRequests {
@@ -245,7 +257,52 @@ impl PullRequests {
         Ok(PullRequests {
             http: crate::net::http_client(config.ca_file.as_deref(), config.timeout)?,
             config,
+            lists: Default::default(),
         })
+    }
+
+    /// A new batch of jobs: the next lookups list the pull requests again. Within a batch each
+    /// rollout has at most one job per kind (revert, promotion), so what one job opens or
+    /// closes is never what another one looks for.
+    pub fn forget_lists(&self) {
+        *self
+            .lists
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Lists::default();
+    }
+
+    /// The open (or closed) pull requests, listed once per batch.
+    async fn list(&self, closed: bool) -> Result<std::sync::Arc<Value>, PullRequestError> {
+        let cached = {
+            let lists = self
+                .lists
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if closed {
+                lists.closed.clone()
+            } else {
+                lists.open.clone()
+            }
+        };
+        if let Some(list) = cached {
+            return Ok(list);
+        }
+        let call = if closed {
+            Call::ListClosed
+        } else {
+            Call::ListOpen
+        };
+        let list = std::sync::Arc::new(self.call(&call).await?);
+        let mut lists = self
+            .lists
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if closed {
+            lists.closed = Some(list.clone());
+        } else {
+            lists.open = Some(list.clone());
+        }
+        Ok(list)
     }
 
     async fn call(&self, call: &Call<'_>) -> Result<Value, PullRequestError> {
@@ -297,14 +354,14 @@ impl PullRequests {
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, PullRequest)>, PullRequestError> {
-        let answer = self.call(&Call::ListOpen).await?;
+        let answer = self.list(false).await?;
         Ok(with_prefix(self.config.provider, &answer, prefix))
     }
 
     /// Whether a pull request from `branch` was closed (by a person: linnet's branches are
     /// named after what they propose, and a merged one leaves nothing to propose).
     pub async fn closed_from(&self, branch: &str) -> Result<bool, PullRequestError> {
-        let answer = self.call(&Call::ListClosed).await?;
+        let answer = self.list(true).await?;
         Ok(with_prefix(self.config.provider, &answer, branch)
             .iter()
             .any(|(b, _)| b == branch))

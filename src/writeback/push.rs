@@ -62,11 +62,13 @@ pub enum WriteError {
     Refused { branch: String, reason: String },
     #[error(transparent)]
     Revert(#[from] RevertError),
+    #[error("the write stopped on a panic ({0}); it is tried again with the next change")]
+    Panicked(String),
 }
 
 impl WriteError {
     /// Every label [`WriteError::label`] gives, besides those of [`GitError`].
-    pub const LABELS: &'static [&'static str] = &["kept_moving", "refused", "revert"];
+    pub const LABELS: &'static [&'static str] = &["kept_moving", "refused", "revert", "panic"];
 
     /// A stable metric label.
     pub fn label(&self) -> &'static str {
@@ -75,6 +77,7 @@ impl WriteError {
             WriteError::KeptMoving { .. } => "kept_moving",
             WriteError::Refused { .. } => "refused",
             WriteError::Revert(_) => "revert",
+            WriteError::Panicked(_) => "panic",
         }
     }
 }

@@ -219,6 +219,9 @@ pub async fn run(
                 reverts.offer_promotion(w.key, w.promotion, now);
             }
             () = wait => {
+                if let Some(host) = &reverter.host {
+                    host.forget_lists();
+                }
                 for (lane, job) in reverts.take() {
                     let outcome = reverter.run(&lane.0, &job).await;
                     let result = match lane.1 {

@@ -87,17 +87,17 @@ impl Reverter {
                 result
             }
             Ok(Err(e)) => Err(e),
-            Err(e) => Err(WriteError::Refused {
-                branch: "(none)".into(),
-                reason: format!("the write panicked: {e}"),
-            }),
+            Err(e) => Err(WriteError::Panicked(e.to_string())),
         }
     }
 
     pub(super) async fn run(&mut self, key: &Key, job: &Job) -> Outcome {
         let failed = |e: WriteError| Outcome::Failed {
             label: e.label(),
-            retry: matches!(e, WriteError::Git(_) | WriteError::KeptMoving { .. }),
+            retry: matches!(
+                e,
+                WriteError::Git(_) | WriteError::KeptMoving { .. } | WriteError::Panicked(_)
+            ),
             error: e.to_string(),
         };
         match job {

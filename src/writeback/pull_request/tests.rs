@@ -101,3 +101,15 @@ fn linnets_open_pull_requests_are_found_by_branch_in_each_providers_list() {
         None
     );
 }
+
+#[test]
+fn a_rate_limited_or_failing_host_is_asked_again_and_a_refusal_is_not() {
+    let refused = |status| PullRequestError::Refused {
+        status,
+        body: String::new(),
+    };
+    assert!(refused(429).retryable());
+    assert!(refused(502).retryable());
+    assert!(!refused(403).retryable());
+    assert!(!refused(422).retryable());
+}

@@ -516,17 +516,7 @@ async fn a_rollout_edited_by_hand_is_put_back_within_the_drift_interval() {
         )
         .await
         .unwrap();
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns.name);
-    let drift = support::eventually("a DriftReverted event", Duration::from_secs(15), || async {
-        events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("DriftReverted"))
-    })
-    .await;
+    let drift = support::wait_event(&admin, &ns.name, "DriftReverted", 15).await;
     assert!(
         drift.note.as_deref().unwrap_or("").contains("spec.image"),
         "{drift:?}"

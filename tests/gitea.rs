@@ -731,21 +731,7 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
         .await
         .unwrap();
     assert_eq!(proposed, production.replace("redis:7.2", "redis:7.4"));
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), &ns.name);
-    eventually(
-        "a PromotionPullRequestOpened event",
-        Duration::from_secs(30),
-        || async {
-            events
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("PromotionPullRequestOpened"))
-        },
-    )
-    .await;
+    support::wait_event(&admin, &ns.name, "PromotionPullRequestOpened", 30).await;
     // Production is untouched until the merge.
     let prod = api.get("redis-prod").await.unwrap();
     assert_eq!(prod.spec.image, "redis:7.2");

@@ -132,22 +132,7 @@ async fn a_rolled_back_canary_gets_one_revert_commit_and_is_stable_again_across_
     let body = git(&bare, &["log", "-1", "--format=%b", "main"]);
     assert!(body.contains("rolled back from redis:7.4"), "{body}");
     // `kubectl describe` says so too.
-    let events =
-        kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(admin.clone(), &ns.name);
-    let event = support::eventually(
-        "a RevertCommitted event",
-        Duration::from_secs(30),
-        || async {
-            events
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("RevertCommitted"))
-        },
-    )
-    .await;
+    let event = support::wait_event(&admin, &ns.name, "RevertCommitted", 30).await;
     assert_eq!(
         event.regarding.and_then(|r| r.name).as_deref(),
         Some("redis")

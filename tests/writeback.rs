@@ -268,6 +268,19 @@ fn redis_revert() -> linnet::writeback::revert::Revert {
     }
 }
 
+/// A repository whose `main` asks for the failed `redis:7.4`, and a writer to `main`.
+fn repo_with_failed_rollout() -> (Repo, StatusWriter) {
+    let r = repo();
+    human_commit(&r, "apps/redis.yaml", ROLLOUT, "redis 7.4");
+    let w = writer(
+        &r,
+        format!("file://{}", r.bare.display()),
+        "main",
+        GitAuth::Anonymous,
+    );
+    (r, w)
+}
+
 fn human_commit(r: &Repo, path: &str, text: &str, message: &str) {
     git(&r.work, &["pull", "-q", "--rebase", "origin", "main"]);
     std::fs::write(r.work.join(path), text).unwrap();
@@ -280,14 +293,7 @@ fn human_commit(r: &Repo, path: &str, text: &str, message: &str) {
 /// commit (it is made again on the new tip), and never repeats itself.
 #[test]
 fn a_revert_commit_lands_on_top_of_a_human_push_and_only_once() {
-    let r = repo();
-    human_commit(&r, "apps/redis.yaml", ROLLOUT, "redis 7.4");
-    let mut w = writer(
-        &r,
-        format!("file://{}", r.bare.display()),
-        "main",
-        GitAuth::Anonymous,
-    );
+    let (r, mut w) = repo_with_failed_rollout();
     let mut human_pushed = false;
     let pushed = w
         .revert_with(&redis_revert(), || {
@@ -322,14 +328,7 @@ fn a_revert_commit_lands_on_top_of_a_human_push_and_only_once() {
 /// new tip the file no longer asks for the failed image, so no revert is written.
 #[test]
 fn a_revert_raced_by_a_new_image_is_dropped() {
-    let r = repo();
-    human_commit(&r, "apps/redis.yaml", ROLLOUT, "redis 7.4");
-    let mut w = writer(
-        &r,
-        format!("file://{}", r.bare.display()),
-        "main",
-        GitAuth::Anonymous,
-    );
+    let (r, mut w) = repo_with_failed_rollout();
     let mut human_pushed = false;
     let pushed = w
         .revert_with(&redis_revert(), || {

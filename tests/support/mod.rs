@@ -730,3 +730,28 @@ pub async fn service_account_kubeconfig(
     std::fs::write(&path, text.replace(line, &format!("    token: {token}"))).unwrap();
     path
 }
+
+/// Waits (up to `secs`) for an event with `reason` in namespace `ns`, and returns it.
+pub async fn wait_event(
+    admin: &kube::Client,
+    ns: &str,
+    reason: &str,
+    secs: u64,
+) -> k8s_openapi::api::events::v1::Event {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(admin.clone(), ns);
+    eventually(
+        &format!("a {reason} event"),
+        std::time::Duration::from_secs(secs),
+        || async {
+            events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(reason))
+        },
+    )
+    .await
+}

@@ -177,3 +177,92 @@ fn an_alias_bomb_in_the_file_is_refused_within_the_parse_budget() {
     assert!(set_image(&bomb, &r).is_err());
     assert!(rollout_image(&bomb, "CanaryStatefulSet", "redis").is_none());
 }
+
+fn merge(base: &mut serde_json::Value, patch: serde_json::Value) {
+    if let (Some(b), serde_json::Value::Object(p)) = (base.as_object_mut(), patch) {
+        b.extend(p);
+    }
+}
+
+fn web(phase: &str, spec: serde_json::Value, status: serde_json::Value) -> CanaryDeployment {
+    let mut o = serde_json::json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryDeployment",
+        "metadata": {"name": "web", "namespace": "demo",
+            "annotations": {SOURCE_PATH_ANNOTATION: "apps/web.yaml"}},
+        "spec": {"replicas": 4, "image": "web:2",
+            "template": {"selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "web:2"}]}}}},
+        "status": {"phase": phase},
+    });
+    merge(&mut o["spec"], spec);
+    merge(&mut o["status"], status);
+    serde_json::from_value(o).unwrap()
+}
+
+#[test]
+fn a_rolled_back_deployment_is_reverted_to_the_image_it_returned_to() {
+    let rollback = serde_json::json!({"rollback": {"fromImage": "web:2", "toImage": "web:1",
+        "state": "Finished"}, "sourceRevision": "0123456789abcdef0123456789abcdef01234567"});
+    let r = web(
+        "RolledBack",
+        serde_json::json!({"onFailure": {"revert": "pullRequest"}}),
+        rollback.clone(),
+    );
+    let want = for_deployment(&r, ".").unwrap();
+    assert_eq!(
+        (want.failed.as_str(), want.good.as_str()),
+        ("web:2", "web:1")
+    );
+    assert_eq!(want.mode, RevertMode::PullRequest);
+    assert_eq!(want.branch(), "linnet/revert/demo/web/0123456789ab");
+    // Not asked for, still rolling back, or Git already moved on: nothing.
+    assert!(
+        for_deployment(
+            &web("RolledBack", serde_json::json!({}), rollback.clone()),
+            "."
+        )
+        .is_none()
+    );
+    let asks = serde_json::json!({"onFailure": {"revert": "commit"}});
+    assert!(for_deployment(&web("RollingBack", asks.clone(), rollback.clone()), ".").is_none());
+    let mut moved_on = web("RolledBack", asks, rollback);
+    moved_on.spec.image = "web:3".into();
+    assert!(for_deployment(&moved_on, ".").is_none());
+}
+
+#[test]
+fn a_deployment_is_promoted_only_when_completed_on_gits_image_with_no_failed_analysis() {
+    use crate::writeback::promotion;
+    let to = serde_json::json!({"promoteTo": {"path": "production"}});
+    let done = web(
+        "Completed",
+        to.clone(),
+        serde_json::json!({"stableImage": "web:2"}),
+    );
+    let p = promotion::for_deployment(&done).unwrap();
+    assert_eq!((p.image.as_str(), p.target.as_str()), ("web:2", "web"));
+    assert!(p.evidence.contains("no analysis is configured"));
+    // Still on the old image, or mid-rollout: nothing yet.
+    let old = web(
+        "Completed",
+        to.clone(),
+        serde_json::json!({"stableImage": "web:1"}),
+    );
+    assert!(promotion::for_deployment(&old).is_none());
+    let paused = web(
+        "Paused",
+        to.clone(),
+        serde_json::json!({"stableImage": "web:2"}),
+    );
+    assert!(promotion::for_deployment(&paused).is_none());
+    // A failed analysis is never promoted.
+    let failed = web(
+        "Completed",
+        to,
+        serde_json::json!({"stableImage": "web:2", "analysis": [{"name": "errors",
+            "phase": "Failed", "startedAt": "2026-11-27T00:00:00Z", "message": "0.3 > 0.05"}]}),
+    );
+    assert!(promotion::for_deployment(&failed).is_none());
+}

@@ -196,6 +196,7 @@ pub fn next_edit<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     fn promotion() -> Promotion {
         Promotion {
@@ -259,5 +260,46 @@ mod tests {
         let mut newer = promotion();
         newer.image = "redis:7.6".into();
         assert_ne!(p.branch(), newer.branch());
+    }
+
+    fn web(phase: &str, spec: Value, status: Value) -> CanaryDeployment {
+        let mut o = json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "CanaryDeployment",
+            "metadata": {"name": "web", "namespace": "demo"},
+            "spec": {"replicas": 4, "image": "web:2",
+                "template": {"selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "web", "image": "web:2"}]}}}},
+            "status": {"phase": phase},
+        });
+        for (at, patch) in [("spec", spec), ("status", status)] {
+            if let (Some(o), Value::Object(p)) = (o[at].as_object_mut(), patch) {
+                o.extend(p);
+            }
+        }
+        serde_json::from_value(o).unwrap()
+    }
+
+    #[test]
+    fn a_deployment_is_promoted_only_when_completed_on_gits_image_with_no_failed_analysis() {
+        let to = json!({"promoteTo": {"path": "production"}});
+        let done = web("Completed", to.clone(), json!({"stableImage": "web:2"}));
+        let p = for_deployment(&done).unwrap();
+        assert_eq!((p.image.as_str(), p.target.as_str()), ("web:2", "web"));
+        assert!(p.evidence.contains("no analysis is configured"));
+        // Still on the old image, or mid-rollout: nothing yet.
+        let old = web("Completed", to.clone(), json!({"stableImage": "web:1"}));
+        assert!(for_deployment(&old).is_none());
+        let paused = web("Paused", to.clone(), json!({"stableImage": "web:2"}));
+        assert!(for_deployment(&paused).is_none());
+        // A failed analysis is never promoted.
+        let failed = web(
+            "Completed",
+            to,
+            json!({"stableImage": "web:2", "analysis": [{"name": "errors",
+                "phase": "Failed", "startedAt": "2026-11-27T00:00:00Z", "message": "0.3 > 0.05"}]}),
+        );
+        assert!(for_deployment(&failed).is_none());
     }
 }

@@ -231,38 +231,3 @@ fn a_rolled_back_deployment_is_reverted_to_the_image_it_returned_to() {
     moved_on.spec.image = "web:3".into();
     assert!(for_deployment(&moved_on, ".").is_none());
 }
-
-#[test]
-fn a_deployment_is_promoted_only_when_completed_on_gits_image_with_no_failed_analysis() {
-    use crate::writeback::promotion;
-    let to = serde_json::json!({"promoteTo": {"path": "production"}});
-    let done = web(
-        "Completed",
-        to.clone(),
-        serde_json::json!({"stableImage": "web:2"}),
-    );
-    let p = promotion::for_deployment(&done).unwrap();
-    assert_eq!((p.image.as_str(), p.target.as_str()), ("web:2", "web"));
-    assert!(p.evidence.contains("no analysis is configured"));
-    // Still on the old image, or mid-rollout: nothing yet.
-    let old = web(
-        "Completed",
-        to.clone(),
-        serde_json::json!({"stableImage": "web:1"}),
-    );
-    assert!(promotion::for_deployment(&old).is_none());
-    let paused = web(
-        "Paused",
-        to.clone(),
-        serde_json::json!({"stableImage": "web:2"}),
-    );
-    assert!(promotion::for_deployment(&paused).is_none());
-    // A failed analysis is never promoted.
-    let failed = web(
-        "Completed",
-        to,
-        serde_json::json!({"stableImage": "web:2", "analysis": [{"name": "errors",
-            "phase": "Failed", "startedAt": "2026-11-27T00:00:00Z", "message": "0.3 > 0.05"}]}),
-    );
-    assert!(promotion::for_deployment(&failed).is_none());
-}

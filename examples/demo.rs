@@ -39,7 +39,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
@@ -227,6 +227,47 @@ impl Demo {
         let s = self.web().await?.status?;
         (s.phase == Some(phase) && image.is_none_or(|i| s.stable_image.as_deref() == Some(i)))
             .then_some(())
+    }
+
+    /// The ConfigMaps and Secrets web's pods read, by image (`versionedConfig`).
+    async fn web_config(&self) -> BTreeMap<String, Vec<String>> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NS);
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let listed = pods
+            .list(&ListParams::default().labels("rollouts.linnet.dev/rollout=web"))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for spec in listed
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.spec)
+        {
+            let image = spec.containers[0].image.clone().unwrap_or_default();
+            // Not the API server's CA, which every pod's token volume names.
+            let names = linnet::plan::config::references(&spec)
+                .into_iter()
+                .map(|(_, n)| n)
+                .filter(|n| n != "kube-root-ca.crt");
+            let entry = out.entry(image).or_default();
+            for n in names {
+                if !entry.contains(&n) {
+                    entry.push(n);
+                }
+            }
+        }
+        out
+    }
+
+    async fn show_web_config(&self) -> BTreeMap<String, Vec<String>> {
+        let config = self.web_config().await;
+        for (image, names) in &config {
+            println!(
+                "    web's pods on {image} read ConfigMap {}",
+                names.join(", ")
+            );
+        }
+        config
     }
 
     /// The `kubectl get csts,cdeploy -n demo` view.
@@ -789,19 +830,63 @@ async fn story(d: &Demo) -> Step<()> {
         return Err("a replica's volume changed during the rollback".into());
     }
 
-    say("5. A push bumps web's image: batch 1 of 2 (1 new, 3 old), then a pause for approval");
+    say(
+        "5. web reads ConfigMap web-config, copied per version (versionedConfig: true). Then one push bumps web's image and its config: batch 1 of 2 (1 new pod on the new config, the 3 old ones keep theirs), then a pause for approval",
+    );
+    d.edit(
+        "apps/web/web.yaml",
+        "  currentBatch: 1",
+        "  currentBatch: 1\n  versionedConfig: true",
+    )?;
+    d.edit(
+        "apps/web/web.yaml",
+        "          - containerPort: 80\n",
+        "          - containerPort: 80\n          volumeMounts:\n          - name: config\n            mountPath: /etc/nginx/conf.d\n        volumes:\n        - name: config\n          configMap:\n            name: web-config\n",
+    )?;
+    let web_config = |keepalive: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n  namespace: {NS}\ndata:\n  keepalive.conf: \"keepalive_timeout {keepalive};\"\n"
+        )
+    };
+    std::fs::write(d.work.join("apps/web/config.yaml"), web_config("65"))
+        .map_err(|e| e.to_string())?;
+    git(&d.work, &["add", "-A"])?;
+    d.push("web reads web-config, copied per version")?;
+    let old = wait("web's pods on their copy of web-config", 120, || async {
+        let config = d.web_config().await;
+        let names = config.get("nginx:1.27")?;
+        (config.len() == 1 && names.len() == 1 && names[0] != "web-config")
+            .then(|| names[0].clone())
+    })
+    .await?;
+    d.show_web_config().await;
     d.edit(
         "apps/web/web.yaml",
         "  image: nginx:1.27",
         "  image: nginx:1.28",
     )?;
-    d.push("web 1.28")?;
+    std::fs::write(d.work.join("apps/web/config.yaml"), web_config("5"))
+        .map_err(|e| e.to_string())?;
+    d.push("web 1.28, keepalive 5s")?;
     wait("web to pause after batch 1", 120, || {
         d.web_in(DeploymentPhase::Paused, None)
     })
     .await?;
     d.show().await;
     d.show_sets().await;
+    let config = wait("web's new pod on a new copy", 60, || async {
+        let config = d.web_config().await;
+        (config.len() == 2).then_some(config)
+    })
+    .await?;
+    d.show_web_config().await;
+    if config.get("nginx:1.27") != Some(&vec![old.clone()])
+        || config.get("nginx:1.28").is_none_or(|n| n.contains(&old))
+    {
+        return Err(format!(
+            "only the canary's pod should read the new config: {config:?}"
+        ));
+    }
 
     say(
         "   A pull request that sets currentBatch: 2 is merged: batch 2, then the old version goes",
@@ -818,6 +903,12 @@ async fn story(d: &Demo) -> Step<()> {
     .await?;
     d.show().await;
     d.show_sets().await;
+    wait("every web pod on the new config", 60, || async {
+        let config = d.web_config().await;
+        (config.len() == 1 && config.contains_key("nginx:1.28")).then_some(())
+    })
+    .await?;
+    d.show_web_config().await;
 
     say(
         "6. Analysis: a push of web nginx:1.29 with a gate after batch 1 that asks Prometheus for web's error rate (examples/analysis/error-rate.yaml, added as apps/web/analysis.yaml). Its pods become Ready, but 30% of its requests fail",

@@ -78,7 +78,11 @@ pub async fn run(
         metrics.clone(),
         config.max_concurrent_reconciles,
         config.analysis.clone(),
-    );
+    )
+    .with_source_account(controller::source_account::SourceAccount::new(
+        config.apply_as.clone(),
+        Some(kube_config.clone()),
+    ));
     let (release_shards, shard_release) = tokio::sync::watch::channel(false);
     let mut shard_holders = Vec::new();
     if let Some(leader) = &sharded {

@@ -96,7 +96,16 @@ impl EventRecorders {
             secondary: None,
         };
         if let Err(e) = self.publish(&event, object).await {
-            tracing::warn!(error = %e, reason, "could not publish an event; check RBAC for events.k8s.io");
+            // The object's namespace is going away: nobody will read the event.
+            if matches!(&e, kube::Error::Api(s) if s.message.contains("is being terminated")) {
+                tracing::debug!(reason, "no event: its namespace is being deleted");
+                return;
+            }
+            let error = crate::error::kube_message_hinted(
+                &e,
+                "; linnet's identity may not: grant events.k8s.io in its ClusterRole (deploy/rbac.yaml)",
+            );
+            tracing::warn!(%error, reason, "could not publish an event");
         }
     }
 

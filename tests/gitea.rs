@@ -623,7 +623,8 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
         &work,
         "apps/redis/redis.yaml",
         "  canaryReplicas: 1\n",
-        "  canaryReplicas: 1\n  promoteTo:\n    path: production\n    name: redis-prod\n",
+        // autoMerge without --promotion-auto-merge: the pull request waits for a person.
+        "  canaryReplicas: 1\n  promoteTo:\n    path: production\n    name: redis-prod\n    autoMerge: true\n",
     );
     git(&work, &["add", "-A"]);
     commit_and_push(&work, "production, promoted to from staging");
@@ -789,5 +790,86 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     )
     .await;
     assert!(promotion_pull_requests(&gitea).await.is_empty());
+    assert!(
+        first
+            .log_text()
+            .contains("this agent runs without --promotion-auto-merge"),
+        "autoMerge without the flag is said"
+    );
+
+    // With --promotion-auto-merge, autoMerge merges the next promotion: production's canary
+    // of 7.6 starts with no person merging.
+    git(&work, &["pull", "-q", "--rebase", "origin", "main"]);
+    support::edit_file(
+        &work,
+        "production/redis.yaml",
+        "  name: redis-prod\n",
+        "  name: redis-prod\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
+    );
+    commit_and_push(&work, "promote production's redis 7.4");
+    wait(
+        "redis-prod",
+        "production Stable on 7.4",
+        "redis:7.4",
+        StatefulSetPhase::Stable,
+    )
+    .await;
     third.kill();
+    args.push("--promotion-auto-merge=true".into());
+    let dir = tmp.path().join("agent-4");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fourth = start_agent(&dir, &args, &ns.name);
+    wait_ready(&fourth).await;
+    gitea
+        .add_push_hook(REPO, &format!("{}/hooks/gitea", fourth.hooks), SECRET)
+        .await;
+    set_redis_images(&work, "redis:7.4", "redis:7.6");
+    commit_and_push(&work, "staging: redis 7.6");
+    eventually(
+        "staging's canary of 7.6",
+        Duration::from_secs(60),
+        || async {
+            api.get_opt("redis").await.unwrap().filter(|o| {
+                phase(o) == Some(StatefulSetPhase::CanaryActive) && o.spec.image == "redis:7.6"
+            })
+        },
+    )
+    .await;
+    support::edit_file(
+        &work,
+        "apps/redis/redis.yaml",
+        "rollouts.linnet.dev/promote: \"true\"",
+        "rollouts.linnet.dev/promote: redis:7.6",
+    );
+    commit_and_push(&work, "promote staging's redis 7.6");
+    eventually(
+        "production's canary of 7.6, merged by linnet",
+        Duration::from_secs(90),
+        || async {
+            api.get_opt("redis-prod").await.unwrap().filter(|o| {
+                phase(o) == Some(StatefulSetPhase::CanaryActive) && o.spec.image == "redis:7.6"
+            })
+        },
+    )
+    .await;
+    let merged = support::wait_event(&admin, &ns.name, "PromotionPullRequestMerged", 30).await;
+    assert!(
+        merged
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("redis-prod gets redis:7.6"),
+        "{:?}",
+        merged.note
+    );
+    assert!(promotion_pull_requests(&gitea).await.is_empty());
+    let m = metrics(&fourth).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"linnet_revert_commits_total{result="promotion_pull_request_merged"}"#
+        ),
+        1.0,
+        "{m}"
+    );
 }

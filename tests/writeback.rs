@@ -359,3 +359,121 @@ fn a_revert_raced_by_a_new_image_is_dropped() {
         "{e}"
     );
 }
+
+fn human_commit_files(r: &Repo, files: &[(&str, Option<&str>)], message: &str) {
+    git(&r.work, &["pull", "-q", "--rebase", "origin", "main"]);
+    for (path, text) in files {
+        let at = r.work.join(path);
+        match text {
+            Some(text) => {
+                std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+                std::fs::write(at, text).unwrap();
+            }
+            None => std::fs::remove_file(at).unwrap(),
+        }
+    }
+    git(&r.work, &["add", "-A"]);
+    git(&r.work, &["commit", "-qm", message]);
+    git(&r.work, &["push", "-q", "origin", "HEAD:main"]);
+}
+
+const CONFIG_V1: &str =
+    "kind: ConfigMap\nmetadata:\n  name: redis-config\ndata:\n  maxmemory: 1gb\n";
+const CONFIG_V2: &str = "kind: ConfigMap\nmetadata:\n  name: redis-config\ndata:\n  maxmemory: 0\n";
+const SECRET: &str = "kind: Secret\nmetadata:\n  name: redis-auth\nstringData:\n  password: new\n";
+
+/// A repository where one commit changed redis's image and its config beside it (and `also`),
+/// then a person annotated the rollout; and a writer to `main`.
+fn repo_with_image_and_config_in_one_commit(also: &[(&str, Option<&str>)]) -> (Repo, StatusWriter) {
+    let r = repo();
+    let good = ROLLOUT.replace("redis:7.4", "redis:7.2");
+    human_commit_files(
+        &r,
+        &[
+            ("apps/redis.yaml", Some(&good)),
+            ("apps/redis-config.yaml", Some(CONFIG_V1)),
+            ("apps/web/web.yaml", Some("kind: Deployment\n")),
+        ],
+        "redis 7.2",
+    );
+    let mut change = vec![
+        ("apps/redis.yaml", Some(ROLLOUT)),
+        ("apps/redis-config.yaml", Some(CONFIG_V2)),
+        ("apps/redis-auth.yaml", Some(SECRET)),
+    ];
+    change.extend_from_slice(also);
+    human_commit_files(&r, &change, "redis 7.4 with maxmemory 0");
+    let annotated = ROLLOUT.replace("  name: redis\n", "  name: redis\n  annotations: {a: b}\n");
+    human_commit_files(&r, &[("apps/redis.yaml", Some(&annotated))], "annotate");
+    let w = writer(
+        &r,
+        format!("file://{}", r.bare.display()),
+        "main",
+        GitAuth::Anonymous,
+    );
+    (r, w)
+}
+
+/// Issue 50: the config that came in with the failed image in one commit goes back with it:
+/// a changed ConfigMap to what it was, an added Secret away; the person's later annotation
+/// stays.
+#[test]
+fn a_revert_puts_back_the_config_that_came_in_with_the_image() {
+    let (r, mut w) = repo_with_image_and_config_in_one_commit(&[]);
+    let pushed = w.revert(&redis_revert()).unwrap();
+    assert!(matches!(pushed, Pushed::Committed { .. }), "{pushed:?}");
+    let rollout = show(&r.bare, "main:apps/redis.yaml");
+    assert!(rollout.contains("image: redis:7.2 # new"), "{rollout}");
+    assert!(rollout.contains("annotations: {a: b}"), "{rollout}");
+    assert_eq!(
+        show(&r.bare, "main:apps/redis-config.yaml"),
+        CONFIG_V1.trim_end()
+    );
+    let files = git(&r.bare, &["ls-tree", "-r", "--name-only", "main"]);
+    assert!(!files.contains("apps/redis-auth.yaml"), "{files}");
+    let body = git(&r.bare, &["log", "-1", "--format=%b", "main"]);
+    assert!(body.contains("goes back to before"), "{body}");
+    assert!(
+        body.contains(": apps/redis-auth.yaml, apps/redis-config.yaml"),
+        "{body}"
+    );
+    assert_eq!(w.revert(&redis_revert()).unwrap(), Pushed::Unchanged);
+}
+
+/// Issue 50, neighbours: a commit that also changed something that is not config (or not
+/// beside the rollout) is not the rollout's change alone, so only the image goes back; and a
+/// config file a person changed again since is theirs.
+#[test]
+fn a_revert_puts_back_only_the_image_when_the_commit_was_more_than_its_config() {
+    for also in [
+        ("apps/web/web.yaml", Some("kind: Deployment\n# changed\n")),
+        ("elsewhere/config.yaml", Some(CONFIG_V2)),
+    ] {
+        let (r, mut w) = repo_with_image_and_config_in_one_commit(&[also]);
+        w.revert(&redis_revert()).unwrap();
+        assert!(show(&r.bare, "main:apps/redis.yaml").contains("redis:7.2"));
+        assert_eq!(
+            show(&r.bare, "main:apps/redis-config.yaml"),
+            CONFIG_V2.trim_end(),
+            "{also:?}"
+        );
+        assert_eq!(
+            show(&r.bare, "main:apps/redis-auth.yaml"),
+            SECRET.trim_end(),
+            "{also:?}"
+        );
+    }
+    let (r, mut w) = repo_with_image_and_config_in_one_commit(&[]);
+    let edited = CONFIG_V2.replace("maxmemory: 0", "maxmemory: 2gb");
+    human_commit_files(&r, &[("apps/redis-config.yaml", Some(&edited))], "tune");
+    w.revert(&redis_revert()).unwrap();
+    assert_eq!(
+        show(&r.bare, "main:apps/redis-config.yaml"),
+        edited.trim_end()
+    );
+    let files = git(&r.bare, &["ls-tree", "-r", "--name-only", "main"]);
+    assert!(
+        !files.contains("apps/redis-auth.yaml"),
+        "unchanged since: it goes"
+    );
+}

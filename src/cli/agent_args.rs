@@ -128,6 +128,12 @@ pub struct AgentArgs {
     /// Status changes within this window go into one commit.
     #[arg(long, default_value = "2s", value_parser = parse_duration, env = "LINNET_WRITEBACK_INTERVAL")]
     pub writeback_interval: Duration,
+    /// Merge a promotion pull request as soon as it is opened when its rollout's
+    /// `promoteTo.autoMerge` is true (with the commit statuses' token, which must be allowed to
+    /// merge; branch protection still applies). Off: every promotion waits for a person, and
+    /// `autoMerge` is only logged.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "LINNET_PROMOTION_AUTO_MERGE")]
+    pub promotion_auto_merge: bool,
     /// Author and committer name of status commits.
     #[arg(long, default_value = "linnet", env = "LINNET_GIT_AUTHOR_NAME")]
     pub git_author_name: String,

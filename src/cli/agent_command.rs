@@ -122,6 +122,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
                     timeout: args.git_timeout,
                     // Set below: the commit statuses' host.
                     host: None,
+                    promotion_auto_merge: args.promotion_auto_merge,
                 })
             }
             _ => None,

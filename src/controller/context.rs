@@ -33,6 +33,10 @@ pub struct Context {
     pub analysis: super::analysis::Policy,
     /// The shards of rollouts this replica runs (all of them, unsharded).
     pub shards: std::sync::Arc<super::shards::ShardSet>,
+    /// What each rollout's config copies were when last collected (`versionedConfig`).
+    pub config_collected: super::config_copies::Collected,
+    /// The source's account, which reads and copies Secrets (`versionedConfig`).
+    pub source_account: super::source_account::SourceAccount,
 }
 
 impl Context {
@@ -64,7 +68,15 @@ impl Context {
             error_runs: Default::default(),
             edited: Default::default(),
             shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
+            config_collected: Default::default(),
+            source_account: super::source_account::SourceAccount::agent(),
         }
+    }
+
+    /// This context acting as `account` where the source's rights are wanted.
+    pub fn with_source_account(mut self, account: super::source_account::SourceAccount) -> Context {
+        self.source_account = account;
+        self
     }
 
     /// This context running only the rollouts of the shards `shards` holds.

@@ -53,6 +53,12 @@ pub async fn run(
     )
     .backoff(crate::watch::backoff::watch_backoff())
     .touched_objects();
+    let config = super::config_copies::config_wakes(
+        ctx.client.clone(),
+        store.clone(),
+        &ctx.source,
+        |r: &CanaryDeployment| reconcile::RolloutKind::config_template(r),
+    );
     Controller::for_shared_stream(wakes, store)
         .with_config(ctx.controller_config())
         // Each watch backs off on its own (see `backoff`).
@@ -60,6 +66,7 @@ pub async fn run(
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
         .reconcile_on(traffic)
+        .reconcile_on(config)
         .owns_stream(deployment_changes)
         .owns_stream(jobs)
         .graceful_shutdown_on(shutdown)

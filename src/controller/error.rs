@@ -22,6 +22,8 @@ pub enum ReconcileError {
     Waiting(String),
     #[error("finalizer: {0}")]
     Finalizer(String),
+    #[error(transparent)]
+    ActAs(#[from] super::source_account::ActAsError),
 }
 
 impl ReconcileError {
@@ -34,7 +36,9 @@ impl ReconcileError {
                 source: kube::Error::Api(s),
                 ..
             } => matches!(s.code, 400 | 401 | 403 | 404 | 422),
-            ReconcileError::NotOurs { .. } | ReconcileError::NoNamespace => true,
+            ReconcileError::NotOurs { .. }
+            | ReconcileError::NoNamespace
+            | ReconcileError::ActAs(_) => true,
             ReconcileError::Kube { .. }
             | ReconcileError::Waiting(_)
             | ReconcileError::Finalizer(_) => false,
@@ -60,6 +64,7 @@ impl ReconcileError {
         "not_ours",
         "waiting",
         "finalizer",
+        "act_as",
     ];
 
     /// A stable, low-cardinality label for metrics.
@@ -70,6 +75,7 @@ impl ReconcileError {
             ReconcileError::NotOurs { .. } => "not_ours",
             ReconcileError::Waiting(_) => "waiting",
             ReconcileError::Finalizer(_) => "finalizer",
+            ReconcileError::ActAs(_) => "act_as",
         }
     }
 }

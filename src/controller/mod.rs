@@ -9,12 +9,14 @@ pub const MAX_CONCURRENT_RECONCILES: u16 = 32;
 
 pub mod analysis;
 pub mod backoff;
+pub mod config_copies;
 pub mod context;
 pub mod deployment;
 pub mod execute;
 pub mod own_writes;
 pub mod reconcile;
 pub mod shards;
+pub mod source_account;
 pub mod statefulset;
 pub mod traffic;
 pub mod unmanaged;

@@ -11,15 +11,16 @@ use kube::{Resource, ResourceExt};
 
 use super::analysis::{Measured, measure};
 use super::execute::execute;
-use super::{Context, ReconcileError, StatusWrite, show_action_failure, write_status};
+use super::{Context, Doing, ReconcileError, StatusWrite, show_action_failure, write_status};
 use crate::api::{
     ABORT_ANNOTATION, CanaryDeployment, CanaryStatefulSet, PROMOTE_ANNOTATION, REVISION_ANNOTATION,
-    RolloutAnalysis, SOURCE_LABEL, SOURCE_PATH_ANNOTATION, SPEC_HASH_ANNOTATION,
+    RolloutAnalysis, SOURCE_LABEL, SOURCE_PATH_ANNOTATION, SPEC_HASH_ANNOTATION, VersionConfig,
 };
 use crate::plan::actions::Planned;
 use crate::plan::analysis::{Builtins, Resolved};
 use crate::plan::objects::RolloutRef;
 use crate::plan::{Observed, RolloutStatus, deployment, statefulset};
+use k8s_openapi::api::core::v1::PodSpec;
 
 /// What the reconcile needs of a rollout kind; its phase machine is behind [`Self::plan`].
 pub(crate) trait RolloutKind:
@@ -48,6 +49,13 @@ pub(crate) trait RolloutKind:
     /// Whether a plan made from `stored` without the pods must be made again with them.
     fn plans_again_with_pods(stored: Option<Self::Phase>, planned: Option<Self::Phase>) -> bool;
     fn analysis(&self) -> Option<&RolloutAnalysis>;
+    /// The pod template whose ConfigMaps and Secrets are copied per version, with
+    /// `versionedConfig` (else `None`).
+    fn config_template(&self) -> Option<PodSpec>;
+    /// The copies each image mounts, as `status` recorded them.
+    fn recorded_config(status: &Self::Status) -> &[VersionConfig];
+    /// Whether `phase` is a rollout at rest, whose unused config copies may go.
+    fn settled(phase: Self::Phase) -> bool;
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins;
     /// Whether analysis runs in `phase` (a canary under way).
     fn measures_in(phase: Self::Phase) -> bool;
@@ -83,6 +91,19 @@ impl RolloutKind for CanaryStatefulSet {
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
+    }
+    fn config_template(&self) -> Option<PodSpec> {
+        let spec = &self.spec;
+        spec.versioned_config
+            .then(|| spec.template.get().template.spec)
+            .flatten()
+    }
+    fn recorded_config(status: &Self::Status) -> &[VersionConfig] {
+        &status.version_config
+    }
+    fn settled(phase: Self::Phase) -> bool {
+        use crate::api::StatefulSetPhase as P;
+        matches!(phase, P::Stable | P::RolledBack)
     }
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
         statefulset::analysis_builtins(&self.name_any(), ns, &self.spec, status)
@@ -132,6 +153,19 @@ impl RolloutKind for CanaryDeployment {
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_ref()
+    }
+    fn config_template(&self) -> Option<PodSpec> {
+        let spec = &self.spec;
+        spec.versioned_config
+            .then(|| spec.template.get().template.spec)
+            .flatten()
+    }
+    fn recorded_config(status: &Self::Status) -> &[VersionConfig] {
+        &status.version_config
+    }
+    fn settled(phase: Self::Phase) -> bool {
+        use crate::api::DeploymentPhase as P;
+        matches!(phase, P::Completed | P::RolledBack)
     }
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
         deployment::analysis_builtins(&self.name_any(), ns, &self.spec, status)
@@ -223,13 +257,26 @@ where
     let stored_phase = rollout.status().and_then(|s| s.phase());
     let mut observed = observe(K::reads_pods(stored_phase)).await?;
     let mut status = rollout.status().cloned().unwrap_or_default();
+    let reference = reference(rollout, ns);
+    let (config, newer_config) = super::config_copies::read(
+        ctx,
+        K::KIND,
+        &reference,
+        rollout.config_template(),
+        crate::plan::config::applied_at(rollout.meta().managed_fields.as_deref()),
+        K::recorded_config(&status),
+    )
+    .await?;
+    if let (true, Some(wait)) = (newer_config, spec_behind(ctx, rollout, ns).await?) {
+        return Ok(wait);
+    }
+    observed.config = config.clone();
     let builtins = rollout.builtins(ns, &status);
     let resolved = ctx
         .templates
         .resolve(rollout.analysis(), ns, &builtins)
         .await;
     let now = jiff::Timestamp::now();
-    let reference = reference(rollout, ns);
     let measured = Measured {
         reference: &reference,
         kind: K::KIND,
@@ -248,7 +295,8 @@ where
         // The plan left a phase that goes by the sets alone: plan again with the pods (and
         // a fresh read of the rest, once per canary start).
         observed = observe(true).await?;
-        planned = rollout.plan(reference, status, resolved, &observed, now);
+        observed.config = config;
+        planned = rollout.plan(reference.clone(), status, resolved, &observed, now);
     }
     ctx.metrics.rollout_phase(
         K::KIND,
@@ -277,11 +325,33 @@ where
         tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
         ctx.publish(&object, e.warning, e.reason, &e.message).await;
     }
+    if rollout.config_template().is_some() && planned.status.phase().is_some_and(K::settled) {
+        super::config_copies::collect(ctx, &reference, K::recorded_config(&planned.status)).await?;
+    }
     tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase(), took = ?started.elapsed(), "reconciled");
     Ok(match planned.requeue_after {
         Some(after) => Requeue::requeue(after),
         None => Requeue::await_change(),
     })
+}
+
+/// Config applied after the rollout's spec: a change of the config alone, or a newer spec this
+/// store has not seen yet (watches of two kinds keep no order between them). In the second
+/// case the stable pods would take the canary's config: wait for the watch to show it.
+async fn spec_behind<K: RolloutKind>(
+    ctx: &Context,
+    rollout: &K,
+    ns: &str,
+) -> Result<Option<Requeue>, ReconcileError> {
+    let name = rollout.name_any();
+    let live = kube::Api::<K>::namespaced(ctx.client.clone(), ns)
+        .get_metadata(&name)
+        .await
+        .doing(|| format!("reading {} {ns}/{name}", K::KIND))?;
+    Ok((live.metadata.generation > rollout.meta().generation).then(|| {
+        tracing::debug!(rollout = %format!("{ns}/{name}"), "its config changed with a spec this agent has not seen yet; waiting for it");
+        Requeue::requeue(Duration::from_secs(1))
+    }))
 }
 
 /// Whether another replica runs `rollout` (its shard's Lease is not this replica's): then

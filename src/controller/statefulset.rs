@@ -91,8 +91,15 @@ pub async fn run(
         super::traffic::traffic_wakes(client.clone(), store.clone(), |r: &CanaryStatefulSet| {
             r.spec.traffic_routing.as_deref()
         });
+    let config = super::config_copies::config_wakes(
+        ctx.client.clone(),
+        store.clone(),
+        &ctx.source,
+        |r: &CanaryStatefulSet| reconcile::RolloutKind::config_template(r),
+    );
     Controller::for_shared_stream(wakes, store)
         .reconcile_on(traffic)
+        .reconcile_on(config)
         .with_config(ctx.controller_config())
         // Each watch backs off on its own (see `backoff`).
         .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
@@ -359,6 +366,7 @@ async fn observe(
         other_strategy_set,
         deployments: Vec::new(),
         traffic: Default::default(),
+        config: Default::default(),
     };
     if let Some(routing) = rollout.spec.traffic_routing.as_deref() {
         observed.traffic = super::traffic::observe_traffic(client, ns, &name, routing).await?;

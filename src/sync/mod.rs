@@ -17,4 +17,4 @@ pub use diff::{Change, PlannedChange, Prune, plan_changes};
 pub use edited::EditedRollouts;
 
 /// The field manager of every server-side apply linnet makes.
-pub const FIELD_MANAGER: &str = "linnet";
+pub const FIELD_MANAGER: &str = crate::plan::config::SYNC_FIELD_MANAGER;

@@ -226,7 +226,11 @@ where
         let store = writer.as_reader();
         let events = watcher(api, config)
             .backoff(crate::watch::backoff::watch_backoff())
-            .modify(|rollout| rollout.meta_mut().managed_fields = None)
+            .modify(|rollout| {
+                let meta = rollout.meta_mut();
+                meta.managed_fields =
+                    crate::plan::config::applied_entry(meta.managed_fields.take());
+            })
             .reflect(writer);
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {

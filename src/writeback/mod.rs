@@ -9,6 +9,7 @@
 //!   put a rolled-back rollout's good image back in its spec file (`onFailure.revert`).
 
 pub mod commit_status;
+pub mod config_revert;
 pub mod promotion;
 pub mod pull_request;
 pub mod push;

@@ -33,6 +33,8 @@ pub struct Promotion {
     pub target: String,
     /// What passed: the analysis runs, one per line.
     pub evidence: String,
+    /// `promoteTo.autoMerge`: merge the pull request once opened (if the agent allows it).
+    pub auto_merge: bool,
 }
 
 impl Promotion {
@@ -122,6 +124,7 @@ fn promotion(
             .trim_matches('/')
             .to_string(),
         evidence: evidence(runs),
+        auto_merge: to.auto_merge,
     })
 }
 
@@ -207,6 +210,7 @@ mod tests {
             path: "environments/production".into(),
             target: "redis".into(),
             evidence: "- analysis errors: Successful".into(),
+            auto_merge: false,
         }
     }
 

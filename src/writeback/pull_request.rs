@@ -35,6 +35,11 @@ pub enum Call<'a> {
     Close {
         number: u64,
     },
+    /// Merge it (a merge commit titled `title`).
+    Merge {
+        number: u64,
+        title: &'a str,
+    },
 }
 
 /// One HTTP request.
@@ -143,6 +148,21 @@ pub fn request(cfg: &CommitStatusConfig, token: &str, call: &Call<'_>) -> Reques
             Method::PUT,
             format!("{base}/{number}"),
             Some(json!({"state_event": "close"})),
+        ),
+        (Provider::Github, Call::Merge { number, title }) => (
+            Method::PUT,
+            format!("{base}/{number}/merge"),
+            Some(json!({"merge_method": "merge", "commit_title": title})),
+        ),
+        (Provider::Gitea, Call::Merge { number, title }) => (
+            Method::POST,
+            format!("{base}/{number}/merge"),
+            Some(json!({"Do": "merge", "MergeTitleField": title})),
+        ),
+        (Provider::Gitlab, Call::Merge { number, title }) => (
+            Method::PUT,
+            format!("{base}/{number}/merge"),
+            Some(json!({"merge_commit_message": title})),
         ),
     };
     Request {
@@ -343,6 +363,10 @@ impl PullRequests {
                 body: crate::text::one_line(&text, 200),
             });
         }
+        // Gitea answers a merge with no body.
+        if text.trim().is_empty() {
+            return Ok(Value::Null);
+        }
         serde_json::from_slice(&body).map_err(|_| PullRequestError::Answer {
             status,
             body: crate::text::one_line(&text, 200),
@@ -387,6 +411,11 @@ impl PullRequests {
             status: 201,
             body: crate::text::one_line(&answer.to_string(), 200),
         })
+    }
+
+    /// Merges pull request `number`.
+    pub async fn merge(&self, number: u64, title: &str) -> Result<(), PullRequestError> {
+        self.call(&Call::Merge { number, title }).await.map(|_| ())
     }
 
     /// Closes pull request `number` (without merging it).

@@ -145,7 +145,7 @@ impl StatusWriter {
         before_push: impl FnMut(),
     ) -> Result<Pushed, WriteError> {
         self.push_on_tip(
-            |w, tip| w.edit_on(tip, revert, &revert.message()),
+            |w, tip| w.edit_on(tip, revert, &revert.message(), true),
             before_push,
         )
     }
@@ -188,12 +188,15 @@ impl StatusWriter {
     }
 
     /// A commit on `tip`, with `message`, that sets the image in `revert`'s file, or `None`
-    /// when the file no longer asks for the image it replaces.
+    /// when the file no longer asks for the image it replaces. `with_config`: the ConfigMaps
+    /// and Secrets that came in with the failed image go back too
+    /// ([`super::config_revert`]).
     fn edit_on(
         &self,
         tip: Option<Oid>,
         revert: &Revert,
         message: &str,
+        with_config: bool,
     ) -> Result<Option<Oid>, WriteError> {
         let no_file = || RevertError::NoFile {
             path: revert.path.clone(),
@@ -223,12 +226,28 @@ impl StatusWriter {
             return Ok(None);
         };
         let id = repo.blob(edited.as_bytes()).map_err(GitError::from)?;
-        let (tree, _) = tree_with(repo, Some(&base), &[(revert.path.as_str(), Some(id))])
-            .map_err(GitError::from)?;
+        let mut edits = vec![(revert.path.as_str(), Some(id))];
+        let mut message = message.to_string();
+        let back = if with_config {
+            super::config_revert::config_with_the_change(repo, &parent, revert)
+                .map_err(GitError::from)?
+        } else {
+            Default::default()
+        };
+        if let (false, Some(change)) = (back.files.is_empty(), back.change) {
+            let short: String = change.to_string().chars().take(12).collect();
+            let names: Vec<&str> = back.files.iter().map(|(p, _)| p.as_str()).collect();
+            message.push_str(&format!(
+                "\n\nThe config that came in with it goes back to before {short}: {}",
+                names.join(", ")
+            ));
+            edits.extend(back.files.iter().map(|(p, id)| (p.as_str(), *id)));
+        }
+        let (tree, _) = tree_with(repo, Some(&base), &edits).map_err(GitError::from)?;
         let tree = repo.find_tree(tree).map_err(GitError::from)?;
         let signature = Signature::now(&self.author.0, &self.author.1).map_err(GitError::from)?;
         let commit = repo
-            .commit(None, &signature, &signature, message, &tree, &[&parent])
+            .commit(None, &signature, &signature, &message, &tree, &[&parent])
             .map_err(GitError::from)?;
         Ok(Some(commit))
     }
@@ -295,7 +314,7 @@ impl StatusWriter {
             Err(GitError::NoSuchBranch { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let Some(commit) = self.edit_on(tip, revert, &revert.message())? else {
+        let Some(commit) = self.edit_on(tip, revert, &revert.message(), true)? else {
             return Ok(BranchPushed::NotNeeded);
         };
         Ok(match self.push_to(branch, commit, None)? {
@@ -331,7 +350,7 @@ impl StatusWriter {
         let Some(edit) = edit else {
             return Ok((BranchPushed::NotNeeded, None));
         };
-        let Some(commit) = self.edit_on(Some(tip), &edit, &p.message(&edit))? else {
+        let Some(commit) = self.edit_on(Some(tip), &edit, &p.message(&edit), false)? else {
             return Ok((BranchPushed::NotNeeded, None));
         };
         let pushed = match self.push_to(branch, commit, None)? {

@@ -328,6 +328,32 @@ pub fn rollout_image(text: &str, kind: &str, name: &str) -> Option<(Option<Strin
     })
 }
 
+/// Whether every document of `text` is a ConfigMap or a Secret (and there is one): a file of
+/// config that may be put back with the image it came in with.
+pub fn holds_only_config(text: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Kind {
+        kind: Option<String>,
+    }
+    let mut kinds = documents(text).into_iter().filter_map(|(_, doc)| {
+        let parsed = serde_saphyr::from_str_with_options::<Option<Kind>>(
+            doc,
+            crate::specs::bounded_parser_options(),
+        );
+        match parsed {
+            Ok(None) => None,
+            Ok(Some(k)) => Some(k.kind),
+            Err(_) => Some(None),
+        }
+    });
+    let mut any = false;
+    let all = kinds.all(|k| {
+        any = true;
+        matches!(k.as_deref(), Some("ConfigMap" | "Secret"))
+    });
+    any && all
+}
+
 /// Whether `s` reads back as the same string when written as a plain YAML scalar.
 fn plain_safe(s: &str) -> bool {
     !s.is_empty()

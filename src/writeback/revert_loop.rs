@@ -43,6 +43,8 @@ pub struct RevertConfig {
     pub timeout: Duration,
     /// The Git host's API, for pull requests (the commit statuses' host and token).
     pub host: Option<CommitStatusConfig>,
+    /// `--promotion-auto-merge`: promotions whose `promoteTo.autoMerge` is set are merged.
+    pub promotion_auto_merge: bool,
 }
 
 /// What a job is about: a rollout's revert, or its promotion to the next environment.
@@ -173,6 +175,7 @@ pub async fn run(
         },
         writer: None,
         host,
+        auto_merge: config.promotion_auto_merge,
     };
     let dir = config.spec_dir.clone();
     let sets = changes
@@ -268,7 +271,12 @@ fn event(lane: &Lane, job: &Job, outcome: &Outcome) -> Option<(bool, &'static st
                 r.good, r.path
             ),
         )),
-        (Job::Revert(r), Outcome::PullRequest { url, opened: true }) => Some((
+        (
+            Job::Revert(r),
+            Outcome::PullRequest {
+                url, opened: true, ..
+            },
+        ) => Some((
             false,
             "RevertPullRequestOpened",
             format!(
@@ -276,10 +284,23 @@ fn event(lane: &Lane, job: &Job, outcome: &Outcome) -> Option<(bool, &'static st
                 r.good, r.path
             ),
         )),
-        (Job::Promote(p), Outcome::PullRequest { url, opened: true }) => Some((
+        (
+            Job::Promote(p),
+            Outcome::PullRequest {
+                url, opened: true, ..
+            },
+        ) => Some((
             false,
             "PromotionPullRequestOpened",
             format!("{url} gives {} {} in {}", p.target, p.image, p.path),
+        )),
+        (Job::Promote(p), Outcome::Merged { url }) => Some((
+            false,
+            "PromotionPullRequestMerged",
+            format!(
+                "merged {url} (autoMerge): {} gets {} in {}; its own canary starts once synced",
+                p.target, p.image, p.path
+            ),
         )),
         (_, Outcome::Closed(n)) if *n > 0 => Some((
             false,
@@ -324,17 +345,26 @@ fn log((key, lane): &(Key, Lane), outcome: &Outcome) {
         Outcome::Unchanged => {
             tracing::debug!(%rollout, "Git no longer asks for the rolled-back image; nothing to revert");
         }
-        Outcome::PullRequest { url, opened: true } if promotion => {
+        Outcome::PullRequest {
+            url, opened: true, ..
+        } if promotion => {
             tracing::info!(%url, %rollout, "opened a promotion pull request: merging it gives the next environment this image");
         }
-        Outcome::PullRequest { url, opened: true } => {
+        Outcome::PullRequest {
+            url, opened: true, ..
+        } => {
             tracing::info!(%url, %rollout, "opened a revert pull request: merging it makes the rollout Stable again");
         }
-        Outcome::PullRequest { url, opened: false } => {
+        Outcome::PullRequest {
+            url, opened: false, ..
+        } => {
             tracing::debug!(%url, %rollout, "the pull request is open");
         }
         Outcome::Closed(n) => {
             tracing::debug!(%rollout, closed = n, "looked for revert pull requests Git no longer needs");
+        }
+        Outcome::Merged { url } => {
+            tracing::info!(%url, %rollout, "merged the promotion pull request (autoMerge): the next environment's canary starts once it is synced");
         }
         Outcome::Declined => {
             tracing::info!(%rollout, "a person closed this pull request; it is not opened again");

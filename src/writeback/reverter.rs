@@ -29,7 +29,12 @@ pub(super) enum Outcome {
     Unchanged,
     PullRequest {
         url: String,
+        number: u64,
         opened: bool,
+    },
+    /// A promotion pull request merged by linnet (`autoMerge`).
+    Merged {
+        url: String,
     },
     /// A person closed this very pull request: not opened again.
     Declined,
@@ -49,6 +54,7 @@ impl Outcome {
             Outcome::PullRequest { opened: true, .. } => "pull_request_opened",
             Outcome::PullRequest { opened: false, .. } => "pull_request_found",
             Outcome::Declined => "pull_request_declined",
+            Outcome::Merged { .. } => "pull_request_merged",
             Outcome::Closed(_) => "pull_request_closed",
             Outcome::Failed { label, .. } => label,
         }
@@ -62,6 +68,8 @@ pub(super) struct Reverter {
         Arc<dyn Fn() -> Result<StatusWriter, crate::source::git::GitError> + Send + Sync>,
     pub(super) writer: Option<StatusWriter>,
     pub(super) host: Option<PullRequests>,
+    /// `--promotion-auto-merge`: a promotion with `autoMerge` is merged once opened.
+    pub(super) auto_merge: bool,
 }
 
 impl Reverter {
@@ -167,9 +175,21 @@ impl Reverter {
                     title: p.title(),
                     body: p.body(&edit),
                 };
-                match &self.host {
-                    Some(host) => pull_request(host, &change).await,
-                    None => Outcome::Unchanged,
+                let Some(host) = &self.host else {
+                    return Outcome::Unchanged;
+                };
+                match pull_request(host, &change).await {
+                    Outcome::PullRequest { url, number, .. } if p.auto_merge && self.auto_merge => {
+                        match host.merge(number, &p.title()).await {
+                            Ok(()) => Outcome::Merged { url },
+                            Err(e) => pr_failed(e),
+                        }
+                    }
+                    outcome @ Outcome::PullRequest { opened: true, .. } if p.auto_merge => {
+                        tracing::warn!(rollout = %format!("{}/{}", key.1, key.2), "promoteTo.autoMerge is set, but this agent runs without --promotion-auto-merge: the pull request waits for a person");
+                        outcome
+                    }
+                    outcome => outcome,
                 }
             }
             Job::Close => match &self.host {
@@ -228,6 +248,7 @@ async fn pull_request(host: &PullRequests, change: &Proposal) -> Outcome {
     if let Some((_, pr)) = open.iter().find(|(b, _)| b == branch) {
         return Outcome::PullRequest {
             url: pr.url.clone(),
+            number: pr.number,
             opened: false,
         };
     }
@@ -243,6 +264,7 @@ async fn pull_request(host: &PullRequests, change: &Proposal) -> Outcome {
     {
         Ok(pr) => Outcome::PullRequest {
             url: pr.url,
+            number: pr.number,
             opened: true,
         },
         Err(e) => pr_failed(e),

@@ -23,12 +23,23 @@ impl Syncer {
         let mut report = SyncReport::default();
         let mut written = BTreeMap::new();
         let (first, rest) = prerequisites_first(plan);
+        let (rollouts, config, rest) = rollouts_then_config(rest);
         let done_first = futures::stream::iter(first).then(|c| self.execute(c));
+        let done_rollouts = futures::stream::iter(rollouts)
+            .map(|c| self.execute(c))
+            .buffered(APPLY_CONCURRENCY);
+        let done_config = futures::stream::iter(config)
+            .map(|c| self.execute(c))
+            .buffered(APPLY_CONCURRENCY);
         let done_rest = futures::stream::iter(rest)
             .map(|c| self.execute(c))
             .buffered(APPLY_CONCURRENCY);
-        let done: Vec<(&PlannedChange, Option<WriteResult>)> =
-            done_first.chain(done_rest).collect().await;
+        let done: Vec<(&PlannedChange, Option<WriteResult>)> = done_first
+            .chain(done_rollouts)
+            .chain(done_config)
+            .chain(done_rest)
+            .collect()
+            .await;
         for (change, result) in done {
             let key = &change.key;
             let Some(result) = result else {
@@ -213,4 +224,33 @@ impl Syncer {
             }
         }
     }
+}
+
+/// Of what `prerequisites_first` left, in the order they are written: the rollouts, then the
+/// ConfigMaps and Secrets, then the rest. Plain workloads find their new config in place
+/// (Flux's and kustomize's order); a rollout with `versionedConfig` sees its new image before
+/// the config that came with it, so that the config goes to its canary, and sees a revert's
+/// image before its config, which its stable pods must not take.
+fn rollouts_then_config(
+    rest: Vec<&PlannedChange>,
+) -> (
+    Vec<&PlannedChange>,
+    Vec<&PlannedChange>,
+    Vec<&PlannedChange>,
+) {
+    let writes = |c: &PlannedChange| matches!(c.change, Change::Create | Change::Update);
+    let (rollouts, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|c| {
+        writes(c)
+            && c.key.api_version == crate::api::API_VERSION
+            && matches!(
+                c.key.kind.as_str(),
+                "CanaryStatefulSet" | "CanaryDeployment"
+            )
+    });
+    let (config, rest) = rest.into_iter().partition(|c| {
+        writes(c)
+            && c.key.api_version == "v1"
+            && matches!(c.key.kind.as_str(), "ConfigMap" | "Secret")
+    });
+    (rollouts, config, rest)
 }

@@ -66,6 +66,48 @@ fn each_provider_gets_its_documented_requests() {
     assert_eq!(r.body.unwrap(), json!({"state_event": "close"}));
 }
 
+/// `promoteTo.autoMerge`: each provider's documented merge request.
+#[test]
+fn a_merge_is_each_providers_documented_request() {
+    let merge = Call::Merge {
+        number: 5,
+        title: "Promote redis:7.4",
+    };
+    let gh = cfg(Provider::Github, "https://api.github.com", "acme/gitops");
+    let r = request(&gh, "t", &merge);
+    assert_eq!(r.method, reqwest::Method::PUT);
+    assert_eq!(
+        r.url,
+        "https://api.github.com/repos/acme/gitops/pulls/5/merge"
+    );
+    assert_eq!(
+        r.body.unwrap(),
+        json!({"merge_method": "merge", "commit_title": "Promote redis:7.4"})
+    );
+    let gitea = cfg(Provider::Gitea, "https://git.example/api/v1", "acme/gitops");
+    let r = request(&gitea, "t", &merge);
+    assert_eq!(r.method, reqwest::Method::POST);
+    assert_eq!(
+        r.url,
+        "https://git.example/api/v1/repos/acme/gitops/pulls/5/merge"
+    );
+    assert_eq!(
+        r.body.unwrap(),
+        json!({"Do": "merge", "MergeTitleField": "Promote redis:7.4"})
+    );
+    let gl = cfg(Provider::Gitlab, "https://gitlab.com/api/v4", "acme/gitops");
+    let r = request(&gl, "t", &merge);
+    assert_eq!(r.method, reqwest::Method::PUT);
+    assert_eq!(
+        r.url,
+        "https://gitlab.com/api/v4/projects/acme%2Fgitops/merge_requests/5/merge"
+    );
+    assert_eq!(
+        r.body.unwrap(),
+        json!({"merge_commit_message": "Promote redis:7.4"})
+    );
+}
+
 #[test]
 fn linnets_open_pull_requests_are_found_by_branch_in_each_providers_list() {
     let github = json!([

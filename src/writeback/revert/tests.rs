@@ -231,3 +231,16 @@ fn a_rolled_back_deployment_is_reverted_to_the_image_it_returned_to() {
     moved_on.spec.image = "web:3".into();
     assert!(for_deployment(&moved_on, ".").is_none());
 }
+
+/// A revert puts back the config files that came in with the image: which files count.
+#[test]
+fn only_files_of_configmaps_and_secrets_count_as_config() {
+    assert!(holds_only_config("kind: ConfigMap\n---\nkind: Secret\n"));
+    assert!(holds_only_config("# a comment\n---\nkind: ConfigMap\n"));
+    assert!(!holds_only_config(
+        "kind: ConfigMap\n---\nkind: Deployment\n"
+    ));
+    assert!(!holds_only_config(""), "nothing in it");
+    assert!(!holds_only_config("kind: [unclosed\n"), "unreadable");
+    assert!(!holds_only_config("data: {a: b}\n"), "no kind");
+}

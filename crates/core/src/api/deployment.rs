@@ -96,6 +96,13 @@ pub struct CanaryDeploymentSpec {
     /// environment's rollout this image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promote_to: Option<super::PromoteTo>,
+    /// Copy the ConfigMaps and Secrets the pod template refers to for each version
+    /// (`<name>-<hash>`, owned by the rollout): a commit that changes the image and its config
+    /// gives the new config to the canary pods only; the others keep theirs until promotion,
+    /// and a rollback keeps the old. A config change without an image change rolls every pod
+    /// onto the new copy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub versioned_config: bool,
 }
 
 fn default_progress_deadline() -> i64 {
@@ -251,4 +258,7 @@ pub struct CanaryDeploymentStatus {
     /// their traffic are stopped only `settleSeconds` after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_since: Option<Time>,
+    /// With `versionedConfig`: the ConfigMap and Secret copies each image's pods mount.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub version_config: Vec<super::VersionConfig>,
 }

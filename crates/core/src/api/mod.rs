@@ -3,6 +3,7 @@
 //! the CustomResourceDefinitions generated from these types; `deploy/crds/` holds the output.
 
 mod analysis;
+mod config;
 mod deployment;
 mod embedded;
 mod failure;
@@ -14,6 +15,7 @@ mod traffic;
 mod view;
 
 pub use analysis::*;
+pub use config::*;
 pub use deployment::*;
 pub use embedded::Embedded;
 pub use failure::*;

@@ -17,4 +17,10 @@ pub struct PromoteTo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub name: Option<String>,
+    /// Merge the pull request once opened, with the agent's merge rights, so the next
+    /// environment's canary starts with no person: honoured only when the agent runs with
+    /// `--promotion-auto-merge` (else the pull request waits for a person, and the log says
+    /// why). Branch protection on the host still applies.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_merge: bool,
 }

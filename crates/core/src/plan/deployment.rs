@@ -34,7 +34,7 @@ use super::traffic::Want;
 use crate::api::{
     BatchState, BatchStatus, CHILD_HASH_ANNOTATION, CanaryDeploymentSpec, CanaryDeploymentStatus,
     DeploymentPhase as Phase, DeploymentStrategyType as Strategy, ImageReplicas, PauseMode,
-    ROLLOUT_LABEL, RollbackStatus,
+    ROLLOUT_LABEL, RollbackStatus, VersionConfig,
 };
 use crate::hash::content_hash;
 
@@ -71,13 +71,16 @@ pub fn version_name(rollout: &str, template_hash: &str) -> String {
     format!("{prefix}-{}", &template_hash[..8.min(template_hash.len())])
 }
 
-/// The pod template of `image`: the spec's, with the image (and resources) on its container.
+/// The pod template of `image`: the spec's, with the image (and resources) on its container,
+/// naming the config copies `versions` gives the image.
 fn pod_template(
     spec: &CanaryDeploymentSpec,
+    versions: &[VersionConfig],
     image: &str,
 ) -> k8s_openapi::api::core::v1::PodTemplateSpec {
     let mut template = spec.template.get().template;
     if let Some(pod) = template.spec.as_mut() {
+        super::config::rewrite(pod, super::config::copies_for(versions, image));
         let index = match spec.container.as_deref() {
             Some(c) => pod.containers.iter().position(|x| x.name == c),
             None => (!pod.containers.is_empty()).then_some(0),
@@ -92,8 +95,10 @@ fn pod_template(
     template
 }
 
+/// The hash that names `image`'s version: its pod template without the config copies, so a
+/// config change updates the version in place instead of making another.
 fn template_hash(spec: &CanaryDeploymentSpec, image: &str) -> String {
-    content_hash(&serde_json::to_value(pod_template(spec, image)).unwrap_or_default())
+    content_hash(&serde_json::to_value(pod_template(spec, &[], image)).unwrap_or_default())
 }
 
 /// What an analysis template's `{{ rollout.FIELD }}` means for a CanaryDeployment: batched,
@@ -133,10 +138,30 @@ type Planner<'a> = machine::Planner<'a, DeployRollout<'a>, CanaryDeploymentStatu
 
 /// Plans one reconcile of a CanaryDeployment from its managed Deployments.
 pub fn plan(rollout: &DeployRollout<'_>, observed: &Observed, now: Timestamp) -> DeployPlan {
-    machine::plan(
-        Planner::new(rollout, observed, &rollout.status, now),
-        &rollout.status,
-    )
+    let mut planner = Planner::new(rollout, observed, &rollout.status, now);
+    let status = &rollout.status;
+    let stable = status
+        .stable_image
+        .as_deref()
+        .unwrap_or(&rollout.spec.image);
+    let rollback = status.rollback.as_ref();
+    let keep: Vec<&str> = [
+        status.canary_image.as_deref(),
+        status.previous_image.as_deref(),
+        rollback.map(|r| r.from_image.as_str()),
+        rollback.map(|r| r.to_image.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    planner.st.version_config = super::config::versions(
+        &status.version_config,
+        &observed.config,
+        &rollout.spec.image,
+        stable,
+        &keep,
+    );
+    machine::plan(planner, &rollout.status)
 }
 
 impl Machine for Planner<'_> {
@@ -157,7 +182,25 @@ impl Machine for Planner<'_> {
         self.want = None;
     }
 
-    fn finish(self, message: String) -> Finished<Self::Status> {
+    fn finish(mut self, message: String) -> Finished<Self::Status> {
+        let mut versions = std::mem::take(&mut self.st.version_config);
+        let st = &self.st;
+        // At rest, a finished rollout's or rollback's images run nowhere any more.
+        let moving = !matches!(st.phase, Some(Phase::Completed | Phase::RolledBack));
+        let rollback = st.rollback.as_ref().filter(|_| moving);
+        let keep: Vec<&str> = [Some(self.r.spec.image.as_str())]
+            .into_iter()
+            .chain([
+                st.stable_image.as_deref(),
+                st.canary_image.as_deref().filter(|_| moving),
+                st.previous_image.as_deref(),
+                rollback.map(|r| r.from_image.as_str()),
+                rollback.map(|r| r.to_image.as_str()),
+            ])
+            .flatten()
+            .collect();
+        super::config::retain(&mut versions, &keep);
+        self.st.version_config = versions;
         Planner::finish(self, message)
     }
 }
@@ -207,7 +250,7 @@ impl<'a> Planner<'a> {
 
     /// The pod template for `image`, with the spec's resources on the rolled-out container.
     fn pod_template(&self, image: &str) -> k8s_openapi::api::core::v1::PodTemplateSpec {
-        pod_template(self.spec(), image)
+        pod_template(self.spec(), &self.st.version_config, image)
     }
 
     /// The Deployment a batched rollout runs `image` in.

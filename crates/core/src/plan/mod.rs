@@ -7,6 +7,7 @@
 //! - [`statefulset`]: the CanaryStatefulSet phase machine;
 //! - [`batch`] and [`deployment`]: the CanaryDeployment batch arithmetic and phase machine;
 //! - [`analysis`]: metric arguments, CEL judgements, measurement records and run verdicts;
+//! - [`config`]: the ConfigMap and Secret copies each version's pods mount (`versionedConfig`);
 //! - [`traffic`]: the Services and HTTPRoute weights of a rollout with `trafficRouting`;
 //! - [`actions`]: what a plan asks the controller to do;
 //! - `machine`: the one driver of both phase machines ([`RolloutStatus`], `machine::plan`),
@@ -15,6 +16,7 @@
 pub mod actions;
 pub mod analysis;
 pub mod batch;
+pub mod config;
 pub mod deployment;
 pub mod handoff;
 mod machine;

@@ -31,7 +31,7 @@ pub struct RolloutRef {
 }
 
 impl RolloutRef {
-    fn owner(&self, kind: &str) -> OwnerReference {
+    pub fn owner(&self, kind: &str) -> OwnerReference {
         OwnerReference {
             api_version: API_VERSION.into(),
             kind: kind.into(),
@@ -55,12 +55,7 @@ impl RolloutRef {
         l
     }
 
-    pub(crate) fn meta(
-        &self,
-        name: &str,
-        kind: &str,
-        labels: BTreeMap<String, String>,
-    ) -> ObjectMeta {
+    pub fn meta(&self, name: &str, kind: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
         ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(self.namespace.clone()),
@@ -112,10 +107,12 @@ pub struct SetShape<'a> {
     pub partition: i32,
 }
 
-/// The StatefulSet for `shape`, with [`CHILD_HASH_ANNOTATION`] set.
+/// The StatefulSet for `shape`, with [`CHILD_HASH_ANNOTATION`] set, naming the config copies
+/// `versions` gives its image.
 pub fn stateful_set(
     rollout: &RolloutRef,
     spec: &CanaryStatefulSetSpec,
+    versions: &[crate::api::VersionConfig],
     shape: &SetShape<'_>,
 ) -> StatefulSet {
     let name = shape.role.set_name(&rollout.name);
@@ -141,6 +138,7 @@ pub fn stateful_set(
         .extend(pod_labels);
 
     if let Some(pod) = set_spec.template.spec.as_mut() {
+        super::config::rewrite(pod, super::config::copies_for(versions, shape.image));
         let index = match spec.container.as_deref() {
             Some(c) => pod.containers.iter().position(|x| x.name == c),
             None => (!pod.containers.is_empty()).then_some(0),

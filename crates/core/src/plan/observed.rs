@@ -343,6 +343,8 @@ pub struct Observed {
     pub deployments: Vec<DeploymentView>,
     /// The Services and HTTPRoutes of a rollout with `trafficRouting` (empty without).
     pub traffic: crate::plan::traffic::TrafficView,
+    /// The copies of the config the pod template names, as it is now (`versionedConfig`).
+    pub config: crate::plan::config::ConfigObserved,
 }
 
 impl Observed {

@@ -90,9 +90,26 @@ impl Machine for Planner<'_> {
                     .unwrap_or_else(|| self.r.spec.image.clone()),
             );
         }
+        let keep: Vec<&str> = self.st.canary_image.as_deref().into_iter().collect();
+        self.st.version_config = super::config::versions(
+            &self.r.status.version_config,
+            &self.o.config,
+            &self.r.spec.image,
+            self.st.stable_image.as_deref().unwrap_or_default(),
+            &keep,
+        );
     }
 
-    fn finish(self, message: String) -> Finished<Self::Status> {
+    fn finish(mut self, message: String) -> Finished<Self::Status> {
+        let mut versions = std::mem::take(&mut self.st.version_config);
+        let st = &self.st;
+        let keep: Vec<&str> = [Some(self.r.spec.image.as_str())]
+            .into_iter()
+            .chain([st.stable_image.as_deref(), st.canary_image.as_deref()])
+            .flatten()
+            .collect();
+        super::config::retain(&mut versions, &keep);
+        self.st.version_config = versions;
         Planner::finish(self, message)
     }
 }
@@ -156,7 +173,12 @@ impl<'a> Planner<'a> {
     /// rollout owns is compared, so drift made by hand (a scaled set, another image, a moved
     /// partition) is put back in every phase.
     fn ensure(&mut self, shape: SetShape<'_>) -> Option<&SetView> {
-        let desired = stateful_set(&self.r.reference, self.spec(), &shape);
+        let desired = stateful_set(
+            &self.r.reference,
+            self.spec(),
+            &self.st.version_config,
+            &shape,
+        );
         let observed = match shape.role {
             Role::Canary => self.o.canary.as_ref(),
             _ => self.o.stable.as_ref(),

@@ -86,7 +86,7 @@ impl<'a> Planner<'a> {
                 ordinals_start: 0,
                 partition: 0,
             };
-            let desired = stateful_set(&self.r.reference, self.spec(), &shape);
+            let desired = stateful_set(&self.r.reference, self.spec(), &[], &shape);
             let changed = fixed.changed(&FixedSetFields::of_set(&desired));
             if !changed.is_empty() {
                 return Some((

@@ -66,6 +66,8 @@ struct Sim {
     analysis: Resolved,
     answer: Outcome,
     measurements: usize,
+    /// The config copies the controller observed (`versionedConfig`).
+    config: crate::plan::config::ConfigObserved,
     /// The widest canary Git has asked for: the stable floor while a canary runs.
     widest_canary: i32,
 }
@@ -78,6 +80,8 @@ struct SimSet {
     image: String,
     hash: String,
     fixed: FixedSetFields,
+    /// The ConfigMaps and Secrets its pod template names.
+    config: Vec<String>,
 }
 
 fn revision(image: &str) -> String {
@@ -109,6 +113,7 @@ impl Sim {
             analysis: Resolved::default(),
             answer: Outcome::Value(serde_json::json!(0.01)),
             measurements: 0,
+            config: Default::default(),
         }
     }
 
@@ -187,6 +192,7 @@ impl Sim {
                 .cloned(),
             deployments: Vec::new(),
             traffic: Default::default(),
+            config: self.config.clone(),
         };
         // As the controller observes: no pod list without a set.
         if !has_pods(&observed) {
@@ -293,6 +299,12 @@ impl Sim {
                         image,
                         hash: applied_hash(set).unwrap().to_string(),
                         fixed,
+                        config: crate::plan::config::references(
+                            spec.template.spec.as_ref().unwrap(),
+                        )
+                        .into_iter()
+                        .map(|(_, n)| n)
+                        .collect(),
                     },
                 );
             }

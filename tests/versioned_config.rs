@@ -1,0 +1,472 @@
+//! Config that rides with the canary (issue 50, `versionedConfig`) end to end: a real bare
+//! repository, the agent binary and the real control plane. One commit changes an image and
+//! the ConfigMap and Secret its pods read: only the canary's pods mount copies of the new
+//! ones (read from the pods' volumes), the rollback leaves the stable pods as they were, the
+//! revert commit puts back image and config, and copies no pod mounts any more go.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use linnet::api::{
+    CanaryDeployment, CanaryStatefulSet, DeploymentPhase, ROLLOUT_LABEL, StatefulSetPhase,
+};
+use support::agent::{Agent, start_agent, wait_ready};
+use support::{TestNamespace, admin_client, git, install_linnet};
+
+const PASSWORD: &str = "s3cr3t-never-logged";
+
+fn config(maxmemory: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\n  namespace: NS\ndata:\n  maxmemory: \"{maxmemory}\"\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: app-auth\n  namespace: NS\nstringData:\n  password: {PASSWORD}-{maxmemory}\n"
+    )
+}
+
+/// The template's config: a ConfigMap volume and a Secret in the environment.
+const MOUNTS: &str = "          envFrom:\n          - secretRef:\n              name: app-auth\n          volumeMounts:\n          - name: config\n            mountPath: /etc/app\n";
+const VOLUMES: &str = "        volumes:\n        - name: config\n          configMap:\n            name: app-config\n";
+
+fn write(work: &Path, path: &str, text: &str, ns: &str) {
+    std::fs::write(work.join(path), text.replace("NS", ns)).unwrap();
+}
+
+fn push(work: &Path, message: &str) {
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-qm", message]);
+    // linnet's revert commits land on main too.
+    if !git(work, &["ls-remote", "origin", "main"]).is_empty() {
+        git(work, &["pull", "-q", "--rebase", "origin", "main"]);
+    }
+    git(work, &["push", "-q", "origin", "HEAD:main"]);
+}
+
+fn agent(dir: &Path, bare: &Path, ns: &str) -> Agent {
+    std::fs::create_dir_all(dir).unwrap();
+    start_agent(
+        dir,
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--writeback-interval=500ms".into(),
+        ],
+        ns,
+    )
+}
+
+/// The ConfigMap and Secret names each pod of `rollout` reads, by the pod's image.
+async fn mounted_by_image(
+    admin: &kube::Client,
+    ns: &str,
+    rollout: &str,
+) -> BTreeMap<String, BTreeSet<String>> {
+    let pods = Api::<Pod>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}={rollout}")))
+        .await
+        .unwrap();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for pod in pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let spec = pod.spec.as_ref().unwrap();
+        let image = spec.containers[0].image.clone().unwrap();
+        // Not the API server's CA, which every pod's token volume names.
+        let names = linnet::plan::config::references(spec)
+            .into_iter()
+            .map(|(_, n)| n)
+            .filter(|n| n != "kube-root-ca.crt");
+        out.entry(image).or_default().extend(names);
+    }
+    out
+}
+
+async fn wait_mounted(
+    admin: &kube::Client,
+    ns: &str,
+    rollout: &str,
+    what: &str,
+    done: impl Fn(&BTreeMap<String, BTreeSet<String>>) -> bool,
+) -> BTreeMap<String, BTreeSet<String>> {
+    support::eventually(what, Duration::from_secs(90), || async {
+        let m = mounted_by_image(admin, ns, rollout).await;
+        done(&m).then_some(m)
+    })
+    .await
+}
+
+/// The one copy of `name` in `names` (`<name>-<hash>`).
+fn copy_of<'a>(names: &'a BTreeSet<String>, name: &str) -> &'a str {
+    let copies: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with(&format!("{name}-")) && n.len() == name.len() + 11)
+        .collect();
+    assert_eq!(copies.len(), 1, "{name} in {names:?}");
+    copies[0]
+}
+
+#[tokio::test]
+async fn a_canary_mounts_its_own_config_and_the_revert_puts_back_image_and_config() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "vconfig").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    let web = work.join("apps/web/web.yaml");
+    let text = std::fs::read_to_string(&web).unwrap();
+    let text = text
+        .replacen(
+            "  currentBatch: 1\n",
+            "  currentBatch: 1\n  versionedConfig: true\n  onFailure:\n    revert: commit\n",
+            1,
+        )
+        .replacen(
+            "          - containerPort: 80\n",
+            &format!("          - containerPort: 80\n{MOUNTS}{VOLUMES}"),
+            1,
+        );
+    std::fs::write(&web, text).unwrap();
+    write(&work, "apps/web/config.yaml", &config("1gb"), &ns.name);
+    push(&work, "web with its config");
+    let first = agent(&tmp.path().join("agent"), &bare, &ns.name);
+    wait_ready(&first).await;
+    let deployments = Api::<CanaryDeployment>::namespaced(admin.clone(), &ns.name);
+    let wait_web = |what: &'static str, done: fn(&CanaryDeployment) -> bool| {
+        let api = deployments.clone();
+        async move {
+            support::eventually(what, Duration::from_secs(120), || async {
+                api.get_opt("web").await.unwrap().filter(done)
+            })
+            .await
+        }
+    };
+    wait_web("web Completed on 1.27", |r| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+    })
+    .await;
+    let settled = wait_mounted(&admin, &ns.name, "web", "4 pods on copies", |m| {
+        m.len() == 1 && m.values().all(|n| n.len() == 2)
+    })
+    .await;
+    let old = &settled["nginx:1.27"];
+    let (old_config, old_auth) = (
+        copy_of(old, "app-config").to_string(),
+        copy_of(old, "app-auth").to_string(),
+    );
+    // The copies: the content of Git's, immutable, the rollout's (not the source's).
+    let configmaps = Api::<ConfigMap>::namespaced(admin.clone(), &ns.name);
+    let secrets = Api::<Secret>::namespaced(admin.clone(), &ns.name);
+    let copy = configmaps.get(&old_config).await.unwrap();
+    assert_eq!(copy.immutable, Some(true));
+    assert_eq!(copy.data.as_ref().unwrap()["maxmemory"], "1gb");
+    assert_eq!(copy.owner_references()[0].kind, "CanaryDeployment");
+    assert!(!copy.labels().contains_key(linnet::api::SOURCE_LABEL));
+    let auth = secrets.get(&old_auth).await.unwrap();
+    assert_eq!(
+        auth.data.as_ref().unwrap()["password"].0,
+        format!("{PASSWORD}-1gb").into_bytes()
+    );
+
+    // One commit: a new image and a new config.
+    std::fs::write(
+        &web,
+        std::fs::read_to_string(&web)
+            .unwrap()
+            .replace("nginx:1.27", "nginx:1.28"),
+    )
+    .unwrap();
+    write(&work, "apps/web/config.yaml", &config("0"), &ns.name);
+    push(&work, "web 1.28 with maxmemory 0");
+    assert_eq!(first.push_webhook().await, 202);
+    wait_web("web Paused after batch 1", |r| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Paused)
+    })
+    .await;
+    // The rollout is applied before its config: the canary may start on the old one, and is
+    // moved onto the new one once it is there.
+    let canary = wait_mounted(&admin, &ns.name, "web", "3 old and 1 new pod", |m| {
+        m.len() == 2
+            && m.get("nginx:1.28")
+                .is_some_and(|n| n.len() == 2 && n.is_disjoint(old))
+    })
+    .await;
+    assert_eq!(
+        canary["nginx:1.27"], *old,
+        "the stable pods keep their config"
+    );
+    let new = &canary["nginx:1.28"];
+    let new_config = copy_of(new, "app-config").to_string();
+    assert_ne!(new_config, old_config);
+    assert_ne!(copy_of(new, "app-auth"), old_auth);
+    let new_copy = configmaps.get(&new_config).await.unwrap();
+    assert_eq!(new_copy.data.as_ref().unwrap()["maxmemory"], "0");
+    // Git's own ConfigMap is the new one; the old copy still holds the old content.
+    let gits = configmaps.get("app-config").await.unwrap();
+    assert_eq!(gits.data.as_ref().unwrap()["maxmemory"], "0");
+    assert_eq!(
+        configmaps.get(&old_config).await.unwrap().data.unwrap()["maxmemory"],
+        "1gb"
+    );
+    let stable_pods: BTreeSet<String> = Api::<Pod>::namespaced(admin.clone(), &ns.name)
+        .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}=web")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:1.27"))
+        .map(|p| p.uid().unwrap())
+        .collect();
+    assert_eq!(stable_pods.len(), 3);
+
+    // The new config breaks it, a person aborts from Git: rolled back, and linnet's revert
+    // commit puts back the image and the config (they came in one commit).
+    std::fs::write(
+        &web,
+        std::fs::read_to_string(&web).unwrap().replacen(
+            "  name: web\n",
+            "  name: web\n  annotations:\n    rollouts.linnet.dev/abort: \"true\"\n",
+            1,
+        ),
+    )
+    .unwrap();
+    push(&work, "abort web 1.28");
+    assert_eq!(first.push_webhook().await, 202);
+    wait_web("web RolledBack", |r| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+    })
+    .await;
+    let back = wait_mounted(
+        &admin,
+        &ns.name,
+        "web",
+        "every pod on the old config",
+        |m| m.len() == 1 && m.contains_key("nginx:1.27"),
+    )
+    .await;
+    assert_eq!(back["nginx:1.27"], *old);
+    let still: BTreeSet<String> = Api::<Pod>::namespaced(admin.clone(), &ns.name)
+        .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}=web")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    assert!(
+        stable_pods.is_subset(&still),
+        "the rollback left the stable pods running"
+    );
+    support::eventually("the revert commit", Duration::from_secs(60), || {
+        let subject = git(&bare, &["log", "-1", "--format=%an %s", "main"]);
+        async move { subject.starts_with("linnet").then_some(()) }
+    })
+    .await;
+    let reverted = support::show_on(&bare, "main", "apps/web/config.yaml").unwrap();
+    assert_eq!(
+        reverted.trim_end(),
+        config("1gb").replace("NS", &ns.name).trim_end()
+    );
+    let spec = support::show_on(&bare, "main", "apps/web/web.yaml").unwrap();
+    assert!(
+        spec.contains("image: nginx:1.27") && !spec.contains("nginx:1.28"),
+        "{spec}"
+    );
+
+    // Synced: Completed on the old image, the old copies (same content, same names), and the
+    // new ones collected.
+    assert_eq!(first.push_webhook().await, 202);
+    wait_web("web Completed on 1.27 again", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.phase == Some(DeploymentPhase::Completed)
+                && s.stable_image.as_deref() == Some("nginx:1.27")
+        })
+    })
+    .await;
+    assert_eq!(
+        mounted_by_image(&admin, &ns.name, "web").await["nginx:1.27"],
+        *old
+    );
+    support::eventually(
+        "the new copy collected",
+        Duration::from_secs(60),
+        || async {
+            configmaps
+                .get_opt(&new_config)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(configmaps.get_opt(&old_config).await.unwrap().is_some());
+    // A Secret's data is copied, never logged.
+    assert!(
+        !first.log_text().contains(PASSWORD),
+        "a secret's value in the log"
+    );
+}
+
+#[tokio::test]
+async fn a_statefulset_canary_mounts_its_own_config_and_a_config_change_alone_rolls_every_pod() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "vconfig-sts").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    let redis = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&redis)
+        .unwrap()
+        .replacen(
+            "  canaryReplicas: 1\n",
+            "  canaryReplicas: 1\n  versionedConfig: true\n",
+            1,
+        )
+        .replacen(
+            "          volumeMounts:\n",
+            "          envFrom:\n          - secretRef:\n              name: app-auth\n          volumeMounts:\n          - name: config\n            mountPath: /etc/app\n",
+            1,
+        )
+        .replacen("    volumeClaimTemplates:\n", &format!("{VOLUMES}    volumeClaimTemplates:\n"), 1);
+    std::fs::write(&redis, text).unwrap();
+    write(&work, "apps/redis/config.yaml", &config("1gb"), &ns.name);
+    push(&work, "redis with its config");
+    let first = agent(&tmp.path().join("agent"), &bare, &ns.name);
+    wait_ready(&first).await;
+    let api = Api::<CanaryStatefulSet>::namespaced(admin.clone(), &ns.name);
+    let wait_redis = |what: &'static str, done: fn(&CanaryStatefulSet) -> bool| {
+        let api = api.clone();
+        async move {
+            support::eventually(what, Duration::from_secs(120), || async {
+                api.get_opt("redis").await.unwrap().filter(done)
+            })
+            .await
+        }
+    };
+    wait_redis("redis Stable", |r| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::Stable)
+    })
+    .await;
+    let old = wait_mounted(&admin, &ns.name, "redis", "3 pods on copies", |m| {
+        m.get("redis:7.2").is_some_and(|n| n.len() == 2)
+    })
+    .await["redis:7.2"]
+        .clone();
+    assert!(
+        !old.contains("app-config") && !old.contains("app-auth"),
+        "{old:?}"
+    );
+
+    std::fs::write(
+        &redis,
+        std::fs::read_to_string(&redis)
+            .unwrap()
+            .replace("redis:7.2", "redis:7.4"),
+    )
+    .unwrap();
+    write(&work, "apps/redis/config.yaml", &config("0"), &ns.name);
+    push(&work, "redis 7.4 with maxmemory 0");
+    assert_eq!(first.push_webhook().await, 202);
+    wait_redis("redis CanaryActive", |r| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::CanaryActive)
+    })
+    .await;
+    let canary = wait_mounted(
+        &admin,
+        &ns.name,
+        "redis",
+        "2 stable and 1 canary pod",
+        |m| {
+            m.len() == 2
+                && m.get("redis:7.4")
+                    .is_some_and(|n| n.len() == 2 && n.is_disjoint(&old))
+        },
+    )
+    .await;
+    assert_eq!(
+        canary["redis:7.2"], old,
+        "the stable pods keep their config"
+    );
+    let new = canary["redis:7.4"].clone();
+    assert!(new.is_disjoint(&old), "{new:?} {old:?}");
+
+    // Promoted from Git: every pod on the new copies, the old ones collected.
+    std::fs::write(
+        &redis,
+        std::fs::read_to_string(&redis).unwrap().replacen(
+            "  name: redis\n",
+            "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
+            1,
+        ),
+    )
+    .unwrap();
+    push(&work, "promote redis 7.4");
+    assert_eq!(first.push_webhook().await, 202);
+    wait_redis("redis Stable on 7.4", |r| {
+        r.status.as_ref().is_some_and(|s| {
+            s.phase == Some(StatefulSetPhase::Stable)
+                && s.stable_image.as_deref() == Some("redis:7.4")
+        })
+    })
+    .await;
+    wait_mounted(
+        &admin,
+        &ns.name,
+        "redis",
+        "every pod on the new config",
+        |m| m.len() == 1 && m.get("redis:7.4") == Some(&new),
+    )
+    .await;
+    let configmaps = Api::<ConfigMap>::namespaced(admin.clone(), &ns.name);
+    let old_config = copy_of(&old, "app-config").to_string();
+    support::eventually(
+        "the old copy collected",
+        Duration::from_secs(60),
+        || async {
+            configmaps
+                .get_opt(&old_config)
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+
+    // A config change alone (no new image): the ConfigMap's watch wakes the rollout, and
+    // every pod rolls onto the new copy; no canary.
+    write(&work, "apps/redis/config.yaml", &config("2gb"), &ns.name);
+    push(&work, "maxmemory 2gb");
+    assert_eq!(first.push_webhook().await, 202);
+    let rolled = wait_mounted(
+        &admin,
+        &ns.name,
+        "redis",
+        "every pod on the 2gb copy",
+        |m| {
+            m.len() == 1
+                && m.get("redis:7.4")
+                    .is_some_and(|n| n.len() == 2 && n.is_disjoint(&new))
+        },
+    )
+    .await;
+    let newest = copy_of(&rolled["redis:7.4"], "app-config").to_string();
+    assert_eq!(
+        configmaps.get(&newest).await.unwrap().data.unwrap()["maxmemory"],
+        "2gb"
+    );
+    let r = api.get("redis").await.unwrap();
+    assert_eq!(r.status.unwrap().phase, Some(StatefulSetPhase::Stable));
+    assert!(
+        !first.log_text().contains(PASSWORD),
+        "a secret's value in the log"
+    );
+}

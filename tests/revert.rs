@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
-use support::agent::{Agent, start_agent, wait_ready};
+use support::agent::{start_writing_agent, wait_ready};
 use support::{TestNamespace, admin_client, git, install_linnet};
 
 fn redis_file(work: &Path) -> std::path::PathBuf {
@@ -43,18 +43,6 @@ fn phase(r: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
     r.status.as_ref().and_then(|s| s.phase)
 }
 
-fn agent(dir: &Path, bare: &Path, ns: &str) -> Agent {
-    std::fs::create_dir_all(dir).unwrap();
-    start_agent(
-        dir,
-        &[
-            format!("--repo-url=file://{}", bare.display()),
-            "--writeback-interval=500ms".into(),
-        ],
-        ns,
-    )
-}
-
 /// Linnet's commits on `main`, newest first: (subject, body).
 fn linnet_commits(bare: &Path) -> Vec<String> {
     git(bare, &["log", "--format=%an|%s", "main"])
@@ -79,7 +67,7 @@ async fn a_rolled_back_canary_gets_one_revert_commit_and_is_stable_again_across_
             1,
         )
     });
-    let mut first = agent(&tmp.path().join("agent-1"), &bare, &ns.name);
+    let mut first = start_writing_agent(&tmp.path().join("agent-1"), &bare, &ns.name);
     wait_ready(&first).await;
     wait_redis(&admin, &ns.name, "redis Stable on 7.2", |r| {
         phase(r) == Some(StatefulSetPhase::Stable)
@@ -157,7 +145,7 @@ async fn a_rolled_back_canary_gets_one_revert_commit_and_is_stable_again_across_
 
     // kill -9 and a new agent with an empty cache: the revert is not made again.
     first.kill();
-    let second = agent(&tmp.path().join("agent-2"), &bare, &ns.name);
+    let second = start_writing_agent(&tmp.path().join("agent-2"), &bare, &ns.name);
     wait_ready(&second).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(

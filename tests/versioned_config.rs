@@ -17,7 +17,7 @@ use kube::{Api, ResourceExt};
 use linnet::api::{
     CanaryDeployment, CanaryStatefulSet, DeploymentPhase, ROLLOUT_LABEL, StatefulSetPhase,
 };
-use support::agent::{Agent, start_agent, wait_ready};
+use support::agent::{start_writing_agent, wait_ready};
 use support::{TestNamespace, admin_client, git, install_linnet};
 
 const PASSWORD: &str = "s3cr3t-never-logged";
@@ -44,18 +44,6 @@ fn push(work: &Path, message: &str) {
         git(work, &["pull", "-q", "--rebase", "origin", "main"]);
     }
     git(work, &["push", "-q", "origin", "HEAD:main"]);
-}
-
-fn agent(dir: &Path, bare: &Path, ns: &str) -> Agent {
-    std::fs::create_dir_all(dir).unwrap();
-    start_agent(
-        dir,
-        &[
-            format!("--repo-url=file://{}", bare.display()),
-            "--writeback-interval=500ms".into(),
-        ],
-        ns,
-    )
 }
 
 /// The ConfigMap and Secret names each pod of `rollout` reads, by the pod's image.
@@ -134,7 +122,7 @@ async fn a_canary_mounts_its_own_config_and_the_revert_puts_back_image_and_confi
     std::fs::write(&web, text).unwrap();
     write(&work, "apps/web/config.yaml", &config("1gb"), &ns.name);
     push(&work, "web with its config");
-    let first = agent(&tmp.path().join("agent"), &bare, &ns.name);
+    let first = start_writing_agent(&tmp.path().join("agent"), &bare, &ns.name);
     wait_ready(&first).await;
     let deployments = Api::<CanaryDeployment>::namespaced(admin.clone(), &ns.name);
     let wait_web = |what: &'static str, done: fn(&CanaryDeployment) -> bool| {
@@ -213,17 +201,25 @@ async fn a_canary_mounts_its_own_config_and_the_revert_puts_back_image_and_confi
         configmaps.get(&old_config).await.unwrap().data.unwrap()["maxmemory"],
         "1gb"
     );
-    let stable_pods: BTreeSet<String> = Api::<Pod>::namespaced(admin.clone(), &ns.name)
-        .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}=web")))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:1.27"))
-        .map(|p| p.uid().unwrap())
-        .collect();
-    assert_eq!(stable_pods.len(), 3);
+    // Batch 1 scales the old version from 4 to 3 once the new pod is available.
+    let pods = Api::<Pod>::namespaced(admin.clone(), &ns.name);
+    let stable_pods: BTreeSet<String> =
+        support::eventually("3 stable pods", Duration::from_secs(60), || async {
+            let uids: BTreeSet<String> = pods
+                .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}=web")))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| {
+                    p.spec.as_ref().unwrap().containers[0].image.as_deref() == Some("nginx:1.27")
+                })
+                .filter_map(|p| p.uid())
+                .collect();
+            (uids.len() == 3).then_some(uids)
+        })
+        .await;
 
     // The new config breaks it, a person aborts from Git: rolled back, and linnet's revert
     // commit puts back the image and the config (they came in one commit).
@@ -339,7 +335,7 @@ async fn a_statefulset_canary_mounts_its_own_config_and_a_config_change_alone_ro
     std::fs::write(&redis, text).unwrap();
     write(&work, "apps/redis/config.yaml", &config("1gb"), &ns.name);
     push(&work, "redis with its config");
-    let first = agent(&tmp.path().join("agent"), &bare, &ns.name);
+    let first = start_writing_agent(&tmp.path().join("agent"), &bare, &ns.name);
     wait_ready(&first).await;
     let api = Api::<CanaryStatefulSet>::namespaced(admin.clone(), &ns.name);
     let wait_redis = |what: &'static str, done: fn(&CanaryStatefulSet) -> bool| {
@@ -468,5 +464,74 @@ async fn a_statefulset_canary_mounts_its_own_config_and_a_config_change_alone_ro
     assert!(
         !first.log_text().contains(PASSWORD),
         "a secret's value in the log"
+    );
+}
+
+/// A ConfigMap someone else made under the name a copy would have is never mounted in its
+/// place: the rollout stops with a message that names it.
+#[tokio::test]
+async fn an_object_that_is_not_the_rollouts_copy_is_never_mounted() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "vconfig-taken").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    let web = work.join("apps/web/web.yaml");
+    let text = std::fs::read_to_string(&web)
+        .unwrap()
+        .replacen(
+            "  currentBatch: 1\n",
+            "  currentBatch: 1\n  versionedConfig: true\n",
+            1,
+        )
+        .replacen(
+            "          - containerPort: 80\n",
+            &format!("          - containerPort: 80\n{MOUNTS}{VOLUMES}"),
+            1,
+        );
+    std::fs::write(&web, text).unwrap();
+    write(&work, "apps/web/config.yaml", &config("1gb"), &ns.name);
+    push(&work, "web with its config");
+    // The name web's copy of app-config will have, taken by another ConfigMap.
+    let gits = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("app-config".into()),
+            ..Default::default()
+        },
+        data: Some([("maxmemory".to_string(), "1gb".to_string())].into()),
+        ..Default::default()
+    };
+    let taken = linnet::plan::config::config_map_copy_name("web", &gits);
+    let configmaps = Api::<ConfigMap>::namespaced(admin.clone(), &ns.name);
+    let squatter = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(taken.clone()),
+            ..Default::default()
+        },
+        data: Some([("maxmemory".to_string(), "hostile".to_string())].into()),
+        ..Default::default()
+    };
+    configmaps
+        .create(&Default::default(), &squatter)
+        .await
+        .unwrap();
+    let first = start_writing_agent(&tmp.path().join("agent"), &bare, &ns.name);
+    wait_ready(&first).await;
+    let refusal = format!("{}/{taken} exists and is not web's config copy", ns.name);
+    support::eventually("the refusal in the log", Duration::from_secs(60), || {
+        let found = first.log_text().contains(&refusal);
+        async move { found.then_some(()) }
+    })
+    .await;
+    let mounted = mounted_by_image(&admin, &ns.name, "web").await;
+    assert!(
+        mounted.values().all(|names| !names.contains(&taken)),
+        "{mounted:?}"
+    );
+    // Left as it was.
+    assert_eq!(
+        configmaps.get(&taken).await.unwrap().data.unwrap()["maxmemory"],
+        "hostile"
     );
 }

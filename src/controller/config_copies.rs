@@ -15,19 +15,21 @@ use std::sync::Mutex;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use serde_json::json;
 
 use super::{Context, Doing, ReconcileError};
 use crate::api::{
     CONFIG_COPY_LABEL, CONFIG_COPY_OF_ANNOTATION, ConfigCopy, ConfigKind, ROLLOUT_LABEL,
     SOURCE_LABEL, VersionConfig,
 };
-use crate::plan::config::{ConfigObserved, applied_at, copies_in_use, copy_name, references};
+use crate::plan::config::{
+    ConfigObserved, applied_at, config_map_copy_name, copies_in_use, references, secret_copy_name,
+};
 use crate::plan::objects::RolloutRef;
 
 /// The config as it is now, with a copy of each object the template names (made if no version
@@ -52,7 +54,6 @@ pub(super) async fn read(
         .flat_map(|v| &v.copies)
         .map(|c| (c.kind, c.copy.as_str()))
         .collect();
-    let ns = rollout.namespace.as_str();
     let mut copies = Vec::new();
     let (mut stale, mut newer) = (false, false);
     for (config_kind, name) in references(&pod) {
@@ -64,7 +65,7 @@ pub(super) async fn read(
         newer |= matches!((applied, spec_applied), (Some(a), Some(s)) if a >= s);
         let copy_name = copy.name_any();
         if !made.contains(&(config_kind, copy_name.as_str())) {
-            create(ctx, ns, copy).await?;
+            create(ctx, rollout, copy).await?;
         }
         copies.push(ConfigCopy {
             kind: config_kind,
@@ -91,14 +92,10 @@ async fn copy_of(
 ) -> Result<Option<(Copy, Option<jiff::Timestamp>)>, ReconcileError> {
     let ns = rollout.namespace.as_str();
     let doing = || format!("reading {} {ns}/{name}", config_kind.as_str());
-    let hash = |content: serde_json::Value| {
-        // The rollout's name is in the hash: two rollouts never share (and delete) one copy.
-        crate::hash::content_hash(&json!({"rollout": rollout.name, "content": content}))
-    };
-    let meta = |name: &str, hash: &str| {
+    let meta = |copy: &str| {
         let mut labels = rollout.labels();
         labels.insert(CONFIG_COPY_LABEL.into(), "true".into());
-        let mut meta = rollout.meta(&copy_name(name, hash), kind, labels);
+        let mut meta = rollout.meta(copy, kind, labels);
         // Made as the source's account for a Secret, which may not touch the rollout's
         // finalizers: a plain owner reference, which still deletes the copy with the rollout.
         for owner in meta.owner_references.iter_mut().flatten() {
@@ -116,10 +113,10 @@ async fn copy_of(
             .await
             .doing(doing)?
             .map(|cm| {
-                let h = hash(json!({"data": cm.data, "binaryData": cm.binary_data}));
+                let copy_name = config_map_copy_name(&rollout.name, &cm);
                 let applied = applied_at(cm.metadata.managed_fields.as_deref());
                 let copy = Copy::ConfigMap(ConfigMap {
-                    metadata: meta(name, &h),
+                    metadata: meta(&copy_name),
                     data: cm.data,
                     binary_data: cm.binary_data,
                     immutable: Some(true),
@@ -131,10 +128,10 @@ async fn copy_of(
             .await
             .doing(doing)?
             .map(|s| {
-                let h = hash(json!({"data": s.data, "type": s.type_}));
+                let copy_name = secret_copy_name(&rollout.name, &s);
                 let applied = applied_at(s.metadata.managed_fields.as_deref());
                 let copy = Copy::Secret(Secret {
-                    metadata: meta(name, &h),
+                    metadata: meta(&copy_name),
                     data: s.data,
                     type_: s.type_,
                     immutable: Some(true),
@@ -152,6 +149,13 @@ enum Copy {
 }
 
 impl Copy {
+    fn kind(&self) -> ConfigKind {
+        match self {
+            Copy::ConfigMap(_) => ConfigKind::ConfigMap,
+            Copy::Secret(_) => ConfigKind::Secret,
+        }
+    }
+
     fn name_any(&self) -> String {
         match self {
             Copy::ConfigMap(c) => c.name_any(),
@@ -161,8 +165,9 @@ impl Copy {
 }
 
 /// Creates `copy`; one that exists already is the same content (its name is its hash).
-async fn create(ctx: &Context, ns: &str, copy: Copy) -> Result<(), ReconcileError> {
-    let name = copy.name_any();
+async fn create(ctx: &Context, rollout: &RolloutRef, copy: Copy) -> Result<(), ReconcileError> {
+    let (ns, name, kind) = (rollout.namespace.as_str(), copy.name_any(), copy.kind());
+    let doing = || format!("creating config copy {ns}/{name}");
     let result = match copy {
         Copy::ConfigMap(c) => Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
             .create(&PostParams::default(), &c)
@@ -174,13 +179,51 @@ async fn create(ctx: &Context, ns: &str, copy: Copy) -> Result<(), ReconcileErro
             .map(|_| ()),
     };
     match result {
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        // There already: this rollout's copy of the same content, unless someone else made
+        // an object of that name, which pods must never mount in its place.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let owners = owners_of(ctx, ns, &name, kind).await?;
+            if owners.is_none_or(|o| o.iter().any(|o| o.uid == rollout.uid)) {
+                Ok(())
+            } else {
+                Err(ReconcileError::NotOurs {
+                    doing: doing(),
+                    why: format!(
+                        "{ns}/{name} exists and is not {}'s config copy; rename or delete it",
+                        rollout.name
+                    ),
+                })
+            }
+        }
         other => {
-            other.doing(|| format!("creating config copy {ns}/{name}"))?;
+            other.doing(doing)?;
             tracing::info!(copy = %format!("{ns}/{name}"), "made a config copy for a version");
             Ok(())
         }
     }
+}
+
+/// The owners of object `name` of `kind` (`None` if it is gone).
+async fn owners_of(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    kind: ConfigKind,
+) -> Result<Option<Vec<OwnerReference>>, ReconcileError> {
+    let doing = || format!("reading {} {ns}/{name}", kind.as_str());
+    let meta = match kind {
+        ConfigKind::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+            .get_metadata_opt(name)
+            .await
+            .doing(doing)?
+            .map(|m| m.metadata),
+        ConfigKind::Secret => Api::<Secret>::namespaced(secrets_client(ctx, ns)?, ns)
+            .get_metadata_opt(name)
+            .await
+            .doing(doing)?
+            .map(|m| m.metadata),
+    };
+    Ok(meta.map(|m| m.owner_references.unwrap_or_default()))
 }
 
 /// The copies each rollout mounted when its copies were last collected: a settled rollout
@@ -273,34 +316,40 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let config = crate::watch::watch_config(&format!("{SOURCE_LABEL}={source}"));
-    let touched = |kind: ConfigKind, stream: watcher::Result<PartialObjectMeta<()>>| {
-        stream
-            .ok()
-            .and_then(|m| Some((kind, m.metadata.namespace?, m.metadata.name?)))
+    // Changes only: at start (the first list) every rollout is reconciled anyway, and waking
+    // each for each of its namespace's ConfigMaps would cost rollouts x ConfigMaps. A list
+    // after a broken watch may hide changes, so those count.
+    let mut listed = false;
+    let changed = move |event: watcher::Result<watcher::Event<PartialObjectMeta<ConfigMap>>>| {
+        let object = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => Some(o),
+            Ok(watcher::Event::InitApply(o)) if listed => Some(o),
+            Ok(watcher::Event::InitDone) => {
+                listed = true;
+                None
+            }
+            _ => None,
+        };
+        futures::future::ready(object.and_then(|m| Some((m.metadata.namespace?, m.metadata.name?))))
     };
-    let configmaps = {
-        futures::stream::once(allowed_to_watch(client.clone(), "configmaps"))
-            .flat_map(move |()| {
-                watcher(
-                    Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
-                    config.clone(),
-                )
-                .backoff(crate::watch::backoff::watch_backoff())
-                .touched_objects()
-            })
-            .map(move |r| touched(ConfigKind::ConfigMap, r.map(erase)))
-    };
-
-    configmaps
-        .filter_map(|t| async move { t })
-        .flat_map(move |(kind, ns, name)| {
+    futures::stream::once(allowed_to_watch(client.clone(), "configmaps"))
+        .flat_map(move |()| {
+            watcher(
+                Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+                config.clone(),
+            )
+            .backoff(crate::watch::backoff::watch_backoff())
+        })
+        .filter_map(changed)
+        .flat_map(move |(ns, name)| {
             let woken: Vec<ObjectRef<K>> = store
                 .state()
                 .iter()
                 .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
                 .filter(|r| {
-                    config_template(r)
-                        .is_some_and(|pod| references(&pod).contains(&(kind, name.clone())))
+                    config_template(r).is_some_and(|pod| {
+                        references(&pod).contains(&(ConfigKind::ConfigMap, name.clone()))
+                    })
                 })
                 .map(|r| ObjectRef::from_obj(r.as_ref()))
                 .collect();
@@ -354,15 +403,6 @@ async fn allowed_to_watch(client: Client, resource: &'static str) {
         }
         let delay = delays.next().unwrap_or(std::time::Duration::from_secs(300));
         tokio::time::sleep(delay).await;
-    }
-}
-
-/// A metadata object of either kind, as one type.
-fn erase<K>(m: PartialObjectMeta<K>) -> PartialObjectMeta<()> {
-    PartialObjectMeta {
-        types: m.types,
-        metadata: m.metadata,
-        _phantom: std::marker::PhantomData,
     }
 }
 

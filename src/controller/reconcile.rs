@@ -258,11 +258,13 @@ where
     let mut observed = observe(K::reads_pods(stored_phase)).await?;
     let mut status = rollout.status().cloned().unwrap_or_default();
     let reference = reference(rollout, ns);
+    let config_pod = rollout.config_template();
+    let versioned = config_pod.is_some();
     let (config, newer_config) = super::config_copies::read(
         ctx,
         K::KIND,
         &reference,
-        rollout.config_template(),
+        config_pod,
         crate::plan::config::applied_at(rollout.meta().managed_fields.as_deref()),
         K::recorded_config(&status),
     )
@@ -325,7 +327,7 @@ where
         tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
         ctx.publish(&object, e.warning, e.reason, &e.message).await;
     }
-    if rollout.config_template().is_some() && planned.status.phase().is_some_and(K::settled) {
+    if versioned && planned.status.phase().is_some_and(K::settled) {
         super::config_copies::collect(ctx, &reference, K::recorded_config(&planned.status)).await?;
     }
     tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase(), took = ?started.elapsed(), "reconciled");

@@ -16,6 +16,8 @@ use super::revert::{Revert, holds_only_config, rollout_image};
 const MAX_COMMITS: usize = 500;
 /// A change with more files than this is not one rollout's config.
 const MAX_FILES: usize = 50;
+/// The versions of the rollout's file read while looking for that commit, at most.
+const MAX_PARSED_BYTES: usize = 64 << 20;
 /// A config file larger than this is not read (nor put back).
 const MAX_FILE_BYTES: usize = 1 << 20;
 
@@ -88,30 +90,52 @@ fn change_that_brought<'r>(
     tip: &Commit<'r>,
     revert: &Revert,
 ) -> Result<Option<Commit<'r>>, git2::Error> {
-    let image_in = |commit: &Commit<'_>| -> Result<Option<String>, git2::Error> {
-        let tree = commit.tree()?;
-        let Ok(entry) = tree.get_path(Path::new(&revert.path)) else {
-            return Ok(None);
+    let blob_of = |commit: &Commit<'_>| -> Result<Option<Oid>, git2::Error> {
+        Ok(commit
+            .tree()?
+            .get_path(Path::new(&revert.path))
+            .ok()
+            .filter(|e| e.kind() == Some(ObjectType::Blob))
+            .map(|e| e.id()))
+    };
+    // Only a version of the file not read yet is parsed, within a budget of bytes: the
+    // history is the repository's, which anyone who can push writes.
+    let mut parsed = 0usize;
+    // `None`: past the budget, so not known (and no config is put back).
+    let mut asks_for_failed = |blob: Option<Oid>| -> Result<Option<bool>, git2::Error> {
+        let Some(id) = blob else {
+            return Ok(Some(false));
         };
-        let blob = repo.find_blob(entry.id())?;
-        if blob.size() > crate::specs::ParseBudget::default().max_bytes {
+        let blob = repo.find_blob(id)?;
+        parsed += blob.size();
+        if blob.size() > crate::specs::ParseBudget::default().max_bytes || parsed > MAX_PARSED_BYTES
+        {
             return Ok(None);
         }
         let text = std::str::from_utf8(blob.content()).unwrap_or_default();
-        Ok(rollout_image(text, revert.kind, &revert.name).map(|(_, image)| image))
+        Ok(Some(
+            rollout_image(text, revert.kind, &revert.name)
+                .is_some_and(|(_, image)| image == revert.failed),
+        ))
     };
     let mut commit = tip.clone();
+    let mut blob = blob_of(&commit)?;
+    if asks_for_failed(blob)? != Some(true) {
+        return Ok(None);
+    }
     for _ in 0..MAX_COMMITS {
-        if image_in(&commit)?.as_deref() != Some(revert.failed.as_str()) {
-            return Ok(None);
-        }
         let Ok(parent) = commit.parent(0) else {
             return Ok(None);
         };
-        if image_in(&parent)?.as_deref() != Some(revert.failed.as_str()) {
-            return Ok(Some(commit));
+        let parent_blob = blob_of(&parent)?;
+        if parent_blob != blob {
+            match asks_for_failed(parent_blob)? {
+                Some(true) => {}
+                Some(false) => return Ok(Some(commit)),
+                None => return Ok(None),
+            }
         }
-        commit = parent;
+        (commit, blob) = (parent, parent_blob);
     }
     Ok(None)
 }

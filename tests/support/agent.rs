@@ -114,6 +114,20 @@ pub fn start_agent(dir: &Path, source_args: &[String], ns: &str) -> Agent {
     start_agent_with(dir, source_args, ns, &super::linnet_kubeconfig())
 }
 
+/// [`start_agent`] in `dir` (made if need be) following the bare repository `bare`, writing
+/// back every 500 ms: the agent of the tests that watch linnet commit to Git.
+pub fn start_writing_agent(dir: &Path, bare: &Path, ns: &str) -> Agent {
+    std::fs::create_dir_all(dir).unwrap();
+    start_agent(
+        dir,
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--writeback-interval=500ms".into(),
+        ],
+        ns,
+    )
+}
+
 /// [`start_agent`] with the identity of `kubeconfig`.
 pub fn start_agent_with(dir: &Path, source_args: &[String], ns: &str, kubeconfig: &Path) -> Agent {
     start_agent_env(dir, source_args, ns, kubeconfig, &[])

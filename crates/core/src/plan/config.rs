@@ -15,8 +15,9 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use serde_json::json;
 
 use crate::api::{ConfigCopy, ConfigKind, VersionConfig};
 
@@ -148,6 +149,29 @@ pub fn copy_name(name: &str, hash: &str) -> String {
     let hash: String = hash.chars().take(10).collect();
     let prefix: String = name.chars().take(253 - 1 - hash.len()).collect();
     format!("{prefix}-{hash}")
+}
+
+/// The name of rollout `rollout`'s copy of ConfigMap `cm` as it is: its content and the
+/// rollout's name hashed, so two rollouts never share (and delete) one copy.
+pub fn config_map_copy_name(rollout: &str, cm: &ConfigMap) -> String {
+    let content = json!({"data": cm.data, "binaryData": cm.binary_data});
+    copy_name(
+        &cm.metadata.name.clone().unwrap_or_default(),
+        &hashed(rollout, content),
+    )
+}
+
+/// [`config_map_copy_name`] for a Secret (its type counts too).
+pub fn secret_copy_name(rollout: &str, secret: &Secret) -> String {
+    let content = json!({"data": secret.data, "type": secret.type_});
+    copy_name(
+        &secret.metadata.name.clone().unwrap_or_default(),
+        &hashed(rollout, content),
+    )
+}
+
+fn hashed(rollout: &str, content: serde_json::Value) -> String {
+    crate::hash::content_hash(&json!({"rollout": rollout, "content": content}))
 }
 
 /// The copies `image`'s pods mount (none: the template's own names).

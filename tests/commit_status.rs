@@ -1,5 +1,5 @@
 //! Commit statuses against a local HTTP server that implements each provider's documented
-//! endpoint and records every request (GitHub.com, GitLab.com and Gitea cannot run here; a
+//! endpoint and records every request (GitHub.com, GitLab.com, Bitbucket Cloud and Gitea cannot run here; a
 //! real Gitea is issue 9's). Asserts method, path, headers, auth and body, the state
 //! sequence of whole rollouts, and how rate limits and server errors are handled.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -131,6 +131,28 @@ async fn each_provider_gets_its_documented_request() {
             );
         }
     }
+    // Bitbucket Cloud: a build status, keyed by the context, with a link it requires.
+    let mut cfg = config(Provider::Bitbucket, base.clone(), tmp.path());
+    let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::CanaryActive, A)).unwrap();
+    Poster::new(cfg.clone()).unwrap().post(&w).await.unwrap();
+    let r = host.requests.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        r.path,
+        format!("/repositories/acme/gitops/commit/{A}/statuses/build")
+    );
+    assert_eq!(r.headers["authorization"], "Bearer s3cret");
+    assert_eq!(r.body["state"], "INPROGRESS");
+    assert_eq!(r.body["key"], "linnet/prod/default/redis");
+    assert_eq!(r.body["url"], "https://linnet.example/default/redis");
+    cfg.target_url = None;
+    let w = wanted_for_statefulset(&cfg, &redis(StatefulSetPhase::Stable, B)).unwrap();
+    Poster::new(cfg).unwrap().post(&w).await.unwrap();
+    let r = host.requests.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(r.body["state"], "SUCCESSFUL");
+    assert_eq!(
+        r.body["url"],
+        format!("{base}/repositories/acme/gitops/commit/{B}")
+    );
 }
 
 /// A whole rollout: the image push (commit A) is pending while the canary runs, pending while

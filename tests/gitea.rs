@@ -873,3 +873,214 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
         "{m}"
     );
 }
+
+/// Issue 50: the next environment on a branch of its own (`promoteTo.branch`), with config
+/// that changed with the image. The pull request goes into that branch and carries the
+/// changed keys of the ConfigMap the rollout reads, key by key: a key production set to its
+/// own value is kept and named. Merging it gives production's agent (following that branch)
+/// its canary of the new image.
+#[tokio::test]
+async fn a_promotion_to_another_branch_carries_the_config_keys_that_changed_with_the_image() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "gitea-promote-branch").await;
+    let prod_ns = TestNamespace::create(&admin, "gitea-promote-prod").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (gitea, ca_file, work) = gitea_with_example(tmp.path(), &ns.name).await;
+    let config = |name_ns: &str, memory: &str, level: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: redis-config\n  namespace: {name_ns}\ndata:\n  maxmemory: {memory}\n  loglevel: {level}\n"
+        )
+    };
+    let reads_config = |text: &str| {
+        text.replace(
+            "          ports:\n",
+            "          envFrom:\n          - configMapRef:\n              name: redis-config\n          ports:\n",
+        )
+    };
+    // main: staging, which reads redis-config and promotes to production's branch.
+    let staging =
+        reads_config(&std::fs::read_to_string(work.join("apps/redis/redis.yaml")).unwrap());
+    std::fs::write(work.join("apps/redis/redis.yaml"), &staging).unwrap();
+    std::fs::write(
+        work.join("apps/redis/config.yaml"),
+        config(&ns.name, "100mb", "notice"),
+    )
+    .unwrap();
+    support::edit_file(
+        &work,
+        "apps/redis/redis.yaml",
+        "  canaryReplicas: 1\n",
+        "  canaryReplicas: 1\n  promoteTo:\n    path: production\n    name: redis-prod\n    branch: production\n",
+    );
+    git(&work, &["add", "-A"]);
+    commit_and_push(&work, "staging reads redis-config");
+    // The production branch: only production/, with its own memory size.
+    git(&work, &["checkout", "-q", "--orphan", "production"]);
+    git(&work, &["rm", "-rqf", "."]);
+    std::fs::create_dir_all(work.join("production")).unwrap();
+    let production = staging
+        .replace("  name: redis\n", "  name: redis-prod\n")
+        .replace("serviceName: redis\n", "serviceName: redis-prod\n")
+        .replace("app: redis\n", "app: redis-prod\n")
+        .replace(
+            &format!("namespace: {}\n", ns.name),
+            &format!("namespace: {}\n", prod_ns.name),
+        )
+        .replace(
+            "  promoteTo:\n    path: production\n    name: redis-prod\n    branch: production\n",
+            "",
+        );
+    std::fs::write(work.join("production/redis.yaml"), &production).unwrap();
+    let prod_config = config(&prod_ns.name, "4gb", "notice");
+    std::fs::write(work.join("production/config.yaml"), &prod_config).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "production"]);
+    git(&work, &["push", "-q", "origin", "HEAD:production"]);
+    git(&work, &["checkout", "-q", "main"]);
+
+    let mut args = agent_args(tmp.path(), &gitea, &ca_file);
+    args.push("--writeback-interval=500ms".into());
+    let dir = tmp.path().join("staging-agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let staging_agent = start_agent(&dir, &args, &ns.name);
+    wait_ready(&staging_agent).await;
+    gitea
+        .add_push_hook(
+            REPO,
+            &format!("{}/hooks/gitea", staging_agent.hooks),
+            SECRET,
+        )
+        .await;
+    let api: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let stable_on = |image: &'static str| {
+        let api = api.clone();
+        async move {
+            eventually("staging Stable", Duration::from_secs(120), || async {
+                api.get_opt("redis").await.unwrap().filter(|o| {
+                    phase(o) == Some(StatefulSetPhase::Stable)
+                        && o.status.as_ref().and_then(|s| s.stable_image.as_deref()) == Some(image)
+                })
+            })
+            .await
+        }
+    };
+    stable_on("redis:7.2").await;
+
+    // One commit: the image and the config it reads (a new log level, a bigger memory).
+    set_redis_images(&work, "redis:7.2", "redis:7.4");
+    std::fs::write(
+        work.join("apps/redis/config.yaml"),
+        config(&ns.name, "200mb", "verbose"),
+    )
+    .unwrap();
+    git(&work, &["add", "-A"]);
+    commit_and_push(&work, "staging: redis 7.4, verbose logs, 200mb");
+    eventually("staging's canary", Duration::from_secs(60), || async {
+        api.get_opt("redis")
+            .await
+            .unwrap()
+            .filter(|o| phase(o) == Some(StatefulSetPhase::CanaryActive))
+    })
+    .await;
+    support::edit_file(
+        &work,
+        "apps/redis/redis.yaml",
+        "  name: redis\n",
+        "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
+    );
+    commit_and_push(&work, "promote staging's redis 7.4");
+    stable_on("redis:7.4").await;
+
+    let prs = eventually(
+        "a promotion pull request",
+        Duration::from_secs(60),
+        || async {
+            let prs = promotion_pull_requests(&gitea).await;
+            (!prs.is_empty()).then_some(prs)
+        },
+    )
+    .await;
+    assert_eq!(prs.len(), 1, "{prs:?}");
+    let (number, branch) = prs[0].clone();
+    let pr = gitea
+        .ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/pulls/{number}"),
+            None,
+        )
+        .await;
+    assert_eq!(pr["base"]["ref"], "production", "{pr}");
+    let body = pr["body"].as_str().unwrap();
+    assert!(
+        body.contains("- ConfigMap redis-config: loglevel\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("- ConfigMap redis-config: maxmemory (kept"),
+        "{body}"
+    );
+    let proposed = gitea
+        .raw_file(REPO, &branch, "production/config.yaml")
+        .await
+        .unwrap();
+    assert!(proposed.contains("loglevel: verbose"), "{proposed}");
+    assert!(proposed.contains("maxmemory: 4gb"), "{proposed}");
+    let proposed = gitea
+        .raw_file(REPO, &branch, "production/redis.yaml")
+        .await
+        .unwrap();
+    assert_eq!(proposed, production.replace("redis:7.2", "redis:7.4"));
+    // Staging's own branch is untouched by it.
+    assert!(
+        gitea
+            .raw_file(REPO, "main", "production/redis.yaml")
+            .await
+            .is_none()
+    );
+
+    // Production's agent follows its branch: on 7.2, then its canary of 7.4 once merged.
+    let mut prod_args = args.clone();
+    prod_args.extend([
+        "--branch=production".to_string(),
+        "--path=production".to_string(),
+    ]);
+    let dir = tmp.path().join("production-agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let production_agent = start_agent(&dir, &prod_args, &prod_ns.name);
+    wait_ready(&production_agent).await;
+    gitea
+        .add_push_hook(
+            REPO,
+            &format!("{}/hooks/gitea", production_agent.hooks),
+            SECRET,
+        )
+        .await;
+    let prod_api: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &prod_ns.name);
+    eventually(
+        "production Stable on 7.2",
+        Duration::from_secs(120),
+        || async {
+            prod_api.get_opt("redis-prod").await.unwrap().filter(|o| {
+                phase(o) == Some(StatefulSetPhase::Stable)
+                    && o.status.as_ref().and_then(|s| s.stable_image.as_deref())
+                        == Some("redis:7.2")
+            })
+        },
+    )
+    .await;
+    gitea
+        .merge_open_pull_request(REPO, number, "Promote redis 7.4 to production")
+        .await;
+    eventually(
+        "production's canary of 7.4",
+        Duration::from_secs(60),
+        || async {
+            prod_api.get_opt("redis-prod").await.unwrap().filter(|o| {
+                phase(o) == Some(StatefulSetPhase::CanaryActive) && o.spec.image == "redis:7.4"
+            })
+        },
+    )
+    .await;
+    assert!(promotion_pull_requests(&gitea).await.is_empty());
+}

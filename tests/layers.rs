@@ -234,11 +234,20 @@ fn the_core_crate_has_no_kubernetes_client_git_or_async_runtime() {
     }
 }
 
-/// The lines of `text` before its tests: up to a `#[cfg(test)]` at the start of a line.
+/// The lines of `text` before its tests: up to a `#[cfg(test)]` at the start of a line that
+/// is not on a `use` (a test-only import near the top does not start the tests).
 fn code_lines(text: &str) -> usize {
-    text.lines()
-        .take_while(|l| !l.starts_with("#[cfg(test)]"))
-        .count()
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .position(|(i, l)| {
+            l.starts_with("#[cfg(test)]")
+                && !lines
+                    .get(i + 1)
+                    .is_some_and(|next| next.starts_with("use "))
+        })
+        .unwrap_or(lines.len())
 }
 
 #[test]
@@ -364,4 +373,10 @@ fn the_import_reader_sees_every_form_text_matching_missed() {
     assert!(has("d", "a"), "a path in a macro call: {edges:?}");
     let cycle = imports::find_cycle(&edges).unwrap_or_default();
     assert!(cycle.len() >= 3, "no cycle found in {edges:?}");
+}
+
+#[test]
+fn a_test_only_import_near_the_top_does_not_hide_a_files_code() {
+    let text = "use a;\n#[cfg(test)]\nuse b;\nfn f() {}\n#[cfg(test)]\nmod tests;\n";
+    assert_eq!(code_lines(text), 4);
 }

@@ -741,3 +741,181 @@ async fn repo_path_renders_a_working_tree_overlay() {
         .await;
     }
 }
+
+/// Issue 50: a rollout that an overlay renders is reverted where its image is set, the
+/// overlay's `images:` (the shared base is not touched), and is Completed again on the good
+/// image once that commit is synced.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_canary_of_an_overlay_is_reverted_in_the_overlays_images() {
+    let overlay = |ns: &str, tag: &str| {
+        format!(
+            "# staging\nresources: [../base]\nnamespace: {ns}\nimages:\n- name: nginx\n  newTag: \"{tag}\"\n"
+        )
+    };
+    revert_where_the_render_sets_the_image(Layout {
+        files: &|ns, rollout| {
+            vec![
+                ("base/kustomization.yaml", "resources: [api.yaml]\n".into()),
+                ("base/api.yaml", rollout.to_string()),
+                ("staging/kustomization.yaml", overlay(ns, "1.27")),
+            ]
+        },
+        image_file: ("staging/kustomization.yaml", &|ns, tag| overlay(ns, tag)),
+        rollout_file: "base/api.yaml",
+    })
+    .await;
+}
+
+/// Issue 50: the same for a Helm release: its values file gets the good image back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_canary_of_a_helm_release_is_reverted_in_its_values() {
+    let values = |_: &str, tag: &str| format!("# the release's image\nimage: nginx:{tag}\n");
+    revert_where_the_render_sets_the_image(Layout {
+        files: &|ns, rollout| {
+            vec![
+                ("charts/api/Chart.yaml", CHART.into()),
+                (
+                    "charts/api/templates/api.yaml",
+                    rollout.replace("image: nginx:1.26", "image: {{ .Values.image }}"),
+                ),
+                (
+                    "releases/api/linnet-helm.yaml",
+                    format!(
+                        "chart: ../../charts/api\nnamespace: {ns}\nvaluesFiles:\n- values.yaml\n"
+                    ),
+                ),
+                ("releases/api/values.yaml", values(ns, "1.27")),
+            ]
+        },
+        image_file: ("releases/api/values.yaml", &values),
+        rollout_file: "charts/api/templates/api.yaml",
+    })
+    .await;
+}
+
+/// The files of a layout, given the namespace and the rollout (on nginx:1.26).
+type LayoutFiles<'a> = &'a dyn Fn(&str, &str) -> Vec<(&'static str, String)>;
+/// A file's text, given the namespace and a tag.
+type TextForTag<'a> = &'a dyn Fn(&str, &str) -> String;
+
+/// A repository where a render sets rollout `api`'s image.
+struct Layout<'a> {
+    files: LayoutFiles<'a>,
+    /// The file that sets the image, and its text for a tag.
+    image_file: (&'static str, TextForTag<'a>),
+    /// The file with the rollout's metadata (the abort annotation goes there).
+    rollout_file: &'static str,
+}
+
+/// On 1.27, then a canary of 1.28 aborted from Git: linnet's revert commit sets 1.27 back
+/// in the layout's image file, only there, and the rollout is Completed on it again.
+async fn revert_where_the_render_sets_the_image(layout: Layout<'_>) {
+    use kube::Api;
+    use linnet::api::{CanaryDeployment, DeploymentPhase};
+    use support::agent::{start_agent, wait_ready};
+    use support::git;
+    let admin = support::admin_client().await;
+    support::install_linnet(&admin).await;
+    let ns = support::TestNamespace::create(&admin, "render-revert").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    let rollout = ROLLOUT.replace(
+        "  replicas: 2\n",
+        "  replicas: 2\n  strategy: {type: Batches}\n  batches: 2\n  pause: First\n  currentBatch: 1\n  onFailure: {revert: commit}\n",
+    );
+    let push = |message: &str| {
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", message]);
+        if !git(&work, &["ls-remote", "origin", "main"]).is_empty() {
+            git(&work, &["pull", "-q", "--rebase", "origin", "main"]);
+        }
+        git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    };
+    let files = (layout.files)(&ns.name, &rollout);
+    let rollout_text = files
+        .iter()
+        .find(|(p, _)| *p == layout.rollout_file)
+        .map(|(_, t)| t.clone())
+        .unwrap();
+    let borrowed: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    write_tree(&work, &borrowed);
+    push("on 1.27");
+    let bin = support::render_bin();
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--writeback-interval=500ms".into(),
+            format!("--kustomize={}", bin.join("kustomize").display()),
+            format!("--helm={}", bin.join("helm").display()),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let rollouts: Api<CanaryDeployment> = Api::namespaced(admin.clone(), &ns.name);
+    let wait = |what: &'static str, image: &'static str, phase: DeploymentPhase| {
+        let rollouts = rollouts.clone();
+        async move {
+            support::eventually(what, Duration::from_secs(90), || async {
+                rollouts.get_opt("api").await.unwrap().filter(|r| {
+                    let s = r.status.as_ref();
+                    r.spec.image == image && s.and_then(|s| s.phase) == Some(phase)
+                })
+            })
+            .await
+        }
+    };
+    wait(
+        "Completed on 1.27",
+        "nginx:1.27",
+        DeploymentPhase::Completed,
+    )
+    .await;
+    let (image_file, image_text) = layout.image_file;
+    write_tree(&work, &[(image_file, &image_text(&ns.name, "1.28"))]);
+    push("on 1.28");
+    assert_eq!(agent.push_webhook().await, 202);
+    wait(
+        "the first batch of 1.28",
+        "nginx:1.28",
+        DeploymentPhase::Paused,
+    )
+    .await;
+    write_tree(
+        &work,
+        &[(
+            layout.rollout_file,
+            &rollout_text.replacen(
+                "  name: api\n",
+                "  name: api\n  annotations:\n    rollouts.linnet.dev/abort: \"true\"\n",
+                1,
+            ),
+        )],
+    );
+    push("abort api 1.28");
+    assert_eq!(agent.push_webhook().await, 202);
+    support::eventually("the revert commit", Duration::from_secs(90), || {
+        let subject = git(&bare, &["log", "-1", "--format=%an %s", "main"]);
+        async move { subject.starts_with("linnet").then_some(()) }
+    })
+    .await;
+    let reverted = support::show_on(&bare, "main", image_file).unwrap();
+    assert_eq!(
+        reverted,
+        image_text(&ns.name, "1.27"),
+        "only the tag's characters change"
+    );
+    let shared = support::show_on(&bare, "main", layout.rollout_file).unwrap();
+    assert!(
+        !shared.contains("1.27"),
+        "the rollout's own file is not edited: {shared}"
+    );
+    // Synced: Completed on the good image again, with no person touching the cluster.
+    assert_eq!(agent.push_webhook().await, 202);
+    wait(
+        "Completed on 1.27 again",
+        "nginx:1.27",
+        DeploymentPhase::Completed,
+    )
+    .await;
+}

@@ -147,10 +147,11 @@ pub struct AgentArgs {
     /// Post each rollout's state as a commit status on this Git host (off when not given).
     #[arg(long, value_enum, env = "LINNET_COMMIT_STATUS_PROVIDER", requires_all = ["commit_status_repo", "commit_status_token_file"])]
     pub commit_status_provider: Option<crate::writeback::commit_status::Provider>,
-    /// The host's API base [default: https://api.github.com, https://gitlab.com/api/v4; Gitea: required].
+    /// The host's API base [default: https://api.github.com, https://gitlab.com/api/v4, https://api.bitbucket.org/2.0; Gitea: required].
     #[arg(long, env = "LINNET_COMMIT_STATUS_API_URL")]
     pub commit_status_api_url: Option<String>,
-    /// The repository: `owner/name` (GitHub, Gitea) or the project path or id (GitLab).
+    /// The repository: `owner/name` (GitHub, Gitea), the project path or id (GitLab), or
+    /// `workspace/repo` (Bitbucket).
     #[arg(long, env = "LINNET_COMMIT_STATUS_REPO")]
     pub commit_status_repo: Option<String>,
     /// File with the API token; read on every post.

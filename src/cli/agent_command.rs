@@ -138,6 +138,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
                     (Some(url), _) => url.clone(),
                     (None, Provider::Github) => "https://api.github.com".into(),
                     (None, Provider::Gitlab) => "https://gitlab.com/api/v4".into(),
+                    (None, Provider::Bitbucket) => "https://api.bitbucket.org/2.0".into(),
                     (None, Provider::Gitea) => {
                         return Err(Error::Usage(
                             "--commit-status-provider gitea needs --commit-status-api-url (e.g. https://gitea.example.com/api/v1)".into(),

@@ -1,8 +1,8 @@
 //! Offline checks of `promoteTo`: when the next environment's path is in the followed
 //! directory (the repository's root is followed, say), the rollout it names must be there,
-//! of the same kind. A path with no file in the set is outside what this agent reads: the
-//! agent finds out when it promotes. A rollout that fails blocks its file, as a broken route
-//! does.
+//! of the same kind. A path with no file, or on another branch (`promoteTo.branch`), is
+//! outside what this agent reads: the agent finds out when it promotes. A rollout that fails
+//! blocks its file, as a broken route does.
 
 use super::{SpecError, SpecSet};
 use crate::api::{CanaryDeployment, CanaryStatefulSet, PromoteTo};
@@ -26,7 +26,10 @@ impl SpecSet {
                     .and_then(|o| o.spec.promote_to),
                 _ => None,
             };
-            let Some(to) = to else { continue };
+            // Another branch's files are not in this set: the agent checks when it promotes.
+            let Some(to) = to.filter(|t| t.branch.is_none()) else {
+                continue;
+            };
             let path = to.path.trim_start_matches("./").trim_matches('/');
             let under = |file: &str| {
                 file == path || file.strip_prefix(path).is_some_and(|r| r.starts_with('/'))

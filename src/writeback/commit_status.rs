@@ -26,6 +26,8 @@ pub enum Provider {
     Gitlab,
     /// Gitea and Forgejo: `POST /repos/{owner}/{repo}/statuses/{sha}`.
     Gitea,
+    /// Bitbucket Cloud: `POST /repositories/{workspace}/{repo}/commit/{sha}/statuses/build`.
+    Bitbucket,
 }
 
 /// Where and how commit statuses are posted.
@@ -35,7 +37,8 @@ pub struct CommitStatusConfig {
     /// The API base, e.g. `https://api.github.com`, `https://gitlab.com/api/v4`,
     /// `https://gitea.example.com/api/v1`.
     pub api_url: String,
-    /// `owner/name` (GitHub, Gitea) or the project's path or id (GitLab).
+    /// `owner/name` (GitHub, Gitea), the project's path or id (GitLab), or
+    /// `workspace/repo` (Bitbucket).
     pub repository: String,
     /// The token, read on every post.
     pub token_file: PathBuf,
@@ -283,6 +286,27 @@ pub fn request(cfg: &CommitStatusConfig, token: &str, w: &Wanted) -> Request {
             Request {
                 url: format!("{api}/projects/{project}/statuses/{}", w.sha),
                 headers: vec![("private-token", token.to_string())],
+                body,
+            }
+        }
+        Provider::Bitbucket => {
+            // Bitbucket's build statuses need a link: the commit's own, when none is set.
+            let commit = format!("{api}/repositories/{}/commit/{}", cfg.repository, w.sha);
+            let link = w.target_url.clone().unwrap_or_else(|| commit.clone());
+            let body = json!({
+                "key": w.context,
+                "name": w.context,
+                "description": w.description,
+                "url": link,
+                "state": match w.state {
+                    State::Pending => "INPROGRESS",
+                    State::Success => "SUCCESSFUL",
+                    State::Failure | State::Error => "FAILED",
+                },
+            });
+            Request {
+                url: format!("{commit}/statuses/build"),
+                headers: vec![("authorization", format!("Bearer {token}"))],
                 body,
             }
         }

@@ -85,7 +85,7 @@ pub fn config_with_the_change(
 
 /// The newest commit on `tip`'s first-parent history whose rollout asks for the failed image
 /// while its parent's did not.
-fn change_that_brought<'r>(
+pub(super) fn change_that_brought<'r>(
     repo: &'r Repository,
     tip: &Commit<'r>,
     revert: &Revert,

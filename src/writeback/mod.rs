@@ -9,10 +9,14 @@
 //!   put a rolled-back rollout's good image back in its spec file (`onFailure.revert`).
 
 pub mod commit_status;
+pub mod config_carry;
 pub mod config_revert;
+mod image_edit;
 pub mod promotion;
+pub mod promotion_branch;
 pub mod pull_request;
 pub mod push;
+pub mod rendered_edit;
 pub mod revert;
 pub mod revert_loop;
 mod reverter;

@@ -1,20 +1,24 @@
 //! Promotion between environments (issue 50, `promoteTo`): once a rollout is Stable on its
 //! image with no failed analysis, a pull request gives the next environment's rollout (the
-//! same kind, under `promoteTo.path`) the same image, with the evidence. Pure: what to promote
-//! (from the rollout in the cluster), where the next rollout is (from the files under the
-//! path), and the edit (the one of [`super::revert`]). Pushing and the pull request are
-//! [`super::revert_loop`]'s.
+//! same kind, under `promoteTo.path`, on `promoteTo.branch` or the followed branch) the same
+//! image, and the config keys that changed with it ([`super::config_carry`]), with the
+//! evidence. Pure: what to promote (from the rollout in the cluster), where the next rollout
+//! is (from the files under the path), and the edit (the one of [`super::revert`]). Pushing
+//! is [`super::promotion_branch`]'s, the pull request [`super::reverter`]'s.
 //!
 //! One pull request per rollout and image (its branch is named after both): found again after
 //! a restart, not made when the next environment already runs the image, and closed when a
 //! newer image's promotion replaces it.
 
+use k8s_openapi::api::core::v1::PodSpec;
+
 use crate::api::{
-    AnalysisRunStatus, CanaryDeployment, CanaryStatefulSet, DeploymentPhase, PromoteTo, RevertMode,
-    StatefulSetPhase,
+    AnalysisRunStatus, CanaryDeployment, CanaryStatefulSet, ConfigKind, DeploymentPhase, PromoteTo,
+    RevertMode, SOURCE_PATH_ANNOTATION, StatefulSetPhase,
 };
 
-use super::revert::{Revert, RevertError};
+use super::config_carry::Carried;
+use super::revert::{Revert, RevertError, repo_path};
 
 /// The branches of promotion pull requests start with this; then `<namespace>/<name>/`.
 pub const BRANCH_PREFIX: &str = "linnet/promote/";
@@ -35,6 +39,12 @@ pub struct Promotion {
     pub evidence: String,
     /// `promoteTo.autoMerge`: merge the pull request once opened (if the agent allows it).
     pub auto_merge: bool,
+    /// `promoteTo.branch`: the next environment's branch, when not the followed one.
+    pub branch: Option<String>,
+    /// The passed rollout's file, from the repository's root (where its config change is).
+    pub source_path: Option<String>,
+    /// The ConfigMaps and Secrets its pod template reads: their changed keys are carried.
+    pub config: Vec<(ConfigKind, String)>,
 }
 
 impl Promotion {
@@ -50,14 +60,41 @@ impl Promotion {
     }
 
     pub fn title(&self) -> String {
-        format!("Promote {} to {} ({})", self.image, self.target, self.path)
+        format!(
+            "Promote {} to {} ({})",
+            self.image,
+            self.target,
+            self.place()
+        )
     }
 
-    /// The pull request's body and the commit's: what passed, and what merging does.
-    pub fn body(&self, next: &Revert) -> String {
+    /// Where the next environment is: its path, and its branch when it has its own.
+    pub fn place(&self) -> String {
+        match &self.branch {
+            Some(branch) => format!("{} on branch {branch}", self.path),
+            None => self.path.clone(),
+        }
+    }
+
+    /// The pull request's body and the commit's: what passed, what merging does, and the
+    /// config keys carried and kept (names only).
+    pub fn body(&self, next: &Revert, carried: &Carried) -> String {
+        let mut config = String::new();
+        if !carried.set.is_empty() {
+            config.push_str("\n\nThe config that changed with the image comes too, key by key:\n");
+            for key in &carried.set {
+                config.push_str(&format!("- {key}\n"));
+            }
+        }
+        if !carried.kept.is_empty() {
+            config.push_str("\n\nLeft as this environment has it; look at each before merging:\n");
+            for key in &carried.kept {
+                config.push_str(&format!("- {key}\n"));
+            }
+        }
         format!(
             "{} {}/{} is Stable on {} with no failed analysis:\n\n{}\n\nMerging this gives \
-             {} {} in `{}` the same image (it runs {} now); it then runs its own canary.\n\n\
+             {} {} in `{}` the same image (it runs {} now); it then runs its own canary.{}\n\n\
              Written by linnet because {}/{} has `promoteTo`. Its status file: `{}`.\n",
             self.kind,
             self.namespace,
@@ -67,7 +104,12 @@ impl Promotion {
             self.kind,
             self.target,
             next.path,
-            next.failed,
+            if next.failed.is_empty() {
+                "what its base or chart gives"
+            } else {
+                next.failed.as_str()
+            },
+            config.trim_end(),
             self.namespace,
             self.name,
             super::status_files::path(&self.namespace, &self.name)
@@ -75,8 +117,8 @@ impl Promotion {
     }
 
     /// The commit message.
-    pub fn message(&self, next: &Revert) -> String {
-        format!("linnet: {}\n\n{}", self.title(), self.body(next))
+    pub fn message(&self, next: &Revert, carried: &Carried) -> String {
+        format!("linnet: {}\n\n{}", self.title(), self.body(next, carried))
     }
 }
 
@@ -101,13 +143,23 @@ fn evidence(runs: &[AnalysisRunStatus]) -> String {
         .join("\n")
 }
 
-fn promotion(
+/// What passed, where it came from, and what it reads.
+struct Passed<'a> {
     kind: &'static str,
-    meta: &kube::api::ObjectMeta,
-    to: &PromoteTo,
-    image: &str,
-    runs: &[AnalysisRunStatus],
-) -> Option<Promotion> {
+    meta: &'a kube::api::ObjectMeta,
+    image: &'a str,
+    runs: &'a [AnalysisRunStatus],
+    pod: Option<PodSpec>,
+}
+
+fn promotion(passed: Passed<'_>, to: &PromoteTo, spec_dir: &str) -> Option<Promotion> {
+    let Passed {
+        kind,
+        meta,
+        image,
+        runs,
+        pod,
+    } = passed;
     if crate::plan::analysis::failure(runs).is_some() {
         return None;
     }
@@ -125,11 +177,20 @@ fn promotion(
             .to_string(),
         evidence: evidence(runs),
         auto_merge: to.auto_merge,
+        branch: to.branch.clone(),
+        source_path: meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SOURCE_PATH_ANNOTATION))
+            .map(|file| repo_path(spec_dir, file)),
+        config: pod
+            .map(|p| crate::plan::config::references(&p).into_iter().collect())
+            .unwrap_or_default(),
     })
 }
 
 /// The promotion a CanaryStatefulSet asks for now: Stable on Git's image, no failed analysis.
-pub fn for_statefulset(r: &CanaryStatefulSet) -> Option<Promotion> {
+pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Promotion> {
     let to = r.spec.promote_to.as_ref()?;
     let st = r.status.as_ref()?;
     if st.phase != Some(StatefulSetPhase::Stable)
@@ -137,17 +198,18 @@ pub fn for_statefulset(r: &CanaryStatefulSet) -> Option<Promotion> {
     {
         return None;
     }
-    promotion(
-        "CanaryStatefulSet",
-        &r.metadata,
-        to,
-        &r.spec.image,
-        &st.analysis,
-    )
+    let passed = Passed {
+        kind: "CanaryStatefulSet",
+        meta: &r.metadata,
+        image: &r.spec.image,
+        runs: &st.analysis,
+        pod: r.spec.template.get().template.spec,
+    };
+    promotion(passed, to, spec_dir)
 }
 
 /// The promotion a CanaryDeployment asks for now: Completed on Git's image, no failed analysis.
-pub fn for_deployment(r: &CanaryDeployment) -> Option<Promotion> {
+pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Promotion> {
     let to = r.spec.promote_to.as_ref()?;
     let st = r.status.as_ref()?;
     if st.phase != Some(DeploymentPhase::Completed)
@@ -155,23 +217,28 @@ pub fn for_deployment(r: &CanaryDeployment) -> Option<Promotion> {
     {
         return None;
     }
-    promotion(
-        "CanaryDeployment",
-        &r.metadata,
-        to,
-        &r.spec.image,
-        &st.analysis,
-    )
+    let passed = Passed {
+        kind: "CanaryDeployment",
+        meta: &r.metadata,
+        image: &r.spec.image,
+        runs: &st.analysis,
+        pod: r.spec.template.get().template.spec,
+    };
+    promotion(passed, to, spec_dir)
 }
 
 /// The edit that gives the next environment's rollout the image, found among `files` (path
-/// and text, under the promotion's path): `Ok(None)` when it runs the image already.
+/// and text, under the promotion's path): in the file that has the rollout, or else in the
+/// kustomization or `linnet-helm.yaml` at the path (its rollout is rendered). `Ok(None)` when
+/// it runs the image already.
 pub fn next_edit<'a>(
     p: &Promotion,
     files: impl IntoIterator<Item = (String, &'a str)>,
 ) -> Result<Option<Revert>, RevertError> {
+    let mut units = Vec::new();
     for (path, text) in files {
         let Some((namespace, image)) = super::revert::rollout_image(text, p.kind, &p.target) else {
+            units.push((path, text));
             continue;
         };
         if image == p.image {
@@ -183,6 +250,35 @@ pub fn next_edit<'a>(
             namespace: namespace.unwrap_or_default(),
             name: p.target.clone(),
             failed: image,
+            good: p.image.clone(),
+            why: String::new(),
+            mode: RevertMode::PullRequest,
+            revision: None,
+        }));
+    }
+    // Rendered: the overlay or Helm release at the path itself sets the image.
+    let unit = |file: &str| {
+        let dir = file.rsplit_once('/').map_or("", |(d, _)| d);
+        super::rendered_edit::rendered(file).is_some() && (dir == p.path || file == p.path)
+    };
+    if let Some((path, text)) = units.into_iter().find(|(f, _)| unit(f)) {
+        let (repo, _) = super::rendered_edit::split_image(&p.image);
+        let now = match super::rendered_edit::rendered(&path) {
+            Some(super::rendered_edit::Rendered::Kustomization) => {
+                super::rendered_edit::kustomize_image(text, repo)
+            }
+            _ => None,
+        };
+        if now.as_deref() == Some(p.image.as_str()) {
+            return Ok(None);
+        }
+        return Ok(Some(Revert {
+            path,
+            kind: p.kind,
+            namespace: String::new(),
+            name: p.target.clone(),
+            // Empty: whatever the environment runs now is replaced.
+            failed: now.unwrap_or_default(),
             good: p.image.clone(),
             why: String::new(),
             mode: RevertMode::PullRequest,
@@ -211,6 +307,9 @@ mod tests {
             target: "redis".into(),
             evidence: "- analysis errors: Successful".into(),
             auto_merge: false,
+            branch: None,
+            source_path: Some("environments/staging/redis.yaml".into()),
+            config: Vec::new(),
         }
     }
 
@@ -237,7 +336,7 @@ mod tests {
         assert_eq!(text, PROD.replace("redis:7.2", "redis:7.4"));
         assert!(
             promotion()
-                .message(&edit)
+                .message(&edit, &Carried::default())
                 .starts_with("linnet: Promote redis:7.4 to redis (environments/production)\n\n")
         );
     }
@@ -255,6 +354,40 @@ mod tests {
                 .contains("environments/production has no CanaryStatefulSet redis"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_rendered_next_environment_gets_the_image_in_its_overlay() {
+        let overlay = "resources: [../base]\nnamespace: prod\n";
+        let files = [
+            (
+                "environments/production/kustomization.yaml".to_string(),
+                overlay,
+            ),
+            (
+                "environments/production/replicas.yaml".to_string(),
+                "kind: X\n",
+            ),
+        ];
+        let edit = next_edit(&promotion(), files).unwrap().unwrap();
+        assert_eq!(edit.path, "environments/production/kustomization.yaml");
+        // It runs its base's image: whatever that is, replaced.
+        assert_eq!(
+            (edit.failed.as_str(), edit.good.as_str()),
+            ("", "redis:7.4")
+        );
+        assert!(
+            promotion()
+                .body(&edit, &Carried::default())
+                .contains("(it runs what its base or chart gives now)")
+        );
+        // Once merged, the overlay gives the image: nothing more to promote.
+        let merged = format!("{overlay}images:\n- name: redis\n  newTag: \"7.4\"\n");
+        let files = [(
+            "environments/production/kustomization.yaml".to_string(),
+            merged.as_str(),
+        )];
+        assert_eq!(next_edit(&promotion(), files), Ok(None));
     }
 
     #[test]
@@ -289,14 +422,14 @@ mod tests {
     fn a_deployment_is_promoted_only_when_completed_on_gits_image_with_no_failed_analysis() {
         let to = json!({"promoteTo": {"path": "production"}});
         let done = web("Completed", to.clone(), json!({"stableImage": "web:2"}));
-        let p = for_deployment(&done).unwrap();
+        let p = for_deployment(&done, ".").unwrap();
         assert_eq!((p.image.as_str(), p.target.as_str()), ("web:2", "web"));
         assert!(p.evidence.contains("no analysis is configured"));
         // Still on the old image, or mid-rollout: nothing yet.
         let old = web("Completed", to.clone(), json!({"stableImage": "web:1"}));
-        assert!(for_deployment(&old).is_none());
+        assert!(for_deployment(&old, ".").is_none());
         let paused = web("Paused", to.clone(), json!({"stableImage": "web:2"}));
-        assert!(for_deployment(&paused).is_none());
+        assert!(for_deployment(&paused, ".").is_none());
         // A failed analysis is never promoted.
         let failed = web(
             "Completed",
@@ -304,6 +437,6 @@ mod tests {
             json!({"stableImage": "web:2", "analysis": [{"name": "errors",
                 "phase": "Failed", "startedAt": "2026-11-27T00:00:00Z", "message": "0.3 > 0.05"}]}),
         );
-        assert!(for_deployment(&failed).is_none());
+        assert!(for_deployment(&failed, ".").is_none());
     }
 }

@@ -1,15 +1,20 @@
 //! Revert pull requests on the Git host (issue 50, `onFailure.revert: pullRequest`), through
 //! the same host, API and token as commit statuses: list the open ones (linnet's are found by
-//! their branch), open one, close one. [`request`] builds each provider's documented request (pure); [`PullRequests`]
-//! sends it.
+//! their branch, every page up to a bound), open one, close one, merge one. [`request`] builds
+//! each provider's documented request (pure, in [`shapes`]); [`PullRequests`] sends it.
 //!
 //! - GitHub: `GET|POST /repos/{owner}/{repo}/pulls`, `PATCH /repos/{owner}/{repo}/pulls/{n}`;
 //! - Gitea and Forgejo: the same paths under `/api/v1`;
-//! - GitLab: `GET|POST /projects/{id}/merge_requests`, `PUT …/merge_requests/{iid}`.
+//! - GitLab: `GET|POST /projects/{id}/merge_requests`, `PUT …/merge_requests/{iid}`;
+//! - Bitbucket Cloud: `GET|POST /repositories/{workspace}/{repo}/pullrequests`,
+//!   `POST …/pullrequests/{id}/decline` and `…/merge`.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::commit_status::{CommitStatusConfig, Provider};
+use super::commit_status::CommitStatusConfig;
+
+mod shapes;
+pub use shapes::{Request, listed, opened, page_size, request, with_prefix};
 
 /// An open pull request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,10 +27,14 @@ pub struct PullRequest {
 /// What to ask of the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Call<'a> {
-    /// The open pull requests (the first page: 100, Gitea's 50), to find linnet's among.
-    ListOpen,
-    /// The closed ones (merged or not; the first page, the newest first).
-    ListClosed,
+    /// A page (from 1) of the open pull requests, to find linnet's among.
+    ListOpen {
+        page: u32,
+    },
+    /// A page of the closed ones (merged or not, the newest first).
+    ListClosed {
+        page: u32,
+    },
     Open {
         head: &'a str,
         base: &'a str,
@@ -40,178 +49,6 @@ pub enum Call<'a> {
         number: u64,
         title: &'a str,
     },
-}
-
-/// One HTTP request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Request {
-    pub method: reqwest::Method,
-    pub url: String,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Option<Value>,
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The provider's documented request for `call`.
-pub fn request(cfg: &CommitStatusConfig, token: &str, call: &Call<'_>) -> Request {
-    use reqwest::Method;
-    let api = cfg.api_url.trim_end_matches('/');
-    let repo = &cfg.repository;
-    let (auth, base) = match cfg.provider {
-        Provider::Github => (
-            vec![
-                ("authorization", format!("Bearer {token}")),
-                ("accept", "application/vnd.github+json".to_string()),
-                ("x-github-api-version", "2022-11-28".to_string()),
-            ],
-            format!("{api}/repos/{repo}/pulls"),
-        ),
-        Provider::Gitea => (
-            vec![("authorization", format!("token {token}"))],
-            format!("{api}/repos/{repo}/pulls"),
-        ),
-        Provider::Gitlab => (
-            vec![("private-token", token.to_string())],
-            format!("{api}/projects/{}/merge_requests", encode(repo)),
-        ),
-    };
-    let (method, url, body) = match (cfg.provider, call) {
-        (Provider::Github, Call::ListOpen) => {
-            (Method::GET, format!("{base}?state=open&per_page=100"), None)
-        }
-        (Provider::Gitea, Call::ListOpen) => {
-            (Method::GET, format!("{base}?state=open&limit=50"), None)
-        }
-        (Provider::Gitlab, Call::ListOpen) => (
-            Method::GET,
-            format!("{base}?state=opened&per_page=100"),
-            None,
-        ),
-        (Provider::Github, Call::ListClosed) => (
-            Method::GET,
-            format!("{base}?state=closed&per_page=100"),
-            None,
-        ),
-        (Provider::Gitea, Call::ListClosed) => {
-            (Method::GET, format!("{base}?state=closed&limit=50"), None)
-        }
-        (Provider::Gitlab, Call::ListClosed) => (
-            Method::GET,
-            format!("{base}?state=closed&per_page=100"),
-            None,
-        ),
-        (
-            Provider::Github | Provider::Gitea,
-            Call::Open {
-                head,
-                base: to,
-                title,
-                body,
-            },
-        ) => (
-            Method::POST,
-            base.clone(),
-            Some(json!({"head": head, "base": to, "title": title, "body": body})),
-        ),
-        (
-            Provider::Gitlab,
-            Call::Open {
-                head,
-                base: to,
-                title,
-                body,
-            },
-        ) => (
-            Method::POST,
-            base.clone(),
-            Some(
-                json!({"source_branch": head, "target_branch": to, "title": title,
-                "description": body, "remove_source_branch": true}),
-            ),
-        ),
-        (Provider::Github | Provider::Gitea, Call::Close { number }) => (
-            Method::PATCH,
-            format!("{base}/{number}"),
-            Some(json!({"state": "closed"})),
-        ),
-        (Provider::Gitlab, Call::Close { number }) => (
-            Method::PUT,
-            format!("{base}/{number}"),
-            Some(json!({"state_event": "close"})),
-        ),
-        (Provider::Github, Call::Merge { number, title }) => (
-            Method::PUT,
-            format!("{base}/{number}/merge"),
-            Some(json!({"merge_method": "merge", "commit_title": title})),
-        ),
-        (Provider::Gitea, Call::Merge { number, title }) => (
-            Method::POST,
-            format!("{base}/{number}/merge"),
-            Some(json!({"Do": "merge", "MergeTitleField": title})),
-        ),
-        (Provider::Gitlab, Call::Merge { number, title }) => (
-            Method::PUT,
-            format!("{base}/{number}/merge"),
-            Some(json!({"merge_commit_message": title})),
-        ),
-    };
-    Request {
-        method,
-        url,
-        headers: auth,
-        body,
-    }
-}
-
-/// The open pull requests of a list answer whose branch starts with `prefix`, by branch.
-pub fn with_prefix(provider: Provider, answer: &Value, prefix: &str) -> Vec<(String, PullRequest)> {
-    let Some(list) = answer.as_array() else {
-        return Vec::new();
-    };
-    list.iter()
-        .filter_map(|pr| {
-            let (branch, number, url) = match provider {
-                Provider::Github | Provider::Gitea => (
-                    pr.pointer("/head/ref"),
-                    pr.get("number"),
-                    pr.get("html_url"),
-                ),
-                Provider::Gitlab => (pr.get("source_branch"), pr.get("iid"), pr.get("web_url")),
-            };
-            let branch = branch?.as_str()?;
-            branch.starts_with(prefix).then(|| {
-                (
-                    branch.to_string(),
-                    PullRequest {
-                        number: number.and_then(Value::as_u64).unwrap_or(0),
-                        url: url.and_then(Value::as_str).unwrap_or_default().to_string(),
-                    },
-                )
-            })
-        })
-        .collect()
-}
-
-/// The pull request in an answer to [`Call::Open`].
-pub fn opened(provider: Provider, answer: &Value) -> Option<PullRequest> {
-    let (number, url) = match provider {
-        Provider::Github | Provider::Gitea => (answer.get("number"), answer.get("html_url")),
-        Provider::Gitlab => (answer.get("iid"), answer.get("web_url")),
-    };
-    Some(PullRequest {
-        number: number?.as_u64()?,
-        url: url.and_then(Value::as_str).unwrap_or_default().to_string(),
-    })
 }
 
 /// Why a call to the host failed.
@@ -252,7 +89,7 @@ impl PullRequestError {
     }
 }
 
-/// The most of an answer read: a page of 50 pull requests is well below it.
+/// The most of an answer read: a page of 100 pull requests is well below it.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 /// Calls the host's pull request API. The lists of open and of closed pull requests are read
@@ -268,9 +105,16 @@ pub struct PullRequests {
 /// The lists read in this batch.
 #[derive(Default)]
 struct Lists {
-    open: Option<std::sync::Arc<Value>>,
-    closed: Option<std::sync::Arc<Value>>,
+    open: Option<Listed>,
+    closed: Option<Listed>,
 }
+
+/// Every pull request of a list, by branch (only what linnet reads of each).
+type Listed = std::sync::Arc<Vec<(String, PullRequest)>>;
+
+/// The most pages of a list read: past 2,000 open (1,000 on Gitea and Bitbucket) pull
+/// requests, the oldest are not looked at.
+const MAX_PAGES: u32 = 20;
 
 impl PullRequests {
     pub fn new(config: CommitStatusConfig) -> Result<PullRequests, crate::net::CaFileError> {
@@ -291,8 +135,9 @@ impl PullRequests {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Lists::default();
     }
 
-    /// The open (or closed) pull requests, listed once per batch.
-    async fn list(&self, closed: bool) -> Result<std::sync::Arc<Value>, PullRequestError> {
+    /// The open (or closed) pull requests, listed once per batch, page after page until a
+    /// page is not full (or [`MAX_PAGES`]).
+    async fn list(&self, closed: bool) -> Result<Listed, PullRequestError> {
         let cached = {
             let lists = self
                 .lists
@@ -307,12 +152,21 @@ impl PullRequests {
         if let Some(list) = cached {
             return Ok(list);
         }
-        let call = if closed {
-            Call::ListClosed
-        } else {
-            Call::ListOpen
-        };
-        let list = std::sync::Arc::new(self.call(&call).await?);
+        let provider = self.config.provider;
+        let mut all = Vec::new();
+        for page in 1..=MAX_PAGES {
+            let call = if closed {
+                Call::ListClosed { page }
+            } else {
+                Call::ListOpen { page }
+            };
+            let (found, held) = listed(provider, &self.call(&call).await?);
+            all.extend(found);
+            if held < page_size(provider) {
+                break;
+            }
+        }
+        let list = std::sync::Arc::new(all);
         let mut lists = self
             .lists
             .lock()
@@ -378,17 +232,19 @@ impl PullRequests {
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, PullRequest)>, PullRequestError> {
-        let answer = self.list(false).await?;
-        Ok(with_prefix(self.config.provider, &answer, prefix))
+        let list = self.list(false).await?;
+        Ok(list
+            .iter()
+            .filter(|(branch, _)| branch.starts_with(prefix))
+            .cloned()
+            .collect())
     }
 
     /// Whether a pull request from `branch` was closed (by a person: linnet's branches are
     /// named after what they propose, and a merged one leaves nothing to propose).
     pub async fn closed_from(&self, branch: &str) -> Result<bool, PullRequestError> {
-        let answer = self.list(true).await?;
-        Ok(with_prefix(self.config.provider, &answer, branch)
-            .iter()
-            .any(|(b, _)| b == branch))
+        let list = self.list(true).await?;
+        Ok(list.iter().any(|(b, _)| b == branch))
     }
 
     /// Opens a pull request from `head` into `base`.

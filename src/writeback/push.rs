@@ -19,8 +19,7 @@ use std::time::Duration;
 use git2::{Index, IndexEntry, IndexTime};
 use git2::{ObjectType, Oid, PushOptions, Signature};
 
-use super::promotion::{Promotion, next_edit};
-use super::revert::{Revert, RevertError, set_image};
+use super::revert::{Revert, RevertError};
 use super::status_files::{StatusFile, commit_message};
 use crate::source::git::{GitError, GitMirror, GitRemote, local_path};
 
@@ -66,6 +65,15 @@ pub enum WriteError {
     Panicked(String),
 }
 
+impl From<super::image_edit::EditError> for WriteError {
+    fn from(e: super::image_edit::EditError) -> Self {
+        match e {
+            super::image_edit::EditError::Revert(e) => WriteError::Revert(e),
+            super::image_edit::EditError::Git(e) => WriteError::Git(e),
+        }
+    }
+}
+
 impl WriteError {
     /// Every label [`WriteError::label`] gives, besides those of [`GitError`].
     pub const LABELS: &'static [&'static str] = &["kept_moving", "refused", "revert", "panic"];
@@ -84,13 +92,13 @@ impl WriteError {
 
 /// The one writer of status files to one branch of one repository.
 pub struct StatusWriter {
-    mirror: GitMirror,
+    pub(super) mirror: GitMirror,
     author: (String, String),
     /// How long one fetch-and-push may take (--git-timeout).
-    timeout: Option<Duration>,
+    pub(super) timeout: Option<Duration>,
 }
 
-enum PushResult {
+pub(super) enum PushResult {
     Done,
     /// The branch moved under us.
     Stale,
@@ -145,7 +153,7 @@ impl StatusWriter {
         before_push: impl FnMut(),
     ) -> Result<Pushed, WriteError> {
         self.push_on_tip(
-            |w, tip| w.edit_on(tip, revert, &revert.message(), true),
+            |w, tip| w.edit_on(tip, revert, &revert.message(), true, &[]),
             before_push,
         )
     }
@@ -190,13 +198,14 @@ impl StatusWriter {
     /// A commit on `tip`, with `message`, that sets the image in `revert`'s file, or `None`
     /// when the file no longer asks for the image it replaces. `with_config`: the ConfigMaps
     /// and Secrets that came in with the failed image go back too
-    /// ([`super::config_revert`]).
-    fn edit_on(
+    /// ([`super::config_revert`]). `extra`: more files (path, text) written in the same commit.
+    pub(super) fn edit_on(
         &self,
         tip: Option<Oid>,
         revert: &Revert,
         message: &str,
         with_config: bool,
+        extra: &[(String, String)],
     ) -> Result<Option<Oid>, WriteError> {
         let no_file = || RevertError::NoFile {
             path: revert.path.clone(),
@@ -206,27 +215,26 @@ impl StatusWriter {
             .find_commit(tip.ok_or_else(no_file)?)
             .map_err(GitError::from)?;
         let base = parent.tree().map_err(GitError::from)?;
-        let entry = base
-            .get_path(Path::new(&revert.path))
-            .ok()
-            .filter(|e| e.kind() == Some(ObjectType::Blob))
-            .ok_or_else(no_file)?;
-        let blob = repo.find_blob(entry.id()).map_err(GitError::from)?;
-        let max = crate::specs::ParseBudget::default().max_bytes;
-        if blob.size() > max {
-            return Err(RevertError::TooLarge {
-                path: revert.path.clone(),
-                bytes: blob.size(),
-                max,
-            }
-            .into());
-        }
-        let text = std::str::from_utf8(blob.content()).map_err(|_| no_file())?;
-        let Some(edited) = set_image(text, revert)? else {
+        let Some(edited) = super::image_edit::image_edits(repo, &base, revert)? else {
             return Ok(None);
         };
-        let id = repo.blob(edited.as_bytes()).map_err(GitError::from)?;
-        let mut edits = vec![(revert.path.as_str(), Some(id))];
+        // A file in `extra` is written as it is there (the edit is made in it already).
+        let mut edits = Vec::new();
+        for (path, text) in edited
+            .iter()
+            .filter(|(p, _)| !extra.iter().any(|(e, _)| e == p))
+        {
+            edits.push((
+                path.as_str(),
+                Some(repo.blob(text.as_bytes()).map_err(GitError::from)?),
+            ));
+        }
+        for (path, text) in extra {
+            edits.push((
+                path.as_str(),
+                Some(repo.blob(text.as_bytes()).map_err(GitError::from)?),
+            ));
+        }
         let mut message = message.to_string();
         let back = if with_config {
             super::config_revert::config_with_the_change(repo, &parent, revert)
@@ -314,50 +322,13 @@ impl StatusWriter {
             Err(GitError::NoSuchBranch { .. }) => None,
             Err(e) => return Err(e.into()),
         };
-        let Some(commit) = self.edit_on(tip, revert, &revert.message(), true)? else {
+        let Some(commit) = self.edit_on(tip, revert, &revert.message(), true, &[])? else {
             return Ok(BranchPushed::NotNeeded);
         };
         Ok(match self.push_to(branch, commit, None)? {
             PushResult::Done => BranchPushed::Pushed(commit),
             PushResult::Stale => BranchPushed::Exists,
         })
-    }
-
-    /// Finds the next environment's rollout under `p.path` at the followed branch's tip,
-    /// commits it the promoted image and pushes that to a new branch `branch`, as
-    /// [`StatusWriter::push_revert_branch`]; with the edit made (for the pull request's body).
-    pub fn push_promotion_branch(
-        &mut self,
-        p: &Promotion,
-        branch: &str,
-    ) -> Result<(BranchPushed, Option<Revert>), WriteError> {
-        self.mirror.set_deadline(self.timeout);
-        let tip = self.mirror.fetch()?;
-        let edit = {
-            let repo = self.mirror.repo();
-            let tree = repo
-                .find_commit(tip)
-                .and_then(|c| c.tree())
-                .map_err(GitError::from)?;
-            let files = yaml_files_under(repo, &tree, &p.path);
-            next_edit(
-                p,
-                files
-                    .iter()
-                    .map(|(path, text)| (path.clone(), text.as_str())),
-            )?
-        };
-        let Some(edit) = edit else {
-            return Ok((BranchPushed::NotNeeded, None));
-        };
-        let Some(commit) = self.edit_on(Some(tip), &edit, &p.message(&edit), false)? else {
-            return Ok((BranchPushed::NotNeeded, None));
-        };
-        let pushed = match self.push_to(branch, commit, None)? {
-            PushResult::Done => BranchPushed::Pushed(commit),
-            PushResult::Stale => BranchPushed::Exists,
-        };
-        Ok((pushed, Some(edit)))
     }
 
     /// The branch this writer follows (a revert pull request's base).
@@ -372,7 +343,7 @@ impl StatusWriter {
     }
 
     /// Pushes `commit` to `branch`, moving it from `tip` (`None`: creating it) only.
-    fn push_to(
+    pub(super) fn push_to(
         &self,
         branch: &str,
         commit: Oid,
@@ -464,60 +435,6 @@ impl StatusWriter {
                 Some(reason) => Err(WriteError::Refused { branch, reason }),
             },
         }
-    }
-}
-
-/// The most YAML files, the largest, and the most bytes in all, read under a promotion's
-/// path (whoever can push controls them).
-const MAX_PROMOTION_FILES: usize = 2000;
-const MAX_PROMOTION_FILE_BYTES: usize = 1024 * 1024;
-const MAX_PROMOTION_BYTES: usize = 16 * 1024 * 1024;
-
-/// The YAML files (path from the root, text) at `path` in `tree`: the file itself, or every
-/// `.yaml` and `.yml` file below the directory, within the bounds above.
-fn yaml_files_under(
-    repo: &git2::Repository,
-    tree: &git2::Tree<'_>,
-    path: &str,
-) -> Vec<(String, String)> {
-    let text = |id: Oid| {
-        repo.find_blob(id)
-            .ok()
-            .filter(|b| b.size() <= MAX_PROMOTION_FILE_BYTES)
-            .and_then(|b| String::from_utf8(b.content().to_vec()).ok())
-    };
-    let Ok(entry) = tree.get_path(Path::new(path)) else {
-        return Vec::new();
-    };
-    match entry.kind() {
-        Some(ObjectType::Blob) => text(entry.id())
-            .map(|t| vec![(path.to_string(), t)])
-            .unwrap_or_default(),
-        Some(ObjectType::Tree) => {
-            let Ok(dir) = repo.find_tree(entry.id()) else {
-                return Vec::new();
-            };
-            let mut files = Vec::new();
-            let mut bytes = 0;
-            let _ = dir.walk(git2::TreeWalkMode::PreOrder, |parent, e| {
-                let name = e.name().unwrap_or_default();
-                let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
-                if e.kind() == Some(ObjectType::Blob)
-                    && yaml
-                    && let Some(t) = text(e.id())
-                {
-                    bytes += t.len();
-                    files.push((format!("{path}/{parent}{name}"), t));
-                }
-                if files.len() >= MAX_PROMOTION_FILES || bytes >= MAX_PROMOTION_BYTES {
-                    git2::TreeWalkResult::Abort
-                } else {
-                    git2::TreeWalkResult::Ok
-                }
-            });
-            files
-        }
-        _ => Vec::new(),
     }
 }
 

@@ -96,10 +96,7 @@ impl Revert {
 /// Why a revert cannot be made; it is not tried again until the rollout or the file changes.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RevertError {
-    #[error(
-        "{path} has no {kind} {name} with a `spec.image` on the branch; it may come from a \
-         Kustomize or Helm render, which a revert commit cannot edit: set the image in Git"
-    )]
+    #[error("{path} has no {kind} {name} with a `spec.image` on the branch: set the image in Git")]
     NotInFile {
         path: String,
         kind: &'static str,
@@ -107,6 +104,8 @@ pub enum RevertError {
     },
     #[error("{path} is not in the branch (moved or deleted since the rollout was synced)")]
     NoFile { path: String },
+    #[error("cannot set the image in {path}: {reason}")]
+    Rendered { path: String, reason: String },
     #[error("{path} is {bytes} bytes, over the {max} a spec file may have; it is not edited")]
     TooLarge {
         path: String,
@@ -116,7 +115,7 @@ pub enum RevertError {
 }
 
 /// `dir` (the followed directory, `--path`) joined with `file` (relative to it).
-fn repo_path(dir: &str, file: &str) -> String {
+pub(super) fn repo_path(dir: &str, file: &str) -> String {
     let dir = dir.trim_start_matches("./").trim_matches('/');
     match dir {
         "" | "." => file.to_string(),
@@ -383,7 +382,7 @@ fn image_offset(doc: &str, image: &Spanned<String>, failed: &str) -> Option<usiz
 
 /// The documents of a YAML stream with their byte offsets, split at `---` lines as the spec
 /// loader splits them (a document keeps its marker line, which may carry content).
-fn documents(text: &str) -> Vec<(usize, &str)> {
+pub(super) fn documents(text: &str) -> Vec<(usize, &str)> {
     let mut starts = vec![0];
     let mut offset = 0;
     for line in text.split_inclusive('\n') {

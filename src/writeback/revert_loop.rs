@@ -189,7 +189,7 @@ pub async fn run(
                     key: key("CanaryStatefulSet", &o.metadata),
                     revert: revert::for_statefulset(o, &dir),
                     pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
-                    promotion: promotion::for_statefulset(o),
+                    promotion: promotion::for_statefulset(o, &dir),
                 }
             }
         })
@@ -203,7 +203,7 @@ pub async fn run(
                 key: key("CanaryDeployment", &o.metadata),
                 revert: revert::for_deployment(o, &dir),
                 pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
-                promotion: promotion::for_deployment(o),
+                promotion: promotion::for_deployment(o, &dir),
             }
         })
         .boxed();
@@ -292,14 +292,16 @@ fn event(lane: &Lane, job: &Job, outcome: &Outcome) -> Option<(bool, &'static st
         ) => Some((
             false,
             "PromotionPullRequestOpened",
-            format!("{url} gives {} {} in {}", p.target, p.image, p.path),
+            format!("{url} gives {} {} in {}", p.target, p.image, p.place()),
         )),
         (Job::Promote(p), Outcome::Merged { url }) => Some((
             false,
             "PromotionPullRequestMerged",
             format!(
                 "merged {url} (autoMerge): {} gets {} in {}; its own canary starts once synced",
-                p.target, p.image, p.path
+                p.target,
+                p.image,
+                p.place()
             ),
         )),
         (_, Outcome::Closed(n)) if *n > 0 => Some((

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::promotion::Promotion;
+use super::promotion_branch::PromotionPushed;
 use super::pull_request::PullRequests;
 use super::push::{BranchPushed, Pushed, StatusWriter, WriteError};
 use super::revert::{BRANCH_PREFIX, Revert};
@@ -154,18 +155,21 @@ impl Reverter {
                 let (promotion, branch) = (p.clone(), p.branch());
                 let pushed = {
                     let branch = branch.clone();
-                    self.with_writer(move |w| {
-                        let base = w.branch().to_string();
-                        w.push_promotion_branch(&promotion, &branch)
-                            .map(|(p, e)| (p, e, base))
-                    })
-                    .await
+                    self.with_writer(move |w| w.push_promotion_branch(&promotion, &branch))
+                        .await
                 };
-                let (edit, base) = match pushed {
-                    Ok((BranchPushed::NotNeeded, _, _) | (_, None, _)) => {
-                        return Outcome::Unchanged;
-                    }
-                    Ok((_, Some(edit), base)) => (edit, base),
+                let (edit, base, carried) = match pushed {
+                    Ok(PromotionPushed {
+                        pushed: BranchPushed::NotNeeded,
+                        ..
+                    })
+                    | Ok(PromotionPushed { edit: None, .. }) => return Outcome::Unchanged,
+                    Ok(PromotionPushed {
+                        edit: Some(edit),
+                        base,
+                        carried,
+                        ..
+                    }) => (edit, base, carried),
                     Err(e) => return failed(e),
                 };
                 let change = Proposal {
@@ -173,7 +177,7 @@ impl Reverter {
                     branch,
                     base,
                     title: p.title(),
-                    body: p.body(&edit),
+                    body: p.body(&edit, &carried),
                 };
                 let Some(host) = &self.host else {
                     return Outcome::Unchanged;

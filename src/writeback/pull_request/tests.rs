@@ -1,4 +1,6 @@
 use super::*;
+use crate::writeback::commit_status::Provider;
+use serde_json::json;
 
 fn cfg(provider: Provider, api: &str, repo: &str) -> CommitStatusConfig {
     CommitStatusConfig {
@@ -24,11 +26,11 @@ fn each_provider_gets_its_documented_requests() {
         body: "why",
     };
     let gh = cfg(Provider::Github, "https://api.github.com/", "acme/gitops");
-    let r = request(&gh, "t", &Call::ListOpen);
+    let r = request(&gh, "t", &Call::ListOpen { page: 1 });
     assert_eq!(r.method, reqwest::Method::GET);
     assert_eq!(
         r.url,
-        "https://api.github.com/repos/acme/gitops/pulls?state=open&per_page=100"
+        "https://api.github.com/repos/acme/gitops/pulls?state=open&per_page=100&page=1"
     );
     assert_eq!(r.headers[0], ("authorization", "Bearer t".to_string()));
     let r = request(&gh, "t", &open);
@@ -50,13 +52,13 @@ fn each_provider_gets_its_documented_requests() {
 
     let gl = cfg(Provider::Gitlab, "https://gitlab.com/api/v4", "acme/gitops");
     assert_eq!(
-        request(&gh, "t", &Call::ListClosed).url,
-        "https://api.github.com/repos/acme/gitops/pulls?state=closed&per_page=100"
+        request(&gh, "t", &Call::ListClosed { page: 2 }).url,
+        "https://api.github.com/repos/acme/gitops/pulls?state=closed&per_page=100&page=2"
     );
-    let r = request(&gl, "t", &Call::ListOpen);
+    let r = request(&gl, "t", &Call::ListOpen { page: 1 });
     assert_eq!(
         r.url,
-        "https://gitlab.com/api/v4/projects/acme%2Fgitops/merge_requests?state=opened&per_page=100"
+        "https://gitlab.com/api/v4/projects/acme%2Fgitops/merge_requests?state=opened&per_page=100&page=1"
     );
     assert_eq!(r.headers, vec![("private-token", "t".to_string())]);
     let r = request(&gl, "t", &open);
@@ -154,4 +156,123 @@ fn a_rate_limited_or_failing_host_is_asked_again_and_a_refusal_is_not() {
     assert!(refused(502).retryable());
     assert!(!refused(403).retryable());
     assert!(!refused(422).retryable());
+}
+
+/// Bitbucket Cloud's documented pull request calls and answers.
+#[test]
+fn bitbucket_gets_its_documented_requests_and_its_answers_are_read() {
+    let bb = cfg(
+        Provider::Bitbucket,
+        "https://api.bitbucket.org/2.0",
+        "acme/gitops",
+    );
+    let base = "https://api.bitbucket.org/2.0/repositories/acme/gitops/pullrequests";
+    let r = request(&bb, "t", &Call::ListOpen { page: 3 });
+    assert_eq!(
+        (r.method, r.url),
+        (
+            reqwest::Method::GET,
+            format!("{base}?state=OPEN&pagelen=50&page=3")
+        )
+    );
+    assert_eq!(r.headers, vec![("authorization", "Bearer t".to_string())]);
+    assert_eq!(
+        request(&bb, "t", &Call::ListClosed { page: 1 }).url,
+        format!("{base}?state=DECLINED&state=MERGED&pagelen=50&page=1")
+    );
+    let open = Call::Open {
+        head: HEAD,
+        base: "production",
+        title: "Promote",
+        body: "why",
+    };
+    let r = request(&bb, "t", &open);
+    assert_eq!((r.method, r.url.as_str()), (reqwest::Method::POST, base));
+    assert_eq!(
+        r.body.unwrap(),
+        json!({"title": "Promote", "description": "why",
+            "source": {"branch": {"name": HEAD}}, "destination": {"branch": {"name": "production"}},
+            "close_source_branch": true})
+    );
+    let r = request(&bb, "t", &Call::Close { number: 7 });
+    assert_eq!(
+        (r.method, r.url, r.body),
+        (reqwest::Method::POST, format!("{base}/7/decline"), None)
+    );
+    let r = request(
+        &bb,
+        "t",
+        &Call::Merge {
+            number: 7,
+            title: "Promote",
+        },
+    );
+    assert_eq!(r.url, format!("{base}/7/merge"));
+    assert_eq!(r.body.unwrap()["merge_strategy"], "merge_commit");
+    let page = json!({"pagelen": 50, "values": [
+        {"id": 7, "source": {"branch": {"name": format!("{HEAD}/x")}},
+         "links": {"html": {"href": "https://bitbucket.org/acme/gitops/pull-requests/7"}}}]});
+    let (found, held) = listed(Provider::Bitbucket, &page);
+    assert_eq!(held, 1);
+    assert_eq!(found[0].0, format!("{HEAD}/x"));
+    assert_eq!(found[0].1.number, 7);
+    assert_eq!(
+        opened(
+            Provider::Bitbucket,
+            &json!({"id": 8, "links": {"html": {"href": "u"}}})
+        ),
+        Some(PullRequest {
+            number: 8,
+            url: "u".into()
+        })
+    );
+}
+
+/// Regression: only the first page of pull requests was read, so past 100 open ones a
+/// restarted agent did not find its own and opened a second.
+#[tokio::test]
+async fn every_page_of_open_pull_requests_is_read_until_one_is_not_full() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let pages = std::sync::Arc::new(AtomicU32::new(0));
+    let served = pages.clone();
+    let app = axum::Router::new().route(
+        "/repos/acme/gitops/pulls",
+        axum::routing::get(
+            move |uri: axum::http::Uri| {
+                let served = served.clone();
+                async move {
+                    served.fetch_add(1, Ordering::SeqCst);
+                    let page: usize = uri
+                        .query()
+                        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("page=")))
+                        .and_then(|p| p.parse().ok())
+                        .unwrap_or(1);
+                    // Two full pages of other pull requests, then linnet's on the third.
+                    let list: Vec<serde_json::Value> = match page {
+                        1 | 2 => (0..100)
+                            .map(|i| json!({"number": page * 1000 + i, "head": {"ref": format!("feature-{i}")}}))
+                            .collect(),
+                        3 => vec![json!({"number": 42, "html_url": "https://h/pull/42",
+                            "head": {"ref": format!("{HEAD}/x")}})],
+                        _ => Vec::new(),
+                    };
+                    axum::Json(serde_json::Value::Array(list))
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let token = tempfile::NamedTempFile::new().unwrap();
+    let mut config = cfg(Provider::Github, &format!("http://{addr}"), "acme/gitops");
+    config.token_file = token.path().to_path_buf();
+    let host = PullRequests::new(config).unwrap();
+    let found = host.open_with_prefix(HEAD).await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1.number, 42);
+    assert_eq!(pages.load(Ordering::SeqCst), 3);
+    // Listed once per batch: a second lookup asks nothing.
+    host.open_with_prefix("other/").await.unwrap();
+    assert_eq!(pages.load(Ordering::SeqCst), 3);
 }

@@ -601,6 +601,47 @@ async fn promotion_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {
     pull_requests_from(gitea, "linnet/promote/").await
 }
 
+/// Staging's `redis` as production's `redis-prod`.
+fn as_production(staging: &str) -> String {
+    staging
+        .replace("  name: redis\n", "  name: redis-prod\n")
+        .replace("serviceName: redis\n", "serviceName: redis-prod\n")
+        .replace("app: redis\n", "app: redis-prod\n")
+}
+
+/// Waits for staging's canary (`redis`), then pushes its promote annotation.
+async fn promote_staging_once_its_canary_runs(api: &Api<CanaryStatefulSet>, work: &Path) {
+    eventually("staging's canary", Duration::from_secs(60), || async {
+        api.get_opt("redis")
+            .await
+            .unwrap()
+            .filter(|o| phase(o) == Some(StatefulSetPhase::CanaryActive))
+    })
+    .await;
+    support::edit_file(
+        work,
+        "apps/redis/redis.yaml",
+        "  name: redis\n",
+        "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
+    );
+    commit_and_push(work, "promote staging's redis 7.4");
+}
+
+/// Waits for linnet's promotion pull request, and checks there is one.
+async fn one_promotion_pull_request(gitea: &Gitea) -> Vec<(i64, String)> {
+    let prs = eventually(
+        "a promotion pull request",
+        Duration::from_secs(60),
+        || async {
+            let prs = promotion_pull_requests(gitea).await;
+            (!prs.is_empty()).then_some(prs)
+        },
+    )
+    .await;
+    assert_eq!(prs.len(), 1, "{prs:?}");
+    prs
+}
+
 /// Issue 50: staging passes, and production gets exactly that image by pull request (one,
 /// found again after a `kill -9`); merging it starts production's own canary.
 #[tokio::test]
@@ -613,10 +654,7 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     let (gitea, ca_file, work) = gitea_with_example(tmp.path(), &ns.name).await;
     // Production: the same CanaryStatefulSet as `redis-prod` in `production/`.
     let staging = std::fs::read_to_string(work.join("apps/redis/redis.yaml")).unwrap();
-    let production = staging
-        .replace("  name: redis\n", "  name: redis-prod\n")
-        .replace("serviceName: redis\n", "serviceName: redis-prod\n")
-        .replace("app: redis\n", "app: redis-prod\n");
+    let production = as_production(&staging);
     std::fs::create_dir_all(work.join("production")).unwrap();
     std::fs::write(work.join("production/redis.yaml"), &production).unwrap();
     support::edit_file(
@@ -676,20 +714,7 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     // Staging canaries 7.4 and is promoted.
     set_redis_images(&work, "redis:7.2", "redis:7.4");
     commit_and_push(&work, "staging: redis 7.4");
-    eventually("staging's canary", Duration::from_secs(60), || async {
-        api.get_opt("redis")
-            .await
-            .unwrap()
-            .filter(|o| phase(o) == Some(StatefulSetPhase::CanaryActive))
-    })
-    .await;
-    support::edit_file(
-        &work,
-        "apps/redis/redis.yaml",
-        "  name: redis\n",
-        "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
-    );
-    commit_and_push(&work, "promote staging's redis 7.4");
+    promote_staging_once_its_canary_runs(&api, &work).await;
     wait(
         "redis",
         "staging Stable on 7.4",
@@ -698,16 +723,7 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     )
     .await;
 
-    let prs = eventually(
-        "a promotion pull request",
-        Duration::from_secs(60),
-        || async {
-            let prs = promotion_pull_requests(&gitea).await;
-            (!prs.is_empty()).then_some(prs)
-        },
-    )
-    .await;
-    assert_eq!(prs.len(), 1, "{prs:?}");
+    let prs = one_promotion_pull_request(&gitea).await;
     let (number, branch) = prs[0].clone();
     assert!(
         branch.starts_with(&format!("linnet/promote/{}/redis/", ns.name)),
@@ -919,10 +935,7 @@ async fn a_promotion_to_another_branch_carries_the_config_keys_that_changed_with
     git(&work, &["checkout", "-q", "--orphan", "production"]);
     git(&work, &["rm", "-rqf", "."]);
     std::fs::create_dir_all(work.join("production")).unwrap();
-    let production = staging
-        .replace("  name: redis\n", "  name: redis-prod\n")
-        .replace("serviceName: redis\n", "serviceName: redis-prod\n")
-        .replace("app: redis\n", "app: redis-prod\n")
+    let production = as_production(&staging)
         .replace(
             &format!("namespace: {}\n", ns.name),
             &format!("namespace: {}\n", prod_ns.name),
@@ -976,32 +989,10 @@ async fn a_promotion_to_another_branch_carries_the_config_keys_that_changed_with
     .unwrap();
     git(&work, &["add", "-A"]);
     commit_and_push(&work, "staging: redis 7.4, verbose logs, 200mb");
-    eventually("staging's canary", Duration::from_secs(60), || async {
-        api.get_opt("redis")
-            .await
-            .unwrap()
-            .filter(|o| phase(o) == Some(StatefulSetPhase::CanaryActive))
-    })
-    .await;
-    support::edit_file(
-        &work,
-        "apps/redis/redis.yaml",
-        "  name: redis\n",
-        "  name: redis\n  annotations:\n    rollouts.linnet.dev/promote: \"true\"\n",
-    );
-    commit_and_push(&work, "promote staging's redis 7.4");
+    promote_staging_once_its_canary_runs(&api, &work).await;
     stable_on("redis:7.4").await;
 
-    let prs = eventually(
-        "a promotion pull request",
-        Duration::from_secs(60),
-        || async {
-            let prs = promotion_pull_requests(&gitea).await;
-            (!prs.is_empty()).then_some(prs)
-        },
-    )
-    .await;
-    assert_eq!(prs.len(), 1, "{prs:?}");
+    let prs = one_promotion_pull_request(&gitea).await;
     let (number, branch) = prs[0].clone();
     let pr = gitea
         .ok(

@@ -256,10 +256,10 @@ where
     // Watched whether or not the cluster serves HTTPRoutes now: a Gateway API installed after
     // the agent started is picked up at the next retry (at most a minute apart, so a cluster
     // without it costs one cheap 404 a minute).
-    let routes = watcher(
+    let routes = crate::watch::backoff::hold_init(watcher(
         Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &http_route_resource()),
         kube::runtime::watcher::Config::default(),
-    )
+    ))
     .backoff(route_watch_backoff())
     .touched_objects()
     .flat_map(move |route| {

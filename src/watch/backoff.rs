@@ -55,9 +55,73 @@ impl Backoff for NoTriggerBackoff {
     fn reset(&mut self) {}
 }
 
+/// `stream` (a watcher's) with each `Init` held back until the list that follows it answers:
+/// given with the list's first item, dropped when the list fails. kube's watcher says `Init`
+/// before it lists, and `StreamBackoff` resets on any `Ok`, so a list that always fails (a
+/// 404 for a kind the cluster does not serve) was retried at the first wait for ever, never
+/// the longer ones. A reflector still sees `Init` before the list's objects.
+pub fn hold_init<K, E>(
+    stream: impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, E>> + Send,
+) -> impl futures::Stream<Item = Result<kube::runtime::watcher::Event<K>, E>> + Send
+where
+    K: Send,
+    E: Send,
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+    let mut held = false;
+    stream.flat_map(move |item| {
+        let out = match item {
+            Ok(Event::Init) => {
+                held = true;
+                Vec::new()
+            }
+            Err(e) => {
+                held = false;
+                vec![Err(e)]
+            }
+            Ok(event) if std::mem::take(&mut held) => vec![Ok(Event::Init), Ok(event)],
+            Ok(event) => vec![Ok(event)],
+        };
+        futures::stream::iter(out)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_init_whose_list_fails_is_dropped_so_the_backoff_grows() {
+        use futures::StreamExt;
+        use kube::runtime::watcher::Event;
+        let events: Vec<Result<Event<u8>, &str>> = vec![
+            Ok(Event::Init),
+            Err("404"),
+            Ok(Event::Init),
+            Err("404"),
+            Ok(Event::Init),
+            Ok(Event::InitApply(1)),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(2)),
+        ];
+        let out: Vec<String> = hold_init(futures::stream::iter(events))
+            .map(|e| match e {
+                Ok(Event::Init) => "init".to_string(),
+                Ok(Event::InitApply(n)) => format!("init-apply {n}"),
+                Ok(Event::InitDone) => "init-done".to_string(),
+                Ok(Event::Apply(n)) => format!("apply {n}"),
+                Ok(Event::Delete(n)) => format!("delete {n}"),
+                Err(e) => e.to_string(),
+            })
+            .collect()
+            .await;
+        // No Ok between the two failures: kube's StreamBackoff is not reset by them.
+        assert_eq!(
+            out,
+            ["404", "404", "init", "init-apply 1", "init-done", "apply 2"]
+        );
+    }
 
     #[test]
     fn a_watch_waits_at_most_a_few_seconds_between_tries() {

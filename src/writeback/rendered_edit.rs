@@ -13,7 +13,7 @@
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use super::revert::RevertError;
+use super::revert::{RevertError, image_offset, plain_safe};
 
 /// The file a rendered rollout's source path names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,42 +168,18 @@ fn not_found(path: &str, value: &str) -> RevertError {
 /// The byte range of `scalar`'s value in `text` and what replaces it (quoted as it was, or
 /// double-quoted when a plain scalar would read back as something else).
 fn scalar_edit(text: &str, scalar: &Spanned<String>, with: &str) -> Option<(usize, usize, String)> {
-    let line = usize::try_from(scalar.defined.line())
-        .ok()?
-        .checked_sub(1)?;
-    let column = usize::try_from(scalar.defined.column())
-        .ok()?
-        .saturating_sub(1);
-    let line_start: usize = text.split_inclusive('\n').take(line).map(str::len).sum();
-    let line_text = text[line_start..].lines().next()?;
-    let from = line_text
-        .char_indices()
-        .nth(column)
-        .map_or(line_text.len(), |(i, _)| i);
-    let found = line_text[from..].find(scalar.value.as_str())?;
-    let at = line_start + from + found;
-    let quoted = text[..at].ends_with(['"', '\'']);
-    let with = if quoted || plain_string(with) {
+    let at = image_offset(text, scalar, &scalar.value)?;
+    Some((at, scalar.value.len(), quoted_as_needed(&text[..at], with)))
+}
+
+/// `with` as it may follow `before`: as it is inside quotes or where a plain scalar reads back
+/// the same, else double-quoted (JSON's string syntax is YAML's).
+fn quoted_as_needed(before: &str, with: &str) -> String {
+    if before.ends_with(['"', '\'']) || plain_safe(with) {
         with.to_string()
     } else {
         serde_json::Value::String(with.to_string()).to_string()
-    };
-    Some((at, scalar.value.len(), with))
-}
-
-/// Whether `s` reads back as the same string as a plain YAML scalar (not a number, not a
-/// boolean, no indicator).
-fn plain_string(s: &str) -> bool {
-    !s.is_empty()
-        && s.parse::<f64>().is_err()
-        && !matches!(
-            s.to_ascii_lowercase().as_str(),
-            "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "~"
-        )
-        && !s.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@`".contains(c) || c.is_whitespace())
-        && !s.contains(": ")
-        && !s.contains(" #")
-        && !s.contains(['\n', '\r', '\t'])
+    }
 }
 
 /// `text` with an `images:` entry for `repo` at `tag`: under its `images:` (a block list),
@@ -348,12 +324,7 @@ pub fn set_values_image(text: &str, from: Option<&str>, to: &str) -> ValuesEdit 
             return ValuesEdit::Already;
         }
         let mut out = text.to_string();
-        let quoted = line[..at].ends_with(['"', '\'']);
-        let with = if quoted || plain_string(with) {
-            with.to_string()
-        } else {
-            serde_json::Value::String(with.to_string()).to_string()
-        };
+        let with = quoted_as_needed(&line[..at], with);
         out.replace_range(start + at..start + at + value.len(), &with);
         return ValuesEdit::Edited(out);
     }

@@ -353,9 +353,15 @@ pub fn holds_only_config(text: &str) -> bool {
     any && all
 }
 
-/// Whether `s` reads back as the same string when written as a plain YAML scalar.
-fn plain_safe(s: &str) -> bool {
+/// Whether `s` reads back as the same string when written as a plain YAML scalar (not a
+/// number or a boolean, no indicator).
+pub(super) fn plain_safe(s: &str) -> bool {
     !s.is_empty()
+        && s.parse::<f64>().is_err()
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "~"
+        )
         && !s.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@`".contains(c) || c.is_whitespace())
         && !s.ends_with(char::is_whitespace)
         && !s.contains(": ")
@@ -365,7 +371,7 @@ fn plain_safe(s: &str) -> bool {
 
 /// The byte offset in `doc` of the failed image's characters in the scalar at `image`'s
 /// location (the line it is defined on, from its column on).
-fn image_offset(doc: &str, image: &Spanned<String>, failed: &str) -> Option<usize> {
+pub(super) fn image_offset(doc: &str, image: &Spanned<String>, failed: &str) -> Option<usize> {
     let line = usize::try_from(image.defined.line()).ok()?.checked_sub(1)?;
     let column = usize::try_from(image.defined.column())
         .ok()?

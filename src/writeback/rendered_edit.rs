@@ -236,7 +236,7 @@ struct HelmFile {
 /// The values files of a `linnet-helm.yaml` at `path` (from the repository's root), the last
 /// first, after the file itself (its inline `values:` are merged last).
 pub fn helm_value_sources(path: &str, text: &str) -> Vec<String> {
-    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    let dir = crate::render::dir_of(path);
     let files: Vec<String> = serde_saphyr::from_str_with_options::<HelmFile>(
         text,
         crate::specs::bounded_parser_options(),
@@ -244,23 +244,14 @@ pub fn helm_value_sources(path: &str, text: &str) -> Vec<String> {
     .map(|h| h.values_files)
     .unwrap_or_default();
     let mut out = vec![path.to_string()];
-    out.extend(files.iter().rev().map(|f| normalize(dir, f)));
+    // A values file outside the repository is not the release's (the renderer refuses it).
+    out.extend(
+        files
+            .iter()
+            .rev()
+            .filter_map(|f| crate::render::join_relative(dir, f)),
+    );
     out
-}
-
-/// `dir/file` with `.` and `..` resolved.
-fn normalize(dir: &str, file: &str) -> String {
-    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
-    for part in file.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    parts.join("/")
 }
 
 /// What a values file does with the image.

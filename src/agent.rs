@@ -82,7 +82,8 @@ pub async fn run(
     .with_source_account(controller::source_account::SourceAccount::new(
         config.apply_as.clone(),
         Some(kube_config.clone()),
-    ));
+    ))
+    .with_first_status_wait(config.first_status_wait);
     let (release_shards, shard_release) = tokio::sync::watch::channel(false);
     let mut shard_holders = Vec::new();
     if let Some(leader) = &sharded {

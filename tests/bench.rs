@@ -48,6 +48,14 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
             "{floor} was not measured:\n{table}"
         );
     }
+    // kube-apiserver's CPU and the agent's three peaks (issue 51).
+    for context in &run::CONTEXT[9..] {
+        assert!(
+            rows.iter()
+                .any(|r| r.figure == *context && r.samples == 1 && r.median > 0.0),
+            "{context} was not measured:\n{table}"
+        );
+    }
     // A new set's status is written at least once by the StatefulSet controller: a count of 0
     // means the API server's request counts were not matched.
     let status_writes = rows.iter().find(|r| r.figure == run::FLOOR[1]);

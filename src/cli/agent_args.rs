@@ -197,6 +197,12 @@ pub struct AgentArgs {
     /// too low a limit slows it down.
     #[arg(long, default_value_t = crate::controller::MAX_CONCURRENT_RECONCILES, env = "LINNET_MAX_CONCURRENT_RECONCILES")]
     pub max_concurrent_reconciles: u16,
+    /// How long a new rollout's first status waits for its StatefulSet or Deployment to be
+    /// ready, so that a rollout that starts as Git asks costs one status write (Stable or
+    /// Completed), not two (Initializing, then Stable). A move to any other phase, a refused
+    /// spec or a failed action is written at once. 0s writes Initializing at once.
+    #[arg(long, default_value = "30s", value_parser = super::args::parse_duration, env = "LINNET_FIRST_STATUS_WAIT")]
+    pub first_status_wait: std::time::Duration,
     /// The directory whose files an AnalysisTemplate may name as `bearerTokenFile` or
     /// `caFile` (e.g. a mounted Secret). A template from Git can name no other file: it
     /// could otherwise send the agent's own credentials to a server of its choosing.

@@ -159,6 +159,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             _ => None,
         },
         max_concurrent_reconciles: args.max_concurrent_reconciles,
+        first_status_wait: args.first_status_wait,
         analysis: crate::controller::analysis::Policy {
             files_dir: args.analysis_files_dir.clone(),
             url_prefixes: args.analysis_url_prefix.clone(),

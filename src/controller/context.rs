@@ -37,6 +37,9 @@ pub struct Context {
     pub config_collected: super::config_copies::Collected,
     /// The source's account, which reads and copies Secrets (`versionedConfig`).
     pub source_account: super::source_account::SourceAccount,
+    /// How long a new rollout's first status waits for its children to be ready
+    /// ([`crate::plan::first_status`]).
+    pub first_status_wait: std::time::Duration,
 }
 
 impl Context {
@@ -70,7 +73,14 @@ impl Context {
             shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
             config_collected: Default::default(),
             source_account: super::source_account::SourceAccount::agent(),
+            first_status_wait: crate::plan::first_status::FIRST_STATUS_WAIT,
         }
+    }
+
+    /// This context with `wait` for a new rollout's first status (0 writes it at once).
+    pub fn with_first_status_wait(mut self, wait: std::time::Duration) -> Context {
+        self.first_status_wait = wait;
+        self
     }
 
     /// This context acting as `account` where the source's rights are wanted.

@@ -305,7 +305,22 @@ where
         &format!("{ns}/{name}"),
         planned.status.phase().map(crate::api::WireName::wire_name),
     );
-    let written = write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?;
+    // A new rollout that only waits for its children: its first status waits for Stable.
+    let first_status_wait = crate::plan::first_status::first_status_wait(
+        rollout.status(),
+        &planned,
+        rollout.meta().creation_timestamp.as_ref().map(|t| t.0),
+        now,
+        ctx.first_status_wait,
+    );
+    let written = match first_status_wait {
+        Some(wait) => {
+            tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "new rollout initializing; its first status waits for its children to be ready");
+            planned.requeue_after = Some(planned.requeue_after.map_or(wait, |r| r.min(wait)));
+            StatusWrite::Unchanged
+        }
+        None => write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?,
+    };
     for action in &planned.actions {
         tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
         if let Err(e) = execute(action, ctx, ns, &name, &observed).await {

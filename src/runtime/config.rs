@@ -68,6 +68,8 @@ pub struct AgentConfig {
     pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
     /// Reconciles in flight at once per controller; 0 means no limit.
     pub max_concurrent_reconciles: u16,
+    /// How long a new rollout's first status waits for its children to be ready.
+    pub first_status_wait: std::time::Duration,
     /// What analysis from Git may reach: files and URLs.
     pub analysis: crate::controller::analysis::Policy,
     /// Where the agent keeps its LinnetSource: its own namespace.

@@ -25,7 +25,7 @@ use super::actions::Action;
 use super::analysis::{self, BACKGROUND, Resolved, Verdict};
 use super::batch;
 use super::machine::{
-    self, Finished, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning,
+    self, Finished, Machine, Next, Standing, annotation_acts, elapsed, go, go_quietly, go_warning,
 };
 use super::objects::{RolloutRef, stamp};
 pub use super::observed::DeploymentView;

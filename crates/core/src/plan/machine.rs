@@ -22,6 +22,9 @@ pub(crate) enum Next<P> {
         warning: bool,
         /// Keep the actions the phase emitted before it moved on (its last step).
         keep: bool,
+        /// Publish an event for the move. An ordinary start is not announced: it is one
+        /// write per new rollout in a first sync (issue 51), and the status says it.
+        announce: bool,
     },
 }
 
@@ -32,6 +35,19 @@ pub(crate) fn go<P>(phase: P, reason: &'static str, message: String) -> Next<P> 
         message,
         warning: false,
         keep: false,
+        announce: true,
+    }
+}
+
+/// A move with no event: a new rollout that became ready as Git asked.
+pub(crate) fn go_quietly<P>(phase: P, message: String) -> Next<P> {
+    Next::Go {
+        phase,
+        reason: "",
+        message,
+        warning: false,
+        keep: false,
+        announce: false,
     }
 }
 
@@ -42,6 +58,7 @@ pub(crate) fn go_warning<P>(phase: P, reason: &'static str, message: String) -> 
         message,
         warning: true,
         keep: false,
+        announce: true,
     }
 }
 
@@ -53,6 +70,7 @@ pub(crate) fn keeping<P>(next: Next<P>) -> Next<P> {
             reason,
             message,
             warning,
+            announce,
             ..
         } => Next::Go {
             phase,
@@ -60,6 +78,7 @@ pub(crate) fn keeping<P>(next: Next<P>) -> Next<P> {
             message,
             warning,
             keep: true,
+            announce,
         },
         stay => stay,
     }
@@ -230,7 +249,7 @@ struct Driven<P> {
     pub message: String,
     /// Every phase entered, in order.
     pub entered: Vec<P>,
-    /// One event per move.
+    /// One event per announced move.
     pub events: Vec<PlanEvent>,
 }
 
@@ -259,14 +278,17 @@ where
                 message,
                 warning,
                 keep,
+                announce,
             } => {
                 m.moved_on(mark, keep);
                 m.enter(phase, &message);
-                out.events.push(PlanEvent {
-                    warning,
-                    reason,
-                    message: message.clone(),
-                });
+                if announce {
+                    out.events.push(PlanEvent {
+                        warning,
+                        reason,
+                        message: message.clone(),
+                    });
+                }
                 out.entered.push(phase);
                 out.message = message;
             }

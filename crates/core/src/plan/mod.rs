@@ -10,6 +10,7 @@
 //! - [`config`]: the ConfigMap and Secret copies each version's pods mount (`versionedConfig`);
 //! - [`traffic`]: the Services and HTTPRoute weights of a rollout with `trafficRouting`;
 //! - [`actions`]: what a plan asks the controller to do;
+//! - [`first_status`]: when a new rollout's first status is written;
 //! - `machine`: the one driver of both phase machines ([`RolloutStatus`], `machine::plan`),
 //!   and the condition helpers they share.
 
@@ -18,6 +19,7 @@ pub mod analysis;
 pub mod batch;
 pub mod config;
 pub mod deployment;
+pub mod first_status;
 pub mod handoff;
 mod machine;
 pub mod objects;

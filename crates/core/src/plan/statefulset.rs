@@ -16,7 +16,8 @@ use super::actions::Action;
 use super::analysis::{self, BACKGROUND, Resolved, Verdict, gate_run};
 use super::handoff::{HandoffStep, Move, handoff_step, named_volume};
 use super::machine::{
-    self, Finished, Machine, Next, Standing, annotation_acts, elapsed, go, go_warning, keeping,
+    self, Finished, Machine, Next, Standing, annotation_acts, elapsed, go, go_quietly, go_warning,
+    keeping,
 };
 use super::objects::{
     Role, RolloutRef, SetShape, applied_hash, claim_name, claim_templates, migration_job,

@@ -16,9 +16,8 @@ impl<'a> Planner<'a> {
         let d = self.ensure(&name, &image, total);
         if d.is_some_and(|d| d.complete(total)) {
             self.delete_others(&name);
-            return go(
+            return go_quietly(
                 Phase::Completed,
-                "Available",
                 format!("{total}/{total} replicas available on {image}"),
             );
         }

@@ -294,6 +294,14 @@ impl Sim {
 use BatchState::{Finished, InProgress, Pending};
 
 #[test]
+fn an_ordinary_start_completes_without_an_event() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.run_until("Completed", |s| s.phase() == Some(Phase::Completed));
+    assert_eq!(s.status.ready.as_deref(), Some("4/4"));
+    assert!(s.events.is_empty(), "issue 51: {:?}", s.events);
+}
+
+#[test]
 fn the_seeds_example_pauses_after_batch_one_and_finishes_on_approval() {
     let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
     s.completed_on("web:1");

@@ -186,11 +186,7 @@ impl<'a> Planner<'a> {
         let r = self.replicas();
         let set = self.ensure(self.main_shape(&image, r, 0)).cloned();
         if Self::settled(set.as_ref(), r) {
-            return go(
-                Phase::Stable,
-                "Available",
-                format!("{r}/{r} replicas ready on {image}"),
-            );
+            return go_quietly(Phase::Stable, format!("{r}/{r} replicas ready on {image}"));
         }
         Next::Stay(format!(
             "starting {r} replicas of {image} ({} ready)",

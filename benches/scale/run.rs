@@ -1106,7 +1106,14 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
         peak_row(size, CONTEXT[12], per_run(&|s| s.peak_steady_mib)),
         Row {
             figure: CONTEXT[13],
-            ..row(size, 12, "writes", per_run(&|s| s.initial_agent_writes), "-", None)
+            ..row(
+                size,
+                12,
+                "writes",
+                per_run(&|s| s.initial_agent_writes),
+                "-",
+                None,
+            )
         },
         Row {
             figure: CONTEXT[2],

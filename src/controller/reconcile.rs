@@ -269,7 +269,9 @@ where
         K::recorded_config(&status),
     )
     .await?;
-    if let (true, Some(wait)) = (newer_config, spec_behind(ctx, rollout, ns).await?) {
+    // Only then: a tuple of the two read the rollout on every reconcile (issue 51: 6.8
+    // reads a rollout in a first sync of 1,000).
+    if newer_config && let Some(wait) = spec_behind(ctx, rollout, ns).await? {
         return Ok(wait);
     }
     observed.config = config.clone();

@@ -210,8 +210,9 @@ impl Syncer {
             return Ok(());
         };
         let live = to_value(live, &ar);
-        let git = desired.object.get("spec").cloned().unwrap_or(Value::Null);
-        let wanted = spec_hash_of(&key.kind, &desired.object);
+        let desired_value = desired.value();
+        let git = desired_value.get("spec").cloned().unwrap_or(Value::Null);
+        let wanted = spec_hash_of(&key.kind, &desired_value);
         if spec_hash_of(&key.kind, &live) == wanted {
             return Ok(());
         }
@@ -435,7 +436,7 @@ async fn list_live(
                 name: object.metadata.name.clone().unwrap_or_default(),
             };
             let kept = match desired.get(&key) {
-                Some(d) => project_owned(&d.object, &to_value(object, ar)),
+                Some(d) => project_owned(&d.value(), &to_value(object, ar)),
                 None if only_desired => continue,
                 None => identity_only(&to_value(object, ar)),
             };

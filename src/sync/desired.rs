@@ -18,14 +18,23 @@ pub const APPLIED_HASH_ANNOTATION: &str = "rollouts.linnet.dev/applied-hash";
 #[derive(Clone, Debug, PartialEq)]
 pub struct DesiredObject {
     pub key: ObjectKey,
-    /// The full object to apply, labels and annotations included.
-    pub object: Value,
+    /// The full object to apply, labels and annotations included, as compact JSON text:
+    /// parsed where it is compared or sent. As a `Value` each of 10,000 rollouts held several
+    /// times its text for the whole of a full sync, the agent's highest peaks (issue 51).
+    pub object: Spec,
     /// Hash of the object's content; equal hashes mean nothing to apply.
     pub hash: String,
     /// The file it came from.
     pub source_path: String,
     /// Where in that file its document starts.
     pub location: Location,
+}
+
+impl DesiredObject {
+    /// The object to apply, parsed.
+    pub fn value(&self) -> Value {
+        self.object.to_json()
+    }
 }
 
 /// Builds the desired set from loaded specs. `source` names this agent's source (label);
@@ -47,7 +56,7 @@ pub fn desired_object(loaded: &LoadedObject, source: &str, revision: &str) -> De
     }
     DesiredObject {
         key: loaded.key.clone(),
-        object,
+        object: Spec::new(&object),
         hash,
         source_path: loaded.location.file.clone(),
         location: loaded.location.clone(),
@@ -282,7 +291,8 @@ mod tests {
     fn objects_carry_linnets_labels_and_annotations() {
         let d = desired_set(&specs(CM), "prod", "abc123");
         assert_eq!(d.len(), 1);
-        let meta = &d[0].object["metadata"];
+        let value = d[0].value();
+        let meta = &value["metadata"];
         assert_eq!(meta["labels"][MANAGED_BY_LABEL], "linnet");
         assert_eq!(meta["labels"][SOURCE_LABEL], "prod");
         assert_eq!(meta["annotations"][SOURCE_PATH_ANNOTATION], "app.yaml");
@@ -357,7 +367,7 @@ mod tests {
             changes
                 .changed
                 .iter()
-                .all(|d| d.object["metadata"]["annotations"][REVISION_ANNOTATION] == "r3")
+                .all(|d| d.value()["metadata"]["annotations"][REVISION_ANNOTATION] == "r3")
         );
     }
 

@@ -193,9 +193,10 @@ fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
         .and_then(Value::as_str);
-    live_hash == Some(desired.hash.as_str())
-        && is_subset(&comparable(&desired.object, live), live)
-        && has_finalizers(&desired.object, live)
+    live_hash == Some(desired.hash.as_str()) && {
+        let want = desired.value();
+        is_subset(&comparable(&want, live), live) && has_finalizers(&want, live)
+    }
 }
 
 /// The fields Git sets that were changed in the cluster since linnet applied this very content
@@ -210,8 +211,9 @@ pub fn drifted_fields(desired: &DesiredObject, live: &Value) -> Vec<String> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    differing_paths(&comparable(&desired.object, live), live, "", &mut out);
-    if !has_finalizers(&desired.object, live) {
+    let want = desired.value();
+    differing_paths(&comparable(&want, live), live, "", &mut out);
+    if !has_finalizers(&want, live) {
         out.push("metadata.finalizers".into());
     }
     out.truncate(10);
@@ -472,10 +474,10 @@ pub fn render_diff(change: &PlannedChange) -> String {
     let git = change
         .desired
         .as_ref()
-        .map(|d| to_yaml(&without_bookkeeping(&d.object)))
+        .map(|d| to_yaml(&without_bookkeeping(&d.value())))
         .unwrap_or_default();
     let live = match (&change.desired, &change.live) {
-        (Some(d), Some(l)) => to_yaml(&without_bookkeeping(&project(&d.object, l))),
+        (Some(d), Some(l)) => to_yaml(&without_bookkeeping(&project(&d.value(), l))),
         (None, Some(l)) => {
             let l = identity_only(l);
             to_yaml(&l)

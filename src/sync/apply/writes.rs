@@ -155,18 +155,17 @@ impl Syncer {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
         // Every apply carries the finalizer, not only the create: an apply without a field
         // this manager applied before would remove it.
-        let finalized;
+        let object = desired.value();
         let object = if self.rollout_finalizer && has_cleanup(key) {
-            finalized = with_finalizer(&desired.object, FINALIZER);
-            &finalized
+            with_finalizer(&object, FINALIZER)
         } else {
-            &desired.object
+            object
         };
         self.writer_api(&ar, &caps, &key.namespace)?
             .patch(
                 &key.name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(object),
+                &Patch::Apply(&object),
             )
             .await
             .map(|o| o.metadata.uid)

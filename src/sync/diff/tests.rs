@@ -16,7 +16,7 @@ fn desired(name: &str, data: Value) -> DesiredObject {
         "data": data});
     DesiredObject {
         key: key("ConfigMap", name),
-        object,
+        object: crate::specs::Spec::new(&object),
         hash: "h1".into(),
         source_path: "a.yaml".into(),
         location: crate::specs::Location {
@@ -91,7 +91,7 @@ fn projection_keeps_what_ownership_needs() {
 }
 
 fn live_of(d: &DesiredObject, revision: &str) -> Value {
-    let mut l = d.object.clone();
+    let mut l = d.value();
     l["metadata"]["annotations"][REVISION_ANNOTATION] = json!(revision);
     l["metadata"]["uid"] = json!("123");
     l["metadata"]["resourceVersion"] = json!("9");
@@ -116,11 +116,11 @@ fn same_content_from_an_older_revision_is_unchanged() {
 #[test]
 fn drift_names_the_fields_changed_outside_git_and_a_git_change_is_not_drift() {
     let d = desired("app", json!({"a": "1", "b": "2"}));
-    let mut live = d.object.clone();
+    let mut live = d.value();
     live["data"]["b"] = json!("changed");
     live["metadata"]["uid"] = json!("u1");
     assert_eq!(drifted_fields(&d, &live), vec!["data.b".to_string()]);
-    assert!(drifted_fields(&d, &d.object).is_empty());
+    assert!(drifted_fields(&d, &d.value()).is_empty());
     live["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("an older content");
     assert!(drifted_fields(&d, &live).is_empty());
 }
@@ -209,7 +209,9 @@ fn prune_never_deletes_what_a_rollout_owns_whatever_its_labels() {
 #[test]
 fn finalizers_added_by_controllers_are_not_drift_but_a_removed_one_is() {
     let mut d = desired("a", json!({"k": "v"}));
-    d.object["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let mut with_hold = d.value();
+    with_hold["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    d.object = crate::specs::Spec::new(&with_hold);
     let plan_for = |finalizers: Value| {
         let mut l = live_of(&d, "r1");
         l["metadata"]["finalizers"] = finalizers;
@@ -325,10 +327,12 @@ fn prune_deletes_only_what_the_inventory_holds_with_its_uid() {
 #[test]
 fn the_rules_of_a_route_a_rollout_weighs_are_not_a_change_from_git() {
     let mut d = desired("shop", json!({}));
-    d.object = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+    d.object = crate::specs::Spec::new(
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": "shop", "annotations": {APPLIED_HASH_ANNOTATION: "h1"}},
         "spec": {"parentRefs": [{"name": "gw"}],
-            "rules": [{"backendRefs": [{"name": "shop-stable", "port": 8080}]}]}});
+            "rules": [{"backendRefs": [{"name": "shop-stable", "port": 8080}]}]}}),
+    );
     let mut live = live_of(&d, "r1");
     live["spec"]["rules"] = json!([{"backendRefs": [
         {"name": "shop-stable", "port": 8080, "weight": 80},

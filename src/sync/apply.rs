@@ -8,7 +8,7 @@
 //! a `DriftReverted` event naming the fields. Writes happen only for creates, updates and
 //! prunes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -24,8 +24,8 @@ use super::desired::{
     DesiredHashes, DesiredObject, changes_since, desired_set, has_cleanup, with_finalizer,
 };
 use super::diff::{
-    Change, PlannedChange, Prune, drifted_fields, identity_only, plan_changes, prerequisites_first,
-    project_owned, takeover_refusal, uid_of,
+    Change, PlannedChange, Prune, drifted_fields, identity_only, is_unchanged, plan_changes,
+    prerequisites_first, project_owned, takeover_refusal, uid_of,
 };
 use crate::api::{FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
 use crate::error::{kube_message, kube_message_hinted};
@@ -415,14 +415,17 @@ fn with_nulls(want: &Value, have: &Value) -> Value {
 /// Adds the objects `api` lists with `params` to `live`, page by page, each reduced to what the
 /// diff needs before the next page (one response for 1,000 rollouts was the agent's biggest
 /// memory peak): the fields its desired object sets, or its identity when Git does not have
-/// it. With `only_desired`, objects Git does not declare are skipped: they are not linnet's.
+/// it. A desired object found unchanged is kept by its identity too, and named in
+/// `unchanged`: at 10,000 rollouts their projections held about as much as the desired
+/// objects (issue 51). With `only_desired`, objects Git does not declare are skipped: they
+/// are not linnet's.
 async fn list_live(
     api: &Api<DynamicObject>,
     params: &ListParams,
     ar: &ApiResource,
     desired: &HashMap<&ObjectKey, &DesiredObject>,
     only_desired: bool,
-    live: &mut BTreeMap<ObjectKey, Value>,
+    (live, unchanged): (&mut BTreeMap<ObjectKey, Value>, &mut BTreeSet<ObjectKey>),
 ) -> Result<(), kube::Error> {
     let mut page = params.clone().limit(LIST_PAGE);
     loop {
@@ -436,7 +439,15 @@ async fn list_live(
                 name: object.metadata.name.clone().unwrap_or_default(),
             };
             let kept = match desired.get(&key) {
-                Some(d) => project_owned(&d.value(), &to_value(object, ar)),
+                Some(d) => {
+                    let projected = project_owned(&d.value(), &to_value(object, ar));
+                    if is_unchanged(d, &projected) {
+                        unchanged.insert(key.clone());
+                        identity_only(&projected)
+                    } else {
+                        projected
+                    }
+                }
                 None if only_desired => continue,
                 None => identity_only(&to_value(object, ar)),
             };

@@ -88,11 +88,13 @@ impl Prune<'_> {
 }
 
 /// Plans a sync. `live` holds the live version of every desired object that exists, and every
-/// object this source manages (by label). Takes the desired objects (a clone of 1,000 was 10 MB
-/// of a full sync's peak).
+/// object this source manages (by label); `unchanged` names the desired objects already found
+/// unchanged when they were listed, whose live version is kept only by its identity. Takes the
+/// desired objects (a clone of 1,000 was 10 MB of a full sync's peak).
 pub fn plan_changes(
     desired: Vec<DesiredObject>,
     live: &BTreeMap<ObjectKey, Value>,
+    unchanged: &std::collections::BTreeSet<ObjectKey>,
     prune: Prune<'_>,
 ) -> Vec<PlannedChange> {
     let mut changes = Vec::new();
@@ -101,6 +103,7 @@ pub fn plan_changes(
         let live_object = live.get(&d.key);
         let change = match live_object {
             None => Change::Create,
+            Some(_) if unchanged.contains(&d.key) => Change::Unchanged,
             Some(l) if is_unchanged(&d, l) => Change::Unchanged,
             Some(_) => Change::Update,
         };
@@ -188,7 +191,7 @@ pub fn owned_by_rollout(object: &Value) -> bool {
 
 /// Unchanged when linnet applied this very content last (hash) and nobody has changed any
 /// field Git sets since (drift).
-fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
+pub(crate) fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
     let live_hash = live
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))

@@ -36,6 +36,7 @@ impl Syncer {
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>, Vec<ObjectKey>) {
         let mut errors = Vec::new();
         let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
+        let mut unchanged = std::collections::BTreeSet::new();
 
         // One labelled list per kind finds everything this source manages: the common kinds,
         // Git's, and every kind the inventory holds (a Role Git no longer declares).
@@ -89,7 +90,16 @@ impl Syncer {
             let mut in_full = true;
             for ns in namespaces {
                 let api = self.api(&ar, &caps, ns);
-                match list_live(&api, &params, &ar, &by_key, false, &mut live).await {
+                match list_live(
+                    &api,
+                    &params,
+                    &ar,
+                    &by_key,
+                    false,
+                    (&mut live, &mut unchanged),
+                )
+                .await
+                {
                     Ok(()) => {}
                     // A kind only the source may read (e.g. Secrets): its account lists it
                     // where Git has it and where this source applied it before.
@@ -110,7 +120,15 @@ impl Syncer {
                         for source_ns in source_namespaces {
                             let listed = match self.writer_api(&ar, &caps, source_ns) {
                                 Ok(api) => {
-                                    list_live(&api, &params, &ar, &by_key, false, &mut live).await
+                                    list_live(
+                                        &api,
+                                        &params,
+                                        &ar,
+                                        &by_key,
+                                        false,
+                                        (&mut live, &mut unchanged),
+                                    )
+                                    .await
                                 }
                                 Err(e) => {
                                     errors.push((list_key(source_ns), e.to_string()));
@@ -179,7 +197,16 @@ impl Syncer {
             };
             let api = self.api(&ar, &caps, ns);
             let everything = ListParams::default();
-            match list_live(&api, &everything, &ar, &by_key, true, &mut live).await {
+            match list_live(
+                &api,
+                &everything,
+                &ar,
+                &by_key,
+                true,
+                (&mut live, &mut unchanged),
+            )
+            .await
+            {
                 Ok(()) => {
                     listed.insert((api_version.to_string(), kind.to_string(), ns.to_string()));
                 }
@@ -224,7 +251,11 @@ impl Syncer {
         let servable = self
             .refuse_missing_namespaces(servable, &live, &mut errors)
             .await;
-        (plan_changes(servable, &live, prune), errors, forgotten)
+        (
+            plan_changes(servable, &live, &unchanged, prune),
+            errors,
+            forgotten,
+        )
     }
 
     /// Leaves out, with an error each, objects to create in a namespace that does not exist
@@ -404,7 +435,11 @@ impl Syncer {
         let servable = self
             .refuse_missing_namespaces(servable, &live, &mut errors)
             .await;
-        (plan_changes(servable, &live, prune), errors, forgotten)
+        (
+            plan_changes(servable, &live, &Default::default(), prune),
+            errors,
+            forgotten,
+        )
     }
 
     pub(super) async fn read_one(&self, key: &ObjectKey) -> Result<Option<Value>, ObjectError> {

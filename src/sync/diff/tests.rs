@@ -101,7 +101,7 @@ fn live_of(d: &DesiredObject, revision: &str) -> Value {
 #[test]
 fn missing_object_is_created() {
     let d = desired("a", json!({"k": "v"}));
-    let plan = plan_changes(vec![d], &BTreeMap::new(), Prune::OFF);
+    let plan = plan_changes(vec![d], &BTreeMap::new(), &Default::default(), Prune::OFF);
     assert_eq!(plan[0].change, Change::Create);
 }
 
@@ -109,8 +109,31 @@ fn missing_object_is_created() {
 fn same_content_from_an_older_revision_is_unchanged() {
     let d = desired("a", json!({"k": "v"}));
     let live = BTreeMap::from([(d.key.clone(), live_of(&d, "r1"))]);
-    let plan = plan_changes(vec![d], &live, Prune::OFF);
+    let plan = plan_changes(vec![d], &live, &Default::default(), Prune::OFF);
     assert_eq!(plan[0].change, Change::Unchanged);
+}
+
+/// Issue 51: a full sync keeps an object it found unchanged when listing only by identity;
+/// the plan takes the listing's word for it, and still records its uid for the inventory.
+#[test]
+fn an_object_found_unchanged_when_listed_is_planned_unchanged_from_its_identity() {
+    let d = desired("a", json!({"k": "v"}));
+    let mut full = live_of(&d, "r1");
+    full["metadata"]["uid"] = json!("u1");
+    assert!(is_unchanged(&d, &full));
+    let identity = identity_only(&full);
+    assert!(
+        !is_unchanged(&d, &identity),
+        "the identity alone is not the content"
+    );
+    let live = BTreeMap::from([(d.key.clone(), identity)]);
+    let unchanged = std::collections::BTreeSet::from([d.key.clone()]);
+    let plan = plan_changes(vec![d.clone()], &live, &unchanged, Prune::OFF);
+    assert_eq!(plan[0].change, Change::Unchanged);
+    assert_eq!(plan[0].uid.as_deref(), Some("u1"));
+    // Without the listing's word, the identity alone would be an update.
+    let plan = plan_changes(vec![d], &live, &Default::default(), Prune::OFF);
+    assert_eq!(plan[0].change, Change::Update);
 }
 
 #[test]
@@ -131,7 +154,7 @@ fn drift_in_the_cluster_is_an_update() {
     let mut l = live_of(&d, "r1");
     l["data"]["k"] = json!("edited by hand");
     let live = BTreeMap::from([(d.key.clone(), l)]);
-    let plan = plan_changes(vec![d], &live, Prune::OFF);
+    let plan = plan_changes(vec![d], &live, &Default::default(), Prune::OFF);
     assert_eq!(plan[0].change, Change::Update);
     let diff = render_diff(&plan[0]);
     assert!(diff.contains("-  k: edited by hand"), "{diff}");
@@ -150,7 +173,10 @@ fn a_file_with_an_error_keeps_what_it_applied_earlier() {
     let key = key("ConfigMap", "a");
     let applied = Inventory::from([(key.clone(), "u1".to_string())]);
     let live = BTreeMap::from([(key, live)]);
-    assert_eq!(plan_changes(vec![], &live, Prune::on(&applied)).len(), 1);
+    assert_eq!(
+        plan_changes(vec![], &live, &Default::default(), Prune::on(&applied)).len(),
+        1
+    );
     let other_file = ["apps/b.yaml".to_string()];
     let prune = Prune {
         enabled: true,
@@ -158,7 +184,7 @@ fn a_file_with_an_error_keeps_what_it_applied_earlier() {
         applied: &applied,
     };
     assert_eq!(
-        plan_changes(vec![], &live, prune).len(),
+        plan_changes(vec![], &live, &Default::default(), prune).len(),
         1,
         "another file's error"
     );
@@ -169,7 +195,7 @@ fn a_file_with_an_error_keeps_what_it_applied_earlier() {
         applied: &applied,
     };
     assert!(
-        plan_changes(vec![], &live, prune).is_empty(),
+        plan_changes(vec![], &live, &Default::default(), prune).is_empty(),
         "pruned although its file only has an error"
     );
 }
@@ -193,7 +219,12 @@ fn prune_never_deletes_what_a_rollout_owns_whatever_its_labels() {
             name: "redis-stable".into(),
         };
         let applied = Inventory::from([(k.clone(), "u".to_string())]);
-        plan_changes(vec![], &BTreeMap::from([(k, live)]), Prune::on(&applied))
+        plan_changes(
+            vec![],
+            &BTreeMap::from([(k, live)]),
+            &Default::default(),
+            Prune::on(&applied),
+        )
     };
     assert!(plan_for(owned("rollouts.linnet.dev/v1alpha1", true)).is_empty());
     // Issue 19: made by any controller (a pod of a Deployment whose template carried the
@@ -216,7 +247,7 @@ fn finalizers_added_by_controllers_are_not_drift_but_a_removed_one_is() {
         let mut l = live_of(&d, "r1");
         l["metadata"]["finalizers"] = finalizers;
         let live = BTreeMap::from([(d.key.clone(), l)]);
-        plan_changes(vec![d.clone()], &live, Prune::OFF)[0].change
+        plan_changes(vec![d.clone()], &live, &Default::default(), Prune::OFF)[0].change
     };
     // Before: the controller's finalizer made the list differ, and every full sync wrote.
     assert_eq!(
@@ -261,7 +292,7 @@ fn new_hash_is_an_update() {
     l["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("old");
     let live = BTreeMap::from([(d.key.clone(), l)]);
     assert_eq!(
-        plan_changes(vec![d], &live, Prune::OFF)[0].change,
+        plan_changes(vec![d], &live, &Default::default(), Prune::OFF)[0].change,
         Change::Update
     );
 }
@@ -273,8 +304,8 @@ fn pruning_is_opt_in_and_never_touches_volumes() {
     let uid = |u: &str| json!({"metadata": {"uid": u}});
     let live = BTreeMap::from([(cm.clone(), uid("u1")), (pvc.clone(), uid("u2"))]);
     let applied = Inventory::from([(cm.clone(), "u1".into()), (pvc.clone(), "u2".into())]);
-    assert!(plan_changes(vec![], &live, Prune::OFF).is_empty());
-    let plan = plan_changes(vec![], &live, Prune::on(&applied));
+    assert!(plan_changes(vec![], &live, &Default::default(), Prune::OFF).is_empty());
+    let plan = plan_changes(vec![], &live, &Default::default(), Prune::on(&applied));
     let by_key: BTreeMap<_, _> = plan.iter().map(|c| (c.key.clone(), c.change)).collect();
     assert_eq!(by_key[&cm], Change::Prune);
     assert_eq!(by_key[&pvc], Change::KeepVolume);
@@ -311,7 +342,7 @@ fn prune_deletes_only_what_the_inventory_holds_with_its_uid() {
         (copy_key.clone(), labelled("u2")),
     ]);
     let applied = Inventory::from([(applied_key.clone(), "u1".to_string())]);
-    let plan = plan_changes(vec![], &live, Prune::on(&applied));
+    let plan = plan_changes(vec![], &live, &Default::default(), Prune::on(&applied));
     assert_eq!(
         plan.iter().map(|c| &c.key).collect::<Vec<_>>(),
         vec![&applied_key]
@@ -319,7 +350,7 @@ fn prune_deletes_only_what_the_inventory_holds_with_its_uid() {
     assert_eq!(plan[0].uid.as_deref(), Some("u1"));
     // Made again under the same name since: another object, not pruned.
     let remade = Inventory::from([(applied_key, "u0".to_string())]);
-    assert!(plan_changes(vec![], &live, Prune::on(&remade)).is_empty());
+    assert!(plan_changes(vec![], &live, &Default::default(), Prune::on(&remade)).is_empty());
 }
 
 /// Regression (review of issue 49): every full sync found a weighed route's rules changed
@@ -341,6 +372,7 @@ fn the_rules_of_a_route_a_rollout_weighs_are_not_a_change_from_git() {
     let plan = plan_changes(
         vec![d.clone()],
         &BTreeMap::from([(d.key.clone(), live.clone())]),
+        &Default::default(),
         Prune::OFF,
     );
     assert_eq!(plan[0].change, Change::Update);
@@ -349,6 +381,7 @@ fn the_rules_of_a_route_a_rollout_weighs_are_not_a_change_from_git() {
     let plan = plan_changes(
         vec![d.clone()],
         &BTreeMap::from([(d.key.clone(), live.clone())]),
+        &Default::default(),
         Prune::OFF,
     );
     assert_eq!(plan[0].change, Change::Unchanged);

@@ -127,6 +127,9 @@ async fn kubectl_apply_k_deploy_installs_everything() {
     assert_eq!(probe(&c.readiness_probe), "/readyz");
     let resources = c.resources.as_ref().unwrap();
     assert!(resources.requests.is_some() && resources.limits.is_some());
+    // Issue 51: the shipped limit fits the 10,000-rollout figures (docs/performance.md).
+    let memory = resources.limits.as_ref().and_then(|l| l.get("memory"));
+    assert_eq!(memory.map(|q| q.0.as_str()), Some("384Mi"));
     // The clone cache is on an emptyDir; Secrets are files.
     let volumes = pod.volumes.unwrap();
     assert!(

@@ -690,3 +690,26 @@ async fn a_strategy_edited_in_the_cluster_is_never_acted_on() {
         BTreeMap::from([("nginx:1.28".to_string(), 4)])
     );
 }
+
+/// Issue 51, the neighbour of the CanaryStatefulSet case: a CanaryDeployment that starts as
+/// Git asks writes one status (Completed, with what kstatus reads) and no event.
+#[tokio::test]
+async fn a_new_rollout_that_starts_as_git_asks_writes_one_status_and_no_event() {
+    let mut f = Fixture::prepare("cd-first", |ns| web(ns, json!({}))).await;
+    let statuses = f.record_statuses(|d: CanaryDeployment| d.status);
+    f.start_agent().await;
+    let done = wait_completed_on(&f, "nginx:1.27", 90).await;
+    let status = done.status.unwrap();
+    assert_eq!(status.observed_generation, done.metadata.generation);
+    let ready = linnet::api::find_condition(&status.conditions, "Ready");
+    assert_eq!(ready.map(|c| c.status.as_str()), Some("True"));
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let seen = statuses.lock().unwrap().clone();
+    let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
+    assert_eq!(phases, vec![Some(DeploymentPhase::Completed)], "{seen:#?}");
+    let reasons = f.event_reasons_of("CanaryDeployment").await;
+    assert!(
+        reasons.is_empty(),
+        "no event for an ordinary start: {reasons:?}"
+    );
+}

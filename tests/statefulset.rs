@@ -1215,72 +1215,24 @@ async fn a_field_git_leaves_out_set_in_the_cluster_is_removed_and_never_acted_on
     );
 }
 
-/// Every distinct status the rollouts of `ns` show, in order, from a watch opened now.
-fn record_statuses(
-    api: Api<CanaryStatefulSet>,
-) -> std::sync::Arc<std::sync::Mutex<Vec<linnet::api::CanaryStatefulSetStatus>>> {
-    use futures::StreamExt;
-    use kube::runtime::watcher::{Config, Event, watcher};
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let out = seen.clone();
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(watcher(api, Config::default()));
-        while let Some(Ok(event)) = events.next().await {
-            if let Event::Apply(r) | Event::InitApply(r) = event
-                && let Some(status) = r.status
-            {
-                let mut seen = out.lock().unwrap();
-                if seen.last() != Some(&status) {
-                    seen.push(status);
-                }
-            }
-        }
-    });
-    seen
-}
-
 /// Issue 51: a rollout that starts as Git asks costs one status write (Stable, with what
 /// kstatus reads) and no event; the first sync of 1,000 made two and an `Available` each.
 #[tokio::test]
 async fn a_new_rollout_that_starts_as_git_asks_writes_one_status_and_no_event() {
-    let admin = support::admin_client().await;
-    support::install_linnet(&admin).await;
-    let ns = support::TestNamespace::create(&admin, "sts-first").await;
-    let statuses = record_statuses(Api::namespaced(admin.clone(), &ns.name));
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("specs")).unwrap();
-    let mut f = Fixture {
-        spec: redis(&ns.name, json!({})),
-        admin,
-        ns,
-        dir,
-        agent: None,
-        kubeconfig: support::linnet_kubeconfig(),
-    };
-    f.write();
+    let mut f = Fixture::prepare("sts-first", |ns| redis(ns, json!({}))).await;
+    let statuses = f.record_statuses(|r: CanaryStatefulSet| r.status);
     f.start_agent().await;
     let stable = f.wait_stable_on("redis:7.2", 90).await;
     let status = stable.status.unwrap();
     assert_eq!(status.ready.as_deref(), Some("3/3"));
     assert_eq!(status.observed_generation, stable.metadata.generation);
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+    let ready = linnet::api::find_condition(&status.conditions, "Ready");
     assert_eq!(ready.map(|c| c.status.as_str()), Some("True"));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let seen = statuses.lock().unwrap().clone();
     let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
     assert_eq!(phases, vec![Some(StatefulSetPhase::Stable)], "{seen:#?}");
-    let reasons: Vec<String> = f
-        .api::<k8s_openapi::api::events::v1::Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("CanaryStatefulSet")
-        })
-        .filter_map(|e| e.reason)
-        .collect();
+    let reasons = f.event_reasons_of("CanaryStatefulSet").await;
     assert!(
         reasons.is_empty(),
         "no event for an ordinary start: {reasons:?}"
@@ -1292,20 +1244,8 @@ async fn a_new_rollout_that_starts_as_git_asks_writes_one_status_and_no_event() 
 /// changes nothing.
 #[tokio::test]
 async fn a_new_rollout_that_does_not_get_ready_shows_initializing_after_the_first_status_wait() {
-    let admin = support::admin_client().await;
-    support::install_linnet(&admin).await;
-    let ns = support::TestNamespace::create(&admin, "sts-slow").await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("specs")).unwrap();
-    let mut f = Fixture {
-        spec: redis(&ns.name, json!({"image": "redis:broken"})),
-        admin,
-        ns,
-        dir,
-        agent: None,
-        kubeconfig: support::linnet_kubeconfig(),
-    };
-    f.write();
+    let mut f =
+        Fixture::prepare("sts-slow", |ns| redis(ns, json!({"image": "redis:broken"}))).await;
     let wait = ["--first-status-wait=6s".to_string()];
     let agent = f.spawn_agent("agent", &wait);
     support::agent::wait_ready(&agent).await;
@@ -1335,11 +1275,7 @@ async fn a_new_rollout_that_does_not_get_ready_shows_initializing_after_the_firs
             .is_some_and(|m| m.contains("starting 3 replicas of redis:broken (0 ready)")),
         "{status:?}"
     );
-    let reconciling = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Reconciling")
-        .unwrap();
+    let reconciling = linnet::api::find_condition(&status.conditions, "Reconciling").unwrap();
     assert_eq!(reconciling.status, "True");
     let created = shown.metadata.creation_timestamp.unwrap().0;
     let since = reconciling.last_transition_time.0;

@@ -319,7 +319,7 @@ where
         Some(wait) => {
             tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "new rollout initializing; its first status waits for its children to be ready");
             planned.requeue_after = Some(planned.requeue_after.map_or(wait, |r| r.min(wait)));
-            StatusWrite::Unchanged
+            StatusWrite::Deferred
         }
         None => write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?,
     };

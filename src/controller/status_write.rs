@@ -46,6 +46,8 @@ pub(crate) enum StatusWrite {
     /// The store has not yet seen this agent's last write, and the plan repeats it: nothing
     /// was written, and the plan's events were already published with that write.
     Repeated,
+    /// A new rollout's first status, left for later ([`crate::plan::first_status`]).
+    Deferred,
 }
 
 /// Writes a rollout's whole status in one JSON patch (`add /status`: fields it no longer has

@@ -24,7 +24,7 @@ use super::desired::{
     DesiredHashes, DesiredObject, changes_since, desired_set, has_cleanup, with_finalizer,
 };
 use super::diff::{
-    Change, PlannedChange, Prune, drifted_fields, identity_only, is_unchanged, plan_changes,
+    Change, PlannedChange, Prune, drifted_fields, identity_only, is_unchanged_from, plan_changes,
     prerequisites_first, project_owned, takeover_refusal, uid_of,
 };
 use crate::api::{FINALIZER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_LABEL};
@@ -440,8 +440,9 @@ async fn list_live(
             };
             let kept = match desired.get(&key) {
                 Some(d) => {
-                    let projected = project_owned(&d.value(), &to_value(object, ar));
-                    if is_unchanged(d, &projected) {
+                    let want = d.value();
+                    let projected = project_owned(&want, &to_value(object, ar));
+                    if is_unchanged_from(&want, &d.hash, &projected) {
                         unchanged.insert(key.clone());
                         identity_only(&projected)
                     } else {

@@ -192,14 +192,18 @@ pub fn owned_by_rollout(object: &Value) -> bool {
 /// Unchanged when linnet applied this very content last (hash) and nobody has changed any
 /// field Git sets since (drift).
 pub(crate) fn is_unchanged(desired: &DesiredObject, live: &Value) -> bool {
+    is_unchanged_from(&desired.value(), &desired.hash, live)
+}
+
+/// [`is_unchanged`] for a desired object already parsed (`want`, whose hash is `hash`).
+pub(crate) fn is_unchanged_from(want: &Value, hash: &str, live: &Value) -> bool {
     let live_hash = live
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
         .and_then(Value::as_str);
-    live_hash == Some(desired.hash.as_str()) && {
-        let want = desired.value();
-        is_subset(&comparable(&want, live), live) && has_finalizers(&want, live)
-    }
+    live_hash == Some(hash)
+        && is_subset(&comparable(want, live), live)
+        && has_finalizers(want, live)
 }
 
 /// The fields Git sets that were changed in the cluster since linnet applied this very content

@@ -48,12 +48,27 @@ impl Fixture {
         make: impl FnOnce(&str) -> Value,
         kubeconfig: PathBuf,
     ) -> Fixture {
+        let mut f = Fixture::prepare_as(prefix, make, kubeconfig).await;
+        f.start_agent().await;
+        f
+    }
+
+    /// [`Fixture::start`] without the agent: the spec is written, nothing follows it yet.
+    pub async fn prepare(prefix: &str, make: impl FnOnce(&str) -> Value) -> Fixture {
+        Fixture::prepare_as(prefix, make, super::linnet_kubeconfig()).await
+    }
+
+    async fn prepare_as(
+        prefix: &str,
+        make: impl FnOnce(&str) -> Value,
+        kubeconfig: PathBuf,
+    ) -> Fixture {
         let admin = admin_client().await;
         install_linnet(&admin).await;
         let ns = TestNamespace::create(&admin, prefix).await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("specs")).unwrap();
-        let mut f = Fixture {
+        let f = Fixture {
             spec: make(&ns.name),
             admin,
             ns,
@@ -62,8 +77,57 @@ impl Fixture {
             kubeconfig,
         };
         f.write();
-        f.start_agent().await;
         f
+    }
+
+    /// Every distinct status (`status_of`) the objects of kind `K` in this namespace show,
+    /// in order, from a watch opened now.
+    pub fn record_statuses<K, S>(
+        &self,
+        status_of: fn(K) -> Option<S>,
+    ) -> std::sync::Arc<std::sync::Mutex<Vec<S>>>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+        <K as kube::Resource>::DynamicType: Default,
+        S: PartialEq + Send + 'static,
+    {
+        use futures::StreamExt;
+        use kube::runtime::watcher::{Config, Event, watcher};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = seen.clone();
+        let api = self.api::<K>();
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, Config::default()));
+            while let Some(Ok(event)) = events.next().await {
+                if let Event::Apply(r) | Event::InitApply(r) = event
+                    && let Some(status) = status_of(r)
+                {
+                    let mut seen = out.lock().unwrap();
+                    if seen.last() != Some(&status) {
+                        seen.push(status);
+                    }
+                }
+            }
+        });
+        seen
+    }
+
+    /// The reasons of the events about the object of kind `kind` in this namespace.
+    pub async fn event_reasons_of(&self, kind: &str) -> Vec<String> {
+        self.api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some(kind))
+            .filter_map(|e| e.reason)
+            .collect()
     }
 
     pub async fn start_agent(&mut self) {

@@ -33,13 +33,11 @@ pub fn first_status_wait<S: RolloutStatus>(
         .status
         .phase()
         .is_some_and(|p| p.wire_name() == S::INITIAL.wire_name());
-    let trouble = planned.status.failed_action().is_some()
-        || planned
-            .status
-            .conditions()
-            .iter()
-            .any(|c| c.type_ == "Stalled" && c.status == "True");
-    if !initializing || trouble || !planned.events.is_empty() {
+    // Events come only with a move, which `entered` already rules out.
+    let stalled =
+        crate::api::find_condition(planned.status.conditions(), crate::api::condition::STALLED)
+            .is_some_and(|c| c.status == "True");
+    if !initializing || stalled || planned.status.failed_action().is_some() {
         return None;
     }
     let age = now.duration_since(created?);

@@ -174,6 +174,7 @@ pub async fn run(
     .with_adopt(config.adopt)
     .with_policy(config.load.policy.clone())
     .with_inventory(config.state_namespace.clone())
+    .with_watched(rollouts.clone())
     // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
     .with_rollout_finalizer(true);
     let source_loop = SourceLoop {

@@ -535,6 +535,68 @@ async fn a_rollout_edited_by_hand_is_put_back_within_the_drift_interval() {
     );
 }
 
+/// Issue 51: the drift check listed every rollout from the API server (at 10,000, most of its
+/// cost) although the agent watches them all. After the first sync it reads them from its
+/// watch: an annotation Git sets, changed by hand (no spec edit, so no controller notices),
+/// is put back by the drift check, and the agent never lists the rollouts again.
+#[tokio::test]
+async fn the_drift_check_reads_rollouts_from_the_watch_and_puts_back_what_git_sets() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-watched").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap().replacen(
+        &format!("  namespace: {}\n", ns.name),
+        &format!("  namespace: {}\n  annotations:\n    team: shop\n", ns.name),
+        1,
+    );
+    std::fs::write(&file, text).unwrap();
+    git(&work, &["commit", "-qam", "a team"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--drift-interval=2s".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    let from = support::audit_offset();
+    csts_api(&admin, &ns.name)
+        .patch(
+            "redis",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {"team": "by-hand"}},
+            })),
+        )
+        .await
+        .unwrap();
+    let drift = support::wait_event(&admin, &ns.name, "DriftReverted", 15).await;
+    assert!(
+        drift.note.as_deref().unwrap_or("").contains("team"),
+        "{drift:?}"
+    );
+    let live = csts_api(&admin, &ns.name).get("redis").await.unwrap();
+    assert_eq!(
+        live.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("team")
+            .map(String::as_str),
+        Some("shop")
+    );
+    // Two more drift checks, then what the agent asked of the API server since the edit.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let lists = support::audit_lists(from, "canarystatefulsets", &ns.name);
+    assert!(lists.is_empty(), "the rollouts were listed: {lists:?}");
+}
+
 /// Issue 24: a wrong --path (or a commit that moved the specs away) synced "nothing" as a
 /// success, and with --prune that deletes everything the source applied.
 #[tokio::test]

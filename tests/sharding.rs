@@ -91,6 +91,48 @@ fn acted_on(replicas: &[Option<Agent>], ns: &str, name: &str, since: &[usize]) -
         .collect()
 }
 
+/// The replicas (by index) whose log shows them taking shard `k`'s Lease since `since`.
+fn holders(replicas: &[Option<Agent>], ns: &str, k: u32, since: &[usize]) -> BTreeSet<usize> {
+    let needle = format!("lease=linnet-{ns}-shard-{k} ");
+    replicas
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            r.as_ref().is_some_and(|r| {
+                r.log_text()[since[*i]..]
+                    .lines()
+                    .any(|l| l.contains("holding the shard") && l.contains(&needle))
+            })
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Checks that `name` was acted on by `expected`, or else only by replicas that held its
+/// shard: on a loaded machine a 4 s Lease can lapse and move a shard mid-test, which is the
+/// design working, not a second replica acting out of turn.
+fn assert_run_by_its_shard(
+    replicas: &[Option<Agent>],
+    ns: &str,
+    name: &str,
+    expected: usize,
+    since: &[usize],
+) {
+    let shard = shard_of(ns, name, SHARDS);
+    let acted = acted_on(replicas, ns, name, since);
+    if acted == BTreeSet::from([expected]) {
+        return;
+    }
+    let mut allowed = holders(replicas, ns, shard, since);
+    allowed.insert(expected);
+    assert!(
+        !acted.is_empty() && acted.is_subset(&allowed),
+        "{name} (shard {shard}) acted on by {acted:?}; expected {expected}, or the shard's \
+         holders {allowed:?}"
+    );
+    println!("{name}: shard {shard} moved during the test; acted on by {acted:?}, its holders");
+}
+
 async fn all_stable_on(api: &Api<CanaryStatefulSet>, image_of: impl Fn(usize) -> String) -> bool {
     let mut n = 0;
     for i in 0..ROLLOUTS {
@@ -127,16 +169,13 @@ async fn each_rollout_is_run_by_one_shard_and_a_killed_shards_rollouts_move_to_t
     })
     .await;
 
-    // Each rollout was acted on by exactly the replica whose home shard it hashes to.
+    // Each rollout was acted on by the replica whose home shard it hashes to (or, if the shard
+    // moved, only by its holders).
     let start = vec![0; SHARDS as usize];
     for i in 0..ROLLOUTS {
         let name = format!("app-{i}");
         let home = shard_of(&ns.name, &name, SHARDS) as usize;
-        assert_eq!(
-            acted_on(&replicas, &ns.name, &name, &start),
-            BTreeSet::from([home]),
-            "{name} (shard {home})"
-        );
+        assert_run_by_its_shard(&replicas, &ns.name, &name, home, &start);
     }
 
     // Kill a replica that does not sync Git (the main Lease's holder is the ready one), in the
@@ -207,11 +246,7 @@ async fn each_rollout_is_run_by_one_shard_and_a_killed_shards_rollouts_move_to_t
         let name = format!("app-{i}");
         let home = shard_of(&ns.name, &name, SHARDS) as usize;
         let expected = if home == victim { taker } else { home };
-        assert_eq!(
-            acted_on(&replicas, &ns.name, &name, &offsets),
-            BTreeSet::from([expected]),
-            "{name} (shard {home})"
-        );
+        assert_run_by_its_shard(&replicas, &ns.name, &name, expected, &offsets);
     }
 
     // Issue 47: a replica stopped as Kubernetes stops it (SIGTERM) releases every Lease it

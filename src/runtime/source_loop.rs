@@ -151,6 +151,7 @@ impl SourceLoop {
             // fetch goes ahead without first asking the remote for its tip (one round trip less).
             let mut announced: Option<String> = None;
             let mut drift_due = false;
+            let mut edited_due = false;
             tokio::select! {
                 _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
                 Some(wake) = wake_rx.next() => {
@@ -166,8 +167,8 @@ impl SourceLoop {
                     drift_due = true;
                 }
                 _ = edited.notified() => {
-                    tracing::info!("a rollout was edited in the cluster: comparing every object with the cluster now");
-                    drift_due = true;
+                    tracing::info!("a rollout was edited in the cluster: putting Git's spec back");
+                    edited_due = true;
                 }
                 _ = &mut shutdown => {
                     tracing::info!("shutting down");
@@ -200,26 +201,30 @@ impl SourceLoop {
                     look_at_local(&mut local_snapshot, &self.config, last_sync_ok)
                 }),
             };
-            // Git did not move, but the cluster may have: the last synced specs, compared in full.
-            let found = match found {
-                Ok(Found::Nothing) if drift_due && last_sync_ok => match &synced {
-                    Some(revision) => Ok(Found::Specs {
-                        revision: revision.clone(),
-                        specs: match &remote {
-                            Some(remote) => match remote.state.lock() {
-                                Ok(mut s) => s.snapshot.spec_set(),
-                                Err(_) => {
-                                    return Err(Error::Runtime(std::io::Error::other(
-                                        "source state poisoned",
-                                    )));
-                                }
-                            },
-                            None => local_snapshot.spec_set(),
-                        },
-                    }),
-                    None => Ok(Found::Nothing),
+            // Git did not move, but the cluster may have: the last synced specs, compared in
+            // full on the drift timer; only the rollouts found edited, when that woke us.
+            let last_synced = |local_snapshot: &mut SpecSnapshot| match &remote {
+                Some(remote) => match remote.state.lock() {
+                    Ok(mut s) => Ok(s.snapshot.spec_set()),
+                    Err(_) => Err(Error::Runtime(std::io::Error::other(
+                        "source state poisoned",
+                    ))),
                 },
-                other => other,
+                None => Ok(local_snapshot.spec_set()),
+            };
+            let found = match (found, &synced) {
+                (Ok(Found::Nothing), Some(revision)) if drift_due && last_sync_ok => {
+                    Ok(Found::Specs {
+                        revision: revision.clone(),
+                        specs: last_synced(&mut local_snapshot)?,
+                    })
+                }
+                (Ok(Found::Nothing), Some(revision)) if edited_due && last_sync_ok => {
+                    let specs = last_synced(&mut local_snapshot)?;
+                    self.put_back_edited(&syncer, revision, &specs).await;
+                    Ok(Found::Nothing)
+                }
+                (other, _) => other,
             };
             let source_failed = found.is_err();
             let outcome = match found {
@@ -276,6 +281,27 @@ impl SourceLoop {
         }
     }
 
+    /// Puts back the rollouts their controllers found edited in the cluster, as the last
+    /// synced `revision` has them; a failure is retried by the drift check.
+    async fn put_back_edited(&self, syncer: &Syncer, revision: &str, specs: &SpecSet) {
+        let keys = self.edited.take();
+        if keys.is_empty() {
+            return;
+        }
+        let report = syncer.put_back_edited(specs, revision, &keys).await;
+        for (key, e) in &report.errors {
+            tracing::warn!(object = %key, error = %e, "could not put Git's spec of an edited rollout back; the next drift check tries again");
+        }
+        tracing::info!(
+            revision,
+            edited = keys.len(),
+            updated = report.updated.len(),
+            created = report.created.len(),
+            errors = report.errors.len(),
+            "put edited rollouts back"
+        );
+    }
+
     async fn sync(
         &self,
         syncer: &Syncer,
@@ -323,27 +349,14 @@ impl SourceLoop {
         }
         let started = Instant::now();
         let report = if full {
-            let report = syncer.sync(specs, revision, self.config.prune).await;
-            // Rollouts found edited: their spec back whole, fields Git leaves out included.
-            for key in self.edited.take() {
-                let Some(loaded) = specs.objects.get(&key) else {
-                    continue;
-                };
-                let desired = crate::sync::desired::desired_object(
-                    loaded,
-                    &self.config.source_name,
-                    revision,
-                );
-                if let Err(e) = syncer.restore_spec(&desired).await {
-                    tracing::warn!(object = %format!("{}/{}/{}", key.kind, key.namespace, key.name), error = %e, "could not put Git's spec of an edited rollout back; the next drift check tries again");
-                }
-            }
-            report
+            syncer.sync(specs, revision, self.config.prune).await
         } else {
             syncer
                 .sync_changes(specs, revision, self.config.prune)
                 .await
         };
+        // Rollouts found edited meanwhile: their spec back whole, fields Git leaves out included.
+        self.put_back_edited(syncer, revision, specs).await;
         self.metrics
             .sync_duration
             .observe(started.elapsed().as_secs_f64());

@@ -5,8 +5,8 @@
 //! or that left Git, are read (one get each) and planned, so a one-file push costs the same at
 //! 10 or 1,000 rollouts. A full sync is redone at start, after a failed read, and when the last
 //! one is older than the drift interval: it reverts drift in objects Git did not change, with
-//! a `DriftReverted` event naming the fields. Writes happen only for creates, updates and
-//! prunes.
+//! a `DriftReverted` event naming the fields; after the first, it reads the rollouts from the
+//! agent's watch (`watched.rs`). Writes happen only for creates, updates and prunes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -115,6 +115,8 @@ pub struct Syncer {
     inventory_namespace: Option<String>,
     /// What this source applied: all that pruning may delete.
     inventory: Mutex<InventoryState>,
+    /// The agent's rollout stores, read instead of a list by a full sync after the first.
+    watched: Option<crate::watch::rollouts::RolloutStores>,
 }
 
 impl Syncer {
@@ -135,6 +137,7 @@ impl Syncer {
             rollout_finalizer: false,
             inventory_namespace: None,
             inventory: Mutex::new(InventoryState::default()),
+            watched: None,
             recorder: crate::events::EventRecorders::new(
                 client.clone(),
                 Reporter {
@@ -187,68 +190,6 @@ impl Syncer {
     pub fn with_policy(mut self, policy: crate::specs::Policy) -> Self {
         self.policy = policy;
         self
-    }
-
-    /// Puts a rollout's spec back to Git's whole, when its controller found another in the
-    /// cluster (`rollouts.linnet.dev/spec-hash`): server-side apply keeps fields that Git
-    /// leaves out and someone else set (`kubectl patch` of `promotion`), so the spec is
-    /// merge-patched with Git's values and a null for every key Git lacks, at the version read.
-    /// If the API server still stores it otherwise (an older CRD pruning a field, a mutating
-    /// webhook), the annotation is set to the hash of what it stores: that is Git's spec as
-    /// this cluster keeps it, and the rollout goes on from it. Written as the source.
-    pub async fn restore_spec(&self, desired: &DesiredObject) -> Result<(), ObjectError> {
-        use super::desired::spec_hash_of;
-        use crate::api::SPEC_HASH_ANNOTATION;
-        let key = &desired.key;
-        let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
-        let Some(live) = self
-            .api(&ar, &caps, &key.namespace)
-            .get_opt(&key.name)
-            .await
-            .map_err(ObjectError::Read)?
-        else {
-            return Ok(());
-        };
-        let live = to_value(live, &ar);
-        let desired_value = desired.value();
-        let git = desired_value.get("spec").cloned().unwrap_or(Value::Null);
-        let wanted = spec_hash_of(&key.kind, &desired_value);
-        if spec_hash_of(&key.kind, &live) == wanted {
-            return Ok(());
-        }
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": live.pointer("/metadata/resourceVersion")},
-            "spec": with_nulls(&git, live.get("spec").unwrap_or(&Value::Null)),
-        });
-        let request = |e: kube::Error| ObjectError::Request {
-            what: "restore",
-            refused: matches!(&e, kube::Error::Api(s) if s.code == 403),
-            text: kube_message(&e),
-        };
-        let writer = self.writer_api(&ar, &caps, &key.namespace)?;
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
-        let restored = writer
-            .patch(&key.name, &params, &Patch::Merge(&patch))
-            .await
-            .map_err(request)?;
-        let restored = to_value(restored, &ar);
-        let stored = spec_hash_of(&key.kind, &restored);
-        tracing::info!(object = %format!("{}/{}/{}", key.kind, key.namespace, key.name), "put Git's spec back whole: it was edited in the cluster");
-        if stored != wanted
-            && let Some(stored) = stored
-        {
-            tracing::warn!(object = %format!("{}/{}/{}", key.kind, key.namespace, key.name), "the API server stores this rollout's spec otherwise than Git gives it (an older CRD pruning a field, or a mutating webhook?); going on from what it stores");
-            let note =
-                serde_json::json!({"metadata": {"annotations": {SPEC_HASH_ANNOTATION: stored}}});
-            writer
-                .patch(&key.name, &params, &Patch::Merge(&note))
-                .await
-                .map_err(request)?;
-        }
-        Ok(())
     }
 
     /// Plans and applies in one go, reading every managed object (a full sync).
@@ -438,21 +379,10 @@ async fn list_live(
                 namespace: object.metadata.namespace.clone().unwrap_or_default(),
                 name: object.metadata.name.clone().unwrap_or_default(),
             };
-            let kept = match desired.get(&key) {
-                Some(d) => {
-                    let want = d.value();
-                    let projected = project_owned(&want, &to_value(object, ar));
-                    if is_unchanged_from(&want, &d.hash, &projected) {
-                        unchanged.insert(key.clone());
-                        identity_only(&projected)
-                    } else {
-                        projected
-                    }
-                }
-                None if only_desired => continue,
-                None => identity_only(&to_value(object, ar)),
-            };
-            live.insert(key, kept);
+            if only_desired && !desired.contains_key(&key) {
+                continue;
+            }
+            keep_live(key, &to_value(object, ar), desired, (live, unchanged));
         }
         match next {
             Some(token) => page = page.continue_token(&token),
@@ -461,9 +391,34 @@ async fn list_live(
     }
 }
 
+/// Keeps live object `key` as far as the diff looks at it (see [`list_live`]).
+fn keep_live(
+    key: ObjectKey,
+    object: &Value,
+    desired: &HashMap<&ObjectKey, &DesiredObject>,
+    (live, unchanged): (&mut BTreeMap<ObjectKey, Value>, &mut BTreeSet<ObjectKey>),
+) {
+    let kept = match desired.get(&key) {
+        Some(d) => {
+            let want = d.value();
+            let projected = project_owned(&want, object);
+            if is_unchanged_from(&want, &d.hash, &projected) {
+                unchanged.insert(key.clone());
+                identity_only(&projected)
+            } else {
+                projected
+            }
+        }
+        None => identity_only(object),
+    };
+    live.insert(key, kept);
+}
+
 mod access;
 mod inventory_store;
 mod planning;
+mod put_back;
+mod watched;
 pub use planning::missing_namespace;
 mod report;
 mod writes;

@@ -35,6 +35,29 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// Where the test cluster's audit log of linnet's requests ends now (tests/cluster/up.sh).
+pub fn audit_offset() -> u64 {
+    std::fs::metadata(cluster_dir().join("logs/audit.log")).map_or(0, |m| m.len())
+}
+
+/// The lists of `resource` (`"*"`: of any kind) linnet made since `from` (an
+/// [`audit_offset`]) with a label selector naming source `source`: their request URIs.
+pub fn audit_lists(from: u64, resource: &str, source: &str) -> Vec<String> {
+    let log = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap_or_default();
+    let selector = format!("source%3D{source}");
+    String::from_utf8_lossy(log.get(from as usize..).unwrap_or_default())
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["verb"] == "list"
+                && e["stage"] == "ResponseComplete"
+                && (resource == "*" || e["objectRef"]["resource"] == resource)
+                && e["requestURI"].as_str().unwrap_or("").contains(&selector)
+        })
+        .map(|e| e["requestURI"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
 /// The run directory of the local control plane, as `tests/cluster/env.sh` chooses it.
 pub fn cluster_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("LINNET_CLUSTER_DIR") {

@@ -65,6 +65,15 @@ impl Syncer {
             if caps.scope == Scope::Cluster && self.policy.cluster_kind_refusal(kind).is_some() {
                 continue;
             }
+            // After a full sync that succeeded, the rollouts are as fresh in the agent's watch
+            // as in a list (`watched.rs`).
+            if previous.is_some()
+                && let Some(n) =
+                    self.keep_watched((api_version, kind), &by_key, (&mut live, &mut unchanged))
+            {
+                tracing::debug!(kind, rollouts = n, "read from the watch instead of a list");
+                continue;
+            }
             let namespaces: Vec<&str> =
                 if self.namespaces.is_empty() || caps.scope == Scope::Cluster {
                     vec![""]

@@ -48,7 +48,7 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
             "{floor} was not measured:\n{table}"
         );
     }
-    // kube-apiserver's CPU and the agent's three peaks (issue 51).
+    // kube-apiserver's CPU, the agent's peaks and a drift check (issue 51).
     for context in &run::CONTEXT[9..] {
         assert!(
             rows.iter()

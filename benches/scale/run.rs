@@ -113,6 +113,11 @@ struct Samples {
     peak_first_mib: f64,
     peak_restart_mib: f64,
     peak_steady_mib: f64,
+    /// One drift check (a full comparison of every object, Git unchanged): the agent's CPU
+    /// milliseconds, its peak resident memory (MiB) and its gets and lists.
+    drift_cpu_ms: f64,
+    drift_peak_mib: f64,
+    drift_reads: f64,
 }
 
 /// kube-apiserver's CPU seconds so far (0 when its pid file is not found).
@@ -273,7 +278,15 @@ impl Drop for Agent {
     }
 }
 
-fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, poll: &str) -> Agent {
+/// Starts an agent polling every `poll`, with a full drift check every `drift`.
+fn start_agent(
+    cfg: &Config,
+    dir: &Path,
+    repo_url: &str,
+    ns: &str,
+    port: u16,
+    (poll, drift): (&str, &str),
+) -> Agent {
     std::fs::write(dir.join("secret"), SECRET).unwrap();
     std::fs::write(dir.join("git-token"), GIT_TOKEN).unwrap();
     let log = std::fs::OpenOptions::new()
@@ -310,8 +323,8 @@ fn start_agent(cfg: &Config, dir: &Path, repo_url: &str, ns: &str, port: u16, po
         ])
         .args(["--poll-interval", poll])
         // No periodic drift check (a full sync, every 3 min by default) lands among the pushes
-        // of figure 11 by chance; a restart still syncs in full.
-        .args(["--drift-interval", "1h"])
+        // of figure 11 by chance (`1h`, but in the drift phase); a restart still syncs in full.
+        .args(["--drift-interval", drift])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
         .args([
@@ -525,7 +538,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     let started = Instant::now();
     let audit_at_start = audit_offset();
     let apiserver_at_start = apiserver_cpu();
-    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, "1h");
+    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, ("1h", "1h"));
     let (crs, stables) = tokio::join!(
         count_seen(rollouts.clone(), n, slow, |_| true),
         count_seen(sets.clone(), n, slow, |o: &StatefulSet| o
@@ -670,7 +683,14 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     agent.kill();
     let restarted = Instant::now();
     let idle_poll = std::env::var("LINNET_BENCH_IDLE_POLL").unwrap_or_else(|_| "1s".into());
-    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, agent.port, &idle_poll);
+    let mut agent = start_agent(
+        cfg,
+        tmp.path(),
+        &host.url,
+        &ns.name,
+        agent.port,
+        (&idle_poll, "1h"),
+    );
     // Ready after the first sync, which at 10,000 rollouts (on a loaded API server) may take
     // longer than the 30 s a test allows.
     support::agent::wait_ready_within(&agent.base, Duration::from_secs(30 + n as u64 / 50)).await;
@@ -754,6 +774,41 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     let churn_secs = churn_started.elapsed().as_secs_f64();
     s.churn_cpu_percent = (usage(agent.pid()).1 - cpu0) * 100.0 / churn_secs;
     s.peak_steady_mib = take_peak(agent.pid());
+
+    // 14. The drift check: restarted with a drift interval that falls after its catch-up, the
+    // agent's CPU, peak memory and reads for one full comparison of every object.
+    agent.kill();
+    let drift = Duration::from_secs_f64(s.restart_settle_s * 1.5 + 15.0);
+    let mut agent = start_agent(
+        cfg,
+        tmp.path(),
+        &host.url,
+        &ns.name,
+        agent.port,
+        ("1h", &format!("{}s", drift.as_secs())),
+    );
+    support::agent::wait_ready_within(&agent.base, Duration::from_secs(30 + n as u64 / 50)).await;
+    settle(&agent, Duration::from_secs(3), slow).await;
+    let syncs = |m: &str| support::metric(m, "linnet_sync_duration_seconds_count");
+    let before = syncs(&agent.metrics().await);
+    take_peak(agent.pid());
+    let (cpu0, offset) = (usage(agent.pid()).1, audit_offset());
+    let deadline = Instant::now() + drift * 2 + Duration::from_secs(30);
+    while syncs(&agent.metrics().await) <= before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    if syncs(&agent.metrics().await) > before {
+        s.drift_cpu_ms = (usage(agent.pid()).1 - cpu0) * 1000.0;
+        s.drift_peak_mib = take_peak(agent.pid());
+        s.drift_reads = audit_reads(offset, audit_offset()).0 as f64;
+        log(&format!(
+            "size {n}: a drift check: {:.0} ms of CPU, peak {:.1} MiB, {} reads",
+            s.drift_cpu_ms, s.drift_peak_mib, s.drift_reads
+        ));
+    } else {
+        (s.drift_cpu_ms, s.drift_peak_mib, s.drift_reads) = (f64::NAN, f64::NAN, f64::NAN);
+        log(&format!("size {n}: no drift check within {:?}", drift * 2));
+    }
     log(&format!(
         "size {n}: done; {} commits on main",
         git(&host.bare, &["rev-list", "--count", "main"])
@@ -928,7 +983,7 @@ fn row(
 }
 
 /// Extra rows that explain the seven figures.
-pub const CONTEXT: [&str; 14] = [
+pub const CONTEXT: [&str; 17] = [
     "   leader-election lease writes in idle window",
     "   initial sync -> every rollout Stable (pods Ready)",
     "   restart (kill -9) -> caught up, no writes",
@@ -943,6 +998,9 @@ pub const CONTEXT: [&str; 14] = [
     "   6 peak RSS: restart (kill -9) until caught up",
     "   6 peak RSS: caught up, idle and churn",
     "   12 initial sync: the agent's other writes (inventory, source status, access reviews)",
+    "   a drift check (full comparison, Git unchanged): agent CPU",
+    "   6 peak RSS: a drift check",
+    "   a drift check: linnet's gets and lists",
 ];
 
 /// Rows of figures 12 and 13 without linnet, at sizes up to `Config::floor_max`.
@@ -1119,6 +1177,15 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
             )
         },
         Row {
+            figure: CONTEXT[14],
+            ..row(size, 11, "ms", per_run(&|s| s.drift_cpu_ms), "-", None)
+        },
+        peak_row(size, CONTEXT[15], per_run(&|s| s.drift_peak_mib)),
+        Row {
+            figure: CONTEXT[16],
+            ..row(size, 11, "reads", per_run(&|s| s.drift_reads), "-", None)
+        },
+        Row {
             figure: CONTEXT[2],
             ..row(size, 4, "s", per_run(&|s| s.restart_settle_s), "-", None)
         },
@@ -1248,7 +1315,7 @@ async fn volume_canary(cfg: &Config, admin: &Client) -> Result<Vec<f64>, String>
     std::fs::write(&file, volume_spec(&ns.name, "bench:1")).map_err(|e| e.to_string())?;
     git(&host.work, &["add", "-A"]);
     push(&host.work, "vol");
-    let _agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, "1h");
+    let _agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, ("1h", "1h"));
     let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
     let stable_on = |image: String| {
@@ -1437,7 +1504,7 @@ spec:
     push(&host.work, "analysed rollouts");
     let slow = Duration::from_secs(120 + n as u64 / 2);
     let rollouts: Api<CanaryDeployment> = Api::namespaced(admin.clone(), &ns.name);
-    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, "1h");
+    let mut agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, ("1h", "1h"));
     count_seen(rollouts.clone(), n, slow * 3, |o: &CanaryDeployment| {
         o.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
     })

@@ -1,6 +1,6 @@
 //! Three agents split one source's rollouts (`--shards 3`): every rollout is run by exactly
-//! the replica holding its shard's Lease, and when one replica is killed its rollouts, and
-//! only those, move to the others within the lease duration.
+//! the replica holding its shard's Lease, when one replica is killed its rollouts, and only
+//! those, move to the others within the lease duration, and when it comes back they return.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -247,6 +247,52 @@ async fn each_rollout_is_run_by_one_shard_and_a_killed_shards_rollouts_move_to_t
         let home = shard_of(&ns.name, &name, SHARDS) as usize;
         let expected = if home == victim { taker } else { home };
         assert_run_by_its_shard(&replicas, &ns.name, &name, expected, &offsets);
+    }
+
+    // The killed replica comes back (a rolling restart, a rescheduled pod): its shard goes
+    // back to it, instead of staying with the replica that took it.
+    let lens: Vec<usize> = replicas
+        .iter()
+        .map(|r| r.as_ref().map_or(0, |r| r.log_text().len()))
+        .collect();
+    let own_log = std::fs::read_to_string(dir.path().join(format!("replica-{victim}/agent.log")))
+        .map_or(0, |l| l.len());
+    replicas[victim] = Some(replica(dir.path(), &specs, &ns.name, victim as u32));
+    let mut back = lens.clone();
+    back[victim] = own_log;
+    support::eventually(
+        "the shard back with its home replica",
+        Duration::from_secs(30),
+        || {
+            let home = holders(&replicas, &ns.name, victim as u32, &back).contains(&victim);
+            let given = replicas[taker].as_ref().is_some_and(|r| {
+                r.log_text()[lens[taker]..].lines().any(|l| {
+                    l.contains("gave the shard back") && l.contains(&format!("lease={lease} "))
+                })
+            });
+            async move { (home && given).then_some(()) }
+        },
+    )
+    .await;
+    // Every rollout on its home replica again, the returned one's included.
+    let offsets: Vec<usize> = replicas
+        .iter()
+        .map(|r| r.as_ref().map_or(0, |r| r.log_text().len()))
+        .collect();
+    write_specs(&specs, &ns.name, |_| "app:3".into());
+    support::eventually(
+        "every rollout Stable on app:3",
+        Duration::from_secs(180),
+        || {
+            let api = api.clone();
+            async move { all_stable_on(&api, |_| "app:3".into()).await.then_some(()) }
+        },
+    )
+    .await;
+    for i in 0..ROLLOUTS {
+        let name = format!("app-{i}");
+        let home = shard_of(&ns.name, &name, SHARDS) as usize;
+        assert_run_by_its_shard(&replicas, &ns.name, &name, home, &offsets);
     }
 
     // Issue 47: a replica stopped as Kubernetes stops it (SIGTERM) releases every Lease it

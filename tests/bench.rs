@@ -24,6 +24,8 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         // Spread over directories, so that this layout keeps working too.
         files_per_dir: 4,
         floor_max: 10,
+        // Issue 51: three replicas splitting the rollouts, beside the one agent.
+        shards: 3,
     };
     let rows = run::run(&cfg).await.expect("the benchmark completes");
     let table = run::table(&rows);
@@ -54,6 +56,13 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
             rows.iter()
                 .any(|r| r.figure == *context && r.samples == 1 && r.median > 0.0),
             "{context} was not measured:\n{table}"
+        );
+    }
+    for sharded in run::sharded::SHARDED {
+        assert!(
+            rows.iter()
+                .any(|r| r.figure == sharded && r.samples == 1 && r.median > 0.0),
+            "{sharded} was not measured:\n{table}"
         );
     }
     // A new set's status is written at least once by the StatefulSet controller: a count of 0

@@ -11,7 +11,8 @@
 //! `LINNET_BENCH_AGENT_WRAPPER` (see `start_agent`), and `LINNET_BENCH_FILES_PER_DIR` (0:
 //! every spec file in `apps/`; `k`: `k` files per directory below it), and
 //! `LINNET_BENCH_FLOOR_MAX` (1000: the largest size at which figures 12 and 13 are measured
-//! without linnet too, its stable sets created straight through the API).
+//! without linnet too, its stable sets created straight through the API), and
+//! `LINNET_BENCH_SHARDS` (0; `k` > 1: a first sync by `k` replicas with `--shards k` too).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[path = "../../tests/support/mod.rs"]
@@ -73,6 +74,7 @@ fn main() {
             .unwrap_or_else(|_| PathBuf::from(env!("CARGO_BIN_EXE_linnet"))),
         files_per_dir: env_or("LINNET_BENCH_FILES_PER_DIR", 0),
         floor_max: env_or("LINNET_BENCH_FLOOR_MAX", 1000),
+        shards: env_or("LINNET_BENCH_SHARDS", 0),
     };
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let rows = match rt.block_on(run::run(&cfg)) {

@@ -19,6 +19,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 
+#[path = "sharded.rs"]
+pub mod sharded;
+
 use crate::support::{self, git};
 
 const SECRET: &str = "bench-webhook-secret";
@@ -42,6 +45,9 @@ pub struct Config {
     pub files_per_dir: usize,
     /// The largest size at which figures 12 and 13 are measured without linnet too.
     pub floor_max: usize,
+    /// Replicas splitting the rollouts (`--shards`) in the sharded first sync; below 2 it is
+    /// not run.
+    pub shards: usize,
 }
 
 /// One line of the results table.
@@ -285,7 +291,20 @@ fn start_agent(
     repo_url: &str,
     ns: &str,
     port: u16,
+    timers: (&str, &str),
+) -> Agent {
+    start_agent_with(cfg, dir, repo_url, ns, port, timers, &[])
+}
+
+/// [`start_agent`] with `extra` flags (a replica's shard and identity).
+fn start_agent_with(
+    cfg: &Config,
+    dir: &Path,
+    repo_url: &str,
+    ns: &str,
+    port: u16,
     (poll, drift): (&str, &str),
+    extra: &[String],
 ) -> Agent {
     std::fs::write(dir.join("secret"), SECRET).unwrap();
     std::fs::write(dir.join("git-token"), GIT_TOKEN).unwrap();
@@ -334,7 +353,13 @@ fn start_agent(
         .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
         .args(["--source-name", ns, "--allow-namespace", ns])
         .args(["--apply-as", support::SOURCE_ACCOUNT])
-        .args(["--lease-namespace", ns, "--lease-identity", "bench"])
+        .args(["--lease-namespace", ns])
+        .args(if extra.iter().any(|a| a.starts_with("--lease-identity")) {
+            vec![]
+        } else {
+            vec!["--lease-identity", "bench"]
+        })
+        .args(extra)
         // Extra agent flags, to compare settings: LINNET_BENCH_AGENT_ARGS="--flag value".
         .args(
             std::env::var("LINNET_BENCH_AGENT_ARGS")
@@ -1395,6 +1420,10 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
                 runs.push(one_size(cfg, &admin, n).await?);
             }
             rows.extend(rows_for(n, &runs));
+            if cfg.shards > 1 {
+                log(&format!("size {n}: {} shards", cfg.shards));
+                rows.extend(sharded::first_sync(cfg, &admin, n).await?);
+            }
         }
         // LINNET_BENCH_ANALYSIS=0 leaves figures 9 and 10 out (make bench-large: another
         // 10,000 rollouts would double its time).

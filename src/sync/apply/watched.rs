@@ -4,7 +4,8 @@
 //! (issue 51). Only a full sync after one that succeeded reads the stores: the first is
 //! listed, as is the first after a failed read, so a store still filling never stands in for
 //! the cluster. A kind read from a store is not "listed in full": no inventory entry is
-//! forgotten on what a store does not show yet.
+//! forgotten on what a store does not show yet. A rollout the store shows otherwise than Git
+//! has it is read again from the API server before anything is written or announced.
 
 use super::*;
 use crate::api::{CanaryDeployment, CanaryStatefulSet};
@@ -72,7 +73,22 @@ impl Syncer {
                     meta.remove("managedFields");
                 }
             }
-            keep_live(key, &object, desired, (&mut *live, &mut *unchanged));
+            match desired.get(&key) {
+                Some(d) => {
+                    let want = d.value();
+                    let projected = project_owned(&want, &object);
+                    if is_unchanged_from(&want, &d.hash, &projected) {
+                        unchanged.insert(key.clone());
+                        live.insert(key, identity_only(&projected));
+                    }
+                    // Else it is read from the API server, as the sync reads an object it has
+                    // not listed: the store's typed copy lacks any field its types do not know
+                    // (a newer StatefulSet field in the template), which is not drift.
+                }
+                None => {
+                    live.insert(key, identity_only(&object));
+                }
+            }
             n += 1;
         }
         Some(n)

@@ -236,9 +236,9 @@ async fn reconcile(
     rollout: Arc<CanaryDeployment>,
     shared: Arc<Shared>,
 ) -> Result<Requeue, ReconcileError> {
-    if reconcile::runs_elsewhere(&shared.ctx, &*rollout) {
+    let Some(_running) = reconcile::run_here(&shared.ctx, &*rollout) else {
         return Ok(Requeue::await_change());
-    }
+    };
     let inner = reconcile_inner(&rollout, &shared);
     reconcile::measured(&shared.ctx, &*rollout, inner).await
 }

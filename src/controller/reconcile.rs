@@ -373,19 +373,23 @@ async fn spec_behind<K: RolloutKind>(
     }))
 }
 
-/// Whether another replica runs `rollout` (its shard's Lease is not this replica's): then
-/// this one does nothing for it, and drops the phase it may have shown for it while it ran it.
-pub(crate) fn runs_elsewhere<K: RolloutKind>(ctx: &Context, rollout: &K) -> bool {
+/// Starts running `rollout` if this replica runs it (its shard's Lease is this replica's):
+/// the shard is not given up until the returned guard drops. Else this one does nothing for
+/// it, and drops the phase it may have shown for it while it ran it.
+pub(crate) fn run_here<'a, K: RolloutKind>(
+    ctx: &'a Context,
+    rollout: &K,
+) -> Option<super::shards::Running<'a>> {
     let ns = rollout.namespace().unwrap_or_default();
     let name = rollout.name_any();
-    if ctx.shards.owns(&ns, &name) {
-        return false;
+    if let Some(running) = ctx.shards.run(&ns, &name) {
+        return Some(running);
     }
     ctx.error_runs
         .succeeded(&super::own_writes::child_key(K::KIND, &ns, &name));
     ctx.metrics
         .rollout_phase(K::KIND, &format!("{ns}/{name}"), None);
-    true
+    None
 }
 
 /// Times a reconcile, counts its error by label, and puts a failed API request on the

@@ -3,7 +3,7 @@
 //! replica runs the rollouts of the shards whose Lease it holds ([`crate::runtime::shards`]
 //! holds them). Unsharded, it runs them all.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::Stream;
 
@@ -13,6 +13,9 @@ pub use crate::hash::shard_of;
 #[derive(Debug)]
 pub struct ShardSet {
     held: Vec<AtomicBool>,
+    /// Reconciles under way, by shard: a shard let go is released once they end.
+    running: Vec<AtomicUsize>,
+    ended: tokio::sync::Notify,
     changed: tokio::sync::watch::Sender<u64>,
 }
 
@@ -28,6 +31,8 @@ impl ShardSet {
     pub fn new(count: u32) -> ShardSet {
         ShardSet {
             held: (0..count.max(1)).map(|_| AtomicBool::new(false)).collect(),
+            running: (0..count.max(1)).map(|_| AtomicUsize::new(0)).collect(),
+            ended: tokio::sync::Notify::new(),
             changed: tokio::sync::watch::channel(0).0,
         }
     }
@@ -42,6 +47,35 @@ impl ShardSet {
         self.held
             .get(shard as usize)
             .is_some_and(|h| h.load(Ordering::SeqCst))
+    }
+
+    /// Starts running rollout `namespace/name` if this replica runs it now: the shard is not
+    /// released until the returned guard is dropped ([`Self::drained`]). `None` if another
+    /// replica runs it.
+    pub fn run(&self, namespace: &str, name: &str) -> Option<Running<'_>> {
+        let shard = shard_of(namespace, name, self.count()) as usize;
+        let (held, running) = (self.held.get(shard)?, self.running.get(shard)?);
+        // Counted before the check, and `set_held` clears before `drained` counts (both
+        // SeqCst): either this sees the shard let go, or the drain sees this reconcile.
+        running.fetch_add(1, Ordering::SeqCst);
+        let started = Running { set: self, shard };
+        held.load(Ordering::SeqCst).then_some(started)
+    }
+
+    /// Resolves once no reconcile of `shard` started by [`Self::run`] is under way.
+    pub async fn drained(&self, shard: u32) {
+        let Some(running) = self.running.get(shard as usize) else {
+            return;
+        };
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if running.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            ended.await;
+        }
     }
 
     /// Records whether `shard`'s Lease is held; a change is signalled to [`Self::changes`].
@@ -69,6 +103,21 @@ impl ShardSet {
             rx.changed().await.ok()?;
             Some(((), rx))
         })
+    }
+}
+
+/// A reconcile of a held shard under way (see [`ShardSet::run`]).
+#[derive(Debug)]
+pub struct Running<'a> {
+    set: &'a ShardSet,
+    shard: usize,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.set.running[self.shard].fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.set.ended.notify_waiters();
+        }
     }
 }
 
@@ -112,6 +161,26 @@ mod tests {
         }
         s.set_held(7, true); // no such shard: ignored
         assert_eq!(s.held(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_shard_let_go_drains_only_once_its_reconciles_under_way_end() {
+        let s = ShardSet::new(1);
+        s.set_held(0, true);
+        let first = s.run("prod", "a");
+        let second = s.run("prod", "b");
+        assert!(first.is_some() && second.is_some());
+        s.set_held(0, false);
+        assert!(
+            s.run("prod", "c").is_none(),
+            "a shard let go starts nothing"
+        );
+        let drained = std::time::Duration::from_millis(50);
+        assert!(tokio::time::timeout(drained, s.drained(0)).await.is_err());
+        drop(first);
+        assert!(tokio::time::timeout(drained, s.drained(0)).await.is_err());
+        drop(second);
+        assert!(tokio::time::timeout(drained, s.drained(0)).await.is_ok());
     }
 
     #[tokio::test]

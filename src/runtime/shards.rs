@@ -69,12 +69,29 @@ async fn hold_shard(
     let duration = leader.duration.as_secs().max(2);
     let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &leader.namespace);
     let home = k == leader.home_shard;
-    let look_every = (leader.duration / 2).max(Duration::from_secs(1));
+    let ask_every = (leader.duration / 2).max(Duration::from_secs(1));
+    // Another replica's home shard: its Lease, watched to see its home replica ask for it.
+    let (lease_seen, mut lease) = tokio::sync::watch::channel(None);
+    let _watching = (!home).then(|| {
+        AbortOnDrop(tokio::spawn(watch_lease(
+            leases.clone(),
+            name.clone(),
+            lease_seen,
+        )))
+    });
+    if !home {
+        let _ = tokio::time::timeout(ask_every, lease.changed()).await;
+    }
     loop {
-        // Another replica's home shard: not taken while its home replica asks for it.
-        while !home && home_is_waiting(&leases, &name, leader).await {
+        // Not taken while its home replica asks for it.
+        loop {
+            let request = home_request(&lease.borrow_and_update(), leader);
+            let Some(fresh_for) = request else {
+                break;
+            };
             tokio::select! {
-                _ = tokio::time::sleep(look_every) => {}
+                _ = lease.changed() => {}
+                _ = tokio::time::sleep(fresh_for) => {}
                 _ = released(&mut release) => return,
             }
         }
@@ -118,18 +135,20 @@ async fn hold_shard(
                     break;
                 },
                 // Another's home shard, held or stood by for: given back, or no longer
-                // contended for, once its home replica asks. Home but not held: asking for it.
-                _ = tokio::time::sleep(look_every), if !home || !held => {
-                    if home {
-                        if !asked {
-                            tracing::info!(lease = %name, shard = k, "another replica holds this replica's home shard; asking for it back");
-                        }
-                        ask_for_home_shard(&leases, &name, leader, true).await;
-                        asked = true;
-                    } else if home_is_waiting(&leases, &name, leader).await {
+                // contended for, once its home replica asks.
+                Ok(()) = lease.changed(), if !home => {
+                    if home_request(&lease.borrow_and_update(), leader).is_some() {
                         stood_back = Some(held);
                         break;
                     }
+                }
+                // Home but not held: asking for it, the request renewed while it waits.
+                _ = tokio::time::sleep(ask_every), if home && !held => {
+                    if !asked {
+                        tracing::info!(lease = %name, shard = k, "another replica holds this replica's home shard; asking for it back");
+                    }
+                    ask_for_home_shard(&leases, &name, leader, true).await;
+                    asked = true;
                 }
                 _ = released(&mut release) => {
                     // Closing the channel makes the lease manager release the Lease and end.
@@ -144,9 +163,14 @@ async fn hold_shard(
         }
         shards.set_held(k, false);
         if stood_back == Some(true) {
-            // Reconciles under way when the shard was let go finish before the home replica
-            // may start its own (each checks the shard only when it starts).
-            tokio::time::sleep(look_every).await;
+            // The reconciles under way end before the home replica may start its own; the
+            // Lease is renewed meanwhile. Each has a bound on its every call.
+            if tokio::time::timeout(DRAIN_AT_MOST, shards.drained(k))
+                .await
+                .is_err()
+            {
+                tracing::warn!(lease = %name, shard = k, "reconciles of the shard still under way after {DRAIN_AT_MOST:?}; giving it back anyway");
+            }
         }
         // Closing the channel makes the lease manager release the Lease and end.
         drop(holding);
@@ -167,37 +191,75 @@ async fn hold_shard(
     }
 }
 
-/// Whether shard Lease `name` carries a fresh request from its home replica (another).
-async fn home_is_waiting(leases: &kube::Api<Lease>, name: &str, leader: &LeaderConfig) -> bool {
-    let Ok(Some(lease)) = leases.get_opt(name).await else {
-        return false;
-    };
-    let asked = lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(HOME_WAITING_ANNOTATION));
-    asked.is_some_and(|request| {
-        is_fresh_request(
-            request,
-            &leader.identity,
-            leader.duration * HOME_WAITING_FRESH,
-            jiff::Timestamp::now(),
-        )
-    })
+/// The longest a shard given back waits for its reconciles under way.
+const DRAIN_AT_MOST: Duration = Duration::from_secs(60);
+
+/// Aborts a task when dropped: a shard's Lease watch ends with its holder.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
-/// Whether `request` ([`HOME_WAITING_ANNOTATION`]) is another replica's, made within
-/// `fresh_for` of `now` (either way: clocks differ).
-fn is_fresh_request(request: &str, own: &str, fresh_for: Duration, now: jiff::Timestamp) -> bool {
-    let Some((who, at)) = request.rsplit_once(' ') else {
-        return false;
-    };
-    let Ok(at) = at.parse::<jiff::Timestamp>() else {
-        return false;
-    };
+/// Sends shard Lease `name` as its watch shows it (one object, by field selector).
+async fn watch_lease(
+    leases: kube::Api<Lease>,
+    name: String,
+    seen: tokio::sync::watch::Sender<Option<Lease>>,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(leases, config).default_backoff());
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
+                seen.send_replace(Some(l));
+            }
+            Ok(watcher::Event::Delete(_)) => {
+                seen.send_replace(None);
+            }
+            // Listed: a standby waiting for this knows there is no request to respect.
+            Ok(watcher::Event::InitDone) => seen.send_modify(|_| {}),
+            Ok(watcher::Event::Init) => {}
+            Err(e) => {
+                tracing::debug!(lease = %name, error = %e, "watching the shard's Lease failed; watching again");
+            }
+        }
+    }
+}
+
+/// How much longer the request on `lease` from its home replica (another) stays fresh;
+/// `None` without one.
+fn home_request(lease: &Option<Lease>, leader: &LeaderConfig) -> Option<Duration> {
+    let request = lease
+        .as_ref()?
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(HOME_WAITING_ANNOTATION)?;
+    fresh_request(
+        request,
+        &leader.identity,
+        leader.duration * HOME_WAITING_FRESH,
+        jiff::Timestamp::now(),
+    )
+}
+
+/// How much longer `request` ([`HOME_WAITING_ANNOTATION`]) stays fresh if it is another
+/// replica's, made within `fresh_for` of `now` (either way: clocks differ).
+fn fresh_request(
+    request: &str,
+    own: &str,
+    fresh_for: Duration,
+    now: jiff::Timestamp,
+) -> Option<Duration> {
+    let (who, at) = request.rsplit_once(' ')?;
+    let at = at.parse::<jiff::Timestamp>().ok()?;
     let apart = now.duration_since(at).unsigned_abs();
-    who != own && apart < fresh_for
+    (who != own && apart < fresh_for).then(|| (fresh_for - apart).max(Duration::from_millis(500)))
 }
 
 /// Asks for this replica's home shard back on its Lease (`asking`), or withdraws the request.
@@ -232,36 +294,42 @@ mod tests {
     fn a_home_request_is_fresh_only_from_another_replica_and_for_a_while() {
         let now: jiff::Timestamp = "2026-11-27T12:00:00Z".parse().unwrap_or_default();
         let fresh = Duration::from_secs(45);
-        let asked = |who: &str, at: &str| format!("{who} {at}");
-        assert!(is_fresh_request(
-            &asked("linnet-1", "2026-11-27T11:59:30Z"),
-            "linnet-0",
-            fresh,
-            now
-        ));
+        let asked =
+            |who: &str, at: &str| fresh_request(&format!("{who} {at}"), "linnet-0", fresh, now);
+        assert_eq!(
+            asked("linnet-1", "2026-11-27T11:59:30Z"),
+            Some(Duration::from_secs(15))
+        );
         // Its own request never makes a replica stand back.
-        assert!(!is_fresh_request(
-            &asked("linnet-0", "2026-11-27T11:59:30Z"),
-            "linnet-0",
-            fresh,
-            now
-        ));
+        assert_eq!(asked("linnet-0", "2026-11-27T11:59:30Z"), None);
         // Stale: the home replica stopped asking (it died again).
-        assert!(!is_fresh_request(
-            &asked("linnet-1", "2026-11-27T11:58:00Z"),
-            "linnet-0",
-            fresh,
-            now
-        ));
+        assert_eq!(asked("linnet-1", "2026-11-27T11:58:00Z"), None);
         // A clock ahead by less than the window still counts.
-        assert!(is_fresh_request(
-            &asked("linnet-1", "2026-11-27T12:00:20Z"),
-            "linnet-0",
-            fresh,
-            now
-        ));
+        assert_eq!(
+            asked("linnet-1", "2026-11-27T12:00:20Z"),
+            Some(Duration::from_secs(25))
+        );
+        // Nearly stale: looked at again in a moment, not in a busy loop.
+        assert_eq!(
+            asked("linnet-1", "2026-11-27T11:59:15.1Z"),
+            Some(Duration::from_millis(500))
+        );
         for junk in ["", "linnet-1", "linnet-1 yesterday"] {
-            assert!(!is_fresh_request(junk, "linnet-0", fresh, now), "{junk}");
+            assert_eq!(fresh_request(junk, "linnet-0", fresh, now), None, "{junk}");
         }
+    }
+
+    #[test]
+    fn a_lease_without_a_request_from_its_home_replica_is_taken() {
+        let leader = LeaderConfig {
+            name: "linnet".into(),
+            namespace: "linnet-system".into(),
+            identity: "linnet-0".into(),
+            duration: Duration::from_secs(15),
+            shards: 3,
+            home_shard: 0,
+        };
+        assert_eq!(home_request(&None, &leader), None);
+        assert_eq!(home_request(&Some(Lease::default()), &leader), None);
     }
 }

@@ -382,7 +382,13 @@ async fn list_live(
             if only_desired && !desired.contains_key(&key) {
                 continue;
             }
-            keep_live(key, &to_value(object, ar), desired, (live, unchanged));
+            keep_live(
+                key,
+                &to_value(object, ar),
+                desired,
+                (live, unchanged),
+                KeepChanged::Projected,
+            );
         }
         match next {
             Some(token) => page = page.continue_token(&token),
@@ -397,6 +403,7 @@ fn keep_live(
     object: &Value,
     desired: &HashMap<&ObjectKey, &DesiredObject>,
     (live, unchanged): (&mut BTreeMap<ObjectKey, Value>, &mut BTreeSet<ObjectKey>),
+    changed: KeepChanged,
 ) {
     let kept = match desired.get(&key) {
         Some(d) => {
@@ -405,13 +412,25 @@ fn keep_live(
             if is_unchanged_from(&want, &d.hash, &projected) {
                 unchanged.insert(key.clone());
                 identity_only(&projected)
-            } else {
+            } else if changed == KeepChanged::Projected {
                 projected
+            } else {
+                return;
             }
         }
         None => identity_only(object),
     };
     live.insert(key, kept);
+}
+
+/// What [`keep_live`] keeps of an object that differs from Git.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeepChanged {
+    /// Its owned fields, as listed.
+    Projected,
+    /// Nothing: it is read from the API server before the diff (a store's typed copy lacks
+    /// any field its types do not know, which is not drift).
+    ReadAgain,
 }
 
 mod access;

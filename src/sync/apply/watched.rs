@@ -73,22 +73,13 @@ impl Syncer {
                     meta.remove("managedFields");
                 }
             }
-            match desired.get(&key) {
-                Some(d) => {
-                    let want = d.value();
-                    let projected = project_owned(&want, &object);
-                    if is_unchanged_from(&want, &d.hash, &projected) {
-                        unchanged.insert(key.clone());
-                        live.insert(key, identity_only(&projected));
-                    }
-                    // Else it is read from the API server, as the sync reads an object it has
-                    // not listed: the store's typed copy lacks any field its types do not know
-                    // (a newer StatefulSet field in the template), which is not drift.
-                }
-                None => {
-                    live.insert(key, identity_only(&object));
-                }
-            }
+            keep_live(
+                key,
+                &object,
+                desired,
+                (&mut *live, &mut *unchanged),
+                KeepChanged::ReadAgain,
+            );
             n += 1;
         }
         Some(n)

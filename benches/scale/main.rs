@@ -12,7 +12,9 @@
 //! every spec file in `apps/`; `k`: `k` files per directory below it), and
 //! `LINNET_BENCH_FLOOR_MAX` (1000: the largest size at which figures 12 and 13 are measured
 //! without linnet too, its stable sets created straight through the API), and
-//! `LINNET_BENCH_SHARDS` (0; `k` > 1: a first sync by `k` replicas with `--shards k` too).
+//! `LINNET_BENCH_SHARDS` (0; `k` > 1: a first sync by `k` replicas with `--shards k` too),
+//! and `LINNET_BENCH_ONLY` (`analysis`: figures 9 and 10 alone; `sharded`: the sharded first
+//! sync alone).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[path = "../../tests/support/mod.rs"]

@@ -1404,15 +1404,24 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
     let admin = support::admin_client().await;
     support::install_linnet(&admin).await;
     let mut rows = Vec::new();
-    // LINNET_BENCH_ONLY=analysis measures figures 9 and 10 alone.
-    let only_analysis = std::env::var("LINNET_BENCH_ONLY").as_deref() == Ok("analysis");
-    if !only_analysis {
+    // LINNET_BENCH_ONLY=analysis measures figures 9 and 10 alone; =sharded, the sharded
+    // first sync alone (with LINNET_BENCH_SHARDS).
+    let only = std::env::var("LINNET_BENCH_ONLY").unwrap_or_default();
+    let (only_analysis, only_sharded) = (only == "analysis", only == "sharded");
+    if !only_analysis && !only_sharded {
         log("volume canary: TwoSets, one volume per replica");
         let volume = volume_canary(cfg, &admin).await?;
         let (vm, _, _) = stats(volume.clone());
         rows.push(row(1, 8, "ms", volume, "median < 2 s", Some(vm < 2000.0)));
     }
     for &n in &cfg.sizes {
+        if only_sharded {
+            log(&format!("size {n}: one agent, as sharded is measured"));
+            rows.extend(sharded::first_sync(cfg, &admin, n, 1).await?);
+            log(&format!("size {n}: {} shards", cfg.shards));
+            rows.extend(sharded::first_sync(cfg, &admin, n, cfg.shards).await?);
+            continue;
+        }
         if !only_analysis {
             let mut runs = Vec::new();
             for r in 0..cfg.repeats {
@@ -1422,7 +1431,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
             rows.extend(rows_for(n, &runs));
             if cfg.shards > 1 {
                 log(&format!("size {n}: {} shards", cfg.shards));
-                rows.extend(sharded::first_sync(cfg, &admin, n).await?);
+                rows.extend(sharded::first_sync(cfg, &admin, n, cfg.shards).await?);
             }
         }
         // LINNET_BENCH_ANALYSIS=0 leaves figures 9 and 10 out (make bench-large: another

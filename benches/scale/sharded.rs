@@ -12,8 +12,20 @@ pub const SHARDED: [&str; 3] = [
     "   6 peak RSS: sharded, the largest of the others",
 ];
 
-pub async fn first_sync(cfg: &Config, admin: &Client, n: usize) -> Result<Vec<Row>, String> {
-    let shards = cfg.shards;
+/// Rows of the same first sync by one unsharded agent (`LINNET_BENCH_ONLY=sharded`): the
+/// baseline in the same harness, the same run.
+pub const ONE_AGENT: [&str; 2] = [
+    "   13 one agent, as sharded is measured: start -> every rollout Stable",
+    "   6 peak RSS: one agent, as sharded is measured",
+];
+
+/// The first sync by `shards` replicas (1: one agent without `--shards`).
+pub async fn first_sync(
+    cfg: &Config,
+    admin: &Client,
+    n: usize,
+    shards: usize,
+) -> Result<Vec<Row>, String> {
     let ns = support::TestNamespace::create(admin, &format!("bench-shards-{n}")).await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = support::agent::free_port();
@@ -31,11 +43,15 @@ pub async fn first_sync(cfg: &Config, admin: &Client, n: usize) -> Result<Vec<Ro
     for k in 0..shards {
         let dir = tmp.path().join(format!("replica-{k}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let extra = [
-            format!("--shards={shards}"),
-            format!("--shard-index={k}"),
-            format!("--lease-identity=bench-{k}"),
-        ];
+        let extra = if shards > 1 {
+            vec![
+                format!("--shards={shards}"),
+                format!("--shard-index={k}"),
+                format!("--lease-identity=bench-{k}"),
+            ]
+        } else {
+            Vec::new()
+        };
         // Replica 0 gets the port the repository's webhook names.
         let port = if k == 0 {
             port
@@ -83,6 +99,15 @@ pub async fn first_sync(cfg: &Config, admin: &Client, n: usize) -> Result<Vec<Ro
         agent.kill();
     }
     deleted(admin, ns).await;
+    if shards == 1 {
+        return Ok(vec![
+            Row {
+                figure: ONE_AGENT[0],
+                ..row(n, 13, "s", vec![all_stable_s], "-", None)
+            },
+            peak_row(n, ONE_AGENT[1], vec![syncer_peak]),
+        ]);
+    }
     Ok(vec![
         Row {
             figure: SHARDED[0],

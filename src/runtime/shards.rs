@@ -117,15 +117,15 @@ async fn hold_shard(
         let mut asked = false;
         loop {
             let held = *holding.borrow_and_update();
-            if held {
-                tracing::info!(lease = %name, shard = k, "holding the shard; running its rollouts");
-                if asked {
-                    // Back home: standbys need not wait for the request to go stale.
-                    ask_for_home_shard(&leases, &name, leader, false).await;
-                    asked = false;
-                }
-            }
             let was = shards.held().contains(&k);
+            if held && !was {
+                tracing::info!(lease = %name, shard = k, "holding the shard; running its rollouts");
+            }
+            if held && asked {
+                // Back home: standbys need not wait for the request to go stale.
+                ask_for_home_shard(&leases, &name, leader, false).await;
+                asked = false;
+            }
             if was && !held {
                 tracing::warn!(lease = %name, shard = k, "lost the shard; its rollouts are another replica's now");
             }

@@ -41,14 +41,6 @@ impl ShardSet {
         self.held.len() as u32
     }
 
-    /// Whether this replica runs rollout `namespace/name` now.
-    pub fn owns(&self, namespace: &str, name: &str) -> bool {
-        let shard = shard_of(namespace, name, self.count());
-        self.held
-            .get(shard as usize)
-            .is_some_and(|h| h.load(Ordering::SeqCst))
-    }
-
     /// Starts running rollout `namespace/name` if this replica runs it now: the shard is not
     /// released until the returned guard is dropped ([`Self::drained`]). `None` if another
     /// replica runs it.
@@ -146,7 +138,7 @@ mod tests {
     #[test]
     fn unsharded_owns_every_rollout() {
         let s = ShardSet::unsharded();
-        assert!(s.owns("a", "b"));
+        assert!(s.run("a", "b").is_some());
         assert_eq!(s.held(), vec![0]);
     }
 
@@ -154,10 +146,11 @@ mod tests {
     fn a_replica_owns_only_the_rollouts_of_its_held_shards() {
         let s = ShardSet::new(3);
         let names: Vec<String> = (0..30).map(|i| format!("app-{i}")).collect();
-        assert!(names.iter().all(|n| !s.owns("prod", n)));
+        assert!(names.iter().all(|n| s.run("prod", n).is_none()));
         s.set_held(1, true);
         for n in &names {
-            assert_eq!(s.owns("prod", n), shard_of("prod", n, 3) == 1, "{n}");
+            let runs = s.run("prod", n).is_some();
+            assert_eq!(runs, shard_of("prod", n, 3) == 1, "{n}");
         }
         s.set_held(7, true); // no such shard: ignored
         assert_eq!(s.held(), vec![1]);

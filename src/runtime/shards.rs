@@ -90,7 +90,8 @@ async fn hold_shard(
                 break;
             };
             tokio::select! {
-                _ = lease.changed() => {}
+                // A closed channel (the watch ended) disables this branch: no busy loop.
+                Ok(()) = lease.changed() => {}
                 _ = tokio::time::sleep(fresh_for) => {}
                 _ = released(&mut release) => return,
             }

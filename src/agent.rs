@@ -71,6 +71,9 @@ pub async fn run(
     if let (Some(leader), None) = (&config.leader, &sharded) {
         held_lease = Some(lease::wait_for_leadership(client.clone(), leader).await?);
     }
+    if config.leader.is_none() || held_lease.is_some() {
+        metrics.leader.set(1);
+    }
     // The controllers act on what the sync applied, each on its kind's shared store.
     let mut ctx = controller::Context::new(
         client.clone(),
@@ -118,6 +121,7 @@ pub async fn run(
     tasks.spawn("CanaryDeployment watch", deploy_watch.run());
     if let Some(leader) = &sharded {
         held_lease = Some(lease::wait_for_leadership(client.clone(), leader).await?);
+        metrics.leader.set(1);
     }
     tasks.spawn(
         "unmanaged rollouts",
@@ -226,6 +230,12 @@ pub fn metrics() -> Metrics {
             .copied()
             .collect(),
         reconcile: crate::controller::ReconcileError::LABELS.to_vec(),
+        sync: network
+            .iter()
+            .chain(git)
+            .chain(look::SourceError::LABELS)
+            .copied()
+            .collect(),
     });
     metrics
 }
@@ -242,6 +252,9 @@ mod tests {
             r#"linnet_writeback_errors_total{reason="kept_moving"} 0"#,
             r#"linnet_commit_status_posts_total{result="refused"} 0"#,
             r#"linnet_reconcile_errors_total{kind="CanaryDeployment",error="kube_api"} 0"#,
+            r#"linnet_sync_errors_total{reason="no_specs"} 0"#,
+            r#"linnet_sync_errors_total{reason="timeout"} 0"#,
+            r#"linnet_sync_errors_total{reason="sync"} 0"#,
         ] {
             assert!(text.contains(series), "no {series} in:\n{text}");
         }

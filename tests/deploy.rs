@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Scope, pinned_kind};
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::admin_client;
 
 /// The tests here install the same cluster-wide objects (CRDs, ClusterRoles, namespace
@@ -61,17 +61,41 @@ async fn kubectl_apply_k_deploy_installs_everything() {
     ] {
         assert!(kinds.contains(&kind), "deploy/ has no {kind}: {kinds:?}");
     }
-    // Issue 20: the Service and the NetworkPolicy expose the webhook port only, and the
-    // shipped webhook secret is a placeholder the agent refuses to start with.
+    // Issue 20: the Service and the NetworkPolicy expose the webhook port to anyone, and
+    // nothing else; issue 52: the metrics port, to the monitoring namespace only.
     let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind);
     for service in of_kind("Service") {
+        let only = match service["metadata"]["name"].as_str() {
+            Some("linnet-metrics") => "metrics",
+            _ => "http",
+        };
         for port in service["spec"]["ports"].as_array().unwrap() {
-            assert_eq!(port["targetPort"], "http", "{service}");
+            assert_eq!(port["targetPort"], only, "{service}");
         }
     }
     let policy = of_kind("NetworkPolicy").next().unwrap();
-    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], "http");
-    assert!(policy["spec"]["ingress"][0].get("from").is_none());
+    for rule in policy["spec"]["ingress"].as_array().unwrap() {
+        let ports: Vec<&Value> = rule["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| &p["port"])
+            .collect();
+        match rule.get("from") {
+            None => assert!(
+                ports.iter().all(|p| *p == "http" || *p == "probes"),
+                "open to anyone: {rule}"
+            ),
+            Some(from) => {
+                assert_eq!(ports, [&json!("metrics")], "{rule}");
+                assert_eq!(
+                    from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+                    "monitoring",
+                    "{rule}"
+                );
+            }
+        }
+    }
     // Issue 24: nothing the user sets is in deploy/, so applying it again resets nothing.
     assert!(of_kind("Secret").next().is_none());
     assert!(of_kind("ConfigMap").next().is_none());
@@ -541,4 +565,83 @@ async fn gone(client: &kube::Client, ns: &str) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+}
+
+/// Issue 52: the chart's prometheus-operator monitors are deploy/monitoring's (the same
+/// selector, port and honorLabels), and both select what the chart and deploy/ serve: a
+/// `metrics` port on the pods, behind a Service labelled as the ServiceMonitor selects.
+#[test]
+fn the_charts_monitors_are_deploy_monitorings() {
+    let rendered = render_chart(
+        "linnet",
+        "linnet-system",
+        &[
+            "repo.url=https://github.com/YOU/gitops.git".to_string(),
+            "git.token=t".into(),
+            "webhook.secret=0123456789abcdef0123".into(),
+            "metrics.serviceMonitor.enabled=true".into(),
+            "metrics.podMonitor.enabled=true".into(),
+        ],
+    );
+    for file in ["servicemonitor.yaml", "podmonitor.yaml"] {
+        let path = format!("{}/deploy/monitoring/{file}", env!("CARGO_MANIFEST_DIR"));
+        let doc: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let found = rendered
+            .iter()
+            .find(|r| r["kind"] == doc["kind"])
+            .unwrap_or_else(|| panic!("the chart makes no {}", doc["kind"]));
+        assert_eq!(
+            normalized(found.clone()),
+            normalized(doc.clone()),
+            "the chart's {} differs from deploy/monitoring/{file}",
+            doc["kind"]
+        );
+    }
+    let service = kustomized()
+        .into_iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "linnet-metrics")
+        .expect("deploy/ has Service linnet-metrics");
+    let monitor: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/deploy/monitoring/servicemonitor.yaml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][key], value,
+            "the ServiceMonitor selects {key}={value}; Service linnet-metrics lacks it"
+        );
+    }
+    assert_eq!(service["spec"]["publishNotReadyAddresses"], true);
+    // Without the metrics port, the chart makes neither the Service nor a monitor.
+    let off = render_chart(
+        "linnet",
+        "linnet-system",
+        &[
+            "repo.url=https://github.com/YOU/gitops.git".to_string(),
+            "git.token=t".into(),
+            "webhook.secret=0123456789abcdef0123".into(),
+            "metrics.enabled=false".into(),
+            "metrics.serviceMonitor.enabled=true".into(),
+        ],
+    );
+    assert!(
+        !off.iter()
+            .any(|d| d["kind"] == "ServiceMonitor" || d["metadata"]["name"] == "linnet-metrics"),
+        "metrics.enabled=false still renders the metrics Service or a monitor"
+    );
+    let deployment = off.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert!(
+        !serde_json::to_string(deployment)
+            .unwrap()
+            .contains("LINNET_METRICS_LISTEN"),
+        "metrics.enabled=false still listens on the metrics port"
+    );
 }

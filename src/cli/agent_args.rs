@@ -102,6 +102,11 @@ pub struct AgentArgs {
     /// `kubectl port-forward`, or give 0.0.0.0:9090 to let Prometheus scrape it.
     #[arg(long, default_value = "127.0.0.1:9090", env = "LINNET_ADMIN_LISTEN")]
     pub admin_listen: std::net::SocketAddr,
+    /// An address serving /metrics alone, for Prometheus to scrape from another pod (deploy/
+    /// and the chart use 0.0.0.0:8082, and their NetworkPolicy admits only the monitoring
+    /// namespace). /status, which names every rollout, stays on --admin-listen.
+    #[arg(long, env = "LINNET_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// A third address serving only /healthz and /readyz, for the kubelet's probes: a flood
     /// on the webhook port then cannot fail them (deploy/ uses 0.0.0.0:8081). Without it the
     /// probes are answered on both other addresses.

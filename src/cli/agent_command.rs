@@ -70,6 +70,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         listen: args.listen,
         admin_listen: args.admin_listen,
         probe_listen: args.probe_listen,
+        metrics_listen: args.metrics_listen,
         serve_limits: crate::serve::ServeLimits {
             max_connections: args.max_connections.max(1),
             header_timeout: args.header_timeout,

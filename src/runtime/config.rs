@@ -46,6 +46,8 @@ pub struct AgentConfig {
     pub admin_listen: SocketAddr,
     /// Only the probes, for the kubelet, apart from the webhook port's callers.
     pub probe_listen: Option<SocketAddr>,
+    /// `/metrics` alone, for a scraper in another pod.
+    pub metrics_listen: Option<SocketAddr>,
     /// What each listener lets its callers hold.
     pub serve_limits: ServeLimits,
     pub webhook: Option<HookSettings>,

@@ -2,7 +2,8 @@
 //! - `--listen`: the Git host's webhooks (and `/healthz`, `/readyz`);
 //! - `--admin-listen`: `/metrics` and `/status` for the cluster's own tools (localhost
 //!   unless opted in), and the probes;
-//! - `--probe-listen`: the probes only, for the kubelet.
+//! - `--probe-listen`: the probes only, for the kubelet;
+//! - `--metrics-listen`: `/metrics` only, for a scraper in another pod.
 //!
 //! Inputs: the state, the rollout stores and the metrics. Outputs: the verified webhooks, as
 //! wake-ups of the source loop.
@@ -21,7 +22,7 @@ use super::state::{AgentState, SourceStatus};
 use crate::api::RolloutView;
 use crate::serve::serve;
 use crate::source::hooks::{self, Waker};
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, RolloutProblem};
 use crate::watch::rollouts::RolloutStores;
 use crate::{Error, Result};
 
@@ -83,9 +84,11 @@ pub async fn serve_all(
     if let Some(settings) = &config.webhook {
         hooks_app = hooks_app.merge(hooks::router(settings.clone(), waker.clone(), metrics));
     }
-    let admin_app = probes.clone().merge(
+    let metrics_app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .with_state(shared.clone());
+    let admin_app = probes.clone().merge(metrics_app.clone()).merge(
         Router::new()
-            .route("/metrics", get(metrics_text))
             .route("/status", get(status))
             .with_state(shared),
     );
@@ -99,6 +102,9 @@ pub async fn serve_all(
     ];
     if let Some(addr) = config.probe_listen {
         listeners.push(("probes", addr, probes, None));
+    }
+    if let Some(addr) = config.metrics_listen {
+        listeners.push(("metrics", addr, metrics_app, None));
     }
     for (what, addr, app, on_refused) in listeners {
         let listener = bind(addr, what).await?;
@@ -131,6 +137,11 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
 async fn metrics_text(
     State(shared): State<Arc<Shared>>,
 ) -> ([(&'static str, &'static str); 1], String) {
+    let sets = shared.rollouts.statefulsets.store().state();
+    let deploys = shared.rollouts.deployments.store().state();
+    let sets = sets.iter().flat_map(|o| problems_of(o.as_ref()));
+    let deploys = deploys.iter().flat_map(|o| problems_of(o.as_ref()));
+    shared.metrics.rollout_problems(sets.chain(deploys));
     (
         [(
             "content-type",
@@ -138,6 +149,30 @@ async fn metrics_text(
         )],
         shared.metrics.encode(),
     )
+}
+
+/// Phases a rollout ends in when it did not get where Git asked.
+const FAILED_PHASES: [&str; 3] = ["Failed", "RolledBack", "MigrationFailed"];
+
+/// What `o` needs a person for: its Stalled condition, a phase it failed in, both or none.
+fn problems_of<'a, R: RolloutView>(
+    o: &'a R,
+) -> impl Iterator<Item = (&'static str, &'a str, &'a str, RolloutProblem)> + use<'a, R> {
+    let stalled = o
+        .conditions()
+        .iter()
+        .find(|c| c.type_ == crate::api::condition::STALLED && c.status == "True")
+        .map(|c| RolloutProblem::Stalled(c.reason.clone()));
+    let failed = o
+        .phase_name()
+        .filter(|p| FAILED_PHASES.contains(p))
+        .map(|p| RolloutProblem::Failed(p.to_string()));
+    let meta = o.meta();
+    let named = meta.namespace.as_deref().zip(meta.name.as_deref());
+    [stalled, failed]
+        .into_iter()
+        .flatten()
+        .filter_map(move |p| named.map(|(ns, name)| (R::KIND, ns, name, p)))
 }
 
 /// A rollout's row: its kind as `kubectl get` takes it, and what its status says.

@@ -46,6 +46,11 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// The labels of [`Self::metric_label`] besides Git's own ([`GitError::LABELS`]).
+    pub const LABELS: &'static [&'static str] = &[
+        "busy", "timeout", "panic", "git", "local", "no_specs", "sync",
+    ];
+
     /// A stable, low-cardinality label.
     pub fn metric_label(&self) -> &'static str {
         match self {

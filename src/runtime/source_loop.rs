@@ -21,7 +21,7 @@ use crate::source::hooks::WakeReceiver;
 use crate::source::snapshot::SpecSnapshot;
 use crate::specs::SpecSet;
 use crate::sync::Syncer;
-use crate::telemetry::{ActionLabel, Metrics, RevisionLabel};
+use crate::telemetry::{ActionLabel, Metrics, ReasonLabel, RevisionLabel};
 use crate::watch::rollouts::RolloutStores;
 use crate::writeback::commit_status::Wanted;
 use crate::{Error, Result};
@@ -275,10 +275,32 @@ impl SourceLoop {
                         self.source_event("Unverified", &message).await;
                     }
                     self.state.update(|s| s.last_error = Some(message));
+                    self.metrics
+                        .sync_errors
+                        .get_or_create(&ReasonLabel {
+                            reason: error.metric_label().into(),
+                        })
+                        .inc();
                 }
             }
+            self.publish_source_metrics();
             tracing::debug!(took = ?started.elapsed(), "source step done");
         }
+    }
+
+    /// The source's state as metrics, after each step.
+    fn publish_source_metrics(&self) {
+        let Some((ready, spec_errors, unapplied)) = self
+            .state
+            .read(|s| (s.is_ready(), s.spec_error_count, s.sync_error_count))
+        else {
+            return;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.metrics
+            .source_state(&self.config.source_name, ready, spec_errors, unapplied, now);
     }
 
     /// Puts back the rollouts their controllers found edited in the cluster, as the last

@@ -280,6 +280,23 @@ mod tests {
     }
 
     #[test]
+    fn the_ready_metric_is_the_ready_condition() {
+        let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let mut spec_error = state();
+        spec_error.spec_errors = vec!["apps/web.yaml:3:1: unknown field".into()];
+        spec_error.set_degraded();
+        let unreachable = SourceStatus {
+            last_error: Some("timed out".into()),
+            ..state()
+        };
+        let never_synced = SourceStatus::default();
+        for s in [state(), spec_error, unreachable, never_synced] {
+            let ready = status_of(&s, Some(1), None, t0).conditions[0].status == "True";
+            assert_eq!(s.is_ready(), ready, "{s:?}");
+        }
+    }
+
+    #[test]
     fn a_restart_while_the_remote_fails_keeps_the_last_applied_revision_and_count() {
         // Issue 47: after a restart, `kubectl get lsrc` showed no revision and 0 objects while
         // the cluster still ran the last good revision.

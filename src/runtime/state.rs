@@ -85,6 +85,17 @@ pub const DEGRADED: &str = "Degraded";
 pub const HISTORY_REWRITTEN: &str = "HistoryRewritten";
 
 impl SourceStatus {
+    /// Whether a revision is synced with every object applied and the last step failed
+    /// nothing: the LinnetSource's Ready condition, and `linnet_source_ready`.
+    pub fn is_ready(&self) -> bool {
+        self.last_error.is_none()
+            && self.revision.is_some()
+            && !self
+                .conditions
+                .iter()
+                .any(|c| c.type_ == DEGRADED && c.status == "True")
+    }
+
     /// Recomputes `Degraded` from the errors.
     pub fn set_degraded(&mut self) {
         let (status, reason, message) = match (self.spec_errors.first(), self.sync_errors.first()) {
@@ -156,6 +167,11 @@ impl AgentState {
     /// The status as it is now.
     pub fn status(&self) -> SourceStatus {
         self.status.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// What `read` makes of the status, without copying it.
+    pub fn read<T>(&self, read: impl FnOnce(&SourceStatus) -> T) -> Option<T> {
+        self.status.read().ok().map(|s| read(&s))
     }
 
     /// Changes the status and tells whoever follows it.

@@ -135,12 +135,26 @@ impl Prometheus {
 
     /// A Prometheus scraping `target` (`host:port`, path `/metrics`) every second.
     pub async fn scraping(target: &str) -> Prometheus {
+        Prometheus::scraping_with_rules(target, &[]).await
+    }
+
+    /// [`Prometheus::scraping`], evaluating the rule files `rules` every second.
+    pub async fn scraping_with_rules(target: &str, rules: &[PathBuf]) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
+        let rule_files: String = rules
+            .iter()
+            .map(|r| format!("- '{}'\n", r.display()))
+            .collect();
+        let rule_files = if rule_files.is_empty() {
+            String::new()
+        } else {
+            format!("rule_files:\n{rule_files}")
+        };
         std::fs::write(
             dir.path().join("prometheus.yml"),
             format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n- job_name: app\n  static_configs:\n  - targets: ['{target}']\n"
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n{rule_files}\
+                 scrape_configs:\n- job_name: app\n  honor_labels: true\n  static_configs:\n  - targets: ['{target}']\n"
             ),
         )
         .unwrap();

@@ -1,35 +1,5 @@
-//! Logging and metrics set-up: `tracing` to stderr, as text for people or JSON for collectors.
-
-use clap::ValueEnum;
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
-
-/// How log lines are written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Installs the global subscriber. `RUST_LOG` overrides `default_level` (e.g. `linnet=debug`).
-pub fn init(format: LogFormat, default_level: &str) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let registry = tracing_subscriber::registry().with(filter);
-    // A second init (tests, embedding) keeps the first subscriber; that is fine.
-    // Colour only for a person at a terminal; not in a file or a log collector.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = match format {
-        LogFormat::Text => registry
-            .with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr))
-            .try_init(),
-        LogFormat::Json => registry
-            .with(fmt::layer().json().with_writer(std::io::stderr))
-            .try_init(),
-    };
-}
+//! The agent's metrics: what `/metrics` serves, in the OpenMetrics text format, and the
+//! few helpers that keep each family exact (phases, rollout problems, the source's state).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -82,6 +52,31 @@ pub struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+/// One rollout that needs a person: stalled (its Stalled condition's reason) or failed (its
+/// phase). Only such rollouts have a series, so the count stays with the problems, not with
+/// the number of rollouts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutProblemLabels {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+}
+
+/// What a rollout in the shared store needs a person for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RolloutProblem {
+    /// Its Stalled condition is True, with this reason.
+    Stalled(String),
+    /// It ended in this phase: Failed, RolledBack or MigrationFailed.
+    Failed(String),
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
     pub commit: String,
@@ -122,8 +117,27 @@ pub struct Metrics {
     /// the hostile-input tests hold the peak under 128 MiB from this.
     pub resident_memory: Gauge,
     pub peak_resident_memory: Gauge,
+    /// 1 while the source's last step left every object of its revision applied (the
+    /// LinnetSource's Ready condition), else 0.
+    pub source_ready: Family<SourceLabel, Gauge>,
+    /// When a step of the source last ended Ready (Unix seconds).
+    pub source_last_success: Family<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Spec errors at the synced revision (files not applied until fixed).
+    pub source_spec_errors: Family<SourceLabel, Gauge>,
+    /// Objects of the synced revision the cluster refused (retried).
+    pub source_unapplied_objects: Family<SourceLabel, Gauge>,
+    /// Failed steps of the source (a look at Git or a sync), by reason.
+    pub sync_errors: Family<ReasonLabel, Counter>,
+    /// 1 while this replica holds the main Lease (or runs without election).
+    pub leader: Gauge,
+    /// 1 for each stalled rollout in this replica's store.
+    pub rollout_stalled: Family<RolloutProblemLabels, Gauge>,
+    /// 1 for each failed or rolled-back rollout in this replica's store.
+    pub rollout_failed: Family<RolloutProblemLabels, Gauge>,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
+    /// Held while the rollout problem series are refilled, so two scrapes do not interleave.
+    problems_refresh: std::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -237,6 +251,54 @@ impl Default for Metrics {
             prometheus_client::registry::Unit::Bytes,
             peak_resident_memory.clone(),
         );
+        let source_ready = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "source_ready",
+            "1 while every object of the source's revision is applied (LinnetSource Ready), else 0",
+            source_ready.clone(),
+        );
+        let source_last_success = Family::<SourceLabel, Gauge<f64, _>>::default();
+        registry.register(
+            "source_last_success_timestamp_seconds",
+            "When a look at the source last ended with every object of its revision applied",
+            source_last_success.clone(),
+        );
+        let source_spec_errors = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "source_spec_errors",
+            "Errors in the spec files at the synced revision (those files are not applied)",
+            source_spec_errors.clone(),
+        );
+        let source_unapplied_objects = Family::<SourceLabel, Gauge>::default();
+        registry.register(
+            "source_unapplied_objects",
+            "Objects of the synced revision the cluster refused (retried)",
+            source_unapplied_objects.clone(),
+        );
+        let sync_errors = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "sync_errors",
+            "Failed steps of the source (a look at Git or a sync), by reason",
+            sync_errors.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the main Lease and syncs Git (or runs without election)",
+            leader.clone(),
+        );
+        let rollout_stalled = Family::<RolloutProblemLabels, Gauge>::default();
+        registry.register(
+            "rollout_stalled",
+            "1 for each rollout whose Stalled condition is True (only those have a series)",
+            rollout_stalled.clone(),
+        );
+        let rollout_failed = Family::<RolloutProblemLabels, Gauge>::default();
+        registry.register(
+            "rollout_failed",
+            "1 for each rollout in phase Failed, RolledBack or MigrationFailed (only those have a series)",
+            rollout_failed.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -254,6 +316,15 @@ impl Default for Metrics {
             .set(1);
         Metrics {
             registry,
+            source_ready,
+            source_last_success,
+            source_spec_errors,
+            source_unapplied_objects,
+            sync_errors,
+            leader,
+            rollout_stalled,
+            rollout_failed,
+            problems_refresh: Default::default(),
             commit_status_posts,
             revert_commits,
             analysis_measurements,
@@ -333,6 +404,61 @@ impl Metrics {
         out
     }
 
+    /// Records the source's state after a step: whether it is Ready, its error counts, and
+    /// (when Ready) `now` as its last success.
+    pub fn source_state(
+        &self,
+        source: &str,
+        ready: bool,
+        spec_errors: usize,
+        unapplied: usize,
+        now: f64,
+    ) {
+        let label = SourceLabel {
+            source: source.to_string(),
+        };
+        self.source_ready
+            .get_or_create(&label)
+            .set(i64::from(ready));
+        self.source_spec_errors
+            .get_or_create(&label)
+            .set(spec_errors as i64);
+        self.source_unapplied_objects
+            .get_or_create(&label)
+            .set(unapplied as i64);
+        // No series before the first success: a 0 would read as "last synced in 1970".
+        if ready {
+            self.source_last_success.get_or_create(&label).set(now);
+        }
+    }
+
+    /// Replaces the rollout problem series with `problems` (kind, namespace, name, problem):
+    /// the shared store's view at this scrape, so a fixed rollout's series goes with it.
+    pub fn rollout_problems<'a>(
+        &self,
+        problems: impl IntoIterator<Item = (&'static str, &'a str, &'a str, RolloutProblem)>,
+    ) {
+        let Ok(_refreshing) = self.problems_refresh.lock() else {
+            return;
+        };
+        self.rollout_stalled.clear();
+        self.rollout_failed.clear();
+        for (kind, namespace, name, problem) in problems {
+            let (family, reason) = match problem {
+                RolloutProblem::Stalled(reason) => (&self.rollout_stalled, reason),
+                RolloutProblem::Failed(phase) => (&self.rollout_failed, phase),
+            };
+            family
+                .get_or_create(&RolloutProblemLabels {
+                    kind: kind.to_string(),
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    reason,
+                })
+                .set(1);
+        }
+    }
+
     /// Counts one webhook request.
     pub fn webhook(&self, host: &str, result: &str) {
         self.webhook_requests
@@ -357,6 +483,8 @@ pub struct ErrorSeries {
     pub commit_status: Vec<&'static str>,
     /// Reconcile errors, for each rollout kind.
     pub reconcile: Vec<&'static str>,
+    /// Failed steps of the source (`linnet_sync_errors_total`).
+    pub sync: Vec<&'static str>,
 }
 
 impl Metrics {
@@ -375,6 +503,11 @@ impl Metrics {
         for result in labels.commit_status.iter().chain(&["posted"]) {
             let _ = self.commit_status_posts.get_or_create(&ResultLabel {
                 result: result.to_string(),
+            });
+        }
+        for reason in labels.sync.iter().chain(&["panic"]) {
+            let _ = self.sync_errors.get_or_create(&ReasonLabel {
+                reason: reason.to_string(),
             });
         }
         for kind in ["CanaryStatefulSet", "CanaryDeployment"] {
@@ -400,6 +533,7 @@ mod tests {
             writeback: vec!["kept_moving"],
             commit_status: vec!["refused"],
             reconcile: vec!["kube_api"],
+            sync: vec!["no_specs"],
         });
         let text = m.encode();
         assert!(
@@ -415,6 +549,53 @@ mod tests {
             r#"linnet_writeback_errors_total{reason="kept_moving"} 0"#,
             r#"linnet_commit_status_posts_total{result="refused"} 0"#,
             r#"linnet_reconcile_errors_total{kind="CanaryDeployment",error="kube_api"} 0"#,
+            r#"linnet_sync_errors_total{reason="no_specs"} 0"#,
+        ] {
+            assert!(text.contains(series), "no {series} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_fixed_rollouts_problem_series_goes_at_the_next_scrape() {
+        let m = Metrics::default();
+        m.rollout_problems([
+            (
+                "CanaryStatefulSet",
+                "a",
+                "redis",
+                RolloutProblem::Stalled("ActionFailed".into()),
+            ),
+            (
+                "CanaryDeployment",
+                "b",
+                "web",
+                RolloutProblem::Failed("RolledBack".into()),
+            ),
+        ]);
+        let text = m.encode();
+        for series in [
+            r#"linnet_rollout_stalled{kind="CanaryStatefulSet",namespace="a",name="redis",reason="ActionFailed"} 1"#,
+            r#"linnet_rollout_failed{kind="CanaryDeployment",namespace="b",name="web",reason="RolledBack"} 1"#,
+        ] {
+            assert!(text.contains(series), "no {series} in:\n{text}");
+        }
+        m.rollout_problems([]);
+        let text = m.encode();
+        assert!(!text.contains("namespace=\"a\""), "{text}");
+        assert!(!text.contains("namespace=\"b\""), "{text}");
+    }
+
+    #[test]
+    fn the_last_success_moves_only_while_the_source_is_ready() {
+        let m = Metrics::default();
+        m.source_state("default", true, 0, 0, 100.0);
+        m.source_state("default", false, 2, 1, 200.0);
+        let text = m.encode();
+        for series in [
+            r#"linnet_source_ready{source="default"} 0"#,
+            r#"linnet_source_last_success_timestamp_seconds{source="default"} 100.0"#,
+            r#"linnet_source_spec_errors{source="default"} 2"#,
+            r#"linnet_source_unapplied_objects{source="default"} 1"#,
         ] {
             assert!(text.contains(series), "no {series} in:\n{text}");
         }

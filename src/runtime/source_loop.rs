@@ -283,24 +283,10 @@ impl SourceLoop {
                         .inc();
                 }
             }
-            self.publish_source_metrics();
+            self.state
+                .publish_metrics(&self.metrics, &self.config.source_name);
             tracing::debug!(took = ?started.elapsed(), "source step done");
         }
-    }
-
-    /// The source's state as metrics, after each step.
-    fn publish_source_metrics(&self) {
-        let Some((ready, spec_errors, unapplied)) = self
-            .state
-            .read(|s| (s.is_ready(), s.spec_error_count, s.sync_error_count))
-        else {
-            return;
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        self.metrics
-            .source_state(&self.config.source_name, ready, spec_errors, unapplied, now);
     }
 
     /// Puts back the rollouts their controllers found edited in the cluster, as the last

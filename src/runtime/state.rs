@@ -174,6 +174,19 @@ impl AgentState {
         self.status.read().ok().map(|s| read(&s))
     }
 
+    /// The source's state as metrics (Ready, error counts, the last success), after a step.
+    pub fn publish_metrics(&self, metrics: &crate::telemetry::Metrics, source: &str) {
+        let Some((ready, spec_errors, unapplied)) =
+            self.read(|s| (s.is_ready(), s.spec_error_count, s.sync_error_count))
+        else {
+            return;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        metrics.source_state(source, ready, spec_errors, unapplied, now);
+    }
+
     /// Changes the status and tells whoever follows it.
     pub fn update(&self, change: impl FnOnce(&mut SourceStatus)) {
         if let Ok(mut s) = self.status.write() {

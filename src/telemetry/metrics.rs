@@ -1,92 +1,12 @@
 //! The agent's metrics: what `/metrics` serves, in the OpenMetrics text format, and the
 //! few helpers that keep each family exact (phases, rollout problems, the source's state).
 
-use prometheus_client::encoding::EncodeLabelSet;
+use super::labels::*;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RevisionLabel {
-    pub revision: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WebhookLabels {
-    pub host: String,
-    pub result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActionLabel {
-    pub action: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MeasurementLabels {
-    pub provider: String,
-    pub phase: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PhaseLabels {
-    pub kind: String,
-    pub phase: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabel {
-    pub kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceLabel {
-    pub source: String,
-}
-
-/// One rollout that needs a person: stalled (its Stalled condition's reason) or failed (its
-/// phase). Only such rollouts have a series, so the count stays with the problems, not with
-/// the number of rollouts.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RolloutProblemLabels {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    pub reason: String,
-}
-
-/// What a rollout in the shared store needs a person for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RolloutProblem {
-    /// Its Stalled condition is True, with this reason.
-    Stalled(String),
-    /// It ended in this phase: Failed, RolledBack or MigrationFailed.
-    Failed(String),
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    pub version: String,
-    pub commit: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
-    pub kind: String,
-    pub error: String,
-}
 
 /// The agent's metrics, served on `/metrics` in the OpenMetrics text format.
 pub struct Metrics {

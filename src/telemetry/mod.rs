@@ -31,5 +31,7 @@ pub fn init(format: LogFormat, default_level: &str) {
     };
 }
 
+mod labels;
 mod metrics;
+pub use labels::*;
 pub use metrics::*;

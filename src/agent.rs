@@ -108,6 +108,7 @@ pub async fn run(
     let commit_status_changes = config.commit_status.as_ref().map(|_| rollouts.subscribe());
     let writeback_changes = config.writeback.as_ref().map(|_| rollouts.subscribe());
     let revert_changes = config.reverts.as_ref().map(|_| rollouts.subscribe());
+    let notify_changes = config.notifications.as_ref().map(|_| rollouts.subscribe());
     tasks.spawn(
         "CanaryStatefulSet controller",
         controller::statefulset::run(ctx.clone(), sts, sts_changes, shutdown_signal()),
@@ -152,6 +153,12 @@ pub async fn run(
         }
         _ => None,
     };
+    if let (Some(cfg), Some(changes)) = (config.notifications.clone(), notify_changes) {
+        tasks.spawn(
+            "notifications",
+            crate::notify::run(changes, cfg, metrics.clone()),
+        );
+    }
     if let (Some(cfg), Some(changes)) = (config.writeback.clone(), writeback_changes) {
         tasks.spawn("write-back", writeback::run(changes, cfg, metrics.clone()));
     }

@@ -27,6 +27,7 @@ pub mod events;
 pub mod inspect;
 pub mod kube_client;
 pub mod net;
+pub mod notify;
 pub mod render;
 pub mod runtime;
 pub mod serve;

@@ -1075,3 +1075,118 @@ async fn a_promotion_to_another_branch_carries_the_config_keys_that_changed_with
     .await;
     assert!(promotion_pull_requests(&gitea).await.is_empty());
 }
+
+/// Gitea's comments on pull request `index`: each one's body.
+async fn pull_request_comments(gitea: &Gitea, index: u64) -> Vec<String> {
+    let comments = gitea
+        .ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/issues/{index}/comments"),
+            None,
+        )
+        .await;
+    comments
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| c["body"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Issue 52: a `pullRequest` receiver tells the pull request whose merge started a canary
+/// how it goes, through Gitea's API (the commit's pull request, then a comment on it), over
+/// HTTPS with the host's token.
+#[tokio::test]
+async fn the_pull_request_that_started_a_canary_hears_how_it_goes() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "gitea-notify").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (gitea, ca_file, work) = gitea_with_example(tmp.path(), &ns.name).await;
+    let settings = tmp.path().join("notifications.yaml");
+    std::fs::write(
+        &settings,
+        "receivers:\n- name: pull-request\n  type: pullRequest\n  perMinute: 600\n",
+    )
+    .unwrap();
+    let mut args = agent_args(tmp.path(), &gitea, &ca_file);
+    args.push(format!("--notifications-file={}", settings.display()));
+    let agent = start_agent(tmp.path(), &args, &ns.name);
+    wait_ready(&agent).await;
+    let redis: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    wait_redis(&redis, "redis Stable on redis:7.2", |o| {
+        phase(o) == Some(StatefulSetPhase::Stable) && o.spec.image == "redis:7.2"
+    })
+    .await;
+    gitea
+        .add_push_hook(REPO, &format!("{}/hooks/gitea", agent.hooks), SECRET)
+        .await;
+
+    // A pull request moves redis to 7.4; merging it starts the canary.
+    git(&work, &["checkout", "-q", "-b", "redis-7.4"]);
+    support::edit_file(
+        &work,
+        "apps/redis/redis.yaml",
+        "  image: redis:7.2",
+        "  image: redis:7.4",
+    );
+    git(&work, &["commit", "-qam", "redis 7.4"]);
+    git(&work, &["push", "-q", "origin", "redis-7.4"]);
+    let merge = gitea
+        .merge_pull_request(REPO, "redis-7.4", "main", "redis 7.4")
+        .await;
+    let pr = gitea
+        .ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/commits/{merge}/pull"),
+            None,
+        )
+        .await;
+    let index = pr["number"].as_u64().unwrap();
+    wait_redis(&redis, "redis CanaryActive", |o| {
+        phase(o) == Some(StatefulSetPhase::CanaryActive)
+    })
+    .await;
+    let comments = eventually(
+        "the canary's start and its wait for approval on the pull request",
+        Duration::from_secs(60),
+        || {
+            let gitea = &gitea;
+            async move {
+                let c = pull_request_comments(gitea, index).await;
+                (c.iter().any(|b| b.contains("linnet: CanaryStarted"))
+                    && c.iter().any(|b| b.contains("linnet: AwaitingApproval")))
+                .then_some(c)
+            }
+        },
+    )
+    .await;
+    let started = comments
+        .iter()
+        .find(|b| b.contains("CanaryStarted"))
+        .unwrap();
+    assert!(
+        started.contains("canary of redis:7.4 started")
+            && started.contains(&format!("`CanaryStatefulSet {}/redis`", ns.name)),
+        "{started}"
+    );
+    let waiting = comments
+        .iter()
+        .find(|b| b.contains("AwaitingApproval"))
+        .unwrap();
+    assert!(
+        waiting.contains("rollouts.linnet.dev/promote"),
+        "the comment says what to do: {waiting}"
+    );
+    assert_eq!(comments.len(), 2, "one comment per event: {comments:?}");
+    let m = metrics(&agent).await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"linnet_notifications_total{receiver="pull-request",result="sent"}"#
+        ),
+        2.0,
+        "{m}"
+    );
+}

@@ -165,6 +165,11 @@ pub struct AgentArgs {
     /// A link on each status; {namespace}, {name} and {kind} are filled in.
     #[arg(long, env = "LINNET_COMMIT_STATUS_TARGET_URL")]
     pub commit_status_target_url: Option<String>,
+    /// Notifications (docs/notifications.md): a YAML file of receivers (Slack, Teams, Discord,
+    /// a signed webhook, pull request comments), each routed by event and rollout, its URL
+    /// in a file of its own (a mounted Secret). Read at start; a bad file stops the agent.
+    #[arg(long, env = "LINNET_NOTIFICATIONS_FILE")]
+    pub notifications_file: Option<PathBuf>,
     /// This cluster's name, in the commit status context `linnet/<cluster>/<namespace>/<name>`.
     #[arg(long, default_value = "default", env = "LINNET_CLUSTER_NAME")]
     pub cluster_name: String,

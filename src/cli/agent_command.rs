@@ -160,6 +160,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             _ => None,
         },
         max_concurrent_reconciles: args.max_concurrent_reconciles,
+        notifications: None,
         first_status_wait: args.first_status_wait,
         analysis: crate::controller::analysis::Policy {
             files_dir: args.analysis_files_dir.clone(),
@@ -175,6 +176,17 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
     // Revert pull requests go to the host, with the token, of commit statuses.
     if let Some(reverts) = config.reverts.as_mut() {
         reverts.host = config.commit_status.clone();
+    }
+    if let Some(file) = &args.notifications_file {
+        config.notifications = Some(
+            crate::notify::NotifyConfig::load(
+                file,
+                args.ca_file.clone(),
+                args.git_timeout,
+                config.commit_status.clone(),
+            )
+            .map_err(|e| Error::Usage(format!("{e} (--notifications-file)")))?,
+        );
     }
     let (kube_config, client) = crate::kube_client::connect().await?;
     crate::kube_client::check_crds(&client).await?;

@@ -68,6 +68,8 @@ pub struct AgentConfig {
     pub reverts: Option<crate::writeback::revert_loop::RevertConfig>,
     /// Commit statuses posted to the Git host; `None` posts none.
     pub commit_status: Option<crate::writeback::commit_status::CommitStatusConfig>,
+    /// Notifications (`--notifications-file`), checked at start.
+    pub notifications: Option<crate::notify::NotifyConfig>,
     /// Reconciles in flight at once per controller; 0 means no limit.
     pub max_concurrent_reconciles: u16,
     /// How long a new rollout's first status waits for its children to be ready.

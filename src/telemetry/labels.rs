@@ -81,3 +81,9 @@ pub struct ErrorLabels {
     pub kind: String,
     pub error: String,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotifyLabels {
+    pub receiver: String,
+    pub result: String,
+}

@@ -54,6 +54,8 @@ pub struct Metrics {
     pub rollout_stalled: Family<RolloutProblemLabels, Gauge>,
     /// 1 for each failed or rolled-back rollout in this replica's store.
     pub rollout_failed: Family<RolloutProblemLabels, Gauge>,
+    /// Notifications by receiver and outcome (`sent`, or why not).
+    pub notifications: Family<NotifyLabels, Counter>,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
     /// Held while the rollout problem series are refilled, so two scrapes do not interleave.
@@ -219,6 +221,12 @@ impl Default for Metrics {
             "1 for each rollout in phase Failed, RolledBack or MigrationFailed (only those have a series)",
             rollout_failed.clone(),
         );
+        let notifications = Family::<NotifyLabels, Counter>::default();
+        registry.register(
+            "notifications",
+            "Notifications by receiver and outcome: sent, or why not",
+            notifications.clone(),
+        );
         let build_info = Family::<BuildLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -244,6 +252,7 @@ impl Default for Metrics {
             leader,
             rollout_stalled,
             rollout_failed,
+            notifications,
             problems_refresh: Default::default(),
             commit_status_posts,
             revert_commits,

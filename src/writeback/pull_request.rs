@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::commit_status::CommitStatusConfig;
 
 mod shapes;
-pub use shapes::{Request, listed, opened, page_size, request, with_prefix};
+pub use shapes::{Request, listed, of_commit, opened, page_size, request, with_prefix};
 
 /// An open pull request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +48,15 @@ pub enum Call<'a> {
     Merge {
         number: u64,
         title: &'a str,
+    },
+    /// The pull request merged as (or carrying) commit `sha`.
+    OfCommit {
+        sha: &'a str,
+    },
+    /// Comment `body` (Markdown) on pull request `number`.
+    Comment {
+        number: u64,
+        body: &'a str,
     },
 }
 
@@ -225,6 +234,21 @@ impl PullRequests {
             status,
             body: crate::text::one_line(&text, 200),
         })
+    }
+
+    /// The pull request that brought commit `sha` in, if the host knows one.
+    pub async fn of_commit(&self, sha: &str) -> Result<Option<PullRequest>, PullRequestError> {
+        match self.call(&Call::OfCommit { sha }).await {
+            Ok(answer) => Ok(of_commit(self.config.provider, &answer)),
+            // Gitea answers 404 for a commit no pull request merged.
+            Err(PullRequestError::Refused { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Comments `body` on pull request `number`.
+    pub async fn comment(&self, number: u64, body: &str) -> Result<(), PullRequestError> {
+        self.call(&Call::Comment { number, body }).await.map(|_| ())
     }
 
     /// The open pull requests whose branch starts with `prefix`, by branch.

@@ -177,6 +177,44 @@ pub fn request(cfg: &CommitStatusConfig, token: &str, call: &Call<'_>) -> Reques
             Some(json!({"merge_strategy": "merge_commit", "message": title,
                 "close_source_branch": true})),
         ),
+        (Provider::Github, Call::OfCommit { sha }) => (
+            Method::GET,
+            format!("{api}/repos/{repo}/commits/{sha}/pulls"),
+            None,
+        ),
+        (Provider::Gitea, Call::OfCommit { sha }) => (
+            Method::GET,
+            format!("{api}/repos/{repo}/commits/{sha}/pull"),
+            None,
+        ),
+        (Provider::Gitlab, Call::OfCommit { sha }) => (
+            Method::GET,
+            format!(
+                "{api}/projects/{}/repository/commits/{sha}/merge_requests",
+                encode(repo)
+            ),
+            None,
+        ),
+        (Provider::Bitbucket, Call::OfCommit { sha }) => (
+            Method::GET,
+            format!("{api}/repositories/{repo}/commit/{sha}/pullrequests"),
+            None,
+        ),
+        (Provider::Github | Provider::Gitea, Call::Comment { number, body }) => (
+            Method::POST,
+            format!("{api}/repos/{repo}/issues/{number}/comments"),
+            Some(json!({"body": body})),
+        ),
+        (Provider::Gitlab, Call::Comment { number, body }) => (
+            Method::POST,
+            format!("{base}/{number}/notes"),
+            Some(json!({"body": body})),
+        ),
+        (Provider::Bitbucket, Call::Comment { number, body }) => (
+            Method::POST,
+            format!("{base}/{number}/comments"),
+            Some(json!({"content": {"raw": body}})),
+        ),
     };
     Request {
         method,
@@ -184,6 +222,17 @@ pub fn request(cfg: &CommitStatusConfig, token: &str, call: &Call<'_>) -> Reques
         headers: auth,
         body,
     }
+}
+
+/// The pull request in an answer to [`Call::OfCommit`]: Gitea's one object, the first of
+/// GitHub's and GitLab's lists, the first of Bitbucket's `values`.
+pub fn of_commit(provider: Provider, answer: &Value) -> Option<PullRequest> {
+    let first = match provider {
+        Provider::Gitea => Some(answer),
+        Provider::Github | Provider::Gitlab => answer.as_array()?.first(),
+        Provider::Bitbucket => answer.get("values")?.as_array()?.first(),
+    }?;
+    opened(provider, first)
 }
 
 /// Every pull request of a list answer (one page), by branch, and how many the page held.

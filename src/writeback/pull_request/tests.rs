@@ -276,3 +276,73 @@ async fn every_page_of_open_pull_requests_is_read_until_one_is_not_full() {
     host.open_with_prefix("other/").await.unwrap();
     assert_eq!(pages.load(Ordering::SeqCst), 3);
 }
+
+/// Issue 52: the pull request a commit came from, and a comment on it, as each host
+/// documents them.
+#[test]
+fn a_commits_pull_request_is_found_and_commented_on_as_each_host_documents() {
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    let cases = [
+        (
+            Provider::Github,
+            "https://api.github.com",
+            format!("https://api.github.com/repos/acme/gitops/commits/{sha}/pulls"),
+            "https://api.github.com/repos/acme/gitops/issues/7/comments",
+            json!({"body": "hi"}),
+            json!([{"number": 7, "html_url": "u"}]),
+        ),
+        (
+            Provider::Gitea,
+            "https://gitea.example/api/v1",
+            format!("https://gitea.example/api/v1/repos/acme/gitops/commits/{sha}/pull"),
+            "https://gitea.example/api/v1/repos/acme/gitops/issues/7/comments",
+            json!({"body": "hi"}),
+            json!({"number": 7, "html_url": "u"}),
+        ),
+        (
+            Provider::Gitlab,
+            "https://gitlab.com/api/v4",
+            format!(
+                "https://gitlab.com/api/v4/projects/acme%2Fgitops/repository/commits/{sha}/merge_requests"
+            ),
+            "https://gitlab.com/api/v4/projects/acme%2Fgitops/merge_requests/7/notes",
+            json!({"body": "hi"}),
+            json!([{"iid": 7, "web_url": "u"}]),
+        ),
+        (
+            Provider::Bitbucket,
+            "https://api.bitbucket.org/2.0",
+            format!(
+                "https://api.bitbucket.org/2.0/repositories/acme/gitops/commit/{sha}/pullrequests"
+            ),
+            "https://api.bitbucket.org/2.0/repositories/acme/gitops/pullrequests/7/comments",
+            json!({"content": {"raw": "hi"}}),
+            json!({"values": [{"id": 7, "links": {"html": {"href": "u"}}}]}),
+        ),
+    ];
+    for (provider, api, of_commit_url, comment_url, comment_body, answer) in cases {
+        let c = cfg(provider, api, "acme/gitops");
+        let r = request(&c, "t", &Call::OfCommit { sha });
+        assert_eq!((r.method, r.url), (reqwest::Method::GET, of_commit_url));
+        let r = request(
+            &c,
+            "t",
+            &Call::Comment {
+                number: 7,
+                body: "hi",
+            },
+        );
+        assert_eq!(r.method, reqwest::Method::POST);
+        assert_eq!(r.url, comment_url);
+        assert_eq!(r.body.unwrap(), comment_body);
+        assert_eq!(
+            of_commit(provider, &answer),
+            Some(PullRequest {
+                number: 7,
+                url: "u".into()
+            }),
+            "{provider:?}"
+        );
+        assert_eq!(of_commit(provider, &json!([])), None);
+    }
+}

@@ -34,6 +34,10 @@ pub use machine::{
 };
 pub use observed::Observed;
 
+/// What a CanaryStatefulSet's message says while its canary waits for a person's promotion:
+/// notifications read it to tell "waiting for approval".
+pub const WAITING_FOR_PROMOTION: &str = "waiting for promotion";
+
 /// Whether a rollout's spec in the cluster is the one the sync applied from Git, so that its
 /// controller may act on it: `stamped` is its `rollouts.linnet.dev/spec-hash`, `from_git`
 /// whether the sync applied it at all (linnet's applied-hash), `live` the hash of the spec as

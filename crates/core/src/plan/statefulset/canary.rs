@@ -143,7 +143,8 @@ impl<'a> Planner<'a> {
         if !promote {
             let stale = self.r.promote.as_deref() == Some("true");
             return Next::Stay(format!(
-                "canary of {image} Ready on {n} replica(s); waiting for promotion: set the annotation {}: \"true\" in Git{}",
+                "canary of {image} Ready on {n} replica(s); {}: set the annotation {}: \"true\" in Git{}",
+                crate::plan::WAITING_FOR_PROMOTION,
                 crate::api::PROMOTE_ANNOTATION,
                 if stale {
                     " (it was already \"true\" when this canary started, so it counts for an earlier one; set it to the canary's image instead)"

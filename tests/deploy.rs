@@ -645,3 +645,76 @@ fn the_charts_monitors_are_deploy_monitorings() {
         "metrics.enabled=false still listens on the metrics port"
     );
 }
+
+/// Issue 52: the chart's notifications: the receivers in a ConfigMap the agent's own parser
+/// takes, mounted where LINNET_NOTIFICATIONS_FILE says, each listed Secret mounted where a
+/// receiver's urlFile can name it; with no receivers, none of it.
+#[test]
+fn the_charts_notifications_are_a_file_the_agent_reads() {
+    let base = [
+        "repo.url=https://github.com/YOU/gitops.git".to_string(),
+        "git.token=t".into(),
+        "webhook.secret=0123456789abcdef0123".into(),
+    ];
+    let mut set = base.to_vec();
+    set.extend([
+        "notifications.receivers[0].name=oncall".to_string(),
+        "notifications.receivers[0].type=slack".into(),
+        "notifications.receivers[0].urlFile=/etc/linnet/notify/linnet-slack/url".into(),
+        "notifications.receivers[0].events={AnalysisFailed,RolledBack}".into(),
+        "notifications.secrets={linnet-slack}".into(),
+    ]);
+    let rendered = render_chart("linnet", "linnet-system", &set);
+    let config = rendered
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "linnet-notifications")
+        .expect("ConfigMap linnet-notifications");
+    let text = config["data"]["notifications.yaml"].as_str().unwrap();
+    let parsed = linnet::notify::config::parse("notifications.yaml", text)
+        .unwrap_or_else(|e| panic!("the agent refuses the chart's file: {e}\n{text}"));
+    assert_eq!(parsed.receivers[0].name, "oncall");
+    let deployment = rendered.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let env = container["env"].as_array().unwrap();
+    let file = env
+        .iter()
+        .find(|e| e["name"] == "LINNET_NOTIFICATIONS_FILE")
+        .expect("LINNET_NOTIFICATIONS_FILE")["value"]
+        .as_str()
+        .unwrap();
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let mounted_at = |volume: &str| {
+        mounts
+            .iter()
+            .find(|m| m["name"] == volume)
+            .unwrap_or_else(|| panic!("no mount of {volume}"))["mountPath"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(file.starts_with(&format!("{}/", mounted_at("notifications"))));
+    let url_file = parsed.receivers[0].url_file.as_ref().unwrap();
+    assert!(url_file.starts_with(mounted_at("notify-linnet-slack")));
+    let volumes = pod["volumes"].as_array().unwrap();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "linnet-slack")
+    );
+    assert!(
+        deployment["spec"]["template"]["metadata"]["annotations"]["checksum/notifications"]
+            .is_string()
+    );
+    let none = render_chart("linnet", "linnet-system", &base);
+    assert!(
+        !none
+            .iter()
+            .any(|d| d["metadata"]["name"] == "linnet-notifications")
+    );
+    assert!(
+        !serde_json::to_string(&none)
+            .unwrap()
+            .contains("LINNET_NOTIFICATIONS_FILE")
+    );
+}

@@ -614,6 +614,10 @@ async fn run() -> Step<()> {
         Some(("git", GIT_TOKEN)),
     );
     let repo_url = format!("{server}/gitops.git");
+    let dashboard_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
     let agent_kubeconfig = service_account_kubeconfig(&client, &kubeconfig, tmp.path()).await?;
     let log = tmp.path().join("agent.log");
     println!("    repository: {repo_url}  (token auth; post-receive hook -> {base}/hooks/github)");
@@ -636,6 +640,8 @@ async fn run() -> Step<()> {
             // Metrics and status on a port of their own (any free one).
             "--admin-listen",
             "127.0.0.1:0",
+            "--dashboard-listen",
+            &format!("127.0.0.1:{dashboard_port}"),
         ])
         .args([
             "--webhook-secret-file",
@@ -665,6 +671,9 @@ async fn run() -> Step<()> {
         .map_err(|e| format!("cannot start {bin}: {e}; run `cargo build` first"))?;
     println!(
         "    $ linnet agent --repo-url {repo_url} --git-password-file … --poll-interval 1h --webhook-secret-file …"
+    );
+    println!(
+        "    dashboard: http://127.0.0.1:{dashboard_port}/  (open it in a browser: it follows every step below live)"
     );
     let demo = Demo {
         client,

@@ -718,3 +718,36 @@ fn the_charts_notifications_are_a_file_the_agent_reads() {
             .contains("LINNET_NOTIFICATIONS_FILE")
     );
 }
+
+/// Issue 52: the dashboard is off in deploy/ and the chart, and one value turns it on, on
+/// localhost (for `kubectl port-forward`).
+#[test]
+fn the_dashboard_is_off_until_one_value_turns_it_on() {
+    let base = [
+        "repo.url=https://github.com/YOU/gitops.git".to_string(),
+        "git.token=t".into(),
+        "webhook.secret=0123456789abcdef0123".into(),
+    ];
+    let env_of = |docs: &[Value]| {
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["env"].clone()
+    };
+    let dashboard = |env: &Value| {
+        env.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "LINNET_DASHBOARD_LISTEN")
+            .map(|e| e["value"].as_str().unwrap().to_string())
+    };
+    assert_eq!(dashboard(&env_of(&kustomized())), None);
+    assert_eq!(
+        dashboard(&env_of(&render_chart("linnet", "linnet-system", &base))),
+        None
+    );
+    let mut on = base.to_vec();
+    on.push("dashboard.enabled=true".into());
+    assert_eq!(
+        dashboard(&env_of(&render_chart("linnet", "linnet-system", &on))).as_deref(),
+        Some("127.0.0.1:8090")
+    );
+}

@@ -2,7 +2,7 @@
 # What `make test` and `make demo` need from the machine, checked and, on Debian or Ubuntu as
 # root, installed: the Debian packages the build and the tests use (sshd for the SSH source's
 # test, libssl-dev for libgit2's HTTPS, cmake for the zlib-ng it is built with, gnupg to sign
-# commits in the verified-commits test, and so on).
+# commits in the verified-commits test, chromium for the dashboard's browser test, and so on).
 # Not root: prints the one command to run.
 # Go and Rust are checked, not installed (their distribution packages are often too old).
 set -euo pipefail
@@ -20,6 +20,8 @@ if command -v dpkg >/dev/null 2>&1; then
 fi
 # The Git source's SSH test runs a real sshd on 127.0.0.1.
 [ -x /usr/sbin/sshd ] || [ -x /usr/bin/sshd ] || need+=(openssh-server)
+# The dashboard's test drives a real headless browser: Debian's chromium.
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

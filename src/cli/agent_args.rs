@@ -107,6 +107,11 @@ pub struct AgentArgs {
     /// namespace). /status, which names every rollout, stays on --admin-listen.
     #[arg(long, env = "LINNET_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Address for the read-only dashboard (docs/dashboard.md): every rollout, live. Off
+    /// unless given; 127.0.0.1:8090 for `kubectl port-forward`, or behind your own
+    /// authentication proxy. It shows no Secret and no pod template.
+    #[arg(long, env = "LINNET_DASHBOARD_LISTEN")]
+    pub dashboard_listen: Option<std::net::SocketAddr>,
     /// A third address serving only /healthz and /readyz, for the kubelet's probes: a flood
     /// on the webhook port then cannot fail them (deploy/ uses 0.0.0.0:8081). Without it the
     /// probes are answered on both other addresses.

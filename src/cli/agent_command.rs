@@ -71,6 +71,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         admin_listen: args.admin_listen,
         probe_listen: args.probe_listen,
         metrics_listen: args.metrics_listen,
+        dashboard_listen: args.dashboard_listen,
         serve_limits: crate::serve::ServeLimits {
             max_connections: args.max_connections.max(1),
             header_timeout: args.header_timeout,

@@ -48,6 +48,8 @@ pub struct AgentConfig {
     pub probe_listen: Option<SocketAddr>,
     /// `/metrics` alone, for a scraper in another pod.
     pub metrics_listen: Option<SocketAddr>,
+    /// The read-only dashboard, when given.
+    pub dashboard_listen: Option<SocketAddr>,
     /// What each listener lets its callers hold.
     pub serve_limits: ServeLimits,
     pub webhook: Option<HookSettings>,

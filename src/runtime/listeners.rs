@@ -3,7 +3,8 @@
 //! - `--admin-listen`: `/metrics` and `/status` for the cluster's own tools (localhost
 //!   unless opted in), and the probes;
 //! - `--probe-listen`: the probes only, for the kubelet;
-//! - `--metrics-listen`: `/metrics` only, for a scraper in another pod.
+//! - `--metrics-listen`: `/metrics` only, for a scraper in another pod;
+//! - `--dashboard-listen`: the read-only dashboard, for people.
 //!
 //! Inputs: the state, the rollout stores and the metrics. Outputs: the verified webhooks, as
 //! wake-ups of the source loop.
@@ -73,7 +74,7 @@ pub async fn serve_all(
 ) -> Result<()> {
     let shared = Arc::new(Shared {
         state,
-        rollouts,
+        rollouts: rollouts.clone(),
         metrics: metrics.clone(),
     });
     let probes = Router::new()
@@ -105,6 +106,9 @@ pub async fn serve_all(
     }
     if let Some(addr) = config.metrics_listen {
         listeners.push(("metrics", addr, metrics_app, None));
+    }
+    if let Some(addr) = config.dashboard_listen {
+        listeners.push(("dashboard", addr, super::dashboard::router(rollouts), None));
     }
     for (what, addr, app, on_refused) in listeners {
         let listener = bind(addr, what).await?;

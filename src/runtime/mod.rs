@@ -18,6 +18,7 @@
 //! instead of watching rollouts themselves.
 
 pub mod config;
+pub mod dashboard;
 pub mod holder;
 pub mod lease;
 pub mod listeners;

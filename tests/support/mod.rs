@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod browser;
 pub mod gateway;
 pub mod git_http;
 pub mod gitea;

@@ -1,0 +1,232 @@
+// linnet's dashboard: every rollout the agent's store holds, kept current by server-sent
+// events from /api/events (a snapshot, then each change). Text is always set as text, never
+// as markup: names and messages come from Git.
+"use strict";
+
+const rollouts = new Map();
+let listed = false;
+window.linnetUpdates = 0;
+
+function key(r) { return r.short + "/" + r.namespace + "/" + r.name; }
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") el.className = v; else el.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const GOOD = ["Stable", "Completed"];
+const BAD = ["RollingBack", "RolledBack", "Failed", "MigrationFailed"];
+const WAITING = ["Paused", "AwaitingMigration"];
+
+function tone(r) {
+  const stalled = (r.status && r.status.conditions || []).some(c => c.type === "Stalled" && c.status === "True");
+  if (!r.phase) return "none";
+  if (BAD.includes(r.phase) || stalled) return "bad";
+  if (GOOD.includes(r.phase)) return "ok";
+  if (WAITING.includes(r.phase) || awaitsApproval(r)) return "wait";
+  return "run";
+}
+
+function awaitsApproval(r) {
+  return (r.message || "").includes("waiting for promotion") || r.phase === "Paused";
+}
+
+function badge(r) { return h("span", { class: "badge " + tone(r) }, r.phase || "no status"); }
+
+function age(ts) {
+  if (!ts) return "-";
+  const s = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
+  if (s < 120) return Math.round(s) + "s";
+  if (s < 7200) return Math.round(s / 60) + "m";
+  if (s < 172800) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
+}
+
+function images(r) {
+  if (r.canaryImage && r.canaryImage !== r.stableImage) return [r.stableImage || "?", " → ", h("b", {}, r.canaryImage)];
+  return [r.stableImage || r.specImage];
+}
+
+function progress(r) {
+  if (r.batch) return "batch " + r.batch;
+  if (r.step !== null && r.step !== undefined && r.spec.steps) return "step " + (r.step + 1) + "/" + r.spec.steps.length;
+  return "-";
+}
+
+function list() {
+  const rows = [...rollouts.values()].sort((a, b) => key(a).localeCompare(key(b)));
+  if (rows.length === 0) {
+    return h("p", { class: "muted" }, listed ? "No rollouts yet: add a CanaryStatefulSet or CanaryDeployment to the Git repository." : "Waiting for the agent's first list of rollouts…");
+  }
+  return h("table", {},
+    h("thead", {}, h("tr", {}, ["Rollout", "Kind", "Phase", "Progress", "Weight", "Images", "Ready", "Age", "What is happening"].map(t => h("th", {}, t)))),
+    h("tbody", {}, rows.map(r => h("tr", { "data-rollout": key(r) },
+      h("td", {}, h("a", { href: "#/" + key(r) }, r.namespace + "/" + r.name)),
+      h("td", {}, r.kind),
+      h("td", {}, badge(r)),
+      h("td", {}, progress(r)),
+      h("td", {}, r.weight === null || r.weight === undefined ? "-" : r.weight + "%"),
+      h("td", {}, images(r)),
+      h("td", {}, r.ready || "-"),
+      h("td", {}, age(r.created)),
+      h("td", { class: "msg" }, r.message || ""),
+    ))));
+}
+
+// What to do next, in words a person who never read the docs can follow.
+function next(r) {
+  const stalled = (r.status && r.status.conditions || []).find(c => c.type === "Stalled" && c.status === "True");
+  const t = tone(r);
+  let title;
+  if (stalled) title = "Stalled: nothing moves until Git changes";
+  else if (awaitsApproval(r)) title = "Waiting for you: approve in Git";
+  else if (t === "bad") title = "Rolled back or failed: fix it in Git";
+  else if (t === "ok") title = "Settled: nothing to do";
+  else title = "Working: linnet is moving it, nothing to do";
+  let todo = null;
+  if (awaitsApproval(r)) todo = h("span", {}, "To promote, merge a change that sets ", h("code", {}, 'rollouts.linnet.dev/promote: "true"'), " on this rollout; to stop, set ", h("code", {}, 'rollouts.linnet.dev/abort: "true"'), " or put the old image back.");
+  return h("div", { class: "next " + t }, h("b", {}, title), r.message || "", todo ? h("div", {}, todo) : null);
+}
+
+function ordinalOf(claim) { const m = /-(\d+)$/.exec(claim); return m ? Number(m[1]) : null; }
+
+function replicas(r) {
+  if (r.kind !== "CanaryStatefulSet") return null;
+  const n = r.spec.replicas;
+  const handed = new Map();
+  for (const [claim, pv] of Object.entries(r.status && r.status.replicaVolumes || {})) {
+    const o = ordinalOf(claim);
+    if (o !== null) handed.set(o, [claim, pv]);
+  }
+  const canaries = r.canaryImage ? (r.status.canaryReadyReplicas || handed.size || r.spec.canaryReplicas) : 0;
+  const boxes = [];
+  for (let i = 0; i < n; i++) {
+    const canary = handed.has(i) || (r.canaryImage && i >= n - canaries);
+    const vol = handed.get(i);
+    boxes.push(h("div", { class: "replica" + (canary ? " canary" : ""), "data-ordinal": i },
+      h("div", { class: "ord" }, r.name + "-" + i),
+      h("div", {}, canary ? "canary · " + r.canaryImage : "stable · " + (r.stableImage || r.specImage)),
+      vol ? h("div", { class: "handoff" }, "⇢ volume handed to the canary") : null,
+      h("div", { class: "vol" }, vol ? vol[0] + " → " + vol[1] : "its own claim")));
+  }
+  return [h("h2", {}, "Replicas by ordinal"), h("div", { class: "replicas" }, boxes)];
+}
+
+function steps(r) {
+  if (r.kind === "CanaryStatefulSet" && r.spec.steps && r.spec.steps.length) {
+    const now = r.step;
+    return [h("h2", {}, "Steps"), h("ol", { class: "steps" }, r.spec.steps.map((count, i) =>
+      h("li", { class: now === null || now === undefined ? "" : i < now ? "done" : i === now ? "now" : "" }, count + " canary"))) ];
+  }
+  const batches = r.status && r.status.batches;
+  if (batches && batches.length) {
+    return [h("h2", {}, "Batches"), h("ol", { class: "steps" }, batches.map((b, i) =>
+      h("li", { class: b.state === "Completed" ? "done" : b.state === "InProgress" ? "now" : "" }, "batch " + (i + 1) + ": " + (b.state || "")))) ];
+  }
+  return null;
+}
+
+function spark(values) {
+  const w = 120, hgt = 28;
+  if (values.length === 0) return h("span", { class: "muted" }, "no values");
+  const min = Math.min(...values), max = Math.max(...values);
+  const span = max - min || 1;
+  const pts = values.map((v, i) => ((values.length === 1 ? w / 2 : i * w / (values.length - 1)).toFixed(1)) + "," + (hgt - 3 - (v - min) / span * (hgt - 6)).toFixed(1)).join(" ");
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "spark"); svg.setAttribute("width", w); svg.setAttribute("height", hgt);
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", pts); line.setAttribute("fill", "none"); line.setAttribute("stroke", "#0969da"); line.setAttribute("stroke-width", "2");
+  svg.append(line);
+  return svg;
+}
+
+function analysis(r) {
+  const runs = r.status && r.status.analysis || [];
+  if (runs.length === 0) return null;
+  return [h("h2", {}, "Analysis"), runs.map(run => h("div", { class: "run" },
+    h("b", {}, run.name), " ", h("span", { class: "badge " + (run.phase === "Successful" ? "ok" : run.phase === "Running" ? "run" : "bad") }, run.phase),
+    run.message ? h("div", { class: "muted" }, run.message) : null,
+    (run.metrics || []).map(m => {
+      const values = (m.measurements || []).map(x => Number(x.value)).filter(v => Number.isFinite(v));
+      return h("div", { class: "metric" }, h("span", {}, m.name), spark(values),
+        h("span", { class: "muted" }, (m.successful || 0) + " passed, " + (m.failed || 0) + " failed" + (values.length ? ", last " + values[values.length - 1] : "")));
+    })))];
+}
+
+function conditions(r) {
+  const cs = r.status && r.status.conditions || [];
+  if (cs.length === 0) return null;
+  return [h("h2", {}, "Conditions"), h("table", {}, h("tbody", {}, cs.map(c =>
+    h("tr", {}, h("td", {}, c.type), h("td", {}, c.status), h("td", {}, c.reason), h("td", { class: "msg" }, c.message)))))];
+}
+
+function detail(k) {
+  const r = rollouts.get(k);
+  if (!r) return h("p", {}, listed ? "No rollout " + k + " (deleted, or not this agent's). " : "Loading… ", h("a", { href: "#/" }, "All rollouts"));
+  return h("section", { "data-rollout": k },
+    h("p", {}, h("a", { href: "#/" }, "← All rollouts")),
+    h("h1", {}, r.namespace + "/" + r.name, " ", badge(r)),
+    next(r),
+    h("dl", { class: "facts" },
+      h("dt", {}, "Kind"), h("dd", {}, r.kind + " (" + (r.spec.strategy && r.spec.strategy.type || "default") + ")"),
+      h("dt", {}, "Images"), h("dd", {}, images(r)),
+      h("dt", {}, "Serving"), h("dd", {}, r.serving || "-"),
+      h("dt", {}, "Ready"), h("dd", {}, r.ready || "-"),
+      h("dt", {}, "Traffic"), h("dd", {}, r.traffic || "no traffic routing"),
+      h("dt", {}, "In this phase for"), h("dd", {}, age(r.phaseSince)),
+      h("dt", {}, "Git commit"), h("dd", {}, h("code", {}, r.revision || "-")),
+      h("dt", {}, "Age"), h("dd", {}, age(r.created))),
+    steps(r), replicas(r), analysis(r), conditions(r));
+}
+
+function render() {
+  const route = location.hash.replace(/^#\/?/, "");
+  const main = document.getElementById("main");
+  main.replaceChildren(route ? detail(route) : list());
+  document.title = route ? route + " · linnet" : "linnet";
+}
+
+function live(on, text) {
+  const el = document.getElementById("live");
+  el.className = "live " + (on ? "on" : "off");
+  el.textContent = text;
+}
+
+function connect() {
+  const events = new EventSource("/api/events");
+  events.addEventListener("snapshot", e => {
+    const d = JSON.parse(e.data);
+    rollouts.clear();
+    for (const r of d.rollouts) rollouts.set(key(r), r);
+    listed = d.listed;
+    window.linnetUpdates++;
+    live(true, "live");
+    render();
+  });
+  events.addEventListener("rollout", e => {
+    const r = JSON.parse(e.data);
+    rollouts.set(key(r), r);
+    window.linnetUpdates++;
+    live(true, "live · updated " + new Date().toLocaleTimeString());
+    render();
+  });
+  events.addEventListener("deleted", e => {
+    rollouts.delete(key(JSON.parse(e.data)));
+    window.linnetUpdates++;
+    render();
+  });
+  // EventSource reconnects by itself; the next snapshot replaces everything.
+  events.onerror = () => live(false, "reconnecting…");
+}
+
+window.addEventListener("hashchange", render);
+setInterval(render, 30000); // ages only; the data comes by events
+connect();

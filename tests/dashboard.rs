@@ -1,0 +1,153 @@
+//! Issue 52, the dashboard: a real agent on the local control plane serves it
+//! (`--dashboard-listen`), and a real Chromium (headless, driven over DevTools) shows a
+//! rollout through a canary, its wait for approval and its promotion, following each change
+//! by server-sent events in the same page (no reload, no polling). Screenshots are saved
+//! under target/dashboard-screenshots/ for a person to look at.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use support::agent::{free_port, wait_ready};
+use support::browser::Browser;
+use support::rollout::{Fixture, merge};
+
+fn redis(ns: &str) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "redis", "namespace": ns},
+        "spec": {
+            "replicas": 3,
+            "canaryReplicas": 1,
+            "image": "redis:7.2",
+            "template": {
+                "serviceName": "redis",
+                "selector": {"matchLabels": {"app": "redis"}},
+                "template": {
+                    "metadata": {"labels": {"app": "redis"}},
+                    "spec": {"containers": [{
+                        "name": "redis", "image": "redis:7.2",
+                        "env": [{"name": "REDIS_PASSWORD", "value": "hunter2-not-for-the-page"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+                    }]}
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+                }]
+            }
+        }
+    });
+    merge(&mut spec["spec"], json!({}));
+    spec
+}
+
+fn screenshots() -> PathBuf {
+    // target/tmp's parent is the target directory, wherever CARGO_TARGET_DIR puts it.
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("dashboard-screenshots")
+}
+
+#[tokio::test]
+async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
+    let mut f = Fixture::prepare("dash", redis).await;
+    let ns = f.ns.name.clone();
+    let port = free_port();
+    let agent = f.spawn_agent("agent", &[format!("--dashboard-listen=127.0.0.1:{port}")]);
+    wait_ready(&agent).await;
+    f.agent = Some(agent);
+    let base = format!("http://127.0.0.1:{port}");
+
+    let mut browser = Browser::start().await;
+    browser.open(&format!("{base}/")).await;
+    let list = browser
+        .wait_text(&[&format!("{ns}/redis"), "Stable", "redis:7.2", "live"], 90)
+        .await;
+    assert!(list.contains("CanaryStatefulSet"), "{list}");
+    browser
+        .screenshot(&screenshots().join("1-list-stable.png"))
+        .await;
+    // The same document from here on: a reload or a new page would lose this mark.
+    browser.eval("window.linnetMark = 'same page'").await;
+
+    // A canary, seen on the rollout's page as it happens.
+    browser
+        .eval(&format!("location.hash = '#/csts/{ns}/redis'"))
+        .await;
+    browser
+        .wait_text(&["Settled: nothing to do", "Replicas by ordinal"], 10)
+        .await;
+    f.patch_spec(json!({"image": "redis:7.4"}));
+    let waiting = browser
+        .wait_text(
+            &[
+                "Waiting for you: approve in Git",
+                "rollouts.linnet.dev/promote: \"true\"",
+                "canary · redis:7.4",
+                "stable · redis:7.2",
+                "redis:7.2 → redis:7.4",
+            ],
+            90,
+        )
+        .await;
+    for ordinal in ["redis-0", "redis-1", "redis-2"] {
+        assert!(waiting.contains(ordinal), "{ordinal} not shown:\n{waiting}");
+    }
+    browser
+        .screenshot(&screenshots().join("2-rollout-awaiting-approval.png"))
+        .await;
+
+    // Promoted in Git: the page settles by itself.
+    f.annotate("rollouts.linnet.dev/promote", "true");
+    let settled = browser
+        .wait_text(&["Settled: nothing to do", "stable · redis:7.4"], 90)
+        .await;
+    assert!(!settled.contains("canary · "), "{settled}");
+    browser
+        .screenshot(&screenshots().join("3-rollout-promoted.png"))
+        .await;
+    browser.eval("location.hash = '#/'").await;
+    browser.wait_text(&["redis:7.4", "Stable"], 10).await;
+    browser
+        .screenshot(&screenshots().join("4-list-promoted.png"))
+        .await;
+
+    assert_eq!(browser.eval("window.linnetMark").await, "same page");
+    let updates = browser.eval("window.linnetUpdates").await.as_i64().unwrap();
+    assert!(updates >= 4, "only {updates} live updates");
+
+    // Read-only, and nothing of the pod template reaches the page or its data.
+    let html = browser.eval("document.documentElement.outerHTML").await;
+    assert!(!html.as_str().unwrap().contains("hunter2"));
+    let api = support::http()
+        .get(format!("{base}/api/rollouts"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        api.contains("redis:7.4") && !api.contains("hunter2"),
+        "{api}"
+    );
+    let post = support::http()
+        .post(format!("{base}/api/rollouts"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 405);
+    for shot in [
+        "1-list-stable",
+        "2-rollout-awaiting-approval",
+        "3-rollout-promoted",
+    ] {
+        let png = std::fs::read(screenshots().join(format!("{shot}.png"))).unwrap();
+        assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{shot}");
+    }
+}

@@ -42,6 +42,7 @@ pub async fn run(
     let mut tasks = Tasks::default();
     listeners::serve_all(
         &config,
+        client.clone(),
         state.clone(),
         rollouts.clone(),
         metrics.clone(),

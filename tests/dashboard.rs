@@ -108,6 +108,14 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         .wait_text(&["Settled: nothing to do", "stable · redis:7.4"], 90)
         .await;
     assert!(!settled.contains("canary · "), "{settled}");
+    // The rollout's Kubernetes events, as the API server has them, on its page.
+    let reasons = f.event_reasons_of("CanaryStatefulSet").await;
+    assert!(!reasons.is_empty(), "the rollout recorded no event");
+    let shown = browser.wait_text(&["Events", "ago"], 20).await;
+    assert!(
+        reasons.iter().any(|r| shown.contains(r.as_str())),
+        "none of {reasons:?} on the page:\n{shown}"
+    );
     browser
         .screenshot(&screenshots().join("3-rollout-promoted.png"))
         .await;
@@ -136,6 +144,15 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         api.contains("redis:7.4") && !api.contains("hunter2"),
         "{api}"
     );
+    // Events only of a rollout this agent runs: the names go into a field selector.
+    for other in [
+        format!("{base}/api/rollouts/csts/{ns}/nope/events"),
+        format!("{base}/api/rollouts/pods/{ns}/redis/events"),
+        format!("{base}/api/rollouts/csts/{ns}/redis,regarding.kind=Pod/events"),
+    ] {
+        let status = support::http().get(&other).send().await.unwrap().status();
+        assert_eq!(status, 404, "{other}");
+    }
     let post = support::http()
         .post(format!("{base}/api/rollouts"))
         .send()

@@ -22,8 +22,14 @@ const PAGE: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
 const STYLE: &str = include_str!("dashboard/style.css");
 
-/// The dashboard's routes over `rollouts`.
-pub fn router(rollouts: RolloutStores) -> Router {
+/// What the handlers read.
+struct Shared {
+    rollouts: RolloutStores,
+    client: kube::Client,
+}
+
+/// The dashboard's routes over `rollouts`; `client` reads a rollout's Kubernetes events.
+pub fn router(rollouts: RolloutStores, client: kube::Client) -> Router {
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route(
@@ -32,8 +38,97 @@ pub fn router(rollouts: RolloutStores) -> Router {
         )
         .route("/style.css", get(|| async { asset("text/css", STYLE) }))
         .route("/api/rollouts", get(all))
+        .route(
+            "/api/rollouts/{short}/{namespace}/{name}/events",
+            get(rollout_events),
+        )
         .route("/api/events", get(events))
-        .with_state(Arc::new(rollouts))
+        .with_state(Arc::new(Shared { rollouts, client }))
+}
+
+/// The most events shown for a rollout, newest first.
+const EVENTS_SHOWN: usize = 20;
+
+/// A rollout's Kubernetes events (events.k8s.io), newest first: read when its page opens
+/// and when it changes, never on a timer.
+async fn rollout_events(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path((short, namespace, name)): axum::extract::Path<(String, String, String)>,
+) -> axum::response::Response {
+    use k8s_openapi::api::events::v1::Event as KubeEvent;
+    // Only a rollout the store holds: the names go into a field selector, and the page
+    // shows this agent's rollouts, not whatever else the agent may read.
+    use kube::runtime::reflector::ObjectRef;
+    let kind = match short.as_str() {
+        "csts"
+            if shared
+                .rollouts
+                .statefulsets
+                .store()
+                .get(&ObjectRef::new(&name).within(&namespace))
+                .is_some() =>
+        {
+            CanaryStatefulSet::KIND
+        }
+        "cdeploy"
+            if shared
+                .rollouts
+                .deployments
+                .store()
+                .get(&ObjectRef::new(&name).within(&namespace))
+                .is_some() =>
+        {
+            CanaryDeployment::KIND
+        }
+        _ => return (axum::http::StatusCode::NOT_FOUND, "no such rollout").into_response(),
+    };
+    let api: kube::Api<KubeEvent> = kube::Api::namespaced(shared.client.clone(), &namespace);
+    let params = kube::api::ListParams::default()
+        .fields(&format!("regarding.kind={kind},regarding.name={name}"))
+        .limit(200);
+    let listed = match api.list(&params).await {
+        Ok(l) => l,
+        Err(e) => {
+            let why = crate::error::kube_message_hinted(
+                &e,
+                "; linnet's identity may not list events: grant it in deploy/rbac.yaml",
+            );
+            return (axum::http::StatusCode::BAD_GATEWAY, why).into_response();
+        }
+    };
+    let mut rows: Vec<(String, Value)> = listed
+        .items
+        .iter()
+        .map(|e| {
+            let at = e
+                .deprecated_last_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
+                .or_else(|| {
+                    e.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.to_string())
+                })
+                .unwrap_or_default();
+            let row = json!({
+                "time": at,
+                "type": e.type_,
+                "reason": e.reason,
+                "note": e.note,
+                "count": e.series.as_ref().map_or(1, |s| s.count),
+            });
+            (at, row)
+        })
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .take(EVENTS_SHOWN)
+        .map(|(_, r)| r)
+        .collect();
+    axum::Json(Value::Array(rows)).into_response()
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
@@ -110,8 +205,8 @@ fn snapshot(rollouts: &RolloutStores) -> Value {
     json!({"listed": rollouts.listed(), "rollouts": all})
 }
 
-async fn all(State(rollouts): State<Arc<RolloutStores>>) -> axum::Json<Value> {
-    axum::Json(snapshot(&rollouts))
+async fn all(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
+    axum::Json(snapshot(&shared.rollouts))
 }
 
 fn change_event<K>(change: Change<K>, card: fn(&K) -> Value) -> Event {
@@ -124,12 +219,12 @@ fn change_event<K>(change: Change<K>, card: fn(&K) -> Value) -> Event {
 
 /// The whole list first, then each rollout as it changes.
 async fn events(
-    State(rollouts): State<Arc<RolloutStores>>,
+    State(shared): State<Arc<Shared>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let changes = rollouts.subscribe();
+    let changes = shared.rollouts.subscribe();
     let first = Event::default()
         .event("snapshot")
-        .data(snapshot(&rollouts).to_string());
+        .data(snapshot(&shared.rollouts).to_string());
     let sets = changes
         .statefulsets
         .map(|c| change_event(c, |o: &CanaryStatefulSet| statefulset(o)));

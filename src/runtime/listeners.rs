@@ -66,6 +66,7 @@ pub struct RolloutRow {
 /// an error here, before anything else starts.
 pub async fn serve_all(
     config: &AgentConfig,
+    client: kube::Client,
     state: Arc<AgentState>,
     rollouts: RolloutStores,
     metrics: Arc<Metrics>,
@@ -108,7 +109,12 @@ pub async fn serve_all(
         listeners.push(("metrics", addr, metrics_app, None));
     }
     if let Some(addr) = config.dashboard_listen {
-        listeners.push(("dashboard", addr, super::dashboard::router(rollouts), None));
+        listeners.push((
+            "dashboard",
+            addr,
+            super::dashboard::router(rollouts, client),
+            None,
+        ));
     }
     for (what, addr, app, on_refused) in listeners {
         let listener = bind(addr, what).await?;

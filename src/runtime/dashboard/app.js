@@ -4,6 +4,7 @@
 "use strict";
 
 const rollouts = new Map();
+const eventsOf = new Map(); // key -> the rollout's Kubernetes events, newest first
 let listed = false;
 window.linnetUpdates = 0;
 
@@ -168,6 +169,33 @@ function conditions(r) {
     h("tr", {}, h("td", {}, c.type), h("td", {}, c.status), h("td", {}, c.reason), h("td", { class: "msg" }, c.message)))))];
 }
 
+// A rollout's events, read when its page opens and when it changes (never on a timer).
+let eventsTimer = null;
+function loadEvents(k) {
+  clearTimeout(eventsTimer);
+  eventsTimer = setTimeout(async () => {
+    try {
+      const r = await fetch("/api/rollouts/" + k + "/events");
+      eventsOf.set(k, r.ok ? await r.json() : { error: await r.text() });
+    } catch (e) {
+      eventsOf.set(k, { error: String(e) });
+    }
+    if (currentKey() === k) render();
+  }, 300);
+}
+
+function events(k) {
+  const list = eventsOf.get(k);
+  if (list === undefined) return [h("h2", {}, "Events"), h("p", { class: "muted" }, "Loading…")];
+  if (list.error) return [h("h2", {}, "Events"), h("p", { class: "muted" }, "Cannot read the events: " + list.error)];
+  if (list.length === 0) return [h("h2", {}, "Events"), h("p", { class: "muted" }, "None yet.")];
+  return [h("h2", {}, "Events"), h("table", { class: "events" }, h("tbody", {}, list.map(e =>
+    h("tr", {}, h("td", {}, age(e.time) + " ago"), h("td", {}, e.type), h("td", {}, e.reason),
+      h("td", { class: "msg" }, e.note + (e.count > 1 ? " (×" + e.count + ")" : ""))))))];
+}
+
+function currentKey() { return location.hash.replace(/^#\/?/, ""); }
+
 function detail(k) {
   const r = rollouts.get(k);
   if (!r) return h("p", {}, listed ? "No rollout " + k + " (deleted, or not this agent's). " : "Loading… ", h("a", { href: "#/" }, "All rollouts"));
@@ -184,11 +212,11 @@ function detail(k) {
       h("dt", {}, "In this phase for"), h("dd", {}, age(r.phaseSince)),
       h("dt", {}, "Git commit"), h("dd", {}, h("code", {}, r.revision || "-")),
       h("dt", {}, "Age"), h("dd", {}, age(r.created))),
-    steps(r), replicas(r), analysis(r), conditions(r));
+    steps(r), replicas(r), analysis(r), conditions(r), events(k));
 }
 
 function render() {
-  const route = location.hash.replace(/^#\/?/, "");
+  const route = currentKey();
   const main = document.getElementById("main");
   main.replaceChildren(route ? detail(route) : list());
   document.title = route ? route + " · linnet" : "linnet";
@@ -214,6 +242,7 @@ function connect() {
   events.addEventListener("rollout", e => {
     const r = JSON.parse(e.data);
     rollouts.set(key(r), r);
+    if (currentKey() === key(r)) loadEvents(key(r));
     window.linnetUpdates++;
     live(true, "live · updated " + new Date().toLocaleTimeString());
     render();
@@ -227,6 +256,10 @@ function connect() {
   events.onerror = () => live(false, "reconnecting…");
 }
 
-window.addEventListener("hashchange", render);
+window.addEventListener("hashchange", () => {
+  if (currentKey()) loadEvents(currentKey());
+  render();
+});
+if (currentKey()) loadEvents(currentKey());
 setInterval(render, 30000); // ages only; the data comes by events
 connect();

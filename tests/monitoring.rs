@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use support::agent::{free_port, wait_ready};
 use support::eventually;
 use support::prometheus::{Prometheus, prometheus_bin};
-use support::rollout::{Fixture, merge};
+use support::rollout::{Fixture, small_redis};
 
 fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring")
@@ -202,29 +202,6 @@ fn every_dashboard_query_is_valid_promql_over_metrics_the_agent_serves() {
     );
 }
 
-fn redis(ns: &str, patch: Value) -> Value {
-    let mut spec = json!({
-        "apiVersion": "rollouts.linnet.dev/v1alpha1",
-        "kind": "CanaryStatefulSet",
-        "metadata": {"name": "redis", "namespace": ns},
-        "spec": {
-            "replicas": 2,
-            "canaryReplicas": 1,
-            "image": "redis:7.2",
-            "template": {
-                "serviceName": "redis",
-                "selector": {"matchLabels": {"app": "redis"}},
-                "template": {
-                    "metadata": {"labels": {"app": "redis"}},
-                    "spec": {"containers": [{"name": "redis", "image": "redis:7.2"}]}
-                }
-            }
-        }
-    });
-    merge(&mut spec["spec"], patch);
-    spec
-}
-
 /// The alerts Prometheus has now: (name, state, labels).
 async fn alerts(prometheus: &Prometheus) -> Vec<(String, String, Value)> {
     let body: Value = support::http()
@@ -283,7 +260,7 @@ async fn query(prometheus: &Prometheus, query: &str) -> Option<f64> {
 #[tokio::test]
 async fn a_stalled_rollout_fires_its_alert_in_a_real_prometheus() {
     let mut f = Fixture::prepare("monitor", |ns| {
-        let mut spec = redis(ns, json!({}));
+        let mut spec = small_redis(ns, json!({}));
         // A port the API server refuses (0 is not a valid port); validate does not check pods.
         spec["spec"]["template"]["template"]["spec"]["containers"][0]["ports"] =
             json!([{"containerPort": 0}]);

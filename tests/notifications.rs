@@ -21,7 +21,7 @@ use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::{Value, json};
 use support::agent::wait_ready;
 use support::eventually;
-use support::rollout::{Fixture, merge};
+use support::rollout::{Fixture, small_redis};
 
 const KEY: &str = "notify-test-hmac-key";
 
@@ -101,29 +101,10 @@ async fn health_endpoint(ok: Arc<AtomicBool>) -> u16 {
 }
 
 fn redis(ns: &str) -> Value {
-    let mut spec = json!({
-        "apiVersion": "rollouts.linnet.dev/v1alpha1",
-        "kind": "CanaryStatefulSet",
-        "metadata": {"name": "redis", "namespace": ns},
-        "spec": {
-            "replicas": 2,
-            "canaryReplicas": 1,
-            "image": "redis:7.2",
-            "template": {
-                "serviceName": "redis",
-                "selector": {"matchLabels": {"app": "redis"}},
-                "template": {
-                    "metadata": {"labels": {"app": "redis"}},
-                    "spec": {"containers": [{"name": "redis", "image": "redis:7.2"}]}
-                }
-            }
-        }
-    });
-    merge(
-        &mut spec["spec"],
+    small_redis(
+        ns,
         json!({"analysis": {"background": {"templates": [{"templateName": "health"}]}}}),
-    );
-    spec
+    )
 }
 
 /// The settings file and a URL file per receiver, in `dir`.

@@ -36,6 +36,31 @@ pub fn merge(base: &mut Value, patch: Value) {
     }
 }
 
+/// A CanaryStatefulSet `redis` in `ns` (2 replicas, 1 canary, redis:7.2, no volumes) with
+/// `patch` merged into its spec: the smallest rollout a test of an output can drive.
+pub fn small_redis(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "redis", "namespace": ns},
+        "spec": {
+            "replicas": 2,
+            "canaryReplicas": 1,
+            "image": "redis:7.2",
+            "template": {
+                "serviceName": "redis",
+                "selector": {"matchLabels": {"app": "redis"}},
+                "template": {
+                    "metadata": {"labels": {"app": "redis"}},
+                    "spec": {"containers": [{"name": "redis", "image": "redis:7.2"}]}
+                }
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
 impl Fixture {
     /// A namespace `t-<prefix>-…`, the spec `make(namespace)` in it, and an agent following it.
     pub async fn start(prefix: &str, make: impl FnOnce(&str) -> Value) -> Fixture {

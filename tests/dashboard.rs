@@ -168,3 +168,71 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{shot}");
     }
 }
+
+/// Issue 52: with write-back, a rollout's page lists the commits of the status branch that
+/// changed its status file, newest first, read from the agent's write-back clone.
+#[tokio::test]
+async fn a_rollouts_page_shows_its_status_commits_from_git() {
+    use support::{TestNamespace, admin_client, git, install_linnet};
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "dash-git").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let port = free_port();
+    let dir = tmp.path().join("agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = support::agent::start_agent(
+        &dir,
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--writeback-interval=500ms".into(),
+            format!("--dashboard-listen=127.0.0.1:{port}"),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let url = format!("{base}/api/rollouts/csts/{}/redis/history", ns.name);
+    let history = support::eventually(
+        "redis's Stable status commit in the dashboard's history",
+        std::time::Duration::from_secs(90),
+        || {
+            let url = url.clone();
+            async move {
+                let v: Value = support::http()
+                    .get(&url)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                let list = v["history"].as_array()?.clone();
+                list.iter().any(|c| c["phase"] == "Stable").then_some(list)
+            }
+        },
+    )
+    .await;
+    let newest = &history[0];
+    let log = git(&bare, &["log", "--format=%H %s", "linnet/status"]);
+    let commit = newest["commit"].as_str().unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with(commit) && l.ends_with(newest["summary"].as_str().unwrap())),
+        "{newest} is not a commit of the status branch:\n{log}"
+    );
+    let mut browser = Browser::start().await;
+    browser
+        .open(&format!("{base}/#/csts/{}/redis", ns.name))
+        .await;
+    browser
+        .wait_text(&["History in Git (status branch)", commit], 30)
+        .await;
+    browser
+        .screenshot(&screenshots().join("5-rollout-history.png"))
+        .await;
+    drop(agent);
+}

@@ -18,18 +18,33 @@ use serde_json::{Value, json};
 use crate::api::{CanaryDeployment, CanaryStatefulSet, RolloutView};
 use crate::watch::rollouts::{Change, RolloutStores};
 
+mod history;
+
 const PAGE: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
 const STYLE: &str = include_str!("dashboard/style.css");
+
+/// Where the status branch's history is read: the write-back clone and its branch.
+#[derive(Clone, Debug)]
+pub struct StatusHistory {
+    pub clone_dir: std::path::PathBuf,
+    pub branch: String,
+}
 
 /// What the handlers read.
 struct Shared {
     rollouts: RolloutStores,
     client: kube::Client,
+    history: Option<StatusHistory>,
 }
 
-/// The dashboard's routes over `rollouts`; `client` reads a rollout's Kubernetes events.
-pub fn router(rollouts: RolloutStores, client: kube::Client) -> Router {
+/// The dashboard's routes over `rollouts`; `client` reads a rollout's Kubernetes events,
+/// `history` (with `--writeback`) its status file's commits.
+pub fn router(
+    rollouts: RolloutStores,
+    client: kube::Client,
+    history: Option<StatusHistory>,
+) -> Router {
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route(
@@ -42,12 +57,72 @@ pub fn router(rollouts: RolloutStores, client: kube::Client) -> Router {
             "/api/rollouts/{short}/{namespace}/{name}/events",
             get(rollout_events),
         )
+        .route(
+            "/api/rollouts/{short}/{namespace}/{name}/history",
+            get(rollout_history),
+        )
         .route("/api/events", get(events))
-        .with_state(Arc::new(Shared { rollouts, client }))
+        .with_state(Arc::new(Shared {
+            rollouts,
+            client,
+            history,
+        }))
 }
 
 /// The most events shown for a rollout, newest first.
 const EVENTS_SHOWN: usize = 20;
+
+/// The kind of rollout `short`/`namespace`/`name`, if the store holds it. Only such a
+/// rollout is looked up: the names go into a field selector and a path, and the page shows
+/// this agent's rollouts, not whatever else the agent may read.
+fn held_kind(shared: &Shared, short: &str, namespace: &str, name: &str) -> Option<&'static str> {
+    use kube::runtime::reflector::ObjectRef;
+    match short {
+        "csts" => shared
+            .rollouts
+            .statefulsets
+            .store()
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|_| CanaryStatefulSet::KIND),
+        "cdeploy" => shared
+            .rollouts
+            .deployments
+            .store()
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|_| CanaryDeployment::KIND),
+        _ => None,
+    }
+}
+
+/// A rollout's status file history on the status branch (`--writeback`), newest first.
+async fn rollout_history(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path((short, namespace, name)): axum::extract::Path<(String, String, String)>,
+) -> axum::response::Response {
+    if held_kind(&shared, &short, &namespace, &name).is_none() {
+        return (axum::http::StatusCode::NOT_FOUND, "no such rollout").into_response();
+    }
+    let Some(h) = shared.history.clone() else {
+        return axum::Json(json!({"off": "write-back is off (--writeback): no status branch"}))
+            .into_response();
+    };
+    let file = crate::writeback::status_files::path(&namespace, &name);
+    let read =
+        tokio::task::spawn_blocking(move || history::of_file(&h.clone_dir, &h.branch, &file));
+    match tokio::time::timeout(std::time::Duration::from_secs(5), read).await {
+        Ok(Ok(Ok(changes))) => axum::Json(json!({"history": changes})).into_response(),
+        Ok(Ok(Err(e))) => (
+            axum::http::StatusCode::BAD_GATEWAY,
+            format!("cannot read the status branch: {}", e.message()),
+        )
+            .into_response(),
+        _ => (
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            "the status branch took over 5 s to read",
+        )
+            .into_response(),
+    }
+}
 
 /// A rollout's Kubernetes events (events.k8s.io), newest first: read when its page opens
 /// and when it changes, never on a timer.
@@ -56,31 +131,8 @@ async fn rollout_events(
     axum::extract::Path((short, namespace, name)): axum::extract::Path<(String, String, String)>,
 ) -> axum::response::Response {
     use k8s_openapi::api::events::v1::Event as KubeEvent;
-    // Only a rollout the store holds: the names go into a field selector, and the page
-    // shows this agent's rollouts, not whatever else the agent may read.
-    use kube::runtime::reflector::ObjectRef;
-    let kind = match short.as_str() {
-        "csts"
-            if shared
-                .rollouts
-                .statefulsets
-                .store()
-                .get(&ObjectRef::new(&name).within(&namespace))
-                .is_some() =>
-        {
-            CanaryStatefulSet::KIND
-        }
-        "cdeploy"
-            if shared
-                .rollouts
-                .deployments
-                .store()
-                .get(&ObjectRef::new(&name).within(&namespace))
-                .is_some() =>
-        {
-            CanaryDeployment::KIND
-        }
-        _ => return (axum::http::StatusCode::NOT_FOUND, "no such rollout").into_response(),
+    let Some(kind) = held_kind(&shared, &short, &namespace, &name) else {
+        return (axum::http::StatusCode::NOT_FOUND, "no such rollout").into_response();
     };
     let api: kube::Api<KubeEvent> = kube::Api::namespaced(shared.client.clone(), &namespace);
     let params = kube::api::ListParams::default()

@@ -112,7 +112,17 @@ pub async fn serve_all(
         listeners.push((
             "dashboard",
             addr,
-            super::dashboard::router(rollouts, client),
+            super::dashboard::router(
+                rollouts,
+                client,
+                config
+                    .writeback
+                    .as_ref()
+                    .map(|w| super::dashboard::StatusHistory {
+                        clone_dir: w.cache_dir.clone(),
+                        branch: w.remote.branch.clone(),
+                    }),
+            ),
             None,
         ));
     }

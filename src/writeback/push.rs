@@ -27,7 +27,7 @@ use crate::source::git::{GitError, GitMirror, GitRemote, local_path};
 const MAX_TRIES: u32 = 6;
 
 /// The local ref a commit is pushed from.
-const PUSH_REF: &str = "refs/linnet/writeback";
+pub const PUSH_REF: &str = "refs/linnet/writeback";
 
 /// What a write did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,6 +5,7 @@
 
 const rollouts = new Map();
 const eventsOf = new Map(); // key -> the rollout's Kubernetes events, newest first
+const historyOf = new Map(); // key -> its status file's commits on the status branch
 let listed = false;
 window.linnetUpdates = 0;
 
@@ -174,11 +175,13 @@ let eventsTimer = null;
 function loadEvents(k) {
   clearTimeout(eventsTimer);
   eventsTimer = setTimeout(async () => {
-    try {
-      const r = await fetch("/api/rollouts/" + k + "/events");
-      eventsOf.set(k, r.ok ? await r.json() : { error: await r.text() });
-    } catch (e) {
-      eventsOf.set(k, { error: String(e) });
+    for (const [what, into] of [["events", eventsOf], ["history", historyOf]]) {
+      try {
+        const r = await fetch("/api/rollouts/" + k + "/" + what);
+        into.set(k, r.ok ? await r.json() : { error: await r.text() });
+      } catch (e) {
+        into.set(k, { error: String(e) });
+      }
     }
     if (currentKey() === k) render();
   }, 300);
@@ -193,6 +196,20 @@ function events(k) {
     h("tr", {}, h("td", {}, age(e.time) + " ago"), h("td", {}, e.type), h("td", {}, e.reason),
       h("td", { class: "msg" }, e.note + (e.count > 1 ? " (×" + e.count + ")" : ""))))))];
 }
+
+function history(k) {
+  const hist = historyOf.get(k);
+  const title = h2("History in Git (status branch)");
+  if (hist === undefined) return [title, h("p", { class: "muted" }, "Loading…")];
+  if (hist.error) return [title, h("p", { class: "muted" }, "Cannot read it: " + hist.error)];
+  if (hist.off) return [title, h("p", { class: "muted" }, hist.off)];
+  if (hist.history.length === 0) return [title, h("p", { class: "muted" }, "No status commit yet.")];
+  return [title, h("table", { class: "history" }, h("tbody", {}, hist.history.map(c =>
+    h("tr", {}, h("td", {}, age(c.time) + " ago"), h("td", {}, h("code", {}, c.commit)),
+      h("td", {}, c.phase || ""), h("td", { class: "msg" }, c.summary)))))];
+}
+
+function h2(text) { return h("h2", {}, text); }
 
 function currentKey() { return location.hash.replace(/^#\/?/, ""); }
 
@@ -212,7 +229,7 @@ function detail(k) {
       h("dt", {}, "In this phase for"), h("dd", {}, age(r.phaseSince)),
       h("dt", {}, "Git commit"), h("dd", {}, h("code", {}, r.revision || "-")),
       h("dt", {}, "Age"), h("dd", {}, age(r.created))),
-    steps(r), replicas(r), analysis(r), conditions(r), events(k));
+    steps(r), replicas(r), analysis(r), conditions(r), events(k), history(k));
 }
 
 function render() {

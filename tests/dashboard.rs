@@ -41,8 +41,27 @@ fn redis(ns: &str) -> Value {
             }
         }
     });
-    merge(&mut spec["spec"], json!({}));
+    merge(
+        &mut spec["spec"],
+        json!({"analysis": {"background": {"templates": [{"templateName": "health"}]}}}),
+    );
     spec
+}
+
+/// A `/latency` endpoint answering `{"ms": n}`, n growing by 7 with each request.
+async fn health_endpoint() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let router = axum::Router::new().route(
+        "/latency",
+        axum::routing::get(move || {
+            let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move { axum::Json(json!({"ms": 20 + 7 * n})) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    port
 }
 
 fn screenshots() -> PathBuf {
@@ -57,6 +76,20 @@ fn screenshots() -> PathBuf {
 async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
     let mut f = Fixture::prepare("dash", redis).await;
     let ns = f.ns.name.clone();
+    // A web analysis whose value changes with each measurement, for its small chart.
+    let health = health_endpoint().await;
+    f.write_file(
+        "templates.yaml",
+        &[json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "AnalysisTemplate",
+            "metadata": {"name": "health", "namespace": ns},
+            "spec": {"metrics": [{"name": "latency", "successCondition": "result < 1000",
+                "interval": "1s",
+                "provider": {"web": {"url": format!("http://127.0.0.1:{health}/latency"),
+                    "jsonPath": "$.ms"}}}]}
+        })],
+    );
     let port = free_port();
     let agent = f.spawn_agent("agent", &[format!("--dashboard-listen=127.0.0.1:{port}")]);
     wait_ready(&agent).await;
@@ -95,9 +128,20 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
             90,
         )
         .await;
+    // The analysis run and its measurements, drawn as a small chart.
+    browser.wait_text(&["Analysis", "latency"], 30).await;
+    let points = browser
+        .eval("(document.querySelector('svg.spark polyline') || {getAttribute: () => ''}).getAttribute('points')")
+        .await;
+    assert!(
+        points.as_str().is_some_and(|p| p.split(' ').count() >= 2),
+        "no chart of two measurements or more: {points}"
+    );
     for ordinal in ["redis-0", "redis-1", "redis-2"] {
         assert!(waiting.contains(ordinal), "{ordinal} not shown:\n{waiting}");
     }
+    // Its events and history loaded (history is off: no write-back here).
+    browser.wait_text(&["write-back is off", " ago"], 20).await;
     browser
         .screenshot(&screenshots().join("2-rollout-awaiting-approval.png"))
         .await;

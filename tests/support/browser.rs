@@ -157,11 +157,18 @@ impl Browser {
         }
     }
 
-    /// A PNG of the page, written to `path`.
+    /// A PNG of the whole page (not only the window), written to `path`.
     pub async fn screenshot(&mut self, path: &Path) {
         use png_base64::Engine;
+        let size = self.call("Page.getLayoutMetrics", json!({})).await["cssContentSize"].clone();
+        let clip = json!({"x": 0, "y": 0, "scale": 1,
+            "width": size["width"].as_f64().unwrap_or(1280.0),
+            "height": size["height"].as_f64().unwrap_or(900.0).min(4000.0)});
         let r = self
-            .call("Page.captureScreenshot", json!({"format": "png"}))
+            .call(
+                "Page.captureScreenshot",
+                json!({"format": "png", "clip": clip, "captureBeyondViewport": true}),
+            )
             .await;
         let png = png_base64::engine::general_purpose::STANDARD
             .decode(r["data"].as_str().unwrap())

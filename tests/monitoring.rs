@@ -64,7 +64,7 @@ fn served_names() -> BTreeSet<String> {
     use linnet::telemetry::{KindLabel, RolloutProblem};
     let m = linnet::agent::metrics();
     m.source_state("default", true, 0, 0, 1.0);
-    m.rollout_problems([
+    let _ = m.encode_with_problems([
         (
             "CanaryStatefulSet",
             "a",

@@ -161,13 +161,13 @@ async fn metrics_text(
     let deploys = shared.rollouts.deployments.store().state();
     let sets = sets.iter().flat_map(|o| problems_of(o.as_ref()));
     let deploys = deploys.iter().flat_map(|o| problems_of(o.as_ref()));
-    shared.metrics.rollout_problems(sets.chain(deploys));
+    let text = shared.metrics.encode_with_problems(sets.chain(deploys));
     (
         [(
             "content-type",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        shared.metrics.encode(),
+        text,
     )
 }
 

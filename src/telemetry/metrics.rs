@@ -361,15 +361,18 @@ impl Metrics {
         }
     }
 
-    /// Replaces the rollout problem series with `problems` (kind, namespace, name, problem):
-    /// the shared store's view at this scrape, so a fixed rollout's series goes with it.
-    pub fn rollout_problems<'a>(
+    /// The OpenMetrics text of every metric, with the rollout problem series replaced by
+    /// `problems` (kind, namespace, name, problem): the shared store's view at this scrape, so
+    /// a fixed rollout's series goes with it. Filled and encoded under one lock, so two
+    /// scrapes at once (the metrics and the admin port) never see each other's empty families.
+    pub fn encode_with_problems<'a>(
         &self,
         problems: impl IntoIterator<Item = (&'static str, &'a str, &'a str, RolloutProblem)>,
-    ) {
-        let Ok(_refreshing) = self.problems_refresh.lock() else {
-            return;
-        };
+    ) -> String {
+        let _refreshing = self
+            .problems_refresh
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.rollout_stalled.clear();
         self.rollout_failed.clear();
         for (kind, namespace, name, problem) in problems {
@@ -386,6 +389,7 @@ impl Metrics {
                 })
                 .set(1);
         }
+        self.encode()
     }
 
     /// Counts one webhook request.
@@ -487,7 +491,7 @@ mod tests {
     #[test]
     fn a_fixed_rollouts_problem_series_goes_at_the_next_scrape() {
         let m = Metrics::default();
-        m.rollout_problems([
+        let text = m.encode_with_problems([
             (
                 "CanaryStatefulSet",
                 "a",
@@ -501,15 +505,13 @@ mod tests {
                 RolloutProblem::Failed("RolledBack".into()),
             ),
         ]);
-        let text = m.encode();
         for series in [
             r#"linnet_rollout_stalled{kind="CanaryStatefulSet",namespace="a",name="redis",reason="ActionFailed"} 1"#,
             r#"linnet_rollout_failed{kind="CanaryDeployment",namespace="b",name="web",reason="RolledBack"} 1"#,
         ] {
             assert!(text.contains(series), "no {series} in:\n{text}");
         }
-        m.rollout_problems([]);
-        let text = m.encode();
+        let text = m.encode_with_problems([]);
         assert!(!text.contains("namespace=\"a\""), "{text}");
         assert!(!text.contains("namespace=\"b\""), "{text}");
     }

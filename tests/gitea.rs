@@ -1180,13 +1180,21 @@ async fn the_pull_request_that_started_a_canary_hears_how_it_goes() {
         "the comment says what to do: {waiting}"
     );
     assert_eq!(comments.len(), 2, "one comment per event: {comments:?}");
-    let m = metrics(&agent).await;
-    assert_eq!(
-        metric(
-            &m,
-            r#"linnet_notifications_total{receiver="pull-request",result="sent"}"#
-        ),
-        2.0,
-        "{m}"
-    );
+    // Counted once Gitea's answer is back: a moment after the comment shows.
+    eventually(
+        "both comments counted as sent",
+        Duration::from_secs(10),
+        || {
+            let agent = &agent;
+            async move {
+                let m = metrics(agent).await;
+                let sent = metric(
+                    &m,
+                    r#"linnet_notifications_total{receiver="pull-request",result="sent"}"#,
+                );
+                (sent == 2.0).then_some(())
+            }
+        },
+    )
+    .await;
 }

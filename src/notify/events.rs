@@ -55,6 +55,7 @@ pub struct Snapshot {
     pub stable_image: Option<String>,
     /// The Git commit that last set the spec.
     pub revision: Option<String>,
+    /// The failed analysis runs, without their measurements.
     pub analysis: Vec<AnalysisRunStatus>,
 }
 
@@ -71,7 +72,19 @@ impl Snapshot {
             canary: o.canary_image().map(str::to_string),
             stable_image: o.stable_image().map(str::to_string),
             revision: o.source_revision().map(str::to_string),
-            analysis: analysis.to_vec(),
+            // Only what an event reads: the failed runs, without their measurements (a
+            // status change is not a reason to copy every measurement of every run).
+            analysis: analysis
+                .iter()
+                .filter(|r| r.phase == AnalysisPhase::Failed)
+                .map(|r| AnalysisRunStatus {
+                    name: r.name.clone(),
+                    phase: r.phase,
+                    started_at: r.started_at.clone(),
+                    message: r.message.clone(),
+                    metrics: Vec::new(),
+                })
+                .collect(),
         })
     }
 

@@ -32,6 +32,7 @@ pub fn init(format: LogFormat, default_level: &str) {
 }
 
 mod labels;
+pub mod memory;
 mod metrics;
 pub use labels::*;
 pub use metrics::*;

@@ -200,6 +200,7 @@ pub(super) fn status_row(r: &crate::agent::RolloutRow) {
 pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_unpark(crate::telemetry::memory::on_worker_unpark)
         .on_thread_park(crate::telemetry::memory::on_worker_park)
         .build()
         .map_err(|e| {

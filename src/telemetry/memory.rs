@@ -103,9 +103,10 @@ mod tests {
             !w.parks(t0 + ms(400)),
             "worked again, but within the interval"
         );
-        w.unparked(t0 + COLLECT_EVERY);
+        let later = t0 + ms(150) + COLLECT_EVERY;
+        w.unparked(later);
         assert!(
-            w.parks(t0 + COLLECT_EVERY + ms(1)),
+            w.parks(later + ms(1)),
             "the work before counts once the interval has passed"
         );
     }

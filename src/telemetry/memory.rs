@@ -4,9 +4,10 @@
 //! caught up after a restart went idle with the peak of its catch-up still resident (at 1,000
 //! rollouts, 42 MiB of anonymous memory against 27 MiB a drift check later; bench/RESULTS.md).
 //! So a worker collects its heap when it parks, once it has worked [`BUSY_BEFORE_COLLECT`]
-//! since its last collection, and at most once per [`COLLECT_EVERY`]: a collection walks the
-//! whole heap (milliseconds at 10,000 rollouts), so an idle agent, whose workers wake every
-//! second or two for a moment, must not pay one at each wake.
+//! since its last collection, and at most once per [`COLLECT_EVERY`]: a collection visits
+//! every page of the thread's heap, so an idle agent, whose workers wake every second or two
+//! for a moment, must not pay one at each wake. Blocking-pool threads (Git, parsing) are not
+//! parked workers: theirs goes back when they exit, after tokio's 10 s idle keep-alive.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};

@@ -98,7 +98,15 @@ impl ErrorRuns {
     pub fn succeeded(&self, key: &str) -> bool {
         self.runs
             .lock()
-            .map(|mut runs| runs.remove(key).is_some())
+            .map(|mut runs| {
+                let had = runs.remove(key).is_some();
+                // A first sync's burst of failures left the table's room for all of them.
+                let left = runs.len();
+                if had && runs.capacity() > 64 && left * 4 < runs.capacity() {
+                    runs.shrink_to(left * 2);
+                }
+                had
+            })
             .unwrap_or(false)
     }
 }
@@ -151,5 +159,20 @@ mod tests {
         assert!(runs.succeeded("ns/a"));
         assert!(!runs.succeeded("ns/a"), "the run is over");
         assert!(runs.failed("ns/a", "kube_api:409", false, t0).changed);
+    }
+
+    #[test]
+    fn the_table_gives_back_its_room_once_a_burst_of_failures_is_over() {
+        // Issue 51: a first sync's failures left room for 1,000 runs in a steady agent.
+        let runs = ErrorRuns::default();
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            runs.failed(&format!("ns/r{i}"), "kube_api:409", false, t0);
+        }
+        for i in 0..1000 {
+            assert!(runs.succeeded(&format!("ns/r{i}")));
+        }
+        let capacity = runs.runs.lock().map(|r| r.capacity()).unwrap_or(usize::MAX);
+        assert!(capacity <= 64, "capacity {capacity}");
     }
 }

@@ -56,19 +56,43 @@ pub struct WritebackConfig {
 /// not the number of rollouts.
 #[derive(Debug, Default)]
 pub struct Coalescer {
-    /// Every rollout's latest file, to tell a change from a repeat.
-    latest: BTreeMap<String, StatusFile>,
-    /// Paths changed since the last write that went through.
-    unwritten: std::collections::BTreeSet<String>,
+    /// A digest of every rollout's latest file, to tell a change from a repeat. Not the
+    /// text: at 1,000 rollouts the texts were 0.85 MB of a 17 MB heap (issue 51).
+    latest: BTreeMap<String, FileDigest>,
+    /// The files changed since the last write that went through, by path.
+    unwritten: BTreeMap<String, StatusFile>,
     due: Option<std::time::Instant>,
+}
+
+/// The first 16 bytes of a SHA-256 of a status file's fields.
+type FileDigest = [u8; 16];
+
+fn file_digest(file: &StatusFile) -> FileDigest {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let replaces = file.replaces.as_deref();
+    for field in [Some(file.content.as_str()), Some(&file.summary), replaces] {
+        // Length-prefixed, and `None` apart from an empty `replaces`.
+        match field {
+            Some(text) => {
+                h.update((text.len() as u64).to_le_bytes());
+                h.update(text.as_bytes());
+            }
+            None => h.update(u64::MAX.to_le_bytes()),
+        }
+    }
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.finalize()[..16]);
+    out
 }
 
 impl Coalescer {
     /// Records `file`; a file that did not change opens no window.
     pub fn offer(&mut self, file: StatusFile, now: std::time::Instant, window: Duration) {
-        if self.latest.get(&file.path) != Some(&file) {
-            self.unwritten.insert(file.path.clone());
-            self.latest.insert(file.path.clone(), file);
+        let digest = file_digest(&file);
+        if self.latest.get(&file.path) != Some(&digest) {
+            self.latest.insert(file.path.clone(), digest);
+            self.unwritten.insert(file.path.clone(), file);
             self.due.get_or_insert(now + window);
         }
     }
@@ -81,16 +105,17 @@ impl Coalescer {
     /// The files to write now (those changed since the last write); closes the window.
     pub fn take(&mut self) -> Vec<StatusFile> {
         self.due = None;
-        std::mem::take(&mut self.unwritten)
-            .iter()
-            .filter_map(|path| self.latest.get(path).cloned())
-            .collect()
+        std::mem::take(&mut self.unwritten).into_values().collect()
     }
 
     /// A write of `files` failed: they are written again, with whatever changed meanwhile,
-    /// at `at`.
+    /// at `at`. A file offered since then is newer than the one that failed, and wins.
     pub fn retry_at(&mut self, files: &[StatusFile], at: std::time::Instant) {
-        self.unwritten.extend(files.iter().map(|f| f.path.clone()));
+        for file in files {
+            self.unwritten
+                .entry(file.path.clone())
+                .or_insert_with(|| file.clone());
+        }
         self.due = Some(at);
     }
 }
@@ -411,5 +436,37 @@ mod tests {
         let again: Vec<String> = c.take().into_iter().map(|f| f.content).collect();
         assert_eq!(again, vec!["phase: CanaryActive\n"; 2]);
         assert!(c.take().is_empty());
+    }
+
+    #[test]
+    fn a_retry_keeps_a_file_offered_after_the_failed_write() {
+        let window = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let mut c = Coalescer::default();
+        c.offer(file("redis", "DeployingCanary"), t0, window);
+        let failed = c.take();
+        c.offer(file("redis", "CanaryActive"), t0 + window, window);
+        c.retry_at(&failed, t0 + window * 2);
+        let files = c.take();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].content, "phase: CanaryActive\n");
+        // Back to the content that failed: a change again, not a repeat.
+        c.offer(file("redis", "DeployingCanary"), t0 + window * 3, window);
+        assert_eq!(c.take().len(), 1);
+    }
+
+    #[test]
+    fn a_file_that_only_moves_from_its_old_path_is_a_change() {
+        let window = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let mut c = Coalescer::default();
+        let mut moved = file("redis", "Stable");
+        moved.replaces = Some("old/redis.yaml".into());
+        c.offer(moved, t0, window);
+        assert_eq!(c.take().len(), 1);
+        c.offer(file("redis", "Stable"), t0 + window, window);
+        assert_eq!(c.take().len(), 1, "the same text without `replaces`");
+        c.offer(file("redis", "Stable"), t0 + window * 2, window);
+        assert!(c.take().is_empty(), "a repeat");
     }
 }

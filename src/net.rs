@@ -133,6 +133,9 @@ fn client_with(
     })
 }
 
+/// The raw size of the objects libgit2 keeps cached, across all repositories.
+pub const GIT_OBJECT_CACHE_BYTES: libc::ssize_t = 4 * 1024 * 1024;
+
 /// Sets libgit2's process-wide connect and read timeouts to `timeout` (a read timeout is per
 /// read: [`crate::source::git::GitMirror::set_deadline`] bounds a whole transfer), and adds
 /// `ca_file` to the certificates its HTTPS (OpenSSL) trusts. Call once, while the process
@@ -155,8 +158,10 @@ pub fn configure_git(timeout: Duration, ca_file: Option<&Path>) -> Result<(), Ca
     unsafe { git2::opts::set_server_timeout_in_milliseconds(millis) }.map_err(settings)?;
     // Memory libgit2 may hold for objects and packs (issue 45): its defaults (a 256 MiB object
     // cache, 8 GiB of mapped pack windows) let a pushed repository's shape, not the agent's
-    // budgets, decide the resident size. SAFETY: as above.
-    unsafe { git2::opts::set_cache_max_size(16 * 1024 * 1024) }.map_err(settings)?;
+    // budgets, decide the resident size. The cache counts objects' raw size, and a parsed
+    // tree costs about as much again: at 10,000 rollouts a 16 MiB cache held 34 MiB of old
+    // status trees, from the write-back's pushes (issue 51). SAFETY: as above.
+    unsafe { git2::opts::set_cache_max_size(GIT_OBJECT_CACHE_BYTES) }.map_err(settings)?;
     unsafe { git2::opts::set_mwindow_size(8 * 1024 * 1024) }.map_err(settings)?;
     unsafe { git2::opts::set_mwindow_mapped_limit(32 * 1024 * 1024) }.map_err(settings)?;
     if let Some(path) = ca_file {

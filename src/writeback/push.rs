@@ -29,6 +29,10 @@ const MAX_TRIES: u32 = 6;
 /// The local ref a commit is pushed from.
 pub const PUSH_REF: &str = "refs/linnet/writeback";
 
+/// The local ref of the writer's last commit that the remote accepted: [`PUSH_REF`] also
+/// holds a commit while its push is in flight, or after it was refused.
+pub const PUSHED_REF: &str = "refs/linnet/pushed";
+
 /// What a write did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pushed {
@@ -178,6 +182,11 @@ impl StatusWriter {
             before_push();
             match self.push(commit, tip)? {
                 PushResult::Done => {
+                    // Only the dashboard's history reads it, so a failure costs no write.
+                    let repo = self.mirror.repo();
+                    if let Err(e) = repo.reference(PUSHED_REF, commit, true, "linnet pushed") {
+                        tracing::warn!(error = %e.message(), "cannot record the pushed commit");
+                    }
                     return Ok(Pushed::Committed {
                         commit,
                         retries: attempt,
@@ -585,6 +594,42 @@ mod tests {
         let now = bare.refname_to_id("refs/heads/main").unwrap();
         assert_eq!(now, retried);
         assert_eq!(bare.find_commit(now).unwrap().parent_id(0).unwrap(), human);
+    }
+
+    #[test]
+    fn the_pushed_ref_names_only_a_commit_the_remote_accepted() {
+        // Regression (CI, stop 64): the dashboard's history read the ref a commit is pushed
+        // from, and so showed a commit before (or without) its push.
+        let dir = tempfile::tempdir().unwrap();
+        let bare = git2::Repository::init_bare(dir.path().join("remote.git")).unwrap();
+        let first = commit_on(&bare, None, "specs.yaml");
+        let mut writer = writer_at(dir.path(), &bare, first);
+        let clone = git2::Repository::open(dir.path().join("clone")).unwrap();
+        let file = StatusFile {
+            path: ".linnet/status/a.yaml".into(),
+            content: "phase: Stable\n".into(),
+            summary: "a Stable".into(),
+            replaces: None,
+        };
+        let mut pushes = 0;
+        let written = writer
+            .write_with(&[file], || {
+                pushes += 1;
+                assert!(clone.refname_to_id(PUSHED_REF).is_err(), "before any push");
+                if pushes == 1 {
+                    // The first push is refused: a human pushed meanwhile.
+                    let human = commit_on(&bare, Some(first), "human.yaml");
+                    bare.reference("refs/heads/main", human, true, "human push")
+                        .unwrap();
+                }
+            })
+            .unwrap();
+        let Pushed::Committed { commit, retries } = written else {
+            panic!("{written:?}");
+        };
+        assert_eq!(retries, 1);
+        assert_eq!(bare.refname_to_id("refs/heads/main").unwrap(), commit);
+        assert_eq!(clone.refname_to_id(PUSHED_REF).unwrap(), commit);
     }
 
     #[test]

@@ -15,12 +15,13 @@ pub const MAX_SHOWN: usize = 20;
 /// The changes of `file` on `branch` of the clone in `dir`: commit, time, phase and summary.
 pub fn of_file(dir: &Path, branch: &str, file: &str) -> Result<Vec<Value>, git2::Error> {
     let repo = git2::Repository::open(dir)?;
-    // The branch as last fetched, or the writer's own last commit on top of it: a fetch comes
-    // only before the next write, so the last status written is in the writer's ref alone.
+    // The branch as last fetched, or the writer's own last pushed commit on top of it: a fetch
+    // comes only before the next write, so the last status written is in the writer's ref
+    // alone. A commit whose push is in flight or was refused is not shown.
     let fetched = repo
         .refname_to_id(&format!("refs/remotes/origin/{branch}"))
         .ok();
-    let written = repo.refname_to_id(crate::writeback::push::PUSH_REF).ok();
+    let written = repo.refname_to_id(crate::writeback::push::PUSHED_REF).ok();
     let tip = match (fetched, written) {
         (Some(f), Some(w)) if w == f || repo.graph_descendant_of(w, f)? => w,
         (Some(f), _) => f,
@@ -177,10 +178,24 @@ mod tests {
             "redis Stable",
             500,
         );
-        repo.reference(crate::writeback::push::PUSH_REF, c5, true, "w")
+        repo.reference(crate::writeback::push::PUSHED_REF, c5, true, "w")
             .unwrap();
         repo.reference(TRACKING, c4, true, "fetched before the write")
             .unwrap();
+        let history = of_file(dir.path(), "linnet/status", file).unwrap();
+        assert_eq!(history[0]["commit"], c5.to_string()[..12]);
+        // Regression (CI, stop 64): a commit whose push is still in flight is not shown, so
+        // the dashboard never names a commit the remote may not carry.
+        let in_flight = commit(
+            &repo,
+            Some(c5),
+            &[(file, "phase: CanaryActive\n")],
+            "redis CanaryActive",
+            550,
+        );
+        repo.reference(crate::writeback::push::PUSH_REF, in_flight, true, "w")
+            .unwrap();
+        repo.reference(TRACKING, c4, true, "unchanged").unwrap();
         let history = of_file(dir.path(), "linnet/status", file).unwrap();
         assert_eq!(history[0]["commit"], c5.to_string()[..12]);
         // A written commit that the branch does not carry (a push refused, then a fetch) is not.

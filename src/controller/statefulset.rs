@@ -165,7 +165,7 @@ fn watch_sets(
     let (reader, writer) = reflector::store();
     let stream = watcher(api, config)
         .backoff(crate::watch::backoff::watch_backoff())
-        .modify(|set| set.metadata.managed_fields = None)
+        .modify(StoredSet::compact)
         .reflect(writer)
         // After the store has it: the reconcile this event wakes plans from it.
         .inspect(move |event| {

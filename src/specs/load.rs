@@ -196,6 +196,9 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
     if !errors.is_empty() {
         objects.clear();
     }
+    // Kept for as long as the file is unchanged: a one-object file's vector grew to room for
+    // four, 600 bytes a file, 5.8 MiB at 10,000 files (heaptrack).
+    objects.shrink_to_fit();
     FileSpecs { objects, errors }
 }
 

@@ -9,9 +9,14 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 mod deployment;
+mod stored_set;
 pub use deployment::{DeploymentView, StoredDeployment};
+pub use stored_set::{
+    StoredContainer, StoredPodSpec, StoredRollingUpdate, StoredSet, StoredSetSpec, StoredSetStatus,
+    StoredTemplate, StoredUpdateStrategy,
+};
 
-use crate::api::{BIND_REQUESTED_ANNOTATION, CHILD_HASH_ANNOTATION, HANDOFF_TO_ANNOTATION};
+use crate::api::{BIND_REQUESTED_ANNOTATION, HANDOFF_TO_ANNOTATION};
 
 /// A StatefulSet as the planner needs it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -138,139 +143,6 @@ impl FixedSetFields {
             out.push("spec.template.volumeClaimTemplates");
         }
         out
-    }
-}
-
-/// A StatefulSet as the controller's store keeps it: only what [`SetView`] reads, deserialized
-/// straight from the watch (serde skips the rest). A whole `StatefulSet` in the store cost about
-/// 4 KB per set, mostly empty optional fields of its pod template.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-pub struct StoredSet {
-    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    #[serde(default)]
-    pub spec: StoredSetSpec,
-    #[serde(default)]
-    pub status: StoredSetStatus,
-}
-
-/// The part of a set's spec [`SetView`] reads.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredSetSpec {
-    pub replicas: Option<i32>,
-    #[serde(default)]
-    pub template: StoredTemplate,
-    #[serde(default)]
-    pub update_strategy: StoredUpdateStrategy,
-    pub selector: Option<LabelSelector>,
-    pub service_name: Option<String>,
-    pub pod_management_policy: Option<String>,
-    #[serde(default)]
-    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
-}
-
-/// A set's update strategy, down to its partition.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredUpdateStrategy {
-    #[serde(default)]
-    pub rolling_update: StoredRollingUpdate,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-pub struct StoredRollingUpdate {
-    pub partition: Option<i32>,
-}
-
-/// A set's pod template, down to its containers' names and images.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-pub struct StoredTemplate {
-    #[serde(default)]
-    pub spec: StoredPodSpec,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-pub struct StoredPodSpec {
-    #[serde(default)]
-    pub containers: Vec<StoredContainer>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-pub struct StoredContainer {
-    pub name: String,
-    pub image: Option<String>,
-}
-
-/// The part of a set's status [`SetView`] reads.
-#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredSetStatus {
-    pub observed_generation: Option<i64>,
-    pub ready_replicas: Option<i32>,
-    pub updated_replicas: Option<i32>,
-    pub current_revision: Option<String>,
-    pub update_revision: Option<String>,
-}
-
-impl k8s_openapi::Resource for StoredSet {
-    const API_VERSION: &'static str = <StatefulSet as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <StatefulSet as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <StatefulSet as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <StatefulSet as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <StatefulSet as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::NamespaceResourceScope;
-}
-
-impl k8s_openapi::Metadata for StoredSet {
-    type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    fn metadata(&self) -> &Self::Ty {
-        &self.metadata
-    }
-
-    fn metadata_mut(&mut self) -> &mut Self::Ty {
-        &mut self.metadata
-    }
-}
-
-impl SetView {
-    /// The planner's view of a set, from the controller's store.
-    pub fn from_stored(set: &StoredSet, container: Option<&str>) -> SetView {
-        let status = &set.status;
-        let containers = &set.spec.template.spec.containers;
-        let image = match container {
-            Some(name) => containers.iter().find(|c| c.name == name),
-            None => containers.first(),
-        }
-        .and_then(|c| c.image.clone());
-        SetView {
-            name: set.metadata.name.clone().unwrap_or_default(),
-            replicas: set.spec.replicas.unwrap_or(1),
-            status_fresh: status.observed_generation.is_some()
-                && status.observed_generation == set.metadata.generation,
-            ready_replicas: status.ready_replicas.unwrap_or(0),
-            updated_replicas: status.updated_replicas.unwrap_or(0),
-            current_revision: status.current_revision.clone(),
-            update_revision: status.update_revision.clone(),
-            applied_hash: set
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
-            image,
-            partition: set
-                .spec
-                .update_strategy
-                .rolling_update
-                .partition
-                .unwrap_or(0),
-            fixed: Some(FixedSetFields::of(
-                set.spec.selector.as_ref(),
-                set.spec.service_name.as_deref(),
-                set.spec.pod_management_policy.as_deref(),
-                &set.spec.volume_claim_templates,
-            )),
-        }
     }
 }
 
@@ -468,105 +340,5 @@ impl JobView {
             succeeded: has("Complete"),
             failed: has("Failed"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn stored(set: serde_json::Value) -> StoredSet {
-        serde_json::from_value(set).unwrap_or_default()
-    }
-
-    #[test]
-    fn a_stored_set_keeps_everything_the_planner_reads() {
-        let set = stored(json!({
-            "metadata": {
-                "name": "db-stable", "namespace": "shop", "generation": 3,
-                "labels": {"rollouts.linnet.dev/rollout": "db"},
-                "annotations": {CHILD_HASH_ANNOTATION: "abc"},
-                "ownerReferences": [{"apiVersion": "rollouts.linnet.dev/v1alpha1",
-                    "kind": "CanaryStatefulSet", "name": "db", "uid": "u1", "controller": true}],
-            },
-            "spec": {
-                "replicas": 3, "serviceName": "db",
-                "selector": {"matchLabels": {"app": "db"}},
-                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}},
-                "template": {
-                    "metadata": {"labels": {"app": "db"}},
-                    "spec": {
-                        "containers": [
-                            {"name": "sidecar", "image": "proxy:1", "args": ["-v"]},
-                            {"name": "db", "image": "db:2", "env": [{"name": "A", "value": "b"}]},
-                        ],
-                        "volumes": [{"name": "scratch", "emptyDir": {}}],
-                    },
-                },
-                "volumeClaimTemplates": [{"metadata": {"name": "data"}}],
-            },
-            "status": {
-                "replicas": 3, "readyReplicas": 2, "updatedReplicas": 1, "observedGeneration": 3,
-                "currentRevision": "db-stable-1", "updateRevision": "db-stable-2",
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }));
-        let view = |image: Option<&str>| SetView {
-            name: "db-stable".into(),
-            replicas: 3,
-            status_fresh: true,
-            ready_replicas: 2,
-            updated_replicas: 1,
-            current_revision: Some("db-stable-1".into()),
-            update_revision: Some("db-stable-2".into()),
-            applied_hash: Some("abc".into()),
-            image: image.map(String::from),
-            partition: 2,
-            fixed: Some(FixedSetFields {
-                selector: Some(json!({"matchLabels": {"app": "db"}})),
-                service_name: "db".into(),
-                pod_management_policy: "OrderedReady".into(),
-                claim_templates: vec![ClaimTemplateView {
-                    name: "data".into(),
-                    ..ClaimTemplateView::default()
-                }],
-            }),
-        };
-        assert_eq!(SetView::from_stored(&set, None), view(Some("proxy:1")));
-        assert_eq!(SetView::from_stored(&set, Some("db")), view(Some("db:2")));
-        assert_eq!(
-            SetView::from_stored(&set, Some("sidecar")),
-            view(Some("proxy:1"))
-        );
-        assert_eq!(SetView::from_stored(&set, Some("missing")), view(None));
-        // The controller finds a set's rollout through its owner.
-        let owners = set.metadata.owner_references.unwrap_or_default();
-        assert_eq!(owners.len(), 1);
-        assert_eq!(
-            (owners[0].name.as_str(), owners[0].uid.as_str()),
-            ("db", "u1")
-        );
-    }
-
-    #[test]
-    fn a_stored_set_without_status_or_template_is_not_fresh_and_has_no_image() {
-        let expected = |name: &str| SetView {
-            name: name.into(),
-            replicas: 1,
-            fixed: Some(FixedSetFields {
-                pod_management_policy: "OrderedReady".into(),
-                ..FixedSetFields::default()
-            }),
-            ..SetView::default()
-        };
-        let new = stored(json!({"metadata": {"name": "new"}}));
-        assert_eq!(SetView::from_stored(&new, None), expected("new"));
-        let bare = stored(json!({"metadata": {"name": "bare", "generation": 1},
-            "spec": {"selector": {}, "template": {}}}));
-        assert_eq!(SetView::from_stored(&bare, Some("db")), expected("bare"));
-        let stale = stored(json!({"metadata": {"name": "stale", "generation": 4},
-            "status": {"observedGeneration": 3, "readyReplicas": 1}}));
-        assert!(!SetView::from_stored(&stale, None).status_fresh);
     }
 }

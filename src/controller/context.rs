@@ -40,6 +40,8 @@ pub struct Context {
     /// How long a new rollout's first status waits for its children to be ready
     /// ([`crate::plan::first_status`]).
     pub first_status_wait: std::time::Duration,
+    /// The new rollouts whose first status waits, which lengthen each other's wait.
+    pub first_status_waiting: std::sync::Mutex<crate::plan::first_status::WaitingFirstStatus>,
 }
 
 impl Context {
@@ -74,6 +76,7 @@ impl Context {
             config_collected: Default::default(),
             source_account: super::source_account::SourceAccount::agent(),
             first_status_wait: crate::plan::first_status::FIRST_STATUS_WAIT,
+            first_status_waiting: Default::default(),
         }
     }
 
@@ -81,6 +84,21 @@ impl Context {
     pub fn with_first_status_wait(mut self, wait: std::time::Duration) -> Context {
         self.first_status_wait = wait;
         self
+    }
+
+    /// How long the first status of `rollout` (a kind/namespace/name key) may wait, counting
+    /// it among the waiting until [`Context::first_status_done`].
+    pub fn first_status_wait_of(&self, rollout: &str) -> std::time::Duration {
+        let mut waiting =
+            (self.first_status_waiting.lock()).unwrap_or_else(std::sync::PoisonError::into_inner);
+        waiting.wait(rollout, self.first_status_wait)
+    }
+
+    /// `rollout`'s first status was written, or it is deleted or runs elsewhere.
+    pub fn first_status_done(&self, rollout: &str) {
+        (self.first_status_waiting.lock())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .done(rollout);
     }
 
     /// This context acting as `account` where the source's rights are wanted.

@@ -251,6 +251,11 @@ async fn reconcile_inner(
     let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
     if rollout.meta().deletion_timestamp.is_some() {
         let key = format!("{ns}/{}", rollout.name_any());
+        ctx.first_status_done(&super::own_writes::child_key(
+            "CanaryDeployment",
+            &ns,
+            &rollout.name_any(),
+        ));
         ctx.metrics.rollout_phase("CanaryDeployment", &key, None);
         return Ok(Requeue::await_change());
     }

@@ -307,14 +307,23 @@ where
         &format!("{ns}/{name}"),
         planned.status.phase().map(crate::api::WireName::wire_name),
     );
-    // A new rollout that only waits for its children: its first status waits for Stable.
+    // A new rollout that only waits for its children: its first status waits for Stable,
+    // longer when many start at once.
+    let never_written = rollout.status().and_then(RolloutStatus::phase).is_none();
+    let key = super::own_writes::child_key(K::KIND, ns, &name);
     let first_status_wait = crate::plan::first_status::first_status_wait(
         rollout.status(),
         &planned,
         rollout.meta().creation_timestamp.as_ref().map(|t| t.0),
         now,
-        ctx.first_status_wait,
+        match never_written {
+            true => ctx.first_status_wait_of(&key),
+            false => ctx.first_status_wait,
+        },
     );
+    if never_written && first_status_wait.is_none() {
+        ctx.first_status_done(&key);
+    }
     let written = match first_status_wait {
         Some(wait) => {
             tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "new rollout initializing; its first status waits for its children to be ready");
@@ -385,8 +394,9 @@ pub(crate) fn run_here<'a, K: RolloutKind>(
     if let Some(running) = ctx.shards.run(&ns, &name) {
         return Some(running);
     }
-    ctx.error_runs
-        .succeeded(&super::own_writes::child_key(K::KIND, &ns, &name));
+    let key = super::own_writes::child_key(K::KIND, &ns, &name);
+    ctx.first_status_done(&key);
+    ctx.error_runs.succeeded(&key);
     ctx.metrics
         .rollout_phase(K::KIND, &format!("{ns}/{name}"), None);
     None

@@ -231,6 +231,11 @@ async fn cleanup(
         Some(what) => Err(ReconcileError::Waiting(what)),
         None if observed.stable.is_none() && observed.canary.is_none() => {
             tracing::info!(rollout = %format!("{ns}/{name}"), "deleted; its claims and volumes stay");
+            ctx.first_status_done(&super::own_writes::child_key(
+                "CanaryStatefulSet",
+                ns,
+                &name,
+            ));
             ctx.metrics
                 .rollout_phase("CanaryStatefulSet", &format!("{ns}/{name}"), None);
             Ok(Requeue::await_change())

@@ -65,15 +65,6 @@ impl WaitingFirstStatus {
             self.peaks.shrink_to_fit();
         }
     }
-
-    /// How many first statuses are waiting.
-    pub fn len(&self) -> usize {
-        self.peaks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.peaks.is_empty()
-    }
 }
 
 /// How much longer the first status of a rollout created at `created` may wait, when the plan
@@ -240,10 +231,10 @@ mod tests {
         for i in 0..999 {
             waiting.done(&format!("ns/r{i}"));
         }
-        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting.peaks.len(), 1);
         assert_eq!(waiting.wait("ns/first", WAIT), burst);
         waiting.done("ns/first");
-        assert!(waiting.is_empty());
+        assert!(waiting.peaks.is_empty());
         // Done twice (its status written, then deleted) is harmless.
         waiting.done("ns/first");
         assert_eq!(waiting.wait("ns/later", WAIT), WAIT);

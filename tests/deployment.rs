@@ -7,6 +7,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -712,4 +713,47 @@ async fn a_new_rollout_that_starts_as_git_asks_writes_one_status_and_no_event() 
         reasons.is_empty(),
         "no event for an ordinary start: {reasons:?}"
     );
+}
+
+/// A CanaryDeployment has no finalizer, so no reconcile sees it once it is deleted. One pruned
+/// while its first status waited stayed counted: in the phase metric and in the wait of later
+/// new rollouts (issue 51). The rollout watch's deletion takes it out of both.
+#[tokio::test]
+async fn a_canary_deployment_deleted_while_its_first_status_waits_leaves_no_count() {
+    let broken = json!({"image": "nginx:broken", "template": {"template": {"spec": {
+        "containers": [{"name": "web", "image": "nginx:broken"}]}}}});
+    let mut f = Fixture::prepare("dep-gone", |ns| web(ns, broken)).await;
+    let args = ["--prune", "--allow-empty", "--first-status-wait=10m"].map(String::from);
+    let agent = f.spawn_agent("agent", &args);
+    support::agent::wait_ready(&agent).await;
+    f.agent = Some(agent);
+    let initializing = r#"linnet_rollouts{kind="CanaryDeployment",phase="Initializing"} 1"#;
+    support::eventually("the rollout counted", Duration::from_secs(60), || async {
+        let metrics = f.agent.as_ref().unwrap().metrics().await;
+        metrics.contains(initializing).then_some(())
+    })
+    .await;
+    let young: CanaryDeployment = f.api().get("web").await.unwrap();
+    assert!(
+        phase_of(&young).is_none(),
+        "its first status waits: {young:?}"
+    );
+
+    f.write_file("rollout.yaml", &[]);
+    let rollouts = f.api::<CanaryDeployment>();
+    support::eventually("the rollout pruned", Duration::from_secs(60), || async {
+        rollouts
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let gone = r#"linnet_rollouts{kind="CanaryDeployment",phase="Initializing"} 0"#;
+    support::eventually("the count back to 0", Duration::from_secs(30), || async {
+        let metrics = f.agent.as_ref().unwrap().metrics().await;
+        metrics.contains(gone).then_some(())
+    })
+    .await;
 }

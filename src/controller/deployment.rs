@@ -18,7 +18,7 @@ use super::{Context, ReconcileError};
 use crate::api::{CanaryDeployment, ROLLOUT_LABEL};
 use crate::plan::observed::{DeploymentView, Observed, StoredDeployment};
 use crate::watch::StoreReady;
-use crate::watch::rollouts::{Changes, Rollouts};
+use crate::watch::rollouts::{Change, Changes, Rollouts};
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
@@ -29,6 +29,13 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let store = rollouts.store().clone();
+    // A CanaryDeployment has no finalizer: once deleted, no reconcile sees it again.
+    let gone = ctx.clone();
+    let changes = changes.inspect(move |change| {
+        if let Change::Deleted(rollout) = change {
+            forget_deleted(&gone, rollout);
+        }
+    });
     let wakes = super::wakes(changes, store.clone());
     let children = crate::watch::watch_config(&ctx.child_selector());
     // Read from this watch's store, not with a list in each reconcile, as the sets are. By
@@ -239,8 +246,23 @@ async fn reconcile(
     let Some(_running) = reconcile::run_here(&shared.ctx, &*rollout) else {
         return Ok(Requeue::await_change());
     };
+    // The store packs labels and annotations; the reconcile reads both (source, spec hash).
+    let rollout = crate::api::packed_meta::unpacked(&rollout);
     let inner = reconcile_inner(&rollout, &shared);
     reconcile::measured(&shared.ctx, &*rollout, inner).await
+}
+
+/// Takes a deleted rollout out of the first-status wait and the phase metric.
+fn forget_deleted(ctx: &Context, rollout: &CanaryDeployment) {
+    let ns = rollout.namespace().unwrap_or_default();
+    let name = rollout.name_any();
+    ctx.first_status_done(&super::own_writes::child_key(
+        "CanaryDeployment",
+        &ns,
+        &name,
+    ));
+    ctx.metrics
+        .rollout_phase("CanaryDeployment", &format!("{ns}/{name}"), None);
 }
 
 async fn reconcile_inner(
@@ -250,13 +272,7 @@ async fn reconcile_inner(
     let ctx = &shared.ctx;
     let ns = rollout.namespace().ok_or(ReconcileError::NoNamespace)?;
     if rollout.meta().deletion_timestamp.is_some() {
-        let key = format!("{ns}/{}", rollout.name_any());
-        ctx.first_status_done(&super::own_writes::child_key(
-            "CanaryDeployment",
-            &ns,
-            &rollout.name_any(),
-        ));
-        ctx.metrics.rollout_phase("CanaryDeployment", &key, None);
+        forget_deleted(ctx, rollout);
         return Ok(Requeue::await_change());
     }
     let at = ns.as_str();

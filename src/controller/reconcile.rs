@@ -90,7 +90,7 @@ impl RolloutKind for CanaryStatefulSet {
         statefulset::plans_again_with_pods(stored, planned)
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
-        self.spec.analysis.as_ref()
+        self.spec.analysis.as_deref()
     }
     fn config_template(&self) -> Option<PodSpec> {
         let spec = &self.spec;
@@ -152,7 +152,7 @@ impl RolloutKind for CanaryDeployment {
         false
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
-        self.spec.analysis.as_ref()
+        self.spec.analysis.as_deref()
     }
     fn config_template(&self) -> Option<PodSpec> {
         let spec = &self.spec;

@@ -24,7 +24,7 @@ pub(crate) fn wakes<K>(
     store: Store<K>,
 ) -> impl Stream<Item = std::sync::Arc<K>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()> + crate::api::PacksMeta + Clone + Send + Sync + 'static,
 {
     use crate::watch::rollouts::Change;
     use kube::runtime::Predicate as _;
@@ -90,11 +90,20 @@ pub(crate) fn seen_own_writes<K: kube::Resource>(
 }
 
 /// What of a rollout wakes its reconcile: everything but its status.
-fn own_status_writes_filtered<K: kube::Resource>() -> impl kube::runtime::Predicate<K> {
+/// The store packs labels and annotations ([`crate::api::packed_meta`]): they are read in
+/// either form, so a person's annotation (promote, abort) still wakes the rollout.
+fn own_status_writes_filtered<K: crate::api::PacksMeta>() -> impl kube::runtime::Predicate<K> {
     use kube::runtime::{Predicate, predicates};
+    let packed = |k: &K| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        k.packed_meta().text().hash(&mut hasher);
+        Some(hasher.finish())
+    };
     predicates::generation
         .combine(predicates::labels)
         .combine(predicates::annotations)
+        .combine(packed)
         .combine(predicates::finalizers)
         .combine(|k: &K| Some(u64::from(k.meta().deletion_timestamp.is_some())))
 }
@@ -157,31 +166,35 @@ mod tests {
         );
     }
 
+    /// The store packs labels and annotations: a person's annotation still wakes the rollout.
     #[tokio::test]
     async fn only_changes_of_what_git_or_a_person_sets_wake_a_reconcile() {
+        use crate::api::CanaryStatefulSet;
         use crate::watch::rollouts::Change;
         use futures::StreamExt as _;
-        use k8s_openapi::api::core::v1::ConfigMap;
         use std::sync::Arc;
-        let object = |generation: i64, version: &str, label: &str| {
-            let mut o = ConfigMap::default();
-            o.metadata.name = Some("db".into());
-            o.metadata.namespace = Some("shop".into());
-            o.metadata.uid = Some("u1".into());
-            o.metadata.generation = Some(generation);
-            o.metadata.resource_version = Some(version.into());
-            o.metadata.labels = Some([("app".to_string(), label.to_string())].into());
+        let object = |generation: i64, version: &str, annotation: &str| {
+            let mut o: CanaryStatefulSet = serde_json::from_value(serde_json::json!({
+                "apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryStatefulSet",
+                "metadata": {"name": "db", "namespace": "shop", "uid": "u1",
+                             "generation": generation, "resourceVersion": version,
+                             "labels": {"app": "db"},
+                             "annotations": {crate::api::PROMOTE_ANNOTATION: annotation}},
+                "spec": {"replicas": 3, "image": "db:1", "template": {}},
+            }))
+            .unwrap();
+            crate::api::packed_meta::pack(&mut o);
             Arc::new(o)
         };
         let changes = futures::stream::iter(vec![
-            Change::Applied(object(1, "1", "a")),
-            Change::Applied(object(1, "2", "a")), // linnet's own status write
-            Change::Applied(object(2, "3", "a")), // the spec from Git
-            Change::Applied(object(2, "4", "b")), // a label
-            Change::Deleted(object(2, "5", "b")),
-            Change::Applied(object(2, "6", "b")), // made again
+            Change::Applied(object(1, "1", "false")),
+            Change::Applied(object(1, "2", "false")), // linnet's own status write
+            Change::Applied(object(2, "3", "false")), // the spec from Git
+            Change::Applied(object(2, "4", "true")),  // an annotation: promote
+            Change::Deleted(object(2, "5", "true")),
+            Change::Applied(object(2, "6", "true")), // made again
         ]);
-        let woken: Vec<String> = wakes(changes, reflector::store::<ConfigMap>().0)
+        let woken: Vec<String> = wakes(changes, reflector::store::<CanaryStatefulSet>().0)
             .map(|o| o.metadata.resource_version.clone().unwrap_or_default())
             .collect()
             .await;

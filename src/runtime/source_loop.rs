@@ -454,7 +454,7 @@ async fn spec_error_statuses(
                 .store()
                 .state()
                 .iter()
-                .map(|o| o.metadata.clone()),
+                .map(|o| crate::api::packed_meta::metadata(o.as_ref()).into_owned()),
         );
     }
     if matches!(deploy_ready, Ok(Ok(()))) {
@@ -464,7 +464,7 @@ async fn spec_error_statuses(
                 .store()
                 .state()
                 .iter()
-                .map(|o| o.metadata.clone()),
+                .map(|o| crate::api::packed_meta::metadata(o.as_ref()).into_owned()),
         );
     }
     if !(matches!(sts_ready, Ok(Ok(()))) && matches!(deploy_ready, Ok(Ok(())))) {

@@ -366,7 +366,7 @@ impl SpecSet {
                 match object.key.kind.as_str() {
                     "CanaryStatefulSet" => match object.spec.typed::<CanaryStatefulSet>() {
                         Some(o) => (
-                            o.spec.analysis,
+                            o.spec.analysis.map(|a| *a),
                             o.spec.steps.map_or(1, |s| s.len().max(1) as i32),
                             "step",
                         ),
@@ -378,9 +378,9 @@ impl SpecSet {
                             if o.spec.strategy.type_
                                 != crate::api::DeploymentStrategyType::Batches =>
                         {
-                            (o.spec.analysis, 0, "batch")
+                            (o.spec.analysis.map(|a| *a), 0, "batch")
                         }
-                        Some(o) => (o.spec.analysis, o.spec.batches, "batch"),
+                        Some(o) => (o.spec.analysis.map(|a| *a), o.spec.batches, "batch"),
                         None => continue,
                     },
                     _ => continue,

@@ -19,11 +19,11 @@ impl SpecSet {
                 "CanaryStatefulSet" => object
                     .spec
                     .typed::<CanaryStatefulSet>()
-                    .and_then(|o| o.spec.promote_to),
+                    .and_then(|o| o.spec.promote_to.map(|to| *to)),
                 "CanaryDeployment" => object
                     .spec
                     .typed::<CanaryDeployment>()
-                    .and_then(|o| o.spec.promote_to),
+                    .and_then(|o| o.spec.promote_to.map(|to| *to)),
                 _ => None,
             };
             // Another branch's files are not in this set: the agent checks when it promotes.

@@ -198,9 +198,10 @@ pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Promotio
     {
         return None;
     }
+    let meta = crate::api::packed_meta::metadata(r);
     let passed = Passed {
         kind: "CanaryStatefulSet",
-        meta: &r.metadata,
+        meta: &meta,
         image: &r.spec.image,
         runs: &st.analysis,
         pod: r.spec.template.get().template.spec,
@@ -217,9 +218,10 @@ pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Promotion>
     {
         return None;
     }
+    let meta = crate::api::packed_meta::metadata(r);
     let passed = Passed {
         kind: "CanaryDeployment",
-        meta: &r.metadata,
+        meta: &meta,
         image: &r.spec.image,
         runs: &st.analysis,
         pod: r.spec.template.get().template.spec,

@@ -144,7 +144,8 @@ pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Revert> 
         mode,
         revision: st.source_revision.clone(),
     };
-    revert("CanaryStatefulSet", &r.metadata, spec_dir, failure)
+    let meta = crate::api::packed_meta::metadata(r);
+    revert("CanaryStatefulSet", &meta, spec_dir, failure)
 }
 
 /// The revert a CanaryDeployment asks for now, if any.
@@ -167,7 +168,8 @@ pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Revert> {
         mode,
         revision: st.source_revision.clone(),
     };
-    revert("CanaryDeployment", &r.metadata, spec_dir, failure)
+    let meta = crate::api::packed_meta::metadata(r);
+    revert("CanaryDeployment", &meta, spec_dir, failure)
 }
 
 /// Why a rollout was rolled back: its failed analysis, else its status message.

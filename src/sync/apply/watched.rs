@@ -47,7 +47,7 @@ impl Syncer {
     ) -> Option<usize>
     where
         K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize,
-        K: serde::de::DeserializeOwned + Send + Sync + 'static,
+        K: crate::api::PacksMeta + serde::de::DeserializeOwned + Send + Sync + 'static,
     {
         if !rollouts.ready().is_ready() {
             return None;
@@ -64,6 +64,7 @@ impl Syncer {
                 namespace,
                 name: rollout.meta().name.clone().unwrap_or_default(),
             };
+            let rollout = crate::api::packed_meta::unpacked(&rollout);
             let Ok(mut object) = serde_json::to_value(&*rollout) else {
                 continue;
             };

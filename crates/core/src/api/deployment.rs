@@ -83,7 +83,8 @@ pub struct CanaryDeploymentSpec {
     /// Metrics that judge the new version: a background analysis and gates after batches. A
     /// failed analysis always rolls back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub analysis: Option<super::RolloutAnalysis>,
+    // Boxed: most rollouts have none (96 bytes inline in each stored rollout).
+    pub analysis: Option<Box<super::RolloutAnalysis>>,
     /// Traffic shifting through the Gateway API: the new version gets `weights` percent of
     /// the requests at each batch, not its share of the pods. Needs strategy `Batches`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,7 +96,8 @@ pub struct CanaryDeploymentSpec {
     /// Where the change goes next once it passed here: a pull request that gives the next
     /// environment's rollout this image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub promote_to: Option<super::PromoteTo>,
+    // Boxed: most rollouts have none (80 bytes inline in each stored rollout).
+    pub promote_to: Option<Box<super::PromoteTo>>,
     /// Copy the ConfigMaps and Secrets the pod template refers to for each version
     /// (`<name>-<hash>`, owned by the rollout): a commit that changes the image and its config
     /// gives the new config to the canary pods only; the others keep theirs until promotion,
@@ -103,6 +105,16 @@ pub struct CanaryDeploymentSpec {
     /// onto the new copy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub versioned_config: bool,
+    /// Only in the agent's rollout store: the object's labels, annotations and managed
+    /// fields, packed ([`super::packed_meta`]). Never serialized.
+    // Not `skip`: KubeSchema copies the struct for its schema, and a skipped field is
+    // never read there (dead code).
+    #[serde(
+        skip_deserializing,
+        skip_serializing_if = "super::PackedMeta::never_serialized"
+    )]
+    #[schemars(skip)]
+    pub packed_meta: super::PackedMeta,
 }
 
 fn default_progress_deadline() -> i64 {

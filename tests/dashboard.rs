@@ -129,10 +129,19 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         )
         .await;
     // The analysis run and its measurements, drawn as a small chart.
+    // The run shows with its first measurement; the chart needs a second (seen once in a
+    // run where the page was read between the two).
     browser.wait_text(&["Analysis", "latency"], 30).await;
-    let points = browser
-        .eval("(document.querySelector('svg.spark polyline') || {getAttribute: () => ''}).getAttribute('points')")
-        .await;
+    let mut points = Value::Null;
+    for _ in 0..60 {
+        points = browser
+            .eval("(document.querySelector('svg.spark polyline') || {getAttribute: () => ''}).getAttribute('points')")
+            .await;
+        if points.as_str().is_some_and(|p| p.split(' ').count() >= 2) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     assert!(
         points.as_str().is_some_and(|p| p.split(' ').count() >= 2),
         "no chart of two measurements or more: {points}"

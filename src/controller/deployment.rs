@@ -246,7 +246,8 @@ async fn reconcile(
     let Some(_running) = reconcile::run_here(&shared.ctx, &*rollout) else {
         return Ok(Requeue::await_change());
     };
-    // The store packs labels and annotations; the reconcile reads both (source, spec hash).
+    // The store packs labels, annotations and the applied entry; the reconcile reads all
+    // three (source, spec hash, when the spec was applied).
     let rollout = crate::api::packed_meta::unpacked(&rollout);
     let inner = reconcile_inner(&rollout, &shared);
     reconcile::measured(&shared.ctx, &*rollout, inner).await

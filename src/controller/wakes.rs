@@ -166,19 +166,20 @@ mod tests {
         );
     }
 
-    /// The store packs labels and annotations: a person's annotation still wakes the rollout.
+    /// The store packs labels and annotations: a person's annotation or label still wakes
+    /// the rollout.
     #[tokio::test]
     async fn only_changes_of_what_git_or_a_person_sets_wake_a_reconcile() {
         use crate::api::CanaryStatefulSet;
         use crate::watch::rollouts::Change;
         use futures::StreamExt as _;
         use std::sync::Arc;
-        let object = |generation: i64, version: &str, annotation: &str| {
+        let object = |generation: i64, version: &str, annotation: &str, label: &str| {
             let mut o: CanaryStatefulSet = serde_json::from_value(serde_json::json!({
                 "apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryStatefulSet",
                 "metadata": {"name": "db", "namespace": "shop", "uid": "u1",
                              "generation": generation, "resourceVersion": version,
-                             "labels": {"app": "db"},
+                             "labels": {"app": label},
                              "annotations": {crate::api::PROMOTE_ANNOTATION: annotation}},
                 "spec": {"replicas": 3, "image": "db:1", "template": {}},
             }))
@@ -187,17 +188,18 @@ mod tests {
             Arc::new(o)
         };
         let changes = futures::stream::iter(vec![
-            Change::Applied(object(1, "1", "false")),
-            Change::Applied(object(1, "2", "false")), // linnet's own status write
-            Change::Applied(object(2, "3", "false")), // the spec from Git
-            Change::Applied(object(2, "4", "true")),  // an annotation: promote
-            Change::Deleted(object(2, "5", "true")),
-            Change::Applied(object(2, "6", "true")), // made again
+            Change::Applied(object(1, "1", "false", "db")),
+            Change::Applied(object(1, "2", "false", "db")), // linnet's own status write
+            Change::Applied(object(2, "3", "false", "db")), // the spec from Git
+            Change::Applied(object(2, "4", "true", "db")),  // an annotation: promote
+            Change::Applied(object(2, "5", "true", "db2")), // a label
+            Change::Deleted(object(2, "6", "true", "db2")),
+            Change::Applied(object(2, "7", "true", "db2")), // made again
         ]);
         let woken: Vec<String> = wakes(changes, reflector::store::<CanaryStatefulSet>().0)
             .map(|o| o.metadata.resource_version.clone().unwrap_or_default())
             .collect()
             .await;
-        assert_eq!(woken, ["1", "3", "4", "6"]);
+        assert_eq!(woken, ["1", "3", "4", "5", "7"]);
     }
 }

@@ -315,7 +315,7 @@ pub(super) fn validate(
     let files = set
         .objects
         .values()
-        .map(|o| o.location.file.as_str())
+        .map(|o| &*o.location.file)
         .collect::<std::collections::BTreeSet<_>>();
     let empty = set.is_empty() && !allow_empty;
     let ok = set.errors.is_empty() && !empty;
@@ -326,7 +326,7 @@ pub(super) fn validate(
                 .iter()
                 .map(|e| {
                     serde_json::json!({
-                        "file": e.location.file,
+                        "file": &*e.location.file,
                         "line": e.location.line,
                         "column": e.location.column,
                         "message": e.message,
@@ -392,7 +392,7 @@ pub(super) fn validate(
 /// (`dir` as given, joined with the file's path below it).
 pub(super) fn github_annotation(dir: &Path, e: &crate::specs::SpecError) -> String {
     let file = if dir == Path::new(".") {
-        e.location.file.clone()
+        e.location.file.to_string()
     } else {
         format!(
             "{}/{}",

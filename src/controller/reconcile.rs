@@ -246,12 +246,12 @@ where
         tracing::warn!(rollout = %format!("{ns}/{name}"), "{message}");
         ctx.publish(&rollout.object_ref(&()), true, "SpecDrift", &message)
             .await;
-        ctx.edited.found(crate::specs::ObjectKey {
-            api_version: crate::api::API_VERSION.to_string(),
-            kind: K::KIND.to_string(),
-            namespace: ns.to_string(),
-            name: name.clone(),
-        });
+        ctx.edited.found(crate::specs::ObjectKey::new(
+            crate::api::API_VERSION.to_string(),
+            K::KIND.to_string(),
+            ns.to_string(),
+            name.clone(),
+        ));
         return Ok(Requeue::await_change());
     }
     let stored_phase = rollout.status().and_then(|s| s.phase());

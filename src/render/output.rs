@@ -37,7 +37,7 @@ pub(super) fn read_rendered(
     let mut specs = load_file(&unit.key, out, &opts);
     let text = String::from_utf8_lossy(out);
     for e in &mut specs.errors {
-        if e.location.file != unit.key {
+        if *e.location.file != *unit.key {
             continue;
         }
         let Some(origin) = origin_of_line(unit, &text, e.location.line) else {
@@ -57,7 +57,11 @@ pub(super) fn read_rendered(
         // (an overlay's patch) when that one does not have it as written.
         let (file, line, column) =
             locate_rendered_line(&origin, rendered_line, inputs).unwrap_or((origin, 1, 1));
-        e.location = crate::specs::Location { file, line, column };
+        e.location = crate::specs::Location {
+            file: file.into(),
+            line,
+            column,
+        };
     }
     if specs.objects.len() > render.max_objects {
         return FileSpecs {

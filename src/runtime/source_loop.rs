@@ -478,7 +478,7 @@ async fn spec_error_statuses(
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(SOURCE_PATH_ANNOTATION));
-            if file != Some(&e.location.file) {
+            if file.map(String::as_str) != Some(&*e.location.file) {
                 continue;
             }
             let (Some(ns), Some(name)) = (&m.namespace, &m.name) else {

@@ -328,7 +328,7 @@ impl SpecSnapshot {
             };
             for object in &specs.objects {
                 match set.objects.get_mut(&object.key) {
-                    Some(old) if old.location.file == *path => *old = object.clone(),
+                    Some(old) if *old.location.file == **path => *old = object.clone(),
                     _ => return false,
                 }
                 replaced.push(object.key.clone());

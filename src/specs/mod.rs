@@ -6,6 +6,7 @@
 //! only the files that changed between two revisions and keep the rest.
 
 mod budget;
+mod key;
 mod known;
 mod load;
 mod locate;
@@ -16,6 +17,7 @@ mod schema;
 mod validate;
 
 pub use budget::{ParseBudget, RevisionShape};
+pub use key::{ObjectKey, ObjectKeyParts};
 
 /// Parser options within the default [`ParseBudget`] (depth, nodes, aliases, scalar bytes),
 /// for code outside the loader that reads a file of the repository again (a revert's or a
@@ -42,8 +44,9 @@ use std::sync::Arc;
 /// A place in a spec file. Lines and columns start at 1.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Location {
-    /// Path relative to the spec root, with `/` separators.
-    pub file: String,
+    /// Path relative to the spec root, with `/` separators. Shared: an object's location is
+    /// held by its file, the spec set and the sync's hashes (issue 51).
+    pub file: Arc<str>,
     pub line: u64,
     pub column: u64,
 }
@@ -74,42 +77,11 @@ impl SpecError {
     pub fn at(file: &str, line: u64, column: u64, message: String) -> SpecError {
         SpecError {
             location: Location {
-                file: file.to_string(),
+                file: file.into(),
                 line,
                 column,
             },
             message,
-        }
-    }
-}
-
-/// Identifies an object in the cluster: group, kind, namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectKey {
-    /// `apiVersion` as written, e.g. `apps/v1`.
-    pub api_version: String,
-    pub kind: String,
-    /// Empty for cluster-scoped objects.
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectKey {
-    /// The API group (`""` for the core group).
-    pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(g, _)| g)
-            .unwrap_or("")
-    }
-}
-
-impl fmt::Display for ObjectKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            write!(f, "{} {}", self.kind, self.name)
-        } else {
-            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
         }
     }
 }
@@ -192,7 +164,7 @@ impl FileSpecs {
             objects: Vec::new(),
             errors: vec![SpecError {
                 location: Location {
-                    file: file.to_string(),
+                    file: file.into(),
                     line: 1,
                     column: 1,
                 },
@@ -335,8 +307,8 @@ impl SpecSet {
         for error in broken {
             let file = error.location.file.clone();
             self.objects.retain(|_, o| o.location.file != file);
-            if !self.blocked_files.contains(&file) {
-                self.blocked_files.push(file);
+            if !self.blocked_files.iter().any(|f| **f == *file) {
+                self.blocked_files.push(file.to_string());
             }
             self.errors.push(error);
         }

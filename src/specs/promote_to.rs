@@ -124,7 +124,7 @@ mod tests {
         ]);
         assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
         let e = &s.errors[0];
-        assert_eq!(e.location.file, "staging/redis.yaml");
+        assert_eq!(&*e.location.file, "staging/redis.yaml");
         assert!(
             e.message.contains(
                 "spec.promoteTo: no CanaryStatefulSet redis-prd under production (its \

@@ -144,7 +144,7 @@ spec:
             "{}",
             s.errors[0].message
         );
-        assert_eq!(s.errors[0].location.file, "apps/web.yaml");
+        assert_eq!(&*s.errors[0].location.file, "apps/web.yaml");
         let s = set("web", Some(route("web")));
         assert!(
             s.errors[0]

@@ -373,12 +373,12 @@ async fn list_live(
         let list = api.list(&page).await?;
         let next = list.metadata.continue_.clone().filter(|c| !c.is_empty());
         for object in list.items {
-            let key = ObjectKey {
-                api_version: ar.api_version.clone(),
-                kind: ar.kind.clone(),
-                namespace: object.metadata.namespace.clone().unwrap_or_default(),
-                name: object.metadata.name.clone().unwrap_or_default(),
-            };
+            let key = ObjectKey::new(
+                ar.api_version.clone(),
+                ar.kind.clone(),
+                object.metadata.namespace.clone().unwrap_or_default(),
+                object.metadata.name.clone().unwrap_or_default(),
+            );
             if only_desired && !desired.contains_key(&key) {
                 continue;
             }

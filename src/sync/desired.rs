@@ -58,7 +58,7 @@ pub fn desired_object(loaded: &LoadedObject, source: &str, revision: &str) -> De
         key: loaded.key.clone(),
         object: Spec::new(&object),
         hash,
-        source_path: loaded.location.file.clone(),
+        source_path: loaded.location.file.to_string(),
         location: loaded.location.clone(),
     }
 }
@@ -118,7 +118,7 @@ pub fn spec_hash_of(kind: &str, object: &Value) -> Option<String> {
 /// text is shared with the snapshot, so an unchanged object is recognised by its pointer.
 #[derive(Debug, Default)]
 pub struct DesiredHashes {
-    by_key: std::collections::HashMap<ObjectKey, (Spec, String, String)>,
+    by_key: std::collections::HashMap<ObjectKey, (Spec, std::sync::Arc<str>, String)>,
 }
 
 impl DesiredHashes {
@@ -380,12 +380,8 @@ mod tests {
 
     #[test]
     fn only_a_canary_statefulset_of_linnets_group_gets_the_cleanup_finalizer() {
-        let key = |api_version: &str, kind: &str| ObjectKey {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: "default".into(),
-            name: "redis".into(),
-        };
+        let key =
+            |api_version: &str, kind: &str| ObjectKey::new(api_version, kind, "default", "redis");
         assert!(has_cleanup(&key(
             crate::api::API_VERSION,
             "CanaryStatefulSet"

@@ -48,12 +48,12 @@ mod tests {
     #[tokio::test]
     async fn a_rollout_found_edited_wakes_the_source_once_and_is_taken_once() {
         let edited = EditedRollouts::default();
-        let key = ObjectKey {
-            api_version: crate::api::API_VERSION.into(),
-            kind: "CanaryStatefulSet".into(),
-            namespace: "shop".into(),
-            name: "redis".into(),
-        };
+        let key = ObjectKey::new(
+            crate::api::API_VERSION,
+            "CanaryStatefulSet",
+            "shop",
+            "redis",
+        );
         edited.found(key.clone());
         edited.found(key.clone());
         tokio::time::timeout(std::time::Duration::from_secs(1), edited.notified())

@@ -56,16 +56,8 @@ pub fn decode(text: &str, into: &mut Inventory) -> usize {
             skipped += 1;
             continue;
         };
-        let key = ObjectKey {
-            api_version: api_version.to_string(),
-            kind: kind.to_string(),
-            namespace: if *ns == "-" {
-                String::new()
-            } else {
-                ns.to_string()
-            },
-            name: name.to_string(),
-        };
+        let namespace = if *ns == "-" { "" } else { ns };
+        let key = ObjectKey::new(*api_version, *kind, namespace, *name);
         into.insert(key, uid.to_string());
     }
     skipped
@@ -126,12 +118,7 @@ mod tests {
     use super::*;
 
     fn key(kind: &str, ns: &str, name: &str) -> ObjectKey {
-        ObjectKey {
-            api_version: "v1".into(),
-            kind: kind.into(),
-            namespace: ns.into(),
-            name: name.into(),
-        }
+        ObjectKey::new("v1", kind, ns, name)
     }
 
     #[test]

@@ -128,14 +128,14 @@ pub(super) fn load_document(
         return Err(vec![at_key(&path, message)]);
     }
 
-    let key = ObjectKey {
-        api_version: api_version.to_string(),
-        kind: kind.to_string(),
-        namespace: namespace.clone(),
-        name: name.to_string(),
-    };
+    let key = ObjectKey::new(
+        api_version.to_string(),
+        kind.to_string(),
+        namespace.clone(),
+        name.to_string(),
+    );
     let location = Location {
-        file: file.to_string(),
+        file: file.into(),
         line: doc.first_line,
         column: 1,
     };

@@ -65,7 +65,7 @@ fn multi_document_files_mix_linnet_kinds_and_manifests() {
 #[test]
 fn syntax_error_is_located() {
     let e = only_error("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [unclosed\n");
-    assert_eq!(e.location.file, "apps/redis.yaml");
+    assert_eq!(&*e.location.file, "apps/redis.yaml");
     assert!(e.location.line >= 4, "{e}");
     assert!(e.message.starts_with("invalid YAML"), "{e}");
 }
@@ -222,7 +222,7 @@ fn object_declared_in_two_files_names_both_and_blocks_only_that_object() {
     let set = SpecSet::from_files(files);
     assert_eq!(set.errors.len(), 1);
     let e = &set.errors[0];
-    assert_eq!(e.location.file, "b.yaml");
+    assert_eq!(&*e.location.file, "b.yaml");
     assert!(e.message.contains("a.yaml:1:1"), "{e}");
     let names: Vec<&str> = set.objects.keys().map(|k| k.name.as_str()).collect();
     assert_eq!(names, vec!["other"]);

@@ -83,12 +83,8 @@ impl Syncer {
             let declared = desired
                 .iter()
                 .any(|d| d.key.api_version == *api_version && d.key.kind == *kind);
-            let list_key = |ns: &str| ObjectKey {
-                api_version: api_version.clone(),
-                kind: kind.clone(),
-                namespace: ns.to_string(),
-                name: "*".into(),
-            };
+            let list_key =
+                |ns: &str| ObjectKey::new(api_version.clone(), kind.clone(), ns.to_string(), "*");
             let cannot_list = |e: &kube::Error| {
                 format!(
                     "cannot list: {}",

@@ -58,12 +58,12 @@ impl Syncer {
             if !self.namespaces.is_empty() && !self.namespaces.contains(&namespace) {
                 continue;
             }
-            let key = ObjectKey {
-                api_version: K::api_version(&()).into_owned(),
-                kind: K::kind(&()).into_owned(),
+            let key = ObjectKey::new(
+                K::api_version(&()),
+                K::kind(&()),
                 namespace,
-                name: rollout.meta().name.clone().unwrap_or_default(),
-            };
+                rollout.meta().name.clone().unwrap_or_default(),
+            );
             let rollout = crate::api::packed_meta::unpacked(&rollout);
             let Ok(mut object) = serde_json::to_value(&*rollout) else {
                 continue;

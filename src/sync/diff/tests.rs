@@ -2,12 +2,7 @@ use super::*;
 use serde_json::json;
 
 fn key(kind: &str, name: &str) -> ObjectKey {
-    ObjectKey {
-        api_version: "v1".into(),
-        kind: kind.into(),
-        namespace: "default".into(),
-        name: name.into(),
-    }
+    ObjectKey::new("v1", kind, "default", name)
 }
 
 fn desired(name: &str, data: Value) -> DesiredObject {
@@ -212,12 +207,7 @@ fn prune_never_deletes_what_a_rollout_owns_whatever_its_labels() {
                     "name": "redis", "uid": "r", "controller": controller}]}}))
     };
     let plan_for = |live: Value| {
-        let k = ObjectKey {
-            api_version: "apps/v1".into(),
-            kind: "StatefulSet".into(),
-            namespace: "ns".into(),
-            name: "redis-stable".into(),
-        };
+        let k = ObjectKey::new("apps/v1", "StatefulSet", "ns", "redis-stable");
         let applied = Inventory::from([(k.clone(), "u".to_string())]);
         plan_changes(
             vec![],

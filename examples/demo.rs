@@ -24,6 +24,8 @@
 mod gateway;
 #[path = "../tests/support/git_http.rs"]
 mod git_http;
+#[path = "../tests/support/ports.rs"]
+mod ports;
 #[path = "../tests/support/process.rs"]
 mod process;
 #[path = "../tests/support/prometheus.rs"]
@@ -601,10 +603,7 @@ async fn run() -> Step<()> {
     gateway::install_gateway_api(&client).await;
     fresh_namespace(&client).await?;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
+    let port = ports::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let (bare, work) = git_host(tmp.path(), &base)?;
     std::fs::write(tmp.path().join("secret"), SECRET).map_err(|e| e.to_string())?;
@@ -614,10 +613,7 @@ async fn run() -> Step<()> {
         Some(("git", GIT_TOKEN)),
     );
     let repo_url = format!("{server}/gitops.git");
-    let dashboard_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
+    let dashboard_port = ports::free_port();
     let agent_kubeconfig = service_account_kubeconfig(&client, &kubeconfig, tmp.path()).await?;
     let log = tmp.path().join("agent.log");
     println!("    repository: {repo_url}  (token auth; post-receive hook -> {base}/hooks/github)");

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use linnet::source::git::{GitAuth, GitMirror, GitRemote};
 
+#[path = "support/ports.rs"]
+mod ports;
+
 fn run(dir: &Path, program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
         .args(args)
@@ -35,11 +38,7 @@ impl Drop for Sshd {
 }
 
 fn start_sshd(dir: &Path, authorized_key: &Path) -> Sshd {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = ports::free_port();
     let host_key = dir.join("host_ed25519");
     run(
         dir,

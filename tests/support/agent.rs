@@ -9,13 +9,7 @@ use std::time::{Duration, Instant};
 /// The secret the test agents verify webhooks with.
 pub const SECRET: &str = "hook-secret-for-linnet-tests";
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use super::ports::free_port;
 
 /// The agent process; killed when dropped.
 pub struct Agent {

@@ -47,13 +47,7 @@ fn http() -> reqwest::Client {
     reqwest::Client::new()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use super::ports::free_port;
 
 /// Waits until `check` answers, for at most `timeout`; panics (naming `what`) after it.
 async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T

@@ -10,6 +10,7 @@ pub mod browser;
 pub mod gateway;
 pub mod git_http;
 pub mod gitea;
+pub mod ports;
 pub mod process;
 pub mod prometheus;
 pub mod push_hook;

@@ -10,13 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use super::ports::free_port;
 
 /// The directory with the `prometheus` binary, built on first use.
 pub fn prometheus_bin() -> PathBuf {

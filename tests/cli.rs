@@ -108,7 +108,7 @@ fn a_ca_file_without_a_certificate_stops_the_agent_saying_what_it_must_hold() {
 fn diff_exits_2_not_1_when_the_cluster_cannot_be_read() {
     // Issue 24: 1 (what `diff` says for a pending change) for an unreachable API server.
     let dir = tempfile::tempdir().unwrap();
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(
         &kubeconfig,

@@ -336,7 +336,7 @@ async fn post_error(cfg: CommitStatusConfig) -> linnet::writeback::commit_status
 async fn refused_connections_unknown_hosts_and_silent_hosts_each_say_which() {
     let tmp = tempfile::tempdir().unwrap();
     // Nothing listens on the port.
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let cfg = config(
         Provider::Github,
         format!("https://127.0.0.1:{port}"),
@@ -376,7 +376,7 @@ async fn a_status_the_host_did_not_take_waits_for_its_retry_instead_of_failing_o
     // Issue 21: while the host was away, every change of a rollout's object cost a post that
     // timed out, so the failures came once per timeout, not once per backoff.
     let tmp = tempfile::tempdir().unwrap();
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let cfg = config(
         Provider::Github,
         format!("http://127.0.0.1:{port}"),

@@ -10,8 +10,9 @@ mod support;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use support::agent::{free_port, wait_ready};
+use support::agent::wait_ready;
 use support::browser::Browser;
+use support::ports::free_port;
 use support::rollout::{Fixture, merge};
 
 fn redis(ns: &str) -> Value {

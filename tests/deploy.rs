@@ -291,13 +291,13 @@ async fn run_as_deployed(
         }
         // The pod's ports are its own; here they would collide with other tests'.
         if name.ends_with("LISTEN") {
-            value = format!("127.0.0.1:{}", support::agent::free_port());
+            value = format!("127.0.0.1:{}", support::ports::free_port());
         }
         cmd.env(name, value);
     }
     cmd.env(
         "LINNET_ADMIN_LISTEN",
-        format!("127.0.0.1:{}", support::agent::free_port()),
+        format!("127.0.0.1:{}", support::ports::free_port()),
     );
     cmd.spawn().unwrap()
 }

@@ -392,7 +392,7 @@ fn https_style_auth_with_a_token_file_over_smart_http() {
 #[test]
 fn an_unresolvable_host_and_a_refused_connection_say_which() {
     let dir = tempfile::tempdir().unwrap();
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     for (url, label, words) in [
         (
             "https://git.linnet.invalid/acme/gitops.git".to_string(),

@@ -565,7 +565,7 @@ async fn credentials_in_the_repository_url_appear_nowhere() {
     let ns = TestNamespace::create(&admin, "hostile-secret").await;
     let tmp = tempfile::tempdir().unwrap();
     // Nothing listens there: every look fails, and says so in logs and /status.
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let agent = start_agent(
         tmp.path(),
         &[format!(

@@ -93,7 +93,7 @@ fn make_image_builds_an_image_that_a_registry_takes_and_that_runs() {
     );
     let tools = registry_tools();
     let crane = tools.join("crane");
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let _registry = Registry::start(&tools, dir.path(), port);
     let reference = format!("127.0.0.1:{port}/linnet:test");
 

@@ -199,7 +199,7 @@ struct BareCluster {
 
 impl BareCluster {
     fn start() -> BareCluster {
-        let port = support::agent::free_port().to_string();
+        let port = support::ports::free_port().to_string();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/bare-apiserver.sh");
         let out = Command::new(script)
             .arg(&port)

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use linnet::api::CanaryStatefulSet;
 use serde_json::{Value, json};
-use support::agent::{free_port, wait_ready};
+use support::agent::wait_ready;
 use support::eventually;
+use support::ports::free_port;
 use support::prometheus::{Prometheus, prometheus_bin};
 use support::rollout::{Fixture, small_redis};
 

@@ -269,9 +269,9 @@ impl Harness<'_> {
             .args(["--poll-interval", "1s", "--git-timeout", "10s"])
             .args([
                 "--listen",
-                &format!("127.0.0.1:{}", support::agent::free_port()),
+                &format!("127.0.0.1:{}", support::ports::free_port()),
                 "--admin-listen",
-                &format!("127.0.0.1:{}", support::agent::free_port()),
+                &format!("127.0.0.1:{}", support::ports::free_port()),
             ])
             .args(["--cache-dir", dir.join("cache").to_str().unwrap()])
             .args(["--source-name", &self.ns, "--allow-namespace", &self.ns])

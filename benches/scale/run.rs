@@ -332,7 +332,7 @@ fn start_agent_with(
         None => Command::new(&cfg.linnet_bin),
     };
     // Metrics on their own port, as the agent serves them.
-    let admin_port = support::agent::free_port();
+    let admin_port = support::ports::free_port();
     let child = command
         .arg("agent")
         .args(["--repo-url", repo_url])
@@ -545,7 +545,7 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     let mut s = Samples::default();
     let ns = support::TestNamespace::create(admin, &format!("bench-{n}")).await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let host = git_host(
         cfg,
         tmp.path(),
@@ -1328,7 +1328,7 @@ spec:
 async fn volume_canary(cfg: &Config, admin: &Client) -> Result<Vec<f64>, String> {
     let ns = support::TestNamespace::create(admin, "bench-vol").await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let host = git_host(
         cfg,
         tmp.path(),
@@ -1499,7 +1499,7 @@ async fn analysis_load(cfg: &Config, admin: &Client, n: usize) -> Result<(f64, f
     let exporter = support::prometheus::Exporter::start("bench").await;
     let prometheus = support::prometheus::Prometheus::start(&exporter).await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let host = git_host(
         cfg,
         tmp.path(),

@@ -28,7 +28,7 @@ pub async fn first_sync(
 ) -> Result<Vec<Row>, String> {
     let ns = support::TestNamespace::create(admin, &format!("bench-shards-{n}")).await;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = support::agent::free_port();
+    let port = support::ports::free_port();
     let host = git_host(
         cfg,
         tmp.path(),
@@ -56,7 +56,7 @@ pub async fn first_sync(
         let port = if k == 0 {
             port
         } else {
-            support::agent::free_port()
+            support::ports::free_port()
         };
         agents.push(start_agent_with(
             cfg,

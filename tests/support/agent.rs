@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::ports::free_port;
+
 /// The secret the test agents verify webhooks with.
 pub const SECRET: &str = "hook-secret-for-linnet-tests";
-
-pub use super::ports::free_port;
 
 /// The agent process; killed when dropped.
 pub struct Agent {

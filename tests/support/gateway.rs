@@ -21,6 +21,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use super::ports::free_port;
+
 /// The kubeconfig Traefik and the pod servers use: `KUBECONFIG` when the caller runs with one
 /// (`make demo`), else the local control plane's admin one (the tests).
 pub fn kubeconfig() -> PathBuf {
@@ -46,8 +48,6 @@ fn http() -> reqwest::Client {
     linnet::net::install_crypto_provider();
     reqwest::Client::new()
 }
-
-use super::ports::free_port;
 
 /// Waits until `check` answers, for at most `timeout`; panics (naming `what`) after it.
 async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T

@@ -110,7 +110,7 @@ impl Gitea {
     /// API answers.
     pub async fn start(dir: &Path, ca: &super::tls::TestCa) -> Gitea {
         let home = gitea_home();
-        let port = super::agent::free_port();
+        let port = super::ports::free_port();
         std::fs::create_dir_all(dir.join("home")).unwrap();
         let server = ca.server_cert();
         std::fs::write(dir.join("cert.pem"), &server.cert_pem).unwrap();

@@ -17,9 +17,9 @@ const LAST: u32 = 32_000;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// A port no listener holds now, never returned before in this process. Test binaries start
-/// at different offsets (by process id), so two running at once rarely probe the same ports,
-/// and when they do, the bind probe tells them apart.
+/// A port no listener holds now, and not among the last 8,000 this process was given. Test
+/// binaries start at different offsets (by process id), so two running at once rarely probe
+/// the same ports, and when they do, the bind probe tells them apart.
 pub fn free_port() -> u16 {
     let span = LAST - FIRST;
     let start = std::process::id().wrapping_mul(2_654_435_761) % span;

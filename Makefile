@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
 
 all: build
 
@@ -15,7 +15,8 @@ build:
 ## Docker: a static binary (glibc and OpenSSL linked in) on no base image, user 65532, labels
 ## with the version and the commit (deploy/image/build.py). IMAGE_PROFILE=dev for a quick one.
 ## image-push REGISTRY=registry.example.com/team pushes it as $(REGISTRY)/linnet:$(VERSION),
-## with crane (built from its Go module, like the other tools).
+## with crane (built from its Go module, like the other tools). IMAGE_ARCHIVE=linnet.tar also
+## writes it as one tar, named IMAGE_NAME, for `ctr images import` (the real-node install test).
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 IMAGE_TARGET := x86_64-unknown-linux-gnu
@@ -30,7 +31,8 @@ image: image-tools render-build
 	python3 deploy/image/build.py \
 	  target/$(IMAGE_TARGET)/$(if $(filter dev,$(IMAGE_PROFILE)),debug,$(IMAGE_PROFILE))/linnet \
 	  $(IMAGE_DIR) --version $(VERSION) --commit $(COMMIT) \
-	  --tool "$$(deploy/render-tools/build.sh)/kustomize" --tool "$$(deploy/render-tools/build.sh)/helm"
+	  --tool "$$(deploy/render-tools/build.sh)/kustomize" --tool "$$(deploy/render-tools/build.sh)/helm" \
+	  $(if $(IMAGE_NAME),--image-name $(IMAGE_NAME)) $(if $(IMAGE_ARCHIVE),--archive $(IMAGE_ARCHIVE))
 
 image-push: image
 	@[ -n "$(REGISTRY)" ] || { echo "make image-push REGISTRY=registry.example.com/team: where to push" >&2; exit 2; }
@@ -49,7 +51,7 @@ deps:
 
 ## test: install what the machine lacks, build the control plane, Gitea and the test tools
 ## (kubectl, kstatus), the renderers (kustomize, helm, also the chart tests' helm) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
-test: deps cluster-build gitea-build tools-build render-build gateway-build prometheus-build image-tools
+test: deps cluster-build node-build gitea-build tools-build render-build gateway-build prometheus-build image-tools
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -84,7 +86,7 @@ crds:
 ## demo: the main job on the local control plane: a Git repository with a push webhook, the
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
 ## it started it; exits non-zero if any step did not happen.
-demo: deps cluster-build prometheus-build render-build gateway-build
+demo: deps cluster-build node-build prometheus-build render-build gateway-build
 	@echo "building linnet and the demo (the first time, a few minutes; cargo shows its progress)"
 	$(CARGO) build --bin linnet --example demo
 	@echo "\$$ linnet validate --check-namespaces never examples/gitops-repo"; \
@@ -144,6 +146,19 @@ prometheus-build:
 
 cluster-up:
 	tests/cluster/up.sh
+
+## node-build: the real-node tier (tests/node/): the kubelet from the control plane's Go module,
+## the tests' key-value server, pause, and their images; cached like the control plane.
+node-build:
+	tests/node/build.sh >/dev/null
+
+## node-up: the real node beside a running control plane (`make cluster-up` first): containerd,
+## runc, a bridge CNI and a kubelet, node linnet-node-0. node-down stops it.
+node-up:
+	tests/node/up.sh
+
+node-down:
+	tests/node/down.sh
 
 cluster-down:
 	tests/cluster/down.sh

@@ -22,6 +22,14 @@ fi
 [ -x /usr/sbin/sshd ] || [ -x /usr/bin/sshd ] || need+=(openssh-server)
 # The dashboard's test drives a real headless browser: Debian's chromium.
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+# The real-node tier (tests/node/): containerd and runc run its pods, the CNI plugins give them
+# a bridge network. Only Linux as root can run it; elsewhere its tests say why and pass.
+if [ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ]; then
+  command -v containerd >/dev/null 2>&1 || need+=(containerd)
+  command -v runc >/dev/null 2>&1 || need+=(runc)
+  [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+  command -v iptables >/dev/null 2>&1 || need+=(iptables)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -69,6 +69,58 @@ def blob(out_dir, data):
     return "sha256:" + digest
 
 
+def write_layout(out_dir, compressed_layer, config, annotations, ref_name, image_name=None):
+    """Writes the config, the manifest and index.json of a one-layer image into `out_dir`
+    (whose blobs/sha256 holds the layer already); returns the manifest's digest. With
+    `image_name` (e.g. `linnet.test/kv:v1`), containerd's `ctr images import` names the image
+    so."""
+    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": blob(out_dir, config_bytes), "size": len(config_bytes)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": blob(out_dir, compressed_layer), "size": len(compressed_layer)}],
+        "annotations": annotations,
+    }
+    manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    ref = {"org.opencontainers.image.ref.name": ref_name}
+    if image_name:
+        ref["io.containerd.image.name"] = image_name
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": blob(out_dir, manifest_bytes),
+            "size": len(manifest_bytes),
+            "platform": {"architecture": "amd64", "os": "linux"},
+            "annotations": ref,
+        }],
+    }
+    with open(os.path.join(out_dir, "index.json"), "w") as f:
+        json.dump(index, f, sort_keys=True, separators=(",", ":"))
+    with open(os.path.join(out_dir, "oci-layout"), "w") as f:
+        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    return index["manifests"][0]["digest"]
+
+
+def archive(out_dir, tar_path):
+    """The layout in `out_dir` as one tar, the form `ctr images import` reads."""
+    with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for root, dirs, files in os.walk(out_dir):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(root, name)
+                info = tar.gettarinfo(path, os.path.relpath(path, out_dir))
+                info.mtime = 0
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                with open(path, "rb") as f:
+                    tar.addfile(info, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("binary")
@@ -78,6 +130,9 @@ def main():
     p.add_argument("--tag", help="the tag the layout names (default: the version)")
     p.add_argument("--tool", action="append", default=[],
                    help="a static binary the agent runs (kustomize, helm), put beside it")
+    p.add_argument("--image-name", help="the name `ctr images import` gives the image, "
+                   "e.g. ghcr.io/linnet-dev/linnet:0.1.0 (the real-node tests load it so)")
+    p.add_argument("--archive", help="also write the layout as one tar here (ctr images import)")
     a = p.parse_args()
     with open(a.binary, "rb") as f:
         if f.read(4) != b"\x7fELF":
@@ -89,7 +144,6 @@ def main():
     os.makedirs(os.path.join(a.out_dir, "blobs", "sha256"))
     tar = layer(a.binary, a.tool)
     compressed = gzip.compress(tar, compresslevel=6, mtime=0)
-    layer_digest = blob(a.out_dir, compressed)
     labels = {
         "org.opencontainers.image.title": "linnet",
         "org.opencontainers.image.description": "GitOps rollout agent for Kubernetes",
@@ -118,34 +172,12 @@ def main():
         "history": [{"created": "1970-01-01T00:00:00Z",
                      "created_by": f"deploy/image/build.py (linnet {a.version}, {a.commit})"}],
     }
-    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": blob(a.out_dir, config_bytes), "size": len(config_bytes)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                    "digest": layer_digest, "size": len(compressed)}],
-        "annotations": labels,
-    }
-    manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": blob(a.out_dir, manifest_bytes),
-            "size": len(manifest_bytes),
-            "platform": {"architecture": "amd64", "os": "linux"},
-            "annotations": {"org.opencontainers.image.ref.name": a.tag or a.version},
-        }],
-    }
-    with open(os.path.join(a.out_dir, "index.json"), "w") as f:
-        json.dump(index, f, sort_keys=True, separators=(",", ":"))
-    with open(os.path.join(a.out_dir, "oci-layout"), "w") as f:
-        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    manifest_digest = write_layout(a.out_dir, compressed, config, labels, a.tag or a.version,
+                                   a.image_name)
+    if a.archive:
+        archive(a.out_dir, a.archive)
     print(f"{a.out_dir}: linnet {a.version} ({a.commit[:12]}), "
-          f"{len(compressed) / 1e6:.1f} MB compressed, manifest {index['manifests'][0]['digest']}")
+          f"{len(compressed) / 1e6:.1f} MB compressed, manifest {manifest_digest}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/cluster/env.sh
 . "$here/env.sh"
 
+# The real node first (tests/node/): its pods' volumes live in this run directory.
+"$here/../node/down.sh" || true
 [ -d "$CP_RUN" ] || exit 0
 # Stop in reverse order of start, so nothing logs errors about a vanished API server.
 for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do

@@ -21,6 +21,12 @@ struct Backend {
 /// Serves every bare repository under `root` at `http://127.0.0.1:<port>/<name>.git`.
 /// Returns the base URL; the server lives on its own thread until the process ends.
 pub fn serve(root: PathBuf, credentials: Option<(&str, &str)>) -> String {
+    serve_on("127.0.0.1", root, credentials)
+}
+
+/// [`serve`] on address `ip` (e.g. the real node's bridge gateway, which its pods reach).
+pub fn serve_on(ip: &str, root: PathBuf, credentials: Option<(&str, &str)>) -> String {
+    let ip = ip.to_string();
     let backend = Backend {
         root,
         credentials: credentials.map(|(u, p)| (u.to_string(), p.to_string())),
@@ -32,7 +38,9 @@ pub fn serve(root: PathBuf, credentials: Option<(&str, &str)>) -> String {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let listener = tokio::net::TcpListener::bind((ip.as_str(), 0))
+                .await
+                .unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
             let app = axum::Router::new().fallback(handle).with_state(backend);
             axum::serve(listener, app).await.unwrap();

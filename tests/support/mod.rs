@@ -10,6 +10,7 @@ pub mod browser;
 pub mod gateway;
 pub mod git_http;
 pub mod gitea;
+pub mod node;
 pub mod ports;
 pub mod process;
 pub mod prometheus;
@@ -249,6 +250,25 @@ pub async fn recycle_volumes(client: &Client) {
             }
         };
         if ns_gone {
+            // On the real node a volume is a real directory: empty it before another test's
+            // claim gets it, or that replica would start with a stranger's data.
+            if let Some(path) = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_path.as_ref())
+                .map(|h| PathBuf::from(&h.path))
+                && path.starts_with(cluster_dir().join("pv"))
+                && let Ok(entries) = std::fs::read_dir(&path)
+            {
+                for e in entries.flatten() {
+                    let p = e.path();
+                    let _ = if p.is_dir() {
+                        std::fs::remove_dir_all(&p)
+                    } else {
+                        std::fs::remove_file(&p)
+                    };
+                }
+            }
             let _ = pvs
                 .patch(
                     pv.metadata.name.as_deref().unwrap_or_default(),

@@ -1,0 +1,603 @@
+//! Real-node tier (issue 68): the seeds replayed on pods that really run, with a key-value
+//! server (tests/node/kvserver) whose data lives on each replica's volume, a real directory.
+//! Keys are written to every replica before a rollout and during it; after every step
+//! (canary, promotion, abort, a rollback at the deadline or on analysis) each replica must
+//! answer every key it ever acknowledged and none of another's, and no ordinal may have two
+//! live processes (seen in /proc, not in the API). Needs `tests/node/up.sh` beside the
+//! control plane; `make test` starts both.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
+use serde_json::{Value, json};
+use support::node::{self, Ledger, check_one_process_per_replica, kv_container, on_node};
+use support::rollout::{Fixture, merge};
+
+/// A CanaryStatefulSet `kv` of 3 replicas (1 canary) of the key-value server on the real node,
+/// each with a volume, with `patch` merged into its spec.
+fn kv(ns: &str, patch: Value) -> Value {
+    let mut pod = json!({"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [kv_container("v1")]}});
+    on_node(&mut pod);
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "kv", "namespace": ns},
+        "spec": {
+            "replicas": 3,
+            "canaryReplicas": 1,
+            "image": "linnet.test/kv:v1",
+            "progressDeadlineSeconds": 90,
+            "template": {
+                "serviceName": "kv",
+                "selector": {"matchLabels": {"app": "kv"}},
+                "template": pod,
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+                }]
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
+/// The fixture on the real node, or `None` (having said why) where the machine cannot run it.
+async fn start(prefix: &str, patch: Value) -> Option<Fixture> {
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return None;
+    }
+    Some(Fixture::start(prefix, |ns| kv(ns, patch)).await)
+}
+
+fn phase(r: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
+    r.status.as_ref().and_then(|s| s.phase)
+}
+
+async fn wait_phase(f: &Fixture, want: StatefulSetPhase, secs: u64) -> CanaryStatefulSet {
+    f.wait_for(&format!("phase {want:?}"), secs, |r: &CanaryStatefulSet| {
+        phase(r) == Some(want)
+    })
+    .await
+}
+
+async fn wait_stable_on(f: &Fixture, tag: &str, secs: u64) -> CanaryStatefulSet {
+    let image = format!("{}:{tag}", node::KV_IMAGE);
+    f.wait_for(
+        &format!("Stable on {image}"),
+        secs,
+        |r: &CanaryStatefulSet| {
+            let s = r.status.clone().unwrap_or_default();
+            s.phase == Some(StatefulSetPhase::Stable)
+                && s.stable_image.as_deref() == Some(image.as_str())
+                && s.ready.as_deref() == Some("3/3")
+        },
+    )
+    .await
+}
+
+fn set_tag(f: &mut Fixture, tag: &str) {
+    f.patch_spec(json!({"image": format!("{}:{tag}", node::KV_IMAGE)}));
+}
+
+/// Pod name of each ordinal: `kv-stable-k`, except `canary` ordinals in `kv-canary-k`.
+fn two_sets(canary: &[i32]) -> BTreeMap<i32, String> {
+    (0..3)
+        .map(|k| {
+            let set = if canary.contains(&k) {
+                "canary"
+            } else {
+                "stable"
+            };
+            (k, format!("kv-{set}-{k}"))
+        })
+        .collect()
+}
+
+/// Samples the real processes of a namespace every 50 ms until dropped, keeping the first
+/// time an ordinal had two live processes or a volume was mounted by two.
+struct ProcessWatch {
+    stop: Arc<AtomicBool>,
+    violation: Arc<Mutex<Option<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProcessWatch {
+    fn start(ns: &str) -> ProcessWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let violation = Arc::new(Mutex::new(None));
+        let (s, v, ns) = (stop.clone(), violation.clone(), ns.to_string());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                if let Err(e) = check_one_process_per_replica(&ns) {
+                    v.lock().unwrap().get_or_insert(e);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        ProcessWatch {
+            stop,
+            violation,
+            thread: Some(thread),
+        }
+    }
+
+    /// Fails the test if any sample saw two processes for one ordinal or one volume.
+    fn assert_clean(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        if let Some(v) = self.violation.lock().unwrap().clone() {
+            panic!("seen on the node: {v}");
+        }
+    }
+}
+
+impl Drop for ProcessWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Writes `n` keys to each ordinal's pod in `names`.
+async fn write_each(
+    ledger: &mut Ledger,
+    pods: &Api<Pod>,
+    names: &BTreeMap<i32, String>,
+    tag: &str,
+) {
+    for (k, name) in names {
+        let ip = node::ready_pod_ip(pods, name, 120).await;
+        for _ in 0..2 {
+            ledger.write(*k, &ip, tag).await;
+        }
+    }
+}
+
+/// A first version with keys on every replica; returns the ledger.
+async fn stable_with_keys(f: &Fixture) -> Ledger {
+    wait_stable_on(f, "v1", 180).await;
+    let mut ledger = Ledger::default();
+    write_each(&mut ledger, &f.api(), &two_sets(&[]), "before").await;
+    ledger
+}
+
+#[tokio::test]
+async fn two_sets_keep_every_key_through_canary_promotion_and_abort() {
+    let Some(mut f) = start("node-walk", json!({})).await else {
+        return;
+    };
+    let mut watch = ProcessWatch::start(&f.ns.name);
+    let pods = f.api::<Pod>();
+    let mut ledger = stable_with_keys(&f).await;
+
+    // The canary: replica 2 on v2 serves replica 2's keys from the same volume.
+    set_tag(&mut f, "v2");
+    wait_phase(&f, StatefulSetPhase::CanaryActive, 180).await;
+    let canary = two_sets(&[2]);
+    ledger
+        .check_all(&pods, &BTreeMap::from([(2, canary[&2].clone())]), "v2")
+        .await
+        .unwrap();
+    ledger
+        .check_all(
+            &pods,
+            &BTreeMap::from([(0, canary[&0].clone()), (1, canary[&1].clone())]),
+            "v1",
+        )
+        .await
+        .unwrap();
+    write_each(&mut ledger, &pods, &canary, "canary").await;
+
+    // Promotion: every replica on v2, every key kept.
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "linnet.test/kv:v2");
+    wait_stable_on(&f, "v2", 180).await;
+    ledger.check_all(&pods, &two_sets(&[]), "v2").await.unwrap();
+    write_each(&mut ledger, &pods, &two_sets(&[]), "promoted").await;
+
+    // A v3 canary that takes writes, then an abort: back on v2, and the keys the canary
+    // acknowledged are still replica 2's.
+    set_tag(&mut f, "v3");
+    wait_phase(&f, StatefulSetPhase::CanaryActive, 180).await;
+    let ip = node::ready_pod_ip(&pods, "kv-canary-2", 60).await;
+    assert_eq!(node::version(&ip).await, "v3");
+    ledger.write(2, &ip, "v3-canary").await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    wait_phase(&f, StatefulSetPhase::RolledBack, 180).await;
+    ledger.check_all(&pods, &two_sets(&[]), "v2").await.unwrap();
+    watch.assert_clean();
+}
+
+#[tokio::test]
+async fn a_canary_that_never_becomes_ready_rolls_back_at_the_deadline_with_every_key() {
+    let Some(mut f) = start("node-deadline", json!({"progressDeadlineSeconds": 10})).await else {
+        return;
+    };
+    let mut watch = ProcessWatch::start(&f.ns.name);
+    let pods = f.api::<Pod>();
+    let ledger = stable_with_keys(&f).await;
+    // `broken` runs, but its readiness probe (a real HTTP GET by the kubelet) never passes.
+    set_tag(&mut f, "broken");
+    let done = wait_phase(&f, StatefulSetPhase::RolledBack, 180).await;
+    assert_eq!(
+        done.status.unwrap().stable_image.as_deref(),
+        Some("linnet.test/kv:v1")
+    );
+    f.wait_event_reasons(&["ProgressDeadlineExceeded"], 30)
+        .await;
+    ledger.check_all(&pods, &two_sets(&[]), "v1").await.unwrap();
+    assert!(
+        node::kv_processes(&f.ns.name)
+            .iter()
+            .all(|p| p.version == "v1"),
+        "a broken process still runs: {:?}",
+        node::kv_processes(&f.ns.name)
+    );
+    watch.assert_clean();
+}
+
+/// A web gate that the test fails: the rollback on analysis, with data.
+async fn gate_endpoint(ok: Arc<AtomicBool>) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let router = axum::Router::new().route(
+        "/health",
+        axum::routing::get(move || {
+            let ok = ok.clone();
+            async move { axum::Json(json!({"data": {"ok": ok.load(Ordering::Relaxed)}})) }
+        }),
+    );
+    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (port, task)
+}
+
+#[tokio::test]
+async fn a_canary_failing_its_analysis_rolls_back_with_every_key() {
+    let ok = Arc::new(AtomicBool::new(false));
+    let (port, _server) = gate_endpoint(ok.clone()).await;
+    let analysis = json!({"gates": [{"after": 1, "templates": [{"templateName": "health"}]}]});
+    let Some(mut f) = start("node-analysis", json!({"analysis": analysis})).await else {
+        return;
+    };
+    let ns = f.ns.name.clone();
+    f.write_file(
+        "templates.yaml",
+        &[json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "AnalysisTemplate",
+            "metadata": {"name": "health", "namespace": ns},
+            "spec": {"metrics": [{"name": "health", "successCondition": "result == true",
+                "count": 2, "interval": "1s",
+                "provider": {"web": {"url": format!("http://127.0.0.1:{port}/health"), "jsonPath": "$.data.ok"}}}]}
+        })],
+    );
+    let mut watch = ProcessWatch::start(&ns);
+    let pods = f.api::<Pod>();
+    let mut ledger = stable_with_keys(&f).await;
+    set_tag(&mut f, "v2");
+    // The canary serves and takes writes while its gate measures.
+    let ip = node::ready_pod_ip(&pods, "kv-canary-2", 180).await;
+    ledger.write(2, &ip, "during-analysis").await;
+    let back = wait_phase(&f, StatefulSetPhase::RolledBack, 180).await;
+    assert_eq!(
+        back.status.unwrap().stable_image.as_deref(),
+        Some("linnet.test/kv:v1")
+    );
+    f.wait_event_reasons(&["AnalysisFailed"], 30).await;
+    ledger.check_all(&pods, &two_sets(&[]), "v1").await.unwrap();
+    watch.assert_clean();
+}
+
+#[tokio::test]
+async fn partition_keeps_every_key_through_canary_promotion_and_a_broken_rollback() {
+    let Some(mut f) = start(
+        "node-part",
+        json!({"strategy": {"type": "Partition"}, "progressDeadlineSeconds": 10}),
+    )
+    .await
+    else {
+        return;
+    };
+    let mut watch = ProcessWatch::start(&f.ns.name);
+    let pods = f.api::<Pod>();
+    let one_set: BTreeMap<i32, String> = (0..3).map(|k| (k, format!("kv-{k}"))).collect();
+    wait_stable_on(&f, "v1", 180).await;
+    let mut ledger = Ledger::default();
+    write_each(&mut ledger, &pods, &one_set, "before").await;
+
+    set_tag(&mut f, "v2");
+    wait_phase(&f, StatefulSetPhase::CanaryActive, 180).await;
+    // The top ordinal is the canary, on its own volume.
+    let canary = BTreeMap::from([(2, "kv-2".to_string())]);
+    node::eventually_version(&pods, "kv-2", "v2").await;
+    ledger.check_all(&pods, &canary, "v2").await.unwrap();
+    write_each(&mut ledger, &pods, &one_set, "canary").await;
+
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "linnet.test/kv:v2");
+    wait_stable_on(&f, "v2", 180).await;
+    ledger.check_all(&pods, &one_set, "v2").await.unwrap();
+
+    // A broken version: the canary pod never becomes Ready; the rollback must recreate it on
+    // v2, on its own volume.
+    set_tag(&mut f, "broken");
+    wait_phase(&f, StatefulSetPhase::RolledBack, 180).await;
+    node::eventually_version(&pods, "kv-2", "v2").await;
+    ledger.check_all(&pods, &one_set, "v2").await.unwrap();
+    watch.assert_clean();
+}
+
+/// Kills the agent (`kill -9`) as soon as the rollout is in `phases` (the handoff), restarts
+/// it, promotes, and checks every key.
+#[tokio::test]
+async fn killed_during_the_volume_handoff_loses_no_key() {
+    let Some(mut f) = start("node-kill", json!({})).await else {
+        return;
+    };
+    let mut watch = ProcessWatch::start(&f.ns.name);
+    let pods = f.api::<Pod>();
+    let mut ledger = stable_with_keys(&f).await;
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "linnet.test/kv:v2");
+    set_tag(&mut f, "v2");
+    use StatefulSetPhase::*;
+    f.wait_for("the handoff", 120, |r: &CanaryStatefulSet| {
+        matches!(phase(r), Some(ScalingDownStable | DeployingCanary))
+    })
+    .await;
+    f.kill_agent();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    f.start_agent().await;
+    wait_stable_on(&f, "v2", 240).await;
+    ledger.check_all(&pods, &two_sets(&[]), "v2").await.unwrap();
+    write_each(&mut ledger, &pods, &two_sets(&[]), "after").await;
+    ledger.check_all(&pods, &two_sets(&[]), "v2").await.unwrap();
+    watch.assert_clean();
+}
+
+#[tokio::test]
+async fn the_canary_pod_deleted_mid_canary_keeps_every_key() {
+    let Some(mut f) = start("node-podgone", json!({})).await else {
+        return;
+    };
+    let mut watch = ProcessWatch::start(&f.ns.name);
+    let pods = f.api::<Pod>();
+    let mut ledger = stable_with_keys(&f).await;
+    set_tag(&mut f, "v2");
+    wait_phase(&f, StatefulSetPhase::CanaryActive, 180).await;
+    let ip = node::ready_pod_ip(&pods, "kv-canary-2", 60).await;
+    ledger.write(2, &ip, "canary").await;
+
+    // The canary pod deleted: its set makes it again, on the same claim and volume.
+    let uid = pods.get("kv-canary-2").await.unwrap().metadata.uid;
+    pods.delete("kv-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    support::eventually("a new canary pod", Duration::from_secs(90), || async {
+        let p = pods.get_opt("kv-canary-2").await.ok()??;
+        (p.metadata.uid != uid).then_some(())
+    })
+    .await;
+    ledger
+        .check_all(
+            &pods,
+            &BTreeMap::from([(2, "kv-canary-2".to_string())]),
+            "v2",
+        )
+        .await
+        .unwrap();
+    let ip = node::ready_pod_ip(&pods, "kv-canary-2", 60).await;
+    ledger.write(2, &ip, "canary-again").await;
+
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "linnet.test/kv:v2");
+    wait_stable_on(&f, "v2", 240).await;
+    ledger.check_all(&pods, &two_sets(&[]), "v2").await.unwrap();
+    watch.assert_clean();
+}
+
+/// The canary's claim deleted with its pod: the StatefulSet controller makes a new claim on
+/// a fresh volume. linnet must never hand that volume on as replica 2's: it stops and says
+/// what to do (issue 44), and once the operator has done it, rolls the canary back onto
+/// replica 2's own volume, every key there.
+#[tokio::test]
+async fn the_canary_claim_deleted_with_its_pod_stops_the_rollout_and_loses_no_key() {
+    let Some(mut f) = start("node-claimgone", json!({})).await else {
+        return;
+    };
+    let mut watch = ProcessWatch::start(&f.ns.name);
+    let pods = f.api::<Pod>();
+    let mut ledger = stable_with_keys(&f).await;
+    set_tag(&mut f, "v2");
+    wait_phase(&f, StatefulSetPhase::CanaryActive, 180).await;
+    let ip = node::ready_pod_ip(&pods, "kv-canary-2", 60).await;
+    ledger.write(2, &ip, "canary").await;
+
+    // Protected while the pod uses it; gone with the pod.
+    f.api::<PersistentVolumeClaim>()
+        .delete("data-kv-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    pods.delete("kv-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    f.annotate(linnet::api::PROMOTE_ANNOTATION, "linnet.test/kv:v2");
+    let stopped = f
+        .wait_for(
+            "linnet to stop on the new claim",
+            120,
+            |r: &CanaryStatefulSet| {
+                r.status
+                    .as_ref()
+                    .and_then(|s| s.message.as_deref())
+                    .is_some_and(|m| m.contains("never hands"))
+            },
+        )
+        .await;
+    let message = stopped.status.unwrap().message.unwrap();
+    assert!(
+        message.contains("scale StatefulSet kv-canary to 0"),
+        "{message}"
+    );
+
+    // What the message says to do.
+    use kube::api::{Patch, PatchParams};
+    f.api::<k8s_openapi::api::apps::v1::StatefulSet>()
+        .patch(
+            "kv-canary",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    support::eventually("the canary pod to go", Duration::from_secs(60), || async {
+        pods.get_opt("kv-canary-2")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    f.api::<PersistentVolumeClaim>()
+        .delete("data-kv-canary-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    let done = f
+        .wait_for(
+            "back on replica 2's own volume",
+            240,
+            |r: &CanaryStatefulSet| {
+                let s = r.status.clone().unwrap_or_default();
+                matches!(
+                    s.phase,
+                    Some(StatefulSetPhase::RolledBack | StatefulSetPhase::Stable)
+                ) && s.ready.as_deref() == Some("3/3")
+            },
+        )
+        .await;
+    let stable = done.status.unwrap().stable_image.unwrap();
+    let tag = stable.rsplit(':').next().unwrap().to_string();
+    ledger.check_all(&pods, &two_sets(&[]), &tag).await.unwrap();
+    watch.assert_clean();
+}
+
+/// The check can fail: replica 1 handed an empty volume (its claim and pod deleted by hand,
+/// so its set makes a new claim on a fresh volume) is caught.
+#[tokio::test]
+async fn a_replica_handed_an_empty_volume_fails_the_check() {
+    let Some(f) = start("node-empty", json!({})).await else {
+        return;
+    };
+    let pods = f.api::<Pod>();
+    let ledger = stable_with_keys(&f).await;
+    ledger.check_all(&pods, &two_sets(&[]), "v1").await.unwrap();
+    let old = pods.get("kv-stable-1").await.unwrap().metadata.uid;
+    f.api::<PersistentVolumeClaim>()
+        .delete("data-kv-stable-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    pods.delete("kv-stable-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    support::eventually("a new kv-stable-1", Duration::from_secs(120), || async {
+        let p = pods.get_opt("kv-stable-1").await.ok()??;
+        (p.metadata.uid != old).then_some(())
+    })
+    .await;
+    let ip = node::ready_pod_ip(&pods, "kv-stable-1", 120).await;
+    let err = ledger.check(1, &ip).await.unwrap_err();
+    assert!(err.contains("replica 1") && err.contains("lost"), "{err}");
+}
+
+/// The seed's batched CanaryDeployment on real pods: its new pods become Ready only through
+/// a real readiness probe, and a version that never does rolls back instead of hanging, while
+/// the old version keeps serving.
+#[tokio::test]
+async fn a_batched_deployment_whose_canary_never_becomes_ready_rolls_back() {
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return;
+    }
+    let mut f = Fixture::start("node-batches", |ns| {
+        let mut container = kv_container("v1");
+        container["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+        let mut pod = json!({"metadata": {"labels": {"app": "web"}}, "spec": {
+            "containers": [container], "volumes": [{"name": "data", "emptyDir": {}}]}});
+        on_node(&mut pod);
+        json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "CanaryDeployment",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {
+                "replicas": 4, "image": "linnet.test/kv:v1",
+                "strategy": {"type": "Batches"}, "batches": 2, "pause": "None", "currentBatch": 1,
+                "progressDeadlineSeconds": 10, "rollbackOnFailure": true,
+                "template": {"selector": {"matchLabels": {"app": "web"}}, "template": pod}
+            }
+        })
+    })
+    .await;
+    let done_on = |tag: &'static str| {
+        move |d: &CanaryDeployment| {
+            let s = d.status.clone().unwrap_or_default();
+            s.phase == Some(DeploymentPhase::Completed)
+                && s.stable_image.as_deref() == Some(&format!("linnet.test/kv:{tag}"))
+        }
+    };
+    f.wait_for("Completed on v1", 180, done_on("v1")).await;
+    // v2 through both batches, each batch Ready by its probes.
+    f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
+    f.wait_for("Completed on v2", 180, done_on("v2")).await;
+    // The status is written before the old Deployment goes, and a real pod takes a moment
+    // to stop.
+    support::eventually("only v2 pods serving", Duration::from_secs(60), || async {
+        let serving = serving_versions(&f).await;
+        (serving == BTreeMap::from([("v2".to_string(), 4)])).then_some(())
+    })
+    .await;
+
+    f.patch_spec(json!({"image": "linnet.test/kv:broken"}));
+    f.wait_for("RolledBack", 180, |d: &CanaryDeployment| {
+        d.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+    })
+    .await;
+    support::eventually("only v2 pods serving", Duration::from_secs(60), || async {
+        let serving = serving_versions(&f).await;
+        (serving == BTreeMap::from([("v2".to_string(), 4)])).then_some(())
+    })
+    .await;
+}
+
+/// Ready pods of the namespace by the version they answer.
+async fn serving_versions(f: &Fixture) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in f
+        .api::<Pod>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(status) = p.status else { continue };
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if let (true, Some(ip)) = (ready, status.pod_ip) {
+            *out.entry(node::version(&ip).await).or_insert(0) += 1;
+        }
+    }
+    out
+}

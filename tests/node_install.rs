@@ -1,0 +1,337 @@
+//! Real-node tier (issue 68): linnet itself as real pods. The image `make image` builds is
+//! loaded into the node's containerd (no registry), installed with `kubectl apply -k` of an
+//! overlay that sets that image (the documented way), two replicas with leader election.
+//! The agent in the pod reaches the API server through the `kubernetes` Service and the Git
+//! server on the node's bridge. A rollout of the key-value server is in flight when the
+//! leader's container is killed (SIGKILL of its process): the standby takes the Lease and the
+//! rollout finishes, every key kept. Its own test binary: it installs cluster-wide objects
+//! and the agent's Deployment in linnet-system.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
+use serde_json::json;
+use support::node::{self, Ledger, kv_container, on_node};
+
+const IMAGE: &str = "linnet.test/linnet:dev";
+const TOKEN: &str = "node-install-git-token";
+
+fn run(program: &Path, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("KUBECONFIG", support::admin_kubeconfig())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} {args:?} failed:\n{}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kubectl(args: &[&str]) -> String {
+    run(&support::tools_bin().join("kubectl"), args)
+}
+
+/// `make image` (dev profile), written as an archive named [`IMAGE`] and imported into the
+/// node's containerd.
+fn build_and_load_image(dir: &Path) {
+    let archive = dir.join("linnet.tar");
+    run(
+        Path::new("make"),
+        &[
+            "image",
+            "IMAGE_PROFILE=dev",
+            &format!("IMAGE_DIR={}", dir.join("layout").display()),
+            &format!("IMAGE_NAME={IMAGE}"),
+            &format!("IMAGE_ARCHIVE={}", archive.display()),
+        ],
+    );
+    let sock = node::node_dir().join("containerd.sock");
+    run(
+        Path::new("ctr"),
+        &[
+            "--address",
+            sock.to_str().unwrap(),
+            "-n",
+            "k8s.io",
+            "images",
+            "import",
+            archive.to_str().unwrap(),
+        ],
+    );
+}
+
+/// An overlay of deploy/ that sets the image and puts the agent on the real node.
+fn write_overlay(dir: &Path) {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    // kustomize takes a base by a path relative to the overlay.
+    let base = pathdiff(&deploy, dir);
+    let (name, tag) = IMAGE.split_once(':').unwrap();
+    let mut pod = json!({"spec": {}});
+    on_node(&mut pod);
+    pod["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("automountServiceAccountToken");
+    pod["spec"]["containers"] = json!([{"name": "linnet", "imagePullPolicy": "Never"}]);
+    let patch = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "linnet", "namespace": "linnet-system"},
+        "spec": {"template": pod}
+    });
+    std::fs::write(
+        dir.join("node.yaml"),
+        serde_json::to_string_pretty(&patch).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             resources:\n- {base}\nimages:\n- name: ghcr.io/linnet-dev/linnet\n  newName: {name}\n  newTag: {tag}\n\
+             patches:\n- path: node.yaml\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// `to` relative to `from` (both absolute).
+fn pathdiff(to: &Path, from: &Path) -> String {
+    let to: Vec<_> = to.components().collect();
+    let from: Vec<_> = from.components().collect();
+    let common = to.iter().zip(&from).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<String> = vec!["..".into(); from.len() - common];
+    parts.extend(
+        to[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    parts.join("/")
+}
+
+/// The agent processes running on this machine for pods of linnet-system: pod name -> pid.
+fn agent_processes() -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if !std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "linnet") {
+            continue;
+        }
+        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        let vars: BTreeMap<String, String> = env
+            .split(|b| *b == 0)
+            .filter_map(|kv| {
+                let s = String::from_utf8_lossy(kv);
+                s.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        if vars.get("POD_NAMESPACE").map(String::as_str) == Some("linnet-system")
+            && let Some(pod) = vars.get("POD_NAME")
+        {
+            out.insert(pod.clone(), pid);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return;
+    }
+    let ns = support::TestNamespace::create(&admin, "node-install").await;
+    let dir = tempfile::tempdir().unwrap();
+    build_and_load_image(dir.path());
+
+    // The repository: a kv rollout on the real node, auto-promoted after a bake, served where
+    // the pods reach this machine.
+    let root = dir.path().join("git");
+    std::fs::create_dir_all(&root).unwrap();
+    let (_bare, work) = support::bare_remote_and_clone(&root);
+    let rollout = |tag: &str| {
+        let mut pod = json!({"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [kv_container("v1")]}});
+        on_node(&mut pod);
+        json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "CanaryStatefulSet",
+            "metadata": {"name": "kv", "namespace": ns.name},
+            "spec": {
+                "replicas": 3, "canaryReplicas": 1, "image": format!("linnet.test/kv:{tag}"),
+                "progressDeadlineSeconds": 180,
+                "promotion": {"type": "Auto", "bakeSeconds": 25},
+                "template": {
+                    "serviceName": "kv",
+                    "selector": {"matchLabels": {"app": "kv"}},
+                    "template": pod,
+                    "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
+                }
+            }
+        })
+    };
+    let commit = |tag: &str| {
+        std::fs::create_dir_all(work.join("apps")).unwrap();
+        std::fs::write(
+            work.join("apps/kv.yaml"),
+            serde_json::to_string_pretty(&rollout(tag)).unwrap(),
+        )
+        .unwrap();
+        support::git(&work, &["add", "-A"]);
+        support::git(&work, &["commit", "-qm", &format!("kv {tag}")]);
+        support::git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    };
+    commit("v1");
+    let base = support::git_http::serve_on(node::NODE_GATEWAY, root, Some(("git", TOKEN)));
+
+    // The documented install, with an overlay that sets the image.
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir_all(&overlay).unwrap();
+    write_overlay(&overlay);
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        overlay.to_str().unwrap(),
+    ]);
+    let repo = format!("--from-literal=LINNET_REPO_URL={base}/remote.git");
+    for (kind, name, literal) in [
+        ("configmap", "linnet-config", repo.as_str()),
+        (
+            "secret generic",
+            "linnet-git",
+            &format!("--from-literal=token={TOKEN}"),
+        ),
+        (
+            "secret generic",
+            "linnet-webhook",
+            "--from-literal=secret=node-install-webhook-secret",
+        ),
+    ] {
+        let mut args: Vec<&str> = vec!["-n", "linnet-system", "create"];
+        args.extend(kind.split(' '));
+        args.extend([name, literal, "--dry-run=client", "-o", "yaml"]);
+        let yaml = kubectl(&args);
+        let file = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&file, yaml).unwrap();
+        kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    }
+    let installed = Uninstall(admin.clone());
+
+    // Two agents really run; the Lease names the one that acts.
+    support::eventually("two agent processes", Duration::from_secs(120), || async {
+        (agent_processes().len() == 2).then_some(())
+    })
+    .await;
+    let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
+    let phase = |r: &CanaryStatefulSet| r.status.as_ref().and_then(|s| s.phase);
+    let stable_on = |r: &CanaryStatefulSet, tag: &str| {
+        let s = r.status.clone().unwrap_or_default();
+        s.phase == Some(StatefulSetPhase::Stable)
+            && s.stable_image.as_deref() == Some(&format!("linnet.test/kv:{tag}"))
+            && s.ready.as_deref() == Some("3/3")
+    };
+    support::eventually("kv Stable on v1", Duration::from_secs(240), || async {
+        let r = rollouts.get_opt("kv").await.ok()??;
+        stable_on(&r, "v1").then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
+    let mut ledger = Ledger::default();
+    for k in 0..3 {
+        let ip = node::ready_pod_ip(&pods, &format!("kv-stable-{k}"), 60).await;
+        ledger.write(k, &ip, "before").await;
+    }
+
+    // A push starts a canary; while it bakes, the leader's container is killed.
+    commit("v2");
+    support::eventually("the canary baking", Duration::from_secs(240), || async {
+        let r = rollouts.get_opt("kv").await.ok()??;
+        (phase(&r) == Some(StatefulSetPhase::CanaryActive)).then_some(())
+    })
+    .await;
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "linnet-system");
+    let holder = leases
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find_map(|l| l.spec.and_then(|s| s.holder_identity))
+        .expect("a Lease with a holder");
+    let procs = agent_processes();
+    let (leader, pid) = procs
+        .iter()
+        .find(|(pod, _)| holder.contains(pod.as_str()))
+        .unwrap_or_else(|| panic!("no agent process for Lease holder {holder}: {procs:?}"));
+    let killed = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    eprintln!("killed the leader {leader} (pid {pid})");
+
+    support::eventually(
+        "kv Stable on v2 after the handover",
+        Duration::from_secs(300),
+        || async {
+            let r = rollouts.get_opt("kv").await.ok()??;
+            stable_on(&r, "v2").then_some(())
+        },
+    )
+    .await;
+    let names: BTreeMap<i32, String> = (0..3).map(|k| (k, format!("kv-stable-{k}"))).collect();
+    ledger.check_all(&pods, &names, "v2").await.unwrap();
+    let new_holder = leases
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find_map(|l| l.spec.and_then(|s| s.holder_identity))
+        .unwrap_or_default();
+    eprintln!("the Lease moved from {holder} to {new_holder}");
+    drop(installed);
+}
+
+/// Deletes the agent's Deployment (its pods stop) and the rollout's finalizers, so the test's
+/// namespace can go.
+struct Uninstall(kube::Client);
+
+impl Drop for Uninstall {
+    fn drop(&mut self) {
+        let client = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let _ = Api::<Deployment>::namespaced(client, "linnet-system")
+                    .delete("linnet", &DeleteParams::foreground())
+                    .await;
+            });
+        })
+        .join();
+    }
+}

@@ -527,3 +527,125 @@ async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_tr
     );
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }
+
+/// Issue 68: the same story with pods that really run (the real-node tier): the key-value
+/// server answers its image's name, the gateway reaches each pod on its bridge address, and
+/// each pod stops as a real one does (a 2 s preStop sleep, then SIGTERM). The weight's split
+/// is checked against the binomial, and neither promotion nor an abort under steady load
+/// loses a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
+    use support::node::{self, kv_container, on_node};
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return;
+    }
+    gateway_api_first().await;
+    let mut f = Fixture::start("traffic-node", |ns| {
+        let mut container = kv_container("v1");
+        container["ports"] = json!([{"containerPort": PORT}]);
+        container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 2}}});
+        container["volumeMounts"] = json!([]);
+        let mut pod =
+            json!({"metadata": {"labels": {"app": "shop"}}, "spec": {"containers": [container]}});
+        on_node(&mut pod);
+        shop(
+            ns,
+            json!({"image": "linnet.test/kv:v1", "template": {"template": pod}}),
+        )
+    })
+    .await;
+    let gateway = Gateway::start(&f.admin, &f.ns.name).await;
+    f.write_file(
+        "route.yaml",
+        &[http_route(&f.ns.name, "shop", "shop-stable", PORT)],
+    );
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "shop",
+        &["shop-stable", "shop-canary"],
+    );
+    let sts_in = |phase: StatefulSetPhase, image: &'static str, weight: i32| {
+        move |r: &CanaryStatefulSet| {
+            let s = r.status.clone().unwrap_or_default();
+            s.phase == Some(phase)
+                && s.canary_weight == Some(weight)
+                && (phase != StatefulSetPhase::Stable || s.stable_image.as_deref() == Some(image))
+        }
+    };
+    f.wait_for(
+        "Stable at weight 0",
+        180,
+        sts_in(StatefulSetPhase::Stable, "linnet.test/kv:v1", 0),
+    )
+    .await;
+    wait_serving(&gateway, "linnet.test/kv:v1").await;
+
+    f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
+    f.wait_for(
+        "CanaryActive at weight 20",
+        180,
+        sts_in(StatefulSetPhase::CanaryActive, "", 20),
+    )
+    .await;
+    wait_running(&gateway, &f, "shop", &[vec![1], vec![80, 20]]).await;
+    let n = 1000;
+    let t = send(&gateway.url(), n, &[]).await;
+    assert_eq!(t.total_failed(), 0, "{t:?}");
+    let canary = t.count("linnet.test/kv:v2");
+    assert!(
+        within_binomial(canary, n, 20),
+        "{canary} of {n} requests reached the real canary pod at weight 20: {t:?}"
+    );
+    let header = send(&gateway.url(), 100, &[("x-canary", "always")]).await;
+    assert_eq!(
+        header.count("linnet.test/kv:v2"),
+        100,
+        "header route: {header:?}"
+    );
+
+    // Promotion under steady load.
+    let load = Load::start(&gateway.url());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.annotate(PROMOTE_ANNOTATION, "linnet.test/kv:v2");
+    f.wait_for(
+        "Stable on v2 at weight 0",
+        180,
+        sts_in(StatefulSetPhase::Stable, "linnet.test/kv:v2", 0),
+    )
+    .await;
+    wait_serving(&gateway, "linnet.test/kv:v2").await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed during promotion: {during:?}"
+    );
+    assert!(during.total_ok() > 100, "the load ran: {during:?}");
+
+    // An abort under steady load: traffic back to stable before the canary pod stops.
+    f.patch_spec(json!({"image": "linnet.test/kv:v3"}));
+    f.wait_for(
+        "a v3 canary at weight 20",
+        180,
+        sts_in(StatefulSetPhase::CanaryActive, "", 20),
+    )
+    .await;
+    let load = Load::start(&gateway.url());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack", 180, |r: &CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::RolledBack)
+    })
+    .await;
+    wait_serving(&gateway, "linnet.test/kv:v2").await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed during the abort: {during:?}"
+    );
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}

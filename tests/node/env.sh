@@ -3,12 +3,16 @@
 _node_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tests/cluster/env.sh
 . "$_node_here/../cluster/env.sh"
-# Bump NODE_BUILD_REV when build.sh or images.py changes what they produce.
-NODE_BUILD_REV=1
-_node_key=$( (cat "$_node_here/go.mod" "$_node_here/go.sum" "$_node_here/kvserver/main.go" \
-  "$_node_here/images.py" "$_node_here/../../deploy/image/build.py"; echo "$NODE_BUILD_REV") |
+# Two caches: the kubelet (minutes to build) keyed by the module set alone, and the images
+# (seconds) by everything that goes into them. Bump a REV when build.sh changes what it makes.
+NODE_KUBELET_REV=1
+NODE_IMAGES_REV=1
+_node_kubelet_key=$( (cat "$_node_here/go.mod" "$_node_here/go.sum"; echo "$NODE_KUBELET_REV") |
   sha256sum | cut -c1-12)
-NODE_BIN=$LINNET_CACHE/node/$K8S_VERSION-$_node_key
+_node_images_key=$( (cat "$_node_here/go.mod" "$_node_here/kvserver/main.go" "$_node_here/images.py" \
+  "$_node_here/../../deploy/image/build.py"; echo "$NODE_IMAGES_REV") | sha256sum | cut -c1-12)
+NODE_KUBELET=$LINNET_CACHE/node/kubelet-$K8S_VERSION-$_node_kubelet_key
+NODE_IMAGES=$LINNET_CACHE/node/images-$_node_images_key
 # Where a running node keeps containerd's state, the kubelet's root, its logs and pids. Not
 # under the control plane's run directory: down.sh there removes that directory with rm -rf,
 # and the node's directories hold mounts until the node is down.

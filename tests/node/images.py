@@ -9,7 +9,9 @@ one archive per image:
 - registry.k8s.io/pause:3.10.1, the pod sandbox (the name the node's containerd asks for);
 - linnet.test/kv:v1, v2, v3: the key-value server answering its version on /version;
 - linnet.test/kv:broken: the same server, never ready (its readiness probe fails), for the
-  rollback paths.
+  rollback paths;
+- linnet.test/kv:bad: ready, but every request to / fails (500), for analysis on a gateway's
+  metrics.
 Pods use them with `imagePullPolicy: Never`.
 """
 
@@ -29,7 +31,7 @@ spec.loader.exec_module(oci)
 
 PAUSE = "registry.k8s.io/pause:3.10.1"
 KV = "linnet.test/kv"
-KV_TAGS = ["v1", "v2", "v3", "broken"]
+KV_TAGS = ["v1", "v2", "v3", "broken", "bad"]
 
 
 def one_binary_layer(src, dest):
@@ -72,9 +74,11 @@ def main():
     build(out_dir, PAUSE, pause, ["/pause"], [], "65535:65535")
     kv = one_binary_layer(os.path.join(bin_dir, "kvserver"), "usr/local/bin/kvserver")
     for tag in KV_TAGS:
-        env = ["PATH=/usr/local/bin", f"KV_VERSION={tag}"]
+        env = ["PATH=/usr/local/bin", f"KV_VERSION={tag}", f"KV_IMAGE={KV}:{tag}"]
         if tag == "broken":
             env.append("KV_NEVER_READY=1")
+        if tag == "bad":
+            env.append("KV_FAIL_REQUESTS=1")
         # root: the volume is a host directory the runtime made, owned by root.
         build(out_dir, f"{KV}:{tag}", kv, ["/usr/local/bin/kvserver"], env, "0:0")
     print(out_dir)

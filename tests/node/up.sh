@@ -37,7 +37,7 @@ if node_running; then
   exit 0
 fi
 
-bin=$("$here/build.sh" | tail -n 1)
+"$here/build.sh"
 "$here/down.sh" >/dev/null 2>&1 || true
 mkdir -p "$NODE_RUN"/{containerd/root,containerd/state,containerd/opt,kubelet,logs,pid,cni/conf,cni/ipam,pki,plugins}
 cd "$NODE_RUN"
@@ -138,7 +138,7 @@ log "starting containerd ($(containerd --version | awk '{print $3}'))"
 start containerd containerd --config "$NODE_RUN/containerd.toml"
 ctr_() { ctr --address "$sock" -n k8s.io "$@"; }
 wait_for containerd 30 ctr_ version
-for image in "$bin"/images/*.tar; do
+for image in "$NODE_IMAGES"/*.tar; do
   ctr_ images import --no-unpack=false "$image" >/dev/null || die "could not import $image"
 done
 
@@ -175,7 +175,7 @@ nodeStatusUpdateFrequency: 5s
 maxPods: 60
 EOF
 log "starting the kubelet as node $NODE_NAME"
-kubelet_cmd=("$bin/kubelet" --config "$NODE_RUN/kubelet.yaml"
+kubelet_cmd=("$NODE_KUBELET/kubelet" --config "$NODE_RUN/kubelet.yaml"
   --kubeconfig "$CP_RUN/admin.kubeconfig" --hostname-override "$NODE_NAME"
   --root-dir "$NODE_RUN/kubelet" --cert-dir "$NODE_RUN/pki"
   --node-labels "linnet.dev/node=real" --v 1)

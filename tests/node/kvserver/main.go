@@ -10,6 +10,8 @@
 //	GET  /ready      200 when ready; 503 for an image built never to be ready (KV_NEVER_READY)
 //	                 or after POST /fail, until POST /heal
 //	GET  /healthz    200 while the process runs
+//	GET  /           the image's name (KV_IMAGE), as the traffic tests count answers; 500 for
+//	                 an image built to fail its requests (KV_FAIL_REQUESTS)
 //
 // The volume is KV_DATA (default /data). On first start it records the hostname in
 // .owner, so a test can see a replica handed another's volume.
@@ -73,6 +75,15 @@ func main() {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	image := env("KV_IMAGE", s.version)
+	failRequests := os.Getenv("KV_FAIL_REQUESTS") != ""
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		if failRequests {
+			http.Error(w, image, http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, image)
+	})
 	mux.HandleFunc("/fail", func(w http.ResponseWriter, r *http.Request) {
 		s.failing.Store(r.Method == http.MethodPost)
 		w.WriteHeader(http.StatusNoContent)

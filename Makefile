@@ -101,11 +101,14 @@ demo: deps cluster-build node-build prometheus-build render-build gateway-build
 ## written to bench/RESULTS.md; and a push to the spec set through Kustomize overlays against
 ## plain YAML at 100 and 1,000 apps (bench/RENDER.md); and traffic shifting at 100 rollouts
 ## with routes through a real Traefik: step to route updated, route to the split at the
-## gateway (bench/TRAFFIC.md). About 40 minutes.
-bench: cluster-build render-build gateway-build deps
+## gateway (bench/TRAFFIC.md); and on the real node, push to a canary pod serving its
+## replica's old data and abort to the stable pod serving again, with the CPU and memory of
+## node, agent and control plane (bench/NODE.md). About 45 minutes.
+bench: cluster-build node-build render-build gateway-build deps
 	$(CARGO) bench --bench source
 	LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" tests/cluster/with-cluster.sh $(CARGO) bench --bench render
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench traffic
+	tests/cluster/with-cluster.sh $(CARGO) bench --bench node
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on

@@ -13,7 +13,10 @@
 //! 5. a push of a new web image: batch 1, a pause, then a `currentBatch` bump: done;
 //! 6. a push of another web image with an analysis gate: its pods are Ready, but a real
 //!    Prometheus (built from its Go module) sees 30% of its requests fail, so the gate fails
-//!    and linnet rolls back, naming the metric and its measurements.
+//!    and linnet rolls back, naming the metric and its measurements;
+//! 7. traffic shifting through a real gateway;
+//! 8. on the real node (where the machine can run one): a key-value store's canary and
+//!    promotion on pods that really run, and the keys each replica still holds.
 //!
 //! It exits non-zero, naming the step, if anything does not happen in time. It expects the
 //! control plane from `make cluster-up` and the binary from `cargo build`.
@@ -32,6 +35,8 @@ mod process;
 mod prometheus;
 #[path = "../tests/support/push_hook.rs"]
 mod push_hook;
+#[path = "demo/real_pods.rs"]
+mod real_pods;
 #[path = "demo/traffic.rs"]
 mod traffic;
 
@@ -953,6 +958,7 @@ async fn story(d: &Demo) -> Step<()> {
     d.show_get("web")?;
 
     traffic::traffic_step(&d.client, &d.work, |m| d.push(m)).await?;
+    real_pods::real_pods_step(&d.client, &d.work, |m| d.push(m)).await?;
 
     say("The repository's history (main: people's commits, and linnet's revert in step 4)");
     println!("{}", git(&d.work, &["log", "--oneline"])?);

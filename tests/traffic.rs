@@ -260,8 +260,14 @@ fn weight_of_deploy(r: &CanaryDeployment) -> Option<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first() {
     gateway_api_first().await;
-    let mut f = Fixture::start("traffic-deploy", web).await;
+    let f = Fixture::start("traffic-deploy", web).await;
     let (gateway, _pods) = serve(&f, "web").await;
+    batch_weight_and_rollback_story(f, gateway, "web:v1", "web:v2").await;
+}
+
+/// A batched CanaryDeployment whose first batch gets weight 30 (checked against the binomial
+/// and by header), then an abort under steady load that loses no request.
+async fn batch_weight_and_rollback_story(mut f: Fixture, gateway: Gateway, old: &str, new: &str) {
     let converger = Converger::start(
         &gateway,
         &f.admin,
@@ -274,9 +280,9 @@ async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first(
             && weight_of_deploy(r) == Some(0)
     })
     .await;
-    wait_serving(&gateway, "web:v1").await;
+    wait_serving(&gateway, old).await;
 
-    f.patch_spec(json!({"image": "web:v2"}));
+    f.patch_spec(json!({"image": new}));
     f.wait_for(
         "Paused after batch 1 at weight 30",
         120,
@@ -290,13 +296,13 @@ async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first(
     let n = 2000;
     let t = send(&gateway.url(), n, &[]).await;
     assert_eq!(t.total_failed(), 0, "{t:?}");
-    let canary = t.count("web:v2");
+    let canary = t.count(new);
     assert!(
         within_binomial(canary, n, 30),
         "{canary} of {n} requests reached the new version at weight 30: {t:?}"
     );
     let header = send(&gateway.url(), 200, &[("x-canary", "always")]).await;
-    assert_eq!(header.count("web:v2"), 200, "header route: {header:?}");
+    assert_eq!(header.count(new), 200, "header route: {header:?}");
 
     // Abort under steady load: traffic back to the old version before a new pod stops.
     let load = Load::start(&gateway.url());
@@ -307,7 +313,7 @@ async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first(
             && weight_of_deploy(r) == Some(0)
     })
     .await;
-    wait_serving(&gateway, "web:v1").await;
+    wait_serving(&gateway, old).await;
     let during = load.stop();
     assert_eq!(
         during.total_failed(),
@@ -315,7 +321,7 @@ async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first(
         "requests failed during the rollback: {during:?}"
     );
     assert!(
-        during.count("web:v2") > 0,
+        during.count(new) > 0,
         "the load saw the canary before the abort: {during:?}"
     );
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
@@ -648,4 +654,36 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
         "requests failed during the abort: {during:?}"
     );
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}
+
+/// Issue 68: the batched story on pods that really run (the real-node tier).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_pods_of_a_batch_get_their_weight_and_an_abort_loses_no_request() {
+    use support::node::{self, kv_container, on_node};
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return;
+    }
+    gateway_api_first().await;
+    let f = Fixture::start("traffic-node-batch", |ns| {
+        let mut container = kv_container("v1");
+        container["name"] = json!("web");
+        container["ports"] = json!([{"containerPort": PORT}]);
+        container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 2}}});
+        container["volumeMounts"] = json!([]);
+        let mut pod =
+            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [container]}});
+        on_node(&mut pod);
+        web_with(
+            ns,
+            json!({"image": "linnet.test/kv:v1", "template": {"template": pod}}),
+        )
+    })
+    .await;
+    let gateway = Gateway::start(&f.admin, &f.ns.name).await;
+    f.write_file(
+        "route.yaml",
+        &[http_route(&f.ns.name, "web", "web-stable", PORT)],
+    );
+    batch_weight_and_rollback_story(f, gateway, "linnet.test/kv:v1", "linnet.test/kv:v2").await;
 }

@@ -70,7 +70,7 @@ fn processes(agent: u32) -> Vec<(&'static str, u32)> {
     for (name, comm) in [
         ("kubelet", "kubelet"),
         ("containerd", "containerd"),
-        ("kube-apiserver", "kube-apiserve"),
+        ("kube-apiserver", "kube-apiserver"),
         ("etcd", "etcd"),
     ] {
         if let Some(pid) = pid_of(comm) {

@@ -22,7 +22,7 @@ use kube::Api;
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::json;
 use support::bench::{env_or, sh};
-use support::node::{self, kv_container, on_node};
+use support::node;
 use support::rollout::Fixture;
 
 fn main() {
@@ -119,24 +119,7 @@ async fn run(rounds: usize) -> Result<Option<String>, String> {
         return Ok(None);
     }
     let mut f = Fixture::start("bench-node", |ns| {
-        let mut pod = json!({"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [kv_container("v1")]}});
-        on_node(&mut pod);
-        json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "CanaryStatefulSet",
-            "metadata": {"name": "kv", "namespace": ns},
-            "spec": {
-                "replicas": 3, "canaryReplicas": 1, "image": "linnet.test/kv:v1",
-                "progressDeadlineSeconds": 120,
-                "template": {
-                    "serviceName": "kv",
-                    "selector": {"matchLabels": {"app": "kv"}},
-                    "template": pod,
-                    "volumeClaimTemplates": [{"metadata": {"name": "data"},
-                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
-                }
-            }
-        })
+        node::kv_rollout(ns, "v1", json!({"progressDeadlineSeconds": 120}))
     })
     .await;
     let pods = f.api::<Pod>();

@@ -20,36 +20,7 @@ use kube::api::{DeleteParams, ListParams};
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
 use serde_json::{Value, json};
 use support::node::{self, Ledger, check_one_process_per_replica, kv_container, on_node};
-use support::rollout::{Fixture, merge};
-
-/// A CanaryStatefulSet `kv` of 3 replicas (1 canary) of the key-value server on the real node,
-/// each with a volume, with `patch` merged into its spec.
-fn kv(ns: &str, patch: Value) -> Value {
-    let mut pod = json!({"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [kv_container("v1")]}});
-    on_node(&mut pod);
-    let mut spec = json!({
-        "apiVersion": "rollouts.linnet.dev/v1alpha1",
-        "kind": "CanaryStatefulSet",
-        "metadata": {"name": "kv", "namespace": ns},
-        "spec": {
-            "replicas": 3,
-            "canaryReplicas": 1,
-            "image": "linnet.test/kv:v1",
-            "progressDeadlineSeconds": 90,
-            "template": {
-                "serviceName": "kv",
-                "selector": {"matchLabels": {"app": "kv"}},
-                "template": pod,
-                "volumeClaimTemplates": [{
-                    "metadata": {"name": "data"},
-                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-                }]
-            }
-        }
-    });
-    merge(&mut spec["spec"], patch);
-    spec
-}
+use support::rollout::Fixture;
 
 /// The fixture on the real node, or `None` (having said why) where the machine cannot run it.
 async fn start(prefix: &str, patch: Value) -> Option<Fixture> {
@@ -57,7 +28,7 @@ async fn start(prefix: &str, patch: Value) -> Option<Fixture> {
     if !node::require(&admin).await {
         return None;
     }
-    Some(Fixture::start(prefix, |ns| kv(ns, patch)).await)
+    Some(Fixture::start(prefix, |ns| node::kv_rollout(ns, "v1", patch)).await)
 }
 
 fn phase(r: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
@@ -364,18 +335,26 @@ async fn killed_during_the_volume_handoff_loses_no_key() {
     watch.assert_clean();
 }
 
-#[tokio::test]
-async fn the_canary_pod_deleted_mid_canary_keeps_every_key() {
-    let Some(mut f) = start("node-podgone", json!({})).await else {
-        return;
-    };
-    let mut watch = ProcessWatch::start(&f.ns.name);
+/// A v2 canary of the fixture `prefix` that has taken a key of its own, with the keys of
+/// [`stable_with_keys`] and a watch of the processes.
+async fn canary_with_a_new_key(prefix: &str) -> Option<(Fixture, ProcessWatch, Ledger)> {
+    let mut f = start(prefix, json!({})).await?;
+    let watch = ProcessWatch::start(&f.ns.name);
     let pods = f.api::<Pod>();
     let mut ledger = stable_with_keys(&f).await;
     set_tag(&mut f, "v2");
     wait_phase(&f, StatefulSetPhase::CanaryActive, 180).await;
     let ip = node::ready_pod_ip(&pods, "kv-canary-2", 60).await;
     ledger.write(2, &ip, "canary").await;
+    Some((f, watch, ledger))
+}
+
+#[tokio::test]
+async fn the_canary_pod_deleted_mid_canary_keeps_every_key() {
+    let Some((mut f, mut watch, mut ledger)) = canary_with_a_new_key("node-podgone").await else {
+        return;
+    };
+    let pods = f.api::<Pod>();
 
     // The canary pod deleted: its set makes it again, on the same claim and volume.
     let uid = pods.get("kv-canary-2").await.unwrap().metadata.uid;
@@ -410,16 +389,10 @@ async fn the_canary_pod_deleted_mid_canary_keeps_every_key() {
 /// replica 2's own volume, every key there.
 #[tokio::test]
 async fn the_canary_claim_deleted_with_its_pod_stops_the_rollout_and_loses_no_key() {
-    let Some(mut f) = start("node-claimgone", json!({})).await else {
+    let Some((mut f, mut watch, ledger)) = canary_with_a_new_key("node-claimgone").await else {
         return;
     };
-    let mut watch = ProcessWatch::start(&f.ns.name);
     let pods = f.api::<Pod>();
-    let mut ledger = stable_with_keys(&f).await;
-    set_tag(&mut f, "v2");
-    wait_phase(&f, StatefulSetPhase::CanaryActive, 180).await;
-    let ip = node::ready_pod_ip(&pods, "kv-canary-2", 60).await;
-    ledger.write(2, &ip, "canary").await;
 
     // Protected while the pod uses it; gone with the pod.
     f.api::<PersistentVolumeClaim>()

@@ -22,7 +22,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::json;
-use support::node::{self, Ledger, kv_container, on_node};
+use support::node::{self, Ledger, on_node};
 
 const IMAGE: &str = "linnet.test/linnet:dev";
 const TOKEN: &str = "node-install-git-token";
@@ -159,6 +159,18 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     if !node::require(&admin).await {
         return;
     }
+    // A Deployment of an earlier run being deleted would take this run's apply and then go,
+    // leaving its old pods (following the old repository) as the only agents.
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "linnet-system");
+    support::eventually(
+        "an earlier install's agents to be gone",
+        Duration::from_secs(120),
+        || async {
+            (deployments.get_opt("linnet").await.ok()?.is_none() && agent_processes().is_empty())
+                .then_some(())
+        },
+    )
+    .await;
     let ns = support::TestNamespace::create(&admin, "node-install").await;
     let dir = tempfile::tempdir().unwrap();
     build_and_load_image(dir.path());
@@ -168,26 +180,14 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     let root = dir.path().join("git");
     std::fs::create_dir_all(&root).unwrap();
     let (_bare, work) = support::bare_remote_and_clone(&root);
+    // Only `image` changes between commits, as a push of a new version does.
     let rollout = |tag: &str| {
-        let mut pod = json!({"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [kv_container("v1")]}});
-        on_node(&mut pod);
-        json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "CanaryStatefulSet",
-            "metadata": {"name": "kv", "namespace": ns.name},
-            "spec": {
-                "replicas": 3, "canaryReplicas": 1, "image": format!("linnet.test/kv:{tag}"),
-                "progressDeadlineSeconds": 180,
-                "promotion": {"type": "Auto", "bakeSeconds": 25},
-                "template": {
-                    "serviceName": "kv",
-                    "selector": {"matchLabels": {"app": "kv"}},
-                    "template": pod,
-                    "volumeClaimTemplates": [{"metadata": {"name": "data"},
-                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
-                }
-            }
-        })
+        node::kv_rollout(
+            &ns.name,
+            "v1",
+            json!({"image": format!("linnet.test/kv:{tag}"), "progressDeadlineSeconds": 180,
+                "promotion": {"type": "Auto", "bakeSeconds": 25}}),
+        )
     };
     let commit = |tag: &str| {
         std::fs::create_dir_all(work.join("apps")).unwrap();
@@ -328,6 +328,9 @@ struct Uninstall;
 
 impl Drop for Uninstall {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            print_agent_logs();
+        }
         // A client of the thread's own runtime: the test's runtime is blocked in this drop.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -342,5 +345,33 @@ impl Drop for Uninstall {
             });
         })
         .join();
+    }
+}
+
+/// The last lines of each agent container's log on the node, for a failing test.
+fn print_agent_logs() {
+    let Ok(dirs) = std::fs::read_dir(node::node_dir().join("logs/pods")) else {
+        return;
+    };
+    for d in dirs.flatten() {
+        if !d
+            .file_name()
+            .to_string_lossy()
+            .starts_with("linnet-system_")
+        {
+            continue;
+        }
+        for f in std::fs::read_dir(d.path().join("linnet"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(30).collect();
+            eprintln!("---- {}", f.path().display());
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::json;
-use support::node::{self, Ledger, check_one_process_per_replica, kv_container, on_node};
+use support::node::{self, Ledger, check_one_process_per_replica};
 use support::rollout::Fixture;
 
 fn kubelet(action: &str) {
@@ -42,25 +42,10 @@ async fn the_kubelet_stopped_for_30_s_mid_handoff_loses_no_key_and_never_runs_a_
         return;
     }
     let mut f = Fixture::start("node-kubelet", |ns| {
-        let mut pod = json!({"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [kv_container("v1")]}});
-        on_node(&mut pod);
-        json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "CanaryStatefulSet",
-            "metadata": {"name": "kv", "namespace": ns,
-                "annotations": {linnet::api::PROMOTE_ANNOTATION: "linnet.test/kv:v2"}},
-            "spec": {
-                "replicas": 3, "canaryReplicas": 1, "image": "linnet.test/kv:v1",
-                "progressDeadlineSeconds": 180,
-                "template": {
-                    "serviceName": "kv",
-                    "selector": {"matchLabels": {"app": "kv"}},
-                    "template": pod,
-                    "volumeClaimTemplates": [{"metadata": {"name": "data"},
-                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]
-                }
-            }
-        })
+        let mut spec = node::kv_rollout(ns, "v1", json!({"progressDeadlineSeconds": 180}));
+        spec["metadata"]["annotations"] =
+            json!({linnet::api::PROMOTE_ANNOTATION: "linnet.test/kv:v2"});
+        spec
     })
     .await;
     let ns = f.ns.name.clone();

@@ -534,6 +534,20 @@ async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_tr
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }
 
+/// The pod template of app `app` on the real node: the key-value server on port PORT, which
+/// answers its image's name, and stops as a real pod does (a 2 s preStop sleep, then SIGTERM).
+fn real_pod(app: &str) -> Value {
+    let mut container = support::node::kv_container("v1");
+    container["name"] = json!(app);
+    container["ports"] = json!([{"containerPort": PORT}]);
+    container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 2}}});
+    container["volumeMounts"] = json!([]);
+    let mut pod =
+        json!({"metadata": {"labels": {"app": app}}, "spec": {"containers": [container]}});
+    support::node::on_node(&mut pod);
+    pod
+}
+
 /// Issue 68: the same story with pods that really run (the real-node tier): the key-value
 /// server answers its image's name, the gateway reaches each pod on its bridge address, and
 /// each pod stops as a real one does (a 2 s preStop sleep, then SIGTERM). The weight's split
@@ -541,20 +555,14 @@ async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_tr
 /// loses a request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
-    use support::node::{self, kv_container, on_node};
+    use support::node;
     let admin = support::admin_client().await;
     if !node::require(&admin).await {
         return;
     }
     gateway_api_first().await;
     let mut f = Fixture::start("traffic-node", |ns| {
-        let mut container = kv_container("v1");
-        container["ports"] = json!([{"containerPort": PORT}]);
-        container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 2}}});
-        container["volumeMounts"] = json!([]);
-        let mut pod =
-            json!({"metadata": {"labels": {"app": "shop"}}, "spec": {"containers": [container]}});
-        on_node(&mut pod);
+        let pod = real_pod("shop");
         shop(
             ns,
             json!({"image": "linnet.test/kv:v1", "template": {"template": pod}}),
@@ -659,21 +667,14 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
 /// Issue 68: the batched story on pods that really run (the real-node tier).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_pods_of_a_batch_get_their_weight_and_an_abort_loses_no_request() {
-    use support::node::{self, kv_container, on_node};
+    use support::node;
     let admin = support::admin_client().await;
     if !node::require(&admin).await {
         return;
     }
     gateway_api_first().await;
     let f = Fixture::start("traffic-node-batch", |ns| {
-        let mut container = kv_container("v1");
-        container["name"] = json!("web");
-        container["ports"] = json!([{"containerPort": PORT}]);
-        container["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 2}}});
-        container["volumeMounts"] = json!([]);
-        let mut pod =
-            json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [container]}});
-        on_node(&mut pod);
+        let pod = real_pod("web");
         web_with(
             ns,
             json!({"image": "linnet.test/kv:v1", "template": {"template": pod}}),

@@ -108,6 +108,37 @@ pub fn kv_container(tag: &str) -> Value {
     })
 }
 
+/// A CanaryStatefulSet `kv` in `ns`: 3 replicas (1 canary) of the key-value server on image
+/// tag `tag`, on the real node, each with a 1Gi volume `data`, with `patch` merged into its
+/// spec. What every real-node test, `make bench` and the install test roll out.
+pub fn kv_rollout(ns: &str, tag: &str, patch: Value) -> Value {
+    let mut pod =
+        json!({"metadata": {"labels": {"app": "kv"}}, "spec": {"containers": [kv_container(tag)]}});
+    on_node(&mut pod);
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryStatefulSet",
+        "metadata": {"name": "kv", "namespace": ns},
+        "spec": {
+            "replicas": 3,
+            "canaryReplicas": 1,
+            "image": format!("{KV_IMAGE}:{tag}"),
+            "progressDeadlineSeconds": 90,
+            "template": {
+                "serviceName": "kv",
+                "selector": {"matchLabels": {"app": "kv"}},
+                "template": pod,
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+                }]
+            }
+        }
+    });
+    super::rollout::merge(&mut spec["spec"], patch);
+    spec
+}
+
 fn http() -> reqwest::Client {
     linnet::net::install_crypto_provider();
     reqwest::Client::builder()

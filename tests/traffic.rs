@@ -548,22 +548,22 @@ fn real_pod(app: &str) -> Value {
     pod
 }
 
-/// Issue 68: the same story with pods that really run (the real-node tier): the key-value
-/// server answers its image's name, the gateway reaches each pod on its bridge address, and
-/// each pod stops as a real one does (a 2 s preStop sleep, then SIGTERM). The weight's split
-/// is checked against the binomial, and neither promotion nor an abort under steady load
-/// loses a request.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
-    use support::node;
+/// The fixture `prefix` of `make` (shop or web_with) on the real node, on image
+/// linnet.test/kv:v1, with a gateway and the route `app` to `<app>-stable`; `None` (having said
+/// why) where the machine cannot run the node.
+async fn on_the_real_node(
+    prefix: &str,
+    app: &str,
+    make: fn(&str, Value) -> Value,
+) -> Option<(Fixture, Gateway)> {
     let admin = support::admin_client().await;
-    if !node::require(&admin).await {
-        return;
+    if !support::node::require(&admin).await {
+        return None;
     }
     gateway_api_first().await;
-    let mut f = Fixture::start("traffic-node", |ns| {
-        let pod = real_pod("shop");
-        shop(
+    let pod = real_pod(app);
+    let f = Fixture::start(prefix, |ns| {
+        make(
             ns,
             json!({"image": "linnet.test/kv:v1", "template": {"template": pod}}),
         )
@@ -572,8 +572,21 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
     let gateway = Gateway::start(&f.admin, &f.ns.name).await;
     f.write_file(
         "route.yaml",
-        &[http_route(&f.ns.name, "shop", "shop-stable", PORT)],
+        &[http_route(&f.ns.name, app, &format!("{app}-stable"), PORT)],
     );
+    Some((f, gateway))
+}
+
+/// Issue 68: the same story with pods that really run (the real-node tier): the key-value
+/// server answers its image's name, the gateway reaches each pod on its bridge address, and
+/// each pod stops as a real one does (a 2 s preStop sleep, then SIGTERM). The weight's split
+/// is checked against the binomial, and neither promotion nor an abort under steady load
+/// loses a request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
+    let Some((mut f, gateway)) = on_the_real_node("traffic-node", "shop", shop).await else {
+        return;
+    };
     let converger = Converger::start(
         &gateway,
         &f.admin,
@@ -667,24 +680,8 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
 /// Issue 68: the batched story on pods that really run (the real-node tier).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_pods_of_a_batch_get_their_weight_and_an_abort_loses_no_request() {
-    use support::node;
-    let admin = support::admin_client().await;
-    if !node::require(&admin).await {
+    let Some((f, gateway)) = on_the_real_node("traffic-node-batch", "web", web_with).await else {
         return;
-    }
-    gateway_api_first().await;
-    let f = Fixture::start("traffic-node-batch", |ns| {
-        let pod = real_pod("web");
-        web_with(
-            ns,
-            json!({"image": "linnet.test/kv:v1", "template": {"template": pod}}),
-        )
-    })
-    .await;
-    let gateway = Gateway::start(&f.admin, &f.ns.name).await;
-    f.write_file(
-        "route.yaml",
-        &[http_route(&f.ns.name, "web", "web-stable", PORT)],
-    );
+    };
     batch_weight_and_rollback_story(f, gateway, "linnet.test/kv:v1", "linnet.test/kv:v2").await;
 }

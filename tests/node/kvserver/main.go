@@ -19,6 +19,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
@@ -115,13 +116,18 @@ func (s *server) kv(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Write(b)
 	case http.MethodPut:
-		body := make([]byte, 4097)
-		n, _ := r.Body.Read(body)
-		if n > 4096 {
+		// One Read may return part of the body; a value cut short and acknowledged would be
+		// a write the server never took.
+		body, err := io.ReadAll(io.LimitReader(r.Body, 4097))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(body) > 4096 {
 			http.Error(w, "a value is at most 4096 bytes", http.StatusRequestEntityTooLarge)
 			return
 		}
-		if err := writeSynced(filepath.Join(s.dir, "kv"), key, body[:n]); err != nil {
+		if err := writeSynced(filepath.Join(s.dir, "kv"), key, body); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}

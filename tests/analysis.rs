@@ -382,21 +382,6 @@ async fn kill_9_mid_gate_counts_on_from_status_and_runs_no_job_twice() {
     assert_eq!(jobs.items.len(), 1, "the smoke Job ran more than once");
 }
 
-/// A JSON endpoint answering `{"data": {"ok": <flag>}}`.
-async fn health_endpoint(ok: Arc<AtomicBool>) -> (u16, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let router = axum::Router::new().route(
-        "/health",
-        axum::routing::get(move || {
-            let ok = ok.clone();
-            async move { axum::Json(json!({"data": {"ok": ok.load(Ordering::Relaxed)}})) }
-        }),
-    );
-    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    (port, task)
-}
-
 fn deploy_phase(d: &CanaryDeployment) -> Option<DeploymentPhase> {
     d.status.as_ref().and_then(|s| s.phase)
 }
@@ -411,7 +396,7 @@ async fn deployment_gates_replace_the_pauses_and_a_bad_version_rolls_back() {
     let exporter = Exporter::start("web").await;
     let prometheus = Prometheus::start(&exporter).await;
     let ok = Arc::new(AtomicBool::new(true));
-    let (port, _server) = health_endpoint(ok.clone()).await;
+    let port = support::web_gate(ok.clone()).await;
     let patch = json!({"analysis": {
         "args": args("web", &prometheus),
         "background": {"templates": [{"templateName": "error-rate"}]},

@@ -218,25 +218,10 @@ async fn a_canary_that_never_becomes_ready_rolls_back_at_the_deadline_with_every
     watch.assert_clean();
 }
 
-/// A web gate that the test fails: the rollback on analysis, with data.
-async fn gate_endpoint(ok: Arc<AtomicBool>) -> (u16, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let router = axum::Router::new().route(
-        "/health",
-        axum::routing::get(move || {
-            let ok = ok.clone();
-            async move { axum::Json(json!({"data": {"ok": ok.load(Ordering::Relaxed)}})) }
-        }),
-    );
-    let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    (port, task)
-}
-
 #[tokio::test]
 async fn a_canary_failing_its_analysis_rolls_back_with_every_key() {
     let ok = Arc::new(AtomicBool::new(false));
-    let (port, _server) = gate_endpoint(ok.clone()).await;
+    let port = support::web_gate(ok.clone()).await;
     let analysis = json!({"gates": [{"after": 1, "templates": [{"templateName": "health"}]}]});
     let Some(mut f) = start("node-analysis", json!({"analysis": analysis})).await else {
         return;

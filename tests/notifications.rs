@@ -85,21 +85,6 @@ impl Recorder {
     }
 }
 
-/// A health endpoint for the web analysis: `{"data": {"ok": <ok>}}`.
-async fn health_endpoint(ok: Arc<AtomicBool>) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let router = axum::Router::new().route(
-        "/health",
-        axum::routing::get(move || {
-            let ok = ok.clone();
-            async move { axum::Json(json!({"data": {"ok": ok.load(Ordering::Relaxed)}})) }
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    port
-}
-
 fn redis(ns: &str) -> Value {
     small_redis(
         ns,
@@ -170,7 +155,7 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
     let recorder = Recorder::default();
     let base = recorder.serve().await;
     let ok = Arc::new(AtomicBool::new(true));
-    let port = health_endpoint(ok.clone()).await;
+    let port = support::web_gate(ok.clone()).await;
     let mut f = Fixture::prepare("notify", redis).await;
     let ns = f.ns.name.clone();
     f.write_file(

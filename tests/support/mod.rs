@@ -286,6 +286,26 @@ pub async fn recycle_volumes(client: &Client) {
     }
 }
 
+/// A `web` analysis provider's endpoint on 127.0.0.1: `GET /health` answers
+/// `{"data": {"ok": <ok>}}`, so a test passes or fails a gate by setting `ok`. Returns the
+/// port; the server runs as long as the test's runtime.
+pub async fn web_gate(ok: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let router =
+        axum::Router::new().route(
+            "/health",
+            axum::routing::get(move || {
+                let ok = ok.clone();
+                async move {
+                    axum::Json(serde_json::json!({"data": {"ok": ok.load(Ordering::Relaxed)}}))
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    port
+}
+
 /// Polls `check` until it returns `Some`, failing the test with `what` after `timeout`.
 /// Use a watch (`kube::runtime::wait::await_condition`) where one fits; this is for checks
 /// that span several objects.

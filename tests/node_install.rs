@@ -159,9 +159,13 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     if !node::require(&admin).await {
         return;
     }
-    // A Deployment of an earlier run being deleted would take this run's apply and then go,
-    // leaving its old pods (following the old repository) as the only agents.
+    // An earlier install (tests/deploy.rs leaves its kwok one; a failed run may leave a real
+    // one) is removed first: a Deployment still being deleted would take this run's apply and
+    // then go, leaving its old pods (following the old repository) as the only agents.
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "linnet-system");
+    let _ = deployments
+        .delete("linnet", &DeleteParams::foreground())
+        .await;
     support::eventually(
         "an earlier install's agents to be gone",
         Duration::from_secs(120),

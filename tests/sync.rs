@@ -784,3 +784,46 @@ async fn an_unknown_cluster_scoped_kind_meets_the_cluster_kind_policy() {
         );
     }
 }
+
+/// Regression (issue 69): a `--repo-path` agent whose specs hold an object the API server
+/// refuses re-synced the whole tree about 5 times a second, for ever (173 syncs in 38 s).
+/// Refused by validation (422) and by RBAC (403, a kind the agent's account may not write):
+/// in 20 s a few tries, each further apart than the last, and each error said once.
+#[tokio::test]
+async fn a_refused_object_is_retried_with_backoff_not_five_times_a_second() {
+    let f = support::rollout::Fixture::start("refused-retry", |ns| {
+        support::rollout::small_redis(ns, json!({}))
+    })
+    .await;
+    f.write_file(
+        "refused.yaml",
+        &[
+            json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "invalid", "namespace": f.ns.name},
+                "spec": {"ports": [{"port": 0}]}}),
+            json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                "metadata": {"name": "refused", "namespace": f.ns.name},
+                "spec": {"hard": {"pods": "10"}}}),
+        ],
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let log = f.agent.as_ref().unwrap().log_text();
+    let tries = log.matches("errors=2").count();
+    assert!(
+        (2..=8).contains(&tries),
+        "{tries} tries in 20 s of a refused object:\n{log}"
+    );
+    // Said once, not at every try.
+    let warned = log.matches(" WARN ").count();
+    assert_eq!(
+        warned, 3,
+        "one warning per object and one for the loop:\n{log}"
+    );
+    for object in ["Service", "ResourceQuota"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("object not applied") && l.contains(object)),
+            "{object} is named:\n{log}"
+        );
+    }
+}

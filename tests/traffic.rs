@@ -685,3 +685,87 @@ async fn real_pods_of_a_batch_get_their_weight_and_an_abort_loses_no_request() {
     };
     batch_weight_and_rollback_story(f, gateway, "linnet.test/kv:v1", "linnet.test/kv:v2").await;
 }
+
+/// Regression (issue 69): every drift check (every 3 minutes, and at start) put Git's rules
+/// back on a route a rollout weighs ("reverted changes made outside Git ... spec.rules"), and
+/// the rollout set its weights again: the canary share went 50 → 0 → 50, and the stable
+/// Deployment was scaled up and down. Here drift checks run every 2 s, for 12 s at weight 30
+/// and again after completion: the route is never written, no pod made or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drift_check_never_undoes_the_weights_a_rollout_set() {
+    gateway_api_first().await;
+    let mut f = Fixture::prepare("traffic-drift", web).await;
+    let (gateway, _pods) = serve(&f, "web").await;
+    let agent = f.spawn_agent("agent", &["--drift-interval=2s".to_string()]);
+    support::agent::wait_ready(&agent).await;
+    f.agent = Some(agent);
+    f.wait_for("Completed at weight 0", 120, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, "web:v1").await;
+    quiet_for(&f, "completed at weight 0").await;
+
+    f.patch_spec(json!({"image": "web:v2"}));
+    f.wait_for(
+        "Paused after batch 1 at weight 30",
+        120,
+        |r: &CanaryDeployment| {
+            r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Paused)
+                && weight_of_deploy(r) == Some(30)
+        },
+    )
+    .await;
+    wait_running(&gateway, &f, "web", &[vec![1], vec![70, 30]]).await;
+    quiet_for(&f, "paused at weight 30").await;
+    wait_running(&gateway, &f, "web", &[vec![1], vec![70, 30]]).await;
+    assert!(
+        !f.event_reasons_of("HTTPRoute")
+            .await
+            .iter()
+            .any(|r| r == "DriftReverted"),
+        "a DriftReverted event on the route"
+    );
+    let log = f.agent.as_ref().unwrap().log_text();
+    assert!(
+        !log.contains("reverted changes made outside Git"),
+        "the agent reverted drift:\n{log}"
+    );
+}
+
+/// Asserts that for 12 s (six drift checks) the route `web` is not written and no pod of the
+/// namespace comes or goes.
+async fn quiet_for(f: &Fixture, what: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    let route_generation = || async {
+        routes(&f.admin, &f.ns.name)
+            .get("web")
+            .await
+            .unwrap()
+            .metadata
+            .generation
+    };
+    let pod_names = || async {
+        let mut names: Vec<String> = f
+            .api::<Pod>()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+    let (generation, pods) = (route_generation().await, pod_names().await);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        route_generation().await,
+        generation,
+        "{what}: the route was rewritten during drift checks\n{}",
+        debug_state(f, "web").await
+    );
+    assert_eq!(pod_names().await, pods, "{what}: pods came or went");
+}

@@ -241,7 +241,11 @@ pub async fn measure(
                     match analysis_job(rollout.reference, rollout.kind, run, m, ordinal) {
                         Some(job) => {
                             let name = job.metadata.name.clone().unwrap_or_default();
-                            match jobs.create(&PostParams::default(), &job).await {
+                            let params = PostParams {
+                                field_manager: Some(crate::api::field_managers::ANALYSIS.into()),
+                                ..PostParams::default()
+                            };
+                            match jobs.create(&params, &job).await {
                                 Ok(_) => {}
                                 Err(kube::Error::Api(s)) if s.code == 409 => {}
                                 Err(e) => {

@@ -139,7 +139,7 @@ pub(crate) async fn execute(
         Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
             .patch(
                 name,
-                &PatchParams::default(),
+                &update_params(),
                 &Patch::Merge(json!({"spec": {"replicas": replicas}})),
             )
             .await
@@ -160,7 +160,7 @@ pub(crate) async fn execute(
             Api::<PersistentVolume>::all(client)
                 .patch(
                     volume,
-                    &PatchParams::default(),
+                    &update_params(),
                     &Patch::Merge(json!({
                         "metadata": {
                             "resourceVersion": checked,
@@ -176,7 +176,7 @@ pub(crate) async fn execute(
         }
         Action::CreateClaim(claim) => ignore_status(
             Api::<PersistentVolumeClaim>::namespaced(client, ns)
-                .create(&PostParams::default(), claim)
+                .create(&create_params(), claim)
                 .await
                 .map(|_| ()),
             409,
@@ -200,7 +200,7 @@ pub(crate) async fn execute(
             Api::<PersistentVolume>::all(client)
                 .patch(
                     volume,
-                    &PatchParams::default(),
+                    &update_params(),
                     &Patch::Merge(json!({
                         "metadata": {"resourceVersion": checked},
                         "spec": {"claimRef": {
@@ -221,7 +221,7 @@ pub(crate) async fn execute(
             Api::<PersistentVolumeClaim>::namespaced(client, ns)
                 .patch(
                     claim,
-                    &PatchParams::default(),
+                    &update_params(),
                     &Patch::Merge(
                         json!({"metadata": {"annotations": {BIND_REQUESTED_ANNOTATION: volume}}}),
                     ),
@@ -232,7 +232,7 @@ pub(crate) async fn execute(
         }
         Action::CreateJob(job) => ignore_status(
             Api::<Job>::namespaced(client, ns)
-                .create(&PostParams::default(), job)
+                .create(&create_params(), job)
                 .await
                 .map(|_| ()),
             409,
@@ -312,5 +312,21 @@ pub(crate) async fn execute(
             )
             .await
         }
+    }
+}
+
+/// A create under the rollouts' field manager.
+fn create_params() -> PostParams {
+    PostParams {
+        field_manager: Some(crate::api::field_managers::ROLLOUT.into()),
+        ..PostParams::default()
+    }
+}
+
+/// A merge patch under the rollouts' field manager.
+fn update_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(crate::api::field_managers::ROLLOUT.into()),
+        ..PatchParams::default()
     }
 }

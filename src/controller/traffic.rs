@@ -185,7 +185,14 @@ pub async fn update_route(
         patch["metadata"]["resourceVersion"] = json!(rv);
     }
     routes
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .patch(
+            name,
+            &PatchParams {
+                field_manager: Some(crate::api::field_managers::TRAFFIC.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(patch),
+        )
         .await
         .map(|_| ())
         .doing(what)

@@ -358,7 +358,7 @@ pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result
         "metadata": {"annotations": {annotation: value}}
     }));
     let params = PatchParams {
-        field_manager: Some("linnet-cli".into()),
+        field_manager: Some(crate::api::field_managers::CLI.into()),
         ..PatchParams::default()
     };
     match &rollout {

@@ -7,6 +7,7 @@
 //! - [`holder`]: at start, whether another live agent has this source name;
 //! - [`lease`]: the Lease in, whether this replica acts out;
 //! - [`shards`]: the shard Leases in (`--shards`), which rollouts this replica runs out;
+//! - [`said`]: which persisting errors the log has said already;
 //! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
 //! - [`source_object`]: that state published on the source's `LinnetSource` object;
 //! - [`config`]: what the flags say;
@@ -23,6 +24,7 @@ pub mod holder;
 pub mod lease;
 pub mod listeners;
 pub mod look;
+pub mod said;
 pub mod shards;
 pub mod source_loop;
 pub mod source_object;

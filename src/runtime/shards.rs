@@ -275,7 +275,14 @@ async fn ask_for_home_shard(
         "metadata": {"annotations": {HOME_WAITING_ANNOTATION: request}}
     });
     if let Err(e) = leases
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            name,
+            &PatchParams {
+                field_manager: Some(crate::api::field_managers::SHARDS.into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(&patch),
+        )
         .await
     {
         tracing::debug!(lease = %name, error = %e, "could not ask for the home shard back");

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::config::AgentConfig;
 use super::look::{Found, History, Remote, SourceError, look_at_local, look_at_remote};
+use super::said::SaidErrors;
 use super::state::{AgentState, kept_errors, now_rfc3339};
 use crate::source::git::GitError;
 use crate::source::hooks::WakeReceiver;
@@ -37,6 +38,17 @@ fn with_jitter(interval: Duration) -> Duration {
 
 /// Spec errors logged per sync; the rest are counted (the status keeps 100).
 const LOGGED_SPEC_ERRORS: usize = 10;
+/// Object errors logged one by one, when each starts or changes; `linnet status` lists more.
+const LOGGED_OBJECT_ERRORS: usize = 100;
+
+/// What the loop's log has said of errors that persist ([`SaidErrors`]).
+#[derive(Default)]
+struct Said {
+    specs: SaidErrors,
+    objects: SaidErrors,
+    /// The loop's own error, as last logged.
+    loop_error: Option<String>,
+}
 
 /// The longest wait before a failed look at the source is made again.
 const MAX_ERROR_RETRY: Duration = Duration::from_secs(10);
@@ -143,6 +155,7 @@ impl SourceLoop {
         // Whether the last sync attempt succeeded; a failed one is retried even without a change.
         let mut last_sync_ok = false;
         let mut delay = Duration::ZERO;
+        let mut said = Said::default();
         let mut shutdown = std::pin::pin!(super::shutdown_signal());
         let edited = self.edited.clone();
 
@@ -234,7 +247,9 @@ impl SourceLoop {
                     Ok(())
                 }
                 Ok(Found::Specs { revision, specs }) => {
-                    let result = self.sync(&syncer, &revision, &specs, drift_due).await;
+                    let result = self
+                        .sync(&syncer, &revision, &specs, drift_due, &mut said)
+                        .await;
                     last_sync_ok = result.is_ok();
                     if result.is_ok() {
                         synced = Some(revision);
@@ -246,6 +261,9 @@ impl SourceLoop {
             self.state.set_ready();
             match outcome {
                 Ok(()) => {
+                    if said.loop_error.take().is_some() {
+                        tracing::info!("source synced again");
+                    }
                     backoff.reset();
                     delay = with_jitter(config.poll_interval);
                     self.state.update(|s| s.last_error = None);
@@ -266,10 +284,15 @@ impl SourceLoop {
                         .unwrap_or(most)
                         .min(most)
                         .min(config.poll_interval);
-                    if source_failed || matches!(error, SourceError::NoSpecs { .. }) {
-                        tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state");
+                    // Said once per change of error; each retry of the same one at debug.
+                    let news = said.loop_error.as_deref() != Some(message.as_str());
+                    said.loop_error = Some(message.clone());
+                    if !news {
+                        tracing::debug!(error = %message, retry_in = ?delay, "still failing; retrying with backoff");
+                    } else if source_failed || matches!(error, SourceError::NoSpecs { .. }) {
+                        tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state (retried with backoff, said again when the error changes)");
                     } else {
-                        tracing::warn!(error = %message, retry_in = ?delay, "some objects of the revision were not applied (the others were); retrying them");
+                        tracing::warn!(error = %message, retry_in = ?delay, "some objects of the revision were not applied (the others were); retrying them with backoff (said again when the error changes)");
                     }
                     if let SourceError::Git(GitError::Unverified { .. }) = &error {
                         self.source_event("Unverified", &message).await;
@@ -316,6 +339,7 @@ impl SourceLoop {
         revision: &str,
         specs: &SpecSet,
         full: bool,
+        said: &mut Said,
     ) -> Result<(), SourceError> {
         if specs.is_empty() && !self.config.allow_empty {
             // Most likely a wrong --path (or specs moved away): applying "nothing" would prune
@@ -325,10 +349,17 @@ impl SourceLoop {
                 revision: revision.to_string(),
             });
         }
-        for e in specs.errors.iter().take(LOGGED_SPEC_ERRORS) {
+        let news = said.specs.news(
+            specs.errors.iter().map(|e| (e.to_string(), String::new())),
+            LOGGED_SPEC_ERRORS,
+        );
+        for (e, _) in &news.changed {
             tracing::error!(error = %e, "spec error; this file is not applied until it is fixed");
         }
-        if specs.errors.len() > LOGGED_SPEC_ERRORS {
+        for e in &news.cleared {
+            tracing::info!(error = %e, "spec error gone (fixed, or its file removed)");
+        }
+        if !news.changed.is_empty() && specs.errors.len() > LOGGED_SPEC_ERRORS {
             tracing::error!(
                 more = specs.errors.len() - LOGGED_SPEC_ERRORS,
                 "more spec errors; linnet status lists the first 100"
@@ -381,6 +412,19 @@ impl SourceLoop {
                     })
                     .inc_by(n as u64);
             }
+        }
+        let news = said.objects.news(
+            report
+                .errors
+                .iter()
+                .map(|(key, e)| (key.to_string(), e.clone())),
+            LOGGED_OBJECT_ERRORS,
+        );
+        for (object, e) in &news.changed {
+            tracing::warn!(%object, error = %e, "object not applied; retried with backoff");
+        }
+        for object in &news.cleared {
+            tracing::info!(%object, "object applied (or gone from Git) after an error");
         }
         tracing::info!(
             revision,

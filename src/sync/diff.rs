@@ -206,6 +206,23 @@ pub(crate) fn is_unchanged_from(want: &Value, hash: &str, live: &Value) -> bool 
         && has_finalizers(want, live)
 }
 
+/// What a sync applies of `desired` over `live`: all of it when Git's content changed; for a
+/// drift repair (the same content), not the fields linnet's controllers own, which a forced
+/// apply would take back from them.
+pub fn to_apply(desired: &DesiredObject, live: Option<&Value>) -> Value {
+    let mut object = desired.value();
+    if let Some(live) = live {
+        let live_hash = live
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
+            .and_then(Value::as_str);
+        if live_hash == Some(desired.hash.as_str()) {
+            super::ownership::without(&mut object, &super::ownership::controller_owned(live));
+        }
+    }
+    object
+}
+
 /// The fields Git sets that were changed in the cluster since linnet applied this very content
 /// (JSON paths, at most 10): drift to revert and to name in an event. Empty when Git's
 /// content changed (an update, not drift) or nothing differs.
@@ -283,16 +300,9 @@ fn has_finalizers(desired: &Value, live: &Value) -> bool {
 /// finalizers, which [`has_finalizers`] compares as a set.
 fn comparable(object: &Value, live: &Value) -> Value {
     let mut o = object.clone();
-    // A route a rollout weighs (its annotation says which): its rules are the rollout's to
-    // set. Counted as a change, every full sync put Git's rules back and the rollout its own.
-    if live
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(crate::api::TRAFFIC_ANNOTATION))
-        .is_some()
-        && let Some(Value::Object(spec)) = o.get_mut("spec")
-    {
-        spec.remove("rules");
-    }
+    // Fields linnet's controllers own (a rollout's weights on a route): counted as changes,
+    // every full sync put Git's rules back and the rollout its own.
+    super::ownership::without(&mut o, &super::ownership::controller_owned(live));
     if let Some(Value::Object(meta)) = o.get_mut("metadata") {
         meta.remove("finalizers");
         if let Some(Value::Object(a)) = meta.get_mut("annotations") {
@@ -350,8 +360,8 @@ pub fn project(want: &Value, have: &Value) -> Value {
     }
 }
 
-/// [`project`], keeping what deciding ownership needs: the object's owners, linnet's labels and
-/// the adoption annotation.
+/// [`project`], keeping what deciding ownership needs: the object's owners, linnet's labels,
+/// the adoption and traffic annotations, and the `managedFields` of linnet's controllers.
 pub fn project_owned(want: &Value, have: &Value) -> Value {
     let mut kept = project(want, have);
     if let (Some(Value::Object(meta)), Some(have_meta)) =
@@ -362,10 +372,16 @@ pub fn project_owned(want: &Value, have: &Value) -> Value {
                 meta.insert(field.into(), v.clone());
             }
         }
+        // What tells the fields linnet's controllers own: dropped, a weighed route's rules
+        // were drift again (issue 69).
+        if let Some(entries) = super::ownership::controller_entries(have) {
+            meta.insert("managedFields".into(), entries);
+        }
         for (map_name, key) in [
             ("labels", MANAGED_BY_LABEL),
             ("labels", SOURCE_LABEL),
             ("annotations", ADOPT_ANNOTATION),
+            ("annotations", crate::api::TRAFFIC_ANNOTATION),
         ] {
             if let Some(v) = have_meta.get(map_name).and_then(|m| m.get(key)) {
                 let map = meta

@@ -10,6 +10,7 @@ pub mod desired;
 pub mod diff;
 pub mod edited;
 pub mod inventory;
+pub mod ownership;
 
 pub use apply::{ApplyAs, SyncReport, Syncer};
 pub use desired::{DesiredObject, desired_set};

@@ -79,7 +79,8 @@ impl Syncer {
                     report.pruned.push(key.clone())
                 }
                 (Err(e), _) => {
-                    tracing::warn!(object = %key, error = %e, "sync failed for object");
+                    // The source loop logs it when it starts or changes, not at every retry.
+                    tracing::debug!(object = %key, error = %e, "sync failed for object");
                     report.errors.push((key.clone(), e.to_string()))
                 }
             }
@@ -155,7 +156,7 @@ impl Syncer {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
         // Every apply carries the finalizer, not only the create: an apply without a field
         // this manager applied before would remove it.
-        let object = desired.value();
+        let object = super::super::diff::to_apply(desired, change.live.as_ref());
         let object = if self.rollout_finalizer && has_cleanup(key) {
             with_finalizer(&object, FINALIZER)
         } else {

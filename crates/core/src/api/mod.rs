@@ -7,6 +7,7 @@ mod config;
 mod deployment;
 mod embedded;
 mod failure;
+pub mod field_managers;
 mod names;
 mod next_environment;
 pub mod packed_meta;

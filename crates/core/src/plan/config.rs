@@ -37,7 +37,7 @@ pub enum ConfigObserved {
 
 /// The sync's field manager, whose apply times say which came first, a rollout's spec or
 /// its config.
-pub const SYNC_FIELD_MANAGER: &str = "linnet";
+pub const SYNC_FIELD_MANAGER: &str = crate::api::field_managers::SYNC;
 
 /// Of an object's `managedFields`, only the sync's own apply, without its field set: what a
 /// store keeps to tell when the sync last applied the object.

@@ -157,7 +157,16 @@ pub async fn run(
     if let (Some(cfg), Some(changes)) = (config.notifications.clone(), notify_changes) {
         tasks.spawn(
             "notifications",
-            crate::notify::run(changes, cfg, metrics.clone()),
+            crate::notify::run(
+                changes,
+                cfg,
+                metrics.clone(),
+                Some(crate::notify::persist::Store {
+                    client: client.clone(),
+                    namespace: config.state_namespace.clone(),
+                    source: config.source_name.clone(),
+                }),
+            ),
         );
     }
     if let (Some(cfg), Some(changes)) = (config.writeback.clone(), writeback_changes) {

@@ -334,8 +334,7 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
     // Routed by rollout: nothing of this namespace went to a receiver of other/*.
     assert!(recorder.of("elsewhere").is_empty());
 
-    // A 503 is tried again (each CanaryStarted took three tries); a 400 is not.
-    // (Its tries wait 1 s, then 2 s.)
+    // A 503 is tried again with backoff (each CanaryStarted took three tries); a 400 is not.
     eventually(
         "two canaries, three tries each",
         Duration::from_secs(20),
@@ -346,7 +345,7 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
     )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(recorder.of("flaky").len(), 6, "no fourth try");
+    assert_eq!(recorder.of("flaky").len(), 6, "no fourth try once sent");
     assert_eq!(recorder.of("refusing").len(), 1, "one Promoted, one try");
     let text = f.agent.as_ref().unwrap().metrics().await;
     for (series, want) in [
@@ -422,4 +421,145 @@ fn a_bad_notifications_file_stops_the_agent_with_what_to_fix() {
             "{says:?} not in: {err}"
         );
     }
+}
+
+/// A receiver whose answers a switch decides: 503 while `down`, else 204. Records each
+/// request's event and whether it was taken.
+#[derive(Clone, Default)]
+struct Outage {
+    down: Arc<AtomicBool>,
+    tries: Arc<Mutex<Vec<(String, bool)>>>,
+}
+
+async fn outage(State(o): State<Outage>, headers: HeaderMap) -> StatusCode {
+    let event = headers
+        .get("x-linnet-event")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let down = o.down.load(Ordering::SeqCst);
+    o.tries.lock().unwrap().push((event, !down));
+    if down {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::NO_CONTENT
+    }
+}
+
+/// Regression (issue 69): with a receiver answering 503, each notification was tried 5 times
+/// over 26 s while the next waited behind it, then given up, and never sent when the receiver
+/// recovered. Now a rollout's notifications wait in order and are tried with backoff for as
+/// long as it takes, kept in a ConfigMap across a `kill -9`, and each is taken once when the
+/// receiver is back, in the order they happened.
+#[tokio::test]
+async fn a_receiver_down_across_a_restart_gets_every_notification_once_in_order() {
+    let o = Outage::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(outage))
+        .with_state(o.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut f = Fixture::prepare("notify-outage", |ns| small_redis(ns, json!({}))).await;
+    let url = f.dir.path().join("hook-url");
+    std::fs::write(&url, format!("{base}/hook\n")).unwrap();
+    let settings = f.dir.path().join("notifications.yaml");
+    std::fs::write(
+        &settings,
+        serde_json::to_string(&json!({"receivers": [{"name": "down", "type": "discord",
+            "urlFile": url.display().to_string(), "perMinute": 600}]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let args = [format!("--notifications-file={}", settings.display())];
+    let agent = f.spawn_agent("agent", &args);
+    wait_ready(&agent).await;
+    f.agent = Some(agent);
+    let phase = |r: &CanaryStatefulSet| r.status.as_ref().and_then(|s| s.phase);
+    f.wait_for("Stable on redis:7.2", 90, |r: &CanaryStatefulSet| {
+        phase(r) == Some(StatefulSetPhase::Stable)
+    })
+    .await;
+
+    o.down.store(true, Ordering::SeqCst);
+    f.patch_spec(json!({"image": "redis:7.4"}));
+    f.wait_for("waiting for promotion", 90, |r: &CanaryStatefulSet| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.message.as_deref())
+            .is_some_and(|m| m.contains("waiting for promotion"))
+    })
+    .await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack", 90, |r: &CanaryStatefulSet| {
+        phase(r) == Some(StatefulSetPhase::RolledBack)
+    })
+    .await;
+    // All three wait, kept for a restart; only the first was tried (the others wait behind
+    // it), and more than once.
+    let configmaps = f.api::<k8s_openapi::api::core::v1::ConfigMap>();
+    let kept = format!("linnet-notifications-{}", f.ns.name);
+    eventually("three notifications kept", Duration::from_secs(30), || {
+        let configmaps = configmaps.clone();
+        let kept = kept.clone();
+        async move {
+            let cm = configmaps.get_opt(&kept).await.ok()??;
+            let text = cm.data?.remove("waiting")?;
+            (text.lines().count() == 3 && text.contains("RolledBack")).then_some(())
+        }
+    })
+    .await;
+    eventually("a second try", Duration::from_secs(30), || {
+        let o = o.clone();
+        async move { (o.tries.lock().unwrap().len() >= 2).then_some(()) }
+    })
+    .await;
+    let tried: Vec<String> = o
+        .tries
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(e, _)| e.clone())
+        .collect();
+    assert!(
+        tried.iter().all(|e| e == "CanaryStarted"),
+        "only the rollout's first notification is tried while it fails: {tried:?}"
+    );
+
+    f.kill_agent();
+    let agent = f.spawn_agent("agent-again", &args);
+    wait_ready(&agent).await;
+    f.agent = Some(agent);
+    o.down.store(false, Ordering::SeqCst);
+    eventually("all three taken", Duration::from_secs(90), || {
+        let o = o.clone();
+        async move {
+            let taken = o.tries.lock().unwrap().iter().filter(|(_, ok)| *ok).count();
+            (taken >= 3).then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let taken: Vec<String> = o
+        .tries
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(e, _)| e.clone())
+        .collect();
+    assert_eq!(taken, ["CanaryStarted", "AwaitingApproval", "RolledBack"]);
+    eventually("nothing kept once sent", Duration::from_secs(10), || {
+        let configmaps = configmaps.clone();
+        let kept = kept.clone();
+        async move {
+            let cm = configmaps.get_opt(&kept).await.ok()??;
+            cm.data
+                .unwrap_or_default()
+                .get("waiting")
+                .is_none_or(|t| t.is_empty())
+                .then_some(())
+        }
+    })
+    .await;
 }

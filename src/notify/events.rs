@@ -18,7 +18,9 @@ use crate::api::{AnalysisPhase, AnalysisRunStatus, RolloutView};
 pub const CATCH_UP: Duration = Duration::from_secs(60);
 
 /// The events a receiver can be routed.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, Deserialize, serde::Serialize, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
 pub enum Event {
     CanaryStarted,
     AwaitingApproval,

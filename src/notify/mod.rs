@@ -5,7 +5,9 @@
 //! - [`config`]: the receivers, each routed by event and rollout, with its URL in a Secret;
 //! - [`events`]: what a rollout's status change tells (pure);
 //! - [`payload`]: each service's documented body (pure);
-//! - [`send`]: one task and queue per receiver: spaced, retried, counted.
+//! - [`queue`]: a receiver's waiting notifications, a lane per rollout (pure);
+//! - [`send`]: one task and queue per receiver: spaced, retried with backoff, counted;
+//! - [`persist`]: what waits, kept in a ConfigMap for a restart.
 //!
 //! It reads the shared rollout store's changes like commit statuses do, on the replica that
 //! holds the Lease, and never waits on a receiver: a reconcile cannot be held up by one.
@@ -13,6 +15,8 @@
 pub mod config;
 pub mod events;
 pub mod payload;
+pub mod persist;
+pub mod queue;
 pub mod send;
 
 use std::collections::HashMap;
@@ -80,6 +84,8 @@ impl NotifyConfig {
 fn outboxes(
     config: &NotifyConfig,
     metrics: &Arc<Metrics>,
+    mut stored: persist::Waiting,
+    waiting: &Arc<tokio::sync::watch::Sender<persist::Waiting>>,
 ) -> Result<Vec<Outbox>, crate::net::CaFileError> {
     // No redirects: a webhook's signed body goes where its URL says, nowhere else.
     let http = crate::net::http_client_no_redirects(config.ca_file.as_deref(), config.timeout)?;
@@ -105,7 +111,13 @@ fn outboxes(
             }
             _ => Target::Http(http.clone()),
         };
-        out.push(Outbox::start(r.clone(), target, metrics.clone()));
+        out.push(Outbox::start(
+            r.clone(),
+            target,
+            metrics.clone(),
+            stored.remove(&r.name).unwrap_or_default(),
+            waiting.clone(),
+        ));
     }
     Ok(out)
 }
@@ -125,9 +137,24 @@ fn key_and_snapshot<R: crate::api::RolloutView>(
 }
 
 /// Sends what the rollouts' changes tell to every receiver that wants it, until the changes
-/// end.
-pub async fn run(changes: Subscription, config: NotifyConfig, metrics: Arc<Metrics>) {
-    let outboxes = match outboxes(&config, &metrics) {
+/// end. With `store`, what waits is kept there for a restart, and what waited before is sent
+/// first.
+pub async fn run(
+    changes: Subscription,
+    config: NotifyConfig,
+    metrics: Arc<Metrics>,
+    store: Option<persist::Store>,
+) {
+    let (stored, written) = match &store {
+        Some(store) => store.load().await,
+        None => (persist::Waiting::new(), None),
+    };
+    let (waiting, waiting_rx) = tokio::sync::watch::channel(persist::Waiting::new());
+    let waiting = Arc::new(waiting);
+    if let Some(store) = store {
+        tokio::spawn(store.keep(waiting_rx, written));
+    }
+    let outboxes = match outboxes(&config, &metrics, stored, &waiting) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!(error = %e, "notifications are off");

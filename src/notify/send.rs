@@ -1,26 +1,32 @@
-//! One receiver's outbox: its own task and queue, so a slow or failing service holds up
-//! nothing but its own notifications. Sends are spaced to the receiver's `perMinute`, a
-//! failure that may clear (a network error, 429, 5xx) is tried again with a growing wait,
-//! and each outcome is counted in `linnet_notifications_total{receiver,result}`.
+//! One receiver's outbox: its own task and [`Queue`], so a slow or failing service holds up
+//! nothing but its own notifications. Sends are spaced to the receiver's `perMinute`; a
+//! failure that may clear (a network error, 429, 5xx) is tried again with backoff until it
+//! goes through, holding up only its rollout's later notifications; each outcome is counted
+//! in `linnet_notifications_total{receiver,result}`.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use std::collections::HashMap;
 
 use tokio::sync::mpsc;
 
 use super::config::{Receiver, ReceiverKind};
 use super::events::Notice;
 use super::payload;
+use super::persist::Waiting;
+use super::queue::{Lane, Offered, Queue};
 use crate::telemetry::{Metrics, NotifyLabels};
 use crate::writeback::pull_request::{PullRequestError, PullRequests};
 
-/// Notifications a receiver may have waiting; more are dropped (and counted).
-const QUEUE: usize = 100;
-/// Tries of one notification, the first included.
-const TRIES: u32 = 5;
-/// The wait before the second try; it doubles after each.
-const FIRST_RETRY: Duration = Duration::from_secs(1);
-/// The longest a `Retry-After` is waited for; past it the notification is given up.
+/// Notifications a receiver may have waiting; past it the oldest of the busiest rollout is
+/// dropped (and counted).
+pub const QUEUE: usize = 100;
+/// Offers not yet taken into the queue (the task takes them between tries).
+const OFFERS: usize = 1000;
+/// The wait asked for after a failure that gives no `Retry-After`: the lane's backoff decides.
+const NO_WAIT: Duration = Duration::ZERO;
+/// The longest a `Retry-After` is waited for; past it the lane's backoff decides.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The most of an answer read (for the log).
 const MAX_ANSWER_BYTES: usize = 4096;
@@ -29,7 +35,7 @@ const MAX_ANSWER_BYTES: usize = 4096;
 pub const RESULTS: [&str; 7] = [
     "sent",
     "refused",
-    "gave_up",
+    "retried",
     "dropped",
     "url_file",
     "no_pull_request",
@@ -53,16 +59,35 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// Starts the receiver's task.
-    pub fn start(receiver: Receiver, target: Target, metrics: Arc<Metrics>) -> Outbox {
+    /// Starts the receiver's task, with `stored` (waiting when the agent last stopped) first;
+    /// `waiting` is told what waits after each change.
+    pub fn start(
+        receiver: Receiver,
+        target: Target,
+        metrics: Arc<Metrics>,
+        stored: Vec<Notice>,
+        waiting: Arc<tokio::sync::watch::Sender<Waiting>>,
+    ) -> Outbox {
         let receiver = Arc::new(receiver);
         for result in RESULTS {
             let _ = metrics
                 .notifications
                 .get_or_create(&labels(&receiver, result));
         }
-        let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(deliver_all(receiver.clone(), target, metrics.clone(), rx));
+        let (tx, rx) = mpsc::channel(OFFERS);
+        let mut queue = Queue::new(QUEUE);
+        let now = std::time::Instant::now();
+        for notice in stored {
+            queue.offer(notice, now);
+        }
+        tokio::spawn(deliver_all(
+            receiver.clone(),
+            target,
+            metrics.clone(),
+            rx,
+            queue,
+            waiting,
+        ));
         Outbox {
             receiver,
             tx,
@@ -70,13 +95,14 @@ impl Outbox {
         }
     }
 
-    /// Queues `notice`; drops it (counted, logged) when the queue is full. Never waits.
+    /// Hands `notice` to the receiver's task; never waits (past [`OFFERS`] not yet taken, it
+    /// is dropped and counted).
     pub fn offer(&self, notice: Notice) {
         if let Err(e) = self.tx.try_send(notice) {
             let n = match &e {
                 mpsc::error::TrySendError::Full(n) | mpsc::error::TrySendError::Closed(n) => n,
             };
-            tracing::warn!(receiver = %self.receiver.name, event = n.event.as_str(), rollout = %format!("{}/{}", n.namespace, n.name), "notification dropped: {QUEUE} are already waiting for this receiver");
+            tracing::warn!(receiver = %self.receiver.name, event = n.event.as_str(), rollout = %format!("{}/{}", n.namespace, n.name), "notification dropped: {OFFERS} are already on their way to this receiver's queue");
             self.metrics
                 .notifications
                 .get_or_create(&labels(&self.receiver, "dropped"))
@@ -92,67 +118,108 @@ fn labels(receiver: &Receiver, result: &str) -> NotifyLabels {
     }
 }
 
+/// The receiver's task: takes offers into its [`Queue`], and tries the notification due
+/// first, spaced to `perMinute`. A failure that may clear backs off its rollout's lane only.
 async fn deliver_all(
     receiver: Arc<Receiver>,
     target: Target,
     metrics: Arc<Metrics>,
     mut rx: mpsc::Receiver<Notice>,
+    mut queue: Queue,
+    waiting: Arc<tokio::sync::watch::Sender<Waiting>>,
 ) {
-    let mut next = tokio::time::Instant::now();
-    while let Some(notice) = rx.recv().await {
-        tokio::time::sleep_until(next).await;
-        next = tokio::time::Instant::now() + receiver.spacing();
-        let result = match deliver(&receiver, &target, &notice).await {
-            Ok(()) => {
-                tracing::info!(receiver = %receiver.name, event = notice.event.as_str(), rollout = %format!("{}/{}", notice.namespace, notice.name), "notification sent");
-                "sent"
-            }
-            Err((result, why)) => {
-                tracing::warn!(receiver = %receiver.name, event = notice.event.as_str(), rollout = %format!("{}/{}", notice.namespace, notice.name), error = %why, "notification not sent");
-                result
-            }
-        };
+    let count = |result: &str| {
         metrics
             .notifications
             .get_or_create(&labels(&receiver, result))
             .inc();
+    };
+    let mut next_send = tokio::time::Instant::now();
+    // Failed tries of each lane's head so far: said at the first, and when it goes through.
+    let mut tries: HashMap<Lane, u32> = HashMap::new();
+    loop {
+        waiting.send_if_modified(|all| {
+            let now: Vec<Notice> = queue.waiting().cloned().collect();
+            let before = all.get(&receiver.name).map_or(&[][..], Vec::as_slice);
+            if before == now.as_slice() {
+                return false;
+            }
+            if now.is_empty() {
+                all.remove(&receiver.name);
+            } else {
+                all.insert(receiver.name.clone(), now);
+            }
+            true
+        });
+        let due = queue
+            .next_due()
+            .map(|d| tokio::time::Instant::from_std(d).max(next_send));
+        tokio::select! {
+            offered = rx.recv() => {
+                let Some(notice) = offered else { return };
+                if let Offered::Dropped(n) = queue.offer(notice, std::time::Instant::now()) {
+                    tracing::warn!(receiver = %receiver.name, event = n.event.as_str(), rollout = %format!("{}/{}", n.namespace, n.name), "notification dropped: {QUEUE} are waiting for this receiver; the oldest of the busiest rollout goes");
+                    count("dropped");
+                }
+            }
+            () = sleep_until(due), if due.is_some() => {
+                let Some((lane, notice)) = queue.due(std::time::Instant::now()) else { continue };
+                next_send = tokio::time::Instant::now() + receiver.spacing();
+                let rollout = format!("{}/{}", notice.namespace, notice.name);
+                let event = notice.event.as_str();
+                match try_once(&receiver, &target, &notice).await {
+                    Ok(()) => {
+                        match tries.remove(&lane) {
+                            Some(failed) => tracing::info!(receiver = %receiver.name, event, %rollout, failed_tries = failed, "notification sent after the receiver failed"),
+                            None => tracing::info!(receiver = %receiver.name, event, %rollout, "notification sent"),
+                        }
+                        queue.done(&lane, std::time::Instant::now());
+                        count("sent");
+                    }
+                    Err(Failed { retry: Some(after), why, .. }) => {
+                        let wait = queue.failed(&lane, std::time::Instant::now(), after);
+                        let n = tries.entry(lane).or_default();
+                        *n += 1;
+                        if *n == 1 {
+                            tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, retry_in = ?wait, "notification not sent yet; tried again with backoff until it is (later ones of this rollout wait behind it)");
+                        } else {
+                            tracing::debug!(receiver = %receiver.name, event, %rollout, error = %why, retry_in = ?wait, tries = *n, "notification still not sent");
+                        }
+                        count("retried");
+                    }
+                    Err(Failed { result, why, .. }) => {
+                        tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, "notification not sent, and not tried again");
+                        tries.remove(&lane);
+                        queue.done(&lane, std::time::Instant::now());
+                        count(result);
+                    }
+                }
+            }
+        }
     }
 }
 
-/// Why one try failed, and whether another may do better (and after how long at least).
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Why one try failed, and whether another may do better (after at least how long).
 struct Failed {
     result: &'static str,
     why: String,
     retry: Option<Duration>,
 }
 
-async fn deliver(
-    receiver: &Receiver,
-    target: &Target,
-    notice: &Notice,
-) -> Result<(), (&'static str, String)> {
+/// One try of `notice`.
+async fn try_once(receiver: &Receiver, target: &Target, notice: &Notice) -> Result<(), Failed> {
     let text = payload::text(receiver, notice);
-    let mut wait = FIRST_RETRY;
-    for attempt in 1..=TRIES {
-        let tried = match target {
-            Target::Http(http) => post(http, receiver, notice, &text).await,
-            Target::PullRequest(prs) => comment(prs, notice, &text).await,
-        };
-        let failed = match tried {
-            Ok(()) => return Ok(()),
-            Err(f) => f,
-        };
-        match failed.retry {
-            Some(after) if attempt < TRIES => {
-                tracing::debug!(receiver = %receiver.name, attempt, error = %failed.why, "notification failed; trying again");
-                tokio::time::sleep(after.max(wait)).await;
-                wait *= 2;
-            }
-            Some(_) => return Err(("gave_up", failed.why)),
-            None => return Err((failed.result, failed.why)),
-        }
+    match target {
+        Target::Http(http) => post(http, receiver, notice, &text).await,
+        Target::PullRequest(prs) => comment(prs, notice, &text).await,
     }
-    Err(("gave_up", "no try left".into()))
 }
 
 fn read_secret(path: Option<&std::path::Path>, what: &str) -> Result<String, Failed> {
@@ -200,12 +267,12 @@ async fn post(
     }
     // The URL is a secret (it is the credential): never logged, not even in an error.
     let answer = request.body(body).send().await.map_err(|e| Failed {
-        result: "gave_up",
+        result: "retried",
         why: format!(
             "cannot reach the receiver: {}",
             crate::net::explain_http(&e).1.replace(&url, "<url>")
         ),
-        retry: Some(FIRST_RETRY),
+        retry: Some(NO_WAIT),
     })?;
     let status = answer.status().as_u16();
     if (200..300).contains(&status) {
@@ -230,16 +297,13 @@ async fn post(
         crate::text::one_line(&String::from_utf8_lossy(&read), 200)
     );
     let retry = match status {
-        429 => match retry_after {
-            Some(after) if after > MAX_RETRY_AFTER => None,
-            after => Some(after.unwrap_or(FIRST_RETRY)),
-        },
-        500.. => Some(FIRST_RETRY),
+        429 => Some(retry_after.unwrap_or(NO_WAIT).min(MAX_RETRY_AFTER)),
+        500.. => Some(NO_WAIT),
         _ => None,
     };
     Err(Failed {
-        result: if retry.is_some() || status == 429 {
-            "gave_up"
+        result: if retry.is_some() {
+            "retried"
         } else {
             "refused"
         },
@@ -250,8 +314,8 @@ async fn post(
 
 async fn comment(prs: &PullRequests, notice: &Notice, text: &str) -> Result<(), Failed> {
     let failed = |e: PullRequestError| Failed {
-        result: if e.retryable() { "gave_up" } else { "refused" },
-        retry: e.retryable().then_some(FIRST_RETRY),
+        result: if e.retryable() { "retried" } else { "refused" },
+        retry: e.retryable().then_some(NO_WAIT),
         why: e.to_string(),
     };
     let revision = notice.revision.as_deref().ok_or_else(|| Failed {

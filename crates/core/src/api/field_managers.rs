@@ -16,6 +16,8 @@ pub const CONFIG_COPIES: &str = "linnet-config";
 pub const ANALYSIS: &str = "linnet-analysis";
 /// A replica asking for its home shard back on a shard Lease.
 pub const SHARDS: &str = "linnet-shards";
+/// The notifications waiting for their receivers, kept for a restart.
+pub const NOTIFICATIONS: &str = "linnet-notifications";
 /// The CLI's emergency annotations (`linnet promote`, `linnet abort`).
 pub const CLI: &str = "linnet-cli";
 

@@ -43,8 +43,17 @@ pub struct Target {
 /// once: a command that cannot reach the API server, or is refused, says so once, in words,
 /// instead of failing every request after it.
 pub async fn connect_to(target: &Target) -> Result<(Config, Client), crate::Error> {
+    connect_fenced(target, None).await
+}
+
+/// [`connect_to`], with every write of the client behind `fence` ([`crate::runtime::fence`]).
+pub async fn connect_fenced(
+    target: &Target,
+    fence: Option<std::sync::Arc<crate::runtime::fence::Fence>>,
+) -> Result<(Config, Client), crate::Error> {
     let config = load_config(target).await?;
-    let client = from_config(config.clone()).map_err(|e| crate::Error::KubeConfig(Box::new(e)))?;
+    let client = from_config_fenced(config.clone(), fence)
+        .map_err(|e| crate::Error::KubeConfig(Box::new(e)))?;
     check(&client, &config.cluster_url.to_string()).await?;
     Ok((config, client))
 }
@@ -227,7 +236,21 @@ macro_rules! trace_layer {
 /// A client for `config`. Settings this client does not handle itself (an HTTP proxy, a TLS
 /// server name) get kube's own HTTP/1.1 client instead.
 pub fn from_config(config: Config) -> Result<Client, kube::Error> {
+    from_config_fenced(config, None)
+}
+
+/// [`from_config`], with every write behind `fence`. kube's own client (a proxy, a TLS
+/// server name) has no fence: said in the log.
+pub fn from_config_fenced(
+    config: Config,
+    fence: Option<std::sync::Arc<crate::runtime::fence::Fence>>,
+) -> Result<Client, kube::Error> {
     if config.proxy_url.is_some() || config.tls_server_name.is_some() {
+        if fence.is_some() {
+            tracing::warn!(
+                "with an HTTP proxy or a TLS server name the client is kube's own, and writes are not fenced by the lease"
+            );
+        }
         return Client::try_from(config);
     }
     let mut http = HttpConnector::new();
@@ -263,6 +286,7 @@ pub fn from_config(config: Config) -> Result<Client, kube::Error> {
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .layer(trace_layer!())
+        .option_layer(fence.map(crate::runtime::fence::FenceLayer))
         .map_err(tower::BoxError::from)
         .service(hyper);
     Ok(Client::new(service, config.default_namespace))

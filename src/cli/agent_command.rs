@@ -189,7 +189,18 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             .map_err(|e| Error::Usage(format!("{e} (--notifications-file)")))?,
         );
     }
-    let (kube_config, client) = crate::kube_client::connect().await?;
+    // Writes stop at the Lease's renew deadline ([`crate::runtime::fence`]).
+    let fence = config.leader.as_ref().map(|l| {
+        let (duration, grace) = crate::runtime::lease::timing(l);
+        std::sync::Arc::new(crate::runtime::fence::Fence::new(
+            &l.namespace,
+            &l.name,
+            duration,
+            grace,
+        ))
+    });
+    let (kube_config, client) =
+        crate::kube_client::connect_fenced(&Default::default(), fence).await?;
     crate::kube_client::check_crds(&client).await?;
     crate::agent::run(config, client, kube_config).await?;
     Ok(ExitCode::SUCCESS)

@@ -21,17 +21,27 @@ impl HeldLease {
     }
 }
 
+/// The Lease's duration, and how long before it runs out the holder renews it.
+pub fn timing(leader: &LeaderConfig) -> (std::time::Duration, std::time::Duration) {
+    let duration = leader.duration.as_secs().max(2);
+    let grace = (duration / 3).clamp(1, 5);
+    (
+        std::time::Duration::from_secs(duration),
+        std::time::Duration::from_secs(grace),
+    )
+}
+
 /// Blocks until this replica holds the Lease, then watches it: a replica that loses the
 /// Lease exits at once (all rollout state is in the cluster, so the next leader carries on),
 /// which is the surest way never to have two replicas acting.
 pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Result<HeldLease> {
     use kube_lease_manager::LeaseManagerBuilder;
-    let duration = leader.duration.as_secs().max(2);
+    let (duration, grace) = timing(leader);
     let manager = LeaseManagerBuilder::new(client, &leader.name)
         .with_namespace(&leader.namespace)
         .with_identity(&leader.identity)
-        .with_duration(duration)
-        .with_grace((duration / 3).clamp(1, 5))
+        .with_duration(duration.as_secs())
+        .with_grace(grace.as_secs())
         .build()
         .await
         .map_err(|e| {

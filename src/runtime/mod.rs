@@ -6,6 +6,7 @@
 //! - [`listeners`]: HTTP in (webhooks, probes, `/metrics`, `/status`), wake-ups out;
 //! - [`holder`]: at start, whether another live agent has this source name;
 //! - [`lease`]: the Lease in, whether this replica acts out;
+//! - [`fence`]: no write once the Lease may have run out (a layer of the client);
 //! - [`shards`]: the shard Leases in (`--shards`), which rollouts this replica runs out;
 //! - [`said`]: which persisting errors the log has said already;
 //! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
@@ -20,6 +21,7 @@
 
 pub mod config;
 pub mod dashboard;
+pub mod fence;
 pub mod holder;
 pub mod lease;
 pub mod listeners;

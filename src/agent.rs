@@ -21,6 +21,7 @@ pub async fn run(
     client: kube::Client,
     kube_config: kube::Config,
 ) -> Result<()> {
+    crate::runtime::heartbeat::init(config.liveness_deadline);
     // Before anything listens or applies: another live agent may have this source name.
     let lease_name = config.leader.as_ref().map_or_else(
         || format!("linnet-{}", config.source_name),
@@ -39,7 +40,7 @@ pub async fn run(
     let (rollouts, sts_watch, deploy_watch) = RolloutStores::new(&client, &selector);
     let (waker, wakes) = source::hooks::wake_channel();
     // Every long-running task is held here: one that ends or panics stops the agent.
-    let mut tasks = Tasks::default();
+    let mut tasks = Tasks::supervisor();
     listeners::serve_all(
         &config,
         client.clone(),
@@ -70,7 +71,9 @@ pub async fn run(
     let sharded = config.leader.clone().filter(|l| l.shards > 1);
     let mut held_lease = None;
     if let (Some(leader), None) = (&config.leader, &sharded) {
-        held_lease = Some(lease::wait_for_leadership(client.clone(), leader).await?);
+        let mut held = lease::wait_for_leadership(client.clone(), leader).await?;
+        tasks.spawn("lease", held.lost());
+        held_lease = Some(held);
     }
     if config.leader.is_none() || held_lease.is_some() {
         metrics.leader.set(1);
@@ -122,7 +125,9 @@ pub async fn run(
     tasks.spawn("CanaryStatefulSet watch", sts_watch.run());
     tasks.spawn("CanaryDeployment watch", deploy_watch.run());
     if let Some(leader) = &sharded {
-        held_lease = Some(lease::wait_for_leadership(client.clone(), leader).await?);
+        let mut held = lease::wait_for_leadership(client.clone(), leader).await?;
+        tasks.spawn("lease", held.lost());
+        held_lease = Some(held);
         metrics.leader.set(1);
     }
     tasks.spawn(

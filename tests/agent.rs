@@ -733,7 +733,13 @@ async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let specs = dir.path().join("specs");
     std::fs::create_dir_all(&specs).unwrap();
-    for task in ["CanaryDeployment watch", "write-back"] {
+    // The last two are adopted: started inside their modules, handed to the supervisor.
+    for task in [
+        "CanaryDeployment watch",
+        "write-back",
+        "spec file watch",
+        "AnalysisTemplate watch",
+    ] {
         let run = dir.path().join(task.replace(' ', "-"));
         std::fs::create_dir_all(&run).unwrap();
         let mut args = vec![format!("--repo-path={}", specs.display())];
@@ -769,6 +775,65 @@ async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
         );
         std::mem::forget(agent);
     }
+}
+
+/// Regression (issue 69): `/healthz` was a constant ok, so a loop that blocked (a deadlocked
+/// lock, a call with no timeout) left a healthy agent that did nothing. Each loop beats now;
+/// `/healthz` fails naming the one that missed `--liveness-deadline`, and an agent whose
+/// loops come round stays alive. The hang is injected with `LINNET_TEST_HANG_TASK`.
+#[tokio::test]
+async fn a_loop_that_hangs_fails_healthz_naming_it() {
+    let client = admin_client().await;
+    install_linnet(&client).await;
+    let ns = TestNamespace::create(&client, "loop-hang").await;
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    let start = |name: &str, hang: &[(&str, &str)]| {
+        let run = dir.path().join(name);
+        std::fs::create_dir_all(&run).unwrap();
+        support::agent::start_agent_env(
+            &run,
+            &[
+                format!("--repo-path={}", specs.display()),
+                "--liveness-deadline=5s".into(),
+                format!("--source-name={}-{name}", ns.name),
+                format!("--lease-identity={name}"),
+                format!("--lease-name={name}"),
+            ],
+            &ns.name,
+            &support::linnet_kubeconfig(),
+            hang,
+        )
+    };
+    let hung = start("hung", &[("LINNET_TEST_HANG_TASK", "source loop")]);
+    let fine = start("fine", &[]);
+    let healthz = |agent: &support::agent::Agent| {
+        let url = format!("{}/healthz", agent.base);
+        async move {
+            let answer = support::http().get(url).send().await.ok()?;
+            Some((answer.status().as_u16(), answer.text().await.ok()?))
+        }
+    };
+    let said = support::eventually(
+        "the hung loop named by /healthz",
+        Duration::from_secs(30),
+        || async {
+            healthz(&hung)
+                .await
+                .filter(|(code, _)| *code == 503)
+                .map(|(_, text)| text)
+        },
+    )
+    .await;
+    assert!(said.contains("source loop"), "{said}");
+    assert_eq!(
+        healthz(&fine).await.map(|(code, _)| code),
+        Some(200),
+        "an agent whose loops come round is alive:\n{}",
+        fine.log_text()
+    );
+    drop((hung, fine));
 }
 
 /// A ConfigMap in `ns` with linnet's two labels for source `source`: what a copied manifest

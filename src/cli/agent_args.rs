@@ -191,6 +191,11 @@ pub struct AgentArgs {
     /// This replica's name in the Lease [default: the host name and process id].
     #[arg(long, env = "POD_NAME")]
     pub lease_identity: Option<String>,
+    /// How long one of the agent's loops (the source loop, each notification receiver's, the
+    /// Lease's) may go without coming round before /healthz fails naming it, so that the
+    /// kubelet's liveness probe restarts a process that still runs but does nothing.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, env = "LINNET_LIVENESS_DEADLINE")]
+    pub liveness_deadline: Duration,
     /// How long a Lease holds without renewal; a failover takes at most about this long.
     #[arg(long, default_value = "15s", value_parser = parse_duration, env = "LINNET_LEASE_DURATION")]
     pub lease_duration: Duration,

@@ -58,6 +58,13 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         crate::source::verify::TrustedKeys::load(keys)
             .map_err(|e| crate::Error::Usage(format!("--signing-keys: {e}")))?;
     }
+    if args.liveness_deadline < crate::runtime::heartbeat::MIN_DEADLINE {
+        return Err(Error::Usage(format!(
+            "--liveness-deadline {:?} is too short: a waiting loop beats every second; give {:?} or more",
+            args.liveness_deadline,
+            crate::runtime::heartbeat::MIN_DEADLINE
+        )));
+    }
     let mut config = AgentConfig {
         source,
         path: args.path.clone(),
@@ -70,6 +77,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         listen: args.listen,
         admin_listen: args.admin_listen,
         probe_listen: args.probe_listen,
+        liveness_deadline: args.liveness_deadline,
         metrics_listen: args.metrics_listen,
         dashboard_listen: args.dashboard_listen,
         serve_limits: crate::serve::ServeLimits {

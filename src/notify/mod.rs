@@ -152,7 +152,10 @@ pub async fn run(
     let (waiting, waiting_rx) = tokio::sync::watch::channel(persist::Waiting::new());
     let waiting = Arc::new(waiting);
     if let Some(store) = store {
-        tokio::spawn(store.keep(waiting_rx, written));
+        crate::runtime::supervise::spawn(
+            "notifications kept for a restart",
+            store.keep(waiting_rx, written),
+        );
     }
     let outboxes = match outboxes(&config, &metrics, stored, &waiting) {
         Ok(o) => o,

@@ -80,14 +80,17 @@ impl Outbox {
         for notice in stored {
             queue.offer(notice, now);
         }
-        tokio::spawn(deliver_all(
-            receiver.clone(),
-            target,
-            metrics.clone(),
-            rx,
-            queue,
-            waiting,
-        ));
+        crate::runtime::supervise::spawn(
+            "notification delivery",
+            deliver_all(
+                receiver.clone(),
+                target,
+                metrics.clone(),
+                rx,
+                queue,
+                waiting,
+            ),
+        );
         Outbox {
             receiver,
             tx,
@@ -137,7 +140,12 @@ async fn deliver_all(
     let mut next_send = tokio::time::Instant::now();
     // Failed tries of each lane's head so far: said at the first, and when it goes through.
     let mut tries: HashMap<Lane, u32> = HashMap::new();
+    let heartbeat = crate::runtime::heartbeat::process()
+        .register(format!("notifications to {}", receiver.name));
+    let mut idle_beat = tokio::time::interval(crate::runtime::heartbeat::IDLE_BEAT);
     loop {
+        heartbeat.beat();
+        crate::runtime::heartbeat::hang_if_asked("notifications").await;
         waiting.send_if_modified(|all| {
             let now: Vec<Notice> = queue.waiting().cloned().collect();
             let before = all.get(&receiver.name).map_or(&[][..], Vec::as_slice);
@@ -155,6 +163,7 @@ async fn deliver_all(
             .next_due()
             .map(|d| tokio::time::Instant::from_std(d).max(next_send));
         tokio::select! {
+            _ = idle_beat.tick() => {}
             offered = rx.recv() => {
                 let Some(notice) = offered else { return };
                 if let Offered::Dropped(n) = queue.offer(notice, std::time::Instant::now()) {

@@ -46,6 +46,8 @@ pub struct AgentConfig {
     pub admin_listen: SocketAddr,
     /// Only the probes, for the kubelet, apart from the webhook port's callers.
     pub probe_listen: Option<SocketAddr>,
+    /// How long a loop may go without a heartbeat before `/healthz` fails.
+    pub liveness_deadline: std::time::Duration,
     /// `/metrics` alone, for a scraper in another pod.
     pub metrics_listen: Option<SocketAddr>,
     /// The read-only dashboard, when given.

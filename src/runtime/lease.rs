@@ -10,9 +10,25 @@ const RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 pub struct HeldLease {
     stop: tokio::sync::oneshot::Sender<()>,
     watching: tokio::task::JoinHandle<()>,
+    lost: Option<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl HeldLease {
+    /// Resolves when this replica has lost the Lease (or its watch ended): a task for the
+    /// supervisor, whose end stops the agent, so that only the new holder acts.
+    pub fn lost(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let lost = self.lost.take();
+        async move {
+            match lost {
+                Some(lost) => {
+                    let _ = lost.await;
+                    tracing::error!("lost the lease; stopping so that only the new holder acts");
+                }
+                None => std::future::pending().await,
+            }
+        }
+    }
+
     /// Gives the Lease up, so that a standby (or the next pod of a rollout) acts at once
     /// instead of waiting for it to expire. Call it once nothing of this replica acts any more.
     pub async fn release(self) {
@@ -32,8 +48,9 @@ pub fn timing(leader: &LeaderConfig) -> (std::time::Duration, std::time::Duratio
 }
 
 /// Blocks until this replica holds the Lease, then watches it: a replica that loses the
-/// Lease exits at once (all rollout state is in the cluster, so the next leader carries on),
-/// which is the surest way never to have two replicas acting.
+/// Lease stops at once ([`HeldLease::lost`], a supervised task; all rollout state is in the
+/// cluster, so the next leader carries on), and its writes stopped already at the renew
+/// deadline ([`super::fence`]).
 pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Result<HeldLease> {
     use kube_lease_manager::LeaseManagerBuilder;
     let (duration, grace) = timing(leader);
@@ -71,10 +88,16 @@ pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) ->
     }
     tracing::info!(lease = %leader.name, identity = %leader.identity, "holding the lease; this replica acts");
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
+    let heartbeat = super::heartbeat::process().register("lease");
     let lease = format!("{}/{}", leader.namespace, leader.name);
     let watching = tokio::spawn(async move {
+        let mut idle_beat = tokio::time::interval(super::heartbeat::IDLE_BEAT);
         loop {
+            heartbeat.beat();
+            super::heartbeat::hang_if_asked("lease").await;
             tokio::select! {
+                _ = idle_beat.tick() => {}
                 _ = &mut stopped => {
                     // Closing the channel makes the lease manager release the Lease and end.
                     drop(holding);
@@ -87,12 +110,16 @@ pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) ->
                 }
                 changed = holding.changed() => {
                     if changed.is_err() || !*holding.borrow_and_update() {
-                        tracing::error!("lost the lease; exiting so that only the new holder acts");
-                        std::process::exit(1);
+                        let _ = lost_tx.send(());
+                        return;
                     }
                 }
             }
         }
     });
-    Ok(HeldLease { stop, watching })
+    Ok(HeldLease {
+        stop,
+        watching,
+        lost: Some(lost),
+    })
 }

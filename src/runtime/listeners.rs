@@ -79,7 +79,7 @@ pub async fn serve_all(
         metrics: metrics.clone(),
     });
     let probes = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(shared.clone());
     let mut hooks_app = probes.clone();
@@ -141,6 +141,27 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
             path: format!("{addr} ({what})").into(),
             source,
         })
+}
+
+/// Alive: every loop has come round within the deadline ([`super::heartbeat`]).
+async fn healthz() -> (StatusCode, String) {
+    let beats = super::heartbeat::process();
+    let missed = beats.missed(std::time::Instant::now());
+    if missed.is_empty() {
+        return (StatusCode::OK, "ok\n".into());
+    }
+    let named: Vec<String> = missed
+        .iter()
+        .map(|m| format!("{} (no heartbeat for {}s)", m.name, m.since.as_secs()))
+        .collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "not alive: {} missed the {}s deadline\n",
+            named.join(", "),
+            beats.deadline().as_secs()
+        ),
+    )
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str) {

@@ -12,7 +12,8 @@
 //! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
 //! - [`source_object`]: that state published on the source's `LinnetSource` object;
 //! - [`config`]: what the flags say;
-//! - [`supervise`]: every task above held by name; one that dies stops the agent.
+//! - [`supervise`]: every task above held by name; one that dies stops the agent;
+//! - [`heartbeat`]: each loop's heartbeat; `/healthz` fails when one misses its deadline.
 //!
 //! The controllers ([`crate::controller`]) and write-back ([`crate::writeback::run`],
 //! [`crate::writeback::post_commit_statuses`]) are the other tasks; they take their kind's
@@ -22,6 +23,7 @@
 pub mod config;
 pub mod dashboard;
 pub mod fence;
+pub mod heartbeat;
 pub mod holder;
 pub mod lease;
 pub mod listeners;

@@ -154,19 +154,26 @@ impl SourceLoop {
         let mut synced: Option<String> = None;
         // Whether the last sync attempt succeeded; a failed one is retried even without a change.
         let mut last_sync_ok = false;
-        let mut delay = Duration::ZERO;
+        let mut delay;
+        // When the remote is looked at next: kept across the idle heartbeats.
+        let mut poll_at = tokio::time::Instant::now();
         let mut said = Said::default();
+        let heartbeat = super::heartbeat::process().register("source loop");
+        let mut idle_beat = tokio::time::interval(super::heartbeat::IDLE_BEAT);
+        idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = std::pin::pin!(super::shutdown_signal());
         let edited = self.edited.clone();
 
         loop {
+            heartbeat.beat();
+            super::heartbeat::hang_if_asked("source loop").await;
             // The commit a webhook announced, if any: when it is not the one fetched last, the
             // fetch goes ahead without first asking the remote for its tip (one round trip less).
             let mut announced: Option<String> = None;
             let mut drift_due = false;
             let mut edited_due = false;
             tokio::select! {
-                _ = tokio::time::sleep(delay) => tracing::debug!("poll"),
+                _ = tokio::time::sleep_until(poll_at) => tracing::debug!("poll"),
                 Some(wake) = wake_rx.next() => {
                     announced = wake.after;
                     match wake.host {
@@ -187,6 +194,7 @@ impl SourceLoop {
                     tracing::info!("shutting down");
                     return Ok(());
                 }
+                _ = idle_beat.tick() => continue,
             }
             let started = Instant::now();
             let found = match &remote {
@@ -306,6 +314,7 @@ impl SourceLoop {
                         .inc();
                 }
             }
+            poll_at = tokio::time::Instant::now() + delay;
             self.state
                 .publish_metrics(&self.metrics, &self.config.source_name);
             tracing::debug!(took = ?started.elapsed(), "source step done");

@@ -3,12 +3,18 @@
 //! Kubernetes restarts it: before, task handles were dropped, and a task that died left a
 //! process that did nothing and answered `/healthz` (issue 44).
 //!
-//! For the tests, `LINNET_TEST_PANIC_TASK=<name>` makes the task of that name panic a second
-//! after it starts: the fault injected to see the agent stop.
+//! Tasks started deep inside a module (a watch, a receiver's queue) are handed over with
+//! [`spawn`]: the agent's supervisor adopts them, so their end is a fault like any other's.
+//!
+//! For the tests, in a debug build only, `LINNET_TEST_PANIC_TASK=<name>` makes the task of
+//! that name panic a second after it starts: the fault injected to see the agent stop.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
 
 use crate::Error;
@@ -21,21 +27,53 @@ pub fn shutting_down() {
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
 }
 
+type Adopted = (&'static str, BoxFuture<'static, ()>);
+
+/// Where [`spawn`] hands tasks to the process's supervisor, once there is one.
+static ADOPT: OnceLock<mpsc::UnboundedSender<Adopted>> = OnceLock::new();
+
+/// Runs `task` as the task `name` under the process's supervisor, or on its own when there
+/// is none (a command that is not the agent, a unit test).
+pub fn spawn(name: &'static str, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    let task: BoxFuture<'static, ()> = Box::pin(task);
+    let task = match ADOPT.get() {
+        Some(adopt) => match adopt.send((name, task)) {
+            Ok(()) => return,
+            Err(mpsc::error::SendError((_, task))) => task,
+        },
+        None => task,
+    };
+    tokio::spawn(task);
+}
+
 /// The supervised tasks.
 #[derive(Default)]
 pub struct Tasks {
     set: JoinSet<()>,
     names: HashMap<Id, &'static str>,
+    adopting: Option<mpsc::UnboundedReceiver<Adopted>>,
 }
 
 impl Tasks {
+    /// The process's supervisor: also adopts the tasks handed to [`spawn`]. The first one made
+    /// is (the agent makes one).
+    pub fn supervisor() -> Tasks {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let adopting = ADOPT.set(tx).is_ok().then_some(rx);
+        Tasks {
+            adopting,
+            ..Tasks::default()
+        }
+    }
+
     /// Runs `task` as the task `name`.
     pub fn spawn(
         &mut self,
         name: &'static str,
         task: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let injected = std::env::var("LINNET_TEST_PANIC_TASK").is_ok_and(|t| t == name);
+        let injected = cfg!(debug_assertions)
+            && std::env::var("LINNET_TEST_PANIC_TASK").is_ok_and(|t| t == name);
         let handle = self.set.spawn(async move {
             if injected {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
@@ -55,8 +93,21 @@ impl Tasks {
     /// Never resolves while every task runs (or once all ended in a shutdown).
     pub async fn first_fault(&mut self) -> Error {
         loop {
-            let Some(ended) = self.set.join_next_with_id().await else {
-                return std::future::pending().await;
+            let ended = tokio::select! {
+                ended = self.set.join_next_with_id(), if !self.set.is_empty() => ended,
+                Some((name, task)) = async {
+                    match self.adopting.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    self.spawn(name, task);
+                    continue;
+                }
+                else => return std::future::pending().await,
+            };
+            let Some(ended) = ended else {
+                continue;
             };
             if SHUTTING_DOWN.load(Ordering::SeqCst) {
                 continue;

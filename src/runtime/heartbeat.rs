@@ -1,0 +1,162 @@
+//! Liveness that means something: each long-running loop beats each time it comes round (and
+//! at least every [`IDLE_BEAT`] while it waits), and `/healthz` fails, naming the loop, when
+//! one has not beaten within the deadline (`--liveness-deadline`). A task that ends is the
+//! supervisor's to notice ([`super::supervise`]); a loop that blocks (a deadlocked lock, a call
+//! with no timeout) is this module's. The kubelet's liveness probe then restarts the agent.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How often a waiting loop beats anyway (a timer tick, no request).
+pub const IDLE_BEAT: Duration = Duration::from_secs(1);
+/// The shortest deadline `--liveness-deadline` takes: a few idle beats.
+pub const MIN_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The loops of a process, and how long each may go without a beat.
+#[derive(Debug)]
+pub struct Heartbeats {
+    start: Instant,
+    deadline: Duration,
+    loops: Mutex<Vec<Arc<Beat>>>,
+}
+
+/// One loop's heartbeat.
+#[derive(Debug)]
+pub struct Beat {
+    name: String,
+    start: Instant,
+    /// Milliseconds from `start` to the last beat.
+    last: AtomicU64,
+}
+
+impl Beat {
+    /// The loop came round.
+    pub fn beat(&self) {
+        self.beat_at(Instant::now());
+    }
+
+    /// The loop came round at `now`.
+    pub fn beat_at(&self, now: Instant) {
+        let ms = now
+            .saturating_duration_since(self.start)
+            .as_millis()
+            .min(u128::from(u64::MAX)) as u64;
+        self.last.fetch_max(ms, Ordering::Relaxed);
+    }
+}
+
+/// A loop that missed its deadline.
+#[derive(Debug, PartialEq)]
+pub struct Missed {
+    pub name: String,
+    pub since: Duration,
+}
+
+impl Heartbeats {
+    pub fn new(deadline: Duration) -> Heartbeats {
+        Heartbeats {
+            start: Instant::now(),
+            deadline,
+            loops: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A loop named `name`, beating from now.
+    pub fn register(&self, name: impl Into<String>) -> Arc<Beat> {
+        let beat = Arc::new(Beat {
+            name: name.into(),
+            start: self.start,
+            last: AtomicU64::new(0),
+        });
+        beat.beat();
+        if let Ok(mut loops) = self.loops.lock() {
+            // A loop that stopped (its task ended) is the supervisor's news, not this one's.
+            loops.retain(|b| Arc::strong_count(b) > 1);
+            loops.push(beat.clone());
+        }
+        beat
+    }
+
+    /// The loops that have not beaten within the deadline, at `now`.
+    pub fn missed(&self, now: Instant) -> Vec<Missed> {
+        let Ok(loops) = self.loops.lock() else {
+            return Vec::new();
+        };
+        let at = now.saturating_duration_since(self.start);
+        loops
+            .iter()
+            // Dropped by its loop: not watched any more.
+            .filter(|b| Arc::strong_count(b) > 1)
+            .filter_map(|b| {
+                let since =
+                    at.saturating_sub(Duration::from_millis(b.last.load(Ordering::Relaxed)));
+                (since > self.deadline).then(|| Missed {
+                    name: b.name.clone(),
+                    since,
+                })
+            })
+            .collect()
+    }
+
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+}
+
+static PROCESS: OnceLock<Heartbeats> = OnceLock::new();
+
+/// Sets the process's deadline; the first call wins (the agent makes it once, at start).
+pub fn init(deadline: Duration) {
+    let _ = PROCESS.set(Heartbeats::new(deadline));
+}
+
+/// The process's heartbeats (with the default deadline if [`init`] was not called).
+pub fn process() -> &'static Heartbeats {
+    PROCESS.get_or_init(|| Heartbeats::new(DEFAULT_DEADLINE))
+}
+
+/// The deadline when none is set: longer than any one step of a loop may take (a full sync
+/// of 10,000 objects, a fetch within `--git-timeout`).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
+
+/// For the tests: with `LINNET_TEST_HANG_TASK=<name>` in a debug build, the loop of that name
+/// stops beating and blocks, as a deadlocked one would. Not in a release build.
+pub async fn hang_if_asked(name: &str) {
+    if cfg!(debug_assertions) && std::env::var("LINNET_TEST_HANG_TASK").is_ok_and(|t| t == name) {
+        tracing::warn!(task = name, "hanging as LINNET_TEST_HANG_TASK asks");
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_that_stops_beating_is_named_after_the_deadline() {
+        let beats = Heartbeats::new(Duration::from_secs(60));
+        let source = beats.register("source loop");
+        let notify = beats.register("notifications to chat");
+        let t0 = Instant::now();
+        assert!(beats.missed(t0 + Duration::from_secs(59)).is_empty());
+        notify.beat_at(t0 + Duration::from_secs(30));
+        let missed = beats.missed(t0 + Duration::from_secs(61));
+        assert_eq!(missed.len(), 1, "{missed:?}");
+        assert_eq!(missed[0].name, "source loop");
+        source.beat();
+        assert!(beats.missed(Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_loop_whose_task_ended_is_not_watched() {
+        let beats = Heartbeats::new(Duration::from_secs(1));
+        let gone = beats.register("gone");
+        drop(gone);
+        assert!(
+            beats
+                .missed(Instant::now() + Duration::from_secs(10))
+                .is_empty()
+        );
+    }
+}

@@ -386,7 +386,7 @@ async fn observe(
             .doing(|| format!("listing the pods of {ns}/{name}"))?
             .items
             .iter()
-            .filter_map(PodView::from_object)
+            .filter_map(|p| PodView::from_object(p, rollout.spec.container.as_deref()))
             .collect();
     }
     Ok(observed)

@@ -223,6 +223,11 @@ pub struct CanaryStatefulSetStatus {
     pub ready_replicas: i32,
     #[serde(default)]
     pub canary_ready_replicas: i32,
+    /// Ready pods by the image their rolled-out container runs, read from the pods (from the
+    /// set while Stable): what `linnet get`, the write-back subject and the dashboard say is
+    /// serving, in every phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready_by_image: Vec<super::ImageReplicas>,
     /// Index into `spec.steps` of the step being rolled out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step: Option<i32>,

@@ -148,6 +148,21 @@ impl RolloutView for CanaryStatefulSet {
         let Some(s) = self.status.as_ref() else {
             return String::new();
         };
+        if !s.ready_by_image.is_empty() {
+            // Stable's image first, then the others by name.
+            let mut by_image: Vec<&super::ImageReplicas> = s.ready_by_image.iter().collect();
+            by_image.sort_by_key(|r| {
+                (
+                    Some(r.image.as_str()) != s.stable_image.as_deref(),
+                    &r.image,
+                )
+            });
+            return by_image
+                .iter()
+                .map(|r| format!("{} on {}", r.replicas, r.image))
+                .collect::<Vec<_>>()
+                .join(", ");
+        }
         let stable_ready = s.ready_replicas - s.canary_ready_replicas;
         let mut serving = vec![format!(
             "{stable_ready} on {}",

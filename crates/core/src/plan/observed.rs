@@ -159,6 +159,8 @@ pub struct PodView {
     /// `controller-revision-hash`: the set revision the pod runs.
     pub revision: Option<String>,
     pub deleting: bool,
+    /// The image of the rollout's container (`spec.container`, else the first) in the pod.
+    pub image: Option<String>,
 }
 
 /// A PersistentVolumeClaim of the rollout.
@@ -243,8 +245,9 @@ pub fn container_image(
 }
 
 impl PodView {
-    /// A pod owned by a StatefulSet; `None` for any other pod.
-    pub fn from_object(pod: &Pod) -> Option<PodView> {
+    /// A pod owned by a StatefulSet, with the image of its container `container` (else the
+    /// first); `None` for any other pod.
+    pub fn from_object(pod: &Pod, container: Option<&str>) -> Option<PodView> {
         let owner = pod
             .metadata
             .owner_references
@@ -276,6 +279,7 @@ impl PodView {
                 .as_ref()
                 .and_then(|l| l.get("controller-revision-hash").cloned()),
             deleting: pod.metadata.deletion_timestamp.is_some(),
+            image: container_image(pod.spec.as_ref(), container),
             name,
         })
     }

@@ -24,7 +24,7 @@ impl<'a> Planner<'a> {
         let partition_canary = self.o.stable.as_ref().is_some_and(|s| {
             s.update_revision.is_some() && s.update_revision != s.current_revision
         });
-        let canary_ready = match phase {
+        let mut canary_ready = match phase {
             Phase::Stable | Phase::Initializing | Phase::RolledBack => 0,
             Phase::Failed if !self.two_sets() && !partition_canary => 0,
             _ => self
@@ -33,6 +33,21 @@ impl<'a> Planner<'a> {
                 .filter(|p| p.ready && !p.deleting)
                 .count() as i32,
         };
+        let ready_by_image = self.ready_by_image(phase, ready);
+        // Where the pods are read, the canary is what runs its image (issue 69: a Failed
+        // rollout said `0 canary ready` while its canary pod was Ready).
+        if reads_pods(Some(phase))
+            && let Some(canary) = self
+                .st
+                .canary_image
+                .as_deref()
+                .filter(|c| Some(*c) != self.st.stable_image.as_deref())
+        {
+            canary_ready = ready_by_image
+                .iter()
+                .find(|r| r.image == canary)
+                .map_or(0, |r| r.replicas);
+        }
         if progressing_phase(phase) && self.st.canary_image.is_none() {
             self.st.canary_image = Some(self.spec().image.clone());
         }
@@ -61,6 +76,7 @@ impl<'a> Planner<'a> {
         self.st.canary_revision = canary_revision.filter(|_| progressing_phase(phase));
         self.st.ready_replicas = ready;
         self.st.canary_ready_replicas = canary_ready;
+        self.st.ready_by_image = ready_by_image;
         self.st.ready = Some(format!("{ready}/{r}"));
         self.st.observed_generation = self.r.generation;
         self.settle_traffic();
@@ -82,5 +98,29 @@ impl<'a> Planner<'a> {
             requeue: self.requeue,
             standing,
         }
+    }
+
+    /// Ready pods by image: from the pods where the plan reads them, else (Initializing,
+    /// Stable) from the stable set, whose ready pods run its template's image once settled.
+    fn ready_by_image(&self, phase: Phase, ready: i32) -> Vec<crate::api::ImageReplicas> {
+        let mut by_image: std::collections::BTreeMap<String, i32> = Default::default();
+        if reads_pods(Some(phase)) {
+            for p in self.o.pods.iter().filter(|p| p.ready && !p.deleting) {
+                let image = p.image.clone().unwrap_or_else(|| "unknown".into());
+                *by_image.entry(image).or_default() += 1;
+            }
+        } else if ready > 0 {
+            let image = self
+                .o
+                .stable
+                .as_ref()
+                .and_then(|s| s.image.clone())
+                .unwrap_or_else(|| self.spec().image.clone());
+            by_image.insert(image, ready);
+        }
+        by_image
+            .into_iter()
+            .map(|(image, replicas)| crate::api::ImageReplicas { image, replicas })
+            .collect()
     }
 }

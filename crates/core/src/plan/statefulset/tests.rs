@@ -456,13 +456,16 @@ impl Sim {
                     );
                 }
                 let ready = self.claims[&claim].bound && !set.image.ends_with(":broken");
-                let rev = if k >= set.partition {
-                    revision(&set.image)
+                let (rev, image) = if k >= set.partition {
+                    (revision(&set.image), Some(set.image.clone()))
                 } else {
-                    self.pods
-                        .get(&pod)
-                        .and_then(|p| p.revision.clone())
-                        .unwrap_or_else(|| "old".into())
+                    let before = self.pods.get(&pod);
+                    (
+                        before
+                            .and_then(|p| p.revision.clone())
+                            .unwrap_or_else(|| "old".into()),
+                        before.and_then(|p| p.image.clone()),
+                    )
                 };
                 self.pods.insert(
                     pod.clone(),
@@ -474,6 +477,7 @@ impl Sim {
                         ready_since: ready.then_some(self.now),
                         revision: Some(rev),
                         deleting: false,
+                        image,
                     },
                 );
                 blocked = true;

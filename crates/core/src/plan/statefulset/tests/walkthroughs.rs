@@ -685,3 +685,55 @@ fn versioned_config_seen_after_its_image_moves_only_the_canary_set() {
     s.stabilise();
     assert_eq!(s.mounted("redis-stable"), ["redis-config-aaa"]);
 }
+
+/// Regression (issue 69): Failed mid-canary, `linnet get` said `0 canary ready` while the
+/// canary pod was Ready, and the write-back subject `3 on redis:1` while 2 ran redis:1 and 1
+/// ran redis:2. The counts come from what the pods run, in every phase.
+#[test]
+fn a_failed_canary_counts_what_its_pods_run() {
+    use crate::api::{CanaryStatefulSet, RolloutView};
+    for mut s in [partition(), two_sets()] {
+        s.stabilise();
+        let stable = CanaryStatefulSet {
+            metadata: Default::default(),
+            spec: s.spec.clone(),
+            status: Some(s.status.clone()),
+        };
+        assert_eq!(stable.serving(), "3 on redis:1");
+        s.spec.image = "redis:2".into();
+        s.generation += 1;
+        s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+        s.spec.container = Some("sidecar".into());
+        s.generation += 1;
+        let p = s.reconcile();
+        assert_eq!(p.status.phase, Some(Phase::Failed));
+        // The set's revision moves on under the Failed rollout (its template changed): its
+        // canary pod no longer runs the update revision, but still runs the canary image.
+        let single = s.sets.get_mut("redis").map(|set| {
+            set.image = "redis:2-patched".into();
+            set.hash = "patched".into();
+        });
+        let p = if single.is_some() { s.reconcile() } else { p };
+        assert_eq!(p.status.phase, Some(Phase::Failed));
+        let running = |image: &str| {
+            s.pods
+                .values()
+                .filter(|p| p.ready && p.image.as_deref() == Some(image))
+                .count() as i32
+        };
+        assert_eq!(
+            (running("redis:1"), running("redis:2")),
+            (2, 1),
+            "{:?}",
+            s.pods
+        );
+        assert_eq!(p.status.canary_ready_replicas, 1);
+        let r = CanaryStatefulSet {
+            metadata: Default::default(),
+            spec: s.spec.clone(),
+            status: Some(p.status.clone()),
+        };
+        assert_eq!(r.serving(), "2 on redis:1, 1 on redis:2");
+        assert_eq!(r.canary_ready_replicas(), Some(1));
+    }
+}

@@ -318,7 +318,16 @@ async fn observe(
     // Only the volumes live claims name: that is how the handoff identifies a replica's
     // volume (labels and annotations on volumes are for people reading them).
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let named: BTreeSet<String> = claims.iter().filter_map(|c| c.volume.clone()).collect();
+    let mut named: BTreeSet<String> = claims.iter().filter_map(|c| c.volume.clone()).collect();
+    // And a stable replica's recorded volume its claim no longer names: whether it is still
+    // there (and kept) decides what the VolumeReplaced condition says.
+    named.extend(
+        rollout
+            .status
+            .iter()
+            .flat_map(|s| s.stable_volumes.values())
+            .cloned(),
+    );
     let mut volumes = Vec::with_capacity(named.len());
     for v in &named {
         if let Some(pv) = pvs

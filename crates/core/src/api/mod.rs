@@ -107,6 +107,9 @@ pub mod condition {
     /// True when the rollout cannot go on without a change in Git (rolled back, failed, or an
     /// action the API server refuses).
     pub const STALLED: &str = "Stalled";
+    /// True while a replica's claim is on another volume than the one recorded for it while
+    /// Stable: its pod started on a new, empty volume (the claim was deleted with its pod).
+    pub const VOLUME_REPLACED: &str = "VolumeReplaced";
 }
 
 /// The CustomResourceDefinitions of every linnet kind.

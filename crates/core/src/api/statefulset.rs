@@ -266,6 +266,11 @@ pub struct CanaryStatefulSetStatus {
     /// (reason VolumeSwapped); nothing is handed on but this volume.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub replica_volumes: std::collections::BTreeMap<String, String>,
+    /// Each stable replica's PersistentVolume, by its claim, recorded while Stable. A claim
+    /// found on another volume (deleted with its pod, and made again on a new, empty one)
+    /// sets the condition VolumeReplaced, naming both, with a Warning event.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub stable_volumes: std::collections::BTreeMap<String, String>,
     /// Percent of the routes' requests the canary Service gets, as the routes say now (with
     /// `trafficRouting`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

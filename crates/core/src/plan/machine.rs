@@ -161,6 +161,8 @@ pub(crate) struct Planner<'a, R, S> {
     /// What the phase the plan is in asked of the routes (with `trafficRouting`); the routes
     /// are moved to it when the plan finishes.
     pub want: Option<super::traffic::Want>,
+    /// Events that are not a phase move (a claim made again, a volume replaced).
+    pub events: Vec<PlanEvent>,
 }
 
 impl<'a, R, S: RolloutStatus + Clone> Planner<'a, R, S> {
@@ -174,6 +176,7 @@ impl<'a, R, S: RolloutStatus + Clone> Planner<'a, R, S> {
             actions: Vec::new(),
             requeue: None,
             want: None,
+            events: Vec::new(),
         }
     }
 
@@ -207,6 +210,8 @@ pub(crate) struct Finished<S> {
     pub requeue: Option<std::time::Duration>,
     /// Ready, Reconciling or Stalled, with the phase as the reason.
     pub standing: Standing,
+    /// Events besides the phase moves.
+    pub events: Vec<PlanEvent>,
 }
 
 /// A machine's phase type.
@@ -234,7 +239,7 @@ where
     let mut plan = Planned {
         status: finished.status,
         actions: finished.actions,
-        events: driven.events,
+        events: driven.events.into_iter().chain(finished.events).collect(),
         requeue_after: finished.requeue,
         entered: driven.entered,
     };

@@ -107,6 +107,7 @@ impl<'a> Planner<'a> {
             actions: self.actions,
             requeue: self.requeue,
             standing,
+            events: self.events,
         }
     }
 }

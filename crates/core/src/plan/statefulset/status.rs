@@ -76,6 +76,9 @@ impl<'a> Planner<'a> {
         self.st.canary_revision = canary_revision.filter(|_| progressing_phase(phase));
         self.st.ready_replicas = ready;
         self.st.canary_ready_replicas = canary_ready;
+        if phase == Phase::Stable {
+            self.check_stable_volumes();
+        }
         self.st.ready_by_image = ready_by_image;
         self.st.ready = Some(format!("{ready}/{r}"));
         self.st.observed_generation = self.r.generation;
@@ -97,6 +100,96 @@ impl<'a> Planner<'a> {
             actions: self.actions,
             requeue: self.requeue,
             standing,
+            events: self.events,
+        }
+    }
+
+    /// Records each stable replica's volume while Stable, and says when a claim is found on
+    /// another one (issue 69: the StatefulSet controller gave a replica whose claim was
+    /// deleted with its pod a new, empty volume, and nothing was said).
+    fn check_stable_volumes(&mut self) {
+        use crate::api::condition::VOLUME_REPLACED;
+        let set = self.main_role().set_name(&self.r.reference.name);
+        let replicas = self.replicas();
+        let mut replaced = Vec::new();
+        for t in claim_templates(self.spec()) {
+            for k in 0..replicas {
+                let claim = claim_name(&t, &set, k);
+                let Some(now) = self
+                    .o
+                    .claims
+                    .iter()
+                    .find(|c| c.name == claim && c.bound && !c.deleting)
+                    .and_then(|c| c.volume.clone())
+                else {
+                    continue;
+                };
+                match self.st.stable_volumes.get(&claim).cloned() {
+                    None => {
+                        self.st.stable_volumes.insert(claim, now);
+                    }
+                    Some(was) if was == now => {}
+                    Some(was) => {
+                        let old = self.o.volumes.iter().find(|v| v.name == was);
+                        match old {
+                            // Gone: the new volume is the replica's now.
+                            None => {
+                                self.st.stable_volumes.insert(claim, now);
+                            }
+                            Some(v) => replaced.push((claim, k, was, now, v.retain)),
+                        }
+                    }
+                }
+            }
+        }
+        let conditions = &mut self.st.conditions;
+        if replaced.is_empty() {
+            if crate::api::find_condition(conditions, VOLUME_REPLACED).is_some() {
+                super::super::machine::set_condition(
+                    conditions,
+                    VOLUME_REPLACED,
+                    false,
+                    "VolumesKept",
+                    "every replica's claim is on the volume recorded for it",
+                    self.now,
+                );
+            }
+            return;
+        }
+        let said: Vec<String> = replaced
+            .iter()
+            .map(|(claim, k, was, now, retain)| {
+                let back = if *retain {
+                    format!(
+                        "{was} is kept (Retain): to put replica {k} back on it, scale the rollout below {k} \
+                         (or delete pod {set}-{k} and claim {claim} together), clear {was}'s claimRef, \
+                         and create claim {claim} with volumeName {was}"
+                    )
+                } else {
+                    format!("{was} has reclaim policy Delete: set it to Retain at once to keep replica {k}'s data")
+                };
+                format!("claim {claim} is on volume {now}, not {was} where replica {k}'s data is; {back}")
+            })
+            .collect();
+        let message = said.join("; ");
+        let conditions = &mut self.st.conditions;
+        let already = crate::api::find_condition(conditions, VOLUME_REPLACED).is_some_and(|c| {
+            c.status == "True" && c.message == message.chars().take(1000).collect::<String>()
+        });
+        super::super::machine::set_condition(
+            conditions,
+            VOLUME_REPLACED,
+            true,
+            "ClaimOnAnotherVolume",
+            &message,
+            self.now,
+        );
+        if !already {
+            self.events.push(crate::plan::actions::PlanEvent {
+                warning: true,
+                reason: "VolumeReplaced",
+                message,
+            });
         }
     }
 

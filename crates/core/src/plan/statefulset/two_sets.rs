@@ -75,6 +75,27 @@ impl<'a> Planner<'a> {
                     HandoffStep::Done => {}
                     HandoffStep::Waiting(why) => pending.push(why),
                     HandoffStep::Act(a) => {
+                        // Made while the claim it is taken from still exists; with that one
+                        // gone too, the replica's claim was deleted and is made again.
+                        let from_claim = claim_name(&t, &from.set_name(&name), k);
+                        if let Action::CreateClaim(c) = &a
+                            && !self.o.claims.iter().any(|c| c.name == from_claim)
+                        {
+                            let volume = c
+                                .spec
+                                .as_ref()
+                                .and_then(|s| s.volume_name.clone())
+                                .unwrap_or_default();
+                            self.events.push(crate::plan::actions::PlanEvent {
+                                warning: true,
+                                reason: "ClaimRemade",
+                                message: format!(
+                                    "claim {} was deleted; made again on volume {volume}, \
+                                     which holds replica {k}'s data",
+                                    c.metadata.name.as_deref().unwrap_or_default()
+                                ),
+                            });
+                        }
                         pending.push(a.describe());
                         self.actions.push(a);
                     }

@@ -41,7 +41,7 @@ proptest! {
                         let n = p.status.current_batch.unwrap_or(1);
                         let t = batch::target(6, 3, n);
                         let new = p.status.canary_image.clone().map(|i| {
-                            let planner = Planner { r: &s.rollout(), o: &Observed::default(), now: s.now, st: s.status.clone(), actions: vec![], requeue: None, want: None };
+                            let planner = Planner { r: &s.rollout(), o: &Observed::default(), now: s.now, st: s.status.clone(), actions: vec![], requeue: None, want: None, events: vec![] };
                             planner.version_for(&i)
                         });
                         for a in &p.actions {

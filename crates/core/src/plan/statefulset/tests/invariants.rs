@@ -311,6 +311,15 @@ fn a_canary_claim_gone_with_its_pod_is_made_again_on_the_replicas_own_volume() {
     s.claims.remove("data-redis-canary-2");
     s.pods.remove("redis-canary-2");
     let p = s.reconcile();
+    // Regression (issue 69): said in an event, not only done.
+    let remade = p.events.iter().find(|e| e.reason == "ClaimRemade");
+    assert!(
+        remade.is_some_and(|e| e.warning
+            && e.message.contains("data-redis-canary-2")
+            && e.message.contains(before[2].as_str())),
+        "{:?}",
+        p.events
+    );
     assert!(
         p.actions.iter().any(|a| matches!(a, Action::CreateClaim(c)
             if c.metadata.name.as_deref() == Some("data-redis-canary-2")
@@ -540,4 +549,72 @@ fn flux_kstatus_reads_every_phase_as_meant() {
         assert!(phases.contains(phase), "no {phase} in {phases:?}");
     }
     crate::plan::machine::assert_kstatus_reads(&cases);
+}
+
+/// Regression (issue 69): a stable claim deleted with its pod while Stable got a new, empty
+/// volume from the StatefulSet controller, and linnet said nothing. Now the condition
+/// VolumeReplaced names both volumes (with the way back for a kept one), a Warning event says
+/// it once, and the condition clears when the claim is back on its volume, or the old volume is
+/// gone.
+#[test]
+fn a_stable_claim_on_a_new_volume_is_a_condition_and_an_event_naming_both() {
+    use crate::api::condition::VOLUME_REPLACED;
+    for mut s in [partition(), two_sets()] {
+        s.stabilise();
+        let before = s.volumes_by_ordinal();
+        let p = s.reconcile();
+        assert_eq!(
+            p.status.stable_volumes.len(),
+            3,
+            "{:?}",
+            p.status.stable_volumes
+        );
+        let claim = s
+            .claims
+            .keys()
+            .find(|c| c.ends_with("-1") && !c.contains("canary"))
+            .cloned()
+            .unwrap();
+        s.claims.get_mut(&claim).unwrap().volume = Some("pv-fresh".into());
+        let old = s.volumes.get_mut(&before[1]).unwrap();
+        old.retain = true;
+        old.claim = None;
+        let p = s.reconcile();
+        let c = crate::api::find_condition(&p.status.conditions, VOLUME_REPLACED).unwrap();
+        assert_eq!(c.status, "True");
+        assert!(
+            c.message.contains("pv-fresh")
+                && c.message.contains(&before[1])
+                && c.message.contains("Retain"),
+            "{}",
+            c.message
+        );
+        assert!(
+            p.events
+                .iter()
+                .any(|e| e.warning && e.reason == "VolumeReplaced")
+        );
+        let again = s.reconcile();
+        assert!(
+            !again.events.iter().any(|e| e.reason == "VolumeReplaced"),
+            "said once"
+        );
+        assert!(
+            again.actions.is_empty(),
+            "nothing is done by itself: {:?}",
+            again.actions
+        );
+        // Back on its own volume (as the condition says how): cleared.
+        s.claims.get_mut(&claim).unwrap().volume = Some(before[1].clone());
+        let p = s.reconcile();
+        let c = crate::api::find_condition(&p.status.conditions, VOLUME_REPLACED).unwrap();
+        assert_eq!(c.status, "False");
+        // A replacement whose old volume is gone is the replica's volume from then on.
+        s.claims.get_mut(&claim).unwrap().volume = Some("pv-fresh".into());
+        s.volumes.remove(&before[1]);
+        let p = s.reconcile();
+        assert_eq!(p.status.stable_volumes[&claim], "pv-fresh");
+        let c = crate::api::find_condition(&p.status.conditions, VOLUME_REPLACED).unwrap();
+        assert_eq!(c.status, "False");
+    }
 }

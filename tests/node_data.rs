@@ -448,7 +448,7 @@ async fn the_canary_claim_deleted_with_its_pod_stops_the_rollout_and_loses_no_ke
 }
 
 /// The check can fail: replica 1 handed an empty volume (its claim and pod deleted by hand,
-/// so its set makes a new claim on a fresh volume) is caught.
+/// so its set makes a new claim on a fresh volume) is caught, and linnet says so.
 #[tokio::test]
 async fn a_replica_handed_an_empty_volume_fails_the_check() {
     let Some(f) = start("node-empty", json!({})).await else {
@@ -458,7 +458,16 @@ async fn a_replica_handed_an_empty_volume_fails_the_check() {
     let ledger = stable_with_keys(&f).await;
     ledger.check_all(&pods, &two_sets(&[]), "v1").await.unwrap();
     let old = pods.get("kv-stable-1").await.unwrap().metadata.uid;
-    f.api::<PersistentVolumeClaim>()
+    let claims = f.api::<PersistentVolumeClaim>();
+    let own_volume = claims
+        .get("data-kv-stable-1")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    claims
         .delete("data-kv-stable-1", &DeleteParams::default())
         .await
         .unwrap();
@@ -473,6 +482,39 @@ async fn a_replica_handed_an_empty_volume_fails_the_check() {
     let ip = node::ready_pod_ip(&pods, "kv-stable-1", 120).await;
     let err = ledger.check(1, &ip).await.unwrap_err();
     assert!(err.contains("replica 1") && err.contains("lost"), "{err}");
+
+    // Regression (issue 69): linnet says so, naming both volumes (it said nothing).
+    let new_volume = claims
+        .get("data-kv-stable-1")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    assert_ne!(new_volume, own_volume);
+    let said = f
+        .wait_for("the condition VolumeReplaced", 60, |r: &CanaryStatefulSet| {
+            r.status.as_ref().is_some_and(|s| {
+                linnet::api::find_condition(&s.conditions, "VolumeReplaced")
+                    .is_some_and(|c| c.status == "True")
+            })
+        })
+        .await;
+    let status = said.status.unwrap();
+    let c = linnet::api::find_condition(&status.conditions, "VolumeReplaced").unwrap();
+    assert!(
+        c.message.contains(&own_volume) && c.message.contains(&new_volume),
+        "{}",
+        c.message
+    );
+    assert!(
+        f.event_reasons_of("CanaryStatefulSet")
+            .await
+            .iter()
+            .any(|r| r == "VolumeReplaced"),
+        "a VolumeReplaced event"
+    );
 }
 
 /// The seed's batched CanaryDeployment on real pods: its new pods become Ready only through

@@ -494,12 +494,16 @@ async fn a_replica_handed_an_empty_volume_fails_the_check() {
         .unwrap();
     assert_ne!(new_volume, own_volume);
     let said = f
-        .wait_for("the condition VolumeReplaced", 60, |r: &CanaryStatefulSet| {
-            r.status.as_ref().is_some_and(|s| {
-                linnet::api::find_condition(&s.conditions, "VolumeReplaced")
-                    .is_some_and(|c| c.status == "True")
-            })
-        })
+        .wait_for(
+            "the condition VolumeReplaced",
+            60,
+            |r: &CanaryStatefulSet| {
+                r.status.as_ref().is_some_and(|s| {
+                    linnet::api::find_condition(&s.conditions, "VolumeReplaced")
+                        .is_some_and(|c| c.status == "True")
+                })
+            },
+        )
         .await;
     let status = said.status.unwrap();
     let c = linnet::api::find_condition(&status.conditions, "VolumeReplaced").unwrap();
@@ -600,4 +604,87 @@ async fn serving_versions(f: &Fixture) -> BTreeMap<String, usize> {
         }
     }
     out
+}
+
+/// Issue 69: in 4 of 25 batched runs, live pods briefly reached 17 to 18 against the
+/// documented bound of 16, counting pods still stopping. The bound is on pods that are not
+/// being deleted, as Kubernetes' own maxSurge is (docs/canarydeployment.md). On the real node,
+/// where a pod takes real time to stop, every pod event of a 4-batch rollout of 8 replicas is
+/// checked: pods not being deleted never exceed 8 plus the most one batch adds (3); the peak
+/// with stopping pods counted is printed for the record.
+#[tokio::test]
+async fn a_batched_rollout_on_real_pods_keeps_its_surge_bound() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return;
+    }
+    let mut f = Fixture::start("node-surge", |ns| {
+        let mut container = kv_container("v1");
+        container["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+        let mut pod = json!({"metadata": {"labels": {"app": "web"}}, "spec": {
+            "containers": [container], "volumes": [{"name": "data", "emptyDir": {}}]}});
+        on_node(&mut pod);
+        json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "CanaryDeployment",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {
+                "replicas": 8, "image": "linnet.test/kv:v1",
+                "strategy": {"type": "Batches"}, "batches": 4, "pause": "None", "currentBatch": 1,
+                "progressDeadlineSeconds": 120,
+                "template": {"selector": {"matchLabels": {"app": "web"}}, "template": pod}
+            }
+        })
+    })
+    .await;
+    let done_on = |tag: &'static str| {
+        move |d: &CanaryDeployment| {
+            let s = d.status.clone().unwrap_or_default();
+            s.phase == Some(DeploymentPhase::Completed)
+                && s.stable_image.as_deref() == Some(&format!("linnet.test/kv:{tag}"))
+        }
+    };
+    f.wait_for("Completed on v1", 180, done_on("v1")).await;
+    // Every pod event from now: live (not being deleted) and all, at their peaks.
+    let peaks = Arc::new(Mutex::new((0usize, 0usize, String::new())));
+    let seen = peaks.clone();
+    let pods = f.api::<Pod>();
+    let watching = tokio::spawn(async move {
+        let mut pods_now: BTreeMap<String, bool> = BTreeMap::new();
+        let mut events = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                Event::Apply(p) | Event::InitApply(p) => {
+                    let deleting = p.metadata.deletion_timestamp.is_some();
+                    pods_now.insert(p.metadata.name.unwrap_or_default(), deleting);
+                }
+                Event::Delete(p) => {
+                    pods_now.remove(&p.metadata.name.unwrap_or_default());
+                }
+                _ => continue,
+            }
+            let live = pods_now.values().filter(|d| !**d).count();
+            let mut peaks = seen.lock().unwrap();
+            if live > peaks.0 {
+                peaks.2 = format!("{pods_now:?}");
+            }
+            peaks.0 = peaks.0.max(live);
+            peaks.1 = peaks.1.max(pods_now.len());
+        }
+    });
+    f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
+    f.wait_for("Completed on v2", 300, done_on("v2")).await;
+    support::eventually("only v2 pods", Duration::from_secs(60), || async {
+        (serving_versions(&f).await == BTreeMap::from([("v2".to_string(), 8)])).then_some(())
+    })
+    .await;
+    watching.abort();
+    let (live, all, at) = peaks.lock().unwrap().clone();
+    eprintln!("peak pods not being deleted: {live}; with stopping pods counted: {all}");
+    assert!(
+        live <= 8 + 3,
+        "{live} pods not being deleted at once (bound 11): {at}"
+    );
 }

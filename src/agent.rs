@@ -21,7 +21,7 @@ pub async fn run(
     client: kube::Client,
     kube_config: kube::Config,
 ) -> Result<()> {
-    crate::runtime::heartbeat::init(config.liveness_deadline);
+    crate::liveness::init(config.liveness_deadline);
     // Before anything listens or applies: another live agent may have this source name.
     let lease_name = config.leader.as_ref().map_or_else(
         || format!("linnet-{}", config.source_name),

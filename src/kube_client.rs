@@ -23,6 +23,8 @@ use kube::{Client, Config};
 use tower::ServiceBuilder;
 use tower::retry::RetryLayer;
 
+pub mod fence;
+
 /// How often an idle connection is pinged, and how long a ping may go unanswered before the
 /// connection is dropped (client-go: 30 s and 15 s).
 const PING_EVERY: Duration = Duration::from_secs(30);
@@ -46,10 +48,10 @@ pub async fn connect_to(target: &Target) -> Result<(Config, Client), crate::Erro
     connect_fenced(target, None).await
 }
 
-/// [`connect_to`], with every write of the client behind `fence` ([`crate::runtime::fence`]).
+/// [`connect_to`], with every write of the client behind `fence` ([`crate::kube_client::fence`]).
 pub async fn connect_fenced(
     target: &Target,
-    fence: Option<std::sync::Arc<crate::runtime::fence::Fence>>,
+    fence: Option<std::sync::Arc<fence::Fence>>,
 ) -> Result<(Config, Client), crate::Error> {
     let config = load_config(target).await?;
     let client = from_config_fenced(config.clone(), fence)
@@ -243,7 +245,7 @@ pub fn from_config(config: Config) -> Result<Client, kube::Error> {
 /// server name) has no fence: said in the log.
 pub fn from_config_fenced(
     config: Config,
-    fence: Option<std::sync::Arc<crate::runtime::fence::Fence>>,
+    fence: Option<std::sync::Arc<fence::Fence>>,
 ) -> Result<Client, kube::Error> {
     if config.proxy_url.is_some() || config.tls_server_name.is_some() {
         if fence.is_some() {
@@ -286,7 +288,7 @@ pub fn from_config_fenced(
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .layer(trace_layer!())
-        .option_layer(fence.map(crate::runtime::fence::FenceLayer))
+        .option_layer(fence.map(fence::FenceLayer))
         .map_err(tower::BoxError::from)
         .service(hyper);
     Ok(Client::new(service, config.default_namespace))

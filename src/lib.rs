@@ -26,6 +26,7 @@ pub mod error;
 pub mod events;
 pub mod inspect;
 pub mod kube_client;
+pub mod liveness;
 pub mod net;
 pub mod notify;
 pub mod render;

@@ -58,11 +58,11 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         crate::source::verify::TrustedKeys::load(keys)
             .map_err(|e| crate::Error::Usage(format!("--signing-keys: {e}")))?;
     }
-    if args.liveness_deadline < crate::runtime::heartbeat::MIN_DEADLINE {
+    if args.liveness_deadline < crate::liveness::MIN_DEADLINE {
         return Err(Error::Usage(format!(
             "--liveness-deadline {:?} is too short: a waiting loop beats every second; give {:?} or more",
             args.liveness_deadline,
-            crate::runtime::heartbeat::MIN_DEADLINE
+            crate::liveness::MIN_DEADLINE
         )));
     }
     let mut config = AgentConfig {
@@ -197,15 +197,17 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             .map_err(|e| Error::Usage(format!("{e} (--notifications-file)")))?,
         );
     }
-    // Writes stop at the Lease's renew deadline ([`crate::runtime::fence`]).
+    // Writes stop at the Lease's renew deadline ([`crate::kube_client::fence`]).
     let fence = config.leader.as_ref().map(|l| {
-        let (duration, grace) = crate::runtime::lease::timing(l);
-        std::sync::Arc::new(crate::runtime::fence::Fence::new(
+        let (duration, grace) = crate::kube_client::fence::lease_timing(l.duration);
+        let fence = std::sync::Arc::new(crate::kube_client::fence::Fence::new(
             &l.namespace,
             &l.name,
             duration,
             grace,
-        ))
+        ));
+        crate::kube_client::fence::install(fence.clone());
+        fence
     });
     let (kube_config, client) =
         crate::kube_client::connect_fenced(&Default::default(), fence).await?;

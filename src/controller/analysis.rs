@@ -41,7 +41,7 @@ impl Templates {
         .modify(|t| t.metadata.managed_fields = None)
         .reflect(writer)
         .touched_objects();
-        crate::runtime::supervise::spawn("AnalysisTemplate watch", async move {
+        crate::liveness::spawn("AnalysisTemplate watch", async move {
             futures::pin_mut!(stream);
             use futures::StreamExt;
             while let Some(event) = stream.next().await {

@@ -152,7 +152,7 @@ pub async fn run(
     let (waiting, waiting_rx) = tokio::sync::watch::channel(persist::Waiting::new());
     let waiting = Arc::new(waiting);
     if let Some(store) = store {
-        crate::runtime::supervise::spawn(
+        crate::liveness::spawn(
             "notifications kept for a restart",
             store.keep(waiting_rx, written),
         );

@@ -81,17 +81,18 @@ impl Queue {
         }
     }
 
-    /// The oldest of the longest lane: a rollout that changes often loses its stale news
-    /// first, and a lane's head (maybe on its way) only when it is alone.
+    /// The oldest of the longest lane (the first such lane, by rollout): a rollout that
+    /// changes often loses its stale news first. Offers are taken between tries, so no head
+    /// is on its way.
     fn drop_oldest(&mut self) -> Option<Notice> {
+        let longest = self.lanes.values().map(|w| w.items.len()).max()?;
         let lane = self
             .lanes
             .iter()
-            .max_by_key(|(_, w)| w.items.len())
+            .find(|(_, w)| w.items.len() == longest)
             .map(|(l, _)| l.clone())?;
         let waiting = self.lanes.get_mut(&lane)?;
-        let at = usize::from(waiting.items.len() > 1);
-        let dropped = waiting.items.remove(at);
+        let dropped = waiting.items.pop_front();
         if dropped.is_some() {
             self.len -= 1;
         }

@@ -26,6 +26,9 @@ pub const QUEUE: usize = 100;
 const OFFERS: usize = 1000;
 /// The wait asked for after a failure that gives no `Retry-After`: the lane's backoff decides.
 const NO_WAIT: Duration = Duration::ZERO;
+/// Failed tries after which a notification the receiver keeps refusing while it takes others
+/// is given up (counted as dropped).
+const POISON_TRIES: u32 = 10;
 /// The longest a `Retry-After` is waited for; past it the lane's backoff decides.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The most of an answer read (for the log).
@@ -80,7 +83,7 @@ impl Outbox {
         for notice in stored {
             queue.offer(notice, now);
         }
-        crate::runtime::supervise::spawn(
+        crate::liveness::spawn(
             "notification delivery",
             deliver_all(
                 receiver.clone(),
@@ -140,12 +143,17 @@ async fn deliver_all(
     let mut next_send = tokio::time::Instant::now();
     // Failed tries of each lane's head so far: said at the first, and when it goes through.
     let mut tries: HashMap<Lane, u32> = HashMap::new();
-    let heartbeat = crate::runtime::heartbeat::process()
-        .register(format!("notifications to {}", receiver.name));
-    let mut idle_beat = tokio::time::interval(crate::runtime::heartbeat::IDLE_BEAT);
+    let heartbeat =
+        crate::liveness::process().register(format!("notifications to {}", receiver.name));
+    let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
+    idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When the receiver last took a notification: a head that keeps failing while others go
+    // through is given up (it is the message, not the receiver).
+    let mut last_sent: Option<std::time::Instant> = None;
+    let mut failing_since: HashMap<Lane, std::time::Instant> = HashMap::new();
     loop {
         heartbeat.beat();
-        crate::runtime::heartbeat::hang_if_asked("notifications").await;
+        crate::liveness::hang_if_asked("notifications").await;
         waiting.send_if_modified(|all| {
             let now: Vec<Notice> = queue.waiting().cloned().collect();
             let before = all.get(&receiver.name).map_or(&[][..], Vec::as_slice);
@@ -183,10 +191,23 @@ async fn deliver_all(
                             None => tracing::info!(receiver = %receiver.name, event, %rollout, "notification sent"),
                         }
                         queue.done(&lane, std::time::Instant::now());
+                        failing_since.remove(&lane);
+                        last_sent = Some(std::time::Instant::now());
                         count("sent");
                     }
                     Err(Failed { retry: Some(after), why, .. }) => {
-                        let wait = queue.failed(&lane, std::time::Instant::now(), after);
+                        let now = std::time::Instant::now();
+                        let since = *failing_since.entry(lane.clone()).or_insert(now);
+                        let failed = tries.get(&lane).copied().unwrap_or(0) + 1;
+                        if failed >= POISON_TRIES && last_sent.is_some_and(|t| t > since) {
+                            tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, tries = failed, "notification given up: the receiver takes others but not this one");
+                            tries.remove(&lane);
+                            failing_since.remove(&lane);
+                            queue.done(&lane, now);
+                            count("dropped");
+                            continue;
+                        }
+                        let wait = queue.failed(&lane, now, after);
                         let n = tries.entry(lane).or_default();
                         *n += 1;
                         if *n == 1 {
@@ -198,6 +219,7 @@ async fn deliver_all(
                     }
                     Err(Failed { result, why, .. }) => {
                         tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, "notification not sent, and not tried again");
+                        failing_since.remove(&lane);
                         tries.remove(&lane);
                         queue.done(&lane, std::time::Instant::now());
                         count(result);

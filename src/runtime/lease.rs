@@ -37,23 +37,13 @@ impl HeldLease {
     }
 }
 
-/// The Lease's duration, and how long before it runs out the holder renews it.
-pub fn timing(leader: &LeaderConfig) -> (std::time::Duration, std::time::Duration) {
-    let duration = leader.duration.as_secs().max(2);
-    let grace = (duration / 3).clamp(1, 5);
-    (
-        std::time::Duration::from_secs(duration),
-        std::time::Duration::from_secs(grace),
-    )
-}
-
 /// Blocks until this replica holds the Lease, then watches it: a replica that loses the
 /// Lease stops at once ([`HeldLease::lost`], a supervised task; all rollout state is in the
 /// cluster, so the next leader carries on), and its writes stopped already at the renew
-/// deadline ([`super::fence`]).
+/// deadline ([`crate::kube_client::fence`]).
 pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) -> Result<HeldLease> {
     use kube_lease_manager::LeaseManagerBuilder;
-    let (duration, grace) = timing(leader);
+    let (duration, grace) = crate::kube_client::fence::lease_timing(leader.duration);
     let manager = LeaseManagerBuilder::new(client, &leader.name)
         .with_namespace(&leader.namespace)
         .with_identity(&leader.identity)
@@ -87,15 +77,19 @@ pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) ->
         }
     }
     tracing::info!(lease = %leader.name, identity = %leader.identity, "holding the lease; this replica acts");
+    if let Some(fence) = crate::kube_client::fence::current() {
+        fence.hold();
+    }
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
-    let heartbeat = super::heartbeat::process().register("lease");
+    let heartbeat = crate::liveness::process().register("lease");
     let lease = format!("{}/{}", leader.namespace, leader.name);
     let watching = tokio::spawn(async move {
-        let mut idle_beat = tokio::time::interval(super::heartbeat::IDLE_BEAT);
+        let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
+        idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             heartbeat.beat();
-            super::heartbeat::hang_if_asked("lease").await;
+            crate::liveness::hang_if_asked("lease").await;
             tokio::select! {
                 _ = idle_beat.tick() => {}
                 _ = &mut stopped => {
@@ -110,6 +104,9 @@ pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) ->
                 }
                 changed = holding.changed() => {
                     if changed.is_err() || !*holding.borrow_and_update() {
+                        if let Some(fence) = crate::kube_client::fence::current() {
+                            fence.lost();
+                        }
                         let _ = lost_tx.send(());
                         return;
                     }

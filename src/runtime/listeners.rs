@@ -145,7 +145,7 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
 
 /// Alive: every loop has come round within the deadline ([`super::heartbeat`]).
 async fn healthz() -> (StatusCode, String) {
-    let beats = super::heartbeat::process();
+    let beats = crate::liveness::process();
     let missed = beats.missed(std::time::Instant::now());
     if missed.is_empty() {
         return (StatusCode::OK, "ok\n".into());

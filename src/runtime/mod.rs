@@ -6,14 +6,14 @@
 //! - [`listeners`]: HTTP in (webhooks, probes, `/metrics`, `/status`), wake-ups out;
 //! - [`holder`]: at start, whether another live agent has this source name;
 //! - [`lease`]: the Lease in, whether this replica acts out;
-//! - [`fence`]: no write once the Lease may have run out (a layer of the client);
 //! - [`shards`]: the shard Leases in (`--shards`), which rollouts this replica runs out;
 //! - [`said`]: which persisting errors the log has said already;
 //! - [`state`]: the source loop's state, read by the listeners and the LinnetSource object;
+//! - [`spec_errors`]: error statuses for rollouts whose files have errors;
 //! - [`source_object`]: that state published on the source's `LinnetSource` object;
 //! - [`config`]: what the flags say;
-//! - [`supervise`]: every task above held by name; one that dies stops the agent;
-//! - [`heartbeat`]: each loop's heartbeat; `/healthz` fails when one misses its deadline.
+//! - [`supervise`]: every task above held by name (and those [`crate::liveness::spawn`]
+//!   hands over); one that dies stops the agent.
 //!
 //! The controllers ([`crate::controller`]) and write-back ([`crate::writeback::run`],
 //! [`crate::writeback::post_commit_statuses`]) are the other tasks; they take their kind's
@@ -22,8 +22,6 @@
 
 pub mod config;
 pub mod dashboard;
-pub mod fence;
-pub mod heartbeat;
 pub mod holder;
 pub mod lease;
 pub mod listeners;
@@ -32,6 +30,7 @@ pub mod said;
 pub mod shards;
 pub mod source_loop;
 pub mod source_object;
+pub mod spec_errors;
 pub mod state;
 pub mod supervise;
 

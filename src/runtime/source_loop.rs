@@ -158,15 +158,15 @@ impl SourceLoop {
         // When the remote is looked at next: kept across the idle heartbeats.
         let mut poll_at = tokio::time::Instant::now();
         let mut said = Said::default();
-        let heartbeat = super::heartbeat::process().register("source loop");
-        let mut idle_beat = tokio::time::interval(super::heartbeat::IDLE_BEAT);
+        let heartbeat = crate::liveness::process().register("source loop");
+        let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
         idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = std::pin::pin!(super::shutdown_signal());
         let edited = self.edited.clone();
 
         loop {
             heartbeat.beat();
-            super::heartbeat::hang_if_asked("source loop").await;
+            crate::liveness::hang_if_asked("source loop").await;
             // The commit a webhook announced, if any: when it is not the one fetched last, the
             // fetch goes ahead without first asking the remote for its tip (one round trip less).
             let mut announced: Option<String> = None;
@@ -387,7 +387,7 @@ impl SourceLoop {
         if !specs.errors.is_empty()
             && let (Some(tx), Some(cfg)) = (&self.spec_error_statuses, &self.config.commit_status)
         {
-            tokio::spawn(spec_error_statuses(
+            tokio::spawn(super::spec_errors::spec_error_statuses(
                 self.rollouts.clone(),
                 cfg.clone(),
                 revision.to_string(),
@@ -476,70 +476,6 @@ impl SourceLoop {
                 count: report.errors.len(),
                 first: format!("{key}: {e}"),
             })
-        }
-    }
-}
-
-/// Error statuses on `revision` for the rollouts (already in the cluster, from an earlier
-/// revision) whose files now have errors, read from the shared stores.
-async fn spec_error_statuses(
-    rollouts: RolloutStores,
-    cfg: crate::writeback::commit_status::CommitStatusConfig,
-    revision: String,
-    errors: Vec<crate::specs::SpecError>,
-    tx: mpsc::Sender<Wanted>,
-) {
-    use crate::api::SOURCE_PATH_ANNOTATION;
-    use crate::writeback::commit_status::wanted_for_spec_error;
-    // The first sync may come before the stores' first list; each kind is read once it is
-    // listed, and one that never lists (its CRD missing, its RBAC refused) does not hold up
-    // the other.
-    let wait = Duration::from_secs(30);
-    let (sts_ready, deploy_ready) = tokio::join!(
-        tokio::time::timeout(wait, rollouts.statefulsets.ready().wait()),
-        tokio::time::timeout(wait, rollouts.deployments.ready().wait()),
-    );
-    let mut metas: Vec<kube::api::ObjectMeta> = Vec::new();
-    if matches!(sts_ready, Ok(Ok(()))) {
-        metas.extend(
-            rollouts
-                .statefulsets
-                .store()
-                .state()
-                .iter()
-                .map(|o| crate::api::packed_meta::metadata(o.as_ref()).into_owned()),
-        );
-    }
-    if matches!(deploy_ready, Ok(Ok(()))) {
-        metas.extend(
-            rollouts
-                .deployments
-                .store()
-                .state()
-                .iter()
-                .map(|o| crate::api::packed_meta::metadata(o.as_ref()).into_owned()),
-        );
-    }
-    if !(matches!(sts_ready, Ok(Ok(()))) && matches!(deploy_ready, Ok(Ok(())))) {
-        tracing::warn!(
-            "a rollout kind is not listed yet; no error statuses for its rollouts this time (the spec errors are logged above)"
-        );
-    }
-    for e in &errors {
-        for m in &metas {
-            let file = m
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(SOURCE_PATH_ANNOTATION));
-            if file.map(String::as_str) != Some(&*e.location.file) {
-                continue;
-            }
-            let (Some(ns), Some(name)) = (&m.namespace, &m.name) else {
-                continue;
-            };
-            if let Some(w) = wanted_for_spec_error(&cfg, ns, name, &revision, &e.to_string()) {
-                let _ = tx.send(w).await;
-            }
         }
     }
 }

@@ -3,21 +3,24 @@
 //! Kubernetes restarts it: before, task handles were dropped, and a task that died left a
 //! process that did nothing and answered `/healthz` (issue 44).
 //!
-//! Tasks started deep inside a module (a watch, a receiver's queue) are handed over with
-//! [`spawn`]: the agent's supervisor adopts them, so their end is a fault like any other's.
+//! Tasks started deep inside a module (a watch, a receiver's queue) with
+//! [`crate::liveness::spawn`] run at once and are handed here: their end is a fault like any
+//! other's.
 //!
 //! For the tests, in a debug build only, `LINNET_TEST_PANIC_TASK=<name>` makes the task of
 //! that name panic a second after it starts: the fault injected to see the agent stop.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
-use tokio::task::{Id, JoinSet};
+use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 
 use crate::Error;
+use crate::liveness::Adopted;
 
 /// Set once SIGTERM or SIGINT came: from then on a task ending is the shutdown, not a fault.
 static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
@@ -27,41 +30,25 @@ pub fn shutting_down() {
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
 }
 
-type Adopted = (&'static str, BoxFuture<'static, ()>);
-
-/// Where [`spawn`] hands tasks to the process's supervisor, once there is one.
-static ADOPT: OnceLock<mpsc::UnboundedSender<Adopted>> = OnceLock::new();
-
-/// Runs `task` as the task `name` under the process's supervisor, or on its own when there
-/// is none (a command that is not the agent, a unit test).
-pub fn spawn(name: &'static str, task: impl std::future::Future<Output = ()> + Send + 'static) {
-    let task: BoxFuture<'static, ()> = Box::pin(task);
-    let task = match ADOPT.get() {
-        Some(adopt) => match adopt.send((name, task)) {
-            Ok(()) => return,
-            Err(mpsc::error::SendError((_, task))) => task,
-        },
-        None => task,
-    };
-    tokio::spawn(task);
-}
+type Ended = (&'static str, Result<(), JoinError>);
 
 /// The supervised tasks.
 #[derive(Default)]
 pub struct Tasks {
     set: JoinSet<()>,
     names: HashMap<Id, &'static str>,
+    /// Where [`crate::liveness::spawn`] hands its tasks (the process's supervisor only).
     adopting: Option<mpsc::UnboundedReceiver<Adopted>>,
+    adopted: FuturesUnordered<BoxFuture<'static, Ended>>,
+    adopted_aborts: Vec<AbortHandle>,
 }
 
 impl Tasks {
-    /// The process's supervisor: also adopts the tasks handed to [`spawn`]. The first one made
-    /// is (the agent makes one).
+    /// The process's supervisor: also holds the tasks [`crate::liveness::spawn`] starts from
+    /// now on. The first one made is (the agent makes one).
     pub fn supervisor() -> Tasks {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let adopting = ADOPT.set(tx).is_ok().then_some(rx);
         Tasks {
-            adopting,
+            adopting: crate::liveness::adopt(),
             ..Tasks::default()
         }
     }
@@ -72,20 +59,21 @@ impl Tasks {
         name: &'static str,
         task: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let injected = cfg!(debug_assertions)
-            && std::env::var("LINNET_TEST_PANIC_TASK").is_ok_and(|t| t == name);
-        let handle = self.set.spawn(async move {
-            if injected {
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                panic!("fault injected by LINNET_TEST_PANIC_TASK");
-            }
-            task.await
-        });
+        let handle = self.set.spawn(crate::liveness::with_fault(name, task));
         self.names.insert(handle.id(), name);
+    }
+
+    fn hold(&mut self, (name, handle): Adopted) {
+        self.adopted_aborts.push(handle.abort_handle());
+        self.adopted
+            .push(Box::pin(async move { (name, handle.await) }));
     }
 
     /// Stops every task and waits until they have stopped.
     pub async fn stop_all(&mut self) {
+        for a in self.adopted_aborts.drain(..) {
+            a.abort();
+        }
         self.set.shutdown().await;
     }
 
@@ -93,44 +81,41 @@ impl Tasks {
     /// Never resolves while every task runs (or once all ended in a shutdown).
     pub async fn first_fault(&mut self) -> Error {
         loop {
-            let ended = tokio::select! {
-                ended = self.set.join_next_with_id(), if !self.set.is_empty() => ended,
-                Some((name, task)) = async {
+            let (task, ended): (&'static str, Result<(), JoinError>) = tokio::select! {
+                Some(ended) = self.set.join_next_with_id(), if !self.set.is_empty() => {
+                    match ended {
+                        Ok((id, ())) => (self.names.get(&id).copied().unwrap_or("unnamed"), Ok(())),
+                        Err(e) => (self.names.get(&e.id()).copied().unwrap_or("unnamed"), Err(e)),
+                    }
+                }
+                Some(ended) = self.adopted.next(), if !self.adopted.is_empty() => ended,
+                Some(adopted) = async {
                     match self.adopting.as_mut() {
                         Some(rx) => rx.recv().await,
                         None => std::future::pending().await,
                     }
                 } => {
-                    self.spawn(name, task);
+                    self.hold(adopted);
                     continue;
                 }
                 else => return std::future::pending().await,
             };
-            let Some(ended) = ended else {
-                continue;
-            };
             if SHUTTING_DOWN.load(Ordering::SeqCst) {
                 continue;
             }
-            let (id, how) = match ended {
-                Ok((id, ())) => (id, "ended".to_string()),
-                Err(e) => {
-                    let id = e.id();
-                    let how = if e.is_panic() {
-                        let payload = e.into_panic();
-                        let text = payload
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| payload.downcast_ref::<String>().cloned())
-                            .unwrap_or_default();
-                        format!("panicked: {text}")
-                    } else {
-                        "was cancelled".to_string()
-                    };
-                    (id, how)
+            let how = match ended {
+                Ok(()) => "ended".to_string(),
+                Err(e) if e.is_panic() => {
+                    let payload = e.into_panic();
+                    let text = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    format!("panicked: {text}")
                 }
+                Err(_) => "was cancelled".to_string(),
             };
-            let task = self.names.get(&id).copied().unwrap_or("unnamed");
             return Error::TaskEnded { task, how };
         }
     }

@@ -34,7 +34,7 @@ pub fn watch(
     })?;
     watcher.watch(&root, RecursiveMode::Recursive)?;
     let (tx, rx) = mpsc::channel(1);
-    crate::runtime::supervise::spawn("spec file watch", async move {
+    crate::liveness::spawn("spec file watch", async move {
         while raw_rx.recv().await.is_some() {
             // Wait for the burst to end (editors write several times on save).
             loop {

@@ -206,23 +206,6 @@ pub(crate) fn is_unchanged_from(want: &Value, hash: &str, live: &Value) -> bool 
         && has_finalizers(want, live)
 }
 
-/// What a sync applies of `desired` over `live`: all of it when Git's content changed; for a
-/// drift repair (the same content), not the fields linnet's controllers own, which a forced
-/// apply would take back from them.
-pub fn to_apply(desired: &DesiredObject, live: Option<&Value>) -> Value {
-    let mut object = desired.value();
-    if let Some(live) = live {
-        let live_hash = live
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
-            .and_then(Value::as_str);
-        if live_hash == Some(desired.hash.as_str()) {
-            super::ownership::without(&mut object, &super::ownership::controller_owned(live));
-        }
-    }
-    object
-}
-
 /// The fields Git sets that were changed in the cluster since linnet applied this very content
 /// (JSON paths, at most 10): drift to revert and to name in an event. Empty when Git's
 /// content changed (an update, not drift) or nothing differs.
@@ -514,5 +497,7 @@ pub fn render_diff(change: &PlannedChange) -> String {
         .to_string()
 }
 
+#[cfg(test)]
+mod interleavings;
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value};
 
+use super::desired::{APPLIED_HASH_ANNOTATION, DesiredObject};
 use crate::api::TRAFFIC_ANNOTATION;
 use crate::api::field_managers::ON_GIT_OBJECTS;
 
@@ -109,6 +110,23 @@ fn parse_step(name: &str) -> Option<Step> {
         "i" => rest.parse().ok().map(Step::Index),
         _ => None,
     }
+}
+
+/// What a sync applies of `desired` over `live`: all of it when Git's content changed; for a
+/// drift repair (the same content), not the fields linnet's controllers own, which a forced
+/// apply would take back from them.
+pub fn to_apply(desired: &DesiredObject, live: Option<&Value>) -> Value {
+    let mut object = desired.value();
+    if let Some(live) = live {
+        let live_hash = live
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(APPLIED_HASH_ANNOTATION))
+            .and_then(Value::as_str);
+        if live_hash == Some(desired.hash.as_str()) {
+            without(&mut object, &controller_owned(live));
+        }
+    }
+    object
 }
 
 /// `object` without the fields at `paths`: what the sync compares and puts back of it.

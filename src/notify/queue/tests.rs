@@ -142,10 +142,10 @@ fn past_the_cap_the_busiest_rollouts_oldest_news_is_dropped() {
     else {
         panic!("one is dropped past the cap");
     };
-    // Not the head (it may be on its way), the one after it.
+    // The busiest rollout's oldest.
     assert_eq!(
         (dropped.name.as_str(), dropped.event),
-        ("redis", Event::RolledBack)
+        ("redis", Event::CanaryStarted)
     );
     assert_eq!(q.len(), 3);
     let names: Vec<&str> = q.waiting().map(|n| n.name.as_str()).collect();

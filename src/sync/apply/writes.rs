@@ -156,7 +156,7 @@ impl Syncer {
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
         // Every apply carries the finalizer, not only the create: an apply without a field
         // this manager applied before would remove it.
-        let object = super::super::diff::to_apply(desired, change.live.as_ref());
+        let object = super::super::ownership::to_apply(desired, change.live.as_ref());
         let object = if self.rollout_finalizer && has_cleanup(key) {
             with_finalizer(&object, FINALIZER)
         } else {

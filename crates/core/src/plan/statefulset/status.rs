@@ -112,9 +112,11 @@ impl<'a> Planner<'a> {
         let set = self.main_role().set_name(&self.r.reference.name);
         let replicas = self.replicas();
         let mut replaced = Vec::new();
+        let mut current = std::collections::BTreeSet::new();
         for t in claim_templates(self.spec()) {
             for k in 0..replicas {
                 let claim = claim_name(&t, &set, k);
+                current.insert(claim.clone());
                 let Some(now) = self
                     .o
                     .claims
@@ -142,6 +144,10 @@ impl<'a> Planner<'a> {
                 }
             }
         }
+        // A replica scaled away, or a template removed: not watched any more.
+        self.st
+            .stable_volumes
+            .retain(|claim, _| current.contains(claim));
         let conditions = &mut self.st.conditions;
         if replaced.is_empty() {
             if crate::api::find_condition(conditions, VOLUME_REPLACED).is_some() {

@@ -3,16 +3,40 @@
 //! The Lease manager renews the Lease `grace` before it expires. When renewals hang (etcd
 //! frozen, the API server unreachable), the replica used to go on acting until it saw another
 //! holder: in 3 of 3 runs with etcd frozen for 20 s the old leader sent a write 16 s after its
-//! Lease had expired. The fence sits in the client: every successful write to the Lease
-//! (a renewal) keeps writes open for the Lease's duration less half the grace, counted from
-//! when the renewal was sent; past that, every other write is refused in the client, unsent,
-//! until a renewal succeeds again. Reads go on. The fence is armed by the first successful
-//! renewal: a replica that never held the Lease (or runs without leader election) is not
-//! fenced. With `--shards`, writes to the shard Leases are fenced by the main Lease on the
-//! replica that holds it; the other replicas' shard work is not fenced yet.
+//! Lease had expired. The fence sits in the client: while this replica holds the Lease (the
+//! Lease watch says so: [`Fence::hold`]), every successful write to the Lease (a renewal)
+//! keeps writes open for the Lease's duration less a quarter of the grace (at least 250 ms),
+//! counted from when the renewal was sent; past that, every other write is refused in the
+//! client, unsent, until a renewal succeeds again. Reads go on. Once the Lease is lost
+//! ([`Fence::lost`]) every write is refused until the agent stops. A replica that never held
+//! the Lease (a standby's force-release of an expired Lease succeeds too, and is no renewal),
+//! or runs without leader election, is not fenced. With `--shards`, writes to the shard
+//! Leases are fenced by the main Lease on the replica that holds it; the other replicas'
+//! shard work is not fenced yet.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// The Lease's duration and how long before it runs out the holder renews it, from
+/// `--lease-duration`: what the Lease manager and the fence both use.
+pub fn lease_timing(duration: Duration) -> (Duration, Duration) {
+    let duration = duration.as_secs().max(2);
+    let grace = (duration / 3).clamp(1, 5);
+    (Duration::from_secs(duration), Duration::from_secs(grace))
+}
+
+/// The agent's fence, once it has one (set at start by the agent's command).
+static CURRENT: OnceLock<Arc<Fence>> = OnceLock::new();
+
+/// Makes `fence` the process's fence; the first call wins.
+pub fn install(fence: Arc<Fence>) {
+    let _ = CURRENT.set(fence);
+}
+
+/// The process's fence, if leader election is on.
+pub fn current() -> Option<&'static Arc<Fence>> {
+    CURRENT.get()
+}
 
 /// What a request is to the fence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +73,13 @@ pub struct Fence {
 
 #[derive(Debug, Default)]
 struct State {
-    /// When the last successful renewal was sent; `None`: not armed.
+    /// Whether the Lease watch says this replica holds the Lease.
+    holding: bool,
+    /// The Lease was lost: nothing more is written.
+    lost: bool,
+    /// When the last successful write to the Lease was sent (by anyone in this process).
+    last_write: Option<Instant>,
+    /// When the last renewal of the held Lease was sent; `None`: not armed.
     renewed: Option<Instant>,
     /// Whether the log has said that writes stopped.
     said_closed: bool,
@@ -64,7 +94,7 @@ impl Fence {
             lease_path: format!(
                 "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
             ),
-            deadline: duration.saturating_sub(grace / 2),
+            deadline: duration.saturating_sub((grace / 4).max(Duration::from_millis(250))),
             state: Mutex::new(State::default()),
         }
     }
@@ -77,18 +107,18 @@ impl Fence {
         ) {
             return Kind::Read;
         }
-        if path == self.lease_path {
+        if path.ends_with(&self.lease_path) {
             return Kind::LeaseWrite;
         }
         // A Lease is created with a POST to the collection, named only in the body: never
         // held back, and no renewal (it may be a shard's); the first renewal arms the fence.
         if *method == http::Method::POST
-            && path == self.lease_path.rsplit_once('/').map_or("", |(c, _)| c)
+            && path.ends_with(self.lease_path.rsplit_once('/').map_or("", |(c, _)| c))
         {
             return Kind::Read;
         }
-        if path.starts_with("/apis/authorization.k8s.io/")
-            || path.starts_with("/apis/authentication.k8s.io/")
+        if path.contains("/apis/authorization.k8s.io/")
+            || path.contains("/apis/authentication.k8s.io/")
         {
             return Kind::Read;
         }
@@ -100,6 +130,15 @@ impl Fence {
         let Ok(mut state) = self.state.lock() else {
             return Ok(());
         };
+        if state.lost {
+            return Err(Fenced {
+                lease: self.lease.clone(),
+                since: state
+                    .renewed
+                    .map_or(Duration::ZERO, |r| now.saturating_duration_since(r)),
+                deadline: self.deadline,
+            });
+        }
         let Some(renewed) = state.renewed else {
             return Ok(());
         };
@@ -118,16 +157,37 @@ impl Fence {
         })
     }
 
-    /// A write to the Lease sent at `sent` succeeded.
+    /// A write to the Lease sent at `sent` succeeded: a renewal while this replica holds it.
     pub fn renewed(&self, sent: Instant) {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
+        state.last_write = Some(state.last_write.map_or(sent, |r| r.max(sent)));
+        if !state.holding || state.lost {
+            return;
+        }
         if state.said_closed {
             tracing::info!(lease = %self.lease, "the lease is renewed: writes resume");
             state.said_closed = false;
         }
         state.renewed = Some(state.renewed.map_or(sent, |r| r.max(sent)));
+    }
+
+    /// The Lease watch says this replica holds the Lease, taken by the write to it that went
+    /// through last: from then on writes need renewals.
+    pub fn hold(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.holding = true;
+            state.renewed = state.last_write;
+        }
+    }
+
+    /// The Lease is lost: every write is refused from now on (the agent is stopping).
+    pub fn lost(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.lost = true;
+            state.holding = false;
+        }
     }
 }
 
@@ -207,20 +267,33 @@ mod tests {
     fn writes_stop_at_the_renew_deadline_and_resume_with_a_renewal() {
         let f = fence();
         let t0 = Instant::now();
+        f.renewed(t0);
         assert!(
             f.allows(t0 + Duration::from_secs(3600)).is_ok(),
-            "not armed"
+            "a write to the Lease by a replica that does not hold it arms nothing"
         );
-        f.renewed(t0);
-        assert!(f.allows(t0 + Duration::from_millis(12_500)).is_ok());
-        let e = f.allows(t0 + Duration::from_millis(12_600)).unwrap_err();
-        assert_eq!(e.deadline, Duration::from_millis(12_500));
+        f.hold();
+        assert!(f.allows(t0 + Duration::from_millis(13_750)).is_ok());
+        let e = f.allows(t0 + Duration::from_millis(13_800)).unwrap_err();
+        assert_eq!(e.deadline, Duration::from_millis(13_750));
         assert!(e.to_string().contains("linnet-system/linnet"), "{e}");
         // A renewal sent earlier that answers late does not move the fence back.
         f.renewed(t0 + Duration::from_secs(20));
         f.renewed(t0 + Duration::from_secs(10));
-        assert!(f.allows(t0 + Duration::from_secs(32)).is_ok());
-        assert!(f.allows(t0 + Duration::from_secs(33)).is_err());
+        assert!(f.allows(t0 + Duration::from_secs(33)).is_ok());
+        assert!(f.allows(t0 + Duration::from_secs(34)).is_err());
+        // Lost: nothing more, whatever is renewed.
+        f.lost();
+        f.renewed(t0 + Duration::from_secs(40));
+        assert!(f.allows(t0 + Duration::from_secs(41)).is_err());
+    }
+
+    #[test]
+    fn a_short_lease_keeps_a_quarter_second_at_least() {
+        let (d, g) = lease_timing(Duration::from_secs(4));
+        assert_eq!((d, g), (Duration::from_secs(4), Duration::from_secs(1)));
+        let f = Fence::new("ns", "l", d, g);
+        assert_eq!(f.deadline, Duration::from_millis(3_750));
     }
 
     #[test]
@@ -262,6 +335,11 @@ mod tests {
                 "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
             ),
             Kind::Read
+        );
+        // Behind a proxy whose URL has a path.
+        assert_eq!(
+            f.kind(&Method::PATCH, &format!("/k8s/clusters/c-x{lease}")),
+            Kind::LeaseWrite
         );
     }
 }

@@ -1,12 +1,56 @@
 //! Liveness that means something: each long-running loop beats each time it comes round (and
 //! at least every [`IDLE_BEAT`] while it waits), and `/healthz` fails, naming the loop, when
-//! one has not beaten within the deadline (`--liveness-deadline`). A task that ends is the
-//! supervisor's to notice ([`super::supervise`]); a loop that blocks (a deadlocked lock, a call
-//! with no timeout) is this module's. The kubelet's liveness probe then restarts the agent.
+//! one has not beaten within the deadline (`--liveness-deadline`). A loop that blocks (a
+//! deadlocked lock, a call with no timeout) is this module's to notice; a task that ends is the
+//! supervisor's (`runtime::supervise`), which also holds the tasks started inside modules with
+//! [`spawn`]. The kubelet's liveness probe then restarts the agent.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// A task started inside a module, by name, for the supervisor to hold.
+pub type Adopted = (&'static str, JoinHandle<()>);
+
+/// Where [`spawn`] hands its tasks, once the supervisor asked for them.
+static ADOPT: OnceLock<mpsc::UnboundedSender<Adopted>> = OnceLock::new();
+
+/// The tasks [`spawn`] starts from now on, for the process's supervisor; `None` after the
+/// first call (there is one supervisor).
+pub fn adopt() -> Option<mpsc::UnboundedReceiver<Adopted>> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    ADOPT.set(tx).is_ok().then_some(rx)
+}
+
+/// Starts `task` now, as the task `name`, and hands it to the process's supervisor if there
+/// is one (its end is then a fault like any other task's). For the tests, in a debug build
+/// only, `LINNET_TEST_PANIC_TASK=<name>` makes it panic a second after it starts.
+pub fn spawn(name: &'static str, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    let handle = tokio::spawn(with_fault(name, task));
+    if let Some(adopt) = ADOPT.get() {
+        let _ = adopt.send((name, handle));
+    }
+}
+
+/// `task`, made to panic a second after it starts when `LINNET_TEST_PANIC_TASK` names it (in
+/// a debug build; a release build never reads the variable).
+pub fn with_fault(
+    name: &'static str,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let injected =
+        cfg!(debug_assertions) && std::env::var("LINNET_TEST_PANIC_TASK").is_ok_and(|t| t == name);
+    async move {
+        if injected {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            panic!("fault injected by LINNET_TEST_PANIC_TASK");
+        }
+        task.await
+    }
+}
 
 /// How often a waiting loop beats anyway (a timer tick, no request).
 pub const IDLE_BEAT: Duration = Duration::from_secs(1);

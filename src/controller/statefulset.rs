@@ -213,6 +213,15 @@ async fn reconcile_inner(
     .map_err(|e| match e {
         kube::runtime::finalizer::Error::ApplyFailed(e)
         | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        // The Kubernetes error said in words, not kube's debug dump of its Status.
+        kube::runtime::finalizer::Error::AddFinalizer(e) => ReconcileError::Finalizer(format!(
+            "adding the finalizer: {}",
+            crate::error::kube_message(&e)
+        )),
+        kube::runtime::finalizer::Error::RemoveFinalizer(e) => ReconcileError::Finalizer(format!(
+            "removing the finalizer: {}",
+            crate::error::kube_message(&e)
+        )),
         other => ReconcileError::Finalizer(other.to_string()),
     })
 }

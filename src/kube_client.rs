@@ -25,6 +25,24 @@ use tower::retry::RetryLayer;
 
 pub mod fence;
 
+/// A create (or a replace) that names `manager` as its field manager
+/// ([`crate::api::field_managers`]).
+pub fn post_as(manager: &str) -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(manager.into()),
+        ..Default::default()
+    }
+}
+
+/// A merge or JSON patch (an update) that names `manager` as its field manager
+/// ([`crate::api::field_managers`]); server-side apply names one with `PatchParams::apply`.
+pub fn patch_as(manager: &str) -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(manager.into()),
+        ..Default::default()
+    }
+}
+
 /// How often an idle connection is pinged, and how long a ping may go unanswered before the
 /// connection is dropped (client-go: 30 s and 15 s).
 const PING_EVERY: Duration = Duration::from_secs(30);

@@ -92,9 +92,8 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         })],
     );
     let port = free_port();
-    let agent = f.spawn_agent("agent", &[format!("--dashboard-listen=127.0.0.1:{port}")]);
-    wait_ready(&agent).await;
-    f.agent = Some(agent);
+    f.start_agent_with(&[format!("--dashboard-listen=127.0.0.1:{port}")])
+        .await;
     let base = format!("http://127.0.0.1:{port}");
 
     let mut browser = Browser::start().await;

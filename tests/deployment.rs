@@ -724,9 +724,7 @@ async fn a_canary_deployment_deleted_while_its_first_status_waits_leaves_no_coun
         "containers": [{"name": "web", "image": "nginx:broken"}]}}}});
     let mut f = Fixture::prepare("dep-gone", |ns| web(ns, broken)).await;
     let args = ["--prune", "--allow-empty", "--first-status-wait=10m"].map(String::from);
-    let agent = f.spawn_agent("agent", &args);
-    support::agent::wait_ready(&agent).await;
-    f.agent = Some(agent);
+    f.start_agent_with(&args).await;
     let initializing = r#"linnet_rollouts{kind="CanaryDeployment",phase="Initializing"} 1"#;
     support::eventually("the rollout counted", Duration::from_secs(60), || async {
         let metrics = f.agent.as_ref().unwrap().metrics().await;

@@ -62,15 +62,7 @@ async fn a_leader_whose_lease_cannot_be_renewed_writes_nothing_past_its_deadline
     let ns = f.ns.name.clone();
     f.write_file(
         "templates.yaml",
-        &[json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "AnalysisTemplate",
-            "metadata": {"name": "health", "namespace": ns},
-            "spec": {"metrics": [{"name": "health", "successCondition": "result == true",
-                "interval": "1s",
-                "provider": {"web": {"url": format!("http://127.0.0.1:{port}/health"),
-                    "jsonPath": "$.data.ok"}}}]}
-        })],
+        &[support::web_gate_template(&ns, port, json!({}))],
     );
     f.start_agent().await;
     f.wait_for("Stable", 90, |r: &CanaryStatefulSet| {

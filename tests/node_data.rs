@@ -229,14 +229,7 @@ async fn a_canary_failing_its_analysis_rolls_back_with_every_key() {
     let ns = f.ns.name.clone();
     f.write_file(
         "templates.yaml",
-        &[json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "AnalysisTemplate",
-            "metadata": {"name": "health", "namespace": ns},
-            "spec": {"metrics": [{"name": "health", "successCondition": "result == true",
-                "count": 2, "interval": "1s",
-                "provider": {"web": {"url": format!("http://127.0.0.1:{port}/health"), "jsonPath": "$.data.ok"}}}]}
-        })],
+        &[support::web_gate_template(&ns, port, json!({"count": 2}))],
     );
     let mut watch = ProcessWatch::start(&ns);
     let pods = f.api::<Pod>();
@@ -531,35 +524,17 @@ async fn a_batched_deployment_whose_canary_never_becomes_ready_rolls_back() {
         return;
     }
     let mut f = Fixture::start("node-batches", |ns| {
-        let mut container = kv_container("v1");
-        container["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
-        let mut pod = json!({"metadata": {"labels": {"app": "web"}}, "spec": {
-            "containers": [container], "volumes": [{"name": "data", "emptyDir": {}}]}});
-        on_node(&mut pod);
-        json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "CanaryDeployment",
-            "metadata": {"name": "web", "namespace": ns},
-            "spec": {
-                "replicas": 4, "image": "linnet.test/kv:v1",
-                "strategy": {"type": "Batches"}, "batches": 2, "pause": "None", "currentBatch": 1,
-                "progressDeadlineSeconds": 10, "rollbackOnFailure": true,
-                "template": {"selector": {"matchLabels": {"app": "web"}}, "template": pod}
-            }
-        })
+        batched_web(
+            ns,
+            json!({"replicas": 4, "batches": 2, "progressDeadlineSeconds": 10,
+                "rollbackOnFailure": true}),
+        )
     })
     .await;
-    let done_on = |tag: &'static str| {
-        move |d: &CanaryDeployment| {
-            let s = d.status.clone().unwrap_or_default();
-            s.phase == Some(DeploymentPhase::Completed)
-                && s.stable_image.as_deref() == Some(&format!("linnet.test/kv:{tag}"))
-        }
-    };
-    f.wait_for("Completed on v1", 180, done_on("v1")).await;
+    f.wait_for("Completed on v1", 180, completed_on("v1")).await;
     // v2 through both batches, each batch Ready by its probes.
     f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
-    f.wait_for("Completed on v2", 180, done_on("v2")).await;
+    f.wait_for("Completed on v2", 180, completed_on("v2")).await;
     // The status is written before the old Deployment goes, and a real pod takes a moment
     // to stop.
     support::eventually("only v2 pods serving", Duration::from_secs(60), || async {
@@ -578,6 +553,38 @@ async fn a_batched_deployment_whose_canary_never_becomes_ready_rolls_back() {
         (serving == BTreeMap::from([("v2".to_string(), 4)])).then_some(())
     })
     .await;
+}
+
+/// A batched CanaryDeployment `web` in `ns` of the key-value server on the real node (image
+/// tag v1, an emptyDir for its data, no pause), with `patch` merged into its spec.
+fn batched_web(ns: &str, patch: Value) -> Value {
+    let mut container = kv_container("v1");
+    container["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    let mut pod = json!({"metadata": {"labels": {"app": "web"}}, "spec": {
+        "containers": [container], "volumes": [{"name": "data", "emptyDir": {}}]}});
+    on_node(&mut pod);
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryDeployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "image": "linnet.test/kv:v1",
+            "strategy": {"type": "Batches"}, "pause": "None", "currentBatch": 1,
+            "progressDeadlineSeconds": 120,
+            "template": {"selector": {"matchLabels": {"app": "web"}}, "template": pod}
+        }
+    });
+    support::rollout::merge(&mut spec["spec"], patch);
+    spec
+}
+
+/// Whether the batched rollout is Completed on image tag `tag`.
+fn completed_on(tag: &'static str) -> impl Fn(&CanaryDeployment) -> bool {
+    move |d: &CanaryDeployment| {
+        let s = d.status.clone().unwrap_or_default();
+        s.phase == Some(DeploymentPhase::Completed)
+            && s.stable_image.as_deref() == Some(&format!("linnet.test/kv:{tag}"))
+    }
 }
 
 /// Ready pods of the namespace by the version they answer.
@@ -621,32 +628,10 @@ async fn a_batched_rollout_on_real_pods_keeps_its_surge_bound() {
         return;
     }
     let mut f = Fixture::start("node-surge", |ns| {
-        let mut container = kv_container("v1");
-        container["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
-        let mut pod = json!({"metadata": {"labels": {"app": "web"}}, "spec": {
-            "containers": [container], "volumes": [{"name": "data", "emptyDir": {}}]}});
-        on_node(&mut pod);
-        json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "CanaryDeployment",
-            "metadata": {"name": "web", "namespace": ns},
-            "spec": {
-                "replicas": 8, "image": "linnet.test/kv:v1",
-                "strategy": {"type": "Batches"}, "batches": 4, "pause": "None", "currentBatch": 1,
-                "progressDeadlineSeconds": 120,
-                "template": {"selector": {"matchLabels": {"app": "web"}}, "template": pod}
-            }
-        })
+        batched_web(ns, json!({"replicas": 8, "batches": 4}))
     })
     .await;
-    let done_on = |tag: &'static str| {
-        move |d: &CanaryDeployment| {
-            let s = d.status.clone().unwrap_or_default();
-            s.phase == Some(DeploymentPhase::Completed)
-                && s.stable_image.as_deref() == Some(&format!("linnet.test/kv:{tag}"))
-        }
-    };
-    f.wait_for("Completed on v1", 180, done_on("v1")).await;
+    f.wait_for("Completed on v1", 180, completed_on("v1")).await;
     // Every pod event from now: live (not being deleted) and all, at their peaks.
     let peaks = Arc::new(Mutex::new((0usize, 0usize, String::new())));
     let seen = peaks.clone();
@@ -675,7 +660,7 @@ async fn a_batched_rollout_on_real_pods_keeps_its_surge_bound() {
         }
     });
     f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
-    f.wait_for("Completed on v2", 300, done_on("v2")).await;
+    f.wait_for("Completed on v2", 300, completed_on("v2")).await;
     support::eventually("only v2 pods", Duration::from_secs(60), || async {
         (serving_versions(&f).await == BTreeMap::from([("v2".to_string(), 8)])).then_some(())
     })

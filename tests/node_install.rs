@@ -240,7 +240,9 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
         std::fs::write(&file, yaml).unwrap();
         kubectl(&["apply", "-f", file.to_str().unwrap()]);
     }
-    let installed = Uninstall;
+    let installed = Uninstall {
+        ns: ns.name.clone(),
+    };
 
     // Two agents really run; the Lease names the one that acts.
     support::eventually("two agent processes", Duration::from_secs(120), || async {
@@ -327,8 +329,13 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     drop(installed);
 }
 
-/// Deletes the agent's Deployment (its pods stop), also when the test fails.
-struct Uninstall;
+/// Deletes the test's rollout while the agents still run (they release its finalizer; one no
+/// agent released would keep its namespace Terminating, and every later agent watching all
+/// namespaces would meet it), then the agent's Deployment (its pods stop); also when the test
+/// fails.
+struct Uninstall {
+    ns: String,
+}
 
 impl Drop for Uninstall {
     fn drop(&mut self) {
@@ -336,6 +343,7 @@ impl Drop for Uninstall {
             print_agent_logs();
         }
         // A client of the thread's own runtime: the test's runtime is blocked in this drop.
+        let ns = self.ns.clone();
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -343,6 +351,22 @@ impl Drop for Uninstall {
                 .unwrap();
             rt.block_on(async {
                 let client = support::admin_client().await;
+                let rollouts: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), &ns);
+                let _ = rollouts.delete("kv", &DeleteParams::default()).await;
+                let gone = tokio::time::timeout(Duration::from_secs(60), async {
+                    while rollouts.get_opt("kv").await.is_ok_and(|r| r.is_some()) {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                })
+                .await;
+                if gone.is_err() {
+                    // No agent took it: released by hand, as a person would.
+                    let release =
+                        kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
+                    let _ = rollouts
+                        .patch("kv", &kube::api::PatchParams::default(), &release)
+                        .await;
+                }
                 let _ = Api::<Deployment>::namespaced(client, "linnet-system")
                     .delete("linnet", &DeleteParams::foreground())
                     .await;

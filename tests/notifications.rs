@@ -123,6 +123,17 @@ fn write_settings(dir: &Path, base: &str, ns: &str) -> std::path::PathBuf {
     file
 }
 
+/// Waits until the canary waits for a human's promotion.
+async fn wait_for_approval(f: &Fixture) {
+    f.wait_for("waiting for promotion", 90, |r: &CanaryStatefulSet| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.message.as_deref())
+            .is_some_and(|m| m.contains("waiting for promotion"))
+    })
+    .await;
+}
+
 fn events_of(got: &[Got]) -> Vec<String> {
     got.iter()
         .map(|g| {
@@ -160,15 +171,7 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
     let ns = f.ns.name.clone();
     f.write_file(
         "templates.yaml",
-        &[json!({
-            "apiVersion": "rollouts.linnet.dev/v1alpha1",
-            "kind": "AnalysisTemplate",
-            "metadata": {"name": "health", "namespace": ns},
-            "spec": {"metrics": [{"name": "health", "successCondition": "result == true",
-                "interval": "1s",
-                "provider": {"web": {"url": format!("http://127.0.0.1:{port}/health"),
-                    "jsonPath": "$.data.ok"}}}]}
-        })],
+        &[support::web_gate_template(&ns, port, json!({}))],
     );
     let settings = write_settings(f.dir.path(), &base, &ns);
     let agent = f.spawn_agent(
@@ -188,13 +191,7 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
 
     // 1. A canary that waits for approval, then is promoted.
     f.patch_spec(json!({"image": "redis:7.4"}));
-    f.wait_for("waiting for promotion", 90, |r: &CanaryStatefulSet| {
-        r.status
-            .as_ref()
-            .and_then(|s| s.message.as_deref())
-            .is_some_and(|m| m.contains("waiting for promotion"))
-    })
-    .await;
+    wait_for_approval(&f).await;
     f.annotate("rollouts.linnet.dev/promote", "true");
     f.wait_for("Stable on redis:7.4", 90, |r: &CanaryStatefulSet| {
         phase(r) == Some(StatefulSetPhase::Stable)
@@ -472,9 +469,7 @@ async fn a_receiver_down_across_a_restart_gets_every_notification_once_in_order(
     )
     .unwrap();
     let args = [format!("--notifications-file={}", settings.display())];
-    let agent = f.spawn_agent("agent", &args);
-    wait_ready(&agent).await;
-    f.agent = Some(agent);
+    f.start_agent_with(&args).await;
     let phase = |r: &CanaryStatefulSet| r.status.as_ref().and_then(|s| s.phase);
     f.wait_for("Stable on redis:7.2", 90, |r: &CanaryStatefulSet| {
         phase(r) == Some(StatefulSetPhase::Stable)
@@ -483,13 +478,7 @@ async fn a_receiver_down_across_a_restart_gets_every_notification_once_in_order(
 
     o.down.store(true, Ordering::SeqCst);
     f.patch_spec(json!({"image": "redis:7.4"}));
-    f.wait_for("waiting for promotion", 90, |r: &CanaryStatefulSet| {
-        r.status
-            .as_ref()
-            .and_then(|s| s.message.as_deref())
-            .is_some_and(|m| m.contains("waiting for promotion"))
-    })
-    .await;
+    wait_for_approval(&f).await;
     f.annotate(linnet::api::ABORT_ANNOTATION, "true");
     f.wait_for("RolledBack", 90, |r: &CanaryStatefulSet| {
         phase(r) == Some(StatefulSetPhase::RolledBack)

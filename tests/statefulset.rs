@@ -1253,9 +1253,7 @@ async fn a_new_rollout_that_does_not_get_ready_shows_initializing_after_the_firs
     let mut f =
         Fixture::prepare("sts-slow", |ns| redis(ns, json!({"image": "redis:broken"}))).await;
     let wait = ["--first-status-wait=6s".to_string()];
-    let agent = f.spawn_agent("agent", &wait);
-    support::agent::wait_ready(&agent).await;
-    f.agent = Some(agent);
+    f.start_agent_with(&wait).await;
     let sets = f.api::<StatefulSet>();
     support::eventually("the stable set", Duration::from_secs(30), || async {
         sets.get_opt("redis-stable").await.unwrap()

@@ -10,7 +10,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::PostParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -241,10 +240,8 @@ pub async fn measure(
                     match analysis_job(rollout.reference, rollout.kind, run, m, ordinal) {
                         Some(job) => {
                             let name = job.metadata.name.clone().unwrap_or_default();
-                            let params = PostParams {
-                                field_manager: Some(crate::api::field_managers::ANALYSIS.into()),
-                                ..PostParams::default()
-                            };
+                            let params =
+                                crate::kube_client::post_as(crate::api::field_managers::ANALYSIS);
                             match jobs.create(&params, &job).await {
                                 Ok(_) => {}
                                 Err(kube::Error::Api(s)) if s.code == 409 => {}

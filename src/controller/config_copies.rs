@@ -164,25 +164,23 @@ impl Copy {
     }
 }
 
-/// A create under the config copies' field manager.
-fn create_params() -> PostParams {
-    PostParams {
-        field_manager: Some(crate::api::field_managers::CONFIG_COPIES.into()),
-        ..PostParams::default()
-    }
-}
-
 /// Creates `copy`; one that exists already is the same content (its name is its hash).
 async fn create(ctx: &Context, rollout: &RolloutRef, copy: Copy) -> Result<(), ReconcileError> {
     let (ns, name, kind) = (rollout.namespace.as_str(), copy.name_any(), copy.kind());
     let doing = || format!("creating config copy {ns}/{name}");
     let result = match copy {
         Copy::ConfigMap(c) => Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
-            .create(&create_params(), &c)
+            .create(
+                &crate::kube_client::post_as(crate::api::field_managers::CONFIG_COPIES),
+                &c,
+            )
             .await
             .map(|_| ()),
         Copy::Secret(s) => Api::<Secret>::namespaced(secrets_client(ctx, ns)?, ns)
-            .create(&create_params(), &s)
+            .create(
+                &crate::kube_client::post_as(crate::api::field_managers::CONFIG_COPIES),
+                &s,
+            )
             .await
             .map(|_| ()),
     };

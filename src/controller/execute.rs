@@ -317,16 +317,10 @@ pub(crate) async fn execute(
 
 /// A create under the rollouts' field manager.
 fn create_params() -> PostParams {
-    PostParams {
-        field_manager: Some(crate::api::field_managers::ROLLOUT.into()),
-        ..PostParams::default()
-    }
+    crate::kube_client::post_as(crate::api::field_managers::ROLLOUT)
 }
 
 /// A merge patch under the rollouts' field manager.
 fn update_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(crate::api::field_managers::ROLLOUT.into()),
-        ..PatchParams::default()
-    }
+    crate::kube_client::patch_as(crate::api::field_managers::ROLLOUT)
 }

@@ -187,10 +187,7 @@ pub async fn update_route(
     routes
         .patch(
             name,
-            &PatchParams {
-                field_manager: Some(crate::api::field_managers::TRAFFIC.into()),
-                ..PatchParams::default()
-            },
+            &crate::kube_client::patch_as(crate::api::field_managers::TRAFFIC),
             &Patch::Merge(patch),
         )
         .await

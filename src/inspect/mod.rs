@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch};
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
@@ -357,10 +357,7 @@ pub async fn pull(client: &Client, ns: &str, name: &str, lever: Lever) -> Result
     let patch = Patch::Merge(serde_json::json!({
         "metadata": {"annotations": {annotation: value}}
     }));
-    let params = PatchParams {
-        field_manager: Some(crate::api::field_managers::CLI.into()),
-        ..PatchParams::default()
-    };
+    let params = crate::kube_client::patch_as(crate::api::field_managers::CLI);
     match &rollout {
         RolloutObject::StatefulSet(_) => {
             Api::<CanaryStatefulSet>::namespaced(client.clone(), ns)

@@ -24,11 +24,28 @@ pub enum Offered {
     Dropped(Box<Notice>),
 }
 
+/// What became of a failed try of a lane's head.
+#[derive(Debug, PartialEq)]
+pub enum Failure {
+    /// Tried again after `wait`; `tries` failed so far.
+    Retry { wait: Duration, tries: u32 },
+    /// Given up after `tries`: the receiver took others since it began failing, so it is the
+    /// message, not the receiver; the lane goes on.
+    GivenUp { tries: u32 },
+}
+
+/// Failed tries after which a head the receiver keeps refusing while it takes others is given
+/// up.
+pub const POISON_TRIES: u32 = 10;
+
 struct Waiting {
     items: VecDeque<Notice>,
     /// When its head may be tried.
     due: Instant,
     backoff: Option<backon::ExponentialBackoff>,
+    /// Failed tries of its head, and since when it fails.
+    failures: u32,
+    failing_since: Option<Instant>,
 }
 
 /// A receiver's queue.
@@ -36,6 +53,8 @@ pub struct Queue {
     lanes: BTreeMap<Lane, Waiting>,
     len: usize,
     cap: usize,
+    /// When the receiver last took a notification.
+    last_sent: Option<Instant>,
 }
 
 impl Queue {
@@ -44,6 +63,7 @@ impl Queue {
             lanes: BTreeMap::new(),
             len: 0,
             cap: cap.max(1),
+            last_sent: None,
         }
     }
 
@@ -72,6 +92,8 @@ impl Queue {
             items: VecDeque::new(),
             due: now,
             backoff: None,
+            failures: 0,
+            failing_since: None,
         });
         waiting.items.push_back(notice);
         self.len += 1;
@@ -116,13 +138,15 @@ impl Queue {
             .and_then(|(lane, w)| Some((lane.clone(), w.items.front()?.clone())))
     }
 
-    /// The head of `lane` was sent, or refused for good: the next one may go at once.
+    /// The head of `lane` was refused for good (or given up): the next one may go at once.
     pub fn done(&mut self, lane: &Lane, now: Instant) {
         if let Some(waiting) = self.lanes.get_mut(lane) {
             if waiting.items.pop_front().is_some() {
                 self.len -= 1;
             }
             waiting.backoff = None;
+            waiting.failures = 0;
+            waiting.failing_since = None;
             waiting.due = now;
             if waiting.items.is_empty() {
                 self.lanes.remove(lane);
@@ -130,12 +154,31 @@ impl Queue {
         }
     }
 
+    /// The head of `lane` was sent; the tries that failed before it went.
+    pub fn sent(&mut self, lane: &Lane, now: Instant) -> u32 {
+        let failed = self.lanes.get(lane).map_or(0, |w| w.failures);
+        self.done(lane, now);
+        self.last_sent = Some(now);
+        failed
+    }
+
     /// The head of `lane` failed in a way that may clear: tried again after the lane's next
-    /// backoff, or after `at_least` (a `Retry-After`) if longer. Returns the wait.
-    pub fn failed(&mut self, lane: &Lane, now: Instant, at_least: Duration) -> Duration {
+    /// backoff, or after `at_least` (a `Retry-After`) if longer; or given up after
+    /// [`POISON_TRIES`] if the receiver took others meanwhile.
+    pub fn failed(&mut self, lane: &Lane, now: Instant, at_least: Duration) -> Failure {
         let Some(waiting) = self.lanes.get_mut(lane) else {
-            return Duration::ZERO;
+            return Failure::Retry {
+                wait: Duration::ZERO,
+                tries: 0,
+            };
         };
+        waiting.failures += 1;
+        let since = *waiting.failing_since.get_or_insert(now);
+        let tries = waiting.failures;
+        if tries >= POISON_TRIES && self.last_sent.is_some_and(|t| t > since) {
+            self.done(lane, now);
+            return Failure::GivenUp { tries };
+        }
         let wait = waiting
             .backoff
             .get_or_insert_with(|| {
@@ -145,7 +188,7 @@ impl Queue {
             .unwrap_or(crate::watch::backoff::NOTIFY_BACKOFF_MAX)
             .max(at_least);
         waiting.due = now + wait;
-        wait
+        Failure::Retry { wait, tries }
     }
 
     /// Every waiting notification, lane by lane in order: what a restart must not lose.

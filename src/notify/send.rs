@@ -7,15 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::collections::HashMap;
-
 use tokio::sync::mpsc;
 
 use super::config::{Receiver, ReceiverKind};
 use super::events::Notice;
 use super::payload;
 use super::persist::Waiting;
-use super::queue::{Lane, Offered, Queue};
+use super::queue::{Failure, Offered, Queue};
 use crate::telemetry::{Metrics, NotifyLabels};
 use crate::writeback::pull_request::{PullRequestError, PullRequests};
 
@@ -26,9 +24,6 @@ pub const QUEUE: usize = 100;
 const OFFERS: usize = 1000;
 /// The wait asked for after a failure that gives no `Retry-After`: the lane's backoff decides.
 const NO_WAIT: Duration = Duration::ZERO;
-/// Failed tries after which a notification the receiver keeps refusing while it takes others
-/// is given up (counted as dropped).
-const POISON_TRIES: u32 = 10;
 /// The longest a `Retry-After` is waited for; past it the lane's backoff decides.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The most of an answer read (for the log).
@@ -141,16 +136,10 @@ async fn deliver_all(
             .inc();
     };
     let mut next_send = tokio::time::Instant::now();
-    // Failed tries of each lane's head so far: said at the first, and when it goes through.
-    let mut tries: HashMap<Lane, u32> = HashMap::new();
     let heartbeat =
         crate::liveness::process().register(format!("notifications to {}", receiver.name));
     let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
     idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // When the receiver last took a notification: a head that keeps failing while others go
-    // through is given up (it is the message, not the receiver).
-    let mut last_sent: Option<std::time::Instant> = None;
-    let mut failing_since: HashMap<Lane, std::time::Instant> = HashMap::new();
     loop {
         heartbeat.beat();
         crate::liveness::hang_if_asked("notifications").await;
@@ -184,44 +173,32 @@ async fn deliver_all(
                 next_send = tokio::time::Instant::now() + receiver.spacing();
                 let rollout = format!("{}/{}", notice.namespace, notice.name);
                 let event = notice.event.as_str();
+                let now = std::time::Instant::now;
                 match try_once(&receiver, &target, &notice).await {
                     Ok(()) => {
-                        match tries.remove(&lane) {
-                            Some(failed) => tracing::info!(receiver = %receiver.name, event, %rollout, failed_tries = failed, "notification sent after the receiver failed"),
-                            None => tracing::info!(receiver = %receiver.name, event, %rollout, "notification sent"),
+                        match queue.sent(&lane, now()) {
+                            0 => tracing::info!(receiver = %receiver.name, event, %rollout, "notification sent"),
+                            failed => tracing::info!(receiver = %receiver.name, event, %rollout, failed_tries = failed, "notification sent after the receiver failed"),
                         }
-                        queue.done(&lane, std::time::Instant::now());
-                        failing_since.remove(&lane);
-                        last_sent = Some(std::time::Instant::now());
                         count("sent");
                     }
-                    Err(Failed { retry: Some(after), why, .. }) => {
-                        let now = std::time::Instant::now();
-                        let since = *failing_since.entry(lane.clone()).or_insert(now);
-                        let failed = tries.get(&lane).copied().unwrap_or(0) + 1;
-                        if failed >= POISON_TRIES && last_sent.is_some_and(|t| t > since) {
-                            tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, tries = failed, "notification given up: the receiver takes others but not this one");
-                            tries.remove(&lane);
-                            failing_since.remove(&lane);
-                            queue.done(&lane, now);
+                    Err(Failed { retry: Some(after), why, .. }) => match queue.failed(&lane, now(), after) {
+                        Failure::GivenUp { tries } => {
+                            tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, tries, "notification given up: the receiver takes others but not this one");
                             count("dropped");
-                            continue;
                         }
-                        let wait = queue.failed(&lane, now, after);
-                        let n = tries.entry(lane).or_default();
-                        *n += 1;
-                        if *n == 1 {
+                        Failure::Retry { wait, tries: 1 } => {
                             tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, retry_in = ?wait, "notification not sent yet; tried again with backoff until it is (later ones of this rollout wait behind it)");
-                        } else {
-                            tracing::debug!(receiver = %receiver.name, event, %rollout, error = %why, retry_in = ?wait, tries = *n, "notification still not sent");
+                            count("retried");
                         }
-                        count("retried");
-                    }
+                        Failure::Retry { wait, tries } => {
+                            tracing::debug!(receiver = %receiver.name, event, %rollout, error = %why, retry_in = ?wait, tries, "notification still not sent");
+                            count("retried");
+                        }
+                    },
                     Err(Failed { result, why, .. }) => {
                         tracing::warn!(receiver = %receiver.name, event, %rollout, error = %why, "notification not sent, and not tried again");
-                        failing_since.remove(&lane);
-                        tries.remove(&lane);
-                        queue.done(&lane, std::time::Instant::now());
+                        queue.done(&lane, now());
                         count(result);
                     }
                 }

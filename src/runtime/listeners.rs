@@ -143,7 +143,7 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {
         })
 }
 
-/// Alive: every loop has come round within the deadline ([`super::heartbeat`]).
+/// Alive: every loop has come round within the deadline ([`crate::liveness`]).
 async fn healthz() -> (StatusCode, String) {
     let beats = crate::liveness::process();
     let missed = beats.missed(std::time::Instant::now());

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 
 use super::config::LeaderConfig;
 use crate::controller::shards::ShardSet;
@@ -277,10 +277,7 @@ async fn ask_for_home_shard(
     if let Err(e) = leases
         .patch(
             name,
-            &PatchParams {
-                field_manager: Some(crate::api::field_managers::SHARDS.into()),
-                ..PatchParams::default()
-            },
+            &crate::kube_client::patch_as(crate::api::field_managers::SHARDS),
             &Patch::Merge(&patch),
         )
         .await

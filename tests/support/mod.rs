@@ -286,6 +286,23 @@ pub async fn recycle_volumes(client: &Client) {
     }
 }
 
+/// The AnalysisTemplate `health` in `ns`: one metric measured every second from the
+/// [`web_gate`] on `port`, passing while the gate is ok; `metric` is merged into the metric
+/// (e.g. `{"count": 2}`).
+pub fn web_gate_template(ns: &str, port: u16, metric: serde_json::Value) -> serde_json::Value {
+    let mut m = serde_json::json!({"name": "health", "successCondition": "result == true",
+        "interval": "1s",
+        "provider": {"web": {"url": format!("http://127.0.0.1:{port}/health"),
+            "jsonPath": "$.data.ok"}}});
+    rollout::merge(&mut m, metric);
+    serde_json::json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "AnalysisTemplate",
+        "metadata": {"name": "health", "namespace": ns},
+        "spec": {"metrics": [m]}
+    })
+}
+
 /// A `web` analysis provider's endpoint on 127.0.0.1: `GET /health` answers
 /// `{"data": {"ok": <ok>}}`, so a test passes or fails a gate by setting `ok`. Returns the
 /// port; the server runs as long as the test's runtime.

@@ -156,9 +156,25 @@ impl Fixture {
     }
 
     pub async fn start_agent(&mut self) {
-        let agent = self.spawn_agent("agent", &[]);
+        self.start_agent_with(&[]).await;
+    }
+
+    /// [`Fixture::start_agent`] with `args` added.
+    pub async fn start_agent_with(&mut self, args: &[String]) {
+        let agent = self.spawn_agent("agent", args);
         wait_ready(&agent).await;
         self.agent = Some(agent);
+    }
+
+    /// Fails the test if the agent put back anything as changed outside Git: no test changes
+    /// an object by hand unless it says so, so a revert is one of linnet's writers undoing
+    /// another's.
+    pub fn assert_no_drift_reverted(&self) {
+        let log = self.agent.as_ref().map(Agent::log_text).unwrap_or_default();
+        assert!(
+            !log.contains("reverted changes made outside Git"),
+            "the agent reverted drift:\n{log}"
+        );
     }
 
     /// Another agent process on the same specs, logging to `<name>.log`, with `args` added.

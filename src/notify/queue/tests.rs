@@ -16,6 +16,14 @@ fn notice(name: &str, event: Event, image: &str) -> Notice {
     }
 }
 
+/// The wait of a failure that is tried again.
+fn retry(f: Failure) -> Duration {
+    match f {
+        Failure::Retry { wait, .. } => wait,
+        Failure::GivenUp { tries } => panic!("given up after {tries} tries"),
+    }
+}
+
 /// Regression (issue 69): one failing notification held up every later one, of every
 /// rollout, for its whole retry schedule; now only its own rollout's wait behind it.
 #[test]
@@ -33,7 +41,7 @@ fn a_failing_notification_holds_up_only_its_own_rollout() {
         (head.name.as_str(), head.event),
         ("redis", Event::CanaryStarted)
     );
-    let wait = q.failed(&lane, t0, Duration::ZERO);
+    let wait = retry(q.failed(&lane, t0, Duration::ZERO));
     assert!(wait >= Duration::from_millis(500), "{wait:?}");
     assert_eq!(
         q.due(t0),
@@ -58,7 +66,7 @@ fn a_failure_that_may_clear_is_tried_again_for_ever_with_capped_backoff() {
     let mut waits = Vec::new();
     for _ in 0..30 {
         let (lane, _) = q.due(now).expect("still waiting");
-        let wait = q.failed(&lane, now, Duration::ZERO);
+        let wait = retry(q.failed(&lane, now, Duration::ZERO));
         waits.push(wait);
         now += wait;
     }
@@ -76,7 +84,7 @@ fn a_failure_that_may_clear_is_tried_again_for_ever_with_capped_backoff() {
     q.offer(notice("redis", Event::Promoted, "7.4"), now);
     let (lane, _) = q.due(now).unwrap();
     assert_eq!(
-        q.failed(&lane, now, Duration::from_secs(45)),
+        retry(q.failed(&lane, now, Duration::from_secs(45))),
         Duration::from_secs(45)
     );
 }
@@ -89,13 +97,13 @@ fn success_resets_the_lanes_backoff_and_the_next_goes_at_once() {
     q.offer(notice("redis", Event::Promoted, "7.4"), now);
     for _ in 0..6 {
         let (lane, _) = q.due(now).unwrap();
-        now += q.failed(&lane, now, Duration::ZERO);
+        now += retry(q.failed(&lane, now, Duration::ZERO));
     }
     let (lane, _) = q.due(now).unwrap();
     q.done(&lane, now);
     let (lane, n) = q.due(now).expect("the next is due at once");
     assert_eq!(n.event, Event::Promoted);
-    assert!(q.failed(&lane, now, Duration::ZERO) <= Duration::from_secs(2));
+    assert!(retry(q.failed(&lane, now, Duration::ZERO)) <= Duration::from_secs(2));
 }
 
 #[test]
@@ -150,4 +158,45 @@ fn past_the_cap_the_busiest_rollouts_oldest_news_is_dropped() {
     assert_eq!(q.len(), 3);
     let names: Vec<&str> = q.waiting().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["kafka", "redis", "redis"]);
+}
+
+#[test]
+fn a_head_the_receiver_refuses_while_it_takes_others_is_given_up_and_the_lane_goes_on() {
+    let mut now = Instant::now();
+    let mut q = Queue::new(100);
+    q.offer(notice("redis", Event::CanaryStarted, "7.4"), now);
+    q.offer(notice("redis", Event::RolledBack, "7.4"), now);
+    q.offer(notice("kafka", Event::CanaryStarted, "3.8"), now);
+    let redis = lane_of(&notice("redis", Event::CanaryStarted, "7.4"));
+    // redis's head fails first; kafka's goes through after.
+    now += retry(q.failed(&redis, now, Duration::ZERO));
+    let (kafka, _) = q.due(now).unwrap();
+    assert_eq!(kafka.2, "kafka");
+    assert_eq!(q.sent(&kafka, now), 0);
+    let mut given_up = None;
+    for _ in 0..POISON_TRIES {
+        let (lane, _) = q.due(now).unwrap();
+        match q.failed(&lane, now, Duration::ZERO) {
+            Failure::Retry { wait, .. } => now += wait,
+            Failure::GivenUp { tries } => {
+                given_up = Some(tries);
+                break;
+            }
+        }
+    }
+    assert_eq!(given_up, Some(POISON_TRIES));
+    let (_, next) = q.due(now).expect("the lane goes on");
+    assert_eq!(next.event, Event::RolledBack);
+}
+
+#[test]
+fn a_receiver_that_takes_nothing_is_never_given_up_on() {
+    let mut now = Instant::now();
+    let mut q = Queue::new(100);
+    q.offer(notice("redis", Event::RolledBack, "7.4"), now);
+    for _ in 0..(POISON_TRIES * 5) {
+        let (lane, _) = q.due(now).unwrap();
+        now += retry(q.failed(&lane, now, Duration::ZERO));
+    }
+    assert_eq!(q.len(), 1);
 }

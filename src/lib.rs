@@ -30,6 +30,7 @@ pub mod liveness;
 pub mod net;
 pub mod notify;
 pub mod render;
+pub mod retry;
 pub mod runtime;
 pub mod serve;
 pub mod source;

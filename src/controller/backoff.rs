@@ -1,37 +1,22 @@
 //! How the controllers wait after a reconcile fails: a rollout is retried later and later,
-//! slower for an error that only a change can clear, and logged once per change of error
-//! rather than once per retry. (Watches back off on their own: [`crate::watch::backoff`].)
+//! with jitter, slower for an error that only a change can clear, and logged once per change
+//! of error rather than once per retry. The schedule is backon's, built in
+//! [`crate::retry`] with every other retry schedule of the agent.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The first retry of a reconcile that failed with an error that clears by itself.
-pub const RETRY_MIN: Duration = Duration::from_secs(1);
-/// The longest wait between retries of an error that clears by itself.
-pub const RETRY_MAX: Duration = Duration::from_secs(60);
-/// The first retry of a refusal (400, 403, 404, 422, not ours): usually only a change clears
-/// it, but right after an API server restart a 403 can come while its authorizer catches up.
-pub const PERMANENT_MIN: Duration = Duration::from_secs(5);
-/// The longest wait between retries of a refusal.
-pub const PERMANENT_MAX: Duration = Duration::from_secs(300);
+use backon::BackoffBuilder as _;
 
-/// The wait before the next retry of an error that has lasted `lasted`: as long again,
-/// between the bounds (slower for a refusal). By time, not by count: a burst of failures in
-/// the seconds after an API server restart does not push the next try minutes away, and an
-/// error that lasts is retried about twice as far apart each time.
-pub fn retry_after(lasted: Duration, permanent: bool) -> Duration {
-    let (min, max) = if permanent {
-        (PERMANENT_MIN, PERMANENT_MAX)
-    } else {
-        (RETRY_MIN, RETRY_MAX)
-    };
-    lasted.clamp(min, max)
-}
+pub use crate::retry::{
+    RECONCILE_PERMANENT_MAX as PERMANENT_MAX, RECONCILE_PERMANENT_MIN as PERMANENT_MIN,
+    RECONCILE_RETRY_MAX as RETRY_MAX, RECONCILE_RETRY_MIN as RETRY_MIN,
+};
 
-/// Each failing rollout's run of errors: when it began, how many in a row, and the last one's
-/// class (its metric label and HTTP code, not its text, which may vary), so that a retry with
-/// the same error logs nothing new.
+/// Each failing rollout's run of errors: how many in a row, the last one's class (its metric
+/// label and HTTP code, not its text, which may vary), so that a retry with the same error
+/// logs nothing new, and where its schedule stands.
 #[derive(Debug, Default)]
 pub struct ErrorRuns {
     runs: Mutex<HashMap<String, Run>>,
@@ -39,9 +24,14 @@ pub struct ErrorRuns {
 
 #[derive(Debug)]
 struct Run {
-    since: Instant,
     failures: u32,
     class: String,
+    schedule: backon::ExponentialBackoff,
+    /// The retry the schedule last gave. A failure before it (a watch event woke the
+    /// rollout) does not move the schedule on: a burst of failures in the seconds after an
+    /// API server restart must not push the next try minutes away (issue 44).
+    next_try: Instant,
+    wait: Duration,
 }
 
 /// Runs kept at most: a rollout deleted (or moved to another shard) while failing leaves its
@@ -59,13 +49,22 @@ pub struct Retry {
     pub changed: bool,
 }
 
+fn schedule(permanent: bool) -> backon::ExponentialBackoff {
+    crate::retry::reconcile_builder(permanent).build()
+}
+
 impl ErrorRuns {
     /// Records a failure of `key` at `now` with an error of class `error`, and says when to
     /// retry.
     pub fn failed(&self, key: &str, error: &str, permanent: bool, now: Instant) -> Retry {
+        let first_wait = |schedule: &mut backon::ExponentialBackoff| {
+            schedule
+                .next()
+                .unwrap_or(if permanent { PERMANENT_MIN } else { RETRY_MIN })
+        };
         let Ok(mut runs) = self.runs.lock() else {
             return Retry {
-                after: retry_after(Duration::ZERO, permanent),
+                after: first_wait(&mut schedule(permanent)),
                 failures: 1,
                 changed: true,
             };
@@ -73,22 +72,43 @@ impl ErrorRuns {
         if runs.len() >= MAX_RUNS && !runs.contains_key(key) {
             runs.clear();
         }
-        let run = runs.entry(key.to_string()).or_insert(Run {
-            since: now,
-            failures: 0,
-            class: String::new(),
-        });
-        let changed = run.class != error;
+        let changed = runs.get(key).is_none_or(|run| run.class != error);
         if changed {
-            *run = Run {
-                since: now,
-                failures: 0,
-                class: error.to_string(),
+            let mut schedule = schedule(permanent);
+            let wait = first_wait(&mut schedule);
+            runs.insert(
+                key.to_string(),
+                Run {
+                    failures: 1,
+                    class: error.to_string(),
+                    schedule,
+                    next_try: now + wait,
+                    wait,
+                },
+            );
+            return Retry {
+                after: wait,
+                failures: 1,
+                changed,
             };
         }
+        let Some(run) = runs.get_mut(key) else {
+            return Retry {
+                after: RETRY_MIN,
+                failures: 1,
+                changed,
+            };
+        };
         run.failures = run.failures.saturating_add(1);
+        if now >= run.next_try {
+            run.wait = run.schedule.next().unwrap_or(run.wait);
+            run.next_try = now + run.wait;
+        }
         Retry {
-            after: retry_after(now.saturating_duration_since(run.since), permanent),
+            after: run
+                .next_try
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(100)),
             failures: run.failures,
             changed,
         }
@@ -116,19 +136,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retries_slow_down_as_the_error_lasts_and_refusals_slow_down_more() {
-        assert_eq!(retry_after(Duration::ZERO, false), RETRY_MIN);
-        assert_eq!(
-            retry_after(Duration::from_secs(8), false),
-            Duration::from_secs(8)
+    fn retries_slow_down_with_jitter_and_refusals_slow_down_more() {
+        // Issue 69: the reconcile retry was a hand-written schedule with no jitter.
+        let runs = ErrorRuns::default();
+        let mut now = Instant::now();
+        let mut waits = Vec::new();
+        for _ in 0..12 {
+            let retry = runs.failed("ns/a", "kube_api:409", false, now);
+            waits.push(retry.after);
+            now += retry.after;
+        }
+        assert!(
+            waits[0] >= RETRY_MIN && waits[0] <= RETRY_MIN * 2,
+            "{waits:?}"
         );
-        assert_eq!(retry_after(Duration::from_secs(3600), false), RETRY_MAX);
-        assert_eq!(retry_after(Duration::ZERO, true), PERMANENT_MIN);
-        assert_eq!(retry_after(Duration::from_secs(3600), true), PERMANENT_MAX);
-        assert!((0..400).all(|s| {
-            let lasted = Duration::from_secs(s);
-            retry_after(lasted, true) >= retry_after(lasted, false)
-        }));
+        assert!(waits[4] > waits[0] * 4, "{waits:?}");
+        assert!(waits.iter().all(|w| *w <= RETRY_MAX * 2), "{waits:?}");
+        let refused = runs.failed("ns/b", "kube_api:403", true, now);
+        assert!(refused.after >= PERMANENT_MIN, "{refused:?}");
+        // Jitter: two rollouts failing together do not retry in step.
+        let firsts: std::collections::BTreeSet<Duration> = (0..20)
+            .map(|i| {
+                runs.failed(&format!("ns/j{i}"), "kube_api:409", false, now)
+                    .after
+            })
+            .collect();
+        assert!(firsts.len() > 1, "{firsts:?}");
     }
 
     #[test]
@@ -139,7 +172,7 @@ mod tests {
         let t0 = Instant::now();
         for ms in [0, 200, 400, 600, 800] {
             let retry = runs.failed("ns/a", "kube_api:403", true, t0 + Duration::from_millis(ms));
-            assert_eq!(retry.after, PERMANENT_MIN);
+            assert!(retry.after <= PERMANENT_MIN * 2, "{retry:?}");
         }
     }
 
@@ -155,7 +188,8 @@ mod tests {
         assert!(again.after > first.after);
         let other = runs.failed("ns/a", "kube_api:409", false, t0 + Duration::from_secs(40));
         assert!(other.changed);
-        assert_eq!((other.failures, other.after), (1, RETRY_MIN));
+        assert_eq!(other.failures, 1);
+        assert!(other.after <= RETRY_MIN * 2, "{other:?}");
         assert!(runs.succeeded("ns/a"));
         assert!(!runs.succeeded("ns/a"), "the run is over");
         assert!(runs.failed("ns/a", "kube_api:409", false, t0).changed);

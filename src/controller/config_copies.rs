@@ -383,7 +383,7 @@ async fn allowed_to_watch(client: Client, resource: &'static str) {
         },
         ..Default::default()
     };
-    let mut delays = backon::BackoffBuilder::build(crate::watch::backoff::retry_builder());
+    let mut delays = backon::BackoffBuilder::build(crate::retry::retry_builder());
     let mut said = false;
     loop {
         let mut allowed = true;

@@ -439,7 +439,7 @@ pub(crate) trait HasContext {
 
 /// When a failed reconcile is tried again: a deletion waiting for children is woken by
 /// them (this is a safety net); anything else later and later
-/// ([`super::backoff::retry_after`]), slower for a refusal, with a log line only when the
+/// ([`super::backoff::ErrorRuns`]), slower for a refusal, with a log line only when the
 /// error changes.
 pub(crate) fn error_policy<K: RolloutKind, S: HasContext>(
     rollout: Arc<K>,

@@ -140,7 +140,7 @@ impl Store {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let name = config_map_name(&self.source);
         let params = PatchParams::apply(crate::api::field_managers::NOTIFICATIONS).force();
-        let mut retry = backon::BackoffBuilder::build(crate::watch::backoff::notify_builder());
+        let mut retry = backon::BackoffBuilder::build(crate::retry::notify_builder());
         let mut failing = false;
         loop {
             if !failing && waiting.changed().await.is_err() {
@@ -170,16 +170,14 @@ impl Store {
                     }
                     written = Some(text);
                     failing = false;
-                    retry = backon::BackoffBuilder::build(crate::watch::backoff::notify_builder());
+                    retry = backon::BackoffBuilder::build(crate::retry::notify_builder());
                 }
                 failed => {
                     let why = match failed {
                         Ok(Err(e)) => crate::error::kube_message(&e),
                         _ => "no answer within 30 s".into(),
                     };
-                    let wait = retry
-                        .next()
-                        .unwrap_or(crate::watch::backoff::NOTIFY_BACKOFF_MAX);
+                    let wait = retry.next().unwrap_or(crate::retry::NOTIFY_BACKOFF_MAX);
                     if !failing {
                         tracing::warn!(configmap = %name, error = %why, retry_in = ?wait, "cannot keep the waiting notifications for a restart; retrying with backoff");
                     }

@@ -181,11 +181,9 @@ impl Queue {
         }
         let wait = waiting
             .backoff
-            .get_or_insert_with(|| {
-                backon::BackoffBuilder::build(crate::watch::backoff::notify_builder())
-            })
+            .get_or_insert_with(|| backon::BackoffBuilder::build(crate::retry::notify_builder()))
             .next()
-            .unwrap_or(crate::watch::backoff::NOTIFY_BACKOFF_MAX)
+            .unwrap_or(crate::retry::NOTIFY_BACKOFF_MAX)
             .max(at_least);
         waiting.due = now + wait;
         Failure::Retry { wait, tries }

@@ -30,30 +30,6 @@ pub fn watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
         .into()
 }
 
-/// Later and later, 1 s to 5 min, for ever: a question asked again until the answer changes.
-pub fn retry_builder() -> backon::ExponentialBuilder {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(std::time::Duration::from_secs(1))
-        .with_max_delay(std::time::Duration::from_secs(300))
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-}
-
-/// The longest wait between two tries of a notification.
-pub const NOTIFY_BACKOFF_MAX: Duration = Duration::from_secs(60);
-
-/// A notification that failed in a way that may clear: 1 s doubling to a minute, with
-/// jitter, for ever (a receiver down for an hour hears everything when it is back).
-pub fn notify_builder() -> backon::ExponentialBuilder {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_secs(1))
-        .with_max_delay(NOTIFY_BACKOFF_MAX)
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-}
-
 /// The controller's backoff over all its trigger streams together: none, since each stream
 /// backs off on its own ([`watch_backoff`]); one stream's errors never hold up the others.
 pub struct NoTriggerBackoff;

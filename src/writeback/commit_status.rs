@@ -436,12 +436,15 @@ impl Poster {
         })?;
         let req = request(&self.config, token.trim(), w);
         let mut last = String::new();
+        let mut retries = crate::retry::Retries::new(
+            crate::retry::COMMIT_STATUS_POST_MIN,
+            crate::retry::COMMIT_STATUS_POST_MAX,
+        );
         for attempt in 1..=self.tries {
             let mut call = self.http.post(&req.url).json(&req.body);
             for (k, v) in &req.headers {
                 call = call.header(*k, v);
             }
-            let backoff = Duration::from_millis(200 << attempt.min(6));
             match call.send().await {
                 Ok(r) if r.status().is_success() => return Ok(attempt),
                 Ok(r) => {
@@ -461,7 +464,7 @@ impl Poster {
                             );
                             tokio::time::sleep(wait).await;
                         }
-                        (429, None) | (500..=599, _) => tokio::time::sleep(backoff).await,
+                        (429, None) | (500..=599, _) => tokio::time::sleep(retries.wait()).await,
                         _ => {
                             return Err(PostError::Refused {
                                 status,

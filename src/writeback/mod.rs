@@ -157,7 +157,7 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
         .boxed();
     let mut changes = futures::stream::select(sets, deploys);
     let mut pending = Coalescer::default();
-    let mut failures = 0u32;
+    let mut failing = crate::retry::Retries::new(config.interval * 2, config.interval * 64);
     tracing::info!(branch = %config.remote.branch, "writing rollout status to Git");
     loop {
         let wait = sleep_until_due(pending.due());
@@ -189,15 +189,14 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
                 match result {
                     Ok(Pushed::Unchanged) => {}
                     Ok(Pushed::Committed { commit, retries }) => {
-                        failures = 0;
+                        failing.reset();
                         metrics.writeback_commits.inc();
                         metrics.writeback_push_retries.inc_by(u64::from(retries));
                         tracing::info!(%commit, retries, "status written to Git");
                     }
                     Err((reason, e)) => {
-                        failures += 1;
                         metrics.writeback_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
-                        let backoff = config.interval * 2u32.pow(failures.min(6));
+                        let backoff = failing.wait();
                         tracing::warn!(error = %crate::text::redact_credentials(&e.to_string()), retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again");
                         pending.retry_at(&attempted, std::time::Instant::now() + backoff);
                     }
@@ -218,13 +217,13 @@ pub struct StatusPoster {
     failed: BTreeMap<(String, String), commit_status::Wanted>,
     /// When `failed` is tried again.
     retry_at: Option<std::time::Instant>,
-    /// Rounds in a row in which a post failed; sets the backoff.
-    failures: u32,
+    /// How long to wait after rounds in a row in which a post failed.
+    retries: crate::retry::Retries,
     metrics: Arc<Metrics>,
 }
 
-/// Half the first wait before a failed status is posted again (2 s); it doubles up to
-/// [`MAX_STATUS_RETRY`], so a host that answers again gets what it missed within a minute.
+/// The first wait before a failed status is posted again; it doubles (with jitter) up to
+/// [`MAX_STATUS_RETRY`], so a host that answers again gets what it missed within two minutes.
 const STATUS_RETRY: Duration = Duration::from_secs(1);
 const MAX_STATUS_RETRY: Duration = Duration::from_secs(60);
 
@@ -238,7 +237,7 @@ impl StatusPoster {
             posted: Default::default(),
             failed: Default::default(),
             retry_at: None,
-            failures: 0,
+            retries: crate::retry::Retries::new(STATUS_RETRY, MAX_STATUS_RETRY),
             metrics,
         })
     }
@@ -265,14 +264,11 @@ impl StatusPoster {
                 tracing::info!(sha = %wanted.sha, context = %wanted.context, state = ?wanted.state, "commit status posted");
                 self.posted.insert(key.clone(), value);
                 self.failed.remove(&key);
-                self.failures = 0;
+                self.retries.reset();
                 "posted"
             }
             Err(e) if e.retryable() => {
-                self.failures = self.failures.saturating_add(1);
-                let wait = STATUS_RETRY
-                    .saturating_mul(1 << self.failures.min(8))
-                    .min(MAX_STATUS_RETRY);
+                let wait = self.retries.wait();
                 tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, retry_in = ?wait, "could not post the commit status; the rollout goes on, and it is posted again later");
                 self.retry_at = Some(std::time::Instant::now() + wait);
                 self.failed.insert(key, wanted);

@@ -169,6 +169,8 @@ impl StatusWriter {
         mut build: impl FnMut(&Self, Option<Oid>) -> Result<Option<Oid>, WriteError>,
         mut before_push: impl FnMut(),
     ) -> Result<Pushed, WriteError> {
+        let mut retries =
+            crate::retry::Retries::new(Duration::from_millis(50), Duration::from_secs(2));
         for attempt in 0..MAX_TRIES {
             self.mirror.set_deadline(self.timeout);
             let tip = match self.mirror.fetch() {
@@ -197,7 +199,7 @@ impl StatusWriter {
                         attempt = attempt + 1,
                         "the branch moved; writing again on its new tip"
                     );
-                    std::thread::sleep(Duration::from_millis(50 << attempt.min(5)));
+                    std::thread::sleep(retries.wait());
                 }
             }
         }

@@ -60,7 +60,6 @@ const MAX_RETRY: Duration = Duration::from_secs(120);
 
 /// Which reverts and promotions to make and which pull requests to close, and which were
 /// dealt with.
-#[derive(Default)]
 struct Reverts {
     pending: BTreeMap<(Key, Lane), Job>,
     /// The last job dealt with per rollout and lane (made, not needed, or impossible): the
@@ -70,7 +69,19 @@ struct Reverts {
     /// closed): a rollout seen for the first time is looked for once.
     looked: BTreeSet<Key>,
     due: Option<Instant>,
-    failures: u32,
+    retries: crate::retry::Retries,
+}
+
+impl Default for Reverts {
+    fn default() -> Self {
+        Reverts {
+            pending: BTreeMap::new(),
+            settled: BTreeMap::new(),
+            looked: BTreeSet::new(),
+            due: None,
+            retries: crate::retry::Retries::new(RETRY, MAX_RETRY),
+        }
+    }
 }
 
 impl Reverts {
@@ -134,7 +145,7 @@ impl Reverts {
     }
 
     fn settle(&mut self, lane: (Key, Lane), job: Job) {
-        self.failures = 0;
+        self.retries.reset();
         if !matches!(job, Job::Close) {
             self.settled.insert(lane, job);
         }
@@ -143,10 +154,7 @@ impl Reverts {
     /// A failure that may pass: tried again after a backoff, unless the rollout asked for
     /// something else meanwhile.
     fn retry(&mut self, lane: (Key, Lane), job: Job, now: Instant) {
-        self.failures = self.failures.saturating_add(1);
-        let wait = RETRY
-            .saturating_mul(1 << self.failures.min(7))
-            .min(MAX_RETRY);
+        let wait = self.retries.wait();
         self.pending.entry(lane).or_insert(job);
         self.due = Some(self.due.map_or(now + wait, |d| d.max(now + wait)));
     }
@@ -466,7 +474,8 @@ mod tests {
         r.offer(redis(), Some(revert("redis:7.4")), false, t0);
         let (key, job) = r.take().remove(0);
         r.retry(key, job, t0);
-        assert_eq!(r.due, Some(t0 + RETRY * 2));
+        let due = r.due.map(|d| d - t0);
+        assert!(due >= Some(RETRY) && due <= Some(RETRY * 2), "{due:?}");
         // The rollout is no longer rolled back (a person changed the image): dropped.
         r.offer(redis(), None, false, t0);
         assert!(r.take().is_empty());

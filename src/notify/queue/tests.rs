@@ -73,7 +73,7 @@ fn a_failure_that_may_clear_is_tried_again_for_ever_with_capped_backoff() {
     assert!(
         waits
             .iter()
-            .all(|w| *w <= crate::watch::backoff::NOTIFY_BACKOFF_MAX * 2)
+            .all(|w| *w <= crate::retry::NOTIFY_BACKOFF_MAX * 2)
     );
     assert!(waits[5] > waits[0], "{waits:?}");
     let (lane, n) = q.due(now).unwrap();

@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos soak clean
 
 all: build
 
@@ -120,6 +120,13 @@ bench-large: cluster-build
 	  LINNET_BENCH_SHARDS=$${LINNET_BENCH_SHARDS:-3} \
 	  LINNET_BENCH_ANALYSIS=$${LINNET_BENCH_ANALYSIS:-0} LINNET_BENCH_RESULTS=$${LINNET_BENCH_RESULTS:-bench/RESULTS-large.md} \
 	  tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
+
+## soak: every feature on at once for SOAK_SECS (an hour) on the real node, drift checks every
+## 20 s, a push every 30 s (tests/soak.rs; `make test` runs it for 3 minutes); writes bench/SOAK.md.
+SOAK_SECS ?= 3600
+soak: deps cluster-build node-build gateway-build prometheus-build
+	LINNET_SOAK_SECS=$(SOAK_SECS) LINNET_SOAK_DRIFT=20s LINNET_SOAK_REPORT=$(CURDIR)/bench/SOAK.md \
+	  tests/cluster/with-cluster.sh $(CARGO) test --test soak -- --nocapture
 
 ## chaos: the chaos soak (200 random kills, a kube-apiserver restart, a Git outage); writes bench/CHAOS.md.
 chaos: cluster-build

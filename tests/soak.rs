@@ -204,11 +204,14 @@ struct Record {
     memory: Vec<(Instant, u64)>,
 }
 
-/// What the webhook receiver took (answered 204): (event, rollout, image, revision).
+/// A notification the receiver took: event, rollout, image, revision.
+type Taken = (String, String, String, String);
+
+/// What the webhook receiver took (answered 204).
 #[derive(Clone, Default)]
 struct Receiver {
     requests: Arc<AtomicUsize>,
-    taken: Arc<Mutex<Vec<(String, String, String, String)>>>,
+    taken: Arc<Mutex<Vec<Taken>>>,
 }
 
 async fn receive(State(r): State<Receiver>, headers: HeaderMap, raw: Bytes) -> StatusCode {
@@ -849,8 +852,7 @@ async fn soak_with_everything_on_holds_every_invariant() {
         let context = format!("linnet/soak/{ns_name}/{app}");
         let last = posted
             .iter()
-            .filter(|r| r.path.ends_with(commit.as_str()) && r.body["context"] == context.as_str())
-            .last()
+            .rfind(|r| r.path.ends_with(commit.as_str()) && r.body["context"] == context.as_str())
             .map(|r| r.body["state"].as_str().unwrap_or("").to_string());
         if last.as_deref() != Some("success") {
             unfinished.push(format!("{app}@{} ended {last:?}", &commit[..8]));

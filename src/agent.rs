@@ -92,12 +92,26 @@ pub async fn run(
     ))
     .with_first_status_wait(config.first_status_wait);
     let (release_shards, shard_release) = tokio::sync::watch::channel(false);
-    let mut shard_holders = Vec::new();
+    // Each shard holder keeps a sender: all dropped once every held shard was released.
+    let (holders_alive, mut holders_gone) = mpsc::channel::<()>(1);
     if let Some(leader) = &sharded {
         let shards = Arc::new(controller::shards::ShardSet::new(leader.shards));
-        shard_holders = shards::hold_shards(client.clone(), leader, shards.clone(), shard_release);
+        let holders = shards::hold_shards(
+            client.clone(),
+            leader,
+            shards.clone(),
+            shard_release,
+            holders_alive.clone(),
+        );
+        // A holder that ends or panics before the shutdown is a fault like any task's.
+        for holder in holders {
+            tasks.spawn("shard lease", async move {
+                let _ = holder.await;
+            });
+        }
         ctx = ctx.with_shards(shards);
     }
+    drop(holders_alive);
     let ctx = Arc::new(ctx);
     let edited = ctx.edited.clone();
     // Each consumer subscribes here, not in its task: none misses the first list.
@@ -221,11 +235,7 @@ pub async fn run(
     // Nothing of this replica acts any more before the next one may start.
     tasks.stop_all().await;
     let _ = release_shards.send(true);
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_secs(3),
-        futures::future::join_all(shard_holders),
-    )
-    .await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), holders_gone.recv()).await;
     if let Some(lease) = held_lease {
         lease.release().await;
     }

@@ -63,6 +63,59 @@ pub struct Heartbeats {
     start: Instant,
     deadline: Duration,
     loops: Mutex<Vec<Arc<Beat>>>,
+    works: Mutex<Vec<Arc<Work>>>,
+}
+
+/// Work that runs many pieces at once and has no loop of its own to beat (a controller's
+/// reconciles, run by kube-runtime): each piece is watched from its start, and one still
+/// running past the deadline (a deadlocked lock, a call with no timeout) is a hang.
+#[derive(Debug)]
+pub struct Work {
+    name: String,
+    start: Instant,
+    next: AtomicU64,
+    /// Each piece under way: what it is, and milliseconds from `start` to its start.
+    running: Mutex<std::collections::HashMap<u64, (String, u64)>>,
+}
+
+/// A piece of [`Work`] under way; done when dropped.
+#[derive(Debug)]
+pub struct Running {
+    work: Arc<Work>,
+    id: u64,
+}
+
+impl Work {
+    /// `what` starts now.
+    pub fn begin(self: &Arc<Self>, what: impl Into<String>) -> Running {
+        self.begin_at(what, Instant::now())
+    }
+
+    fn begin_at(self: &Arc<Self>, what: impl Into<String>, now: Instant) -> Running {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let at = now.saturating_duration_since(self.start).as_millis() as u64;
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(id, (what.into(), at));
+        }
+        Running {
+            work: self.clone(),
+            id,
+        }
+    }
+
+    /// The piece under way longest, and since when (milliseconds from `start`).
+    fn oldest(&self) -> Option<(String, u64)> {
+        let running = self.running.lock().ok()?;
+        running.values().min_by_key(|(_, at)| *at).cloned()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.work.running.lock() {
+            running.remove(&self.id);
+        }
+    }
 }
 
 /// One loop's heartbeat.
@@ -103,7 +156,23 @@ impl Heartbeats {
             start: Instant::now(),
             deadline,
             loops: Mutex::new(Vec::new()),
+            works: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Work named `name` (its pieces named when they begin).
+    pub fn register_work(&self, name: impl Into<String>) -> Arc<Work> {
+        let work = Arc::new(Work {
+            name: name.into(),
+            start: self.start,
+            next: AtomicU64::new(0),
+            running: Mutex::new(Default::default()),
+        });
+        if let Ok(mut works) = self.works.lock() {
+            works.retain(|w| Arc::strong_count(w) > 1);
+            works.push(work.clone());
+        }
+        work
     }
 
     /// A loop named `name`, beating from now.
@@ -128,7 +197,7 @@ impl Heartbeats {
             return Vec::new();
         };
         let at = now.saturating_duration_since(self.start);
-        loops
+        let mut missed: Vec<Missed> = loops
             .iter()
             // Dropped by its loop: not watched any more.
             .filter(|b| Arc::strong_count(b) > 1)
@@ -140,7 +209,23 @@ impl Heartbeats {
                     since,
                 })
             })
-            .collect()
+            .collect();
+        drop(loops);
+        if let Ok(works) = self.works.lock() {
+            for work in works.iter().filter(|w| Arc::strong_count(w) > 1) {
+                let Some((what, started)) = work.oldest() else {
+                    continue;
+                };
+                let since = at.saturating_sub(Duration::from_millis(started));
+                if since > self.deadline {
+                    missed.push(Missed {
+                        name: format!("{} of {what}", work.name),
+                        since,
+                    });
+                }
+            }
+        }
+        missed
     }
 
     pub fn deadline(&self) -> Duration {
@@ -190,6 +275,24 @@ mod tests {
         assert_eq!(missed[0].name, "source loop");
         source.beat();
         assert!(beats.missed(Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_reconcile_still_running_past_the_deadline_is_named() {
+        // Issue 69: a controller's reconcile blocked for ever (a deadlocked lock) left a
+        // healthy agent that reconciled nothing more.
+        let beats = Heartbeats::new(Duration::from_secs(60));
+        let reconciles = beats.register_work("reconcile");
+        let t0 = Instant::now();
+        let quick = reconciles.begin_at("CanaryStatefulSet/a/redis", t0);
+        let stuck = reconciles.begin_at("CanaryDeployment/a/web", t0 + Duration::from_secs(1));
+        drop(quick);
+        assert!(beats.missed(t0 + Duration::from_secs(60)).is_empty());
+        let missed = beats.missed(t0 + Duration::from_secs(62));
+        assert_eq!(missed.len(), 1, "{missed:?}");
+        assert_eq!(missed[0].name, "reconcile of CanaryDeployment/a/web");
+        drop(stuck);
+        assert!(beats.missed(t0 + Duration::from_secs(600)).is_empty());
     }
 
     #[test]

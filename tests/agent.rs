@@ -733,12 +733,14 @@ async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let specs = dir.path().join("specs");
     std::fs::create_dir_all(&specs).unwrap();
-    // The last two are adopted: started inside their modules, handed to the supervisor.
+    // "spec file watch" and "AnalysisTemplate watch" are adopted: started inside their
+    // modules, handed to the supervisor. "shard lease" (issue 69) was outside it.
     for task in [
         "CanaryDeployment watch",
         "write-back",
         "spec file watch",
         "AnalysisTemplate watch",
+        "shard lease",
     ] {
         let run = dir.path().join(task.replace(' ', "-"));
         std::fs::create_dir_all(&run).unwrap();
@@ -747,6 +749,13 @@ async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
             // Write-back runs only with a repository to write to: a real bare one.
             let (bare, _work) = seeded_remote(&run, &ns.name);
             args = vec![format!("--repo-url=file://{}", bare.display())];
+        }
+        if task == "shard lease" {
+            args.extend([
+                "--shards=2".to_string(),
+                "--shard-index=0".to_string(),
+                format!("--lease-name=panic-{}", ns.name),
+            ]);
         }
         let mut agent = support::agent::start_agent_env(
             &run,
@@ -780,7 +789,8 @@ async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
 /// Regression (issue 69): `/healthz` was a constant ok, so a loop that blocked (a deadlocked
 /// lock, a call with no timeout) left a healthy agent that did nothing. Each loop beats now;
 /// `/healthz` fails naming the one that missed `--liveness-deadline`, and an agent whose
-/// loops come round stays alive. The hang is injected with `LINNET_TEST_HANG_TASK`.
+/// loops come round stays alive; a reconcile (run by kube-runtime, no loop of linnet's) still
+/// running past the deadline is named too. The hang is injected with `LINNET_TEST_HANG_TASK`.
 #[tokio::test]
 async fn a_loop_that_hangs_fails_healthz_naming_it() {
     let client = admin_client().await;
@@ -808,6 +818,29 @@ async fn a_loop_that_hangs_fails_healthz_naming_it() {
     };
     let hung = start("hung", &[("LINNET_TEST_HANG_TASK", "source loop")]);
     let fine = start("fine", &[]);
+    // A reconcile that never ends (kube-runtime runs it; no loop of linnet's to beat).
+    let stuck_specs = dir.path().join("stuck-specs");
+    std::fs::create_dir_all(&stuck_specs).unwrap();
+    std::fs::write(
+        stuck_specs.join("redis.yaml"),
+        support::rollout::small_redis(&ns.name, serde_json::json!({})).to_string(),
+    )
+    .unwrap();
+    let stuck_run = dir.path().join("stuck");
+    std::fs::create_dir_all(&stuck_run).unwrap();
+    let stuck = support::agent::start_agent_env(
+        &stuck_run,
+        &[
+            format!("--repo-path={}", stuck_specs.display()),
+            "--liveness-deadline=5s".into(),
+            // The source name the namespace grants (the test namespace's own).
+            "--lease-identity=stuck".into(),
+            "--lease-name=stuck".into(),
+        ],
+        &ns.name,
+        &support::linnet_kubeconfig(),
+        &[("LINNET_TEST_HANG_TASK", "reconcile")],
+    );
     let healthz = |agent: &support::agent::Agent| {
         let url = format!("{}/healthz", agent.base);
         async move {
@@ -827,13 +860,28 @@ async fn a_loop_that_hangs_fails_healthz_naming_it() {
     )
     .await;
     assert!(said.contains("source loop"), "{said}");
+    let said = support::eventually(
+        "the stuck reconcile named by /healthz",
+        Duration::from_secs(60),
+        || async {
+            healthz(&stuck)
+                .await
+                .filter(|(code, _)| *code == 503)
+                .map(|(_, text)| text)
+        },
+    )
+    .await;
+    assert!(
+        said.contains(&format!("reconcile of CanaryStatefulSet/{}/redis", ns.name)),
+        "{said}"
+    );
     assert_eq!(
         healthz(&fine).await.map(|(code, _)| code),
         Some(200),
         "an agent whose loops come round is alive:\n{}",
         fine.log_text()
     );
-    drop((hung, fine));
+    drop((hung, fine, stuck));
 }
 
 /// A ConfigMap in `ns` with linnet's two labels for source `source`: what a copied manifest

@@ -22,6 +22,9 @@ pub struct Context {
     pub own_child_writes: super::own_writes::OwnChildWrites,
     /// Each failing rollout's run of errors, for its retry's backoff and its log lines.
     pub error_runs: super::backoff::ErrorRuns,
+    /// The reconciles under way, for `/healthz`: one that runs past the liveness deadline
+    /// is a hang.
+    pub reconciles: std::sync::Arc<crate::liveness::Work>,
     /// Rollouts whose spec in the cluster is not the one Git applied: the source loop puts
     /// Git's back at once, not at its next drift tick.
     pub edited: std::sync::Arc<crate::sync::EditedRollouts>,
@@ -71,6 +74,7 @@ impl Context {
             own_status_writes: Default::default(),
             own_child_writes: Default::default(),
             error_runs: Default::default(),
+            reconciles: crate::liveness::process().register_work("reconcile"),
             edited: Default::default(),
             shards: std::sync::Arc::new(super::shards::ShardSet::unsharded()),
             config_collected: Default::default(),

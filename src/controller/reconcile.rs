@@ -409,16 +409,17 @@ pub(crate) async fn measured<K: RolloutKind>(
     rollout: &K,
     reconcile: impl std::future::Future<Output = Result<Requeue, ReconcileError>>,
 ) -> Result<Requeue, ReconcileError> {
+    let key = super::own_writes::child_key(
+        K::KIND,
+        &rollout.namespace().unwrap_or_default(),
+        &rollout.name_any(),
+    );
+    let running = ctx.reconciles.begin(key.clone());
+    crate::liveness::hang_if_asked("reconcile").await;
     let result = ctx.measured(K::KIND, reconcile).await;
-    if result.is_ok() {
-        let key = super::own_writes::child_key(
-            K::KIND,
-            &rollout.namespace().unwrap_or_default(),
-            &rollout.name_any(),
-        );
-        if ctx.error_runs.succeeded(&key) {
-            tracing::info!(rollout = %key, "reconciled again after failures");
-        }
+    drop(running);
+    if result.is_ok() && ctx.error_runs.succeeded(&key) {
+        tracing::info!(rollout = %key, "reconciled again after failures");
     }
     if let Err(e @ ReconcileError::Kube { .. }) = &result {
         ctx.publish(

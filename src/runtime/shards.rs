@@ -31,18 +31,23 @@ pub fn lease_name(leader: &LeaderConfig, k: u32) -> String {
 }
 
 /// Holds shard Leases until `release` turns true (the agent stops: every shard held is
-/// released, so other replicas take it at once); one task per shard, returned to be awaited.
+/// released, so other replicas take it at once); one task per shard, returned for the
+/// supervisor to hold. Each keeps a clone of `alive` until it ends: the agent waits for all
+/// to be dropped (the held shards released) before it exits.
 pub fn hold_shards(
     client: kube::Client,
     leader: &LeaderConfig,
     shards: Arc<ShardSet>,
     release: tokio::sync::watch::Receiver<bool>,
+    alive: tokio::sync::mpsc::Sender<()>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     (0..leader.shards)
         .map(|k| {
             let (client, leader, shards) = (client.clone(), leader.clone(), shards.clone());
             let mut release = release.clone();
+            let alive = alive.clone();
             tokio::spawn(async move {
+                let _alive = alive;
                 // Standing by: the home replica of a shard starting with this one gets its
                 // Lease first, so shards spread one per replica instead of going to the quickest.
                 if k != leader.home_shard {
@@ -82,9 +87,16 @@ async fn hold_shard(
     if !home {
         let _ = tokio::time::timeout(ask_every, lease.changed()).await;
     }
+    // This holder's heartbeat: each wait below comes round at least every idle beat.
+    let heartbeat = crate::liveness::process().register(format!("shard {k} lease"));
+    let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
+    idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        heartbeat.beat();
+        crate::liveness::hang_if_asked("shard lease").await;
         // Not taken while its home replica asks for it.
         loop {
+            heartbeat.beat();
             let request = home_request(&lease.borrow_and_update(), leader);
             let Some(fresh_for) = request else {
                 break;
@@ -93,6 +105,7 @@ async fn hold_shard(
                 // A closed channel (the watch ended) disables this branch: no busy loop.
                 Ok(()) = lease.changed() => {}
                 _ = tokio::time::sleep(fresh_for) => {}
+                _ = idle_beat.tick() => {}
                 _ = released(&mut release) => return,
             }
         }
@@ -114,9 +127,12 @@ async fn hold_shard(
         let (mut holding, task) = manager.watch().await;
         // Whether this replica stopped for the shard's home replica (and held the shard).
         let mut stood_back = None;
-        // Whether this (home) replica asked for the shard back.
+        // Whether this (home) replica asked for the shard back, and when it asks next (a
+        // deadline, not a sleep made again on each turn: the idle beat turns every second).
         let mut asked = false;
+        let mut ask_at = tokio::time::Instant::now() + ask_every;
         loop {
+            heartbeat.beat();
             let held = *holding.borrow_and_update();
             let was = shards.held().contains(&k);
             if held && !was {
@@ -144,13 +160,15 @@ async fn hold_shard(
                     }
                 }
                 // Home but not held: asking for it, the request renewed while it waits.
-                _ = tokio::time::sleep(ask_every), if home && !held => {
+                _ = tokio::time::sleep_until(ask_at), if home && !held => {
+                    ask_at = tokio::time::Instant::now() + ask_every;
                     if !asked {
                         tracing::info!(lease = %name, shard = k, "another replica holds this replica's home shard; asking for it back");
                     }
                     ask_for_home_shard(&leases, &name, leader, true).await;
                     asked = true;
                 }
+                _ = idle_beat.tick() => {}
                 _ = released(&mut release) => {
                     // Closing the channel makes the lease manager release the Lease and end.
                     shards.set_held(k, false);
@@ -166,9 +184,12 @@ async fn hold_shard(
         if stood_back == Some(true) {
             // The reconciles under way end before the home replica may start its own; the
             // Lease is renewed meanwhile. Each has a bound on its every call.
-            if tokio::time::timeout(DRAIN_AT_MOST, shards.drained(k))
-                .await
-                .is_err()
+            if beating(
+                &heartbeat,
+                tokio::time::timeout(DRAIN_AT_MOST, shards.drained(k)),
+            )
+            .await
+            .is_err()
             {
                 tracing::warn!(lease = %name, shard = k, "reconciles of the shard still under way after {DRAIN_AT_MOST:?}; giving it back anyway");
             }
@@ -176,19 +197,35 @@ async fn hold_shard(
         // Closing the channel makes the lease manager release the Lease and end.
         drop(holding);
         if let Some(held) = stood_back {
-            let _ = task.await;
+            let _ = beating(&heartbeat, task).await;
             if held {
                 tracing::info!(lease = %name, shard = k, "gave the shard back to its home replica");
             }
             continue;
         }
-        let stopped = match task.await {
+        let stopped = match beating(&heartbeat, task).await {
             Ok(Ok(_)) => "stopped".to_string(),
             Ok(Err(e)) => e.to_string(),
             Err(e) => e.to_string(),
         };
         tracing::warn!(lease = %name, why = %stopped, "the shard's lease manager stopped; starting it again");
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `wait` (bounded: a timeout, or a lease manager's end, whose calls have timeouts) with the
+/// heartbeat beating meanwhile.
+async fn beating<T>(
+    heartbeat: &crate::liveness::Beat,
+    wait: impl std::future::Future<Output = T>,
+) -> T {
+    let mut wait = std::pin::pin!(wait);
+    let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
+    loop {
+        tokio::select! {
+            done = &mut wait => return done,
+            _ = idle_beat.tick() => heartbeat.beat(),
+        }
     }
 }
 

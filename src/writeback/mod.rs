@@ -158,6 +158,8 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
     let mut changes = futures::stream::select(sets, deploys);
     let mut pending = Coalescer::default();
     let mut failing = crate::retry::Retries::new(config.interval * 2, config.interval * 64);
+    // The reason of the failure said last: the same one again is not said again.
+    let mut failed_with: Option<&'static str> = None;
     tracing::info!(branch = %config.remote.branch, "writing rollout status to Git");
     loop {
         let wait = sleep_until_due(pending.due());
@@ -190,6 +192,9 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
                     Ok(Pushed::Unchanged) => {}
                     Ok(Pushed::Committed { commit, retries }) => {
                         failing.reset();
+                        if failed_with.take().is_some() {
+                            tracing::info!("writing status to Git works again");
+                        }
                         metrics.writeback_commits.inc();
                         metrics.writeback_push_retries.inc_by(u64::from(retries));
                         tracing::info!(%commit, retries, "status written to Git");
@@ -197,7 +202,12 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
                     Err((reason, e)) => {
                         metrics.writeback_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
                         let backoff = failing.wait();
-                        tracing::warn!(error = %crate::text::redact_credentials(&e.to_string()), retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again");
+                        let error = crate::text::redact_credentials(&e.to_string());
+                        if failed_with.replace(reason) == Some(reason) {
+                            tracing::debug!(%error, retry_in = ?backoff, "could not write status to Git, again");
+                        } else {
+                            tracing::warn!(%error, retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again with backoff (said again when the error changes)");
+                        }
                         pending.retry_at(&attempted, std::time::Instant::now() + backoff);
                     }
                 }
@@ -219,6 +229,8 @@ pub struct StatusPoster {
     retry_at: Option<std::time::Instant>,
     /// How long to wait after rounds in a row in which a post failed.
     retries: crate::retry::Retries,
+    /// The label of the failure said last: the same one again is not said again.
+    failed_with: Option<&'static str>,
     metrics: Arc<Metrics>,
 }
 
@@ -238,6 +250,7 @@ impl StatusPoster {
             failed: Default::default(),
             retry_at: None,
             retries: crate::retry::Retries::new(STATUS_RETRY, MAX_STATUS_RETRY),
+            failed_with: None,
             metrics,
         })
     }
@@ -265,11 +278,18 @@ impl StatusPoster {
                 self.posted.insert(key.clone(), value);
                 self.failed.remove(&key);
                 self.retries.reset();
+                if self.failed_with.take().is_some() {
+                    tracing::info!("the Git host takes commit statuses again");
+                }
                 "posted"
             }
             Err(e) if e.retryable() => {
                 let wait = self.retries.wait();
-                tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, retry_in = ?wait, "could not post the commit status; the rollout goes on, and it is posted again later");
+                if self.failed_with.replace(e.label()) == Some(e.label()) {
+                    tracing::debug!(sha = %wanted.sha, context = %wanted.context, error = %e, retry_in = ?wait, "could not post the commit status, again");
+                } else {
+                    tracing::warn!(sha = %wanted.sha, context = %wanted.context, error = %e, retry_in = ?wait, "could not post the commit status; the rollout goes on, and it is posted again with backoff (said again when the error changes)");
+                }
                 self.retry_at = Some(std::time::Instant::now() + wait);
                 self.failed.insert(key, wanted);
                 e.label()

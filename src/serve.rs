@@ -4,6 +4,8 @@
 //! within a timeout, which also closes a kept-alive connection that sends nothing. Bodies are
 //! bounded by their handlers (the webhook routes bound theirs).
 
+pub mod host_names;
+
 use std::sync::Arc;
 use std::time::Duration;
 

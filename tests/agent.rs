@@ -1333,3 +1333,75 @@ async fn a_force_push_is_an_event_and_a_condition_and_can_be_refused() {
         "applied after a restart"
     );
 }
+
+/// Regression (issue 70): a force push of an orphan history of 300 commits was applied with
+/// `--refuse-history-rewrites` ("cannot tell whether the new tip descends from the last one"
+/// was taken for "no rewrite"); over smart HTTP, 65 commits did it (the shallow boundary). A
+/// full mirror now knows, a shallow one fetches deeper until it finds the last tip or the
+/// history's root, and a history it still cannot check is refused.
+#[tokio::test]
+async fn a_long_orphan_history_is_a_rewrite_not_a_fast_forward() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    for (over_http, commits) in [(false, 300), (true, 70)] {
+        let ns = TestNamespace::create(&admin, "agent-orphan").await;
+        let tmp = tempfile::tempdir().unwrap();
+        let (bare, work) = seeded_remote(tmp.path(), &ns.name);
+        let server = over_http.then(|| support::git_http::serve(tmp.path().to_path_buf(), None));
+        let url = match &server {
+            Some(server) => format!("{server}/remote.git"),
+            None => format!("file://{}", bare.display()),
+        };
+        let agent = start_agent(
+            tmp.path(),
+            &[
+                format!("--repo-url={url}"),
+                "--path=apps".into(),
+                "--refuse-history-rewrites".into(),
+            ],
+            &ns.name,
+        );
+        wait_ready(&agent).await;
+        wait_image(&admin, &ns.name, "redis:7.2").await;
+        let accepted = git(&work, &["rev-parse", "HEAD"]);
+        // Another history, sharing nothing, ending on another image.
+        git(&work, &["checkout", "-q", "--orphan", "other"]);
+        let file = work.join("apps/redis/redis.yaml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, text.replace("redis:7.2", "redis:6.0")).unwrap();
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "orphan root"]);
+        for i in 1..commits {
+            git(
+                &work,
+                &[
+                    "commit",
+                    "-q",
+                    "--allow-empty",
+                    "-m",
+                    &format!("orphan {i}"),
+                ],
+            );
+        }
+        git(&work, &["push", "-q", "--force", "origin", "HEAD:main"]);
+        assert_eq!(agent.push_webhook().await, 202);
+        let status = wait_status(&agent, "the orphan history refused", |s| {
+            s["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("does not descend") || e.contains("cannot tell"))
+        })
+        .await;
+        let error = status["lastError"].as_str().unwrap();
+        assert!(
+            error.contains("does not descend") && error.contains(&accepted),
+            "over http {over_http}, {commits} commits: {error}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let redis = csts_api(&admin, &ns.name).get("redis").await.unwrap();
+        assert_eq!(
+            redis.data["spec"]["image"], "redis:7.2",
+            "the orphan history was applied (over http {over_http})"
+        );
+        drop(agent);
+    }
+}

@@ -608,3 +608,80 @@ async fn the_agent_refuses_to_start_on_an_empty_or_placeholder_secret() {
         assert!(stderr.contains("openssl rand"), "{stderr}");
     }
 }
+
+/// Regression (issue 70): the admin port and the dashboard answered any `Host`, so a page on
+/// another site could rebind its own name to the agent's address (through a port-forward or
+/// a node port) and read `/status`, `/api/rollouts` and the live event stream. They answer
+/// IP addresses, localhost and the names given with `--allowed-host-name` only.
+#[tokio::test]
+async fn the_admin_and_dashboard_ports_refuse_a_rebound_host_name() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "rebind").await;
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::write(specs.join("cm.yaml"), config_map(&ns.name, "shown", "1")).unwrap();
+    let port = support::ports::free_port();
+    let agent = start_agent(
+        &dir.path().join("run"),
+        &[
+            format!("--repo-path={}", specs.display()),
+            format!("--dashboard-listen=127.0.0.1:{port}"),
+            "--allowed-host-name=linnet.example.com".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let dashboard = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let get = |url: String, host: Option<&'static str>| {
+        let client = client.clone();
+        async move {
+            let mut req = client.get(url);
+            if let Some(host) = host {
+                req = req.header("host", host);
+            }
+            let answer = req.send().await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    };
+    for (base, path) in [
+        (&agent.base, "/status"),
+        (&agent.base, "/metrics"),
+        (&dashboard, "/"),
+        (&dashboard, "/api/rollouts"),
+        (&dashboard, "/api/events"),
+    ] {
+        let url = format!("{base}{path}");
+        for host in [
+            "evil.example",
+            "evil.example:9090",
+            "127.0.0.1.evil.example",
+        ] {
+            let (code, body) = get(url.clone(), Some(host)).await;
+            assert_eq!(code, 403, "{url} as {host}: {body}");
+            assert!(
+                !body.contains(&ns.name) && body.contains("--allowed-host-name"),
+                "{url} as {host}: {body}"
+            );
+        }
+        if path == "/api/events" {
+            continue; // a stream: it answers 200 and stays open
+        }
+        assert_eq!(get(url.clone(), None).await.0, 200, "{url} by address");
+        assert_eq!(
+            get(url.clone(), Some("linnet.example.com")).await.0,
+            200,
+            "{url} under its allowed name"
+        );
+        assert_eq!(
+            get(url.clone(), Some("localhost")).await.0,
+            200,
+            "{url} through a port-forward"
+        );
+    }
+}

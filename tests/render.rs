@@ -919,3 +919,106 @@ async fn revert_where_the_render_sets_the_image(layout: Layout<'_>) {
     )
     .await;
 }
+
+/// Regression (issue 70): an offline render checked only `resources`, `bases` and
+/// `components` for URLs, so a kustomization's `configMapGenerator` file at the agent's own
+/// admin port (`/status`, `/metrics`) was fetched (Go skips the proxy for loopback) and
+/// applied as a ConfigMap the repository's writer could read. Now every field kustomize
+/// reads a file from is checked: the unit is a located error and nothing is fetched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_generator_file_at_the_agents_own_admin_port_is_refused_not_fetched() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use support::agent::{start_agent, wait_ready};
+    let admin = support::admin_client().await;
+    support::install_linnet(&admin).await;
+    let ns = support::TestNamespace::create(&admin, "render-leak").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("tree");
+    let plain = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: plain, namespace: {}}}\ndata: {{a: b}}\n",
+        ns.name
+    );
+    write_tree(&tree, &[("plain/cm.yaml", &plain)]);
+    let bin = support::render_bin();
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!("--repo-path={}", tree.display()),
+            format!("--kustomize={}", bin.join("kustomize").display()),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns.name);
+    support::eventually("the plain ConfigMap", Duration::from_secs(30), || async {
+        config_maps.get_opt("plain").await.unwrap()
+    })
+    .await;
+    let leak = format!(
+        "namespace: {}\nconfigMapGenerator:\n- name: leak\n  files:\n  - status={}/status\n  - metrics={}/metrics\n",
+        ns.name, agent.base, agent.base
+    );
+    write_tree(&tree, &[("leak/kustomization.yaml", &leak)]);
+    let said = support::eventually(
+        "a spec error for the leaking kustomization",
+        Duration::from_secs(30),
+        || async {
+            let s = agent.status().await;
+            s["specErrors"].as_array()?.iter().find_map(|e| {
+                e.as_str()
+                    .filter(|e| e.contains("leak/kustomization.yaml"))
+                    .map(str::to_string)
+            })
+        },
+    )
+    .await;
+    assert!(
+        said.contains("leak/kustomization.yaml:4:")
+            && said.contains("configMapGenerator[0].files")
+            && said.contains("rendering is offline"),
+        "{said}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let leaked = config_maps.list(&Default::default()).await.unwrap();
+    assert!(
+        leaked
+            .items
+            .iter()
+            .all(|cm| !format!("{:?}", cm.data).contains("linnet_")),
+        "the agent's own metrics reached a ConfigMap: {:?}",
+        leaked
+            .items
+            .iter()
+            .map(|c| &c.metadata.name)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Regression (issue 70): a chart repository `https://127.0.0.1:12593#@allowed.example` was
+/// read by hand as host `allowed.example` (the text after the last `@`), and helm fetched
+/// from 127.0.0.1. Read by a URL parser, its host is 127.0.0.1, which is not allowed.
+#[test]
+fn a_chart_repository_that_hides_its_host_behind_a_fragment_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for repository in [
+        "https://127.0.0.1:12593#@allowed.example",
+        "https://allowed.example@127.0.0.1:12593/charts",
+        "https://127.0.0.1:12593\\\\@allowed.example/",
+    ] {
+        write_tree(
+            dir.path(),
+            &[(
+                "r/linnet-helm.yaml",
+                &format!("chart: web\nrepository: \"{repository}\"\nversion: 1.0.0\n"),
+            )],
+        );
+        let (code, out, _) = validate(dir.path(), &["--render-allow-host", "allowed.example"]);
+        assert_eq!(code, 1, "{repository}: {out}");
+        assert!(out.contains("r/linnet-helm.yaml:2:"), "{repository}: {out}");
+        assert!(
+            !out.contains("helm template failed"),
+            "fetched {repository}: {out}"
+        );
+    }
+}

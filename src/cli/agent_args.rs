@@ -112,6 +112,16 @@ pub struct AgentArgs {
     /// authentication proxy. It shows no Secret and no pod template.
     #[arg(long, env = "LINNET_DASHBOARD_LISTEN")]
     pub dashboard_listen: Option<std::net::SocketAddr>,
+    /// A name (repeat, or comma-separated) the metrics, status and dashboard listeners
+    /// answer to besides IP addresses and localhost, e.g. the dashboard's name behind your
+    /// proxy. Any other `Host` gets 403: a page on another site cannot rebind its name to the
+    /// agent's address and read it.
+    #[arg(
+        long = "allowed-host-name",
+        value_delimiter = ',',
+        env = "LINNET_ALLOWED_HOST_NAMES"
+    )]
+    pub allowed_host_names: Vec<String>,
     /// A third address serving only /healthz and /readyz, for the kubelet's probes: a flood
     /// on the webhook port then cannot fail them (deploy/ uses 0.0.0.0:8081). Without it the
     /// probes are answered on both other addresses.

@@ -80,6 +80,9 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         liveness_deadline: args.liveness_deadline,
         metrics_listen: args.metrics_listen,
         dashboard_listen: args.dashboard_listen,
+        allowed_host_names: crate::serve::host_names::HostNames::new(
+            args.allowed_host_names.clone(),
+        ),
         serve_limits: crate::serve::ServeLimits {
             max_connections: args.max_connections.max(1),
             header_timeout: args.header_timeout,

@@ -48,8 +48,9 @@ pub struct SpecArgs {
         env = "LINNET_ALLOW_CLUSTER_KINDS"
     )]
     pub cluster_kinds: Vec<String>,
-    /// Let claims from Git name their volume (`spec.volumeName`, also in claim templates).
-    /// Off: a repository writer could bind any Available PersistentVolume, someone else's data.
+    /// Let claims from Git pick their volume (`spec.volumeName` or a `spec.selector`, also in
+    /// claim templates). Off: a repository writer could bind any Available PersistentVolume,
+    /// or one labelled for another team, and someone else's data.
     #[arg(long, env = "LINNET_ALLOW_CLAIM_VOLUME_NAME")]
     pub allow_claim_volume_name: bool,
     /// The namespace linnet runs in (in a pod: from the downward API). It is closed to the

@@ -22,9 +22,11 @@ pub struct RenderArgs {
     /// top.
     #[arg(long, default_value = "30s", value_parser = parse_duration, env = "LINNET_RENDER_TIMEOUT")]
     pub render_timeout: Duration,
-    /// The memory one render's process may take, in bytes.
-    #[arg(long, default_value_t = 512 * 1024 * 1024, env = "LINNET_RENDER_MAX_MEMORY")]
-    pub render_max_memory: u64,
+    /// The memory one render's process may take, in bytes. Default: 512 MiB, or half the
+    /// container's memory limit (its cgroup's) when that is less, so that a render that
+    /// needs too much is stopped and said to, before the kernel stops it or the agent.
+    #[arg(long, env = "LINNET_RENDER_MAX_MEMORY")]
+    pub render_max_memory: Option<u64>,
     /// The most one render may print, in bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024, env = "LINNET_RENDER_MAX_BYTES")]
     pub render_max_bytes: usize,
@@ -49,7 +51,9 @@ impl RenderArgs {
             kustomize: self.kustomize.clone(),
             helm: self.helm.clone(),
             timeout: self.render_timeout,
-            max_memory_bytes: self.render_max_memory,
+            max_memory_bytes: self
+                .render_max_memory
+                .unwrap_or_else(crate::render::default_max_memory),
             max_output_bytes: self.render_max_bytes,
             max_objects: self.render_max_objects,
             allowed_hosts: self

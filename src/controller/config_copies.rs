@@ -126,7 +126,7 @@ async fn copy_of(
         ConfigKind::Secret => Api::<Secret>::namespaced(secrets_client(ctx, ns)?, ns)
             .get_opt(name)
             .await
-            .doing(doing)?
+            .doing_as_source(doing)?
             .map(|s| {
                 let copy_name = secret_copy_name(&rollout.name, &s);
                 let applied = applied_at(s.metadata.managed_fields.as_deref());
@@ -168,6 +168,7 @@ impl Copy {
 async fn create(ctx: &Context, rollout: &RolloutRef, copy: Copy) -> Result<(), ReconcileError> {
     let (ns, name, kind) = (rollout.namespace.as_str(), copy.name_any(), copy.kind());
     let doing = || format!("creating config copy {ns}/{name}");
+    let as_source = matches!(copy, Copy::Secret(_));
     let result = match copy {
         Copy::ConfigMap(c) => Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
             .create(
@@ -202,7 +203,11 @@ async fn create(ctx: &Context, rollout: &RolloutRef, copy: Copy) -> Result<(), R
             }
         }
         other => {
-            other.doing(doing)?;
+            if as_source {
+                other.doing_as_source(doing)?;
+            } else {
+                other.doing(doing)?;
+            }
             tracing::info!(copy = %format!("{ns}/{name}"), "made a config copy for a version");
             Ok(())
         }
@@ -226,7 +231,7 @@ async fn owners_of(
         ConfigKind::Secret => Api::<Secret>::namespaced(secrets_client(ctx, ns)?, ns)
             .get_metadata_opt(name)
             .await
-            .doing(doing)?
+            .doing_as_source(doing)?
             .map(|m| m.metadata),
     };
     Ok(meta.map(|m| m.owner_references.unwrap_or_default()))
@@ -277,7 +282,7 @@ pub(super) async fn collect(
     for m in Api::<Secret>::namespaced(secrets_client(ctx, ns)?, ns)
         .list_metadata(&own)
         .await
-        .doing(doing)?
+        .doing_as_source(doing)?
     {
         unused.push((ConfigKind::Secret, m.name_any(), owned(&m.metadata)));
     }
@@ -297,6 +302,9 @@ pub(super) async fn collect(
         };
         match deleted {
             Err(kube::Error::Api(e)) if e.code == 404 => {}
+            other if kind == ConfigKind::Secret => {
+                other.doing_as_source(|| format!("deleting config copy {ns}/{name}"))?
+            }
             other => other.doing(|| format!("deleting config copy {ns}/{name}"))?,
         }
         tracing::info!(copy = %format!("{ns}/{name}"), kind = kind.as_str(), "deleted a config copy no version mounts");

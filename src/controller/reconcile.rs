@@ -421,7 +421,7 @@ pub(crate) async fn measured<K: RolloutKind>(
     if result.is_ok() && ctx.error_runs.succeeded(&key) {
         tracing::info!(rollout = %key, "reconciled again after failures");
     }
-    if let Err(e @ ReconcileError::Kube { .. }) = &result {
+    if let Err(e @ (ReconcileError::Kube { .. } | ReconcileError::KubeAsSource { .. })) = &result {
         ctx.publish(
             &rollout.object_ref(&()),
             true,

@@ -276,10 +276,7 @@ async fn post(
     // The URL is a secret (it is the credential): never logged, not even in an error.
     let answer = request.body(body).send().await.map_err(|e| Failed {
         result: "retried",
-        why: format!(
-            "cannot reach the receiver: {}",
-            crate::net::explain_http(&e).1.replace(&url, "<url>")
-        ),
+        why: format!("cannot reach the receiver: {}", unreachable_why(e, &url)),
         retry: Some(NO_WAIT),
     })?;
     let status = answer.status().as_u16();
@@ -343,4 +340,33 @@ async fn comment(prs: &PullRequests, notice: &Notice, text: &str) -> Result<(), 
     prs.comment(pr.number, &payload::comment(notice, text))
         .await
         .map_err(failed)
+}
+
+/// Why the receiver at `url` was not reached, without the URL: reqwest writes the URL as
+/// it parsed it (a `/x/../` segment gone), so replacing the text of the file missed it and
+/// the secret URL was logged (issue 70); the URL is taken off the error instead.
+fn unreachable_why(e: reqwest::Error, url: &str) -> String {
+    crate::net::explain_http(&e.without_url())
+        .1
+        .replace(url, "<url>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_receivers_url_is_never_said_even_written_another_way() {
+        // Issue 70: a URL file holding `/x/../` was logged at WARN as reqwest normalised it.
+        crate::net::install_crypto_provider();
+        let url = "http://127.0.0.1:9/x/../hooks/T0KEN-secret-path";
+        let e = reqwest::Client::new()
+            .post(url)
+            .send()
+            .await
+            .expect_err("port 9 is closed");
+        let why = unreachable_why(e, url);
+        assert!(!why.contains("T0KEN") && !why.contains("hooks"), "{why}");
+        assert!(why.contains("refused") || why.contains("connect"), "{why}");
+    }
 }

@@ -154,6 +154,14 @@ impl HelmRelease {
                         ),
                     ));
                 }
+                if host.is_empty() {
+                    return Err(text_error(
+                        repo,
+                        format!(
+                            "`repository` `{repo}` has no host linnet can read for sure (a backslash, a space or a password in it): write it as https://host/path"
+                        ),
+                    ));
+                }
                 if !render.allows_host(&host) {
                     return Err(text_error(
                         repo,

@@ -11,6 +11,7 @@
 //! The unit's id is a hash of its inputs' content ids: the source's snapshot renders again only
 //! a unit whose inputs changed.
 
+mod fetched;
 mod helm;
 mod kustomize;
 mod output;
@@ -69,6 +70,21 @@ impl Default for RenderOptions {
             fetch_timeout: Duration::from_secs(60),
             work_dir: std::env::temp_dir(),
         }
+    }
+}
+
+/// The memory one render may take when `--render-max-memory` is not given: 512 MiB, or
+/// half the container's limit when that is less (at least 64 MiB), so that the render, not
+/// the agent, is the one stopped, and says why.
+pub fn default_max_memory() -> u64 {
+    default_max_memory_under(run::cgroup_memory_limit())
+}
+
+fn default_max_memory_under(cgroup_limit: Option<u64>) -> u64 {
+    const MIB: u64 = 1024 * 1024;
+    match cgroup_limit {
+        Some(limit) => (limit / 2).clamp(64 * MIB, 512 * MIB),
+        None => 512 * MIB,
     }
 }
 
@@ -294,11 +310,14 @@ pub(crate) fn locate_text(text: &str, needle: &str) -> (u64, u64) {
 }
 
 /// The host a kustomize reference fetches from, when it is remote (a URL, `git@host:`, or a
-/// `host.tld/org/repo` form kustomize clones).
+/// `host.tld/org/repo` form kustomize clones); empty (allowed nowhere) for a URL whose host
+/// cannot be read for sure. URLs are read by the `url` crate, never by hand: the hand-made
+/// reading took `https://127.0.0.1:12593#@allowed.example` for host `allowed.example`, and
+/// helm fetched from 127.0.0.1 (issue 70).
 pub(crate) fn remote_host(reference: &str) -> Option<String> {
     let r = reference.trim();
-    let rest = if let Some((_, rest)) = r.split_once("://") {
-        rest
+    let rest = if r.contains("://") {
+        return Some(url_host(r).unwrap_or_default());
     } else if let Some(rest) = r.strip_prefix("git@") {
         return rest.split([':', '/']).next().map(str::to_string);
     } else {
@@ -315,10 +334,29 @@ pub(crate) fn remote_host(reference: &str) -> Option<String> {
         }
         r
     };
-    let host = rest.split(['/', '?']).next().unwrap_or("");
-    let host = host.rsplit('@').next().unwrap_or(host);
-    let host = host.split(':').next().unwrap_or(host);
-    Some(host.to_string())
+    Some(url_host(&format!("https://{rest}")).unwrap_or_default())
+}
+
+/// The host of URL `text` as the `url` crate reads it, lower-case; none for text a Go tool
+/// might read another way (a backslash, a space or a control character) or a URL carrying a
+/// password.
+fn url_host(text: &str) -> Option<String> {
+    if text
+        .chars()
+        .any(|c| c == '\\' || c.is_whitespace() || c.is_control())
+    {
+        return None;
+    }
+    let url = url::Url::parse(text).ok()?;
+    if url.password().is_some() {
+        return None;
+    }
+    let host = url.host_str()?;
+    Some(
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase(),
+    )
 }
 
 #[cfg(test)]
@@ -339,5 +377,15 @@ mod tests {
         assert_eq!(join_relative("", "/etc/passwd"), None);
         assert_eq!(dir_of("a/b/k.yaml"), "a/b");
         assert_eq!(dir_of("k.yaml"), "");
+    }
+
+    #[test]
+    fn a_renders_memory_fits_under_the_containers_limit() {
+        // Issue 70: 512 MiB for a render in a 384Mi container: the OOM killer stopped helm.
+        const MIB: u64 = 1024 * 1024;
+        assert_eq!(default_max_memory_under(None), 512 * MIB);
+        assert_eq!(default_max_memory_under(Some(384 * MIB)), 192 * MIB);
+        assert_eq!(default_max_memory_under(Some(4096 * MIB)), 512 * MIB);
+        assert_eq!(default_max_memory_under(Some(64 * MIB)), 64 * MIB);
     }
 }

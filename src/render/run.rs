@@ -102,6 +102,15 @@ pub(super) enum RunFailure {
         "it ran out of the {0} bytes of memory a render may use (--render-max-memory) and was stopped"
     )]
     Memory(u64),
+    /// SIGKILL from no one in linnet: the kernel's OOM killer, most likely the container's
+    /// cgroup (issue 70: helm's limit was above the container's, and the render said "it
+    /// printed no reason").
+    #[error(
+        "it was killed (SIGKILL) before it finished: most likely the container ran out of \
+         memory and the kernel stopped the render. Give --render-max-memory a value under the \
+         container's memory limit (it is {0} bytes now), or raise the limit"
+    )]
+    Killed(u64),
     #[error("{0}")]
     Failed(String),
 }
@@ -224,6 +233,9 @@ pub(super) fn run_bounded(
         return Err(RunFailure::OutputOver(max_out));
     }
     let err = String::from_utf8_lossy(&err);
+    if std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL) {
+        return Err(RunFailure::Killed(limits.max_memory_bytes));
+    }
     if !status.success() {
         if err.contains("out of memory")
             || err.contains("cannot allocate memory")
@@ -266,6 +278,17 @@ pub(super) fn tool_message(stderr: &str, work_dir: &Path) -> String {
         None if text.is_empty() => "it printed no reason".into(),
         None => text,
     }
+}
+
+/// The memory limit of this process's cgroup (v2 `memory.max`, else v1's
+/// `memory.limit_in_bytes`), if it has one.
+pub(crate) fn cgroup_memory_limit() -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let text = read("/sys/fs/cgroup/memory.max")
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))?;
+    let bytes: u64 = text.trim().parse().ok()?;
+    // v1 says "no limit" with a number near 2^63.
+    (bytes < 1 << 60).then_some(bytes)
 }
 
 /// Caps the child's data segment: the Go runtime's heap lives there, while its address space

@@ -294,9 +294,10 @@ fn parse_render_file(
         Parsed::Helm(value.and_then(|v| super::helm::HelmRelease::from_value(path, &v, &text)))
     } else {
         let dir = dir_of(path);
-        Parsed::Kustomization(
-            value.and_then(|v| resolve(path, dir, &references(&v, &text), render)),
-        )
+        Parsed::Kustomization(value.and_then(|v| {
+            super::fetched::check(path, &v, &text, render)?;
+            resolve(path, dir, &references(&v, &text), render)
+        }))
     }
 }
 

@@ -52,6 +52,9 @@ pub struct AgentConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The read-only dashboard, when given.
     pub dashboard_listen: Option<SocketAddr>,
+    /// The `Host` names the metrics, status and dashboard listeners answer to besides IP
+    /// addresses and localhost.
+    pub allowed_host_names: crate::serve::host_names::HostNames,
     /// What each listener lets its callers hold.
     pub serve_limits: ServeLimits,
     pub webhook: Option<HookSettings>,

@@ -89,11 +89,16 @@ pub async fn serve_all(
     let metrics_app = Router::new()
         .route("/metrics", get(metrics_text))
         .with_state(shared.clone());
-    let admin_app = probes.clone().merge(metrics_app.clone()).merge(
-        Router::new()
-            .route("/status", get(status))
-            .with_state(shared),
+    // What names the rollouts is answered only under the names it is served as (issue 70).
+    let hosts = &config.allowed_host_names;
+    let admin_app = hosts.guard(
+        probes.clone().merge(metrics_app.clone()).merge(
+            Router::new()
+                .route("/status", get(status))
+                .with_state(shared),
+        ),
     );
+    let metrics_app = hosts.guard(metrics_app);
     let hooks_refusals = config.webhook.as_ref().map(|_| {
         let refused: crate::serve::OnRefused = Arc::new(move || waker.missed());
         refused
@@ -112,7 +117,7 @@ pub async fn serve_all(
         listeners.push((
             "dashboard",
             addr,
-            super::dashboard::router(
+            hosts.guard(super::dashboard::router(
                 rollouts,
                 client,
                 config
@@ -122,7 +127,7 @@ pub async fn serve_all(
                         clone_dir: w.cache_dir.clone(),
                         branch: w.remote.branch.clone(),
                     }),
-            ),
+            )),
             None,
         ));
     }

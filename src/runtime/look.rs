@@ -129,6 +129,11 @@ pub(super) enum History {
     Rewritten {
         previous: git2::Oid,
     },
+    /// `previous` was not found within the history fetched below the tip: perhaps a long
+    /// fast-forward, perhaps a rewrite (refused with `--refuse-history-rewrites`).
+    Unknown {
+        previous: git2::Oid,
+    },
 }
 
 /// A look at the remote: what it found, and how the new tip relates to the last one (the
@@ -161,6 +166,14 @@ pub(super) async fn look_at_remote(
                     Some(SourceError::Git(GitError::Rewritten {
                         previous: previous.to_string(),
                         tip: tip.to_string(),
+                    }))
+                }
+                // Fails closed: a history it cannot check is not taken (issue 70).
+                Some(History::Unknown { previous }) if config.refuse_history_rewrites => {
+                    Some(SourceError::Git(GitError::HistoryUnknown {
+                        previous: previous.to_string(),
+                        tip: tip.to_string(),
+                        depth: crate::source::git::MAX_HISTORY_DEPTH,
                     }))
                 }
                 _ => None,
@@ -246,10 +259,7 @@ async fn ask_remote(
             Some(previous) => match mirror.descends_from(tip, previous) {
                 Ok(Some(true)) => Some(History::FastForward),
                 Ok(Some(false)) => Some(History::Rewritten { previous }),
-                Ok(None) => {
-                    tracing::info!(%tip, %previous, "cannot tell whether the new tip descends from the last one (more than 64 commits apart)");
-                    None
-                }
+                Ok(None) => Some(History::Unknown { previous }),
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot look at the history between the tips");
                     None

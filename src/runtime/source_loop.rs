@@ -212,6 +212,13 @@ impl SourceLoop {
                             self.history_rewritten(previous, tip).await;
                         }
                         Some((_, History::FastForward)) => self.history_fast_forward(),
+                        Some((tip, History::Unknown { previous }))
+                            if !self.config.refuse_history_rewrites =>
+                        {
+                            tracing::info!(%tip, %previous, "cannot tell whether the new tip descends from the last one (not within the history fetched); applied, as --refuse-history-rewrites is off");
+                        }
+                        // Refused: the look's error says why.
+                        Some((_, History::Unknown { .. })) => {}
                         None => {}
                     }
                     looked.found

@@ -17,6 +17,9 @@ const ACCEPTED_REF: &str = "refs/linnet/accepted";
 
 /// Commits of history a shallow mirror fetches to tell a fast-forward from a rewrite.
 const HISTORY_DEPTH: i32 = 64;
+/// The deepest a shallow mirror fetches to find the revision synced last below a new tip:
+/// past it, "cannot tell" (which `--refuse-history-rewrites` refuses).
+pub const MAX_HISTORY_DEPTH: i32 = 4096;
 
 pub use crate::specs::RevisionShape;
 
@@ -337,17 +340,28 @@ impl GitMirror {
 
     /// Whether `tip` descends from `previous` (the revision synced before): `Some(true)` for a
     /// fast-forward, `Some(false)` for a rewritten history (a force push), `None` when the
-    /// history fetched cannot tell. A shallow mirror fetches [`HISTORY_DEPTH`] commits of
-    /// history once to find out (network: call it where a fetch may be made).
+    /// history fetched cannot tell. A full mirror knows; a shallow one fetches deeper, from
+    /// [`HISTORY_DEPTH`] up to [`MAX_HISTORY_DEPTH`] commits, until it finds `previous`
+    /// (network: call it where a fetch may be made).
     pub fn descends_from(&self, tip: Oid, previous: Oid) -> Result<Option<bool>, GitError> {
         if tip == previous || self.repo.graph_descendant_of(tip, previous)? {
             return Ok(Some(true));
         }
-        if self.shallow && !is_local(&self.remote.url) {
-            self.fetch_to_depth(HISTORY_DEPTH)?;
+        if !self.shallow || is_local(&self.remote.url) {
+            // The whole history is here: not among the ancestors is not a descendant (issue
+            // 70: 300 commits of an orphan history were "cannot tell", and applied).
+            return Ok(Some(false));
+        }
+        let mut depth = HISTORY_DEPTH;
+        loop {
+            self.fetch_to_depth(depth)?;
             if self.repo.graph_descendant_of(tip, previous)? {
                 return Ok(Some(true));
             }
+            if depth >= MAX_HISTORY_DEPTH || !self.is_shallow_now() {
+                break;
+            }
+            depth = (depth * 8).min(MAX_HISTORY_DEPTH);
         }
         // Not found among the ancestors fetched: rewritten if they reach a root, or reach
         // back past the time `previous` was committed (an ancestor is older than its
@@ -368,7 +382,7 @@ impl GitMirror {
         let mut at_boundary = false;
         for (seen, id) in walk.enumerate() {
             let id = id?;
-            if seen > HISTORY_DEPTH as usize * 4 {
+            if seen > MAX_HISTORY_DEPTH as usize * 2 {
                 at_boundary = true;
                 break;
             }
@@ -376,6 +390,13 @@ impl GitMirror {
             at_boundary |= shallow.contains(&id);
         }
         Ok((!at_boundary || previous_time >= oldest).then_some(false))
+    }
+
+    /// Whether the mirror still has a shallow boundary (a fetch deep enough to reach the
+    /// first commit leaves none).
+    fn is_shallow_now(&self) -> bool {
+        std::fs::read_to_string(self.repo.path().join("shallow"))
+            .is_ok_and(|s| !s.trim().is_empty())
     }
 
     /// Where the mirror lives.

@@ -39,6 +39,17 @@ pub enum VerifyError {
     },
     #[error("the SSH signature does not verify: {0}")]
     Invalid(String),
+    #[error(
+        "signed with OpenPGP key {key}, which {why}: what it signs is not trusted any more. \
+         Sign with a valid key, or put the key's current export in --signing-keys"
+    )]
+    KeyNotValid { key: String, why: String },
+    #[error(
+        "the OpenPGP signature names trusted key {key} but does not verify over this commit: \
+         the commit was changed after it was signed, or the signature was copied from another \
+         commit"
+    )]
+    NotOverThisCommit { key: String },
 }
 
 /// The keys whose signatures make a commit trusted.
@@ -173,15 +184,31 @@ impl TrustedKeys {
                 .map_err(|e| {
                     VerifyError::Unreadable(format!("the OpenPGP signature does not read: {e}"))
                 })?;
+            let now = pgp::types::Timestamp::now().as_secs();
             for key in &self.pgp {
+                let fingerprint = hex(key.fingerprint().as_bytes());
                 if sig.verify(key, signed).is_ok() {
-                    return Ok(hex(key.fingerprint().as_bytes()));
+                    return match primary_key_refusal(key, now) {
+                        Some(why) => Err(VerifyError::KeyNotValid {
+                            key: fingerprint,
+                            why,
+                        }),
+                        None => Ok(fingerprint),
+                    };
                 }
                 for sub in &key.public_subkeys {
                     if sub.verify_bindings(&key.primary_key).is_ok()
                         && sig.verify(sub, signed).is_ok()
                     {
-                        return Ok(hex(key.fingerprint().as_bytes()));
+                        let why =
+                            primary_key_refusal(key, now).or_else(|| subkey_refusal(sub, now));
+                        return match why {
+                            Some(why) => Err(VerifyError::KeyNotValid {
+                                key: fingerprint,
+                                why,
+                            }),
+                            None => Ok(fingerprint),
+                        };
                     }
                 }
             }
@@ -191,6 +218,22 @@ impl TrustedKeys {
                 .iter()
                 .map(|f| hex(f.as_bytes()))
                 .collect();
+            // A trusted key's signature that does not verify: over another commit (issue 70:
+            // the message called the trusted key untrusted).
+            let trusted: Vec<String> = self
+                .pgp
+                .iter()
+                .flat_map(|k| {
+                    std::iter::once(hex(k.fingerprint().as_bytes())).chain(
+                        k.public_subkeys
+                            .iter()
+                            .map(|s| hex(s.key.fingerprint().as_bytes())),
+                    )
+                })
+                .collect();
+            if let Some(key) = issuers.iter().find(|i| trusted.contains(i)) {
+                return Err(VerifyError::NotOverThisCommit { key: key.clone() });
+            }
             return Err(VerifyError::Untrusted {
                 kind: "OpenPGP",
                 key: if issuers.is_empty() {
@@ -205,6 +248,74 @@ impl TrustedKeys {
             "the signature is neither OpenPGP nor SSH (X.509 signatures are not verified)".into(),
         ))
     }
+}
+
+/// Why primary key `key` may not sign at `now` (seconds), if it may not: a revocation
+/// signature (each was checked against the key when it was read), or past its expiry.
+fn primary_key_refusal(key: &SignedPublicKey, now: u32) -> Option<String> {
+    if !key.details.revocation_signatures.is_empty() {
+        return Some("was revoked".into());
+    }
+    let self_signatures: Vec<&pgp::packet::Signature> = key
+        .details
+        .users
+        .iter()
+        .flat_map(|u| &u.signatures)
+        .chain(&key.details.direct_signatures)
+        .collect();
+    expiry_refusal(
+        &self_signatures,
+        key.primary_key.created_at().as_secs(),
+        now,
+    )
+}
+
+/// Why subkey `sub` may not sign at `now`, if it may not: revoked, or past its expiry.
+fn subkey_refusal(sub: &pgp::composed::SignedPublicSubKey, now: u32) -> Option<String> {
+    use pgp::packet::SignatureType;
+    if sub
+        .signatures
+        .iter()
+        .any(|s| s.typ() == Some(SignatureType::SubkeyRevocation))
+    {
+        return Some("has its signing subkey revoked".into());
+    }
+    let bindings: Vec<&pgp::packet::Signature> = sub
+        .signatures
+        .iter()
+        .filter(|s| s.typ() == Some(SignatureType::SubkeyBinding))
+        .collect();
+    expiry_refusal(&bindings, sub.key.created_at().as_secs(), now)
+        .map(|why| format!("has a signing subkey that {why}"))
+}
+
+/// Whether the newest of `signatures` (a key's self-signatures, or a subkey's bindings) sets
+/// an expiry that `now` is past, for a key created at `created` (seconds).
+fn expiry_refusal(
+    signatures: &[&pgp::packet::Signature],
+    created: u32,
+    now: u32,
+) -> Option<String> {
+    let newest = signatures
+        .iter()
+        .max_by_key(|s| s.created().map(|t| t.as_secs()))?;
+    let lasts = newest.key_expiration_time()?.as_secs();
+    expired(created, lasts, now)
+}
+
+/// `Some("expired at …")` when a key created at `created` that lasts `lasts` seconds (0: for
+/// ever) has expired at `now`.
+fn expired(created: u32, lasts: u32, now: u32) -> Option<String> {
+    if lasts == 0 {
+        return None;
+    }
+    let at = u64::from(created) + u64::from(lasts);
+    (u64::from(now) >= at).then(|| {
+        let when = jiff::Timestamp::from_second(at as i64)
+            .map(|t| t.strftime("%Y-%m-%d %H:%M UTC").to_string())
+            .unwrap_or_else(|_| at.to_string());
+        format!("expired at {when}")
+    })
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -247,6 +358,16 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn an_expired_key_is_refused_from_its_expiry_on() {
+        // Issue 70: revocation and expiry were ignored.
+        let created = 1_700_000_000;
+        assert_eq!(expired(created, 0, created + 10 * 365 * 86_400), None);
+        assert_eq!(expired(created, 86_400, created + 86_399), None);
+        let why = expired(created, 86_400, created + 86_400).unwrap();
+        assert!(why.starts_with("expired at 2023-11-"), "{why}");
     }
 
     #[test]

@@ -99,8 +99,9 @@ impl Policy {
 }
 
 impl Policy {
-    /// Where `object` (from Git) names a volume for a claim, with why it may not, if the
-    /// policy does not allow it: a claim's `spec.volumeName`, a claim template's (a
+    /// Where `object` (from Git) picks a volume for a claim, with why it may not, if the
+    /// policy does not allow it: a claim's `spec.volumeName` or `spec.selector` (which binds
+    /// any Available volume carrying the labels, another team's too), a claim template's (a
     /// StatefulSet's `volumeClaimTemplates`, a pod's ephemeral volume), at any depth.
     pub fn claim_volume_name_refusal(
         &self,
@@ -111,20 +112,26 @@ impl Policy {
             return None;
         }
         let path = claim_volume_name_path(kind, object)?;
-        let volume = path_value(object, &path).unwrap_or_default();
+        let picks = match path_value(object, &path) {
+            Some(volume) => format!("names volume {volume:?}"),
+            None => format!(
+                "selects volumes by label ({})",
+                crate::text::one_line(&path_json(object, &path), 120)
+            ),
+        };
         Some((
             path.clone(),
             format!(
-                "{} names volume {volume:?}; a claim from Git may not pick its volume (it could \
-                 bind another team's Available volume and its data): let the StorageClass \
-                 provision one, or a cluster admin allows it with --allow-claim-volume-name",
+                "{} {picks}; a claim from Git may not pick its volume (it could bind another \
+                 team's Available volume and its data): let the StorageClass provision one, or \
+                 a cluster admin allows it with --allow-claim-volume-name",
                 path.join(".")
             ),
         ))
     }
 }
 
-fn path_value(object: &serde_json::Value, path: &[String]) -> Option<String> {
+fn path_at<'a>(object: &'a serde_json::Value, path: &[String]) -> Option<&'a serde_json::Value> {
     let mut at = object;
     for p in path {
         at = match at {
@@ -132,20 +139,56 @@ fn path_value(object: &serde_json::Value, path: &[String]) -> Option<String> {
             other => other.get(p)?,
         };
     }
-    at.as_str().map(String::from)
+    Some(at)
 }
 
-/// The path of the first `volumeName` a claim (or claim template) in `object` sets.
+fn path_value(object: &serde_json::Value, path: &[String]) -> Option<String> {
+    path_at(object, path)?.as_str().map(String::from)
+}
+
+fn path_json(object: &serde_json::Value, path: &[String]) -> String {
+    path_at(object, path)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
+}
+
+/// The field of a claim spec that picks its volume: a `volumeName`, else a `selector` that
+/// selects anything (an empty one selects nothing more than none).
+fn picking_field(spec: &serde_json::Value) -> Option<&'static str> {
+    use serde_json::Value;
+    if spec
+        .get("volumeName")
+        .is_some_and(|n| n.as_str().is_some_and(|s| !s.is_empty()))
+    {
+        return Some("volumeName");
+    }
+    let selects = |k: &str| {
+        spec.get("selector")
+            .and_then(|s| s.get(k))
+            .is_some_and(|v| match v {
+                Value::Object(m) => !m.is_empty(),
+                Value::Array(a) => !a.is_empty(),
+                _ => false,
+            })
+    };
+    (selects("matchLabels") || selects("matchExpressions")).then_some("selector")
+}
+
+/// The path of the first `volumeName` or `selector` a claim (or claim template) in
+/// `object` sets.
 fn claim_volume_name_path(kind: &str, object: &serde_json::Value) -> Option<Vec<String>> {
     use serde_json::Value;
-    let set = |v: &Value| {
-        v.get("volumeName")
-            .is_some_and(|n| n.as_str().is_some_and(|s| !s.is_empty()))
-    };
+    let set = |v: &Value| picking_field(v).is_some();
+    let field = |v: &Value| picking_field(v).unwrap_or("volumeName").to_string();
     if kind == "PersistentVolumeClaim" && object.get("spec").is_some_and(set) {
-        return Some(vec!["spec".into(), "volumeName".into()]);
+        return Some(vec!["spec".into(), field(&object["spec"])]);
     }
-    fn walk(v: &Value, path: &mut Vec<String>, set: &dyn Fn(&Value) -> bool) -> bool {
+    fn walk(
+        v: &Value,
+        path: &mut Vec<String>,
+        set: &dyn Fn(&Value) -> bool,
+        field: &dyn Fn(&Value) -> String,
+    ) -> bool {
         match v {
             Value::Object(m) => {
                 for (k, child) in m {
@@ -159,14 +202,15 @@ fn claim_volume_name_path(kind: &str, object: &serde_json::Value) -> Option<Vec<
                         _ => None,
                     };
                     if let Some(i) = claim_spec {
-                        path.extend([i.to_string(), "spec".into(), "volumeName".into()]);
+                        let picking = field(&child[i]["spec"]);
+                        path.extend([i.to_string(), "spec".into(), picking]);
                         return true;
                     }
                     if k == "volumeClaimTemplate" && child.get("spec").is_some_and(set) {
-                        path.extend(["spec".into(), "volumeName".into()]);
+                        path.extend(["spec".into(), field(&child["spec"])]);
                         return true;
                     }
-                    if walk(child, path, set) {
+                    if walk(child, path, set, field) {
                         return true;
                     }
                     path.pop();
@@ -176,7 +220,7 @@ fn claim_volume_name_path(kind: &str, object: &serde_json::Value) -> Option<Vec<
             Value::Array(a) => {
                 for (i, child) in a.iter().enumerate() {
                     path.push(i.to_string());
-                    if walk(child, path, set) {
+                    if walk(child, path, set, field) {
                         return true;
                     }
                     path.pop();
@@ -187,7 +231,7 @@ fn claim_volume_name_path(kind: &str, object: &serde_json::Value) -> Option<Vec<
         }
     }
     let mut path = Vec::new();
-    walk(object, &mut path, &set).then_some(path)
+    walk(object, &mut path, &set, &field).then_some(path)
 }
 
 /// Why `kind` (in API `group`) is never applied from Git, if it is not.
@@ -283,6 +327,36 @@ mod tests {
         assert!(
             p.claim_volume_name_refusal("PersistentVolumeClaim", &json!({"spec": {}}))
                 .is_none()
+        );
+        // Issue 70: a selector binds another team's Available volume labelled for it.
+        let by_label = json!({"spec": {"selector": {"matchLabels": {"team": "victim-reserved"}}}});
+        let (path, why) = p
+            .claim_volume_name_refusal("PersistentVolumeClaim", &by_label)
+            .unwrap();
+        assert_eq!(path, vec!["spec", "selector"]);
+        assert!(
+            why.contains("victim-reserved") && why.contains("selects"),
+            "{why}"
+        );
+        let by_expression = json!({"spec": {"volumeClaimTemplates": [{"spec": {"selector":
+            {"matchExpressions": [{"key": "team", "operator": "In", "values": ["b"]}]}}}]}});
+        assert_eq!(
+            p.claim_volume_name_refusal("StatefulSet", &by_expression)
+                .unwrap()
+                .0
+                .join("."),
+            "spec.volumeClaimTemplates.0.spec.selector"
+        );
+        let ephemeral = json!({"spec": {"volumes": [{"ephemeral": {"volumeClaimTemplate":
+            {"spec": {"selector": {"matchLabels": {"a": "b"}}}}}}]}});
+        assert!(p.claim_volume_name_refusal("Pod", &ephemeral).is_some());
+        // An empty selector picks nothing.
+        assert!(
+            p.claim_volume_name_refusal(
+                "PersistentVolumeClaim",
+                &json!({"spec": {"selector": {"matchLabels": {}}}})
+            )
+            .is_none()
         );
         let allowed = Policy {
             claim_volume_names: true,

@@ -135,11 +135,18 @@ pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
     // A template naming a volume would hand every replica that one volume, perhaps another
     // namespace's; the handoff decides which volume a replica's claim binds.
     for t in template.volume_claim_templates.iter().flatten() {
-        if t.spec.as_ref().is_some_and(|s| s.volume_name.is_some()) {
+        let picks = t.spec.as_ref().and_then(|s| {
+            if s.volume_name.is_some() {
+                Some("volumeName")
+            } else {
+                s.selector.is_some().then_some("selector")
+            }
+        });
+        if let Some(field) = picks {
             problems.push((
                 vec!["spec", "template", "volumeClaimTemplates"],
                 format!(
-                    "claim template {:?} sets volumeName; remove it: claims get their volumes \
+                    "claim template {:?} sets {field}; remove it: claims get their volumes \
                      from the StorageClass, and linnet's handoff moves them between sets",
                     t.metadata.name.as_deref().unwrap_or_default()
                 ),

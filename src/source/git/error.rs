@@ -83,6 +83,18 @@ pub enum GitError {
          the agent without the flag to take the new history"
     )]
     Rewritten { previous: String, tip: String },
+    #[error(
+        "cannot tell whether commit {tip} descends from {previous}, the revision synced last: \
+         {previous} is not among the {depth} commits of history fetched below {tip}. Not \
+         applied (--refuse-history-rewrites does not take a history it cannot check); the last \
+         good revision stays. If the new history is meant, push a merge of {previous} into it \
+         (git merge -s ours {previous}), or restart the agent without the flag"
+    )]
+    HistoryUnknown {
+        previous: String,
+        tip: String,
+        depth: i32,
+    },
     #[error("git: {0}")]
     Git(#[from] git2::Error),
     #[error("{path}: {}", crate::error::io_reason(.source))]
@@ -104,6 +116,7 @@ impl GitError {
         "credential_file",
         "unverified",
         "rewritten",
+        "history_unknown",
         "git",
         "io",
     ];
@@ -120,6 +133,7 @@ impl GitError {
             GitError::CredentialFile { .. } => "credential_file",
             GitError::Unverified { .. } => "unverified",
             GitError::Rewritten { .. } => "rewritten",
+            GitError::HistoryUnknown { .. } => "history_unknown",
             GitError::Git(_) => "git",
             GitError::Io { .. } => "io",
         }

@@ -264,12 +264,25 @@ fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Linnet's writes (not Lease renewals) to namespace `ns` in the audit log since `from`:
-/// (wall time, verb, resource/name).
-fn audit_writes(from: u64, ns: &str) -> Vec<(SystemTime, String, String)> {
-    let log = std::fs::read(support::cluster_dir().join("logs/audit.log")).unwrap_or_default();
-    String::from_utf8_lossy(log.get(from as usize..).unwrap_or_default())
-        .lines()
+/// Linnet's writes (not Lease renewals) to namespace `ns` in the audit log (and the file the
+/// API server rotated it to, if it did) since `from`: (wall time, verb, resource/name).
+fn audit_writes(from: SystemTime, ns: &str) -> Vec<(SystemTime, String, String)> {
+    let dir = support::cluster_dir().join("logs");
+    let mut text = String::new();
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|f| {
+        f.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("audit"))
+    });
+    for f in files {
+        text.push_str(&String::from_utf8_lossy(
+            &std::fs::read(f).unwrap_or_default(),
+        ));
+        text.push('\n');
+    }
+    text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| {
             e["stage"] == "ResponseComplete"
@@ -293,6 +306,7 @@ fn audit_writes(from: u64, ns: &str) -> Vec<(SystemTime, String, String)> {
             );
             Some((SystemTime::from(at), e["verb"].as_str()?.to_string(), what))
         })
+        .filter(|(at, _, _)| *at >= from)
         .collect()
 }
 
@@ -375,7 +389,7 @@ async fn soak_with_everything_on_holds_every_invariant() {
         serde_json::to_string(&settings).unwrap(),
     )
     .unwrap();
-    let audit_from = support::audit_offset();
+    let audit_from = SystemTime::now();
     let agent: Agent = start_agent(
         &dir,
         &[

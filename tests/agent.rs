@@ -902,6 +902,67 @@ fn labelled_config_map(
     }))
 }
 
+/// Regression (issue 70): two agents of one source name started in the same second in two
+/// namespaces both ran (each looked for the other before the other had written anything), and
+/// one reconciled the other's rollouts. Each writes its claim, then looks again: the later
+/// one releases its claim and stops, naming the other; the earlier one runs on.
+#[tokio::test]
+async fn of_two_agents_of_one_source_started_together_one_runs() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let first = TestNamespace::create(&admin, "claim-a").await;
+    let second = TestNamespace::create(&admin, "claim-b").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for round in 0..3 {
+        let source = format!("{}-{round}", first.name);
+        let start = |ns: &str| {
+            let run = tmp.path().join(format!("{round}-{ns}"));
+            std::fs::create_dir_all(&run).unwrap();
+            start_agent(
+                &run,
+                &[
+                    format!("--repo-path={}", empty.display()),
+                    format!("--source-name={source}"),
+                ],
+                ns,
+            )
+        };
+        let mut agents = [start(&first.name), start(&second.name)];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (stopped, status) = 'wait: loop {
+            for (i, agent) in agents.iter_mut().enumerate() {
+                if let Some(status) = agent.child.try_wait().unwrap() {
+                    break 'wait (i, status);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: both agents of one source run:\n{}\n{}",
+                agents[0].log_text(),
+                agents[1].log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let log = agents[stopped].log_text();
+        assert_eq!(status.code(), Some(2), "{log}");
+        assert!(
+            log.contains("is already used by the agent in namespace"),
+            "{log}"
+        );
+        // The other runs on, past its claim's duration (4 s in the tests).
+        let running = &mut agents[1 - stopped];
+        wait_ready(running).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(
+            running.child.try_wait().unwrap().is_none(),
+            "round {round}: the agent that came first stopped too: {}",
+            running.log_text()
+        );
+    }
+}
+
 /// Issue 45: prune selected by linnet's two labels. A hand-made ConfigMap carrying them (a
 /// copied manifest) was deleted by the first sync, and two agents with the same source name
 /// deleted each other's objects. Pruning now deletes only what the source's inventory holds,
@@ -1014,6 +1075,71 @@ async fn prune_deletes_only_what_the_source_applied_across_a_restart() {
             .unwrap()
             .is_some(),
         "the other agent pruned redis"
+    );
+
+    // Issue 70: in the agent's own namespace, a second agent of the source with leader
+    // election off, or with another --lease-name, was not refused, and its first sync pruned
+    // the first one's objects through the shared inventory. Both are refused now, naming the
+    // holder of the source's claim, after waiting once for that claim to lapse.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(empty.join("apps")).unwrap();
+    for (name, extra) in [
+        ("unelected", "--leader-elect=false"),
+        ("other-lease", "--lease-name=another-install"),
+    ] {
+        let run = tmp.path().join(name);
+        std::fs::create_dir_all(&run).unwrap();
+        let mut second = start_agent(
+            &run,
+            &[
+                format!("--repo-path={}", empty.display()),
+                "--path=apps".into(),
+                "--prune".into(),
+                extra.into(),
+                format!("--lease-identity={name}"),
+            ],
+            &ns.name,
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = second.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the {name} agent was not refused: {}",
+                second.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let log = second.log_text();
+        assert_eq!(status.code(), Some(2), "{log}");
+        assert!(
+            log.contains(&format!(
+                "is already used by the agent in namespace {} (Lease linnet-{})",
+                ns.name, ns.name
+            )),
+            "{log}"
+        );
+        assert!(
+            config_maps.get_opt("settings").await.unwrap().is_some(),
+            "the {name} agent pruned settings"
+        );
+    }
+    // The inventory names its owner: the installation holding the claim.
+    let owner = config_maps
+        .get(&inventory_name)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("rollouts.linnet.dev/owner")
+        .cloned();
+    assert_eq!(
+        owner,
+        Some(format!("{0}/lease/linnet-{0}", ns.name)),
+        "the inventory's owner"
     );
 
     // kill -9, a commit that drops settings, and a new agent (a new cache): it prunes
@@ -1218,6 +1344,169 @@ async fn only_commits_signed_by_a_listed_key_are_applied() {
     })
     .await;
     assert!(agent.log_text().contains("signed by a trusted key"));
+}
+
+/// Regression (issue 70): a key exported after its revocation was still trusted, expiry was
+/// ignored, and only the tip was verified, so unsigned commits below a signed tip were
+/// applied. Keys made and revoked with Debian's `gpg`; with --verify-commits=range every new
+/// commit is checked, the first that fails named with its place below the tip.
+#[tokio::test]
+async fn range_verification_refuses_unsigned_commits_below_and_revoked_or_expired_keys() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-range").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = tmp.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let gnupg = tmp.path().join("gnupg");
+    std::fs::create_dir_all(&gnupg).unwrap();
+    std::fs::set_permissions(&gnupg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let gpg = |args: &[&str]| {
+        let out = std::process::Command::new("gpg")
+            .args([
+                "--batch",
+                "--yes",
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "",
+            ])
+            .args(args)
+            .env("GNUPGHOME", &gnupg)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpg {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let fingerprint = |email: &str| {
+        gpg(&["--with-colons", "--list-keys", email])
+            .lines()
+            .find(|l| l.starts_with("fpr:"))
+            .and_then(|l| l.split(':').nth(9))
+            .unwrap()
+            .to_string()
+    };
+    let make_key = |name: &str, expiry: &str| {
+        gpg(&[
+            "--quick-gen-key",
+            &format!("{name} <{name}@example.invalid>"),
+            "ed25519",
+            "sign",
+            expiry,
+        ]);
+    };
+    make_key("release", "never");
+    make_key("departed", "never");
+    let export = |email: &str, file: &str| {
+        std::fs::write(keys.join(file), gpg(&["--armor", "--export", email])).unwrap();
+    };
+    export("release@example.invalid", "release.asc");
+    export("departed@example.invalid", "departed.asc");
+    let gpg_env = [("GNUPGHOME", gnupg.as_path())];
+    let signed_by = |email: &str| vec!["-c".to_string(), format!("user.signingkey={email}")];
+    let sign_release = signed_by("release@example.invalid");
+    let sign_release: Vec<&str> = sign_release.iter().map(String::as_str).collect();
+
+    let (_bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    git_with(
+        &work,
+        &sign_release,
+        &gpg_env,
+        &["commit", "-q", "--amend", "--no-edit", "-S"],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let agent = start_agent(
+        tmp.path(),
+        &[
+            format!(
+                "--repo-url=file://{}",
+                tmp.path().join("remote.git").display()
+            ),
+            "--path=apps".into(),
+            format!("--signing-keys={}", keys.display()),
+            "--verify-commits=range".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    let good = git(&work, &["rev-parse", "HEAD"]);
+    let sets = csts_api(&admin, &ns.name);
+    let refused = |tip: String, commit: String, why: &'static str| {
+        let agent = &agent;
+        let sets = sets.clone();
+        let work = work.clone();
+        let good = good.clone();
+        async move {
+            git(&work, &["push", "-q", "--force", "origin", "HEAD:main"]);
+            assert_eq!(agent.push_webhook().await, 202);
+            let status = wait_status(agent, why, |s| {
+                s["lastError"]
+                    .as_str()
+                    .is_some_and(|e| e.contains(&tip) && e.contains(&commit))
+            })
+            .await;
+            let error = status["lastError"].as_str().unwrap().to_string();
+            assert!(error.contains(why), "{error}");
+            assert_eq!(
+                sets.get("redis").await.unwrap().data["spec"]["image"],
+                "redis:7.2",
+                "a refused commit was applied: {error}"
+            );
+            // Back to the good revision for the next case.
+            git(&work, &["reset", "-q", "--hard", &good]);
+            error
+        }
+    };
+
+    // An unsigned commit below a tip signed by the release key: the tip is refused, the
+    // unsigned commit named.
+    let unsigned = commit_image(&work, "redis:6.0", &[], &[]);
+    let tip = commit_image(&work, "redis:7.4", &sign_release, &gpg_env);
+    let error = refused(tip, unsigned, "1 below the tip").await;
+    assert!(error.contains("it is not signed"), "{error}");
+
+    // Signed before the key was revoked; the key exported since, with its revocation.
+    let departed_sign = signed_by("departed@example.invalid");
+    let departed_sign: Vec<&str> = departed_sign.iter().map(String::as_str).collect();
+    let by_departed = commit_image(&work, "redis:6.2", &departed_sign, &gpg_env);
+    let revocation = gnupg
+        .join("openpgp-revocs.d")
+        .join(format!("{}.rev", fingerprint("departed@example.invalid")));
+    let certificate = std::fs::read_to_string(&revocation).unwrap().replace(
+        ":-----BEGIN PGP PUBLIC KEY BLOCK-----",
+        "-----BEGIN PGP PUBLIC KEY BLOCK-----",
+    );
+    let armored = tmp.path().join("departed.rev");
+    std::fs::write(&armored, certificate).unwrap();
+    gpg(&["--import", armored.to_str().unwrap()]);
+    export("departed@example.invalid", "departed.asc");
+    refused(by_departed.clone(), by_departed, "was revoked").await;
+
+    // Signed while the key was valid; pushed after it expired.
+    make_key("brief", "seconds=6");
+    export("brief@example.invalid", "brief.asc");
+    let brief_sign = signed_by("brief@example.invalid");
+    let brief_sign: Vec<&str> = brief_sign.iter().map(String::as_str).collect();
+    let by_brief = commit_image(&work, "redis:6.4", &brief_sign, &gpg_env);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    refused(by_brief.clone(), by_brief, "expired at").await;
+
+    // Every new commit signed by a valid key: applied.
+    commit_image(&work, "redis:7.0", &sign_release, &gpg_env);
+    let tip = commit_image(&work, "redis:7.4", &sign_release, &gpg_env);
+    git(&work, &["push", "-q", "--force", "origin", "HEAD:main"]);
+    assert_eq!(agent.push_webhook().await, 202);
+    wait_image(&admin, &ns.name, "redis:7.4").await;
+    wait_status(&agent, "the signed range", |s| {
+        s["revision"].as_str() == Some(tip.as_str()) && s["lastError"].is_null()
+    })
+    .await;
 }
 
 /// Issue 45: the tracked branch force-pushed to another history was followed with no log

@@ -46,6 +46,13 @@ pub struct AgentArgs {
     /// every new tip, so the keys can rotate.
     #[arg(long, env = "LINNET_SIGNING_KEYS")]
     pub signing_keys: Option<PathBuf>,
+    /// Which commits --signing-keys checks. `tip`: the tip only (as Flux's `verify` and `git
+    /// verify-commit`); unsigned commits below a signed tip are applied. `range`: every commit
+    /// since the last verified one, merged sides too, at most 1,000 per tip; the first that
+    /// fails is named and the whole tip refused. A new cache (a new pod without a volume for
+    /// --cache-dir) starts the range at the first tip it verifies.
+    #[arg(long, value_enum, default_value = "tip", env = "LINNET_VERIFY_COMMITS")]
+    pub verify_commits: crate::source::verify::VerifyCommits,
     /// Refuse a tip that does not descend from the revision synced last (a force push that
     /// rewrote the tracked branch's history). Without it a rewrite is applied, with a
     /// HistoryRewritten event and condition.

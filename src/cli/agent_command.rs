@@ -57,6 +57,10 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
     if let Some(keys) = &args.signing_keys {
         crate::source::verify::TrustedKeys::load(keys)
             .map_err(|e| crate::Error::Usage(format!("--signing-keys: {e}")))?;
+    } else if args.verify_commits != crate::source::verify::VerifyCommits::Tip {
+        return Err(Error::Usage(
+            "--verify-commits=range checks signatures: give the keys with --signing-keys".into(),
+        ));
     }
     if args.liveness_deadline < crate::liveness::MIN_DEADLINE {
         return Err(Error::Usage(format!(
@@ -65,6 +69,11 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             crate::liveness::MIN_DEADLINE
         )));
     }
+    let state_namespace = args
+        .specs
+        .agent_namespace
+        .clone()
+        .unwrap_or_else(|| args.lease_namespace.clone());
     let mut config = AgentConfig {
         source,
         path: args.path.clone(),
@@ -73,6 +82,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         drift_interval: args.drift_interval,
         git_timeout: args.git_timeout,
         signing_keys: args.signing_keys.clone(),
+        verify_commits: args.verify_commits,
         refuse_history_rewrites: args.refuse_history_rewrites,
         listen: args.listen,
         admin_listen: args.admin_listen,
@@ -178,11 +188,19 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             files_dir: args.analysis_files_dir.clone(),
             url_prefixes: args.analysis_url_prefix.clone(),
         },
-        state_namespace: args
-            .specs
-            .agent_namespace
-            .clone()
-            .unwrap_or_else(|| args.lease_namespace.clone()),
+        state_namespace: state_namespace.clone(),
+        installation: crate::runtime::holder::Installation {
+            namespace: state_namespace,
+            identity: match &leader {
+                Some(leader) => format!("lease/{}", leader.name),
+                // A restarted process of one pod is the same holder; another pod is not.
+                None => format!(
+                    "replica/{}",
+                    args.lease_identity.clone().unwrap_or_else(host_name)
+                ),
+            },
+        },
+        claim_duration: args.lease_duration,
         leader,
     };
     // Revert pull requests go to the host, with the token, of commit statuses.
@@ -219,6 +237,12 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "linnet".into())
+}
+
 /// The Leases of `--leader-elect` and `--shards`.
 fn leader_config(args: &AgentArgs) -> Result<Option<crate::agent::LeaderConfig>> {
     if !args.leader_elect {
@@ -230,12 +254,10 @@ fn leader_config(args: &AgentArgs) -> Result<Option<crate::agent::LeaderConfig>>
         }
         return Ok(None);
     }
-    let identity = args.lease_identity.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "linnet".into());
-        format!("{host}-{}", std::process::id())
-    });
+    let identity = args
+        .lease_identity
+        .clone()
+        .unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
     let home_shard = match args.shard_index {
         Some(i) => i,
         None if args.shards <= 1 => 0,

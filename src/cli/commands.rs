@@ -252,6 +252,7 @@ pub(super) async fn diff(
         args.agent_namespace
             .clone()
             .unwrap_or_else(|| "default".to_string()),
+        "",
     );
     let (plan, read_errors) = syncer.plan(&set, "working-tree", sync.prune).await;
     let mut changed = 0;

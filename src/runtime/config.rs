@@ -38,6 +38,8 @@ pub struct AgentConfig {
     pub git_timeout: Duration,
     /// Only tips signed by a key in this file or directory are applied.
     pub signing_keys: Option<PathBuf>,
+    /// Which commits the signing keys check: the tip, or every new commit.
+    pub verify_commits: crate::source::verify::VerifyCommits,
     /// A tip that does not descend from the one synced last is refused.
     pub refuse_history_rewrites: bool,
     /// Webhooks and probes; faces the Git host.
@@ -85,6 +87,11 @@ pub struct AgentConfig {
     pub analysis: crate::controller::analysis::Policy,
     /// Where the agent keeps its LinnetSource: its own namespace.
     pub state_namespace: String,
+    /// Who holds the source's claim ([`super::claim`]): the installation, in
+    /// `state_namespace`.
+    pub installation: super::holder::Installation,
+    /// How long the claim holds without renewal (`--lease-duration`).
+    pub claim_duration: Duration,
 }
 
 /// The Lease that decides which replica acts.

@@ -1,132 +1,150 @@
 //! One live agent per source name. The source name is in the label on everything a source
 //! applies, cluster-wide: two agents with one name (two repositories, both with the default)
-//! took over each other's objects, posted commit statuses on each other's commits, and, before
-//! the inventory, pruned each other's objects (issue 45). At start, an agent whose source name
-//! has a LinnetSource in another namespace, with a Lease there still renewed (or no Lease to
-//! tell), refuses to start and names that agent.
+//! took over each other's objects, posted commit statuses on each other's commits, and pruned
+//! each other's objects through one inventory (issues 45 and 70). Every agent holds a claim on
+//! its source name, a Lease of its own namespace ([`super::claim`]); this module decides, from
+//! the claims seen, whether this agent may hold it. Pure: claims and `now` in, a verdict out.
 
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::ListParams;
-use kube::{Api, Client};
 
-use crate::api::LinnetSource;
-use crate::error::kube_message;
-use crate::{Error, Result};
-
-/// A LinnetSource of the same name seen in another namespace, and its agent's Lease.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OtherSource {
+/// Who an agent is, as far as a source is concerned: every replica of one installation (one
+/// Lease name in one namespace) is the same holder; without leader election, each pod is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Installation {
     pub namespace: String,
+    /// `lease/<lease name>` with leader election, `replica/<pod name or host>` without.
+    pub identity: String,
+}
+
+/// A source claim seen in the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeenClaim {
+    pub namespace: String,
+    /// Empty once released.
+    pub holder: String,
+    pub acquired: Option<Timestamp>,
+    pub renewed: Option<Timestamp>,
+    pub duration: Duration,
     pub url: String,
     pub branch: String,
-    /// The Lease `linnet-<source>` there: who holds it and when it was renewed.
-    pub lease: Option<(String, Option<Timestamp>)>,
 }
 
-/// How long a Lease may go unrenewed before its agent counts as gone.
-pub const GONE_AFTER: Duration = Duration::from_secs(300);
+impl SeenClaim {
+    fn is_mine(&self, me: &Installation) -> bool {
+        self.namespace == me.namespace && self.holder == me.identity
+    }
 
-/// Why this agent may not take `source`, if another live agent has it.
-pub fn holder_refusal(source: &str, others: &[OtherSource], now: Timestamp) -> Option<String> {
-    let live = others.iter().find(|o| match &o.lease {
-        Some((_, Some(renewed))) => {
-            now.duration_since(*renewed).unsigned_abs() < GONE_AFTER || *renewed > now
+    /// Held and renewed within its duration (a clock ahead of ours counts as live).
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        if self.holder.is_empty() {
+            return false;
         }
-        // Without a renewed Lease (leader election off) nothing tells it is gone.
-        _ => true,
-    })?;
-    let who = match &live.lease {
-        Some((holder, _)) if !holder.is_empty() => format!(" (Lease held by {holder})"),
+        match self.renewed {
+            Some(renewed) => {
+                renewed > now || now.duration_since(renewed).unsigned_abs() < self.duration
+            }
+            None => false,
+        }
+    }
+
+    /// When it lapses unless renewed again.
+    pub fn lapses_at(&self) -> Option<Timestamp> {
+        let duration = jiff::SignedDuration::try_from(self.duration).ok()?;
+        self.renewed?.checked_add(duration).ok()
+    }
+}
+
+/// Another installation's live claim on `source`, if any: the one this agent must not run
+/// beside. Claims of this installation (its own Lease, a restarted pod of it) never count.
+pub fn live_other<'a>(
+    me: &Installation,
+    claims: &'a [SeenClaim],
+    now: Timestamp,
+) -> Option<&'a SeenClaim> {
+    claims.iter().find(|c| !c.is_mine(me) && c.is_live(now))
+}
+
+/// After writing its own claim: whether another live claim came first, so that of two agents
+/// that started at the same moment in two namespaces (each seeing no other before it wrote)
+/// exactly one runs. Earlier acquisition wins; a tie goes to the namespace first in order.
+pub fn came_first<'a>(
+    me: &Installation,
+    mine_acquired: Timestamp,
+    claims: &'a [SeenClaim],
+    now: Timestamp,
+) -> Option<&'a SeenClaim> {
+    claims.iter().find(|c| {
+        !c.is_mine(me)
+            && c.is_live(now)
+            && match c.acquired {
+                Some(theirs) => {
+                    theirs < mine_acquired
+                        || (theirs == mine_acquired && c.namespace < me.namespace)
+                }
+                // A claim written without a time is older than any this agent writes.
+                None => true,
+            }
+    })
+}
+
+/// Why this agent may not take `source`, naming the agent that holds it.
+pub fn refusal(source: &str, holder: &SeenClaim) -> String {
+    let who = match holder.holder.split_once('/') {
+        Some(("lease", lease)) => format!(" (Lease {lease})"),
+        Some(("replica", pod)) => format!(" (replica {pod}, leader election off)"),
         _ => String::new(),
     };
-    Some(format!(
+    format!(
         "source name {source:?} is already used by the agent in namespace {ns}{who}, \
          following {url} branch {branch}: two agents with one source name take over each \
-         other's objects and post on each other's commits. Give this agent another \
-         --source-name; if that agent is gone, delete its LinnetSource \
-         (kubectl delete linnetsource -n {ns} {source})",
-        ns = live.namespace,
-        url = if live.url.is_empty() { "?" } else { &live.url },
-        branch = if live.branch.is_empty() {
+         other's objects, prune through one inventory and post on each other's commits. Give \
+         this agent another --source-name; if that agent is gone, its claim lapses {duration}s \
+         after its last renewal (kubectl get lease -n {ns} {lease_name})",
+        ns = holder.namespace,
+        url = if holder.url.is_empty() {
             "?"
         } else {
-            &live.branch
+            &holder.url
         },
-    ))
+        branch = if holder.branch.is_empty() {
+            "?"
+        } else {
+            &holder.branch
+        },
+        duration = holder.duration.as_secs(),
+        lease_name = claim_name(source),
+    )
 }
 
-/// Looks for another agent with this source name; an error if one is live. A lookup that
-/// fails is a warning, not a refusal: the check is a guard, the API server may be busy.
-pub async fn check_source_name(
-    client: &Client,
-    source: &str,
-    own_namespace: &str,
-    lease_name: &str,
-) -> Result<()> {
-    let all: Api<LinnetSource> = Api::all(client.clone());
-    let params = ListParams::default().fields(&format!("metadata.name={source}"));
-    let found = match all.list(&params).await {
-        Ok(list) => list.items,
-        Err(e) => {
-            tracing::warn!(error = %kube_message(&e), "cannot check whether another agent uses this source name (linnet's ClusterRole lists linnetsources)");
-            return Ok(());
-        }
-    };
-    let mut others = Vec::new();
-    for s in found {
-        let Some(namespace) = s.metadata.namespace.clone() else {
-            continue;
-        };
-        if namespace == own_namespace {
-            continue;
-        }
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
-        let lease = match leases.get_opt(lease_name).await {
-            Ok(l) => l.and_then(|l| l.spec).map(|spec| {
-                (
-                    spec.holder_identity.unwrap_or_default(),
-                    spec.renew_time.map(|t| t.0),
-                )
-            }),
-            Err(e) => {
-                tracing::warn!(namespace, error = %kube_message(&e), "cannot read the other agent's Lease");
-                None
-            }
-        };
-        others.push(OtherSource {
-            namespace,
-            url: s.spec.url.clone(),
-            branch: s.spec.branch.clone(),
-            lease,
-        });
-    }
-    match holder_refusal(source, &others, Timestamp::now()) {
-        Some(why) => Err(Error::Usage(why)),
-        None => {
-            for o in &others {
-                tracing::warn!(
-                    namespace = o.namespace,
-                    "a LinnetSource of this source name is in another namespace, but its agent's Lease has not been renewed for 5 minutes: taking the name"
-                );
-            }
-            Ok(())
-        }
-    }
+/// The name of `source`'s claim Lease in an agent's namespace.
+pub fn claim_name(source: &str) -> String {
+    format!("linnet-source-{source}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn other(lease: Option<(String, Option<Timestamp>)>) -> OtherSource {
-        OtherSource {
-            namespace: "team-a".into(),
+    const SECOND: Duration = Duration::from_secs(1);
+
+    fn me(ns: &str) -> Installation {
+        Installation {
+            namespace: ns.into(),
+            identity: "lease/linnet-default".into(),
+        }
+    }
+
+    fn claim(ns: &str, holder: &str, acquired: Timestamp, renewed: Timestamp) -> SeenClaim {
+        SeenClaim {
+            namespace: ns.into(),
+            holder: holder.into(),
+            acquired: Some(acquired),
+            renewed: Some(renewed),
+            duration: 15 * SECOND,
             url: "https://git.example/a.git".into(),
             branch: "main".into(),
-            lease,
         }
     }
 
@@ -134,24 +152,74 @@ mod tests {
     fn a_second_agent_with_a_live_holders_source_name_is_refused_naming_it() {
         // Issue 45: two agents with the default source name deleted each other's objects.
         let now = Timestamp::now();
-        let live = other(Some(("linnet-7d9".into(), Some(now))));
-        let why = holder_refusal("default", &[live], now).unwrap();
+        let claims = [claim("team-a", "lease/linnet-default", now, now)];
+        let other = live_other(&me("team-b"), &claims, now).unwrap();
+        let why = refusal("default", other);
         assert!(
             why.contains("namespace team-a")
-                && why.contains("linnet-7d9")
+                && why.contains("Lease linnet-default")
                 && why.contains("https://git.example/a.git")
-                && why.contains("--source-name"),
+                && why.contains("--source-name")
+                && why.contains("linnet-source-default"),
             "{why}"
         );
-        // Leader election off: no Lease tells it is gone.
-        assert!(holder_refusal("default", &[other(None)], now).is_some());
     }
 
     #[test]
-    fn a_holder_whose_lease_lapsed_long_ago_is_gone() {
+    fn a_second_agent_in_the_same_namespace_without_leader_election_is_refused() {
+        // Issue 70: the check skipped its own namespace, and leader election off took no Lease.
         let now = Timestamp::now();
-        let old = now - jiff::SignedDuration::from_secs(600);
-        assert!(holder_refusal("default", &[other(Some(("x".into(), Some(old))))], now).is_none());
-        assert!(holder_refusal("default", &[], now).is_none());
+        let claims = [claim("team-a", "lease/linnet-default", now, now)];
+        let unelected = Installation {
+            namespace: "team-a".into(),
+            identity: "replica/linnet-2".into(),
+        };
+        assert!(live_other(&unelected, &claims, now).is_some());
+        // Another --lease-name in the same namespace is another installation too.
+        let other_lease = Installation {
+            namespace: "team-a".into(),
+            identity: "lease/other".into(),
+        };
+        assert!(live_other(&other_lease, &claims, now).is_some());
+        // The same installation (a standby, a restarted pod) is not refused.
+        assert!(live_other(&me("team-a"), &claims, now).is_none());
+    }
+
+    #[test]
+    fn a_claim_lapsed_or_released_is_free() {
+        let now = Timestamp::now();
+        let old = now - jiff::SignedDuration::from_secs(16);
+        assert!(live_other(&me("b"), &[claim("a", "lease/x", old, old)], now).is_none());
+        assert!(live_other(&me("b"), &[claim("a", "", now, now)], now).is_none());
+        assert!(live_other(&me("b"), &[], now).is_none());
+        let fresh = claim("a", "lease/x", old, now);
+        assert_eq!(
+            fresh.lapses_at(),
+            Some(now + jiff::SignedDuration::from_secs(15))
+        );
+    }
+
+    #[test]
+    fn of_two_agents_started_together_exactly_one_runs() {
+        // Issue 70: two agents of one source started in the same second in two namespaces
+        // both ran; each had looked before the other wrote its claim.
+        let now = Timestamp::now();
+        let earlier = now - jiff::SignedDuration::from_millis(300);
+        let claims = [
+            claim("ns-a", "lease/linnet-default", earlier, now),
+            claim("ns-b", "lease/linnet-default", now, now),
+        ];
+        assert!(came_first(&me("ns-a"), earlier, &claims, now).is_none());
+        assert_eq!(
+            came_first(&me("ns-b"), now, &claims, now).map(|c| c.namespace.as_str()),
+            Some("ns-a")
+        );
+        // A tie goes to the namespace first in order, the same answer on both sides.
+        let tied = [
+            claim("ns-a", "lease/linnet-default", now, now),
+            claim("ns-b", "lease/linnet-default", now, now),
+        ];
+        assert!(came_first(&me("ns-a"), now, &tied, now).is_none());
+        assert!(came_first(&me("ns-b"), now, &tied, now).is_some());
     }
 }

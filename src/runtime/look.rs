@@ -2,6 +2,7 @@
 //! lock held while waiting), or list a local directory; then read what changed into the
 //! snapshot, parsing only the files whose blobs changed. What a look found is [`Found`].
 
+use crate::source::verify::VerifyCommits;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -184,13 +185,22 @@ pub(super) async fn look_at_remote(
                     let path = config.path.clone();
                     let load = config.load.clone();
                     let keys = config.signing_keys.clone();
+                    let verify_commits = config.verify_commits;
                     let remote = remote.clone();
                     // Local work: the objects are in the mirror already. Only a chart from a
                     // host --render-allow-host names is fetched here, within --render-timeout
                     // plus --git-timeout; only this loop takes the state's lock, so nothing
                     // waits on it meanwhile.
                     tokio::task::spawn_blocking(move || {
-                        read_revision(&remote, tip, &path, &load, keys.as_deref(), synced)
+                        read_revision(
+                            &remote,
+                            tip,
+                            &path,
+                            &load,
+                            keys.as_deref(),
+                            verify_commits,
+                            synced,
+                        )
                     })
                     .await
                     .map_err(SourceError::Task)
@@ -287,6 +297,7 @@ fn read_revision(
     path: &str,
     load: &LoadOptions,
     signing_keys: Option<&std::path::Path>,
+    verify_commits: VerifyCommits,
     synced: Option<String>,
 ) -> Result<Found, GitError> {
     let mut guard = remote
@@ -301,8 +312,7 @@ fn read_revision(
             why: why.to_string(),
         };
         let keys = crate::source::verify::TrustedKeys::load(keys).map_err(unverified)?;
-        let signer =
-            crate::source::verify::check_commit(s.mirror.repo(), tip, &keys).map_err(unverified)?;
+        let signer = verify_revision(&s.mirror, tip, &keys, verify_commits).map_err(unverified)?;
         tracing::info!(revision = %tip, signer, "signed by a trusted key");
     }
     let previous = s.fetched;
@@ -366,6 +376,37 @@ fn read_revision(
 }
 
 /// Keeps `tip` as the revision a restarted agent judges the next one against.
+/// Checks `tip` (and in range mode every commit since the last verified one) against `keys`;
+/// who signed the tip. The range is walked only in the history already fetched (the look at
+/// the remote fetched it to judge the new tip's history), never under the state's lock.
+fn verify_revision(
+    mirror: &GitMirror,
+    tip: git2::Oid,
+    keys: &crate::source::verify::TrustedKeys,
+    mode: VerifyCommits,
+) -> Result<String, crate::source::verify::VerifyError> {
+    use crate::source::verify::{MAX_VERIFIED_RANGE, VerifyError, check_commit, check_range};
+    let signer = match (mode, mirror.verified()) {
+        (VerifyCommits::Tip, _) => return check_commit(mirror.repo(), tip, keys),
+        (VerifyCommits::Range, None) => {
+            tracing::info!(revision = %tip, "no commit verified before in this cache: range verification starts at this tip");
+            check_commit(mirror.repo(), tip, keys)?
+        }
+        (VerifyCommits::Range, Some(since)) if mirror.has_below(tip, since) => {
+            check_range(mirror.repo(), tip, since, keys, MAX_VERIFIED_RANGE)?
+        }
+        (VerifyCommits::Range, Some(since)) => {
+            return Err(VerifyError::NotAbove {
+                since: since.to_string(),
+            });
+        }
+    };
+    if let Err(e) = mirror.set_verified(tip) {
+        tracing::warn!(error = %e, "cannot record the verified revision in the mirror; the next range starts further down");
+    }
+    Ok(signer)
+}
+
 fn accept(mirror: &GitMirror, tip: git2::Oid) {
     if let Err(e) = mirror.set_accepted(tip) {
         tracing::debug!(error = %e, "cannot record the accepted revision in the mirror");

@@ -4,7 +4,7 @@
 //!
 //! - [`source_loop`]: wake-ups in, looks at the source ([`look`]) and syncs out;
 //! - [`listeners`]: HTTP in (webhooks, probes, `/metrics`, `/status`), wake-ups out;
-//! - [`holder`]: at start, whether another live agent has this source name;
+//! - [`holder`] and [`claim`]: one agent installation per source name, held by a Lease;
 //! - [`lease`]: the Lease in, whether this replica acts out;
 //! - [`shards`]: the shard Leases in (`--shards`), which rollouts this replica runs out;
 //! - [`said`]: which persisting errors the log has said already;
@@ -20,6 +20,7 @@
 //! [`crate::watch::rollouts::Rollouts`] (one watch and store per rollout kind, fanned out)
 //! instead of watching rollouts themselves.
 
+pub mod claim;
 pub mod config;
 pub mod dashboard;
 pub mod holder;

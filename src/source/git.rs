@@ -14,6 +14,8 @@ use git2::{
 
 /// Where the mirror keeps the revision last accepted.
 const ACCEPTED_REF: &str = "refs/linnet/accepted";
+/// The last commit `--verify-commits=range` checked: where the next range starts.
+const VERIFIED_REF: &str = "refs/linnet/verified";
 
 /// Commits of history a shallow mirror fetches to tell a fast-forward from a rewrite.
 const HISTORY_DEPTH: i32 = 64;
@@ -296,6 +298,27 @@ impl GitMirror {
         self.repo
             .reference(ACCEPTED_REF, tip, true, "linnet: accepted")?;
         Ok(())
+    }
+
+    /// The last commit verified by `--verify-commits=range`, kept like [`GitMirror::accepted`].
+    pub fn verified(&self) -> Option<Oid> {
+        self.repo.refname_to_id(VERIFIED_REF).ok()
+    }
+
+    /// Records `tip` as [`GitMirror::verified`].
+    pub fn set_verified(&self, tip: Oid) -> Result<(), GitError> {
+        self.repo
+            .reference(VERIFIED_REF, tip, true, "linnet: verified")?;
+        Ok(())
+    }
+
+    /// Whether `tip` descends from `ancestor` in the history here, without fetching.
+    pub fn has_below(&self, tip: Oid, ancestor: Oid) -> bool {
+        tip == ancestor
+            || self
+                .repo
+                .graph_descendant_of(tip, ancestor)
+                .unwrap_or(false)
     }
 
     /// The tip fetched last, if any.

@@ -50,7 +50,41 @@ pub enum VerifyError {
          commit"
     )]
     NotOverThisCommit { key: String },
+    #[error(
+        "more than {max} commits are new since the last verified commit {since}; \
+         --verify-commits=range checks at most {max}. Check them by hand, then restart once \
+         with --verify-commits=tip to take this tip as the new starting point"
+    )]
+    RangeTooLong { since: String, max: usize },
+    #[error(
+        "the tip does not descend from the last verified commit {since} (history rewritten, or \
+         not found within the history fetched): --verify-commits=range cannot tell which \
+         commits are new. Check the new history by hand, then restart once with \
+         --verify-commits=tip to take this tip as the new starting point"
+    )]
+    NotAbove { since: String },
+    #[error("{commit} ({below} below the tip, {subject:?}) {why}")]
+    InRange {
+        commit: String,
+        below: usize,
+        subject: String,
+        why: Box<VerifyError>,
+    },
 }
+
+/// Which commits `--signing-keys` checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum VerifyCommits {
+    /// The tip only, as Flux's GitRepository `verify` (mode HEAD) and `git verify-commit`.
+    #[default]
+    Tip,
+    /// Every commit since the last verified one, merges and their sides too, up to
+    /// [`MAX_VERIFIED_RANGE`].
+    Range,
+}
+
+/// The most commits one new tip may bring in range mode.
+pub const MAX_VERIFIED_RANGE: usize = 1000;
 
 /// The keys whose signatures make a commit trusted.
 #[derive(Clone, Debug, Default)]
@@ -342,6 +376,65 @@ pub fn check_commit(
     keys.verify(&signature, &signed)
 }
 
+/// Every commit reachable from `tip` and not from `since` (the last verified commit, an
+/// ancestor of `tip`: the caller makes sure), each signed by one of `keys`; at most `max` of
+/// them. The tip's signer, or the first commit that fails, from the tip down.
+pub fn check_range(
+    repo: &git2::Repository,
+    tip: git2::Oid,
+    since: git2::Oid,
+    keys: &TrustedKeys,
+    max: usize,
+) -> Result<String, VerifyError> {
+    let walk_error = |e: git2::Error| {
+        VerifyError::Unreadable(format!("cannot walk the history: {}", e.message()))
+    };
+    let mut walk = repo.revwalk().map_err(walk_error)?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL)
+        .map_err(walk_error)?;
+    walk.push(tip).map_err(walk_error)?;
+    walk.hide(since).map_err(walk_error)?;
+    let mut tip_signer = None;
+    for (below, commit) in walk.enumerate() {
+        let commit = commit.map_err(walk_error)?;
+        if below >= max {
+            return Err(VerifyError::RangeTooLong {
+                since: since.to_string(),
+                max,
+            });
+        }
+        match check_commit(repo, commit, keys) {
+            Ok(signer) => {
+                if commit == tip {
+                    tip_signer = Some(signer);
+                }
+            }
+            Err(why) => {
+                let subject: String = match repo.find_commit(commit) {
+                    Ok(c) => c
+                        .summary()
+                        .ok()
+                        .flatten()
+                        .map(|s| s.chars().take(80).collect())
+                        .unwrap_or_default(),
+                    Err(_) => String::new(),
+                };
+                return Err(VerifyError::InRange {
+                    commit: commit.to_string(),
+                    below,
+                    subject,
+                    why: Box::new(why),
+                });
+            }
+        }
+    }
+    match tip_signer {
+        Some(signer) => Ok(signer),
+        // The tip is `since` itself: verified before.
+        None => check_commit(repo, tip, keys),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +479,54 @@ mod tests {
                 .is_err()
         );
         assert!(keys.verify(&[0xff, 0xfe], b"x").is_err());
+    }
+
+    fn commit(repo: &git2::Repository, parent: Option<git2::Oid>, message: &str) -> git2::Oid {
+        let who = git2::Signature::now("dev", "dev@example.invalid").unwrap();
+        let tree = repo.treebuilder(None).unwrap().write().unwrap();
+        let tree = repo.find_tree(tree).unwrap();
+        let parents: Vec<git2::Commit> = parent
+            .iter()
+            .map(|p| repo.find_commit(*p).unwrap())
+            .collect();
+        let parents: Vec<&git2::Commit> = parents.iter().collect();
+        repo.commit(None, &who, &who, message, &tree, &parents)
+            .unwrap()
+    }
+
+    #[test]
+    fn range_mode_names_the_first_unsigned_commit_below_the_tip_and_is_bounded() {
+        // Issue 70: only the tip was verified; unsigned commits below a signed tip went in.
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init_bare(dir.path()).unwrap();
+        let base = commit(&repo, None, "base");
+        let middle = commit(&repo, Some(base), "unsigned change");
+        let tip = commit(&repo, Some(middle), "tip");
+        let keys = TrustedKeys::default();
+        match check_range(&repo, tip, base, &keys, MAX_VERIFIED_RANGE) {
+            Err(VerifyError::InRange {
+                commit,
+                below,
+                subject,
+                why,
+            }) => {
+                assert_eq!(
+                    (commit, below, subject.as_str()),
+                    (tip.to_string(), 0, "tip")
+                );
+                assert!(matches!(*why, VerifyError::Unsigned));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            check_range(&repo, tip, base, &keys, 1),
+            Err(VerifyError::InRange { .. })
+        ));
+        match check_range(&repo, tip, base, &keys, 0) {
+            Err(e @ VerifyError::RangeTooLong { .. }) => {
+                assert!(e.to_string().contains("--verify-commits=tip"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -113,6 +113,8 @@ pub struct Syncer {
     rollout_finalizer: bool,
     /// Where the inventory is kept; `None` keeps it in memory only.
     inventory_namespace: Option<String>,
+    /// Who writes the inventory (the source claim's holder), recorded on it.
+    inventory_owner: String,
     /// What this source applied: all that pruning may delete.
     inventory: Mutex<InventoryState>,
     /// The agent's rollout stores, read instead of a list by a full sync after the first.
@@ -136,6 +138,7 @@ impl Syncer {
             policy: crate::specs::Policy::default(),
             rollout_finalizer: false,
             inventory_namespace: None,
+            inventory_owner: String::new(),
             inventory: Mutex::new(InventoryState::default()),
             watched: None,
             recorder: crate::events::EventRecorders::new(
@@ -181,8 +184,14 @@ impl Syncer {
     /// ConfigMaps in `namespace` (the agent's own), so that a restarted agent prunes only what
     /// it applied. Without it the inventory lives in memory: nothing applied before the
     /// process started is pruned.
-    pub fn with_inventory(mut self, namespace: impl Into<String>) -> Self {
+    /// `owner` is recorded on it: the installation holding the source's claim.
+    pub fn with_inventory(
+        mut self,
+        namespace: impl Into<String>,
+        owner: impl Into<String>,
+    ) -> Self {
         self.inventory_namespace = Some(namespace.into());
+        self.inventory_owner = owner.into();
         self
     }
 

@@ -17,6 +17,9 @@ use crate::specs::ObjectKey;
 
 /// The label on every inventory ConfigMap: the source whose inventory it is.
 pub const INVENTORY_LABEL: &str = "rollouts.linnet.dev/inventory";
+/// The agent installation that wrote the inventory: the holder of the source's claim
+/// ([`crate::runtime::claim`]), e.g. `linnet/lease/linnet-default`.
+pub const OWNER_ANNOTATION: &str = "rollouts.linnet.dev/owner";
 
 /// The data key that holds the entries.
 const ENTRIES_KEY: &str = "entries";
@@ -65,7 +68,8 @@ pub fn decode(text: &str, into: &mut Inventory) -> usize {
 
 /// The ConfigMaps that hold `inventory`, in order: shard 0 always (an empty inventory is
 /// still one, so a restart knows pruning has started from it).
-pub fn encode(source: &str, namespace: &str, inventory: &Inventory) -> Vec<Value> {
+/// `owner` is the agent installation holding the source's claim ([`OWNER_ANNOTATION`]).
+pub fn encode(source: &str, namespace: &str, owner: &str, inventory: &Inventory) -> Vec<Value> {
     let lines: Vec<String> = inventory.iter().map(|(k, uid)| line(k, uid)).collect();
     let mut shards: Vec<&[String]> = lines.chunks(ENTRIES_PER_SHARD).collect();
     if shards.is_empty() {
@@ -91,6 +95,7 @@ pub fn encode(source: &str, namespace: &str, inventory: &Inventory) -> Vec<Value
                     },
                     "annotations": {
                         "rollouts.linnet.dev/note": "what this linnet source applied and may prune; written by the agent, do not edit",
+                        OWNER_ANNOTATION: owner,
                     },
                 },
                 "data": {ENTRIES_KEY: text},
@@ -131,7 +136,7 @@ mod tests {
             );
         }
         inv.insert(key("Namespace", "", "apps"), "uid-ns".into());
-        let maps = encode("default", "linnet", &inv);
+        let maps = encode("default", "linnet", "linnet/lease/linnet-default", &inv);
         assert_eq!(maps.len(), 2);
         assert_eq!(
             maps[1].pointer("/metadata/name").and_then(Value::as_str),
@@ -146,7 +151,7 @@ mod tests {
 
     #[test]
     fn an_empty_inventory_is_still_one_config_map() {
-        let maps = encode("s", "linnet", &Inventory::new());
+        let maps = encode("s", "linnet", "", &Inventory::new());
         assert_eq!(maps.len(), 1);
         assert_eq!(entries_of(&maps[0]), "");
     }

@@ -36,6 +36,27 @@ impl Syncer {
             Ok(list) => {
                 let mut entries = Inventory::new();
                 let mut skipped = 0;
+                let owners: std::collections::BTreeSet<&str> = list
+                    .items
+                    .iter()
+                    .filter_map(|cm| {
+                        cm.metadata
+                            .annotations
+                            .as_ref()?
+                            .get(inventory::OWNER_ANNOTATION)
+                    })
+                    .map(String::as_str)
+                    .filter(|owner| !owner.is_empty() && *owner != self.inventory_owner)
+                    .collect();
+                if !owners.is_empty() {
+                    tracing::info!(
+                        namespace,
+                        previous = ?owners,
+                        owner = %self.inventory_owner,
+                        "the inventory was written by another installation of this source, which \
+                         no longer holds its claim: this one takes it over"
+                    );
+                }
                 for cm in &list.items {
                     let text = cm
                         .data
@@ -83,7 +104,12 @@ impl Syncer {
             return;
         };
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
-        let maps = inventory::encode(&self.source, namespace, &state.entries);
+        let maps = inventory::encode(
+            &self.source,
+            namespace,
+            &self.inventory_owner,
+            &state.entries,
+        );
         let params = PatchParams::apply(FIELD_MANAGER).force();
         for (i, cm) in maps.iter().enumerate() {
             let name = inventory::shard_name(&self.source, i);

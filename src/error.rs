@@ -95,7 +95,44 @@ pub fn kube_message_hinted(e: &kube::Error, forbidden_hint: &str) -> String {
         }
         // kube's own text stops at the outermost error ("client error (Connect)"): the causes
         // (refused, DNS, certificate) are further down the chain.
-        other => crate::net::error_chain(other),
+        other => error_chain(other),
+    }
+}
+
+/// Every message of `e` and its sources, one after the other, without repeats. An
+/// `io::Error` wrapping another error is looked into (its `source` skips the wrapped one).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    walk_sources(e, &mut |err| {
+        let text = err.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    });
+    parts.join(": ")
+}
+
+/// Calls `visit` on `e` and each of its sources, an `io::Error`'s wrapped error included
+/// (at most 16 deep).
+pub fn walk_sources(
+    e: &(dyn std::error::Error + 'static),
+    visit: &mut dyn FnMut(&(dyn std::error::Error + 'static)),
+) {
+    let mut next = Some(e);
+    let mut depth = 0;
+    while let Some(err) = next {
+        visit(err);
+        depth += 1;
+        if depth > 16 {
+            return;
+        }
+        next = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
     }
 }
 

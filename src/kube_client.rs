@@ -103,7 +103,7 @@ async fn load_config(target: &Target) -> Result<Config, crate::Error> {
         Some(path) => Kubeconfig::read_from(path),
         None => Kubeconfig::read(),
     }
-    .map_err(|e| failed(crate::net::error_chain(&e)))?;
+    .map_err(|e| failed(crate::error::error_chain(&e)))?;
     if let Some(context) = &target.context
         && !kubeconfig.contexts.iter().any(|c| &c.name == context)
     {
@@ -123,7 +123,7 @@ async fn load_config(target: &Target) -> Result<Config, crate::Error> {
     }
     Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .map_err(|e| failed(crate::net::error_chain(&e)))
+        .map_err(|e| failed(crate::error::error_chain(&e)))
 }
 
 /// Why no configuration was found, in kubectl's terms, without kube's error-chain stutter.

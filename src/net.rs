@@ -127,9 +127,9 @@ fn client_with(
     builder.build().map_err(|e| match ca_file {
         Some(path) => CaFileError::Invalid {
             path: path.to_path_buf(),
-            message: error_chain(&e),
+            message: crate::error::error_chain(&e),
         },
-        None => CaFileError::Client(error_chain(&e)),
+        None => CaFileError::Client(crate::error::error_chain(&e)),
     })
 }
 
@@ -230,48 +230,13 @@ impl Failure {
     }
 }
 
-/// Every message of `e` and its sources, one after the other, without repeats. An
-/// `io::Error` wrapping another error is looked into (its `source` skips the wrapped one).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    walk(e, &mut |err| {
-        let text = err.to_string();
-        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-    });
-    parts.join(": ")
-}
-
-fn walk(
-    e: &(dyn std::error::Error + 'static),
-    visit: &mut dyn FnMut(&(dyn std::error::Error + 'static)),
-) {
-    let mut next = Some(e);
-    let mut depth = 0;
-    while let Some(err) = next {
-        visit(err);
-        depth += 1;
-        if depth > 16 {
-            return;
-        }
-        next = match err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => err.source(),
-        };
-    }
-}
-
 /// The kind of failure behind an HTTP client error.
 pub fn classify_http(e: &reqwest::Error) -> Failure {
     if e.is_timeout() {
         return Failure::Timeout;
     }
     let mut found = None;
-    walk(e, &mut |err| {
+    crate::error::walk_sources(e, &mut |err| {
         if found.is_some() {
             return;
         }
@@ -303,7 +268,7 @@ pub fn explain_http(e: &reqwest::Error) -> (Failure, String) {
     let failure = classify_http(e);
     (
         failure,
-        format!("{}: {}", failure.describe(), error_chain(e)),
+        format!("{}: {}", failure.describe(), crate::error::error_chain(e)),
     )
 }
 
@@ -393,7 +358,7 @@ mod tests {
         let inner = std::io::Error::other(rustls::Error::InvalidCertificate(
             rustls::CertificateError::UnknownIssuer,
         ));
-        let text = error_chain(&Outer(inner));
+        let text = crate::error::error_chain(&Outer(inner));
         assert!(
             text.starts_with("outer: invalid peer certificate"),
             "{text}"

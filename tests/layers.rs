@@ -380,3 +380,23 @@ fn a_test_only_import_near_the_top_does_not_hide_a_files_code() {
     let text = "use a;\n#[cfg(test)]\nuse b;\nfn f() {}\n#[cfg(test)]\nmod tests;\n";
     assert_eq!(code_lines(text), 4);
 }
+
+/// Regression (issue 71): `error.rs` and `net.rs` imported each other, one side inside an
+/// `#[error(...)]` attribute, which the reader skipped.
+#[test]
+fn an_import_inside_an_attribute_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lib.rs"), "mod a;\nmod b;\n").unwrap();
+    std::fs::write(
+        dir.path().join("a.rs"),
+        "#[derive(thiserror::Error, Debug)]\npub enum E {\n    #[error(\"{}\", crate::b::why(.0))]\n    X(String),\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("b.rs"),
+        "pub fn why(s: &str) -> String { crate::a::E::X(s.into()).to_string() }\n",
+    )
+    .unwrap();
+    let graph = imports::read_crate(dir.path());
+    assert!(imports::find_cycle(&graph.children_edges(&[])).is_some());
+}

@@ -353,6 +353,58 @@ fn hostile_charts_are_held_to_the_limits() {
     assert!(out.contains("renders 300 objects, over the 100"), "{out}");
 }
 
+/// Regression (issue 70): `--render-max-memory` above the container's memory limit let the
+/// cgroup's OOM killer stop helm first, and the render said "it printed no reason". Run here
+/// in a real memory cgroup (v2, or v1's memory controller) of 160 MiB with a 1 GiB render
+/// limit: the kernel kills the render, and the error says that is what happened.
+#[test]
+fn a_render_the_kernel_kills_for_memory_says_so() {
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let (root, limit_file) = if v2 {
+        ("/sys/fs/cgroup", "memory.max")
+    } else {
+        ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+    };
+    let group = Path::new(root).join(format!("linnet-render-test-{}", std::process::id()));
+    std::fs::create_dir(&group).unwrap_or_else(|e| {
+        panic!(
+            "cannot make the memory cgroup {} (the tests run as root): {e}",
+            group.display()
+        )
+    });
+    std::fs::write(group.join(limit_file), (160u64 << 20).to_string()).unwrap();
+    let bomb = tempfile::tempdir().unwrap();
+    chart_with(
+        bomb.path(),
+        "{{- $s := \"xxxxxxxxxxxxxxxx\" }}{{- range until 40 }}{{- $s = print $s $s }}{{- end }}\na: {{ len $s }}\n",
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
+            group.display()
+        ))
+        .arg(env!("CARGO_BIN_EXE_linnet"))
+        .args(["validate", "--check-namespaces", "never"])
+        .args(["--render-max-memory", &(1u64 << 30).to_string()])
+        .arg(bomb.path())
+        .envs(support::render_env())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&group);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("it was killed (SIGKILL) before it finished: most likely the container ran out of memory")
+            && text.contains("--render-max-memory"),
+        "{text}"
+    );
+}
+
 #[test]
 fn the_example_repository_renders_its_overlays_and_chart() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");

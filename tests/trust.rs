@@ -532,3 +532,71 @@ async fn with_a_policy_and_grants_that_allow_it_the_same_commit_applies_and_prun
     );
     assert_eq!(pv_state(&admin, &t.pv).await, pv_before, "the PV changed");
 }
+
+/// Regression (issue 70): `volumeName` was refused, but a claim from Git with
+/// `selector: {matchLabels: {team: victim-reserved}}` bound another team's Available volume
+/// labelled for it. The claim is refused, located, and the volume stays Available; the
+/// commit's other file syncs.
+#[tokio::test]
+async fn a_claim_from_git_cannot_pick_a_reserved_volume_by_label() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let tenant = TestNamespace::create(&admin, "trust-claim").await;
+    let reserved = format!("{}-reserved", tenant.name);
+    let volumes = Api::<PersistentVolume>::all(admin.clone());
+    let pv: PersistentVolume = from_json(json!({
+        "metadata": {"name": reserved, "labels": {"team": reserved}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+            "hostPath": {"path": "/tmp/trust-reserved"}}}));
+    volumes.create(&PostParams::default(), &pv).await.unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::write(
+        repo.path().join("claim.yaml"),
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: loot\n  namespace: {ns}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  resources: {{requests: {{storage: 1Gi}}}}\n  selector: {{matchLabels: {{team: {reserved}}}}}\n",
+            ns = tenant.name
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        repo.path().join("config.yaml"),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\n  namespace: {}\ndata:\n  mode: fast\n",
+            tenant.name
+        ),
+    )
+    .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let agent = start_agent(
+        scratch.path(),
+        &[format!("--repo-path={}", repo.path().display())],
+        &tenant.name,
+    );
+    wait_ready(&agent).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &tenant.name);
+    eventually(
+        "the commit's other file",
+        Duration::from_secs(30),
+        || async { config_maps.get_opt("app-config").await.unwrap().map(|_| ()) },
+    )
+    .await;
+    let errors = all_errors(&source_status(&agent).await);
+    assert!(
+        has_error(&errors, "claim.yaml", "selects volumes by label")
+            && errors.iter().any(|e| e.contains("claim.yaml:10:")),
+        "{errors:#?}"
+    );
+    // A while for the binder to bind it, were the claim there.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(admin.clone(), &tenant.name);
+    assert!(claims.get_opt("loot").await.unwrap().is_none());
+    let pv = volumes.get(&reserved).await.unwrap();
+    assert!(pv.spec.unwrap().claim_ref.is_none(), "the volume was bound");
+    assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Available"));
+    volumes
+        .delete(&reserved, &DeleteParams::default())
+        .await
+        .unwrap();
+}

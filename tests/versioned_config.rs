@@ -535,3 +535,108 @@ async fn an_object_that_is_not_the_rollouts_copy_is_never_mounted() {
         "hostile"
     );
 }
+
+/// Regression (issue 70): a Secret copy the source's account may not read advised granting
+/// linnet's own ClusterRole, which must never read Secrets. The account here may not read
+/// Secrets (a Role like `linnet-source` without them): the copy is refused, the rollout's
+/// pods do not mount a copy, and the advice names the source's account.
+#[tokio::test]
+async fn a_secret_the_source_may_not_read_is_not_copied_and_the_advice_names_its_account() {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "vconfig-secret").await;
+    let account = support::SOURCE_ACCOUNT;
+    let binding = format!("linnet-source-{account}");
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns.name)
+        .delete(&binding, &Default::default())
+        .await
+        .unwrap();
+    let all = [
+        "get", "list", "watch", "create", "patch", "update", "delete",
+    ];
+    let role: Role = support::from_json(serde_json::json!({
+        "metadata": {"name": "source-without-secrets"},
+        "rules": [
+            {"apiGroups": ["rollouts.linnet.dev"], "resources": ["canarystatefulsets", "canarydeployments", "analysistemplates"], "verbs": all},
+            {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": all},
+            {"apiGroups": [""], "resources": ["services", "configmaps", "serviceaccounts", "persistentvolumeclaims"], "verbs": all},
+        ],
+    }));
+    Api::<Role>::namespaced(admin.clone(), &ns.name)
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+    let bound: RoleBinding = support::from_json(serde_json::json!({
+        "metadata": {"name": binding},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "source-without-secrets"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns.name}],
+    }));
+    Api::<RoleBinding>::namespaced(admin.clone(), &ns.name)
+        .create(&Default::default(), &bound)
+        .await
+        .unwrap();
+    // The Secret is the cluster's, not Git's: the source could not apply it either.
+    let secret: Secret = support::from_json(serde_json::json!({
+        "metadata": {"name": "app-auth"},
+        "stringData": {"password": "theirs"},
+    }));
+    Api::<Secret>::namespaced(admin.clone(), &ns.name)
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    support::commit_example(&work, &ns.name);
+    let web = work.join("apps/web/web.yaml");
+    let text = std::fs::read_to_string(&web)
+        .unwrap()
+        .replacen(
+            "  currentBatch: 1\n",
+            "  currentBatch: 1\n  versionedConfig: true\n",
+            1,
+        )
+        .replacen(
+            "          - containerPort: 80\n",
+            &format!("          - containerPort: 80\n{MOUNTS}{VOLUMES}"),
+            1,
+        );
+    std::fs::write(&web, text).unwrap();
+    let config_only = config("1gb");
+    let config_only = &config_only[..config_only.find("---").unwrap()];
+    write(&work, "apps/web/config.yaml", config_only, &ns.name);
+    push(&work, "web with its config");
+    let agent = start_writing_agent(&tmp.path().join("agent"), &bare, &ns.name);
+    wait_ready(&agent).await;
+    let advice = support::eventually(
+        "the refused copy, with its advice",
+        Duration::from_secs(60),
+        || {
+            let log = agent.log_text();
+            async move {
+                log.lines()
+                    .find(|l| {
+                        l.contains("app-auth") && l.contains("the source's account may not do this")
+                    })
+                    .map(String::from)
+            }
+        },
+    )
+    .await;
+    assert!(
+        advice.contains("Do not widen linnet's own ClusterRole")
+            && !advice.contains("grant it in deploy/rbac.yaml"),
+        "{advice}"
+    );
+    let secrets = Api::<Secret>::namespaced(admin.clone(), &ns.name);
+    let names: Vec<String> = secrets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    assert_eq!(names, ["app-auth"], "a copy was made");
+}

@@ -293,7 +293,7 @@ fn credential_file_readable(path: &std::path::Path, flag: &str, holds: &str) -> 
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             "cannot be read by this user (permission denied)".to_string()
         }
-        Err(e) => format!("cannot be read: {}", crate::net::error_chain(&e)),
+        Err(e) => format!("cannot be read: {}", crate::error::error_chain(&e)),
     };
     Err(Error::Usage(format!(
         "{flag} {}: the file {why}; it must hold {holds} (in a cluster: the Secret mounted \

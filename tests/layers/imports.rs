@@ -197,8 +197,12 @@ impl<'ast> Visit<'ast> for Reader {
     }
 
     fn visit_attribute(&mut self, a: &'ast syn::Attribute) {
-        // Doc links (`[`crate::x`]`) are not imports.
+        // Doc links (`[`crate::x`]`) are not imports; paths inside any other attribute are
+        // (issue 71: `#[error("…", crate::error::io_reason(.source))]` hid a cycle).
         if !a.path().is_ident("doc") {
+            if let syn::Meta::List(list) = &a.meta {
+                self.tokens(list.tokens.clone());
+            }
             syn::visit::visit_attribute(self, a);
         }
     }

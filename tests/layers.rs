@@ -400,3 +400,39 @@ fn an_import_inside_an_attribute_counts() {
     let graph = imports::read_crate(dir.path());
     assert!(imports::find_cycle(&graph.children_edges(&[])).is_some());
 }
+
+/// docs/development.md's "Where is X decided" table (issue 71): every file it names exists and
+/// holds the function named with it, so the table cannot drift from the code unseen.
+#[test]
+fn the_where_is_it_decided_table_names_real_places() {
+    let doc = std::fs::read_to_string(root().join("docs/development.md")).unwrap_or_default();
+    let section = doc
+        .split("\n## Where is X decided")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_default();
+    let ticked = |cell: &str| cell.trim().trim_matches('`').to_string();
+    let mut rows = 0;
+    let mut wrong = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| ")) {
+        let cells: Vec<&str> = line.split('|').collect();
+        if cells.len() < 4 || !cells[2].contains('`') {
+            continue;
+        }
+        rows += 1;
+        let (path, function) = (ticked(cells[2]), ticked(cells[3]));
+        match std::fs::read_to_string(root().join(&path)) {
+            Err(e) => wrong.push(format!("{path}: {e}")),
+            Ok(text) => {
+                let defines = [format!("fn {function}("), format!("fn {function}<")]
+                    .iter()
+                    .any(|f| text.contains(f.as_str()));
+                if !defines {
+                    wrong.push(format!("{path} has no fn {function}"));
+                }
+            }
+        }
+    }
+    assert!(rows >= 20, "the table has {rows} rows");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

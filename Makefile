@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build cluster-up cluster-down bench bench-large chaos soak clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build cluster-up cluster-down bench bench-large chaos soak clean
 
 all: build
 
@@ -51,7 +51,7 @@ deps:
 
 ## test: install what the machine lacks, build the control plane, Gitea and the test tools
 ## (kubectl, kstatus), the renderers (kustomize, helm, also the chart tests' helm) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
-test: deps cluster-build node-build gitea-build tools-build render-build gateway-build prometheus-build image-tools
+test: deps cluster-build node-build gitea-build tools-build render-build gateway-build prometheus-build otel-build image-tools
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -153,6 +153,10 @@ gateway-build:
 
 prometheus-build:
 	tests/prometheus/build.sh >/dev/null
+
+## otel-build: the OpenTelemetry Collector the trace tests export to (tests/otel/), cached.
+otel-build:
+	tests/otel/build.sh >/dev/null
 
 cluster-up:
 	tests/cluster/up.sh

@@ -51,8 +51,19 @@ fn is_kubectl_plugin(invoked: &Path) -> bool {
 
 /// Runs a parsed command line and maps the outcome to an exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    telemetry::init(cli.log_format, "linnet=info,warn");
     crate::net::install_crypto_provider();
+    // Dropped after the command: the last spans are flushed to the collector.
+    let _exporter = match telemetry::init(
+        cli.log_format,
+        "linnet=info,warn",
+        cli.otlp_endpoint.as_deref(),
+    ) {
+        Ok(exporter) => exporter,
+        Err(e) => {
+            eprintln!("linnet: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(e) => {

@@ -119,6 +119,11 @@ pub struct AgentArgs {
     /// authentication proxy. It shows no Secret and no pod template.
     #[arg(long, env = "LINNET_DASHBOARD_LISTEN")]
     pub dashboard_listen: Option<std::net::SocketAddr>,
+    /// With --otlp-endpoint: the link to a trace in your tracing UI, `{traceId}` filled in
+    /// (e.g. https://jaeger.example/trace/{traceId}). The dashboard links each rollout's
+    /// status `traceId` with it.
+    #[arg(long, env = "LINNET_TRACE_LINK")]
+    pub trace_link: Option<String>,
     /// A name (repeat, or comma-separated) the metrics, status and dashboard listeners
     /// answer to besides IP addresses and localhost, e.g. the dashboard's name behind your
     /// proxy. Any other `Host` gets 403: a page on another site cannot rebind its name to the

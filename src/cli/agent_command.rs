@@ -90,6 +90,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         liveness_deadline: args.liveness_deadline,
         metrics_listen: args.metrics_listen,
         dashboard_listen: args.dashboard_listen,
+        trace_link: args.trace_link.clone(),
         allowed_host_names: crate::serve::host_names::HostNames::new(
             args.allowed_host_names.clone(),
         ),

@@ -13,6 +13,13 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LINNET_LOG_FORMAT")]
     pub log_format: LogFormat,
 
+    /// Export traces over OTLP/HTTP to this OpenTelemetry collector (its base URL, e.g.
+    /// http://otel-collector.monitoring:4318): a span per webhook, fetch, render, sync,
+    /// reconcile, action and write-back, one trace from a push to the pod-level actions it
+    /// causes. Off when not set (docs/metrics.md, Traces).
+    #[arg(long, global = true, env = "LINNET_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }

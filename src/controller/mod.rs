@@ -15,6 +15,7 @@ pub mod deployment;
 pub mod execute;
 pub mod own_writes;
 pub mod reconcile;
+pub mod rollout_kind;
 pub mod shards;
 pub mod source_account;
 pub mod statefulset;

@@ -263,6 +263,9 @@ fn summary<'a, R: RolloutView>(
         "Source",
         source(meta.annotations.as_ref(), r.source_revision()),
     ));
+    if let Some(trace) = r.trace_id() {
+        lines.push(("Trace", trace.to_string()));
+    }
     Summary {
         name: meta.name.clone().unwrap_or_default(),
         kind: R::KIND,

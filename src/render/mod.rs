@@ -168,6 +168,7 @@ fn prepare<E>(
 }
 
 /// Runs the unit's tool on its prepared inputs: its objects, or its errors.
+#[tracing::instrument(name = "render", skip_all, fields(unit = %unit.key))]
 fn render_prepared(
     unit: &Unit,
     prepared: Prepared,
@@ -223,9 +224,12 @@ fn render_all(
     let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
     let results =
         std::sync::Mutex::new((0..count).map(|_| None).collect::<Vec<Option<FileSpecs>>>());
+    // Each worker's renders are children of the caller's span (a thread starts with none).
+    let parent = tracing::Span::current();
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| {
+                let _in = parent.enter();
                 loop {
                     // The lock is held only to take a job, never across a render.
                     let job = queue.lock().ok().and_then(|mut q| q.pop());

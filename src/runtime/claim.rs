@@ -269,18 +269,28 @@ impl SourceClaim {
     }
 
     /// Renews the claim every third of its duration until the agent stops. Ends (a fault the
-    /// supervisor stops the agent for) when another holder has it, or when no renewal
-    /// succeeded for its whole duration (another agent may have taken it since).
+    /// supervisor stops the agent for) when another holder has it. A claim that could not be
+    /// renewed for a while (the API server away, etcd frozen) is only said: the renewal that
+    /// gets through finds out whether another agent took it meanwhile.
     pub async fn keep(self) {
         let heartbeat = crate::liveness::process().register("source claim");
         let mut tick = tokio::time::interval((self.duration / 3).max(Duration::from_millis(500)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut renewed = tokio::time::Instant::now();
+        let mut lapsed = false;
         loop {
             tick.tick().await;
             heartbeat.beat();
             match self.renew().await {
-                Ok(true) => renewed = tokio::time::Instant::now(),
+                Ok(true) => {
+                    if std::mem::take(&mut lapsed) {
+                        tracing::info!(
+                            claim = self.name,
+                            "the source claim is renewed again, still this agent's"
+                        );
+                    }
+                    renewed = tokio::time::Instant::now();
+                }
                 Ok(false) => {}
                 Err(why) => {
                     tracing::error!(
@@ -290,13 +300,13 @@ impl SourceClaim {
                     return;
                 }
             }
-            if renewed.elapsed() > self.duration {
-                tracing::error!(
+            if !lapsed && renewed.elapsed() > self.duration {
+                lapsed = true;
+                tracing::warn!(
                     claim = self.name,
-                    "the source claim was not renewed for its whole duration; stopping so that \
-                     another agent of this source cannot act beside this one"
+                    "the source claim was not renewed for its whole duration; another agent of \
+                     this source could take it now (this one stops if it does)"
                 );
-                return;
             }
         }
     }

@@ -44,7 +44,11 @@ pub fn router(
     rollouts: RolloutStores,
     client: kube::Client,
     history: Option<StatusHistory>,
+    trace_link: Option<String>,
 ) -> Router {
+    if let Some(link) = trace_link {
+        let _ = TRACE_LINK.set(link);
+    }
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route(
@@ -194,8 +198,15 @@ fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
 }
 
 /// What the page shows of any rollout.
+/// `--trace-link`: one per process, like the dashboard.
+static TRACE_LINK: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn common<R: RolloutView>(o: &R, spec: Value, status: Value) -> Value {
     let meta = o.meta();
+    let trace_url = o
+        .trace_id()
+        .zip(TRACE_LINK.get())
+        .map(|(id, link)| link.replace("{traceId}", id));
     json!({
         "kind": R::KIND,
         "short": R::SHORT_NAME,
@@ -215,6 +226,8 @@ fn common<R: RolloutView>(o: &R, spec: Value, status: Value) -> Value {
         "weight": o.canary_weight(),
         "step": o.step(),
         "batch": o.batch(),
+        "traceId": o.trace_id(),
+        "traceUrl": trace_url,
         "spec": spec,
         "status": status,
     })

@@ -127,6 +127,7 @@ pub async fn serve_all(
                         clone_dir: w.cache_dir.clone(),
                         branch: w.remote.branch.clone(),
                     }),
+                config.trace_link.clone(),
             )),
             None,
         ));

@@ -145,6 +145,7 @@ pub(super) struct Looked {
     pub history: Option<(git2::Oid, History)>,
 }
 
+#[tracing::instrument(name = "fetch", skip_all, fields(announced = announced.as_deref()))]
 pub(super) async fn look_at_remote(
     remote: Arc<Remote>,
     config: &AgentConfig,
@@ -191,7 +192,9 @@ pub(super) async fn look_at_remote(
                     // host --render-allow-host names is fetched here, within --render-timeout
                     // plus --git-timeout; only this loop takes the state's lock, so nothing
                     // waits on it meanwhile.
+                    let span = tracing::info_span!("read", revision = %tip);
                     tokio::task::spawn_blocking(move || {
+                        let _in = span.enter();
                         read_revision(
                             &remote,
                             tip,
@@ -413,6 +416,7 @@ fn accept(mirror: &GitMirror, tip: git2::Oid) {
     }
 }
 
+#[tracing::instrument(name = "read", skip_all)]
 pub(super) fn look_at_local(
     snapshot: &mut SpecSnapshot,
     config: &AgentConfig,

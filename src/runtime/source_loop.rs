@@ -6,6 +6,10 @@
 //! Outputs: applies and prunes through the [`Syncer`], the state, and error statuses for
 //! the commit-status task.
 
+mod told;
+
+use tracing::Instrument as _;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -80,59 +84,6 @@ pub struct SourceLoop {
 }
 
 impl SourceLoop {
-    /// Publishes a Warning event about the source on its LinnetSource.
-    pub(super) async fn source_event(&self, reason: &str, note: &str) {
-        use kube::runtime::events::{Event, EventType};
-        let reference = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some(crate::api::API_VERSION.to_string()),
-            kind: Some("LinnetSource".into()),
-            namespace: Some(self.config.state_namespace.clone()),
-            name: Some(self.config.source_name.clone()),
-            ..Default::default()
-        };
-        let note: String = note.chars().take(1000).collect();
-        let event = Event {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            action: crate::events::event_action(&note),
-            note: Some(note),
-            secondary: None,
-        };
-        if let Err(e) = self.events.publish(&event, &reference).await {
-            tracing::debug!(error = %e, reason, "could not publish the source's event");
-        }
-    }
-
-    /// The branch's history was rewritten between `previous` and `tip` (a force push): a
-    /// log line, an event and a condition, whether or not the new tip is applied.
-    pub(super) async fn history_rewritten(&self, previous: git2::Oid, tip: git2::Oid) {
-        let message = format!(
-            "the tracked branch was force-pushed: {tip} does not descend from {previous}, the \
-             tip before it; {}",
-            if self.config.refuse_history_rewrites {
-                "not applied (--refuse-history-rewrites)"
-            } else {
-                "applied as it is (--refuse-history-rewrites refuses it)"
-            }
-        );
-        tracing::warn!(%previous, %tip, "{message}");
-        self.source_event("HistoryRewritten", &message).await;
-        self.state.update(|s| {
-            s.history_rewritten = Some(message);
-            s.set_degraded();
-        });
-    }
-
-    /// A tip that descends from the one before: a rewrite reported earlier is over.
-    pub(super) fn history_fast_forward(&self) {
-        if self.state.status().history_rewritten.is_some() {
-            self.state.update(|s| {
-                s.history_rewritten = None;
-                s.set_degraded();
-            });
-        }
-    }
-
     /// Runs until SIGINT or SIGTERM.
     pub async fn run(
         self,
@@ -172,21 +123,40 @@ impl SourceLoop {
             let mut announced: Option<String> = None;
             let mut drift_due = false;
             let mut edited_due = false;
+            // One span per step, the child of the webhook that woke it (issue 71): the fetch,
+            // the render and the apply below are its children.
+            let step = tracing::info_span!(
+                "sync",
+                trigger = tracing::field::Empty,
+                revision = tracing::field::Empty
+            );
             tokio::select! {
-                _ = tokio::time::sleep_until(poll_at) => tracing::debug!("poll"),
+                _ = tokio::time::sleep_until(poll_at) => {
+                    step.record("trigger", "poll");
+                    tracing::debug!("poll");
+                }
                 Some(wake) = wake_rx.next() => {
+                    step.record("trigger", "webhook");
+                    if let Some(parent) = &wake.parent {
+                        parent.adopt(&step);
+                    }
                     announced = wake.after;
                     match wake.host {
                         Some(host) => tracing::info!(host = host.name(), after = ?announced, "woken by webhook"),
                         None => tracing::info!("webhook callers were turned away (busy); looking at the remote in case one was a push"),
                     }
                 }
-                Some(()) = changes.recv() => tracing::info!("files changed on disk"),
+                Some(()) = changes.recv() => {
+                    step.record("trigger", "disk");
+                    tracing::info!("files changed on disk");
+                }
                 _ = drift_check.tick() => {
+                    step.record("trigger", "drift");
                     tracing::debug!("drift interval: comparing every object with the cluster");
                     drift_due = true;
                 }
                 _ = edited.notified() => {
+                    step.record("trigger", "edited");
                     tracing::info!("a rollout was edited in the cluster: putting Git's spec back");
                     edited_due = true;
                 }
@@ -206,6 +176,7 @@ impl SourceLoop {
                         synced.clone(),
                         announced,
                     )
+                    .instrument(step.clone())
                     .await;
                     match looked.history {
                         Some((tip, History::Rewritten { previous })) => {
@@ -226,7 +197,7 @@ impl SourceLoop {
                 // Reading the tree may render units (seconds, within --render-timeout): the
                 // runtime's other tasks move to other threads meanwhile.
                 None => tokio::task::block_in_place(|| {
-                    look_at_local(&mut local_snapshot, &self.config, last_sync_ok)
+                    step.in_scope(|| look_at_local(&mut local_snapshot, &self.config, last_sync_ok))
                 }),
             };
             // Git did not move, but the cluster may have: the last synced specs, compared in
@@ -249,7 +220,9 @@ impl SourceLoop {
                 }
                 (Ok(Found::Nothing), Some(revision)) if edited_due && last_sync_ok => {
                     let specs = last_synced(&mut local_snapshot)?;
-                    self.put_back_edited(&syncer, revision, &specs).await;
+                    self.put_back_edited(&syncer, revision, &specs)
+                        .instrument(step.clone())
+                        .await;
                     Ok(Found::Nothing)
                 }
                 (other, _) => other,
@@ -262,8 +235,10 @@ impl SourceLoop {
                     Ok(())
                 }
                 Ok(Found::Specs { revision, specs }) => {
+                    step.record("revision", revision.as_str());
                     let result = self
                         .sync(&syncer, &revision, &specs, drift_due, &mut said)
+                        .instrument(step.clone())
                         .await;
                     last_sync_ok = result.is_ok();
                     if result.is_ok() {
@@ -349,6 +324,7 @@ impl SourceLoop {
         );
     }
 
+    #[tracing::instrument(name = "apply", skip_all, fields(revision, full))]
     async fn sync(
         &self,
         syncer: &Syncer,

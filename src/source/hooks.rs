@@ -42,6 +42,8 @@ pub struct Wake {
     pub host: Option<GitHost>,
     /// The new tip the host announced, if it did.
     pub after: Option<String>,
+    /// The webhook's trace context: the sync it leads to is its child.
+    pub parent: Option<crate::telemetry::trace::Parent>,
 }
 
 /// How the listener checks requests.
@@ -167,6 +169,7 @@ impl Waker {
             waker.wake(Wake {
                 host: None,
                 after: None,
+                parent: None,
             });
         });
     }
@@ -257,7 +260,17 @@ pub fn router(settings: HookSettings, wake: Waker, metrics: Arc<Metrics>) -> Rou
 }
 
 async fn handle(host: GitHost, State(state): State<HookState>, request: Request) -> Response {
-    let (status, text) = respond(host, &state, request).await;
+    use tracing::Instrument as _;
+    let span = tracing::info_span!(
+        "webhook",
+        host = host.name(),
+        revision = tracing::field::Empty,
+        status = tracing::field::Empty
+    );
+    let (status, text) = respond(host, &state, request)
+        .instrument(span.clone())
+        .await;
+    span.record("status", status.as_u16());
     state.metrics.webhook(host.name(), status.as_str());
     if status == StatusCode::REQUEST_TIMEOUT
         || (status == StatusCode::SERVICE_UNAVAILABLE && text.starts_with("busy"))
@@ -410,9 +423,11 @@ async fn respond(host: GitHost, state: &HookState, request: Request) -> (StatusC
             .filter(|a| a.len() <= 64 && a.bytes().all(|b| b.is_ascii_hexdigit())),
         _ => None,
     };
+    tracing::Span::current().record("revision", after.as_deref());
     state.wake.wake(Wake {
         host: Some(host),
         after,
+        parent: crate::telemetry::trace::Parent::current(),
     });
     (StatusCode::ACCEPTED, "accepted\n".into())
 }
@@ -459,6 +474,7 @@ mod tests {
             waker.wake(Wake {
                 host: Some(GitHost::GitHub),
                 after: Some(after.into()),
+                parent: None,
             });
         }
         assert_eq!(rx.next().await.and_then(|w| w.after).as_deref(), Some("c"));
@@ -479,7 +495,8 @@ mod tests {
             wake,
             Some(Wake {
                 host: None,
-                after: None
+                after: None,
+                parent: None,
             })
         );
         tokio::time::sleep(MISSED_LOOK_DELAY * 2).await;

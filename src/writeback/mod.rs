@@ -147,14 +147,21 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
             return std::future::pending().await;
         }
     };
+    // Each status file with the trace of the push that led to it (issue 71).
     let sets = changes
         .statefulsets
-        .filter_map(|c| async move { status_files::for_statefulset(c.object()) })
+        .filter_map(|c| async move {
+            status_files::for_statefulset(c.object()).map(|f| (f, pushed_trace(&**c.object())))
+        })
         .boxed();
     let deploys = changes
         .deployments
-        .filter_map(|c| async move { status_files::for_deployment(c.object()) })
+        .filter_map(|c| async move {
+            status_files::for_deployment(c.object()).map(|f| (f, pushed_trace(&**c.object())))
+        })
         .boxed();
+    // The trace of the latest change offered: the next commit joins it.
+    let mut latest_trace: Option<crate::telemetry::trace::Parent> = None;
     let mut changes = futures::stream::select(sets, deploys);
     let mut pending = Coalescer::default();
     let mut failing = crate::retry::Retries::new(config.interval * 2, config.interval * 64);
@@ -165,7 +172,8 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
         let wait = sleep_until_due(pending.due());
         tokio::select! {
             change = changes.next() => {
-                let Some(file) = change else { return };
+                let Some((file, trace)) = change else { return };
+                latest_trace = trace.or(latest_trace);
                 pending.offer(file, std::time::Instant::now(), config.interval);
             }
             () = wait => {
@@ -173,7 +181,12 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
                 let attempted = files.clone();
                 let current = writer.take();
                 let open = open.clone();
+                let span = tracing::info_span!("write-back", files = files.len());
+                if let Some(parent) = latest_trace.take() {
+                    parent.adopt(&span);
+                }
                 let result = tokio::task::spawn_blocking(move || {
+                    let _in = span.enter();
                     let mut w = match current {
                         Some(w) => w,
                         None => open()?,
@@ -214,6 +227,18 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
             }
         }
     }
+}
+
+/// The trace a rollout's spec was applied in, from its `traceparent` annotation.
+/// (The store packs annotations: read them through [`crate::api::packed_meta::metadata`].)
+fn pushed_trace<K: crate::api::packed_meta::PacksMeta>(
+    rollout: &K,
+) -> Option<crate::telemetry::trace::Parent> {
+    crate::api::packed_meta::metadata(rollout)
+        .annotations
+        .as_ref()?
+        .get(crate::telemetry::trace::TRACEPARENT_ANNOTATION)
+        .and_then(|t| crate::telemetry::trace::Parent::from_traceparent(t))
 }
 
 /// Posts each rollout's state as a commit status, never the same one twice, until the

@@ -11,6 +11,7 @@ pub mod gateway;
 pub mod git_http;
 pub mod gitea;
 pub mod node;
+pub mod otel;
 pub mod ports;
 pub mod process;
 pub mod prometheus;

@@ -228,8 +228,16 @@ function detail(k) {
       h("dt", {}, "Traffic"), h("dd", {}, r.traffic || "no traffic routing"),
       h("dt", {}, "In this phase for"), h("dd", {}, age(r.phaseSince)),
       h("dt", {}, "Git commit"), h("dd", {}, h("code", {}, r.revision || "-")),
+      h("dt", {}, "Trace"), h("dd", {}, trace(r)),
       h("dt", {}, "Age"), h("dd", {}, age(r.created))),
     steps(r), replicas(r), analysis(r), conditions(r), events(k), history(k));
+}
+
+// The push's trace (with --otlp-endpoint), linked when --trace-link names the tracing UI.
+function trace(r) {
+  if (!r.traceId) return "-";
+  const id = h("code", {}, r.traceId);
+  return r.traceUrl ? h("a", { href: r.traceUrl, rel: "noopener" }, id) : id;
 }
 
 function render() {

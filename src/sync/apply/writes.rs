@@ -157,11 +157,28 @@ impl Syncer {
         // Every apply carries the finalizer, not only the create: an apply without a field
         // this manager applied before would remove it.
         let object = super::super::ownership::to_apply(desired, change.live.as_ref());
-        let object = if self.rollout_finalizer && has_cleanup(key) {
+        let mut object = if self.rollout_finalizer && has_cleanup(key) {
             with_finalizer(&object, FINALIZER)
         } else {
             object
         };
+        // The trace this sync is part of, for the rollout's reconciles to join (issue 71). Like
+        // the finalizer, added after the hash: it changes no object's hash.
+        if is_rollout(key)
+            && let Some(traceparent) =
+                crate::telemetry::trace::Parent::current().and_then(|p| p.traceparent())
+            && let Some(meta) = object.get_mut("metadata").and_then(|m| m.as_object_mut())
+        {
+            let annotations = meta
+                .entry("annotations")
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(annotations) = annotations.as_object_mut() {
+                annotations.insert(
+                    crate::telemetry::trace::TRACEPARENT_ANNOTATION.into(),
+                    traceparent.into(),
+                );
+            }
+        }
         self.writer_api(&ar, &caps, &key.namespace)?
             .patch(
                 &key.name,
@@ -231,6 +248,15 @@ impl Syncer {
 /// (Flux's and kustomize's order); a rollout with `versionedConfig` sees its new image before
 /// the config that came with it, so that the config goes to its canary, and sees a revert's
 /// image before its config, which its stable pods must not take.
+/// A CanaryStatefulSet or CanaryDeployment.
+fn is_rollout(key: &crate::specs::ObjectKey) -> bool {
+    matches!(key.kind.as_str(), "CanaryStatefulSet" | "CanaryDeployment")
+        && key
+            .api_version
+            .split_once('/')
+            .is_some_and(|(group, _)| group == crate::api::GROUP)
+}
+
 fn rollouts_then_config(
     rest: Vec<&PlannedChange>,
 ) -> (

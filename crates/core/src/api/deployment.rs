@@ -236,6 +236,10 @@ pub struct CanaryDeploymentStatus {
     pub rollback: Option<RollbackStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The OpenTelemetry trace (32 hex digits) of the sync that applied this generation,
+    /// when the agent exports traces (`--otlp-endpoint`): its reconciles and actions are in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// The action the plan needs that last failed (its description), while the plan still
     /// needs it: the failure stays shown, without a write per retry, until it is done.
     #[serde(default, skip_serializing_if = "Option::is_none")]

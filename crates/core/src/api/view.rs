@@ -20,6 +20,8 @@ pub trait RolloutView {
     /// Replicas ready of those desired, as `kubectl get` shows them (`2/3`).
     fn ready(&self) -> Option<&str>;
     fn message(&self) -> Option<&str>;
+    /// The trace of the sync that applied the spec, when the agent exports traces.
+    fn trace_id(&self) -> Option<&str>;
     /// The image the rollout serves when settled.
     fn stable_image(&self) -> Option<&str>;
     /// The image being rolled out, while one is.
@@ -94,6 +96,9 @@ macro_rules! same_in_both_kinds {
         }
         fn message(&self) -> Option<&str> {
             self.status.as_ref()?.message.as_deref()
+        }
+        fn trace_id(&self) -> Option<&str> {
+            self.status.as_ref()?.trace_id.as_deref()
         }
         fn stable_image(&self) -> Option<&str> {
             self.status.as_ref()?.stable_image.as_deref()

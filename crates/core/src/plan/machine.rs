@@ -102,6 +102,8 @@ pub trait RolloutStatus {
     fn set_failed_action(&mut self, action: Option<String>);
     /// The analysis runs and their measurements.
     fn analysis_runs(&mut self) -> &mut Vec<crate::api::AnalysisRunStatus>;
+    /// Records the trace of the sync that applied the spec (the controller knows it).
+    fn set_trace_id(&mut self, trace_id: String);
 }
 
 macro_rules! rollout_status {
@@ -111,6 +113,9 @@ macro_rules! rollout_status {
             const INITIAL: $phase = <$phase>::Initializing;
             fn phase(&self) -> Option<$phase> {
                 self.phase
+            }
+            fn set_trace_id(&mut self, trace_id: String) {
+                self.trace_id = Some(trace_id);
             }
             fn enter(&mut self, phase: $phase, since: Timestamp, message: &str) {
                 self.phase = Some(phase);

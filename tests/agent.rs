@@ -1497,6 +1497,36 @@ async fn range_verification_refuses_unsigned_commits_below_and_revoked_or_expire
     tokio::time::sleep(Duration::from_secs(7)).await;
     refused(by_brief.clone(), by_brief, "expired at").await;
 
+    // A trusted key's signature copied onto a commit of another tree (issue 70: this said the
+    // trusted key was untrusted).
+    let signed = commit_image(&work, "redis:6.8", &sign_release, &gpg_env);
+    let tree = |commit: &str| git(&work, &["rev-parse", &format!("{commit}^{{tree}}")]);
+    let raw = git(&work, &["cat-file", "commit", &signed]);
+    let grafted_text = raw.replacen(
+        &format!("tree {}", tree(&signed)),
+        &format!("tree {}", tree(&good)),
+        1,
+    );
+    let mut hash = std::process::Command::new("git")
+        .args(["hash-object", "-t", "commit", "-w", "--stdin"])
+        .current_dir(&work)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        hash.stdin.as_mut().unwrap(),
+        format!("{grafted_text}\n").as_bytes(),
+    )
+    .unwrap();
+    drop(hash.stdin.take());
+    let grafted = String::from_utf8(hash.wait_with_output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    git(&work, &["reset", "-q", "--hard", &grafted]);
+    refused(grafted.clone(), grafted, "does not verify over this commit").await;
+
     // Every new commit signed by a valid key: applied.
     commit_image(&work, "redis:7.0", &sign_release, &gpg_env);
     let tip = commit_image(&work, "redis:7.4", &sign_release, &gpg_env);

@@ -49,7 +49,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
 }
 
 /// Either rollout kind, as this module reads and writes it.
-trait RolloutKind:
+trait WatchedRollout:
     Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
     + Clone
     + std::fmt::Debug
@@ -61,7 +61,7 @@ trait RolloutKind:
 {
 }
 
-impl<K> RolloutKind for K where
+impl<K> WatchedRollout for K where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + std::fmt::Debug
@@ -73,7 +73,7 @@ impl<K> RolloutKind for K where
 {
 }
 
-async fn warn_each<K: RolloutKind>(
+async fn warn_each<K: WatchedRollout>(
     ctx: Arc<Context>,
     api: Api<K>,
     config: watcher::Config,
@@ -114,7 +114,7 @@ async fn warn_each<K: RolloutKind>(
 
 /// Writes the NotManaged status on `object` (the field manager the controllers write status
 /// with, so a source that later adopts the rollout replaces it whole).
-async fn mark_not_managed<K: RolloutKind>(ctx: &Context, object: &K, kind: &str, message: &str) {
+async fn mark_not_managed<K: WatchedRollout>(ctx: &Context, object: &K, kind: &str, message: &str) {
     let current = serde_json::to_value(object).unwrap_or_default();
     if crate::plan::unmanaged::says_not_managed(&current["status"], object.meta().generation) {
         return;

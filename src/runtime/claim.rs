@@ -150,37 +150,9 @@ pub async fn take(
             .filter(|c| c.holder == me.identity && c.is_live(now));
         // A replica of a running installation keeps its acquisition time: it came first.
         let acquired = mine_before.and_then(|c| c.acquired).unwrap_or(now);
-        let written = match &current {
-            None => {
-                let lease = claim.lease_object(source, origin, acquired, now, 0);
-                match api.create(&PostParams::default(), &lease).await {
-                    Ok(_) => true,
-                    Err(kube::Error::Api(s)) if s.code == 409 => false,
-                    Err(e) => return Err(claim.write_error(&e)),
-                }
-            }
-            Some(lease) => {
-                let transitions = lease
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.lease_transitions)
-                    .unwrap_or(0);
-                let changed_hands = lease
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.holder_identity.as_deref())
-                    != Some(me.identity.as_str());
-                let mut object = claim.lease_object(
-                    source,
-                    origin,
-                    acquired,
-                    now,
-                    transitions + i32::from(changed_hands),
-                );
-                object.metadata.resource_version = lease.metadata.resource_version.clone();
-                claim.patch(&object).await?
-            }
-        };
+        let written = claim
+            .write(current.as_ref(), source, origin, acquired, now)
+            .await?;
         if !written {
             continue;
         }
@@ -204,6 +176,39 @@ pub async fn take(
 }
 
 impl SourceClaim {
+    /// Writes the claim over `current` (as read), or creates it: `false` if another write
+    /// came first (the caller reads again).
+    async fn write(
+        &self,
+        current: Option<&Lease>,
+        source: &str,
+        origin: &Origin,
+        acquired: Timestamp,
+        now: Timestamp,
+    ) -> Result<bool> {
+        let Some(lease) = current else {
+            let lease = self.lease_object(source, origin, acquired, now, 0);
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(self.write_error(&e)),
+            };
+        };
+        let spec = lease.spec.as_ref();
+        let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
+        let changed_hands =
+            spec.and_then(|s| s.holder_identity.as_deref()) != Some(self.me.identity.as_str());
+        let mut object = self.lease_object(
+            source,
+            origin,
+            acquired,
+            now,
+            transitions + i32::from(changed_hands),
+        );
+        object.metadata.resource_version = lease.metadata.resource_version.clone();
+        self.patch(&object).await
+    }
+
     fn lease_object(
         &self,
         source: &str,

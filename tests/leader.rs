@@ -84,10 +84,17 @@ async fn the_standby_takes_over_mid_rollout_and_nothing_is_done_twice() {
 
     // A second replica waits for the lease and is not ready, so it gets no webhooks.
     let standby = f.spawn_agent("standby", &["--lease-identity=standby".to_string()]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::eventually(
+        "the standby waiting for the lease",
+        Duration::from_secs(30),
+        || {
+            let waiting = standby.log_text().contains("waiting to hold the lease");
+            async move { waiting.then_some(()) }
+        },
+    )
+    .await;
     assert!(!ready(&standby.base).await, "the standby must not be ready");
     assert!(ready(&f.agent.as_ref().unwrap().base).await);
-    assert!(standby.log_text().contains("waiting to hold the lease"));
 
     // Kill the leader in the middle of the canary.
     f.patch_spec(json!({"image": "redis:7.4"}));

@@ -10,6 +10,26 @@ use linnet::source::webhook::{GitHost, sign_hex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Polls `check` until it gives a value, for at most 10 s; the steps wait on what they need,
+/// never on a fixed sleep (issue 71).
+async fn until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after 10s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 const SECRET: &str = "s3cret-from-a-file";
 
 struct Listener {
@@ -401,22 +421,25 @@ async fn past_the_connection_limit_callers_get_503_with_retry_after() {
     for _ in 0..4 {
         held.push(TcpStream::connect(l.addr).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let answer = raw_exchange(
-        l.addr,
-        "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
-        Duration::from_secs(3),
-    )
+    // Once the server has taken the four, the next caller is turned away.
+    let answer = until("a caller past the slots turned away", || async {
+        let answer = raw_exchange(
+            l.addr,
+            "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+            Duration::from_secs(3),
+        )
+        .await;
+        answer.starts_with("HTTP/1.1 503").then_some(answer)
+    })
     .await;
-    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("Retry-After: 1"), "{answer}");
     drop(held);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let body = github_push("main");
-    assert_eq!(
-        post(&l, "github", &github_headers("push", &body), &body).await,
-        202
-    );
+    until("a push taken once the slots are free", || async {
+        let code = post(&l, "github", &github_headers("push", &body), &body).await;
+        (code == 202).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -431,16 +454,19 @@ async fn past_the_unverified_body_limit_callers_get_503_with_retry_after() {
             .unwrap();
         held.push(stream);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the server reads both bodies, a third caller is turned away.
     let body = github_push("main");
-    let mut req = http()
-        .post(format!("{}/hooks/github", l.base))
-        .body(body.clone());
-    for (k, v) in github_headers("push", &body) {
-        req = req.header(k, v);
-    }
-    let response = req.send().await.unwrap();
-    assert_eq!(response.status(), 503);
+    let response = until("a third unverified body turned away", || async {
+        let mut req = http()
+            .post(format!("{}/hooks/github", l.base))
+            .body(body.clone());
+        for (k, v) in github_headers("push", &body) {
+            req = req.header(k, v);
+        }
+        let response = req.send().await.unwrap();
+        (response.status() == 503).then_some(response)
+    })
+    .await;
     assert_eq!(response.headers()["retry-after"], "1");
     drop(held);
 }

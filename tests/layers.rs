@@ -565,7 +565,7 @@ fn long_functions(limit: usize) -> Vec<(String, usize)> {
         finder.visit_file(&parsed);
         found.extend(finder.found);
     }
-    found.sort_by(|a, b| b.1.cmp(&a.1));
+    found.sort_by_key(|f| std::cmp::Reverse(f.1));
     found
 }
 

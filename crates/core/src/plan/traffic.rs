@@ -84,6 +84,54 @@ pub struct Recorded {
     pub since: Option<Timestamp>,
 }
 
+/// A rollout status's record of its routes: both kinds keep the same three fields.
+pub trait TrafficRecord {
+    fn recorded(&self) -> Recorded;
+    fn record(&mut self, now: Recorded);
+}
+
+macro_rules! traffic_record {
+    ($status:ty) => {
+        impl TrafficRecord for $status {
+            fn recorded(&self) -> Recorded {
+                Recorded {
+                    weight: self.canary_weight,
+                    header: self.header_routed,
+                    since: self.traffic_since.as_ref().map(|t| t.0),
+                }
+            }
+            fn record(&mut self, now: Recorded) {
+                self.canary_weight = now.weight;
+                self.header_routed = now.header;
+                self.traffic_since = now
+                    .since
+                    .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+            }
+        }
+    };
+}
+traffic_record!(crate::api::CanaryStatefulSetStatus);
+traffic_record!(crate::api::CanaryDeploymentStatus);
+
+/// Finishes a plan's traffic, for both kinds: the traffic actions of phases the plan left
+/// behind give way to `step`'s (the routes moved to what the phase it stopped in asks), and
+/// the status records the routes as `step` leaves them; without traffic routing (`None`),
+/// the record is cleared.
+pub fn settle(
+    actions: &mut Vec<Action>,
+    status: &mut impl TrafficRecord,
+    step: Option<TrafficStep>,
+) {
+    actions.retain(|a| !a.is_traffic());
+    match step {
+        Some(step) => {
+            actions.extend(step.actions);
+            status.record(step.now);
+        }
+        None => status.record(Recorded::default()),
+    }
+}
+
 /// The outcome of [`traffic_step`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrafficStep {

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::plan::traffic::{Recorded, Sides, TrafficStep, Want, step_weight, traffic_step};
+use crate::plan::traffic::{
+    Sides, TrafficRecord as _, TrafficStep, Want, step_weight, traffic_step,
+};
 
 impl<'a> Planner<'a> {
     /// The pods of the version running `image`: its Deployment's version label.
@@ -79,11 +81,7 @@ impl<'a> Planner<'a> {
 
     fn traffic_step(&self, want: Want) -> Option<TrafficStep> {
         let routing = self.r.spec.traffic_routing.as_deref()?;
-        let recorded = Recorded {
-            weight: self.st.canary_weight,
-            header: self.st.header_routed,
-            since: self.st.traffic_since.as_ref().map(|t| t.0),
-        };
+        let recorded = self.st.recorded();
         Some(traffic_step(
             &self.r.reference,
             "CanaryDeployment",
@@ -99,23 +97,8 @@ impl<'a> Planner<'a> {
     /// Moves the routes to what the phase the plan stopped in asked for (everything to the
     /// stable Service where it asked nothing), replacing traffic actions of phases left.
     pub(super) fn settle_traffic(&mut self) {
-        self.actions.retain(|a| !a.is_traffic());
-        if self.r.spec.traffic_routing.is_none() {
-            self.st.canary_weight = None;
-            self.st.header_routed = false;
-            self.st.traffic_since = None;
-            return;
-        }
         let want = self.want.unwrap_or_else(Want::stable);
-        let Some(step) = self.traffic_step(want) else {
-            return;
-        };
-        self.actions.extend(step.actions);
-        self.st.canary_weight = step.now.weight;
-        self.st.header_routed = step.now.header;
-        self.st.traffic_since = step
-            .now
-            .since
-            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+        let step = self.traffic_step(want);
+        crate::plan::traffic::settle(&mut self.actions, &mut self.st, step);
     }
 }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::api::{ROLE_LABEL, ROLLOUT_LABEL};
-use crate::plan::traffic::{Recorded, Sides, TrafficStep, Want, step_weight, traffic_step};
+use crate::plan::traffic::{
+    Sides, TrafficRecord as _, TrafficStep, Want, step_weight, traffic_step,
+};
 
 /// The label the StatefulSet controller puts on each pod with the revision it runs.
 const REVISION_LABEL: &str = "controller-revision-hash";
@@ -77,11 +79,7 @@ impl<'a> Planner<'a> {
 
     fn traffic_step(&self, want: Want) -> Option<TrafficStep> {
         let routing = self.r.spec.traffic_routing.as_deref()?;
-        let recorded = Recorded {
-            weight: self.st.canary_weight,
-            header: self.st.header_routed,
-            since: self.st.traffic_since.as_ref().map(|t| t.0),
-        };
+        let recorded = self.st.recorded();
         Some(traffic_step(
             &self.r.reference,
             "CanaryStatefulSet",
@@ -97,13 +95,6 @@ impl<'a> Planner<'a> {
     /// Moves the routes to what the phase the plan stopped in asked for (or, where it asked
     /// nothing, to what the phase serves), replacing traffic actions of phases left behind.
     pub(super) fn settle_traffic(&mut self) {
-        self.actions.retain(|a| !a.is_traffic());
-        if self.r.spec.traffic_routing.is_none() {
-            self.st.canary_weight = None;
-            self.st.header_routed = false;
-            self.st.traffic_since = None;
-            return;
-        }
         let want = self.want.unwrap_or_else(|| match self.st.phase {
             Some(Phase::ScalingDownStable | Phase::DeployingCanary) => self.previous_want(),
             Some(Phase::CanaryActive | Phase::AwaitingMigration | Phase::MigratingData) => {
@@ -111,15 +102,7 @@ impl<'a> Planner<'a> {
             }
             _ => Want::stable(),
         });
-        let Some(step) = self.traffic_step(want) else {
-            return;
-        };
-        self.actions.extend(step.actions);
-        self.st.canary_weight = step.now.weight;
-        self.st.header_routed = step.now.header;
-        self.st.traffic_since = step
-            .now
-            .since
-            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+        let step = self.traffic_step(want);
+        crate::plan::traffic::settle(&mut self.actions, &mut self.st, step);
     }
 }

@@ -455,7 +455,7 @@ const LONG_BEFORE_THE_LIMIT: &[(&str, usize)] = &[
     ("src/agent.rs::run", 243),
     ("src/cli/agent_command.rs::agent", 234),
     ("src/sync/apply/planning.rs::plan_full", 234),
-    ("src/controller/execute.rs::execute", 218),
+    ("src/controller/execute.rs::execute", 181),
     ("src/runtime/source_loop.rs::run", 217),
     ("src/writeback/pull_request/shapes.rs::request", 188),
     ("src/render/units.rs::layout", 173),

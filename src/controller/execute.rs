@@ -23,6 +23,35 @@ fn ignore_status(result: Result<(), kube::Error>, code: u16) -> Result<(), kube:
     }
 }
 
+/// The API calls the actions make again and again: a create that finds its object there
+/// already, a delete that finds it gone, and a merge patch, each under the rollouts' field
+/// manager where it writes.
+trait Calls<K> {
+    /// Creates `object`; one there already (409) is the one wanted.
+    async fn create_once(&self, object: &K) -> Result<(), kube::Error>;
+    /// Deletes `name`; one gone already (404) is the outcome wanted.
+    async fn delete_once(&self, name: &str, params: &DeleteParams) -> Result<(), kube::Error>;
+    /// Merges `patch` into `name`.
+    async fn merge(&self, name: &str, patch: serde_json::Value) -> Result<(), kube::Error>;
+}
+
+impl<K> Calls<K> for Api<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    async fn create_once(&self, object: &K) -> Result<(), kube::Error> {
+        ignore_status(self.create(&create_params(), object).await.map(|_| ()), 409)
+    }
+    async fn delete_once(&self, name: &str, params: &DeleteParams) -> Result<(), kube::Error> {
+        ignore_status(self.delete(name, params).await.map(|_| ()), 404)
+    }
+    async fn merge(&self, name: &str, patch: serde_json::Value) -> Result<(), kube::Error> {
+        self.patch(name, &update_params(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+    }
+}
+
 /// Reads `volume` and the claims its patch concerns, and returns the volume's resourceVersion
 /// if [`volume_refusal`] lets the handoff of `rollout` make `patch`.
 async fn check_volume(
@@ -137,59 +166,40 @@ pub(crate) async fn execute(
             Ok(())
         }
         Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
-            .patch(
-                name,
-                &update_params(),
-                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-            )
+            .merge(name, json!({"spec": {"replicas": replicas}}))
             .await
-            .map(|_| ())
             .doing(what),
-        Action::DeleteSet { name } => ignore_status(
-            Api::<StatefulSet>::namespaced(client, ns)
-                .delete(name, &DeleteParams::background())
-                .await
-                .map(|_| ()),
-            404,
-        )
-        .doing(what),
+        Action::DeleteSet { name } => Api::<StatefulSet>::namespaced(client, ns)
+            .delete_once(name, &DeleteParams::background())
+            .await
+            .doing(what),
         Action::RetainVolume { volume, handoff_to } => {
             let checked =
                 check_volume(&client, ns, rollout, volume, VolumePatch::Retain, &what).await?;
             // The resourceVersion makes the patch fail if the volume changed since the check.
             Api::<PersistentVolume>::all(client)
-                .patch(
+                .merge(
                     volume,
-                    &update_params(),
-                    &Patch::Merge(json!({
+                    json!({
                         "metadata": {
                             "resourceVersion": checked,
                             "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
                             "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
                         },
                         "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-                    })),
+                    }),
                 )
                 .await
-                .map(|_| ())
                 .doing(what)
         }
-        Action::CreateClaim(claim) => ignore_status(
-            Api::<PersistentVolumeClaim>::namespaced(client, ns)
-                .create(&create_params(), claim)
-                .await
-                .map(|_| ()),
-            409,
-        )
-        .doing(what),
-        Action::DeleteClaim { name, .. } => ignore_status(
-            Api::<PersistentVolumeClaim>::namespaced(client, ns)
-                .delete(name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-            404,
-        )
-        .doing(what),
+        Action::CreateClaim(claim) => Api::<PersistentVolumeClaim>::namespaced(client, ns)
+            .create_once(claim)
+            .await
+            .doing(what),
+        Action::DeleteClaim { name, .. } => Api::<PersistentVolumeClaim>::namespaced(client, ns)
+            .delete_once(name, &DeleteParams::default())
+            .await
+            .doing(what),
         Action::BindVolume {
             volume,
             claim,
@@ -198,10 +208,9 @@ pub(crate) async fn execute(
             let patch = VolumePatch::Bind { claim, claim_uid };
             let checked = check_volume(&client, ns, rollout, volume, patch, &what).await?;
             Api::<PersistentVolume>::all(client)
-                .patch(
+                .merge(
                     volume,
-                    &update_params(),
-                    &Patch::Merge(json!({
+                    json!({
                         "metadata": {"resourceVersion": checked},
                         "spec": {"claimRef": {
                             "apiVersion": "v1",
@@ -211,41 +220,28 @@ pub(crate) async fn execute(
                             "uid": claim_uid,
                             "resourceVersion": null,
                         }},
-                    })),
+                    }),
                 )
                 .await
-                .map(|_| ())
                 .doing(what)
         }
         Action::RequestBind { claim, volume } => {
             Api::<PersistentVolumeClaim>::namespaced(client, ns)
-                .patch(
+                .merge(
                     claim,
-                    &update_params(),
-                    &Patch::Merge(
-                        json!({"metadata": {"annotations": {BIND_REQUESTED_ANNOTATION: volume}}}),
-                    ),
+                    json!({"metadata": {"annotations": {BIND_REQUESTED_ANNOTATION: volume}}}),
                 )
                 .await
-                .map(|_| ())
                 .doing(what)
         }
-        Action::CreateJob(job) => ignore_status(
-            Api::<Job>::namespaced(client, ns)
-                .create(&create_params(), job)
-                .await
-                .map(|_| ()),
-            409,
-        )
-        .doing(what),
-        Action::DeletePod { name } => ignore_status(
-            Api::<Pod>::namespaced(client, ns)
-                .delete(name, &DeleteParams::default())
-                .await
-                .map(|_| ()),
-            404,
-        )
-        .doing(what),
+        Action::CreateJob(job) => Api::<Job>::namespaced(client, ns)
+            .create_once(job)
+            .await
+            .doing(what),
+        Action::DeletePod { name } => Api::<Pod>::namespaced(client, ns)
+            .delete_once(name, &DeleteParams::default())
+            .await
+            .doing(what),
         Action::ApplyDeployment(d) => {
             let name = d.metadata.name.clone().unwrap_or_default();
             let deployments = Api::<Deployment>::namespaced(client, ns);
@@ -284,14 +280,10 @@ pub(crate) async fn execute(
             }
             Ok(())
         }
-        Action::DeleteDeployment { name } => ignore_status(
-            Api::<Deployment>::namespaced(client, ns)
-                .delete(name, &DeleteParams::background())
-                .await
-                .map(|_| ()),
-            404,
-        )
-        .doing(what),
+        Action::DeleteDeployment { name } => Api::<Deployment>::namespaced(client, ns)
+            .delete_once(name, &DeleteParams::background())
+            .await
+            .doing(what),
         Action::ApplyService(service) => {
             super::traffic::apply_service(&client, ns, service, &what).await
         }

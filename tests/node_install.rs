@@ -207,6 +207,18 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     commit("v1");
     let base = support::git_http::serve_on(node::NODE_GATEWAY, root, Some(("git", TOKEN)));
 
+    // An install left by another test (docs/getting-started.md's, in tests/deploy.rs) keeps
+    // its ConfigMap, and pods started before this test's is applied would read its repository
+    // URL: gone first, so the agents wait for this one.
+    kubectl(&[
+        "-n",
+        "linnet-system",
+        "delete",
+        "configmap",
+        "linnet-config",
+        "--ignore-not-found",
+    ]);
+
     // The documented install, with an overlay that sets the image.
     let overlay = dir.path().join("overlay");
     std::fs::create_dir_all(&overlay).unwrap();

@@ -74,18 +74,22 @@ async fn one_push_is_one_trace_from_the_webhook_to_the_rollouts_action() {
         || {
             let spans = collector.spans();
             async move {
-                let webhook = spans.iter().find(|s| {
-                    s.name == "webhook"
-                        && spans
-                            .iter()
-                            .any(|a| a.trace_id == s.trace_id && a.name == "action")
+                // Spans are exported as they end: an action's may come before the apply and
+                // the sync it descends from, which end later. Wait until its chain is whole.
+                let by_id: BTreeMap<String, Span> = spans
+                    .iter()
+                    .map(|s| (s.span_id.clone(), s.clone()))
+                    .collect();
+                let action = spans.iter().find(|a| {
+                    a.name == "action"
+                        && ancestry(a, &by_id).last().map(String::as_str) == Some("webhook")
                 })?;
                 let trace: Vec<Span> = spans
                     .iter()
-                    .filter(|s| s.trace_id == webhook.trace_id)
+                    .filter(|s| s.trace_id == action.trace_id)
                     .cloned()
                     .collect();
-                Some((webhook.trace_id.clone(), trace))
+                Some((action.trace_id.clone(), trace))
             }
         },
     )
@@ -103,7 +107,16 @@ async fn one_push_is_one_trace_from_the_webhook_to_the_rollouts_action() {
     };
     assert_eq!(chain_of("fetch"), ["fetch", "sync", "webhook"]);
     assert_eq!(chain_of("apply"), ["apply", "sync", "webhook"]);
-    let action = chain_of("action");
+    let action = ancestry(
+        spans
+            .iter()
+            .find(|a| {
+                a.name == "action"
+                    && ancestry(a, &by_id).last().map(String::as_str) == Some("webhook")
+            })
+            .unwrap(),
+        &by_id,
+    );
     assert_eq!(
         action,
         ["action", "reconcile", "apply", "sync", "webhook"],

@@ -764,18 +764,12 @@ async fn an_agent_whose_task_panics_exits_non_zero_naming_it() {
             &support::linnet_kubeconfig(),
             &[("LINNET_TEST_PANIC_TASK", task)],
         );
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = agent.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the agent kept running with its {task} task dead:\n{}",
-                agent.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let status = agent
+            .exited_within(
+                Duration::from_secs(60),
+                &format!("a stop with its {task} task dead"),
+            )
+            .await;
         assert_eq!(status.code(), Some(2), "{}", agent.log_text());
         let log = agent.log_text();
         assert!(
@@ -1043,18 +1037,9 @@ async fn prune_deletes_only_what_the_source_applied_across_a_restart() {
         ],
         &ns2.name,
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = other.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the second agent did not stop: {}",
-            other.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = other
+        .exited_within(Duration::from_secs(20), "the second agent refused")
+        .await;
     let log = other.log_text();
     assert_eq!(status.code(), Some(2), "{log}");
     assert!(
@@ -1100,18 +1085,12 @@ async fn prune_deletes_only_what_the_source_applied_across_a_restart() {
             ],
             &ns.name,
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = second.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the {name} agent was not refused: {}",
-                second.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let status = second
+            .exited_within(
+                Duration::from_secs(30),
+                &format!("the {name} agent refused"),
+            )
+            .await;
         let log = second.log_text();
         assert_eq!(status.code(), Some(2), "{log}");
         assert!(
@@ -1196,6 +1175,37 @@ fn git_with(dir: &Path, extra: &[&str], env: &[(&str, &Path)], args: &[&str]) ->
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A GnuPG home of the test's own in `dir`, and `gpg` run in it in batch mode (no passphrase):
+/// what a developer signs commits with.
+fn gnupg_home(dir: &Path) -> (PathBuf, impl Fn(&[&str]) -> String) {
+    let home = dir.join("gnupg");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let run_in = home.clone();
+    let gpg = move |args: &[&str]| {
+        let out = std::process::Command::new("gpg")
+            .args([
+                "--batch",
+                "--yes",
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "",
+            ])
+            .args(args)
+            .env("GNUPGHOME", &run_in)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gpg {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    (home, gpg)
+}
+
 /// Changes the redis image in `work` and commits, with `sign` as extra `git` settings.
 fn commit_image(work: &Path, image: &str, sign: &[&str], env: &[(&str, &Path)]) -> String {
     let file = work.join("apps/redis/redis.yaml");
@@ -1239,23 +1249,7 @@ async fn only_commits_signed_by_a_listed_key_are_applied() {
         assert!(out.status.success(), "{out:?}");
     }
     std::fs::copy(ssh_key.with_extension("pub"), keys.join("dev.pub")).unwrap();
-    let gnupg = tmp.path().join("gnupg");
-    std::fs::create_dir_all(&gnupg).unwrap();
-    std::fs::set_permissions(&gnupg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let gpg = |args: &[&str]| {
-        let out = std::process::Command::new("gpg")
-            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
-            .args(args)
-            .env("GNUPGHOME", &gnupg)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "gpg {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
+    let (gnupg, gpg) = gnupg_home(tmp.path());
     gpg(&[
         "--quick-gen-key",
         "Release <release@example.invalid>",
@@ -1358,30 +1352,7 @@ async fn range_verification_refuses_unsigned_commits_below_and_revoked_or_expire
     let tmp = tempfile::tempdir().unwrap();
     let keys = tmp.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
-    let gnupg = tmp.path().join("gnupg");
-    std::fs::create_dir_all(&gnupg).unwrap();
-    std::fs::set_permissions(&gnupg, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let gpg = |args: &[&str]| {
-        let out = std::process::Command::new("gpg")
-            .args([
-                "--batch",
-                "--yes",
-                "--pinentry-mode",
-                "loopback",
-                "--passphrase",
-                "",
-            ])
-            .args(args)
-            .env("GNUPGHOME", &gnupg)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "gpg {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
+    let (gnupg, gpg) = gnupg_home(tmp.path());
     let fingerprint = |email: &str| {
         gpg(&["--with-colons", "--list-keys", email])
             .lines()

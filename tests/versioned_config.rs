@@ -32,6 +32,25 @@ fn config(maxmemory: &str) -> String {
 const MOUNTS: &str = "          envFrom:\n          - secretRef:\n              name: app-auth\n          volumeMounts:\n          - name: config\n            mountPath: /etc/app\n";
 const VOLUMES: &str = "        volumes:\n        - name: config\n          configMap:\n            name: app-config\n";
 
+/// The example's `web` with `versionedConfig` (and `more` spec lines), mounting `app-config`
+/// and taking its environment from Secret `app-auth`.
+fn web_with_versioned_config(work: &Path, more: &str) {
+    let web = work.join("apps/web/web.yaml");
+    let text = std::fs::read_to_string(&web)
+        .unwrap()
+        .replacen(
+            "  currentBatch: 1\n",
+            &format!("  currentBatch: 1\n  versionedConfig: true\n{more}"),
+            1,
+        )
+        .replacen(
+            "          - containerPort: 80\n",
+            &format!("          - containerPort: 80\n{MOUNTS}{VOLUMES}"),
+            1,
+        );
+    std::fs::write(&web, text).unwrap();
+}
+
 fn write(work: &Path, path: &str, text: &str, ns: &str) {
     std::fs::write(work.join(path), text.replace("NS", ns)).unwrap();
 }
@@ -106,20 +125,7 @@ async fn a_canary_mounts_its_own_config_and_the_revert_puts_back_image_and_confi
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     support::commit_example(&work, &ns.name);
-    let web = work.join("apps/web/web.yaml");
-    let text = std::fs::read_to_string(&web).unwrap();
-    let text = text
-        .replacen(
-            "  currentBatch: 1\n",
-            "  currentBatch: 1\n  versionedConfig: true\n  onFailure:\n    revert: commit\n",
-            1,
-        )
-        .replacen(
-            "          - containerPort: 80\n",
-            &format!("          - containerPort: 80\n{MOUNTS}{VOLUMES}"),
-            1,
-        );
-    std::fs::write(&web, text).unwrap();
+    web_with_versioned_config(&work, "  onFailure:\n    revert: commit\n");
     write(&work, "apps/web/config.yaml", &config("1gb"), &ns.name);
     push(&work, "web with its config");
     let first = start_writing_agent(&tmp.path().join("agent"), &bare, &ns.name);
@@ -162,6 +168,7 @@ async fn a_canary_mounts_its_own_config_and_the_revert_puts_back_image_and_confi
     );
 
     // One commit: a new image and a new config.
+    let web = work.join("apps/web/web.yaml");
     std::fs::write(
         &web,
         std::fs::read_to_string(&web)
@@ -477,20 +484,7 @@ async fn an_object_that_is_not_the_rollouts_copy_is_never_mounted() {
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     support::commit_example(&work, &ns.name);
-    let web = work.join("apps/web/web.yaml");
-    let text = std::fs::read_to_string(&web)
-        .unwrap()
-        .replacen(
-            "  currentBatch: 1\n",
-            "  currentBatch: 1\n  versionedConfig: true\n",
-            1,
-        )
-        .replacen(
-            "          - containerPort: 80\n",
-            &format!("          - containerPort: 80\n{MOUNTS}{VOLUMES}"),
-            1,
-        );
-    std::fs::write(&web, text).unwrap();
+    web_with_versioned_config(&work, "");
     write(&work, "apps/web/config.yaml", &config("1gb"), &ns.name);
     push(&work, "web with its config");
     // The name web's copy of app-config will have, taken by another ConfigMap.
@@ -589,20 +583,7 @@ async fn a_secret_the_source_may_not_read_is_not_copied_and_the_advice_names_its
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     support::commit_example(&work, &ns.name);
-    let web = work.join("apps/web/web.yaml");
-    let text = std::fs::read_to_string(&web)
-        .unwrap()
-        .replacen(
-            "  currentBatch: 1\n",
-            "  currentBatch: 1\n  versionedConfig: true\n",
-            1,
-        )
-        .replacen(
-            "          - containerPort: 80\n",
-            &format!("          - containerPort: 80\n{MOUNTS}{VOLUMES}"),
-            1,
-        );
-    std::fs::write(&web, text).unwrap();
+    web_with_versioned_config(&work, "");
     let config_only = config("1gb");
     let config_only = &config_only[..config_only.find("---").unwrap()];
     write(&work, "apps/web/config.yaml", config_only, &ns.name);

@@ -2,6 +2,8 @@
 //! host documents them.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod support;
+
 use std::time::Duration;
 
 use linnet::serve::{ServeLimits, serve};
@@ -9,26 +11,6 @@ use linnet::source::hooks::{HookSettings, WakeReceiver, router, wake_channel};
 use linnet::source::webhook::{GitHost, sign_hex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// Polls `check` until it gives a value, for at most 10 s; the steps wait on what they need,
-/// never on a fixed sleep (issue 71).
-async fn until<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after 10s waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 const SECRET: &str = "s3cret-from-a-file";
 
@@ -422,23 +404,31 @@ async fn past_the_connection_limit_callers_get_503_with_retry_after() {
         held.push(TcpStream::connect(l.addr).await.unwrap());
     }
     // Once the server has taken the four, the next caller is turned away.
-    let answer = until("a caller past the slots turned away", || async {
-        let answer = raw_exchange(
-            l.addr,
-            "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
-            Duration::from_secs(3),
-        )
-        .await;
-        answer.starts_with("HTTP/1.1 503").then_some(answer)
-    })
+    let answer = support::eventually(
+        "a caller past the slots turned away",
+        Duration::from_secs(10),
+        || async {
+            let answer = raw_exchange(
+                l.addr,
+                "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+                Duration::from_secs(3),
+            )
+            .await;
+            answer.starts_with("HTTP/1.1 503").then_some(answer)
+        },
+    )
     .await;
     assert!(answer.contains("Retry-After: 1"), "{answer}");
     drop(held);
     let body = github_push("main");
-    until("a push taken once the slots are free", || async {
-        let code = post(&l, "github", &github_headers("push", &body), &body).await;
-        (code == 202).then_some(())
-    })
+    support::eventually(
+        "a push taken once the slots are free",
+        Duration::from_secs(10),
+        || async {
+            let code = post(&l, "github", &github_headers("push", &body), &body).await;
+            (code == 202).then_some(())
+        },
+    )
     .await;
 }
 
@@ -456,16 +446,20 @@ async fn past_the_unverified_body_limit_callers_get_503_with_retry_after() {
     }
     // Once the server reads both bodies, a third caller is turned away.
     let body = github_push("main");
-    let response = until("a third unverified body turned away", || async {
-        let mut req = http()
-            .post(format!("{}/hooks/github", l.base))
-            .body(body.clone());
-        for (k, v) in github_headers("push", &body) {
-            req = req.header(k, v);
-        }
-        let response = req.send().await.unwrap();
-        (response.status() == 503).then_some(response)
-    })
+    let response = support::eventually(
+        "a third unverified body turned away",
+        Duration::from_secs(10),
+        || async {
+            let mut req = http()
+                .post(format!("{}/hooks/github", l.base))
+                .body(body.clone());
+            for (k, v) in github_headers("push", &body) {
+                req = req.header(k, v);
+            }
+            let response = req.send().await.unwrap();
+            (response.status() == 503).then_some(response)
+        },
+    )
     .await;
     assert_eq!(response.headers()["retry-after"], "1");
     drop(held);

@@ -130,10 +130,8 @@ where
         planned.status.phase().map(crate::api::WireName::wire_name),
     );
     // The push's trace, from the traceparent the sync wrote with this spec (issue 71).
-    if let Some(parent) = rollout
-        .annotations()
-        .get(crate::telemetry::trace::TRACEPARENT_ANNOTATION)
-        .and_then(|t| crate::telemetry::trace::Parent::from_traceparent(t))
+    if let Some(parent) =
+        crate::telemetry::trace::Parent::of_annotations(rollout.meta().annotations.as_ref())
     {
         planned.status.set_trace_id(parent.trace_id());
     }
@@ -252,10 +250,8 @@ pub(crate) async fn measured<K: RolloutKind>(
     // Joins the trace of the sync that applied this spec (issue 71), so that one push's trace
     // reaches the actions it causes; without one, the span stands alone.
     let span = tracing::info_span!("reconcile", kind = K::KIND, rollout = %key, generation = rollout.meta().generation);
-    if let Some(parent) = rollout
-        .annotations()
-        .get(crate::telemetry::trace::TRACEPARENT_ANNOTATION)
-        .and_then(|t| crate::telemetry::trace::Parent::from_traceparent(t))
+    if let Some(parent) =
+        crate::telemetry::trace::Parent::of_annotations(rollout.meta().annotations.as_ref())
     {
         parent.adopt(&span);
     }

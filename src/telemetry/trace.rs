@@ -123,6 +123,13 @@ impl Parent {
         cx.span().span_context().is_valid().then_some(Parent(cx))
     }
 
+    /// The trace a rollout's spec was applied in: its [`TRACEPARENT_ANNOTATION`], if it reads.
+    pub fn of_annotations(
+        annotations: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> Option<Parent> {
+        Parent::from_traceparent(annotations?.get(TRACEPARENT_ANNOTATION)?)
+    }
+
     /// Makes this context `span`'s parent.
     pub fn adopt(&self, span: &tracing::Span) {
         let _ = span.set_parent(self.0.clone());

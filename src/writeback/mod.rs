@@ -234,11 +234,11 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
 fn pushed_trace<K: crate::api::packed_meta::PacksMeta>(
     rollout: &K,
 ) -> Option<crate::telemetry::trace::Parent> {
-    crate::api::packed_meta::metadata(rollout)
-        .annotations
-        .as_ref()?
-        .get(crate::telemetry::trace::TRACEPARENT_ANNOTATION)
-        .and_then(|t| crate::telemetry::trace::Parent::from_traceparent(t))
+    crate::telemetry::trace::Parent::of_annotations(
+        crate::api::packed_meta::metadata(rollout)
+            .annotations
+            .as_ref(),
+    )
 }
 
 /// Posts each rollout's state as a commit status, never the same one twice, until the

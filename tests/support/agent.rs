@@ -86,6 +86,27 @@ impl Agent {
         }
     }
 
+    /// Waits up to `within` for the process to exit by itself (a refusal, a fault), and
+    /// returns how; fails naming `what` was expected, with the log, if it goes on running.
+    pub async fn exited_within(
+        &mut self,
+        within: Duration,
+        what: &str,
+    ) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent kept running past {within:?}; expected {what}:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

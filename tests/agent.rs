@@ -957,6 +957,44 @@ async fn of_two_agents_of_one_source_started_together_one_runs() {
     }
 }
 
+/// Issue 70: an agent whose source claim another agent took (its own lapsed, say, while the
+/// API server was away) stops at its next renewal instead of acting beside the new holder.
+#[tokio::test]
+async fn an_agent_whose_source_claim_is_taken_stops() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Patch, PatchParams};
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "claim-taken").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut agent = start_agent(
+        tmp.path(),
+        &[format!("--repo-path={}", empty.display())],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let claim = format!("linnet-source-{}", ns.name);
+    Api::<Lease>::namespaced(admin.clone(), &ns.name)
+        .patch(
+            &claim,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"holderIdentity": "lease/another-install"}})),
+        )
+        .await
+        .unwrap();
+    let status = agent
+        .exited_within(Duration::from_secs(20), "a stop once its claim was taken")
+        .await;
+    let log = agent.log_text();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("the source claim is held by \"lease/another-install\" now"),
+        "{log}"
+    );
+}
+
 /// Issue 45: prune selected by linnet's two labels. A hand-made ConfigMap carrying them (a
 /// copied manifest) was deleted by the first sync, and two agents with the same source name
 /// deleted each other's objects. Pruning now deletes only what the source's inventory holds,

@@ -283,10 +283,11 @@ impl SourceClaim {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut renewed = tokio::time::Instant::now();
         let mut lapsed = false;
+        let mut written = None;
         loop {
             tick.tick().await;
             heartbeat.beat();
-            match self.renew().await {
+            match self.renew(&mut written).await {
                 Ok(true) => {
                     if std::mem::take(&mut lapsed) {
                         tracing::info!(
@@ -317,25 +318,34 @@ impl SourceClaim {
     }
 
     /// `Ok(false)`: not renewed this time (a race with another replica, a failed call).
-    async fn renew(&self) -> std::result::Result<bool, ClaimLost> {
-        let lease = match self.api.get_opt(&self.name).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return Err(ClaimLost::Deleted),
-            Err(e) => {
-                tracing::warn!(claim = self.name, error = %kube_message(&e), "cannot renew the source claim");
-                return Ok(false);
+    /// `written` is the resourceVersion of this agent's last renewal: while nobody else
+    /// writes the claim, a renewal is one patch; after any other write (the patch is refused)
+    /// the next one reads the claim again, and finds out whether another agent holds it.
+    async fn renew(&self, written: &mut Option<String>) -> std::result::Result<bool, ClaimLost> {
+        let version = match written.take() {
+            Some(version) => version,
+            None => {
+                let lease = match self.api.get_opt(&self.name).await {
+                    Ok(Some(lease)) => lease,
+                    Ok(None) => return Err(ClaimLost::Deleted),
+                    Err(e) => {
+                        tracing::warn!(claim = self.name, error = %kube_message(&e), "cannot renew the source claim");
+                        return Ok(false);
+                    }
+                };
+                let holder = lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.clone())
+                    .unwrap_or_default();
+                if holder != self.me.identity {
+                    return Err(ClaimLost::TakenBy(holder));
+                }
+                lease.metadata.resource_version.unwrap_or_default()
             }
         };
-        let holder = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.clone())
-            .unwrap_or_default();
-        if holder != self.me.identity {
-            return Err(ClaimLost::TakenBy(holder));
-        }
         let body = json!({
-            "metadata": {"resourceVersion": lease.metadata.resource_version},
+            "metadata": {"resourceVersion": version},
             "spec": {"renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::now())},
         });
         match self
@@ -343,9 +353,12 @@ impl SourceClaim {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(lease) => {
+                *written = lease.metadata.resource_version;
+                Ok(true)
+            }
             Err(e) => {
-                tracing::debug!(claim = self.name, error = %kube_message(&e), "source claim renewal not taken; again next time");
+                tracing::debug!(claim = self.name, error = %kube_message(&e), "source claim renewal not taken; read again next time");
                 Ok(false)
             }
         }

@@ -253,10 +253,12 @@ macro_rules! trace_layer {
     }};
 }
 
-/// A client for `config`. Settings this client does not handle itself (an HTTP proxy, a TLS
-/// server name) get kube's own HTTP/1.1 client instead.
+/// A client for `config`, behind the process's fence if it has one: a client made later
+/// (one impersonating a source's account) writes only while the Lease is held, like the
+/// agent's own. Settings this client does not handle itself (an HTTP proxy, a TLS server
+/// name) get kube's own HTTP/1.1 client instead.
 pub fn from_config(config: Config) -> Result<Client, kube::Error> {
-    from_config_fenced(config, None)
+    from_config_fenced(config, fence::current().cloned())
 }
 
 /// [`from_config`], with every write behind `fence`. kube's own client (a proxy, a TLS

@@ -233,21 +233,36 @@ impl<'a> Planner<'a> {
         };
         // What shrinks is written first, then what grows: the other order asked for both at
         // once between the two writes (18 replicas for 10 at a batch start).
-        let new_shrinks = self.find(&new_name).is_some_and(|d| d.replicas > t);
+        let new_now = self.find(&new_name).map(|d| d.replicas);
+        let new_shrinks = new_now.is_some_and(|r| r > t);
         let mut new = None;
         if new_shrinks {
             new = self.ensure(&new_name, &image, t);
         }
+        // And what grows waits until the shrink has reached the pods: a scale-down stops pods
+        // later than a scale-up starts them (12 pods for a bound of 11 on the real node).
+        let old_stopping = old_name
+            .as_deref()
+            .and_then(|name| self.find(name))
+            .filter(|old| !old.shrunk_to(old_replicas))
+            .map(|old| old.pods);
         if let Some(old_name) = old_name {
             self.ensure(&old_name, &stable_image, old_replicas);
         }
         if !new_shrinks {
-            new = self.ensure(&new_name, &image, t);
+            let grow_to = match old_stopping {
+                Some(_) => new_now.unwrap_or(0).min(t),
+                None => t,
+            };
+            new = self.ensure(&new_name, &image, grow_to);
         }
         let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         if !done {
+            let stopping = old_stopping.map_or(String::new(), |pods| {
+                format!("; waiting for the old version to stop down to {old_replicas} (it has {pods} pod(s))")
+            });
             return Next::Stay(format!(
-                "batch {n} of {m}: {available}/{t} new replica(s) on {image} available"
+                "batch {n} of {m}: {available}/{t} new replica(s) on {image} available{stopping}"
             ));
         }
         if let Some(why) = route_waiting {

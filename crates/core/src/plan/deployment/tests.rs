@@ -51,6 +51,9 @@ struct Sim {
     config: crate::plan::config::ConfigObserved,
     /// The ConfigMaps each Deployment's pods mount, as last applied.
     mounted: BTreeMap<String, Vec<String>>,
+    /// Pods a scale-down stops per tick (`None`: all at once). New pods start at once: on a
+    /// real node a pod takes longer to stop than to be created.
+    stopped_per_tick: Option<i32>,
 }
 
 impl Sim {
@@ -71,6 +74,7 @@ impl Sim {
             measurements: 0,
             config: Default::default(),
             mounted: BTreeMap::new(),
+            stopped_per_tick: None,
         }
     }
 
@@ -227,9 +231,12 @@ impl Sim {
         self.now += jiff::SignedDuration::from_secs(1);
         for d in self.deployments.values_mut() {
             let broken = d.image.as_deref().is_some_and(|i| i.ends_with(":broken"));
-            d.pods = d.replicas;
-            d.updated = d.replicas;
-            d.available = if broken { 0 } else { d.replicas };
+            d.pods = match self.stopped_per_tick {
+                Some(k) if d.pods > d.replicas => (d.pods - k).max(d.replicas),
+                _ => d.replicas,
+            };
+            d.updated = d.pods;
+            d.available = if broken { 0 } else { d.pods };
             d.status_fresh = true;
         }
     }
@@ -538,6 +545,39 @@ fn a_batch_start_does_not_scale_the_old_version_back_up() {
         "the old version never grows: {history:?}"
     );
     assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 10)]));
+}
+
+/// Issue 69, seen again in CI: on the real node 8 replicas in 4 batches reached 12 pods not
+/// being deleted (bound 11). The old version had been asked for 3 but still had 4 pods when
+/// the last batch scaled the new one to 8: a scale-down reaches the pods later than a
+/// scale-up. Here old pods stop one per tick and new ones start at once; pods are counted.
+#[test]
+fn a_batch_grows_only_once_the_old_versions_pods_have_stopped() {
+    let mut s = Sim::new(Strategy::Batches, 4, PauseMode::Never);
+    s.spec.replicas = 8;
+    s.completed_on("web:1");
+    s.stopped_per_tick = Some(1);
+    s.spec.image = "web:2".into();
+    let mut peak = 0;
+    for _ in 0..200 {
+        s.reconcile();
+        s.tick();
+        let pods: i32 = s.deployments.values().map(|d| d.pods).sum();
+        assert!(
+            pods <= s.surge_bound(),
+            "{pods} pods in batch {:?} (bound {}): {:?}",
+            s.status.current_batch,
+            s.surge_bound(),
+            s.deployments
+        );
+        peak = peak.max(pods);
+        if s.phase() == Some(Phase::Completed) && s.status.stable_image.as_deref() == Some("web:2")
+        {
+            break;
+        }
+    }
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 8)]));
+    assert_eq!(peak, 11, "the last batch still adds its 3 at once");
 }
 
 /// A Sim whose pods mount ConfigMap `web-config`, copied per version, as `copy` now.

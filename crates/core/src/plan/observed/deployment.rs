@@ -105,6 +105,12 @@ impl DeploymentView {
         DeploymentView::from_stored(&stored, container)
     }
 
+    /// Asked for at most `replicas`, and seen with at most that many pods not being deleted
+    /// (`status.replicas` leaves out stopping pods, as `maxSurge` does).
+    pub fn shrunk_to(&self, replicas: i32) -> bool {
+        self.status_fresh && self.replicas <= replicas && self.pods <= replicas
+    }
+
     /// Every replica runs the current template and is available.
     pub fn complete(&self, n: i32) -> bool {
         self.status_fresh && self.updated == n && self.available == n && self.pods == n

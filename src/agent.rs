@@ -41,197 +41,39 @@ pub async fn run(
         &mut tasks,
     )
     .await?;
-    let source = match &config.source {
-        SourceConfig::Remote { remote, cache_dir } => Source::Remote(
-            look::open_remote(remote.clone(), cache_dir.clone(), config.render.clone()).await?,
-        ),
-        SourceConfig::Local { dir } => {
-            let (watcher, changes) =
-                source::local::watch(dir.clone(), std::time::Duration::from_millis(200)).map_err(
-                    |e| Error::Io {
-                        path: dir.clone(),
-                        source: std::io::Error::other(e),
-                    },
-                )?;
-            Source::Local { watcher, changes }
-        }
-    };
+    let source = open_source(&config).await?;
     // Sharded (`--shards`), every replica runs the rollouts of the shards it holds at once;
     // only Git sync, write-back and commit statuses wait for the main Lease.
     let sharded = config.leader.clone().filter(|l| l.shards > 1);
-    let mut held_lease = None;
+    let mut held = Held::default();
     if let (Some(leader), None) = (&config.leader, &sharded) {
-        let mut held = lease::wait_for_leadership(client.clone(), leader).await?;
-        tasks.spawn("lease", held.lost());
-        held_lease = Some(held);
-    }
-    if config.leader.is_none() || held_lease.is_some() {
+        held.lease = Some(hold_lease(&client, leader, &metrics, &mut tasks).await?);
+    } else if config.leader.is_none() {
         metrics.leader.set(1);
     }
     // Before this replica applies, prunes or reconciles anything: the source is its own.
-    let origin = {
-        let spec = crate::runtime::source_object::spec_of(&config);
-        claim::Origin {
-            url: spec.url,
-            branch: spec.branch,
-        }
-    };
-    let source_claim = claim::take(
-        &client,
-        &config.source_name,
-        &config.installation,
-        config.claim_duration,
-        &origin,
-    )
-    .await?;
+    let source_claim = take_source_claim(&client, &config).await?;
     tasks.spawn("source claim", source_claim.clone().keep());
     // Without leader election the next holder is another pod: it need not wait for a lapse.
-    let release_claim = config.leader.is_none().then_some(source_claim);
-    // The controllers act on what the sync applied, each on its kind's shared store.
-    let mut ctx = controller::Context::new(
-        client.clone(),
-        &config.source_name,
-        metrics.clone(),
-        config.max_concurrent_reconciles,
-        config.analysis.clone(),
-    )
-    .with_source_account(controller::source_account::SourceAccount::new(
-        config.apply_as.clone(),
-        Some(kube_config.clone()),
-    ))
-    .with_first_status_wait(config.first_status_wait);
-    let (release_shards, shard_release) = tokio::sync::watch::channel(false);
-    // Each shard holder keeps a sender: all dropped once every held shard was released.
-    let (holders_alive, mut holders_gone) = mpsc::channel::<()>(1);
+    held.claim = config.leader.is_none().then_some(source_claim);
+    let mut ctx = controller_context(&config, &client, &kube_config, &metrics);
     if let Some(leader) = &sharded {
-        let shards = Arc::new(controller::shards::ShardSet::new(leader.shards));
-        let holders = shards::hold_shards(
-            client.clone(),
-            leader,
-            shards.clone(),
-            shard_release,
-            holders_alive.clone(),
-        );
-        // A holder that ends or panics before the shutdown is a fault like any task's.
-        for holder in holders {
-            tasks.spawn("shard lease", async move {
-                let _ = holder.await;
-            });
-        }
-        ctx = ctx.with_shards(shards);
+        ctx = ctx.with_shards(held.shards.spawn(&client, leader, &mut tasks));
     }
-    drop(holders_alive);
     let ctx = Arc::new(ctx);
     let edited = ctx.edited.clone();
-    // Each consumer subscribes here, not in its task: none misses the first list.
-    let (sts, sts_changes) = (
-        rollouts.statefulsets.clone(),
-        rollouts.statefulsets.subscribe(),
-    );
-    let (deploys, deploy_changes) = (
-        rollouts.deployments.clone(),
-        rollouts.deployments.subscribe(),
-    );
-    let commit_status_changes = config.commit_status.as_ref().map(|_| rollouts.subscribe());
-    let writeback_changes = config.writeback.as_ref().map(|_| rollouts.subscribe());
-    let revert_changes = config.reverts.as_ref().map(|_| rollouts.subscribe());
-    let notify_changes = config.notifications.as_ref().map(|_| rollouts.subscribe());
-    tasks.spawn(
-        "CanaryStatefulSet controller",
-        controller::statefulset::run(ctx.clone(), sts, sts_changes, shutdown_signal()),
-    );
-    tasks.spawn(
-        "CanaryDeployment controller",
-        controller::deployment::run(ctx.clone(), deploys, deploy_changes, shutdown_signal()),
-    );
-    // Every consumer has subscribed (above, not in its task): the rollout watches start.
+    // Each consumer subscribes before the rollout watches start: none misses the first list.
+    let feeds = WriterFeeds::subscribe(&config, &rollouts);
+    spawn_controllers(&ctx, &rollouts, &mut tasks);
     tasks.spawn("CanaryStatefulSet watch", sts_watch.run());
     tasks.spawn("CanaryDeployment watch", deploy_watch.run());
     if let Some(leader) = &sharded {
-        let mut held = lease::wait_for_leadership(client.clone(), leader).await?;
-        tasks.spawn("lease", held.lost());
-        held_lease = Some(held);
-        metrics.leader.set(1);
+        held.lease = Some(hold_lease(&client, leader, &metrics, &mut tasks).await?);
     }
-    tasks.spawn(
-        "unmanaged rollouts",
-        controller::unmanaged::run(ctx, shutdown_signal()),
-    );
-    tasks.spawn(
-        "LinnetSource status",
-        crate::runtime::source_object::publish(
-            client.clone(),
-            config.state_namespace.clone(),
-            config.source_name.clone(),
-            crate::runtime::source_object::spec_of(&config),
-            {
-                let state = state.clone();
-                move || state.status()
-            },
-            state.subscribe(),
-        ),
-    );
-    let spec_error_statuses = match (config.commit_status.clone(), commit_status_changes) {
-        (Some(cfg), Some(changes)) => {
-            let (tx, rx) = mpsc::channel(64);
-            tasks.spawn(
-                "commit statuses",
-                writeback::post_commit_statuses(changes, cfg, metrics.clone(), rx),
-            );
-            Some(tx)
-        }
-        _ => None,
-    };
-    if let (Some(cfg), Some(changes)) = (config.notifications.clone(), notify_changes) {
-        tasks.spawn(
-            "notifications",
-            crate::notify::run(
-                changes,
-                cfg,
-                metrics.clone(),
-                Some(crate::notify::persist::Store {
-                    client: client.clone(),
-                    namespace: config.state_namespace.clone(),
-                    source: config.source_name.clone(),
-                }),
-            ),
-        );
-    }
-    if let (Some(cfg), Some(changes)) = (config.writeback.clone(), writeback_changes) {
-        tasks.spawn("write-back", writeback::run(changes, cfg, metrics.clone()));
-    }
-    let events = crate::events::EventRecorders::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "linnet".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
-    if let (Some(cfg), Some(changes)) = (config.reverts.clone(), revert_changes) {
-        tasks.spawn(
-            "revert commits",
-            writeback::revert_loop::run(changes, cfg, metrics.clone(), events.clone()),
-        );
-    }
-    let syncer = Syncer::new(
-        client.clone(),
-        &config.source_name,
-        config.load.policy.allowed_namespaces.clone(),
-    )
-    .with_drift_interval(config.drift_interval)
-    .with_apply_as(config.apply_as.clone(), kube_config)
-    .with_adopt(config.adopt)
-    .with_policy(config.load.policy.clone())
-    .with_inventory(
-        config.state_namespace.clone(),
-        format!(
-            "{}/{}",
-            config.installation.namespace, config.installation.identity
-        ),
-    )
-    .with_watched(rollouts.clone())
-    // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
-    .with_rollout_finalizer(true);
+    spawn_status_writers(ctx, &config, &client, &state, &mut tasks);
+    let events = crate::events::EventRecorders::new(client.clone(), crate::events::reporter());
+    let spec_error_statuses = feeds.spawn(&config, &client, &metrics, &events, &mut tasks);
+    let syncer = syncer(&config, &client, kube_config, &rollouts);
     let source_loop = SourceLoop {
         config,
         client,
@@ -249,15 +91,298 @@ pub async fn run(
     };
     // Nothing of this replica acts any more before the next one may start.
     tasks.stop_all().await;
-    let _ = release_shards.send(true);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), holders_gone.recv()).await;
-    if let Some(claim) = release_claim {
-        claim.release().await;
-    }
-    if let Some(lease) = held_lease {
-        lease.release().await;
-    }
+    held.release().await;
     outcome
+}
+
+/// What this replica holds and lets go when it stops, so that the next need not wait for
+/// a lapse: its shards, its source claim (without leader election), its Lease.
+#[derive(Default)]
+struct Held {
+    shards: ShardHolders,
+    claim: Option<claim::SourceClaim>,
+    lease: Option<lease::HeldLease>,
+}
+
+impl Held {
+    async fn release(self) {
+        self.shards.release().await;
+        if let Some(claim) = self.claim {
+            claim.release().await;
+        }
+        if let Some(lease) = self.lease {
+            lease.release().await;
+        }
+    }
+}
+
+/// The Git repository (a mirror of the remote) or the directory the specs come from.
+async fn open_source(config: &AgentConfig) -> Result<Source> {
+    Ok(match &config.source {
+        SourceConfig::Remote { remote, cache_dir } => Source::Remote(
+            look::open_remote(remote.clone(), cache_dir.clone(), config.render.clone()).await?,
+        ),
+        SourceConfig::Local { dir } => {
+            let (watcher, changes) =
+                source::local::watch(dir.clone(), std::time::Duration::from_millis(200)).map_err(
+                    |e| Error::Io {
+                        path: dir.clone(),
+                        source: std::io::Error::other(e),
+                    },
+                )?;
+            Source::Local { watcher, changes }
+        }
+    })
+}
+
+/// Waits to lead, then keeps the Lease: losing it is a fault that stops the agent.
+async fn hold_lease(
+    client: &kube::Client,
+    leader: &LeaderConfig,
+    metrics: &Metrics,
+    tasks: &mut Tasks,
+) -> Result<lease::HeldLease> {
+    let mut held = lease::wait_for_leadership(client.clone(), leader).await?;
+    tasks.spawn("lease", held.lost());
+    metrics.leader.set(1);
+    Ok(held)
+}
+
+/// Takes the claim on this agent's source name, or says which agent holds it.
+async fn take_source_claim(
+    client: &kube::Client,
+    config: &AgentConfig,
+) -> Result<claim::SourceClaim> {
+    let spec = crate::runtime::source_object::spec_of(config);
+    let origin = claim::Origin {
+        url: spec.url,
+        branch: spec.branch,
+    };
+    claim::take(
+        client,
+        &config.source_name,
+        &config.installation,
+        config.claim_duration,
+        &origin,
+    )
+    .await
+}
+
+/// What the controllers share: the client, the source's name and account, the limits.
+fn controller_context(
+    config: &AgentConfig,
+    client: &kube::Client,
+    kube_config: &kube::Config,
+    metrics: &Arc<Metrics>,
+) -> controller::Context {
+    controller::Context::new(
+        client.clone(),
+        &config.source_name,
+        metrics.clone(),
+        config.max_concurrent_reconciles,
+        config.analysis.clone(),
+    )
+    .with_source_account(controller::source_account::SourceAccount::new(
+        config.apply_as.clone(),
+        Some(kube_config.clone()),
+    ))
+    .with_first_status_wait(config.first_status_wait)
+}
+
+/// The tasks holding shard Leases (`--shards`), and how to let them go at the end.
+struct ShardHolders {
+    release: tokio::sync::watch::Sender<bool>,
+    /// Each holder keeps a sender: all dropped once every held shard was released.
+    alive: Option<mpsc::Sender<()>>,
+    gone: mpsc::Receiver<()>,
+}
+
+impl Default for ShardHolders {
+    fn default() -> ShardHolders {
+        let (release, _) = tokio::sync::watch::channel(false);
+        let (alive, gone) = mpsc::channel(1);
+        ShardHolders {
+            release,
+            alive: Some(alive),
+            gone,
+        }
+    }
+}
+
+impl ShardHolders {
+    /// Starts a holder per shard; the shards this replica holds are the returned set's.
+    fn spawn(
+        &self,
+        client: &kube::Client,
+        leader: &LeaderConfig,
+        tasks: &mut Tasks,
+    ) -> Arc<controller::shards::ShardSet> {
+        let shards = Arc::new(controller::shards::ShardSet::new(leader.shards));
+        let Some(alive) = self.alive.clone() else {
+            return shards;
+        };
+        let holders = shards::hold_shards(
+            client.clone(),
+            leader,
+            shards.clone(),
+            self.release.subscribe(),
+            alive,
+        );
+        // A holder that ends or panics before the shutdown is a fault like any task's.
+        for holder in holders {
+            tasks.spawn("shard lease", async move {
+                let _ = holder.await;
+            });
+        }
+        shards
+    }
+
+    /// Releases every held shard, waiting up to 3 s for the holders to say so.
+    async fn release(mut self) {
+        drop(self.alive.take());
+        let _ = self.release.send(true);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(3), self.gone.recv()).await;
+    }
+}
+
+/// The two kinds' controllers, each on its kind's shared store.
+fn spawn_controllers(ctx: &Arc<controller::Context>, rollouts: &RolloutStores, tasks: &mut Tasks) {
+    let (sts, sts_changes) = (
+        rollouts.statefulsets.clone(),
+        rollouts.statefulsets.subscribe(),
+    );
+    let (deploys, deploy_changes) = (
+        rollouts.deployments.clone(),
+        rollouts.deployments.subscribe(),
+    );
+    tasks.spawn(
+        "CanaryStatefulSet controller",
+        controller::statefulset::run(ctx.clone(), sts, sts_changes, shutdown_signal()),
+    );
+    tasks.spawn(
+        "CanaryDeployment controller",
+        controller::deployment::run(ctx.clone(), deploys, deploy_changes, shutdown_signal()),
+    );
+}
+
+/// What writes status once this replica leads: the unmanaged rollouts' (those of no source
+/// or another), and the LinnetSource object's, kept on what this agent's state says.
+fn spawn_status_writers(
+    ctx: Arc<controller::Context>,
+    config: &AgentConfig,
+    client: &kube::Client,
+    state: &Arc<AgentState>,
+    tasks: &mut Tasks,
+) {
+    tasks.spawn(
+        "unmanaged rollouts",
+        controller::unmanaged::run(ctx, shutdown_signal()),
+    );
+    let status = {
+        let state = state.clone();
+        move || state.status()
+    };
+    tasks.spawn(
+        "LinnetSource status",
+        crate::runtime::source_object::publish(
+            client.clone(),
+            config.state_namespace.clone(),
+            config.source_name.clone(),
+            crate::runtime::source_object::spec_of(config),
+            status,
+            state.subscribe(),
+        ),
+    );
+}
+
+/// The rollout changes each writer to Git (and the notifier) follows, subscribed before the
+/// watches start.
+struct WriterFeeds {
+    commit_status: Option<crate::watch::rollouts::Subscription>,
+    writeback: Option<crate::watch::rollouts::Subscription>,
+    reverts: Option<crate::watch::rollouts::Subscription>,
+    notifications: Option<crate::watch::rollouts::Subscription>,
+}
+
+impl WriterFeeds {
+    fn subscribe(config: &AgentConfig, rollouts: &RolloutStores) -> WriterFeeds {
+        WriterFeeds {
+            commit_status: config.commit_status.as_ref().map(|_| rollouts.subscribe()),
+            writeback: config.writeback.as_ref().map(|_| rollouts.subscribe()),
+            reverts: config.reverts.as_ref().map(|_| rollouts.subscribe()),
+            notifications: config.notifications.as_ref().map(|_| rollouts.subscribe()),
+        }
+    }
+
+    /// Starts the writers configured; returns where the sync sends spec errors to become
+    /// commit statuses, if they are posted.
+    fn spawn(
+        self,
+        config: &AgentConfig,
+        client: &kube::Client,
+        metrics: &Arc<Metrics>,
+        events: &crate::events::EventRecorders,
+        tasks: &mut Tasks,
+    ) -> Option<mpsc::Sender<writeback::commit_status::Wanted>> {
+        let mut spec_error_statuses = None;
+        if let (Some(cfg), Some(changes)) = (config.commit_status.clone(), self.commit_status) {
+            let (tx, rx) = mpsc::channel(64);
+            tasks.spawn(
+                "commit statuses",
+                writeback::post_commit_statuses(changes, cfg, metrics.clone(), rx),
+            );
+            spec_error_statuses = Some(tx);
+        }
+        if let (Some(cfg), Some(changes)) = (config.notifications.clone(), self.notifications) {
+            let store = crate::notify::persist::Store {
+                client: client.clone(),
+                namespace: config.state_namespace.clone(),
+                source: config.source_name.clone(),
+            };
+            tasks.spawn(
+                "notifications",
+                crate::notify::run(changes, cfg, metrics.clone(), Some(store)),
+            );
+        }
+        if let (Some(cfg), Some(changes)) = (config.writeback.clone(), self.writeback) {
+            tasks.spawn("write-back", writeback::run(changes, cfg, metrics.clone()));
+        }
+        if let (Some(cfg), Some(changes)) = (config.reverts.clone(), self.reverts) {
+            tasks.spawn(
+                "revert commits",
+                writeback::revert_loop::run(changes, cfg, metrics.clone(), events.clone()),
+            );
+        }
+        spec_error_statuses
+    }
+}
+
+/// The sync: what it may apply, as whom, what it records, and what it watches.
+fn syncer(
+    config: &AgentConfig,
+    client: &kube::Client,
+    kube_config: kube::Config,
+    rollouts: &RolloutStores,
+) -> Syncer {
+    Syncer::new(
+        client.clone(),
+        &config.source_name,
+        config.load.policy.allowed_namespaces.clone(),
+    )
+    .with_drift_interval(config.drift_interval)
+    .with_apply_as(config.apply_as.clone(), kube_config)
+    .with_adopt(config.adopt)
+    .with_policy(config.load.policy.clone())
+    .with_inventory(
+        config.state_namespace.clone(),
+        format!(
+            "{}/{}",
+            config.installation.namespace, config.installation.identity
+        ),
+    )
+    .with_watched(rollouts.clone())
+    // This agent runs the CanaryStatefulSet controller, which removes the finalizer.
+    .with_rollout_finalizer(true)
 }
 
 /// The agent's metrics, with every error counter at 0 from the start, by the labels of the

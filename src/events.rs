@@ -39,6 +39,14 @@ struct Bucket {
     last_publish: Option<Instant>,
 }
 
+/// Who reports linnet's events: the controller `linnet`, this pod (`POD_NAME`) if known.
+pub fn reporter() -> Reporter {
+    Reporter {
+        controller: "linnet".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    }
+}
+
 impl EventRecorders {
     pub fn new(client: Client, reporter: Reporter) -> EventRecorders {
         let buckets = (0..BUCKETS)

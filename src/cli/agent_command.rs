@@ -4,56 +4,39 @@
 use super::*;
 
 pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
-    use crate::agent::{AgentConfig, SourceConfig};
-    use crate::source::git::{GitAuth, GitRemote};
-    // Before anything else: an agent that would take any webhook must not start at all.
+    check_before_start(&args)?;
+    let config = agent_config(&args)?;
+    // Writes stop at the Lease's renew deadline ([`crate::kube_client::fence`]).
+    let fence = config.leader.as_ref().map(|l| {
+        let (duration, grace) = crate::kube_client::fence::lease_timing(l.duration);
+        let fence = std::sync::Arc::new(crate::kube_client::fence::Fence::new(
+            &l.namespace,
+            &l.name,
+            duration,
+            grace,
+        ));
+        crate::kube_client::fence::install(fence.clone());
+        fence
+    });
+    let (kube_config, client) =
+        crate::kube_client::connect_fenced(&Default::default(), fence).await?;
+    crate::kube_client::check_crds(&client).await?;
+    crate::agent::run(config, client, kube_config).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What stops the start rather than every webhook, status or revision later: the webhook
+/// secret, a CA rustls does not take, signing keys that do not read, a liveness deadline
+/// shorter than a waiting loop's beat.
+fn check_before_start(args: &AgentArgs) -> Result<()> {
     if let Some(file) = &args.webhook_secret_file {
         crate::source::hooks::read_secret(file)
             .map_err(|e| Error::Usage(format!("{e} (--webhook-secret-file)")))?;
     }
-    // The status API's client with the CA, now: a CA that OpenSSL took and rustls does not
-    // stops the agent here, rather than turning commit statuses off later.
     if args.ca_file.is_some() {
         crate::net::http_client(args.ca_file.as_deref(), args.git_timeout)
             .map_err(|e| Error::Usage(e.to_string()))?;
     }
-    let source = match (&args.repo_url, &args.repo_path) {
-        (_, Some(dir)) => SourceConfig::Local { dir: dir.clone() },
-        (Some(url), None) => {
-            let auth = if let Some(key) = &args.ssh_key_file {
-                credential_file_readable(key, "--ssh-key-file", "the deploy key's private key")?;
-                GitAuth::SshKey {
-                    username: "git".into(),
-                    private_key: key.clone(),
-                    known_hosts: args.ssh_known_hosts.clone().unwrap_or_default(),
-                }
-            } else if let Some(file) = &args.git_password_file {
-                credential_file_readable(
-                    file,
-                    "--git-password-file",
-                    "a token of the Git host that can read the repository",
-                )?;
-                GitAuth::Basic {
-                    username: args.git_username.clone(),
-                    password_file: file.clone(),
-                }
-            } else {
-                GitAuth::Anonymous
-            };
-            SourceConfig::Remote {
-                remote: GitRemote {
-                    url: url.clone(),
-                    branch: args.branch.clone(),
-                    auth,
-                },
-                cache_dir: args.cache_dir.clone(),
-            }
-        }
-        (None, None) => unreachable_source()?,
-    };
-    let writeback_source = source.clone();
-    let leader = leader_config(&args)?;
-    // Keys that do not read stop the start, not every revision.
     if let Some(keys) = &args.signing_keys {
         crate::source::verify::TrustedKeys::load(keys)
             .map_err(|e| crate::Error::Usage(format!("--signing-keys: {e}")))?;
@@ -69,13 +52,32 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             crate::liveness::MIN_DEADLINE
         )));
     }
+    Ok(())
+}
+
+/// The flags made into the agent's configuration.
+fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
+    let source = source_config(args)?;
+    let leader = leader_config(args)?;
     let state_namespace = args
         .specs
         .agent_namespace
         .clone()
         .unwrap_or_else(|| args.lease_namespace.clone());
-    let mut config = AgentConfig {
-        source,
+    let commit_status = commit_status_config(args)?;
+    let notifications = match &args.notifications_file {
+        Some(file) => Some(
+            crate::notify::NotifyConfig::load(
+                file,
+                args.ca_file.clone(),
+                args.git_timeout,
+                commit_status.clone(),
+            )
+            .map_err(|e| Error::Usage(format!("{e} (--notifications-file)")))?,
+        ),
+        None => None,
+    };
+    Ok(crate::agent::AgentConfig {
         path: args.path.clone(),
         allow_empty: args.allow_empty,
         poll_interval: args.poll_interval,
@@ -99,16 +101,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
             header_timeout: args.header_timeout,
             ..crate::serve::ServeLimits::default()
         },
-        webhook: args
-            .webhook_secret_file
-            .as_ref()
-            .map(|f| crate::source::hooks::HookSettings {
-                repository_url: args.repo_url.clone(),
-                max_body_bytes: args.webhook_max_body_bytes,
-                body_timeout: args.webhook_body_timeout,
-                max_unverified_bodies: args.webhook_max_unverified_bodies,
-                ..crate::source::hooks::HookSettings::new(f.clone(), args.branch.clone())
-            }),
+        webhook: hook_settings(args),
         load: args.specs.load_options(),
         render: crate::render::RenderOptions {
             fetch_timeout: args.git_timeout,
@@ -118,124 +111,173 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         prune: args.sync.prune,
         apply_as: args.sync.apply_as(args.specs.agent_namespace.as_deref()),
         adopt: args.sync.adopt,
-        writeback: match (&writeback_source, args.writeback) {
-            (SourceConfig::Remote { remote, cache_dir }, true) => {
-                Some(crate::writeback::WritebackConfig {
-                    remote: crate::source::git::GitRemote {
-                        branch: args.writeback_branch.clone(),
-                        ..remote.clone()
-                    },
-                    cache_dir: sibling_dir(cache_dir, "writeback"),
-                    author_name: args.git_author_name.clone(),
-                    author_email: args.git_author_email.clone(),
-                    interval: args.writeback_interval,
-                    timeout: args.git_timeout,
-                })
-            }
-            _ => None,
-        },
-        reverts: match (&writeback_source, args.writeback) {
-            (SourceConfig::Remote { remote, cache_dir }, true) => {
-                Some(crate::writeback::revert_loop::RevertConfig {
-                    // The followed branch: a revert changes the spec itself.
-                    remote: remote.clone(),
-                    spec_dir: args.path.clone(),
-                    cache_dir: sibling_dir(cache_dir, "revert"),
-                    author_name: args.git_author_name.clone(),
-                    author_email: args.git_author_email.clone(),
-                    timeout: args.git_timeout,
-                    // Set below: the commit statuses' host.
-                    host: None,
-                    promotion_auto_merge: args.promotion_auto_merge,
-                })
-            }
-            _ => None,
-        },
-        commit_status: match (
-            args.commit_status_provider,
-            &args.commit_status_repo,
-            &args.commit_status_token_file,
-        ) {
-            (Some(provider), Some(repo), Some(token)) => {
-                use crate::writeback::commit_status::{CommitStatusConfig, Provider};
-                let api_url = match (&args.commit_status_api_url, provider) {
-                    (Some(url), _) => url.clone(),
-                    (None, Provider::Github) => "https://api.github.com".into(),
-                    (None, Provider::Gitlab) => "https://gitlab.com/api/v4".into(),
-                    (None, Provider::Bitbucket) => "https://api.bitbucket.org/2.0".into(),
-                    (None, Provider::Gitea) => {
-                        return Err(Error::Usage(
-                            "--commit-status-provider gitea needs --commit-status-api-url (e.g. https://gitea.example.com/api/v1)".into(),
-                        ));
-                    }
-                };
-                Some(CommitStatusConfig {
-                    provider,
-                    api_url,
-                    repository: repo.clone(),
-                    token_file: token.clone(),
-                    cluster: args.cluster_name.clone(),
-                    target_url: args.commit_status_target_url.clone(),
-                    ca_file: args.ca_file.clone(),
-                    timeout: args.git_timeout,
-                })
-            }
-            _ => None,
-        },
+        writeback: writeback_config(args, &source),
+        // Revert pull requests go to the host, with the token, of commit statuses.
+        reverts: revert_config(args, &source, commit_status.clone()),
+        commit_status,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
-        notifications: None,
+        notifications,
         first_status_wait: args.first_status_wait,
         analysis: crate::controller::analysis::Policy {
             files_dir: args.analysis_files_dir.clone(),
             url_prefixes: args.analysis_url_prefix.clone(),
         },
         state_namespace: state_namespace.clone(),
-        installation: crate::runtime::holder::Installation {
-            namespace: state_namespace,
-            identity: match &leader {
-                Some(leader) => format!("lease/{}", leader.name),
-                // A restarted process of one pod is the same holder; another pod is not.
-                None => format!(
-                    "replica/{}",
-                    args.lease_identity.clone().unwrap_or_else(host_name)
-                ),
-            },
-        },
+        installation: installation(args, leader.as_ref(), state_namespace),
         claim_duration: args.lease_duration,
         leader,
+        source,
+    })
+}
+
+/// The webhook's secret and bounds, when it has a secret.
+fn hook_settings(args: &AgentArgs) -> Option<crate::source::hooks::HookSettings> {
+    let secret = args.webhook_secret_file.as_ref()?;
+    Some(crate::source::hooks::HookSettings {
+        repository_url: args.repo_url.clone(),
+        max_body_bytes: args.webhook_max_body_bytes,
+        body_timeout: args.webhook_body_timeout,
+        max_unverified_bodies: args.webhook_max_unverified_bodies,
+        ..crate::source::hooks::HookSettings::new(secret.clone(), args.branch.clone())
+    })
+}
+
+/// Where the specs come from: a directory, or a remote with its credentials.
+fn source_config(args: &AgentArgs) -> Result<crate::agent::SourceConfig> {
+    use crate::agent::SourceConfig;
+    use crate::source::git::{GitAuth, GitRemote};
+    let url = match (&args.repo_url, &args.repo_path) {
+        (_, Some(dir)) => return Ok(SourceConfig::Local { dir: dir.clone() }),
+        (Some(url), None) => url,
+        (None, None) => return unreachable_source(),
     };
-    // Revert pull requests go to the host, with the token, of commit statuses.
-    if let Some(reverts) = config.reverts.as_mut() {
-        reverts.host = config.commit_status.clone();
+    let auth = if let Some(key) = &args.ssh_key_file {
+        credential_file_readable(key, "--ssh-key-file", "the deploy key's private key")?;
+        GitAuth::SshKey {
+            username: "git".into(),
+            private_key: key.clone(),
+            known_hosts: args.ssh_known_hosts.clone().unwrap_or_default(),
+        }
+    } else if let Some(file) = &args.git_password_file {
+        credential_file_readable(
+            file,
+            "--git-password-file",
+            "a token of the Git host that can read the repository",
+        )?;
+        GitAuth::Basic {
+            username: args.git_username.clone(),
+            password_file: file.clone(),
+        }
+    } else {
+        GitAuth::Anonymous
+    };
+    Ok(SourceConfig::Remote {
+        remote: GitRemote {
+            url: url.clone(),
+            branch: args.branch.clone(),
+            auth,
+        },
+        cache_dir: args.cache_dir.clone(),
+    })
+}
+
+/// Status commits to `--writeback-branch`, from a clone of its own.
+fn writeback_config(
+    args: &AgentArgs,
+    source: &crate::agent::SourceConfig,
+) -> Option<crate::writeback::WritebackConfig> {
+    let crate::agent::SourceConfig::Remote { remote, cache_dir } = source else {
+        return None;
+    };
+    args.writeback.then(|| crate::writeback::WritebackConfig {
+        remote: crate::source::git::GitRemote {
+            branch: args.writeback_branch.clone(),
+            ..remote.clone()
+        },
+        cache_dir: sibling_dir(cache_dir, "writeback"),
+        author_name: args.git_author_name.clone(),
+        author_email: args.git_author_email.clone(),
+        interval: args.writeback_interval,
+        timeout: args.git_timeout,
+    })
+}
+
+/// Revert commits (and pull requests, to `host`) on the followed branch.
+fn revert_config(
+    args: &AgentArgs,
+    source: &crate::agent::SourceConfig,
+    host: Option<crate::writeback::commit_status::CommitStatusConfig>,
+) -> Option<crate::writeback::revert_loop::RevertConfig> {
+    let crate::agent::SourceConfig::Remote { remote, cache_dir } = source else {
+        return None;
+    };
+    args.writeback
+        .then(|| crate::writeback::revert_loop::RevertConfig {
+            // The followed branch: a revert changes the spec itself.
+            remote: remote.clone(),
+            spec_dir: args.path.clone(),
+            cache_dir: sibling_dir(cache_dir, "revert"),
+            author_name: args.git_author_name.clone(),
+            author_email: args.git_author_email.clone(),
+            timeout: args.git_timeout,
+            host,
+            promotion_auto_merge: args.promotion_auto_merge,
+        })
+}
+
+/// Commit statuses, when the provider, the repository and the token are all given.
+fn commit_status_config(
+    args: &AgentArgs,
+) -> Result<Option<crate::writeback::commit_status::CommitStatusConfig>> {
+    use crate::writeback::commit_status::{CommitStatusConfig, Provider};
+    let (Some(provider), Some(repo), Some(token)) = (
+        args.commit_status_provider,
+        &args.commit_status_repo,
+        &args.commit_status_token_file,
+    ) else {
+        return Ok(None);
+    };
+    let api_url = match (&args.commit_status_api_url, provider) {
+        (Some(url), _) => url.clone(),
+        (None, Provider::Github) => "https://api.github.com".into(),
+        (None, Provider::Gitlab) => "https://gitlab.com/api/v4".into(),
+        (None, Provider::Bitbucket) => "https://api.bitbucket.org/2.0".into(),
+        (None, Provider::Gitea) => {
+            return Err(Error::Usage(
+                "--commit-status-provider gitea needs --commit-status-api-url (e.g. https://gitea.example.com/api/v1)".into(),
+            ));
+        }
+    };
+    Ok(Some(CommitStatusConfig {
+        provider,
+        api_url,
+        repository: repo.clone(),
+        token_file: token.clone(),
+        cluster: args.cluster_name.clone(),
+        target_url: args.commit_status_target_url.clone(),
+        ca_file: args.ca_file.clone(),
+        timeout: args.git_timeout,
+    }))
+}
+
+/// Who this agent is as a holder of its source's claim: one Lease name in one namespace,
+/// or, without leader election, one pod.
+fn installation(
+    args: &AgentArgs,
+    leader: Option<&crate::agent::LeaderConfig>,
+    namespace: String,
+) -> crate::runtime::holder::Installation {
+    crate::runtime::holder::Installation {
+        namespace,
+        identity: match leader {
+            Some(leader) => format!("lease/{}", leader.name),
+            // A restarted process of one pod is the same holder; another pod is not.
+            None => format!(
+                "replica/{}",
+                args.lease_identity.clone().unwrap_or_else(host_name)
+            ),
+        },
     }
-    if let Some(file) = &args.notifications_file {
-        config.notifications = Some(
-            crate::notify::NotifyConfig::load(
-                file,
-                args.ca_file.clone(),
-                args.git_timeout,
-                config.commit_status.clone(),
-            )
-            .map_err(|e| Error::Usage(format!("{e} (--notifications-file)")))?,
-        );
-    }
-    // Writes stop at the Lease's renew deadline ([`crate::kube_client::fence`]).
-    let fence = config.leader.as_ref().map(|l| {
-        let (duration, grace) = crate::kube_client::fence::lease_timing(l.duration);
-        let fence = std::sync::Arc::new(crate::kube_client::fence::Fence::new(
-            &l.namespace,
-            &l.name,
-            duration,
-            grace,
-        ));
-        crate::kube_client::fence::install(fence.clone());
-        fence
-    });
-    let (kube_config, client) =
-        crate::kube_client::connect_fenced(&Default::default(), fence).await?;
-    crate::kube_client::check_crds(&client).await?;
-    crate::agent::run(config, client, kube_config).await?;
-    Ok(ExitCode::SUCCESS)
 }
 
 fn host_name() -> String {

@@ -2,7 +2,6 @@
 //! this agent runs.
 
 use kube::Client;
-use kube::runtime::events::Reporter;
 
 /// Shared by all reconciles of all controllers, as an `Arc`.
 pub struct Context {
@@ -55,10 +54,7 @@ impl Context {
         max_concurrent_reconciles: u16,
         analysis: super::analysis::Policy,
     ) -> Context {
-        let reporter = Reporter {
-            controller: "linnet".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
+        let reporter = crate::events::reporter();
         Context {
             recorder: crate::events::EventRecorders::new(client.clone(), reporter),
             templates: super::analysis::Templates::watch(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
-use kube::runtime::events::{Event, EventType, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client};
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -141,13 +141,7 @@ impl Syncer {
             inventory_owner: String::new(),
             inventory: Mutex::new(InventoryState::default()),
             watched: None,
-            recorder: crate::events::EventRecorders::new(
-                client.clone(),
-                Reporter {
-                    controller: "linnet".into(),
-                    instance: std::env::var("POD_NAME").ok(),
-                },
-            ),
+            recorder: crate::events::EventRecorders::new(client.clone(), crate::events::reporter()),
             client,
         }
     }
@@ -444,6 +438,7 @@ enum KeepChanged {
 
 mod access;
 mod inventory_store;
+mod listing;
 mod planning;
 mod put_back;
 mod watched;

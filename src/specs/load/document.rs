@@ -9,12 +9,7 @@ pub(super) fn load_document(
     opts: &LoadOptions,
     allowance: &Allowance,
 ) -> std::result::Result<Option<LoadedObject>, Vec<SpecError>> {
-    let at_start = |message: String| error_at(file, doc.first_line, 1, message);
-    let at_key = |path: &[&str], message: String| match find_key(&doc.text, path) {
-        Some((line, column)) => error_at(file, doc.first_line + line - 1, column, message),
-        None => at_start(message),
-    };
-
+    let place = Place { file, doc };
     let value: Value = allowance.parse(&doc.text).map_err(|e| {
         let mut located = yaml_error(file, doc, &e, "invalid YAML: ");
         if let Some(refusal) = budget_refusal(&e, &opts.budget) {
@@ -26,242 +21,338 @@ pub(super) fn load_document(
         Value::Null => return Ok(None),
         Value::Object(map) => map,
         _ => {
-            return Err(vec![at_start(
+            return Err(vec![place.start(
                 "a document must be a mapping with `apiVersion`, `kind` and `metadata`".into(),
             )]);
         }
     };
-    let string_field = |name: &str| {
-        map.get(name)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
+    let id = Identity::of(&place, map, opts).map_err(|e| vec![e])?;
+    refuse_by_policy(&place, &id, &value, opts).map_err(|e| vec![e])?;
+    // Unknown fields first: a typo in a template (`containerz:`) also fails the rules below
+    // ("containers is empty"), which would hide the cause.
+    if opts.unknown_fields_are_errors {
+        let unknown =
+            unknown_field_errors(id.api_version, id.kind, &value, &|p, m| place.key(p, m));
+        if !unknown.is_empty() {
+            return Err(unknown);
+        }
+    }
+    let spec = if id.group() == crate::api::GROUP {
+        linnet_spec(&place, &id, map, &value, opts)?
+    } else {
+        let mut object: DynamicObject = serde_json::from_value(value.clone())
+            .map_err(|e| vec![place.start(format!("{} {}: {e}", id.kind, id.name))])?;
+        if !id.namespace.is_empty() {
+            object.metadata.namespace = Some(id.namespace.clone());
+        }
+        Spec::new(&object)
     };
-    let Some(kind) = string_field("kind") else {
-        return Err(vec![at_start(
-            "document has no `kind`; every document needs `apiVersion` and `kind` \
-             (e.g. `kind: CanaryStatefulSet`)"
-                .into(),
-        )]);
-    };
-    let Some(api_version) = string_field("apiVersion") else {
-        return Err(vec![at_start(format!(
-            "{kind} has no `apiVersion`; expected e.g. `apiVersion: {}`",
-            if kind.starts_with("Canary") {
+    if spec.json_len() > MAX_OBJECT_BYTES {
+        return Err(vec![place.start(format!(
+            "{} {} is {} bytes as JSON, over the {MAX_OBJECT_BYTES} the API server stores in \
+             one object",
+            id.kind,
+            id.name,
+            spec.json_len()
+        ))]);
+    }
+    Ok(Some(LoadedObject {
+        key: ObjectKey::new(
+            id.api_version.to_string(),
+            id.kind.to_string(),
+            id.namespace,
+            id.name.to_string(),
+        ),
+        spec,
+        location: Location {
+            file: file.into(),
+            line: doc.first_line,
+            column: 1,
+        },
+    }))
+}
+
+/// Where a document's errors point: its first line, or a key in it.
+struct Place<'a> {
+    file: &'a str,
+    doc: &'a Document,
+}
+
+impl Place<'_> {
+    fn start(&self, message: String) -> SpecError {
+        error_at(self.file, self.doc.first_line, 1, message)
+    }
+
+    fn key(&self, path: &[&str], message: String) -> SpecError {
+        match find_key(&self.doc.text, path) {
+            Some((line, column)) => {
+                error_at(self.file, self.doc.first_line + line - 1, column, message)
+            }
+            None => self.start(message),
+        }
+    }
+}
+
+/// What names a document's object: its kind, apiVersion, name and namespace.
+struct Identity<'v> {
+    kind: &'v str,
+    api_version: &'v str,
+    name: &'v str,
+    /// Empty for a cluster-scoped kind; the default namespace when the document names none.
+    namespace: String,
+    /// Whether the document names its namespace itself.
+    explicit_namespace: bool,
+    metadata: Option<&'v serde_json::Map<String, Value>>,
+}
+
+impl<'v> Identity<'v> {
+    fn of(
+        place: &Place<'_>,
+        map: &'v serde_json::Map<String, Value>,
+        opts: &LoadOptions,
+    ) -> Result<Identity<'v>, SpecError> {
+        let string_field = |name: &str| {
+            map.get(name)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let Some(kind) = string_field("kind") else {
+            return Err(place.start(
+                "document has no `kind`; every document needs `apiVersion` and `kind` \
+                 (e.g. `kind: CanaryStatefulSet`)"
+                    .into(),
+            ));
+        };
+        let Some(api_version) = string_field("apiVersion") else {
+            let example = if kind.starts_with("Canary") {
                 API_VERSION
             } else {
                 "v1"
-            }
-        ))]);
-    };
-    let metadata = map.get("metadata").and_then(Value::as_object);
-    let Some(name) = metadata
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-    else {
-        return Err(vec![at_start(format!(
-            "{kind} has no `metadata.name`; every object needs a name"
-        ))]);
-    };
-    let explicit_namespace = metadata
-        .and_then(|m| m.get("namespace"))
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty());
-    let namespace = if is_cluster_scoped(kind) {
-        String::new()
-    } else {
-        explicit_namespace
-            .unwrap_or(&opts.default_namespace)
-            .to_string()
-    };
-    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-    if let Some(message) = never_from_git(group, kind) {
-        return Err(vec![at_key(&["kind"], message)]);
+            };
+            return Err(place.start(format!(
+                "{kind} has no `apiVersion`; expected e.g. `apiVersion: {example}`"
+            )));
+        };
+        let metadata = map.get("metadata").and_then(Value::as_object);
+        let text = |key: &str| {
+            metadata
+                .and_then(|m| m.get(key))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let Some(name) = text("name") else {
+            return Err(place.start(format!(
+                "{kind} has no `metadata.name`; every object needs a name"
+            )));
+        };
+        let explicit_namespace = text("namespace");
+        let namespace = if is_cluster_scoped(kind) {
+            String::new()
+        } else {
+            explicit_namespace
+                .unwrap_or(&opts.default_namespace)
+                .to_string()
+        };
+        Ok(Identity {
+            kind,
+            api_version,
+            name,
+            namespace,
+            explicit_namespace: explicit_namespace.is_some(),
+            metadata,
+        })
     }
-    if namespace.is_empty() {
+
+    fn group(&self) -> &'v str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
+    }
+}
+
+/// What the source's policy, and linnet's own marks, refuse before the object is read.
+fn refuse_by_policy(
+    place: &Place<'_>,
+    id: &Identity<'_>,
+    value: &Value,
+    opts: &LoadOptions,
+) -> Result<(), SpecError> {
+    let kind = id.kind;
+    if let Some(message) = never_from_git(id.group(), kind) {
+        return Err(place.key(&["kind"], message));
+    }
+    if id.namespace.is_empty() {
         if let Some(message) = opts.policy.cluster_kind_refusal(kind) {
-            return Err(vec![at_key(&["kind"], message)]);
+            return Err(place.key(&["kind"], message));
         }
         // A Namespace object is its namespace: a closed one stays closed.
         if kind == "Namespace"
-            && let Some(message) = opts.policy.namespace_refusal(name)
+            && let Some(message) = opts.policy.namespace_refusal(id.name)
         {
-            return Err(vec![at_key(&["metadata", "name"], message)]);
+            return Err(place.key(&["metadata", "name"], message));
         }
-    } else if let Some(message) = opts.policy.namespace_refusal(&namespace) {
-        return Err(vec![if explicit_namespace.is_some() {
-            at_key(&["metadata", "namespace"], message)
+    } else if let Some(message) = opts.policy.namespace_refusal(&id.namespace) {
+        return Err(if id.explicit_namespace {
+            place.key(&["metadata", "namespace"], message)
         } else {
-            at_start(format!("{message} (the default namespace applies here)"))
-        }]);
+            place.start(format!("{message} (the default namespace applies here)"))
+        });
     }
     // Nested metadata too (pod templates, claim templates): a pod or claim made from them
     // would pass for a rollout's own.
-    if let Some((path, mark)) = nested_controller_mark(&value) {
+    if let Some((path, mark)) = nested_controller_mark(value) {
         let top = path.split('.').next().unwrap_or_default().to_string();
-        return Err(vec![at_key(
+        return Err(place.key(
             &[top.as_str()],
             format!(
                 "{path} has {mark}, which only linnet's controllers set, on what they make \
                  (a rollout's sets, pods, claims and volumes); an object from Git may not carry it"
             ),
-        )]);
+        ));
     }
     for map_name in ["labels", "annotations"] {
-        let keys = metadata
+        let keys = id
+            .metadata
             .and_then(|m| m.get(map_name))
             .and_then(Value::as_object)
             .map(|m| m.keys().map(String::as_str).collect::<Vec<_>>())
             .unwrap_or_default();
         if let Some(mark) = controller_mark(keys) {
-            return Err(vec![at_key(
+            return Err(place.key(
                 &["metadata", map_name, mark],
                 format!(
                     "{mark} is set only by linnet's controllers, on what they make (a rollout's \
                      sets, claims and volumes); an object from Git may not carry it"
                 ),
-            )]);
+            ));
         }
     }
-    if let Some((path, message)) = opts.policy.claim_volume_name_refusal(kind, &value) {
+    if let Some((path, message)) = opts.policy.claim_volume_name_refusal(kind, value) {
         let path: Vec<&str> = path.iter().map(String::as_str).collect();
-        return Err(vec![at_key(&path, message)]);
+        return Err(place.key(&path, message));
     }
+    Ok(())
+}
 
-    let key = ObjectKey::new(
-        api_version.to_string(),
-        kind.to_string(),
-        namespace.clone(),
-        name.to_string(),
-    );
-    let location = Location {
-        file: file.into(),
-        line: doc.first_line,
-        column: 1,
-    };
-
-    // Unknown fields first: a typo in a template (`containerz:`) also fails the rules below
-    // ("containers is empty"), which would hide the cause.
-    if opts.unknown_fields_are_errors {
-        let unknown = unknown_field_errors(api_version, kind, &value, &at_key);
-        if !unknown.is_empty() {
-            return Err(unknown);
+/// One of linnet's own kinds, read into its type and checked by its rules.
+fn linnet_spec(
+    place: &Place<'_>,
+    id: &Identity<'_>,
+    map: &serde_json::Map<String, Value>,
+    value: &Value,
+    opts: &LoadOptions,
+) -> std::result::Result<Spec, Vec<SpecError>> {
+    let kind = id.kind;
+    check_top_level(place, id, map).map_err(|e| vec![e])?;
+    let mut errors = crd_errors(kind, value)
+        .into_iter()
+        .map(|(path, message)| {
+            let segments: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
+            place.key(&segments, message)
+        })
+        .collect::<Vec<_>>();
+    // The document is known to fit the budget; the typed parse gets the same limits.
+    let typed =
+        |e: serde_saphyr::Error| vec![yaml_error(place.file, place.doc, &e, &format!("{kind}: "))];
+    let text = &place.doc.text;
+    let options = || Allowance::new(opts.budget).parser_options();
+    let namespace = Some(id.namespace.clone());
+    let mut found = Vec::new();
+    let spec = match kind {
+        "CanaryStatefulSet" => {
+            let mut o: CanaryStatefulSet =
+                serde_saphyr::from_str_with_options(text, options()).map_err(typed)?;
+            o.metadata.namespace = namespace;
+            o.status = None;
+            found.extend(check_canary_statefulset(&o));
+            Spec::new(&o)
         }
-    }
-    let spec = if group == crate::api::GROUP {
-        if api_version != API_VERSION {
-            return Err(vec![at_key(
-                &["apiVersion"],
-                format!("unsupported apiVersion {api_version:?}; expected {API_VERSION:?}"),
+        "CanaryDeployment" => {
+            let mut o: CanaryDeployment =
+                serde_saphyr::from_str_with_options(text, options()).map_err(typed)?;
+            o.metadata.namespace = namespace;
+            o.status = None;
+            found.extend(check_canary_deployment(&o));
+            Spec::new(&o)
+        }
+        "AnalysisTemplate" => {
+            let mut o: AnalysisTemplate =
+                serde_saphyr::from_str_with_options(text, options()).map_err(typed)?;
+            o.metadata.namespace = namespace;
+            errors.extend(metric_errors(place, &o));
+            Spec::new(&o)
+        }
+        other => {
+            return Err(vec![place.key(
+                &["kind"],
+                format!(
+                    "unknown kind {other:?} in {}; expected CanaryStatefulSet, CanaryDeployment \
+                     or AnalysisTemplate",
+                    crate::api::GROUP
+                ),
             )]);
         }
-        for field in map.keys() {
-            if !["apiVersion", "kind", "metadata", "spec", "status"].contains(&field.as_str()) {
-                return Err(vec![at_key(
-                    &[field],
-                    format!(
-                        "unknown field `{field}` in {kind}; expected `apiVersion`, `kind`, \
-                         `metadata` or `spec`"
-                    ),
-                )]);
-            }
-        }
-        let mut errors = crd_errors(kind, &value)
-            .into_iter()
-            .map(|(path, message)| {
-                let segments: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
-                at_key(&segments, message)
-            })
-            .collect::<Vec<_>>();
-        // The document is known to fit the budget; the typed parse gets the same limits.
-        let typed_options = || Allowance::new(opts.budget).parser_options();
-        let spec = match kind {
-            "CanaryStatefulSet" => match serde_saphyr::from_str_with_options::<CanaryStatefulSet>(
-                &doc.text,
-                typed_options(),
-            ) {
-                Ok(mut o) => {
-                    o.metadata.namespace = Some(namespace);
-                    o.status = None;
-                    for (path, message) in check_canary_statefulset(&o) {
-                        errors.push(at_key(&path, message));
-                    }
-                    Spec::new(&o)
-                }
-                Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
-            },
-            "CanaryDeployment" => match serde_saphyr::from_str_with_options::<CanaryDeployment>(
-                &doc.text,
-                typed_options(),
-            ) {
-                Ok(mut o) => {
-                    o.metadata.namespace = Some(namespace);
-                    o.status = None;
-                    for (path, message) in check_canary_deployment(&o) {
-                        errors.push(at_key(&path, message));
-                    }
-                    Spec::new(&o)
-                }
-                Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
-            },
-            "AnalysisTemplate" => match serde_saphyr::from_str_with_options::<AnalysisTemplate>(
-                &doc.text,
-                typed_options(),
-            ) {
-                Ok(mut o) => {
-                    o.metadata.namespace = Some(namespace);
-                    for (i, m) in o.spec.metrics.iter().enumerate() {
-                        let index = i.to_string();
-                        for (field, message) in crate::plan::analysis::metric_problems(m) {
-                            let mut path = vec!["spec", "metrics", index.as_str()];
-                            path.extend(field.split('.'));
-                            errors.push(at_key(&path, format!("metric {}: {message}", m.name)));
-                        }
-                        if o.spec.metrics[..i].iter().any(|x| x.name == m.name) {
-                            errors.push(at_key(
-                                &["spec", "metrics", index.as_str(), "name"],
-                                format!("metric {} is named twice; names must differ", m.name),
-                            ));
-                        }
-                    }
-                    Spec::new(&o)
-                }
-                Err(e) => return Err(vec![yaml_error(file, doc, &e, &format!("{kind}: "))]),
-            },
-            other => {
-                return Err(vec![at_key(
-                    &["kind"],
-                    format!(
-                        "unknown kind {other:?} in {}; expected CanaryStatefulSet, CanaryDeployment or AnalysisTemplate",
-                        crate::api::GROUP
-                    ),
-                )]);
-            }
-        };
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        spec
-    } else {
-        let mut object: DynamicObject = serde_json::from_value(value.clone())
-            .map_err(|e| vec![at_start(format!("{kind} {name}: {e}"))])?;
-        if !namespace.is_empty() {
-            object.metadata.namespace = Some(namespace);
-        }
-        Spec::new(&object)
     };
-    if spec.json_len() > MAX_OBJECT_BYTES {
-        return Err(vec![at_start(format!(
-            "{kind} {name} is {} bytes as JSON, over the {MAX_OBJECT_BYTES} the API server \
-             stores in one object",
-            spec.json_len()
-        ))]);
+    errors.extend(
+        found
+            .into_iter()
+            .map(|(path, message)| place.key(&path, message)),
+    );
+    if errors.is_empty() {
+        Ok(spec)
+    } else {
+        Err(errors)
     }
-    Ok(Some(LoadedObject {
-        key,
-        spec,
-        location,
-    }))
+}
+
+/// One of linnet's kinds at its one apiVersion, with no top-level field but the usual ones.
+fn check_top_level(
+    place: &Place<'_>,
+    id: &Identity<'_>,
+    map: &serde_json::Map<String, Value>,
+) -> Result<(), SpecError> {
+    let (kind, api_version) = (id.kind, id.api_version);
+    if api_version != API_VERSION {
+        return Err(place.key(
+            &["apiVersion"],
+            format!("unsupported apiVersion {api_version:?}; expected {API_VERSION:?}"),
+        ));
+    }
+    if let Some(field) = map
+        .keys()
+        .find(|f| !["apiVersion", "kind", "metadata", "spec", "status"].contains(&f.as_str()))
+    {
+        return Err(place.key(
+            &[field],
+            format!(
+                "unknown field `{field}` in {kind}; expected `apiVersion`, `kind`, `metadata` \
+                 or `spec`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An AnalysisTemplate's metrics: each one's problems, and a name used twice.
+fn metric_errors(place: &Place<'_>, template: &AnalysisTemplate) -> Vec<SpecError> {
+    let metrics = &template.spec.metrics;
+    let mut errors = Vec::new();
+    for (i, m) in metrics.iter().enumerate() {
+        let index = i.to_string();
+        for (field, message) in crate::plan::analysis::metric_problems(m) {
+            let mut path = vec!["spec", "metrics", index.as_str()];
+            path.extend(field.split('.'));
+            errors.push(place.key(&path, format!("metric {}: {message}", m.name)));
+        }
+        if metrics[..i].iter().any(|x| x.name == m.name) {
+            errors.push(place.key(
+                &["spec", "metrics", index.as_str(), "name"],
+                format!("metric {} is named twice; names must differ", m.name),
+            ));
+        }
+    }
+    errors
 }
 
 /// A located error for each field `kind`'s type does not have.

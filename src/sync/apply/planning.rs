@@ -2,6 +2,7 @@
 //! (listed in full, or read one by one for an incremental sync), and what the policy or the
 //! source's rights refuse.
 
+use super::listing::LiveRead;
 use super::*;
 
 impl Syncer {
@@ -34,224 +35,32 @@ impl Syncer {
         prune: Prune<'_>,
         previous: Option<&BTreeMap<ObjectKey, String>>,
     ) -> (Vec<PlannedChange>, Vec<(ObjectKey, String)>, Vec<ObjectKey>) {
-        let mut errors = Vec::new();
-        let mut live: BTreeMap<ObjectKey, Value> = BTreeMap::new();
-        let mut unchanged = std::collections::BTreeSet::new();
-
-        // One labelled list per kind finds everything this source manages: the common kinds,
-        // Git's, and every kind the inventory holds (a Role Git no longer declares).
-        let mut kinds: Vec<(String, String)> = PRUNABLE_KINDS
-            .iter()
-            .map(|(a, k)| (a.to_string(), k.to_string()))
-            .collect();
-        for key in desired.iter().map(|d| &d.key).chain(prune.applied.keys()) {
-            let k = (key.api_version.clone(), key.kind.clone());
-            if !kinds.contains(&k) {
-                kinds.push(k);
-            }
-        }
-        let mut listed_in_full = std::collections::BTreeSet::new();
-        let params = ListParams::default().labels(&self.selector());
+        let mut read = LiveRead::default();
         // Each live object is kept only as far as the diff looks at it: the fields its desired
         // object sets, or its identity when Git no longer has it.
         let by_key: HashMap<&ObjectKey, &DesiredObject> =
             desired.iter().map(|d| (&d.key, d)).collect();
-        for (api_version, kind) in &kinds {
-            let Ok((ar, caps)) = self.resource(api_version, kind).await else {
-                continue; // not served; desired objects of this kind report it below
-            };
-            // A cluster-scoped kind the policy refuses: nothing of it is applied or pruned
-            // (its desired objects report the refusal below).
-            if caps.scope == Scope::Cluster && self.policy.cluster_kind_refusal(kind).is_some() {
-                continue;
-            }
-            // After a full sync that succeeded, the rollouts are as fresh in the agent's watch
-            // as in a list (`watched.rs`).
-            if previous.is_some()
-                && let Some(n) =
-                    self.keep_watched((api_version, kind), &by_key, (&mut live, &mut unchanged))
-            {
-                tracing::debug!(kind, rollouts = n, "read from the watch instead of a list");
-                continue;
-            }
-            let namespaces: Vec<&str> =
-                if self.namespaces.is_empty() || caps.scope == Scope::Cluster {
-                    vec![""]
-                } else {
-                    self.namespaces.iter().map(String::as_str).collect()
-                };
-            let declared = desired
-                .iter()
-                .any(|d| d.key.api_version == *api_version && d.key.kind == *kind);
-            let list_key =
-                |ns: &str| ObjectKey::new(api_version.clone(), kind.clone(), ns.to_string(), "*");
-            let cannot_list = |e: &kube::Error| {
-                format!(
-                    "cannot list: {}",
-                    kube_message_hinted(e, READ_FORBIDDEN_HINT)
-                )
-            };
-            let errors_before = errors.len();
-            let mut in_full = true;
-            for ns in namespaces {
-                let api = self.api(&ar, &caps, ns);
-                match list_live(
-                    &api,
-                    &params,
-                    &ar,
-                    &by_key,
-                    false,
-                    (&mut live, &mut unchanged),
-                )
-                .await
-                {
-                    Ok(()) => {}
-                    // A kind only the source may read (e.g. Secrets): its account lists it
-                    // where Git has it and where this source applied it before.
-                    Err(kube::Error::Api(s))
-                        if s.code == 403 && self.apply_as != ApplyAs::Client =>
-                    {
-                        let source_namespaces: std::collections::BTreeSet<&str> = if ns.is_empty() {
-                            desired
-                                .iter()
-                                .map(|d| &d.key)
-                                .chain(previous.into_iter().flat_map(BTreeMap::keys))
-                                .filter(|k| k.api_version == *api_version && k.kind == *kind)
-                                .map(|k| k.namespace.as_str())
-                                .collect()
-                        } else {
-                            [ns].into()
-                        };
-                        for source_ns in source_namespaces {
-                            let listed = match self.writer_api(&ar, &caps, source_ns) {
-                                Ok(api) => {
-                                    list_live(
-                                        &api,
-                                        &params,
-                                        &ar,
-                                        &by_key,
-                                        false,
-                                        (&mut live, &mut unchanged),
-                                    )
-                                    .await
-                                }
-                                Err(e) => {
-                                    errors.push((list_key(source_ns), e.to_string()));
-                                    continue;
-                                }
-                            };
-                            match listed {
-                                Ok(()) => {}
-                                Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
-                                    in_full = false;
-                                    tracing::debug!(
-                                        kind,
-                                        namespace = source_ns,
-                                        "the source may not list; nothing of this kind to prune"
-                                    );
-                                }
-                                Err(e) => errors.push((list_key(source_ns), cannot_list(&e))),
-                            }
-                        }
-                    }
-                    // A kind Git does not declare and linnet may not list cannot hold anything
-                    // linnet applied with its own identity.
-                    Err(kube::Error::Api(s)) if s.code == 403 && !declared => {
-                        in_full = false;
-                        tracing::debug!(kind, "not allowed to list; nothing of this kind to prune");
-                    }
-                    Err(e) => errors.push((list_key(ns), cannot_list(&e))),
-                }
-            }
-            if in_full && errors.len() == errors_before {
-                listed_in_full.insert((api_version.clone(), kind.clone()));
-            }
-        }
-        let wanted: std::collections::BTreeSet<&ObjectKey> =
-            desired.iter().map(|d| &d.key).collect();
+        let listed_in_full = self
+            .list_managed(&desired, &prune, previous, &by_key, &mut read)
+            .await;
+        let wanted: BTreeSet<&ObjectKey> = desired.iter().map(|d| &d.key).collect();
         let forgotten: Vec<ObjectKey> = prune
             .applied
             .iter()
             .filter(|(key, uid)| {
                 !wanted.contains(key)
                     && listed_in_full.contains(&(key.api_version.clone(), key.kind.clone()))
-                    && live.get(*key).and_then(uid_of).as_deref() != Some(uid.as_str())
+                    && read.live.get(*key).and_then(uid_of).as_deref() != Some(uid.as_str())
             })
             .map(|(key, _)| key.clone())
             .collect();
-        // Desired objects that may exist without linnet's labels (adopted on first sync). Where
-        // many of one kind in one namespace are unlabelled, as in a first sync, one list of
-        // that kind finds them all; one get each made a first sync of 1,000 rollouts 1,000
-        // requests longer.
-        let mut unlabelled: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
-        for d in desired.iter().filter(|d| !live.contains_key(&d.key)) {
-            let group = (
-                d.key.api_version.as_str(),
-                d.key.kind.as_str(),
-                d.key.namespace.as_str(),
-            );
-            *unlabelled.entry(group).or_default() += 1;
-        }
-        let mut listed = std::collections::BTreeSet::new();
-        for ((api_version, kind, ns), count) in unlabelled {
-            if count < ADOPT_BY_LIST {
-                continue;
-            }
-            let Ok((ar, caps)) = self.resource(api_version, kind).await else {
-                continue;
-            };
-            let api = self.api(&ar, &caps, ns);
-            let everything = ListParams::default();
-            match list_live(
-                &api,
-                &everything,
-                &ar,
-                &by_key,
-                true,
-                (&mut live, &mut unchanged),
-            )
-            .await
-            {
-                Ok(()) => {
-                    listed.insert((api_version.to_string(), kind.to_string(), ns.to_string()));
-                }
-                // One get each, below.
-                Err(e) => tracing::debug!(kind, namespace = ns, error = %e, "cannot list"),
-            }
-        }
-        let mut servable = Vec::new();
-        for d in desired {
-            match self.resource(&d.key.api_version, &d.key.kind).await {
-                // The policy before any read: a kind the loader did not know to be
-                // cluster-scoped (a CSIDriver written with a namespace) is refused here.
-                Ok((_, caps)) if let Some(why) = self.scope_refusal(&d.key, &caps) => {
-                    live.remove(&d.key);
-                    errors.push((d.key.clone(), why));
-                }
-                Ok((ar, caps)) => {
-                    let unread = !live.contains_key(&d.key)
-                        && !listed.contains(&(
-                            d.key.api_version.clone(),
-                            d.key.kind.clone(),
-                            d.key.namespace.clone(),
-                        ));
-                    if unread {
-                        match self.get_live(&ar, &caps, &d.key).await {
-                            Ok(Some(object)) => {
-                                live.insert(d.key.clone(), to_value(object, &ar));
-                            }
-                            Ok(None) => {}
-                            Err(e) => {
-                                errors.push((d.key.clone(), e.to_string()));
-                                continue;
-                            }
-                        }
-                    }
-                    servable.push(d);
-                }
-                Err(e) => errors.push((d.key.clone(), e.to_string())),
-            }
-        }
+        let listed = self.list_unlabelled(&desired, &by_key, &mut read).await;
+        let servable = self.read_desired(desired, &listed, &mut read).await;
+        let LiveRead {
+            mut live,
+            unchanged,
+            mut errors,
+        } = read;
         let servable = self.refuse(servable, &mut live, &mut errors).await;
         let servable = self
             .refuse_missing_namespaces(servable, &live, &mut errors)

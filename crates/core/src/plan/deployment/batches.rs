@@ -194,72 +194,14 @@ impl<'a> Planner<'a> {
             .find(&new_name)
             .filter(|d| d.image.as_deref() == Some(image.as_str()))
             .map_or(0, |d| d.available.min(t));
-        let stable_image = self.stable_image();
-        // With traffic routing the old version shrinks only once the routes send the batch's
-        // share to the new one; until then it keeps what the previous batch left it.
-        let mut route_waiting = None;
-        let serving_new = if self.r.spec.traffic_routing.is_none() {
-            available
-        } else {
-            let before = if n > 1 {
-                batch::target(total, m, n - 1)
-            } else {
-                0
-            };
-            if available >= t {
-                route_waiting = self.traffic_at(self.batch_want(n));
-            } else {
-                let previous = if n > 1 {
-                    self.batch_want(n - 1)
-                } else {
-                    Want::stable()
-                };
-                self.traffic_at(previous);
-            }
-            if available >= t && route_waiting.is_none() {
-                t
-            } else {
-                before.min(available)
-            }
-        };
-        let old_replicas = batch::old_replicas(total, serving_new);
-        // The old version serves the rest; one deleted by hand comes back.
-        let old_name = match self.stable_deployment(&new_name) {
-            Some(old) => Some(old.name.clone()),
-            None if old_replicas > 0 => {
-                Some(self.version_for(&stable_image)).filter(|name| *name != new_name)
-            }
-            None => None,
-        };
-        // What shrinks is written first, then what grows: the other order asked for both at
-        // once between the two writes (18 replicas for 10 at a batch start).
-        let new_now = self.find(&new_name).map(|d| d.replicas);
-        let new_shrinks = new_now.is_some_and(|r| r > t);
-        let mut new = None;
-        if new_shrinks {
-            new = self.ensure(&new_name, &image, t);
-        }
-        // And what grows waits until the shrink has reached the pods: a scale-down stops pods
-        // later than a scale-up starts them (12 pods for a bound of 11 on the real node).
-        let old_stopping = old_name
-            .as_deref()
-            .and_then(|name| self.find(name))
-            .filter(|old| !old.shrunk_to(old_replicas))
-            .map(|old| old.pods);
-        if let Some(old_name) = old_name {
-            self.ensure(&old_name, &stable_image, old_replicas);
-        }
-        if !new_shrinks {
-            let grow_to = match old_stopping {
-                Some(_) => new_now.unwrap_or(0).min(t),
-                None => t,
-            };
-            new = self.ensure(&new_name, &image, grow_to);
-        }
+        let (serving_new, route_waiting) = self.batch_traffic(n, available);
+        let (new, old_stopping) = self.scale_batch(&new_name, t, serving_new);
         let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         if !done {
-            let stopping = old_stopping.map_or(String::new(), |pods| {
-                format!("; waiting for the old version to stop down to {old_replicas} (it has {pods} pod(s))")
+            let stopping = old_stopping.map_or(String::new(), |(asked, pods)| {
+                format!(
+                    "; waiting for the old version to stop down to {asked} (it has {pods} pod(s))"
+                )
             });
             return Next::Stay(format!(
                 "batch {n} of {m}: {available}/{t} new replica(s) on {image} available{stopping}"
@@ -270,6 +212,90 @@ impl<'a> Planner<'a> {
                 "batch {n} of {m}: {t} new replica(s) available; {why}"
             ));
         }
+        self.after_batch(n, phase, &new_name)
+    }
+
+    /// How many of batch `n`'s new replicas serve (of `available`), and what the routes still
+    /// wait for. With traffic routing the old version shrinks only once the routes send the
+    /// batch's share to the new one; until then it keeps what the previous batch left it.
+    fn batch_traffic(&mut self, n: i32, available: i32) -> (i32, Option<String>) {
+        if self.r.spec.traffic_routing.is_none() {
+            return (available, None);
+        }
+        let (total, m) = (self.total(), self.batches());
+        let t = batch::target(total, m, n);
+        let before = if n > 1 {
+            batch::target(total, m, n - 1)
+        } else {
+            0
+        };
+        if available < t {
+            let previous = if n > 1 {
+                self.batch_want(n - 1)
+            } else {
+                Want::stable()
+            };
+            self.traffic_at(previous);
+            return (before.min(available), None);
+        }
+        match self.traffic_at(self.batch_want(n)) {
+            None => (t, None),
+            waiting => (before.min(available), waiting),
+        }
+    }
+
+    /// Asks the new version for `t` replicas and the old one for the rest of what
+    /// `serving_new` leaves. Returns the new version as observed, and, while the new one may
+    /// not grow yet, what the old one is asked for and how many pods it still has.
+    fn scale_batch(
+        &mut self,
+        new_name: &str,
+        t: i32,
+        serving_new: i32,
+    ) -> (Option<&'a DeploymentView>, Option<(i32, i32)>) {
+        let (image, stable_image) = (self.canary_image(), self.stable_image());
+        let old_replicas = batch::old_replicas(self.total(), serving_new);
+        // The old version serves the rest; one deleted by hand comes back.
+        let old_name = match self.stable_deployment(new_name) {
+            Some(old) => Some(old.name.clone()),
+            None if old_replicas > 0 => {
+                Some(self.version_for(&stable_image)).filter(|name| name != new_name)
+            }
+            None => None,
+        };
+        // What shrinks is written first, then what grows: the other order asked for both at
+        // once between the two writes (18 replicas for 10 at a batch start).
+        let new_now = self.find(new_name).map(|d| d.replicas);
+        let new_shrinks = new_now.is_some_and(|r| r > t);
+        let mut new = None;
+        if new_shrinks {
+            new = self.ensure(new_name, &image, t);
+        }
+        // And what grows waits until the shrink has reached the pods: a scale-down stops pods
+        // later than a scale-up starts them (12 pods for a bound of 11 on the real node).
+        let old_stopping = old_name
+            .as_deref()
+            .and_then(|name| self.find(name))
+            .filter(|old| !old.shrunk_to(old_replicas))
+            .map(|old| (old_replicas, old.pods));
+        if let Some(old_name) = old_name {
+            self.ensure(&old_name, &stable_image, old_replicas);
+        }
+        if !new_shrinks {
+            let grow_to = match old_stopping {
+                Some(_) => new_now.unwrap_or(0).min(t),
+                None => t,
+            };
+            new = self.ensure(new_name, &image, grow_to);
+        }
+        (new, old_stopping)
+    }
+
+    /// Batch `n`'s new replicas are available and routed: its gate, a held analysis, then
+    /// the next batch (now, or once approved in Git), or the end of the rollout.
+    fn after_batch(&mut self, n: i32, phase: Phase, new_name: &str) -> Next<Phase> {
+        let (total, m, image) = (self.total(), self.batches(), self.canary_image());
+        let t = batch::target(total, m, n);
         let gate_passed = match self.gate(n, phase) {
             Ok(passed) => passed,
             Err(next) => return next,
@@ -282,7 +308,7 @@ impl<'a> Planner<'a> {
             };
         }
         if n >= m {
-            self.delete_others(&new_name);
+            self.delete_others(new_name);
             return self.finish_rollout();
         }
         if gate_passed || self.allowed(n + 1) {

@@ -100,16 +100,13 @@ async fn check_volume(
 /// Records that the rollout's next reconcile waits for the watch of `child_kind` to show the
 /// write that left `name` at `after`, unless the write changed nothing (`after` is `before`,
 /// and no watch event will come).
-#[allow(clippy::too_many_arguments)]
 fn expect_seen(
     ctx: &Context,
-    rollout_kind: &str,
-    child_kind: &str,
+    (rollout_kind, child_kind): (&str, &str),
     ns: &str,
     rollout: &str,
     name: &str,
-    before: Option<String>,
-    after: Option<String>,
+    (before, after): (Option<String>, Option<String>),
 ) {
     if let Some(after) = after
         && before.as_ref() != Some(&after)
@@ -135,36 +132,7 @@ pub(crate) async fn execute(
     let client = ctx.client.clone();
     let what = || action.describe();
     match action {
-        Action::ApplySet(set) => {
-            let name = set.metadata.name.clone().unwrap_or_default();
-            let sets = Api::<StatefulSet>::namespaced(client, ns);
-            let live = sets.get_metadata_opt(&name).await.doing(what)?;
-            if let Some(why) =
-                super::foreign_child(live.as_ref().map(|l| &l.metadata), &set.metadata)
-            {
-                return Err(ReconcileError::NotOurs { doing: what(), why });
-            }
-            let written = sets
-                .patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(set.as_ref()),
-                )
-                .await
-                .doing(what)?;
-            let before = live.and_then(|l| l.metadata.resource_version);
-            expect_seen(
-                ctx,
-                "CanaryStatefulSet",
-                "StatefulSet",
-                ns,
-                rollout,
-                &name,
-                before,
-                written.metadata.resource_version,
-            );
-            Ok(())
-        }
+        Action::ApplySet(set) => apply_set(ctx, set, ns, rollout, &what).await,
         Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
             .merge(name, json!({"spec": {"replicas": replicas}}))
             .await
@@ -174,23 +142,7 @@ pub(crate) async fn execute(
             .await
             .doing(what),
         Action::RetainVolume { volume, handoff_to } => {
-            let checked =
-                check_volume(&client, ns, rollout, volume, VolumePatch::Retain, &what).await?;
-            // The resourceVersion makes the patch fail if the volume changed since the check.
-            Api::<PersistentVolume>::all(client)
-                .merge(
-                    volume,
-                    json!({
-                        "metadata": {
-                            "resourceVersion": checked,
-                            "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
-                            "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
-                        },
-                        "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-                    }),
-                )
-                .await
-                .doing(what)
+            retain_volume(&client, ns, rollout, volume, handoff_to, &what).await
         }
         Action::CreateClaim(claim) => Api::<PersistentVolumeClaim>::namespaced(client, ns)
             .create_once(claim)
@@ -204,27 +156,7 @@ pub(crate) async fn execute(
             volume,
             claim,
             claim_uid,
-        } => {
-            let patch = VolumePatch::Bind { claim, claim_uid };
-            let checked = check_volume(&client, ns, rollout, volume, patch, &what).await?;
-            Api::<PersistentVolume>::all(client)
-                .merge(
-                    volume,
-                    json!({
-                        "metadata": {"resourceVersion": checked},
-                        "spec": {"claimRef": {
-                            "apiVersion": "v1",
-                            "kind": "PersistentVolumeClaim",
-                            "namespace": ns,
-                            "name": claim,
-                            "uid": claim_uid,
-                            "resourceVersion": null,
-                        }},
-                    }),
-                )
-                .await
-                .doing(what)
-        }
+        } => bind_volume(&client, ns, rollout, volume, (claim, claim_uid), &what).await,
         Action::RequestBind { claim, volume } => {
             Api::<PersistentVolumeClaim>::namespaced(client, ns)
                 .merge(
@@ -242,44 +174,7 @@ pub(crate) async fn execute(
             .delete_once(name, &DeleteParams::default())
             .await
             .doing(what),
-        Action::ApplyDeployment(d) => {
-            let name = d.metadata.name.clone().unwrap_or_default();
-            let deployments = Api::<Deployment>::namespaced(client, ns);
-            // One this rollout owns (observed by its uid) needs no second look.
-            let live = if observed.deployments.iter().any(|o| o.name == name) {
-                None
-            } else {
-                deployments.get_metadata_opt(&name).await.doing(what)?
-            };
-            if let Some(why) = super::foreign_child(live.as_ref().map(|l| &l.metadata), &d.metadata)
-            {
-                return Err(ReconcileError::NotOurs { doing: what(), why });
-            }
-            let written = deployments
-                .patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(d.as_ref()),
-                )
-                .await
-                .doing(what)?;
-            // A Deployment the rollout already has was not read: only a create, which can
-            // never leave the version as it was, is waited for.
-            if !observed.deployments.iter().any(|o| o.name == name) {
-                let before = live.and_then(|l| l.metadata.resource_version);
-                expect_seen(
-                    ctx,
-                    "CanaryDeployment",
-                    "Deployment",
-                    ns,
-                    rollout,
-                    &name,
-                    before,
-                    written.metadata.resource_version,
-                );
-            }
-            Ok(())
-        }
+        Action::ApplyDeployment(d) => apply_deployment(ctx, d, ns, rollout, observed, &what).await,
         Action::DeleteDeployment { name } => Api::<Deployment>::namespaced(client, ns)
             .delete_once(name, &DeleteParams::background())
             .await
@@ -293,18 +188,137 @@ pub(crate) async fn execute(
             resource_version,
             owner,
         } => {
-            super::traffic::update_route(
-                &client,
-                ns,
-                name,
-                rules,
-                resource_version.as_deref(),
-                owner,
-                &what,
-            )
-            .await
+            let version = resource_version.as_deref();
+            super::traffic::update_route(&client, ns, name, rules, version, owner, &what).await
         }
     }
+}
+
+/// Applies a rollout's StatefulSet, unless another owner has it; a create or a change is
+/// waited for in the watch before the rollout plans again.
+async fn apply_set(
+    ctx: &Context,
+    set: &StatefulSet,
+    ns: &str,
+    rollout: &str,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    let name = set.metadata.name.clone().unwrap_or_default();
+    let sets = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns);
+    let live = sets.get_metadata_opt(&name).await.doing(what)?;
+    if let Some(why) = super::foreign_child(live.as_ref().map(|l| &l.metadata), &set.metadata) {
+        return Err(ReconcileError::NotOurs { doing: what(), why });
+    }
+    let written = sets
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(set),
+        )
+        .await
+        .doing(what)?;
+    let before = live.and_then(|l| l.metadata.resource_version);
+    let kinds = ("CanaryStatefulSet", "StatefulSet");
+    let versions = (before, written.metadata.resource_version);
+    expect_seen(ctx, kinds, ns, rollout, &name, versions);
+    Ok(())
+}
+
+/// Applies one of a rollout's Deployments, unless another owner has it.
+async fn apply_deployment(
+    ctx: &Context,
+    d: &Deployment,
+    ns: &str,
+    rollout: &str,
+    observed: &Observed,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    let name = d.metadata.name.clone().unwrap_or_default();
+    let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
+    // One this rollout owns (observed by its uid) needs no second look.
+    let owned = observed.deployments.iter().any(|o| o.name == name);
+    let live = if owned {
+        None
+    } else {
+        deployments.get_metadata_opt(&name).await.doing(what)?
+    };
+    if let Some(why) = super::foreign_child(live.as_ref().map(|l| &l.metadata), &d.metadata) {
+        return Err(ReconcileError::NotOurs { doing: what(), why });
+    }
+    let written = deployments
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(d),
+        )
+        .await
+        .doing(what)?;
+    // A Deployment the rollout already has was not read: only a create, which can never
+    // leave the version as it was, is waited for.
+    if !owned {
+        let before = live.and_then(|l| l.metadata.resource_version);
+        let kinds = ("CanaryDeployment", "Deployment");
+        let versions = (before, written.metadata.resource_version);
+        expect_seen(ctx, kinds, ns, rollout, &name, versions);
+    }
+    Ok(())
+}
+
+/// Keeps a volume past its claim's deletion, marked for the claim it is handed to.
+async fn retain_volume(
+    client: &kube::Client,
+    ns: &str,
+    rollout: &str,
+    volume: &str,
+    handoff_to: &str,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    let checked = check_volume(client, ns, rollout, volume, VolumePatch::Retain, what).await?;
+    // The resourceVersion makes the patch fail if the volume changed since the check.
+    Api::<PersistentVolume>::all(client.clone())
+        .merge(
+            volume,
+            json!({
+                "metadata": {
+                    "resourceVersion": checked,
+                    "labels": {ROLLOUT_LABEL: rollout, VOLUME_NAMESPACE_LABEL: ns},
+                    "annotations": {HANDOFF_TO_ANNOTATION: handoff_to},
+                },
+                "spec": {"persistentVolumeReclaimPolicy": "Retain"},
+            }),
+        )
+        .await
+        .doing(what)
+}
+
+/// Points a retained volume at the claim (`name`, `uid`) that takes it over.
+async fn bind_volume(
+    client: &kube::Client,
+    ns: &str,
+    rollout: &str,
+    volume: &str,
+    (claim, claim_uid): (&str, &str),
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    let patch = VolumePatch::Bind { claim, claim_uid };
+    let checked = check_volume(client, ns, rollout, volume, patch, what).await?;
+    Api::<PersistentVolume>::all(client.clone())
+        .merge(
+            volume,
+            json!({
+                "metadata": {"resourceVersion": checked},
+                "spec": {"claimRef": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "namespace": ns,
+                    "name": claim,
+                    "uid": claim_uid,
+                    "resourceVersion": null,
+                }},
+            }),
+        )
+        .await
+        .doing(what)
 }
 
 /// A create under the rollouts' field manager.

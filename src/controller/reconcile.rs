@@ -14,6 +14,7 @@ use super::execute::execute;
 pub(crate) use super::rollout_kind::RolloutKind;
 use super::{Context, Doing, ReconcileError, StatusWrite, show_action_failure, write_status};
 use crate::api::{SOURCE_LABEL, SPEC_HASH_ANNOTATION};
+use crate::plan::actions::Planned;
 use crate::plan::objects::RolloutRef;
 use crate::plan::{Observed, RolloutStatus};
 
@@ -40,90 +41,17 @@ where
 {
     let started = Instant::now();
     let name = rollout.name_any();
-    // A child this agent just wrote is not in the store yet: planning now would write it again.
-    let key = super::own_writes::child_key(K::KIND, ns, &name);
-    let wait = ctx.own_child_writes.wait_for(&key, started);
-    if wait.lapsed > 0 {
-        // A last resort: the watch never showed the write (nor anything after it).
-        tracing::warn!(rollout = %format!("{ns}/{name}"), lapsed = wait.lapsed, "the watch never showed this agent's write of a child; planning from the store as it is");
-        ctx.metrics.own_write_wait_lapses.inc_by(wait.lapsed as u64);
-    }
-    if let Some(wait) = wait.left {
-        tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "waiting for the watch to show this agent's last write of a child");
-        return Ok(Requeue::requeue(wait));
-    }
-    // Issue 44: a spec edited in the cluster (`kubectl edit`, `patch`) is never acted on. The
-    // sync is told at once and puts Git's spec back; that change wakes this rollout again.
-    let annotations = rollout.annotations();
-    if !crate::plan::spec_is_gits(
-        annotations.get(SPEC_HASH_ANNOTATION).map(String::as_str),
-        annotations.contains_key(crate::sync::desired::APPLIED_HASH_ANNOTATION),
-        &rollout.spec_hash(),
-    ) {
-        let message = format!(
-            "the spec of {} {ns}/{name} differs from the one linnet applied from Git (edited in \
-             the cluster?); it is not acted on, and Git's spec is being put back: change it in Git",
-            K::KIND
-        );
-        tracing::warn!(rollout = %format!("{ns}/{name}"), "{message}");
-        ctx.publish(&rollout.object_ref(&()), true, "SpecDrift", &message)
-            .await;
-        ctx.edited.found(crate::specs::ObjectKey::new(
-            crate::api::API_VERSION.to_string(),
-            K::KIND.to_string(),
-            ns.to_string(),
-            name.clone(),
-        ));
-        return Ok(Requeue::await_change());
-    }
-    let stored_phase = rollout.status().and_then(|s| s.phase());
-    let mut observed = observe(K::reads_pods(stored_phase)).await?;
-    let mut status = rollout.status().cloned().unwrap_or_default();
-    let reference = reference(rollout, ns);
-    let config_pod = rollout.config_template();
-    let versioned = config_pod.is_some();
-    let (config, newer_config) = super::config_copies::read(
-        ctx,
-        K::KIND,
-        &reference,
-        config_pod,
-        crate::plan::config::applied_at(rollout.meta().managed_fields.as_deref()),
-        K::recorded_config(&status),
-    )
-    .await?;
-    // Only then: a tuple of the two read the rollout on every reconcile (issue 51: 6.8
-    // reads a rollout in a first sync of 1,000).
-    if newer_config && let Some(wait) = spec_behind(ctx, rollout, ns).await? {
+    if let Some(wait) = wait_for_own_write(ctx, K::KIND, ns, &name, started) {
         return Ok(wait);
     }
-    observed.config = config.clone();
-    let builtins = rollout.builtins(ns, &status);
-    let resolved = ctx
-        .templates
-        .resolve(rollout.analysis(), ns, &builtins)
-        .await;
-    let now = jiff::Timestamp::now();
-    let measured = Measured {
-        reference: &reference,
-        kind: K::KIND,
-        active: status.phase().is_some_and(K::measures_in)
-            && !super::status_write_pending(ctx, K::KIND, rollout),
-    };
-    measure(ctx, measured, status.analysis_runs(), &resolved, now).await;
-    let mut planned = rollout.plan(
-        reference.clone(),
-        status.clone(),
-        resolved.clone(),
-        &observed,
-        now,
-    );
-    if K::plans_again_with_pods(stored_phase, planned.status.phase()) {
-        // The plan left a phase that goes by the sets alone: plan again with the pods (and
-        // a fresh read of the rest, once per canary start).
-        observed = observe(true).await?;
-        observed.config = config;
-        planned = rollout.plan(reference.clone(), status, resolved, &observed, now);
+    if refused_as_edited(ctx, rollout, ns).await {
+        return Ok(Requeue::await_change());
     }
+    let now = jiff::Timestamp::now();
+    let (mut planned, observed, reference) = match plan(ctx, rollout, ns, observe, now).await? {
+        Ok(planned) => planned,
+        Err(wait) => return Ok(wait),
+    };
     ctx.metrics.rollout_phase(
         K::KIND,
         &format!("{ns}/{name}"),
@@ -135,13 +63,162 @@ where
     {
         planned.status.set_trace_id(parent.trace_id());
     }
-    // A new rollout that only waits for its children: its first status waits for Stable,
-    // longer when many start at once.
+    let written = write_first_status(ctx, rollout, ns, &mut planned, now).await?;
+    for action in &planned.actions {
+        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
+        let span = tracing::info_span!("action", action = %action.describe());
+        if let Err(e) =
+            tracing::Instrument::instrument(execute(action, ctx, ns, &name, &observed), span).await
+        {
+            let status = &planned.status;
+            return Err(show_action_failure(ctx, rollout, K::KIND, status, action, e, now).await);
+        }
+    }
+    let object = rollout.object_ref(&());
+    let announced = written == StatusWrite::Repeated;
+    for e in planned.events.iter().filter(|_| !announced) {
+        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
+        ctx.publish(&object, e.warning, e.reason, &e.message).await;
+    }
+    let versioned = rollout.config_template().is_some();
+    if versioned && planned.status.phase().is_some_and(K::settled) {
+        super::config_copies::collect(ctx, &reference, K::recorded_config(&planned.status)).await?;
+    }
+    tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase(), took = ?started.elapsed(), "reconciled");
+    Ok(match planned.requeue_after {
+        Some(after) => Requeue::requeue(after),
+        None => Requeue::await_change(),
+    })
+}
+
+/// A child this agent just wrote is not in the store yet: planning now would write it
+/// again. How long to wait for the watch to show it, if it must.
+fn wait_for_own_write(
+    ctx: &Context,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    started: Instant,
+) -> Option<Requeue> {
+    let key = super::own_writes::child_key(kind, ns, name);
+    let wait = ctx.own_child_writes.wait_for(&key, started);
+    if wait.lapsed > 0 {
+        // A last resort: the watch never showed the write (nor anything after it).
+        tracing::warn!(rollout = %format!("{ns}/{name}"), lapsed = wait.lapsed, "the watch never showed this agent's write of a child; planning from the store as it is");
+        ctx.metrics.own_write_wait_lapses.inc_by(wait.lapsed as u64);
+    }
+    let left = wait.left?;
+    tracing::debug!(rollout = %format!("{ns}/{name}"), wait = ?left, "waiting for the watch to show this agent's last write of a child");
+    Some(Requeue::requeue(left))
+}
+
+/// Issue 44: a spec edited in the cluster (`kubectl edit`, `patch`) is never acted on. The
+/// sync is told at once and puts Git's spec back; that change wakes this rollout again.
+async fn refused_as_edited<K: RolloutKind>(ctx: &Context, rollout: &K, ns: &str) -> bool {
+    let annotations = rollout.annotations();
+    if crate::plan::spec_is_gits(
+        annotations.get(SPEC_HASH_ANNOTATION).map(String::as_str),
+        annotations.contains_key(crate::sync::desired::APPLIED_HASH_ANNOTATION),
+        &rollout.spec_hash(),
+    ) {
+        return false;
+    }
+    let name = rollout.name_any();
+    let message = format!(
+        "the spec of {} {ns}/{name} differs from the one linnet applied from Git (edited in \
+         the cluster?); it is not acted on, and Git's spec is being put back: change it in Git",
+        K::KIND
+    );
+    tracing::warn!(rollout = %format!("{ns}/{name}"), "{message}");
+    ctx.publish(&rollout.object_ref(&()), true, "SpecDrift", &message)
+        .await;
+    ctx.edited.found(crate::specs::ObjectKey::new(
+        crate::api::API_VERSION.to_string(),
+        K::KIND.to_string(),
+        ns.to_string(),
+        name,
+    ));
+    true
+}
+
+/// A plan, what it was made from, and the rollout as it names it.
+type PlannedFrom<K> = (
+    Planned<<K as RolloutKind>::Status, <K as RolloutKind>::Phase>,
+    Observed,
+    RolloutRef,
+);
+
+/// Observes, reads the config copies, takes the measurements due and plans; `Err` a wait
+/// for the watch to show a newer spec first.
+async fn plan<K, Read>(
+    ctx: &Context,
+    rollout: &K,
+    ns: &str,
+    observe: impl Fn(bool) -> Read,
+    now: jiff::Timestamp,
+) -> Result<Result<PlannedFrom<K>, Requeue>, ReconcileError>
+where
+    K: RolloutKind,
+    Read: std::future::Future<Output = Result<Observed, ReconcileError>>,
+{
+    let stored_phase = rollout.status().and_then(|s| s.phase());
+    let mut observed = observe(K::reads_pods(stored_phase)).await?;
+    let mut status = rollout.status().cloned().unwrap_or_default();
+    let reference = reference(rollout, ns);
+    let (config, newer_config) = super::config_copies::read(
+        ctx,
+        K::KIND,
+        &reference,
+        rollout.config_template(),
+        crate::plan::config::applied_at(rollout.meta().managed_fields.as_deref()),
+        K::recorded_config(&status),
+    )
+    .await?;
+    // Only then: a tuple of the two read the rollout on every reconcile (issue 51: 6.8
+    // reads a rollout in a first sync of 1,000).
+    if newer_config && let Some(wait) = spec_behind(ctx, rollout, ns).await? {
+        return Ok(Err(wait));
+    }
+    observed.config = config.clone();
+    let builtins = rollout.builtins(ns, &status);
+    let resolved = ctx
+        .templates
+        .resolve(rollout.analysis(), ns, &builtins)
+        .await;
+    let measured = Measured {
+        reference: &reference,
+        kind: K::KIND,
+        active: status.phase().is_some_and(K::measures_in)
+            && !super::status_write_pending(ctx, K::KIND, rollout),
+    };
+    measure(ctx, measured, status.analysis_runs(), &resolved, now).await;
+    let analysis = resolved.clone();
+    let mut planned = rollout.plan(reference.clone(), status.clone(), analysis, &observed, now);
+    if K::plans_again_with_pods(stored_phase, planned.status.phase()) {
+        // The plan left a phase that goes by the sets alone: plan again with the pods (and
+        // a fresh read of the rest, once per canary start).
+        observed = observe(true).await?;
+        observed.config = config;
+        planned = rollout.plan(reference.clone(), status, resolved, &observed, now);
+    }
+    Ok(Ok((planned, observed, reference)))
+}
+
+/// Writes the planned status, unless it is a new rollout's first, which waits for its
+/// children to be ready (longer when many start at once).
+async fn write_first_status<K: RolloutKind>(
+    ctx: &Context,
+    rollout: &K,
+    ns: &str,
+    planned: &mut Planned<K::Status, K::Phase>,
+    now: jiff::Timestamp,
+) -> Result<StatusWrite, ReconcileError> {
+    let name = rollout.name_any();
     let never_written = rollout.status().and_then(RolloutStatus::phase).is_none();
     let key = super::own_writes::child_key(K::KIND, ns, &name);
     let first_status_wait = crate::plan::first_status::first_status_wait(
         rollout.status(),
-        &planned,
+        planned,
         rollout.meta().creation_timestamp.as_ref().map(|t| t.0),
         now,
         match never_written {
@@ -152,45 +229,13 @@ where
     if never_written && first_status_wait.is_none() {
         ctx.first_status_done(&key);
     }
-    let written = match first_status_wait {
+    Ok(match first_status_wait {
         Some(wait) => {
             tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "new rollout initializing; its first status waits for its children to be ready");
             planned.requeue_after = Some(planned.requeue_after.map_or(wait, |r| r.min(wait)));
             StatusWrite::Deferred
         }
         None => write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?,
-    };
-    for action in &planned.actions {
-        tracing::info!(rollout = %format!("{ns}/{name}"), action = %action.describe(), "acting");
-        let span = tracing::info_span!("action", action = %action.describe());
-        if let Err(e) =
-            tracing::Instrument::instrument(execute(action, ctx, ns, &name, &observed), span).await
-        {
-            return Err(show_action_failure(
-                ctx,
-                rollout,
-                K::KIND,
-                &planned.status,
-                action,
-                e,
-                now,
-            )
-            .await);
-        }
-    }
-    let object = rollout.object_ref(&());
-    let announced = written == StatusWrite::Repeated;
-    for e in planned.events.iter().filter(|_| !announced) {
-        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
-        ctx.publish(&object, e.warning, e.reason, &e.message).await;
-    }
-    if versioned && planned.status.phase().is_some_and(K::settled) {
-        super::config_copies::collect(ctx, &reference, K::recorded_config(&planned.status)).await?;
-    }
-    tracing::debug!(rollout = %format!("{ns}/{name}"), phase = ?planned.status.phase(), took = ?started.elapsed(), "reconciled");
-    Ok(match planned.requeue_after {
-        Some(after) => Requeue::requeue(after),
-        None => Requeue::await_change(),
     })
 }
 

@@ -7,6 +7,7 @@
 //! the commit-status task.
 
 mod told;
+mod wakers;
 
 use tracing::Instrument as _;
 
@@ -30,6 +31,7 @@ use crate::telemetry::{ActionLabel, Metrics, ReasonLabel, RevisionLabel};
 use crate::watch::rollouts::RolloutStores;
 use crate::writeback::commit_status::Wanted;
 use crate::{Error, Result};
+use wakers::{Trigger, Wakers, Woken};
 
 /// `interval` plus up to 10% so that many agents do not poll in step.
 fn with_jitter(interval: Duration) -> Duration {
@@ -68,6 +70,17 @@ pub enum Source {
     },
 }
 
+/// What the loop carries from one step to the next.
+struct Progress {
+    local_snapshot: SpecSnapshot,
+    /// The revision synced last.
+    synced: Option<String>,
+    /// Whether the last sync attempt succeeded; a failed one is retried even without a change.
+    last_sync_ok: bool,
+    backoff: DefaultBackoff,
+    said: Said,
+}
+
 /// What the loop reads and writes besides the source.
 pub struct SourceLoop {
     pub config: AgentConfig,
@@ -85,44 +98,23 @@ pub struct SourceLoop {
 
 impl SourceLoop {
     /// Runs until SIGINT or SIGTERM.
-    pub async fn run(
-        self,
-        syncer: Syncer,
-        source: Source,
-        mut wake_rx: WakeReceiver,
-    ) -> Result<()> {
-        let config = &self.config;
-        let (remote, _watcher, mut changes) = match source {
+    pub async fn run(self, syncer: Syncer, source: Source, wake_rx: WakeReceiver) -> Result<()> {
+        let (remote, _watcher, changes) = match source {
             Source::Remote(remote) => (Some(remote), None, mpsc::channel(1).1),
             Source::Local { watcher, changes } => (None, Some(watcher), changes),
         };
-        let mut local_snapshot = SpecSnapshot::with_render(config.render.clone());
-        // Drift is looked for on this timer, whether or not Git moved.
-        let mut drift_check = tokio::time::interval(config.drift_interval);
-        drift_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        drift_check.reset();
-        let mut backoff = DefaultBackoff::default();
-        let mut synced: Option<String> = None;
-        // Whether the last sync attempt succeeded; a failed one is retried even without a change.
-        let mut last_sync_ok = false;
-        let mut delay;
-        // When the remote is looked at next: kept across the idle heartbeats.
-        let mut poll_at = tokio::time::Instant::now();
-        let mut said = Said::default();
+        let mut wakers = Wakers::new(&self.config, wake_rx, changes, self.edited.clone());
+        let mut progress = Progress {
+            local_snapshot: SpecSnapshot::with_render(self.config.render.clone()),
+            synced: None,
+            last_sync_ok: false,
+            backoff: DefaultBackoff::default(),
+            said: Said::default(),
+        };
         let heartbeat = crate::liveness::process().register("source loop");
-        let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
-        idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut shutdown = std::pin::pin!(super::shutdown_signal());
-        let edited = self.edited.clone();
-
         loop {
             heartbeat.beat();
             crate::liveness::hang_if_asked("source loop").await;
-            // The commit a webhook announced, if any: when it is not the one fetched last, the
-            // fetch goes ahead without first asking the remote for its tip (one round trip less).
-            let mut announced: Option<String> = None;
-            let mut drift_due = false;
-            let mut edited_due = false;
             // One span per step, the child of the webhook that woke it (issue 71): the fetch,
             // the render and the apply below are its children.
             let step = tracing::info_span!(
@@ -130,177 +122,184 @@ impl SourceLoop {
                 trigger = tracing::field::Empty,
                 revision = tracing::field::Empty
             );
-            tokio::select! {
-                _ = tokio::time::sleep_until(poll_at) => {
-                    step.record("trigger", "poll");
-                    tracing::debug!("poll");
-                }
-                Some(wake) = wake_rx.next() => {
-                    step.record("trigger", "webhook");
-                    if let Some(parent) = &wake.parent {
-                        parent.adopt(&step);
-                    }
-                    announced = wake.after;
-                    match wake.host {
-                        Some(host) => tracing::info!(host = host.name(), after = ?announced, "woken by webhook"),
-                        None => tracing::info!("webhook callers were turned away (busy); looking at the remote in case one was a push"),
-                    }
-                }
-                Some(()) = changes.recv() => {
-                    step.record("trigger", "disk");
-                    tracing::info!("files changed on disk");
-                }
-                _ = drift_check.tick() => {
-                    step.record("trigger", "drift");
-                    tracing::debug!("drift interval: comparing every object with the cluster");
-                    drift_due = true;
-                }
-                _ = edited.notified() => {
-                    step.record("trigger", "edited");
-                    tracing::info!("a rollout was edited in the cluster: putting Git's spec back");
-                    edited_due = true;
-                }
-                _ = &mut shutdown => {
-                    tracing::info!("shutting down");
-                    return Ok(());
-                }
-                _ = idle_beat.tick() => continue,
-            }
+            let trigger = match wakers.next(&step).await {
+                Woken::Step(trigger) => trigger,
+                Woken::Idle => continue,
+                Woken::Shutdown => return Ok(()),
+            };
             let started = Instant::now();
-            let found = match &remote {
-                Some(remote) => {
-                    let looked = look_at_remote(
-                        remote.clone(),
-                        &self.config,
-                        &self.metrics,
-                        synced.clone(),
-                        announced,
-                    )
-                    .instrument(step.clone())
-                    .await;
-                    match looked.history {
-                        Some((tip, History::Rewritten { previous })) => {
-                            self.history_rewritten(previous, tip).await;
-                        }
-                        Some((_, History::FastForward)) => self.history_fast_forward(),
-                        Some((tip, History::Unknown { previous }))
-                            if !self.config.refuse_history_rewrites =>
-                        {
-                            tracing::info!(%tip, %previous, "cannot tell whether the new tip descends from the last one (not within the history fetched); applied, as --refuse-history-rewrites is off");
-                        }
-                        // Refused: the look's error says why.
-                        Some((_, History::Unknown { .. })) => {}
-                        None => {}
-                    }
-                    looked.found
-                }
-                // Reading the tree may render units (seconds, within --render-timeout): the
-                // runtime's other tasks move to other threads meanwhile.
-                None => tokio::task::block_in_place(|| {
-                    step.in_scope(|| look_at_local(&mut local_snapshot, &self.config, last_sync_ok))
-                }),
-            };
-            // Git did not move, but the cluster may have: the last synced specs, compared in
-            // full on the drift timer; only the rollouts found edited, when that woke us.
-            let last_synced = |local_snapshot: &mut SpecSnapshot| match &remote {
-                Some(remote) => match remote.state.lock() {
-                    Ok(mut s) => Ok(s.snapshot.spec_set()),
-                    Err(_) => Err(Error::Runtime(std::io::Error::other(
-                        "source state poisoned",
-                    ))),
-                },
-                None => Ok(local_snapshot.spec_set()),
-            };
-            let found = match (found, &synced) {
-                (Ok(Found::Nothing), Some(revision)) if drift_due && last_sync_ok => {
-                    Ok(Found::Specs {
-                        revision: revision.clone(),
-                        specs: last_synced(&mut local_snapshot)?,
-                    })
-                }
-                (Ok(Found::Nothing), Some(revision)) if edited_due && last_sync_ok => {
-                    let specs = last_synced(&mut local_snapshot)?;
-                    self.put_back_edited(&syncer, revision, &specs)
-                        .instrument(step.clone())
-                        .await;
-                    Ok(Found::Nothing)
-                }
-                (other, _) => other,
-            };
+            let found = self
+                .look(
+                    remote.as_ref(),
+                    &mut progress,
+                    trigger.announced.clone(),
+                    &step,
+                )
+                .await;
+            let found = self
+                .or_last_synced(found, &trigger, remote.as_ref(), &syncer, &mut progress)
+                .instrument(step.clone())
+                .await?;
             let source_failed = found.is_err();
             let outcome = match found {
                 Ok(Found::Nothing) => Ok(()),
                 Ok(Found::SameSpecs { revision }) => {
-                    synced = Some(revision);
+                    progress.synced = Some(revision);
                     Ok(())
                 }
                 Ok(Found::Specs { revision, specs }) => {
                     step.record("revision", revision.as_str());
+                    let full = trigger.drift_due;
                     let result = self
-                        .sync(&syncer, &revision, &specs, drift_due, &mut said)
+                        .sync(&syncer, &revision, &specs, full, &mut progress.said)
                         .instrument(step.clone())
                         .await;
-                    last_sync_ok = result.is_ok();
+                    progress.last_sync_ok = result.is_ok();
                     if result.is_ok() {
-                        synced = Some(revision);
+                        progress.synced = Some(revision);
                     }
                     result
                 }
                 Err(e) => Err(e),
             };
             self.state.set_ready();
-            match outcome {
-                Ok(()) => {
-                    if said.loop_error.take().is_some() {
-                        tracing::info!("source synced again");
-                    }
-                    backoff.reset();
-                    delay = with_jitter(config.poll_interval);
-                    self.state.update(|s| s.last_error = None);
-                }
-                Err(error) => {
-                    // Git's own messages may quote the URL, with whatever credentials it holds.
-                    let message = crate::text::redact_credentials(&error.to_string());
-                    // A failed look at the source is made again within MAX_ERROR_RETRY, so a host
-                    // that answers again is synced from soon after (a look that fails costs one
-                    // connection); a failed sync backs off further, up to 30 s.
-                    let most = if source_failed {
-                        MAX_ERROR_RETRY
-                    } else {
-                        Duration::from_secs(30)
-                    };
-                    delay = backoff
-                        .next()
-                        .unwrap_or(most)
-                        .min(most)
-                        .min(config.poll_interval);
-                    // Said once per change of error; each retry of the same one at debug.
-                    let news = said.loop_error.as_deref() != Some(message.as_str());
-                    said.loop_error = Some(message.clone());
-                    if !news {
-                        tracing::debug!(error = %message, retry_in = ?delay, "still failing; retrying with backoff");
-                    } else if source_failed || matches!(error, SourceError::NoSpecs { .. }) {
-                        tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state (retried with backoff, said again when the error changes)");
-                    } else {
-                        tracing::warn!(error = %message, retry_in = ?delay, "some objects of the revision were not applied (the others were); retrying them with backoff (said again when the error changes)");
-                    }
-                    if let SourceError::Git(GitError::Unverified { .. }) = &error {
-                        self.source_event("Unverified", &message).await;
-                    }
-                    self.state.update(|s| s.last_error = Some(message));
-                    self.metrics
-                        .sync_errors
-                        .get_or_create(&ReasonLabel {
-                            reason: error.metric_label().into(),
-                        })
-                        .inc();
-                }
-            }
-            poll_at = tokio::time::Instant::now() + delay;
+            let delay = self.after_step(outcome, source_failed, &mut progress).await;
+            wakers.poll_at = tokio::time::Instant::now() + delay;
             self.state
                 .publish_metrics(&self.metrics, &self.config.source_name);
             tracing::debug!(took = ?started.elapsed(), "source step done");
         }
+    }
+
+    /// Looks at the remote (or the directory) for what changed since the last sync.
+    async fn look(
+        &self,
+        remote: Option<&Arc<Remote>>,
+        progress: &mut Progress,
+        announced: Option<String>,
+        step: &tracing::Span,
+    ) -> std::result::Result<Found, SourceError> {
+        let Some(remote) = remote else {
+            // Reading the tree may render units (seconds, within --render-timeout): the
+            // runtime's other tasks move to other threads meanwhile.
+            let (snapshot, ok) = (&mut progress.local_snapshot, progress.last_sync_ok);
+            return tokio::task::block_in_place(|| {
+                step.in_scope(|| look_at_local(snapshot, &self.config, ok))
+            });
+        };
+        let synced = progress.synced.clone();
+        let looked = look_at_remote(
+            remote.clone(),
+            &self.config,
+            &self.metrics,
+            synced,
+            announced,
+        )
+        .instrument(step.clone())
+        .await;
+        match looked.history {
+            Some((tip, History::Rewritten { previous })) => {
+                self.history_rewritten(previous, tip).await;
+            }
+            Some((_, History::FastForward)) => self.history_fast_forward(),
+            Some((tip, History::Unknown { previous })) if !self.config.refuse_history_rewrites => {
+                tracing::info!(%tip, %previous, "cannot tell whether the new tip descends from the last one (not within the history fetched); applied, as --refuse-history-rewrites is off");
+            }
+            // Refused: the look's error says why.
+            Some((_, History::Unknown { .. })) | None => {}
+        }
+        looked.found
+    }
+
+    /// Git did not move, but the cluster may have: the last synced specs, compared in full on
+    /// the drift timer; only the rollouts found edited, when that woke the loop.
+    async fn or_last_synced(
+        &self,
+        found: std::result::Result<Found, SourceError>,
+        trigger: &Trigger,
+        remote: Option<&Arc<Remote>>,
+        syncer: &Syncer,
+        progress: &mut Progress,
+    ) -> Result<std::result::Result<Found, SourceError>> {
+        let due = (trigger.drift_due || trigger.edited_due) && progress.last_sync_ok;
+        let (Ok(Found::Nothing), Some(revision), true) = (&found, &progress.synced, due) else {
+            return Ok(found);
+        };
+        let specs = match remote {
+            Some(remote) => match remote.state.lock() {
+                Ok(mut s) => s.snapshot.spec_set(),
+                Err(_) => {
+                    let poisoned = std::io::Error::other("source state poisoned");
+                    return Err(Error::Runtime(poisoned));
+                }
+            },
+            None => progress.local_snapshot.spec_set(),
+        };
+        if trigger.drift_due {
+            let revision = revision.clone();
+            return Ok(Ok(Found::Specs { revision, specs }));
+        }
+        self.put_back_edited(syncer, revision, &specs).await;
+        Ok(Ok(Found::Nothing))
+    }
+
+    /// Says how the step went (an error once per change of error), and returns when the
+    /// source is looked at next: the poll interval, or sooner with backoff after an error.
+    async fn after_step(
+        &self,
+        outcome: std::result::Result<(), SourceError>,
+        source_failed: bool,
+        progress: &mut Progress,
+    ) -> Duration {
+        let poll_interval = self.config.poll_interval;
+        let said = &mut progress.said;
+        let error = match outcome {
+            Ok(()) => {
+                if said.loop_error.take().is_some() {
+                    tracing::info!("source synced again");
+                }
+                progress.backoff.reset();
+                self.state.update(|s| s.last_error = None);
+                return with_jitter(poll_interval);
+            }
+            Err(error) => error,
+        };
+        // Git's own messages may quote the URL, with whatever credentials it holds.
+        let message = crate::text::redact_credentials(&error.to_string());
+        // A failed look at the source is made again within MAX_ERROR_RETRY, so a host that
+        // answers again is synced from soon after (a look that fails costs one connection); a
+        // failed sync backs off further, up to 30 s.
+        let most = if source_failed {
+            MAX_ERROR_RETRY
+        } else {
+            Duration::from_secs(30)
+        };
+        let delay = progress
+            .backoff
+            .next()
+            .unwrap_or(most)
+            .min(most)
+            .min(poll_interval);
+        // Said once per change of error; each retry of the same one at debug.
+        let news = said.loop_error.as_deref() != Some(message.as_str());
+        said.loop_error = Some(message.clone());
+        if !news {
+            tracing::debug!(error = %message, retry_in = ?delay, "still failing; retrying with backoff");
+        } else if source_failed || matches!(error, SourceError::NoSpecs { .. }) {
+            tracing::warn!(error = %message, retry_in = ?delay, "source not synced; the cluster keeps the last good state (retried with backoff, said again when the error changes)");
+        } else {
+            tracing::warn!(error = %message, retry_in = ?delay, "some objects of the revision were not applied (the others were); retrying them with backoff (said again when the error changes)");
+        }
+        if let SourceError::Git(GitError::Unverified { .. }) = &error {
+            self.source_event("Unverified", &message).await;
+        }
+        self.state.update(|s| s.last_error = Some(message));
+        let reason = error.metric_label().into();
+        self.metrics
+            .sync_errors
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+        delay
     }
 
     /// Puts back the rollouts their controllers found edited in the cluster, as the last
@@ -341,6 +340,32 @@ impl SourceLoop {
                 revision: revision.to_string(),
             });
         }
+        self.say_spec_errors(revision, specs, said).await;
+        let started = Instant::now();
+        let report = if full {
+            syncer.sync(specs, revision, self.config.prune).await
+        } else {
+            syncer
+                .sync_changes(specs, revision, self.config.prune)
+                .await
+        };
+        // Rollouts found edited meanwhile: their spec back whole, fields Git leaves out included.
+        self.put_back_edited(syncer, revision, specs).await;
+        self.record_sync(revision, specs, &report, started, said);
+        if report.errors.is_empty() {
+            Ok(())
+        } else {
+            let (key, e) = &report.errors[0];
+            Err(SourceError::Sync {
+                count: report.errors.len(),
+                first: format!("{key}: {e}"),
+            })
+        }
+    }
+
+    /// Says the revision's spec errors (each once, when it starts or changes), as an event
+    /// on the source, and as error statuses on the commits of the files that have them.
+    async fn say_spec_errors(&self, revision: &str, specs: &SpecSet, said: &mut Said) {
         let news = said.specs.news(
             specs.errors.iter().map(|e| (e.to_string(), String::new())),
             LOGGED_SPEC_ERRORS,
@@ -378,16 +403,17 @@ impl SourceLoop {
                 tx.clone(),
             ));
         }
-        let started = Instant::now();
-        let report = if full {
-            syncer.sync(specs, revision, self.config.prune).await
-        } else {
-            syncer
-                .sync_changes(specs, revision, self.config.prune)
-                .await
-        };
-        // Rollouts found edited meanwhile: their spec back whole, fields Git leaves out included.
-        self.put_back_edited(syncer, revision, specs).await;
+    }
+
+    /// The sync's outcome in the metrics, the log (object errors once each) and the state.
+    fn record_sync(
+        &self,
+        revision: &str,
+        specs: &SpecSet,
+        report: &crate::sync::SyncReport,
+        started: Instant,
+        said: &mut Said,
+    ) {
         self.metrics
             .sync_duration
             .observe(started.elapsed().as_secs_f64());
@@ -451,14 +477,5 @@ impl SourceLoop {
                 revision: revision.to_string(),
             })
             .set(1);
-        if report.errors.is_empty() {
-            Ok(())
-        } else {
-            let (key, e) = &report.errors[0];
-            Err(SourceError::Sync {
-                count: report.errors.len(),
-                first: format!("{key}: {e}"),
-            })
-        }
     }
 }

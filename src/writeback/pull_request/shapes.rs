@@ -37,9 +37,42 @@ pub fn page_size(provider: Provider) -> usize {
 /// The provider's documented request for `call`.
 pub fn request(cfg: &CommitStatusConfig, token: &str, call: &Call<'_>) -> Request {
     use reqwest::Method;
+    let (headers, base) = auth_and_base(cfg, token);
+    let provider = cfg.provider;
+    let (method, url, body) = match call {
+        Call::ListOpen { page } => (Method::GET, list_url(provider, &base, *page, false), None),
+        Call::ListClosed { page } => (Method::GET, list_url(provider, &base, *page, true), None),
+        Call::Open {
+            head,
+            base: to,
+            title,
+            body,
+        } => (
+            Method::POST,
+            base.clone(),
+            Some(open_body(provider, head, to, title, body)),
+        ),
+        Call::Close { number } => close(provider, &base, *number),
+        Call::Merge { number, title } => merge(provider, &base, *number, title),
+        Call::OfCommit { sha } => (Method::GET, of_commit_url(cfg, sha), None),
+        Call::Comment { number, body } => comment(cfg, &base, *number, body),
+    };
+    Request {
+        method,
+        url,
+        headers,
+        body,
+    }
+}
+
+/// A call with its method, URL and body.
+type Shaped = (reqwest::Method, String, Option<Value>);
+
+/// The provider's authentication headers, and the URL of the repository's pull requests.
+fn auth_and_base(cfg: &CommitStatusConfig, token: &str) -> (Vec<(&'static str, String)>, String) {
     let api = cfg.api_url.trim_end_matches('/');
     let repo = &cfg.repository;
-    let (auth, base) = match cfg.provider {
+    match cfg.provider {
         Provider::Github => (
             vec![
                 ("authorization", format!("Bearer {token}")),
@@ -60,168 +93,112 @@ pub fn request(cfg: &CommitStatusConfig, token: &str, call: &Call<'_>) -> Reques
             vec![("authorization", format!("Bearer {token}"))],
             format!("{api}/repositories/{repo}/pullrequests"),
         ),
+    }
+}
+
+/// A page of the open (or the closed and merged) pull requests.
+fn list_url(provider: Provider, base: &str, page: u32, closed: bool) -> String {
+    let size = page_size(provider);
+    let state = match (provider, closed) {
+        (Provider::Gitlab, false) => "opened",
+        (Provider::Bitbucket, false) => "OPEN",
+        (Provider::Bitbucket, true) => "DECLINED&state=MERGED",
+        (_, false) => "open",
+        (_, true) => "closed",
     };
-    let size = page_size(cfg.provider);
-    let (method, url, body) = match (cfg.provider, call) {
-        (Provider::Github, Call::ListOpen { page }) => (
-            Method::GET,
-            format!("{base}?state=open&per_page={size}&page={page}"),
-            None,
-        ),
-        (Provider::Gitea, Call::ListOpen { page }) => (
-            Method::GET,
-            format!("{base}?state=open&limit={size}&page={page}"),
-            None,
-        ),
-        (Provider::Gitlab, Call::ListOpen { page }) => (
-            Method::GET,
-            format!("{base}?state=opened&per_page={size}&page={page}"),
-            None,
-        ),
-        (Provider::Bitbucket, Call::ListOpen { page }) => (
-            Method::GET,
-            format!("{base}?state=OPEN&pagelen={size}&page={page}"),
-            None,
-        ),
-        (Provider::Github | Provider::Gitlab, Call::ListClosed { page }) => (
-            Method::GET,
-            format!("{base}?state=closed&per_page={size}&page={page}"),
-            None,
-        ),
-        (Provider::Gitea, Call::ListClosed { page }) => (
-            Method::GET,
-            format!("{base}?state=closed&limit={size}&page={page}"),
-            None,
-        ),
-        (Provider::Bitbucket, Call::ListClosed { page }) => (
-            Method::GET,
-            format!("{base}?state=DECLINED&state=MERGED&pagelen={size}&page={page}"),
-            None,
-        ),
-        (
-            Provider::Github | Provider::Gitea,
-            Call::Open {
-                head,
-                base: to,
-                title,
-                body,
-            },
-        ) => (
-            Method::POST,
-            base.clone(),
-            Some(json!({"head": head, "base": to, "title": title, "body": body})),
-        ),
-        (
-            Provider::Gitlab,
-            Call::Open {
-                head,
-                base: to,
-                title,
-                body,
-            },
-        ) => (
-            Method::POST,
-            base.clone(),
-            Some(
-                json!({"source_branch": head, "target_branch": to, "title": title,
-                "description": body, "remove_source_branch": true}),
-            ),
-        ),
-        (
-            Provider::Bitbucket,
-            Call::Open {
-                head,
-                base: to,
-                title,
-                body,
-            },
-        ) => (
-            Method::POST,
-            base.clone(),
-            Some(json!({"title": title, "description": body,
-                "source": {"branch": {"name": head}},
-                "destination": {"branch": {"name": to}},
-                "close_source_branch": true})),
-        ),
-        (Provider::Github | Provider::Gitea, Call::Close { number }) => (
-            Method::PATCH,
-            format!("{base}/{number}"),
-            Some(json!({"state": "closed"})),
-        ),
-        (Provider::Gitlab, Call::Close { number }) => (
-            Method::PUT,
-            format!("{base}/{number}"),
-            Some(json!({"state_event": "close"})),
-        ),
-        (Provider::Bitbucket, Call::Close { number }) => {
-            (Method::POST, format!("{base}/{number}/decline"), None)
+    let per_page = match provider {
+        Provider::Github | Provider::Gitlab => "per_page",
+        Provider::Gitea => "limit",
+        Provider::Bitbucket => "pagelen",
+    };
+    format!("{base}?state={state}&{per_page}={size}&page={page}")
+}
+
+/// The body that opens a pull request from `head` to `to`.
+fn open_body(provider: Provider, head: &str, to: &str, title: &str, body: &str) -> Value {
+    match provider {
+        Provider::Github | Provider::Gitea => {
+            json!({"head": head, "base": to, "title": title, "body": body})
         }
-        (Provider::Github, Call::Merge { number, title }) => (
+        Provider::Gitlab => json!({"source_branch": head, "target_branch": to, "title": title,
+            "description": body, "remove_source_branch": true}),
+        Provider::Bitbucket => json!({"title": title, "description": body,
+            "source": {"branch": {"name": head}},
+            "destination": {"branch": {"name": to}},
+            "close_source_branch": true}),
+    }
+}
+
+fn close(provider: Provider, base: &str, number: u64) -> Shaped {
+    use reqwest::Method;
+    let url = format!("{base}/{number}");
+    match provider {
+        Provider::Github | Provider::Gitea => {
+            (Method::PATCH, url, Some(json!({"state": "closed"})))
+        }
+        Provider::Gitlab => (Method::PUT, url, Some(json!({"state_event": "close"}))),
+        Provider::Bitbucket => (Method::POST, format!("{url}/decline"), None),
+    }
+}
+
+fn merge(provider: Provider, base: &str, number: u64, title: &str) -> Shaped {
+    use reqwest::Method;
+    let url = format!("{base}/{number}/merge");
+    match provider {
+        Provider::Github => (
             Method::PUT,
-            format!("{base}/{number}/merge"),
+            url,
             Some(json!({"merge_method": "merge", "commit_title": title})),
         ),
-        (Provider::Gitea, Call::Merge { number, title }) => (
+        Provider::Gitea => (
             Method::POST,
-            format!("{base}/{number}/merge"),
+            url,
             Some(json!({"Do": "merge", "MergeTitleField": title})),
         ),
-        (Provider::Gitlab, Call::Merge { number, title }) => (
+        Provider::Gitlab => (
             Method::PUT,
-            format!("{base}/{number}/merge"),
+            url,
             Some(json!({"merge_commit_message": title})),
         ),
-        (Provider::Bitbucket, Call::Merge { number, title }) => (
+        Provider::Bitbucket => (
             Method::POST,
-            format!("{base}/{number}/merge"),
+            url,
             Some(json!({"merge_strategy": "merge_commit", "message": title,
                 "close_source_branch": true})),
         ),
-        (Provider::Github, Call::OfCommit { sha }) => (
-            Method::GET,
-            format!("{api}/repos/{repo}/commits/{sha}/pulls"),
-            None,
+    }
+}
+
+/// The pull requests that hold commit `sha`.
+fn of_commit_url(cfg: &CommitStatusConfig, sha: &str) -> String {
+    let api = cfg.api_url.trim_end_matches('/');
+    let repo = &cfg.repository;
+    match cfg.provider {
+        Provider::Github => format!("{api}/repos/{repo}/commits/{sha}/pulls"),
+        Provider::Gitea => format!("{api}/repos/{repo}/commits/{sha}/pull"),
+        Provider::Gitlab => format!(
+            "{api}/projects/{}/repository/commits/{sha}/merge_requests",
+            encode(repo)
         ),
-        (Provider::Gitea, Call::OfCommit { sha }) => (
-            Method::GET,
-            format!("{api}/repos/{repo}/commits/{sha}/pull"),
-            None,
-        ),
-        (Provider::Gitlab, Call::OfCommit { sha }) => (
-            Method::GET,
-            format!(
-                "{api}/projects/{}/repository/commits/{sha}/merge_requests",
-                encode(repo)
-            ),
-            None,
-        ),
-        (Provider::Bitbucket, Call::OfCommit { sha }) => (
-            Method::GET,
-            format!("{api}/repositories/{repo}/commit/{sha}/pullrequests"),
-            None,
-        ),
-        (Provider::Github | Provider::Gitea, Call::Comment { number, body }) => (
-            Method::POST,
+        Provider::Bitbucket => format!("{api}/repositories/{repo}/commit/{sha}/pullrequests"),
+    }
+}
+
+fn comment(cfg: &CommitStatusConfig, base: &str, number: u64, body: &str) -> Shaped {
+    let api = cfg.api_url.trim_end_matches('/');
+    let repo = &cfg.repository;
+    let (url, body) = match cfg.provider {
+        Provider::Github | Provider::Gitea => (
             format!("{api}/repos/{repo}/issues/{number}/comments"),
-            Some(json!({"body": body})),
+            json!({"body": body}),
         ),
-        (Provider::Gitlab, Call::Comment { number, body }) => (
-            Method::POST,
-            format!("{base}/{number}/notes"),
-            Some(json!({"body": body})),
-        ),
-        (Provider::Bitbucket, Call::Comment { number, body }) => (
-            Method::POST,
+        Provider::Gitlab => (format!("{base}/{number}/notes"), json!({"body": body})),
+        Provider::Bitbucket => (
             format!("{base}/{number}/comments"),
-            Some(json!({"content": {"raw": body}})),
+            json!({"content": {"raw": body}}),
         ),
     };
-    Request {
-        method,
-        url,
-        headers: auth,
-        body,
-    }
+    (reqwest::Method::POST, url, Some(body))
 }
 
 /// The pull request in an answer to [`Call::OfCommit`]: Gitea's one object, the first of

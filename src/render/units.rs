@@ -6,13 +6,16 @@
 //! A directory with a [`HELM_FILE`] is a Helm unit. No file below a kustomization, a
 //! `linnet-helm.yaml` or a chart (`Chart.yaml`) is read as plain YAML; every other spec file is.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{RENDERED, RenderOptions, dir_of, error_at, join_relative, locate_text, remote_host};
 use crate::specs::{BLOCKED, FileContent, LoadOptions, SpecError, parse_config_file};
+
+mod layout;
+pub use layout::layout;
 
 /// The names kustomize reads as a directory's kustomization, in its order of preference.
 pub const KUSTOMIZATION_NAMES: [&str; 3] =
@@ -99,252 +102,6 @@ pub struct ParsedFiles {
     by_id: HashMap<(String, String), std::sync::Arc<Parsed>>,
 }
 
-/// Splits `listing` into plain files and units. Reads (with `read`) only the kustomizations
-/// and `linnet-helm.yaml` files not read before; a listing without any is passed through.
-pub fn layout<E>(
-    listing: &[(String, String)],
-    read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
-    parsed: &mut ParsedFiles,
-    opts: &LoadOptions,
-    render: &RenderOptions,
-) -> Result<Layout, E> {
-    if !listing.iter().any(|(p, _)| is_render_file(p)) {
-        return Ok(Layout {
-            plain: listing.to_vec(),
-            units: BTreeMap::new(),
-        });
-    }
-    let files: BTreeMap<&str, &str> = listing
-        .iter()
-        .map(|(p, i)| (p.as_str(), i.as_str()))
-        .collect();
-    let dirs = RenderDirs::of(listing);
-    let mut new_parsed = HashMap::new();
-    let mut parse = |path: &str, helm: bool| -> Result<std::sync::Arc<Parsed>, E> {
-        let id = files.get(path).copied().unwrap_or_default();
-        let key = (path.to_string(), id.to_string());
-        if let Some(p) = parsed.by_id.remove(&key) {
-            new_parsed.insert(key, p.clone());
-            return Ok(p);
-        }
-        let p = std::sync::Arc::new(parse_render_file(path, read(path, id)?, helm, opts, render));
-        new_parsed.insert(key, p.clone());
-        Ok(p)
-    };
-    let graph = KustomizeGraph::of(&dirs, &mut parse)?;
-    let mut units = kustomize_units(&files, &dirs, &graph, render);
-    for (&dir, &path) in &dirs.helm {
-        let parsed = parse(path, true)?;
-        let Parsed::Helm(release) = &*parsed else {
-            continue;
-        };
-        let unit = helm_unit(&files, &dirs, (dir, path), release.clone(), render);
-        units.insert(path.to_string(), unit);
-    }
-    parsed.by_id = new_parsed;
-    let owners: HashSet<&str> = dirs
-        .kustomize
-        .keys()
-        .chain(dirs.helm.keys())
-        .chain(dirs.charts.iter())
-        .copied()
-        .collect();
-    let plain = listing
-        .iter()
-        .filter(|(p, id)| id.starts_with(BLOCKED) || !owned(p, &owners))
-        .cloned()
-        .collect();
-    Ok(Layout { plain, units })
-}
-
-/// The directories rendered rather than read: each kustomization's and helm file's (by
-/// directory), and every chart's.
-struct RenderDirs<'a> {
-    kustomize: BTreeMap<&'a str, &'a str>,
-    helm: BTreeMap<&'a str, &'a str>,
-    charts: BTreeSet<&'a str>,
-}
-
-impl<'a> RenderDirs<'a> {
-    fn of(listing: &'a [(String, String)]) -> RenderDirs<'a> {
-        let mut dirs = RenderDirs {
-            kustomize: BTreeMap::new(),
-            helm: BTreeMap::new(),
-            charts: BTreeSet::new(),
-        };
-        for (path, _) in listing {
-            let name = path.rsplit('/').next().unwrap_or(path);
-            let dir = dir_of(path);
-            if KUSTOMIZATION_NAMES.contains(&name) {
-                // The first name in kustomize's order wins, as in kustomize.
-                let better = dirs.kustomize.get(dir).is_none_or(|old| {
-                    let rank = |p: &str| KUSTOMIZATION_NAMES.iter().position(|n| p.ends_with(n));
-                    rank(path) < rank(old)
-                });
-                if better {
-                    dirs.kustomize.insert(dir, path);
-                }
-            } else if name == HELM_FILE {
-                dirs.helm.insert(dir, path);
-            } else if name == CHART_FILE {
-                dirs.charts.insert(dir);
-            }
-        }
-        dirs
-    }
-}
-
-/// Every kustomization's references (those that are kustomizations are not roots), and
-/// the kustomizations that cannot be read.
-struct KustomizeGraph<'a> {
-    edges: BTreeMap<&'a str, Vec<String>>,
-    problems: BTreeMap<&'a str, SpecError>,
-    /// Kustomizations another one uses.
-    used: HashSet<String>,
-}
-
-impl<'a> KustomizeGraph<'a> {
-    fn of<E>(
-        dirs: &RenderDirs<'a>,
-        parse: &mut impl FnMut(&str, bool) -> Result<std::sync::Arc<Parsed>, E>,
-    ) -> Result<KustomizeGraph<'a>, E> {
-        let mut graph = KustomizeGraph {
-            edges: BTreeMap::new(),
-            problems: BTreeMap::new(),
-            used: HashSet::new(),
-        };
-        for (&dir, &path) in &dirs.kustomize {
-            let parsed = parse(path, false)?;
-            let Parsed::Kustomization(targets) = &*parsed else {
-                continue;
-            };
-            match targets {
-                Ok(targets) => {
-                    for t in targets {
-                        if dirs.kustomize.contains_key(t.as_str()) {
-                            graph.used.insert(t.clone());
-                        }
-                    }
-                    graph.edges.insert(dir, targets.clone());
-                }
-                Err(e) => {
-                    graph.problems.insert(dir, e.clone());
-                }
-            }
-        }
-        Ok(graph)
-    }
-}
-
-/// A unit per root kustomization, with every file it reaches as inputs; and one with an
-/// error per kustomization only a cycle uses.
-fn kustomize_units(
-    files: &BTreeMap<&str, &str>,
-    dirs: &RenderDirs<'_>,
-    graph: &KustomizeGraph<'_>,
-    render: &RenderOptions,
-) -> BTreeMap<String, Unit> {
-    let mut units = BTreeMap::new();
-    let mut reached: HashSet<String> = HashSet::new();
-    for (&dir, &path) in &dirs.kustomize {
-        if graph.used.contains(dir) {
-            continue;
-        }
-        let mut inputs = BTreeMap::new();
-        let mut seen = HashSet::new();
-        let mut todo = vec![dir.to_string()];
-        while let Some(d) = todo.pop() {
-            if !seen.insert(d.clone()) {
-                continue;
-            }
-            add_tree(files, &d, &mut inputs);
-            for t in graph.edges.get(d.as_str()).into_iter().flatten() {
-                match files.get(t.as_str()) {
-                    Some(id) => {
-                        inputs.insert(t.clone(), id.to_string());
-                    }
-                    None => todo.push(t.clone()),
-                }
-            }
-        }
-        let problem = graph.problems.get(dir).cloned().or_else(|| {
-            seen.iter()
-                .find(|d| d.as_str() != dir && graph.problems.contains_key(d.as_str()))
-                .and_then(|d| graph.problems.get(d.as_str()).cloned())
-        });
-        let kind = UnitKind::Kustomize;
-        units.insert(
-            path.to_string(),
-            unit(path, dir, kind, inputs, problem, render),
-        );
-        reached.extend(seen);
-    }
-    // Kustomizations that only use each other (a cycle): no unit would render them, and
-    // silence would hide them; each is a unit with that error.
-    for (&dir, &path) in &dirs.kustomize {
-        if reached.contains(dir) || !graph.used.contains(dir) {
-            continue;
-        }
-        let problem = error_at(
-            path,
-            1,
-            1,
-            "this kustomization is used only by kustomizations that use it in turn (a cycle \
-             of `resources`): none of them is rendered; break the cycle"
-                .into(),
-        );
-        let id = files.get(path).copied().unwrap_or_default();
-        let inputs = BTreeMap::from([(path.to_string(), id.to_string())]);
-        let kind = UnitKind::Kustomize;
-        units.insert(
-            path.to_string(),
-            unit(path, dir, kind, inputs, Some(problem), render),
-        );
-    }
-    units
-}
-
-/// The unit of the helm file at `path` in `dir`: its release, or why it cannot render.
-fn helm_unit(
-    files: &BTreeMap<&str, &str>,
-    dirs: &RenderDirs<'_>,
-    (dir, path): (&str, &str),
-    release: Result<super::helm::HelmRelease, SpecError>,
-    render: &RenderOptions,
-) -> Unit {
-    let mut inputs = BTreeMap::new();
-    inputs.insert(
-        path.to_string(),
-        files.get(path).copied().unwrap_or_default().to_string(),
-    );
-    let (kind, problem) = match release {
-        Ok(release) => {
-            let problem = dirs
-                .kustomize
-                .get(dir)
-                .map(|k| {
-                    error_at(
-                        path,
-                        1,
-                        1,
-                        format!(
-                            "this directory holds {k} too; a directory is rendered one way: \
-                             move one of them"
-                        ),
-                    )
-                })
-                .or_else(|| {
-                    release
-                        .inputs(path, dir, files, &dirs.charts, render, &mut inputs)
-                        .err()
-                });
-            (UnitKind::Helm(release), problem)
-        }
-        Err(e) => (UnitKind::Helm(Default::default()), Some(e)),
-    };
-    unit(path, dir, kind, inputs, problem, render)
-}
-
 /// A kustomization's resolved references, or a `linnet-helm.yaml`'s release.
 fn parse_render_file(
     path: &str,
@@ -418,35 +175,6 @@ impl Unit {
             self.problem.clone(),
             render,
         )
-    }
-}
-
-/// Whether a directory at or above `path` belongs to a renderer.
-fn owned(path: &str, owners: &HashSet<&str>) -> bool {
-    let mut dir = dir_of(path);
-    loop {
-        if owners.contains(dir) {
-            return true;
-        }
-        if dir.is_empty() {
-            return false;
-        }
-        dir = dir_of(dir);
-    }
-}
-
-/// Every listed file in `dir` and below.
-fn add_tree(files: &BTreeMap<&str, &str>, dir: &str, into: &mut BTreeMap<String, String>) {
-    let prefix = if dir.is_empty() {
-        String::new()
-    } else {
-        format!("{dir}/")
-    };
-    for (p, id) in files.range(prefix.as_str()..) {
-        if !p.starts_with(&prefix) {
-            break;
-        }
-        into.insert(p.to_string(), id.to_string());
     }
 }
 

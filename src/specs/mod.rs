@@ -5,6 +5,7 @@
 //! [`load_file`] is a pure function of a file's path and bytes, so the Git source can re-parse
 //! only the files that changed between two revisions and keep the rest.
 
+mod analysis_refs;
 mod budget;
 mod key;
 mod known;
@@ -318,138 +319,7 @@ impl SpecSet {
     /// namespace, and gets a value for each argument without a default, and that each gate
     /// follows a step or batch the rollout has. A rollout that fails blocks its file.
     fn block_broken_analysis(&mut self) {
-        use crate::api::{AnalysisTemplate, CanaryDeployment, CanaryStatefulSet, RolloutAnalysis};
-        let templates: BTreeMap<(String, String), AnalysisTemplate> = self
-            .objects
-            .values()
-            .filter(|o| o.key.kind == "AnalysisTemplate")
-            .filter_map(|o| {
-                let t: AnalysisTemplate = o.spec.typed()?;
-                Some(((o.key.namespace.clone(), o.key.name.clone()), t))
-            })
-            .collect();
-        let mut broken: Vec<SpecError> = Vec::new();
-        for object in self.objects.values() {
-            // Parsing every rollout of a large repository on each change costs; most have none.
-            if !object.spec.may_have_analysis() {
-                continue;
-            }
-            let (analysis, points, what): (Option<RolloutAnalysis>, i32, &str) =
-                match object.key.kind.as_str() {
-                    "CanaryStatefulSet" => match object.spec.typed::<CanaryStatefulSet>() {
-                        Some(o) => (
-                            o.spec.analysis.map(|a| *a),
-                            o.spec.steps.map_or(1, |s| s.len().max(1) as i32),
-                            "step",
-                        ),
-                        None => continue,
-                    },
-                    "CanaryDeployment" => match object.spec.typed::<CanaryDeployment>() {
-                        // Gates follow batches; a Rolling update has none.
-                        Some(o)
-                            if o.spec.strategy.type_
-                                != crate::api::DeploymentStrategyType::Batches =>
-                        {
-                            (o.spec.analysis.map(|a| *a), 0, "batch")
-                        }
-                        Some(o) => (o.spec.analysis.map(|a| *a), o.spec.batches, "batch"),
-                        None => continue,
-                    },
-                    _ => continue,
-                };
-            let Some(analysis) = analysis else { continue };
-            let runs = analysis
-                .background
-                .iter()
-                .map(|b| ("background".to_string(), &b.templates, &b.args))
-                .chain(analysis.gates.iter().map(|g| {
-                    (
-                        format!("gate after {what} {}", g.after),
-                        &g.templates,
-                        &g.args,
-                    )
-                }));
-            let mut problems = Vec::new();
-            for gate in analysis.gates.iter().filter(|g| g.after > points) {
-                problems.push(if points == 0 {
-                    "spec.analysis.gates: a rolling update has no batches to follow; use strategy \
-                     Batches, or analysis.background"
-                        .to_string()
-                } else {
-                    format!(
-                        "spec.analysis.gates: after {} is past the last {what} ({points})",
-                        gate.after
-                    )
-                });
-            }
-            // Every argument the rollout's templates declare; a value for another one is a
-            // typo that would leave the template's default in place without a word.
-            let mut declared_anywhere: Vec<&str> = Vec::new();
-            let mut all_found = true;
-            for (run, refs, args) in runs {
-                let mut metric_names: Vec<&str> = Vec::new();
-                let mut declared: Vec<&str> = Vec::new();
-                for r in refs.iter() {
-                    let key = (object.key.namespace.clone(), r.template_name.clone());
-                    let Some(template) = templates.get(&key) else {
-                        all_found = false;
-                        problems.push(format!(
-                            "spec.analysis ({run}): AnalysisTemplate {} is not in the repository \
-                             in namespace {}; add it or fix templateName",
-                            r.template_name, object.key.namespace
-                        ));
-                        continue;
-                    };
-                    for m in &template.spec.metrics {
-                        if metric_names.contains(&m.name.as_str()) {
-                            problems.push(format!(
-                                "spec.analysis ({run}): metric {} is in two of its templates; rename one",
-                                m.name
-                            ));
-                        }
-                        metric_names.push(&m.name);
-                    }
-                    declared.extend(template.spec.args.iter().map(|a| a.name.as_str()));
-                    for arg in template.spec.args.iter().filter(|a| a.value.is_none()) {
-                        let given = analysis
-                            .args
-                            .iter()
-                            .chain(args.iter())
-                            .any(|a| a.name == arg.name);
-                        if !given {
-                            problems.push(format!(
-                                "spec.analysis ({run}): AnalysisTemplate {} needs argument {}; \
-                                 set it in spec.analysis.args",
-                                r.template_name, arg.name
-                            ));
-                        }
-                    }
-                }
-                for a in args.iter().filter(|a| !declared.contains(&a.name.as_str())) {
-                    problems.push(format!(
-                        "spec.analysis ({run}): argument {} is not an argument of its templates",
-                        a.name
-                    ));
-                }
-                declared_anywhere.extend(declared);
-            }
-            for a in analysis
-                .args
-                .iter()
-                .filter(|a| all_found && !declared_anywhere.contains(&a.name.as_str()))
-            {
-                problems.push(format!(
-                    "spec.analysis.args: argument {} is not an argument of any template the rollout uses",
-                    a.name
-                ));
-            }
-            for message in problems {
-                broken.push(SpecError {
-                    location: object.location.clone(),
-                    message: format!("{}: {message}", object.key),
-                });
-            }
-        }
+        let broken = analysis_refs::broken(self.objects.values());
         self.block_files(broken);
     }
 }

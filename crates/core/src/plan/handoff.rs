@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use super::actions::Action;
 use super::objects::{Role, RolloutRef, claim_name, handoff_claim};
 use super::observed::Observed;
+use super::observed::{ClaimView, VolumeView};
 use crate::api::{
     CanaryStatefulSetSpec, HANDOFF_TO_ANNOTATION, ROLLOUT_LABEL, VOLUME_NAMESPACE_LABEL,
 };
@@ -89,50 +90,15 @@ pub fn handoff_step(
     if src.is_none() && dst.is_some_and(|d| d.bound) {
         return HandoffStep::Done;
     }
-    // The volume is the one a live claim names: the target claim (linnet pre-creates it with
-    // `volumeName`), else the source claim. The target exists before the source is deleted, so
-    // one of them always names it. Annotations and `claimRef`s are not enough: a volume left
-    // Released by an earlier rollout of the same name carries the same ones.
-    let by_name = |name: &str| observed.volumes.iter().find(|v| v.name == name);
-    let volume = dst
-        .and_then(|d| d.volume.as_deref())
-        .and_then(by_name)
-        .or_else(|| src.and_then(|s| s.volume.as_deref()).and_then(by_name));
-    // Both claims gone (deleted by hand): the replica's volume is the rollout's Retain volume
-    // whose claimRef still names one of them and that no live claim holds. Going on without
-    // it would let the StatefulSet controller give the replica a new, empty volume.
-    let orphaned: Vec<_> = if src.is_none() && dst.is_none() {
-        observed
-            .volumes
-            .iter()
-            .filter(|v| {
-                v.retain
-                    && own.is_none_or(|own| v.name == own)
-                    && v.claim
-                        .as_ref()
-                        .is_some_and(|(n, _)| *n == src_name || *n == dst_name)
-                    && !observed
-                        .claims
-                        .iter()
-                        .any(|c| c.volume.as_deref() == Some(v.name.as_str()))
-            })
-            .collect()
-    } else {
-        Vec::new()
+    let claims = Claims {
+        src,
+        dst,
+        src_name: &src_name,
+        dst_name: &dst_name,
     };
-    let volume = match (volume, orphaned.as_slice()) {
-        (Some(v), _) => Some(v),
-        (None, [only]) => Some(*only),
-        (None, []) => None,
-        (None, several) => {
-            let names: Vec<&str> = several.iter().map(|v| v.name.as_str()).collect();
-            return HandoffStep::Waiting(format!(
-                "claims {src_name} and {dst_name} are gone, and volumes {} could each hold replica \
-                 {ordinal}'s data; point the one to keep at {dst_name} (or remove the other's \
-                 claimRef) to carry on",
-                names.join(", ")
-            ));
-        }
+    let volume = match replica_volume(observed, &claims, own, ordinal) {
+        Ok(volume) => volume,
+        Err(waiting) => return waiting,
     };
     let Some(volume) = volume else {
         return match (src, dst) {
@@ -160,25 +126,111 @@ pub fn handoff_step(
             volume.storage_class.as_deref(),
         ))));
     };
-    if let Some(src) = src {
-        if src.volume.as_deref() != Some(volume.name.as_str()) {
-            return HandoffStep::Waiting(format!(
-                "claim {src_name} is not bound to {}; leaving it alone",
-                volume.name
-            ));
-        }
-        if observed.pods_of(&from_set).any(|p| p.ordinal == ordinal) {
-            return HandoffStep::Waiting(format!("pod {from_set}-{ordinal} still uses {src_name}"));
-        }
-        if src.deleting {
-            return HandoffStep::Waiting(format!("claim {src_name} is being deleted"));
-        }
-        return HandoffStep::Act(Action::DeleteClaim {
-            name: src_name,
-            volume: volume.name.clone(),
-            to: dst_name,
-        });
+    match src {
+        Some(src) => release_source(observed, src, (&from_set, ordinal), volume, &dst_name),
+        None => bind_target(dst, volume),
     }
+}
+
+/// The replica's two claims: the one it leaves (`src`) and the one it moves to (`dst`).
+struct Claims<'o, 'n> {
+    src: Option<&'o ClaimView>,
+    dst: Option<&'o ClaimView>,
+    src_name: &'n str,
+    dst_name: &'n str,
+}
+
+/// The volume is the one a live claim names: the target claim (linnet pre-creates it with
+/// `volumeName`), else the source claim. The target exists before the source is deleted, so
+/// one of them always names it. Annotations and `claimRef`s are not enough: a volume left
+/// Released by an earlier rollout of the same name carries the same ones. `Err`: more than
+/// one volume could be the replica's.
+fn replica_volume<'o>(
+    observed: &'o Observed,
+    claims: &Claims<'o, '_>,
+    own: Option<&str>,
+    ordinal: i32,
+) -> Result<Option<&'o VolumeView>, HandoffStep> {
+    let (src_name, dst_name) = (claims.src_name, claims.dst_name);
+    let by_name = |name: &str| observed.volumes.iter().find(|v| v.name == name);
+    let named = claims
+        .dst
+        .and_then(|d| d.volume.as_deref())
+        .and_then(by_name)
+        .or_else(|| {
+            claims
+                .src
+                .and_then(|s| s.volume.as_deref())
+                .and_then(by_name)
+        });
+    if named.is_some() || claims.src.is_some() || claims.dst.is_some() {
+        return Ok(named);
+    }
+    // Both claims gone (deleted by hand): the replica's volume is the rollout's Retain volume
+    // whose claimRef still names one of them and that no live claim holds. Going on without
+    // it would let the StatefulSet controller give the replica a new, empty volume.
+    let orphaned: Vec<&VolumeView> = observed
+        .volumes
+        .iter()
+        .filter(|v| {
+            v.retain
+                && own.is_none_or(|own| v.name == own)
+                && v.claim
+                    .as_ref()
+                    .is_some_and(|(n, _)| n == src_name || n == dst_name)
+                && !observed
+                    .claims
+                    .iter()
+                    .any(|c| c.volume.as_deref() == Some(v.name.as_str()))
+        })
+        .collect();
+    match orphaned.as_slice() {
+        [] => Ok(None),
+        [only] => Ok(Some(*only)),
+        several => {
+            let names: Vec<&str> = several.iter().map(|v| v.name.as_str()).collect();
+            Err(HandoffStep::Waiting(format!(
+                "claims {src_name} and {dst_name} are gone, and volumes {} could each hold replica \
+                 {ordinal}'s data; point the one to keep at {dst_name} (or remove the other's \
+                 claimRef) to carry on",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+/// The target claim exists: the source claim is deleted once no pod of `set` `ordinal`
+/// uses it (its volume stays, retained).
+fn release_source(
+    observed: &Observed,
+    src: &ClaimView,
+    (set, ordinal): (&str, i32),
+    volume: &VolumeView,
+    dst_name: &str,
+) -> HandoffStep {
+    let src_name = &src.name;
+    if src.volume.as_deref() != Some(volume.name.as_str()) {
+        return HandoffStep::Waiting(format!(
+            "claim {src_name} is not bound to {}; leaving it alone",
+            volume.name
+        ));
+    }
+    if observed.pods_of(set).any(|p| p.ordinal == ordinal) {
+        return HandoffStep::Waiting(format!("pod {set}-{ordinal} still uses {src_name}"));
+    }
+    if src.deleting {
+        return HandoffStep::Waiting(format!("claim {src_name} is being deleted"));
+    }
+    HandoffStep::Act(Action::DeleteClaim {
+        name: src_name.clone(),
+        volume: volume.name.clone(),
+        to: dst_name.to_string(),
+    })
+}
+
+/// The source claim is gone: the volume is pointed at the target claim, which is asked to
+/// bind it.
+fn bind_target(dst: &ClaimView, volume: &VolumeView) -> HandoffStep {
     let bound_to_dst = volume
         .claim
         .as_ref()
@@ -196,7 +248,7 @@ pub fn handoff_step(
             volume: volume.name.clone(),
         });
     }
-    HandoffStep::Waiting(format!("claim {dst_name} to bind volume {}", volume.name))
+    HandoffStep::Waiting(format!("claim {} to bind volume {}", dst.name, volume.name))
 }
 
 /// A patch the handoff makes to a PersistentVolume.

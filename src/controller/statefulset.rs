@@ -267,34 +267,85 @@ async fn observe(
 ) -> Result<Observed, ReconcileError> {
     let client = &shared.ctx.client;
     let name = rollout.name_any();
-    let container = rollout.spec.container.as_deref();
     // Until the first list is in, a missing set may only be unlisted.
     shared
         .sets_ready
         .wait()
         .await
         .map_err(|_| ReconcileError::Waiting("the StatefulSet watch".into()))?;
-    let (stable_name, canary_name) = match rollout.spec.strategy.type_ {
+    let (stable, canary, other_strategy_set) = observe_sets(rollout, shared, ns);
+    let (claims, volumes) = observe_storage(rollout, client, ns).await?;
+    let job = match &rollout.spec.migration {
+        Some(_) => {
+            let image = rollout
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_image.clone())
+                .unwrap_or_else(|| rollout.spec.image.clone());
+            let job_name = migration_job_name(&name, &image);
+            Api::<Job>::namespaced(client.clone(), ns)
+                .get_opt(&job_name)
+                .await
+                .doing(|| format!("reading Job {ns}/{job_name}"))?
+                .map(|j| JobView::from_object(&j))
+        }
+        None => None,
+    };
+    let mut observed = Observed {
+        stable,
+        canary,
+        pods: Vec::new(),
+        claims,
+        volumes,
+        job,
+        other_strategy_set,
+        deployments: Vec::new(),
+        traffic: Default::default(),
+        config: Default::default(),
+    };
+    if let Some(routing) = rollout.spec.traffic_routing.as_deref() {
+        observed.traffic = super::traffic::observe_traffic(client, ns, &name, routing).await?;
+    }
+    if with_pods && crate::plan::statefulset::has_pods(&observed) {
+        let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
+        observed.pods = Api::<Pod>::namespaced(client.clone(), ns)
+            .list(&own)
+            .await
+            .doing(|| format!("listing the pods of {ns}/{name}"))?
+            .items
+            .iter()
+            .filter_map(|p| PodView::from_object(p, rollout.spec.container.as_deref()))
+            .collect();
+    }
+    Ok(observed)
+}
+
+/// The rollout's sets from the store: stable and canary (or the one set of a partition),
+/// and a set it made under its other strategy (the strategy was switched live).
+fn observe_sets(
+    rollout: &CanaryStatefulSet,
+    shared: &Shared,
+    ns: &str,
+) -> (Option<SetView>, Option<SetView>, Option<String>) {
+    let name = rollout.name_any();
+    let container = rollout.spec.container.as_deref();
+    let (stable_name, canary_name, other_names) = match rollout.spec.strategy.type_ {
         StatefulSetStrategyType::TwoSets => (
             Role::Stable.set_name(&name),
             Some(Role::Canary.set_name(&name)),
+            vec![Role::Single.set_name(&name)],
         ),
-        StatefulSetStrategyType::Partition => (Role::Single.set_name(&name), None),
+        StatefulSetStrategyType::Partition => (
+            Role::Single.set_name(&name),
+            None,
+            vec![Role::Stable.set_name(&name), Role::Canary.set_name(&name)],
+        ),
     };
     let get_set = |set: String| {
         shared
             .sets
             .get(&ObjectRef::new(&set).within(ns))
             .map(|s| SetView::from_stored(&s, container))
-    };
-    let stable = get_set(stable_name);
-    let canary = canary_name.and_then(get_set);
-    // A set this rollout made under its other strategy: the strategy was switched live.
-    let other_names = match rollout.spec.strategy.type_ {
-        StatefulSetStrategyType::TwoSets => vec![Role::Single.set_name(&name)],
-        StatefulSetStrategyType::Partition => {
-            vec![Role::Stable.set_name(&name), Role::Canary.set_name(&name)]
-        }
     };
     let uid = rollout.uid();
     let other_strategy_set = other_names.into_iter().find(|set| {
@@ -307,12 +358,29 @@ async fn observe(
                     .any(|o| Some(&o.uid) == uid.as_ref())
             })
     });
+    (
+        get_set(stable_name),
+        canary_name.and_then(get_set),
+        other_strategy_set,
+    )
+}
+
+/// The rollout's claims, and the volumes the handoff may move: those live claims name, the
+/// stable replicas' recorded ones, and (a claim deleted by hand) those it labelled.
+async fn observe_storage(
+    rollout: &CanaryStatefulSet,
+    client: &kube::Client,
+    ns: &str,
+) -> Result<(Vec<ClaimView>, Vec<VolumeView>), ReconcileError> {
+    let name = rollout.name_any();
     let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));
     // Claims matter only to the handoff, which moves the claims of the spec's templates: a
     // rollout without templates has none to read (a quarter of the reads in a first sync of 1,000).
     let templates = crate::plan::objects::claim_templates(&rollout.spec).len();
-    let has_templates = templates > 0;
-    let claims: Vec<ClaimView> = if has_templates {
+    if templates == 0 && rollout.status.iter().all(|s| s.stable_volumes.is_empty()) {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let claims: Vec<ClaimView> = if templates > 0 {
         Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
             .list(&own)
             .await
@@ -350,9 +418,9 @@ async fn observe(
     // Fewer claims than replicas: one was deleted by hand. The volumes a handoff has touched
     // (labelled with the rollout) are read too, so the handoff finds the one whose claim is
     // gone instead of letting the replica start on a new, empty volume.
-    if has_templates && claims.len() < templates * rollout.spec.replicas.max(0) as usize {
+    if templates > 0 && claims.len() < templates * rollout.spec.replicas.max(0) as usize {
         let labelled = pvs
-            .list(&ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}")))
+            .list(&own)
             .await
             .doing(|| format!("listing the volumes of {ns}/{name}"))?;
         volumes.extend(
@@ -366,46 +434,5 @@ async fn observe(
                 .map(|pv| VolumeView::from_object(pv, ns)),
         );
     }
-    let job = match &rollout.spec.migration {
-        Some(_) => {
-            let image = rollout
-                .status
-                .as_ref()
-                .and_then(|s| s.canary_image.clone())
-                .unwrap_or_else(|| rollout.spec.image.clone());
-            let job_name = migration_job_name(&name, &image);
-            Api::<Job>::namespaced(client.clone(), ns)
-                .get_opt(&job_name)
-                .await
-                .doing(|| format!("reading Job {ns}/{job_name}"))?
-                .map(|j| JobView::from_object(&j))
-        }
-        None => None,
-    };
-    let mut observed = Observed {
-        stable,
-        canary,
-        pods: Vec::new(),
-        claims,
-        volumes,
-        job,
-        other_strategy_set,
-        deployments: Vec::new(),
-        traffic: Default::default(),
-        config: Default::default(),
-    };
-    if let Some(routing) = rollout.spec.traffic_routing.as_deref() {
-        observed.traffic = super::traffic::observe_traffic(client, ns, &name, routing).await?;
-    }
-    if with_pods && crate::plan::statefulset::has_pods(&observed) {
-        observed.pods = Api::<Pod>::namespaced(client.clone(), ns)
-            .list(&own)
-            .await
-            .doing(|| format!("listing the pods of {ns}/{name}"))?
-            .items
-            .iter()
-            .filter_map(|p| PodView::from_object(p, rollout.spec.container.as_deref()))
-            .collect();
-    }
-    Ok(observed)
+    Ok((claims, volumes))
 }

@@ -297,125 +297,27 @@ fn refused(host: GitHost, refusal: Refusal) -> (StatusCode, String) {
     (StatusCode::UNAUTHORIZED, format!("{refusal}\n"))
 }
 
-async fn respond(host: GitHost, state: &HookState, request: Request) -> (StatusCode, String) {
-    let settings = &state.settings;
-    let secret = match tokio::fs::read(&settings.secret_file).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(file = %settings.secret_file.display(), error = %e, "cannot read the webhook secret");
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "webhook secret unavailable\n".into(),
-            );
-        }
+async fn respond(host: GitHost, state: &HookState, request: Request) -> Answer {
+    let secret = match usable_secret(&state.settings).await {
+        Ok(secret) => secret,
+        Err(answer) => return answer,
     };
-    // A secret rotated to something unusable must not let everything through.
-    if let Some(problem) = secret_problem(&secret) {
-        tracing::error!(file = %settings.secret_file.display(), "the webhook secret {problem}; every webhook is refused until it is fixed");
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "webhook secret unusable\n".into(),
-        );
-    }
-    let secret = secret.trim_ascii();
     let (parts, body) = request.into_parts();
     let headers = &parts.headers;
-    // GitLab signs nothing: its token is all there is, and it is in a header.
-    if host == GitHost::GitLab
-        && let Err(refusal) = verify(host, headers, b"", secret)
-    {
-        return refused(host, refusal);
-    }
-    // Before reading: a declared length over the limit, and a free slot for the body.
-    if content_length(headers).is_some_and(|n| n > settings.max_body_bytes as u64) {
-        return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n".into());
-    }
-    let Ok(permit) = state.unverified_bodies.clone().try_acquire_owned() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "busy: too many webhook bodies in flight; retry shortly\n".into(),
-        );
+    let body = match verified_body(host, state, headers, body, &secret).await {
+        Ok(body) => body,
+        Err(answer) => return answer,
     };
-    let body = match tokio::time::timeout(
-        settings.body_timeout,
-        axum::body::to_bytes(body, settings.max_body_bytes),
-    )
-    .await
-    {
-        Ok(Ok(body)) => body,
-        Ok(Err(_)) => return (StatusCode::PAYLOAD_TOO_LARGE, "body too large\n".into()),
-        Err(_) => {
-            return (
-                StatusCode::REQUEST_TIMEOUT,
-                "the body did not arrive in time\n".into(),
-            );
-        }
-    };
-    // GitLab's token was checked above; the others sign the body.
-    if host != GitHost::GitLab
-        && let Err(refusal) = verify(host, headers, &body, secret)
-    {
-        return refused(host, refusal);
-    }
-    drop(permit);
     let delivery = match parse_event(host, headers, &body) {
         Ok(d) => d,
         Err(refusal) => return (StatusCode::BAD_REQUEST, format!("{refusal}\n")),
     };
     drop(body);
-    // Another repository when the payload names its repository and no name is ours.
-    if let Some(url) = &settings.repository_url
-        && let Some(other) = delivery.repositories.first()
-        && !delivery
-            .repositories
-            .iter()
-            .any(|name| same_repository(url, name))
-    {
-        let other = crate::text::one_line(other, 100);
-        tracing::info!(
-            host = host.name(),
-            repository = %other,
-            "webhook for another repository; ignored (is the secret shared?)"
-        );
-        return (
-            StatusCode::ACCEPTED,
-            format!("ignored: push to another repository ({other})\n"),
-        );
+    if let Some(answer) = ignored(host, state, headers, &delivery) {
+        return answer;
     }
-    let event = delivery.event;
-    if !event.touches_branch(&settings.branch) {
-        let what = match &event {
-            HookEvent::Ping => "ping".to_string(),
-            HookEvent::Other(e) => format!("event {:?}", crate::text::one_line(e, 60)),
-            HookEvent::Push(_) => "push to another ref".to_string(),
-        };
-        tracing::debug!(
-            host = host.name(),
-            what,
-            "webhook acknowledged; nothing to do"
-        );
-        return (StatusCode::ACCEPTED, format!("ignored: {what}\n"));
-    }
-    if let Some(id) = delivery_id(headers) {
-        let first_time = state
-            .recent
-            .lock()
-            .map(|mut recent| recent.first_time(id))
-            .unwrap_or(true);
-        if !first_time {
-            tracing::debug!(
-                host = host.name(),
-                delivery = id,
-                "delivery seen before; ignored"
-            );
-            return (
-                StatusCode::ACCEPTED,
-                "ignored: delivery seen before\n".into(),
-            );
-        }
-    }
-    let tracked = format!("refs/heads/{}", settings.branch);
-    let after = match &event {
+    let tracked = format!("refs/heads/{}", state.settings.branch);
+    let after = match &delivery.event {
         HookEvent::Push(refs) => refs
             .iter()
             .filter(|r| r.full_ref == tracked)
@@ -430,6 +332,129 @@ async fn respond(host: GitHost, state: &HookState, request: Request) -> (StatusC
         parent: crate::telemetry::trace::Parent::current(),
     });
     (StatusCode::ACCEPTED, "accepted\n".into())
+}
+
+/// A webhook's answer: its status and body.
+type Answer = (StatusCode, String);
+
+/// The webhook secret as the file holds it now (so that a rotated Secret is used at once),
+/// unless it cannot be read or is unusable: then every webhook is refused.
+async fn usable_secret(settings: &HookSettings) -> Result<Vec<u8>, Answer> {
+    let secret = match tokio::fs::read(&settings.secret_file).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(file = %settings.secret_file.display(), error = %e, "cannot read the webhook secret");
+            let answer = "webhook secret unavailable\n".into();
+            return Err((StatusCode::SERVICE_UNAVAILABLE, answer));
+        }
+    };
+    // A secret rotated to something unusable must not let everything through.
+    if let Some(problem) = secret_problem(&secret) {
+        tracing::error!(file = %settings.secret_file.display(), "the webhook secret {problem}; every webhook is refused until it is fixed");
+        let answer = "webhook secret unusable\n".into();
+        return Err((StatusCode::SERVICE_UNAVAILABLE, answer));
+    }
+    Ok(secret.trim_ascii().to_vec())
+}
+
+/// The body, read within its bounds (size, time, bodies in flight) and verified: GitLab's
+/// token before the body is read, the other hosts' signatures of the body.
+async fn verified_body(
+    host: GitHost,
+    state: &HookState,
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Body,
+    secret: &[u8],
+) -> Result<axum::body::Bytes, Answer> {
+    let settings = &state.settings;
+    // GitLab signs nothing: its token is all there is, and it is in a header.
+    if host == GitHost::GitLab
+        && let Err(refusal) = verify(host, headers, b"", secret)
+    {
+        return Err(refused(host, refusal));
+    }
+    // Before reading: a declared length over the limit, and a free slot for the body.
+    if content_length(headers).is_some_and(|n| n > settings.max_body_bytes as u64) {
+        return Err((StatusCode::PAYLOAD_TOO_LARGE, "body too large\n".into()));
+    }
+    let Ok(permit) = state.unverified_bodies.clone().try_acquire_owned() else {
+        let answer = "busy: too many webhook bodies in flight; retry shortly\n".into();
+        return Err((StatusCode::SERVICE_UNAVAILABLE, answer));
+    };
+    let read = axum::body::to_bytes(body, settings.max_body_bytes);
+    let body = match tokio::time::timeout(settings.body_timeout, read).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return Err((StatusCode::PAYLOAD_TOO_LARGE, "body too large\n".into())),
+        Err(_) => {
+            let answer = "the body did not arrive in time\n".into();
+            return Err((StatusCode::REQUEST_TIMEOUT, answer));
+        }
+    };
+    // GitLab's token was checked above; the others sign the body.
+    if host != GitHost::GitLab
+        && let Err(refusal) = verify(host, headers, &body, secret)
+    {
+        return Err(refused(host, refusal));
+    }
+    drop(permit);
+    Ok(body)
+}
+
+/// Why a verified delivery is acknowledged without a look at the remote: a push to another
+/// repository or branch, another event, a delivery seen before.
+fn ignored(
+    host: GitHost,
+    state: &HookState,
+    headers: &axum::http::HeaderMap,
+    delivery: &crate::source::webhook::Delivery,
+) -> Option<Answer> {
+    let settings = &state.settings;
+    // Another repository when the payload names its repository and no name is ours.
+    if let Some(url) = &settings.repository_url
+        && let Some(other) = delivery.repositories.first()
+        && !delivery
+            .repositories
+            .iter()
+            .any(|name| same_repository(url, name))
+    {
+        let other = crate::text::one_line(other, 100);
+        tracing::info!(
+            host = host.name(),
+            repository = %other,
+            "webhook for another repository; ignored (is the secret shared?)"
+        );
+        let answer = format!("ignored: push to another repository ({other})\n");
+        return Some((StatusCode::ACCEPTED, answer));
+    }
+    if !delivery.event.touches_branch(&settings.branch) {
+        let what = match &delivery.event {
+            HookEvent::Ping => "ping".to_string(),
+            HookEvent::Other(e) => format!("event {:?}", crate::text::one_line(e, 60)),
+            HookEvent::Push(_) => "push to another ref".to_string(),
+        };
+        tracing::debug!(
+            host = host.name(),
+            what,
+            "webhook acknowledged; nothing to do"
+        );
+        return Some((StatusCode::ACCEPTED, format!("ignored: {what}\n")));
+    }
+    let id = delivery_id(headers)?;
+    let first_time = state
+        .recent
+        .lock()
+        .map(|mut recent| recent.first_time(id))
+        .unwrap_or(true);
+    if first_time {
+        return None;
+    }
+    tracing::debug!(
+        host = host.name(),
+        delivery = id,
+        "delivery seen before; ignored"
+    );
+    let answer = "ignored: delivery seen before\n".into();
+    Some((StatusCode::ACCEPTED, answer))
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {

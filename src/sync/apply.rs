@@ -226,67 +226,17 @@ impl Syncer {
         let incremental = applied
             .as_ref()
             .filter(|a| allow_incremental && a.full_at.elapsed() < self.drift_interval);
-        let (plan, read_errors, forgotten, skipped, next) = match incremental {
-            Some(a) => {
-                // Only the objects whose hash changed are built in full; the others' hashes
-                // are remembered from when their text was last seen.
-                // A set patched from the one last synced says which objects it replaced.
-                let candidates: Option<Vec<&ObjectKey>> = specs
-                    .lineage
-                    .changed_since(a.generation)
-                    .map(|keys| keys.iter().chain(&a.unapplied).collect());
-                let changes = match self.desired_hashes.lock() {
-                    Ok(mut cache) => {
-                        let changes = changes_since(
-                            &a.hashes,
-                            specs,
-                            &mut cache,
-                            candidates.as_deref(),
-                            (&self.source, revision),
-                        );
-                        cache.trim(specs);
-                        changes
-                    }
-                    Err(_) => changes_since(
-                        &a.hashes,
-                        specs,
-                        &mut DesiredHashes::default(),
-                        candidates.as_deref(),
-                        (&self.source, revision),
-                    ),
-                };
-                let skipped = specs.objects.len() - changes.changed.len();
-                let hashes: Vec<(ObjectKey, String)> = changes
-                    .changed
-                    .iter()
-                    .map(|d| (d.key.clone(), d.hash.clone()))
-                    .collect();
-                let (plan, errors, forgotten) = self
-                    .plan_incremental(changes.changed, &changes.gone, prune)
-                    .await;
-                let next = NextApplied::Changes {
-                    hashes,
-                    gone: changes.gone,
-                };
-                (plan, errors, forgotten, skipped, next)
-            }
+        let SyncPlan {
+            plan,
+            read_errors,
+            forgotten,
+            skipped,
+            next,
+        } = match incremental {
+            Some(a) => self.plan_changed(a, specs, revision, prune).await,
             None => {
-                let desired = desired_set(specs, &self.source, revision);
-                if let Ok(mut cache) = self.desired_hashes.lock() {
-                    for d in &desired {
-                        if let Some(loaded) = specs.objects.get(&d.key) {
-                            cache.remember(loaded, &d.hash);
-                        }
-                    }
-                    cache.trim(specs);
-                }
-                let hashes: BTreeMap<ObjectKey, String> = desired
-                    .iter()
-                    .map(|d| (d.key.clone(), d.hash.clone()))
-                    .collect();
                 let previous = applied.as_ref().map(|a| &a.hashes);
-                let (plan, errors, forgotten) = self.plan_full(desired, prune, previous).await;
-                (plan, errors, forgotten, 0, NextApplied::All(hashes))
+                self.plan_everything(specs, revision, prune, previous).await
             }
         };
         let (mut report, written) = self.apply_recording(&plan).await;
@@ -296,41 +246,12 @@ impl Syncer {
         report.unchanged += skipped;
         report.errors.extend(read_errors);
         report.full = matches!(next, NextApplied::All(_));
-        // An object the API server refused is left out of what was applied, so the next sync
-        // retries it (incrementally: one refused object must not make every retry a full
-        // sync). A failed list leaves the live set unknown: the next sync is full.
+        // A failed list leaves the live set unknown: the next sync is full.
         let listed = !report.errors.iter().any(|(key, _)| key.name == "*");
-        match (next, applied.as_mut()) {
-            _ if !listed => *applied = None,
-            (NextApplied::Changes { hashes, gone }, Some(a)) => {
-                for (key, _) in &hashes {
-                    a.unapplied.remove(key);
-                }
-                a.hashes.extend(hashes);
-                for key in &gone {
-                    a.hashes.remove(key);
-                }
-                for (key, _) in &report.errors {
-                    a.hashes.remove(key);
-                    a.unapplied.insert(key.clone());
-                }
-                a.generation = specs.lineage.generation;
-            }
-            // An incremental sync starts from what was applied; were it gone, the next is full.
-            (NextApplied::Changes { .. }, None) => *applied = None,
-            (NextApplied::All(mut hashes), _) => {
-                let mut unapplied = std::collections::BTreeSet::new();
-                for (key, _) in &report.errors {
-                    hashes.remove(key);
-                    unapplied.insert(key.clone());
-                }
-                *applied = Some(Applied {
-                    hashes,
-                    full_at: Instant::now(),
-                    generation: specs.lineage.generation,
-                    unapplied,
-                });
-            }
+        if listed {
+            remember_applied(&mut applied, next, &report, specs);
+        } else {
+            *applied = None;
         }
         report.errors = located(std::mem::take(&mut report.errors), specs);
         report
@@ -440,6 +361,7 @@ mod access;
 mod inventory_store;
 mod listing;
 mod planning;
+use planning::{SyncPlan, remember_applied};
 mod put_back;
 mod watched;
 pub use planning::missing_namespace;

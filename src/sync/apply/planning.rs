@@ -262,6 +262,93 @@ impl Syncer {
             .await
             .map(|o| o.map(|o| to_value(o, &ar)))
     }
+
+    /// An incremental sync's plan: only the objects whose hash changed are built in full;
+    /// the others' hashes are remembered from when their text was last seen.
+    pub(super) async fn plan_changed(
+        &self,
+        a: &Applied,
+        specs: &SpecSet,
+        revision: &str,
+        prune: Prune<'_>,
+    ) -> SyncPlan {
+        // A set patched from the one last synced says which objects it replaced.
+        let candidates: Option<Vec<&ObjectKey>> = specs
+            .lineage
+            .changed_since(a.generation)
+            .map(|keys| keys.iter().chain(&a.unapplied).collect());
+        let changes = match self.desired_hashes.lock() {
+            Ok(mut cache) => {
+                let changes = changes_since(
+                    &a.hashes,
+                    specs,
+                    &mut cache,
+                    candidates.as_deref(),
+                    (&self.source, revision),
+                );
+                cache.trim(specs);
+                changes
+            }
+            Err(_) => changes_since(
+                &a.hashes,
+                specs,
+                &mut DesiredHashes::default(),
+                candidates.as_deref(),
+                (&self.source, revision),
+            ),
+        };
+        let skipped = specs.objects.len() - changes.changed.len();
+        let hashes: Vec<(ObjectKey, String)> = changes
+            .changed
+            .iter()
+            .map(|d| (d.key.clone(), d.hash.clone()))
+            .collect();
+        let (plan, read_errors, forgotten) = self
+            .plan_incremental(changes.changed, &changes.gone, prune)
+            .await;
+        let next = NextApplied::Changes {
+            hashes,
+            gone: changes.gone,
+        };
+        SyncPlan {
+            plan,
+            read_errors,
+            forgotten,
+            skipped,
+            next,
+        }
+    }
+
+    /// A full sync's plan: every object built and compared with the cluster.
+    pub(super) async fn plan_everything(
+        &self,
+        specs: &SpecSet,
+        revision: &str,
+        prune: Prune<'_>,
+        previous: Option<&BTreeMap<ObjectKey, String>>,
+    ) -> SyncPlan {
+        let desired = desired_set(specs, &self.source, revision);
+        if let Ok(mut cache) = self.desired_hashes.lock() {
+            for d in &desired {
+                if let Some(loaded) = specs.objects.get(&d.key) {
+                    cache.remember(loaded, &d.hash);
+                }
+            }
+            cache.trim(specs);
+        }
+        let hashes: BTreeMap<ObjectKey, String> = desired
+            .iter()
+            .map(|d| (d.key.clone(), d.hash.clone()))
+            .collect();
+        let (plan, read_errors, forgotten) = self.plan_full(desired, prune, previous).await;
+        SyncPlan {
+            plan,
+            read_errors,
+            forgotten,
+            skipped: 0,
+            next: NextApplied::All(hashes),
+        }
+    }
 }
 
 /// Why an object in namespace `ns`, which does not exist, is not applied.
@@ -271,4 +358,56 @@ pub fn missing_namespace(ns: &str) -> String {
          there (a RoleBinding to ClusterRole linnet-source, docs/getting-started.md), or the \
          revision creates it (a Namespace in Git, with --allow-cluster-kind Namespace)"
     )
+}
+
+/// A sync's plan, what reading the cluster for it failed on, the inventory entries found
+/// gone, how many objects an incremental sync left unread, and what it applies if it works.
+pub(super) struct SyncPlan {
+    pub(super) plan: Vec<PlannedChange>,
+    pub(super) read_errors: Vec<(ObjectKey, String)>,
+    pub(super) forgotten: Vec<ObjectKey>,
+    pub(super) skipped: usize,
+    pub(super) next: NextApplied,
+}
+
+/// What the sync applied, for the next incremental one. An object the API server refused is
+/// left out, so the next sync retries it (incrementally: one refused object must not make
+/// every retry a full sync).
+pub(super) fn remember_applied(
+    applied: &mut Option<Applied>,
+    next: NextApplied,
+    report: &SyncReport,
+    specs: &SpecSet,
+) {
+    match (next, applied.as_mut()) {
+        (NextApplied::Changes { hashes, gone }, Some(a)) => {
+            for (key, _) in &hashes {
+                a.unapplied.remove(key);
+            }
+            a.hashes.extend(hashes);
+            for key in &gone {
+                a.hashes.remove(key);
+            }
+            for (key, _) in &report.errors {
+                a.hashes.remove(key);
+                a.unapplied.insert(key.clone());
+            }
+            a.generation = specs.lineage.generation;
+        }
+        // An incremental sync starts from what was applied; were it gone, the next is full.
+        (NextApplied::Changes { .. }, None) => *applied = None,
+        (NextApplied::All(mut hashes), _) => {
+            let mut unapplied = std::collections::BTreeSet::new();
+            for (key, _) in &report.errors {
+                hashes.remove(key);
+                unapplied.insert(key.clone());
+            }
+            *applied = Some(Applied {
+                hashes,
+                full_at: Instant::now(),
+                generation: specs.lineage.generation,
+                unapplied,
+            });
+        }
+    }
 }

@@ -8,11 +8,15 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::actions::Action;
 use super::objects::{RolloutRef, stamp};
 use crate::api::{CHILD_HASH_ANNOTATION, TrafficRouting, canary_service_name, stable_service_name};
+
+mod rules;
+use rules::has_header_rule;
+pub use rules::{RouteError, current_weight, route_rules};
 
 /// One of the rollout's two Services, as observed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -203,42 +207,12 @@ pub fn traffic_step(
     let port = routing.gateway_api.port;
     let stable_name = stable_service_name(&rollout.name);
     let canary_name = canary_service_name(&rollout.name);
-    let mut ready = |name: &str, selector: &BTreeMap<String, String>| -> i32 {
-        let desired = service(rollout, kind, name, port, selector);
-        match view.services.iter().find(|s| s.name == name) {
-            Some(s) if s.applied_hash.as_ref() == applied(&desired) => s.ready_endpoints,
-            _ => {
-                out.actions.push(Action::ApplyService(Box::new(desired)));
-                0
-            }
-        }
+    let mut ready = |name: &str, selector: &BTreeMap<String, String>| {
+        ready_endpoints(view, service(rollout, kind, name, port, selector), &mut out)
     };
     let stable_ready = ready(&stable_name, &sides.stable);
     let canary_ready = ready(&canary_name, &sides.canary);
-    let first = view
-        .routes
-        .iter()
-        .find(|r| routing.gateway_api.http_routes.contains(&r.name));
-    let weight = first.and_then(|r| current_weight(&r.rules, &stable_name, &canary_name));
-    let header = first.is_some_and(|r| has_header_rule(&r.rules, &canary_name));
-    // The settle time counts from when every route the rollout names was seen accepted at
-    // its generation as it is now: a change not accepted yet has no start.
-    let accepted = routing.gateway_api.http_routes.iter().all(|name| {
-        view.routes
-            .iter()
-            .find(|r| &r.name == name)
-            .is_some_and(|r| r.accepted_generation >= Some(r.generation))
-    });
-    let since = match recorded.since {
-        _ if !accepted => None,
-        Some(t) if (weight, header) == (recorded.weight, recorded.header) => Some(t),
-        _ => Some(now),
-    };
-    out.now = Recorded {
-        weight,
-        header,
-        since,
-    };
+    out.now = seen_now(routing, view, (&stable_name, &canary_name), recorded, now);
     let mut weight = want.weight.clamp(0, 100);
     let mut header_on = want.header;
     let to_canary = weight > 0 || header_on;
@@ -264,6 +238,8 @@ pub fn traffic_step(
         return out;
     }
     let header = header_on.then_some(routing.header_route.as_ref()).flatten();
+    let owner = format!("{kind}/{}", rollout.name);
+    let services = (stable_name.as_str(), canary_name.as_str());
     let mut waiting = Vec::new();
     for name in &routing.gateway_api.http_routes {
         let Some(route) = view.routes.iter().find(|r| &r.name == name) else {
@@ -273,199 +249,136 @@ pub fn traffic_step(
             ));
             continue;
         };
-        match route_rules(
-            &route.rules,
-            &stable_name,
-            &canary_name,
-            port,
-            weight,
-            header,
-        ) {
-            Err(why) => waiting.push(format!("HTTPRoute {name}: {why}")),
-            Ok(rules) if rules != route.rules => {
+        match route_update(route, services, port, (weight, header), &owner) {
+            RouteChange::Update(update) => {
                 waiting.push(format!("setting HTTPRoute {name} to {weight}% canary"));
-                out.actions.push(Action::UpdateRoute {
-                    name: name.clone(),
-                    rules,
-                    resource_version: route.resource_version.clone(),
-                    owner: format!("{kind}/{}", rollout.name),
-                });
+                out.actions.push(update);
             }
-            Ok(_) if route.accepted_generation < Some(route.generation) => waiting.push(format!(
-                "waiting for the gateway to accept HTTPRoute {name} (generation {})",
-                route.generation
-            )),
-            Ok(_) => {}
+            RouteChange::AtWeight => {}
+            RouteChange::Waiting(why) => waiting.push(why),
         }
     }
     if let Some(why) = lost {
         waiting.insert(0, why);
     }
-    if waiting.is_empty() && want.settle {
-        let settle = std::time::Duration::from_secs(routing.settle_seconds.max(0) as u64);
-        let d = now.duration_since(since.unwrap_or(now));
-        let passed = if d.is_negative() {
-            std::time::Duration::ZERO
-        } else {
-            d.unsigned_abs()
-        };
-        if passed < settle {
-            let left = settle - passed;
-            waiting.push(format!(
-                "letting the gateway apply the routes ({}s more)",
-                left.as_secs_f64().ceil()
-            ));
-            out.recheck_after = Some(left);
-        }
+    if waiting.is_empty()
+        && want.settle
+        && let Some((why, left)) = settling(routing, out.now.since, now)
+    {
+        waiting.push(why);
+        out.recheck_after = Some(left);
     }
     out.waiting = (!waiting.is_empty()).then(|| waiting.join("; "));
     out
 }
 
-/// Whether `rules` has linnet's header rule (a rule whose only backend is the canary).
-fn has_header_rule(rules: &Value, canary: &str) -> bool {
-    rules.as_array().is_some_and(|rules| {
-        rules.iter().any(|r| {
-            let refs = backends(r);
-            !refs.is_empty() && refs.iter().all(|b| is_service(b, canary))
-        })
-    })
-}
-
-fn is_service(backend: &Value, name: &str) -> bool {
-    let s = |k: &str| backend.get(k).and_then(Value::as_str);
-    s("name") == Some(name)
-        && s("group").unwrap_or("").is_empty()
-        && s("kind").unwrap_or("Service") == "Service"
-}
-
-fn backends(rule: &Value) -> &[Value] {
-    rule.get("backendRefs")
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-/// The canary's weight in `rules`: its share in the first rule that weighs the two.
-pub fn current_weight(rules: &Value, stable: &str, canary: &str) -> Option<i32> {
-    let weight = |b: &Value| b.get("weight").and_then(Value::as_i64).unwrap_or(1);
-    rules.as_array()?.iter().find_map(|rule| {
-        let refs = backends(rule);
-        let s = refs.iter().find(|b| is_service(b, stable))?;
-        let c = refs
-            .iter()
-            .find(|b| is_service(b, canary))
-            .map_or(0, weight);
-        let total = weight(s) + c;
-        (total > 0).then(|| ((c * 100 + total / 2) / total) as i32)
-    })
-}
-
-/// Why linnet cannot weigh a route's rules.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RouteError {
-    #[error(
-        "rule {rule} sends traffic to {other} as well as to Service {stable}; linnet weighs only rules whose backends are the rollout's two Services"
-    )]
-    MixedBackends {
-        rule: usize,
-        other: String,
-        stable: String,
-    },
-    #[error("no rule sends traffic to Service {stable}; point a backendRef at it")]
-    NoStableBackend { stable: String },
-}
-
-/// `rules` with every rule that routes to the stable Service weighing it against the canary
-/// at `weight` percent, and, with `header`, a rule before each that sends requests carrying
-/// the headers to the canary. Rules that route only to the canary are linnet's header rules
-/// from before; they are rebuilt. A rule that mixes other backends with the stable Service is
-/// refused: its weights would not mean percents.
-pub fn route_rules(
-    rules: &Value,
-    stable: &str,
-    canary: &str,
-    port: i32,
-    weight: i32,
-    header: Option<&crate::api::HeaderRoute>,
-) -> Result<Value, RouteError> {
-    let rules = rules.as_array().map_or(&[][..], Vec::as_slice);
-    let mut out = Vec::with_capacity(rules.len() + 1);
-    let mut weighed = 0;
-    for (i, rule) in rules.iter().enumerate() {
-        let refs = backends(rule);
-        if !refs.is_empty() && refs.iter().all(|b| is_service(b, canary)) {
-            continue;
+/// The ready endpoints of the Service `desired` as it is applied; 0, and an apply, if it is
+/// not yet as desired.
+fn ready_endpoints(view: &TrafficView, desired: Service, out: &mut TrafficStep) -> i32 {
+    let name = desired.metadata.name.as_deref().unwrap_or_default();
+    match view.services.iter().find(|s| s.name == name) {
+        Some(s) if s.applied_hash.as_ref() == applied(&desired) => s.ready_endpoints,
+        _ => {
+            out.actions.push(Action::ApplyService(Box::new(desired)));
+            0
         }
-        let Some(base) = refs.iter().find(|b| is_service(b, stable)) else {
-            out.push(rule.clone());
-            continue;
-        };
-        if let Some(other) = refs
-            .iter()
-            .find(|b| !is_service(b, stable) && !is_service(b, canary))
-        {
-            return Err(RouteError::MixedBackends {
-                rule: i + 1,
-                other: other
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("another backend")
-                    .to_string(),
-                stable: stable.to_string(),
-            });
-        }
-        weighed += 1;
-        let mut stable_ref = base.clone();
-        stable_ref["port"] = json!(port);
-        stable_ref["weight"] = json!(100 - weight);
-        let mut canary_ref = stable_ref.clone();
-        canary_ref["name"] = json!(canary);
-        canary_ref["weight"] = json!(weight);
-        if let Some(h) = header {
-            let mut header_rule = rule.clone();
-            // A rule's name must be unique in its route (GEP-995).
-            if let Some(o) = header_rule.as_object_mut() {
-                o.remove("name");
-            }
-            let matches = rule
-                .get("matches")
-                .and_then(Value::as_array)
-                .filter(|m| !m.is_empty())
-                .cloned()
-                .unwrap_or_else(|| vec![json!({"path": {"type": "PathPrefix", "value": "/"}})]);
-            let with_headers: Vec<Value> = matches
-                .into_iter()
-                .map(|mut m| {
-                    let mut headers = m
-                        .get("headers")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    headers.extend(
-                        h.headers
-                            .iter()
-                            .map(|x| json!({"type": "Exact", "name": x.name, "value": x.value})),
-                    );
-                    m["headers"] = Value::Array(headers);
-                    m
-                })
-                .collect();
-            header_rule["matches"] = Value::Array(with_headers);
-            let mut only_canary = canary_ref.clone();
-            only_canary["weight"] = json!(1);
-            header_rule["backendRefs"] = json!([only_canary]);
-            out.push(header_rule);
-        }
-        let mut rule = rule.clone();
-        rule["backendRefs"] = json!([stable_ref, canary_ref]);
-        out.push(rule);
     }
-    if weighed == 0 {
-        return Err(RouteError::NoStableBackend {
-            stable: stable.to_string(),
+}
+
+/// The routes as seen now, and since when: the settle time counts from when every route the
+/// rollout names was seen accepted at its generation as it is now (a change not accepted yet
+/// has no start).
+fn seen_now(
+    routing: &TrafficRouting,
+    view: &TrafficView,
+    (stable_name, canary_name): (&str, &str),
+    recorded: Recorded,
+    now: Timestamp,
+) -> Recorded {
+    let first = view
+        .routes
+        .iter()
+        .find(|r| routing.gateway_api.http_routes.contains(&r.name));
+    let weight = first.and_then(|r| current_weight(&r.rules, stable_name, canary_name));
+    let header = first.is_some_and(|r| has_header_rule(&r.rules, canary_name));
+    let accepted = routing.gateway_api.http_routes.iter().all(|name| {
+        view.routes
+            .iter()
+            .find(|r| &r.name == name)
+            .is_some_and(|r| r.accepted_generation >= Some(r.generation))
+    });
+    let since = match recorded.since {
+        _ if !accepted => None,
+        Some(t) if (weight, header) == (recorded.weight, recorded.header) => Some(t),
+        _ => Some(now),
+    };
+    Recorded {
+        weight,
+        header,
+        since,
+    }
+}
+
+/// What a route needs to be at a weight.
+enum RouteChange {
+    /// An update of its rules.
+    Update(Action),
+    /// Nothing: it is there, accepted by the gateway.
+    AtWeight,
+    /// Nothing linnet can do now: why it waits (rules it cannot rewrite, the gateway not
+    /// accepting them yet).
+    Waiting(String),
+}
+
+/// What puts `route` at `weight` (and the header rule).
+fn route_update(
+    route: &RouteView,
+    (stable_name, canary_name): (&str, &str),
+    port: i32,
+    (weight, header): (i32, Option<&crate::api::HeaderRoute>),
+    owner: &str,
+) -> RouteChange {
+    let name = &route.name;
+    let rules = match route_rules(&route.rules, stable_name, canary_name, port, weight, header) {
+        Ok(rules) => rules,
+        Err(why) => return RouteChange::Waiting(format!("HTTPRoute {name}: {why}")),
+    };
+    if rules != route.rules {
+        return RouteChange::Update(Action::UpdateRoute {
+            name: name.clone(),
+            rules,
+            resource_version: route.resource_version.clone(),
+            owner: owner.to_string(),
         });
     }
-    Ok(Value::Array(out))
+    if route.accepted_generation < Some(route.generation) {
+        return RouteChange::Waiting(format!(
+            "waiting for the gateway to accept HTTPRoute {name} (generation {})",
+            route.generation
+        ));
+    }
+    RouteChange::AtWeight
+}
+
+/// How long the gateway is still given to apply the routes, counted from `since`.
+fn settling(
+    routing: &TrafficRouting,
+    since: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<(String, std::time::Duration)> {
+    let settle = std::time::Duration::from_secs(routing.settle_seconds.max(0) as u64);
+    let d = now.duration_since(since.unwrap_or(now));
+    let passed = if d.is_negative() {
+        std::time::Duration::ZERO
+    } else {
+        d.unsigned_abs()
+    };
+    let left = settle.checked_sub(passed).filter(|left| !left.is_zero())?;
+    let why = format!(
+        "letting the gateway apply the routes ({}s more)",
+        left.as_secs_f64().ceil()
+    );
+    Some((why, left))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::api::{GatewayApiRouting, HeaderMatch, HeaderRoute};
+use serde_json::json;
 
 fn routing(weights: Option<Vec<i32>>) -> TrafficRouting {
     TrafficRouting {

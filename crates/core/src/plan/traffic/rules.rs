@@ -1,0 +1,150 @@
+//! The HTTPRoute rules that weigh a rollout's two Services: the weight and header rule they
+//! hold now, and the rules rewritten to a new weight, other rules kept as they are.
+
+use serde_json::{Value, json};
+
+/// Whether `rules` has linnet's header rule (a rule whose only backend is the canary).
+pub(super) fn has_header_rule(rules: &Value, canary: &str) -> bool {
+    rules.as_array().is_some_and(|rules| {
+        rules.iter().any(|r| {
+            let refs = backends(r);
+            !refs.is_empty() && refs.iter().all(|b| is_service(b, canary))
+        })
+    })
+}
+
+fn is_service(backend: &Value, name: &str) -> bool {
+    let s = |k: &str| backend.get(k).and_then(Value::as_str);
+    s("name") == Some(name)
+        && s("group").unwrap_or("").is_empty()
+        && s("kind").unwrap_or("Service") == "Service"
+}
+
+fn backends(rule: &Value) -> &[Value] {
+    rule.get("backendRefs")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The canary's weight in `rules`: its share in the first rule that weighs the two.
+pub fn current_weight(rules: &Value, stable: &str, canary: &str) -> Option<i32> {
+    let weight = |b: &Value| b.get("weight").and_then(Value::as_i64).unwrap_or(1);
+    rules.as_array()?.iter().find_map(|rule| {
+        let refs = backends(rule);
+        let s = refs.iter().find(|b| is_service(b, stable))?;
+        let c = refs
+            .iter()
+            .find(|b| is_service(b, canary))
+            .map_or(0, weight);
+        let total = weight(s) + c;
+        (total > 0).then(|| ((c * 100 + total / 2) / total) as i32)
+    })
+}
+
+/// Why linnet cannot weigh a route's rules.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error(
+        "rule {rule} sends traffic to {other} as well as to Service {stable}; linnet weighs only rules whose backends are the rollout's two Services"
+    )]
+    MixedBackends {
+        rule: usize,
+        other: String,
+        stable: String,
+    },
+    #[error("no rule sends traffic to Service {stable}; point a backendRef at it")]
+    NoStableBackend { stable: String },
+}
+
+/// `rules` with every rule that routes to the stable Service weighing it against the canary
+/// at `weight` percent, and, with `header`, a rule before each that sends requests carrying
+/// the headers to the canary. Rules that route only to the canary are linnet's header rules
+/// from before; they are rebuilt. A rule that mixes other backends with the stable Service is
+/// refused: its weights would not mean percents.
+pub fn route_rules(
+    rules: &Value,
+    stable: &str,
+    canary: &str,
+    port: i32,
+    weight: i32,
+    header: Option<&crate::api::HeaderRoute>,
+) -> Result<Value, RouteError> {
+    let rules = rules.as_array().map_or(&[][..], Vec::as_slice);
+    let mut out = Vec::with_capacity(rules.len() + 1);
+    let mut weighed = 0;
+    for (i, rule) in rules.iter().enumerate() {
+        let refs = backends(rule);
+        if !refs.is_empty() && refs.iter().all(|b| is_service(b, canary)) {
+            continue;
+        }
+        let Some(base) = refs.iter().find(|b| is_service(b, stable)) else {
+            out.push(rule.clone());
+            continue;
+        };
+        if let Some(other) = refs
+            .iter()
+            .find(|b| !is_service(b, stable) && !is_service(b, canary))
+        {
+            return Err(RouteError::MixedBackends {
+                rule: i + 1,
+                other: other
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("another backend")
+                    .to_string(),
+                stable: stable.to_string(),
+            });
+        }
+        weighed += 1;
+        let mut stable_ref = base.clone();
+        stable_ref["port"] = json!(port);
+        stable_ref["weight"] = json!(100 - weight);
+        let mut canary_ref = stable_ref.clone();
+        canary_ref["name"] = json!(canary);
+        canary_ref["weight"] = json!(weight);
+        if let Some(h) = header {
+            let mut header_rule = rule.clone();
+            // A rule's name must be unique in its route (GEP-995).
+            if let Some(o) = header_rule.as_object_mut() {
+                o.remove("name");
+            }
+            let matches = rule
+                .get("matches")
+                .and_then(Value::as_array)
+                .filter(|m| !m.is_empty())
+                .cloned()
+                .unwrap_or_else(|| vec![json!({"path": {"type": "PathPrefix", "value": "/"}})]);
+            let with_headers: Vec<Value> = matches
+                .into_iter()
+                .map(|mut m| {
+                    let mut headers = m
+                        .get("headers")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    headers.extend(
+                        h.headers
+                            .iter()
+                            .map(|x| json!({"type": "Exact", "name": x.name, "value": x.value})),
+                    );
+                    m["headers"] = Value::Array(headers);
+                    m
+                })
+                .collect();
+            header_rule["matches"] = Value::Array(with_headers);
+            let mut only_canary = canary_ref.clone();
+            only_canary["weight"] = json!(1);
+            header_rule["backendRefs"] = json!([only_canary]);
+            out.push(header_rule);
+        }
+        let mut rule = rule.clone();
+        rule["backendRefs"] = json!([stable_ref, canary_ref]);
+        out.push(rule);
+    }
+    if weighed == 0 {
+        return Err(RouteError::NoStableBackend {
+            stable: stable.to_string(),
+        });
+    }
+    Ok(Value::Array(out))
+}

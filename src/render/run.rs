@@ -139,42 +139,7 @@ pub(super) fn run_bounded(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let home_dir = |sub: &str| home.join(sub);
-    cmd.env("HOME", home)
-        .env("XDG_CACHE_HOME", home_dir("cache"))
-        .env("XDG_CONFIG_HOME", home_dir("config"))
-        .env("XDG_DATA_HOME", home_dir("data"))
-        .env("HELM_CACHE_HOME", home_dir("cache/helm"))
-        .env("HELM_CONFIG_HOME", home_dir("config/helm"))
-        .env("HELM_DATA_HOME", home_dir("data/helm"))
-        .env("HELM_PLUGINS", home_dir("no-plugins"))
-        .env("KUSTOMIZE_PLUGIN_HOME", home_dir("no-plugins"))
-        // The Go runtime collects harder as it nears the limit, before the kernel says no.
-        .env("GOMEMLIMIT", format!("{}", limits.max_memory_bytes / 4 * 3));
-    if network {
-        for var in [
-            "PATH",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "NO_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "no_proxy",
-            "SSL_CERT_FILE",
-            "SSL_CERT_DIR",
-        ] {
-            if let Some(v) = std::env::var_os(var) {
-                cmd.env(var, v);
-            }
-        }
-    } else {
-        // Port 9 (discard) is closed: every HTTP request a tool tries fails at once.
-        cmd.env("PATH", "/nonexistent")
-            .env("HTTP_PROXY", "http://127.0.0.1:9")
-            .env("HTTPS_PROXY", "http://127.0.0.1:9")
-            .env("ALL_PROXY", "http://127.0.0.1:9")
-            .env("NO_PROXY", "");
-    }
+    confine_environment(&mut cmd, home, network, limits);
     limit_memory(&mut cmd, limits.max_memory_bytes);
     let mut child = cmd.spawn().map_err(|e| RunFailure::Spawn {
         program: program.display().to_string(),
@@ -182,34 +147,8 @@ pub(super) fn run_bounded(
     })?;
     drop(child.stdin.take());
     let max_out = limits.max_output_bytes;
-    let stdout = child.stdout.take();
-    let out_reader = std::thread::spawn(move || -> (Vec<u8>, bool) {
-        let Some(stdout) = stdout else {
-            return (Vec::new(), false);
-        };
-        let mut out = Vec::new();
-        // One byte past the limit says it was passed; dropping the pipe then stops the tool
-        // (a Go program exits on a write to a closed stdout).
-        let _ = stdout.take(max_out as u64 + 1).read_to_end(&mut out);
-        let over = out.len() > max_out;
-        (out, over)
-    });
-    let stderr = child.stderr.take();
-    let err_reader = std::thread::spawn(move || -> Vec<u8> {
-        let Some(mut stderr) = stderr else {
-            return Vec::new();
-        };
-        let mut kept = Vec::new();
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = stderr.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            let room = MAX_STDERR.saturating_sub(kept.len());
-            kept.extend_from_slice(&buf[..n.min(room)]);
-        }
-        kept
-    });
+    let out_reader = read_bounded_stdout(child.stdout.take(), max_out);
+    let err_reader = read_bounded_stderr(child.stderr.take());
     // A render that fetches has the Git timeout for its download on top of its own.
     let timeout = if network {
         limits.timeout + limits.fetch_timeout
@@ -246,6 +185,86 @@ pub(super) fn run_bounded(
         return Err(RunFailure::Failed(err.trim().to_string()));
     }
     Ok(out)
+}
+
+/// The tool's environment: its own home and caches, no plugins, a Go memory limit below the
+/// kernel's, and without `network` no PATH and proxies that refuse every request.
+fn confine_environment(cmd: &mut Command, home: &Path, network: bool, limits: &RenderOptions) {
+    let home_dir = |sub: &str| home.join(sub);
+    cmd.env("HOME", home)
+        .env("XDG_CACHE_HOME", home_dir("cache"))
+        .env("XDG_CONFIG_HOME", home_dir("config"))
+        .env("XDG_DATA_HOME", home_dir("data"))
+        .env("HELM_CACHE_HOME", home_dir("cache/helm"))
+        .env("HELM_CONFIG_HOME", home_dir("config/helm"))
+        .env("HELM_DATA_HOME", home_dir("data/helm"))
+        .env("HELM_PLUGINS", home_dir("no-plugins"))
+        .env("KUSTOMIZE_PLUGIN_HOME", home_dir("no-plugins"))
+        // The Go runtime collects harder as it nears the limit, before the kernel says no.
+        .env("GOMEMLIMIT", format!("{}", limits.max_memory_bytes / 4 * 3));
+    if !network {
+        // Port 9 (discard) is closed: every HTTP request a tool tries fails at once.
+        cmd.env("PATH", "/nonexistent")
+            .env("HTTP_PROXY", "http://127.0.0.1:9")
+            .env("HTTPS_PROXY", "http://127.0.0.1:9")
+            .env("ALL_PROXY", "http://127.0.0.1:9")
+            .env("NO_PROXY", "");
+        return;
+    }
+    for var in [
+        "PATH",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+    ] {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
+}
+
+/// Reads the tool's output up to `max_out` bytes; whether it went past them. One byte past
+/// the limit says it was passed; dropping the pipe then stops the tool (a Go program exits on
+/// a write to a closed stdout).
+fn read_bounded_stdout(
+    stdout: Option<std::process::ChildStdout>,
+    max_out: usize,
+) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
+    std::thread::spawn(move || {
+        let Some(stdout) = stdout else {
+            return (Vec::new(), false);
+        };
+        let mut out = Vec::new();
+        let _ = stdout.take(max_out as u64 + 1).read_to_end(&mut out);
+        let over = out.len() > max_out;
+        (out, over)
+    })
+}
+
+/// Reads the tool's stderr to its end, keeping the first [`MAX_STDERR`] bytes.
+fn read_bounded_stderr(
+    stderr: Option<std::process::ChildStderr>,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let Some(mut stderr) = stderr else {
+            return Vec::new();
+        };
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let room = MAX_STDERR.saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+        kept
+    })
 }
 
 /// `program` as a path: a bare name is looked up in the agent's `PATH`; a name not found

@@ -30,15 +30,34 @@ fn check(schema: &Value, value: &Value, at: &str, out: &mut Vec<(String, String)
     if out.len() >= MAX_PROBLEMS || !schema.is_object() {
         return;
     }
-    let get = |k: &str| schema.get(k);
-    let mut problem = |message: String| out.push((at.to_string(), message));
     if value.is_null() {
         // A null is how YAML says "unset"; the API server drops it when `nullable`.
         return;
     }
-    let int_or_string = get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true);
-    if !int_or_string && let Some(want) = get("type").and_then(Value::as_str) {
-        let ok = match want {
+    let mut problem = |message: String| out.push((at.to_string(), message));
+    if let Some(wrong_type) = type_problem(schema, value) {
+        problem(wrong_type);
+        return;
+    }
+    for message in scalar_problems(schema, value) {
+        problem(message);
+    }
+    match value {
+        Value::Array(items) => check_array(schema, items, at, out),
+        Value::Object(fields) => check_object(schema, fields, at, out),
+        _ => {}
+    }
+}
+
+/// Whether `value` is of the schema's `type` (an int-or-string field takes both).
+fn type_problem(schema: &Value, value: &Value) -> Option<String> {
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let want = schema.get("type").and_then(Value::as_str)?;
+    let ok = int_or_string
+        || match want {
             "object" => value.is_object(),
             "array" => value.is_array(),
             "string" => value.is_string(),
@@ -47,30 +66,26 @@ fn check(schema: &Value, value: &Value, at: &str, out: &mut Vec<(String, String)
             "boolean" => value.is_boolean(),
             _ => true,
         };
-        if !ok {
-            problem(format!("must be {}", article(want)));
-            return;
-        }
-    }
+    (!ok).then(|| format!("must be {}", article(want)))
+}
+
+/// A number's bounds, a string's length, and an enum's values.
+fn scalar_problems(schema: &Value, value: &Value) -> Vec<String> {
+    let get = |k: &str| schema.get(k);
+    let mut problems = Vec::new();
     if let Some(n) = value.as_f64() {
         if let Some(min) = get("minimum").and_then(Value::as_f64) {
             let exclusive = get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
             if n < min || (exclusive && n == min) {
-                problem(format!(
-                    "must be {} {}, not {value}",
-                    if exclusive { "more than" } else { "at least" },
-                    number(min)
-                ));
+                let bound = if exclusive { "more than" } else { "at least" };
+                problems.push(format!("must be {bound} {}, not {value}", number(min)));
             }
         }
         if let Some(max) = get("maximum").and_then(Value::as_f64) {
             let exclusive = get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
             if n > max || (exclusive && n == max) {
-                problem(format!(
-                    "must be {} {}, not {value}",
-                    if exclusive { "less than" } else { "at most" },
-                    number(max)
-                ));
+                let bound = if exclusive { "less than" } else { "at most" };
+                problems.push(format!("must be {bound} {}, not {value}", number(max)));
             }
         }
     }
@@ -79,67 +94,75 @@ fn check(schema: &Value, value: &Value, at: &str, out: &mut Vec<(String, String)
         if let Some(min) = get("minLength").and_then(Value::as_u64)
             && chars < min
         {
-            problem(format!("must be at least {min} characters long"));
+            problems.push(format!("must be at least {min} characters long"));
         }
         if let Some(max) = get("maxLength").and_then(Value::as_u64)
             && chars > max
         {
-            problem(format!("must be at most {max} characters long"));
+            problems.push(format!("must be at most {max} characters long"));
         }
     }
     if let Some(allowed) = get("enum").and_then(Value::as_array)
         && !allowed.contains(value)
     {
         let names: Vec<String> = allowed.iter().map(Value::to_string).collect();
-        problem(format!("must be one of {}, not {value}", names.join(", ")));
+        problems.push(format!("must be one of {}, not {value}", names.join(", ")));
     }
-    match value {
-        Value::Array(items) => {
-            if let Some(min) = get("minItems").and_then(Value::as_u64)
-                && (items.len() as u64) < min
-            {
-                problem(format!("must have at least {min} items"));
-            }
-            if let Some(max) = get("maxItems").and_then(Value::as_u64)
-                && (items.len() as u64) > max
-            {
-                problem(format!(
-                    "must have at most {max} items, not {}",
-                    items.len()
-                ));
-            }
-            if let Some(item_schema) = get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    check(item_schema, item, &join(at, &i.to_string()), out);
-                }
-            }
+    problems
+}
+
+/// An array's length, and each item against `items`.
+fn check_array(schema: &Value, items: &[Value], at: &str, out: &mut Vec<(String, String)>) {
+    let get = |k: &str| schema.get(k);
+    if let Some(min) = get("minItems").and_then(Value::as_u64)
+        && (items.len() as u64) < min
+    {
+        out.push((at.to_string(), format!("must have at least {min} items")));
+    }
+    if let Some(max) = get("maxItems").and_then(Value::as_u64)
+        && (items.len() as u64) > max
+    {
+        let message = format!("must have at most {max} items, not {}", items.len());
+        out.push((at.to_string(), message));
+    }
+    if let Some(item_schema) = get("items") {
+        for (i, item) in items.iter().enumerate() {
+            check(item_schema, item, &join(at, &i.to_string()), out);
         }
-        Value::Object(fields) => {
-            for name in get("required")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-            {
-                if fields.get(name).is_none_or(Value::is_null) {
-                    out.push((join(at, name), "is required".into()));
-                }
-            }
-            if let Some(max) = get("maxProperties").and_then(Value::as_u64)
-                && (fields.len() as u64) > max
-            {
-                out.push((at.to_string(), format!("must have at most {max} entries")));
-            }
-            let properties = get("properties").and_then(Value::as_object);
-            let additional = get("additionalProperties").filter(|a| a.is_object());
-            for (name, field) in fields {
-                match (properties.and_then(|p| p.get(name)), additional) {
-                    (Some(s), _) | (None, Some(s)) => check(s, field, &join(at, name), out),
-                    (None, None) => {}
-                }
-            }
+    }
+}
+
+/// An object's required fields and size, and each field against its property's schema (or
+/// `additionalProperties`).
+fn check_object(
+    schema: &Value,
+    fields: &serde_json::Map<String, Value>,
+    at: &str,
+    out: &mut Vec<(String, String)>,
+) {
+    let get = |k: &str| schema.get(k);
+    for name in get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if fields.get(name).is_none_or(Value::is_null) {
+            out.push((join(at, name), "is required".into()));
         }
-        _ => {}
+    }
+    if let Some(max) = get("maxProperties").and_then(Value::as_u64)
+        && (fields.len() as u64) > max
+    {
+        out.push((at.to_string(), format!("must have at most {max} entries")));
+    }
+    let properties = get("properties").and_then(Value::as_object);
+    let additional = get("additionalProperties").filter(|a| a.is_object());
+    for (name, field) in fields {
+        match (properties.and_then(|p| p.get(name)), additional) {
+            (Some(s), _) | (None, Some(s)) => check(s, field, &join(at, name), out),
+            (None, None) => {}
+        }
     }
 }
 

@@ -41,6 +41,61 @@ enum Count {
     Over(usize),
 }
 
+/// A subdirectory as [`GitMirror::list_within`] weighs it.
+struct Subdir {
+    /// Files below it (`usize::MAX`: over a limit).
+    files: usize,
+    clean: bool,
+    name: String,
+    id: Oid,
+}
+
+/// Why a directory too large for what is left of `--max-files` is blocked as one entry.
+enum BudgetRefusal {
+    /// Its own files alone do not fit.
+    Direct(usize),
+    /// Its `files` are spread over more subdirectories that do not fit than a directory may
+    /// have blocked.
+    Spread { files: usize, too_big: usize },
+}
+
+impl BudgetRefusal {
+    fn why(&self, shape: &RevisionShape) -> String {
+        let max = shape.max_files;
+        match self {
+            BudgetRefusal::Direct(direct) => format!(
+                "{direct} files in this directory alone, with the {max} files a revision may \
+                 list (--max-files) mostly taken by the rest: the directory is blocked, the rest \
+                 of the revision syncs"
+            ),
+            BudgetRefusal::Spread { files, too_big } => format!(
+                "{files} files below it would pass the {max} files a revision may list \
+                 (--max-files), spread over {too_big} subdirectories: the directory is blocked, \
+                 the rest of the revision syncs; split the repository into several sources, or \
+                 raise the limit"
+            ),
+        }
+    }
+}
+
+/// Why a tree over a limit is blocked: `entries` in it (0: the trees below it nest too deep
+/// or are too many).
+fn over_reason(entries: usize, shape: &RevisionShape) -> String {
+    if entries == 0 {
+        return format!(
+            "the trees below it nest deeper than {DIFF_MAX_DEPTH} or number over \
+             {MAX_TREES_COUNTED}; no spec repository needs that: the directory is blocked, the \
+             rest of the revision syncs"
+        );
+    }
+    format!(
+        "{entries} entries in one directory, over the {} a directory may hold \
+         (--max-tree-entries): the directory is blocked, the rest of the revision syncs; split \
+         it, or raise the limit",
+        shape.max_tree_entries
+    )
+}
+
 impl GitMirror {
     /// An id of what [`GitMirror::list_files`] would list at `commit` under `path`: the tree's
     /// id, or, at the repository's root, an id of its entries but those starting with a dot
@@ -182,30 +237,11 @@ impl GitMirror {
             (at.to_string(), format!("{BLOCKED}{why}"))
         };
         let (files, clean) = match self.count(tree, shape, counts, depth)? {
-            Count::Over(0) => {
-                out.push(blocked(
-                    &mut budget.left,
-                    format!(
-                        "the trees below it nest deeper than {DIFF_MAX_DEPTH} or number over \
-                     {MAX_TREES_COUNTED}; no spec repository needs that: the directory is \
-                     blocked, the rest of the revision syncs"
-                    ),
-                ));
-                return Ok(());
-            }
-            Count::Over(entries) => {
-                out.push(blocked(
-                    &mut budget.left,
-                    format!(
-                        "{entries} entries in one directory, over the {} a directory may hold \
-                     (--max-tree-entries): the directory is blocked, the rest of the revision \
-                     syncs; split it, or raise the limit",
-                        shape.max_tree_entries
-                    ),
-                ));
-                return Ok(());
-            }
             Count::Files { files, clean } => (files, clean),
+            Count::Over(entries) => {
+                out.push(blocked(&mut budget.left, over_reason(entries, shape)));
+                return Ok(());
+            }
         };
         if clean && files <= budget.left {
             budget.left -= files;
@@ -220,47 +256,23 @@ impl GitMirror {
         if direct > budget.left {
             out.push(blocked(
                 &mut budget.left,
-                format!(
-                    "{direct} files in this directory alone, with the {} files a revision may list \
-                 (--max-files) mostly taken by the rest: the directory is blocked, the rest of \
-                 the revision syncs",
-                    shape.max_files
-                ),
+                BudgetRefusal::Direct(direct).why(shape),
             ));
             return Ok(());
         }
-        let mut subdirs: Vec<(usize, bool, String, Oid)> = Vec::new();
-        for e in &entries {
-            if e.kind() == Some(git2::ObjectType::Tree) {
-                let sub = self.repo.find_tree(e.id())?;
-                let (n, clean) = match self.count(&sub, shape, counts, depth + 1)? {
-                    Count::Files { files, clean } => (files, clean),
-                    Count::Over(_) => (usize::MAX, false),
-                };
-                subdirs.push((n, clean, e.name().unwrap_or("").to_string(), e.id()));
-            }
-        }
-        subdirs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.2.cmp(&b.2)));
+        let subdirs = self.subdirs_by_size(&entries, shape, counts, depth + 1)?;
         let mut room = budget.left - direct;
-        let mut too_big = 0;
-        for (n, ..) in &subdirs {
-            if *n <= room {
-                room -= n;
-            } else {
-                too_big += 1;
-            }
-        }
+        let too_big = subdirs
+            .iter()
+            .filter(|subdir| {
+                let fits = subdir.files <= room;
+                room -= if fits { subdir.files } else { 0 };
+                !fits
+            })
+            .count();
         if too_big > MAX_BLOCKED_PER_DIRECTORY {
-            out.push(blocked(
-                &mut budget.left,
-                format!(
-                    "{files} files below it would pass the {} files a revision may list \
-                 (--max-files), spread over {too_big} subdirectories: the directory is blocked, \
-                 the rest of the revision syncs; split the repository into several sources, or \
-                 raise the limit",
-                    shape.max_files
-                ),
-            ));
+            let why = BudgetRefusal::Spread { files, too_big }.why(shape);
+            out.push(blocked(&mut budget.left, why));
             return Ok(());
         }
         for e in &entries {
@@ -271,17 +283,48 @@ impl GitMirror {
                 note_submodule(&format!("{dir}{}", e.name().unwrap_or("")));
             }
         }
-        for (n, clean, name, id) in subdirs {
-            let sub = self.repo.find_tree(id)?;
-            let here = format!("{dir}{name}/");
-            if clean && n <= budget.left {
-                budget.left -= n;
+        for subdir in subdirs {
+            let sub = self.repo.find_tree(subdir.id)?;
+            let here = format!("{dir}{}/", subdir.name);
+            if subdir.clean && subdir.files <= budget.left {
+                budget.left -= subdir.files;
                 self.list_all(&sub, &here, out)?;
             } else {
                 self.list_within(&sub, &here, shape, counts, budget, out)?;
             }
         }
         Ok(())
+    }
+
+    /// The subdirectories among `entries`, counted at `depth`, the smallest first (one over a
+    /// limit counts as the largest).
+    fn subdirs_by_size(
+        &self,
+        entries: &[git2::TreeEntry<'_>],
+        shape: &RevisionShape,
+        counts: &mut std::collections::HashMap<Oid, Count>,
+        depth: usize,
+    ) -> Result<Vec<Subdir>, GitError> {
+        let mut subdirs = Vec::new();
+        for e in entries {
+            if e.kind() != Some(git2::ObjectType::Tree) {
+                continue;
+            }
+            let sub = self.repo.find_tree(e.id())?;
+            let (files, clean) = match self.count(&sub, shape, counts, depth)? {
+                Count::Files { files, clean } => (files, clean),
+                Count::Over(_) => (usize::MAX, false),
+            };
+            let name = e.name().unwrap_or("").to_string();
+            subdirs.push(Subdir {
+                files,
+                clean,
+                name,
+                id: e.id(),
+            });
+        }
+        subdirs.sort_by(|a, b| a.files.cmp(&b.files).then_with(|| a.name.cmp(&b.name)));
+        Ok(subdirs)
     }
 
     /// Every file of `tree` (at `dir`), by the rules of [`GitMirror::list_files`].

@@ -453,7 +453,6 @@ const LONG_FUNCTIONS: &[(&str, &str)] = &[(
 const LONG_BEFORE_THE_LIMIT: &[(&str, usize)] = &[
     ("src/runtime/shards.rs::hold_shard", 150),
     ("src/writeback/reverter.rs::run", 108),
-    ("crates/core/src/plan/deployment/status.rs::finish", 106),
     ("src/writeback/revert_loop.rs::run", 105),
     ("src/writeback/mod.rs::run", 104),
     ("src/controller/analysis.rs::measure", 103),
@@ -462,15 +461,10 @@ const LONG_BEFORE_THE_LIMIT: &[(&str, usize)] = &[
         100,
     ),
     ("src/controller/statefulset.rs::run", 99),
-    ("crates/core/src/plan/statefulset/status.rs::finish", 99),
     ("src/source/verify.rs::verify", 97),
     ("src/specs/load/local.rs::walk_local", 97),
     ("src/runtime/source_object.rs::status_of", 94),
     ("src/cli/commands.rs::validate", 91),
-    (
-        "crates/core/src/plan/statefulset/status.rs::check_stable_volumes",
-        91,
-    ),
     ("crates/core/src/plan/traffic/rules.rs::route_rules", 87),
     ("crates/core/src/plan/handoff.rs::volume_refusal", 87),
     ("src/source/snapshot.rs::update_changed", 86),

@@ -7,62 +7,9 @@ impl<'a> Planner<'a> {
     pub(super) fn finish(mut self, message: String) -> Finished<CanaryDeploymentStatus> {
         let total = self.total();
         let phase = self.st.phase.unwrap_or(Phase::Initializing);
-        // A Deployment this plan deletes serves no more.
-        let deleted = |name: &str| {
-            self.actions
-                .iter()
-                .any(|a| matches!(a, Action::DeleteDeployment { name: n } if n == name))
-        };
-        let available: i32 = self
-            .o
-            .deployments
-            .iter()
-            .filter(|d| !deleted(&d.name))
-            .map(|d| d.available)
-            .sum();
-        self.st.available_replicas = available;
-        let mut by_image: BTreeMap<&str, i32> = BTreeMap::new();
-        for d in self
-            .o
-            .deployments
-            .iter()
-            .filter(|d| !deleted(&d.name) && d.available > 0)
-        {
-            *by_image
-                .entry(d.image.as_deref().unwrap_or("unknown"))
-                .or_default() += d.available;
-        }
-        self.st.available_by_image = by_image
-            .into_iter()
-            .map(|(image, replicas)| ImageReplicas {
-                image: image.to_string(),
-                replicas,
-            })
-            .collect();
+        let available = self.record_availability();
         self.st.ready = Some(format!("{available}/{total}"));
-        let m = self.batches();
-        let in_rollout = matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed);
-        if self.batched() && self.st.current_batch.is_some() {
-            let n = self.current_batch();
-            let all_done = phase == Phase::Completed;
-            self.st.batches = (1..=m)
-                .map(|b| BatchStatus {
-                    batch: b,
-                    target: batch::target(total, m, b),
-                    state: if all_done || b < n || (b == n && phase == Phase::Paused) {
-                        BatchState::Finished
-                    } else if b == n && in_rollout {
-                        BatchState::InProgress
-                    } else {
-                        BatchState::Pending
-                    },
-                })
-                .collect();
-            self.st.batch = Some(format!("{}/{m}", if all_done { m } else { n }));
-        } else if !self.batched() {
-            self.st.batches.clear();
-            self.st.batch = None;
-        }
+        self.record_batches(phase);
         if phase == Phase::Completed {
             self.st.current_batch = None;
         }
@@ -78,6 +25,82 @@ impl<'a> Planner<'a> {
         self.settle_traffic();
         self.st.source_revision = self.r.source_revision.clone();
         self.st.message = Some(message.clone());
+        let standing = self.standing(phase, available);
+        Finished {
+            status: self.st,
+            actions: self.actions,
+            requeue: self.requeue,
+            standing,
+            events: self.events,
+        }
+    }
+
+    /// Records the replicas available, in all and by image, leaving out the Deployments this
+    /// plan deletes (they serve no more); returns the total.
+    fn record_availability(&mut self) -> i32 {
+        let deleted = |name: &str| {
+            self.actions
+                .iter()
+                .any(|a| matches!(a, Action::DeleteDeployment { name: n } if n == name))
+        };
+        let serving: Vec<&DeploymentView> = self
+            .o
+            .deployments
+            .iter()
+            .filter(|d| !deleted(&d.name))
+            .collect();
+        let available: i32 = serving.iter().map(|d| d.available).sum();
+        let mut by_image: BTreeMap<&str, i32> = BTreeMap::new();
+        for d in serving.iter().filter(|d| d.available > 0) {
+            *by_image
+                .entry(d.image.as_deref().unwrap_or("unknown"))
+                .or_default() += d.available;
+        }
+        self.st.available_replicas = available;
+        self.st.available_by_image = by_image
+            .into_iter()
+            .map(|(image, replicas)| ImageReplicas {
+                image: image.to_string(),
+                replicas,
+            })
+            .collect();
+        available
+    }
+
+    /// Each batch's target and state, and the batch column (`2/4`); none for a rolling update.
+    fn record_batches(&mut self, phase: Phase) {
+        let (total, m) = (self.total(), self.batches());
+        if !self.batched() {
+            self.st.batches.clear();
+            self.st.batch = None;
+            return;
+        }
+        if self.st.current_batch.is_none() {
+            return;
+        }
+        let n = self.current_batch();
+        let all_done = phase == Phase::Completed;
+        let in_rollout = matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed);
+        self.st.batches = (1..=m)
+            .map(|b| BatchStatus {
+                batch: b,
+                target: batch::target(total, m, b),
+                state: if all_done || b < n || (b == n && phase == Phase::Paused) {
+                    BatchState::Finished
+                } else if b == n && in_rollout {
+                    BatchState::InProgress
+                } else {
+                    BatchState::Pending
+                },
+            })
+            .collect();
+        self.st.batch = Some(format!("{}/{m}", if all_done { m } else { n }));
+    }
+
+    /// How the rollout stands for kstatus: settled on Git's image with every replica
+    /// available and nothing else running, stuck, or working.
+    fn standing(&self, phase: Phase, available: i32) -> Standing {
+        let total = self.total();
         // A rollback is what Git asks for under strategy Rollback; otherwise it is a failed
         // rollout that waits for a new image.
         let asked_back = self.spec().strategy.type_ == Strategy::Rollback;
@@ -92,7 +115,7 @@ impl<'a> Planner<'a> {
                     .iter()
                     .all(|d| d.pods == 0 || Some(d) == self.serving(stable))
         });
-        let standing = match phase {
+        match phase {
             Phase::Completed if !on_git_image => Standing::Stuck,
             Phase::Completed if available >= total && serving_complete => Standing::Settled,
             Phase::RolledBack if asked_back && available >= total && serving_complete => {
@@ -101,13 +124,6 @@ impl<'a> Planner<'a> {
             Phase::RolledBack if asked_back => Standing::Working,
             Phase::RolledBack | Phase::Failed => Standing::Stuck,
             _ => Standing::Working,
-        };
-        Finished {
-            status: self.st,
-            actions: self.actions,
-            requeue: self.requeue,
-            standing,
-            events: self.events,
         }
     }
 }

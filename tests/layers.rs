@@ -455,7 +455,6 @@ const LONG_BEFORE_THE_LIMIT: &[(&str, usize)] = &[
     ("src/writeback/reverter.rs::run", 108),
     ("src/writeback/revert_loop.rs::run", 105),
     ("src/writeback/mod.rs::run", 104),
-    ("src/controller/analysis.rs::measure", 103),
     (
         "src/source/snapshot/in_place.rs::update_units_in_place",
         100,
@@ -469,7 +468,6 @@ const LONG_BEFORE_THE_LIMIT: &[(&str, usize)] = &[
     ("crates/core/src/plan/handoff.rs::volume_refusal", 87),
     ("src/source/snapshot.rs::update_changed", 86),
     ("src/notify/send.rs::deliver_all", 85),
-    ("src/writeback/commit_status.rs::request", 85),
     ("src/runtime/look.rs::read_revision", 83),
     ("src/inspect/mod.rs::watch", 82),
     ("src/render/helm.rs::from_value", 81),

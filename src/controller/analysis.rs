@@ -209,14 +209,12 @@ pub async fn measure(
     if !rollout.active {
         return;
     }
-    let ns = &rollout.reference.namespace;
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &rollout.reference.namespace);
     let budget = tokio::time::Instant::now() + analysis::MAX_TIMEOUT;
     for run in runs.iter_mut().filter(|r| measuring(r.phase)) {
         let Some(Ok(metrics)) = resolved.runs.get(&run.name) else {
             continue;
         };
-        let gate = run.name != analysis::BACKGROUND;
         let due: Vec<String> = analysis::due(run, metrics, now)
             .into_iter()
             .map(|m| m.metric.name.clone())
@@ -233,41 +231,12 @@ pub async fn measure(
                     }
                     None => continue,
                 }
-            } else if due.contains(&m.metric.name) {
-                if m.metric.provider.job.is_some() {
-                    let st = &run.metrics[index];
-                    let ordinal = st.count + st.errors + 1;
-                    match analysis_job(rollout.reference, rollout.kind, run, m, ordinal) {
-                        Some(job) => {
-                            let name = job.metadata.name.clone().unwrap_or_default();
-                            let params =
-                                crate::kube_client::post_as(crate::api::field_managers::ANALYSIS);
-                            match jobs.create(&params, &job).await {
-                                Ok(_) => {}
-                                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                                Err(e) => {
-                                    let why = format!(
-                                        "cannot create Job {name}: {}",
-                                        crate::error::kube_message(&e)
-                                    );
-                                    count(ctx, "job", "Error");
-                                    analysis::record(
-                                        m,
-                                        &mut run.metrics[index],
-                                        Outcome::Error(why),
-                                        gate,
-                                        now,
-                                    );
-                                    continue;
-                                }
-                            }
-                            tracing::info!(rollout = %format!("{ns}/{}", rollout.reference.name), run = %run.name, metric = %m.metric.name, job = %name, "analysis Job created");
-                            run.metrics[index].job = Some(name);
-                            continue;
-                        }
-                        None => continue,
-                    }
-                }
+            } else if !due.contains(&m.metric.name) {
+                continue;
+            } else if m.metric.provider.job.is_some() {
+                start_job(ctx, &jobs, &rollout, run, (m, index), now).await;
+                continue;
+            } else {
                 // All of a reconcile's measurements together get one query's longest time,
                 // so many metrics cannot hold a reconcile for their timeouts' sum.
                 tokio::time::timeout_at(budget, query(ctx, m))
@@ -278,29 +247,73 @@ pub async fn measure(
                             analysis::MAX_TIMEOUT.as_secs()
                         ))
                     })
-            } else {
-                continue;
             };
-            let provider = provider_name(m);
-            let st = &mut run.metrics[index];
-            analysis::record(m, st, outcome, gate, now);
-            let last = st.measurements.last();
-            count(
-                ctx,
-                provider,
-                last.map(|x| x.phase.as_str()).unwrap_or_default(),
-            );
-            tracing::info!(
-                rollout = %format!("{ns}/{}", rollout.reference.name),
-                run = %run.name,
-                metric = %m.metric.name,
-                value = last.and_then(|x| x.value.as_deref()).unwrap_or(""),
-                phase = ?last.map(|x| x.phase),
-                message = last.and_then(|x| x.message.as_deref()).unwrap_or(""),
-                "measured"
-            );
+            record_measurement(ctx, &rollout, run, (m, index), outcome, now);
         }
     }
+}
+
+/// Starts the Job that takes metric `m` (at `index` in `run`); a Job that cannot be
+/// created is a measurement in error.
+async fn start_job(
+    ctx: &super::Context,
+    jobs: &Api<Job>,
+    rollout: &Measured<'_>,
+    run: &mut AnalysisRunStatus,
+    (m, index): (&ResolvedMetric, usize),
+    now: jiff::Timestamp,
+) {
+    let st = &run.metrics[index];
+    let ordinal = st.count + st.errors + 1;
+    let Some(job) = analysis_job(rollout.reference, rollout.kind, run, m, ordinal) else {
+        return;
+    };
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let params = crate::kube_client::post_as(crate::api::field_managers::ANALYSIS);
+    match jobs.create(&params, &job).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => {
+            let why = format!(
+                "cannot create Job {name}: {}",
+                crate::error::kube_message(&e)
+            );
+            count(ctx, "job", "Error");
+            let gate = run.name != analysis::BACKGROUND;
+            analysis::record(m, &mut run.metrics[index], Outcome::Error(why), gate, now);
+            return;
+        }
+    }
+    let reference = rollout.reference;
+    tracing::info!(rollout = %format!("{}/{}", reference.namespace, reference.name), run = %run.name, metric = %m.metric.name, job = %name, "analysis Job created");
+    run.metrics[index].job = Some(name);
+}
+
+/// Records a measurement of metric `m` (at `index` in `run`), counts it and logs it.
+fn record_measurement(
+    ctx: &super::Context,
+    rollout: &Measured<'_>,
+    run: &mut AnalysisRunStatus,
+    (m, index): (&ResolvedMetric, usize),
+    outcome: Outcome,
+    now: jiff::Timestamp,
+) {
+    let gate = run.name != analysis::BACKGROUND;
+    let st = &mut run.metrics[index];
+    analysis::record(m, st, outcome, gate, now);
+    let last = st.measurements.last();
+    let phase = last.map(|x| x.phase.as_str()).unwrap_or_default();
+    count(ctx, provider_name(m), phase);
+    let reference = rollout.reference;
+    tracing::info!(
+        rollout = %format!("{}/{}", reference.namespace, reference.name),
+        run = %run.name,
+        metric = %m.metric.name,
+        value = last.and_then(|x| x.value.as_deref()).unwrap_or(""),
+        phase = ?last.map(|x| x.phase),
+        message = last.and_then(|x| x.message.as_deref()).unwrap_or(""),
+        "measured"
+    );
 }
 
 fn provider_name(m: &ResolvedMetric) -> &'static str {

@@ -243,88 +243,76 @@ pub struct Request {
 /// The provider's documented request for `w` (always a POST).
 pub fn request(cfg: &CommitStatusConfig, token: &str, w: &Wanted) -> Request {
     let api = cfg.api_url.trim_end_matches('/');
-    let mut body = json!({"description": w.description});
+    let repo = &cfg.repository;
+    let sha = &w.sha;
+    let state = state_name(cfg.provider, w.state);
+    let mut body = json!({"description": w.description, "state": state});
     if let Some(url) = &w.target_url {
         body["target_url"] = json!(url);
     }
-    match cfg.provider {
+    let (url, headers) = match cfg.provider {
         Provider::Github => {
-            body["state"] = json!(match w.state {
-                State::Pending => "pending",
-                State::Success => "success",
-                State::Failure => "failure",
-                State::Error => "error",
-            });
             body["context"] = json!(w.context);
-            Request {
-                url: format!("{api}/repos/{}/statuses/{}", cfg.repository, w.sha),
-                headers: vec![
-                    ("authorization", format!("Bearer {token}")),
-                    ("accept", "application/vnd.github+json".into()),
-                    ("x-github-api-version", "2022-11-28".into()),
-                ],
-                body,
-            }
+            let headers = vec![
+                ("authorization", format!("Bearer {token}")),
+                ("accept", "application/vnd.github+json".into()),
+                ("x-github-api-version", "2022-11-28".into()),
+            ];
+            (format!("{api}/repos/{repo}/statuses/{sha}"), headers)
         }
         Provider::Gitlab => {
-            body["state"] = json!(match w.state {
-                State::Pending => "pending",
-                State::Success => "success",
-                State::Failure | State::Error => "failed",
-            });
             body["name"] = json!(w.context);
-            let project: String = cfg
-                .repository
-                .bytes()
-                .map(|b| match b {
-                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                        (b as char).to_string()
-                    }
-                    _ => format!("%{b:02X}"),
-                })
-                .collect();
-            Request {
-                url: format!("{api}/projects/{project}/statuses/{}", w.sha),
-                headers: vec![("private-token", token.to_string())],
-                body,
-            }
+            let project = encode_path_segment(repo);
+            let url = format!("{api}/projects/{project}/statuses/{sha}");
+            (url, vec![("private-token", token.to_string())])
         }
         Provider::Bitbucket => {
             // Bitbucket's build statuses need a link: the commit's own, when none is set.
-            let commit = format!("{api}/repositories/{}/commit/{}", cfg.repository, w.sha);
+            let commit = format!("{api}/repositories/{repo}/commit/{sha}");
             let link = w.target_url.clone().unwrap_or_else(|| commit.clone());
-            let body = json!({
+            body = json!({
                 "key": w.context,
                 "name": w.context,
                 "description": w.description,
                 "url": link,
-                "state": match w.state {
-                    State::Pending => "INPROGRESS",
-                    State::Success => "SUCCESSFUL",
-                    State::Failure | State::Error => "FAILED",
-                },
+                "state": state,
             });
-            Request {
-                url: format!("{commit}/statuses/build"),
-                headers: vec![("authorization", format!("Bearer {token}"))],
-                body,
-            }
+            let headers = vec![("authorization", format!("Bearer {token}"))];
+            (format!("{commit}/statuses/build"), headers)
         }
         Provider::Gitea => {
-            body["state"] = json!(match w.state {
-                State::Pending => "pending",
-                State::Success => "success",
-                State::Failure => "failure",
-                State::Error => "error",
-            });
             body["context"] = json!(w.context);
-            Request {
-                url: format!("{api}/repos/{}/statuses/{}", cfg.repository, w.sha),
-                headers: vec![("authorization", format!("token {token}"))],
-                body,
-            }
+            let headers = vec![("authorization", format!("token {token}"))];
+            (format!("{api}/repos/{repo}/statuses/{sha}"), headers)
         }
+    };
+    Request { url, headers, body }
+}
+
+/// Each host's name for a status's state.
+fn state_name(provider: Provider, state: State) -> &'static str {
+    match (provider, state) {
+        (Provider::Bitbucket, State::Pending) => "INPROGRESS",
+        (Provider::Bitbucket, State::Success) => "SUCCESSFUL",
+        (Provider::Bitbucket, State::Failure | State::Error) => "FAILED",
+        (_, State::Pending) => "pending",
+        (_, State::Success) => "success",
+        (Provider::Gitlab, State::Failure | State::Error) => "failed",
+        (_, State::Failure) => "failure",
+        (_, State::Error) => "error",
     }
+}
+
+/// `s` percent-encoded as one path segment (a GitLab project's `group/name`).
+pub(crate) fn encode_path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Why a post failed for good.

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{Call, PullRequest};
-use crate::writeback::commit_status::{CommitStatusConfig, Provider};
+use crate::writeback::commit_status::{CommitStatusConfig, Provider, encode_path_segment};
 
 /// One HTTP request.
 #[derive(Clone, Debug, PartialEq)]
@@ -13,17 +13,6 @@ pub struct Request {
     pub url: String,
     pub headers: Vec<(&'static str, String)>,
     pub body: Option<Value>,
-}
-
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// How many pull requests a page of a list holds (the most each host gives).
@@ -87,7 +76,10 @@ fn auth_and_base(cfg: &CommitStatusConfig, token: &str) -> (Vec<(&'static str, S
         ),
         Provider::Gitlab => (
             vec![("private-token", token.to_string())],
-            format!("{api}/projects/{}/merge_requests", encode(repo)),
+            format!(
+                "{api}/projects/{}/merge_requests",
+                encode_path_segment(repo)
+            ),
         ),
         Provider::Bitbucket => (
             vec![("authorization", format!("Bearer {token}"))],
@@ -178,7 +170,7 @@ fn of_commit_url(cfg: &CommitStatusConfig, sha: &str) -> String {
         Provider::Gitea => format!("{api}/repos/{repo}/commits/{sha}/pull"),
         Provider::Gitlab => format!(
             "{api}/projects/{}/repository/commits/{sha}/merge_requests",
-            encode(repo)
+            encode_path_segment(repo)
         ),
         Provider::Bitbucket => format!("{api}/repositories/{repo}/commit/{sha}/pullrequests"),
     }

@@ -464,14 +464,7 @@ const LONG_BEFORE_THE_LIMIT: &[(&str, usize)] = &[
     ("src/specs/load/local.rs::walk_local", 97),
     ("src/runtime/source_object.rs::status_of", 94),
     ("src/cli/commands.rs::validate", 91),
-    ("crates/core/src/plan/traffic/rules.rs::route_rules", 87),
-    ("crates/core/src/plan/handoff.rs::volume_refusal", 87),
     ("src/source/snapshot.rs::update_changed", 86),
-    ("src/notify/send.rs::deliver_all", 85),
-    ("src/runtime/look.rs::read_revision", 83),
-    ("src/inspect/mod.rs::watch", 82),
-    ("src/render/helm.rs::from_value", 81),
-    ("crates/core/src/plan/analysis/resolve.rs::resolve_run", 81),
 ];
 
 /// Every function of both crates over `limit` lines, outside `#[cfg(test)]` modules, as

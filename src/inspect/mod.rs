@@ -172,6 +172,30 @@ pub fn crds_missing(e: kube::Error) -> Error {
     }
 }
 
+/// Waits for a change, then lets a burst of them settle (so that one drawing follows it),
+/// noting each watch that has listed once; `false` once the watches ended.
+async fn next_burst(
+    changes: &mut (impl futures::Stream<Item = Option<usize>> + Unpin),
+    listed: &mut [bool],
+) -> bool {
+    let Some(change) = changes.next().await else {
+        return false;
+    };
+    let mut note = |done_listing: Option<usize>| {
+        if let Some(i) = done_listing {
+            listed[i] = true;
+        }
+    };
+    note(change);
+    let _ = tokio::time::timeout(SETTLE, async {
+        while let Some(next) = changes.next().await {
+            note(next);
+        }
+    })
+    .await;
+    true
+}
+
 /// Draws the tree, then again whenever the rollout, its workloads, pods, claims or events
 /// change, until the process is stopped. The first drawing is read with plain requests (it
 /// says at once when there is no such rollout); after that, watches keep a copy of each, and
@@ -209,22 +233,9 @@ pub async fn watch(
     // Which watches have listed once: a drawing before all have would show part of the tree.
     let mut listed = [false; 7];
     loop {
-        // Wait for a change, then let a burst of them settle before drawing once.
-        let Some(change) = changes.next().await else {
+        if !next_burst(&mut changes, &mut listed).await {
             return Ok(());
-        };
-        let mut note = |done_listing: Option<usize>| {
-            if let Some(i) = done_listing {
-                listed[i] = true;
-            }
-        };
-        note(change);
-        let _ = tokio::time::timeout(SETTLE, async {
-            while let Some(next) = changes.next().await {
-                note(next);
-            }
-        })
-        .await;
+        }
         if !listed.iter().all(|l| *l) {
             continue;
         }

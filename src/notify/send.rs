@@ -119,6 +119,24 @@ fn labels(receiver: &Receiver, result: &str) -> NotifyLabels {
     }
 }
 
+/// Publishes what waits for receiver `name` (for `/status` and the dashboard), when it
+/// changed.
+fn publish_waiting(waiting: &tokio::sync::watch::Sender<Waiting>, name: &str, queue: &Queue) {
+    waiting.send_if_modified(|all| {
+        let now: Vec<Notice> = queue.waiting().cloned().collect();
+        let before = all.get(name).map_or(&[][..], Vec::as_slice);
+        if before == now.as_slice() {
+            return false;
+        }
+        if now.is_empty() {
+            all.remove(name);
+        } else {
+            all.insert(name.to_string(), now);
+        }
+        true
+    });
+}
+
 /// The receiver's task: takes offers into its [`Queue`], and tries the notification due
 /// first, spaced to `perMinute`. A failure that may clear backs off its rollout's lane only.
 async fn deliver_all(
@@ -143,19 +161,7 @@ async fn deliver_all(
     loop {
         heartbeat.beat();
         crate::liveness::hang_if_asked("notifications").await;
-        waiting.send_if_modified(|all| {
-            let now: Vec<Notice> = queue.waiting().cloned().collect();
-            let before = all.get(&receiver.name).map_or(&[][..], Vec::as_slice);
-            if before == now.as_slice() {
-                return false;
-            }
-            if now.is_empty() {
-                all.remove(&receiver.name);
-            } else {
-                all.insert(receiver.name.clone(), now);
-            }
-            true
-        });
+        publish_waiting(&waiting, &receiver.name, &queue);
         let due = queue
             .next_due()
             .map(|d| tokio::time::Instant::from_std(d).max(next_send));

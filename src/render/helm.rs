@@ -76,18 +76,8 @@ impl HelmRelease {
         let chart = string("chart")?.ok_or_else(|| {
             error_at(path, 1, 1, "`chart` is missing: the chart's directory, relative to this file (or its name in `repository`)".into())
         })?;
-        let values_files = match map.get("valuesFiles") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|i| {
-                    i.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| at("valuesFiles", "`valuesFiles` is a list of paths".into()))
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(at("valuesFiles", "`valuesFiles` is a list of paths".into())),
-        };
+        let values_files = values_files(map.get("valuesFiles"))
+            .ok_or_else(|| at("valuesFiles", "`valuesFiles` is a list of paths".into()))?;
         let values = match map.get("values") {
             None | Some(Value::Null) => None,
             Some(v @ Value::Object(_)) => Some(v.clone()),
@@ -98,7 +88,7 @@ impl HelmRelease {
             .next()
             .unwrap_or("")
             .to_string();
-        let release = HelmRelease {
+        let mut release = HelmRelease {
             release_name: string("releaseName")?.unwrap_or(if dir_name.is_empty() {
                 "release".into()
             } else {
@@ -112,7 +102,6 @@ impl HelmRelease {
             values,
             written_at: BTreeMap::new(),
         };
-        let mut release = release;
         let needles: Vec<String> = [Some(release.chart.clone()), release.repository.clone()]
             .into_iter()
             .flatten()
@@ -328,4 +317,16 @@ fn line_after(text: &str, word: &str) -> Option<u64> {
         .next()?
         .parse()
         .ok()
+}
+
+/// A `valuesFiles` list (none when unset); `None` when it is not a list of paths.
+fn values_files(v: Option<&Value>) -> Option<Vec<String>> {
+    match v {
+        None | Some(Value::Null) => Some(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        Some(_) => None,
+    }
 }

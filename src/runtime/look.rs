@@ -293,6 +293,24 @@ async fn ask_remote(
     }
 }
 
+/// Refuses `tip` unless a trusted key signed it (and, with `range`, every commit since the
+/// last verified one).
+fn check_signed(
+    mirror: &crate::source::git::GitMirror,
+    tip: git2::Oid,
+    keys: &std::path::Path,
+    verify_commits: VerifyCommits,
+) -> Result<(), GitError> {
+    let unverified = |why: crate::source::verify::VerifyError| GitError::Unverified {
+        commit: tip.to_string(),
+        why: why.to_string(),
+    };
+    let keys = crate::source::verify::TrustedKeys::load(keys).map_err(unverified)?;
+    let signer = verify_revision(mirror, tip, &keys, verify_commits).map_err(unverified)?;
+    tracing::info!(revision = %tip, signer, "signed by a trusted key");
+    Ok(())
+}
+
 /// Reads the specs at `tip`, which is in the mirror, into the snapshot.
 fn read_revision(
     remote: &Remote,
@@ -310,13 +328,7 @@ fn read_revision(
     let s = &mut *guard;
     // Before anything of it is read: a tip not signed by a trusted key is refused whole.
     if let Some(keys) = signing_keys {
-        let unverified = |why: crate::source::verify::VerifyError| GitError::Unverified {
-            commit: tip.to_string(),
-            why: why.to_string(),
-        };
-        let keys = crate::source::verify::TrustedKeys::load(keys).map_err(unverified)?;
-        let signer = verify_revision(&s.mirror, tip, &keys, verify_commits).map_err(unverified)?;
-        tracing::info!(revision = %tip, signer, "signed by a trusted key");
+        check_signed(&s.mirror, tip, keys, verify_commits)?;
     }
     let previous = s.fetched;
     if !s.fetched_tips.contains(&tip) {

@@ -260,6 +260,19 @@ pub enum VolumePatch<'a> {
     Bind { claim: &'a str, claim_uid: &'a str },
 }
 
+/// Whether an earlier handoff of `rollout` in `ns` labelled volume `pv`.
+fn marked_by(pv: &PersistentVolume, ns: &str, rollout: &str) -> bool {
+    label(&pv.metadata, ROLLOUT_LABEL) == Some(rollout)
+        && label(&pv.metadata, VOLUME_NAMESPACE_LABEL) == Some(ns)
+}
+
+fn label<'m>(
+    meta: &'m k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'m str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
 /// Why the handoff of rollout `rollout` in namespace `ns` may not make `patch` to `pv`, if it
 /// may not. Checked against the cluster right before every patch: a volume is the rollout's
 /// only when its `claimRef` names, by namespace, name and uid, a live claim of the rollout, or
@@ -288,12 +301,7 @@ pub fn volume_refusal(
     }
     let of_rollout = |c: &PersistentVolumeClaim| {
         c.metadata.namespace.as_deref() == Some(ns)
-            && c.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ROLLOUT_LABEL))
-                .map(String::as_str)
-                == Some(rollout)
+            && label(&c.metadata, ROLLOUT_LABEL) == Some(rollout)
     };
     // The claim the claimRef names, if it is still the same claim (same uid).
     let holder = named.filter(|c| {
@@ -301,15 +309,7 @@ pub fn volume_refusal(
             && c.metadata.uid.is_some()
             && c.metadata.uid == claim_ref.uid
     });
-    let labels = pv.metadata.labels.as_ref();
-    let marked = labels
-        .and_then(|l| l.get(ROLLOUT_LABEL))
-        .map(String::as_str)
-        == Some(rollout)
-        && labels
-            .and_then(|l| l.get(VOLUME_NAMESPACE_LABEL))
-            .map(String::as_str)
-            == Some(ns);
+    let marked = marked_by(pv, ns, rollout);
     match patch {
         VolumePatch::Retain => match holder {
             Some(c) if of_rollout(c) => None,

@@ -194,35 +194,41 @@ pub(super) fn resolve_run(
                 })?;
             let mut metric = m.clone();
             metric.provider = serde_json::from_value(provider).map_err(encoding)?;
-            let timeout = metric
-                .provider
-                .prometheus
-                .as_ref()
-                .and_then(|p| p.timeout.as_deref())
-                .or(metric
-                    .provider
-                    .web
-                    .as_ref()
-                    .and_then(|w| w.timeout.as_deref()))
-                .map(parse_duration)
-                .transpose()?
-                .unwrap_or(DEFAULT_TIMEOUT)
-                .min(MAX_TIMEOUT);
-            metrics.push(ResolvedMetric {
-                template: name.clone(),
-                interval: parse_duration(&metric.interval)?,
-                initial_delay: metric
-                    .initial_delay
-                    .as_deref()
-                    .map(parse_duration)
-                    .transpose()?
-                    .unwrap_or_default(),
-                timeout,
-                metric,
-            });
+            metrics.push(timed(name, metric)?);
         }
     }
     Ok(metrics)
+}
+
+/// A metric of template `template` with its arguments filled, with its interval, initial
+/// delay and timeout (the provider's, at most [`MAX_TIMEOUT`]) read.
+fn timed(template: &str, metric: Metric) -> Result<ResolvedMetric, ResolveError> {
+    let timeout = metric
+        .provider
+        .prometheus
+        .as_ref()
+        .and_then(|p| p.timeout.as_deref())
+        .or(metric
+            .provider
+            .web
+            .as_ref()
+            .and_then(|w| w.timeout.as_deref()))
+        .map(parse_duration)
+        .transpose()?
+        .unwrap_or(DEFAULT_TIMEOUT)
+        .min(MAX_TIMEOUT);
+    Ok(ResolvedMetric {
+        template: template.to_string(),
+        interval: parse_duration(&metric.interval)?,
+        initial_delay: metric
+            .initial_delay
+            .as_deref()
+            .map(parse_duration)
+            .transpose()?
+            .unwrap_or_default(),
+        timeout,
+        metric,
+    })
 }
 
 pub(super) fn fill_strings(

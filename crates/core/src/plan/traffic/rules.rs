@@ -103,39 +103,7 @@ pub fn route_rules(
         canary_ref["name"] = json!(canary);
         canary_ref["weight"] = json!(weight);
         if let Some(h) = header {
-            let mut header_rule = rule.clone();
-            // A rule's name must be unique in its route (GEP-995).
-            if let Some(o) = header_rule.as_object_mut() {
-                o.remove("name");
-            }
-            let matches = rule
-                .get("matches")
-                .and_then(Value::as_array)
-                .filter(|m| !m.is_empty())
-                .cloned()
-                .unwrap_or_else(|| vec![json!({"path": {"type": "PathPrefix", "value": "/"}})]);
-            let with_headers: Vec<Value> = matches
-                .into_iter()
-                .map(|mut m| {
-                    let mut headers = m
-                        .get("headers")
-                        .and_then(Value::as_array)
-                        .cloned()
-                        .unwrap_or_default();
-                    headers.extend(
-                        h.headers
-                            .iter()
-                            .map(|x| json!({"type": "Exact", "name": x.name, "value": x.value})),
-                    );
-                    m["headers"] = Value::Array(headers);
-                    m
-                })
-                .collect();
-            header_rule["matches"] = Value::Array(with_headers);
-            let mut only_canary = canary_ref.clone();
-            only_canary["weight"] = json!(1);
-            header_rule["backendRefs"] = json!([only_canary]);
-            out.push(header_rule);
+            out.push(header_rule(rule, h, &canary_ref));
         }
         let mut rule = rule.clone();
         rule["backendRefs"] = json!([stable_ref, canary_ref]);
@@ -147,4 +115,42 @@ pub fn route_rules(
         });
     }
     Ok(Value::Array(out))
+}
+
+/// The rule that sends requests with the header route's headers to the canary alone: `rule`'s
+/// matches (or every path) with the headers added, and the canary as its one backend.
+fn header_rule(rule: &Value, h: &crate::api::HeaderRoute, canary_ref: &Value) -> Value {
+    let mut header_rule = rule.clone();
+    // A rule's name must be unique in its route (GEP-995).
+    if let Some(o) = header_rule.as_object_mut() {
+        o.remove("name");
+    }
+    let matches = rule
+        .get("matches")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .cloned()
+        .unwrap_or_else(|| vec![json!({"path": {"type": "PathPrefix", "value": "/"}})]);
+    let with_headers: Vec<Value> = matches
+        .into_iter()
+        .map(|mut m| {
+            let mut headers = m
+                .get("headers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            headers.extend(
+                h.headers
+                    .iter()
+                    .map(|x| json!({"type": "Exact", "name": x.name, "value": x.value})),
+            );
+            m["headers"] = Value::Array(headers);
+            m
+        })
+        .collect();
+    header_rule["matches"] = Value::Array(with_headers);
+    let mut only_canary = canary_ref.clone();
+    only_canary["weight"] = json!(1);
+    header_rule["backendRefs"] = json!([only_canary]);
+    header_rule
 }

@@ -462,9 +462,6 @@ const LONG_BEFORE_THE_LIMIT: &[(&str, usize)] = &[
     ("src/controller/statefulset.rs::run", 99),
     ("src/source/verify.rs::verify", 97),
     ("src/specs/load/local.rs::walk_local", 97),
-    ("src/runtime/source_object.rs::status_of", 94),
-    ("src/cli/commands.rs::validate", 91),
-    ("src/source/snapshot.rs::update_changed", 86),
 ];
 
 /// Every function of both crates over `limit` lines, outside `#[cfg(test)]` modules, as

@@ -297,6 +297,41 @@ pub(super) async fn diff(
     })
 }
 
+/// `linnet validate --output json`: the verdict, the counts and each error located.
+fn validation_json(
+    dir: &Path,
+    set: &crate::specs::SpecSet,
+    ok: bool,
+    empty: bool,
+) -> serde_json::Value {
+    let files = set
+        .objects
+        .values()
+        .map(|o| &*o.location.file)
+        .collect::<std::collections::BTreeSet<_>>();
+    let errors: Vec<serde_json::Value> = set
+        .errors
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "file": &*e.location.file,
+                "line": e.location.line,
+                "column": e.location.column,
+                "message": e.message,
+            })
+        })
+        .chain(empty.then(|| serde_json::json!({"message": no_specs(dir)})))
+        .collect();
+    serde_json::json!({
+        "dir": dir.display().to_string(),
+        "ok": ok,
+        "objects": set.objects.len(),
+        "files": files.len(),
+        "errors": errors,
+        "blockedFiles": set.blocked_files,
+    })
+}
+
 pub(super) fn validate(
     dir: &Path,
     output: ValidateOutput,
@@ -321,32 +356,7 @@ pub(super) fn validate(
     let empty = set.is_empty() && !allow_empty;
     let ok = set.errors.is_empty() && !empty;
     match output {
-        ValidateOutput::Json => {
-            let errors: Vec<serde_json::Value> = set
-                .errors
-                .iter()
-                .map(|e| {
-                    serde_json::json!({
-                        "file": &*e.location.file,
-                        "line": e.location.line,
-                        "column": e.location.column,
-                        "message": e.message,
-                    })
-                })
-                .chain(empty.then(|| serde_json::json!({"message": no_specs(dir)})))
-                .collect();
-            say_raw!(
-                "{}\n",
-                serde_json::json!({
-                    "dir": dir.display().to_string(),
-                    "ok": ok,
-                    "objects": set.objects.len(),
-                    "files": files.len(),
-                    "errors": errors,
-                    "blockedFiles": set.blocked_files,
-                })
-            );
-        }
+        ValidateOutput::Json => say_raw!("{}\n", validation_json(dir, &set, ok, empty)),
         ValidateOutput::Github => {
             for e in &set.errors {
                 say!("{}", github_annotation(dir, e));

@@ -21,20 +21,14 @@ const ERRORS_SHOWN: usize = 10;
 /// Wait before a failed write is tried again (a later change tries at once).
 const RETRY: Duration = Duration::from_secs(30);
 
-/// The object's status for the agent's `state`; `previous` keeps transition and sync times
-/// when nothing they stand for changed. Pure.
-pub fn status_of(
-    state: &SourceStatus,
-    generation: Option<i64>,
-    previous: Option<&LinnetSourceStatus>,
-    now: jiff::Timestamp,
-) -> LinnetSourceStatus {
-    // The errors as the agent's own status already sums them up (its Degraded condition).
+/// The Ready condition's status, reason and message: the errors as the agent's own status
+/// already sums them up (its Degraded condition), else the revision synced.
+fn readiness(state: &SourceStatus) -> (bool, &str, String) {
     let degraded = state
         .conditions
         .iter()
         .find(|c| c.type_ == super::state::DEGRADED && c.status == "True");
-    let (ready, reason, message) = match (&state.last_error, degraded, &state.revision) {
+    match (&state.last_error, degraded, &state.revision) {
         (Some(e), _, _) => (false, "SyncFailed", e.clone()),
         (None, Some(d), _) => (false, d.reason.as_str(), d.message.clone()),
         (None, None, Some(revision)) => (
@@ -43,7 +37,49 @@ pub fn status_of(
             format!("every object of {revision} is applied"),
         ),
         (None, None, None) => (false, "NotSynced", "no revision synced yet".into()),
-    };
+    }
+}
+
+/// HistoryRewritten: true with why while the branch's last move was a force-push; false
+/// once it moved forward again (absent until the first rewrite).
+fn set_history_condition(
+    conditions: &mut Vec<crate::api::Condition>,
+    rewritten: Option<&str>,
+    now: jiff::Timestamp,
+) {
+    let rewritten_before = conditions
+        .iter()
+        .any(|c| c.type_ == super::state::HISTORY_REWRITTEN);
+    match rewritten {
+        Some(why) => set_condition(
+            conditions,
+            super::state::HISTORY_REWRITTEN,
+            true,
+            "ForcePushed",
+            why,
+            now,
+        ),
+        None if rewritten_before => set_condition(
+            conditions,
+            super::state::HISTORY_REWRITTEN,
+            false,
+            "FastForward",
+            "the branch's last move was a fast-forward",
+            now,
+        ),
+        None => {}
+    }
+}
+
+/// The object's status for the agent's `state`; `previous` keeps transition and sync times
+/// when nothing they stand for changed. Pure.
+pub fn status_of(
+    state: &SourceStatus,
+    generation: Option<i64>,
+    previous: Option<&LinnetSourceStatus>,
+    now: jiff::Timestamp,
+) -> LinnetSourceStatus {
+    let (ready, reason, message) = readiness(state);
     // An agent that has not synced since it started (the remote fails) keeps what the last
     // one applied, as the cluster still runs it; Flux keeps its last artifact the same way.
     let (revision, objects) = match (&state.revision, previous) {
@@ -78,29 +114,11 @@ pub fn status_of(
         &message,
         now,
     );
-    let rewritten_before = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == super::state::HISTORY_REWRITTEN);
-    match &state.history_rewritten {
-        Some(why) => set_condition(
-            &mut status.conditions,
-            super::state::HISTORY_REWRITTEN,
-            true,
-            "ForcePushed",
-            why,
-            now,
-        ),
-        None if rewritten_before => set_condition(
-            &mut status.conditions,
-            super::state::HISTORY_REWRITTEN,
-            false,
-            "FastForward",
-            "the branch's last move was a fast-forward",
-            now,
-        ),
-        None => {}
-    }
+    set_history_condition(
+        &mut status.conditions,
+        state.history_rewritten.as_deref(),
+        now,
+    );
     // The sync time moves only with what it stands for: no write per poll or drift check.
     let same = previous.is_some_and(|p| {
         let mut p = p.clone();

@@ -205,22 +205,10 @@ impl SpecSnapshot {
             let Some(kept) = self.unit_layout.take() else {
                 return Ok(None);
             };
-            let mut listing = kept.raw;
-            // Removals first: a path both removed and added (a type change) is added.
-            for (path, id) in changes {
-                if id.is_none() {
-                    listing.remove(path);
-                }
-            }
-            for (path, id) in changes {
-                if let Some(id) = id {
-                    listing.insert(path.clone(), id.clone());
-                }
-            }
+            let listing = with_changes(kept.raw, changes);
             if listing.len() > opts.shape.max_files {
                 return Ok(None);
             }
-            let listing: Vec<(String, String)> = listing.into_iter().collect();
             return self.update(&listing, read, opts).map(Some);
         }
         // One entry per path; a path both removed and added (a type change) is added.
@@ -384,6 +372,25 @@ pub fn load_tree(
         source,
     })?;
     Ok(Arc::unwrap_or_clone(snapshot.spec_set()))
+}
+
+/// A whole listing with `changes` applied, in path order. Removals first: a path both
+/// removed and added (a type change) is added.
+fn with_changes(
+    mut listing: BTreeMap<String, String>,
+    changes: &[(String, Option<String>)],
+) -> Vec<(String, String)> {
+    for (path, id) in changes {
+        if id.is_none() {
+            listing.remove(path);
+        }
+    }
+    for (path, id) in changes {
+        if let Some(id) = id {
+            listing.insert(path.clone(), id.clone());
+        }
+    }
+    listing.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -189,98 +189,99 @@ impl TrustedKeys {
         let text = std::str::from_utf8(signature)
             .map_err(|_| VerifyError::Unreadable("the signature is not text".into()))?;
         if text.contains("-----BEGIN SSH SIGNATURE-----") {
-            let sig = ssh_key::SshSig::from_pem(text).map_err(|e| {
-                VerifyError::Unreadable(format!("the SSH signature does not read: {e}"))
-            })?;
-            if sig.namespace() != SSH_NAMESPACE {
-                return Err(VerifyError::Unreadable(format!(
-                    "the SSH signature is for namespace {:?}, not {SSH_NAMESPACE:?}",
-                    sig.namespace()
-                )));
-            }
-            for key in &self.ssh {
-                if key.key_data() == sig.public_key() {
-                    return key
-                        .verify(SSH_NAMESPACE, signed, &sig)
-                        .map(|()| key.fingerprint(Default::default()).to_string())
-                        .map_err(|e| VerifyError::Invalid(e.to_string()));
-                }
-            }
-            let by = ssh_key::PublicKey::from(sig.public_key().clone());
-            return Err(VerifyError::Untrusted {
-                kind: "SSH",
-                key: by.fingerprint(Default::default()).to_string(),
-                more: "",
-            });
+            return self.verify_ssh(text, signed);
         }
         if text.contains("-----BEGIN PGP SIGNATURE-----") {
-            let (sig, _) = DetachedSignature::from_armor_single(std::io::Cursor::new(signature))
-                .map_err(|e| {
-                    VerifyError::Unreadable(format!("the OpenPGP signature does not read: {e}"))
-                })?;
-            let now = pgp::types::Timestamp::now().as_secs();
-            for key in &self.pgp {
-                let fingerprint = hex(key.fingerprint().as_bytes());
-                if sig.verify(key, signed).is_ok() {
-                    return match primary_key_refusal(key, now) {
-                        Some(why) => Err(VerifyError::KeyNotValid {
-                            key: fingerprint,
-                            why,
-                        }),
-                        None => Ok(fingerprint),
-                    };
-                }
-                for sub in &key.public_subkeys {
-                    if sub.verify_bindings(&key.primary_key).is_ok()
-                        && sig.verify(sub, signed).is_ok()
-                    {
-                        let why =
-                            primary_key_refusal(key, now).or_else(|| subkey_refusal(sub, now));
-                        return match why {
-                            Some(why) => Err(VerifyError::KeyNotValid {
-                                key: fingerprint,
-                                why,
-                            }),
-                            None => Ok(fingerprint),
-                        };
-                    }
-                }
-            }
-            let issuers: Vec<String> = sig
-                .signature
-                .issuer_fingerprint()
-                .iter()
-                .map(|f| hex(f.as_bytes()))
-                .collect();
-            // A trusted key's signature that does not verify: over another commit (issue 70:
-            // the message called the trusted key untrusted).
-            let trusted: Vec<String> = self
-                .pgp
-                .iter()
-                .flat_map(|k| {
-                    std::iter::once(hex(k.fingerprint().as_bytes())).chain(
-                        k.public_subkeys
-                            .iter()
-                            .map(|s| hex(s.key.fingerprint().as_bytes())),
-                    )
-                })
-                .collect();
-            if let Some(key) = issuers.iter().find(|i| trusted.contains(i)) {
-                return Err(VerifyError::NotOverThisCommit { key: key.clone() });
-            }
-            return Err(VerifyError::Untrusted {
-                kind: "OpenPGP",
-                key: if issuers.is_empty() {
-                    "?".to_string()
-                } else {
-                    issuers.join(", ")
-                },
-                more: " (or the signature does not verify)",
-            });
+            return self.verify_pgp(signature, signed);
         }
         Err(VerifyError::Unreadable(
             "the signature is neither OpenPGP nor SSH (X.509 signatures are not verified)".into(),
         ))
+    }
+
+    /// An SSH signature (namespace `git`) by one of the trusted SSH keys.
+    fn verify_ssh(&self, text: &str, signed: &[u8]) -> Result<String, VerifyError> {
+        let sig = ssh_key::SshSig::from_pem(text).map_err(|e| {
+            VerifyError::Unreadable(format!("the SSH signature does not read: {e}"))
+        })?;
+        if sig.namespace() != SSH_NAMESPACE {
+            return Err(VerifyError::Unreadable(format!(
+                "the SSH signature is for namespace {:?}, not {SSH_NAMESPACE:?}",
+                sig.namespace()
+            )));
+        }
+        if let Some(key) = self.ssh.iter().find(|k| k.key_data() == sig.public_key()) {
+            return key
+                .verify(SSH_NAMESPACE, signed, &sig)
+                .map(|()| key.fingerprint(Default::default()).to_string())
+                .map_err(|e| VerifyError::Invalid(e.to_string()));
+        }
+        let by = ssh_key::PublicKey::from(sig.public_key().clone());
+        Err(VerifyError::Untrusted {
+            kind: "SSH",
+            key: by.fingerprint(Default::default()).to_string(),
+            more: "",
+        })
+    }
+
+    /// An OpenPGP signature by a trusted primary key or one of its bound subkeys, each valid
+    /// now (not expired, not revoked).
+    fn verify_pgp(&self, signature: &[u8], signed: &[u8]) -> Result<String, VerifyError> {
+        let (sig, _) = DetachedSignature::from_armor_single(std::io::Cursor::new(signature))
+            .map_err(|e| {
+                VerifyError::Unreadable(format!("the OpenPGP signature does not read: {e}"))
+            })?;
+        let now = pgp::types::Timestamp::now().as_secs();
+        for key in &self.pgp {
+            let fingerprint = hex(key.fingerprint().as_bytes());
+            let why = if sig.verify(key, signed).is_ok() {
+                primary_key_refusal(key, now)
+            } else if let Some(sub) = key.public_subkeys.iter().find(|sub| {
+                sub.verify_bindings(&key.primary_key).is_ok() && sig.verify(*sub, signed).is_ok()
+            }) {
+                primary_key_refusal(key, now).or_else(|| subkey_refusal(sub, now))
+            } else {
+                continue;
+            };
+            return match why {
+                Some(why) => Err(VerifyError::KeyNotValid {
+                    key: fingerprint,
+                    why,
+                }),
+                None => Ok(fingerprint),
+            };
+        }
+        let issuers: Vec<String> = sig
+            .signature
+            .issuer_fingerprint()
+            .iter()
+            .map(|f| hex(f.as_bytes()))
+            .collect();
+        // A trusted key's signature that does not verify: over another commit (issue 70: the
+        // message called the trusted key untrusted).
+        let trusted: Vec<String> = self
+            .pgp
+            .iter()
+            .flat_map(|k| {
+                std::iter::once(hex(k.fingerprint().as_bytes())).chain(
+                    k.public_subkeys
+                        .iter()
+                        .map(|s| hex(s.key.fingerprint().as_bytes())),
+                )
+            })
+            .collect();
+        if let Some(key) = issuers.iter().find(|i| trusted.contains(i)) {
+            return Err(VerifyError::NotOverThisCommit { key: key.clone() });
+        }
+        Err(VerifyError::Untrusted {
+            kind: "OpenPGP",
+            key: if issuers.is_empty() {
+                "?".to_string()
+            } else {
+                issuers.join(", ")
+            },
+            more: " (or the signature does not verify)",
+        })
     }
 }
 

@@ -99,6 +99,39 @@ pub fn list_local_spec_files(
     Ok(out)
 }
 
+/// `path` below `root`, with `/` between its parts.
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// What a non-directory entry named `name` is to the listing; `None`: not listed.
+fn file_kind(name: &str, meta: &std::fs::Metadata) -> Option<LocalFileKind> {
+    let file_type = meta.file_type();
+    if file_type.is_symlink() {
+        // Never followed; reported when it has a spec file's name, as in Git mode.
+        return is_spec_file(name).then_some(LocalFileKind::Symlink);
+    }
+    if file_type.is_file() {
+        // Every regular file, as a Git listing has: a kustomization or chart reads more than
+        // YAML (generator inputs, `_helpers.tpl`).
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        return Some(LocalFileKind::Regular {
+            len: meta.len(),
+            modified,
+        });
+    }
+    is_spec_file(name).then_some(LocalFileKind::Special)
+}
+
 /// Walks `dir` into `out`; false when `left` ran out.
 fn walk_local(
     root: &Path,
@@ -109,13 +142,7 @@ fn walk_local(
     out: &mut Vec<LocalSpecFile>,
 ) -> std::io::Result<bool> {
     let rel_dir = || {
-        let rel = dir
-            .strip_prefix(root)
-            .unwrap_or(dir)
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/");
+        let rel = relative(root, dir);
         if rel.is_empty() {
             "./".to_string()
         } else {
@@ -153,42 +180,16 @@ fn walk_local(
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/");
-        let file_type = meta.file_type();
-        let kind = if file_type.is_dir() {
+        if meta.is_dir() {
             if !walk_local(root, &path, depth + 1, shape, left, out)? {
                 return Ok(false);
             }
             continue;
-        } else if file_type.is_symlink() {
-            // Never followed; reported when it has a spec file's name, as in Git mode.
-            if !is_spec_file(&name) {
-                continue;
-            }
-            LocalFileKind::Symlink
-        } else if file_type.is_file() {
-            // Every regular file, as a Git listing has: a kustomization or chart reads more
-            // than YAML (generator inputs, `_helpers.tpl`).
-            LocalFileKind::Regular {
-                len: meta.len(),
-                modified: meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            }
-        } else if is_spec_file(&name) {
-            LocalFileKind::Special
-        } else {
+        }
+        let Some(kind) = file_kind(&name, &meta) else {
             continue;
         };
+        let rel = relative(root, &path);
         if *left == 0 {
             return Ok(false);
         }

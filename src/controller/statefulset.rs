@@ -377,9 +377,6 @@ async fn observe_storage(
     // Claims matter only to the handoff, which moves the claims of the spec's templates: a
     // rollout without templates has none to read (a quarter of the reads in a first sync of 1,000).
     let templates = crate::plan::objects::claim_templates(&rollout.spec).len();
-    if templates == 0 && rollout.status.iter().all(|s| s.stable_volumes.is_empty()) {
-        return Ok((Vec::new(), Vec::new()));
-    }
     let claims: Vec<ClaimView> = if templates > 0 {
         Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
             .list(&own)

@@ -281,12 +281,12 @@ impl<'a> Planner<'a> {
         if let Some(old_name) = old_name {
             self.ensure(&old_name, &stable_image, old_replicas);
         }
-        if !new_shrinks {
-            let grow_to = match old_stopping {
-                Some(_) => new_now.unwrap_or(0).min(t),
-                None => t,
-            };
-            new = self.ensure(new_name, &image, grow_to);
+        // Not made at all while the old one stops: an empty Deployment is a write for nothing.
+        match (old_stopping, new_now) {
+            _ if new_shrinks => {}
+            (None, _) => new = self.ensure(new_name, &image, t),
+            (Some(_), Some(now)) => new = self.ensure(new_name, &image, now.min(t)),
+            (Some(_), None) => {}
         }
         (new, old_stopping)
     }

@@ -149,7 +149,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             crate::inspect::Lever::Abort,
         )),
         Command::Crds => {
-            let yaml = crate::api::crds_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
+            let yaml = crate::api::crds_yaml()?;
             say_raw!("{yaml}");
             Ok(ExitCode::SUCCESS)
         }

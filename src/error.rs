@@ -8,9 +8,51 @@ pub enum Error {
     #[error("cannot connect to Kubernetes: {0}")]
     KubeConfig(#[source] Box<dyn std::error::Error + Send + Sync>),
 
-    /// The API server is unreachable, or refuses linnet's credentials or permissions.
-    #[error("{0}")]
-    Cluster(String),
+    /// A request to the API server failed while linnet was `doing` something; after a 403,
+    /// `forbidden_hint` says which permission to grant and where.
+    #[error("cannot {doing}: {}", kube_message_hinted(.source, .forbidden_hint))]
+    ClusterRequest {
+        doing: String,
+        #[source]
+        source: kube::Error,
+        forbidden_hint: &'static str,
+    },
+
+    /// The API server did not answer the first request within `waited`.
+    #[error("cannot use the Kubernetes API server at {url}: no answer within {}s", .waited.as_secs())]
+    ClusterSilent {
+        url: String,
+        waited: std::time::Duration,
+    },
+
+    /// Leader election cannot start on `lease` (namespace/name).
+    #[error(
+        "cannot use Lease {lease} for leader election: {}; check that the namespace exists and \
+         RBAC allows leases",
+        lease_manager_message(.source)
+    )]
+    LeaderLease {
+        lease: String,
+        #[source]
+        source: kube_lease_manager::LeaseManagerError,
+    },
+
+    /// The cluster does not serve linnet's API group at all.
+    #[error("{CRDS_MISSING}")]
+    CrdsMissing,
+
+    /// The cluster serves linnet's API group, but without these kinds (older CRDs).
+    #[error(
+        "this cluster serves rollouts.linnet.dev/v1alpha1 without {}: its \
+         CustomResourceDefinitions are from an older linnet. Apply this version's: `kubectl \
+         apply -f deploy/crds/crds.yaml` (or `linnet crds | kubectl apply -f -`)",
+        .missing.join(", ")
+    )]
+    CrdsOutdated { missing: Vec<String> },
+
+    /// The source claim (namespace/name) changed under every write this agent tried.
+    #[error("cannot write the source claim {claim}: it kept changing under this agent")]
+    ClaimContended { claim: String },
 
     #[error("Kubernetes API request failed: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
@@ -22,17 +64,23 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A person's mistake on the command line or in what they asked for. The message says what
+    /// to do instead; no code matches on it, so it stays text.
     #[error("{0}")]
     Usage(String),
 
-    #[error("cannot serialise: {0}")]
-    Serialize(String),
+    #[error("cannot serialise as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+
+    #[error("cannot serialise as YAML: {0}")]
+    Yaml(#[from] serde_saphyr::SerializeError),
 
     /// The agent's own machinery failed (the async runtime, a lock, the lease manager).
     #[error("{0}")]
     Runtime(#[source] std::io::Error),
 
-    /// The Git source cannot be opened at the start.
+    /// The Git source cannot be opened at the start. Only the error's text is kept, with any
+    /// credentials in a URL redacted: the error itself may hold them.
     #[error("{0}")]
     Source(String),
 
@@ -46,10 +94,14 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::KubeConfig(_) => "kubeconfig",
-            Error::Cluster(_) => "cluster",
+            Error::ClusterRequest { .. }
+            | Error::ClusterSilent { .. }
+            | Error::LeaderLease { .. }
+            | Error::ClaimContended { .. } => "cluster",
+            Error::CrdsMissing | Error::CrdsOutdated { .. } => "crds",
             Error::Kube(_) => "kube_api",
             Error::Io { .. } => "io",
-            Error::Serialize(_) => "serialize",
+            Error::Json(_) | Error::Yaml(_) => "serialize",
             Error::Usage(_) => "usage",
             Error::Runtime(_) => "runtime",
             Error::Source(_) => "source",
@@ -58,15 +110,32 @@ impl Error {
     }
 }
 
+/// Why the cluster does not serve linnet's API, and the fix.
+pub const CRDS_MISSING: &str = "this cluster does not serve rollouts.linnet.dev/v1alpha1: \
+     linnet's CustomResourceDefinitions are not installed. Install them with `kubectl apply -f \
+     deploy/crds/crds.yaml` (or `linnet crds | kubectl apply -f -`), as an administrator";
+
+/// A lease manager's error, with kube's refusals read as [`kube_message_hinted`] reads them.
+fn lease_manager_message(e: &kube_lease_manager::LeaseManagerError) -> String {
+    match e {
+        kube_lease_manager::LeaseManagerError::KubeError(k) => kube_message_hinted(
+            k,
+            "; linnet's identity may not use leases: grant it in deploy/rbac.yaml",
+        ),
+        other => other.to_string(),
+    }
+}
+
 /// A kube error as a person reads it: for a refusal, the API server's own message, reason and
 /// code (kube's `Display` appends a debug dump of the whole `Status`), and which file grants
 /// linnet a permission it lacks.
 pub fn kube_message(e: &kube::Error) -> String {
-    kube_message_hinted(
-        e,
-        "; linnet's identity lacks this permission: grant it in its ClusterRole (deploy/rbac.yaml)",
-    )
+    kube_message_hinted(e, FORBIDDEN_HINT)
 }
+
+/// After a 403, when no more precise place to grant the permission is known.
+pub const FORBIDDEN_HINT: &str =
+    "; linnet's identity lacks this permission: grant it in its ClusterRole (deploy/rbac.yaml)";
 
 /// After a 401: the credentials, not the permissions, are wrong.
 const UNAUTHORIZED_HINT: &str = "; the API server does not accept these credentials: check the \
@@ -210,10 +279,32 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_cluster_request_says_what_was_done_and_where_to_grant() {
+        let status = kube::core::Status::failure("leases is forbidden", "Forbidden").with_code(403);
+        let e = Error::ClusterRequest {
+            doing: "read the source claim ns/c".into(),
+            source: kube::Error::Api(Box::new(status)),
+            forbidden_hint: "; grant it here",
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot read the source claim ns/c: leases is forbidden (Forbidden, HTTP 403); grant it here"
+        );
+        assert_eq!(e.metric_label(), "cluster");
+    }
+
+    #[test]
     fn metric_labels_are_stable_snake_case() {
         for e in [
             Error::Usage("x".into()),
-            Error::Cluster("x".into()),
+            Error::CrdsMissing,
+            Error::ClaimContended {
+                claim: "ns/c".into(),
+            },
+            Error::ClusterSilent {
+                url: "https://127.0.0.1:1".into(),
+                waited: std::time::Duration::from_secs(10),
+            },
             Error::TaskEnded {
                 task: "t",
                 how: "ended".into(),

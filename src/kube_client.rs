@@ -143,11 +143,6 @@ fn no_config_found() -> String {
     )
 }
 
-/// What to do when the API server does not serve rollouts.linnet.dev.
-pub const CRDS_MISSING: &str = "this cluster does not serve rollouts.linnet.dev/v1alpha1: \
-     linnet's CustomResourceDefinitions are not installed. Install them with `kubectl apply -f \
-     deploy/crds/crds.yaml` (or `linnet crds | kubectl apply -f -`), as an administrator";
-
 /// Checks that the API server serves every kind of linnet's API, so that an agent without
 /// its CustomResourceDefinitions says so once instead of failing every watch.
 pub async fn check_crds(client: &Client) -> Result<(), crate::Error> {
@@ -161,13 +156,14 @@ pub async fn check_crds(client: &Client) -> Result<(), crate::Error> {
     {
         Ok(list) => list.resources,
         Err(kube::Error::Api(s)) if s.code == 404 => {
-            return Err(crate::Error::Cluster(CRDS_MISSING.into()));
+            return Err(crate::Error::CrdsMissing);
         }
-        Err(e) => {
-            return Err(crate::Error::Cluster(format!(
-                "cannot read which kinds the API server serves: {}",
-                crate::error::kube_message(&e)
-            )));
+        Err(source) => {
+            return Err(crate::Error::ClusterRequest {
+                doing: "read which kinds the API server serves".into(),
+                source,
+                forbidden_hint: crate::error::FORBIDDEN_HINT,
+            });
         }
     };
     let missing: Vec<String> = kinds
@@ -177,28 +173,22 @@ pub async fn check_crds(client: &Client) -> Result<(), crate::Error> {
     if missing.is_empty() {
         return Ok(());
     }
-    Err(crate::Error::Cluster(format!(
-        "this cluster serves rollouts.linnet.dev/v1alpha1 without {}: its \
-         CustomResourceDefinitions are from an older linnet. Apply this version's: `kubectl \
-         apply -f deploy/crds/crds.yaml` (or `linnet crds | kubectl apply -f -`)",
-        missing.join(", ")
-    )))
+    Err(crate::Error::CrdsOutdated { missing })
 }
 
 /// Asks the API server for its version, which any authenticated identity may read.
 pub async fn check(client: &Client, url: &str) -> Result<(), crate::Error> {
-    let failed = |why: String| {
-        crate::Error::Cluster(format!(
-            "cannot use the Kubernetes API server at {url}: {why}"
-        ))
-    };
     match tokio::time::timeout(FIRST_REQUEST_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(failed(crate::error::kube_message(&e))),
-        Err(_) => Err(failed(format!(
-            "no answer within {}s",
-            FIRST_REQUEST_TIMEOUT.as_secs()
-        ))),
+        Ok(Err(source)) => Err(crate::Error::ClusterRequest {
+            doing: format!("use the Kubernetes API server at {url}"),
+            source,
+            forbidden_hint: crate::error::FORBIDDEN_HINT,
+        }),
+        Err(_) => Err(crate::Error::ClusterSilent {
+            url: url.to_string(),
+            waited: FIRST_REQUEST_TIMEOUT,
+        }),
     }
 }
 

@@ -72,3 +72,12 @@ command -v cargo >/dev/null 2>&1 || {
   echo "deps: Rust (cargo) is needed: https://rustup.rs" >&2
   exit 1
 }
+
+# A cold `make test` writes about 16 GiB (the test binaries, the static image build, the Go
+# tools' caches). A full disk fails tests far from the cause ("No space left on device" in
+# whichever test wrote next), so say it here, where the fix is obvious.
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kib" ] && [ "$free_kib" -lt $((20 * 1024 * 1024)) ]; then
+  echo "deps: only $((free_kib / 1024 / 1024)) GiB free here; a cold make test writes about 16 GiB." >&2
+  echo "      Free some (cargo clean in an old checkout, go clean -cache) if the build fails." >&2
+fi

@@ -88,9 +88,9 @@ pub(super) async fn get(
 /// `value` as YAML or JSON, as `kubectl get -o` prints it.
 fn print_objects(value: &serde_json::Value, output: Option<GetOutput>) -> Result<()> {
     let text = if output == Some(GetOutput::Json) {
-        serde_json::to_string_pretty(value).map_err(|e| Error::Serialize(e.to_string()))? + "\n"
+        serde_json::to_string_pretty(value)? + "\n"
     } else {
-        serde_saphyr::to_string(value).map_err(|e| Error::Serialize(e.to_string()))?
+        serde_saphyr::to_string(value)?
     };
     say_raw!("{text}");
     Ok(())

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -37,7 +36,6 @@ pub async fn run(
         }
     });
     let wakes = super::wakes(changes, store.clone());
-    let children = crate::watch::watch_config(&ctx.child_selector());
     // Read from this watch's store, not with a list in each reconcile, as the sets are. By
     // the rollout label, as the list was: a Deployment of the rollout that lacks this
     // source's label (hand-edited, or made under another source) is still seen, and deleted
@@ -47,35 +45,9 @@ pub async fn run(
         crate::watch::watch_config(ROLLOUT_LABEL),
         ctx.clone(),
     );
-    // Said once in the log; the route watch runs either way.
-    super::traffic::say_if_routes_are_not_served(&client).await;
-    let traffic =
-        super::traffic::traffic_wakes(client.clone(), store.clone(), |r: &CanaryDeployment| {
-            r.spec.traffic_routing.as_deref()
-        });
-    // The Jobs of `job` analysis metrics.
-    let jobs = watcher(
-        Api::<kube::core::PartialObjectMeta<k8s_openapi::api::batch::v1::Job>>::all(client),
-        children,
-    )
-    .backoff(crate::watch::backoff::watch_backoff())
-    .touched_objects();
-    let config = super::config_copies::config_wakes(
-        ctx.client.clone(),
-        store.clone(),
-        &ctx.source,
-        |r: &CanaryDeployment| reconcile::RolloutKind::config_template(r),
-    );
-    Controller::for_shared_stream(wakes, store)
-        .with_config(ctx.controller_config())
-        // Each watch backs off on its own (see `backoff`).
-        .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
-        // A shard taken over (or given up) looks at every rollout again.
-        .reconcile_all_on(ctx.shards.changes())
-        .reconcile_on(traffic)
-        .reconcile_on(config)
+    let controller = super::wiring::rollout_controller(&ctx, wakes, store).await;
+    let results = controller
         .owns_stream(deployment_changes)
-        .owns_stream(jobs)
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile,
@@ -86,13 +58,8 @@ pub async fn run(
                 deployments,
                 by_rollout,
             }),
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile did not finish");
-            }
-        })
-        .await;
+        );
+    super::wiring::drive(results).await;
 }
 
 /// What this controller's reconciles share: the agent's context and the Deployments' store.

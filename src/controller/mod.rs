@@ -26,6 +26,7 @@ pub use context::Context;
 pub mod error;
 pub mod status_write;
 pub mod wakes;
+pub mod wiring;
 
 pub(crate) use error::Doing;
 pub use error::ReconcileError;

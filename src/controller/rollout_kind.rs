@@ -44,6 +44,8 @@ pub(crate) trait RolloutKind:
     /// The pod template whose ConfigMaps and Secrets are copied per version, with
     /// `versionedConfig` (else `None`).
     fn config_template(&self) -> Option<PodSpec>;
+    /// How the rollout moves traffic, if it does (its routes' changes wake it).
+    fn traffic_routing(&self) -> Option<&crate::api::TrafficRouting>;
     /// The copies each image mounts, as `status` recorded them.
     fn recorded_config(status: &Self::Status) -> &[VersionConfig];
     /// Whether `phase` is a rollout at rest, whose unused config copies may go.
@@ -83,6 +85,9 @@ impl RolloutKind for CanaryStatefulSet {
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_deref()
+    }
+    fn traffic_routing(&self) -> Option<&crate::api::TrafficRouting> {
+        self.spec.traffic_routing.as_deref()
     }
     fn config_template(&self) -> Option<PodSpec> {
         let spec = &self.spec;
@@ -145,6 +150,9 @@ impl RolloutKind for CanaryDeployment {
     }
     fn analysis(&self) -> Option<&RolloutAnalysis> {
         self.spec.analysis.as_deref()
+    }
+    fn traffic_routing(&self) -> Option<&crate::api::TrafficRouting> {
+        self.spec.traffic_routing.as_deref()
     }
     fn config_template(&self) -> Option<PodSpec> {
         let spec = &self.spec;

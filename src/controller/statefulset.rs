@@ -11,7 +11,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::ListParams;
 use kube::core::PartialObjectMeta;
-use kube::runtime::Controller;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -81,32 +80,10 @@ pub async fn run(
     )
     .backoff(crate::watch::backoff::watch_backoff())
     .touched_objects();
-    let jobs = watcher(Api::<PartialObjectMeta<Job>>::all(client.clone()), children)
-        .backoff(crate::watch::backoff::watch_backoff())
-        .touched_objects();
     let (for_claims, for_pods, for_volumes) = (ours(&store), ours(&store), ours(&store));
-    // Said once in the log; the route watch runs either way.
-    super::traffic::say_if_routes_are_not_served(&client).await;
-    let traffic =
-        super::traffic::traffic_wakes(client.clone(), store.clone(), |r: &CanaryStatefulSet| {
-            r.spec.traffic_routing.as_deref()
-        });
-    let config = super::config_copies::config_wakes(
-        ctx.client.clone(),
-        store.clone(),
-        &ctx.source,
-        |r: &CanaryStatefulSet| reconcile::RolloutKind::config_template(r),
-    );
-    Controller::for_shared_stream(wakes, store)
-        .reconcile_on(traffic)
-        .reconcile_on(config)
-        .with_config(ctx.controller_config())
-        // Each watch backs off on its own (see `backoff`).
-        .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
-        // A shard taken over (or given up) looks at every rollout again.
-        .reconcile_all_on(ctx.shards.changes())
+    let controller = super::wiring::rollout_controller(&ctx, wakes, store).await;
+    let results = controller
         .owns_stream(set_changes)
-        .owns_stream(jobs)
         .watches_stream(claims, move |claim| {
             for_claims(rollout_of(&claim, claim.namespace()))
         })
@@ -124,13 +101,8 @@ pub async fn run(
                 sets_ready: StoreReady::of(sets.clone()),
                 sets,
             }),
-        )
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile did not finish");
-            }
-        })
-        .await;
+        );
+    super::wiring::drive(results).await;
 }
 
 /// The rollout an object labelled with [`ROLLOUT_LABEL`] belongs to, in namespace `ns`.

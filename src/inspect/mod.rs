@@ -165,9 +165,7 @@ pub async fn list(client: &Client, ns: Option<&str>) -> Result<Vec<RolloutObject
 /// A 404 that is not a Status about one object: the API server does not serve linnet's kinds.
 pub fn crds_missing(e: kube::Error) -> Error {
     match &e {
-        kube::Error::Api(s) if s.code == 404 && s.reason != "NotFound" => {
-            Error::Usage(crate::kube_client::CRDS_MISSING.to_string())
-        }
+        kube::Error::Api(s) if s.code == 404 && s.reason != "NotFound" => Error::CrdsMissing,
         _ => Error::Kube(e),
     }
 }

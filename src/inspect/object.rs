@@ -27,7 +27,7 @@ impl RolloutObject {
             RolloutObject::StatefulSet(r) => serde_json::to_value(r),
             RolloutObject::Deployment(r) => serde_json::to_value(r),
         };
-        let mut value = value.map_err(|e| crate::Error::Serialize(e.to_string()))?;
+        let mut value = value?;
         if let Some(object) = value.as_object_mut() {
             object.insert("apiVersion".into(), crate::api::API_VERSION.into());
             object.insert("kind".into(), self.kind().into());

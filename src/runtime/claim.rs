@@ -23,6 +23,9 @@ const URL_ANNOTATION: &str = "rollouts.linnet.dev/url";
 const BRANCH_ANNOTATION: &str = "rollouts.linnet.dev/branch";
 /// Writes of the claim that lost a race (another replica's renewal) before giving up.
 const WRITE_ATTEMPTS: usize = 5;
+/// After a 403 on a claim: the permission, and where it is granted.
+const LEASES_HINT: &str = "; linnet's ClusterRole lists leases in every namespace, and creates \
+     and patches them (deploy/rbac.yaml)";
 
 /// Why a held claim is not this agent's any more.
 #[derive(Debug, thiserror::Error)]
@@ -73,12 +76,10 @@ fn seen(lease: &Lease) -> Option<SeenClaim> {
 async fn list_claims(client: &Client, source: &str) -> Result<Vec<SeenClaim>> {
     let all: Api<Lease> = Api::all(client.clone());
     let params = ListParams::default().labels(&format!("{CLAIM_LABEL}={source}"));
-    let list = all.list(&params).await.map_err(|e| {
-        Error::Cluster(format!(
-            "cannot list the claims on source name {source:?} (Leases labelled {CLAIM_LABEL}): \
-             {}; linnet's ClusterRole lists leases in every namespace (deploy/rbac.yaml)",
-            kube_message(&e)
-        ))
+    let list = all.list(&params).await.map_err(|e| Error::ClusterRequest {
+        doing: format!("list the claims on source name {source:?} (Leases labelled {CLAIM_LABEL})"),
+        source: e,
+        forbidden_hint: LEASES_HINT,
     })?;
     Ok(list.items.iter().filter_map(seen).collect())
 }
@@ -136,14 +137,14 @@ pub async fn take(
         if let Some(other) = holder::live_other(me, &claims, now) {
             return Err(Error::Usage(holder::refusal(source, other)));
         }
-        let current = api.get_opt(&claim.name).await.map_err(|e| {
-            Error::Cluster(format!(
-                "cannot read the source claim {}/{}: {}",
-                me.namespace,
-                claim.name,
-                kube_message(&e)
-            ))
-        })?;
+        let current = api
+            .get_opt(&claim.name)
+            .await
+            .map_err(|e| Error::ClusterRequest {
+                doing: format!("read the source claim {}/{}", me.namespace, claim.name),
+                source: e,
+                forbidden_hint: LEASES_HINT,
+            })?;
         let mine_before = current
             .as_ref()
             .and_then(seen)
@@ -169,10 +170,9 @@ pub async fn take(
         );
         return Ok(claim);
     }
-    Err(Error::Cluster(format!(
-        "cannot write the source claim {}/{}: it kept changing under this agent",
-        me.namespace, claim.name
-    )))
+    Err(Error::ClaimContended {
+        claim: format!("{}/{}", me.namespace, claim.name),
+    })
 }
 
 impl SourceClaim {
@@ -191,7 +191,7 @@ impl SourceClaim {
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(self.write_error(&e)),
+                Err(e) => Err(self.write_error(e)),
             };
         };
         let spec = lease.spec.as_ref();
@@ -259,18 +259,16 @@ impl SourceClaim {
         {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(self.write_error(&e)),
+            Err(e) => Err(self.write_error(e)),
         }
     }
 
-    fn write_error(&self, e: &kube::Error) -> Error {
-        Error::Cluster(format!(
-            "cannot write the source claim {}/{}: {}; linnet's ClusterRole creates and patches \
-             leases (deploy/rbac.yaml)",
-            self.me.namespace,
-            self.name,
-            kube_message(e)
-        ))
+    fn write_error(&self, e: kube::Error) -> Error {
+        Error::ClusterRequest {
+            doing: format!("write the source claim {}/{}", self.me.namespace, self.name),
+            source: e,
+            forbidden_hint: LEASES_HINT,
+        }
     }
 
     /// Renews the claim every third of its duration until the agent stops. Ends (a fault the

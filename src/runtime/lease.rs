@@ -51,21 +51,9 @@ pub async fn wait_for_leadership(client: kube::Client, leader: &LeaderConfig) ->
         .with_grace(grace.as_secs())
         .build()
         .await
-        .map_err(|e| {
-            let why = match &e {
-                kube_lease_manager::LeaseManagerError::KubeError(k) => {
-                    crate::error::kube_message_hinted(
-                        k,
-                        "; linnet's identity may not use leases: grant it in deploy/rbac.yaml",
-                    )
-                }
-                other => other.to_string(),
-            };
-            Error::Cluster(format!(
-                "cannot use Lease {}/{} for leader election: {why}; check that the namespace \
-                 exists and RBAC allows leases",
-                leader.namespace, leader.name
-            ))
+        .map_err(|source| Error::LeaderLease {
+            lease: format!("{}/{}", leader.namespace, leader.name),
+            source,
         })?;
     let (mut holding, task) = manager.watch().await;
     tracing::info!(lease = %format!("{}/{}", leader.namespace, leader.name), identity = %leader.identity, "waiting to hold the lease; another replica may be acting");

@@ -67,11 +67,9 @@ async fn hold_shard(
     leader: &LeaderConfig,
     k: u32,
     shards: &ShardSet,
-    mut release: tokio::sync::watch::Receiver<bool>,
+    release: tokio::sync::watch::Receiver<bool>,
 ) {
-    use kube_lease_manager::LeaseManagerBuilder;
     let name = lease_name(leader, k);
-    let duration = leader.duration.as_secs().max(2);
     let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &leader.namespace);
     let home = k == leader.home_shard;
     let ask_every = (leader.duration / 2).max(Duration::from_secs(1));
@@ -87,129 +85,205 @@ async fn hold_shard(
     if !home {
         let _ = tokio::time::timeout(ask_every, lease.changed()).await;
     }
-    // This holder's heartbeat: each wait below comes round at least every idle beat.
-    let heartbeat = crate::liveness::process().register(format!("shard {k} lease"));
+    // Each wait below comes round at least every idle beat.
     let mut idle_beat = tokio::time::interval(crate::liveness::IDLE_BEAT);
     idle_beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut holder = ShardHolder {
+        client,
+        leader,
+        k,
+        shards,
+        name,
+        leases,
+        home,
+        ask_every,
+        lease,
+        release,
+        heartbeat: crate::liveness::process().register(format!("shard {k} lease")),
+        idle_beat,
+    };
     loop {
-        heartbeat.beat();
+        holder.heartbeat.beat();
         crate::liveness::hang_if_asked("shard lease").await;
-        // Not taken while its home replica asks for it.
+        if !holder.stand_by_while_home_asks().await {
+            return;
+        }
+        let Some(manager) = holder.lease_manager().await else {
+            continue;
+        };
+        let (holding, task) = manager.watch().await;
+        if !holder.hold(holding, task).await {
+            return;
+        }
+    }
+}
+
+/// One shard's holder: its Lease and the home replica's requests on it, the agent's release,
+/// and its heartbeat.
+struct ShardHolder<'a> {
+    client: kube::Client,
+    leader: &'a LeaderConfig,
+    k: u32,
+    shards: &'a ShardSet,
+    name: String,
+    leases: kube::Api<Lease>,
+    /// Whether this is this replica's home shard.
+    home: bool,
+    ask_every: Duration,
+    /// Another replica's home shard: its Lease as last seen.
+    lease: tokio::sync::watch::Receiver<Option<Lease>>,
+    release: tokio::sync::watch::Receiver<bool>,
+    heartbeat: Arc<crate::liveness::Beat>,
+    idle_beat: tokio::time::Interval,
+}
+
+/// How holding the shard through one lease manager ended.
+enum HoldEnded {
+    /// The agent stops: the Lease was released.
+    Released,
+    /// Stood back for the shard's home replica; `held` if this replica held it.
+    StoodBack { held: bool },
+    /// The lease manager stopped on its own.
+    ManagerStopped,
+}
+
+impl ShardHolder<'_> {
+    /// Waits while the shard's home replica asks for it (not taken meanwhile); `false` when
+    /// the agent stops.
+    async fn stand_by_while_home_asks(&mut self) -> bool {
         loop {
-            heartbeat.beat();
-            let request = home_request(&lease.borrow_and_update(), leader);
-            let Some(fresh_for) = request else {
-                break;
+            self.heartbeat.beat();
+            let Some(fresh_for) = home_request(&self.lease.borrow_and_update(), self.leader) else {
+                return true;
             };
             tokio::select! {
                 // A closed channel (the watch ended) disables this branch: no busy loop.
-                Ok(()) = lease.changed() => {}
+                Ok(()) = self.lease.changed() => {}
                 _ = tokio::time::sleep(fresh_for) => {}
-                _ = idle_beat.tick() => {}
-                _ = released(&mut release) => return,
+                _ = self.idle_beat.tick() => {}
+                _ = released(&mut self.release) => return false,
             }
         }
-        let built = LeaseManagerBuilder::new(client.clone(), &name)
-            .with_namespace(&leader.namespace)
-            .with_identity(&leader.identity)
+    }
+
+    /// A lease manager for the shard's Lease, or `None` after a pause if it cannot be made.
+    async fn lease_manager(&self) -> Option<kube_lease_manager::LeaseManager> {
+        let duration = self.leader.duration.as_secs().max(2);
+        let built = kube_lease_manager::LeaseManagerBuilder::new(self.client.clone(), &self.name)
+            .with_namespace(&self.leader.namespace)
+            .with_identity(&self.leader.identity)
             .with_duration(duration)
             .with_grace((duration / 3).clamp(1, 5))
             .build()
             .await;
-        let manager = match built {
-            Ok(m) => m,
+        match built {
+            Ok(m) => Some(m),
             Err(e) => {
-                tracing::warn!(lease = %name, error = %e, "cannot use the shard's Lease; trying again in 5 s");
+                tracing::warn!(lease = %self.name, error = %e, "cannot use the shard's Lease; trying again in 5 s");
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                continue;
-            }
-        };
-        let (mut holding, task) = manager.watch().await;
-        // Whether this replica stopped for the shard's home replica (and held the shard).
-        let mut stood_back = None;
-        // Whether this (home) replica asked for the shard back, and when it asks next (a
-        // deadline, not a sleep made again on each turn: the idle beat turns every second).
-        let mut asked = false;
-        let mut ask_at = tokio::time::Instant::now() + ask_every;
-        loop {
-            heartbeat.beat();
-            let held = *holding.borrow_and_update();
-            let was = shards.held().contains(&k);
-            if held && !was {
-                tracing::info!(lease = %name, shard = k, "holding the shard; running its rollouts");
-            }
-            if held && asked {
-                // Back home: standbys need not wait for the request to go stale.
-                ask_for_home_shard(&leases, &name, leader, false).await;
-                asked = false;
-            }
-            if was && !held {
-                tracing::warn!(lease = %name, shard = k, "lost the shard; its rollouts are another replica's now");
-            }
-            shards.set_held(k, held);
-            tokio::select! {
-                changed = holding.changed() => if changed.is_err() {
-                    break;
-                },
-                // Another's home shard, held or stood by for: given back, or no longer
-                // contended for, once its home replica asks.
-                Ok(()) = lease.changed(), if !home => {
-                    if home_request(&lease.borrow_and_update(), leader).is_some() {
-                        stood_back = Some(held);
-                        break;
-                    }
-                }
-                // Home but not held: asking for it, the request renewed while it waits.
-                _ = tokio::time::sleep_until(ask_at), if home && !held => {
-                    ask_at = tokio::time::Instant::now() + ask_every;
-                    if !asked {
-                        tracing::info!(lease = %name, shard = k, "another replica holds this replica's home shard; asking for it back");
-                    }
-                    ask_for_home_shard(&leases, &name, leader, true).await;
-                    asked = true;
-                }
-                _ = idle_beat.tick() => {}
-                _ = released(&mut release) => {
-                    // Closing the channel makes the lease manager release the Lease and end.
-                    shards.set_held(k, false);
-                    drop(holding);
-                    if let Ok(Ok(_)) = task.await {
-                        tracing::info!(lease = %name, shard = k, "released the shard");
-                    }
-                    return;
-                }
+                None
             }
         }
-        shards.set_held(k, false);
+    }
+
+    /// Holds the shard while the lease manager does, then gives it back or starts again;
+    /// `false` when the agent stops.
+    async fn hold(
+        &mut self,
+        mut holding: tokio::sync::watch::Receiver<bool>,
+        task: tokio::task::JoinHandle<kube_lease_manager::Result<kube_lease_manager::LeaseManager>>,
+    ) -> bool {
+        let (name, k) = (self.name.clone(), self.k);
+        let stood_back = match self.follow(&mut holding).await {
+            HoldEnded::Released => {
+                // Closing the channel makes the lease manager release the Lease and end.
+                self.shards.set_held(k, false);
+                drop(holding);
+                if let Ok(Ok(_)) = task.await {
+                    tracing::info!(lease = %name, shard = k, "released the shard");
+                }
+                return false;
+            }
+            HoldEnded::StoodBack { held } => Some(held),
+            HoldEnded::ManagerStopped => None,
+        };
+        self.shards.set_held(k, false);
         if stood_back == Some(true) {
             // The reconciles under way end before the home replica may start its own; the
             // Lease is renewed meanwhile. Each has a bound on its every call.
-            if beating(
-                &heartbeat,
-                tokio::time::timeout(DRAIN_AT_MOST, shards.drained(k)),
-            )
-            .await
-            .is_err()
-            {
+            let drained = tokio::time::timeout(DRAIN_AT_MOST, self.shards.drained(k));
+            if beating(&self.heartbeat, drained).await.is_err() {
                 tracing::warn!(lease = %name, shard = k, "reconciles of the shard still under way after {DRAIN_AT_MOST:?}; giving it back anyway");
             }
         }
         // Closing the channel makes the lease manager release the Lease and end.
         drop(holding);
         if let Some(held) = stood_back {
-            let _ = beating(&heartbeat, task).await;
+            let _ = beating(&self.heartbeat, task).await;
             if held {
                 tracing::info!(lease = %name, shard = k, "gave the shard back to its home replica");
             }
-            continue;
+            return true;
         }
-        let stopped = match beating(&heartbeat, task).await {
+        let stopped = match beating(&self.heartbeat, task).await {
             Ok(Ok(_)) => "stopped".to_string(),
             Ok(Err(e)) => e.to_string(),
             Err(e) => e.to_string(),
         };
         tracing::warn!(lease = %name, why = %stopped, "the shard's lease manager stopped; starting it again");
         tokio::time::sleep(Duration::from_secs(1)).await;
+        true
+    }
+
+    /// Follows what the lease manager says into the shard set, and a home replica's asking,
+    /// until the hold ends.
+    async fn follow(&mut self, holding: &mut tokio::sync::watch::Receiver<bool>) -> HoldEnded {
+        let (name, k, leader) = (self.name.clone(), self.k, self.leader);
+        // Whether this (home) replica asked for the shard back, and when it asks next (a
+        // deadline, not a sleep made again on each turn: the idle beat turns every second).
+        let mut asked = false;
+        let mut ask_at = tokio::time::Instant::now() + self.ask_every;
+        loop {
+            self.heartbeat.beat();
+            let held = *holding.borrow_and_update();
+            let was = self.shards.held().contains(&k);
+            if held && !was {
+                tracing::info!(lease = %name, shard = k, "holding the shard; running its rollouts");
+            }
+            if held && asked {
+                // Back home: standbys need not wait for the request to go stale.
+                ask_for_home_shard(&self.leases, &name, leader, false).await;
+                asked = false;
+            }
+            if was && !held {
+                tracing::warn!(lease = %name, shard = k, "lost the shard; its rollouts are another replica's now");
+            }
+            self.shards.set_held(k, held);
+            let home = self.home;
+            tokio::select! {
+                changed = holding.changed() => if changed.is_err() {
+                    return HoldEnded::ManagerStopped;
+                },
+                // Another's home shard, held or stood by for: given back, or no longer
+                // contended for, once its home replica asks.
+                Ok(()) = self.lease.changed(), if !home => {
+                    if home_request(&self.lease.borrow_and_update(), leader).is_some() {
+                        return HoldEnded::StoodBack { held };
+                    }
+                }
+                // Home but not held: asking for it, the request renewed while it waits.
+                _ = tokio::time::sleep_until(ask_at), if home && !held => {
+                    ask_at = tokio::time::Instant::now() + self.ask_every;
+                    if !asked {
+                        tracing::info!(lease = %name, shard = k, "another replica holds this replica's home shard; asking for it back");
+                    }
+                    ask_for_home_shard(&self.leases, &name, leader, true).await;
+                    asked = true;
+                }
+                _ = self.idle_beat.tick() => {}
+                _ = released(&mut self.release) => return HoldEnded::Released,
+            }
+        }
     }
 }
 

@@ -133,8 +133,6 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
         }
     };
     let opened = tokio::task::spawn_blocking(open.clone()).await;
-    // The writer is moved into each write and handed back, so no lock is held while Git is
-    // waited for. A write that panicked does not hand it back; the next one opens it again.
     let mut writer = match opened {
         Ok(Ok(w)) => Some(w),
         Ok(Err(e)) => {
@@ -147,26 +145,14 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
             return std::future::pending().await;
         }
     };
-    // Each status file with the trace of the push that led to it (issue 71).
-    let sets = changes
-        .statefulsets
-        .filter_map(|c| async move {
-            status_files::for_statefulset(c.object()).map(|f| (f, pushed_trace(&**c.object())))
-        })
-        .boxed();
-    let deploys = changes
-        .deployments
-        .filter_map(|c| async move {
-            status_files::for_deployment(c.object()).map(|f| (f, pushed_trace(&**c.object())))
-        })
-        .boxed();
+    let mut changes = status_file_changes(changes);
     // The trace of the latest change offered: the next commit joins it.
     let mut latest_trace: Option<crate::telemetry::trace::Parent> = None;
-    let mut changes = futures::stream::select(sets, deploys);
     let mut pending = Coalescer::default();
-    let mut failing = crate::retry::Retries::new(config.interval * 2, config.interval * 64);
-    // The reason of the failure said last: the same one again is not said again.
-    let mut failed_with: Option<&'static str> = None;
+    let mut failures = Failures {
+        backoff: crate::retry::Retries::new(config.interval * 2, config.interval * 64),
+        said: None,
+    };
     tracing::info!(branch = %config.remote.branch, "writing rollout status to Git");
     loop {
         let wait = sleep_until_due(pending.due());
@@ -179,51 +165,107 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
             () = wait => {
                 let files = pending.take();
                 let attempted = files.clone();
-                let current = writer.take();
-                let open = open.clone();
-                let span = tracing::info_span!("write-back", files = files.len());
-                if let Some(parent) = latest_trace.take() {
-                    parent.adopt(&span);
+                let result = write_files(&mut writer, open.clone(), files, latest_trace.take()).await;
+                if let Some(backoff) = failures.record(result, &metrics) {
+                    pending.retry_at(&attempted, std::time::Instant::now() + backoff);
                 }
-                let result = tokio::task::spawn_blocking(move || {
-                    let _in = span.enter();
-                    let mut w = match current {
-                        Some(w) => w,
-                        None => open()?,
-                    };
-                    let written = w.write(&files);
-                    Ok::<_, push::WriteError>((w, written))
-                })
-                .await
-                .map_err(|e| ("panic", e.to_string()))
-                .and_then(|r| r.map_err(|e| (e.label(), e.to_string())))
-                .and_then(|(w, written)| {
-                    writer = Some(w);
-                    written.map_err(|e| (e.label(), e.to_string()))
-                });
-                match result {
-                    Ok(Pushed::Unchanged) => {}
-                    Ok(Pushed::Committed { commit, retries }) => {
-                        failing.reset();
-                        if failed_with.take().is_some() {
-                            tracing::info!("writing status to Git works again");
-                        }
-                        metrics.writeback_commits.inc();
-                        metrics.writeback_push_retries.inc_by(u64::from(retries));
-                        tracing::info!(%commit, retries, "status written to Git");
-                    }
-                    Err((reason, e)) => {
-                        metrics.writeback_errors.get_or_create(&ReasonLabel { reason: reason.into() }).inc();
-                        let backoff = failing.wait();
-                        let error = crate::text::redact_credentials(&e.to_string());
-                        if failed_with.replace(reason) == Some(reason) {
-                            tracing::debug!(%error, retry_in = ?backoff, "could not write status to Git, again");
-                        } else {
-                            tracing::warn!(%error, retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again with backoff (said again when the error changes)");
-                        }
-                        pending.retry_at(&attempted, std::time::Instant::now() + backoff);
-                    }
+            }
+        }
+    }
+}
+
+/// Each status file a rollout's change asks for, with the trace of the push that led to it
+/// (issue 71), for both kinds as one stream.
+fn status_file_changes(
+    changes: Subscription,
+) -> impl futures::Stream<Item = (StatusFile, Option<crate::telemetry::trace::Parent>)> + Unpin {
+    let sets = changes
+        .statefulsets
+        .filter_map(|c| async move {
+            status_files::for_statefulset(c.object()).map(|f| (f, pushed_trace(&**c.object())))
+        })
+        .boxed();
+    let deploys = changes
+        .deployments
+        .filter_map(|c| async move {
+            status_files::for_deployment(c.object()).map(|f| (f, pushed_trace(&**c.object())))
+        })
+        .boxed();
+    futures::stream::select(sets, deploys)
+}
+
+/// Writes `files` in one commit, off the async runtime, in a span joined to `trace`. The
+/// writer is moved into the write and handed back, so no lock is held while Git is waited
+/// for; a write that panicked does not hand it back, and the next one opens it again.
+async fn write_files(
+    writer: &mut Option<StatusWriter>,
+    open: impl FnOnce() -> Result<StatusWriter, crate::source::git::GitError> + Send + 'static,
+    files: Vec<StatusFile>,
+    trace: Option<crate::telemetry::trace::Parent>,
+) -> Result<Pushed, (&'static str, String)> {
+    let current = writer.take();
+    let span = tracing::info_span!("write-back", files = files.len());
+    if let Some(parent) = trace {
+        parent.adopt(&span);
+    }
+    let (w, written) = tokio::task::spawn_blocking(move || {
+        let _in = span.enter();
+        let mut w = match current {
+            Some(w) => w,
+            None => open()?,
+        };
+        let written = w.write(&files);
+        Ok::<_, push::WriteError>((w, written))
+    })
+    .await
+    .map_err(|e| ("panic", e.to_string()))?
+    .map_err(|e| (e.label(), e.to_string()))?;
+    *writer = Some(w);
+    written.map_err(|e| (e.label(), e.to_string()))
+}
+
+/// The write-back's failures in a row: their backoff, and the reason said last (the same one
+/// again is not said again).
+struct Failures {
+    backoff: crate::retry::Retries,
+    said: Option<&'static str>,
+}
+
+impl Failures {
+    /// Counts and logs a write's result; after a failure, how long until the files are tried
+    /// again.
+    fn record(
+        &mut self,
+        result: Result<Pushed, (&'static str, String)>,
+        metrics: &Metrics,
+    ) -> Option<Duration> {
+        match result {
+            Ok(Pushed::Unchanged) => None,
+            Ok(Pushed::Committed { commit, retries }) => {
+                self.backoff.reset();
+                if self.said.take().is_some() {
+                    tracing::info!("writing status to Git works again");
                 }
+                metrics.writeback_commits.inc();
+                metrics.writeback_push_retries.inc_by(u64::from(retries));
+                tracing::info!(%commit, retries, "status written to Git");
+                None
+            }
+            Err((reason, e)) => {
+                metrics
+                    .writeback_errors
+                    .get_or_create(&ReasonLabel {
+                        reason: reason.into(),
+                    })
+                    .inc();
+                let backoff = self.backoff.wait();
+                let error = crate::text::redact_credentials(&e);
+                if self.said.replace(reason) == Some(reason) {
+                    tracing::debug!(%error, retry_in = ?backoff, "could not write status to Git, again");
+                } else {
+                    tracing::warn!(%error, retry_in = ?backoff, "could not write status to Git; rollouts go on, and it is tried again with backoff (said again when the error changes)");
+                }
+                Some(backoff)
             }
         }
     }

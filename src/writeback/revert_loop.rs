@@ -167,61 +167,8 @@ pub async fn run(
     metrics: Arc<Metrics>,
     events: crate::events::EventRecorders,
 ) {
-    let host = match config.host.clone().map(PullRequests::new).transpose() {
-        Ok(host) => host,
-        Err(e) => {
-            tracing::error!(error = %e, "revert pull requests are off");
-            None
-        }
-    };
-    let mut reverter = Reverter {
-        open: {
-            let c = config.clone();
-            Arc::new(move || {
-                StatusWriter::open(
-                    &c.cache_dir,
-                    c.remote.clone(),
-                    &c.author_name,
-                    &c.author_email,
-                )
-                .map(|w| w.with_timeout(c.timeout))
-            })
-        },
-        writer: None,
-        host,
-        auto_merge: config.promotion_auto_merge,
-    };
-    let dir = config.spec_dir.clone();
-    let sets = changes
-        .statefulsets
-        .map({
-            let dir = dir.clone();
-            move |c| {
-                let o = c.object();
-                Wanted {
-                    regarding: kube::Resource::object_ref(o.as_ref(), &()),
-                    key: key("CanaryStatefulSet", &o.metadata),
-                    revert: revert::for_statefulset(o, &dir),
-                    pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
-                    promotion: promotion::for_statefulset(o, &dir),
-                }
-            }
-        })
-        .boxed();
-    let deploys = changes
-        .deployments
-        .map(move |c| {
-            let o = c.object();
-            Wanted {
-                regarding: kube::Resource::object_ref(o.as_ref(), &()),
-                key: key("CanaryDeployment", &o.metadata),
-                revert: revert::for_deployment(o, &dir),
-                pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
-                promotion: promotion::for_deployment(o, &dir),
-            }
-        })
-        .boxed();
-    let mut changes = futures::stream::select(sets, deploys);
+    let mut reverter = reverter(&config);
+    let mut changes = wanted(changes, config.spec_dir.clone());
     let mut reverts = Reverts::default();
     // Each rollout's reference, for its events.
     let mut regarding: BTreeMap<Key, k8s_openapi::api::core::v1::ObjectReference> = BTreeMap::new();
@@ -265,6 +212,69 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The writer of reverts and promotions: its Git clone opened on first use, and its Git
+/// host's pull requests if one is configured.
+fn reverter(config: &RevertConfig) -> Reverter {
+    let host = match config.host.clone().map(PullRequests::new).transpose() {
+        Ok(host) => host,
+        Err(e) => {
+            tracing::error!(error = %e, "revert pull requests are off");
+            None
+        }
+    };
+    Reverter {
+        open: {
+            let c = config.clone();
+            Arc::new(move || {
+                StatusWriter::open(
+                    &c.cache_dir,
+                    c.remote.clone(),
+                    &c.author_name,
+                    &c.author_email,
+                )
+                .map(|w| w.with_timeout(c.timeout))
+            })
+        },
+        writer: None,
+        host,
+        auto_merge: config.promotion_auto_merge,
+    }
+}
+
+/// What each rollout's change asks of Git, for both kinds, as one stream.
+fn wanted(changes: Subscription, dir: String) -> impl futures::Stream<Item = Wanted> + Unpin {
+    let sets = changes
+        .statefulsets
+        .map({
+            let dir = dir.clone();
+            move |c| {
+                let o = c.object();
+                Wanted {
+                    regarding: kube::Resource::object_ref(o.as_ref(), &()),
+                    key: key("CanaryStatefulSet", &o.metadata),
+                    revert: revert::for_statefulset(o, &dir),
+                    pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
+                    promotion: promotion::for_statefulset(o, &dir),
+                }
+            }
+        })
+        .boxed();
+    let deploys = changes
+        .deployments
+        .map(move |c| {
+            let o = c.object();
+            Wanted {
+                regarding: kube::Resource::object_ref(o.as_ref(), &()),
+                key: key("CanaryDeployment", &o.metadata),
+                revert: revert::for_deployment(o, &dir),
+                pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
+                promotion: promotion::for_deployment(o, &dir),
+            }
+        })
+        .boxed();
+    futures::stream::select(sets, deploys)
 }
 
 /// What a rollout's change asks of Git.

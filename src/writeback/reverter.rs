@@ -101,101 +101,10 @@ impl Reverter {
     }
 
     pub(super) async fn run(&mut self, key: &Key, job: &Job) -> Outcome {
-        let failed = |e: WriteError| Outcome::Failed {
-            label: e.label(),
-            retry: matches!(
-                e,
-                WriteError::Git(_) | WriteError::KeptMoving { .. } | WriteError::Panicked(_)
-            ),
-            error: e.to_string(),
-        };
         match job {
-            Job::Revert(r) if r.mode == RevertMode::Commit => {
-                let r = r.clone();
-                match self.with_writer(move |w| w.revert(&r)).await {
-                    Ok(Pushed::Committed { commit, .. }) => Outcome::Committed(commit),
-                    Ok(Pushed::Unchanged) => Outcome::Unchanged,
-                    Err(e) => failed(e),
-                }
-            }
-            Job::Revert(r) => {
-                if self.host.is_none() {
-                    return no_host();
-                }
-                let (rev, branch) = (r.clone(), r.branch());
-                let pushed = {
-                    let branch = branch.clone();
-                    self.with_writer(move |w| {
-                        let base = w.branch().to_string();
-                        w.push_revert_branch(&rev, &branch).map(|p| (p, base))
-                    })
-                    .await
-                };
-                let base = match pushed {
-                    Ok((BranchPushed::NotNeeded, _)) => return Outcome::Unchanged,
-                    Ok((_, base)) => base,
-                    Err(e) => return failed(e),
-                };
-                let change = Proposal {
-                    prefix: r.branch_prefix(),
-                    branch,
-                    base,
-                    title: r.title(),
-                    body: r.body(),
-                };
-                match &self.host {
-                    Some(host) => pull_request(host, &change).await,
-                    None => Outcome::Unchanged,
-                }
-            }
-            Job::Promote(p) => {
-                if self.host.is_none() {
-                    return no_host();
-                }
-                let (promotion, branch) = (p.clone(), p.branch());
-                let pushed = {
-                    let branch = branch.clone();
-                    self.with_writer(move |w| w.push_promotion_branch(&promotion, &branch))
-                        .await
-                };
-                let (edit, base, carried) = match pushed {
-                    Ok(PromotionPushed {
-                        pushed: BranchPushed::NotNeeded,
-                        ..
-                    })
-                    | Ok(PromotionPushed { edit: None, .. }) => return Outcome::Unchanged,
-                    Ok(PromotionPushed {
-                        edit: Some(edit),
-                        base,
-                        carried,
-                        ..
-                    }) => (edit, base, carried),
-                    Err(e) => return failed(e),
-                };
-                let change = Proposal {
-                    prefix: p.branch_prefix(),
-                    branch,
-                    base,
-                    title: p.title(),
-                    body: p.body(&edit, &carried),
-                };
-                let Some(host) = &self.host else {
-                    return Outcome::Unchanged;
-                };
-                match pull_request(host, &change).await {
-                    Outcome::PullRequest { url, number, .. } if p.auto_merge && self.auto_merge => {
-                        match host.merge(number, &p.title()).await {
-                            Ok(()) => Outcome::Merged { url },
-                            Err(e) => pr_failed(e),
-                        }
-                    }
-                    outcome @ Outcome::PullRequest { opened: true, .. } if p.auto_merge => {
-                        tracing::warn!(rollout = %format!("{}/{}", key.1, key.2), "promoteTo.autoMerge is set, but this agent runs without --promotion-auto-merge: the pull request waits for a person");
-                        outcome
-                    }
-                    outcome => outcome,
-                }
-            }
+            Job::Revert(r) if r.mode == RevertMode::Commit => self.revert_commit(r).await,
+            Job::Revert(r) => self.revert_pull_request(r).await,
+            Job::Promote(p) => self.promotion_pull_request(key, p).await,
             Job::Close => match &self.host {
                 Some(host) => {
                     let prefix = format!("{BRANCH_PREFIX}{}/{}/", key.1, key.2);
@@ -207,6 +116,111 @@ impl Reverter {
                 None => Outcome::Closed(0),
             },
         }
+    }
+
+    /// A revert committed straight to the branch.
+    async fn revert_commit(&mut self, r: &Revert) -> Outcome {
+        let r = r.clone();
+        match self.with_writer(move |w| w.revert(&r)).await {
+            Ok(Pushed::Committed { commit, .. }) => Outcome::Committed(commit),
+            Ok(Pushed::Unchanged) => Outcome::Unchanged,
+            Err(e) => write_failed(e),
+        }
+    }
+
+    /// A revert pushed to its own branch, and the pull request that proposes it.
+    async fn revert_pull_request(&mut self, r: &Revert) -> Outcome {
+        if self.host.is_none() {
+            return no_host();
+        }
+        let (rev, branch) = (r.clone(), r.branch());
+        let pushed = {
+            let branch = branch.clone();
+            self.with_writer(move |w| {
+                let base = w.branch().to_string();
+                w.push_revert_branch(&rev, &branch).map(|p| (p, base))
+            })
+            .await
+        };
+        let base = match pushed {
+            Ok((BranchPushed::NotNeeded, _)) => return Outcome::Unchanged,
+            Ok((_, base)) => base,
+            Err(e) => return write_failed(e),
+        };
+        let change = Proposal {
+            prefix: r.branch_prefix(),
+            branch,
+            base,
+            title: r.title(),
+            body: r.body(),
+        };
+        match &self.host {
+            Some(host) => pull_request(host, &change).await,
+            None => Outcome::Unchanged,
+        }
+    }
+
+    /// A promotion pushed to its own branch, its pull request, and its merge when both the
+    /// rollout and this agent allow it.
+    async fn promotion_pull_request(&mut self, key: &Key, p: &Promotion) -> Outcome {
+        if self.host.is_none() {
+            return no_host();
+        }
+        let (promotion, branch) = (p.clone(), p.branch());
+        let pushed = {
+            let branch = branch.clone();
+            self.with_writer(move |w| w.push_promotion_branch(&promotion, &branch))
+                .await
+        };
+        let (edit, base, carried) = match pushed {
+            Ok(PromotionPushed {
+                pushed: BranchPushed::NotNeeded,
+                ..
+            })
+            | Ok(PromotionPushed { edit: None, .. }) => return Outcome::Unchanged,
+            Ok(PromotionPushed {
+                edit: Some(edit),
+                base,
+                carried,
+                ..
+            }) => (edit, base, carried),
+            Err(e) => return write_failed(e),
+        };
+        let change = Proposal {
+            prefix: p.branch_prefix(),
+            branch,
+            base,
+            title: p.title(),
+            body: p.body(&edit, &carried),
+        };
+        let Some(host) = &self.host else {
+            return Outcome::Unchanged;
+        };
+        match pull_request(host, &change).await {
+            Outcome::PullRequest { url, number, .. } if p.auto_merge && self.auto_merge => {
+                match host.merge(number, &p.title()).await {
+                    Ok(()) => Outcome::Merged { url },
+                    Err(e) => pr_failed(e),
+                }
+            }
+            outcome @ Outcome::PullRequest { opened: true, .. } if p.auto_merge => {
+                tracing::warn!(rollout = %format!("{}/{}", key.1, key.2), "promoteTo.autoMerge is set, but this agent runs without --promotion-auto-merge: the pull request waits for a person");
+                outcome
+            }
+            outcome => outcome,
+        }
+    }
+}
+
+/// A write to Git that failed; retried when another try may succeed.
+fn write_failed(e: WriteError) -> Outcome {
+    Outcome::Failed {
+        label: e.label(),
+        retry: matches!(
+            e,
+            WriteError::Git(_) | WriteError::KeptMoving { .. } | WriteError::Panicked(_)
+        ),
+        error: e.to_string(),
     }
 }
 

@@ -48,56 +48,16 @@ impl SpecSnapshot {
         read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
         opts: &LoadOptions,
     ) -> Result<Option<SnapshotUpdate>, E> {
+        let Some(sorted) = self.sort_changes(changes, read, opts)? else {
+            return Ok(None);
+        };
         let Some(kept) = &self.unit_layout else {
             return Ok(None);
         };
-        let mut changed_inputs: HashMap<&str, &str> = HashMap::new();
-        let mut plain: Vec<(&String, &String)> = Vec::new();
-        for (path, id) in changes {
-            let (Some(id), Some(old)) = (id, kept.raw.get(path)) else {
-                return Ok(None);
-            };
-            if old == id {
-                continue;
-            }
-            let name = path.rsplit('/').next().unwrap_or(path);
-            if name == HELM_FILE {
-                return Ok(None);
-            }
-            if KUSTOMIZATION_NAMES.contains(&name)
-                && !self.parsed_render_files.same_references(
-                    path,
-                    (old, id),
-                    read,
-                    opts,
-                    &self.render,
-                )?
-            {
-                return Ok(None);
-            }
-            if kept.readers.contains_key(path) {
-                changed_inputs.insert(path, id);
-            } else if self.files.contains_key(path) {
-                plain.push((path, id));
-            } else if is_spec_file(name) && !owned_by_no_unit(path, &kept.raw) {
-                return Ok(None);
-            }
-        }
-        let keys: BTreeSet<&String> = changed_inputs
-            .keys()
-            .flat_map(|p| kept.readers.get(*p).into_iter().flatten())
-            .collect();
-        let mut units = Vec::new();
-        for key in keys {
-            let Some(unit) = kept.units.get(key) else {
-                return Ok(None);
-            };
-            let unit = unit.with_inputs(&changed_inputs, &self.render);
-            if unit.problem.is_some() {
-                return Ok(None);
-            }
-            units.push(unit);
-        }
+        let Some(units) = units_reading(kept, &sorted.inputs, &self.render) else {
+            return Ok(None);
+        };
+        let plain = sorted.plain;
         // Everything is read and rendered before anything changes: past the total, the
         // caller lists the whole revision instead.
         let mut total = self.total;
@@ -142,6 +102,86 @@ impl SpecSnapshot {
         self.total = total;
         Ok(Some(update))
     }
+}
+
+/// A push's changed files, by what reads them.
+struct SortedChanges<'c> {
+    /// Inputs of rendered units (`path`, new content id).
+    inputs: HashMap<&'c str, &'c str>,
+    /// Spec files applied as they are.
+    plain: Vec<(&'c String, &'c String)>,
+}
+
+impl SpecSnapshot {
+    /// Sorts `changes` into the inputs of units and plain spec files, or `None` when one may
+    /// change which units there are or what they read.
+    fn sort_changes<'c, E>(
+        &mut self,
+        changes: &'c [(String, Option<String>)],
+        read: &mut impl FnMut(&str, &str) -> Result<FileContent, E>,
+        opts: &LoadOptions,
+    ) -> Result<Option<SortedChanges<'c>>, E> {
+        let Some(kept) = &self.unit_layout else {
+            return Ok(None);
+        };
+        let mut sorted = SortedChanges {
+            inputs: HashMap::new(),
+            plain: Vec::new(),
+        };
+        for (path, id) in changes {
+            let (Some(id), Some(old)) = (id, kept.raw.get(path)) else {
+                return Ok(None);
+            };
+            if old == id {
+                continue;
+            }
+            let name = path.rsplit('/').next().unwrap_or(path);
+            if name == HELM_FILE {
+                return Ok(None);
+            }
+            if KUSTOMIZATION_NAMES.contains(&name)
+                && !self.parsed_render_files.same_references(
+                    path,
+                    (old, id),
+                    read,
+                    opts,
+                    &self.render,
+                )?
+            {
+                return Ok(None);
+            }
+            if kept.readers.contains_key(path) {
+                sorted.inputs.insert(path, id);
+            } else if self.files.contains_key(path) {
+                sorted.plain.push((path, id));
+            } else if is_spec_file(name) && !owned_by_no_unit(path, &kept.raw) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(sorted))
+    }
+}
+
+/// The units that read a changed input, with their inputs and hash made new; `None` if one
+/// is not known or has an error now (the caller lists the whole revision).
+fn units_reading(
+    kept: &UnitLayout,
+    inputs: &HashMap<&str, &str>,
+    render: &crate::render::RenderOptions,
+) -> Option<Vec<Unit>> {
+    let keys: BTreeSet<&String> = inputs
+        .keys()
+        .flat_map(|p| kept.readers.get(*p).into_iter().flatten())
+        .collect();
+    let mut units = Vec::new();
+    for key in keys {
+        let unit = kept.units.get(key)?.with_inputs(inputs, render);
+        if unit.problem.is_some() {
+            return None;
+        }
+        units.push(unit);
+    }
+    Some(units)
 }
 
 /// Whether `path` lies in a directory a renderer owns without any unit reading it (a chart no

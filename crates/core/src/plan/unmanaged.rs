@@ -85,6 +85,6 @@ mod tests {
                 "Failed",
             ),
         ];
-        super::super::machine::assert_kstatus_reads(&cases);
+        super::super::machine::tests::assert_kstatus_reads(&cases);
     }
 }

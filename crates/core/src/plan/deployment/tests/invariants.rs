@@ -221,7 +221,7 @@ fn flux_kstatus_reads_every_phase_as_meant() {
             "no {phase} in {seen:?}"
         );
     }
-    crate::plan::machine::assert_kstatus_reads(&cases);
+    crate::plan::machine::tests::assert_kstatus_reads(&cases);
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn the_abort_annotation_rolls_a_paused_rollout_back_until_git_changes_the_image(
     }
     assert_eq!(s.phase(), Some(Phase::RolledBack));
     assert_eq!(
-        crate::plan::machine::standing_of(&s.status.conditions),
+        crate::plan::machine::tests::standing_of(&s.status.conditions),
         crate::plan::machine::Standing::Stuck
     );
     s.abort = None;

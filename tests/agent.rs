@@ -523,16 +523,23 @@ async fn a_rollout_edited_by_hand_is_put_back_within_the_drift_interval() {
     );
     wait_image(&admin, &ns.name, "redis:7.2").await;
     // Two more drift intervals: the annotation a person set is still there.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let live = csts_api(&admin, &ns.name).get("redis").await.unwrap();
-    assert_eq!(
-        live.metadata
-            .annotations
-            .unwrap_or_default()
-            .get(linnet::api::ABORT_ANNOTATION)
-            .map(String::as_str),
-        Some("true")
-    );
+    let sets = csts_api(&admin, &ns.name);
+    support::holds_for(
+        "the abort annotation a person set",
+        Duration::from_secs(5),
+        || async {
+            let live = sets.get("redis").await.unwrap();
+            let annotations = live.metadata.annotations.unwrap_or_default();
+            match annotations
+                .get(linnet::api::ABORT_ANNOTATION)
+                .map(String::as_str)
+            {
+                Some("true") => Ok(()),
+                other => Err(format!("the annotation is {other:?}")),
+            }
+        },
+    )
+    .await;
 }
 
 /// Issue 51: the drift check listed every rollout from the API server (at 10,000, most of its
@@ -591,10 +598,19 @@ async fn the_drift_check_reads_rollouts_from_the_watch_and_puts_back_what_git_se
             .map(String::as_str),
         Some("shop")
     );
-    // Two more drift checks, then what the agent asked of the API server since the edit.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let lists = support::audit_lists(from, "canarystatefulsets", &ns.name);
-    assert!(lists.is_empty(), "the rollouts were listed: {lists:?}");
+    // Two more drift checks, and what the agent asked of the API server since the edit.
+    support::holds_for(
+        "no list of the rollouts",
+        Duration::from_secs(5),
+        || async {
+            let lists = support::audit_lists(from, "canarystatefulsets", &ns.name);
+            match lists.is_empty() {
+                true => Ok(()),
+                false => Err(format!("the rollouts were listed: {lists:?}")),
+            }
+        },
+    )
+    .await;
 }
 
 /// Issue 24: a wrong --path (or a commit that moved the specs away) synced "nothing" as a
@@ -638,12 +654,14 @@ async fn a_path_without_specs_is_an_error_that_prunes_nothing() {
             .contains("--allow-empty"),
         "{status}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let sets: Api<linnet::api::CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
-    assert!(
-        sets.get_opt("redis").await.unwrap().is_some(),
-        "redis was pruned"
-    );
+    support::holds_for("redis not pruned", Duration::from_secs(2), || async {
+        match sets.get_opt("redis").await.unwrap() {
+            Some(_) => Ok(()),
+            None => Err("redis was pruned".to_string()),
+        }
+    })
+    .await;
 }
 
 /// Issue 24: sync errors never reached Kubernetes; a user with only kubectl could not see why
@@ -714,12 +732,18 @@ async fn the_source_state_is_on_a_linnet_source_object() {
     assert!(message.contains("no specs found"), "{message}");
     // The same state again writes nothing.
     assert_eq!(agent.push_webhook().await, 202);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let again = sources.get(&ns.name).await.unwrap();
-    assert_eq!(
-        again.metadata.resource_version, failed.metadata.resource_version,
-        "a look that changed nothing rewrote the LinnetSource"
-    );
+    support::holds_for(
+        "the LinnetSource as it was",
+        Duration::from_secs(2),
+        || async {
+            let again = sources.get(&ns.name).await.unwrap();
+            match again.metadata.resource_version == failed.metadata.resource_version {
+                true => Ok(()),
+                false => Err("a look that changed nothing rewrote the LinnetSource".into()),
+            }
+        },
+    )
+    .await;
 }
 
 /// Issue 44: a runtime task that died left a process that did nothing and answered `/healthz`
@@ -1503,7 +1527,14 @@ async fn range_verification_refuses_unsigned_commits_below_and_revoked_or_expire
     let brief_sign = signed_by("brief@example.invalid");
     let brief_sign: Vec<&str> = brief_sign.iter().map(String::as_str).collect();
     let by_brief = commit_image(&work, "redis:6.4", &brief_sign, &gpg_env);
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    support::eventually("the key brief@ to expire", Duration::from_secs(30), || {
+        // `e` in the validity field: expired, as gpg judges it now.
+        let expired = gpg(&["--with-colons", "--list-keys", "brief@example.invalid"])
+            .lines()
+            .any(|l| l.starts_with("pub:e:"));
+        async move { expired.then_some(()) }
+    })
+    .await;
     refused(by_brief.clone(), by_brief, "expired at").await;
 
     // A trusted key's signature copied onto a commit of another tree (issue 70: this said the

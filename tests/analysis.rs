@@ -106,10 +106,6 @@ fn web(ns: &str, patch: Value) -> Value {
     spec
 }
 
-async fn sts(f: &Fixture) -> CanaryStatefulSet {
-    f.api::<CanaryStatefulSet>().get("redis").await.unwrap()
-}
-
 async fn wait_sts(
     f: &Fixture,
     what: &str,
@@ -292,14 +288,10 @@ async fn prometheus_stopped_holds_the_canary_and_it_goes_on_when_back() {
     let message = held.status.unwrap().message.unwrap();
     assert!(message.contains("rollouts.linnet.dev/promote"), "{message}");
     // Held, not rolled back, however long it lasts.
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let r = sts(&f).await;
-    assert_eq!(
-        sts_phase(&r),
-        Some(StatefulSetPhase::DeployingCanary),
-        "{:?}",
-        r.status
-    );
+    f.holds("held in DeployingCanary", 8, |r: &CanaryStatefulSet| {
+        sts_phase(r) == Some(StatefulSetPhase::DeployingCanary)
+    })
+    .await;
     prometheus.restart().await;
     let done = wait_sts(&f, "Stable on redis:7.4", 180, |r| {
         stable_on(r, "redis:7.4")
@@ -352,7 +344,6 @@ async fn kill_9_mid_gate_counts_on_from_status_and_runs_no_job_twice() {
     })
     .await;
     f.kill_agent();
-    tokio::time::sleep(Duration::from_secs(3)).await;
     f.start_agent().await;
     let done = wait_sts(&f, "Stable on redis:7.4", 180, |r| {
         stable_on(r, "redis:7.4")
@@ -445,10 +436,10 @@ async fn deployment_gates_replace_the_pauses_and_a_bad_version_rolls_back() {
     );
     assert_eq!(run(&runs, "after-2").phase, AnalysisPhase::Successful);
 
-    // The next version's pods are available, but its errors are high (set a few seconds
-    // ahead, so that the 4 s rate window is full of them when the analysis starts).
+    // The next version's pods are available, but its errors are high (set ahead, so that
+    // the 4 s rate window is full of them when the analysis starts).
     exporter.set_error_ratio(0.3);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    prometheus.wait_error_ratio("web", "4s", 0.29).await;
     f.patch_spec(json!({"image": "nginx:1.29"}));
     let back = f
         .wait_for("RolledBack", 180, |d: &CanaryDeployment| {

@@ -116,6 +116,8 @@ struct Recorder {
     max_replicas: Arc<Mutex<BTreeMap<String, i32>>>,
     /// The most replicas the rollout's Deployments were asked for together, at any moment.
     max_total: Arc<Mutex<(i32, BTreeMap<String, i32>)>>,
+    /// Whether the Deployments' watch has its first list.
+    listed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Recorder {
@@ -159,6 +161,9 @@ impl Recorder {
                     watcher::Event::Delete(d) => {
                         now.remove(&d.metadata.name.unwrap());
                     }
+                    watcher::Event::InitDone => {
+                        rec.listed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     _ => {}
                 }
                 let total: i32 = now.values().sum();
@@ -169,6 +174,20 @@ impl Recorder {
             }
         });
         r
+    }
+
+    /// Waits until the Deployments' watch has its first list: a change made after is seen.
+    async fn listed(&self) {
+        let listed = self.listed.clone();
+        support::eventually(
+            "the recorder's watch of Deployments",
+            std::time::Duration::from_secs(30),
+            || {
+                let listed = listed.load(std::sync::atomic::Ordering::SeqCst);
+                async move { listed.then_some(()) }
+            },
+        )
+        .await
     }
 
     fn max_total(&self) -> (i32, BTreeMap<String, i32>) {
@@ -187,6 +206,7 @@ async fn the_seeds_example_four_replicas_two_batches_pause_first() {
     let mut f = start("cd-seed", json!({})).await;
     wait_completed_on(&f, "nginx:1.27", 90).await;
     let rec = Recorder::start(&f);
+    rec.listed().await;
     f.patch_spec(json!({"image": "nginx:1.28"}));
 
     // 1. After batch 1: new = 1, old = 3, and it pauses.
@@ -273,6 +293,7 @@ async fn pause_none_runs_every_batch() {
     let mut f = start("cd-none", json!({"batches": 3, "pause": "None"})).await;
     wait_completed_on(&f, "nginx:1.27", 90).await;
     let rec = Recorder::start(&f);
+    rec.listed().await;
     f.patch_spec(json!({"image": "nginx:1.28"}));
     wait_completed_on(&f, "nginx:1.28", 120).await;
     assert!(!f.event_reasons().await.iter().any(|r| r == "Paused"));
@@ -453,6 +474,7 @@ async fn killed_mid_batch_carries_on_without_scaling_twice() {
     .await;
     wait_completed_on(&f, "nginx:1.27", 90).await;
     let rec = Recorder::start(&f);
+    rec.listed().await;
     f.patch_spec(json!({"image": "nginx:1.28", "currentBatch": 2}));
     // Kill it as soon as batch 2 is recorded, then bring it back.
     f.wait_for("batch 2", 90, |d: &CanaryDeployment| {
@@ -536,10 +558,19 @@ async fn a_restart_with_prune_keeps_a_paused_rollouts_deployments_and_a_deleted_
         || async { agent.log_text().contains("synced").then_some(()) },
     )
     .await;
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    let log = agent.log_text();
+    support::holds_for(
+        "nothing pruned by the pruning agent",
+        std::time::Duration::from_secs(3),
+        || async {
+            let log = agent.log_text();
+            match log.contains("pruned: no longer in Git") {
+                true => Err(log),
+                false => Ok(()),
+            }
+        },
+    )
+    .await;
     f.agent = Some(agent);
-    assert!(!log.contains("pruned: no longer in Git"), "{log}");
     let now = uids(
         f.api::<Deployment>()
             .list(&ListParams::default())
@@ -631,7 +662,7 @@ async fn batches_never_ask_for_more_than_the_replicas_a_batch_adds() {
     .await;
     wait_completed_on(&f, "nginx:1.27", 90).await;
     let rec = Recorder::start(&f);
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    rec.listed().await;
     f.patch_spec(json!({"image": "nginx:1.28"}));
     wait_completed_on(&f, "nginx:1.28", 180).await;
     // Targets 1, 4, 10: batch 3 adds 6, the most of any batch.
@@ -676,15 +707,25 @@ async fn a_strategy_edited_in_the_cluster_is_never_acted_on() {
         d.spec.strategy.type_ == linnet::api::DeploymentStrategyType::Batches
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    // Long enough for a rollback to have started, had the edit been acted on.
+    support::holds_for(
+        "no rollback for the edit",
+        std::time::Duration::from_secs(5),
+        || {
+            let phases = phases.lock().unwrap().clone();
+            async move {
+                match phases
+                    .iter()
+                    .all(|p| *p == Some(DeploymentPhase::Completed))
+                {
+                    true => Ok(()),
+                    false => Err(format!("the edit was acted on: {phases:?}")),
+                }
+            }
+        },
+    )
+    .await;
     recorder.abort();
-    let phases = phases.lock().unwrap().clone();
-    assert!(
-        phases
-            .iter()
-            .all(|p| *p == Some(DeploymentPhase::Completed)),
-        "the edit was acted on: {phases:?}"
-    );
     wait_completed_on(&f, "nginx:1.28", 10).await;
     assert_eq!(
         replicas_by_image(&f).await,
@@ -704,10 +745,21 @@ async fn a_new_rollout_that_starts_as_git_asks_writes_one_status_and_no_event() 
     assert_eq!(status.observed_generation, done.metadata.generation);
     let ready = linnet::api::find_condition(&status.conditions, "Ready");
     assert_eq!(ready.map(|c| c.status.as_str()), Some("True"));
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    let seen = statuses.lock().unwrap().clone();
-    let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
-    assert_eq!(phases, vec![Some(DeploymentPhase::Completed)], "{seen:#?}");
+    support::holds_for(
+        "one status: Completed",
+        std::time::Duration::from_secs(2),
+        || {
+            let seen = statuses.lock().unwrap().clone();
+            async move {
+                let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
+                match phases == vec![Some(DeploymentPhase::Completed)] {
+                    true => Ok(()),
+                    false => Err(format!("{seen:#?}")),
+                }
+            }
+        },
+    )
+    .await;
     let reasons = f.event_reasons_of("CanaryDeployment").await;
     assert!(
         reasons.is_empty(),

@@ -79,12 +79,20 @@ async fn a_leader_whose_lease_cannot_be_renewed_writes_nothing_past_its_deadline
     let frozen_at = jiff::Timestamp::now();
     signal_etcd("-STOP");
     let frozen = Frozen;
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    support::let_time_pass(
+        "etcd frozen past the Lease's duration (4 s), so the leader's renewal lapses",
+        Duration::from_secs(10),
+    )
+    .await;
     // Promoted while etcd is frozen: the sync's apply (made as the source's account, by a
     // client of its own) waits for etcd and is sent the moment it thaws, before the Lease is
     // renewed. Writes through that client once went past the fence.
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "redis:7.4");
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    support::let_time_pass(
+        "etcd still frozen, the promotion's writes queued behind it",
+        Duration::from_secs(10),
+    )
+    .await;
     drop(frozen);
     let thawed_at = jiff::Timestamp::now();
     f.wait_for("Stable on redis:7.4", 180, |r: &CanaryStatefulSet| {

@@ -203,11 +203,13 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
     git(&work, &["commit", "-qam", "Promote redis 7.4"]);
     git(&work, &["push", "-q", "origin", "promote-redis"]);
     // A branch push alone changes nothing in the cluster.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        phase(&redis.get("redis").await.unwrap()),
-        Some(StatefulSetPhase::CanaryActive)
-    );
+    support::holds_for("redis in CanaryActive", Duration::from_secs(1), || async {
+        match phase(&redis.get("redis").await.unwrap()) {
+            Some(StatefulSetPhase::CanaryActive) => Ok(()),
+            other => Err(format!("phase {other:?}")),
+        }
+    })
+    .await;
     let changed = first_seen(
         redis.clone(),
         watch_named("redis"),
@@ -363,13 +365,20 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let now = redis.get("redis").await.unwrap();
-    assert_eq!(
-        now.spec.image, "redis:broken",
-        "a refused webhook changed the cluster"
-    );
-    assert_eq!(phase(&now), Some(StatefulSetPhase::RolledBack));
+    support::holds_for(
+        "redis:broken, RolledBack, after a refused webhook",
+        Duration::from_secs(3),
+        || async {
+            let now = redis.get("redis").await.unwrap();
+            match (now.spec.image.as_str(), phase(&now)) {
+                ("redis:broken", Some(StatefulSetPhase::RolledBack)) => Ok(()),
+                (image, phase) => Err(format!(
+                    "a refused webhook changed the cluster: {image}, {phase:?}"
+                )),
+            }
+        },
+    )
+    .await;
     let revision_after: serde_json::Value = agent.status().await;
     assert_eq!(revision_after["revision"], revision_before["revision"]);
     assert_ne!(revision_after["revision"], ignored_commit.as_str());
@@ -414,10 +423,16 @@ async fn a_gitea_certificate_from_another_ca_is_refused_clearly_and_changes_noth
         "{m}"
     );
     // Nothing was applied, and nothing was written to the repository.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let redis: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
-    assert!(redis.get_opt("redis").await.unwrap().is_none());
-    assert_eq!(agent.status().await["revision"], serde_json::Value::Null);
+    support::holds_for("nothing applied", Duration::from_secs(2), || async {
+        let applied = redis.get_opt("redis").await.unwrap().is_some();
+        let revision = agent.status().await["revision"].clone();
+        match (applied, revision) {
+            (false, serde_json::Value::Null) => Ok(()),
+            (applied, revision) => Err(format!("applied: {applied}, revision {revision}")),
+        }
+    })
+    .await;
     let (status, _) = gitea
         .call(
             reqwest::Method::GET,
@@ -547,8 +562,19 @@ async fn a_failed_canary_opens_one_revert_pull_request_and_merging_it_makes_it_s
     gitea
         .add_push_hook(REPO, &format!("{}/hooks/gitea", second.hooks), SECRET)
         .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(revert_pull_requests(&gitea).await, prs);
+    // No second pull request, however long the new agent runs.
+    support::holds_for(
+        "one revert pull request",
+        Duration::from_secs(3),
+        || async {
+            let now = revert_pull_requests(&gitea).await;
+            match now == prs {
+                true => Ok(()),
+                false => Err(format!("{now:?}, was {prs:?}")),
+            }
+        },
+    )
+    .await;
     let m = metrics(&second).await;
     assert!(
         metric(
@@ -591,8 +617,12 @@ async fn a_failed_canary_opens_one_revert_pull_request_and_merging_it_makes_it_s
             && o.status.as_ref().and_then(|s| s.source_revision.as_deref()) == Some(merge.as_str())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(revert_pull_requests(&gitea).await.is_empty());
+    support::eventually(
+        "the revert pull request closed",
+        Duration::from_secs(30),
+        || async { revert_pull_requests(&gitea).await.is_empty().then_some(()) },
+    )
+    .await;
     second.kill();
 }
 
@@ -708,8 +738,18 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     )
     .await;
     // Both on 7.2: nothing to promote.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(promotion_pull_requests(&gitea).await.is_empty());
+    support::holds_for(
+        "no promotion pull request",
+        Duration::from_secs(2),
+        || async {
+            let open = promotion_pull_requests(&gitea).await;
+            match open.is_empty() {
+                true => Ok(()),
+                false => Err(format!("{open:?}")),
+            }
+        },
+    )
+    .await;
 
     // Staging canaries 7.4 and is promoted.
     set_redis_images(&work, "redis:7.2", "redis:7.4");
@@ -760,8 +800,19 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     gitea
         .add_push_hook(REPO, &format!("{}/hooks/gitea", second.hooks), SECRET)
         .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(promotion_pull_requests(&gitea).await, prs);
+    // No second pull request, however long the new agent runs.
+    support::holds_for(
+        "one promotion pull request",
+        Duration::from_secs(3),
+        || async {
+            let now = promotion_pull_requests(&gitea).await;
+            match now == prs {
+                true => Ok(()),
+                false => Err(format!("{now:?}, was {prs:?}")),
+            }
+        },
+    )
+    .await;
 
     // A person closes it: another restart does not open it again.
     let pull = format!("/repos/{ADMIN}/{REPO}/pulls/{number}");

@@ -568,3 +568,84 @@ fn no_function_is_longer_than_the_limit() {
         short_now.join("\n")
     );
 }
+
+/// Fixed sleeps in the integration tests outside a loop, as `path:line`. A poll's pause
+/// between tries sits in a loop; one on its own orders steps by the wall clock (wait for the
+/// step's effect: `support::eventually`) or waits out a window in which nothing must happen
+/// (`support::holds_for`, which looks all through it). Where time itself is the subject (a
+/// fault outlasting a lease, a stretch whose events are counted), `support::let_time_pass`
+/// says why, and is the one sleep allowed.
+fn fixed_sleeps() -> Vec<String> {
+    use syn::visit::Visit;
+    struct Finder<'a> {
+        file: &'a str,
+        in_loop: usize,
+        found: Vec<String>,
+    }
+    impl<'ast> Visit<'ast> for Finder<'_> {
+        fn visit_expr_loop(&mut self, e: &'ast syn::ExprLoop) {
+            self.in_loop += 1;
+            syn::visit::visit_expr_loop(self, e);
+            self.in_loop -= 1;
+        }
+        fn visit_expr_while(&mut self, e: &'ast syn::ExprWhile) {
+            self.in_loop += 1;
+            syn::visit::visit_expr_while(self, e);
+            self.in_loop -= 1;
+        }
+        fn visit_expr_for_loop(&mut self, e: &'ast syn::ExprForLoop) {
+            self.in_loop += 1;
+            syn::visit::visit_expr_for_loop(self, e);
+            self.in_loop -= 1;
+        }
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            if f.sig.ident != "let_time_pass" {
+                syn::visit::visit_item_fn(self, f);
+            }
+        }
+        fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
+            if let syn::Expr::Path(p) = &*c.func {
+                let last = p.path.segments.last().map(|s| s.ident.to_string());
+                if last.as_deref() == Some("sleep") && self.in_loop == 0 {
+                    let line = p.path.segments[0].ident.span().start().line;
+                    self.found.push(format!("{}:{line}", self.file));
+                }
+            }
+            syn::visit::visit_expr_call(self, c);
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(&root().join("tests"), &mut files);
+    let mut found = Vec::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(root())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let Ok(parsed) = syn::parse_file(&text) else {
+            continue;
+        };
+        let mut finder = Finder {
+            file: &rel,
+            in_loop: 0,
+            found: Vec::new(),
+        };
+        finder.visit_file(&parsed);
+        found.extend(finder.found);
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn no_fixed_sleep_orders_the_steps_of_a_test() {
+    let found = fixed_sleeps();
+    assert!(
+        found.is_empty(),
+        "fixed sleeps: wait for the effect (support::eventually), check a window through \
+         (support::holds_for), or say why time itself must pass (support::let_time_pass):\n{}",
+        found.join("\n")
+    );
+}

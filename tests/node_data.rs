@@ -304,7 +304,6 @@ async fn killed_during_the_volume_handoff_loses_no_key() {
     })
     .await;
     f.kill_agent();
-    tokio::time::sleep(Duration::from_secs(2)).await;
     f.start_agent().await;
     wait_stable_on(&f, "v2", 240).await;
     ledger.check_all(&pods, &two_sets(&[]), "v2").await.unwrap();

@@ -186,8 +186,16 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
     })
     .await;
     // A new rollout's first Stable is nobody's news.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(recorder.got.lock().unwrap().is_empty());
+    support::holds_for("nothing told", Duration::from_secs(1), || {
+        let told = recorder.got.lock().unwrap().len();
+        async move {
+            match told {
+                0 => Ok(()),
+                n => Err(format!("{n} notifications")),
+            }
+        }
+    })
+    .await;
 
     // 1. A canary that waits for approval, then is promoted.
     f.patch_spec(json!({"image": "redis:7.4"}));
@@ -229,8 +237,26 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
         }
     })
     .await;
-    // Let any late send land before the counts.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // No late or repeated send: no event told more often than it happened.
+    support::holds_for(
+        "each event told once per canary",
+        Duration::from_secs(2),
+        || {
+            let told = counts(&events_of(&recorder.of("hook")));
+            async move {
+                let most = [("CanaryStarted", 2), ("Promoted", 1), ("AnalysisFailed", 1)];
+                match most
+                    .iter()
+                    .chain(&[("RolledBack", 1), ("AwaitingApproval", 2)])
+                    .all(|(event, most)| told.get(*event).is_none_or(|n| n <= most))
+                {
+                    true => Ok(()),
+                    false => Err(format!("{told:?}")),
+                }
+            }
+        },
+    )
+    .await;
 
     // The signed webhook: every event once per canary, each body signed and complete.
     let hook = recorder.of("hook");
@@ -341,8 +367,20 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(recorder.of("flaky").len(), 6, "no fourth try once sent");
+    support::holds_for(
+        "no fourth try once sent",
+        Duration::from_millis(500),
+        || {
+            let tries = recorder.of("flaky").len();
+            async move {
+                match tries {
+                    6 => Ok(()),
+                    n => Err(format!("{n} tries")),
+                }
+            }
+        },
+    )
+    .await;
     assert_eq!(recorder.of("refusing").len(), 1, "one Promoted, one try");
     let text = f.agent.as_ref().unwrap().metrics().await;
     for (series, want) in [
@@ -535,7 +573,16 @@ async fn a_receiver_down_across_a_restart_gets_every_notification_once_in_order(
         }
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::holds_for("three sends taken", Duration::from_secs(3), || {
+        let taken = o.tries.lock().unwrap().iter().filter(|(_, ok)| *ok).count();
+        async move {
+            match taken {
+                3 => Ok(()),
+                n => Err(format!("{n} taken")),
+            }
+        }
+    })
+    .await;
     let taken: Vec<String> = o
         .tries
         .lock()

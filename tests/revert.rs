@@ -147,13 +147,16 @@ async fn a_rolled_back_canary_gets_one_revert_commit_and_is_stable_again_across_
     first.kill();
     let second = start_writing_agent(&tmp.path().join("agent-2"), &bare, &ns.name);
     wait_ready(&second).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        linnet_commits(&bare).len(),
-        1,
-        "{:?}",
-        linnet_commits(&bare)
-    );
+    support::holds_for("one revert commit", Duration::from_secs(3), || {
+        let commits = linnet_commits(&bare);
+        async move {
+            match commits.len() {
+                1 => Ok(()),
+                _ => Err(format!("{commits:?}")),
+            }
+        }
+    })
+    .await;
     let metrics = second.metrics().await;
     assert!(
         !metrics.contains(r#"linnet_revert_commits_total{result="committed"}"#),

@@ -88,8 +88,17 @@ async fn statefulset_pods_come_up_one_ordinal_at_a_time_with_bound_claims() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
 
     // Record pod events in the order the API server saw them, from before the set exists.
-    let events =
-        watcher(pods.clone(), watcher::Config::default().labels("app=db")).applied_objects();
+    let (listed, is_listed) = tokio::sync::oneshot::channel::<()>();
+    let mut listed = Some(listed);
+    let events = watcher(pods.clone(), watcher::Config::default().labels("app=db"))
+        .inspect_ok(move |e| {
+            if matches!(e, watcher::Event::InitDone)
+                && let Some(listed) = listed.take()
+            {
+                let _ = listed.send(());
+            }
+        })
+        .applied_objects();
     let recorder = tokio::spawn(async move {
         let mut seen: Vec<(String, bool)> = Vec::new();
         let mut events = Box::pin(events);
@@ -103,8 +112,11 @@ async fn statefulset_pods_come_up_one_ordinal_at_a_time_with_bound_claims() {
         }
         seen
     });
-    // Let the watch start before the set is created.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The watch has its first list before the set is created.
+    tokio::time::timeout(WAIT, is_listed)
+        .await
+        .unwrap()
+        .unwrap();
 
     sets.create(&PostParams::default(), &stateful_set("db", 3))
         .await

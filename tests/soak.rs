@@ -584,7 +584,11 @@ async fn soak_with_everything_on_holds_every_invariant() {
     )
     .await;
     // A quiet stretch at the end: a few drift checks with nothing to do.
-    tokio::time::sleep(Duration::from_secs(25)).await;
+    support::let_time_pass(
+        "a quiet stretch, its drift checks and writes counted",
+        Duration::from_secs(25),
+    )
+    .await;
     stop.store(true, Ordering::SeqCst);
     let nudges = converger.stop().await;
     let _ = (sampler.await, pod_watch.await, memory.await);
@@ -592,8 +596,11 @@ async fn soak_with_everything_on_holds_every_invariant() {
     let (ended, ended_wall) = (Instant::now(), SystemTime::now());
     let wall_at = |t: Instant| ended_wall - ended.saturating_duration_since(t);
 
-    // Let the last notifications and statuses arrive.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    support::let_time_pass(
+        "a late notification or status, had one been sent, arriving to be counted",
+        Duration::from_secs(5),
+    )
+    .await;
     let rec = record.lock().unwrap();
     let mut report = Vec::<String>::new();
     let mut failures = Vec::<String>::new();

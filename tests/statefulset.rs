@@ -60,6 +60,7 @@ trait Redis {
     fn set_image(&mut self, image: &str);
     async fn rollout(&self) -> Option<CanaryStatefulSet>;
     async fn wait_phase(&self, phase: StatefulSetPhase, secs: u64) -> CanaryStatefulSet;
+    async fn holds_phase(&self, phase: StatefulSetPhase, secs: u64);
     async fn wait_stable_on(&self, image: &str, secs: u64) -> CanaryStatefulSet;
     async fn volumes(&self) -> BTreeMap<i32, (String, String)>;
     async fn assert_volumes(&self, before: &BTreeMap<i32, (String, String)>);
@@ -80,6 +81,15 @@ impl Redis for Fixture {
 
     async fn wait_phase(&self, phase: StatefulSetPhase, secs: u64) -> CanaryStatefulSet {
         self.wait_for(
+            &format!("phase {phase:?}"),
+            secs,
+            |r: &CanaryStatefulSet| r.status.as_ref().and_then(|s| s.phase) == Some(phase),
+        )
+        .await
+    }
+
+    async fn holds_phase(&self, phase: StatefulSetPhase, secs: u64) {
+        self.holds(
             &format!("phase {phase:?}"),
             secs,
             |r: &CanaryStatefulSet| r.status.as_ref().and_then(|s| s.phase) == Some(phase),
@@ -587,7 +597,6 @@ async fn kill_in(phase: StatefulSetPhase, prefix: &str) {
     )
     .await;
     f.kill_agent();
-    tokio::time::sleep(Duration::from_secs(1)).await;
     f.start_agent().await;
     f.wait_stable_on("redis:7.4", 180).await;
     f.assert_volumes(&before).await;
@@ -654,8 +663,27 @@ async fn a_missing_permission_is_named_and_loses_nothing() {
     );
     // Issue 44: the same refusal was retried every 5 s for ever, with a WARN each time. Now
     // it is retried after as long again as it has lasted (from 5 s) and logged once.
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let log = f.agent.as_ref().unwrap().log_text();
+    let agent = f.agent.as_ref().unwrap();
+    support::holds_for(
+        "one WARN and at most 5 retries of the same refusal",
+        Duration::from_secs(20),
+        || async move {
+            let log = agent.log_text();
+            let warned = log
+                .matches("reconcile failed; retrying later and later")
+                .count();
+            let retried = log
+                .matches("reconcile failed again with the same error")
+                .count();
+            if warned <= 1 && retried <= 5 {
+                Ok(())
+            } else {
+                Err(format!("{warned} WARNs, {retried} retries:\n{log}"))
+            }
+        },
+    )
+    .await;
+    let log = agent.log_text();
     assert!(
         log.contains("deploy/rbac.yaml"),
         "the log does not say what to grant"
@@ -769,17 +797,19 @@ async fn a_restart_with_prune_mid_canary_deletes_no_child_and_restarts_no_pod() 
         || async { agent.log_text().contains("synced").then_some(()) },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::holds_for(
+        "nothing pruned by the pruning agent",
+        Duration::from_secs(3),
+        || async {
+            let log = agent.log_text();
+            match log.contains("pruned: no longer in Git") {
+                true => Err(log),
+                false => Ok(()),
+            }
+        },
+    )
+    .await;
     f.agent = Some(agent);
-    assert!(
-        !f.agent
-            .as_ref()
-            .unwrap()
-            .log_text()
-            .contains("pruned: no longer in Git"),
-        "{}",
-        f.agent.as_ref().unwrap().log_text()
-    );
     assert_eq!(identities(&f).await, (pods, sets), "a child was recreated");
     assert_eq!(
         f.rollout().await.unwrap().status.unwrap().phase,
@@ -1071,15 +1101,20 @@ async fn a_rollout_edited_in_the_cluster_is_never_acted_on_and_is_put_back_at_on
     let lists = support::audit_lists(from, "*", &f.ns.name);
     assert!(lists.is_empty(), "objects were listed: {lists:?}");
     // Long enough for a canary to have started, had the edit been acted on.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    support::holds_for("no canary for the edit", Duration::from_secs(5), || {
+        let seen = seen.lock().unwrap().clone();
+        async move {
+            match seen
+                .iter()
+                .any(|s| s == "redis-canary" || s.contains("ScalingDownStable"))
+            {
+                true => Err(format!("the edit was acted on: {seen:?}")),
+                false => Ok(()),
+            }
+        }
+    })
+    .await;
     recorder.abort();
-    let seen = seen.lock().unwrap().clone();
-    assert!(
-        !seen
-            .iter()
-            .any(|s| s == "redis-canary" || s.contains("ScalingDownStable")),
-        "the edit was acted on: {seen:?}"
-    );
     assert_eq!(f.sets().await.get("redis-stable"), Some(&3));
     f.wait_stable_on("redis:7.2", 10).await;
 }
@@ -1156,12 +1191,7 @@ async fn a_canary_claim_deleted_with_its_pod_never_promotes_onto_a_new_volume() 
     .await;
     f.wait_event_reasons(&["VolumeSwapped"], 10).await;
     // It stays stopped, promote annotation or not.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let r = f.rollout().await.unwrap();
-    assert_eq!(
-        r.status.and_then(|s| s.phase),
-        Some(StatefulSetPhase::Failed)
-    );
+    f.holds_phase(StatefulSetPhase::Failed, 3).await;
     assert!(
         claims
             .get_opt("data-redis-stable-2")
@@ -1212,13 +1242,8 @@ async fn a_field_git_leaves_out_set_in_the_cluster_is_removed_and_never_acted_on
     // Git's next image: a Manual canary waits for its promotion, Auto would promote at once.
     f.set_image("redis:7.4");
     f.wait_phase(StatefulSetPhase::CanaryActive, 120).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let r = f.rollout().await.unwrap();
-    assert_eq!(
-        r.status.and_then(|s| s.phase),
-        Some(StatefulSetPhase::CanaryActive),
-        "promoted by the edit"
-    );
+    // Not promoted by the edit.
+    f.holds_phase(StatefulSetPhase::CanaryActive, 3).await;
 }
 
 /// Issue 51: a rollout that starts as Git asks costs one status write (Stable, with what
@@ -1234,10 +1259,17 @@ async fn a_new_rollout_that_starts_as_git_asks_writes_one_status_and_no_event() 
     assert_eq!(status.observed_generation, stable.metadata.generation);
     let ready = linnet::api::find_condition(&status.conditions, "Ready");
     assert_eq!(ready.map(|c| c.status.as_str()), Some("True"));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let seen = statuses.lock().unwrap().clone();
-    let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
-    assert_eq!(phases, vec![Some(StatefulSetPhase::Stable)], "{seen:#?}");
+    support::holds_for("one status: Stable", Duration::from_secs(2), || {
+        let seen = statuses.lock().unwrap().clone();
+        async move {
+            let phases: Vec<_> = seen.iter().map(|s| s.phase).collect();
+            match phases == vec![Some(StatefulSetPhase::Stable)] {
+                true => Ok(()),
+                false => Err(format!("{seen:#?}")),
+            }
+        }
+    })
+    .await;
     let reasons = f.event_reasons_of("CanaryStatefulSet").await;
     assert!(
         reasons.is_empty(),

@@ -227,7 +227,7 @@ async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_withou
     // Promotion under steady load: all traffic to the canary before a stable pod restarts,
     // back to the (updated) stable pods before the canary stops.
     let load = Load::start(&gateway.url());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.flowing().await;
     f.annotate(PROMOTE_ANNOTATION, "true");
     f.wait_for(
         "Stable on shop:v2 at weight 0",
@@ -303,7 +303,7 @@ async fn batch_weight_and_rollback_story(
 
     // Abort under steady load: traffic back to the old version before a new pod stops.
     let load = Load::start(&gateway.url());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.flowing().await;
     f.annotate(linnet::api::ABORT_ANNOTATION, "true");
     f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
         r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
@@ -498,7 +498,7 @@ async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_tr
     );
 
     let load = Load::start(&gateway.url());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.flowing().await;
     f.annotate(linnet::api::ABORT_ANNOTATION, "true");
     f.wait_for("RolledBack at weight 0", 180, |r: &CanaryStatefulSet| {
         r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::RolledBack)
@@ -625,7 +625,7 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
 
     // Promotion under steady load.
     let load = Load::start(&gateway.url());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.flowing().await;
     f.annotate(PROMOTE_ANNOTATION, "linnet.test/kv:v2");
     f.wait_for(
         "Stable on v2 at weight 0",
@@ -651,7 +651,7 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
     )
     .await;
     let load = Load::start(&gateway.url());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.flowing().await;
     f.annotate(linnet::api::ABORT_ANNOTATION, "true");
     f.wait_for("RolledBack", 180, |r: &CanaryStatefulSet| {
         r.status.as_ref().and_then(|s| s.phase) == Some(StatefulSetPhase::RolledBack)
@@ -740,12 +740,21 @@ async fn quiet_for(f: &Fixture, what: &str) {
         names
     };
     let (generation, pods) = (route_generation().await, pod_names().await);
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    assert_eq!(
-        route_generation().await,
-        generation,
-        "{what}: the route was rewritten during drift checks\n{}",
-        debug_state(f, "web").await
-    );
-    assert_eq!(pod_names().await, pods, "{what}: pods came or went");
+    support::holds_for(
+        &format!("{what}: the route and the pods through six drift checks"),
+        Duration::from_secs(12),
+        || async {
+            if route_generation().await != generation {
+                return Err(format!(
+                    "the route was rewritten during drift checks\n{}",
+                    debug_state(f, "web").await
+                ));
+            }
+            match pod_names().await {
+                now if now == pods => Ok(()),
+                now => Err(format!("pods came or went: {pods:?} -> {now:?}")),
+            }
+        },
+    )
+    .await;
 }

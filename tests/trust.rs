@@ -588,13 +588,25 @@ async fn a_claim_from_git_cannot_pick_a_reserved_volume_by_label() {
         "{errors:#?}"
     );
     // A while for the binder to bind it, were the claim there.
-    tokio::time::sleep(Duration::from_secs(3)).await;
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(admin.clone(), &tenant.name);
-    assert!(claims.get_opt("loot").await.unwrap().is_none());
-    let pv = volumes.get(&reserved).await.unwrap();
-    assert!(pv.spec.unwrap().claim_ref.is_none(), "the volume was bound");
-    assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Available"));
+    support::holds_for(
+        "no claim, the volume Available",
+        Duration::from_secs(3),
+        || async {
+            if claims.get_opt("loot").await.unwrap().is_some() {
+                return Err("the claim was made".to_string());
+            }
+            let pv = volumes.get(&reserved).await.unwrap();
+            let bound = pv.spec.and_then(|s| s.claim_ref).is_some();
+            let phase = pv.status.and_then(|s| s.phase);
+            match (bound, phase.as_deref()) {
+                (false, Some("Available")) => Ok(()),
+                (bound, phase) => Err(format!("bound: {bound}, phase {phase:?}")),
+            }
+        },
+    )
+    .await;
     volumes
         .delete(&reserved, &DeleteParams::default())
         .await

@@ -44,13 +44,14 @@ async fn client() -> Client {
     Client::try_from(config).unwrap()
 }
 
-fn http() -> reqwest::Client {
+pub fn http() -> reqwest::Client {
     linnet::net::install_crypto_provider();
     reqwest::Client::new()
 }
 
-/// Waits until `check` answers, for at most `timeout`; panics (naming `what`) after it.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// Waits until `check` answers, for at most `timeout`; panics (naming `what`) after it. (The
+/// demo includes this file without `support`, so it has its own.)
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -627,12 +628,16 @@ pub async fn send(url: &str, n: usize, headers: &[(&str, &str)]) -> Tally {
 pub struct Load {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<std::thread::JoinHandle<Tally>>,
+    /// Requests answered so far.
+    answered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Load {
     pub fn start(url: &str) -> Load {
         let url = url.to_string();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = answered.clone();
         let done = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -648,6 +653,7 @@ impl Load {
                     for o in batch {
                         tally.add(o);
                     }
+                    counted.fetch_add(4, std::sync::atomic::Ordering::Relaxed);
                     if stopped.try_recv().is_ok() {
                         return tally;
                     }
@@ -657,7 +663,19 @@ impl Load {
         Load {
             stop: Some(stop),
             done: Some(done),
+            answered,
         }
+    }
+
+    /// Waits until the load is under way (a few batches answered), so that what a test does
+    /// next happens under it.
+    pub async fn flowing(&self) {
+        let answered = self.answered.clone();
+        eventually("the load flowing", Duration::from_secs(30), || {
+            let n = answered.load(std::sync::atomic::Ordering::Relaxed);
+            async move { (n >= 16).then_some(()) }
+        })
+        .await
     }
 
     pub fn stop(mut self) -> Tally {

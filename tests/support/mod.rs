@@ -344,6 +344,36 @@ where
     }
 }
 
+/// Checks `check` through `window`, failing the test with `what` and the check's own words at
+/// the first time it does not hold. For what must not happen (a canary must not start, a
+/// write must not come back, a warning must not repeat): a window the behaviour under test
+/// would have used, stated with its reason, instead of a sleep and one look at the end that
+/// misses a change and its undoing in between.
+pub async fn holds_for<F, Fut>(what: &str, window: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let deadline = tokio::time::Instant::now() + window;
+    loop {
+        if let Err(why) = check().await {
+            panic!("{what} did not hold through {window:?}: {why}");
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Lets `time` pass, said in the test's output with `why`. Only where time itself is what the
+/// test is about: a fault that must outlast a lease, a key that must expire, a stretch whose
+/// events are counted. Never to order steps: wait for the step's effect with [`eventually`].
+pub async fn let_time_pass(why: &str, time: Duration) {
+    eprintln!("letting {time:?} pass: {why}");
+    tokio::time::sleep(time).await;
+}
+
 /// Watches `api` (with `config`) and, once the watch's initial list is in, returns a task that
 /// resolves to the moment the first version satisfying `done` arrived (one already there
 /// counts). Call it before the change to time, so the change is timed against an open watch.

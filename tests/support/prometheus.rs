@@ -166,6 +166,46 @@ impl Prometheus {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The value of the instant query `query` now, if it has one.
+    pub async fn value(&self, query: &str) -> Option<f64> {
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/api/v1/query", self.address()),
+            &[("query", query)],
+        )
+        .ok()?;
+        let answer: serde_json::Value = super::gateway::http()
+            .get(url)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        answer["data"]["result"][0]["value"][1]
+            .as_str()?
+            .parse()
+            .ok()
+    }
+
+    /// Waits until the error ratio of `app` over the last `window` (a PromQL duration) is
+    /// `at_least`: the rate window of an analysis full of what the test set.
+    pub async fn wait_error_ratio(&self, app: &str, window: &str, at_least: f64) {
+        let query = format!(
+            "sum(rate(app_errors_total{{app=\"{app}\"}}[{window}])) / sum(rate(app_requests_total{{app=\"{app}\"}}[{window}]))"
+        );
+        super::gateway::eventually(
+            &format!("an error ratio of {at_least} for {app} over {window}"),
+            Duration::from_secs(60),
+            || async {
+                self.value(&query)
+                    .await
+                    .filter(|v| *v >= at_least)
+                    .map(|_| ())
+            },
+        )
+        .await
+    }
+
     /// Stops it at once (SIGKILL): queries are refused until [`Prometheus::restart`].
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -264,6 +264,31 @@ impl Fixture {
         .await
     }
 
+    /// Checks that the rollout of kind `K` satisfies `ok` through `secs` seconds: what must not
+    /// change (see [`super::holds_for`]).
+    pub async fn holds<K>(&self, what: &str, secs: u64, ok: impl Fn(&K) -> bool)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        let name = self.spec["metadata"]["name"].as_str().unwrap().to_string();
+        let api = self.api::<K>();
+        super::holds_for(
+            &format!("{what} in {}", self.ns.name),
+            Duration::from_secs(secs),
+            || async {
+                match api.get_opt(&name).await.unwrap() {
+                    Some(o) if ok(&o) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await
+    }
+
     /// Waits until every reason of `wanted` has an event: a reconcile publishes its events
     /// after the status and the actions a test waits for.
     pub async fn wait_event_reasons(&self, wanted: &[&str], secs: u64) {

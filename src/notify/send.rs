@@ -74,15 +74,22 @@ impl Outbox {
         }
         let (tx, rx) = mpsc::channel(OFFERS);
         let mut queue = Queue::new(QUEUE);
-        let now = std::time::Instant::now();
+        let now = clock_now();
         for notice in stored {
             queue.offer(notice, now);
         }
+        let attempt = {
+            let receiver = receiver.clone();
+            move |notice: Notice| {
+                let (receiver, target) = (receiver.clone(), target.clone());
+                async move { try_once(&receiver, &target, &notice).await }
+            }
+        };
         crate::liveness::spawn(
             "notification delivery",
             deliver_all(
                 receiver.clone(),
-                target,
+                attempt,
                 metrics.clone(),
                 rx,
                 queue,
@@ -137,16 +144,25 @@ fn publish_waiting(waiting: &tokio::sync::watch::Sender<Waiting>, name: &str, qu
     });
 }
 
+/// Now, on tokio's clock (paused in tests), as the [`Queue`]'s `Instant`.
+fn clock_now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// The receiver's task: takes offers into its [`Queue`], and tries the notification due
-/// first, spaced to `perMinute`. A failure that may clear backs off its rollout's lane only.
-async fn deliver_all(
+/// first (with `attempt`), spaced to `perMinute`. A failure that may clear backs off its
+/// rollout's lane only.
+async fn deliver_all<F, Fut>(
     receiver: Arc<Receiver>,
-    target: Target,
+    attempt: F,
     metrics: Arc<Metrics>,
     mut rx: mpsc::Receiver<Notice>,
     mut queue: Queue,
     waiting: Arc<tokio::sync::watch::Sender<Waiting>>,
-) {
+) where
+    F: Fn(Notice) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Failed>>,
+{
     let count = |result: &str| {
         metrics
             .notifications
@@ -169,18 +185,18 @@ async fn deliver_all(
             _ = idle_beat.tick() => {}
             offered = rx.recv() => {
                 let Some(notice) = offered else { return };
-                if let Offered::Dropped(n) = queue.offer(notice, std::time::Instant::now()) {
+                if let Offered::Dropped(n) = queue.offer(notice, clock_now()) {
                     tracing::warn!(receiver = %receiver.name, event = n.event.as_str(), rollout = %format!("{}/{}", n.namespace, n.name), "notification dropped: {QUEUE} are waiting for this receiver; the oldest of the busiest rollout goes");
                     count("dropped");
                 }
             }
             () = sleep_until(due), if due.is_some() => {
-                let Some((lane, notice)) = queue.due(std::time::Instant::now()) else { continue };
+                let Some((lane, notice)) = queue.due(clock_now()) else { continue };
                 next_send = tokio::time::Instant::now() + receiver.spacing();
                 let rollout = format!("{}/{}", notice.namespace, notice.name);
                 let event = notice.event.as_str();
-                let now = std::time::Instant::now;
-                match try_once(&receiver, &target, &notice).await {
+                let now = clock_now;
+                match attempt(notice.clone()).await {
                     Ok(()) => {
                         match queue.sent(&lane, now()) {
                             0 => tracing::info!(receiver = %receiver.name, event, %rollout, "notification sent"),
@@ -360,6 +376,167 @@ fn unreachable_why(e: reqwest::Error, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::notify::events::Event;
+    use tokio::time::Instant;
+
+    fn receiver(per_minute: u32) -> Arc<Receiver> {
+        let config = serde_json::json!({"name": "r", "type": "webhook", "perMinute": per_minute});
+        Arc::new(serde_json::from_value(config).unwrap())
+    }
+
+    fn notice(rollout: &str, event: Event) -> Notice {
+        Notice {
+            event,
+            kind: "CanaryStatefulSet",
+            namespace: "ns".into(),
+            name: rollout.into(),
+            phase: "CanaryActive".into(),
+            image: "redis:7.4".into(),
+            message: String::new(),
+            revision: None,
+        }
+    }
+
+    /// Every try, by rollout and event, with its time on the (paused) clock.
+    type Tries = Arc<std::sync::Mutex<Vec<(String, Event, Instant)>>>;
+
+    /// Starts a receiver's task whose tries `fail` decides (`Some(after)`: failed, may clear,
+    /// not before `after`), with `notices` waiting; returns the tries as they happen.
+    fn deliver(
+        per_minute: u32,
+        notices: Vec<Notice>,
+        fail: impl Fn(&Notice, usize) -> Option<Duration> + Send + Sync + 'static,
+    ) -> Tries {
+        let tries: Tries = Arc::default();
+        let seen = tries.clone();
+        let fail = Arc::new(fail);
+        let attempt = move |n: Notice| {
+            let (seen, fail) = (seen.clone(), fail.clone());
+            async move {
+                let mut all = seen.lock().unwrap();
+                let before = all
+                    .iter()
+                    .filter(|(r, e, _)| *r == n.name && *e == n.event)
+                    .count();
+                all.push((n.name.clone(), n.event, Instant::now()));
+                match fail(&n, before) {
+                    None => Ok(()),
+                    Some(after) => Err(Failed {
+                        result: "retried",
+                        why: "503".into(),
+                        retry: Some(after),
+                    }),
+                }
+            }
+        };
+        let mut queue = Queue::new(QUEUE);
+        for n in notices {
+            queue.offer(n, clock_now());
+        }
+        let (_tx, rx) = mpsc::channel(1);
+        let waiting = Arc::new(tokio::sync::watch::channel(Waiting::default()).0);
+        let metrics = Arc::new(Metrics::default());
+        tokio::spawn(async move {
+            let _keep_open = _tx;
+            deliver_all(receiver(per_minute), attempt, metrics, rx, queue, waiting).await
+        });
+        tries
+    }
+
+    fn gaps(tries: &Tries, rollout: &str) -> Vec<Duration> {
+        let at: Vec<Instant> = tries
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(r, _, _)| r == rollout)
+            .map(|(_, _, t)| *t)
+            .collect();
+        at.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    // On tokio's paused clock (issue 71): minutes of backoff pass in no wall-clock time.
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_notification_is_tried_again_later_and_later_until_it_goes() {
+        let wall = std::time::Instant::now();
+        let tries = deliver(600, vec![notice("a", Event::CanaryStarted)], |_, before| {
+            (before < 6).then_some(NO_WAIT)
+        });
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        let gaps = gaps(&tries, "a");
+        assert_eq!(gaps.len(), 6, "six failures, then sent: {gaps:?}");
+        // 1 s doubling, each with up to as much again of jitter, capped at a minute.
+        for (k, gap) in gaps.iter().enumerate() {
+            let base = Duration::from_secs(1 << k).min(crate::retry::NOTIFY_BACKOFF_MAX);
+            assert!(
+                *gap >= base && *gap <= base * 2,
+                "try {}: {gap:?} after {base:?}",
+                k + 2
+            );
+        }
+        assert!(
+            wall.elapsed() < Duration::from_secs(5),
+            "the clock was not paused"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_is_waited_for_even_when_the_backoff_is_shorter() {
+        let tries = deliver(600, vec![notice("a", Event::CanaryStarted)], |_, before| {
+            (before == 0).then_some(Duration::from_secs(30))
+        });
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        let gaps = gaps(&tries, "a");
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert!(gaps[0] >= Duration::from_secs(30), "{gaps:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_rollout_holds_up_its_own_later_notifications_and_nobody_elses() {
+        let notices = vec![
+            notice("a", Event::CanaryStarted),
+            notice("a", Event::Promoted),
+            notice("b", Event::CanaryStarted),
+        ];
+        // Rollout a's first notification fails four times; b's goes at once.
+        let tries = deliver(600, notices, |n, before| {
+            (n.name == "a" && n.event == Event::CanaryStarted && before < 4).then_some(NO_WAIT)
+        });
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        let all = tries.lock().unwrap().clone();
+        let when = |rollout: &str, event: Event| {
+            all.iter()
+                .filter(|(r, e, _)| r == rollout && *e == event)
+                .map(|(_, _, t)| *t)
+                .collect::<Vec<_>>()
+        };
+        let (a_started, a_promoted, b_started) = (
+            when("a", Event::CanaryStarted),
+            when("a", Event::Promoted),
+            when("b", Event::CanaryStarted),
+        );
+        assert_eq!(
+            (a_started.len(), a_promoted.len(), b_started.len()),
+            (5, 1, 1)
+        );
+        // b is not held up by a's backoff: it went before a's second try.
+        assert!(b_started[0] < a_started[1], "{all:?}");
+        // a's later notification waits for its first, in order.
+        assert!(a_promoted[0] > a_started[4], "{all:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sends_are_spaced_to_the_receivers_per_minute() {
+        let notices = ["a", "b", "c", "d"]
+            .map(|r| notice(r, Event::CanaryStarted))
+            .to_vec();
+        let tries = deliver(6, notices, |_, _| None);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let at: Vec<Instant> = tries.lock().unwrap().iter().map(|(_, _, t)| *t).collect();
+        assert_eq!(at.len(), 4);
+        for w in at.windows(2) {
+            assert!(w[1] - w[0] >= Duration::from_secs(10), "{at:?}");
+        }
+    }
 
     #[tokio::test]
     async fn an_unreachable_receivers_url_is_never_said_even_written_another_way() {

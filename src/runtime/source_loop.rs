@@ -103,7 +103,13 @@ impl SourceLoop {
             Source::Remote(remote) => (Some(remote), None, mpsc::channel(1).1),
             Source::Local { watcher, changes } => (None, Some(watcher), changes),
         };
-        let mut wakers = Wakers::new(&self.config, wake_rx, changes, self.edited.clone());
+        let mut wakers = Wakers::new(
+            self.config.drift_interval,
+            wake_rx,
+            changes,
+            self.edited.clone(),
+            crate::runtime::shutdown_signal(),
+        );
         let mut progress = Progress {
             local_snapshot: SpecSnapshot::with_render(self.config.render.clone()),
             synced: None,

@@ -372,13 +372,27 @@ async fn the_canary_claim_deleted_with_its_pod_stops_the_rollout_and_loses_no_ke
     let pods = f.api::<Pod>();
 
     // Protected while the pod uses it; gone with the pod.
-    f.api::<PersistentVolumeClaim>()
+    let claims = f.api::<PersistentVolumeClaim>();
+    let old_claim = claims.get("data-kv-canary-2").await.unwrap().metadata.uid;
+    claims
         .delete("data-kv-canary-2", &DeleteParams::default())
         .await
         .unwrap();
     pods.delete("kv-canary-2", &DeleteParams::default())
         .await
         .unwrap();
+    // The set's new claim must exist before the promotion: promoted sooner, linnet finds
+    // only the old volume and hands it back, which keeps every key but tests nothing here.
+    support::eventually(
+        "the canary set's new claim, bound",
+        Duration::from_secs(90),
+        || async {
+            let c = claims.get_opt("data-kv-canary-2").await.ok()??;
+            let bound = c.spec.and_then(|s| s.volume_name).is_some();
+            (c.metadata.uid != old_claim && bound).then_some(())
+        },
+    )
+    .await;
     f.annotate(linnet::api::PROMOTE_ANNOTATION, "linnet.test/kv:v2");
     let stopped = f
         .wait_for(

@@ -542,8 +542,21 @@ async fn soak_with_everything_on_holds_every_invariant() {
         },
     )
     .await;
+    // Up also means the gateway has caught up: Traefik can lag the cluster by seconds at
+    // its start, and a 503 then is Traefik's, not a rollout's.
+    support::eventually(
+        "the gateway answering the last 20 requests",
+        Duration::from_secs(120),
+        || {
+            let rec = record.lock().unwrap();
+            let last = rec.samples.iter().rev().take(20);
+            let ok = rec.samples.len() >= 20 && last.clone().all(|(_, a)| a.is_ok());
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
     eprintln!(
-        "soak: all settled on v1 after {:.0} s",
+        "soak: all settled on v1, the gateway answering, after {:.0} s",
         t0.elapsed().as_secs_f64()
     );
     let started = Instant::now();

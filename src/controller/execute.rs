@@ -137,6 +137,10 @@ pub(crate) async fn execute(
             .merge(name, json!({"spec": {"replicas": replicas}}))
             .await
             .doing(what),
+        Action::ScaleDeployment { name, replicas } => Api::<Deployment>::namespaced(client, ns)
+            .merge(name, json!({"spec": {"replicas": replicas}}))
+            .await
+            .doing(what),
         Action::DeleteSet { name } => Api::<StatefulSet>::namespaced(client, ns)
             .delete_once(name, &DeleteParams::background())
             .await

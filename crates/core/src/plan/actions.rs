@@ -14,6 +14,8 @@ pub enum Action {
     ApplySet(Box<StatefulSet>),
     /// Set a StatefulSet's replicas (used when a rollout is deleted).
     ScaleSet { name: String, replicas: i32 },
+    /// Scale a Deployment without touching its template (one whose image cannot be read).
+    ScaleDeployment { name: String, replicas: i32 },
     /// Delete a StatefulSet whose pods are already gone; its claims stay.
     DeleteSet { name: String },
     /// Set a volume's reclaim policy to Retain and mark which claim it is being handed to.
@@ -87,6 +89,9 @@ impl Action {
             Action::ApplySet(s) => format!("apply StatefulSet {}", name(&s.metadata)),
             Action::ScaleSet { name, replicas } => {
                 format!("scale StatefulSet {name} to {replicas}")
+            }
+            Action::ScaleDeployment { name, replicas } => {
+                format!("scale Deployment {name} to {replicas}")
             }
             Action::DeleteSet { name } => format!("delete StatefulSet {name} (its claims stay)"),
             Action::RetainVolume { volume, handoff_to } => {

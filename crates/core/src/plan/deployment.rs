@@ -113,7 +113,7 @@ pub fn analysis_builtins(
         .canary_image
         .clone()
         .unwrap_or_else(|| spec.image.clone());
-    let stable = status.stable_image.clone().unwrap_or_default();
+    let stable = status.stable_image.clone();
     let selector = |image: &str| {
         let mut s = format!("{ROLLOUT_LABEL}={name}");
         if spec.strategy.type_ == Strategy::Batches {
@@ -125,8 +125,8 @@ pub fn analysis_builtins(
     super::analysis::Builtins {
         name: name.to_string(),
         namespace: namespace.to_string(),
-        canary_selector: selector(&canary),
-        stable_selector: selector(&stable),
+        canary_selector: Some(selector(&canary)),
+        stable_selector: stable.as_deref().map(selector),
         canary_image: canary,
         stable_image: stable,
     }

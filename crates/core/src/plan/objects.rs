@@ -19,6 +19,10 @@ use crate::api::{
 };
 use crate::hash::content_hash;
 
+/// What a status shows for pods or a workload whose container image cannot be read (the
+/// container `spec.container` names is not in them): never another image in its place.
+pub const UNKNOWN_IMAGE: &str = "unknown";
+
 /// The rollout object itself, as children refer to it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RolloutRef {

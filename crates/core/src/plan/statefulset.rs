@@ -294,15 +294,15 @@ pub fn analysis_builtins(
     use crate::api::{ROLE_LABEL, ROLLOUT_LABEL};
     let (canary_selector, stable_selector) = match spec.strategy.type_ {
         StatefulSetStrategyType::TwoSets => (
-            format!("{ROLLOUT_LABEL}={name},{ROLE_LABEL}=canary"),
-            format!("{ROLLOUT_LABEL}={name},{ROLE_LABEL}=stable"),
+            Some(format!("{ROLLOUT_LABEL}={name},{ROLE_LABEL}=canary")),
+            Some(format!("{ROLLOUT_LABEL}={name},{ROLE_LABEL}=stable")),
         ),
         StatefulSetStrategyType::Partition => {
+            // Not known until the status records the set's revisions: an empty hash would
+            // select no pod, and an analysis of no pod passes.
             let revision = |r: &Option<String>| {
-                format!(
-                    "{ROLLOUT_LABEL}={name},controller-revision-hash={}",
-                    r.as_deref().unwrap_or("")
-                )
+                r.as_deref()
+                    .map(|r| format!("{ROLLOUT_LABEL}={name},controller-revision-hash={r}"))
             };
             (
                 revision(&status.canary_revision),
@@ -317,7 +317,7 @@ pub fn analysis_builtins(
             .canary_image
             .clone()
             .unwrap_or_else(|| spec.image.clone()),
-        stable_image: status.stable_image.clone().unwrap_or_default(),
+        stable_image: status.stable_image.clone(),
         canary_selector,
         stable_selector,
     }

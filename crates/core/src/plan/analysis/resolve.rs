@@ -9,23 +9,32 @@ pub struct Builtins {
     pub name: String,
     pub namespace: String,
     pub canary_image: String,
-    pub stable_image: String,
-    /// A label selector (`k=v,k=v`) of the canary's pods.
-    pub canary_selector: String,
-    /// A label selector of the stable pods.
-    pub stable_selector: String,
+    /// `None` until the status records it.
+    pub stable_image: Option<String>,
+    /// A label selector (`k=v,k=v`) of the canary's pods; `None` while what tells them apart
+    /// is not known yet (a Partition canary's revision before the status records it).
+    pub canary_selector: Option<String>,
+    /// A label selector of the stable pods; `None` as the canary's.
+    pub stable_selector: Option<String>,
 }
 
 impl Builtins {
-    fn get(&self, field: &str) -> Option<&str> {
-        Some(match field {
+    /// `{{ rollout.field }}`: an error for a field there is none of, or one not known yet (the
+    /// run waits: a selector filled in as empty would measure no pod, and pass).
+    fn get(&self, field: &str) -> Result<&str, FillError> {
+        fn known<'b>(value: &'b Option<String>, field: &str) -> Result<&'b str, FillError> {
+            value
+                .as_deref()
+                .ok_or_else(|| FillError::NotYetKnown(field.to_string()))
+        }
+        Ok(match field {
             "name" => &self.name,
             "namespace" => &self.namespace,
             "canaryImage" => &self.canary_image,
-            "stableImage" => &self.stable_image,
-            "canarySelector" => &self.canary_selector,
-            "stableSelector" => &self.stable_selector,
-            _ => return None,
+            "stableImage" => known(&self.stable_image, field)?,
+            "canarySelector" => known(&self.canary_selector, field)?,
+            "stableSelector" => known(&self.stable_selector, field)?,
+            _ => return Err(FillError::UnknownBuiltin(field.to_string())),
         })
     }
 }
@@ -90,6 +99,11 @@ pub enum FillError {
         "{{{{ rollout.{0} }}}} is unknown; use name, namespace, canaryImage, stableImage, canarySelector or stableSelector"
     )]
     UnknownBuiltin(String),
+    /// Known once the rollout's status records it; the run starts then.
+    #[error(
+        "{{{{ rollout.{0} }}}} is not known yet; the run starts once the rollout's status records it"
+    )]
+    NotYetKnown(String),
     #[error("{{{{ {0} }}}} is unknown; use {{{{ args.NAME }}}} or {{{{ rollout.FIELD }}}}")]
     Unknown(String),
     #[error("longer than {MAX_FILLED_CHARS} characters once its arguments are filled in")]
@@ -278,9 +292,7 @@ pub(super) fn fill(
                 }
             }
         } else if let Some(field) = key.strip_prefix("rollout.") {
-            builtins
-                .get(field)
-                .ok_or_else(|| FillError::UnknownBuiltin(field.to_string()))?
+            builtins.get(field)?
         } else {
             return Err(FillError::Unknown(key.to_string()));
         };

@@ -116,7 +116,7 @@ fn a_missing_argument_says_where_to_set_it() {
 fn builtins_and_unknown_placeholders() {
     let b = Builtins {
         name: "redis".into(),
-        canary_selector: "role=canary".into(),
+        canary_selector: Some("role=canary".into()),
         ..Builtins::default()
     };
     let args = BTreeMap::new();
@@ -452,4 +452,21 @@ fn a_long_argument_repeated_is_refused_not_built() {
             .len(),
         20_000
     );
+}
+
+/// Regression (issue 71): a Partition canary's selector was filled in as
+/// `controller-revision-hash=` before its revision was recorded: it selected no pod, and an
+/// analysis of no pod passed. Now the run waits until the selector is known.
+#[test]
+fn a_selector_not_known_yet_holds_the_run_instead_of_selecting_no_pod() {
+    let b = Builtins {
+        name: "redis".into(),
+        ..Builtins::default()
+    };
+    let args = BTreeMap::new();
+    let e = fill("up{ {{rollout.canarySelector}} }", &args, &b).unwrap_err();
+    assert_eq!(e, FillError::NotYetKnown("canarySelector".into()));
+    assert!(e.to_string().contains("not known yet"), "{e}");
+    let e = fill("{{ rollout.stableImage }}", &args, &b).unwrap_err();
+    assert_eq!(e, FillError::NotYetKnown("stableImage".into()));
 }

@@ -28,8 +28,17 @@ impl<'a> Planner<'a> {
         }
         for other in self.o.deployments.iter().filter(|d| d.name != home) {
             if other.replicas > 0 {
-                let image = other.image.clone().unwrap_or_default();
-                self.ensure(&other.name.clone(), &image, 0);
+                match other.image.clone() {
+                    Some(image) => {
+                        self.ensure(&other.name.clone(), &image, 0);
+                    }
+                    // Its image cannot be read (no container of that name): scaled down as it
+                    // is, not given an empty image.
+                    None => self.actions.push(Action::ScaleDeployment {
+                        name: other.name.clone(),
+                        replicas: 0,
+                    }),
+                }
             }
         }
         let drained = self

@@ -53,7 +53,11 @@ impl<'a> Planner<'a> {
         let mut by_image: BTreeMap<&str, i32> = BTreeMap::new();
         for d in serving.iter().filter(|d| d.available > 0) {
             *by_image
-                .entry(d.image.as_deref().unwrap_or("unknown"))
+                .entry(
+                    d.image
+                        .as_deref()
+                        .unwrap_or(crate::plan::objects::UNKNOWN_IMAGE),
+                )
                 .or_default() += d.available;
         }
         self.st.available_replicas = available;

@@ -223,6 +223,11 @@ impl Sim {
                 self.deployments.remove(name);
                 self.mounted.remove(name);
             }
+            Action::ScaleDeployment { name, replicas } => {
+                let view = self.deployments.get_mut(name).unwrap();
+                view.replicas = *replicas;
+                view.status_fresh = false;
+            }
             other => panic!("a CanaryDeployment plan asked to {}", other.describe()),
         }
     }
@@ -430,35 +435,6 @@ fn rolling_updates_one_deployment_and_corrects_drift() {
 }
 
 #[test]
-fn rollback_from_the_middle_of_batches_scales_the_old_version_back() {
-    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
-    s.completed_on("web:1");
-    s.spec.image = "web:2".into();
-    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
-    s.spec.strategy.type_ = Strategy::Rollback;
-    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
-    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
-    assert_eq!(s.deployments.len(), 1);
-    let rb = s.status.rollback.clone().unwrap();
-    assert_eq!(
-        (rb.from_image.as_str(), rb.to_image.as_str(), rb.state),
-        ("web:2", "web:1", Finished)
-    );
-}
-
-#[test]
-fn a_rolling_rollback_sets_the_image_back() {
-    let mut s = Sim::new(Strategy::Rolling, 1, PauseMode::Never);
-    s.completed_on("web:1");
-    s.spec.image = "web:2".into();
-    s.completed_on("web:2");
-    s.spec.strategy.type_ = Strategy::Rollback;
-    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
-    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
-    assert!(s.deployments.contains_key("web"));
-}
-
-#[test]
 fn a_broken_image_stops_at_the_deadline_and_the_old_version_keeps_serving() {
     let mut s = Sim::new(Strategy::Batches, 2, PauseMode::Never);
     s.spec.progress_deadline_seconds = 10;
@@ -581,3 +557,5 @@ fn a_batch_grows_only_once_the_old_versions_pods_have_stopped() {
 }
 
 mod versioned_config;
+
+mod rollback;

@@ -214,7 +214,10 @@ impl<'a> Planner<'a> {
         let mut by_image: std::collections::BTreeMap<String, i32> = Default::default();
         if reads_pods(Some(phase)) {
             for p in self.o.pods.iter().filter(|p| p.ready && !p.deleting) {
-                let image = p.image.clone().unwrap_or_else(|| "unknown".into());
+                let image = p
+                    .image
+                    .clone()
+                    .unwrap_or_else(|| crate::plan::objects::UNKNOWN_IMAGE.into());
                 *by_image.entry(image).or_default() += 1;
             }
         } else if ready > 0 {
@@ -223,7 +226,7 @@ impl<'a> Planner<'a> {
                 .stable
                 .as_ref()
                 .and_then(|s| s.image.clone())
-                .unwrap_or_else(|| self.spec().image.clone());
+                .unwrap_or_else(|| crate::plan::objects::UNKNOWN_IMAGE.into());
             by_image.insert(image, ready);
         }
         by_image

@@ -208,3 +208,27 @@ fn a_background_hold_between_steps_is_not_a_missed_deadline() {
     s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
     assert!(!s.events.contains(&"ProgressDeadlineExceeded"));
 }
+
+/// Regression (issue 71): a Partition canary's `{{ rollout.canarySelector }}` was
+/// `controller-revision-hash=` until the status recorded the revision, and selected no pod.
+#[test]
+fn a_partition_canarys_selector_is_known_only_with_its_revision() {
+    use crate::api::ROLLOUT_LABEL;
+    let s = partition();
+    let mut status = s.status.clone();
+    status.canary_revision = None;
+    let b = analysis_builtins("redis", "ns", &s.spec, &status);
+    assert_eq!(b.canary_selector, None);
+    status.canary_revision = Some("redis-7c9".into());
+    let b = analysis_builtins("redis", "ns", &s.spec, &status);
+    assert_eq!(
+        b.canary_selector,
+        Some(format!(
+            "{ROLLOUT_LABEL}=redis,controller-revision-hash=redis-7c9"
+        ))
+    );
+    // TwoSets tells the sides apart by role: known from the start.
+    let s = two_sets();
+    let b = analysis_builtins("redis", "ns", &s.spec, &Default::default());
+    assert!(b.canary_selector.is_some() && b.stable_selector.is_some());
+}

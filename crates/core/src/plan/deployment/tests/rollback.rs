@@ -1,0 +1,81 @@
+//! Rollbacks of a CanaryDeployment: from the middle of batches, of a rolling update, and of
+//! a version whose image cannot be read.
+
+use super::*;
+use BatchState::Finished;
+
+#[test]
+fn rollback_from_the_middle_of_batches_scales_the_old_version_back() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.spec.strategy.type_ = Strategy::Rollback;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    assert_eq!(s.deployments.len(), 1);
+    let rb = s.status.rollback.clone().unwrap();
+    assert_eq!(
+        (rb.from_image.as_str(), rb.to_image.as_str(), rb.state),
+        ("web:2", "web:1", Finished)
+    );
+}
+
+#[test]
+fn a_rolling_rollback_sets_the_image_back() {
+    let mut s = Sim::new(Strategy::Rolling, 1, PauseMode::Never);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.completed_on("web:2");
+    s.spec.strategy.type_ = Strategy::Rollback;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    assert!(s.deployments.contains_key("web"));
+}
+
+/// Regression (issue 71): a Deployment being drained in a rollback whose image could not be
+/// read (no container of `spec.container`'s name) was applied with an empty image.
+#[test]
+fn a_rollback_scales_down_a_version_whose_image_cannot_be_read_without_touching_it() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    // The new version's container is not readable any more (renamed by hand).
+    let new = s
+        .deployments
+        .values_mut()
+        .find(|d| d.image.as_deref() == Some("web:2"))
+        .unwrap();
+    new.image = None;
+    let new = new.name.clone();
+    s.spec.strategy.type_ = Strategy::Rollback;
+    let mut asked = Vec::new();
+    for _ in 0..50 {
+        let p = s.reconcile();
+        asked.extend(p.actions.iter().map(Action::describe));
+        for a in &p.actions {
+            if let Action::ApplyDeployment(d) = a {
+                let image = d
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.spec.as_ref())
+                    .map(|p| p.containers[0].image.clone());
+                assert_ne!(
+                    image,
+                    Some(Some(String::new())),
+                    "applied with an empty image"
+                );
+            }
+        }
+        if s.phase() == Some(Phase::RolledBack) {
+            break;
+        }
+        s.tick();
+    }
+    assert!(
+        asked.contains(&format!("scale Deployment {new} to 0")),
+        "{asked:#?}"
+    );
+    assert_eq!(s.phase(), Some(Phase::RolledBack));
+}

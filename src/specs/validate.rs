@@ -132,6 +132,23 @@ pub fn check_canary_statefulset(o: &CanaryStatefulSet) -> Vec<Problem> {
         Some(&template.selector),
     );
     problems.extend(check_image(&o.spec.image));
+    let two_sets = o.spec.strategy.type_ == crate::api::StatefulSetStrategyType::TwoSets;
+    let (longest, why) = if two_sets {
+        (
+            MAX_SET_NAME - "-canary".len(),
+            "its StatefulSets are NAME-stable and NAME-canary",
+        )
+    } else {
+        (MAX_SET_NAME, "its StatefulSet is NAME")
+    };
+    problems.extend(check_name(
+        o.metadata.name.as_deref(),
+        longest,
+        &format!(
+            "{why}, and Kubernetes labels each of its pods with the set's name and 11 more \
+             characters, at most 63"
+        ),
+    ));
     // A template naming a volume would hand every replica that one volume, perhaps another
     // namespace's; the handoff decides which volume a replica's claim binds.
     for t in template.volume_claim_templates.iter().flatten() {
@@ -165,7 +182,39 @@ pub fn check_canary_deployment(o: &CanaryDeployment) -> Vec<Problem> {
         Some(&template.selector),
     );
     problems.extend(check_image(&o.spec.image));
+    let (longest, why) = if o.spec.traffic_routing.is_some() {
+        (
+            crate::plan::deployment::VERSION_PREFIX_CHARS,
+            "its Services select a version by the Deployment's name past NAME-, and a \
+             version Deployment keeps only that many characters of NAME",
+        )
+    } else {
+        (MAX_LABEL_CHARS, "NAME is the value of a label on its pods")
+    };
+    problems.extend(check_name(o.metadata.name.as_deref(), longest, why));
     problems
+}
+
+/// The longest label value Kubernetes takes.
+const MAX_LABEL_CHARS: usize = 63;
+
+/// The longest StatefulSet name whose pods can be made: the StatefulSet controller labels
+/// them `controller-revision-hash: NAME-HASH`, 11 characters more.
+const MAX_SET_NAME: usize = MAX_LABEL_CHARS - 11;
+
+/// A rollout name longer than the objects it makes can carry: refused here, by the file,
+/// rather than by the API server (or worse, by a Service that selects no pod) later.
+fn check_name(name: Option<&str>, longest: usize, why: &str) -> Option<Problem> {
+    let length = name?.chars().count();
+    (length > longest).then(|| {
+        (
+            vec!["metadata", "name"],
+            format!(
+                "metadata.name is {length} characters long; this rollout's name can be at most \
+                 {longest}: {why}"
+            ),
+        )
+    })
 }
 
 /// The longest image reference linnet takes (registries allow about 255 for the name plus a

@@ -262,3 +262,59 @@ fn only_error_with(text: &str, opts: &LoadOptions) -> SpecError {
 }
 
 mod trust;
+
+const DEPLOY: &str = "\
+apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryDeployment
+metadata:
+  name: web
+spec:
+  replicas: 4
+  image: web:2
+  template:
+    selector:
+      matchLabels: {app: web}
+    template:
+      metadata:
+        labels: {app: web}
+      spec:
+        containers:
+        - name: web
+          image: web:1
+";
+
+/// Regression (issue 71): a rollout name longer than its objects can carry was taken, then
+/// failed late: a batched CanaryDeployment of 51 to 63 characters with trafficRouting got
+/// version Deployments without a version label, so its Services selected no pod; a
+/// StatefulSet over 52 characters never gets its pods made.
+#[test]
+fn a_rollout_name_longer_than_its_objects_can_carry_is_refused_at_the_name() {
+    let renamed = |text: &str, length: usize| {
+        let name = "a".repeat(length);
+        text.replacen("  name: redis\n", &format!("  name: {name}\n"), 1)
+            .replacen("  name: web\n", &format!("  name: {name}\n"), 1)
+    };
+    let traffic = "  image: web:2\n  strategy: {type: Batches}\n  batches: 2\n  trafficRouting:\n    gatewayAPI:\n      httpRoutes: [web]\n      port: 8080\n";
+    let routed = DEPLOY.replace("  image: web:2\n", traffic);
+    let partition = STS.replace(
+        "  image: redis:7.2\n",
+        "  image: redis:7.2\n  strategy: {type: Partition}\n",
+    );
+    for (what, text, longest) in [
+        ("TwoSets", STS.to_string(), 45),
+        ("Partition", partition, 52),
+        ("a Deployment with traffic", routed, 50),
+        ("a Deployment", DEPLOY.to_string(), 63),
+    ] {
+        let fits = load(&renamed(&text, longest));
+        assert_eq!(fits.errors, vec![], "{what} at {longest}");
+        let e = only_error(&renamed(&text, longest + 1));
+        assert_eq!(e.location.line, 4, "{what}: {e}");
+        assert!(
+            e.message
+                .contains(&format!("is {} characters long", longest + 1))
+                && e.message.contains(&format!("at most {longest}")),
+            "{what}: {e}"
+        );
+    }
+}

@@ -65,9 +65,12 @@ pub struct DeployRollout<'a> {
 /// What to do now: the status, the actions, the events and the progress deadline.
 pub type DeployPlan = super::actions::Planned<CanaryDeploymentStatus, Phase>;
 
+/// How much of a rollout's name a version Deployment's name keeps.
+pub const VERSION_PREFIX_CHARS: usize = 50;
+
 /// The name of the Deployment for a pod template: `<name>-<8 hex digits>`.
 pub fn version_name(rollout: &str, template_hash: &str) -> String {
-    let prefix: String = rollout.chars().take(50).collect();
+    let prefix: String = rollout.chars().take(VERSION_PREFIX_CHARS).collect();
     format!("{prefix}-{}", &template_hash[..8.min(template_hash.len())])
 }
 

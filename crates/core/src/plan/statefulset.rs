@@ -80,16 +80,14 @@ impl Machine for Planner<'_> {
     }
 
     /// A new status (or a CR created over existing sets): the stable image is what the
-    /// stable set runs, else the spec's.
+    /// stable set runs, else (no set yet) the spec's. A set whose container cannot be read
+    /// leaves it unknown, and `spec_problem` stops the rollout.
     fn start(&mut self) {
         if self.st.stable_image.is_none() {
-            self.st.stable_image = Some(
-                self.o
-                    .stable
-                    .as_ref()
-                    .and_then(|s| s.image.clone())
-                    .unwrap_or_else(|| self.r.spec.image.clone()),
-            );
+            self.st.stable_image = match &self.o.stable {
+                Some(set) => set.image.clone(),
+                None => Some(self.r.spec.image.clone()),
+            };
         }
         let keep: Vec<&str> = self.st.canary_image.as_deref().into_iter().collect();
         self.st.version_config = super::config::versions(

@@ -42,6 +42,26 @@ impl<'a> Planner<'a> {
         None
     }
 
+    /// A set linnet has not recorded a version for whose rolled-out container it cannot find:
+    /// taking the spec's image as its version would replace every pod at once, no canary.
+    fn unreadable_stable_problem(&self) -> Option<String> {
+        if self.r.status.stable_image.is_some() {
+            return None;
+        }
+        let set = self.o.stable.as_ref().filter(|s| s.image.is_none())?;
+        let container = match &self.spec().container {
+            Some(name) => format!("no container named {name}"),
+            None => "no container".to_string(),
+        };
+        Some(format!(
+            "StatefulSet {} already exists with {container}, so linnet cannot tell which \
+             version its pods run and will not replace them all at once. Put the set's container \
+             name back in Git (spec.container and the template) and rename it in a later \
+             commit, once the rollout is Stable",
+            set.name
+        ))
+    }
+
     /// What makes the spec impossible to act on, with the event's reason: a template linnet
     /// cannot roll out, or a change the live sets cannot take.
     pub(super) fn spec_problem(&self) -> Option<(&'static str, String)> {
@@ -70,6 +90,9 @@ impl<'a> Planner<'a> {
         }
         if let Some(problem) = self.held_ordinals_problem() {
             return Some(("UnsafeChange", located(problem)));
+        }
+        if let Some(problem) = self.unreadable_stable_problem() {
+            return Some(("UnreadableSet", located(problem)));
         }
         let live = [
             (self.main_role(), self.o.stable.as_ref()),

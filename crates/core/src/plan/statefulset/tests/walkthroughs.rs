@@ -528,3 +528,51 @@ fn a_missing_container_fails_until_the_spec_is_fixed() {
     s.stabilise();
     assert_eq!(s.phases[2..], [Phase::Failed, Phase::Stable]);
 }
+
+/// Regression (issue 71): a rollout with no recorded version over a set whose container it
+/// could not find took the spec's image as the set's version, so the set was applied with
+/// the new image on every pod at once, no canary.
+#[test]
+fn a_set_whose_container_cannot_be_read_stops_the_rollout_instead_of_replacing_every_pod() {
+    for mut s in [two_sets(), partition()] {
+        s.stabilise();
+        let before = s.spec.image.clone();
+        // The CR made again over its sets (status gone), the container renamed in Git.
+        s.status = CanaryStatefulSetStatus::default();
+        let renamed = s.spec.clone();
+        rename_container(&mut s.spec, "db");
+        s.spec.image = "redis:next".into();
+        let mut observed = s.observed();
+        if let Some(set) = observed.stable.as_mut() {
+            set.image = None;
+        }
+        let p = plan(&s.rollout(), &observed, s.now);
+        assert_eq!(p.status.phase, Some(Phase::Failed));
+        let message = p.status.message.clone().unwrap_or_default();
+        assert!(
+            message.contains("no container named db") && message.contains("spec.container"),
+            "{message}"
+        );
+        assert!(
+            p.events.iter().any(|e| e.reason == "UnreadableSet"),
+            "{:?}",
+            p.events
+        );
+        assert_eq!(p.actions, Vec::new(), "nothing applied");
+        assert_eq!(p.status.stable_image, None, "no version guessed");
+
+        // Put back in Git: the set's version is read, and a canary starts from it.
+        s.status = p.status;
+        s.spec.template = renamed.template;
+        s.spec.container = None;
+        s.run_until("a canary", |s| s.status.canary_image.is_some());
+        assert_eq!(s.status.stable_image, Some(before));
+    }
+}
+
+fn rename_container(spec: &mut CanaryStatefulSetSpec, name: &str) {
+    let mut value = serde_json::to_value(&*spec).unwrap();
+    value["template"]["template"]["spec"]["containers"][0]["name"] = name.into();
+    value["container"] = name.into();
+    *spec = serde_json::from_value(value).unwrap();
+}

@@ -1083,3 +1083,87 @@ fn a_chart_repository_that_hides_its_host_behind_a_fragment_is_refused() {
         );
     }
 }
+
+/// Issue 72: a chart whose dependencies are charts of the repository (`repository:
+/// file://../lib`) renders them, as `helm dependency build` would place them, offline and
+/// their own dependencies too; one fetched from elsewhere and not vendored, or outside the
+/// repository, is a located error at its `Chart.yaml`, not helm's "run helm dependency
+/// build".
+#[test]
+fn a_charts_dependencies_in_the_repository_are_rendered_with_it() {
+    let cm = |name: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata: {{a: \"1\"}}\n")
+    };
+    let dep = |name: &str, repo: &str| {
+        format!(
+            "apiVersion: v2\nname: {name}\nversion: 0.1.0\ndependencies:\n- name: lib\n  version: 0.1.0\n  repository: {repo}\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (app_cm, lib_cm, base_cm) = (cm("app"), cm("lib"), cm("base"));
+    let lib_chart = "apiVersion: v2\nname: lib\nversion: 0.1.0\ndependencies:\n- name: base\n  version: 0.1.0\n  repository: file://../base\n";
+    write_tree(
+        dir.path(),
+        &[
+            ("charts/app/Chart.yaml", &dep("app", "file://../lib")),
+            ("charts/app/templates/cm.yaml", &app_cm),
+            ("charts/lib/Chart.yaml", lib_chart),
+            ("charts/lib/templates/cm.yaml", &lib_cm),
+            (
+                "charts/base/Chart.yaml",
+                "apiVersion: v2\nname: base\nversion: 0.1.0\n",
+            ),
+            ("charts/base/templates/cm.yaml", &base_cm),
+            (
+                "apps/app/linnet-helm.yaml",
+                "chart: ../../charts/app\nnamespace: demo\n",
+            ),
+        ],
+    );
+    let (code, out, _) = validate(dir.path(), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("3 objects in 1 files"),
+        "app, lib and base: {out}"
+    );
+
+    // Vendored in charts/: used as it is, the repository's copy not placed over it.
+    write_tree(
+        dir.path(),
+        &[
+            (
+                "charts/app/charts/lib/Chart.yaml",
+                "apiVersion: v2\nname: lib\nversion: 0.1.0\n",
+            ),
+            (
+                "charts/app/charts/lib/templates/cm.yaml",
+                &cm("vendored-lib"),
+            ),
+        ],
+    );
+    let (code, out, _) = validate(dir.path(), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("2 objects in 1 files"),
+        "app and the vendored lib: {out}"
+    );
+    std::fs::remove_dir_all(dir.path().join("charts/app/charts")).unwrap();
+
+    for (repo, says) in [
+        (
+            "https://charts.example.com/",
+            "rendering is offline: vendor it",
+        ),
+        ("file://../../..", "outside the repository"),
+        ("file://../nothing", "no chart at `file://../nothing`"),
+    ] {
+        write_tree(dir.path(), &[("charts/app/Chart.yaml", &dep("app", repo))]);
+        let (code, out, _) = validate(dir.path(), &[]);
+        assert_eq!(code, 1, "{repo}: {out}");
+        assert!(
+            out.contains("charts/app/Chart.yaml:7:15: dependency lib") && out.contains(says),
+            "{repo}: {out}"
+        );
+        assert!(!out.contains("helm dependency build' to fetch"), "{out}");
+    }
+}

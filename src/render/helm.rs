@@ -31,6 +31,9 @@ pub struct HelmRelease {
     pub values: Option<Value>,
     /// Where the chart, repository and values files are written in the file.
     pub written_at: BTreeMap<String, (u64, u64)>,
+    /// The chart's dependencies in the repository, and where each is placed (found by the
+    /// layout from the charts' `Chart.yaml`, not written in this file).
+    pub local_dependencies: Vec<super::chart_deps::Placement>,
 }
 
 const FIELDS: &[&str] = &[
@@ -101,6 +104,7 @@ impl HelmRelease {
             values_files,
             values,
             written_at: BTreeMap::new(),
+            local_dependencies: Vec::new(),
         };
         let needles: Vec<String> = [Some(release.chart.clone()), release.repository.clone()]
             .into_iter()
@@ -221,6 +225,16 @@ pub(super) fn render(
     let write_error = |e| super::write_error(unit, e);
     for (path, bytes) in inputs {
         work.write(path, bytes).map_err(write_error)?;
+    }
+    // Placed as `helm dependency build` would, without a run that might go to the network.
+    for placement in &release.local_dependencies {
+        let from = format!("{}/", placement.from);
+        for (path, bytes) in inputs {
+            if let Some(rest) = path.strip_prefix(&from) {
+                let into = format!("{}/{rest}", placement.into);
+                work.write(&into, bytes).map_err(write_error)?;
+            }
+        }
     }
     let root = work.inputs();
     let mut args: Vec<OsString> = vec!["template".into(), release.release_name.clone().into()];

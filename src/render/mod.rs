@@ -11,6 +11,7 @@
 //! The unit's id is a hash of its inputs' content ids: the source's snapshot renders again only
 //! a unit whose inputs changed.
 
+mod chart_deps;
 mod fetched;
 mod helm;
 mod kustomize;

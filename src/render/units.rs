@@ -36,7 +36,7 @@ pub fn is_render_file(path: &str) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub enum UnitKind {
     Kustomize,
-    Helm(super::helm::HelmRelease),
+    Helm(Box<super::helm::HelmRelease>),
 }
 
 /// A directory rendered as one unit.
@@ -86,6 +86,16 @@ pub(super) enum Parsed {
     /// content, and on the render options, which a snapshot keeps).
     Kustomization(Result<Vec<String>, SpecError>),
     Helm(Result<super::helm::HelmRelease, SpecError>),
+    /// A `Chart.yaml`'s dependencies.
+    Chart(Result<Vec<super::chart_deps::Dependency>, SpecError>),
+}
+
+/// Which kind of render file a path is read as.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum RenderFile {
+    Kustomization,
+    Helm,
+    Chart,
 }
 
 /// An entry of `resources`, `bases` or `components`, and where it is written.
@@ -106,7 +116,7 @@ pub struct ParsedFiles {
 fn parse_render_file(
     path: &str,
     content: FileContent,
-    helm: bool,
+    kind: RenderFile,
     opts: &LoadOptions,
     render: &RenderOptions,
 ) -> Parsed {
@@ -117,14 +127,20 @@ fn parse_render_file(
         ),
         FileContent::Refused(why) => (Err(error_at(path, 1, 1, why)), String::new()),
     };
-    if helm {
-        Parsed::Helm(value.and_then(|v| super::helm::HelmRelease::from_value(path, &v, &text)))
-    } else {
-        let dir = dir_of(path);
-        Parsed::Kustomization(value.and_then(|v| {
-            super::fetched::check(path, &v, &text, render)?;
-            resolve(path, dir, &references(&v, &text), render)
-        }))
+    match kind {
+        RenderFile::Helm => {
+            Parsed::Helm(value.and_then(|v| super::helm::HelmRelease::from_value(path, &v, &text)))
+        }
+        RenderFile::Chart => {
+            Parsed::Chart(value.and_then(|v| super::chart_deps::parse(path, &v, &text)))
+        }
+        RenderFile::Kustomization => {
+            let dir = dir_of(path);
+            Parsed::Kustomization(value.and_then(|v| {
+                super::fetched::check(path, &v, &text, render)?;
+                resolve(path, dir, &references(&v, &text), render)
+            }))
+        }
     }
 }
 
@@ -143,7 +159,13 @@ impl ParsedFiles {
         let Some(Parsed::Kustomization(Ok(old))) = self.by_id.get(&old_key).map(|p| &**p) else {
             return Ok(false);
         };
-        let new = parse_render_file(path, read(path, new_id)?, false, opts, render);
+        let new = parse_render_file(
+            path,
+            read(path, new_id)?,
+            RenderFile::Kustomization,
+            opts,
+            render,
+        );
         let same = matches!(&new, Parsed::Kustomization(Ok(targets)) if targets == old);
         if same {
             self.by_id.remove(&old_key);

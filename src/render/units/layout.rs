@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::*;
+use crate::render::chart_deps::Placement;
 
 /// Splits `listing` into plain files and units. Reads (with `read`) only the kustomizations
 /// and `linnet-helm.yaml` files not read before; a listing without any is passed through.
@@ -27,25 +28,36 @@ pub fn layout<E>(
         .collect();
     let dirs = RenderDirs::of(listing);
     let mut new_parsed = HashMap::new();
-    let mut parse = |path: &str, helm: bool| -> Result<std::sync::Arc<Parsed>, E> {
+    let mut parse = |path: &str, kind: RenderFile| -> Result<std::sync::Arc<Parsed>, E> {
         let id = files.get(path).copied().unwrap_or_default();
         let key = (path.to_string(), id.to_string());
         if let Some(p) = parsed.by_id.remove(&key) {
             new_parsed.insert(key, p.clone());
             return Ok(p);
         }
-        let p = std::sync::Arc::new(parse_render_file(path, read(path, id)?, helm, opts, render));
+        let p = std::sync::Arc::new(parse_render_file(path, read(path, id)?, kind, opts, render));
         new_parsed.insert(key, p.clone());
         Ok(p)
     };
     let graph = KustomizeGraph::of(&dirs, &mut parse)?;
     let mut units = kustomize_units(&files, &dirs, &graph, render);
     for (&dir, &path) in &dirs.helm {
-        let parsed = parse(path, true)?;
+        let parsed = parse(path, RenderFile::Helm)?;
         let Parsed::Helm(release) = &*parsed else {
             continue;
         };
-        let unit = helm_unit(&files, &dirs, (dir, path), release.clone(), render);
+        let mut release = release.clone();
+        let mut dependencies = Ok(());
+        if let Ok(r) = &mut release {
+            match local_dependencies(&files, &dirs, dir, r, &mut parse)? {
+                Ok(placed) => r.local_dependencies = placed,
+                Err(e) => dependencies = Err(e),
+            }
+        }
+        let mut unit = helm_unit(&files, &dirs, (dir, path), release, render);
+        if let Err(e) = dependencies {
+            unit.problem.get_or_insert(e);
+        }
         units.insert(path.to_string(), unit);
     }
     parsed.by_id = new_parsed;
@@ -113,7 +125,7 @@ struct KustomizeGraph<'a> {
 impl<'a> KustomizeGraph<'a> {
     fn of<E>(
         dirs: &RenderDirs<'a>,
-        parse: &mut impl FnMut(&str, bool) -> Result<std::sync::Arc<Parsed>, E>,
+        parse: &mut impl FnMut(&str, RenderFile) -> Result<std::sync::Arc<Parsed>, E>,
     ) -> Result<KustomizeGraph<'a>, E> {
         let mut graph = KustomizeGraph {
             edges: BTreeMap::new(),
@@ -121,7 +133,7 @@ impl<'a> KustomizeGraph<'a> {
             used: HashSet::new(),
         };
         for (&dir, &path) in &dirs.kustomize {
-            let parsed = parse(path, false)?;
+            let parsed = parse(path, RenderFile::Kustomization)?;
             let Parsed::Kustomization(targets) = &*parsed else {
                 continue;
             };
@@ -245,11 +257,77 @@ fn helm_unit(
                         .inputs(path, dir, files, &dirs.charts, render, &mut inputs)
                         .err()
                 });
-            (UnitKind::Helm(release), problem)
+            for placement in &release.local_dependencies {
+                add_tree(files, &placement.from, &mut inputs);
+            }
+            (UnitKind::Helm(Box::new(release)), problem)
         }
         Err(e) => (UnitKind::Helm(Default::default()), Some(e)),
     };
     unit(path, dir, kind, inputs, problem, render)
+}
+
+/// Where each of a local chart's dependencies in the repository is placed (its own too, under
+/// its copy), or the dependency that cannot be rendered from the repository.
+fn local_dependencies<E>(
+    files: &BTreeMap<&str, &str>,
+    dirs: &RenderDirs<'_>,
+    dir: &str,
+    release: &crate::render::helm::HelmRelease,
+    parse: &mut impl FnMut(&str, RenderFile) -> Result<std::sync::Arc<Parsed>, E>,
+) -> Result<Result<Vec<Placement>, SpecError>, E> {
+    use crate::render::chart_deps::{MAX_DEPTH, not_renderable, vendored};
+    let chart = match (&release.repository, join_relative(dir, &release.chart)) {
+        (None, Some(chart)) if dirs.charts.contains(chart.as_str()) => chart,
+        // A remote chart brings its own; a missing one is the release's error.
+        _ => return Ok(Ok(Vec::new())),
+    };
+    let mut placed = Vec::new();
+    let mut stack = vec![(chart.clone(), chart, 0)];
+    while let Some((source, into, depth)) = stack.pop() {
+        let chart_file = format!("{source}/{CHART_FILE}")
+            .trim_start_matches('/')
+            .to_string();
+        let dependencies = match &*parse(&chart_file, RenderFile::Chart)? {
+            Parsed::Chart(Ok(d)) => d.clone(),
+            Parsed::Chart(Err(e)) => return Ok(Err(e.clone())),
+            _ => Vec::new(),
+        };
+        for d in dependencies {
+            if vendored(files.keys().copied(), &source, &d.name) {
+                continue;
+            }
+            let Some(from) = d.local_dir.clone() else {
+                return Ok(Err(not_renderable(
+                    &chart_file,
+                    &d,
+                    &format!(
+                        "it is fetched from `{}`, and rendering is offline: vendor it (run \
+                         `helm dependency build` and commit the chart's charts/ directory)",
+                        d.repository
+                    ),
+                )));
+            };
+            if !dirs.charts.contains(from.as_str()) {
+                let why = format!(
+                    "no chart at `{}` ({from}/Chart.yaml is not in the repository)",
+                    d.repository
+                );
+                return Ok(Err(not_renderable(&chart_file, &d, &why)));
+            }
+            if depth + 1 > MAX_DEPTH {
+                let why = format!("dependencies nest deeper than {MAX_DEPTH} charts (a cycle?)");
+                return Ok(Err(not_renderable(&chart_file, &d, &why)));
+            }
+            let to = format!("{into}/charts/{}", d.name);
+            placed.push(Placement {
+                from: from.clone(),
+                into: to.clone(),
+            });
+            stack.push((from, to, depth + 1));
+        }
+    }
+    Ok(Ok(placed))
 }
 
 /// Whether a directory at or above `path` belongs to a renderer.

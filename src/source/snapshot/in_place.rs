@@ -136,7 +136,8 @@ impl SpecSnapshot {
                 continue;
             }
             let name = path.rsplit('/').next().unwrap_or(path);
-            if name == HELM_FILE {
+            // A chart's dependencies decide which files its release reads.
+            if name == HELM_FILE || name == "Chart.yaml" {
                 return Ok(None);
             }
             if KUSTOMIZATION_NAMES.contains(&name)

@@ -93,7 +93,14 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             unknown_fields,
             specs,
             sync,
-        } => runtime()?.block_on(diff(&dir, allow_empty, unknown_fields, &specs, &sync)),
+            cluster,
+        } => runtime()?.block_on(diff(
+            &dir,
+            allow_empty,
+            unknown_fields,
+            (&specs, &sync),
+            &cluster,
+        )),
         Command::Validate {
             dir,
             output,
@@ -218,3 +225,169 @@ mod namespaces;
 mod render_args;
 pub use namespaces::NamespaceCheck;
 pub use render_args::RenderArgs;
+
+#[cfg(test)]
+mod docs_tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::collections::BTreeSet;
+
+    /// Every long flag of every subcommand.
+    fn linnet_flags() -> BTreeSet<String> {
+        fn walk(c: &clap::Command, into: &mut BTreeSet<String>) {
+            for a in c.get_arguments() {
+                into.extend(a.get_long().map(|l| format!("--{l}")));
+            }
+            for s in c.get_subcommands() {
+                walk(s, into);
+            }
+        }
+        let mut flags = BTreeSet::new();
+        walk(&Cli::command(), &mut flags);
+        flags
+    }
+
+    /// The pages a user reads: the README, docs/ and the chart's NOTES.
+    fn pages() -> Vec<(String, String)> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut paths = vec![root.join("README.md")];
+        if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
+            paths.extend(
+                dir.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "md")),
+            );
+        }
+        paths.sort();
+        paths
+            .into_iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                (
+                    p.strip_prefix(root).unwrap_or(&p).display().to_string(),
+                    text,
+                )
+            })
+            .collect()
+    }
+
+    /// Flags of the other tools the pages show commands of.
+    const OTHER_TOOLS_FLAGS: &[&str] = &[
+        // cargo, rustup and docker
+        "--all",
+        "--all-targets",
+        "--build-arg",
+        "--check",
+        "--features",
+        "--lib",
+        "--locked",
+        "--release",
+        "--target",
+        "--test",
+        "--help",
+        // kubectl
+        "--certificate-authority",
+        "--cluster",
+        "--clusterrole",
+        "--dry-run",
+        "--duration",
+        "--embed-certs",
+        "--flatten",
+        "--for",
+        "--from-file",
+        "--from-literal",
+        "--minify",
+        "--raw",
+        "--replicas",
+        "--server",
+        "--serviceaccount",
+        "--token",
+        "--user",
+        // helm, kustomize, flux, argo cd, traefik, git, gpg and the control plane
+        "--create-namespace",
+        "--set",
+        "--include-crds",
+        "--enable-alpha-plugins",
+        "--enable-exec",
+        "--enable-helm",
+        "--load-restrictor",
+        "--no-remote-bases",
+        "--gpg-mode",
+        "--metrics",
+        "--name-only",
+        "--armor",
+        "--export",
+        "--authorization-mode",
+    ];
+
+    /// Regression (issue 72): docs/promotion.md told users to pass `--git-token-file`, which
+    /// no command has.
+    #[test]
+    fn every_flag_the_docs_name_exists() {
+        let flags = linnet_flags();
+        let mut unknown = BTreeSet::new();
+        for (page, text) in pages() {
+            let bytes = text.as_bytes();
+            for (i, _) in text.match_indices("--") {
+                let word: String = text[i + 2..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect();
+                let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+                if word.is_empty() || !word.as_bytes()[0].is_ascii_lowercase() || !starts_word {
+                    continue;
+                }
+                // `--commit-status-*` names a family of flags.
+                let family = text[i + 2 + word.len()..].starts_with('*');
+                let flag = format!("--{}", word.trim_end_matches('-'));
+                let known = if family {
+                    flags.iter().any(|f| f.starts_with(&format!("{flag}-")))
+                } else {
+                    flags.contains(&flag)
+                };
+                if !known && !OTHER_TOOLS_FLAGS.contains(&flag.as_str()) {
+                    unknown.insert(format!("{flag} ({page})"));
+                }
+            }
+        }
+        assert!(unknown.is_empty(), "flags no command has: {unknown:#?}");
+    }
+
+    /// Regression (issue 72): the README's package list missed gnupg and iproute2, which
+    /// tests/deps.sh installs.
+    #[test]
+    fn the_readme_names_every_package_tests_deps_installs() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let deps = std::fs::read_to_string(root.join("tests/deps.sh")).unwrap_or_default();
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap_or_default();
+        let mut packages = BTreeSet::new();
+        let is_name = |p: &&str| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || "-0123456789".contains(c))
+        };
+        for line in deps.lines() {
+            // `need+=(containerd)`, and the `package:command` pairs of the first loop.
+            for (i, _) in line.match_indices("need+=(") {
+                packages.extend(line[i + 7..].split(')').next().filter(is_name));
+            }
+            for word in line.split_whitespace() {
+                let pair = word.split_once(':').filter(|(_, cmd)| is_name(cmd));
+                packages.extend(pair.map(|(pkg, _)| pkg).filter(is_name));
+            }
+        }
+        assert!(
+            packages.len() > 10,
+            "read no packages from tests/deps.sh: {packages:?}"
+        );
+        let missing: Vec<&str> = packages
+            .iter()
+            .copied()
+            .filter(|p| !readme.contains(&format!("`{p}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "the README's quick start does not name {missing:?}"
+        );
+    }
+}

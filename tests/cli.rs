@@ -28,6 +28,37 @@ fn help_lists_every_subcommand() {
     }
 }
 
+/// Regression (issue 72): `agent` and `diff` took no --kubeconfig or --context, though the
+/// message for a missing kubeconfig told users to pass them. Each reads the file it is given.
+#[test]
+fn agent_and_diff_take_the_kubeconfig_and_context_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gitops-repo");
+    let given = dir.path().join("given-kubeconfig");
+    let given = given.to_str().unwrap();
+    for args in [
+        vec![
+            "agent",
+            "--repo-path",
+            example,
+            "--kubeconfig",
+            given,
+            "--context",
+            "c",
+        ],
+        vec!["diff", example, "--kubeconfig", given, "--context", "c"],
+    ] {
+        let out = linnet(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+        assert!(
+            err.contains("given-kubeconfig"),
+            "{args:?} names the file it read: {err}"
+        );
+    }
+}
+
 #[test]
 fn agent_without_a_source_says_what_to_give() {
     let out = linnet(&["agent"]);

@@ -46,19 +46,20 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # The traffic tests send real requests through a real gateway to "pods": kwok gives pods
-# addresses in 10.244.0.0/16 (the API server refuses loopback ones in EndpointSlices), and a
+# addresses in 198.18.0.0/16 (the API server refuses loopback ones in EndpointSlices), and a
 # local route makes that range this machine's own, so a test server can listen on each pod's
-# address. Nothing else on the machine uses the range.
+# address. The range is reserved for benchmarking (RFC 2544): no pod network (kind, flannel
+# and kubeadm use 10.244.0.0/16), VPN or home network uses it, so the route breaks nothing.
 # The route is read into a variable, not piped to `grep -q`: under pipefail, grep leaving at
 # its first match can fail `ip` with SIGPIPE, and the second run then tried to add it again.
-pod_route=$(ip route get 10.244.0.1 2>/dev/null || true)
+pod_route=$(ip route get 198.18.0.1 2>/dev/null || true)
 if [[ "$pod_route" != local* ]]; then
   if [ "$(id -u)" = 0 ]; then
-    echo "deps: routing the test pods' addresses (10.244.0.0/16) to this machine (lo)" >&2
-    ip route replace local 10.244.0.0/16 dev lo
+    echo "deps: routing the test pods' addresses (198.18.0.0/16) to this machine (lo)" >&2
+    ip route replace local 198.18.0.0/16 dev lo
   else
     echo "deps: the traffic tests need the test pods' addresses on this machine. Run:" >&2
-    echo "    sudo ip route add local 10.244.0.0/16 dev lo" >&2
+    echo "    sudo ip route add local 198.18.0.0/16 dev lo" >&2
     echo "then run make again (it lasts until the next reboot)." >&2
     exit 1
   fi

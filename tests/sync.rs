@@ -405,9 +405,29 @@ async fn linnet_diff_shows_what_would_change_and_exits_1() {
         ),
     )
     .unwrap();
-    let out = diff(repo.path());
+    // Regression (issue 72): `diff` took no --kubeconfig or --context, though its error
+    // said to pass them. KUBECONFIG names nothing here: the flags alone find the cluster.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args([
+            "diff",
+            repo.path().to_str().unwrap(),
+            "--source-name",
+            &ns.name,
+        ])
+        .args(["--allow-namespace", &ns.name])
+        .arg("--kubeconfig")
+        .arg(support::admin_kubeconfig())
+        .args(["--context", "admin@linnet-local"])
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         stdout.contains(&format!(
             "~ update CanaryStatefulSet {}/redis (apps/redis/redis.yaml)",

@@ -367,7 +367,7 @@ async fn debug_state(f: &Fixture, route: &str) -> String {
     let mut direct = Vec::new();
     for ip in slices.iter().flat_map(|s| {
         s.split('"')
-            .filter(|p| p.starts_with("10.244"))
+            .filter(|p| p.starts_with("198.18."))
             .map(str::to_string)
             .collect::<Vec<_>>()
     }) {

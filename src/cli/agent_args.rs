@@ -263,4 +263,7 @@ pub struct AgentArgs {
     pub specs: SpecArgs,
     #[command(flatten)]
     pub sync: SyncArgs,
+    /// The cluster (in a pod: its ServiceAccount; from a laptop: the kubeconfig).
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }

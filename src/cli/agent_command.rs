@@ -19,7 +19,7 @@ pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
         fence
     });
     let (kube_config, client) =
-        crate::kube_client::connect_fenced(&Default::default(), fence).await?;
+        crate::kube_client::connect_fenced(&args.cluster.target(), fence).await?;
     crate::kube_client::check_crds(&client).await?;
     crate::agent::run(config, client, kube_config).await?;
     Ok(ExitCode::SUCCESS)

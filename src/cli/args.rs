@@ -226,7 +226,8 @@ pub enum Command {
     /// 1 when something would, 2 on an error (a spec error, or the cluster cannot be read).
     ///
     /// Prints each object that would be created, updated or pruned, with a YAML diff of the
-    /// fields Git sets. Uses the current kubeconfig context (or `KUBECONFIG`).
+    /// fields Git sets. Uses the current kubeconfig context (or `KUBECONFIG`), or the one
+    /// --kubeconfig and --context name.
     Diff {
         /// The directory of specs (a checkout of the GitOps repository).
         dir: PathBuf,
@@ -242,6 +243,8 @@ pub enum Command {
         specs: SpecArgs,
         #[command(flatten)]
         sync: SyncArgs,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Check the specs in DIR offline, for your own pre-merge CI; exit 1 on any error.
     ///
@@ -359,10 +362,10 @@ pub enum GetOutput {
 pub struct ClusterArgs {
     /// The kubeconfig file (default: KUBECONFIG, else ~/.kube/config, else the pod's
     /// ServiceAccount).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "LINNET_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// The kubeconfig context (default: its current-context).
-    #[arg(long)]
+    #[arg(long, env = "LINNET_CONTEXT")]
     pub context: Option<String>,
 }
 

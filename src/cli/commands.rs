@@ -223,8 +223,8 @@ pub(super) async fn diff(
     dir: &Path,
     allow_empty: bool,
     unknown_fields: UnknownFields,
-    args: &SpecArgs,
-    sync: &SyncArgs,
+    (args, sync): (&SpecArgs, &SyncArgs),
+    cluster: &ClusterArgs,
 ) -> Result<ExitCode> {
     use crate::sync::{Change, Syncer, diff::render_diff};
     let set = crate::source::snapshot::load_tree(
@@ -238,7 +238,7 @@ pub(super) async fn diff(
     for e in &set.errors {
         eprintln!("{e}");
     }
-    let (_, client) = crate::kube_client::connect().await?;
+    let (_, client) = crate::kube_client::connect_to(&cluster.target()).await?;
     let load = args.load_options();
     let syncer = Syncer::new(
         client,

@@ -181,7 +181,7 @@ grep -q 'endswith(":broken")' kwok.yaml || die "could not narrow kwok's pod-read
 log "starting kwok"
 start kwok --kubeconfig admin.kubeconfig --config kwok.yaml \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-  --node-ip 10.244.0.1 --cidr 10.244.0.0/16 --node-lease-duration-seconds 40 \
+  --node-ip 198.18.0.1 --cidr 198.18.0.0/16 --node-lease-duration-seconds 40 \
   --server-address 127.0.0.1:0
 
 # --- objects ------------------------------------------------------------------------------

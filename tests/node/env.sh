@@ -18,7 +18,7 @@ NODE_IMAGES=$LINNET_CACHE/node/images-$_node_images_key
 # and the node's directories hold mounts until the node is down.
 NODE_RUN=${LINNET_NODE_DIR:-${TMPDIR:-/tmp}/linnet-node}
 NODE_NAME=linnet-node-0
-# Pod addresses on the node's bridge; kwok's pods use 10.244.0.0/16 (tests/deps.sh).
+# Pod addresses on the node's bridge; kwok's pods use 198.18.0.0/16 (tests/deps.sh).
 NODE_POD_CIDR=10.246.0.0/24
 NODE_BRIDGE=linnet0
 # This machine's address on the bridge: pods reach the host's test servers (a Git server, say)

@@ -1,7 +1,7 @@
 //! A real gateway and real "pods" for the traffic tests. Traefik (built from its Go module by
 //! `tests/gateway/build.sh`, cached) runs its Kubernetes Gateway provider against the local
 //! control plane and routes requests by the HTTPRoutes linnet weighs. kwok's pods get
-//! addresses in 10.244.0.0/16, which `tests/deps.sh` routes to this machine, and
+//! addresses in 198.18.0.0/16, which `tests/deps.sh` routes to this machine, and
 //! [`PodServers`] listens on each pod's address and answers with the pod's image, as the
 //! pod's container would: `500` for an image whose tag contains `bad`.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
@@ -499,9 +499,9 @@ async fn serve_pods(port: u16, addresses: Addresses) {
         else {
             continue;
         };
-        // Only kwok's pods (10.244.0.0/16) need a stand-in: a pod on the real node
+        // Only kwok's pods (198.18.0.0/16) need a stand-in: a pod on the real node
         // (tests/node/) answers for itself.
-        if !matches!(ip, IpAddr::V4(v4) if v4.octets()[..2] == [10, 244]) {
+        if !matches!(ip, IpAddr::V4(v4) if v4.octets()[..2] == [198, 18]) {
             continue;
         }
         let image = pod
@@ -530,7 +530,7 @@ async fn serve_pods(port: u16, addresses: Addresses) {
                 Ok(l) => l,
                 Err(e) => {
                     eprintln!(
-                        "cannot listen on pod address {ip}:{port} (is 10.244.0.0/16 routed to lo? run tests/deps.sh): {e}"
+                        "cannot listen on pod address {ip}:{port} (is 198.18.0.0/16 routed to lo? run tests/deps.sh): {e}"
                     );
                     continue;
                 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
     kind = "AnalysisTemplate",
     namespaced,
     derive = "PartialEq",
-    shortname = "at",
+    shortname = "lat",
     category = "linnet",
     printcolumn(
         name = "Age",

@@ -39,11 +39,14 @@ image-push: image
 	"$$(tests/registry/build.sh)/crane" push $(IMAGE_DIR) $(REGISTRY)/linnet:$(VERSION)
 
 ## install: the CLI in $(PREFIX)/bin (default ~/.cargo/bin), also as `kubectl-linnet`, so that
-## `kubectl linnet get` works.
-install:
+## `kubectl linnet get` works; the renderers it runs (kustomize, helm) in $(PREFIX)/lib/linnet,
+## where linnet finds them when PATH has none (never on PATH: they would shadow yours).
+install: render-build
 	$(CARGO) install --locked --path . --root $(PREFIX)
 	ln -sf linnet $(PREFIX)/bin/kubectl-linnet
-	@echo "installed $(PREFIX)/bin/linnet and $(PREFIX)/bin/kubectl-linnet (kubectl linnet ...)"
+	mkdir -p $(PREFIX)/lib/linnet
+	cp "$$(deploy/render-tools/build.sh)/kustomize" "$$(deploy/render-tools/build.sh)/helm" $(PREFIX)/lib/linnet/
+	@echo "installed $(PREFIX)/bin/linnet and $(PREFIX)/bin/kubectl-linnet (kubectl linnet ...), and kustomize and helm in $(PREFIX)/lib/linnet"
 
 ## deps: check (and, as root on Debian or Ubuntu, install) what the machine needs.
 deps:
@@ -144,7 +147,7 @@ tools-build:
 ## render-build: kustomize and helm, the renderers the agent runs and its image ships, built
 ## from the Go modules pinned in deploy/render-tools/.
 render-build:
-	deploy/render-tools/build.sh >/dev/null
+	@echo "renderers in $$(deploy/render-tools/build.sh) (linnet looks on PATH, then beside itself where make install puts them)"
 
 ## gateway-build: Traefik (from its Go module) and the Gateway API CRDs, for the traffic tests;
 ## cached.

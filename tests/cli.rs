@@ -285,3 +285,38 @@ fn unknown_fields_can_be_ignored_for_a_newer_clusters_fields() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Regression (issue 72): after `make install`, `linnet validate examples/gitops-repo` failed
+/// with "cannot run kustomize/helm": the renderers were built into a cache nothing pointed
+/// to. `make install` puts them in `lib/linnet` beside `bin/linnet`; this is that layout.
+#[test]
+fn an_installed_linnet_finds_the_renderers_installed_beside_it() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("install-layout");
+    let _ = std::fs::remove_dir_all(&root);
+    let (bin, lib) = (root.join("bin"), root.join("lib/linnet"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    let linnet = bin.join("linnet");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_linnet"), &linnet).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_linnet"), &linnet).unwrap();
+    }
+    for tool in ["kustomize", "helm"] {
+        std::fs::copy(support::render_bin().join(tool), lib.join(tool)).unwrap();
+    }
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gitops-repo");
+    let out = Command::new(&linnet)
+        .args(["validate", "--check-namespaces", "never", example])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &root)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("no errors"), "{text}");
+    let _ = std::fs::remove_dir_all(&root);
+}

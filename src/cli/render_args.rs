@@ -1,7 +1,7 @@
 //! The flags that say how Kustomize overlays and Helm charts are rendered (shared by
 //! `validate`, `diff` and `agent`, so that all three render the same way).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::args::parse_duration;
@@ -11,10 +11,12 @@ use crate::render::RenderOptions;
 #[derive(Debug, Clone, clap::Args)]
 pub struct RenderArgs {
     /// The kustomize binary that renders a directory with a kustomization.yaml (the image
-    /// ships it; a bare name is looked up in PATH).
+    /// ships it; a bare name is looked up in PATH, then in ../lib/linnet beside this binary,
+    /// where `make install` puts it).
     #[arg(long, default_value = "kustomize", env = "LINNET_KUSTOMIZE")]
     pub kustomize: PathBuf,
-    /// The helm binary that renders a chart a linnet-helm.yaml names.
+    /// The helm binary that renders a chart a linnet-helm.yaml names (looked up as kustomize
+    /// is).
     #[arg(long, default_value = "helm", env = "LINNET_HELM")]
     pub helm: PathBuf,
     /// The longest one unit's render may take; past it the render is stopped and the unit is
@@ -44,12 +46,40 @@ pub struct RenderArgs {
     pub render_allowed_hosts: Vec<String>,
 }
 
+/// Where `make install` puts the renderers, relative to the directory of the linnet binary:
+/// beside it, not on PATH, so that they never shadow a kustomize or helm of the user's.
+const INSTALLED_TOOLS: &str = "../lib/linnet";
+
+/// `tool` as given, unless it is a bare name PATH does not have and `make install` put one
+/// beside the running binary.
+fn installed_tool(tool: &Path) -> PathBuf {
+    let exe = std::env::current_exe().ok();
+    let path = std::env::var_os("PATH");
+    resolve_tool(tool, path.as_deref(), exe.as_deref())
+}
+
+fn resolve_tool(tool: &Path, path: Option<&std::ffi::OsStr>, exe: Option<&Path>) -> PathBuf {
+    let bare = tool.components().count() == 1 && tool.is_relative();
+    let on_path = || {
+        path.into_iter()
+            .flat_map(std::env::split_paths)
+            .any(|dir| dir.join(tool).is_file())
+    };
+    if !bare || on_path() {
+        return tool.to_path_buf();
+    }
+    exe.and_then(Path::parent)
+        .map(|dir| dir.join(INSTALLED_TOOLS).join(tool))
+        .filter(|installed| installed.is_file())
+        .unwrap_or_else(|| tool.to_path_buf())
+}
+
 impl RenderArgs {
     /// The render options these flags describe.
     pub fn render_options(&self) -> RenderOptions {
         RenderOptions {
-            kustomize: self.kustomize.clone(),
-            helm: self.helm.clone(),
+            kustomize: installed_tool(&self.kustomize),
+            helm: installed_tool(&self.helm),
             timeout: self.render_timeout,
             max_memory_bytes: self
                 .render_max_memory
@@ -65,5 +95,40 @@ impl RenderArgs {
             fetch_timeout: Duration::from_secs(60),
             work_dir: std::env::temp_dir(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 72): after `make install`, `linnet validate` could not find the
+    /// renderers `make` had built (they were in a cache nothing pointed to).
+    #[test]
+    fn a_renderer_is_found_on_path_else_where_make_install_puts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, lib, elsewhere) = (
+            dir.path().join("bin"),
+            dir.path().join("lib/linnet"),
+            dir.path().join("elsewhere"),
+        );
+        for d in [&bin, &lib, &elsewhere] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(lib.join("helm"), "").unwrap();
+        let exe = bin.join("linnet");
+        let helm = Path::new("helm");
+        let path = std::env::join_paths([&elsewhere]).unwrap();
+        assert_eq!(
+            resolve_tool(helm, Some(&path), Some(&exe)),
+            bin.join("../lib/linnet/helm")
+        );
+        // The user's own on PATH wins; a path given is kept; nothing found stays the name.
+        std::fs::write(elsewhere.join("helm"), "").unwrap();
+        assert_eq!(resolve_tool(helm, Some(&path), Some(&exe)), helm);
+        let given = Path::new("/opt/helm");
+        assert_eq!(resolve_tool(given, Some(&path), Some(&exe)), given);
+        let kustomize = Path::new("kustomize");
+        assert_eq!(resolve_tool(kustomize, Some(&path), Some(&exe)), kustomize);
     }
 }

@@ -88,8 +88,9 @@ impl Drop for WorkDir {
 #[derive(Debug, thiserror::Error)]
 pub(super) enum RunFailure {
     #[error(
-        "cannot run {program}: {why}; linnet's image ships kustomize and helm, elsewhere \
-         install them or name them with --kustomize and --helm"
+        "cannot run {program}: {why}; linnet's image ships kustomize and helm, and `make \
+         install` puts them beside linnet (in ../lib/linnet); elsewhere install them or name \
+         them with --kustomize and --helm"
     )]
     Spawn { program: String, why: String },
     #[error("it ran longer than the {0:?} a render may take (--render-timeout) and was stopped")]

@@ -55,7 +55,9 @@ pub fn run(cli: Cli) -> ExitCode {
     // Dropped after the command: the last spans are flushed to the collector.
     let _exporter = match telemetry::init(
         cli.log_format,
-        "linnet=info,warn",
+        // kube's own client (used through a proxy) logs a failed request at ERROR before
+        // linnet says what failed and where; linnet's line is the one to read.
+        "linnet=info,kube_client::client::builder=off,warn",
         cli.otlp_endpoint.as_deref(),
     ) {
         Ok(exporter) => exporter,
@@ -155,6 +157,12 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             &cluster,
             crate::inspect::Lever::Abort,
         )),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "linnet", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crds => {
             let yaml = crate::api::crds_yaml()?;
             say_raw!("{yaml}");
@@ -389,5 +397,36 @@ mod docs_tests {
             missing.is_empty(),
             "the README's quick start does not name {missing:?}"
         );
+    }
+
+    /// `agent --help` ends with examples (issue 72: 500 lines with no headings or
+    /// examples); each parses as the command line it shows.
+    #[test]
+    fn the_agents_help_has_headings_and_examples_that_parse() {
+        let mut cli = Cli::command();
+        let agent = cli.find_subcommand_mut("agent").expect("agent subcommand");
+        let help = agent.render_long_help().to_string();
+        for heading in [
+            "Source:",
+            "Write-back:",
+            "Webhooks:",
+            "Cluster:",
+            "Examples:",
+        ] {
+            assert!(help.contains(heading), "no {heading} in:\n{help}");
+        }
+        let examples = help.split("Examples:").nth(1).unwrap_or_default();
+        let commands: Vec<String> = examples
+            .replace("\\\n", " ")
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("linnet "))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(commands.len(), 3, "{examples}");
+        for command in commands {
+            let parsed = Cli::try_parse_from(command.split_whitespace());
+            assert!(parsed.is_ok(), "{command}: {:?}", parsed.err());
+        }
     }
 }

@@ -232,10 +232,11 @@ macro_rules! trace_layer {
                 match failure {
                     ServerErrorsFailureClass::StatusCode(status) => {
                         span.record("http.status_code", status.as_u16());
-                        tracing::error!("failed with status {status}");
+                        // The caller says what failed, with its context; this is detail.
+                        tracing::debug!("failed with status {status}");
                     }
                     ServerErrorsFailureClass::Error(err) => {
-                        tracing::error!("failed with error {err}");
+                        tracing::debug!("failed with error {err}");
                     }
                 }
             },

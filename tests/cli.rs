@@ -22,7 +22,15 @@ fn help_lists_every_subcommand() {
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     for sub in [
-        "agent", "diff", "validate", "status", "get", "promote", "abort", "crds",
+        "agent",
+        "diff",
+        "validate",
+        "status",
+        "get",
+        "promote",
+        "abort",
+        "crds",
+        "completion",
     ] {
         assert!(help.contains(sub), "--help does not list `{sub}`:\n{help}");
     }
@@ -155,12 +163,17 @@ fn diff_exits_2_not_1_when_the_cluster_cannot_be_read() {
         .envs(support::render_env())
         .output()
         .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),
         Some(2),
-        "{}{}",
+        "{}{err}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    );
+    // Regression (issue 72): the client's own "ERROR ... failed with error" line came first.
+    assert!(
+        err.trim_start().starts_with("linnet:") && !err.contains("ERROR"),
+        "linnet's message alone: {err}"
     );
 }
 
@@ -319,4 +332,24 @@ fn an_installed_linnet_finds_the_renderers_installed_beside_it() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("no errors"), "{text}");
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Issue 72: shell completion. The bash script loads in a real bash and completes the
+/// agent's flags.
+#[test]
+fn the_completion_script_loads_in_bash_and_knows_the_flags() {
+    let out = linnet(&["completion", "bash"]);
+    assert!(out.status.success());
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(script.contains("--repo-url") && script.contains("--kubeconfig"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("linnet.bash");
+    std::fs::write(&file, script.as_bytes()).unwrap();
+    let loaded = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p linnet", file.display()))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&loaded.stdout);
+    assert!(loaded.status.success() && said.contains("linnet"), "{said}");
 }

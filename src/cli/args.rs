@@ -213,6 +213,24 @@ pub enum UnknownFields {
 }
 
 /// What to do.
+/// What `linnet agent --help` ends with: the three ways people start it.
+const AGENT_EXAMPLES: &str = "\
+Examples:
+  # In the cluster (deploy/ or the Helm chart set these as LINNET_* variables):
+  linnet agent --repo-url https://github.com/acme/gitops.git --path apps \\
+    --git-password-file /etc/linnet/git/token --webhook-secret-file /etc/linnet/webhook/secret
+
+  # From a laptop, on a working tree, against a chosen cluster (no Git host needed):
+  linnet agent --repo-path ~/src/gitops --path apps --context kind-dev --leader-elect=false
+
+  # Status back to Git, and commit statuses on GitHub:
+  linnet agent --repo-url git@github.com:acme/gitops.git --ssh-key-file ~/.ssh/linnet \\
+    --ssh-known-hosts ~/.ssh/known_hosts --commit-status-provider github \\
+    --commit-status-repo acme/gitops --commit-status-token-file ~/.config/linnet/token
+
+Every flag can also be set as its LINNET_* environment variable, shown beside it.
+More: docs/getting-started.md, docs/git-hosts.md, docs/cli.md.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent: follow the repository and keep the cluster in line with it.
@@ -221,6 +239,7 @@ pub enum Command {
     /// and a sync happen only when it moved), at once when a verified webhook arrives, or, with
     /// --repo-path, when a file in the directory changes. It serves /healthz, /readyz,
     /// /metrics, /status and /hooks/{github,gitlab,gitea,bitbucket,generic}.
+    #[command(after_long_help = AGENT_EXAMPLES)]
     Agent(Box<AgentArgs>),
     /// Show what a sync of DIR would change in the live cluster: exit 0 when nothing would,
     /// 1 when something would, 2 on an error (a spec error, or the cluster cannot be read).
@@ -347,6 +366,12 @@ pub enum Command {
     },
     /// Print the CustomResourceDefinitions for `kubectl apply -f -`.
     Crds,
+    /// Print a shell completion script: `source <(linnet completion bash)`, or write it where
+    /// your shell reads completions (e.g. `linnet completion zsh > ~/.zfunc/_linnet`).
+    Completion {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// What `linnet get` prints.

@@ -751,3 +751,82 @@ fn the_dashboard_is_off_until_one_value_turns_it_on() {
         Some("127.0.0.1:8090")
     );
 }
+
+/// Regression (issue 72): the chart had no value for the alert rules (and no label for a
+/// kube-prometheus-stack to select them by), the Grafana dashboard came only as JSON, and the
+/// alert texts named `linnet-system` whatever the namespace. The chart's copies are
+/// deploy/monitoring's, and its rules and dashboard name the release's namespace.
+#[test]
+fn the_chart_ships_the_alert_rules_and_dashboard_for_its_own_namespace() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for file in ["alerts.yaml", "grafana-dashboard.json"] {
+        assert_eq!(
+            std::fs::read_to_string(format!("{root}/deploy/helm/linnet/files/{file}")).unwrap(),
+            std::fs::read_to_string(format!("{root}/deploy/monitoring/{file}")).unwrap(),
+            "deploy/helm/linnet/files/{file} differs from deploy/monitoring/{file}: copy it"
+        );
+    }
+    let rendered = render_chart(
+        "ops",
+        "observability",
+        &[
+            "repo.url=https://github.com/YOU/gitops.git".to_string(),
+            "git.token=t".into(),
+            "webhook.secret=0123456789abcdef0123".into(),
+            "metrics.prometheusRule.enabled=true".into(),
+            "metrics.prometheusRule.labels.release=kube-prometheus-stack".into(),
+            "metrics.grafanaDashboard.enabled=true".into(),
+        ],
+    );
+    let rule = rendered
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let alerts: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(format!("{root}/deploy/monitoring/alerts.yaml")).unwrap(),
+    )
+    .unwrap();
+    let names = |groups: &Value| -> Vec<String> {
+        groups[0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["alert"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(names(&rule["spec"]["groups"]), names(&alerts["groups"]));
+    let dashboard = rendered
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .expect("a dashboard ConfigMap for Grafana's sidecar");
+    let json: Value =
+        serde_json::from_str(dashboard["data"]["linnet.json"].as_str().unwrap()).unwrap();
+    assert_eq!(json["uid"], "linnet");
+    for (what, doc) in [("rules", rule), ("dashboard", dashboard)] {
+        let text = serde_json::to_string(doc).unwrap();
+        assert!(
+            !text.contains("linnet-system"),
+            "the {what} name linnet-system"
+        );
+        assert!(text.contains("kubectl -n observability"), "the {what}");
+    }
+    let off = render_chart(
+        "ops",
+        "observability",
+        &[
+            "repo.url=https://github.com/YOU/gitops.git".to_string(),
+            "git.token=t".into(),
+            "webhook.secret=0123456789abcdef0123".into(),
+        ],
+    );
+    assert!(
+        !off.iter()
+            .any(|d| d["kind"] == "PrometheusRule"
+                || d["metadata"]["name"] == "ops-grafana-dashboard"),
+        "off by default"
+    );
+}

@@ -23,6 +23,39 @@ fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring")
 }
 
+/// Regression (issue 72): `promtool check metrics` found 13 counters without HELP: the
+/// agent wrote only OpenMetrics, whose counter HELP names the family, not its `_total`
+/// samples. A client that does not ask for OpenMetrics gets the classic format.
+#[test]
+fn the_metrics_in_the_classic_format_pass_promtool_check_metrics() {
+    let classic = linnet::telemetry::classic::to_classic(&every_family());
+    let mut child = Command::new(prometheus_bin().join("promtool"))
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool runs (tests/prometheus/build.sh builds it)");
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(classic.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{said}\n{classic}"
+    );
+    assert!(!said.contains("no help text"), "{said}");
+}
+
 /// Runs promtool with `args`; panics with its output unless it succeeds.
 fn promtool(args: &[&str]) -> String {
     let out = Command::new(prometheus_bin().join("promtool"))
@@ -93,6 +126,30 @@ fn served_names() -> BTreeSet<String> {
         })
         .inc();
     let text = m.encode();
+    names_in(&text)
+}
+
+/// The metrics with a series of each family, as the agent encodes them (OpenMetrics).
+fn every_family() -> String {
+    use linnet::telemetry::{KindLabel, RolloutProblem};
+    let m = linnet::agent::metrics();
+    m.source_state("default", true, 0, 0, 1.0);
+    let _ = m.encode_with_problems([(
+        "CanaryStatefulSet",
+        "a",
+        "b",
+        RolloutProblem::Stalled("X".into()),
+    )]);
+    m.reconcile_duration
+        .get_or_create(&KindLabel {
+            kind: "CanaryStatefulSet".into(),
+        })
+        .observe(0.1);
+    m.webhook("github", "accepted");
+    m.encode()
+}
+
+fn names_in(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {

@@ -181,21 +181,28 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
     }
 }
 
+/// OpenMetrics when the scraper asks for it (Prometheus does), else the classic text format
+/// (`promtool check metrics`, curl).
 async fn metrics_text(
     State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
 ) -> ([(&'static str, &'static str); 1], String) {
+    use crate::telemetry::classic;
     let sets = shared.rollouts.statefulsets.store().state();
     let deploys = shared.rollouts.deployments.store().state();
     let sets = sets.iter().flat_map(|o| problems_of(o.as_ref()));
     let deploys = deploys.iter().flat_map(|o| problems_of(o.as_ref()));
     let text = shared.metrics.encode_with_problems(sets.chain(deploys));
-    (
-        [(
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
+    let accept = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    if classic::wants_openmetrics(accept) {
+        let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        ([("content-type", openmetrics)], text)
+    } else {
+        let plain = "text/plain; version=0.0.4; charset=utf-8";
+        ([("content-type", plain)], classic::to_classic(&text))
+    }
 }
 
 /// Phases a rollout ends in when it did not get where Git asked.

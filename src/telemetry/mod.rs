@@ -45,6 +45,7 @@ pub fn init(
     Ok(exporter)
 }
 
+pub mod classic;
 mod labels;
 pub mod memory;
 mod metrics;

@@ -279,7 +279,15 @@ async fn run_as_deployed(
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_linnet"));
     cmd.args(c.args.iter().flatten())
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // The image has kustomize and helm on its PATH.
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                support::render_bin().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
         .env("KUBECONFIG", &kubeconfig)
         .stderr(log)
         .stdout(std::process::Stdio::null());
@@ -305,15 +313,27 @@ async fn run_as_deployed(
 /// A copy of examples/gitops-repo (its objects moved to namespace `ns`) on branch main of a
 /// repository served over HTTP with Basic auth (user `git`, password `token`). Returns the
 /// repository's URL; the files live as long as `dir`.
-fn serve_example(dir: &Path, ns: &str, token: &str) -> String {
+fn serve_example(dir: &Path, token: &str) -> String {
     let root = dir.join("git");
     std::fs::create_dir_all(&root).unwrap();
     let (_bare, work) = support::bare_remote_and_clone(&root);
-    support::commit_example(&work, ns);
+    support::commit_whole_example(&work);
     support::git(&work, &["push", "-q", "origin", "HEAD:main"]);
     let base = support::git_http::serve(root, Some(("git", token)));
     format!("{base}/remote.git")
 }
+
+/// The example repository's namespaces and rollouts: `apps/` in `demo`, the overlays of
+/// `environments/` in `staging` and `production`, the chart `releases/cache-staging` renders
+/// in `staging`.
+const EXAMPLE_NAMESPACES: [&str; 3] = ["demo", "staging", "production"];
+const EXAMPLE_ROLLOUTS: [(&str, &str, &str); 5] = [
+    ("demo", "CanaryStatefulSet", "redis"),
+    ("demo", "CanaryDeployment", "web"),
+    ("staging", "CanaryDeployment", "api"),
+    ("staging", "CanaryStatefulSet", "cache"),
+    ("production", "CanaryDeployment", "api"),
+];
 
 /// Runs `program` with the test tools (kubectl) and the renderers (helm) first on PATH, as the
 /// cluster's admin, from the checkout's root; panics with its output unless it succeeds.
@@ -341,53 +361,76 @@ fn run_tool(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Waits until the example's two rollouts in `ns` are Ready, then stops the agent, releases
-/// the rollouts and deletes `ns`. Panics with the agent's log if they never are, or if the
-/// log holds a debug dump.
-async fn example_becomes_ready(
-    client: &kube::Client,
-    ns: &str,
-    mut agent: std::process::Child,
-    log: &Path,
-) {
-    use linnet::api::{CanaryDeployment, CanaryStatefulSet};
-    let ready = |conditions: &[linnet::api::Condition]| {
-        conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+/// Waits until every rollout of the example repository is Ready, then stops the agent,
+/// releases the rollouts and deletes their namespaces. Panics with the agent's log if they
+/// never are, or if the log holds a debug dump.
+async fn example_becomes_ready(client: &kube::Client, mut agent: std::process::Child, log: &Path) {
+    use linnet::api::{CanaryDeployment, CanaryStatefulSet, Condition};
+    let ready = |conditions: Option<&Vec<Condition>>| {
+        conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     };
-    let sets: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), ns);
-    let deploys: Api<CanaryDeployment> = Api::namespaced(client.clone(), ns);
-    let synced = async {
-        loop {
-            let redis = sets.get_opt("redis").await.unwrap();
-            let web = deploys.get_opt("web").await.unwrap();
-            if redis
-                .and_then(|r| r.status)
-                .is_some_and(|s| ready(&s.conditions))
-                && web
-                    .and_then(|w| w.status)
-                    .is_some_and(|s| ready(&s.conditions))
-            {
-                return;
+    let is_ready = |ns: &'static str, kind: &'static str, name: &'static str| {
+        let client = client.clone();
+        async move {
+            if kind == "CanaryStatefulSet" {
+                let r = Api::<CanaryStatefulSet>::namespaced(client, ns)
+                    .get_opt(name)
+                    .await;
+                ready(
+                    r.ok()
+                        .flatten()
+                        .and_then(|r| r.status)
+                        .map(|s| s.conditions)
+                        .as_ref(),
+                )
+            } else {
+                let r = Api::<CanaryDeployment>::namespaced(client, ns)
+                    .get_opt(name)
+                    .await;
+                ready(
+                    r.ok()
+                        .flatten()
+                        .and_then(|r| r.status)
+                        .map(|s| s.conditions)
+                        .as_ref(),
+                )
             }
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     };
-    let done = tokio::time::timeout(std::time::Duration::from_secs(120), synced).await;
+    let mut waiting: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    while std::time::Instant::now() < deadline {
+        waiting.clear();
+        for (ns, kind, name) in EXAMPLE_ROLLOUTS {
+            if !is_ready(ns, kind, name).await {
+                waiting.push(format!("{kind} {ns}/{name}"));
+            }
+        }
+        if waiting.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     let _ = agent.kill();
     let _ = agent.wait();
     let log_text = std::fs::read_to_string(log).unwrap_or_default();
-    // Leave the cluster as it was: rollouts released (no agent runs now), namespace gone.
+    // Leave the cluster as it was: rollouts released (no agent runs now), namespaces gone.
     let release = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
-    let _ = sets.patch("redis", &PatchParams::default(), &release).await;
-    let _ = deploys
-        .patch("web", &PatchParams::default(), &release)
-        .await;
-    gone(client, ns).await;
+    for (ns, kind, name) in EXAMPLE_ROLLOUTS {
+        if kind == "CanaryStatefulSet" {
+            let api = Api::<CanaryStatefulSet>::namespaced(client.clone(), ns);
+            let _ = api.patch(name, &PatchParams::default(), &release).await;
+        } else {
+            let api = Api::<CanaryDeployment>::namespaced(client.clone(), ns);
+            let _ = api.patch(name, &PatchParams::default(), &release).await;
+        }
+    }
+    for ns in EXAMPLE_NAMESPACES {
+        gone(client, ns).await;
+    }
     assert!(
-        done.is_ok(),
-        "the example did not become Ready in {ns} within 120 s; agent log:\n{log_text}"
+        waiting.is_empty(),
+        "not Ready within 180 s: {waiting:?}; agent log:\n{log_text}"
     );
     assert!(!log_text.contains("Status {"), "a debug dump:\n{log_text}");
 }
@@ -395,21 +438,23 @@ async fn example_becomes_ready(
 /// Issue 24: the example repository did not sync with the shipped install (namespace `demo`
 /// undeclared, four raw Status dumps). This follows docs/getting-started.md word for word: a
 /// copy of examples/gitops-repo served over HTTP with a token, the page's commands run by
-/// bash with a real kubectl, then the Deployment's agent as the kubelet would start it. The
-/// example's two rollouts must become Ready.
+/// bash with a real kubectl, then the Deployment's agent as the kubelet would start it. Every
+/// rollout of the example must become Ready: regression (issue 72), the install made and
+/// bound only `demo`, and the test copied only `apps/`, so the overlays' and the chart's
+/// `staging` and `production` failed unseen.
 #[tokio::test]
 async fn the_readme_install_syncs_the_example() {
     const TOKEN: &str = "install-test-git-token";
     let _one = CLUSTER.lock().await;
     let client = admin_client().await;
     let dir = tempfile::tempdir().unwrap();
-    let repo_url = serve_example(dir.path(), "demo", TOKEN);
+    let repo_url = serve_example(dir.path(), TOKEN);
     let steps = install_steps()
         .replace("https://github.com/YOU/gitops.git", &repo_url)
         .replace("YOUR-GIT-TOKEN", TOKEN);
     run_tool("bash", &["-euo", "pipefail", "-c", &steps]);
     let agent = run_as_deployed(&client, "linnet-system", "linnet", dir.path()).await;
-    example_becomes_ready(&client, "demo", agent, &dir.path().join("agent.log")).await;
+    example_becomes_ready(&client, agent, &dir.path().join("agent.log")).await;
 }
 
 fn chart_dir() -> String {
@@ -523,8 +568,8 @@ async fn the_helm_chart_installs_and_syncs_the_example() {
     let _one = CLUSTER.lock().await;
     let client = admin_client().await;
     let dir = tempfile::tempdir().unwrap();
-    let repo_url = serve_example(dir.path(), "helm-demo", TOKEN);
-    for ns in ["linnet-helm", "helm-demo"] {
+    let repo_url = serve_example(dir.path(), TOKEN);
+    for ns in ["linnet-helm"].into_iter().chain(EXAMPLE_NAMESPACES) {
         let script =
             format!("kubectl create namespace {ns} --dry-run=client -o yaml | kubectl apply -f -");
         run_tool("bash", &["-euo", "pipefail", "-c", &script]);
@@ -537,8 +582,8 @@ async fn the_helm_chart_installs_and_syncs_the_example() {
             format!("git.token={TOKEN}"),
             "webhook.secret=0123456789abcdef0123".into(),
             "sourceName=helm".into(),
-            "sourceNamespaces={helm-demo}".into(),
-            "policy.allowNamespaces={helm-demo}".into(),
+            "sourceNamespaces={demo,staging,production}".into(),
+            "policy.allowNamespaces={demo,staging,production}".into(),
         ],
     );
     let file = dir.path().join("rendered.yaml");
@@ -550,7 +595,7 @@ async fn the_helm_chart_installs_and_syncs_the_example() {
     std::fs::write(&file, text.join("\n")).unwrap();
     run_tool("kubectl", &["apply", "-f", file.to_str().unwrap()]);
     let agent = run_as_deployed(&client, "linnet-helm", "linnet-helm", dir.path()).await;
-    example_becomes_ready(&client, "helm-demo", agent, &dir.path().join("agent.log")).await;
+    example_becomes_ready(&client, agent, &dir.path().join("agent.log")).await;
     gone(&client, "linnet-helm").await;
 }
 

@@ -704,6 +704,15 @@ fn copy_tree(src: &std::path::Path, dst: &std::path::Path, ns: &str) {
 
 /// Copies the example repository's `apps/` (in namespace `ns`) into the work tree `work` and
 /// commits it as "seed".
+/// The whole of examples/gitops-repo as it ships (namespaces `demo`, `staging` and
+/// `production`; plain YAML, overlays and a chart), committed in `work`.
+pub fn commit_whole_example(work: &std::path::Path) {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gitops-repo");
+    copy_tree(&src, work, "demo");
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-qm", "the example repository"]);
+}
+
 pub fn commit_example(work: &std::path::Path, ns: &str) {
     let seed = example_repo_in(ns);
     copy_tree(&seed.path().join("apps"), &work.join("apps"), ns);

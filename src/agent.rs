@@ -434,4 +434,31 @@ mod tests {
             assert!(text.contains(series), "no {series} in:\n{text}");
         }
     }
+
+    /// Regression (issue 72): docs/metrics.md missed three reasons Git errors are counted by
+    /// (`unverified`, `rewritten`, `history_unknown`), and `act_as` among the reconcile errors.
+    #[test]
+    fn every_error_label_is_explained_in_the_metrics_page() {
+        let page = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md"),
+        )
+        .unwrap_or_default();
+        let labels = [
+            crate::net::Failure::LABELS,
+            crate::source::git::GitError::LABELS,
+            crate::runtime::look::SourceError::LABELS,
+            crate::writeback::push::WriteError::LABELS,
+            crate::writeback::commit_status::PostError::LABELS,
+            crate::controller::error::ReconcileError::LABELS,
+        ];
+        let missing: Vec<&str> = labels
+            .iter()
+            .flat_map(|l| l.iter().copied())
+            .filter(|l| !page.contains(&format!("`{l}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/metrics.md does not explain {missing:?}"
+        );
+    }
 }

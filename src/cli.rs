@@ -157,18 +157,23 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             &cluster,
             crate::inspect::Lever::Abort,
         )),
-        Command::Completion { shell } => {
-            use clap::CommandFactory;
-            let mut command = Cli::command();
-            clap_complete::generate(shell, &mut command, "linnet", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Crds => {
-            let yaml = crate::api::crds_yaml()?;
-            say_raw!("{yaml}");
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Completion { shell } => Ok(print_completion(shell)),
+        Command::Crds => print_crds(),
     }
+}
+
+/// `linnet completion SHELL`: the script, written from the same clap definition.
+fn print_completion(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    clap_complete::generate(shell, &mut command, "linnet", &mut std::io::stdout());
+    ExitCode::SUCCESS
+}
+
+fn print_crds() -> Result<ExitCode> {
+    let yaml = crate::api::crds_yaml()?;
+    say_raw!("{yaml}");
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -353,3 +353,38 @@ fn the_completion_script_loads_in_bash_and_knows_the_flags() {
     let said = String::from_utf8_lossy(&loaded.stdout);
     assert!(loaded.status.success() && said.contains("linnet"), "{said}");
 }
+
+/// Regression (issue 72): `validate` passed `apps/v1beta1 Deployment`, `kind: Servic` and
+/// `rollouts.linnet.io/v1alpha1` ("3 objects in 1 files, no errors"), which the API server
+/// refuses. Each is an error at its line, with what it should be; a CRD's kind of another
+/// project's group is left to the cluster.
+#[test]
+fn validate_refuses_kinds_and_versions_kubernetes_does_not_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: apps/v1beta1\nkind: Deployment\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Servic\nmetadata:\n  name: b\n---\napiVersion: rollouts.linnet.io/v1alpha1\nkind: CanaryDeployment\nmetadata:\n  name: c\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("fine.yaml"),
+        "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata:\n  name: d\nspec: {}\n",
+    )
+    .unwrap();
+    let out = linnet(&[
+        "validate",
+        "--check-namespaces",
+        "never",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for expected in [
+        "bad.yaml:1:1: apps/v1beta1 is not served by Kubernetes 1.36; Deployment is apps/v1",
+        "bad.yaml:7:1: v1 has no kind Servic; did you mean Service?",
+        "bad.yaml:11:1: rollouts.linnet.io/v1alpha1 is not linnet's API; it is rollouts.linnet.dev/v1alpha1",
+    ] {
+        assert!(stdout.contains(expected), "no {expected:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("fine.yaml"), "{stdout}");
+}

@@ -864,3 +864,46 @@ async fn a_refused_object_is_retried_with_backoff_not_five_times_a_second() {
         );
     }
 }
+
+/// Issue 72: the kinds `validate` takes as Kubernetes 1.36's are exactly what the test
+/// control plane's API server (1.36) serves, less the groups of its CRDs.
+#[tokio::test]
+async fn the_built_in_kinds_validate_knows_are_what_the_api_server_serves() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let admin = admin_client().await;
+    let crd_groups: std::collections::BTreeSet<String> =
+        Api::<CustomResourceDefinition>::all(admin.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|c| c.spec.group)
+            .collect();
+    let discovery = kube::Discovery::new(admin.clone()).run().await.unwrap();
+    let mut served = std::collections::BTreeSet::new();
+    for group in discovery.groups() {
+        if crd_groups.contains(group.name()) {
+            continue;
+        }
+        for version in group.versions() {
+            for (resource, _) in group.versioned_resources(version) {
+                served.insert((resource.api_version.clone(), resource.kind.clone()));
+            }
+        }
+    }
+    let known: std::collections::BTreeSet<(String, String)> = linnet::specs::kinds::BUILT_IN_KINDS
+        .iter()
+        .map(|(v, k)| (v.to_string(), k.to_string()))
+        .collect();
+    assert_eq!(
+        known.difference(&served).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "known but not served"
+    );
+    assert_eq!(
+        served.difference(&known).collect::<Vec<_>>(),
+        Vec::<&(String, String)>::new(),
+        "served but not known: add them to src/specs/kinds.rs"
+    );
+}

@@ -268,7 +268,8 @@ pub enum Command {
     /// Check the specs in DIR offline, for your own pre-merge CI; exit 1 on any error.
     ///
     /// Checks YAML syntax, types and unknown fields of linnet kinds, the CRDs' validation rules
-    /// (evaluated locally), duplicate objects, and the source's policy (--allow-namespace,
+    /// (evaluated locally), kinds and apiVersions Kubernetes 1.36 does not serve, duplicate
+    /// objects, and the source's policy (--allow-namespace,
     /// --deny-namespace, --allow-cluster-kind; PersistentVolumes never). Errors are printed
     /// as `file:line:column: message`, as JSON, or as GitHub Actions annotations. A directory
     /// without any spec is an error too (a wrong path), unless --allow-empty.

@@ -8,6 +8,7 @@
 mod analysis_refs;
 mod budget;
 mod key;
+pub mod kinds;
 mod known;
 mod load;
 mod locate;

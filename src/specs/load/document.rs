@@ -28,6 +28,13 @@ pub(super) fn load_document(
     };
     let id = Identity::of(&place, map, opts).map_err(|e| vec![e])?;
     refuse_by_policy(&place, &id, &value, opts).map_err(|e| vec![e])?;
+    // A kind 1.36 does not serve, as validate and diff judge it (the agent leaves it to the
+    // API server, which may be newer).
+    if opts.unknown_fields_are_errors
+        && let Some((field, message)) = crate::specs::kinds::kind_problem(id.api_version, id.kind)
+    {
+        return Err(vec![place.key(&[field], message)]);
+    }
     // Unknown fields first: a typo in a template (`containerz:`) also fails the rules below
     // ("containers is empty"), which would hide the cause.
     if opts.unknown_fields_are_errors {

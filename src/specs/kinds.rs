@@ -1,0 +1,245 @@
+//! The kinds a Kubernetes 1.36 API server serves, and linnet's own: an `apiVersion` of a
+//! built-in group that 1.36 does not serve (`apps/v1beta1`, removed in 1.16), a kind it does
+//! not have (`kind: Servic`), or linnet's group misspelt (`rollouts.linnet.io`) is refused at
+//! its line, as the API server would refuse it at apply time with no file or line. Groups of
+//! other projects (CRDs) are not judged here.
+
+use crate::api::{API_VERSION, GROUP};
+
+/// Every (apiVersion, kind) a default Kubernetes 1.36 API server serves, from its discovery
+/// (`tests/sync.rs` compares the two on the test control plane).
+pub const BUILT_IN_KINDS: &[(&str, &str)] = &[
+    ("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy"),
+    (
+        "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicyBinding",
+    ),
+    (
+        "admissionregistration.k8s.io/v1",
+        "MutatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicy",
+    ),
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingAdmissionPolicyBinding",
+    ),
+    (
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io/v1", "APIService"),
+    ("apps/v1", "ControllerRevision"),
+    ("apps/v1", "DaemonSet"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "StatefulSet"),
+    ("authentication.k8s.io/v1", "SelfSubjectReview"),
+    ("authentication.k8s.io/v1", "TokenReview"),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"),
+    ("authorization.k8s.io/v1", "SubjectAccessReview"),
+    ("autoscaling/v1", "HorizontalPodAutoscaler"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"),
+    ("batch/v1", "CronJob"),
+    ("batch/v1", "Job"),
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"),
+    ("coordination.k8s.io/v1", "Lease"),
+    ("discovery.k8s.io/v1", "EndpointSlice"),
+    ("events.k8s.io/v1", "Event"),
+    ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema"),
+    (
+        "flowcontrol.apiserver.k8s.io/v1",
+        "PriorityLevelConfiguration",
+    ),
+    ("networking.k8s.io/v1", "IPAddress"),
+    ("networking.k8s.io/v1", "Ingress"),
+    ("networking.k8s.io/v1", "IngressClass"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("networking.k8s.io/v1", "ServiceCIDR"),
+    ("node.k8s.io/v1", "RuntimeClass"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("resource.k8s.io/v1", "DeviceClass"),
+    ("resource.k8s.io/v1", "ResourceClaim"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+    ("resource.k8s.io/v1", "ResourceSlice"),
+    ("scheduling.k8s.io/v1", "PriorityClass"),
+    ("storage.k8s.io/v1", "CSIDriver"),
+    ("storage.k8s.io/v1", "CSINode"),
+    ("storage.k8s.io/v1", "CSIStorageCapacity"),
+    ("storage.k8s.io/v1", "StorageClass"),
+    ("storage.k8s.io/v1", "VolumeAttachment"),
+    ("storage.k8s.io/v1", "VolumeAttributesClass"),
+    ("v1", "Binding"),
+    ("v1", "ComponentStatus"),
+    ("v1", "ConfigMap"),
+    ("v1", "Endpoints"),
+    ("v1", "Event"),
+    ("v1", "LimitRange"),
+    ("v1", "Namespace"),
+    ("v1", "Node"),
+    ("v1", "PersistentVolume"),
+    ("v1", "PersistentVolumeClaim"),
+    ("v1", "Pod"),
+    ("v1", "PodTemplate"),
+    ("v1", "ReplicationController"),
+    ("v1", "ResourceQuota"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+];
+
+/// linnet's kinds, all of `rollouts.linnet.dev/v1alpha1`.
+pub const LINNET_KINDS: &[&str] = &[
+    "CanaryStatefulSet",
+    "CanaryDeployment",
+    "AnalysisTemplate",
+    "LinnetSource",
+];
+
+/// Which field is wrong, and why; `None` when the kind is served, or belongs to a group this
+/// check does not know.
+pub fn kind_problem(api_version: &str, kind: &str) -> Option<(&'static str, String)> {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    if group == GROUP || near(group, GROUP) {
+        return linnet_kind_problem(api_version, kind);
+    }
+    let of_group: Vec<(&str, &str)> = BUILT_IN_KINDS
+        .iter()
+        .copied()
+        .filter(|(gv, _)| gv.rsplit_once('/').map_or("", |(g, _)| g) == group)
+        .collect();
+    if of_group.is_empty() {
+        return None;
+    }
+    if of_group.contains(&(api_version, kind)) {
+        return None;
+    }
+    let served: Vec<&str> = of_group
+        .iter()
+        .filter(|(_, k)| *k == kind)
+        .map(|(gv, _)| *gv)
+        .collect();
+    if !served.is_empty() {
+        return Some((
+            "apiVersion",
+            format!(
+                "{api_version} is not served by Kubernetes 1.36; {kind} is {}",
+                served.join(" or ")
+            ),
+        ));
+    }
+    let versions: Vec<&str> = of_group.iter().map(|(gv, _)| *gv).collect();
+    if !versions.contains(&api_version) {
+        let mut versions = versions;
+        versions.dedup();
+        return Some((
+            "apiVersion",
+            format!(
+                "{api_version} is not served by Kubernetes 1.36 (its versions of this group: {})",
+                versions.join(", ")
+            ),
+        ));
+    }
+    let kinds = of_group
+        .iter()
+        .filter(|(gv, _)| *gv == api_version)
+        .map(|(_, k)| *k);
+    Some(("kind", unknown_kind(api_version, kind, kinds)))
+}
+
+fn linnet_kind_problem(api_version: &str, kind: &str) -> Option<(&'static str, String)> {
+    if api_version != API_VERSION {
+        return Some((
+            "apiVersion",
+            format!("{api_version} is not linnet's API; it is {API_VERSION}"),
+        ));
+    }
+    if LINNET_KINDS.contains(&kind) {
+        return None;
+    }
+    Some((
+        "kind",
+        unknown_kind(api_version, kind, LINNET_KINDS.iter().copied()),
+    ))
+}
+
+fn unknown_kind<'a>(api_version: &str, kind: &str, kinds: impl Iterator<Item = &'a str>) -> String {
+    let closest = kinds
+        .map(|k| (distance(&k.to_lowercase(), &kind.to_lowercase()), k))
+        .min();
+    match closest {
+        Some((d, k)) if d <= 3 => format!("{api_version} has no kind {kind}; did you mean {k}?"),
+        _ => format!("{api_version} has no kind {kind}"),
+    }
+}
+
+/// Whether `group` looks like a misspelling of `of` (the same first label, a close rest).
+fn near(group: &str, of: &str) -> bool {
+    group != of && group.split('.').next() == of.split('.').next() && distance(group, of) <= 4
+}
+
+/// The Levenshtein distance between two short strings.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(here + 1);
+            previous = here;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_1_36_api_server_would_refuse_is_named() {
+        let (field, m) = kind_problem("apps/v1beta1", "Deployment").unwrap();
+        assert_eq!(field, "apiVersion");
+        assert!(m.contains("Deployment is apps/v1"), "{m}");
+        let (field, m) = kind_problem("v1", "Servic").unwrap();
+        assert_eq!(field, "kind");
+        assert!(m.contains("did you mean Service?"), "{m}");
+        let (field, m) = kind_problem("rollouts.linnet.io/v1alpha1", "CanaryDeployment").unwrap();
+        assert_eq!(field, "apiVersion");
+        assert!(m.contains("rollouts.linnet.dev/v1alpha1"), "{m}");
+        let (_, m) = kind_problem("rollouts.linnet.dev/v1alpha1", "CanaryStatefulset").unwrap();
+        assert!(m.contains("did you mean CanaryStatefulSet?"), "{m}");
+        assert!(kind_problem("rollouts.linnet.dev/v1", "CanaryDeployment").is_some());
+        assert!(kind_problem("v2", "ConfigMap").is_some());
+        assert!(kind_problem("apps/v1", "Frobnicator").is_some());
+    }
+
+    #[test]
+    fn served_kinds_and_other_projects_groups_pass() {
+        for (v, k) in [
+            ("v1", "Service"),
+            ("apps/v1", "Deployment"),
+            ("autoscaling/v1", "HorizontalPodAutoscaler"),
+            ("autoscaling/v2", "HorizontalPodAutoscaler"),
+            ("rollouts.linnet.dev/v1alpha1", "AnalysisTemplate"),
+            ("cert-manager.io/v1", "Certificate"),
+            ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+            ("argoproj.io/v1alpha1", "Rollout"),
+        ] {
+            assert_eq!(kind_problem(v, k), None, "{v} {k}");
+        }
+    }
+}

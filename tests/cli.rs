@@ -388,3 +388,58 @@ fn validate_refuses_kinds_and_versions_kubernetes_does_not_serve() {
     }
     assert!(!stdout.contains("fine.yaml"), "{stdout}");
 }
+
+/// Regression (issue 72): Argo CD hook Jobs with a `generateName` were refused ("has no
+/// metadata.name"), blocking their whole file. A hook is left out with a note saying why,
+/// the rest of the file is read; an ordinary object with only a generateName is still an
+/// error (Git could not track what it makes).
+#[test]
+fn argo_cd_hooks_are_left_out_with_a_note_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = |annotations: &str| {
+        format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata:\n  generateName: migrate-\n{annotations}spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{{name: m, image: busybox}}]\n"
+        )
+    };
+    let config = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n";
+    std::fs::write(
+        dir.path().join("hooks.yaml"),
+        format!(
+            "{}---\n{}---\n{config}",
+            hook("  annotations:\n    argocd.argoproj.io/hook: PreSync\n"),
+            hook("  annotations:\n    helm.sh/hook: pre-install\n"),
+        ),
+    )
+    .unwrap();
+    let out = linnet(&[
+        "validate",
+        "--check-namespaces",
+        "never",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("note: hooks.yaml:1:1: Job migrate is an Argo CD hook (argocd.argoproj.io/hook: PreSync), left out"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("note: hooks.yaml:12:1: Job migrate is a Helm hook"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 objects in 1 files, no errors"),
+        "{stdout}"
+    );
+
+    std::fs::write(dir.path().join("hooks.yaml"), hook("")).unwrap();
+    let out = linnet(&[
+        "validate",
+        "--check-namespaces",
+        "never",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("Job has no `metadata.name`"), "{stdout}");
+}

@@ -238,6 +238,9 @@ pub(super) async fn diff(
     for e in &set.errors {
         eprintln!("{e}");
     }
+    for e in &set.left_out {
+        eprintln!("note: {e}");
+    }
     let (_, client) = crate::kube_client::connect_to(&cluster.target()).await?;
     let load = args.load_options();
     let syncer = Syncer::new(
@@ -329,6 +332,11 @@ fn validation_json(
         "files": files.len(),
         "errors": errors,
         "blockedFiles": set.blocked_files,
+        "leftOut": set.left_out.iter().map(|e| serde_json::json!({
+            "file": &*e.location.file,
+            "line": e.location.line,
+            "message": e.message,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -361,6 +369,10 @@ pub(super) fn validate(
             for e in &set.errors {
                 say!("{}", github_annotation(dir, e));
             }
+            for e in &set.left_out {
+                let notice = github_annotation(dir, e).replacen("::error ", "::notice ", 1);
+                say!("{notice}");
+            }
             if empty {
                 say!("::error::{}", github_escape(&no_specs(dir), false));
             }
@@ -368,6 +380,9 @@ pub(super) fn validate(
         ValidateOutput::Text => {
             for e in &set.errors {
                 say!("{e}");
+            }
+            for e in &set.left_out {
+                say!("note: {e}");
             }
             if empty {
                 say!("{}", no_specs(dir));

@@ -268,6 +268,7 @@ fn write_error(unit: &Unit, e: std::io::Error) -> SpecError {
 
 fn refused(error: SpecError) -> FileSpecs {
     FileSpecs {
+        left_out: Vec::new(),
         objects: Vec::new(),
         errors: vec![error],
     }

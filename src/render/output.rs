@@ -65,6 +65,7 @@ pub(super) fn read_rendered(
     }
     if specs.objects.len() > render.max_objects {
         return FileSpecs {
+            left_out: Vec::new(),
             objects: Vec::new(),
             errors: vec![error_at(
                 &unit.key,

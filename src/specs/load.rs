@@ -135,6 +135,7 @@ pub fn load_content(file: &str, content: FileContent, opts: &LoadOptions) -> Fil
     match content {
         FileContent::Bytes(bytes) => load_file(file, &bytes, opts),
         FileContent::Refused(message) => FileSpecs {
+            left_out: Vec::new(),
             objects: Vec::new(),
             errors: vec![error_at(file, 1, 1, message)],
         },
@@ -155,6 +156,7 @@ fn error_at(file: &str, line: u64, column: u64, message: String) -> SpecError {
 pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
     let mut errors = Vec::new();
     let mut objects = Vec::new();
+    let mut left_out = Vec::new();
     if bytes.len() > opts.max_file_bytes {
         errors.push(error_at(
             file,
@@ -162,7 +164,11 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
             1,
             too_large(bytes.len() as u64, opts.max_file_bytes),
         ));
-        return FileSpecs { objects, errors };
+        return FileSpecs {
+            objects,
+            errors,
+            left_out,
+        };
     }
     let text = match std::str::from_utf8(bytes) {
         Ok(t) => t.strip_prefix('\u{feff}').unwrap_or(t),
@@ -175,14 +181,19 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
                 column,
                 format!("file is not valid UTF-8 (byte 0x{bad:02x}); save it as UTF-8"),
             ));
-            return FileSpecs { objects, errors };
+            return FileSpecs {
+                objects,
+                errors,
+                left_out,
+            };
         }
     };
     let allowance = Allowance::new(opts.budget);
     for doc in split_documents(text) {
         match load_document(file, &doc, opts, &allowance) {
-            Ok(Some(object)) => objects.push(object),
-            Ok(None) => {}
+            Ok(Loaded::Object(object)) => objects.push(object),
+            Ok(Loaded::LeftOut(why)) => left_out.push(why),
+            Ok(Loaded::Nothing) => {}
             Err(mut e) => {
                 // A file over its budget is refused once, at the place it ran out.
                 let over_budget = e.iter().any(|e| e.message.starts_with(budget::OVER));
@@ -199,7 +210,11 @@ pub fn load_file(file: &str, bytes: &[u8], opts: &LoadOptions) -> FileSpecs {
     // Kept for as long as the file is unchanged: a one-object file's vector grew to room for
     // four, 600 bytes a file, 5.8 MiB at 10,000 files (heaptrack).
     objects.shrink_to_fit();
-    FileSpecs { objects, errors }
+    FileSpecs {
+        objects,
+        errors,
+        left_out,
+    }
 }
 
 /// Parses a configuration file of a renderer (a kustomization, a `linnet-helm.yaml`) into

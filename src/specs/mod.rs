@@ -152,6 +152,9 @@ pub struct FileSpecs {
     /// Empty whenever `errors` is not: a file with an error contributes nothing.
     pub objects: Vec<LoadedObject>,
     pub errors: Vec<SpecError>,
+    /// Documents read and left out on purpose (an Argo CD hook), each with why: not errors,
+    /// and nothing is applied for them. `validate` and `diff` print them as notes.
+    pub left_out: Vec<SpecError>,
 }
 
 impl FileSpecs {
@@ -163,6 +166,7 @@ impl FileSpecs {
     /// Replaces the file by an error: it holds `bytes` of a revision over the total.
     fn refuse_for_total(&mut self, file: &str, bytes: usize, max: usize) {
         *self = FileSpecs {
+            left_out: Vec::new(),
             objects: Vec::new(),
             errors: vec![SpecError {
                 location: Location {
@@ -216,6 +220,8 @@ pub struct SpecSet {
     pub errors: Vec<SpecError>,
     /// Files that contributed nothing because of an error in them.
     pub blocked_files: Vec<String>,
+    /// Documents left out on purpose (Argo CD hooks), each with why.
+    pub left_out: Vec<SpecError>,
     /// Which set this one was made from, and what differs (see [`Lineage`]).
     pub lineage: Lineage,
 }
@@ -271,6 +277,7 @@ impl SpecSet {
         let mut first_seen: BTreeMap<ObjectKey, Location> = BTreeMap::new();
         let mut duplicated: Vec<ObjectKey> = Vec::new();
         for (file, specs) in files {
+            set.left_out.extend(specs.left_out);
             if !specs.errors.is_empty() {
                 set.blocked_files.push(file);
                 set.errors.extend(specs.errors);

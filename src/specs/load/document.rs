@@ -3,12 +3,24 @@
 
 use super::*;
 
+/// What one document gives.
+pub(super) enum Loaded {
+    Object(LoadedObject),
+    /// An empty document.
+    Nothing,
+    /// A document left out on purpose, and why (at its start).
+    LeftOut(SpecError),
+}
+
+/// The annotation that makes an object an Argo CD hook, run by Argo CD's sync phases.
+const ARGO_CD_HOOK: &str = "argocd.argoproj.io/hook";
+
 pub(super) fn load_document(
     file: &str,
     doc: &Document,
     opts: &LoadOptions,
     allowance: &Allowance,
-) -> std::result::Result<Option<LoadedObject>, Vec<SpecError>> {
+) -> std::result::Result<Loaded, Vec<SpecError>> {
     let place = Place { file, doc };
     let value: Value = allowance.parse(&doc.text).map_err(|e| {
         let mut located = yaml_error(file, doc, &e, "invalid YAML: ");
@@ -18,7 +30,7 @@ pub(super) fn load_document(
         vec![located]
     })?;
     let map = match &value {
-        Value::Null => return Ok(None),
+        Value::Null => return Ok(Loaded::Nothing),
         Value::Object(map) => map,
         _ => {
             return Err(vec![place.start(
@@ -26,6 +38,9 @@ pub(super) fn load_document(
             )]);
         }
     };
+    if let Some(why) = hook_left_out(map) {
+        return Ok(Loaded::LeftOut(place.start(why)));
+    }
     let id = Identity::of(&place, map, opts).map_err(|e| vec![e])?;
     refuse_by_policy(&place, &id, &value, opts).map_err(|e| vec![e])?;
     // A kind 1.36 does not serve, as validate and diff judge it (the agent leaves it to the
@@ -63,7 +78,7 @@ pub(super) fn load_document(
             spec.json_len()
         ))]);
     }
-    Ok(Some(LoadedObject {
+    Ok(Loaded::Object(LoadedObject {
         key: ObjectKey::new(
             id.api_version.to_string(),
             id.kind.to_string(),
@@ -77,6 +92,41 @@ pub(super) fn load_document(
             column: 1,
         },
     }))
+}
+
+/// Why a document is left out: an Argo CD hook (Argo CD runs it in a phase of its sync,
+/// often under a `generateName` that makes a new object each time; linnet applies objects by
+/// name and has no such phases), or a Helm hook that only has a `generateName`.
+fn hook_left_out(map: &serde_json::Map<String, Value>) -> Option<String> {
+    let metadata = map.get("metadata").and_then(Value::as_object);
+    let annotation = |key: &str| {
+        metadata
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_str)
+    };
+    let field = |key: &str| metadata.and_then(|m| m.get(key)).and_then(Value::as_str);
+    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("object");
+    let named = field("name")
+        .or(field("generateName").map(|g| g.trim_end_matches('-')))
+        .unwrap_or("without a name");
+    if let Some(phase) = annotation(ARGO_CD_HOOK) {
+        return Some(format!(
+            "{kind} {named} is an Argo CD hook ({ARGO_CD_HOOK}: {phase}), left out: Argo CD runs \
+             hooks in the phases of its sync, and linnet, which applies objects by name, has \
+             none. Run it as a CanaryStatefulSet's migration, or as a named Job in Git"
+        ));
+    }
+    if field("name").is_none()
+        && field("generateName").is_some()
+        && annotation("helm.sh/hook").is_some()
+    {
+        return Some(format!(
+            "{kind} {named} is a Helm hook with only a generateName, left out: linnet applies \
+             objects by name"
+        ));
+    }
+    None
 }
 
 /// Where a document's errors point: its first line, or a key in it.

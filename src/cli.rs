@@ -82,6 +82,7 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(command: Command) -> Result<ExitCode> {
+    use crate::inspect::Lever;
     match command {
         Command::Agent(args) => {
             // libgit2's timeouts and CA are process-wide: set before the runtime's threads.
@@ -109,14 +110,13 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             allow_empty,
             unknown_fields,
             check_namespaces,
+            crds,
             cluster,
             specs,
         } => validate(
             &dir,
-            output,
-            allow_empty,
-            unknown_fields,
-            (check_namespaces, &cluster),
+            (output, allow_empty, unknown_fields),
+            (check_namespaces, &cluster, crds.as_deref()),
             &specs,
         ),
         Command::Status { agent_url } => runtime()?.block_on(status(&agent_url)),
@@ -141,22 +141,12 @@ fn dispatch(command: Command) -> Result<ExitCode> {
             name,
             namespace,
             cluster,
-        } => runtime()?.block_on(pull(
-            &name,
-            namespace,
-            &cluster,
-            crate::inspect::Lever::Promote,
-        )),
+        } => runtime()?.block_on(pull(&name, namespace, &cluster, Lever::Promote)),
         Command::Abort {
             name,
             namespace,
             cluster,
-        } => runtime()?.block_on(pull(
-            &name,
-            namespace,
-            &cluster,
-            crate::inspect::Lever::Abort,
-        )),
+        } => runtime()?.block_on(pull(&name, namespace, &cluster, Lever::Abort)),
         Command::Completion { shell } => Ok(print_completion(shell)),
         Command::Crds => print_crds(),
     }
@@ -223,6 +213,9 @@ mod tests {
 
 mod commands;
 use commands::*;
+
+mod validate;
+use validate::*;
 
 mod agent_command;
 use agent_command::*;

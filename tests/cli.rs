@@ -443,3 +443,59 @@ fn argo_cd_hooks_are_left_out_with_a_note_not_refused() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("Job has no `metadata.name`"), "{stdout}");
 }
+
+/// Issue 72: a kind of another project's group is judged by its CRD, from the repository or
+/// from `--crds`; without one it is noted as not judged.
+#[test]
+fn validate_judges_a_crds_kinds_by_the_crd_in_the_repository_or_crds() {
+    let crd = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: certificates.cert-manager.io\nspec:\n  group: cert-manager.io\n  names: {kind: Certificate, plural: certificates}\n  scope: Namespaced\n  versions:\n  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}\n";
+    let object = |version: &str| {
+        format!(
+            "apiVersion: cert-manager.io/{version}\nkind: Certificate\nmetadata:\n  name: web\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let specs = dir.path().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::write(specs.join("cert.yaml"), object("v1alpha2")).unwrap();
+    let validate = |extra: &[&str]| {
+        let mut args = vec![
+            "validate",
+            "--check-namespaces",
+            "never",
+            "--allow-cluster-kind",
+            "CustomResourceDefinition",
+        ];
+        args.extend_from_slice(extra);
+        args.push(specs.to_str().unwrap());
+        let out = linnet(&args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    // No CRD: not judged, and said so.
+    let (code, text) = validate(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("no CRD here declares the group of cert-manager.io/v1alpha2 Certificate"),
+        "{text}"
+    );
+    // The CRD from --crds.
+    let crds = dir.path().join("crds.yaml");
+    std::fs::write(&crds, crd).unwrap();
+    let (code, text) = validate(&["--crds", crds.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("cert.yaml:1:1: cert-manager.io/v1alpha2 is not served by its CRD; Certificate is cert-manager.io/v1"),
+        "{text}"
+    );
+    // The CRD in the repository, and the object right.
+    std::fs::write(specs.join("crd.yaml"), crd).unwrap();
+    std::fs::write(specs.join("cert.yaml"), object("v1")).unwrap();
+    let (code, text) = validate(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("no CRD here"), "{text}");
+}

@@ -293,6 +293,11 @@ pub enum Command {
         /// fails when it cannot ask, `never` stays offline.
         #[arg(long, value_enum, default_value_t = NamespaceCheck::Auto)]
         check_namespaces: NamespaceCheck,
+        /// CustomResourceDefinitions (a file, or a directory of YAML files) whose kinds the
+        /// specs may use, beside those in DIR itself: an object of a group they declare must
+        /// be a kind and version they serve. Kinds of groups no CRD declares are not judged.
+        #[arg(long, value_name = "PATH")]
+        crds: Option<PathBuf>,
         #[command(flatten)]
         cluster: ClusterArgs,
         #[command(flatten)]

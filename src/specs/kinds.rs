@@ -205,6 +205,129 @@ fn distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// The kinds CustomResourceDefinitions serve: those in the repository and in `--crds DIR`,
+/// for `validate` to judge other projects' groups by.
+#[derive(Clone, Debug, Default)]
+pub struct CrdKinds {
+    groups: std::collections::BTreeSet<String>,
+    served: std::collections::BTreeSet<(String, String)>,
+}
+
+impl CrdKinds {
+    /// Adds what the CRD `crd` (as JSON) serves: each served version of its kind.
+    pub fn add(&mut self, crd: &serde_json::Value) {
+        let spec = &crd["spec"];
+        let (Some(group), Some(kind)) = (spec["group"].as_str(), spec["names"]["kind"].as_str())
+        else {
+            return;
+        };
+        self.groups.insert(group.to_string());
+        for version in spec["versions"].as_array().into_iter().flatten() {
+            if version["served"].as_bool() == Some(false) {
+                continue;
+            }
+            if let Some(name) = version["name"].as_str() {
+                self.served
+                    .insert((format!("{group}/{name}"), kind.to_string()));
+            }
+        }
+    }
+
+    /// The CRDs among `set`'s objects.
+    pub fn of(set: &super::SpecSet) -> CrdKinds {
+        let mut kinds = CrdKinds::default();
+        for o in set.objects.values() {
+            if o.key.kind == "CustomResourceDefinition" {
+                kinds.add(&o.spec.to_json());
+            }
+        }
+        kinds
+    }
+
+    /// Why a CRD group's kind is not served (`None` when it is, or when no CRD here declares
+    /// the group).
+    pub fn problem(&self, api_version: &str, kind: &str) -> Option<(&'static str, String)> {
+        let group = api_version.rsplit_once('/').map(|(g, _)| g)?;
+        if !self.groups.contains(group) {
+            return None;
+        }
+        if self
+            .served
+            .contains(&(api_version.to_string(), kind.to_string()))
+        {
+            return None;
+        }
+        let served: Vec<&str> = self
+            .served
+            .iter()
+            .filter(|(_, k)| k == kind)
+            .map(|(v, _)| v.as_str())
+            .filter(|v| v.starts_with(&format!("{group}/")))
+            .collect();
+        if !served.is_empty() {
+            return Some((
+                "apiVersion",
+                format!(
+                    "{api_version} is not served by its CRD; {kind} is {}",
+                    served.join(" or ")
+                ),
+            ));
+        }
+        let kinds = self
+            .served
+            .iter()
+            .filter(|(v, _)| v.starts_with(&format!("{group}/")))
+            .map(|(_, k)| k.as_str());
+        Some(("kind", unknown_kind(api_version, kind, kinds)))
+    }
+
+    /// Whether a CRD here declares `api_version`'s group.
+    pub fn knows_group_of(&self, api_version: &str) -> bool {
+        api_version
+            .rsplit_once('/')
+            .is_some_and(|(g, _)| self.groups.contains(g))
+    }
+}
+
+impl super::SpecSet {
+    /// Blocks the files of objects whose kind a CRD of `crds` declares the group of but does
+    /// not serve, as the API server would refuse them. Returns the objects of groups that
+    /// neither Kubernetes, linnet nor any CRD here declares: not judged.
+    pub fn block_kinds_crds_do_not_serve(&mut self, crds: &CrdKinds) -> Vec<String> {
+        let mut broken = Vec::new();
+        let mut unjudged = Vec::new();
+        for o in self.objects.values() {
+            let (version, kind) = (o.key.api_version.as_str(), o.key.kind.as_str());
+            if let Some((_, message)) = crds.problem(version, kind) {
+                broken.push(super::SpecError {
+                    location: o.location.clone(),
+                    message,
+                });
+            } else if !crds.knows_group_of(version)
+                && version.contains('/')
+                && kind_problem(version, kind).is_none()
+                && !is_known_group(version)
+            {
+                unjudged.push(format!("{version} {kind}"));
+            }
+        }
+        self.block_files(broken);
+        self.errors.sort();
+        unjudged.sort();
+        unjudged.dedup();
+        unjudged
+    }
+}
+
+/// Whether `api_version`'s group is Kubernetes' own or linnet's.
+fn is_known_group(api_version: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    group == GROUP
+        || BUILT_IN_KINDS
+            .iter()
+            .any(|(gv, _)| gv.rsplit_once('/').map_or("", |(g, _)| g) == group)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +364,25 @@ mod tests {
         ] {
             assert_eq!(kind_problem(v, k), None, "{v} {k}");
         }
+    }
+
+    #[test]
+    fn a_crds_kinds_and_versions_are_judged_by_the_crd() {
+        let mut crds = CrdKinds::default();
+        crds.add(&serde_json::json!({"spec": {
+            "group": "cert-manager.io",
+            "names": {"kind": "Certificate"},
+            "versions": [{"name": "v1", "served": true}, {"name": "v1alpha2", "served": false}],
+        }}));
+        assert_eq!(crds.problem("cert-manager.io/v1", "Certificate"), None);
+        let (field, m) = crds
+            .problem("cert-manager.io/v1alpha2", "Certificate")
+            .unwrap();
+        assert_eq!(field, "apiVersion");
+        assert!(m.contains("Certificate is cert-manager.io/v1"), "{m}");
+        let (_, m) = crds.problem("cert-manager.io/v1", "Certificat").unwrap();
+        assert!(m.contains("did you mean Certificate?"), "{m}");
+        assert_eq!(crds.problem("acme.example/v1", "Thing"), None);
+        assert!(!crds.knows_group_of("acme.example/v1"));
     }
 }

@@ -1,5 +1,6 @@
 # linnet's image: a static-ish release build on Debian, copied into distroless (glibc, CA
-# certificates, user 65532). Build from the repository root:
+# certificates, user 65532), with the kustomize and helm it renders with, as `make image`
+# ships them. Build from the repository root:
 #
 #   docker build -t ghcr.io/linnet-dev/linnet:0.1.0 .
 #
@@ -21,8 +22,18 @@ ARG LINNET_GIT_COMMIT=unknown
 RUN LINNET_GIT_COMMIT=$LINNET_GIT_COMMIT cargo build --release --locked --bin linnet \
     && strip target/release/linnet
 
+# The renderers the agent runs on Kustomize overlays and Helm charts, built from the same
+# pinned Go modules as `make image` (deploy/render-tools/build.sh), static, into
+# /usr/local/bin as in that image.
+FROM golang:1.26-bookworm AS render-tools
+WORKDIR /src/deploy/render-tools
+COPY deploy/render-tools ./
+RUN bin=$(LINNET_CACHE=/tmp/linnet-cache ./build.sh) \
+    && cp "$bin/kustomize" "$bin/helm" /usr/local/bin/
+
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /src/target/release/linnet /usr/local/bin/linnet
+COPY --from=render-tools /usr/local/bin/kustomize /usr/local/bin/helm /usr/local/bin/
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/linnet"]

@@ -427,4 +427,53 @@ mod docs_tests {
             assert!(parsed.is_ok(), "{command}: {:?}", parsed.err());
         }
     }
+
+    /// docs/compatibility.md names the versions the tests are pinned to (issue 72: there was
+    /// no page saying which Kubernetes linnet supports).
+    #[test]
+    fn the_compatibility_page_names_the_pinned_versions() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_default();
+        let page = read("docs/compatibility.md");
+        let pinned = |file: &str, module: &str| -> String {
+            read(file)
+                .lines()
+                .find_map(|l| {
+                    let mut words = l.trim().trim_start_matches("require ").split_whitespace();
+                    (words.next() == Some(module)).then(|| words.next().unwrap_or("").to_string())
+                })
+                .unwrap_or_else(|| panic!("{module} is not in {file}"))
+        };
+        let kubernetes = pinned("tests/cluster/go.mod", "k8s.io/kubernetes");
+        let versions = [
+            kubernetes.trim_start_matches('v').to_string(),
+            pinned("tests/gateway/go.mod", "github.com/traefik/traefik/v3"),
+            pinned("tests/gateway/go.mod", "sigs.k8s.io/gateway-api"),
+            pinned("deploy/render-tools/go.mod", "helm.sh/helm/v4"),
+            pinned(
+                "deploy/render-tools/go.mod",
+                "sigs.k8s.io/kustomize/kustomize/v5",
+            ),
+            pinned(
+                "tests/prometheus/go.mod",
+                "github.com/prometheus/prometheus",
+            ),
+        ];
+        for v in versions {
+            assert!(page.contains(&v), "docs/compatibility.md does not name {v}");
+        }
+        let feature = kubernetes
+            .trim_start_matches('v')
+            .rsplit_once('.')
+            .map(|(m, _)| m);
+        let feature = format!("v{}", feature.unwrap_or("").replace('.', "_"));
+        assert!(
+            read("Cargo.toml").contains(&format!("\"{feature}\"")),
+            "k8s-openapi {feature}"
+        );
+        assert!(
+            page.contains(&format!("`{feature}`")),
+            "the page names {feature}"
+        );
+    }
 }

@@ -875,3 +875,83 @@ fn the_chart_ships_the_alert_rules_and_dashboard_for_its_own_namespace() {
         "off by default"
     );
 }
+
+/// Regression (issue 72): the documented way to use your own image was `kubectl set image`,
+/// which every later `kubectl apply -k deploy/` undid. examples/install-overlay, built by a
+/// real kustomize, is deploy/ with only the agent's image changed.
+#[test]
+fn the_registry_overlay_changes_the_agents_image_and_nothing_else() {
+    let overlay = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/install-overlay"
+    ));
+    let built = run_tool("kustomize", &["build", overlay.to_str().unwrap()]);
+    let mut docs: Vec<Value> = built
+        .split("\n---\n")
+        .filter_map(|part| serde_saphyr::from_str::<Value>(part).ok())
+        .filter(|d| d.get("kind").is_some())
+        .collect();
+    let mut base = kustomized();
+    assert_eq!(docs.len(), base.len(), "the overlay has deploy/'s objects");
+    let image = |docs: &mut Vec<Value>| {
+        let d = docs
+            .iter_mut()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("the agent's Deployment");
+        let image = d["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+        d["spec"]["template"]["spec"]["containers"][0]["image"] = Value::Null;
+        image
+    };
+    assert_eq!(image(&mut docs), "registry.example.com/team/linnet:0.1.0");
+    assert_eq!(image(&mut base), "ghcr.io/linnet-dev/linnet:0.1.0");
+    let key = |d: &Value| format!("{}/{}", d["kind"], d["metadata"]["name"]);
+    docs.sort_by_key(key);
+    base.sort_by_key(key);
+    // Kustomize writes `0.0` as `0`: numbers compare as numbers.
+    fn numbers_as_floats(v: &mut Value) {
+        match v {
+            Value::Number(n) => *v = serde_json::json!(n.as_f64()),
+            Value::Array(a) => a.iter_mut().for_each(numbers_as_floats),
+            Value::Object(o) => o.values_mut().for_each(numbers_as_floats),
+            _ => {}
+        }
+    }
+    for (o, b) in docs.iter().zip(&base) {
+        let (mut o, mut b) = (normalized(o.clone()), normalized(b.clone()));
+        numbers_as_floats(&mut o);
+        numbers_as_floats(&mut b);
+        assert_eq!(o, b, "{}", key(&b));
+    }
+}
+
+/// Regression (issue 72): the Dockerfile's image had no kustomize or helm, so an agent built
+/// with it could not render, though the README called it equivalent to `make image`'s. Both
+/// put the two renderers, built from deploy/render-tools, in /usr/local/bin. (No Docker
+/// here: this reads the Dockerfile; tests/image.rs runs `make image`'s.)
+#[test]
+fn the_dockerfile_ships_the_renderers_make_image_ships() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dockerfile = std::fs::read_to_string(format!("{root}/Dockerfile")).unwrap();
+    let makefile = std::fs::read_to_string(format!("{root}/Makefile")).unwrap();
+    let build = std::fs::read_to_string(format!("{root}/deploy/image/build.py")).unwrap();
+    assert!(build.contains("\"usr/local/bin/\" + os.path.basename(tool)"));
+    for tool in ["kustomize", "helm"] {
+        assert!(
+            makefile.contains(&format!(
+                "--tool \"$$(deploy/render-tools/build.sh)/{tool}\""
+            )),
+            "make image ships {tool}"
+        );
+    }
+    let last_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
+    assert!(
+        last_stage.contains(
+            "COPY --from=render-tools /usr/local/bin/kustomize /usr/local/bin/helm /usr/local/bin/"
+        ),
+        "the Dockerfile's image ships kustomize and helm:\n{last_stage}"
+    );
+    assert!(
+        dockerfile.contains("./build.sh"),
+        "built by deploy/render-tools/build.sh"
+    );
+}

@@ -1166,4 +1166,29 @@ fn a_charts_dependencies_in_the_repository_are_rendered_with_it() {
         );
         assert!(!out.contains("helm dependency build' to fetch"), "{out}");
     }
+
+    // Hostile: a name that would place a copy outside charts/, and charts that name
+    // themselves many times over, which would multiply at every level.
+    let escape = "apiVersion: v2\nname: app\nversion: 0.1.0\ndependencies:\n- name: ../../../../../x\n  repository: file://../lib\n";
+    write_tree(dir.path(), &[("charts/app/Chart.yaml", escape)]);
+    let (code, out, _) = validate(dir.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "charts/app/Chart.yaml:5:9: dependency name `../../../../../x` is not a chart name"
+        ),
+        "{out}"
+    );
+    let wide: String = (0..9)
+        .map(|i| format!("- name: w{i}\n  repository: file://../app\n"))
+        .collect();
+    let wide = format!("apiVersion: v2\nname: app\nversion: 0.1.0\ndependencies:\n{wide}");
+    write_tree(dir.path(), &[("charts/app/Chart.yaml", &wide)]);
+    let (code, out, took) = validate(dir.path(), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("would place more than 64 dependencies"),
+        "{out}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
 }

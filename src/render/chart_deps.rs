@@ -3,6 +3,8 @@
 //! without running it, so rendering stays offline and reads only the repository. A
 //! dependency fetched from elsewhere must be vendored into `charts/`.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use super::{dir_of, error_at, join_relative, locate_text};
@@ -50,6 +52,16 @@ pub fn parse(path: &str, value: &Value, text: &str) -> Result<Vec<Dependency>, S
         if name.is_empty() {
             return Err(bad("has an entry without a `name`"));
         }
+        // The name becomes a directory under charts/: one plain path segment, no way out.
+        if name == "." || name == ".." || name.contains(['/', '\\']) {
+            let (line, column) = locate_text(text, name);
+            return Err(error_at(
+                path,
+                line,
+                column,
+                format!("dependency name `{name}` is not a chart name (no `/`, `\\` or `..`)"),
+            ));
+        }
         let repository = field("repository").to_string();
         let at = locate_text(text, &repository);
         let local_dir = match repository.strip_prefix("file://") {
@@ -75,29 +87,29 @@ pub fn parse(path: &str, value: &Value, text: &str) -> Result<Vec<Dependency>, S
 
 /// Whether the chart at `chart_dir` has `name` vendored in its `charts/` (a directory or a
 /// packaged `NAME-VERSION.tgz`), judged by the listed paths.
-pub fn vendored<'a>(
-    mut listed: impl Iterator<Item = &'a str>,
-    chart_dir: &str,
-    name: &str,
-) -> bool {
+pub fn vendored(listed: &BTreeMap<&str, &str>, chart_dir: &str, name: &str) -> bool {
     let charts = if chart_dir.is_empty() {
         "charts/".to_string()
     } else {
         format!("{chart_dir}/charts/")
     };
-    listed.any(|p| {
-        p.strip_prefix(&charts).is_some_and(|rest| {
-            rest.starts_with(&format!("{name}/"))
-                || (rest.starts_with(&format!("{name}-"))
-                    && rest.ends_with(".tgz")
-                    && !rest.contains('/'))
+    let start = format!("{charts}{name}");
+    listed
+        .range(start.as_str()..)
+        .map_while(|(p, _)| p.strip_prefix(&start))
+        .any(|rest| {
+            rest.starts_with('/')
+                || (rest.starts_with('-') && rest.ends_with(".tgz") && !rest.contains('/'))
         })
-    })
 }
 
 /// The deepest chain of local dependencies followed; a chart that depends on itself through
 /// a longer one is refused.
 pub const MAX_DEPTH: usize = 8;
+
+/// The most dependencies one release places, all levels together: charts that each name
+/// many others would otherwise multiply at every level.
+pub const MAX_PLACEMENTS: usize = 64;
 
 /// The error for a dependency that cannot be rendered from the repository.
 pub fn not_renderable(chart_file: &str, d: &Dependency, why: &str) -> SpecError {
@@ -144,9 +156,10 @@ mod tests {
             "c/charts/redis-1.2.3.tgz",
             "c/charts/libx/Chart.yaml",
         ];
-        assert!(vendored(listed.iter().copied(), "c", "lib"));
-        assert!(vendored(listed.iter().copied(), "c", "redis"));
-        assert!(!vendored(listed.iter().copied(), "c", "li"));
-        assert!(!vendored(listed.iter().copied(), "d", "lib"));
+        let listed: BTreeMap<&str, &str> = listed.iter().map(|p| (*p, "id")).collect();
+        assert!(vendored(&listed, "c", "lib"));
+        assert!(vendored(&listed, "c", "redis"));
+        assert!(!vendored(&listed, "c", "li"));
+        assert!(!vendored(&listed, "d", "lib"));
     }
 }

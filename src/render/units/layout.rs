@@ -276,7 +276,7 @@ fn local_dependencies<E>(
     release: &crate::render::helm::HelmRelease,
     parse: &mut impl FnMut(&str, RenderFile) -> Result<std::sync::Arc<Parsed>, E>,
 ) -> Result<Result<Vec<Placement>, SpecError>, E> {
-    use crate::render::chart_deps::{MAX_DEPTH, not_renderable, vendored};
+    use crate::render::chart_deps::{MAX_DEPTH, MAX_PLACEMENTS, not_renderable, vendored};
     let chart = match (&release.repository, join_relative(dir, &release.chart)) {
         (None, Some(chart)) if dirs.charts.contains(chart.as_str()) => chart,
         // A remote chart brings its own; a missing one is the release's error.
@@ -294,7 +294,7 @@ fn local_dependencies<E>(
             _ => Vec::new(),
         };
         for d in dependencies {
-            if vendored(files.keys().copied(), &source, &d.name) {
+            if vendored(files, &source, &d.name) {
                 continue;
             }
             let Some(from) = d.local_dir.clone() else {
@@ -317,6 +317,13 @@ fn local_dependencies<E>(
             }
             if depth + 1 > MAX_DEPTH {
                 let why = format!("dependencies nest deeper than {MAX_DEPTH} charts (a cycle?)");
+                return Ok(Err(not_renderable(&chart_file, &d, &why)));
+            }
+            if placed.len() == MAX_PLACEMENTS {
+                let why = format!(
+                    "the release would place more than {MAX_PLACEMENTS} dependencies, all levels \
+                     together"
+                );
                 return Ok(Err(not_renderable(&chart_file, &d, &why)));
             }
             let to = format!("{into}/charts/{}", d.name);

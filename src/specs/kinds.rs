@@ -108,19 +108,32 @@ pub const LINNET_KINDS: &[&str] = &[
 /// Which field is wrong, and why; `None` when the kind is served, or belongs to a group this
 /// check does not know.
 pub fn kind_problem(api_version: &str, kind: &str) -> Option<(&'static str, String)> {
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let group = group_of(api_version);
     if group == GROUP || near(group, GROUP) {
         return linnet_kind_problem(api_version, kind);
     }
-    let of_group: Vec<(&str, &str)> = BUILT_IN_KINDS
+    let of_group = BUILT_IN_KINDS
         .iter()
         .copied()
-        .filter(|(gv, _)| gv.rsplit_once('/').map_or("", |(g, _)| g) == group)
-        .collect();
-    if of_group.is_empty() {
-        return None;
-    }
-    if of_group.contains(&(api_version, kind)) {
+        .filter(|(gv, _)| group_of(gv) == group);
+    judge(api_version, kind, of_group, "Kubernetes 1.36")
+}
+
+/// The group of an `apiVersion` (`""` for the core group's `v1`).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Why `server`, which serves `of_group` (the apiVersion and kind pairs of `api_version`'s
+/// group), refuses `kind` in `api_version`; `None` when it serves it, or knows the group not.
+fn judge<'a>(
+    api_version: &str,
+    kind: &str,
+    of_group: impl Iterator<Item = (&'a str, &'a str)>,
+    server: &str,
+) -> Option<(&'static str, String)> {
+    let of_group: Vec<(&str, &str)> = of_group.collect();
+    if of_group.is_empty() || of_group.contains(&(api_version, kind)) {
         return None;
     }
     let served: Vec<&str> = of_group
@@ -129,25 +142,18 @@ pub fn kind_problem(api_version: &str, kind: &str) -> Option<(&'static str, Stri
         .map(|(gv, _)| *gv)
         .collect();
     if !served.is_empty() {
-        return Some((
-            "apiVersion",
-            format!(
-                "{api_version} is not served by Kubernetes 1.36; {kind} is {}",
-                served.join(" or ")
-            ),
-        ));
+        let served = served.join(" or ");
+        let why = format!("{api_version} is not served by {server}; {kind} is {served}");
+        return Some(("apiVersion", why));
     }
-    let versions: Vec<&str> = of_group.iter().map(|(gv, _)| *gv).collect();
-    if !versions.contains(&api_version) {
-        let mut versions = versions;
-        versions.dedup();
-        return Some((
-            "apiVersion",
-            format!(
-                "{api_version} is not served by Kubernetes 1.36 (its versions of this group: {})",
-                versions.join(", ")
-            ),
-        ));
+    let versions: std::collections::BTreeSet<&str> = of_group.iter().map(|(gv, _)| *gv).collect();
+    if !versions.contains(api_version) {
+        let versions: Vec<&str> = versions.into_iter().collect();
+        let why = format!(
+            "{api_version} is not served by {server} (its versions of this group: {})",
+            versions.join(", ")
+        );
+        return Some(("apiVersion", why));
     }
     let kinds = of_group
         .iter()
@@ -247,45 +253,26 @@ impl CrdKinds {
     /// Why a CRD group's kind is not served (`None` when it is, or when no CRD here declares
     /// the group).
     pub fn problem(&self, api_version: &str, kind: &str) -> Option<(&'static str, String)> {
-        let group = api_version.rsplit_once('/').map(|(g, _)| g)?;
-        if !self.groups.contains(group) {
+        if !self.knows_group_of(api_version) {
             return None;
         }
-        if self
-            .served
-            .contains(&(api_version.to_string(), kind.to_string()))
-        {
-            return None;
-        }
-        let served: Vec<&str> = self
+        let group = group_of(api_version);
+        let mut of_group = self
             .served
             .iter()
-            .filter(|(_, k)| k == kind)
-            .map(|(v, _)| v.as_str())
-            .filter(|v| v.starts_with(&format!("{group}/")))
-            .collect();
-        if !served.is_empty() {
-            return Some((
-                "apiVersion",
-                format!(
-                    "{api_version} is not served by its CRD; {kind} is {}",
-                    served.join(" or ")
-                ),
-            ));
+            .filter(|(gv, _)| group_of(gv) == group)
+            .map(|(gv, k)| (gv.as_str(), k.as_str()))
+            .peekable();
+        if of_group.peek().is_none() {
+            let why = format!("{api_version}: the CRDs of {group} here serve no version");
+            return Some(("apiVersion", why));
         }
-        let kinds = self
-            .served
-            .iter()
-            .filter(|(v, _)| v.starts_with(&format!("{group}/")))
-            .map(|(_, k)| k.as_str());
-        Some(("kind", unknown_kind(api_version, kind, kinds)))
+        judge(api_version, kind, of_group, "its CRD")
     }
 
     /// Whether a CRD here declares `api_version`'s group.
     pub fn knows_group_of(&self, api_version: &str) -> bool {
-        api_version
-            .rsplit_once('/')
-            .is_some_and(|(g, _)| self.groups.contains(g))
+        api_version.contains('/') && self.groups.contains(group_of(api_version))
     }
 }
 
@@ -303,11 +290,7 @@ impl super::SpecSet {
                     location: o.location.clone(),
                     message,
                 });
-            } else if !crds.knows_group_of(version)
-                && version.contains('/')
-                && kind_problem(version, kind).is_none()
-                && !is_known_group(version)
-            {
+            } else if !crds.knows_group_of(version) && !is_known_group(version) {
                 unjudged.push(format!("{version} {kind}"));
             }
         }
@@ -321,11 +304,8 @@ impl super::SpecSet {
 
 /// Whether `api_version`'s group is Kubernetes' own or linnet's.
 fn is_known_group(api_version: &str) -> bool {
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    group == GROUP
-        || BUILT_IN_KINDS
-            .iter()
-            .any(|(gv, _)| gv.rsplit_once('/').map_or("", |(g, _)| g) == group)
+    let group = group_of(api_version);
+    group == GROUP || BUILT_IN_KINDS.iter().any(|(gv, _)| group_of(gv) == group)
 }
 
 #[cfg(test)]
@@ -383,6 +363,14 @@ mod tests {
         let (_, m) = crds.problem("cert-manager.io/v1", "Certificat").unwrap();
         assert!(m.contains("did you mean Certificate?"), "{m}");
         assert_eq!(crds.problem("acme.example/v1", "Thing"), None);
+        crds.add(&serde_json::json!({"spec": {
+            "group": "old.example",
+            "names": {"kind": "Gone"},
+            "versions": [{"name": "v1", "served": false}],
+        }}));
+        let (field, m) = crds.problem("old.example/v1", "Gone").unwrap();
+        assert_eq!(field, "apiVersion");
+        assert!(m.contains("serve no version"), "{m}");
         assert!(!crds.knows_group_of("acme.example/v1"));
     }
 }

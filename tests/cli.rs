@@ -16,6 +16,20 @@ fn linnet(args: &[&str]) -> std::process::Output {
         .expect("run the linnet binary")
 }
 
+/// `linnet validate DIR` offline with `extra` flags: its exit code, and stdout then stderr.
+fn validate_offline(dir: &std::path::Path, extra: &[&str]) -> (Option<i32>, String) {
+    let mut args = vec!["validate", "--check-namespaces", "never"];
+    args.extend_from_slice(extra);
+    args.push(dir.to_str().unwrap());
+    let out = linnet(&args);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
 #[test]
 fn help_lists_every_subcommand() {
     let out = linnet(&["--help"]);
@@ -371,14 +385,8 @@ fn validate_refuses_kinds_and_versions_kubernetes_does_not_serve() {
         "apiVersion: cert-manager.io/v1\nkind: Certificate\nmetadata:\n  name: d\nspec: {}\n",
     )
     .unwrap();
-    let out = linnet(&[
-        "validate",
-        "--check-namespaces",
-        "never",
-        dir.path().to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = validate_offline(dir.path(), &[]);
+    assert_eq!(code, Some(1), "{stdout}");
     for expected in [
         "bad.yaml:1:1: apps/v1beta1 is not served by Kubernetes 1.36; Deployment is apps/v1",
         "bad.yaml:7:1: v1 has no kind Servic; did you mean Service?",
@@ -411,14 +419,8 @@ fn argo_cd_hooks_are_left_out_with_a_note_not_refused() {
         ),
     )
     .unwrap();
-    let out = linnet(&[
-        "validate",
-        "--check-namespaces",
-        "never",
-        dir.path().to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let (code, stdout) = validate_offline(dir.path(), &[]);
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(
         stdout.contains("note: hooks.yaml:1:1: Job migrate is an Argo CD hook (argocd.argoproj.io/hook: PreSync), left out"),
         "{stdout}"
@@ -433,14 +435,8 @@ fn argo_cd_hooks_are_left_out_with_a_note_not_refused() {
     );
 
     std::fs::write(dir.path().join("hooks.yaml"), hook("")).unwrap();
-    let out = linnet(&[
-        "validate",
-        "--check-namespaces",
-        "never",
-        dir.path().to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = validate_offline(dir.path(), &[]);
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(stdout.contains("Job has no `metadata.name`"), "{stdout}");
 }
 
@@ -459,22 +455,9 @@ fn validate_judges_a_crds_kinds_by_the_crd_in_the_repository_or_crds() {
     std::fs::create_dir_all(&specs).unwrap();
     std::fs::write(specs.join("cert.yaml"), object("v1alpha2")).unwrap();
     let validate = |extra: &[&str]| {
-        let mut args = vec![
-            "validate",
-            "--check-namespaces",
-            "never",
-            "--allow-cluster-kind",
-            "CustomResourceDefinition",
-        ];
+        let mut args = vec!["--allow-cluster-kind", "CustomResourceDefinition"];
         args.extend_from_slice(extra);
-        args.push(specs.to_str().unwrap());
-        let out = linnet(&args);
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.code(), text)
+        validate_offline(&specs, &args)
     };
     // No CRD: not judged, and said so.
     let (code, text) = validate(&[]);

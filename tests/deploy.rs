@@ -365,36 +365,22 @@ fn run_tool(program: &str, args: &[&str]) -> String {
 /// releases the rollouts and deletes their namespaces. Panics with the agent's log if they
 /// never are, or if the log holds a debug dump.
 async fn example_becomes_ready(client: &kube::Client, mut agent: std::process::Child, log: &Path) {
-    use linnet::api::{CanaryDeployment, CanaryStatefulSet, Condition};
-    let ready = |conditions: Option<&Vec<Condition>>| {
-        conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    // Both kinds through one dynamic Api: only their Ready condition and finalizers are read.
+    let api = |ns: &str, kind: &str| {
+        let gvk = GroupVersionKind::gvk(linnet::api::GROUP, "v1alpha1", kind);
+        let plural = format!("{}s", kind.to_lowercase());
+        let resource = kube::core::ApiResource::from_gvk_with_plural(&gvk, &plural);
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource)
     };
     let is_ready = |ns: &'static str, kind: &'static str, name: &'static str| {
-        let client = client.clone();
+        let api = api(ns, kind);
         async move {
-            if kind == "CanaryStatefulSet" {
-                let r = Api::<CanaryStatefulSet>::namespaced(client, ns)
-                    .get_opt(name)
-                    .await;
-                ready(
-                    r.ok()
-                        .flatten()
-                        .and_then(|r| r.status)
-                        .map(|s| s.conditions)
-                        .as_ref(),
-                )
-            } else {
-                let r = Api::<CanaryDeployment>::namespaced(client, ns)
-                    .get_opt(name)
-                    .await;
-                ready(
-                    r.ok()
-                        .flatten()
-                        .and_then(|r| r.status)
-                        .map(|s| s.conditions)
-                        .as_ref(),
-                )
-            }
+            let r = api.get_opt(name).await.ok().flatten();
+            r.and_then(|r| r.data["status"]["conditions"].as_array().cloned())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
         }
     };
     let mut waiting: Vec<String> = Vec::new();
@@ -417,13 +403,9 @@ async fn example_becomes_ready(client: &kube::Client, mut agent: std::process::C
     // Leave the cluster as it was: rollouts released (no agent runs now), namespaces gone.
     let release = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
     for (ns, kind, name) in EXAMPLE_ROLLOUTS {
-        if kind == "CanaryStatefulSet" {
-            let api = Api::<CanaryStatefulSet>::namespaced(client.clone(), ns);
-            let _ = api.patch(name, &PatchParams::default(), &release).await;
-        } else {
-            let api = Api::<CanaryDeployment>::namespaced(client.clone(), ns);
-            let _ = api.patch(name, &PatchParams::default(), &release).await;
-        }
+        let _ = api(ns, kind)
+            .patch(name, &PatchParams::default(), &release)
+            .await;
     }
     for ns in EXAMPLE_NAMESPACES {
         gone(client, ns).await;

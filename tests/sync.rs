@@ -377,15 +377,19 @@ async fn linnet_diff_shows_what_would_change_and_exits_1() {
     let specs = load_dir(repo.path(), &LoadOptions::default()).unwrap();
     assert_eq!(syncer.sync(&specs, "rev1", false).await.errors, vec![]);
 
-    let diff = |dir: &std::path::Path| {
+    let admin_kubeconfig = support::admin_kubeconfig();
+    let admin_kubeconfig = admin_kubeconfig.to_str().unwrap();
+    // `linnet diff` with KUBECONFIG `kubeconfig` and the `cluster` flags.
+    let diff = |dir: &std::path::Path, kubeconfig: &str, cluster: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
             .args(["diff", dir.to_str().unwrap(), "--source-name", &ns.name])
             .args(["--allow-namespace", &ns.name])
-            .env("KUBECONFIG", support::admin_kubeconfig())
+            .args(cluster)
+            .env("KUBECONFIG", kubeconfig)
             .output()
             .unwrap()
     };
-    let out = diff(repo.path());
+    let out = diff(repo.path(), admin_kubeconfig, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(
         out.status.code(),
@@ -407,20 +411,13 @@ async fn linnet_diff_shows_what_would_change_and_exits_1() {
     .unwrap();
     // Regression (issue 72): `diff` took no --kubeconfig or --context, though its error
     // said to pass them. KUBECONFIG names nothing here: the flags alone find the cluster.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
-        .args([
-            "diff",
-            repo.path().to_str().unwrap(),
-            "--source-name",
-            &ns.name,
-        ])
-        .args(["--allow-namespace", &ns.name])
-        .arg("--kubeconfig")
-        .arg(support::admin_kubeconfig())
-        .args(["--context", "admin@linnet-local"])
-        .env("KUBECONFIG", "/nonexistent/kubeconfig")
-        .output()
-        .unwrap();
+    let flags = [
+        "--kubeconfig",
+        admin_kubeconfig,
+        "--context",
+        "admin@linnet-local",
+    ];
+    let out = diff(repo.path(), "/nonexistent/kubeconfig", &flags);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(
         out.status.code(),

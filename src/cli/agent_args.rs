@@ -27,14 +27,6 @@ pub struct AgentArgs {
         env = "LINNET_BRANCH"
     )]
     pub branch: String,
-    /// Directory inside the repository that holds the specs.
-    #[arg(
-        help_heading = "Source",
-        long,
-        default_value = ".",
-        env = "LINNET_PATH"
-    )]
-    pub path: String,
     /// How often to ask the remote for its tip (up to 10% jitter is added).
     #[arg(help_heading = "Source", long, default_value = "60s", value_parser = parse_duration, env = "LINNET_POLL_INTERVAL")]
     pub poll_interval: Duration,

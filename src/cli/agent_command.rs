@@ -78,7 +78,6 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         None => None,
     };
     Ok(crate::agent::AgentConfig {
-        path: args.path.clone(),
         allow_empty: args.allow_empty,
         poll_interval: args.poll_interval,
         drift_interval: args.drift_interval,
@@ -215,7 +214,6 @@ fn revert_config(
         .then(|| crate::writeback::revert_loop::RevertConfig {
             // The followed branch: a revert changes the spec itself.
             remote: remote.clone(),
-            spec_dir: args.path.clone(),
             cache_dir: sibling_dir(cache_dir, "revert"),
             author_name: args.git_author_name.clone(),
             author_email: args.git_author_email.clone(),

@@ -27,6 +27,19 @@ pub struct Cli {
 /// How specs are read (shared by `validate`, `diff` and `agent`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SpecArgs {
+    /// What of the repository is applied (repeat or comma-separate): the plain files below
+    /// each path, and each kustomization or `linnet-helm.yaml` at or below one. The
+    /// repository is the boundary, so an overlay may use a base outside the path
+    /// (`--path apps/staging` over `apps/base`); a path naming a base renders it on its own.
+    #[arg(
+        help_heading = "Source",
+        long = "path",
+        value_delimiter = ',',
+        default_value = ".",
+        value_parser = parse_repo_path,
+        env = "LINNET_PATH"
+    )]
+    pub paths: Vec<String>,
     /// Namespace for objects that name none.
     #[arg(long, default_value = "default", env = "LINNET_DEFAULT_NAMESPACE")]
     pub default_namespace: String,
@@ -110,6 +123,8 @@ impl SpecArgs {
                 max_tree_entries: self.max_tree_entries,
             },
             unknown_fields_are_errors: false,
+            // Each path was checked by `parse_repo_path`: none leaves the repository.
+            selection: crate::specs::PathSelection::new(&self.paths).unwrap_or_default(),
         }
     }
 
@@ -408,4 +423,11 @@ impl ClusterArgs {
             context: self.context.clone(),
         }
     }
+}
+
+/// A `--path`: inside the repository (`..` that climbs out of it is refused).
+fn parse_repo_path(
+    value: &str,
+) -> std::result::Result<String, crate::specs::PathOutsideRepository> {
+    crate::specs::PathSelection::new(&[value]).map(|_| value.to_string())
 }

@@ -219,6 +219,27 @@ pub(super) fn no_specs(dir: &Path) -> String {
     )
 }
 
+/// Why `set`, read from `dir`, is refused as (partly) empty: nothing in it at all, or a
+/// `--path` that holds no spec (a typo, or a directory moved away).
+pub(super) fn empty_of(
+    dir: &Path,
+    set: &crate::specs::SpecSet,
+    selection: &crate::specs::PathSelection,
+) -> Option<String> {
+    if set.is_empty() {
+        return Some(no_specs(dir));
+    }
+    let empty = selection.holding_nothing(set.files.iter().map(String::as_str));
+    (!empty.is_empty()).then(|| {
+        format!(
+            "no specs found in {} (--path {}): no .yaml or .yml file with an object and no \
+             unit below it; give the paths that hold them, or --allow-empty",
+            dir.display(),
+            empty.join(",")
+        )
+    })
+}
+
 pub(super) async fn diff(
     dir: &Path,
     allow_empty: bool,
@@ -227,13 +248,10 @@ pub(super) async fn diff(
     cluster: &ClusterArgs,
 ) -> Result<ExitCode> {
     use crate::sync::{Change, Syncer, diff::render_diff};
-    let set = crate::source::snapshot::load_tree(
-        dir,
-        &args.checking_options(unknown_fields),
-        args.render.render_options(),
-    )?;
-    if set.is_empty() && !allow_empty {
-        return Err(Error::Usage(no_specs(dir)));
+    let opts = args.checking_options(unknown_fields);
+    let set = crate::source::snapshot::load_tree(dir, &opts, args.render.render_options())?;
+    if let Some(empty) = empty_of(dir, &set, &opts.selection).filter(|_| !allow_empty) {
+        return Err(Error::Usage(empty));
     }
     for e in &set.errors {
         eprintln!("{e}");

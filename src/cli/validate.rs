@@ -8,7 +8,7 @@ fn validation_json(
     dir: &Path,
     set: &crate::specs::SpecSet,
     ok: bool,
-    empty: bool,
+    empty: Option<&str>,
 ) -> serde_json::Value {
     let files = set
         .objects
@@ -26,7 +26,7 @@ fn validation_json(
                 "message": e.message,
             })
         })
-        .chain(empty.then(|| serde_json::json!({"message": no_specs(dir)})))
+        .chain(empty.map(|why| serde_json::json!({"message": why})))
         .collect();
     serde_json::json!({
         "dir": dir.display().to_string(),
@@ -128,10 +128,11 @@ pub(super) fn validate(
         .values()
         .map(|o| &*o.location.file)
         .collect::<std::collections::BTreeSet<_>>();
-    let empty = set.is_empty() && !allow_empty;
-    let ok = set.errors.is_empty() && !empty;
+    let selection = &args.checking_options(unknown_fields).selection;
+    let empty = empty_of(dir, &set, selection).filter(|_| !allow_empty);
+    let ok = set.errors.is_empty() && empty.is_none();
     match output {
-        ValidateOutput::Json => say_raw!("{}\n", validation_json(dir, &set, ok, empty)),
+        ValidateOutput::Json => say_raw!("{}\n", validation_json(dir, &set, ok, empty.as_deref())),
         ValidateOutput::Github => {
             for e in &set.errors {
                 say!("{}", github_annotation(dir, e));
@@ -140,8 +141,8 @@ pub(super) fn validate(
                 let notice = github_annotation(dir, e).replacen("::error ", "::notice ", 1);
                 say!("{notice}");
             }
-            if empty {
-                say!("::error::{}", github_escape(&no_specs(dir), false));
+            if let Some(why) = &empty {
+                say!("::error::{}", github_escape(why, false));
             }
         }
         ValidateOutput::Text => {
@@ -151,8 +152,8 @@ pub(super) fn validate(
             for e in &set.left_out {
                 say!("note: {e}");
             }
-            if empty {
-                say!("{}", no_specs(dir));
+            if let Some(why) = &empty {
+                say!("{why}");
             }
         }
     }

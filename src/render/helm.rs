@@ -168,7 +168,7 @@ impl HelmRelease {
                 let chart = join_relative(dir, &self.chart).ok_or_else(|| {
                     text_error(
                         &self.chart,
-                        format!("chart `{}` is outside the source's --path", self.chart),
+                        format!("chart `{}` is outside the repository", self.chart),
                     )
                 })?;
                 if !chart_dirs.contains(chart.as_str()) {
@@ -195,7 +195,7 @@ impl HelmRelease {
                 .ok_or_else(|| {
                     text_error(
                         values,
-                        format!("values file `{values}` is not in the repository below --path"),
+                        format!("values file `{values}` is not in the repository"),
                     )
                 })?;
             inputs.insert(file.clone(), files[file.as_str()].to_string());

@@ -249,7 +249,7 @@ fn references(v: &Value, text: &str) -> Vec<Reference> {
 }
 
 /// The repository paths a kustomization's references name, or why one is refused: remote
-/// (unless its host is allowed) or outside the spec root.
+/// (unless its host is allowed) or outside the repository.
 fn resolve(
     path: &str,
     dir: &str,
@@ -274,8 +274,8 @@ fn resolve(
             Some(target) => out.push(target),
             None => {
                 return Err(at(format!(
-                    "`{}` is outside the source's --path; linnet renders only the files below \
-                     it: point --path at a directory that holds the base too",
+                    "`{}` is outside the repository; linnet renders only what the repository \
+                     holds: vendor the base into it",
                     r.text
                 )));
             }
@@ -429,7 +429,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reference_outside_the_path_is_a_located_error() {
+    fn a_reference_outside_the_repository_is_a_located_error() {
         let l = layout_of(
             &[("app/kustomization.yaml", "resources:\n- ../../elsewhere\n")],
             &RenderOptions::default(),
@@ -437,7 +437,7 @@ mod tests {
         let problem = l.units["app/kustomization.yaml"].problem.clone().unwrap();
         assert_eq!(problem.location.line, 2);
         assert!(
-            problem.message.contains("outside the source's --path"),
+            problem.message.contains("outside the repository"),
             "{problem}"
         );
     }

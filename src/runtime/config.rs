@@ -26,8 +26,6 @@ pub enum SourceConfig {
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub source: SourceConfig,
-    /// Directory inside the repository that holds the specs.
-    pub path: String,
     /// Sync a revision whose path holds no spec (otherwise an error that changes nothing).
     pub allow_empty: bool,
     pub poll_interval: Duration,

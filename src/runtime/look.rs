@@ -183,7 +183,6 @@ pub(super) async fn look_at_remote(
             match refused {
                 Some(e) => Err(e),
                 None => {
-                    let path = config.path.clone();
                     let load = config.load.clone();
                     let keys = config.signing_keys.clone();
                     let verify_commits = config.verify_commits;
@@ -195,15 +194,7 @@ pub(super) async fn look_at_remote(
                     let span = tracing::info_span!("read", revision = %tip);
                     tokio::task::spawn_blocking(move || {
                         let _in = span.enter();
-                        read_revision(
-                            &remote,
-                            tip,
-                            &path,
-                            &load,
-                            keys.as_deref(),
-                            verify_commits,
-                            synced,
-                        )
+                        read_revision(&remote, tip, &load, keys.as_deref(), verify_commits, synced)
                     })
                     .await
                     .map_err(SourceError::Task)
@@ -312,10 +303,13 @@ fn check_signed(
 }
 
 /// Reads the specs at `tip`, which is in the mirror, into the snapshot.
+/// Where a revision is listed from: the whole repository, the boundary of every reference;
+/// `--path` picks what is applied ([`crate::specs::PathSelection`]).
+const REPOSITORY_ROOT: &str = "";
+
 fn read_revision(
     remote: &Remote,
     tip: git2::Oid,
-    path: &str,
     load: &LoadOptions,
     signing_keys: Option<&std::path::Path>,
     verify_commits: VerifyCommits,
@@ -339,7 +333,7 @@ fn read_revision(
     }
     // Only when the last sync succeeded for the snapshot as it was; a failed sync is retried.
     let last_sync_covers_snapshot = synced.is_some() && synced == previous.map(|p| p.to_string());
-    let spec_tree = s.mirror.spec_tree_id(tip, path)?;
+    let spec_tree = s.mirror.spec_tree_id(tip, REPOSITORY_ROOT)?;
     if last_sync_covers_snapshot && s.spec_tree == Some(spec_tree) {
         s.fetched = Some(tip);
         accept(&s.mirror, tip);
@@ -354,7 +348,7 @@ fn read_revision(
     let listed = s.listed.take();
     s.spec_tree = None;
     let changed = match listed {
-        Some(from) => match mirror.changed_files(from, tip, path, &load.shape) {
+        Some(from) => match mirror.changed_files(from, tip, REPOSITORY_ROOT, &load.shape) {
             Ok(Some(changes)) => s.snapshot.update_changed(&changes, read, load)?,
             Ok(None) => None,
             // E.g. `from` is gone from a mirror cloned again: the whole listing says it all.
@@ -368,7 +362,7 @@ fn read_revision(
     let update = match changed {
         Some(update) => update,
         None => s.snapshot.update(
-            &mirror.list_files_within(tip, path, &load.shape)?,
+            &mirror.list_files_within(tip, REPOSITORY_ROOT, &load.shape)?,
             read,
             load,
         )?,
@@ -437,7 +431,7 @@ pub(super) fn look_at_local(
     let SourceConfig::Local { dir } = &config.source else {
         return Ok(Found::Nothing);
     };
-    let root = dir.join(&config.path);
+    let root = dir.clone();
     let update = crate::source::snapshot::update_from_dir(snapshot, &root, &config.load).map_err(
         |source| SourceError::Local {
             path: root.clone(),

@@ -338,13 +338,22 @@ impl SourceLoop {
         full: bool,
         said: &mut Said,
     ) -> Result<(), SourceError> {
-        if specs.is_empty() && !self.config.allow_empty {
+        if !self.config.allow_empty {
             // Most likely a wrong --path (or specs moved away): applying "nothing" would prune
-            // everything this source applied.
-            return Err(SourceError::NoSpecs {
-                path: self.config.path.clone(),
-                revision: revision.to_string(),
-            });
+            // everything this source (or that path) applied.
+            let selection = &self.config.load.selection;
+            let empty = match specs.is_empty() {
+                true => selection.to_string(),
+                false => selection
+                    .holding_nothing(specs.files.iter().map(String::as_str))
+                    .join(","),
+            };
+            if !empty.is_empty() {
+                return Err(SourceError::NoSpecs {
+                    path: empty,
+                    revision: revision.to_string(),
+                });
+            }
         }
         self.say_spec_errors(revision, specs, said).await;
         let started = Instant::now();

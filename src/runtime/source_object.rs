@@ -149,7 +149,7 @@ pub fn spec_of(config: &super::config::AgentConfig) -> LinnetSourceSpec {
     LinnetSourceSpec {
         url,
         branch,
-        path: config.path.clone(),
+        path: config.load.selection.to_string(),
     }
 }
 

@@ -215,7 +215,7 @@ impl SpecSnapshot {
         let mut by_path: BTreeMap<&str, Option<&str>> = BTreeMap::new();
         for (path, id) in changes {
             let name = path.rsplit('/').next().unwrap_or(path);
-            if is_spec_file(name) {
+            if is_spec_file(name) && opts.selection.selects(path) {
                 let entry = by_path.entry(path).or_insert(None);
                 *entry = entry.or(id.as_deref());
             }

@@ -35,6 +35,8 @@ pub struct LoadOptions {
     /// server: a newer cluster knows fields this release does not, and blocking them would
     /// stop a file the cluster accepts.
     pub unknown_fields_are_errors: bool,
+    /// What of the repository is applied (`--path`); the rest is read only as a unit's input.
+    pub selection: super::PathSelection,
 }
 
 /// The most one object may be as JSON: about what the API server stores (etcd's 1.5 MiB).
@@ -50,6 +52,7 @@ impl Default for LoadOptions {
             max_total_bytes: 64 * 1024 * 1024,
             shape: super::RevisionShape::default(),
             unknown_fields_are_errors: false,
+            selection: super::PathSelection::whole(),
         }
     }
 }

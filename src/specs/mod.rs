@@ -16,6 +16,7 @@ pub mod policy;
 mod promote_to;
 mod routes;
 mod schema;
+mod selection;
 mod validate;
 
 pub use budget::{ParseBudget, RevisionShape};
@@ -38,6 +39,7 @@ pub use load::{
 };
 pub use locate::find_key;
 pub use policy::Policy;
+pub use selection::{PathOutsideRepository, PathSelection};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -222,6 +224,8 @@ pub struct SpecSet {
     pub blocked_files: Vec<String>,
     /// Documents left out on purpose (Argo CD hooks), each with why.
     pub left_out: Vec<SpecError>,
+    /// The files and units (by key) that gave an object or an error.
+    pub files: Vec<String>,
     /// Which set this one was made from, and what differs (see [`Lineage`]).
     pub lineage: Lineage,
 }
@@ -278,6 +282,9 @@ impl SpecSet {
         let mut duplicated: Vec<ObjectKey> = Vec::new();
         for (file, specs) in files {
             set.left_out.extend(specs.left_out);
+            if !specs.objects.is_empty() || !specs.errors.is_empty() {
+                set.files.push(file.clone());
+            }
             if !specs.errors.is_empty() {
                 set.blocked_files.push(file);
                 set.errors.extend(specs.errors);

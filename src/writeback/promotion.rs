@@ -18,7 +18,7 @@ use crate::api::{
 };
 
 use super::config_carry::Carried;
-use super::revert::{Revert, RevertError, repo_path};
+use super::revert::{Revert, RevertError};
 
 /// The branches of promotion pull requests start with this; then `<namespace>/<name>/`.
 pub const BRANCH_PREFIX: &str = "linnet/promote/";
@@ -152,7 +152,7 @@ struct Passed<'a> {
     pod: Option<PodSpec>,
 }
 
-fn promotion(passed: Passed<'_>, to: &PromoteTo, spec_dir: &str) -> Option<Promotion> {
+fn promotion(passed: Passed<'_>, to: &PromoteTo) -> Option<Promotion> {
     let Passed {
         kind,
         meta,
@@ -182,7 +182,7 @@ fn promotion(passed: Passed<'_>, to: &PromoteTo, spec_dir: &str) -> Option<Promo
             .annotations
             .as_ref()
             .and_then(|a| a.get(SOURCE_PATH_ANNOTATION))
-            .map(|file| repo_path(spec_dir, file)),
+            .cloned(),
         config: pod
             .map(|p| crate::plan::config::references(&p).into_iter().collect())
             .unwrap_or_default(),
@@ -190,7 +190,7 @@ fn promotion(passed: Passed<'_>, to: &PromoteTo, spec_dir: &str) -> Option<Promo
 }
 
 /// The promotion a CanaryStatefulSet asks for now: Stable on Git's image, no failed analysis.
-pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Promotion> {
+pub fn for_statefulset(r: &CanaryStatefulSet) -> Option<Promotion> {
     let to = r.spec.promote_to.as_ref()?;
     let st = r.status.as_ref()?;
     if st.phase != Some(StatefulSetPhase::Stable)
@@ -206,11 +206,11 @@ pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Promotio
         runs: &st.analysis,
         pod: r.spec.template.get().template.spec,
     };
-    promotion(passed, to, spec_dir)
+    promotion(passed, to)
 }
 
 /// The promotion a CanaryDeployment asks for now: Completed on Git's image, no failed analysis.
-pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Promotion> {
+pub fn for_deployment(r: &CanaryDeployment) -> Option<Promotion> {
     let to = r.spec.promote_to.as_ref()?;
     let st = r.status.as_ref()?;
     if st.phase != Some(DeploymentPhase::Completed)
@@ -226,7 +226,7 @@ pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Promotion>
         runs: &st.analysis,
         pod: r.spec.template.get().template.spec,
     };
-    promotion(passed, to, spec_dir)
+    promotion(passed, to)
 }
 
 /// The edit that gives the next environment's rollout the image, found among `files` (path
@@ -424,14 +424,14 @@ mod tests {
     fn a_deployment_is_promoted_only_when_completed_on_gits_image_with_no_failed_analysis() {
         let to = json!({"promoteTo": {"path": "production"}});
         let done = web("Completed", to.clone(), json!({"stableImage": "web:2"}));
-        let p = for_deployment(&done, ".").unwrap();
+        let p = for_deployment(&done).unwrap();
         assert_eq!((p.image.as_str(), p.target.as_str()), ("web:2", "web"));
         assert!(p.evidence.contains("no analysis is configured"));
         // Still on the old image, or mid-rollout: nothing yet.
         let old = web("Completed", to.clone(), json!({"stableImage": "web:1"}));
-        assert!(for_deployment(&old, ".").is_none());
+        assert!(for_deployment(&old).is_none());
         let paused = web("Paused", to.clone(), json!({"stableImage": "web:2"}));
-        assert!(for_deployment(&paused, ".").is_none());
+        assert!(for_deployment(&paused).is_none());
         // A failed analysis is never promoted.
         let failed = web(
             "Completed",
@@ -439,6 +439,6 @@ mod tests {
             json!({"stableImage": "web:2", "analysis": [{"name": "errors",
                 "phase": "Failed", "startedAt": "2026-11-27T00:00:00Z", "message": "0.3 > 0.05"}]}),
         );
-        assert!(for_deployment(&failed, ".").is_none());
+        assert!(for_deployment(&failed).is_none());
     }
 }

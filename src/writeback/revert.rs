@@ -115,16 +115,8 @@ pub enum RevertError {
 }
 
 /// `dir` (the followed directory, `--path`) joined with `file` (relative to it).
-pub(super) fn repo_path(dir: &str, file: &str) -> String {
-    let dir = dir.trim_start_matches("./").trim_matches('/');
-    match dir {
-        "" | "." => file.to_string(),
-        _ => format!("{dir}/{file}"),
-    }
-}
-
 /// The revert a CanaryStatefulSet asks for now, if any.
-pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Revert> {
+pub fn for_statefulset(r: &CanaryStatefulSet) -> Option<Revert> {
     let spec = &r.spec;
     let mode = spec.on_failure.as_ref().map(|f| f.revert)?;
     if mode == RevertMode::None {
@@ -145,11 +137,11 @@ pub fn for_statefulset(r: &CanaryStatefulSet, spec_dir: &str) -> Option<Revert> 
         revision: st.source_revision.clone(),
     };
     let meta = crate::api::packed_meta::metadata(r);
-    revert("CanaryStatefulSet", &meta, spec_dir, failure)
+    revert("CanaryStatefulSet", &meta, failure)
 }
 
 /// The revert a CanaryDeployment asks for now, if any.
-pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Revert> {
+pub fn for_deployment(r: &CanaryDeployment) -> Option<Revert> {
     let spec = &r.spec;
     let mode = spec.on_failure.as_ref().map(|f| f.revert)?;
     if mode == RevertMode::None {
@@ -169,7 +161,7 @@ pub fn for_deployment(r: &CanaryDeployment, spec_dir: &str) -> Option<Revert> {
         revision: st.source_revision.clone(),
     };
     let meta = crate::api::packed_meta::metadata(r);
-    revert("CanaryDeployment", &meta, spec_dir, failure)
+    revert("CanaryDeployment", &meta, failure)
 }
 
 /// Why a rollout was rolled back: its failed analysis, else its status message.
@@ -188,15 +180,10 @@ struct Failure<'a> {
     revision: Option<String>,
 }
 
-fn revert(
-    kind: &'static str,
-    meta: &kube::api::ObjectMeta,
-    spec_dir: &str,
-    f: Failure<'_>,
-) -> Option<Revert> {
+fn revert(kind: &'static str, meta: &kube::api::ObjectMeta, f: Failure<'_>) -> Option<Revert> {
     let file = meta.annotations.as_ref()?.get(SOURCE_PATH_ANNOTATION)?;
     Some(Revert {
-        path: repo_path(spec_dir, file),
+        path: file.to_string(),
         kind,
         namespace: meta.namespace.clone()?,
         name: meta.name.clone()?,

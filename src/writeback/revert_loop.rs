@@ -33,8 +33,6 @@ use crate::watch::rollouts::Subscription;
 pub struct RevertConfig {
     /// The followed repository and branch (the one the specs come from).
     pub remote: GitRemote,
-    /// The followed directory (`--path`), which source paths are relative to.
-    pub spec_dir: String,
     /// The reverter's own clone.
     pub cache_dir: PathBuf,
     pub author_name: String,
@@ -168,7 +166,7 @@ pub async fn run(
     events: crate::events::EventRecorders,
 ) {
     let mut reverter = reverter(&config);
-    let mut changes = wanted(changes, config.spec_dir.clone());
+    let mut changes = wanted(changes);
     let mut reverts = Reverts::default();
     // Each rollout's reference, for its events.
     let mut regarding: BTreeMap<Key, k8s_openapi::api::core::v1::ObjectReference> = BTreeMap::new();
@@ -244,33 +242,30 @@ fn reverter(config: &RevertConfig) -> Reverter {
 }
 
 /// What each rollout's change asks of Git, for both kinds, as one stream.
-fn wanted(changes: Subscription, dir: String) -> impl futures::Stream<Item = Wanted> + Unpin {
+fn wanted(changes: Subscription) -> impl futures::Stream<Item = Wanted> + Unpin {
     let sets = changes
         .statefulsets
-        .map({
-            let dir = dir.clone();
-            move |c| {
-                let o = c.object();
-                Wanted {
-                    regarding: kube::Resource::object_ref(o.as_ref(), &()),
-                    key: key("CanaryStatefulSet", &o.metadata),
-                    revert: revert::for_statefulset(o, &dir),
-                    pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
-                    promotion: promotion::for_statefulset(o, &dir),
-                }
+        .map(|c| {
+            let o = c.object();
+            Wanted {
+                regarding: kube::Resource::object_ref(o.as_ref(), &()),
+                key: key("CanaryStatefulSet", &o.metadata),
+                revert: revert::for_statefulset(o),
+                pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
+                promotion: promotion::for_statefulset(o),
             }
         })
         .boxed();
     let deploys = changes
         .deployments
-        .map(move |c| {
+        .map(|c| {
             let o = c.object();
             Wanted {
                 regarding: kube::Resource::object_ref(o.as_ref(), &()),
                 key: key("CanaryDeployment", &o.metadata),
-                revert: revert::for_deployment(o, &dir),
+                revert: revert::for_deployment(o),
                 pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
-                promotion: promotion::for_deployment(o, &dir),
+                promotion: promotion::for_deployment(o),
             }
         })
         .boxed();

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::*;
 use crate::render::chart_deps::Placement;
+use crate::specs::PathSelection;
 
 /// Splits `listing` into plain files and units. Reads (with `read`) only the kustomizations
 /// and `linnet-helm.yaml` files not read before; a listing without any is passed through.
@@ -16,9 +17,14 @@ pub fn layout<E>(
     opts: &LoadOptions,
     render: &RenderOptions,
 ) -> Result<Layout, E> {
+    let selection = &opts.selection;
     if !listing.iter().any(|(p, _)| is_render_file(p)) {
         return Ok(Layout {
-            plain: listing.to_vec(),
+            plain: listing
+                .iter()
+                .filter(|(p, id)| applied_as_listed(p, id, selection))
+                .cloned()
+                .collect(),
             units: BTreeMap::new(),
         });
     }
@@ -39,9 +45,12 @@ pub fn layout<E>(
         new_parsed.insert(key, p.clone());
         Ok(p)
     };
-    let graph = KustomizeGraph::of(&dirs, &mut parse)?;
-    let mut units = kustomize_units(&files, &dirs, &graph, render);
+    let graph = KustomizeGraph::of(&dirs, selection, &mut parse)?;
+    let mut units = kustomize_units(&files, &dirs, &graph, selection, render);
     for (&dir, &path) in &dirs.helm {
+        if !selection.selects(dir) {
+            continue;
+        }
         let parsed = parse(path, RenderFile::Helm)?;
         let Parsed::Helm(release) = &*parsed else {
             continue;
@@ -70,10 +79,22 @@ pub fn layout<E>(
         .collect();
     let plain = listing
         .iter()
-        .filter(|(p, id)| id.starts_with(BLOCKED) || !owned(p, &owners))
+        .filter(|(p, id)| {
+            applied_as_listed(p, id, selection)
+                && (id.starts_with(BLOCKED)
+                    || selection
+                        .root_of(p)
+                        .is_some_and(|root| !owned(p, root, &owners)))
+        })
         .cloned()
         .collect();
     Ok(Layout { plain, units })
+}
+
+/// Whether a listed file is applied when no renderer owns it: it is below a selected path, or
+/// it is a blocked directory ([`BLOCKED`]) holding a selected path.
+fn applied_as_listed(path: &str, id: &str, selection: &PathSelection) -> bool {
+    selection.selects(path) || (id.starts_with(BLOCKED) && selection.is_above_one(path))
 }
 
 /// The directories rendered rather than read: each kustomization's and helm file's (by
@@ -113,18 +134,19 @@ impl<'a> RenderDirs<'a> {
     }
 }
 
-/// Every kustomization's references (those that are kustomizations are not roots), and
-/// the kustomizations that cannot be read.
+/// The references of every kustomization below a selected path and of those they reach
+/// (none other is read), and the kustomizations that cannot be read.
 struct KustomizeGraph<'a> {
     edges: BTreeMap<&'a str, Vec<String>>,
     problems: BTreeMap<&'a str, SpecError>,
-    /// Kustomizations another one uses.
+    /// Kustomizations a selected one uses: not roots, unless a path names them.
     used: HashSet<String>,
 }
 
 impl<'a> KustomizeGraph<'a> {
     fn of<E>(
         dirs: &RenderDirs<'a>,
+        selection: &PathSelection,
         parse: &mut impl FnMut(&str, RenderFile) -> Result<std::sync::Arc<Parsed>, E>,
     ) -> Result<KustomizeGraph<'a>, E> {
         let mut graph = KustomizeGraph {
@@ -132,7 +154,21 @@ impl<'a> KustomizeGraph<'a> {
             problems: BTreeMap::new(),
             used: HashSet::new(),
         };
-        for (&dir, &path) in &dirs.kustomize {
+        let mut todo: Vec<&'a str> = dirs
+            .kustomize
+            .keys()
+            .copied()
+            .filter(|d| selection.selects(d))
+            .rev()
+            .collect();
+        let mut seen = HashSet::new();
+        while let Some(dir) = todo.pop() {
+            let Some(&path) = dirs.kustomize.get(dir) else {
+                continue;
+            };
+            if !seen.insert(dir) {
+                continue;
+            }
             let parsed = parse(path, RenderFile::Kustomization)?;
             let Parsed::Kustomization(targets) = &*parsed else {
                 continue;
@@ -140,8 +176,11 @@ impl<'a> KustomizeGraph<'a> {
             match targets {
                 Ok(targets) => {
                     for t in targets {
-                        if dirs.kustomize.contains_key(t.as_str()) {
-                            graph.used.insert(t.clone());
+                        if let Some((&target, _)) = dirs.kustomize.get_key_value(t.as_str()) {
+                            if selection.selects(dir) {
+                                graph.used.insert(t.clone());
+                            }
+                            todo.push(target);
                         }
                     }
                     graph.edges.insert(dir, targets.clone());
@@ -161,12 +200,15 @@ fn kustomize_units(
     files: &BTreeMap<&str, &str>,
     dirs: &RenderDirs<'_>,
     graph: &KustomizeGraph<'_>,
+    selection: &PathSelection,
     render: &RenderOptions,
 ) -> BTreeMap<String, Unit> {
     let mut units = BTreeMap::new();
     let mut reached: HashSet<String> = HashSet::new();
+    let root =
+        |dir: &str| selection.selects(dir) && (!graph.used.contains(dir) || selection.names(dir));
     for (&dir, &path) in &dirs.kustomize {
-        if graph.used.contains(dir) {
+        if !root(dir) {
             continue;
         }
         let mut inputs = BTreeMap::new();
@@ -201,7 +243,7 @@ fn kustomize_units(
     // Kustomizations that only use each other (a cycle): no unit would render them, and
     // silence would hide them; each is a unit with that error.
     for (&dir, &path) in &dirs.kustomize {
-        if reached.contains(dir) || !graph.used.contains(dir) {
+        if reached.contains(dir) || !graph.used.contains(dir) || !selection.selects(dir) {
             continue;
         }
         let problem = error_at(
@@ -337,14 +379,16 @@ fn local_dependencies<E>(
     Ok(Ok(placed))
 }
 
-/// Whether a directory at or above `path` belongs to a renderer.
-fn owned(path: &str, owners: &HashSet<&str>) -> bool {
+/// Whether a directory at or above `path`, up to the selected path `root`, belongs to a
+/// renderer (one above `root` is not applied; its files below `root` are plain, as they were
+/// when `--path` was the boundary).
+fn owned(path: &str, root: &str, owners: &HashSet<&str>) -> bool {
     let mut dir = dir_of(path);
     loop {
         if owners.contains(dir) {
             return true;
         }
-        if dir.is_empty() {
+        if dir.len() <= root.len() {
             return false;
         }
         dir = dir_of(dir);
@@ -363,5 +407,133 @@ fn add_tree(files: &BTreeMap<&str, &str>, dir: &str, into: &mut BTreeMap<String,
             break;
         }
         into.insert(p.to_string(), id.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n";
+
+    /// Flux's layout (fluxcd/flux2-kustomize-helm-example): one base, an overlay per cluster.
+    const FLUX: &[(&str, &str)] = &[
+        (
+            "apps/base/podinfo/kustomization.yaml",
+            "resources: [cm.yaml]\n",
+        ),
+        ("apps/base/podinfo/cm.yaml", CM),
+        (
+            "apps/staging/kustomization.yaml",
+            "resources: [../base/podinfo]\n",
+        ),
+        (
+            "apps/production/kustomization.yaml",
+            "resources: [../base/podinfo]\n",
+        ),
+        ("apps/production/patch.yaml", CM),
+        ("clusters/staging/apps.yaml", CM),
+        ("README.yaml", CM),
+    ];
+
+    fn layout_at(files: &[(&str, &str)], paths: &[&str]) -> Layout {
+        let listing: Vec<(String, String)> = files
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _))| (p.to_string(), format!("id{i}")))
+            .collect();
+        let content: BTreeMap<&str, &str> = files.iter().copied().collect();
+        let mut read = |p: &str, _: &str| -> Result<FileContent, ()> {
+            Ok(FileContent::Bytes(content[p].as_bytes().to_vec()))
+        };
+        let opts = LoadOptions {
+            selection: PathSelection::new(paths).unwrap(),
+            ..LoadOptions::default()
+        };
+        let render = RenderOptions::default();
+        layout(
+            &listing,
+            &mut read,
+            &mut ParsedFiles::default(),
+            &opts,
+            &render,
+        )
+        .unwrap()
+    }
+
+    fn units(l: &Layout) -> Vec<&str> {
+        l.units.keys().map(String::as_str).collect()
+    }
+
+    fn plain(l: &Layout) -> Vec<&str> {
+        l.plain.iter().map(|(p, _)| p.as_str()).collect()
+    }
+
+    #[test]
+    fn flux_staging_overlay_uses_a_base_outside_its_path() {
+        let l = layout_at(FLUX, &["apps/staging"]);
+        assert_eq!(units(&l), ["apps/staging/kustomization.yaml"]);
+        let unit = &l.units["apps/staging/kustomization.yaml"];
+        assert!(unit.problem.is_none(), "{:?}", unit.problem);
+        let inputs: Vec<&str> = unit.inputs.iter().map(|(p, _)| p.as_str()).collect();
+        assert!(inputs.contains(&"apps/base/podinfo/cm.yaml"), "{inputs:?}");
+        assert!(plain(&l).is_empty(), "{:?}", plain(&l));
+    }
+
+    #[test]
+    fn several_paths_pick_their_units_and_plain_files() {
+        let l = layout_at(FLUX, &["apps/production", "clusters/staging"]);
+        assert_eq!(units(&l), ["apps/production/kustomization.yaml"]);
+        assert_eq!(plain(&l), ["clusters/staging/apps.yaml"]);
+        // The whole repository, as before: both overlays, the base in neither alone.
+        let l = layout_at(FLUX, &["."]);
+        assert_eq!(
+            units(&l),
+            [
+                "apps/production/kustomization.yaml",
+                "apps/staging/kustomization.yaml"
+            ]
+        );
+        assert_eq!(plain(&l), ["clusters/staging/apps.yaml", "README.yaml"]);
+    }
+
+    #[test]
+    fn a_base_a_path_names_is_rendered_on_its_own() {
+        // An Argo CD Application pointed at a kustomization another one uses.
+        let l = layout_at(FLUX, &["apps/base/podinfo"]);
+        assert_eq!(units(&l), ["apps/base/podinfo/kustomization.yaml"]);
+        // Under a path that holds its overlays too, it is a base as before.
+        let l = layout_at(FLUX, &["apps"]);
+        assert!(!l.units.contains_key("apps/base/podinfo/kustomization.yaml"));
+    }
+
+    #[test]
+    fn a_kustomization_outside_every_path_and_unreached_is_not_read() {
+        let mut files = FLUX.to_vec();
+        files.push(("broken/kustomization.yaml", "resources: [../../../etc]\n"));
+        let l = layout_at(&files, &["apps/staging"]);
+        assert_eq!(units(&l), ["apps/staging/kustomization.yaml"]);
+        assert!(l.units.values().all(|u| u.problem.is_none()));
+    }
+
+    #[test]
+    fn files_below_a_path_inside_an_unselected_kustomization_are_plain() {
+        let files = [
+            (
+                "apps/staging/kustomization.yaml",
+                "resources: [extra/cm.yaml]\n",
+            ),
+            ("apps/staging/extra/cm.yaml", CM),
+        ];
+        let l = layout_at(&files, &["apps/staging/extra"]);
+        assert!(l.units.is_empty());
+        assert_eq!(plain(&l), ["apps/staging/extra/cm.yaml"]);
+    }
+
+    #[test]
+    fn a_listing_without_units_is_cut_to_the_paths() {
+        let files = [("a/x.yaml", CM), ("b/y.yaml", CM)];
+        let l = layout_at(&files, &["b"]);
+        assert_eq!(plain(&l), ["b/y.yaml"]);
     }
 }

@@ -135,6 +135,10 @@ impl SpecSnapshot {
             if old == id {
                 continue;
             }
+            // Outside every --path and read by no unit: nothing applied reads it.
+            if !kept.readers.contains_key(path) && !opts.selection.selects(path) {
+                continue;
+            }
             let name = path.rsplit('/').next().unwrap_or(path);
             // A chart's dependencies decide which files its release reads.
             if name == HELM_FILE || name == "Chart.yaml" {

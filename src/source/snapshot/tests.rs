@@ -543,3 +543,39 @@ fn a_unit_whose_inputs_pass_the_total_is_refused_before_it_is_read_whole() {
     // The layout reads the kustomization; the render stops at the second big file.
     assert!(reads.get() <= 4, "{} reads", reads.get());
 }
+
+/// Issue 72: with `--path`, a change outside every path that no picked unit reads is not
+/// read and changes nothing, with or without units in the repository.
+#[test]
+fn a_change_outside_every_path_reads_nothing() {
+    let read = |p: &str, _: &str| -> Result<FileContent, ()> {
+        assert!(!p.starts_with("other/"), "read {p}");
+        Ok(cm(&p.replace(['/', '.'], "-")))
+    };
+    for with_unit in [false, true] {
+        // With a unit picked, the change goes through the in-place path.
+        let paths: &[&str] = if with_unit {
+            &["staging", "units"]
+        } else {
+            &["staging"]
+        };
+        let opts = LoadOptions {
+            selection: crate::specs::PathSelection::new(paths).unwrap(),
+            ..LoadOptions::default()
+        };
+        let mut snap = SpecSnapshot::default();
+        let mut files = vec![("other/a.yaml", "1"), ("staging/b.yaml", "1")];
+        if with_unit {
+            files.push(("units/kustomization.yaml", "1"));
+        }
+        snap.update(&listing(&files), read, &opts).unwrap();
+        assert_eq!(snap.has_units, with_unit);
+        let changes = [("other/a.yaml".to_string(), Some("2".to_string()))];
+        let update = snap.update_changed(&changes, read, &opts).unwrap();
+        assert_eq!(
+            update,
+            Some(SnapshotUpdate::default()),
+            "with a unit: {with_unit}"
+        );
+    }
+}

@@ -103,16 +103,6 @@ fn a_rollout_not_in_the_file_is_an_error_that_names_it() {
     assert!(set_image(REDIS, &other).is_err());
 }
 
-#[test]
-fn the_path_is_the_followed_directory_joined_with_the_source_path() {
-    assert_eq!(repo_path(".", "apps/redis.yaml"), "apps/redis.yaml");
-    assert_eq!(repo_path("", "redis.yaml"), "redis.yaml");
-    assert_eq!(
-        repo_path("./envs/staging/", "redis.yaml"),
-        "envs/staging/redis.yaml"
-    );
-}
-
 fn rolled_back_redis(revert: &str) -> CanaryStatefulSet {
     let mut r: CanaryStatefulSet = serde_json::from_value(serde_json::json!({
         "apiVersion": "rollouts.linnet.dev/v1alpha1",
@@ -138,8 +128,9 @@ fn rolled_back_redis(revert: &str) -> CanaryStatefulSet {
 #[test]
 fn only_a_rolled_back_rollout_that_asks_for_it_is_reverted() {
     let r = rolled_back_redis("commit");
-    let want = for_statefulset(&r, "envs/staging").unwrap();
-    assert_eq!(want.path, "envs/staging/apps/redis.yaml");
+    let want = for_statefulset(&r).unwrap();
+    // The source path is the repository's: --path only picks what is applied.
+    assert_eq!(want.path, "apps/redis.yaml");
     assert_eq!(
         (want.failed.as_str(), want.good.as_str()),
         ("redis:7.4", "redis:7.2")
@@ -148,15 +139,15 @@ fn only_a_rolled_back_rollout_that_asks_for_it_is_reverted() {
         want.message()
             .starts_with("linnet: revert demo/redis to redis:7.2\n\n")
     );
-    assert!(for_statefulset(&rolled_back_redis("none"), ".").is_none());
+    assert!(for_statefulset(&rolled_back_redis("none")).is_none());
     // Any other phase: nothing to revert.
     let mut active = rolled_back_redis("commit");
     active.status.as_mut().unwrap().phase = Some(StatefulSetPhase::CanaryActive);
-    assert!(for_statefulset(&active, ".").is_none());
+    assert!(for_statefulset(&active).is_none());
     // Git already asks for another image than the one rolled back from.
     let mut moved_on = rolled_back_redis("commit");
     moved_on.spec.image = "redis:7.6".into();
-    assert!(for_statefulset(&moved_on, ".").is_none());
+    assert!(for_statefulset(&moved_on).is_none());
 }
 
 #[test]
@@ -210,7 +201,7 @@ fn a_rolled_back_deployment_is_reverted_to_the_image_it_returned_to() {
         serde_json::json!({"onFailure": {"revert": "pullRequest"}}),
         rollback.clone(),
     );
-    let want = for_deployment(&r, ".").unwrap();
+    let want = for_deployment(&r).unwrap();
     assert_eq!(
         (want.failed.as_str(), want.good.as_str()),
         ("web:2", "web:1")
@@ -218,18 +209,12 @@ fn a_rolled_back_deployment_is_reverted_to_the_image_it_returned_to() {
     assert_eq!(want.mode, RevertMode::PullRequest);
     assert_eq!(want.branch(), "linnet/revert/demo/web/0123456789ab");
     // Not asked for, still rolling back, or Git already moved on: nothing.
-    assert!(
-        for_deployment(
-            &web("RolledBack", serde_json::json!({}), rollback.clone()),
-            "."
-        )
-        .is_none()
-    );
+    assert!(for_deployment(&web("RolledBack", serde_json::json!({}), rollback.clone()),).is_none());
     let asks = serde_json::json!({"onFailure": {"revert": "commit"}});
-    assert!(for_deployment(&web("RollingBack", asks.clone(), rollback.clone()), ".").is_none());
+    assert!(for_deployment(&web("RollingBack", asks.clone(), rollback.clone())).is_none());
     let mut moved_on = web("RolledBack", asks, rollback);
     moved_on.spec.image = "web:3".into();
-    assert!(for_deployment(&moved_on, ".").is_none());
+    assert!(for_deployment(&moved_on).is_none());
 }
 
 /// A revert puts back the config files that came in with the image: which files count.

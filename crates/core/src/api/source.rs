@@ -46,7 +46,8 @@ pub struct LinnetSourceSpec {
     pub url: String,
     #[serde(default)]
     pub branch: String,
-    /// The directory of the specs in the repository.
+    /// What of the repository is applied (`--path`): `.` for all of it, else the paths,
+    /// comma-separated.
     #[serde(default)]
     pub path: String,
 }

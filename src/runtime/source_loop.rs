@@ -397,6 +397,10 @@ impl SourceLoop {
                 "more spec errors; linnet status lists the first 100"
             );
         }
+        // Hooks left out on purpose are no fault: said at debug, where `validate` notes them.
+        for e in specs.left_out.iter().take(LOGGED_SPEC_ERRORS) {
+            tracing::debug!(revision, document = %e, "left out, not applied");
+        }
         if let Some(first) = specs.errors.first() {
             self.source_event(
                 "SpecErrors",

@@ -149,6 +149,11 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         } => runtime()?.block_on(pull(&name, namespace, &cluster, Lever::Abort)),
         Command::Completion { shell } => Ok(print_completion(shell)),
         Command::Crds => print_crds(),
+        Command::Doctor(args) => {
+            crate::net::configure_git(args.timeout, None)
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            doctor::doctor(&args)
+        }
     }
 }
 
@@ -227,6 +232,11 @@ mod args;
 pub use args::*;
 
 mod namespaces;
+
+mod git_auth_args;
+pub use git_auth_args::GitAuthArgs;
+
+mod doctor;
 
 mod render_args;
 pub use namespaces::NamespaceCheck;

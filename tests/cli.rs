@@ -45,6 +45,7 @@ fn help_lists_every_subcommand() {
         "abort",
         "crds",
         "completion",
+        "doctor",
     ] {
         assert!(help.contains(sub), "--help does not list `{sub}`:\n{help}");
     }

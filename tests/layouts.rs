@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
@@ -97,48 +96,16 @@ async fn install_crd(admin: &kube::Client, group: &str, version: &str, kind: &st
 
 /// Lets the source's account (`--apply-as`) in each of `namespaces` do what the fixture's
 /// objects need (a Namespace, Flux's kinds), as a cluster admin would; undone when dropped.
-struct Grant(String);
-
-impl Grant {
-    async fn cluster_admin(admin: &kube::Client, name: &str, namespaces: &[&str]) -> Grant {
-        let subjects: Vec<serde_json::Value> = namespaces
-            .iter()
-            .map(|ns| json!({"kind": "ServiceAccount", "name": support::SOURCE_ACCOUNT, "namespace": ns}))
-            .collect();
-        let binding: ClusterRoleBinding = from_json(json!({
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": subjects,
-        }));
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .patch(
-                name,
-                &PatchParams::apply("linnet-tests").force(),
-                &Patch::Apply(&binding),
-            )
-            .await
-            .unwrap();
-        Grant(name.to_string())
-    }
-}
-
-impl Drop for Grant {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let admin = admin_client().await;
-                let _ = Api::<ClusterRoleBinding>::all(admin)
-                    .delete(&name, &DeleteParams::background())
-                    .await;
-            });
-        })
-        .join();
-    }
+async fn grant_cluster_admin(
+    admin: &kube::Client,
+    name: &str,
+    namespaces: &[&str],
+) -> support::TestClusterRoleBinding {
+    let subjects: Vec<serde_json::Value> = namespaces
+        .iter()
+        .map(|ns| json!({"kind": "ServiceAccount", "name": support::SOURCE_ACCOUNT, "namespace": ns}))
+        .collect();
+    support::TestClusterRoleBinding::apply(admin, name, "cluster-admin", json!(subjects)).await
 }
 
 fn push(work: &Path, message: &str) {
@@ -167,7 +134,7 @@ async fn flux_layout_the_staging_overlay_syncs_over_a_base_outside_its_path() {
     let ns = TestNamespace::create(&admin, "flux").await;
     // The fixture's namespace `podinfo`, one per run: the test's own, adopted.
     let podinfo = TestNamespace::create(&admin, "podinfo").await;
-    let _grant = Grant::cluster_admin(&admin, &ns.name, &[&ns.name, &podinfo.name]).await;
+    let _grant = grant_cluster_admin(&admin, &ns.name, &[&ns.name, &podinfo.name]).await;
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     let ns_line = format!("namespace: {}", podinfo.name);
@@ -312,19 +279,8 @@ async fn argocd_layout_a_path_naming_a_base_renders_it_on_its_own() {
 }
 
 fn validate(dir: &Path, extra: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
-        .args(["validate", "--check-namespaces", "never"])
-        .args(extra)
-        .arg(dir)
-        .envs(support::render_env())
-        .output()
-        .expect("run linnet");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let (rc, out, _) = support::validate_offline(dir, extra);
+    (rc, out)
 }
 
 /// `validate` takes the paths the agent applies: one overlay of Flux's layout passes, both at

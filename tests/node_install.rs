@@ -4,8 +4,10 @@
 //! The agent in the pod reaches the API server through the `kubernetes` Service and the Git
 //! server on the node's bridge. A rollout of the key-value server is in flight when the
 //! leader's container is killed (SIGKILL of its process): the standby takes the Lease and the
-//! rollout finishes, every key kept. Its own test binary: it installs cluster-wide objects
-//! and the agent's Deployment in linnet-system.
+//! rollout finishes, every key kept. Then `linnet doctor` in the agent's pod finds nothing
+//! wrong, and the agent is upgraded to another image by docs/upgrading.md's steps: no workload
+//! pod restarts, no key is lost, the inventory is kept. Its own test binary: it installs
+//! cluster-wide objects and the agent's Deployment in linnet-system.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -274,6 +276,7 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
         stable_on(&r, "v1").then_some(())
     })
     .await;
+    doctor_in_the_agents_pod().await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
     let mut ledger = Ledger::default();
     for k in 0..3 {
@@ -338,7 +341,168 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     .await;
     let names: BTreeMap<i32, String> = (0..3).map(|k| (k, format!("kv-stable-{k}"))).collect();
     ledger.check_all(&pods, &names, "v2").await.unwrap();
+
+    // docs/upgrading.md, as written, to another image while the store runs.
+    upgrade_as_documented(&admin, &overlay, &ns.name).await;
+    ledger.check_all(&pods, &names, "v2").await.unwrap();
     drop(installed);
+}
+
+/// The documented check of an install (docs/getting-started.md, docs/upgrading.md): doctor in
+/// the agent's pod, with its settings and credentials, finds nothing wrong. Both replicas
+/// ready first: doctor warns while one is not.
+async fn doctor_in_the_agents_pod() {
+    let doctor = support::eventually(
+        "doctor in the agent's pod with no warning",
+        Duration::from_secs(120),
+        || async {
+            let out = Command::new(support::tools_bin().join("kubectl"))
+                .args(["-n", "linnet-system", "exec", "deploy/linnet", "--"])
+                .args(["linnet", "doctor"])
+                .env("KUBECONFIG", support::admin_kubeconfig())
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.contains(" 0 warning(s), 0 failed").then_some(text)
+        },
+    )
+    .await;
+    for (mark, says) in [
+        ("ok   cluster:", "Kubernetes v1."),
+        ("ok   clock:", "within 5 s"),
+        (
+            "ok   crd:",
+            "canarystatefulsets.rollouts.linnet.dev as this linnet's",
+        ),
+        ("ok   agent:", "linnet-system/linnet ready (2/2)"),
+        ("ok   rollout images:", "none waiting for an image"),
+        ("ok   git:", "answers; main is at"),
+    ] {
+        assert!(
+            doctor
+                .lines()
+                .any(|l| l.starts_with(mark) && l.contains(says)),
+            "doctor in the agent's pod: no `{mark}` line saying {says:?}:\n{doctor}"
+        );
+    }
+}
+
+/// The store's pods: name -> (uid, restarts of each container).
+async fn workload_pods(pods: &Api<Pod>) -> BTreeMap<String, (String, i32)> {
+    pods.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .into_iter()
+                .flatten()
+                .map(|c| c.restart_count)
+                .sum();
+            let uid = p.metadata.uid.unwrap_or_default();
+            (p.metadata.name.unwrap_or_default(), (uid, restarts))
+        })
+        .collect()
+}
+
+/// The inventory's data: what the source applied, by key.
+async fn inventory(admin: &kube::Client) -> BTreeMap<String, String> {
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(admin.clone(), "linnet-system");
+    let params = ListParams::default();
+    let mut data = BTreeMap::new();
+    for cm in config_maps.list(&params).await.unwrap().items {
+        if cm
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("linnet-inventory-"))
+        {
+            data.extend(cm.data.unwrap_or_default());
+        }
+    }
+    data
+}
+
+/// The steps of docs/upgrading.md: the CRDs, then the overlay on a new tag, `rollout status`,
+/// and `linnet doctor` in the new pod. The rollout and its pods are not touched, the inventory
+/// is kept, and the new pods run the new image.
+async fn upgrade_as_documented(admin: &kube::Client, overlay: &Path, ns: &str) {
+    let next = IMAGE.replace(":dev", ":next");
+    let sock = node::node_dir().join("containerd.sock");
+    let ctr = [
+        "--address",
+        sock.to_str().unwrap(),
+        "-n",
+        "k8s.io",
+        "images",
+    ];
+    run(
+        Path::new("ctr"),
+        &[&ctr[..], &["tag", "--force", IMAGE, &next]].concat(),
+    );
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let (pods_before, inventory_before) = (workload_pods(&pods).await, inventory(admin).await);
+    assert!(
+        !inventory_before.is_empty(),
+        "no inventory before the upgrade"
+    );
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "deploy/crds/crds.yaml",
+    ]);
+    let kustomization = overlay.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&kustomization).unwrap();
+    std::fs::write(&kustomization, text.replace("newTag: dev", "newTag: next")).unwrap();
+    let overlay = overlay.to_str().unwrap();
+    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", overlay]);
+    kubectl(&[
+        "-n",
+        "linnet-system",
+        "rollout",
+        "status",
+        "deploy/linnet",
+        "--timeout=240s",
+    ]);
+    let agents: Api<Pod> = Api::namespaced(admin.clone(), "linnet-system");
+    support::eventually(
+        "the agents on the new image",
+        Duration::from_secs(120),
+        || async {
+            let labelled = ListParams::default().labels("app.kubernetes.io/name=linnet");
+            let images: Vec<String> = agents
+                .list(&labelled)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .flat_map(|p| p.spec.map(|s| s.containers).unwrap_or_default())
+                .filter_map(|c| c.image)
+                .collect();
+            (images.len() == 2 && images.iter().all(|i| *i == next)).then_some(())
+        },
+    )
+    .await;
+    doctor_in_the_agents_pod().await;
+    let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), ns);
+    let kv = rollouts.get("kv").await.unwrap().status.unwrap_or_default();
+    assert_eq!(kv.phase, Some(StatefulSetPhase::Stable), "{kv:?}");
+    assert_eq!(
+        workload_pods(&pods).await,
+        pods_before,
+        "a workload pod restarted"
+    );
+    assert_eq!(
+        inventory(admin).await,
+        inventory_before,
+        "the inventory changed"
+    );
 }
 
 /// Deletes the test's rollout while the agents still run (they release its finalizer; one no
@@ -354,37 +518,27 @@ impl Drop for Uninstall {
         if std::thread::panicking() {
             print_agent_logs();
         }
-        // A client of the thread's own runtime: the test's runtime is blocked in this drop.
         let ns = self.ns.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let client = support::admin_client().await;
-                let rollouts: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), &ns);
-                let _ = rollouts.delete("kv", &DeleteParams::default()).await;
-                let gone = tokio::time::timeout(Duration::from_secs(60), async {
-                    while rollouts.get_opt("kv").await.is_ok_and(|r| r.is_some()) {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                })
-                .await;
-                if gone.is_err() {
-                    // No agent took it: released by hand, as a person would.
-                    let release =
-                        kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
-                    let _ = rollouts
-                        .patch("kv", &kube::api::PatchParams::default(), &release)
-                        .await;
+        support::clean_up(|client| async move {
+            let rollouts: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), &ns);
+            let _ = rollouts.delete("kv", &DeleteParams::default()).await;
+            let gone = tokio::time::timeout(Duration::from_secs(60), async {
+                while rollouts.get_opt("kv").await.is_ok_and(|r| r.is_some()) {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                let _ = Api::<Deployment>::namespaced(client, "linnet-system")
-                    .delete("linnet", &DeleteParams::foreground())
+            })
+            .await;
+            if gone.is_err() {
+                // No agent took it: released by hand, as a person would.
+                let release = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
+                let _ = rollouts
+                    .patch("kv", &kube::api::PatchParams::default(), &release)
                     .await;
-            });
-        })
-        .join();
+            }
+            let _ = Api::<Deployment>::namespaced(client, "linnet-system")
+                .delete("linnet", &DeleteParams::foreground())
+                .await;
+        });
     }
 }
 

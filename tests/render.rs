@@ -8,7 +8,7 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Writes `files` (path, content) under `dir`.
 fn write_tree(dir: &Path, files: &[(&str, &str)]) {
@@ -21,20 +21,7 @@ fn write_tree(dir: &Path, files: &[(&str, &str)]) {
 
 /// `linnet validate DIR extra...` with the renderers; (exit code, stdout, how long it took).
 fn validate(dir: &Path, extra: &[&str]) -> (i32, String, Duration) {
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_linnet"))
-        .args(["validate", "--check-namespaces", "never"])
-        .args(extra)
-        .arg(dir)
-        .envs(support::render_env())
-        .output()
-        .expect("run linnet");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text, started.elapsed())
+    support::validate_offline(dir, extra)
 }
 
 const ROLLOUT: &str = "apiVersion: rollouts.linnet.dev/v1alpha1

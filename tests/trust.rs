@@ -42,32 +42,24 @@ struct Leftovers(String, String);
 impl Drop for Leftovers {
     fn drop(&mut self) {
         let (pwn, pv) = (self.0.clone(), self.1.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let admin = admin_client().await;
-                let dp = DeleteParams::background();
-                let _ = Api::<Deployment>::namespaced(admin.clone(), "kube-system")
-                    .delete(&pwn, &dp)
+        support::clean_up(|admin| async move {
+            let dp = DeleteParams::background();
+            let _ = Api::<Deployment>::namespaced(admin.clone(), "kube-system")
+                .delete(&pwn, &dp)
+                .await;
+            let _ = Api::<RoleBinding>::namespaced(admin.clone(), "kube-system")
+                .delete(&format!("{pwn}-source"), &dp)
+                .await;
+            for crb in [pwn.clone(), format!("{pwn}-ops")] {
+                let _ = Api::<ClusterRoleBinding>::all(admin.clone())
+                    .delete(&crb, &dp)
                     .await;
-                let _ = Api::<RoleBinding>::namespaced(admin.clone(), "kube-system")
-                    .delete(&format!("{pwn}-source"), &dp)
-                    .await;
-                for crb in [pwn.clone(), format!("{pwn}-ops")] {
-                    let _ = Api::<ClusterRoleBinding>::all(admin.clone())
-                        .delete(&crb, &dp)
-                        .await;
-                }
-                let _ = Api::<Namespace>::all(admin.clone())
-                    .delete(&format!("{pwn}-made"), &dp)
-                    .await;
-                let _ = Api::<PersistentVolume>::all(admin).delete(&pv, &dp).await;
-            });
-        })
-        .join();
+            }
+            let _ = Api::<Namespace>::all(admin.clone())
+                .delete(&format!("{pwn}-made"), &dp)
+                .await;
+            let _ = Api::<PersistentVolume>::all(admin).delete(&pv, &dp).await;
+        });
     }
 }
 

@@ -89,28 +89,8 @@ pub struct AgentArgs {
         env = "LINNET_CACHE_DIR"
     )]
     pub cache_dir: PathBuf,
-    /// HTTPS user name (with --git-password-file).
-    #[arg(
-        help_heading = "Source",
-        long,
-        default_value = "git",
-        env = "LINNET_GIT_USERNAME"
-    )]
-    pub git_username: String,
-    /// File with the HTTPS password or token; read on every connection.
-    #[arg(help_heading = "Source", long, env = "LINNET_GIT_PASSWORD_FILE")]
-    pub git_password_file: Option<PathBuf>,
-    /// SSH private key (deploy key) for ssh:// and scp-style URLs.
-    #[arg(
-        help_heading = "Source",
-        long,
-        env = "LINNET_SSH_KEY_FILE",
-        requires = "ssh_known_hosts"
-    )]
-    pub ssh_key_file: Option<PathBuf>,
-    /// known_hosts file that must list the SSH server's key.
-    #[arg(help_heading = "Source", long, env = "LINNET_SSH_KNOWN_HOSTS")]
-    pub ssh_known_hosts: Option<PathBuf>,
+    #[command(flatten)]
+    pub git_auth: GitAuthArgs,
     /// File with the webhook secret; enables /hooks/*. Read on every request.
     #[arg(help_heading = "Webhooks", long, env = "LINNET_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,

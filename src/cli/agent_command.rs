@@ -144,32 +144,13 @@ fn hook_settings(args: &AgentArgs) -> Option<crate::source::hooks::HookSettings>
 /// Where the specs come from: a directory, or a remote with its credentials.
 fn source_config(args: &AgentArgs) -> Result<crate::agent::SourceConfig> {
     use crate::agent::SourceConfig;
-    use crate::source::git::{GitAuth, GitRemote};
+    use crate::source::git::GitRemote;
     let url = match (&args.repo_url, &args.repo_path) {
         (_, Some(dir)) => return Ok(SourceConfig::Local { dir: dir.clone() }),
         (Some(url), None) => url,
         (None, None) => return unreachable_source(),
     };
-    let auth = if let Some(key) = &args.ssh_key_file {
-        credential_file_readable(key, "--ssh-key-file", "the deploy key's private key")?;
-        GitAuth::SshKey {
-            username: "git".into(),
-            private_key: key.clone(),
-            known_hosts: args.ssh_known_hosts.clone().unwrap_or_default(),
-        }
-    } else if let Some(file) = &args.git_password_file {
-        credential_file_readable(
-            file,
-            "--git-password-file",
-            "a token of the Git host that can read the repository",
-        )?;
-        GitAuth::Basic {
-            username: args.git_username.clone(),
-            password_file: file.clone(),
-        }
-    } else {
-        GitAuth::Anonymous
-    };
+    let auth = args.git_auth.auth()?;
     Ok(SourceConfig::Remote {
         remote: GitRemote {
             url: url.clone(),
@@ -321,26 +302,6 @@ fn leader_config(args: &AgentArgs) -> Result<Option<crate::agent::LeaderConfig>>
         shards: args.shards,
         home_shard,
     }))
-}
-
-/// A credential file the agent reads on every fetch (so that a rotated Secret is used at
-/// once) must be there at the start: a missing one is a mistake in the installation, which
-/// retrying every poll would only hide.
-fn credential_file_readable(path: &std::path::Path, flag: &str, holds: &str) -> Result<()> {
-    let why = match std::fs::read(path) {
-        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => "is empty".to_string(),
-        Ok(_) => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".to_string(),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            "cannot be read by this user (permission denied)".to_string()
-        }
-        Err(e) => format!("cannot be read: {}", crate::error::error_chain(&e)),
-    };
-    Err(Error::Usage(format!(
-        "{flag} {}: the file {why}; it must hold {holds} (in a cluster: the Secret mounted \
-         there, see docs/getting-started.md)",
-        path.display()
-    )))
 }
 
 /// The directory beside `cache_dir` named `<its name>-<suffix>`: a writer's own clone.

@@ -385,6 +385,18 @@ pub enum Command {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
+    /// Look for the traps a new install falls into, against the cluster of the kubeconfig
+    /// and, given DIR, the repository; exit 1 when a check fails.
+    ///
+    /// Checks the API server and this machine's clock against it; linnet's CRDs against this
+    /// binary's (older CRDs drop new fields); the agent's Deployment, readiness and image;
+    /// rollout pods that cannot pull their image; with DIR, its spec errors, the render
+    /// tools its units need, the namespaces its objects use, and whether the source's
+    /// account may read and apply each kind there and the agent may act as it; with
+    /// --repo-url, whether the Git host answers and has --branch. Run in the agent's pod
+    /// (`kubectl -n linnet-system exec deploy/linnet -- linnet doctor`) it takes the agent's
+    /// settings from its environment.
+    Doctor(Box<super::doctor::DoctorArgs>),
     /// Print the CustomResourceDefinitions for `kubectl apply -f -`.
     Crds,
     /// Print a shell completion script: `source <(linnet completion bash)`, or write it where

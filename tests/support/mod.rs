@@ -177,40 +177,47 @@ impl Drop for TestNamespace {
             eprintln!("keeping namespace {} (LINNET_KEEP_NAMESPACES)", self.name);
             return;
         }
-        // The test's runtime may be single-threaded and busy dropping us, so delete from a
-        // thread with a runtime and a client of its own.
         let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let client = client_from(admin_kubeconfig()).await;
-                // The test's agent is gone by now; take linnet's finalizers off so the
-                // namespace can go (and its volumes be recycled).
-                let rollouts: Api<linnet::api::CanaryStatefulSet> =
-                    Api::namespaced(client.clone(), &name);
-                if let Ok(list) = rollouts.list(&Default::default()).await {
-                    for r in list.items {
-                        let _ = rollouts
-                            .patch(
-                                r.metadata.name.as_deref().unwrap_or_default(),
-                                &kube::api::PatchParams::default(),
-                                &kube::api::Patch::Merge(
-                                    serde_json::json!({"metadata": {"finalizers": null}}),
-                                ),
-                            )
-                            .await;
-                    }
+        clean_up(|client| async move {
+            // The test's agent is gone by now; take linnet's finalizers off so the namespace
+            // can go (and its volumes be recycled).
+            let rollouts: Api<linnet::api::CanaryStatefulSet> =
+                Api::namespaced(client.clone(), &name);
+            if let Ok(list) = rollouts.list(&Default::default()).await {
+                for r in list.items {
+                    let _ = rollouts
+                        .patch(
+                            r.metadata.name.as_deref().unwrap_or_default(),
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(
+                                serde_json::json!({"metadata": {"finalizers": null}}),
+                            ),
+                        )
+                        .await;
                 }
-                let _ = Api::<Namespace>::all(client)
-                    .delete(&name, &DeleteParams::background())
-                    .await;
-            });
-        })
-        .join();
+            }
+            let _ = Api::<Namespace>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
+        });
     }
+}
+
+/// Runs `work` with an admin client to its end, on a thread with a runtime of its own: for a
+/// `Drop` that cleans up, since the test's runtime may be single-threaded and busy dropping.
+pub fn clean_up<F, Fut>(work: F)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async { work(client_from(admin_kubeconfig()).await).await });
+    })
+    .join();
 }
 
 /// Makes the static pool's volumes whose claims went with a deleted test namespace
@@ -876,4 +883,65 @@ pub async fn wait_event(
         },
     )
     .await
+}
+
+/// A ClusterRoleBinding a test makes (a grant a cluster admin would give), deleted when
+/// dropped, also when the test fails.
+pub struct TestClusterRoleBinding(String);
+
+impl TestClusterRoleBinding {
+    /// Binds ClusterRole `role` to `subjects` (as in a binding's `subjects`) under `name`.
+    pub async fn apply(
+        client: &Client,
+        name: &str,
+        role: &str,
+        subjects: serde_json::Value,
+    ) -> TestClusterRoleBinding {
+        use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+        use kube::api::{Patch, PatchParams};
+        let binding: ClusterRoleBinding = from_json(serde_json::json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": subjects,
+        }));
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .patch(
+                name,
+                &PatchParams::apply("linnet-tests").force(),
+                &Patch::Apply(&binding),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("bind ClusterRole {role} as {name}: {e}"));
+        TestClusterRoleBinding(name.to_string())
+    }
+}
+
+impl Drop for TestClusterRoleBinding {
+    fn drop(&mut self) {
+        let name = self.0.clone();
+        clean_up(|client| async move {
+            let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client)
+                .delete(&name, &DeleteParams::background())
+                .await;
+        });
+    }
+}
+
+/// `linnet validate EXTRA DIR`, offline, with the built renderers: its exit code, what it
+/// printed (stdout, then stderr) and how long it took.
+pub fn validate_offline(dir: &std::path::Path, extra: &[&str]) -> (i32, String, Duration) {
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(["validate", "--check-namespaces", "never"])
+        .args(extra)
+        .arg(dir)
+        .envs(render_env())
+        .output()
+        .expect("run linnet");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text, started.elapsed())
 }

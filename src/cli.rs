@@ -150,7 +150,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Completion { shell } => Ok(print_completion(shell)),
         Command::Crds => print_crds(),
         Command::Doctor(args) => {
-            crate::net::configure_git(args.timeout, None)
+            crate::net::configure_git(args.timeout, args.ca_file.as_deref())
                 .map_err(|e| Error::Usage(e.to_string()))?;
             doctor::doctor(&args)
         }

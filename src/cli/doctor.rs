@@ -37,6 +37,10 @@ pub struct DoctorArgs {
     pub branch: String,
     #[command(flatten)]
     pub git_auth: GitAuthArgs,
+    /// A PEM file with the CA of a Git host with a private CA, trusted besides the system's
+    /// (as the agent's --ca-file).
+    #[arg(long, env = "LINNET_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
     /// How long the API server and the Git host may take to answer each question.
     #[arg(long, default_value = "10s", value_parser = args::parse_duration)]
     pub timeout: Duration,

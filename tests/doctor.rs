@@ -198,6 +198,6 @@ async fn doctor_names_an_agent_image_that_cannot_be_pulled() {
     line(
         &out,
         "warn agent:",
-        &format!("{}/linnet has 0 of 1 replica(s) ready", ns.name),
+        &format!("{}/linnet: none of 1 replica(s) Ready", ns.name),
     );
 }

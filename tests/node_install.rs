@@ -349,8 +349,8 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
 }
 
 /// The documented check of an install (docs/getting-started.md, docs/upgrading.md): doctor in
-/// the agent's pod, with its settings and credentials, finds nothing wrong. Both replicas
-/// ready first: doctor warns while one is not.
+/// the agent's pod, with its settings and credentials, finds nothing wrong (it warns while no
+/// replica is Ready yet).
 async fn doctor_in_the_agents_pod() {
     let doctor = support::eventually(
         "doctor in the agent's pod with no warning",
@@ -374,7 +374,10 @@ async fn doctor_in_the_agents_pod() {
             "ok   crd:",
             "canarystatefulsets.rollouts.linnet.dev as this linnet's",
         ),
-        ("ok   agent:", "linnet-system/linnet ready (2/2)"),
+        (
+            "ok   agent:",
+            "linnet-system/linnet: 1 of 2 replica(s) Ready",
+        ),
         ("ok   rollout images:", "none waiting for an image"),
         ("ok   git:", "answers; main is at"),
     ] {
@@ -462,14 +465,22 @@ async fn upgrade_as_documented(admin: &kube::Client, overlay: &Path, ns: &str) {
     std::fs::write(&kustomization, text.replace("newTag: dev", "newTag: next")).unwrap();
     let overlay = overlay.to_str().unwrap();
     kubectl(&["apply", "--server-side", "--force-conflicts", "-k", overlay]);
-    kubectl(&[
-        "-n",
-        "linnet-system",
-        "rollout",
-        "status",
-        "deploy/linnet",
-        "--timeout=240s",
-    ]);
+    let deployment = ["-n", "linnet-system", "get", "deploy/linnet", "-o"];
+    let generation = kubectl(&[&deployment[..], &["jsonpath={.metadata.generation}"]].concat());
+    for wanted in [
+        format!("{{.status.observedGeneration}}={}", generation.trim()),
+        "{.status.updatedReplicas}=2".to_string(),
+        "{.status.readyReplicas}=1".to_string(),
+    ] {
+        kubectl(&[
+            "-n",
+            "linnet-system",
+            "wait",
+            &format!("--for=jsonpath={wanted}"),
+            "deploy/linnet",
+            "--timeout=240s",
+        ]);
+    }
     let agents: Api<Pod> = Api::namespaced(admin.clone(), "linnet-system");
     support::eventually(
         "the agents on the new image",

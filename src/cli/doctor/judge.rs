@@ -195,7 +195,9 @@ pub fn judge_crd(
     Finding::ok("crd", format!("{name} as this linnet's"))
 }
 
-/// The agent's Deployment: ready, and on which image.
+/// The agent's Deployment: a replica Ready, and on which image. With leader election only the
+/// Lease holder is Ready (the standby gets no webhooks), so one Ready replica is the healthy
+/// state, not one short.
 pub fn judge_agent(d: &Deployment) -> Finding {
     let namespace = d.metadata.namespace.as_deref().unwrap_or_default();
     let name = d.metadata.name.as_deref().unwrap_or_default();
@@ -212,17 +214,20 @@ pub fn judge_agent(d: &Deployment) -> Finding {
         .and_then(|p| p.containers.first())
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
-    if wanted > 0 && ready >= wanted {
+    if ready > 0 {
         return Finding::ok(
             "agent",
-            format!("{namespace}/{name} ready ({ready}/{wanted}), image {image}"),
+            format!(
+                "{namespace}/{name}: {ready} of {wanted} replica(s) Ready, image {image} (only \
+                 the Lease holder is Ready; the others stand by)"
+            ),
         );
     }
     Finding::warn(
         "agent",
         format!(
-            "{namespace}/{name} has {ready} of {wanted} replica(s) ready (image {image}): \
-             `kubectl -n {namespace} describe deploy/{name}` and its pods' events say why"
+            "{namespace}/{name}: none of {wanted} replica(s) Ready (image {image}): `kubectl \
+             -n {namespace} describe deploy/{name}` and its pods' events say why"
         ),
     )
 }

@@ -55,22 +55,25 @@ async fn bind_agent_account(admin: &kube::Client, ns: &str) -> support::TestClus
         .await
 }
 
-/// A repository whose objects go to a granted namespace, one nobody granted, and one that does
-/// not exist, with an overlay and a kustomize that is not there: doctor names each, says the
-/// CRDs, the clock and the Git host are fine, and exits 1.
+/// A repository whose objects go to two granted namespaces and one that does not exist, with
+/// an overlay and a kustomize that is not there: doctor names each trap, says the CRDs, the
+/// clock, the grants and the Git host are fine, and exits 1. Then, for a source name nobody
+/// granted or let the agent act as, and a Git host that does not answer, it names those.
 #[tokio::test]
 async fn doctor_names_each_trap_of_a_new_install() {
     let admin = admin_client().await;
     install_linnet(&admin).await;
     let home = TestNamespace::create(&admin, "doctor").await;
-    let ungranted = TestNamespace::create(&admin, "doctor-other").await;
-    support::grant_source(&admin, &home.name, support::SOURCE_ACCOUNT).await;
-    let _agent = bind_agent_account(&admin, &home.name).await;
+    // Every test namespace is granted to linnet-default (`TestNamespace::create`).
+    let other = TestNamespace::create(&admin, "doctor-other").await;
+    // The agent's own namespace, closed to the source as in an install.
+    let agent_ns = TestNamespace::create(&admin, "doctor-agent").await;
+    let _agent = bind_agent_account(&admin, &agent_ns.name).await;
     let missing = format!("{}-missing", home.name);
     let tmp = tempfile::tempdir().unwrap();
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     write(&work, "granted.yaml", &config_map("a", &home.name));
-    write(&work, "other.yaml", &config_map("b", &ungranted.name));
+    write(&work, "other.yaml", &config_map("b", &other.name));
     write(&work, "missing.yaml", &config_map("c", &missing));
     write(&work, "app/kustomization.yaml", "resources: [cm.yaml]\n");
     write(&work, "app/cm.yaml", &config_map("d", &home.name));
@@ -81,7 +84,7 @@ async fn doctor_names_each_trap_of_a_new_install() {
     let (rc, out) = doctor(&[
         work.display().to_string(),
         format!("--repo-url=file://{}", bare.display()),
-        format!("--agent-namespace={}", home.name),
+        format!("--agent-namespace={}", agent_ns.name),
         "--kustomize=/nonexistent/kustomize".into(),
     ]);
     assert_eq!(rc, 1, "{out}");
@@ -99,7 +102,11 @@ async fn doctor_names_each_trap_of_a_new_install() {
             &format!("{crd}.rollouts.linnet.dev as this linnet's"),
         );
     }
-    line(&out, "warn agent:", &format!("in namespace {}", home.name));
+    line(
+        &out,
+        "warn agent:",
+        &format!("in namespace {}", agent_ns.name),
+    );
     line(
         &out,
         "FAIL render:",
@@ -111,21 +118,18 @@ async fn doctor_names_each_trap_of_a_new_install() {
         &format!("{missing} does not exist"),
     );
     line(&out, "ok   namespace:", &format!("{} exists", home.name));
+    line(&out, "warn specs:", "1 error(s) block their files");
     line(
         &out,
         "FAIL grant:",
-        &format!(
-            "system:serviceaccount:{0}:linnet-default may not get, patch configmaps in namespace {0}",
-            ungranted.name
-        ),
+        &format!("system:serviceaccount:{missing}:linnet-default may not get, patch configmaps"),
     );
-    assert!(
-        !out.contains(&format!(
-            "serviceaccount:{}:linnet-default may not",
-            home.name
-        )),
-        "the granted namespace is refused:\n{out}"
-    );
+    for granted in [&home.name, &other.name] {
+        assert!(
+            !out.contains(&format!("serviceaccount:{granted}:linnet-default may not")),
+            "a granted namespace is refused:\n{out}"
+        );
+    }
     line(
         &out,
         "ok   impersonation:",
@@ -141,12 +145,20 @@ async fn doctor_names_each_trap_of_a_new_install() {
     let (rc, out) = doctor(&[
         work.display().to_string(),
         format!("--repo-url=http://127.0.0.1:{closed}/specs.git"),
-        format!("--agent-namespace={}", home.name),
+        format!("--agent-namespace={}", agent_ns.name),
         "--source-name=payments".into(),
         "--timeout=5s".into(),
     ]);
     assert_eq!(rc, 1, "{out}");
     line(&out, "FAIL git:", "cannot reach");
+    line(
+        &out,
+        "FAIL grant:",
+        &format!(
+            "system:serviceaccount:{0}:linnet-payments may not get, patch configmaps in namespace {0}",
+            home.name
+        ),
+    );
     line(
         &out,
         "FAIL impersonation:",

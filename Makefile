@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build cluster-up cluster-down bench bench-large chaos soak clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build cluster-up cluster-down bench bench-large chaos soak clean
 
 all: build
 
@@ -52,9 +52,26 @@ install: render-build
 deps:
 	@tests/deps.sh
 
-## test: install what the machine lacks, build the control plane, Gitea and the test tools
-## (kubectl, kstatus), the renderers (kustomize, helm, also the chart tests' helm) and Prometheus if their caches are missing, start the control plane, run every test, stop it.
-test: deps cluster-build node-build gitea-build tools-build render-build gateway-build prometheus-build otel-build image-tools
+## plan-test, plan-demo: what a first run on this machine will build and about how long
+## (tests/plan.sh), said before anything is built.
+plan-test:
+	@tests/plan.sh test
+
+plan-demo:
+	@tests/plan.sh demo
+
+## test-tools: every tool the tests build from source (each cached), TOOL_JOBS at a time: each
+## Go build uses two cores, so one at a time on two cores, more where there are more.
+TOOL_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n / 2 > 0 ? n / 2 : 1 )))
+test-tools:
+	@$(MAKE) --no-print-directory -j$(TOOL_JOBS) cluster-build node-build gitea-build tools-build \
+	  render-build gateway-build prometheus-build otel-build image-tools
+
+## test: say what a first run builds (plan-test), install what the machine lacks (deps), build
+## the tools whose caches are missing (test-tools: the control plane and the kubelet, Gitea,
+## kubectl and kstatus, kustomize and helm, Traefik, Prometheus, the OpenTelemetry Collector,
+## crane and a registry), start the control plane, run every test, stop it.
+test: plan-test deps test-tools
 	$(CARGO) test --all-targets --no-run
 	@mkdir -p target; \
 	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
@@ -89,7 +106,7 @@ crds:
 ## demo: the main job on the local control plane: a Git repository with a push webhook, the
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
 ## it started it; exits non-zero if any step did not happen.
-demo: deps cluster-build node-build prometheus-build render-build gateway-build
+demo: plan-demo deps cluster-build node-build prometheus-build render-build gateway-build
 	@echo "building linnet and the demo (the first time, a few minutes; cargo shows its progress)"
 	$(CARGO) build --bin linnet --example demo
 	@echo "\$$ linnet validate --check-namespaces never examples/gitops-repo"; \

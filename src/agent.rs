@@ -27,7 +27,8 @@ pub async fn run(
     let metrics = Arc::new(metrics());
     let state = Arc::new(AgentState::new(&config.source_name));
     let selector = controller::context::source_selector(&config.source_name);
-    let (rollouts, sts_watch, deploy_watch) = RolloutStores::new(&client, &selector);
+    let (rollouts, sts_watch, deploy_watch) =
+        RolloutStores::new(&client, &selector, &config.watch_scope);
     let (waker, wakes) = source::hooks::wake_channel();
     // Every long-running task is held here: one that ends or panics stops the agent.
     let mut tasks = Tasks::supervisor();
@@ -181,6 +182,7 @@ fn controller_context(
         metrics.clone(),
         config.max_concurrent_reconciles,
         config.analysis.clone(),
+        config.watch_scope.clone(),
     )
     .with_source_account(controller::source_account::SourceAccount::new(
         config.apply_as.clone(),

@@ -302,6 +302,8 @@ mod docs_tests {
         "--test",
         "--help",
         // kubectl
+        "--all-namespaces",
+        "--as",
         "--certificate-authority",
         "--cluster",
         "--clusterrole",
@@ -336,6 +338,8 @@ mod docs_tests {
         "--armor",
         "--export",
         "--authorization-mode",
+        // Argo Rollouts' controller
+        "--namespaced",
     ];
 
     /// Regression (issue 72): docs/promotion.md told users to pass `--git-token-file`, which

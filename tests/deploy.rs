@@ -937,3 +937,140 @@ fn the_dockerfile_ships_the_renderers_make_image_ships() {
         "built by deploy/render-tools/build.sh"
     );
 }
+
+/// The YAML documents of `file` (relative to the repository) that have a kind.
+fn documents(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    text.split("\n---\n")
+        .filter_map(|part| serde_saphyr::from_str::<Value>(part).ok())
+        .filter(|doc| doc.get("kind").is_some())
+        .collect()
+}
+
+/// Each (group, resource, verb, name) a Role or ClusterRole `name` of `kind` in `docs` grants.
+fn grants(docs: &[Value], kind: &str, name: &str) -> std::collections::BTreeSet<String> {
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"));
+    let list = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+            .unwrap_or_else(|| vec!["*".to_string()])
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        for group in list(&rule["apiGroups"]) {
+            for resource in list(&rule["resources"]) {
+                for verb in list(&rule["verbs"]) {
+                    for named in list(&rule["resourceNames"]) {
+                        out.insert(format!("{group}/{resource} {verb} {named}"));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Issue 72: the namespace-scoped install's Roles grant what the cluster-wide ClusterRoles do,
+/// less the cluster-scoped kinds: a rule added to deploy/rbac.yaml or deploy/source-rbac.yaml
+/// and not to examples/namespace-install fails here.
+#[test]
+fn the_namespace_scoped_roles_grant_what_the_cluster_roles_do_in_one_namespace() {
+    let dir = "examples/namespace-install";
+    let cluster_scoped = [
+        "/persistentvolumes ",
+        "/namespaces ",
+        "/customresourcedefinitions ",
+    ];
+    let agent: std::collections::BTreeSet<String> =
+        grants(&documents("deploy/rbac.yaml"), "ClusterRole", "linnet")
+            .into_iter()
+            .filter(|g| !cluster_scoped.iter().any(|c| g.contains(c)))
+            .collect();
+    let mut scoped = grants(&documents(&format!("{dir}/role.yaml")), "Role", "linnet");
+    scoped.extend(grants(
+        &documents(&format!("{dir}/agent-state-role.yaml")),
+        "Role",
+        "linnet-agent",
+    ));
+    assert_eq!(
+        scoped, agent,
+        "Roles linnet and linnet-agent against ClusterRole linnet"
+    );
+    assert_eq!(
+        grants(
+            &documents(&format!("{dir}/source-role.yaml")),
+            "Role",
+            "linnet-source"
+        ),
+        grants(
+            &documents("deploy/source-rbac.yaml"),
+            "ClusterRole",
+            "linnet-source"
+        ),
+    );
+    let volumes = grants(
+        &documents(&format!("{dir}/volumes/volumes.yaml")),
+        "ClusterRole",
+        "linnet-volumes",
+    );
+    let from_cluster_role: std::collections::BTreeSet<String> =
+        grants(&documents("deploy/rbac.yaml"), "ClusterRole", "linnet")
+            .into_iter()
+            .filter(|g| g.contains("/persistentvolumes "))
+            .collect();
+    assert_eq!(volumes, from_cluster_role);
+}
+
+/// Issue 72: the namespace-scoped install renders without anything cluster-scoped, the
+/// watched namespace (named once) in every Role, binding and the agent's environment.
+#[test]
+fn the_namespace_scoped_install_renders_roles_only() {
+    let rendered = run_tool("kubectl", &["kustomize", "examples/namespace-install"]);
+    let docs: Vec<Value> = rendered
+        .split("\n---\n")
+        .filter_map(|part| serde_saphyr::from_str::<Value>(part).ok())
+        .collect();
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap();
+        assert!(
+            doc["metadata"]["namespace"].is_string(),
+            "{kind} {} is cluster-scoped",
+            doc["metadata"]["name"]
+        );
+    }
+    let in_demo = |kind: &str, name: &str| {
+        docs.iter().any(|d| {
+            d["kind"] == kind
+                && d["metadata"]["name"] == name
+                && d["metadata"]["namespace"] == "demo"
+        })
+    };
+    for (kind, name) in [
+        ("Role", "linnet"),
+        ("RoleBinding", "linnet"),
+        ("Role", "linnet-source"),
+        ("RoleBinding", "linnet-source"),
+    ] {
+        assert!(in_demo(kind, name), "{kind} {name} not in demo");
+    }
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "linnet-source")
+        .unwrap();
+    assert_eq!(binding["subjects"][0]["namespace"], "demo");
+    let agent = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "linnet")
+        .unwrap();
+    let env = agent["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "LINNET_WATCH_NAMESPACE" && e["value"] == "demo"),
+        "{env:?}"
+    );
+}

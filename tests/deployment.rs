@@ -15,33 +15,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use linnet::api::{BatchState, CanaryDeployment, DeploymentPhase};
 use serde_json::{Value, json};
-use support::rollout::{Fixture, merge};
-
-fn web(ns: &str, patch: Value) -> Value {
-    let mut spec = json!({
-        "apiVersion": "rollouts.linnet.dev/v1alpha1",
-        "kind": "CanaryDeployment",
-        "metadata": {"name": "web", "namespace": ns},
-        "spec": {
-            "replicas": 4,
-            "image": "nginx:1.27",
-            "strategy": {"type": "Batches"},
-            "batches": 2,
-            "pause": "First",
-            "currentBatch": 1,
-            "progressDeadlineSeconds": 60,
-            "template": {
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
-                }
-            }
-        }
-    });
-    merge(&mut spec["spec"], patch);
-    spec
-}
+use support::rollout::{Fixture, batched_web as web};
 
 async fn start(prefix: &str, patch: Value) -> Fixture {
     Fixture::start(prefix, |ns| web(ns, patch)).await

@@ -24,136 +24,12 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::json;
-use support::node::{self, Ledger, on_node};
-
-const IMAGE: &str = "linnet.test/linnet:dev";
+use support::install::{
+    IMAGE, agent_processes, build_and_load_image, kubectl, print_agent_logs, run, uninstall,
+    write_overlay,
+};
+use support::node::{self, Ledger};
 const TOKEN: &str = "node-install-git-token";
-
-fn run(program: &Path, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("KUBECONFIG", support::admin_kubeconfig())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{} {args:?} failed:\n{}{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn kubectl(args: &[&str]) -> String {
-    run(&support::tools_bin().join("kubectl"), args)
-}
-
-/// `make image` (dev profile), written as an archive named [`IMAGE`] and imported into the
-/// node's containerd.
-fn build_and_load_image(dir: &Path) {
-    let archive = dir.join("linnet.tar");
-    run(
-        Path::new("make"),
-        &[
-            "image",
-            "IMAGE_PROFILE=dev",
-            &format!("IMAGE_DIR={}", dir.join("layout").display()),
-            &format!("IMAGE_NAME={IMAGE}"),
-            &format!("IMAGE_ARCHIVE={}", archive.display()),
-        ],
-    );
-    let sock = node::node_dir().join("containerd.sock");
-    run(
-        Path::new("ctr"),
-        &[
-            "--address",
-            sock.to_str().unwrap(),
-            "-n",
-            "k8s.io",
-            "images",
-            "import",
-            archive.to_str().unwrap(),
-        ],
-    );
-}
-
-/// An overlay of deploy/ that sets the image and puts the agent on the real node.
-fn write_overlay(dir: &Path) {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-    // kustomize takes a base by a path relative to the overlay.
-    let base = pathdiff(&deploy, dir);
-    let (name, tag) = IMAGE.split_once(':').unwrap();
-    let mut pod = json!({"spec": {}});
-    on_node(&mut pod);
-    pod["spec"]
-        .as_object_mut()
-        .unwrap()
-        .remove("automountServiceAccountToken");
-    pod["spec"]["containers"] = json!([{"name": "linnet", "imagePullPolicy": "Never"}]);
-    let patch = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "linnet", "namespace": "linnet-system"},
-        "spec": {"template": pod}
-    });
-    std::fs::write(
-        dir.join("node.yaml"),
-        serde_json::to_string_pretty(&patch).unwrap(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-             resources:\n- {base}\nimages:\n- name: ghcr.io/linnet-dev/linnet\n  newName: {name}\n  newTag: {tag}\n\
-             patches:\n- path: node.yaml\n"
-        ),
-    )
-    .unwrap();
-}
-
-/// `to` relative to `from` (both absolute).
-fn pathdiff(to: &Path, from: &Path) -> String {
-    let to: Vec<_> = to.components().collect();
-    let from: Vec<_> = from.components().collect();
-    let common = to.iter().zip(&from).take_while(|(a, b)| a == b).count();
-    let mut parts: Vec<String> = vec!["..".into(); from.len() - common];
-    parts.extend(
-        to[common..]
-            .iter()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
-    );
-    parts.join("/")
-}
-
-/// The agent processes running on this machine for pods of linnet-system: pod name -> pid.
-fn agent_processes() -> BTreeMap<String, u32> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if !std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "linnet") {
-            continue;
-        }
-        let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
-        let vars: BTreeMap<String, String> = env
-            .split(|b| *b == 0)
-            .filter_map(|kv| {
-                let s = String::from_utf8_lossy(kv);
-                s.split_once('=')
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-            })
-            .collect();
-        if vars.get("POD_NAMESPACE").map(String::as_str) == Some("linnet-system")
-            && let Some(pod) = vars.get("POD_NAME")
-        {
-            out.insert(pod.clone(), pid);
-        }
-    }
-    out
-}
 
 #[tokio::test]
 async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
@@ -224,7 +100,10 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     // The documented install, with an overlay that sets the image.
     let overlay = dir.path().join("overlay");
     std::fs::create_dir_all(&overlay).unwrap();
-    write_overlay(&overlay);
+    write_overlay(
+        &overlay,
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy"),
+    );
     kubectl(&[
         "apply",
         "--server-side",
@@ -549,10 +428,7 @@ async fn upgrade_as_documented(admin: &kube::Client, overlay: &Path, ns: &str) {
     );
 }
 
-/// Deletes the test's rollout while the agents still run (they release its finalizer; one no
-/// agent released would keep its namespace Terminating, and every later agent watching all
-/// namespaces would meet it), then the agent's Deployment (its pods stop); also when the test
-/// fails.
+/// [`uninstall`] at the end of the test, also when it fails.
 struct Uninstall {
     ns: String,
 }
@@ -563,53 +439,6 @@ impl Drop for Uninstall {
             print_agent_logs();
         }
         let ns = self.ns.clone();
-        support::clean_up(|client| async move {
-            let rollouts: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), &ns);
-            let _ = rollouts.delete("kv", &DeleteParams::default()).await;
-            let gone = tokio::time::timeout(Duration::from_secs(60), async {
-                while rollouts.get_opt("kv").await.is_ok_and(|r| r.is_some()) {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            })
-            .await;
-            if gone.is_err() {
-                // No agent took it: released by hand, as a person would.
-                let release = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
-                let _ = rollouts
-                    .patch("kv", &kube::api::PatchParams::default(), &release)
-                    .await;
-            }
-            let _ = Api::<Deployment>::namespaced(client, "linnet-system")
-                .delete("linnet", &DeleteParams::foreground())
-                .await;
-        });
-    }
-}
-
-/// The last lines of each agent container's log on the node, for a failing test.
-fn print_agent_logs() {
-    let Ok(dirs) = std::fs::read_dir(node::node_dir().join("logs/pods")) else {
-        return;
-    };
-    for d in dirs.flatten() {
-        if !d
-            .file_name()
-            .to_string_lossy()
-            .starts_with("linnet-system_")
-        {
-            continue;
-        }
-        for f in std::fs::read_dir(d.path().join("linnet"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(30).collect();
-            eprintln!("---- {}", f.path().display());
-            for line in tail.into_iter().rev() {
-                eprintln!("{line}");
-            }
-        }
+        support::clean_up(|client| async move { uninstall(client, &ns).await });
     }
 }

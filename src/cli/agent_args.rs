@@ -304,6 +304,13 @@ pub struct AgentArgs {
         env = "LINNET_SHARD_INDEX"
     )]
     pub shard_index: Option<u32>,
+    /// Watch and apply in this one namespace only: a namespace-scoped install, whose Role
+    /// grants nothing elsewhere (examples/namespace-install, docs/namespace-install.md). The source
+    /// may then apply only there (--allow-namespace is this namespace, and no cluster-scoped
+    /// kind); volumes stay cluster-scoped, so a volume handoff still needs the small
+    /// ClusterRole linnet-volumes. Every namespace when not set.
+    #[arg(help_heading = "Cluster", long, env = "LINNET_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
     /// Reconciles in flight at once, per kind of rollout; 0 means no limit. A start with
     /// 1,000 rollouts reconciles every one of them: a limit bounds the memory that takes, and
     /// too low a limit slows it down.

@@ -45,11 +45,43 @@ fn check_before_start(args: &AgentArgs) -> Result<()> {
             "--verify-commits=range checks signatures: give the keys with --signing-keys".into(),
         ));
     }
+    if let Some(watched) = &args.watch_namespace {
+        check_watch_namespace(watched, &args.specs)?;
+    }
     if args.liveness_deadline < crate::liveness::MIN_DEADLINE {
         return Err(Error::Usage(format!(
             "--liveness-deadline {:?} is too short: a waiting loop beats every second; give {:?} or more",
             args.liveness_deadline,
             crate::liveness::MIN_DEADLINE
+        )));
+    }
+    Ok(())
+}
+
+/// A namespace-scoped agent applies only in the namespace it watches: any other namespace
+/// allowed, or a cluster-scoped kind, would be refused by the API server at every sync.
+fn check_watch_namespace(watched: &str, specs: &SpecArgs) -> Result<()> {
+    if watched.is_empty() {
+        return Err(Error::Usage(
+            "--watch-namespace is empty: name the namespace to watch".into(),
+        ));
+    }
+    let others: Vec<&String> = specs
+        .allowed_namespaces
+        .iter()
+        .filter(|n| n.as_str() != watched)
+        .collect();
+    if !others.is_empty() {
+        return Err(Error::Usage(format!(
+            "--watch-namespace {watched} applies only in {watched}, and --allow-namespace also names {others:?}: \
+             leave --allow-namespace out (it becomes {watched}) or run a cluster-wide agent"
+        )));
+    }
+    if !specs.cluster_kinds.is_empty() {
+        return Err(Error::Usage(format!(
+            "--watch-namespace {watched} applies nothing cluster-scoped, and --allow-cluster-kind names {:?}: \
+             apply those from a cluster-wide agent, or with kubectl",
+            specs.cluster_kinds
         )));
     }
     Ok(())
@@ -101,7 +133,11 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
             ..crate::serve::ServeLimits::default()
         },
         webhook: hook_settings(args),
-        load: args.specs.load_options(),
+        load: scoped_load_options(args),
+        watch_scope: match &args.watch_namespace {
+            Some(ns) => crate::watch::WatchScope::namespace(ns),
+            None => crate::watch::WatchScope::cluster(),
+        },
         render: crate::render::RenderOptions {
             fetch_timeout: args.git_timeout,
             ..args.specs.render.render_options()
@@ -239,6 +275,15 @@ fn commit_status_config(
     }))
 }
 
+/// The loader's options; a namespace-scoped agent's source may use its namespace only.
+fn scoped_load_options(args: &AgentArgs) -> crate::specs::LoadOptions {
+    let mut load = args.specs.load_options();
+    if let Some(ns) = &args.watch_namespace {
+        load.policy.allowed_namespaces = vec![ns.clone()];
+    }
+    load
+}
+
 /// Who this agent is as a holder of its source's claim: one Lease name in one namespace,
 /// or, without leader election, one pod.
 fn installation(
@@ -256,6 +301,7 @@ fn installation(
                 args.lease_identity.clone().unwrap_or_else(host_name)
             ),
         },
+        own_namespace_only: args.watch_namespace.is_some(),
     }
 }
 
@@ -311,4 +357,58 @@ fn sibling_dir(cache_dir: &std::path::Path, suffix: &str) -> std::path::PathBuf 
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_else(|| "repo".into());
     cache_dir.with_file_name(format!("{name}-{suffix}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent_args(extra: &[&str]) -> AgentArgs {
+        let mut argv = vec!["linnet", "agent", "--repo-path", "/tmp/specs"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Agent(args)) => *args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Issue 72: a namespace-scoped agent applies in its namespace only, and says at start
+    /// what else it was asked for.
+    #[test]
+    fn a_namespace_scoped_agent_allows_its_namespace_only() {
+        let args = agent_args(&["--watch-namespace", "shop"]);
+        assert!(check_watch_namespace("shop", &args.specs).is_ok());
+        let load = scoped_load_options(&args);
+        assert_eq!(load.policy.allowed_namespaces, ["shop"]);
+        assert!(load.policy.namespace_refusal("default").is_some());
+        assert!(installation(&args, None, "linnet-system".into()).own_namespace_only);
+
+        let args = agent_args(&[
+            "--watch-namespace",
+            "shop",
+            "--allow-namespace",
+            "shop,cart",
+        ]);
+        let refused = check_watch_namespace("shop", &args.specs)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("cart") && refused.contains("--allow-namespace"),
+            "{refused}"
+        );
+
+        let args = agent_args(&[
+            "--watch-namespace",
+            "shop",
+            "--allow-cluster-kind",
+            "Namespace",
+        ]);
+        let refused = check_watch_namespace("shop", &args.specs)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("cluster-scoped"), "{refused}");
+
+        let args = agent_args(&[]);
+        assert!(!installation(&args, None, "linnet-system".into()).own_namespace_only);
+    }
 }

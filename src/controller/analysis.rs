@@ -10,9 +10,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
+use kube::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 use serde_json::Value;
 
 use crate::api::{AnalysisRunStatus, AnalysisTemplate, RolloutAnalysis};
@@ -29,17 +29,14 @@ pub struct Templates {
 }
 
 impl Templates {
-    /// Starts the watch of the templates labelled `selector`.
-    pub fn watch(client: Client, selector: &str) -> Templates {
+    /// Starts the watch of the templates labelled `selector`, through `api`.
+    pub fn watch(api: Api<AnalysisTemplate>, selector: &str) -> Templates {
         let (store, writer) = reflector::store();
-        let stream = watcher(
-            Api::<AnalysisTemplate>::all(client),
-            crate::watch::watch_config(selector),
-        )
-        .backoff(crate::watch::backoff::watch_backoff())
-        .modify(|t| t.metadata.managed_fields = None)
-        .reflect(writer)
-        .touched_objects();
+        let stream = watcher(api, crate::watch::watch_config(selector))
+            .backoff(crate::watch::backoff::watch_backoff())
+            .modify(|t| t.metadata.managed_fields = None)
+            .reflect(writer)
+            .touched_objects();
         crate::liveness::spawn("AnalysisTemplate watch", async move {
             futures::pin_mut!(stream);
             use futures::StreamExt;

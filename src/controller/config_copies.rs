@@ -322,6 +322,7 @@ pub(super) async fn collect(
 /// next reconcile.
 pub(super) fn config_wakes<K>(
     client: Client,
+    scope: crate::watch::WatchScope,
     store: Store<K>,
     source: &str,
     config_template: fn(&K) -> Option<PodSpec>,
@@ -346,10 +347,11 @@ where
         };
         futures::future::ready(object.and_then(|m| Some((m.metadata.namespace?, m.metadata.name?))))
     };
-    futures::stream::once(allowed_to_watch(client.clone(), "configmaps"))
+    let namespace = scope.only().map(str::to_string);
+    futures::stream::once(allowed_to_watch(client.clone(), "configmaps", namespace))
         .flat_map(move |()| {
             watcher(
-                Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+                scope.api::<PartialObjectMeta<ConfigMap>>(&client),
                 config.clone(),
             )
             .backoff(crate::watch::backoff::watch_backoff())
@@ -371,11 +373,11 @@ where
         })
 }
 
-/// Resolves once this agent may list and watch `resource` in every namespace. Until then (the
-/// rule dropped from its ClusterRole, as docs/config.md allows, or not in effect yet) it asks
-/// again later and later, and says so once: a watch refused would log the API server's
-/// answer on every retry.
-async fn allowed_to_watch(client: Client, resource: &'static str) {
+/// Resolves once this agent may list and watch `resource` in every namespace (in `namespace`
+/// only, for a namespace-scoped agent). Until then (the rule dropped from its ClusterRole, as
+/// docs/config.md allows, or not in effect yet) it asks again later and later, and says so
+/// once: a watch refused would log the API server's answer on every retry.
+async fn allowed_to_watch(client: Client, resource: &'static str, namespace: Option<String>) {
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
     };
@@ -385,6 +387,7 @@ async fn allowed_to_watch(client: Client, resource: &'static str) {
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(verb.into()),
                 resource: Some(resource.into()),
+                namespace: namespace.clone(),
                 ..Default::default()
             }),
             ..Default::default()

@@ -6,6 +6,8 @@ use kube::Client;
 /// Shared by all reconciles of all controllers, as an `Arc`.
 pub struct Context {
     pub client: Client,
+    /// Every namespace, or the one a namespace-scoped install watches (`--watch-namespace`).
+    pub scope: crate::watch::WatchScope,
     /// Events, each through the Recorder of its object's bucket (`crate::events`).
     pub recorder: crate::events::EventRecorders,
     /// The `rollouts.linnet.dev/source` label value this agent syncs; it runs only the
@@ -53,14 +55,16 @@ impl Context {
         metrics: std::sync::Arc<crate::telemetry::Metrics>,
         max_concurrent_reconciles: u16,
         analysis: super::analysis::Policy,
+        scope: crate::watch::WatchScope,
     ) -> Context {
         let reporter = crate::events::reporter();
         Context {
             recorder: crate::events::EventRecorders::new(client.clone(), reporter),
             templates: super::analysis::Templates::watch(
-                client.clone(),
+                scope.api(&client),
                 &format!("{}={source}", crate::api::SOURCE_LABEL),
             ),
+            scope,
             http: Default::default(),
             analysis,
             client,

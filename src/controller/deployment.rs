@@ -41,7 +41,7 @@ pub async fn run(
     // source's label (hand-edited, or made under another source) is still seen, and deleted
     // when it serves no more.
     let (deployments, by_rollout, deployments_ready, deployment_changes) = watch_deployments(
-        Api::<StoredDeployment>::all(client.clone()),
+        ctx.scope.api::<StoredDeployment>(&client),
         crate::watch::watch_config(ROLLOUT_LABEL),
         ctx.clone(),
     );

@@ -116,10 +116,11 @@ fn wait_for_own_write(
 /// sync is told at once and puts Git's spec back; that change wakes this rollout again.
 async fn refused_as_edited<K: RolloutKind>(ctx: &Context, rollout: &K, ns: &str) -> bool {
     let annotations = rollout.annotations();
+    let stamp = annotations.get(SPEC_HASH_ANNOTATION).map(String::as_str);
     if crate::plan::spec_is_gits(
-        annotations.get(SPEC_HASH_ANNOTATION).map(String::as_str),
+        stamp,
         annotations.contains_key(crate::sync::desired::APPLIED_HASH_ANNOTATION),
-        &rollout.spec_hash(),
+        &rollout.spec_stamp(crate::api::stamp_counts_replicas(stamp)),
     ) {
         return false;
     }

@@ -34,8 +34,9 @@ pub(crate) trait RolloutKind:
         + Sync;
     type Phase: Copy + std::fmt::Debug + crate::api::WireName;
     fn status(&self) -> Option<&Self::Status>;
-    /// The hash of the spec as it is in the cluster ([`crate::api::spec_hash`]).
-    fn spec_hash(&self) -> String;
+    /// The hash of the spec as it is in the cluster ([`crate::api::spec_stamp`]), without
+    /// `replicas` when Git leaves them to `/scale`.
+    fn spec_stamp(&self, replicas_from_git: bool) -> String;
     /// Whether a plan from `phase` reads the rollout's pods (see [`statefulset::reads_pods`]).
     fn reads_pods(phase: Option<Self::Phase>) -> bool;
     /// Whether a plan made from `stored` without the pods must be made again with them.
@@ -74,8 +75,8 @@ impl RolloutKind for CanaryStatefulSet {
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
     }
-    fn spec_hash(&self) -> String {
-        crate::api::spec_hash(&self.spec)
+    fn spec_stamp(&self, replicas_from_git: bool) -> String {
+        crate::api::spec_stamp(&self.spec, replicas_from_git)
     }
     fn reads_pods(phase: Option<Self::Phase>) -> bool {
         statefulset::reads_pods(phase)
@@ -138,8 +139,8 @@ impl RolloutKind for CanaryDeployment {
     fn status(&self) -> Option<&Self::Status> {
         self.status.as_ref()
     }
-    fn spec_hash(&self) -> String {
-        crate::api::spec_hash(&self.spec)
+    fn spec_stamp(&self, replicas_from_git: bool) -> String {
+        crate::api::spec_stamp(&self.spec, replicas_from_git)
     }
     /// A CanaryDeployment's observation has no pod list to spare.
     fn reads_pods(_: Option<Self::Phase>) -> bool {

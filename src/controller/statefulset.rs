@@ -45,7 +45,7 @@ pub async fn run(
     // The sets are read from this watch's store, not with a GET in each reconcile: at 1,000
     // rollouts those GETs were a third of the API server's requests in a first sync.
     let (sets, set_changes) = watch_sets(
-        Api::<StoredSet>::all(client.clone()),
+        ctx.scope.api::<StoredSet>(&client),
         children.clone(),
         ctx.clone(),
     );
@@ -55,7 +55,7 @@ pub async fn run(
     // never by linnet's own status write (which `watch_rollouts` filters out).
     let by_rollout = crate::watch::watch_config(ROLLOUT_LABEL);
     let pods = watcher(
-        Api::<PartialObjectMeta<Pod>>::all(client.clone()),
+        ctx.scope.api::<PartialObjectMeta<Pod>>(&client),
         by_rollout.clone(),
     )
     .backoff(crate::watch::backoff::watch_backoff())
@@ -75,7 +75,8 @@ pub async fn run(
         }
     };
     let claims = watcher(
-        Api::<PartialObjectMeta<PersistentVolumeClaim>>::all(client.clone()),
+        ctx.scope
+            .api::<PartialObjectMeta<PersistentVolumeClaim>>(&client),
         by_rollout,
     )
     .backoff(crate::watch::backoff::watch_backoff())

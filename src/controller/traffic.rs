@@ -230,6 +230,7 @@ pub async fn say_if_routes_are_not_served(client: &Client) {
 /// or accepted by the gateway) ask for. Only rollouts in `store` (this agent's) are woken.
 pub fn traffic_wakes<K>(
     client: Client,
+    scope: &crate::watch::WatchScope,
     store: kube::runtime::reflector::Store<K>,
     routing: fn(&K) -> Option<&TrafficRouting>,
 ) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static
@@ -243,7 +244,7 @@ where
 
     let ours = store.clone();
     let slices = watcher(
-        Api::<PartialObjectMeta<EndpointSlice>>::all(client.clone()),
+        scope.api::<PartialObjectMeta<EndpointSlice>>(&client),
         crate::watch::watch_config(crate::api::ROLLOUT_LABEL),
     )
     .backoff(crate::watch::backoff::watch_backoff())
@@ -261,7 +262,7 @@ where
     // the agent started is picked up at the next retry (at most a minute apart, so a cluster
     // without it costs one cheap 404 a minute).
     let routes = crate::watch::backoff::hold_init(watcher(
-        Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &http_route_resource()),
+        scope.api_with::<PartialObjectMeta<DynamicObject>>(&client, &http_route_resource()),
         kube::runtime::watcher::Config::default(),
     ))
     .backoff(route_watch_backoff())

@@ -31,13 +31,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = 
     let unlabelled = crate::watch::watch_config(&format!("!{SOURCE_LABEL}"));
     let sets = warn_each(
         ctx.clone(),
-        Api::<CanaryStatefulSet>::all(ctx.client.clone()),
+        ctx.scope.api::<CanaryStatefulSet>(&ctx.client),
         unlabelled.clone(),
         "CanaryStatefulSet",
     );
     let deploys = warn_each(
         ctx.clone(),
-        Api::<CanaryDeployment>::all(ctx.client.clone()),
+        ctx.scope.api::<CanaryDeployment>(&ctx.client),
         unlabelled,
         "CanaryDeployment",
     );

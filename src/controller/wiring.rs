@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt as _};
 use k8s_openapi::api::batch::v1::Job;
-use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::Store;
 use kube::runtime::{Controller, WatchStreamExt as _, watcher};
@@ -28,16 +27,21 @@ where
 {
     // Said once in the log; the route watch runs either way.
     super::traffic::say_if_routes_are_not_served(&ctx.client).await;
-    let traffic =
-        super::traffic::traffic_wakes(ctx.client.clone(), store.clone(), K::traffic_routing);
+    let traffic = super::traffic::traffic_wakes(
+        ctx.client.clone(),
+        &ctx.scope,
+        store.clone(),
+        K::traffic_routing,
+    );
     let config = super::config_copies::config_wakes(
         ctx.client.clone(),
+        ctx.scope.clone(),
         store.clone(),
         &ctx.source,
         K::config_template,
     );
     let jobs = watcher(
-        Api::<PartialObjectMeta<Job>>::all(ctx.client.clone()),
+        ctx.scope.api::<PartialObjectMeta<Job>>(&ctx.client),
         crate::watch::watch_config(&ctx.child_selector()),
     )
     .backoff(crate::watch::backoff::watch_backoff())

@@ -73,8 +73,12 @@ fn seen(lease: &Lease) -> Option<SeenClaim> {
     })
 }
 
-async fn list_claims(client: &Client, source: &str) -> Result<Vec<SeenClaim>> {
-    let all: Api<Lease> = Api::all(client.clone());
+async fn list_claims(client: &Client, source: &str, me: &Installation) -> Result<Vec<SeenClaim>> {
+    let all: Api<Lease> = if me.own_namespace_only {
+        Api::namespaced(client.clone(), &me.namespace)
+    } else {
+        Api::all(client.clone())
+    };
     let params = ListParams::default().labels(&format!("{CLAIM_LABEL}={source}"));
     let list = all.list(&params).await.map_err(|e| Error::ClusterRequest {
         doing: format!("list the claims on source name {source:?} (Leases labelled {CLAIM_LABEL})"),
@@ -88,7 +92,7 @@ async fn list_claims(client: &Client, source: &str) -> Result<Vec<SeenClaim>> {
 /// on `source`. One in this namespace (the pod a rolling update replaces, leader election
 /// off) is waited for until it lapses, once; one in another namespace is refused at once.
 pub async fn check(client: &Client, source: &str, me: &Installation) -> Result<()> {
-    let claims = list_claims(client, source).await?;
+    let claims = list_claims(client, source, me).await?;
     let now = Timestamp::now();
     let Some(other) = holder::live_other(me, &claims, now) else {
         return Ok(());
@@ -108,7 +112,7 @@ pub async fn check(client: &Client, source: &str, me: &Installation) -> Result<(
         "another agent of this source in this namespace holds its claim; waiting once for it to be released or to lapse"
     );
     tokio::time::sleep(wait).await;
-    let claims = list_claims(client, source).await?;
+    let claims = list_claims(client, source, me).await?;
     match holder::live_other(me, &claims, Timestamp::now()) {
         Some(other) => Err(Error::Usage(holder::refusal(source, other))),
         None => Ok(()),
@@ -132,7 +136,7 @@ pub async fn take(
         duration,
     };
     for _ in 0..WRITE_ATTEMPTS {
-        let claims = list_claims(client, source).await?;
+        let claims = list_claims(client, source, me).await?;
         let now = Timestamp::now();
         if let Some(other) = holder::live_other(me, &claims, now) {
             return Err(Error::Usage(holder::refusal(source, other)));
@@ -157,7 +161,7 @@ pub async fn take(
         if !written {
             continue;
         }
-        let claims = list_claims(client, source).await?;
+        let claims = list_claims(client, source, me).await?;
         if let Some(first) = holder::came_first(me, acquired, &claims, Timestamp::now()) {
             let why = holder::refusal(source, first);
             claim.release().await;

@@ -26,6 +26,8 @@ pub enum SourceConfig {
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub source: SourceConfig,
+    /// Every namespace, or the one a namespace-scoped install watches.
+    pub watch_scope: crate::watch::WatchScope,
     /// Sync a revision whose path holds no spec (otherwise an error that changes nothing).
     pub allow_empty: bool,
     pub poll_interval: Duration,

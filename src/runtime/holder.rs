@@ -16,6 +16,9 @@ pub struct Installation {
     pub namespace: String,
     /// `lease/<lease name>` with leader election, `replica/<pod name or host>` without.
     pub identity: String,
+    /// A namespace-scoped install (`--watch-namespace`) may read Leases in its own namespace
+    /// only, so it looks for other claims there.
+    pub own_namespace_only: bool,
 }
 
 /// A source claim seen in the cluster.
@@ -133,6 +136,7 @@ mod tests {
         Installation {
             namespace: ns.into(),
             identity: "lease/linnet-default".into(),
+            own_namespace_only: false,
         }
     }
 
@@ -173,12 +177,14 @@ mod tests {
         let unelected = Installation {
             namespace: "team-a".into(),
             identity: "replica/linnet-2".into(),
+            own_namespace_only: false,
         };
         assert!(live_other(&unelected, &claims, now).is_some());
         // Another --lease-name in the same namespace is another installation too.
         let other_lease = Installation {
             namespace: "team-a".into(),
             identity: "lease/other".into(),
+            own_namespace_only: false,
         };
         assert!(live_other(&other_lease, &claims, now).is_some());
         // The same installation (a standby, a restarted pod) is not refused.

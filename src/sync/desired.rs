@@ -94,21 +94,29 @@ fn rollout_spec_hash(loaded: &LoadedObject) -> Option<String> {
     if loaded.key.api_version != crate::api::API_VERSION {
         return None;
     }
-    spec_hash_of(&loaded.key.kind, &loaded.spec.to_json())
+    let object = loaded.spec.to_json();
+    spec_hash_of(&loaded.key.kind, &object, gits_replicas(&object))
 }
 
-/// The hash of the spec of a rollout of `kind` given as JSON, read as its Rust type reads it;
-/// `None` for another kind or an object that does not read as one.
-pub fn spec_hash_of(kind: &str, object: &Value) -> Option<String> {
-    use crate::api::{CanaryDeployment, CanaryStatefulSet, spec_hash};
+/// Whether Git's rollout `object` sets `spec.replicas`. When it does not, the count is
+/// `/scale`'s (a HorizontalPodAutoscaler's): left out of the spec hash and never put back.
+pub fn gits_replicas(object: &Value) -> bool {
+    object.pointer("/spec/replicas").is_some()
+}
+
+/// The hash of the spec of a rollout of `kind` given as JSON, read as its Rust type reads it,
+/// with `replicas` or without ([`crate::api::spec_stamp`]); `None` for another kind or an
+/// object that does not read as one.
+pub fn spec_hash_of(kind: &str, object: &Value, with_replicas: bool) -> Option<String> {
+    use crate::api::{CanaryDeployment, CanaryStatefulSet, spec_stamp};
     use serde::Deserialize as _;
     match kind {
         "CanaryStatefulSet" => CanaryStatefulSet::deserialize(object)
             .ok()
-            .map(|r| spec_hash(&r.spec)),
+            .map(|r| spec_stamp(&r.spec, with_replicas)),
         "CanaryDeployment" => CanaryDeployment::deserialize(object)
             .ok()
-            .map(|r| spec_hash(&r.spec)),
+            .map(|r| spec_stamp(&r.spec, with_replicas)),
         _ => None,
     }
 }
@@ -286,6 +294,54 @@ mod tests {
     }
 
     const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n";
+
+    fn web(replicas: &str) -> String {
+        format!(
+            "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryDeployment\nmetadata:\n  name: web\n  namespace: demo\nspec:\n{replicas}  image: nginx:1.27\n  template:\n    selector:\n      matchLabels: {{app: web}}\n    template:\n      metadata:\n        labels: {{app: web}}\n      spec:\n        containers: [{{name: web, image: nginx:1.27}}]\n"
+        )
+    }
+
+    fn applied(text: &str) -> Value {
+        desired_set(&specs(text), "prod", "abc123")[0].value()
+    }
+
+    fn spec_stamp_of(text: &str) -> String {
+        applied(text)["metadata"]["annotations"][crate::api::SPEC_HASH_ANNOTATION]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Issue 72: a HorizontalPodAutoscaler sets `replicas` through `/scale` when Git leaves
+    /// them out; the spec stamp then leaves them out too, so the count it sets is no edit.
+    #[test]
+    fn a_rollout_git_leaves_replicas_out_of_is_stamped_without_them() {
+        let scaled = spec_stamp_of(&web(""));
+        assert!(
+            scaled.starts_with(crate::api::SCALED_SPEC_PREFIX),
+            "{scaled}"
+        );
+        assert!(
+            applied(&web("")).pointer("/spec/replicas").is_none(),
+            "not applied"
+        );
+        let live = |replicas: i32| {
+            let mut r: crate::api::CanaryDeployment =
+                serde_json::from_value(applied(&web(""))).unwrap_or_else(|e| panic!("{e}"));
+            r.spec.replicas = replicas;
+            crate::api::spec_stamp(&r.spec, crate::api::stamp_counts_replicas(Some(&scaled)))
+        };
+        assert_eq!(live(1), scaled);
+        assert_eq!(live(7), scaled, "an autoscaler's count is not Git's");
+
+        let sized = spec_stamp_of(&web("  replicas: 3\n"));
+        assert!(
+            !sized.starts_with(crate::api::SCALED_SPEC_PREFIX),
+            "{sized}"
+        );
+        assert!(crate::api::stamp_counts_replicas(Some(&sized)));
+        assert_ne!(spec_stamp_of(&web("  replicas: 4\n")), sized);
+    }
 
     #[test]
     fn objects_carry_linnets_labels_and_annotations() {

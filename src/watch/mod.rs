@@ -21,6 +21,52 @@ pub fn watch_config(labels: &str) -> watcher::Config {
         .labels(labels)
 }
 
+/// Where the agent's watches and reads of namespaced kinds look: every namespace, or only the
+/// one `--watch-namespace` names (a namespace-scoped install, whose Role grants nothing
+/// elsewhere). Volumes are cluster-scoped whatever this says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchScope(Option<String>);
+
+impl WatchScope {
+    /// Every namespace (a cluster-wide install).
+    pub fn cluster() -> WatchScope {
+        WatchScope(None)
+    }
+
+    /// Only `namespace`.
+    pub fn namespace(namespace: impl Into<String>) -> WatchScope {
+        WatchScope(Some(namespace.into()))
+    }
+
+    /// The one namespace watched, if not every one.
+    pub fn only(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+
+    /// An `Api` of a namespaced kind over this scope.
+    pub fn api<K>(&self, client: &kube::Client) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match &self.0 {
+            None => kube::Api::all(client.clone()),
+            Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        }
+    }
+
+    /// An `Api` of the namespaced kind `resource` over this scope.
+    pub fn api_with<K>(&self, client: &kube::Client, resource: &K::DynamicType) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::DynamicResourceScope>,
+    {
+        match &self.0 {
+            None => kube::Api::all_with(client.clone(), resource),
+            Some(ns) => kube::Api::namespaced_with(client.clone(), ns, resource),
+        }
+    }
+}
+
 /// Whether a reflector's store has had its first list, for any number of waiters at once.
 ///
 /// kube's `Store::wait_until_ready` wakes only the last of several tasks that wait on it

@@ -90,19 +90,20 @@ pub struct RolloutStores {
 }
 
 impl RolloutStores {
-    /// The stores of the rollouts labelled with `selector`, and the watches that fill them.
+    /// The stores of the rollouts labelled with `selector` in `scope`, and the watches that
+    /// fill them.
     pub fn new(
         client: &kube::Client,
         selector: &str,
+        scope: &super::WatchScope,
     ) -> (
         RolloutStores,
         RolloutWatch<CanaryStatefulSet>,
         RolloutWatch<CanaryDeployment>,
     ) {
         let config = crate::watch::watch_config(selector);
-        let (statefulsets, sts_watch) =
-            Rollouts::new(kube::Api::all(client.clone()), config.clone());
-        let (deployments, deploy_watch) = Rollouts::new(kube::Api::all(client.clone()), config);
+        let (statefulsets, sts_watch) = Rollouts::new(scope.api(client), config.clone());
+        let (deployments, deploy_watch) = Rollouts::new(scope.api(client), config);
         (
             RolloutStores {
                 statefulsets,

@@ -10,6 +10,7 @@ pub mod browser;
 pub mod gateway;
 pub mod git_http;
 pub mod gitea;
+pub mod install;
 pub mod node;
 pub mod otel;
 pub mod ports;

@@ -36,6 +36,34 @@ pub fn merge(base: &mut Value, patch: Value) {
     }
 }
 
+/// A CanaryDeployment `web` in `ns` (4 replicas of nginx:1.27 in two batches, paused after the
+/// first) with `patch` merged into its spec.
+pub fn batched_web(ns: &str, patch: Value) -> Value {
+    let mut spec = json!({
+        "apiVersion": "rollouts.linnet.dev/v1alpha1",
+        "kind": "CanaryDeployment",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "replicas": 4,
+            "image": "nginx:1.27",
+            "strategy": {"type": "Batches"},
+            "batches": 2,
+            "pause": "First",
+            "currentBatch": 1,
+            "progressDeadlineSeconds": 60,
+            "template": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
+                }
+            }
+        }
+    });
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
 /// A CanaryStatefulSet `redis` in `ns` (2 replicas, 1 canary, redis:7.2, no volumes) with
 /// `patch` merged into its spec: the smallest rollout a test of an output can drive.
 pub fn small_redis(ns: &str, patch: Value) -> Value {

@@ -292,6 +292,20 @@ fn refuse_by_policy(
     Ok(())
 }
 
+/// A rollout as its type reads it, less the `replicas` its type defaults when Git (`git`, the
+/// document) leaves them out: then `/scale` (an autoscaler, `kubectl scale`) sets the count,
+/// and linnet must neither apply nor own one.
+fn rollout_spec(rollout: &impl serde::Serialize, git: &Value) -> Spec {
+    if git.pointer("/spec/replicas").is_some() {
+        return Spec::new(rollout);
+    }
+    let mut object = serde_json::to_value(rollout).unwrap_or_default();
+    if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("replicas");
+    }
+    Spec::new(&object)
+}
+
 /// One of linnet's own kinds, read into its type and checked by its rules.
 fn linnet_spec(
     place: &Place<'_>,
@@ -323,7 +337,7 @@ fn linnet_spec(
             o.metadata.namespace = namespace;
             o.status = None;
             found.extend(check_canary_statefulset(&o));
-            Spec::new(&o)
+            rollout_spec(&o, value)
         }
         "CanaryDeployment" => {
             let mut o: CanaryDeployment =
@@ -331,7 +345,7 @@ fn linnet_spec(
             o.metadata.namespace = namespace;
             o.status = None;
             found.extend(check_canary_deployment(&o));
-            Spec::new(&o)
+            rollout_spec(&o, value)
         }
         "AnalysisTemplate" => {
             let mut o: AnalysisTemplate =

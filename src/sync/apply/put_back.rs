@@ -62,7 +62,7 @@ impl Syncer {
     /// webhook), the annotation is set to the hash of what it stores: that is Git's spec as
     /// this cluster keeps it, and the rollout goes on from it. Written as the source.
     pub async fn restore_spec(&self, desired: &DesiredObject) -> Result<(), ObjectError> {
-        use super::super::desired::spec_hash_of;
+        use super::super::desired::{gits_replicas, spec_hash_of};
         use crate::api::SPEC_HASH_ANNOTATION;
         let key = &desired.key;
         let (ar, caps) = self.resource(&key.api_version, &key.kind).await?;
@@ -77,13 +77,19 @@ impl Syncer {
         let live = to_value(live, &ar);
         let desired_value = desired.value();
         let git = desired_value.get("spec").cloned().unwrap_or(Value::Null);
-        let wanted = spec_hash_of(&key.kind, &desired_value);
-        if spec_hash_of(&key.kind, &live) == wanted {
+        let with_replicas = gits_replicas(&desired_value);
+        let wanted = spec_hash_of(&key.kind, &desired_value, with_replicas);
+        if spec_hash_of(&key.kind, &live, with_replicas) == wanted {
             return Ok(());
+        }
+        let mut spec = with_nulls(&git, live.get("spec").unwrap_or(&Value::Null));
+        if !with_replicas && let Some(fields) = spec.as_object_mut() {
+            // Git leaves the count to `/scale` (an autoscaler): not Git's to put back.
+            fields.remove("replicas");
         }
         let patch = serde_json::json!({
             "metadata": {"resourceVersion": live.pointer("/metadata/resourceVersion")},
-            "spec": with_nulls(&git, live.get("spec").unwrap_or(&Value::Null)),
+            "spec": spec,
         });
         let request = |e: kube::Error| ObjectError::Request {
             what: "restore",
@@ -100,7 +106,7 @@ impl Syncer {
             .await
             .map_err(request)?;
         let restored = to_value(restored, &ar);
-        let stored = spec_hash_of(&key.kind, &restored);
+        let stored = spec_hash_of(&key.kind, &restored, with_replicas);
         tracing::info!(object = %format!("{}/{}/{}", key.kind, key.namespace, key.name), "put Git's spec back whole: it was edited in the cluster");
         if stored != wanted
             && let Some(stored) = stored

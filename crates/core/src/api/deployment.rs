@@ -24,6 +24,13 @@ use super::Condition;
     shortname = "cdeploy",
     shortname = "canarydeploy",
     category = "linnet",
+    // `kubectl scale` and a HorizontalPodAutoscaler set `spec.replicas` through /scale; the
+    // selector matches every pod of the rollout, stable and canary.
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableImage"),
     printcolumn(name = "Canary", type_ = "string", json_path = ".status.canaryImage"),
@@ -48,6 +55,10 @@ use super::Condition;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryDeploymentSpec {
     /// Replicas when the rollout is complete.
+    /// Leave it out of Git to let a HorizontalPodAutoscaler (or `kubectl scale`) set it
+    /// through the `/scale` subresource: linnet then neither applies nor puts it back, and it
+    /// starts at 1.
+    #[serde(default = "one")]
     #[schemars(range(min = 1))]
     pub replicas: i32,
     /// The image to roll out.
@@ -227,6 +238,14 @@ pub struct CanaryDeploymentStatus {
     pub ready: Option<String>,
     #[serde(default)]
     pub available_replicas: i32,
+    /// The replicas linnet sizes the rollout's workloads to, stable and canary together, once
+    /// it has acted on `spec.replicas`: `/scale`'s `status.replicas`.
+    #[serde(default)]
+    pub replicas: i32,
+    /// The label selector of every pod of the rollout, as text: `/scale`'s `status.selector`,
+    /// which a HorizontalPodAutoscaler reads the pods' metrics by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     /// Available replicas per image, as observed (commit subjects and `kubectl describe`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub available_by_image: Vec<ImageReplicas>,

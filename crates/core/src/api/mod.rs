@@ -69,12 +69,39 @@ pub const SPEC_HASH_ANNOTATION: &str = "rollouts.linnet.dev/spec-hash";
 /// the serde defaults agree, so Git's spec and the same spec read back from the cluster hash
 /// alike.
 pub fn spec_hash<S: serde::Serialize>(spec: &S) -> String {
-    crate::hash::content_hash(&serde_json::to_value(spec).unwrap_or_default())
+    spec_stamp(spec, true)
+}
+
+/// What a spec hash taken without `replicas` starts with: Git left the count out, and
+/// `/scale` sets it (a HorizontalPodAutoscaler, `kubectl scale`), so it is not Git's to keep.
+pub const SCALED_SPEC_PREFIX: &str = "scaled:";
+
+/// The hash of a rollout's spec ([`spec_hash`]), taken without `replicas` (and marked
+/// [`SCALED_SPEC_PREFIX`]) when Git leaves the count out (`replicas_from_git` false).
+pub fn spec_stamp<S: serde::Serialize>(spec: &S, replicas_from_git: bool) -> String {
+    let mut value = serde_json::to_value(spec).unwrap_or_default();
+    if replicas_from_git {
+        return crate::hash::content_hash(&value);
+    }
+    if let Some(fields) = value.as_object_mut() {
+        fields.remove("replicas");
+    }
+    format!("{SCALED_SPEC_PREFIX}{}", crate::hash::content_hash(&value))
+}
+
+/// Whether a spec stamp ([`spec_stamp`]) counts `replicas` as Git's.
+pub fn stamp_counts_replicas(stamp: Option<&str>) -> bool {
+    !stamp.is_some_and(|s| s.starts_with(SCALED_SPEC_PREFIX))
 }
 
 /// Label on every object a rollout creates (sets, claims, Jobs, and the volumes it hands
 /// over), naming the rollout; StatefulSets put it on their claims too.
 pub const ROLLOUT_LABEL: &str = "rollouts.linnet.dev/rollout";
+/// The label selector of every pod of rollout `name` (stable and canary), as the `/scale`
+/// subresource gives it to a HorizontalPodAutoscaler.
+pub fn pods_selector(name: &str) -> String {
+    format!("{ROLLOUT_LABEL}={name}")
+}
 /// Label on the objects a rollout controller creates, naming the source of their rollout, so
 /// that an agent watches only its own children. It is deliberately not [`SOURCE_LABEL`]: that
 /// label marks what was applied from Git, the only objects prune may delete.

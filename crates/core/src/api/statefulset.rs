@@ -24,6 +24,13 @@ use super::Condition;
     shortname = "csts",
     shortname = "canarysts",
     category = "linnet",
+    // `kubectl scale` and a HorizontalPodAutoscaler set `spec.replicas` through /scale; the
+    // selector matches every pod of the rollout, stable and canary.
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Stable", type_ = "string", json_path = ".status.stableImage"),
     printcolumn(name = "Canary", type_ = "string", json_path = ".status.canaryImage"),
@@ -48,6 +55,10 @@ use super::Condition;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryStatefulSetSpec {
     /// Replicas of the application when no canary runs.
+    /// Leave it out of Git to let a HorizontalPodAutoscaler (or `kubectl scale`) set it
+    /// through the `/scale` subresource: linnet then neither applies nor puts it back, and it
+    /// starts at 1.
+    #[serde(default = "one")]
     #[schemars(range(min = 1))]
     pub replicas: i32,
     /// Replicas that run the new image during a canary: the top ordinals.
@@ -223,6 +234,14 @@ pub struct CanaryStatefulSetStatus {
     pub ready_replicas: i32,
     #[serde(default)]
     pub canary_ready_replicas: i32,
+    /// The replicas linnet sizes the rollout's workloads to, stable and canary together, once
+    /// it has acted on `spec.replicas`: `/scale`'s `status.replicas`.
+    #[serde(default)]
+    pub replicas: i32,
+    /// The label selector of every pod of the rollout, as text: `/scale`'s `status.selector`,
+    /// which a HorizontalPodAutoscaler reads the pods' metrics by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     /// Ready pods by the image their rolled-out container runs, read from the pods (from the
     /// set while Stable): what `linnet get`, the write-back subject and the dashboard say is
     /// serving, in every phase.

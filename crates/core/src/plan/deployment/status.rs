@@ -8,6 +8,9 @@ impl<'a> Planner<'a> {
         let total = self.total();
         let phase = self.st.phase.unwrap_or(Phase::Initializing);
         let available = self.record_availability();
+        // The count the plan sizes the Deployments to: it follows a new count once acted on.
+        self.st.replicas = total;
+        self.st.selector = Some(crate::api::pods_selector(&self.r.reference.name));
         self.st.ready = Some(format!("{available}/{total}"));
         self.record_batches(phase);
         if phase == Phase::Completed {

@@ -25,6 +25,10 @@ impl<'a> Planner<'a> {
         self.st.canary_revision = canary_revision.filter(|_| progressing_phase(phase));
         self.st.ready_replicas = ready;
         self.st.canary_ready_replicas = canary_ready;
+        // The count the plan sizes the sets to (stable and canary together): it follows a new
+        // count once acted on, and does not move as the sets appear (one status per new rollout).
+        self.st.replicas = r;
+        self.st.selector = Some(crate::api::pods_selector(&self.r.reference.name));
         if phase == Phase::Stable {
             self.check_stable_volumes();
         }

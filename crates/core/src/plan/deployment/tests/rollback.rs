@@ -79,3 +79,36 @@ fn a_rollback_scales_down_a_version_whose_image_cannot_be_read_without_touching_
     );
     assert_eq!(s.phase(), Some(Phase::RolledBack));
 }
+
+/// Issue 72: an autoscaler sets `replicas` through `/scale`; the status gives `/scale` the
+/// pods the rollout runs and a selector of all of them, and the batches follow the new count.
+#[test]
+fn an_autoscaled_count_is_followed_and_shown_to_scale() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    assert_eq!(s.status.replicas, 4);
+    assert_eq!(
+        s.status.selector.as_deref(),
+        Some("rollouts.linnet.dev/rollout=web")
+    );
+    s.spec.replicas = 6;
+    s.run_until("6 pods", |s| {
+        s.status.replicas == 6 && s.by_image()["web:1"] == 6
+    });
+    s.spec.batches = 3;
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    let targets: Vec<i32> = s.status.batches.iter().map(|b| b.target).collect();
+    assert_eq!(targets, [1, 3, 6], "three batches of 6");
+    s.spec.replicas = 9;
+    s.reconcile();
+    let targets: Vec<i32> = s.status.batches.iter().map(|b| b.target).collect();
+    assert_eq!(
+        targets,
+        [1, 4, 9],
+        "the autoscaler's new count, mid-rollout"
+    );
+    s.spec.current_batch = 3;
+    s.completed_on("web:2");
+    assert_eq!(s.by_image()["web:2"], 9);
+}

@@ -103,3 +103,21 @@ fn a_failed_canary_counts_what_its_pods_run() {
         assert_eq!(r.canary_ready_replicas(), Some(1));
     }
 }
+
+/// Issue 72: `/scale` reads `status.replicas` and `status.selector`; an autoscaler's new
+/// count is run and shown.
+#[test]
+fn status_gives_scale_the_pods_run_and_their_selector() {
+    let mut s = two_sets();
+    s.stabilise();
+    assert_eq!(s.status.replicas, s.spec.replicas);
+    assert_eq!(
+        s.status.selector.as_deref(),
+        Some("rollouts.linnet.dev/rollout=redis")
+    );
+    s.spec.replicas -= 1;
+    let want = s.spec.replicas;
+    s.run_until("the new count", |s| {
+        s.status.replicas == want && s.status.ready_replicas == want
+    });
+}

@@ -54,7 +54,7 @@ for part in "${parts[@]}"; do
   total=$((total + minutes))
 done
 # linnet's own build: every test binary, from the crates in Cargo.lock.
-if ! ls "$root/target/debug/deps/" 2>/dev/null | grep -q '^linnet-'; then
+if ! compgen -G "${CARGO_TARGET_DIR:-$root/target}/debug/deps/linnet-*" >/dev/null; then
   rust=18
   [ "$goal" = demo ] && rust=6
   todo+=("linnet and its test binaries (Rust; cargo shows its progress), about $rust min")
@@ -64,10 +64,12 @@ fi
 scaled=$(( (total * 2 + cores - 1) / cores ))
 
 if [ "${#todo[@]}" -eq 0 ]; then
-  echo "plan: every tool is cached; $goal starts now"
+  echo "plan: every tool is cached; the $goal starts now" >&2
   exit 0
 fi
-echo "plan: a first run on this machine: ${#todo[@]} things to build first, about $scaled min on $cores cores, then the $goal:" >&2
+things="${#todo[@]} things"
+[ "${#todo[@]}" -eq 1 ] && things="1 thing"
+echo "plan: a first run on this machine: $things to build first, about $scaled min on $cores cores, then the $goal:" >&2
 i=0
 for t in "${todo[@]}"; do
   i=$((i + 1))
@@ -76,4 +78,4 @@ done
 if [ "$goal" = test ]; then
   echo "  then the tests, about 30 min (they mostly wait for the control plane, the node and Git)." >&2
 fi
-echo "  Each build is cached (in ${LINNET_CACHE}), so the next run starts with the tests." >&2
+echo "  Each build is cached (in ${LINNET_CACHE}), so the next run starts with the $goal." >&2

@@ -10,7 +10,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
@@ -69,21 +69,7 @@ async fn wait_able_to_scale(f: &Fixture, name: &str) {
 }
 
 async fn replicas_by_image(f: &Fixture) -> BTreeMap<String, i32> {
-    let mut out = BTreeMap::new();
-    for d in f
-        .api::<Deployment>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-    {
-        let spec = d.spec.unwrap();
-        let image = spec.template.spec.unwrap().containers[0]
-            .image
-            .clone()
-            .unwrap();
-        *out.entry(image).or_insert(0) += spec.replicas.unwrap_or(0);
-    }
+    let mut out = f.deployment_replicas_by_image().await;
     out.retain(|_, n| *n > 0);
     out
 }

@@ -61,22 +61,7 @@ async fn wait_replicas(f: &Fixture, expected: BTreeMap<String, i32>) {
 }
 
 async fn replicas_by_image(f: &Fixture) -> BTreeMap<String, i32> {
-    let mut out = BTreeMap::new();
-    for d in f
-        .api::<Deployment>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-    {
-        let spec = d.spec.unwrap();
-        let image = spec.template.spec.unwrap().containers[0]
-            .image
-            .clone()
-            .unwrap();
-        *out.entry(image).or_insert(0) += spec.replicas.unwrap_or(0);
-    }
-    out
+    f.deployment_replicas_by_image().await
 }
 
 /// One `status.batches` as (batch, target, state) rows.

@@ -17,7 +17,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -25,8 +24,8 @@ use kube::api::{DeleteParams, ListParams};
 use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 use serde_json::json;
 use support::install::{
-    IMAGE, agent_processes, build_and_load_image, kubectl, print_agent_logs, run, uninstall,
-    write_overlay,
+    IMAGE, agent_processes, build_and_load_image, kubectl, print_agent_logs,
+    remove_earlier_install, run, uninstall, write_overlay,
 };
 use support::node::{self, Ledger};
 const TOKEN: &str = "node-install-git-token";
@@ -37,22 +36,7 @@ async fn linnet_installed_as_real_pods_hands_over_when_the_leader_is_killed() {
     if !node::require(&admin).await {
         return;
     }
-    // An earlier install (tests/deploy.rs leaves its kwok one; a failed run may leave a real
-    // one) is removed first: a Deployment still being deleted would take this run's apply and
-    // then go, leaving its old pods (following the old repository) as the only agents.
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "linnet-system");
-    let _ = deployments
-        .delete("linnet", &DeleteParams::foreground())
-        .await;
-    support::eventually(
-        "an earlier install's agents to be gone",
-        Duration::from_secs(120),
-        || async {
-            (deployments.get_opt("linnet").await.ok()?.is_none() && agent_processes().is_empty())
-                .then_some(())
-        },
-    )
-    .await;
+    remove_earlier_install(&admin).await;
     let ns = support::TestNamespace::create(&admin, "node-install").await;
     let dir = tempfile::tempdir().unwrap();
     build_and_load_image(dir.path());

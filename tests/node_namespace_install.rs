@@ -15,7 +15,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -26,8 +25,8 @@ use kube::api::{DeleteParams, PostParams};
 use linnet::api::{CanaryStatefulSet, LinnetSource, StatefulSetPhase};
 use serde_json::json;
 use support::install::{
-    agent_processes, build_and_load_image, kubectl, pathdiff, print_agent_logs, uninstall,
-    write_overlay,
+    agent_processes, build_and_load_image, kubectl, pathdiff, print_agent_logs,
+    remove_earlier_install, uninstall, write_overlay,
 };
 use support::node::{self, Ledger};
 
@@ -115,24 +114,12 @@ async fn a_namespace_scoped_install_rolls_out_with_roles_only() {
     if !node::require(&admin).await {
         return;
     }
-    // An earlier install goes first (tests/node_install.rs leaves none running, a failed run
-    // may), and so does the cluster-wide binding: with it, this agent would hold cluster rights.
-    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "linnet-system");
-    let _ = deployments
-        .delete("linnet", &DeleteParams::foreground())
-        .await;
+    // An earlier install goes first, and so does the cluster-wide binding: with it, this
+    // agent would hold cluster rights.
+    remove_earlier_install(&admin).await;
     let _ = Api::<ClusterRoleBinding>::all(admin.clone())
         .delete("linnet", &DeleteParams::default())
         .await;
-    support::eventually(
-        "an earlier install's agents to be gone",
-        Duration::from_secs(120),
-        || async {
-            (deployments.get_opt("linnet").await.ok()?.is_none() && agent_processes().is_empty())
-                .then_some(())
-        },
-    )
-    .await;
     kubectl(&[
         "-n",
         "linnet-system",

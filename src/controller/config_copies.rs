@@ -414,7 +414,8 @@ async fn allowed_to_watch(client: Client, resource: &'static str, namespace: Opt
         if !said {
             tracing::info!(
                 resource,
-                "this agent may not list and watch it in every namespace: with versionedConfig, a config change alone reaches its rollouts only at their next reconcile (a change of the rollout or its children); see docs/config.md"
+                scope = namespace.as_deref().unwrap_or("every namespace"),
+                "this agent may not list and watch it there: with versionedConfig, a config change alone reaches its rollouts only at their next reconcile (a change of the rollout or its children); see docs/config.md"
             );
             said = true;
         }

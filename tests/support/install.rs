@@ -196,3 +196,23 @@ pub async fn uninstall(client: kube::Client, ns: &str) {
         .delete("linnet", &DeleteParams::foreground())
         .await;
 }
+
+/// Removes an install an earlier test left (tests/deploy.rs leaves its kwok one; a failed run
+/// may leave a real one) and waits until its agents are gone: a Deployment still being deleted
+/// would take this run's apply and then go, leaving its old pods (following the old
+/// repository) as the only agents.
+pub async fn remove_earlier_install(admin: &kube::Client) {
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "linnet-system");
+    let _ = deployments
+        .delete("linnet", &DeleteParams::foreground())
+        .await;
+    super::eventually(
+        "an earlier install's agents to be gone",
+        Duration::from_secs(120),
+        || async {
+            (deployments.get_opt("linnet").await.ok()?.is_none() && agent_processes().is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+}

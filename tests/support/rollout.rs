@@ -273,6 +273,26 @@ impl Fixture {
         Api::namespaced(self.admin.clone(), &self.ns.name)
     }
 
+    /// Replicas asked for per image, over the Deployments in this namespace.
+    pub async fn deployment_replicas_by_image(&self) -> std::collections::BTreeMap<String, i32> {
+        let mut out = std::collections::BTreeMap::new();
+        for d in self
+            .api::<k8s_openapi::api::apps::v1::Deployment>()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            let spec = d.spec.unwrap();
+            let image = spec.template.spec.unwrap().containers[0]
+                .image
+                .clone()
+                .unwrap();
+            *out.entry(image).or_insert(0) += spec.replicas.unwrap_or(0);
+        }
+        out
+    }
+
     /// Waits until the rollout `name` of kind `K` satisfies `done`.
     pub async fn wait_for<K>(&self, what: &str, secs: u64, done: impl Fn(&K) -> bool) -> K
     where

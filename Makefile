@@ -70,14 +70,11 @@ test-tools:
 ## test: say what a first run builds (plan-test), install what the machine lacks (deps), build
 ## the tools whose caches are missing (test-tools: the control plane and the kubelet, Gitea,
 ## kubectl and kstatus, kustomize and helm, Traefik, Prometheus, the OpenTelemetry Collector,
-## crane and a registry), start the control plane, run every test, stop it.
+## crane and a registry), start the control plane, run every test (tests/run.sh: three test
+## binaries at a time, LINNET_TEST_JOBS), stop it.
 test: plan-test deps test-tools
 	$(CARGO) test --all-targets --no-run
-	@mkdir -p target; \
-	tests/cluster/with-cluster.sh $(CARGO) test --all-targets --no-fail-fast 2>&1 | tee target/test.log; \
-	rc=$${PIPESTATUS[0]}; \
-	awk '/^test result:/ { p += $$4; f += $$6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test.log; \
-	exit $$rc
+	CARGO=$(CARGO) tests/cluster/with-cluster.sh tests/run.sh
 
 ## test-unit: the quick loop, no cluster needed.
 test-unit:

@@ -2,7 +2,8 @@
 # What `make test` and `make demo` need from the machine, checked and, on Debian or Ubuntu as
 # root, installed: the Debian packages the build and the tests use (sshd for the SSH source's
 # test, libssl-dev for libgit2's HTTPS, cmake for the zlib-ng it is built with, gnupg to sign
-# commits in the verified-commits test, chromium for the dashboard's browser test, and so on).
+# commits in the verified-commits test, chromium for the dashboard's browser test, jq for tests/run.sh's list of
+# test binaries, and so on).
 # Not root: prints the one command to run.
 # Go and Rust are checked, not installed (their distribution packages are often too old).
 set -euo pipefail
@@ -10,7 +11,7 @@ set -euo pipefail
 need=()
 for pkg_cmd in git:git openssl:openssl curl:curl python3:python3 make:make gcc:gcc \
   pkg-config:pkg-config ca-certificates:update-ca-certificates openssh-client:ssh-keygen \
-  gnupg:gpg iproute2:ip \
+  gnupg:gpg iproute2:ip jq:jq \
   cmake:cmake; do
   pkg=${pkg_cmd%%:*}; cmd=${pkg_cmd#*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")

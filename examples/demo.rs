@@ -966,7 +966,10 @@ async fn story(d: &Demo) -> Step<()> {
     wait("the last status commit", 30, || async {
         git(
             &d.bare,
-            &["show", "linnet/status:.linnet/status/demo/4b/web.yaml"],
+            &[
+                "show",
+                "linnet/status:.linnet/status/default/demo/4b/web.yaml",
+            ],
         )
         .ok()
         .filter(|t| t.contains("phase: RolledBack") && t.contains("error-rate"))
@@ -976,12 +979,15 @@ async fn story(d: &Demo) -> Step<()> {
         "{}",
         git(&d.bare, &["log", "--format=%h %s", "linnet/status"])?
     );
-    println!("\n    $ git show linnet/status:.linnet/status/demo/4b/web.yaml");
+    println!("\n    $ git show linnet/status:.linnet/status/default/demo/4b/web.yaml");
     println!(
         "{}",
         git(
             &d.bare,
-            &["show", "linnet/status:.linnet/status/demo/4b/web.yaml"]
+            &[
+                "show",
+                "linnet/status:.linnet/status/default/demo/4b/web.yaml"
+            ]
         )?
     );
     println!("\nDone: every step happened.");

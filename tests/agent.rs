@@ -315,8 +315,8 @@ async fn status_files_follow_a_real_rollout_on_their_own_branch() {
         &ns.name,
     );
     wait_ready(&agent).await;
-    let redis = linnet::writeback::status_files::path(&ns.name, "redis");
-    let web = linnet::writeback::status_files::path(&ns.name, "web");
+    let redis = linnet::writeback::status_files::path("test", &ns.name, "redis");
+    let web = linnet::writeback::status_files::path("test", &ns.name, "web");
     let wait_file = |path: String, want: &'static str| {
         let bare = bare.clone();
         async move {

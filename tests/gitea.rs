@@ -243,7 +243,7 @@ async fn gitea_webhooks_commit_statuses_and_a_merged_pull_request_drive_a_rollou
         "{success}"
     );
     // The progress commit on linnet/status, read back through Gitea.
-    let status_path = linnet::writeback::status_files::path(&ns.name, "redis");
+    let status_path = linnet::writeback::status_files::path("test", &ns.name, "redis");
     let progress = eventually(
         "the status file to say Stable on redis:7.4",
         Duration::from_secs(30),

@@ -859,7 +859,7 @@ async fn soak_with_everything_on_holds_every_invariant() {
     }
     let mut files_off = Vec::new();
     for app in APPS {
-        let path = linnet::writeback::status_files::path(&ns_name, app);
+        let path = linnet::writeback::status_files::path("soak", &ns_name, app);
         let want = image(TAGS[tags[app] % 3]);
         let text = support::show_on(&bare, "linnet/status", &path).unwrap_or_default();
         if !text.contains(&format!("stable: {want}")) {

@@ -68,7 +68,7 @@ fn status_file(bare: &Path, ns: &str, name: &str) -> Option<String> {
     support::show_on(
         bare,
         "linnet/status",
-        &linnet::writeback::status_files::path(ns, name),
+        &linnet::writeback::status_files::path("test", ns, name),
     )
 }
 

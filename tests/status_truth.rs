@@ -54,7 +54,7 @@ impl Kind for CanaryStatefulSet {
         self.status.as_ref().map(|s| s.canary_ready_replicas)
     }
     fn status_file(&self) -> Option<linnet::writeback::status_files::StatusFile> {
-        linnet::writeback::status_files::for_statefulset(self)
+        linnet::writeback::status_files::for_statefulset(self, "default")
     }
     fn get_says(&self, ready: &str, canary_ready: i32) -> String {
         format!("{ready} ready, {canary_ready} canary ready")
@@ -73,7 +73,7 @@ impl Kind for CanaryDeployment {
         None
     }
     fn status_file(&self) -> Option<linnet::writeback::status_files::StatusFile> {
-        linnet::writeback::status_files::for_deployment(self)
+        linnet::writeback::status_files::for_deployment(self, "default")
     }
     fn get_says(&self, ready: &str, _: i32) -> String {
         format!("{ready} ready (desired {})", self.spec.replicas)

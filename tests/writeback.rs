@@ -32,8 +32,8 @@ fn repo() -> Repo {
 
 fn file(name: &str, phase: &str) -> StatusFile {
     StatusFile {
-        path: linnet::writeback::status_files::path("default", name),
-        replaces: None,
+        path: linnet::writeback::status_files::path("default", "default", name),
+        replaces: Vec::new(),
         content: format!("phase: {phase}\n"),
         summary: format!("default/{name} {phase}"),
     }
@@ -76,7 +76,7 @@ fn status_files_go_to_a_status_branch_with_no_empty_commits() {
     assert_eq!(
         show(
             &r.bare,
-            "linnet/status:.linnet/status/default/34/redis.yaml"
+            "linnet/status:.linnet/status/default/default/34/redis.yaml"
         ),
         "phase: Stable"
     );
@@ -126,7 +126,7 @@ fn status_files_over_smart_http_with_a_token() {
     assert_eq!(
         show(
             &r.bare,
-            "linnet/status:.linnet/status/default/34/redis.yaml"
+            "linnet/status:.linnet/status/default/default/34/redis.yaml"
         ),
         "phase: Stable"
     );
@@ -137,7 +137,7 @@ fn status_files_over_smart_http_with_a_token() {
     assert_eq!(
         show(
             &r.bare,
-            "linnet/status:.linnet/status/default/34/redis.yaml"
+            "linnet/status:.linnet/status/default/default/34/redis.yaml"
         ),
         "phase: Stable"
     );
@@ -193,7 +193,7 @@ fn a_human_push_between_fetch_and_push_is_never_lost() {
         format!("kind: ConfigMap\n# {}", rounds - 1)
     );
     assert_eq!(
-        show(&r.bare, "main:.linnet/status/default/34/redis.yaml"),
+        show(&r.bare, "main:.linnet/status/default/default/34/redis.yaml"),
         format!("phase: Step{}", rounds - 1)
     );
     // Linear history: every human commit is an ancestor of the tip (no force push).
@@ -205,7 +205,7 @@ fn a_human_push_between_fetch_and_push_is_never_lost() {
 /// each file moves under its fan-out directory in the commit that next writes it, and a
 /// deleted rollout's file stays where it was.
 #[test]
-fn status_files_in_the_flat_layout_move_to_the_fan_out_layout() {
+fn status_files_in_the_flat_layout_move_to_the_clusters_layout() {
     use linnet::writeback::status_files::flat_path;
     let r = repo();
     git(&r.work, &["checkout", "-q", "-b", "linnet/status"]);
@@ -223,7 +223,7 @@ fn status_files_in_the_flat_layout_move_to_the_fan_out_layout() {
         GitAuth::Anonymous,
     );
     let moved = |name: &str| StatusFile {
-        replaces: Some(flat_path("default", name)),
+        replaces: vec![flat_path("default", name)],
         ..file(name, "Stable")
     };
     assert!(matches!(
@@ -234,14 +234,17 @@ fn status_files_in_the_flat_layout_move_to_the_fan_out_layout() {
     assert_eq!(
         files.lines().collect::<Vec<_>>(),
         [
-            ".linnet/status/default/34/redis.yaml",
-            ".linnet/status/default/4b/web.yaml",
+            ".linnet/status/default/default/34/redis.yaml",
+            ".linnet/status/default/default/4b/web.yaml",
             ".linnet/status/default/gone.yaml",
             "apps/app.yaml",
         ]
     );
     assert_eq!(
-        show(&r.bare, "linnet/status:.linnet/status/default/4b/web.yaml"),
+        show(
+            &r.bare,
+            "linnet/status:.linnet/status/default/default/4b/web.yaml"
+        ),
         "phase: Stable"
     );
     // Moved in one commit; written again, nothing to commit.

@@ -171,7 +171,7 @@ pub struct AgentArgs {
     /// requests, before its connection is closed.
     #[arg(help_heading = "Listeners", long, default_value = "10s", value_parser = parse_duration, env = "LINNET_HEADER_TIMEOUT")]
     pub header_timeout: std::time::Duration,
-    /// Write each rollout's progress to `.linnet/status/<namespace>/<xx>/<name>.yaml` in the
+    /// Write each rollout's progress to `.linnet/status/<cluster>/<namespace>/<xx>/<name>.yaml` in the
     /// repository (with --repo-url), as commits by --git-author-name; and, for a rollout with
     /// `onFailure.revert: commit` that is rolled back, a commit on --branch that puts its good
     /// image back. Off: linnet never writes to Git.
@@ -249,14 +249,30 @@ pub struct AgentArgs {
         env = "LINNET_NOTIFICATIONS_FILE"
     )]
     pub notifications_file: Option<PathBuf>,
-    /// This cluster's name, in the commit status context `linnet/<cluster>/<namespace>/<name>`.
+    /// This cluster's name (a DNS label): its directory of status files in Git
+    /// (`.linnet/status/<cluster>/`), the commit status context
+    /// `linnet/<cluster>/<namespace>/<name>`, and what a Fleet's waves name. Every agent
+    /// writing to one repository needs its own.
     #[arg(
         help_heading = "Cluster",
-        long,
+        long = "cluster",
+        alias = "cluster-name",
         default_value = "default",
-        env = "LINNET_CLUSTER_NAME"
+        env = "LINNET_CLUSTER_NAME",
+        value_parser = parse_cluster_name
     )]
     pub cluster_name: String,
+    /// A label of this cluster, `key=value` (repeat it): a Fleet's waves select clusters by
+    /// their labels (`matchLabels`). Written to `.linnet/status/<cluster>/_cluster.yaml`.
+    #[arg(
+        help_heading = "Cluster",
+        long = "cluster-label",
+        value_name = "KEY=VALUE",
+        env = "LINNET_CLUSTER_LABELS",
+        value_delimiter = ',',
+        value_parser = parse_cluster_label
+    )]
+    pub cluster_labels: Vec<(String, String)>,
     /// Run only while holding a coordination.k8s.io Lease, so that two replicas never both
     /// act; the other waits (not ready) and takes over when the lease expires.
     #[arg(help_heading = "Leader election and sharding", long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_LEADER_ELECT")]
@@ -348,4 +364,41 @@ pub struct AgentArgs {
     /// The cluster (in a pod: its ServiceAccount; from a laptop: the kubeconfig).
     #[command(flatten, next_help_heading = "Cluster")]
     pub cluster: ClusterArgs,
+}
+
+/// `--cluster`: a DNS label, since it names a directory in Git.
+fn parse_cluster_name(text: &str) -> Result<String, String> {
+    match crate::api::cluster_name_problem(text) {
+        Some(why) => Err(why),
+        None => Ok(text.to_string()),
+    }
+}
+
+/// `--cluster-label key=value`.
+fn parse_cluster_label(text: &str) -> Result<(String, String), String> {
+    let Some((key, value)) = text.split_once('=') else {
+        return Err(format!("{text:?} is not key=value (e.g. region=eu)"));
+    };
+    let fine = |s: &str, max: usize| {
+        s.len() <= max
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+    };
+    if key.is_empty() || !fine(key, 253) || !fine(value, 63) {
+        return Err(format!(
+            "{text:?}: a label's key and value are letters, digits, `-`, `_`, `.` and `/` \
+             (a value at most 63)"
+        ));
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
+impl AgentArgs {
+    /// This agent's cluster in a fleet: `--cluster` and its `--cluster-label`s.
+    pub fn cluster_identity(&self) -> crate::api::ClusterIdentity {
+        crate::api::ClusterIdentity {
+            name: self.cluster_name.clone(),
+            labels: self.cluster_labels.iter().cloned().collect(),
+        }
+    }
 }

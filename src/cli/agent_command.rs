@@ -215,6 +215,7 @@ fn writeback_config(
         author_email: args.git_author_email.clone(),
         interval: args.writeback_interval,
         timeout: args.git_timeout,
+        cluster: args.cluster_identity(),
     })
 }
 

@@ -29,6 +29,8 @@ const STYLE: &str = include_str!("dashboard/style.css");
 pub struct StatusHistory {
     pub clone_dir: std::path::PathBuf,
     pub branch: String,
+    /// This agent's cluster: its directory of status files.
+    pub cluster: String,
 }
 
 /// What the handlers read.
@@ -110,7 +112,7 @@ async fn rollout_history(
         return axum::Json(json!({"off": "write-back is off (--writeback): no status branch"}))
             .into_response();
     };
-    let file = crate::writeback::status_files::path(&namespace, &name);
+    let file = crate::writeback::status_files::path(&h.cluster, &namespace, &name);
     let read =
         tokio::task::spawn_blocking(move || history::of_file(&h.clone_dir, &h.branch, &file));
     match tokio::time::timeout(std::time::Duration::from_secs(5), read).await {

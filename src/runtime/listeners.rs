@@ -126,6 +126,7 @@ pub async fn serve_all(
                     .map(|w| super::dashboard::StatusHistory {
                         clone_dir: w.cache_dir.clone(),
                         branch: w.remote.branch.clone(),
+                        cluster: w.cluster.name.clone(),
                     }),
                 config.trace_link.clone(),
             )),

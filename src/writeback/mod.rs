@@ -48,6 +48,8 @@ pub struct WritebackConfig {
     pub interval: Duration,
     /// How long one fetch-and-push may take.
     pub timeout: Duration,
+    /// This cluster (`--cluster`, `--cluster-label`): its directory of status files.
+    pub cluster: crate::api::ClusterIdentity,
 }
 
 /// Gathers status file changes into one write per window. The window opens at the first
@@ -70,16 +72,13 @@ type FileDigest = [u8; 16];
 fn file_digest(file: &StatusFile) -> FileDigest {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    let replaces = file.replaces.as_deref();
-    for field in [Some(file.content.as_str()), Some(&file.summary), replaces] {
-        // Length-prefixed, and `None` apart from an empty `replaces`.
-        match field {
-            Some(text) => {
-                h.update((text.len() as u64).to_le_bytes());
-                h.update(text.as_bytes());
-            }
-            None => h.update(u64::MAX.to_le_bytes()),
-        }
+    let fields = [file.content.as_str(), &file.summary]
+        .into_iter()
+        .chain(file.replaces.iter().map(String::as_str));
+    for text in fields {
+        // Length-prefixed, so that no two lists of fields hash alike.
+        h.update((text.len() as u64).to_le_bytes());
+        h.update(text.as_bytes());
     }
     let mut out = [0u8; 16];
     out.copy_from_slice(&h.finalize()[..16]);
@@ -145,10 +144,17 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
             return std::future::pending().await;
         }
     };
-    let mut changes = status_file_changes(changes);
+    let mut changes = status_file_changes(changes, config.cluster.name.clone());
     // The trace of the latest change offered: the next commit joins it.
     let mut latest_trace: Option<crate::telemetry::trace::Parent> = None;
     let mut pending = Coalescer::default();
+    // Who this cluster is, for a fleet's label selectors: written once, and again when the
+    // labels change (an unchanged file makes no commit).
+    pending.offer(
+        status_files::cluster_file(&config.cluster),
+        std::time::Instant::now(),
+        config.interval,
+    );
     let mut failures = Failures {
         backoff: crate::retry::Retries::new(config.interval * 2, config.interval * 64),
         said: None,
@@ -178,17 +184,28 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
 /// (issue 71), for both kinds as one stream.
 fn status_file_changes(
     changes: Subscription,
+    cluster: String,
 ) -> impl futures::Stream<Item = (StatusFile, Option<crate::telemetry::trace::Parent>)> + Unpin {
+    let cluster: std::sync::Arc<str> = cluster.into();
+    let at = cluster.clone();
     let sets = changes
         .statefulsets
-        .filter_map(|c| async move {
-            status_files::for_statefulset(c.object()).map(|f| (f, pushed_trace(&**c.object())))
+        .filter_map(move |c| {
+            let cluster = at.clone();
+            async move {
+                status_files::for_statefulset(c.object(), &cluster)
+                    .map(|f| (f, pushed_trace(&**c.object())))
+            }
         })
         .boxed();
     let deploys = changes
         .deployments
-        .filter_map(|c| async move {
-            status_files::for_deployment(c.object()).map(|f| (f, pushed_trace(&**c.object())))
+        .filter_map(move |c| {
+            let cluster = cluster.clone();
+            async move {
+                status_files::for_deployment(c.object(), &cluster)
+                    .map(|f| (f, pushed_trace(&**c.object())))
+            }
         })
         .boxed();
     futures::stream::select(sets, deploys)
@@ -459,10 +476,10 @@ mod tests {
 
     fn file(name: &str, phase: &str) -> StatusFile {
         StatusFile {
-            path: status_files::path("default", name),
+            path: status_files::path("default", "default", name),
             content: format!("phase: {phase}\n"),
             summary: format!("default/{name} {phase}"),
-            replaces: None,
+            replaces: Vec::new(),
         }
     }
 
@@ -544,7 +561,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Coalescer::default();
         let mut moved = file("redis", "Stable");
-        moved.replaces = Some("old/redis.yaml".into());
+        moved.replaces = vec!["old/redis.yaml".into()];
         c.offer(moved, t0, window);
         assert_eq!(c.take().len(), 1);
         c.offer(file("redis", "Stable"), t0 + window, window);

@@ -112,7 +112,7 @@ impl Promotion {
             config.trim_end(),
             self.namespace,
             self.name,
-            super::status_files::path(&self.namespace, &self.name)
+            super::status_files::path("<cluster>", &self.namespace, &self.name)
         )
     }
 

@@ -288,16 +288,21 @@ impl StatusWriter {
         };
         for f in files {
             let id = Oid::hash_object(ObjectType::Blob, f.content.as_bytes())?;
-            let stale = f.replaces.as_deref().filter(|old| at(old).is_some());
+            let stale: Vec<&str> = f
+                .replaces
+                .iter()
+                .map(String::as_str)
+                .filter(|old| at(old).is_some())
+                .collect();
             let current = at(&f.path) == Some(id);
-            if current && stale.is_none() {
+            if current && stale.is_empty() {
                 continue;
             }
             if !current {
                 edits.push((f.path.as_str(), Some(repo.blob(f.content.as_bytes())?)));
             }
-            // The file moves out of the old layout in the commit that writes it.
-            if let Some(old) = stale {
+            // The file moves out of the old layouts in the commit that writes it.
+            for old in stale {
                 edits.push((old, None));
             }
             changed.push(f);

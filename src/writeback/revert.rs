@@ -88,7 +88,7 @@ impl Revert {
             self.why,
             self.good,
             self.failed,
-            super::status_files::path(&self.namespace, &self.name)
+            super::status_files::path("<cluster>", &self.namespace, &self.name)
         )
     }
 }

@@ -1,11 +1,13 @@
-//! The status files linnet writes to Git: `.linnet/status/<namespace>/<xx>/<name>.yaml`, one
-//! per rollout, and the commit message that says what changed. Pure: rollout status in, file
+//! The status files linnet writes to Git: `.linnet/status/<cluster>/<namespace>/<xx>/<name>.yaml`,
+//! one per rollout and cluster (so that the agents of a fleet never write the same file), one
+//! `.linnet/status/<cluster>/_cluster.yaml` per cluster (its labels, which a fleet's waves
+//! select by), and the commit message that says what changed. Pure: rollout status in, file
 //! text out. The text changes only when the rollout does (no clocks, no counters that tick),
 //! so an unchanged rollout never makes a commit.
 
 use serde::Serialize;
 
-use crate::api::{CanaryDeployment, CanaryStatefulSet, Condition, RolloutView};
+use crate::api::{CanaryDeployment, CanaryStatefulSet, ClusterIdentity, Condition, RolloutView};
 
 /// The directory of status files in the repository.
 pub const STATUS_DIR: &str = ".linnet/status";
@@ -13,10 +15,11 @@ pub const STATUS_DIR: &str = ".linnet/status";
 /// One rollout's status file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StatusFile {
-    /// `.linnet/status/<namespace>/<xx>/<name>.yaml` ([`path`]).
+    /// `.linnet/status/<cluster>/<namespace>/<xx>/<name>.yaml` ([`path`]).
     pub path: String,
-    /// Where an earlier linnet wrote this file ([`flat_path`]): a write removes it there.
-    pub replaces: Option<String>,
+    /// Where earlier linnets wrote this file ([`unclustered_path`], [`flat_path`]): a write
+    /// removes it there.
+    pub replaces: Vec<String>,
     pub content: String,
     /// For the commit message, e.g. `default/redis CanaryActive (2 on redis:7.2, 1 on redis:7.4; 3/3 ready)`.
     pub summary: String,
@@ -28,6 +31,8 @@ pub struct StatusFile {
 struct Document<'a> {
     api_version: &'static str,
     kind: &'static str,
+    /// The cluster (`--cluster`) whose rollout this is.
+    cluster: &'a str,
     namespace: &'a str,
     name: &'a str,
     /// The Git commit that last set the spec.
@@ -57,6 +62,8 @@ struct Images<'a> {
     stable: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     canary: Option<&'a str>,
+    /// What the spec asks for, started or not (a fleet's wave may hold it).
+    wanted: &'a str,
 }
 
 #[derive(Serialize)]
@@ -94,8 +101,11 @@ fn conditions(cs: &[Condition]) -> Vec<DocCondition<'_>> {
 fn render(doc: &Document<'_>, summary: String) -> StatusFile {
     let body = serde_saphyr::to_string(doc).unwrap_or_default();
     StatusFile {
-        path: path(doc.namespace, doc.name),
-        replaces: Some(flat_path(doc.namespace, doc.name)),
+        path: path(doc.cluster, doc.namespace, doc.name),
+        replaces: vec![
+            unclustered_path(doc.namespace, doc.name),
+            flat_path(doc.namespace, doc.name),
+        ],
         content: format!("# Written by linnet: the rollout's progress. Do not edit.\n{body}"),
         summary,
     }
@@ -105,8 +115,53 @@ fn render(doc: &Document<'_>, summary: String) -> StatusFile {
 /// SHA-256 of its name (`printf %s NAME | sha256sum | cut -c1-2`), so that no tree object
 /// grows with the namespace. Git writes a directory as one object: with every file in one
 /// directory, each status commit at 10,000 rollouts wrote and pushed a 10,000-entry tree.
-pub fn path(namespace: &str, name: &str) -> String {
+pub fn path(cluster: &str, namespace: &str, name: &str) -> String {
+    format!(
+        "{STATUS_DIR}/{cluster}/{namespace}/{}/{name}.yaml",
+        fan_out(name)
+    )
+}
+
+/// Where linnet wrote a rollout's status file before the cluster was in the path.
+pub fn unclustered_path(namespace: &str, name: &str) -> String {
     format!("{STATUS_DIR}/{namespace}/{}/{name}.yaml", fan_out(name))
+}
+
+/// The file in which a cluster says who it is: its name and `--cluster-label`s. Never a
+/// rollout's (a Kubernetes name cannot start with `_`).
+pub fn cluster_path(cluster: &str) -> String {
+    format!("{STATUS_DIR}/{cluster}/_cluster.yaml")
+}
+
+/// The schema of [`cluster_path`]'s file.
+#[derive(Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterDocument {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(flatten)]
+    pub cluster: ClusterIdentity,
+}
+
+/// The kind of [`ClusterDocument`].
+pub const CLUSTER_KIND: &str = "Cluster";
+
+/// The file that says who this cluster is.
+pub fn cluster_file(cluster: &ClusterIdentity) -> StatusFile {
+    let doc = ClusterDocument {
+        api_version: crate::api::API_VERSION.into(),
+        kind: CLUSTER_KIND.into(),
+        cluster: cluster.clone(),
+    };
+    let body = serde_saphyr::to_string(&doc).unwrap_or_default();
+    StatusFile {
+        path: cluster_path(&cluster.name),
+        replaces: Vec::new(),
+        content: format!(
+            "# Written by linnet: this cluster's name and labels. Do not edit.\n{body}"
+        ),
+        summary: format!("cluster {} is here", cluster.name),
+    }
 }
 
 /// The two hex digits of [`path`]'s directory for `name`.
@@ -121,17 +176,17 @@ pub fn flat_path(namespace: &str, name: &str) -> String {
 }
 
 /// The status file of a CanaryStatefulSet; `None` before it has a status.
-pub fn for_statefulset(o: &CanaryStatefulSet) -> Option<StatusFile> {
-    status_file(o)
+pub fn for_statefulset(o: &CanaryStatefulSet, cluster: &str) -> Option<StatusFile> {
+    status_file(o, cluster)
 }
 
 /// The status file of a CanaryDeployment; `None` before it has a status.
-pub fn for_deployment(o: &CanaryDeployment) -> Option<StatusFile> {
-    status_file(o)
+pub fn for_deployment(o: &CanaryDeployment, cluster: &str) -> Option<StatusFile> {
+    status_file(o, cluster)
 }
 
 /// The status file of any rollout; `None` before it has a status.
-pub fn status_file<R: RolloutView>(o: &R) -> Option<StatusFile> {
+pub fn status_file<R: RolloutView>(o: &R, cluster: &str) -> Option<StatusFile> {
     let phase = o.phase_name()?;
     let namespace = o.meta().namespace.as_deref()?;
     let name = o.meta().name.as_deref()?;
@@ -139,6 +194,7 @@ pub fn status_file<R: RolloutView>(o: &R) -> Option<StatusFile> {
     let doc = Document {
         api_version: crate::api::API_VERSION,
         kind: R::KIND,
+        cluster,
         namespace,
         name,
         source_revision: o.source_revision(),
@@ -148,6 +204,7 @@ pub fn status_file<R: RolloutView>(o: &R) -> Option<StatusFile> {
         images: Images {
             stable: o.stable_image(),
             canary: o.canary_image(),
+            wanted: o.spec_image(),
         },
         replicas: Replicas {
             desired: o.desired_replicas(),
@@ -218,12 +275,15 @@ mod tests {
 
     #[test]
     fn a_status_file_says_where_the_rollout_is() {
-        let f = for_statefulset(&redis(StatefulSetPhase::CanaryActive)).unwrap();
+        let f = for_statefulset(&redis(StatefulSetPhase::CanaryActive), "default").unwrap();
         // `printf %s redis | sha256sum | cut -c1-2` is 34, as docs/write-back.md says.
-        assert_eq!(f.path, ".linnet/status/default/34/redis.yaml");
+        assert_eq!(f.path, ".linnet/status/default/default/34/redis.yaml");
         assert_eq!(
-            f.replaces.as_deref(),
-            Some(".linnet/status/default/redis.yaml")
+            f.replaces,
+            [
+                ".linnet/status/default/34/redis.yaml",
+                ".linnet/status/default/redis.yaml"
+            ]
         );
         assert_eq!(
             f.summary,
@@ -235,6 +295,8 @@ mod tests {
             "phase: CanaryActive",
             "stable: redis:7.2",
             "canary: redis:7.4",
+            "wanted: redis:7.4",
+            "cluster: default",
             "desired: 3",
         ] {
             assert!(f.content.contains(line), "no {line:?} in\n{}", f.content);
@@ -255,7 +317,7 @@ mod tests {
                 "x".repeat(60_000)
             ));
         }
-        let f = for_statefulset(&o).unwrap();
+        let f = for_statefulset(&o, "default").unwrap();
         let message = commit_message(&[&f]);
         assert!(!message.contains('\n'), "{message}");
         assert!(message.chars().count() <= 200, "{}", message.len());
@@ -266,13 +328,27 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_says_who_it_is_in_a_file_no_rollout_can_have() {
+        let eu = ClusterIdentity {
+            name: "eu-1".into(),
+            labels: [("region".to_string(), "eu".to_string())].into(),
+        };
+        let f = cluster_file(&eu);
+        assert_eq!(f.path, ".linnet/status/eu-1/_cluster.yaml");
+        let body: ClusterDocument = serde_saphyr::from_str(&f.content).unwrap();
+        assert_eq!((body.kind.as_str(), body.cluster), (CLUSTER_KIND, eu));
+        let rollout = for_statefulset(&redis(StatefulSetPhase::Stable), "eu-1").unwrap();
+        assert_eq!(rollout.path, ".linnet/status/eu-1/default/34/redis.yaml");
+    }
+
+    #[test]
     fn the_same_status_gives_the_same_text() {
-        let a = for_statefulset(&redis(StatefulSetPhase::Stable)).unwrap();
-        let b = for_statefulset(&redis(StatefulSetPhase::Stable)).unwrap();
+        let a = for_statefulset(&redis(StatefulSetPhase::Stable), "default").unwrap();
+        let b = for_statefulset(&redis(StatefulSetPhase::Stable), "default").unwrap();
         assert_eq!(a, b);
         assert_ne!(
             a,
-            for_statefulset(&redis(StatefulSetPhase::Promoting)).unwrap()
+            for_statefulset(&redis(StatefulSetPhase::Promoting), "default").unwrap()
         );
     }
 
@@ -284,7 +360,7 @@ mod tests {
         status.canary_image = Some("redis:broken".into());
         status.canary_ready_replicas = 0;
         status.ready = Some("3/3".into());
-        let f = for_statefulset(&o).unwrap();
+        let f = for_statefulset(&o, "default").unwrap();
         assert_eq!(
             f.summary,
             "default/redis RolledBack (3 on redis:7.2; 3/3 ready)"
@@ -319,7 +395,7 @@ mod tests {
             ],
             ..Default::default()
         });
-        let f = for_deployment(&d).unwrap();
+        let f = for_deployment(&d, "default").unwrap();
         assert_eq!(
             f.summary,
             "default/app Paused (batch 1/3: 4 on app:v1, 2 on app:v2; 6/6 ready)"
@@ -330,6 +406,6 @@ mod tests {
     fn no_status_no_file() {
         let mut o = redis(StatefulSetPhase::Stable);
         o.status = None;
-        assert!(for_statefulset(&o).is_none());
+        assert!(for_statefulset(&o, "default").is_none());
     }
 }

@@ -50,7 +50,7 @@ fn a_human_push_after_the_tip_was_read_is_never_overwritten_on_a_local_remote() 
         path: ".linnet/status/a.yaml".into(),
         content: "phase: Stable\n".into(),
         summary: "a Stable".into(),
-        replaces: None,
+        replaces: Vec::new(),
     };
     let ours = writer.commit_on(Some(tip), &[file]).unwrap().unwrap();
     // The human's push lands after linnet read the tip, before its branch update.
@@ -68,7 +68,7 @@ fn a_human_push_after_the_tip_was_read_is_never_overwritten_on_a_local_remote() 
         path: ".linnet/status/a.yaml".into(),
         content: "phase: Stable\n".into(),
         summary: "a Stable".into(),
-        replaces: None,
+        replaces: Vec::new(),
     };
     let retried = writer.commit_on(Some(human), &[file]).unwrap().unwrap();
     assert!(matches!(
@@ -93,7 +93,7 @@ fn the_pushed_ref_names_only_a_commit_the_remote_accepted() {
         path: ".linnet/status/a.yaml".into(),
         content: "phase: Stable\n".into(),
         summary: "a Stable".into(),
-        replaces: None,
+        replaces: Vec::new(),
     };
     let mut pushes = 0;
     let written = writer
@@ -195,17 +195,18 @@ fn a_removed_file_takes_its_emptied_trees_with_it() {
 }
 
 #[test]
-fn a_status_file_in_the_flat_layout_moves_in_the_commit_that_writes_it() {
-    use super::super::status_files::{flat_path, path};
+fn a_status_file_in_an_old_layout_moves_in_the_commit_that_writes_it() {
+    use super::super::status_files::{flat_path, path, unclustered_path};
     let dir = tempfile::tempdir().unwrap();
     let bare = git2::Repository::init_bare(dir.path().join("remote.git")).unwrap();
     let specs = commit_on(&bare, None, "specs.yaml");
     let old = flat_path("default", "redis");
-    let before = commit_on(&bare, Some(specs), &old);
+    let flat = commit_on(&bare, Some(specs), &old);
+    let before = commit_on(&bare, Some(flat), &unclustered_path("default", "redis"));
     let mut writer = writer_at(dir.path(), &bare, before);
     let file = StatusFile {
-        path: path("default", "redis"),
-        replaces: Some(old.clone()),
+        path: path("eu-1", "default", "redis"),
+        replaces: vec![unclustered_path("default", "redis"), old.clone()],
         content: "phase: Stable\n".into(),
         summary: "default/redis Stable".into(),
     };
@@ -216,8 +217,12 @@ fn a_status_file_in_the_flat_layout_moves_in_the_commit_that_writes_it() {
     let tip = bare.refname_to_id("refs/heads/main").unwrap();
     let tree = bare.find_commit(tip).unwrap().tree().unwrap();
     let at = |p: &str| tree.get_path(Path::new(p)).is_ok();
-    assert!(at(".linnet/status/default/34/redis.yaml"));
+    assert!(at(".linnet/status/eu-1/default/34/redis.yaml"));
     assert!(!at(&old), "the flat file is gone");
+    assert!(
+        !at(".linnet/status/default/34/redis.yaml"),
+        "the unclustered file is gone"
+    );
     assert!(at("specs.yaml"));
     // Moved once: the same file again is no commit.
     assert_eq!(

@@ -20,6 +20,7 @@ pub mod batch;
 pub mod config;
 pub mod deployment;
 pub mod first_status;
+pub mod fleet;
 pub mod handoff;
 mod machine;
 pub mod objects;

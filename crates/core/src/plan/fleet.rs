@@ -1,0 +1,304 @@
+//! Fleets (issue 73): whether this cluster may start a rollout's new image, decided from the
+//! `Fleet` in Git and the status files every cluster of the fleet wrote to Git, and nothing
+//! else (no agent reaches another cluster). Pure: the same Git and the same `now` give the
+//! same answer, so an agent restarted mid-wave decides again exactly as before.
+//!
+//! A cluster of wave k may start image X once every cluster of waves 0..k reports X Stable
+//! (a CanaryDeployment: Completed) for at least its wave's bake time, no cluster reports X
+//! failed, and, for a manual wave, `spec.approvals` has X for wave k.
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::api::{ClusterIdentity, FleetSpec};
+
+/// One cluster's status file of one rollout, as read from Git.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub phase: String,
+    pub stable_image: Option<String>,
+    pub canary_image: Option<String>,
+    /// The image the cluster's spec asks for (Git's, as that cluster renders it).
+    pub wanted_image: Option<String>,
+    /// When the phase began.
+    pub since: Option<Timestamp>,
+}
+
+/// What one cluster's report says about image X.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterState {
+    /// X is Stable there and baked.
+    Done,
+    /// X is Stable there, baking until then.
+    Baking(Timestamp),
+    /// The cluster is rolling X out (in this phase).
+    Rolling(String),
+    /// The cluster's spec asks for X, and the fleet holds it.
+    Waiting,
+    /// X failed there (in this phase: rolled back or failed).
+    Failed(String),
+    /// No report of X from this cluster (nor any report at all: `None`).
+    NotReported(Option<String>),
+}
+
+/// Phases in which a rollout gave up its canary.
+const FAILED_PHASES: &[&str] = &["RollingBack", "RolledBack", "Failed", "MigrationFailed"];
+/// Phases in which a rollout runs its stable image only.
+const DONE_PHASES: &[&str] = &["Stable", "Completed"];
+
+/// What `report` (of a cluster of a wave with `bake` seconds) says about image `image`.
+pub fn cluster_state(
+    report: Option<&Report>,
+    image: &str,
+    bake: i64,
+    now: Timestamp,
+) -> ClusterState {
+    let Some(r) = report else {
+        return ClusterState::NotReported(None);
+    };
+    let is = |i: &Option<String>| i.as_deref() == Some(image);
+    if FAILED_PHASES.contains(&r.phase.as_str()) && (is(&r.canary_image) || is(&r.wanted_image)) {
+        return ClusterState::Failed(r.phase.clone());
+    }
+    if DONE_PHASES.contains(&r.phase.as_str()) && is(&r.stable_image) {
+        let until = r
+            .since
+            .and_then(|s| s.checked_add(SignedDuration::from_secs(bake.max(0))).ok());
+        return match until {
+            Some(until) if until > now => ClusterState::Baking(until),
+            _ => ClusterState::Done,
+        };
+    }
+    if is(&r.canary_image) {
+        return ClusterState::Rolling(r.phase.clone());
+    }
+    if is(&r.wanted_image) {
+        return ClusterState::Waiting;
+    }
+    ClusterState::NotReported(Some(format!(
+        "{} on {}",
+        r.phase,
+        r.stable_image.as_deref().unwrap_or("no image")
+    )))
+}
+
+/// Every cluster of the fleet and its reports of one rollout, as found in Git.
+#[derive(Clone, Debug, Default)]
+pub struct FleetReports {
+    /// The clusters that said who they are (their `--cluster-label`s), by name.
+    pub clusters: BTreeMap<String, ClusterIdentity>,
+    /// Each cluster's status file of the rollout, by cluster name.
+    pub reports: BTreeMap<String, Report>,
+}
+
+impl FleetReports {
+    /// The clusters of each wave: those that said who they are, and those a wave names that
+    /// did not (yet). A cluster in no wave is not in the fleet.
+    pub fn waves(&self, fleet: &FleetSpec) -> Vec<Vec<String>> {
+        let mut waves = vec![Vec::new(); fleet.waves.len()];
+        let mut known: Vec<ClusterIdentity> = self.clusters.values().cloned().collect();
+        for w in &fleet.waves {
+            for c in &w.clusters {
+                if !self.clusters.contains_key(c) {
+                    known.push(ClusterIdentity {
+                        name: c.clone(),
+                        labels: BTreeMap::new(),
+                    });
+                }
+            }
+        }
+        for c in known {
+            if let Some(i) = fleet.wave_of(&c)
+                && !waves[i].contains(&c.name)
+            {
+                waves[i].push(c.name);
+            }
+        }
+        for w in &mut waves {
+            w.sort();
+        }
+        waves
+    }
+}
+
+/// Whether the fleet lets this cluster start its rollout's new image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// The fleet does not hold this rollout here: why (not one of the fleet's rollouts, or this
+    /// cluster in no wave).
+    Free(String),
+    /// This cluster's wave may start the image.
+    Open { wave: String },
+    /// Not yet (or, for [`HoldReason::FailedInFleet`], not this image).
+    Hold(Hold),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub wave: String,
+    pub reason: HoldReason,
+    /// Names the clusters and times it waits for.
+    pub message: String,
+    /// When the answer may change with no new Git (a bake ending, a deadline passing).
+    pub recheck_at: Option<Timestamp>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldReason {
+    /// A cluster of an earlier wave is still rolling the image out (or waiting itself).
+    EarlierWave,
+    /// Every cluster before has the image; some still bake.
+    Baking,
+    /// A cluster of an earlier wave has not reported the image past the deadline.
+    NotReporting,
+    /// A manual wave, with no approval of the image in the Fleet.
+    AwaitingApproval,
+    /// The image failed in a cluster of the fleet: no wave starts it.
+    FailedInFleet,
+}
+
+impl HoldReason {
+    /// The condition reason (CamelCase, stable).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::EarlierWave => "WaitingForEarlierWave",
+            HoldReason::Baking => "EarlierWaveBaking",
+            HoldReason::NotReporting => "ClusterNotReporting",
+            HoldReason::AwaitingApproval => "AwaitingApproval",
+            HoldReason::FailedInFleet => "FailedInFleet",
+        }
+    }
+}
+
+/// The fleet's answer for rollout `kind` `namespace/name` in cluster `me`, whose spec asks for
+/// `image`.
+#[allow(clippy::too_many_arguments)]
+pub fn gate(
+    fleet_name: &str,
+    fleet: &FleetSpec,
+    me: &ClusterIdentity,
+    (kind, namespace, name): (&str, &str, &str),
+    image: &str,
+    found: &FleetReports,
+    now: Timestamp,
+) -> Gate {
+    if !fleet.moves(kind, namespace, name) {
+        return Gate::Free(format!(
+            "{namespace}/{name} is not one of fleet {fleet_name}'s rollouts"
+        ));
+    }
+    let Some(k) = fleet.wave_of(me) else {
+        return Gate::Free(format!(
+            "cluster {} is in no wave of fleet {fleet_name}",
+            me.name
+        ));
+    };
+    let wave = fleet.waves[k].name.clone();
+    let hold = |reason, message, recheck_at| {
+        Gate::Hold(Hold {
+            wave: wave.clone(),
+            reason,
+            message,
+            recheck_at,
+        })
+    };
+    let waves = found.waves(fleet);
+    // A failure anywhere stops the image everywhere it has not started.
+    for (c, r) in &found.reports {
+        if c != &me.name
+            && let ClusterState::Failed(phase) = cluster_state(Some(r), image, 0, now)
+        {
+            return hold(
+                HoldReason::FailedInFleet,
+                format!(
+                    "{image} failed in cluster {c} ({phase}); fleet {fleet_name} starts it nowhere else"
+                ),
+                None,
+            );
+        }
+    }
+    let first_report = found
+        .reports
+        .values()
+        .filter(|r| {
+            [&r.wanted_image, &r.canary_image, &r.stable_image]
+                .iter()
+                .any(|i| i.as_deref() == Some(image))
+        })
+        .filter_map(|r| r.since)
+        .min();
+    let deadline = first_report.and_then(|t| {
+        t.checked_add(SignedDuration::from_secs(fleet.report_deadline_seconds))
+            .ok()
+    });
+    let (mut rolling, mut silent, mut late, mut baking) = (vec![], vec![], vec![], vec![]);
+    let mut bake_ends: Option<Timestamp> = None;
+    for (j, clusters) in waves.iter().enumerate().take(k) {
+        let w = &fleet.waves[j];
+        for c in clusters.iter().filter(|c| **c != me.name) {
+            match cluster_state(found.reports.get(c), image, w.bake_seconds, now) {
+                ClusterState::Done => {}
+                ClusterState::Baking(until) => {
+                    baking.push(format!("{c} ({} until {until})", w.name));
+                    bake_ends = Some(bake_ends.map_or(until, |t| t.max(until)));
+                }
+                ClusterState::Rolling(phase) => rolling.push(format!("{c} ({}: {phase})", w.name)),
+                ClusterState::Waiting => rolling.push(format!("{c} ({}: waiting)", w.name)),
+                ClusterState::Failed(_) => {}
+                ClusterState::NotReported(last) => {
+                    let said = last.map_or("no status yet".into(), |l| format!("last {l}"));
+                    match deadline {
+                        Some(d) if d <= now => late.push(format!("{c} ({}: {said})", w.name)),
+                        _ => silent.push(format!("{c} ({}: {said})", w.name)),
+                    }
+                }
+            }
+        }
+    }
+    if !late.is_empty() {
+        return hold(
+            HoldReason::NotReporting,
+            format!(
+                "wave {wave} waits for {image} in {}: not reported within {}s",
+                late.join(", "),
+                fleet.report_deadline_seconds
+            ),
+            None,
+        );
+    }
+    if !rolling.is_empty() || !silent.is_empty() {
+        rolling.extend(silent);
+        return hold(
+            HoldReason::EarlierWave,
+            format!("wave {wave} waits for {image} in {}", rolling.join(", ")),
+            deadline.filter(|d| *d > now),
+        );
+    }
+    if !baking.is_empty() {
+        return hold(
+            HoldReason::Baking,
+            format!(
+                "wave {wave} waits for {image} to bake in {}",
+                baking.join(", ")
+            ),
+            bake_ends,
+        );
+    }
+    if fleet.waves[k].approval == crate::api::WaveApprovalMode::Manual
+        && !fleet.approved(&wave, image)
+    {
+        return hold(
+            HoldReason::AwaitingApproval,
+            format!(
+                "wave {wave} waits for an approval of {image} in fleet {fleet_name} \
+                 (spec.approvals: {{wave: {wave}, image: {image}}})"
+            ),
+            None,
+        );
+    }
+    Gate::Open { wave }
+}
+
+#[cfg(test)]
+mod tests;

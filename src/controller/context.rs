@@ -46,6 +46,8 @@ pub struct Context {
     pub first_status_wait: std::time::Duration,
     /// The new rollouts whose first status waits, which lengthen each other's wait.
     pub first_status_waiting: std::sync::Mutex<crate::plan::first_status::WaitingFirstStatus>,
+    /// Whether a fleet lets this cluster start a rollout's new image (`--fleet`).
+    pub fleet: std::sync::Arc<super::fleet::FleetGates>,
 }
 
 impl Context {
@@ -81,7 +83,14 @@ impl Context {
             source_account: super::source_account::SourceAccount::agent(),
             first_status_wait: crate::plan::first_status::FIRST_STATUS_WAIT,
             first_status_waiting: Default::default(),
+            fleet: std::sync::Arc::new(super::fleet::FleetGates::off(Default::default())),
         }
+    }
+
+    /// This context with a fleet's gates (`--fleet`).
+    pub fn with_fleet(mut self, fleet: super::fleet::FleetGates) -> Context {
+        self.fleet = std::sync::Arc::new(fleet);
+        self
     }
 
     /// This context with `wait` for a new rollout's first status (0 writes it at once).

@@ -13,6 +13,7 @@ pub mod config_copies;
 pub mod context;
 pub mod deployment;
 pub mod execute;
+pub mod fleet;
 pub mod own_writes;
 pub mod reconcile;
 pub mod rollout_kind;

@@ -194,13 +194,31 @@ where
     };
     measure(ctx, measured, status.analysis_runs(), &resolved, now).await;
     let analysis = resolved.clone();
-    let mut planned = rollout.plan(reference.clone(), status.clone(), analysis, &observed, now);
+    let name = rollout.name_any();
+    let hold = ctx
+        .fleet
+        .hold((K::KIND, ns, &name), rollout.spec_image(), now);
+    let why = hold.as_ref().map(|h| h.message.clone());
+    let mut planned = rollout.plan(
+        reference.clone(),
+        status.clone(),
+        analysis,
+        &observed,
+        now,
+        why.clone(),
+    );
     if K::plans_again_with_pods(stored_phase, planned.status.phase()) {
         // The plan left a phase that goes by the sets alone: plan again with the pods (and
         // a fresh read of the rest, once per canary start).
         observed = observe(true).await?;
         observed.config = config;
-        planned = rollout.plan(reference.clone(), status, resolved, &observed, now);
+        planned = rollout.plan(reference.clone(), status, resolved, &observed, now, why);
+    }
+    // A bake ending or a deadline passing changes the fleet's answer with no new Git.
+    if let Some(at) = hold.and_then(|h| h.recheck_at) {
+        let wait =
+            Duration::try_from(at.duration_since(now)).unwrap_or_default() + Duration::from_secs(1);
+        planned.requeue_after = Some(planned.requeue_after.map_or(wait, |r| r.min(wait)));
     }
     Ok(Ok((planned, observed, reference)))
 }

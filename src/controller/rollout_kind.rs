@@ -25,6 +25,8 @@ pub(crate) trait RolloutKind:
     + 'static
 {
     const KIND: &'static str;
+    /// The image the spec asks for.
+    fn spec_image(&self) -> &str;
     type Status: RolloutStatus<Phase = Self::Phase>
         + Clone
         + Default
@@ -61,6 +63,7 @@ pub(crate) trait RolloutKind:
         analysis: Resolved,
         observed: &Observed,
         now: jiff::Timestamp,
+        fleet_hold: Option<String>,
     ) -> Planned<Self::Status, Self::Phase>;
 }
 
@@ -70,6 +73,9 @@ fn annotation(rollout: &impl Resource, key: &str) -> Option<String> {
 
 impl RolloutKind for CanaryStatefulSet {
     const KIND: &'static str = "CanaryStatefulSet";
+    fn spec_image(&self) -> &str {
+        &self.spec.image
+    }
     type Status = crate::api::CanaryStatefulSetStatus;
     type Phase = crate::api::StatefulSetPhase;
     fn status(&self) -> Option<&Self::Status> {
@@ -116,6 +122,7 @@ impl RolloutKind for CanaryStatefulSet {
         analysis: Resolved,
         observed: &Observed,
         now: jiff::Timestamp,
+        fleet_hold: Option<String>,
     ) -> Planned<Self::Status, Self::Phase> {
         let input = statefulset::Rollout {
             reference,
@@ -127,6 +134,7 @@ impl RolloutKind for CanaryStatefulSet {
             source_path: annotation(self, SOURCE_PATH_ANNOTATION),
             status,
             analysis,
+            fleet_hold,
         };
         statefulset::plan(&input, observed, now)
     }
@@ -134,6 +142,9 @@ impl RolloutKind for CanaryStatefulSet {
 
 impl RolloutKind for CanaryDeployment {
     const KIND: &'static str = "CanaryDeployment";
+    fn spec_image(&self) -> &str {
+        &self.spec.image
+    }
     type Status = crate::api::CanaryDeploymentStatus;
     type Phase = crate::api::DeploymentPhase;
     fn status(&self) -> Option<&Self::Status> {
@@ -181,6 +192,7 @@ impl RolloutKind for CanaryDeployment {
         analysis: Resolved,
         observed: &Observed,
         now: jiff::Timestamp,
+        fleet_hold: Option<String>,
     ) -> Planned<Self::Status, Self::Phase> {
         let input = deployment::DeployRollout {
             reference,
@@ -191,6 +203,7 @@ impl RolloutKind for CanaryDeployment {
             abort: annotation(self, ABORT_ANNOTATION),
             status,
             analysis,
+            fleet_hold,
         };
         deployment::plan(&input, observed, now)
     }

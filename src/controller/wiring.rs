@@ -52,6 +52,8 @@ where
         .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
+        // A fleet's new read of Git may let a held rollout start (or hold a new image).
+        .reconcile_all_on(ctx.fleet.changes())
         .reconcile_on(traffic)
         .reconcile_on(config)
         .owns_stream(jobs)

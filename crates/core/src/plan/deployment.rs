@@ -60,6 +60,9 @@ pub struct DeployRollout<'a> {
     pub status: CanaryDeploymentStatus,
     /// The analysis runs `spec.analysis` asks for, resolved by the controller.
     pub analysis: Resolved,
+    /// Why a fleet holds this cluster from starting the spec's new image
+    /// ([`super::fleet::gate`]); `None` when nothing holds it.
+    pub fleet_hold: Option<String>,
 }
 
 /// What to do now: the status, the actions, the events and the progress deadline.

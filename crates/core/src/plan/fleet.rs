@@ -300,5 +300,46 @@ pub fn gate(
     Gate::Open { wave }
 }
 
+/// A rollout as a fleet names it: kind, namespace, name.
+pub type RolloutId = (String, String, String);
+
+/// Everything an agent read from Git about its fleet: the Fleet, each cluster that said who
+/// it is, and each cluster's status file of each of the fleet's rollouts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FleetSnapshot {
+    pub name: String,
+    pub spec: FleetSpec,
+    pub clusters: BTreeMap<String, ClusterIdentity>,
+    /// By rollout, then by cluster name.
+    pub reports: BTreeMap<RolloutId, BTreeMap<String, Report>>,
+}
+
+impl FleetSnapshot {
+    /// [`gate`] for rollout `kind` `namespace/name` of cluster `me`, whose spec asks for
+    /// `image`.
+    pub fn gate(
+        &self,
+        me: &ClusterIdentity,
+        (kind, namespace, name): (&str, &str, &str),
+        image: &str,
+        now: Timestamp,
+    ) -> Gate {
+        let id = (kind.to_string(), namespace.to_string(), name.to_string());
+        let found = FleetReports {
+            clusters: self.clusters.clone(),
+            reports: self.reports.get(&id).cloned().unwrap_or_default(),
+        };
+        gate(
+            &self.name,
+            &self.spec,
+            me,
+            (kind, namespace, name),
+            image,
+            &found,
+            now,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests;

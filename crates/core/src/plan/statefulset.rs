@@ -48,6 +48,9 @@ pub struct Rollout<'a> {
     pub status: CanaryStatefulSetStatus,
     /// The analysis runs `spec.analysis` asks for, resolved by the controller.
     pub analysis: Resolved,
+    /// Why a fleet holds this cluster from starting the spec's new image (its wave may not
+    /// start it yet: [`super::fleet::gate`]); `None` when nothing holds it.
+    pub fleet_hold: Option<String>,
 }
 
 /// What to do now: the status, the actions, the events and the next timer.

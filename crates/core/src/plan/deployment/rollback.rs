@@ -87,6 +87,9 @@ impl<'a> Planner<'a> {
                 );
             }
             if Some(&image) != from.as_ref() {
+                if let Some(hold) = self.held_by_fleet() {
+                    return hold;
+                }
                 return self.start_rollout();
             }
         }

@@ -35,6 +35,22 @@ impl<'a> Planner<'a> {
         });
     }
 
+    /// The serving version kept as it is while a fleet holds the new image
+    /// ([`DeployRollout::fleet_hold`]).
+    pub(super) fn held_by_fleet(&mut self) -> Option<Next<Phase>> {
+        let why = self.r.fleet_hold.clone()?;
+        let (stable, total) = (self.stable_image(), self.total());
+        let name = match self.serving(&stable) {
+            Some(d) => d.name.clone(),
+            None => self.home(&stable),
+        };
+        self.ensure(&name, &stable, total);
+        Some(Next::Stay(format!(
+            "{} held on {stable}: {why}",
+            self.spec().image
+        )))
+    }
+
     pub(super) fn start_rollout(&mut self) -> Next<Phase> {
         let image = self.spec().image.clone();
         let stable = self.stable_image();
@@ -85,6 +101,9 @@ impl<'a> Planner<'a> {
             // deleting them would run beside the new one, above the surge (issue 44).
             if let Some(serving) = self.serving(&stable).map(|d| d.name.clone()) {
                 self.delete_others(&serving);
+            }
+            if let Some(hold) = self.held_by_fleet() {
+                return hold;
             }
             return self.start_rollout();
         }

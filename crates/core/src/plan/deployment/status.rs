@@ -122,7 +122,10 @@ impl<'a> Planner<'a> {
                     .iter()
                     .all(|d| d.pods == 0 || Some(d) == self.serving(stable))
         });
+        // A new image a fleet holds is still to come: not settled, and not stuck either.
+        let held = self.r.fleet_hold.is_some() && !on_git_image;
         match phase {
+            Phase::Completed | Phase::RolledBack if held => Standing::Working,
             Phase::Completed if !on_git_image => Standing::Stuck,
             Phase::Completed if available >= total && serving_complete => Standing::Settled,
             Phase::RolledBack if asked_back && available >= total && serving_complete => {

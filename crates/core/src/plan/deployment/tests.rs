@@ -45,6 +45,8 @@ struct Sim {
     abort: Option<String>,
     /// The analysis the spec asks for, resolved, and what every measurement answers.
     analysis: Resolved,
+    /// What a fleet says while it holds the spec's new image.
+    fleet_hold: Option<String>,
     answer: analysis::Outcome,
     measurements: usize,
     /// The config copies the controller observed (`versionedConfig`).
@@ -70,6 +72,7 @@ impl Sim {
             written: Vec::new(),
             abort: None,
             analysis: Resolved::default(),
+            fleet_hold: None,
             answer: analysis::Outcome::Value(serde_json::json!(0.01)),
             measurements: 0,
             config: Default::default(),
@@ -105,6 +108,7 @@ impl Sim {
             abort: self.abort.clone(),
             status: self.status.clone(),
             analysis: self.analysis.clone(),
+            fleet_hold: self.fleet_hold.clone(),
         }
     }
 

@@ -236,6 +236,9 @@ impl<'a> Planner<'a> {
             );
         }
         if Some(&image) != self.st.canary_image.as_ref() {
+            if let Some(hold) = self.held_by_fleet() {
+                return hold;
+            }
             return self.start_canary();
         }
         let r = self.replicas();

@@ -220,6 +220,9 @@ impl<'a> Planner<'a> {
     pub(super) fn stable(&mut self) -> Next<Phase> {
         let image = self.stable_image();
         if self.spec().image != image {
+            if let Some(hold) = self.held_by_fleet() {
+                return hold;
+            }
             return self.start_canary();
         }
         let r = self.replicas();
@@ -238,6 +241,17 @@ impl<'a> Planner<'a> {
             "{}/{r} replicas ready on {image}",
             self.o.stable.as_ref().map_or(0, |s| s.ready_replicas)
         ))
+    }
+
+    /// The stable set kept as it is while a fleet holds the new image ([`Rollout::fleet_hold`]).
+    pub(super) fn held_by_fleet(&mut self) -> Option<Next<Phase>> {
+        let why = self.r.fleet_hold.clone()?;
+        let (image, r) = (self.stable_image(), self.replicas());
+        self.ensure(self.main_shape(&image, r, 0));
+        Some(Next::Stay(format!(
+            "{} held on {image}: {why}",
+            self.spec().image
+        )))
     }
 
     pub(super) fn start_canary(&mut self) -> Next<Phase> {

@@ -39,7 +39,11 @@ impl<'a> Planner<'a> {
         self.st.source_revision = self.r.source_revision.clone();
         self.st.message = Some(message.clone());
 
+        // A new image a fleet holds is still to come: not settled, and not stuck either.
+        let held = self.r.fleet_hold.is_some()
+            && self.st.stable_image.as_deref() != Some(self.r.spec.image.as_str());
         let standing = match phase {
+            Phase::Stable | Phase::RolledBack if held => Standing::Working,
             // Every pod ready on the set's current revision: a template change rolling
             // through the pods (same image) is not settled yet.
             Phase::Stable if ready >= r && Self::settled(self.o.stable.as_ref(), r) => {

@@ -64,6 +64,8 @@ struct Sim {
     written: Vec<(i64, CanaryStatefulSetStatus)>,
     /// The analysis the spec asks for, resolved, and what every measurement answers.
     analysis: Resolved,
+    /// What a fleet says while it holds the spec's new image.
+    fleet_hold: Option<String>,
     answer: Outcome,
     measurements: usize,
     /// The config copies the controller observed (`versionedConfig`).
@@ -111,6 +113,7 @@ impl Sim {
             phases: Vec::new(),
             written: Vec::new(),
             analysis: Resolved::default(),
+            fleet_hold: None,
             answer: Outcome::Value(serde_json::json!(0.01)),
             measurements: 0,
             config: Default::default(),
@@ -217,6 +220,7 @@ impl Sim {
             source_path: Some("redis.yaml".into()),
             status: self.status.clone(),
             analysis: self.analysis.clone(),
+            fleet_hold: self.fleet_hold.clone(),
         }
     }
 

@@ -112,3 +112,42 @@ fn an_autoscaled_count_is_followed_and_shown_to_scale() {
     s.completed_on("web:2");
     assert_eq!(s.by_image()["web:2"], 9);
 }
+
+/// Issue 73: a fleet's hold keeps the serving version on its image, for a Completed rollout
+/// and for a rolled-back one, until the wave may start the new image.
+#[test]
+fn a_fleet_hold_keeps_the_old_version_serving_until_the_wave_may_start() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::Never);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.fleet_hold = Some("wave eu waits for web:2 in eu-1 (canary: Progressing)".into());
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::Completed));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    let message = s.status.message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("web:2 held on web:1: wave eu waits"),
+        "{message}"
+    );
+    s.fleet_hold = None;
+    s.completed_on("web:2");
+
+    s.spec.image = "web:3".into();
+    s.run_until("Progressing", |s| s.phase() == Some(Phase::Progressing));
+    s.spec.strategy.type_ = Strategy::Rollback;
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    s.spec.strategy.type_ = Strategy::Batches;
+    s.spec.image = "web:4".into();
+    s.fleet_hold = Some("wave eu waits for web:4".into());
+    for _ in 0..3 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(s.phase(), Some(Phase::RolledBack));
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 4)]));
+    s.fleet_hold = None;
+    s.completed_on("web:4");
+}

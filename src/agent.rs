@@ -30,6 +30,7 @@ pub async fn run(
     let (rollouts, sts_watch, deploy_watch) =
         RolloutStores::new(&client, &selector, &config.watch_scope);
     let (waker, wakes) = source::hooks::wake_channel();
+    let fleet_wakes = waker.subscribe();
     // Every long-running task is held here: one that ends or panics stops the agent.
     let mut tasks = Tasks::supervisor();
     listeners::serve_all(
@@ -58,6 +59,17 @@ pub async fn run(
     // Without leader election the next holder is another pod: it need not wait for a lapse.
     held.claim = config.leader.is_none().then_some(source_claim);
     let mut ctx = controller_context(&config, &client, &kube_config, &metrics);
+    if let Some(fleet) = &config.fleet {
+        let (snapshots, read) = tokio::sync::watch::channel(None);
+        ctx = ctx.with_fleet(controller::fleet::FleetGates::new(
+            config.cluster.clone(),
+            read,
+        ));
+        tasks.spawn(
+            "fleet",
+            crate::runtime::fleet::run(fleet.clone(), config.poll_interval, snapshots, fleet_wakes),
+        );
+    }
     if let Some(leader) = &sharded {
         ctx = ctx.with_shards(held.shards.spawn(&client, leader, &mut tasks));
     }

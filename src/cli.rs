@@ -149,6 +149,7 @@ fn dispatch(command: Command) -> Result<ExitCode> {
         } => runtime()?.block_on(pull(&name, namespace, &cluster, Lever::Abort)),
         Command::Completion { shell } => Ok(print_completion(shell)),
         Command::Crds => print_crds(),
+        Command::Fleet { command } => fleet::run(&command),
         Command::Doctor(args) => {
             crate::net::configure_git(args.timeout, args.ca_file.as_deref())
                 .map_err(|e| Error::Usage(e.to_string()))?;
@@ -237,6 +238,7 @@ mod git_auth_args;
 pub use git_auth_args::GitAuthArgs;
 
 mod doctor;
+mod fleet;
 
 mod render_args;
 pub use namespaces::NamespaceCheck;

@@ -273,6 +273,17 @@ pub struct AgentArgs {
         value_parser = parse_cluster_label
     )]
     pub cluster_labels: Vec<(String, String)>,
+    /// A Fleet file in the repository (from its root, e.g. `fleets/shop.yaml`): this
+    /// cluster starts a rollout's new image only when the Fleet's earlier waves have it
+    /// Stable and baked, as their status files on --writeback-branch say
+    /// ([docs/fleet.md](docs/fleet.md)). Needs --repo-url and write-back.
+    #[arg(
+        help_heading = "Cluster",
+        long,
+        value_name = "FILE",
+        env = "LINNET_FLEET"
+    )]
+    pub fleet: Option<String>,
     /// Run only while holding a coordination.k8s.io Lease, so that two replicas never both
     /// act; the other waits (not ready) and takes over when the lease expires.
     #[arg(help_heading = "Leader election and sharding", long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_LEADER_ELECT")]

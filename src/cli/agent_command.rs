@@ -160,9 +160,41 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         state_namespace: state_namespace.clone(),
         installation: installation(args, leader.as_ref(), state_namespace),
         claim_duration: args.lease_duration,
+        cluster: args.cluster_identity(),
+        fleet: fleet_config(args, &source)?,
         leader,
         source,
     })
+}
+
+/// Where the fleet is read from (`--fleet`): the followed branch and the status branch, in
+/// mirrors of their own.
+fn fleet_config(
+    args: &AgentArgs,
+    source: &crate::agent::SourceConfig,
+) -> Result<Option<crate::source::fleet::FleetConfig>> {
+    let Some(path) = &args.fleet else {
+        return Ok(None);
+    };
+    let crate::agent::SourceConfig::Remote { remote, cache_dir } = source else {
+        return Err(Error::Usage(
+            "--fleet needs --repo-url: the clusters of a fleet meet in a repository".into(),
+        ));
+    };
+    if !args.writeback {
+        return Err(Error::Usage(
+            "--fleet needs write-back (--writeback=true): the other clusters read this one's \
+             status files"
+                .into(),
+        ));
+    }
+    Ok(Some(crate::source::fleet::FleetConfig {
+        remote: remote.clone(),
+        status_branch: args.writeback_branch.clone(),
+        path: path.trim_start_matches("./").to_string(),
+        dir: sibling_dir(cache_dir, "fleet"),
+        timeout: args.git_timeout,
+    }))
 }
 
 /// The webhook's secret and bounds, when it has a secret.
@@ -173,6 +205,7 @@ fn hook_settings(args: &AgentArgs) -> Option<crate::source::hooks::HookSettings>
         max_body_bytes: args.webhook_max_body_bytes,
         body_timeout: args.webhook_body_timeout,
         max_unverified_bodies: args.webhook_max_unverified_bodies,
+        also_branch: args.fleet.as_ref().map(|_| args.writeback_branch.clone()),
         ..crate::source::hooks::HookSettings::new(secret.clone(), args.branch.clone())
     })
 }

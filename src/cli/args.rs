@@ -397,6 +397,11 @@ pub enum Command {
     /// (`kubectl -n linnet-system exec deploy/linnet -- linnet doctor`) it takes the agent's
     /// settings from its environment.
     Doctor(Box<super::doctor::DoctorArgs>),
+    /// A fleet of clusters, read from Git alone (no cluster access needed).
+    Fleet {
+        #[command(subcommand)]
+        command: super::fleet::FleetCommand,
+    },
     /// Print the CustomResourceDefinitions for `kubectl apply -f -`.
     Crds,
     /// Print a shell completion script: `source <(linnet completion bash)`, or write it where

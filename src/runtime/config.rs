@@ -94,6 +94,10 @@ pub struct AgentConfig {
     pub installation: super::holder::Installation,
     /// How long the claim holds without renewal (`--lease-duration`).
     pub claim_duration: Duration,
+    /// This cluster in a fleet (`--cluster`, `--cluster-label`).
+    pub cluster: crate::api::ClusterIdentity,
+    /// The fleet this cluster's rollouts move in (`--fleet`).
+    pub fleet: Option<crate::source::fleet::FleetConfig>,
 }
 
 /// The Lease that decides which replica acts.

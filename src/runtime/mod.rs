@@ -23,6 +23,7 @@
 pub mod claim;
 pub mod config;
 pub mod dashboard;
+pub mod fleet;
 pub mod holder;
 pub mod lease;
 pub mod listeners;

@@ -53,6 +53,9 @@ pub struct HookSettings {
     pub secret_file: PathBuf,
     /// The tracked branch; pushes to others are ignored.
     pub branch: String,
+    /// Another branch whose pushes wake the agent too (a fleet's status branch, where the
+    /// other clusters report).
+    pub also_branch: Option<String>,
     /// The tracked repository's URL; pushes a payload says are to another repository are
     /// ignored. `None` checks nothing.
     pub repository_url: Option<String>,
@@ -70,6 +73,7 @@ impl HookSettings {
         HookSettings {
             secret_file,
             branch,
+            also_branch: None,
             repository_url: None,
             max_body_bytes: 4 * 1024 * 1024,
             body_timeout: Duration::from_secs(10),
@@ -150,6 +154,11 @@ pub struct Waker {
 pub const MISSED_LOOK_DELAY: Duration = Duration::from_millis(500);
 
 impl Waker {
+    /// Another receiver of the same wake-ups (the fleet loop's).
+    pub fn subscribe(&self) -> WakeReceiver {
+        WakeReceiver(self.tx.subscribe())
+    }
+
     /// Wakes the source; never blocks and never fails.
     pub fn wake(&self, wake: Wake) {
         self.tx.send_replace(Some(wake));
@@ -426,7 +435,11 @@ fn ignored(
         let answer = format!("ignored: push to another repository ({other})\n");
         return Some((StatusCode::ACCEPTED, answer));
     }
-    if !delivery.event.touches_branch(&settings.branch) {
+    let also = settings
+        .also_branch
+        .as_ref()
+        .is_some_and(|b| delivery.event.touches_branch(b));
+    if !delivery.event.touches_branch(&settings.branch) && !also {
         let what = match &delivery.event {
             HookEvent::Ping => "ping".to_string(),
             HookEvent::Other(e) => format!("event {:?}", crate::text::one_line(e, 60)),

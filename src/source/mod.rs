@@ -2,6 +2,7 @@
 //! branch (git2) and learns of new revisions by polling, from Git host webhooks, or from local
 //! file changes. Only files whose content changed are parsed again.
 
+pub mod fleet;
 pub mod git;
 pub mod hooks;
 pub mod local;

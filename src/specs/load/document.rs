@@ -42,6 +42,9 @@ pub(super) fn load_document(
         return Ok(Loaded::LeftOut(place.start(why)));
     }
     let id = Identity::of(&place, map, opts).map_err(|e| vec![e])?;
+    if id.group() == crate::api::GROUP && id.kind == crate::api::FLEET_KIND {
+        return fleet_left_out(&place, &id, map);
+    }
     refuse_by_policy(&place, &id, &value, opts).map_err(|e| vec![e])?;
     // A kind 1.36 does not serve, as validate and diff judge it (the agent leaves it to the
     // API server, which may be newer).
@@ -127,6 +130,34 @@ fn hook_left_out(map: &serde_json::Map<String, Value>) -> Option<String> {
         ));
     }
     None
+}
+
+/// A Fleet (issue 73): checked here as the agents read it, and never applied: agents given
+/// `--fleet` read it from Git.
+fn fleet_left_out(
+    place: &Place<'_>,
+    id: &Identity<'_>,
+    map: &serde_json::Map<String, Value>,
+) -> std::result::Result<Loaded, Vec<SpecError>> {
+    check_top_level(place, id, map).map_err(|e| vec![e])?;
+    let fleet: crate::api::Fleet = serde_saphyr::from_str(&place.doc.text)
+        .map_err(|e| vec![yaml_error(place.file, place.doc, &e, "Fleet: ")])?;
+    let problems: Vec<SpecError> = fleet
+        .spec
+        .problems()
+        .into_iter()
+        .map(|(path, message)| {
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            place.key(&path, message)
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Loaded::LeftOut(place.start(format!(
+        "Fleet {} is read from Git by the agents given --fleet {}, never applied",
+        id.name, place.file
+    ))))
 }
 
 /// Where a document's errors point: its first line, or a key in it.

@@ -318,3 +318,40 @@ fn a_rollout_name_longer_than_its_objects_can_carry_is_refused_at_the_name() {
         );
     }
 }
+
+/// Issue 73: a Fleet beside the specs is checked and left out (agents read it with --fleet);
+/// a mistake in it is located and blocks only its file.
+#[test]
+fn a_fleet_is_checked_and_never_applied() {
+    let fleet = "\
+apiVersion: rollouts.linnet.dev/v1alpha1
+kind: Fleet
+metadata: {name: shop}
+spec:
+  waves:
+  - name: canary
+    clusters: [eu-1]
+    bakeSeconds: 600
+  - {name: rest, matchLabels: {}}
+";
+    let specs = load(&format!("{fleet}---\n{STS}"));
+    assert_eq!(specs.errors, vec![]);
+    assert_eq!(specs.objects.len(), 1, "only the rollout is applied");
+    assert_eq!(specs.left_out.len(), 1);
+    assert!(
+        specs.left_out[0].message.contains("never applied"),
+        "{:?}",
+        specs.left_out
+    );
+    let e = only_error(&fleet.replace("bakeSeconds: 600", "bakeSecs: 600"));
+    assert_eq!(
+        (e.location.line, e.message.contains("bakeSecs")),
+        (8, true),
+        "{e:?}"
+    );
+    let e = only_error(&fleet.replace("clusters: [eu-1]", "clusters: [EU_1]"));
+    assert!(
+        e.message.contains("not a DNS label") && e.location.line == 7,
+        "{e:?}"
+    );
+}

@@ -156,6 +156,8 @@ pub enum HoldReason {
     AwaitingApproval,
     /// The image failed in a cluster of the fleet: no wave starts it.
     FailedInFleet,
+    /// The Fleet in Git has an error: no wave can be known.
+    FleetUnreadable,
 }
 
 impl HoldReason {
@@ -167,6 +169,7 @@ impl HoldReason {
             HoldReason::NotReporting => "ClusterNotReporting",
             HoldReason::AwaitingApproval => "AwaitingApproval",
             HoldReason::FailedInFleet => "FailedInFleet",
+            HoldReason::FleetUnreadable => "FleetUnreadable",
         }
     }
 }
@@ -312,6 +315,9 @@ pub struct FleetSnapshot {
     pub clusters: BTreeMap<String, ClusterIdentity>,
     /// By rollout, then by cluster name.
     pub reports: BTreeMap<RolloutId, BTreeMap<String, Report>>,
+    /// Why the Fleet could not be read (a located error): every new image then waits, since
+    /// no wave can be known.
+    pub problem: Option<String>,
 }
 
 impl FleetSnapshot {
@@ -324,6 +330,14 @@ impl FleetSnapshot {
         image: &str,
         now: Timestamp,
     ) -> Gate {
+        if let Some(problem) = &self.problem {
+            return Gate::Hold(Hold {
+                wave: String::new(),
+                reason: HoldReason::FleetUnreadable,
+                message: format!("the Fleet cannot be read: {problem}"),
+                recheck_at: None,
+            });
+        }
         let id = (kind.to_string(), namespace.to_string(), name.to_string());
         let found = FleetReports {
             clusters: self.clusters.clone(),

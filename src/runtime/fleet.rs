@@ -1,0 +1,89 @@
+//! The fleet loop (issue 73, `--fleet`): reads the Fleet and every cluster's status files
+//! from Git ([`crate::source::fleet`]) at each poll interval and at each webhook (a push to
+//! the followed branch or to the status branch), and hands each new snapshot to the
+//! controllers, which hold or start this cluster's rollouts by it
+//! ([`crate::controller::fleet`]). Nothing here talks to another cluster.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::plan::fleet::FleetSnapshot;
+use crate::source::fleet::{FleetConfig, FleetReader};
+use crate::source::hooks::WakeReceiver;
+
+/// Reads the fleet until the agent stops; never ends on a Git error (it says it once and
+/// tries again at the next interval or webhook, and the last snapshot stays in force).
+pub async fn run(
+    config: FleetConfig,
+    interval: Duration,
+    snapshots: watch::Sender<Option<Arc<FleetSnapshot>>>,
+    mut wakes: WakeReceiver,
+) {
+    let heartbeat = crate::liveness::process().register("fleet");
+    let mut reader: Option<FleetReader> = None;
+    let mut said: Option<String> = None;
+    let mut problem_said: Option<String> = None;
+    loop {
+        heartbeat.beat();
+        let (cfg, taken) = (config.clone(), reader.take());
+        let read = tokio::task::spawn_blocking(move || {
+            let mut r = match taken {
+                Some(r) => r,
+                None => FleetReader::open(&cfg)?,
+            };
+            let snapshot = r.read(cfg.timeout)?;
+            Ok::<_, crate::source::git::GitError>((r, snapshot))
+        });
+        // Each network call gives up at --git-timeout; two of them, and the reads.
+        match tokio::time::timeout(config.timeout * 3, read).await {
+            Ok(Ok(Ok((r, snapshot)))) => {
+                reader = Some(r);
+                said = None;
+                if snapshot.problem != problem_said {
+                    match &snapshot.problem {
+                        Some(p) => {
+                            tracing::warn!(problem = %p, "the Fleet cannot be read; every new image waits until it is fixed")
+                        }
+                        None => {
+                            tracing::info!(fleet = %snapshot.name, clusters = snapshot.clusters.len(), "fleet read from Git")
+                        }
+                    }
+                    problem_said = snapshot.problem.clone();
+                }
+                publish(&snapshots, snapshot);
+            }
+            outcome => {
+                let why = match outcome {
+                    Ok(Ok(Err(e))) => crate::text::redact_credentials(&e.to_string()),
+                    Ok(Err(e)) => format!("the read stopped: {e}"),
+                    _ => format!("no answer within {:?}", config.timeout * 3),
+                };
+                if said.as_ref() != Some(&why) {
+                    tracing::warn!(error = %why, "cannot read the fleet from Git; the last read stays in force, trying again");
+                    said = Some(why);
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            wake = wakes.next() => {
+                if wake.is_none() {
+                    tokio::time::sleep(interval).await;
+                }
+            }
+        }
+    }
+}
+
+/// Sends `snapshot` when it differs from the last: an unchanged read wakes no rollout.
+fn publish(snapshots: &watch::Sender<Option<Arc<FleetSnapshot>>>, snapshot: FleetSnapshot) {
+    snapshots.send_if_modified(|last| {
+        if last.as_deref() == Some(&snapshot) {
+            return false;
+        }
+        *last = Some(Arc::new(snapshot));
+        true
+    });
+}

@@ -24,7 +24,8 @@ pub async fn run(
     let heartbeat = crate::liveness::process().register("fleet");
     let mut reader: Option<FleetReader> = None;
     let mut said: Option<String> = None;
-    let mut problem_said: Option<String> = None;
+    // Said at the first read, then whenever the Fleet's problem changes.
+    let mut problem_said: Option<Option<String>> = None;
     loop {
         heartbeat.beat();
         let (cfg, taken) = (config.clone(), reader.take());
@@ -41,7 +42,7 @@ pub async fn run(
             Ok(Ok(Ok((r, snapshot)))) => {
                 reader = Some(r);
                 said = None;
-                if snapshot.problem != problem_said {
+                if problem_said.as_ref() != Some(&snapshot.problem) {
                     match &snapshot.problem {
                         Some(p) => {
                             tracing::warn!(problem = %p, "the Fleet cannot be read; every new image waits until it is fixed")
@@ -50,8 +51,9 @@ pub async fn run(
                             tracing::info!(fleet = %snapshot.name, clusters = snapshot.clusters.len(), "fleet read from Git")
                         }
                     }
-                    problem_said = snapshot.problem.clone();
+                    problem_said = Some(snapshot.problem.clone());
                 }
+                tracing::debug!(clusters = snapshot.clusters.len(), reports = ?snapshot.reports, "fleet read");
                 publish(&snapshots, snapshot);
             }
             outcome => {

@@ -383,7 +383,11 @@ impl StatusWriter {
         commit: Oid,
         tip: Option<Oid>,
     ) -> Result<PushResult, WriteError> {
-        let incoming = format!("{PUSH_REF}-incoming");
+        // A ref of this push's own: the agents of a fleet (and one agent's write-back and
+        // reverts) push to one repository at once, and a shared name was taken by another's.
+        static PUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = PUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let incoming = format!("{PUSH_REF}-incoming-{}-{n}", std::process::id());
         if let PushResult::Stale = self.push_refspec(&format!("+{PUSH_REF}:{incoming}"))? {
             return Ok(PushResult::Stale);
         }

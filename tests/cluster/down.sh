@@ -6,8 +6,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/cluster/env.sh
 . "$here/env.sh"
 
-# The real node first (tests/node/): its pods' volumes live in this run directory.
-"$here/../node/down.sh" || true
+# The real node first (tests/node/): its pods' volumes live in this run directory. Not for
+# another control plane beside the test cluster (CP_NO_NODE=1: a fleet test's): the node is
+# the test cluster's.
+if [ -z "${CP_NO_NODE:-}" ]; then "$here/../node/down.sh" || true; fi
 [ -d "$CP_RUN" ] || exit 0
 # Stop in reverse order of start, so nothing logs errors about a vanished API server.
 for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do

@@ -1,0 +1,434 @@
+//! Issue 73: a fleet of three clusters coordinated only through Git. Three local control
+//! planes (the test cluster and two more, each with its own etcd, API server,
+//! controller-manager, scheduler and kwok, on ports of their own), one repository (a bare
+//! one on this machine), three agents, each with the kubeconfig of its own cluster alone.
+//! A new image moves wave by wave: the first wave at once, the second (a manual wave) only
+//! once the first has baked and a person approved the image in the Fleet, the third once the
+//! second has baked. An agent killed (SIGKILL) mid-wave decides the same after its restart.
+//! An image that fails in the first wave never starts in the others.
+//!
+//! Webhooks stand in for the Git host's: each push (to the followed branch or the status
+//! branch) is answered by a webhook to every agent, as a host with a hook on the repository
+//! does; the agents poll only every hour.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use linnet::api::{CanaryDeployment, DeploymentPhase};
+use serde_json::json;
+use support::agent::{Agent, start_agent_env, wait_ready};
+use support::{eventually, git, holds_for};
+
+/// Another control plane beside the test cluster, stopped (and its directory removed) when
+/// dropped.
+struct ExtraCluster {
+    dir: PathBuf,
+    ports: [u16; 3],
+}
+
+impl ExtraCluster {
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("LINNET_CLUSTER_DIR", self.dir.display().to_string()),
+            ("CP_ETCD_PORT", self.ports[0].to_string()),
+            ("CP_ETCD_PEER_PORT", self.ports[1].to_string()),
+            ("CP_API_PORT", self.ports[2].to_string()),
+            ("CP_PV_COUNT", "2".into()),
+            ("CP_NO_NODE", "1".into()),
+        ]
+    }
+
+    fn script(&self, name: &str) -> Command {
+        let mut c = Command::new(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/cluster")
+                .join(name),
+        );
+        c.envs(self.env());
+        c
+    }
+
+    fn admin_kubeconfig(&self) -> PathBuf {
+        self.dir.join("admin.kubeconfig")
+    }
+}
+
+impl Drop for ExtraCluster {
+    fn drop(&mut self) {
+        let _ = self.script("down.sh").output();
+    }
+}
+
+/// Starts control planes `names` at once (each takes about 20 s).
+fn start_clusters(names: &[&str], base_port: u16) -> Vec<ExtraCluster> {
+    let clusters: Vec<ExtraCluster> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let p = base_port + 10 * i as u16;
+            ExtraCluster {
+                dir: std::env::temp_dir()
+                    .join(format!("linnet-fleet-{name}-{}", std::process::id())),
+                ports: [p, p + 1, p + 2],
+            }
+        })
+        .collect();
+    let mut children: Vec<_> = clusters
+        .iter()
+        .map(|c| {
+            c.script("up.sh")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (c, child) in clusters.iter().zip(&mut children) {
+        assert!(
+            child.wait().unwrap().success(),
+            "control plane {} did not start",
+            c.dir.display()
+        );
+    }
+    clusters
+}
+
+async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// What a cluster admin does in each cluster of the fleet: linnet's CRDs and RBAC, and the
+/// fleet's namespace with the source's grants.
+async fn prepare(client: &Client, ns: &str) {
+    support::install_linnet(client).await;
+    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    let _ = namespaces
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await;
+    support::grant_source(client, ns, support::SOURCE_ACCOUNT).await;
+    support::grant_state(client, ns).await;
+}
+
+const FLEET: &str = "\
+apiVersion: rollouts.linnet.dev/v1alpha1
+kind: Fleet
+metadata:
+  name: shop
+spec:
+  waves:
+  - name: canary
+    clusters: [eu-1]
+    bakeSeconds: 8
+  - name: europe
+    matchLabels: {region: eu}
+    bakeSeconds: 8
+    approval: manual
+  - name: rest
+    matchLabels: {}
+";
+
+fn web(ns: &str, image: &str) -> String {
+    let spec = support::rollout::batched_web(
+        ns,
+        json!({"image": image, "pause": "None", "rollbackOnFailure": true,
+               "progressDeadlineSeconds": 12, "replicas": 2}),
+    );
+    serde_saphyr::to_string(&spec).unwrap()
+}
+
+fn push(work: &Path, files: &[(&str, &str)], message: &str) {
+    for (path, text) in files {
+        let p = work.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "-qm", message]);
+    git(work, &["push", "-q", "origin", "HEAD:main"]);
+}
+
+struct Member {
+    name: &'static str,
+    labels: &'static str,
+    kubeconfig: PathBuf,
+    client: Client,
+    dir: PathBuf,
+}
+
+fn start(m: &Member, bare: &Path, ns: &str) -> Agent {
+    std::fs::create_dir_all(&m.dir).unwrap();
+    let mut args = vec![
+        format!("--repo-url=file://{}", bare.display()),
+        "--path=apps".into(),
+        "--fleet=fleet.yaml".into(),
+        format!("--cluster={}", m.name),
+        "--writeback-interval=300ms".into(),
+    ];
+    if !m.labels.is_empty() {
+        args.push(format!("--cluster-label={}", m.labels));
+    }
+    start_agent_env(&m.dir, &args, ns, &m.kubeconfig, &[])
+}
+
+async fn web_of(m: &Member, ns: &str) -> Option<CanaryDeployment> {
+    kube::Api::<CanaryDeployment>::namespaced(m.client.clone(), ns)
+        .get_opt("web")
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The image `web` is settled on in `m`'s cluster (Completed), or `None`.
+async fn completed_on(m: &Member, ns: &str) -> Option<String> {
+    let d = web_of(m, ns).await?;
+    let s = d.status?;
+    (s.phase == Some(DeploymentPhase::Completed))
+        .then_some(s.stable_image)
+        .flatten()
+}
+
+async fn message(m: &Member, ns: &str) -> String {
+    web_of(m, ns)
+        .await
+        .and_then(|d| d.status?.message)
+        .unwrap_or_default()
+}
+
+/// The agents' webhook addresses (a restarted agent listens on a new one).
+type Hooks = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Every agent hears of every push, as from a Git host's webhook on the repository.
+fn relay_webhooks(hooks: Hooks) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let body = br#"{"ref":"refs/heads/linnet/status"}"#;
+        let sig = linnet::source::webhook::sign_hex(support::agent::SECRET.as_bytes(), body);
+        loop {
+            let now: Vec<String> = hooks.lock().unwrap().clone();
+            for h in &now {
+                let _ = support::http()
+                    .post(format!("{h}/hooks/generic"))
+                    .header("x-linnet-signature", format!("sha256={sig}"))
+                    .body(body.to_vec())
+                    .send()
+                    .await;
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_it() {
+    let extra = start_clusters(&["b", "c"], 23850);
+    let admin = support::admin_client().await;
+    support::install_linnet(&admin).await;
+    let ns = support::TestNamespace::create(&admin, "fleet").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let members = [
+        ("eu-1", "region=eu", support::linnet_kubeconfig()),
+        ("eu-2", "region=eu", extra[0].admin_kubeconfig()),
+        ("us-1", "region=us", extra[1].admin_kubeconfig()),
+    ];
+    let mut fleet = Vec::new();
+    for (name, labels, kubeconfig) in members {
+        let client = client_for(&kubeconfig).await;
+        if name != "eu-1" {
+            prepare(&client, &ns.name).await;
+        }
+        fleet.push(Member {
+            name,
+            labels,
+            kubeconfig,
+            client,
+            dir: tmp.path().join(name),
+        });
+    }
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    push(
+        &work,
+        &[
+            ("fleet.yaml", FLEET),
+            ("apps/web.yaml", &web(&ns.name, "web:1")),
+        ],
+        "web:1 and the fleet",
+    );
+    let mut agents: Vec<Agent> = fleet.iter().map(|m| start(m, &bare, &ns.name)).collect();
+    for a in &agents {
+        wait_ready(a).await;
+    }
+    let hooks: Hooks = std::sync::Arc::new(std::sync::Mutex::new(
+        agents.iter().map(|a| a.hooks.clone()).collect(),
+    ));
+    let relay = relay_webhooks(hooks.clone());
+    for m in &fleet {
+        eventually(
+            &format!("{} Completed on web:1", m.name),
+            Duration::from_secs(90),
+            || async {
+                (completed_on(m, &ns.name).await.as_deref() == Some("web:1")).then_some(())
+            },
+        )
+        .await;
+    }
+
+    // web:2: the first wave at once; the others held, and saying why.
+    push(
+        &work,
+        &[("apps/web.yaml", &web(&ns.name, "web:2"))],
+        "web:2",
+    );
+    let pushed = Instant::now();
+    eventually(
+        "eu-1 Completed on web:2",
+        Duration::from_secs(60),
+        || async {
+            (completed_on(&fleet[0], &ns.name).await.as_deref() == Some("web:2")).then_some(())
+        },
+    )
+    .await;
+    let first_done = Instant::now();
+    let held = message(&fleet[1], &ns.name).await;
+    assert!(held.contains("held on web:1"), "eu-2: {held}");
+    // Killed mid-wave and started again: it decides from Git and its cluster as before.
+    agents[1].kill();
+    agents[1] = start(&fleet[1], &bare, &ns.name);
+    wait_ready(&agents[1]).await;
+    hooks.lock().unwrap()[1] = agents[1].hooks.clone();
+    holds_for(
+        "eu-2 and us-1 held while eu-1 bakes",
+        Duration::from_secs(6),
+        || async {
+            let on = (
+                completed_on(&fleet[1], &ns.name).await,
+                completed_on(&fleet[2], &ns.name).await,
+            );
+            match on {
+                (Some(a), Some(b)) if a == "web:1" && b == "web:1" => Ok(()),
+                other => Err(format!("eu-2 and us-1 Completed on {other:?}")),
+            }
+        },
+    )
+    .await;
+    // Baked; the manual wave waits for its approval in Git.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let said = message(&fleet[1], &ns.name).await;
+        if said.contains("waits for an approval of web:2") {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let files = git(&bare, &["ls-tree", "-r", "--name-only", "linnet/status"]);
+            let mut shown = String::new();
+            for f in files.lines() {
+                shown += &format!(
+                    "== {f}\n{}\n",
+                    git(&bare, &["show", &format!("linnet/status:{f}")])
+                );
+            }
+            panic!("eu-2 not awaiting approval after 30 s: {said}\n{shown}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        first_done.elapsed() >= Duration::from_secs(8),
+        "the bake is 8 s"
+    );
+    let approved = format!("{FLEET}  approvals:\n  - {{wave: europe, image: 'web:2'}}\n");
+    push(
+        &work,
+        &[("fleet.yaml", &approved)],
+        "approve web:2 for europe",
+    );
+    eventually(
+        "eu-2 Completed on web:2",
+        Duration::from_secs(60),
+        || async {
+            (completed_on(&fleet[1], &ns.name).await.as_deref() == Some("web:2")).then_some(())
+        },
+    )
+    .await;
+    let second_done = Instant::now();
+    let held = message(&fleet[2], &ns.name).await;
+    assert!(held.contains("held on web:1"), "us-1: {held}");
+    eventually(
+        "us-1 Completed on web:2",
+        Duration::from_secs(60),
+        || async {
+            (completed_on(&fleet[2], &ns.name).await.as_deref() == Some("web:2")).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        second_done.elapsed() >= Duration::from_secs(8),
+        "the second wave's bake is 8 s"
+    );
+    eprintln!("web:2 through three waves in {:?}", pushed.elapsed());
+
+    // web:broken fails in the first wave (its pods never become Ready): rolled back there,
+    // and never started in the others.
+    push(
+        &work,
+        &[("apps/web.yaml", &web(&ns.name, "web:broken"))],
+        "web:broken",
+    );
+    eventually("eu-1 rolled back", Duration::from_secs(90), || async {
+        let d = web_of(&fleet[0], &ns.name).await?;
+        (d.status?.phase == Some(DeploymentPhase::RolledBack)).then_some(())
+    })
+    .await;
+    holds_for(
+        "web:broken started nowhere else",
+        Duration::from_secs(8),
+        || async {
+            let on = (
+                completed_on(&fleet[1], &ns.name).await,
+                completed_on(&fleet[2], &ns.name).await,
+            );
+            match on {
+                (Some(a), Some(b)) if a == "web:2" && b == "web:2" => Ok(()),
+                other => Err(format!("eu-2 and us-1 Completed on {other:?}")),
+            }
+        },
+    )
+    .await;
+    let held = message(&fleet[2], &ns.name).await;
+    assert!(
+        held.contains("web:broken failed in cluster eu-1"),
+        "us-1: {held}"
+    );
+
+    // The fleet as `linnet fleet status` shows it, from a clone alone.
+    git(
+        &work,
+        &["fetch", "-q", "origin", "linnet/status:linnet/status"],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_linnet"))
+        .args(["fleet", "status", "--fleet", "fleet.yaml", "--repo"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    for line in [
+        "canary  eu-1",
+        "europe  eu-2",
+        "rest    us-1",
+        "failed (RolledBack)",
+    ] {
+        assert!(table.contains(line), "no {line:?} in\n{table}");
+    }
+    relay.abort();
+    drop(agents);
+    drop(extra);
+}

@@ -30,7 +30,6 @@ pub async fn run(
     let (rollouts, sts_watch, deploy_watch) =
         RolloutStores::new(&client, &selector, &config.watch_scope);
     let (waker, wakes) = source::hooks::wake_channel();
-    let fleet_wakes = waker.subscribe();
     // Every long-running task is held here: one that ends or panics stops the agent.
     let mut tasks = Tasks::supervisor();
     listeners::serve_all(
@@ -59,17 +58,7 @@ pub async fn run(
     // Without leader election the next holder is another pod: it need not wait for a lapse.
     held.claim = config.leader.is_none().then_some(source_claim);
     let mut ctx = controller_context(&config, &client, &kube_config, &metrics);
-    if let Some(fleet) = &config.fleet {
-        let (snapshots, read) = tokio::sync::watch::channel(None);
-        ctx = ctx.with_fleet(controller::fleet::FleetGates::new(
-            config.cluster.clone(),
-            read,
-        ));
-        tasks.spawn(
-            "fleet",
-            crate::runtime::fleet::run(fleet.clone(), config.poll_interval, snapshots, fleet_wakes),
-        );
-    }
+    ctx = with_fleet(ctx, &config, wakes.another(), &mut tasks);
     if let Some(leader) = &sharded {
         ctx = ctx.with_shards(held.shards.spawn(&client, leader, &mut tasks));
     }
@@ -201,6 +190,26 @@ fn controller_context(
         Some(kube_config.clone()),
     ))
     .with_first_status_wait(config.first_status_wait)
+}
+
+/// With `--fleet`, the controllers ask the fleet before starting a new image, and the fleet
+/// loop reads it from Git at each poll and webhook.
+fn with_fleet(
+    ctx: controller::Context,
+    config: &AgentConfig,
+    wakes: source::hooks::WakeReceiver,
+    tasks: &mut Tasks,
+) -> controller::Context {
+    let Some(fleet) = &config.fleet else {
+        return ctx;
+    };
+    let (snapshots, read) = tokio::sync::watch::channel(None);
+    let run = crate::runtime::fleet::run(fleet.clone(), config.poll_interval, snapshots, wakes);
+    tasks.spawn("fleet", run);
+    ctx.with_fleet(controller::fleet::FleetGates::new(
+        config.cluster.clone(),
+        read,
+    ))
 }
 
 /// The tasks holding shard Leases (`--shards`), and how to let them go at the end.

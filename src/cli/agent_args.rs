@@ -377,18 +377,25 @@ pub struct AgentArgs {
     pub cluster: ClusterArgs,
 }
 
+/// A `--cluster` or `--cluster-label` that cannot be one, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ClusterFlagError(String);
+
 /// `--cluster`: a DNS label, since it names a directory in Git.
-fn parse_cluster_name(text: &str) -> Result<String, String> {
+fn parse_cluster_name(text: &str) -> Result<String, ClusterFlagError> {
     match crate::api::cluster_name_problem(text) {
-        Some(why) => Err(why),
+        Some(why) => Err(ClusterFlagError(why)),
         None => Ok(text.to_string()),
     }
 }
 
 /// `--cluster-label key=value`.
-fn parse_cluster_label(text: &str) -> Result<(String, String), String> {
+fn parse_cluster_label(text: &str) -> Result<(String, String), ClusterFlagError> {
     let Some((key, value)) = text.split_once('=') else {
-        return Err(format!("{text:?} is not key=value (e.g. region=eu)"));
+        return Err(ClusterFlagError(format!(
+            "{text:?} is not key=value (e.g. region=eu)"
+        )));
     };
     let fine = |s: &str, max: usize| {
         s.len() <= max
@@ -396,10 +403,10 @@ fn parse_cluster_label(text: &str) -> Result<(String, String), String> {
                 .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
     };
     if key.is_empty() || !fine(key, 253) || !fine(value, 63) {
-        return Err(format!(
+        return Err(ClusterFlagError(format!(
             "{text:?}: a label's key and value are letters, digits, `-`, `_`, `.` and `/` \
              (a value at most 63)"
-        ));
+        )));
     }
     Ok((key.to_string(), value.to_string()))
 }

@@ -10,9 +10,9 @@ use std::time::Duration;
 use git2::{ObjectType, Oid, Repository, Tree};
 
 use super::git::{GitError, GitMirror, GitRemote};
+use crate::api::status_paths::{CLUSTER_KIND, ClusterDocument, STATUS_DIR};
 use crate::api::{API_VERSION, ClusterIdentity, FLEET_KIND, Fleet};
 use crate::plan::fleet::{FleetSnapshot, Report};
-use crate::writeback::status_files::{CLUSTER_KIND, ClusterDocument, STATUS_DIR};
 
 /// The largest Fleet, cluster or status file read.
 pub const MAX_FILE_BYTES: usize = 256 * 1024;
@@ -85,6 +85,25 @@ impl FleetReader {
     }
 }
 
+/// Why a Fleet file (or a status file) cannot be read; each names its file.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FleetFileError {
+    #[error("{path}: no such file on the followed branch (--fleet)")]
+    Missing { path: String },
+    #[error("{path}: not a file")]
+    NotAFile { path: String },
+    #[error("{path}: {size} bytes, over the {MAX_FILE_BYTES} a fleet reads")]
+    TooLarge { path: String, size: usize },
+    #[error("{path}: not UTF-8")]
+    NotUtf8 { path: String },
+    #[error("{path}: {message}")]
+    Unreadable { path: String, message: String },
+    #[error("{path}: expected apiVersion {API_VERSION} and kind {FLEET_KIND}, not {found}")]
+    NotAFleet { path: String, found: String },
+    #[error("{path}: {}", problems.join("; "))]
+    Invalid { path: String, problems: Vec<String> },
+}
+
 /// The snapshot of the Fleet at `path` in `spec` and the status files in `status`. A Fleet
 /// that cannot be read is the snapshot's `problem` (every new image then waits).
 pub fn snapshot(
@@ -92,13 +111,9 @@ pub fn snapshot(
     status: Option<(&Repository, &Tree<'_>)>,
     path: &str,
 ) -> FleetSnapshot {
-    let fleet = match blob_text(spec_repo, spec, Path::new(path)) {
-        Ok(Some(text)) => parse_fleet(path, &text),
-        Ok(None) => Err(format!(
-            "{path}: no such file on the followed branch (--fleet)"
-        )),
-        Err(e) => Err(format!("{path}: {e}")),
-    };
+    let fleet = blob_text(spec_repo, spec, path)
+        .and_then(|text| text.ok_or_else(|| FleetFileError::Missing { path: path.into() }))
+        .and_then(|text| parse_fleet(path, &text));
     let mut snap = match fleet {
         Ok(f) => FleetSnapshot {
             name: f.metadata.name,
@@ -106,7 +121,7 @@ pub fn snapshot(
             ..Default::default()
         },
         Err(problem) => FleetSnapshot {
-            problem: Some(problem),
+            problem: Some(problem.to_string()),
             ..Default::default()
         },
     };
@@ -117,16 +132,21 @@ pub fn snapshot(
 }
 
 /// A Fleet file: one document of kind `Fleet`, checked as `linnet validate` checks it.
-pub fn parse_fleet(path: &str, text: &str) -> Result<Fleet, String> {
+pub fn parse_fleet(path: &str, text: &str) -> Result<Fleet, FleetFileError> {
+    let path = path.to_string();
     if text.len() > MAX_FILE_BYTES {
-        return Err(format!("{path}: over {MAX_FILE_BYTES} bytes"));
+        return Err(FleetFileError::TooLarge {
+            path,
+            size: text.len(),
+        });
     }
-    let fleet: Fleet = serde_saphyr::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+    let fleet: Fleet = serde_saphyr::from_str(text).map_err(|e| FleetFileError::Unreadable {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
     if fleet.api_version != API_VERSION || fleet.kind != FLEET_KIND {
-        return Err(format!(
-            "{path}: expected apiVersion {API_VERSION} and kind {FLEET_KIND}, not {} {}",
-            fleet.api_version, fleet.kind
-        ));
+        let found = format!("{} {}", fleet.api_version, fleet.kind);
+        return Err(FleetFileError::NotAFleet { path, found });
     }
     let problems: Vec<String> = fleet
         .spec
@@ -135,31 +155,45 @@ pub fn parse_fleet(path: &str, text: &str) -> Result<Fleet, String> {
         .map(|(field, message)| format!("{}: {message}", field.join(".")))
         .collect();
     if !problems.is_empty() {
-        return Err(format!("{path}: {}", problems.join("; ")));
+        return Err(FleetFileError::Invalid { path, problems });
     }
     Ok(fleet)
 }
 
 /// The text of the file at `path` in `tree`, `None` when there is none.
-fn blob_text(repo: &Repository, tree: &Tree<'_>, path: &Path) -> Result<Option<String>, String> {
-    let Ok(entry) = tree.get_path(path) else {
+fn blob_text(
+    repo: &Repository,
+    tree: &Tree<'_>,
+    path: &str,
+) -> Result<Option<String>, FleetFileError> {
+    let Ok(entry) = tree.get_path(Path::new(path)) else {
         return Ok(None);
     };
     if entry.kind() != Some(ObjectType::Blob) {
-        return Err("not a file".into());
+        return Err(FleetFileError::NotAFile { path: path.into() });
     }
-    small_blob(repo, entry.id()).map(Some)
+    small_blob(repo, entry.id(), path).map(Some)
 }
 
 /// A blob's text, refused from its size (read from the object's header) past the limit.
-fn small_blob(repo: &Repository, id: Oid) -> Result<String, String> {
-    let odb = repo.odb().map_err(|e| e.message().to_string())?;
-    let (size, _) = odb.read_header(id).map_err(|e| e.message().to_string())?;
+fn small_blob(repo: &Repository, id: Oid, path: &str) -> Result<String, FleetFileError> {
+    let git = |e: git2::Error| FleetFileError::Unreadable {
+        path: path.into(),
+        message: e.message().to_string(),
+    };
+    let (size, _) = repo
+        .odb()
+        .and_then(|odb| odb.read_header(id))
+        .map_err(git)?;
     if size > MAX_FILE_BYTES {
-        return Err(format!("{size} bytes, over {MAX_FILE_BYTES}"));
+        return Err(FleetFileError::TooLarge {
+            path: path.into(),
+            size,
+        });
     }
-    let blob = repo.find_blob(id).map_err(|e| e.message().to_string())?;
-    String::from_utf8(blob.content().to_vec()).map_err(|_| "not UTF-8".to_string())
+    let blob = repo.find_blob(id).map_err(git)?;
+    String::from_utf8(blob.content().to_vec())
+        .map_err(|_| FleetFileError::NotUtf8 { path: path.into() })
 }
 
 /// A status file's fields a fleet reads.
@@ -216,7 +250,7 @@ fn read_reports(repo: &Repository, tree: &Tree<'_>, snap: &mut FleetSnapshot) {
 
 /// The cluster a directory's `_cluster.yaml` names, when it names the directory's own.
 fn cluster_identity(repo: &Repository, tree: &Tree<'_>, dir: &str) -> Option<ClusterIdentity> {
-    let text = blob_text(repo, tree, Path::new("_cluster.yaml")).ok()??;
+    let text = blob_text(repo, tree, "_cluster.yaml").ok()??;
     let doc: ClusterDocument = serde_saphyr::from_str(&text).ok()?;
     (doc.kind == CLUSTER_KIND && doc.cluster.name == dir).then_some(doc.cluster)
 }
@@ -251,7 +285,7 @@ fn walk_cluster(
                     return;
                 }
                 *reports += 1;
-                let Ok(text) = small_blob(repo, file.id()) else {
+                let Ok(text) = small_blob(repo, file.id(), rollout) else {
                     continue;
                 };
                 let Ok(doc) = serde_saphyr::from_str::<StatusDocument>(&text) else {
@@ -317,11 +351,22 @@ mod tests {
         (dir, repo)
     }
 
+    /// A cluster's `_cluster.yaml`, as the write-back writes it.
+    fn cluster_file(cluster: ClusterIdentity) -> (String, String) {
+        let path = crate::api::status_paths::cluster_path(&cluster.name);
+        let doc = ClusterDocument {
+            api_version: API_VERSION.into(),
+            kind: CLUSTER_KIND.into(),
+            cluster,
+        };
+        (path, serde_saphyr::to_string(&doc).unwrap())
+    }
+
     const FLEET: &str = "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: Fleet\nmetadata: {name: shop}\nspec:\n  waves:\n  - {name: canary, clusters: [eu-1]}\n  - {name: rest, matchLabels: {}}\n";
 
     fn status(cluster: &str, ns: &str, name: &str, phase: &str, stable: &str) -> (String, String) {
         (
-            crate::writeback::status_files::path(cluster, ns, name),
+            crate::api::status_paths::path(cluster, ns, name),
             format!(
                 "kind: CanaryStatefulSet\ncluster: {cluster}\nnamespace: {ns}\nname: {name}\nphase: {phase}\nsince: '2026-12-03T10:00:00Z'\nimages: {{stable: {stable}, wanted: {stable}}}\n"
             ),
@@ -330,11 +375,11 @@ mod tests {
 
     #[test]
     fn every_cluster_that_says_who_it_is_and_its_reports_are_read() {
-        let eu1 = crate::writeback::status_files::cluster_file(&ClusterIdentity {
+        let eu1 = cluster_file(ClusterIdentity {
             name: "eu-1".into(),
             labels: [("region".to_string(), "eu".to_string())].into(),
         });
-        let us1 = crate::writeback::status_files::cluster_file(&ClusterIdentity {
+        let us1 = cluster_file(ClusterIdentity {
             name: "us-1".into(),
             labels: BTreeMap::new(),
         });
@@ -348,8 +393,8 @@ mod tests {
         let old = ".linnet/status/shop/34/redis.yaml".to_string();
         let files = [
             ("fleet.yaml".to_string(), FLEET.to_string()),
-            (eu1.path.clone(), eu1.content.clone()),
-            (us1.path.clone(), us1.content.clone()),
+            eu1,
+            us1,
             a.clone(),
             b.clone(),
             forged,

@@ -154,11 +154,6 @@ pub struct Waker {
 pub const MISSED_LOOK_DELAY: Duration = Duration::from_millis(500);
 
 impl Waker {
-    /// Another receiver of the same wake-ups (the fleet loop's).
-    pub fn subscribe(&self) -> WakeReceiver {
-        WakeReceiver(self.tx.subscribe())
-    }
-
     /// Wakes the source; never blocks and never fails.
     pub fn wake(&self, wake: Wake) {
         self.tx.send_replace(Some(wake));
@@ -188,6 +183,11 @@ impl Waker {
 pub struct WakeReceiver(watch::Receiver<Option<Wake>>);
 
 impl WakeReceiver {
+    /// Another receiver of the same wake-ups (the fleet loop's).
+    pub fn another(&self) -> WakeReceiver {
+        WakeReceiver(self.0.clone())
+    }
+
     /// Waits for a wake-up and returns the newest; `None` once every [`Waker`] is gone.
     pub async fn next(&mut self) -> Option<Wake> {
         self.0.changed().await.ok()?;

@@ -7,10 +7,11 @@
 
 use serde::Serialize;
 
+pub use crate::api::status_paths::{
+    CLUSTER_KIND, ClusterDocument, STATUS_DIR, cluster_path, fan_out, flat_path, path,
+    unclustered_path,
+};
 use crate::api::{CanaryDeployment, CanaryStatefulSet, ClusterIdentity, Condition, RolloutView};
-
-/// The directory of status files in the repository.
-pub const STATUS_DIR: &str = ".linnet/status";
 
 /// One rollout's status file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -111,41 +112,6 @@ fn render(doc: &Document<'_>, summary: String) -> StatusFile {
     }
 }
 
-/// The path of a rollout's status file: under a directory named by the first byte of the
-/// SHA-256 of its name (`printf %s NAME | sha256sum | cut -c1-2`), so that no tree object
-/// grows with the namespace. Git writes a directory as one object: with every file in one
-/// directory, each status commit at 10,000 rollouts wrote and pushed a 10,000-entry tree.
-pub fn path(cluster: &str, namespace: &str, name: &str) -> String {
-    format!(
-        "{STATUS_DIR}/{cluster}/{namespace}/{}/{name}.yaml",
-        fan_out(name)
-    )
-}
-
-/// Where linnet wrote a rollout's status file before the cluster was in the path.
-pub fn unclustered_path(namespace: &str, name: &str) -> String {
-    format!("{STATUS_DIR}/{namespace}/{}/{name}.yaml", fan_out(name))
-}
-
-/// The file in which a cluster says who it is: its name and `--cluster-label`s. Never a
-/// rollout's (a Kubernetes name cannot start with `_`).
-pub fn cluster_path(cluster: &str) -> String {
-    format!("{STATUS_DIR}/{cluster}/_cluster.yaml")
-}
-
-/// The schema of [`cluster_path`]'s file.
-#[derive(Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterDocument {
-    pub api_version: String,
-    pub kind: String,
-    #[serde(flatten)]
-    pub cluster: ClusterIdentity,
-}
-
-/// The kind of [`ClusterDocument`].
-pub const CLUSTER_KIND: &str = "Cluster";
-
 /// The file that says who this cluster is.
 pub fn cluster_file(cluster: &ClusterIdentity) -> StatusFile {
     let doc = ClusterDocument {
@@ -162,17 +128,6 @@ pub fn cluster_file(cluster: &ClusterIdentity) -> StatusFile {
         ),
         summary: format!("cluster {} is here", cluster.name),
     }
-}
-
-/// The two hex digits of [`path`]'s directory for `name`.
-pub fn fan_out(name: &str) -> String {
-    use sha2::{Digest, Sha256};
-    format!("{:02x}", Sha256::digest(name.as_bytes())[0])
-}
-
-/// Where linnet wrote a rollout's status file before [`path`] fanned them out.
-pub fn flat_path(namespace: &str, name: &str) -> String {
-    format!("{STATUS_DIR}/{namespace}/{name}.yaml")
 }
 
 /// The status file of a CanaryStatefulSet; `None` before it has a status.

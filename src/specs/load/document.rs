@@ -38,13 +38,10 @@ pub(super) fn load_document(
             )]);
         }
     };
-    if let Some(why) = hook_left_out(map) {
-        return Ok(Loaded::LeftOut(place.start(why)));
+    if let Some(left_out) = left_out(&place, map) {
+        return left_out;
     }
     let id = Identity::of(&place, map, opts).map_err(|e| vec![e])?;
-    if id.group() == crate::api::GROUP && id.kind == crate::api::FLEET_KIND {
-        return fleet_left_out(&place, &id, map);
-    }
     refuse_by_policy(&place, &id, &value, opts).map_err(|e| vec![e])?;
     // A kind 1.36 does not serve, as validate and diff judge it (the agent leaves it to the
     // API server, which may be newer).
@@ -132,16 +129,31 @@ fn hook_left_out(map: &serde_json::Map<String, Value>) -> Option<String> {
     None
 }
 
-/// A Fleet (issue 73): checked here as the agents read it, and never applied: agents given
-/// `--fleet` read it from Git.
-fn fleet_left_out(
+/// A document left out on purpose: a hook (below), or a Fleet (issue 73), checked here as the
+/// agents read it and never applied (agents given `--fleet` read it from Git).
+fn left_out(
     place: &Place<'_>,
-    id: &Identity<'_>,
     map: &serde_json::Map<String, Value>,
-) -> std::result::Result<Loaded, Vec<SpecError>> {
-    check_top_level(place, id, map).map_err(|e| vec![e])?;
-    let fleet: crate::api::Fleet = serde_saphyr::from_str(&place.doc.text)
-        .map_err(|e| vec![yaml_error(place.file, place.doc, &e, "Fleet: ")])?;
+) -> Option<std::result::Result<Loaded, Vec<SpecError>>> {
+    if let Some(why) = hook_left_out(map) {
+        return Some(Ok(Loaded::LeftOut(place.start(why))));
+    }
+    let field = |k: &str| map.get(k).and_then(Value::as_str).unwrap_or_default();
+    let group = field("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+    if group != crate::api::GROUP || field("kind") != crate::api::FLEET_KIND {
+        return None;
+    }
+    if field("apiVersion") != API_VERSION {
+        let message = format!(
+            "unsupported apiVersion {:?}; expected {API_VERSION:?}",
+            field("apiVersion")
+        );
+        return Some(Err(vec![place.key(&["apiVersion"], message)]));
+    }
+    let fleet: crate::api::Fleet = match serde_saphyr::from_str(&place.doc.text) {
+        Ok(f) => f,
+        Err(e) => return Some(Err(vec![yaml_error(place.file, place.doc, &e, "Fleet: ")])),
+    };
     let problems: Vec<SpecError> = fleet
         .spec
         .problems()
@@ -152,12 +164,12 @@ fn fleet_left_out(
         })
         .collect();
     if !problems.is_empty() {
-        return Err(problems);
+        return Some(Err(problems));
     }
-    Ok(Loaded::LeftOut(place.start(format!(
+    Some(Ok(Loaded::LeftOut(place.start(format!(
         "Fleet {} is read from Git by the agents given --fleet {}, never applied",
-        id.name, place.file
-    ))))
+        fleet.metadata.name, place.file
+    )))))
 }
 
 /// Where a document's errors point: its first line, or a key in it.

@@ -14,6 +14,7 @@ mod next_environment;
 pub mod packed_meta;
 mod source;
 mod statefulset;
+pub mod status_paths;
 mod traffic;
 mod view;
 

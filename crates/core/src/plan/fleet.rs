@@ -176,7 +176,6 @@ impl HoldReason {
 
 /// The fleet's answer for rollout `kind` `namespace/name` in cluster `me`, whose spec asks for
 /// `image`.
-#[allow(clippy::too_many_arguments)]
 pub fn gate(
     fleet_name: &str,
     fleet: &FleetSpec,
@@ -206,22 +205,69 @@ pub fn gate(
             recheck_at,
         })
     };
-    let waves = found.waves(fleet);
     // A failure anywhere stops the image everywhere it has not started.
-    for (c, r) in &found.reports {
-        if c != &me.name
-            && let ClusterState::Failed(phase) = cluster_state(Some(r), image, 0, now)
-        {
-            return hold(
-                HoldReason::FailedInFleet,
-                format!(
-                    "{image} failed in cluster {c} ({phase}); fleet {fleet_name} starts it nowhere else"
-                ),
-                None,
-            );
-        }
+    if let Some((c, phase)) = failed_elsewhere(found, &me.name, image, now) {
+        let message = format!(
+            "{image} failed in cluster {c} ({phase}); fleet {fleet_name} starts it nowhere else"
+        );
+        return hold(HoldReason::FailedInFleet, message, None);
     }
-    let first_report = found
+    let deadline = report_deadline(fleet, found, image);
+    let e = earlier_waves(fleet, found, (k, &me.name), image, (deadline, now));
+    if !e.late.is_empty() {
+        let message = format!(
+            "wave {wave} waits for {image} in {}: not reported within {}s",
+            e.late.join(", "),
+            fleet.report_deadline_seconds
+        );
+        return hold(HoldReason::NotReporting, message, None);
+    }
+    if !e.rolling.is_empty() {
+        let message = format!("wave {wave} waits for {image} in {}", e.rolling.join(", "));
+        return hold(
+            HoldReason::EarlierWave,
+            message,
+            deadline.filter(|d| *d > now),
+        );
+    }
+    if !e.baking.is_empty() {
+        let message = format!(
+            "wave {wave} waits for {image} to bake in {}",
+            e.baking.join(", ")
+        );
+        return hold(HoldReason::Baking, message, e.bake_ends);
+    }
+    if fleet.waves[k].approval == crate::api::WaveApprovalMode::Manual
+        && !fleet.approved(&wave, image)
+    {
+        let message = format!(
+            "wave {wave} waits for an approval of {image} in fleet {fleet_name} \
+             (spec.approvals: {{wave: {wave}, image: {image}}})"
+        );
+        return hold(HoldReason::AwaitingApproval, message, None);
+    }
+    Gate::Open { wave }
+}
+
+/// A cluster other than `me` where `image` failed, and the phase it failed in.
+fn failed_elsewhere(
+    found: &FleetReports,
+    me: &str,
+    image: &str,
+    now: Timestamp,
+) -> Option<(String, String)> {
+    found.reports.iter().find_map(
+        |(c, r)| match (c != me, cluster_state(Some(r), image, 0, now)) {
+            (true, ClusterState::Failed(phase)) => Some((c.clone(), phase)),
+            _ => None,
+        },
+    )
+}
+
+/// When a cluster that has not reported `image` counts as silent: the fleet's deadline after
+/// the first report of it anywhere.
+fn report_deadline(fleet: &FleetSpec, found: &FleetReports, image: &str) -> Option<Timestamp> {
+    let first = found
         .reports
         .values()
         .filter(|r| {
@@ -230,77 +276,56 @@ pub fn gate(
                 .any(|i| i.as_deref() == Some(image))
         })
         .filter_map(|r| r.since)
-        .min();
-    let deadline = first_report.and_then(|t| {
-        t.checked_add(SignedDuration::from_secs(fleet.report_deadline_seconds))
-            .ok()
-    });
-    let (mut rolling, mut silent, mut late, mut baking) = (vec![], vec![], vec![], vec![]);
-    let mut bake_ends: Option<Timestamp> = None;
-    for (j, clusters) in waves.iter().enumerate().take(k) {
+        .min()?;
+    first
+        .checked_add(SignedDuration::from_secs(fleet.report_deadline_seconds))
+        .ok()
+}
+
+/// What the clusters of the waves before wave `k` say about `image`, each named with its
+/// wave: still rolling (or waiting, or silent within the deadline), silent past it, baking.
+#[derive(Default)]
+struct Earlier {
+    rolling: Vec<String>,
+    late: Vec<String>,
+    baking: Vec<String>,
+    bake_ends: Option<Timestamp>,
+}
+
+fn earlier_waves(
+    fleet: &FleetSpec,
+    found: &FleetReports,
+    (k, me): (usize, &str),
+    image: &str,
+    (deadline, now): (Option<Timestamp>, Timestamp),
+) -> Earlier {
+    let mut e = Earlier::default();
+    let mut silent = Vec::new();
+    for (j, clusters) in found.waves(fleet).iter().enumerate().take(k) {
         let w = &fleet.waves[j];
-        for c in clusters.iter().filter(|c| **c != me.name) {
+        for c in clusters.iter().filter(|c| c.as_str() != me) {
             match cluster_state(found.reports.get(c), image, w.bake_seconds, now) {
-                ClusterState::Done => {}
+                ClusterState::Done | ClusterState::Failed(_) => {}
                 ClusterState::Baking(until) => {
-                    baking.push(format!("{c} ({} until {until})", w.name));
-                    bake_ends = Some(bake_ends.map_or(until, |t| t.max(until)));
+                    e.baking.push(format!("{c} ({} until {until})", w.name));
+                    e.bake_ends = Some(e.bake_ends.map_or(until, |t| t.max(until)));
                 }
-                ClusterState::Rolling(phase) => rolling.push(format!("{c} ({}: {phase})", w.name)),
-                ClusterState::Waiting => rolling.push(format!("{c} ({}: waiting)", w.name)),
-                ClusterState::Failed(_) => {}
+                ClusterState::Rolling(phase) => {
+                    e.rolling.push(format!("{c} ({}: {phase})", w.name))
+                }
+                ClusterState::Waiting => e.rolling.push(format!("{c} ({}: waiting)", w.name)),
                 ClusterState::NotReported(last) => {
                     let said = last.map_or("no status yet".into(), |l| format!("last {l}"));
                     match deadline {
-                        Some(d) if d <= now => late.push(format!("{c} ({}: {said})", w.name)),
+                        Some(d) if d <= now => e.late.push(format!("{c} ({}: {said})", w.name)),
                         _ => silent.push(format!("{c} ({}: {said})", w.name)),
                     }
                 }
             }
         }
     }
-    if !late.is_empty() {
-        return hold(
-            HoldReason::NotReporting,
-            format!(
-                "wave {wave} waits for {image} in {}: not reported within {}s",
-                late.join(", "),
-                fleet.report_deadline_seconds
-            ),
-            None,
-        );
-    }
-    if !rolling.is_empty() || !silent.is_empty() {
-        rolling.extend(silent);
-        return hold(
-            HoldReason::EarlierWave,
-            format!("wave {wave} waits for {image} in {}", rolling.join(", ")),
-            deadline.filter(|d| *d > now),
-        );
-    }
-    if !baking.is_empty() {
-        return hold(
-            HoldReason::Baking,
-            format!(
-                "wave {wave} waits for {image} to bake in {}",
-                baking.join(", ")
-            ),
-            bake_ends,
-        );
-    }
-    if fleet.waves[k].approval == crate::api::WaveApprovalMode::Manual
-        && !fleet.approved(&wave, image)
-    {
-        return hold(
-            HoldReason::AwaitingApproval,
-            format!(
-                "wave {wave} waits for an approval of {image} in fleet {fleet_name} \
-                 (spec.approvals: {{wave: {wave}, image: {image}}})"
-            ),
-            None,
-        );
-    }
-    Gate::Open { wave }
+    e.rolling.extend(silent);
+    e
 }
 
 /// A rollout as a fleet names it: kind, namespace, name.

@@ -588,6 +588,8 @@ mod invariants;
 
 mod walkthroughs;
 
+mod fleet_hold;
+
 mod versioned_config;
 
 mod status_counts;

@@ -121,9 +121,6 @@ pub enum FleetFailurePolicy {
     /// says); the clusters that have it keep it.
     #[default]
     Stop,
-    /// As `stop`, and every agent whose cluster runs the failed image opens a pull request
-    /// that puts its rollout's previous image back in Git.
-    Revert,
 }
 
 impl Wave {

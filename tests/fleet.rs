@@ -198,6 +198,15 @@ async fn completed_on(m: &Member, ns: &str) -> Option<String> {
         .flatten()
 }
 
+/// How long ago `web` entered its phase in `m`'s cluster (the time the fleet bakes from).
+async fn in_phase_for(m: &Member, ns: &str) -> Duration {
+    let since = web_of(m, ns)
+        .await
+        .and_then(|d| d.status?.phase_since)
+        .unwrap();
+    Duration::try_from(jiff::Timestamp::now().duration_since(since.0)).unwrap_or_default()
+}
+
 async fn message(m: &Member, ns: &str) -> String {
     web_of(m, ns)
         .await
@@ -297,7 +306,6 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
         },
     )
     .await;
-    let first_done = Instant::now();
     let held = message(&fleet[1], &ns.name).await;
     assert!(held.contains("held on web:1"), "eu-2: {held}");
     // Killed mid-wave and started again: it decides from Git and its cluster as before.
@@ -340,9 +348,11 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The bake counts from the phase's start, as its status (and status file) say.
+    let baked = in_phase_for(&fleet[0], &ns.name).await;
     assert!(
-        first_done.elapsed() >= Duration::from_secs(8),
-        "the bake is 8 s"
+        baked >= Duration::from_secs(8),
+        "the bake is 8 s: {baked:?}"
     );
     let approved = format!("{FLEET}  approvals:\n  - {{wave: europe, image: 'web:2'}}\n");
     push(
@@ -358,7 +368,6 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
         },
     )
     .await;
-    let second_done = Instant::now();
     let held = message(&fleet[2], &ns.name).await;
     assert!(held.contains("held on web:1"), "us-1: {held}");
     eventually(
@@ -369,9 +378,10 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
         },
     )
     .await;
+    let baked = in_phase_for(&fleet[1], &ns.name).await;
     assert!(
-        second_done.elapsed() >= Duration::from_secs(8),
-        "the second wave's bake is 8 s"
+        baked >= Duration::from_secs(8),
+        "the second wave's bake is 8 s: {baked:?}"
     );
     eprintln!("web:2 through three waves in {:?}", pushed.elapsed());
 
@@ -428,6 +438,12 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
     ] {
         assert!(table.contains(line), "no {line:?} in\n{table}");
     }
+    // Each agent says which cluster it is.
+    let status = agents[0].status().await;
+    assert_eq!(
+        status["cluster"],
+        json!({"name": "eu-1", "labels": {"region": "eu"}})
+    );
     relay.abort();
     drop(agents);
     drop(extra);

@@ -146,6 +146,11 @@ pub(super) async fn status(agent_url: &str) -> Result<ExitCode> {
         s.last_error.as_deref().unwrap_or("none")
     );
     say!("  objects:    {}", s.objects);
+    let labels: Vec<String> = (report.cluster.labels.iter())
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let cluster = format!("  cluster:    {} {}", report.cluster.name, labels.join(","));
+    say!("{}", cluster.trim_end());
     for e in &s.spec_errors {
         say!("  spec error: {e}");
     }

@@ -32,6 +32,7 @@ struct Shared {
     state: Arc<AgentState>,
     rollouts: RolloutStores,
     metrics: Arc<Metrics>,
+    cluster: crate::api::ClusterIdentity,
 }
 
 /// What `/status` answers: the source's state, and each rollout of this source as the
@@ -47,6 +48,9 @@ pub struct StatusReport {
     pub rollouts_listed: bool,
     #[serde(default)]
     pub rollouts: Vec<RolloutRow>,
+    /// This agent's cluster (`--cluster`) and its labels (`--cluster-label`).
+    #[serde(default)]
+    pub cluster: crate::api::ClusterIdentity,
 }
 
 /// One rollout in `/status`, as `linnet status` prints it.
@@ -77,6 +81,7 @@ pub async fn serve_all(
         state,
         rollouts: rollouts.clone(),
         metrics: metrics.clone(),
+        cluster: config.cluster.clone(),
     });
     let probes = Router::new()
         .route("/healthz", get(healthz))
@@ -256,5 +261,6 @@ async fn status(State(shared): State<Arc<Shared>>) -> axum::Json<StatusReport> {
         source: shared.state.status(),
         rollouts_listed: shared.rollouts.listed(),
         rollouts,
+        cluster: shared.cluster.clone(),
     })
 }

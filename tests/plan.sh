@@ -76,6 +76,6 @@ for t in "${todo[@]}"; do
   echo "  $i. $t" >&2
 done
 if [ "$goal" = test ]; then
-  echo "  then the tests, about 16 min (three test binaries at a time: they mostly wait for the control plane, the node and Git)." >&2
+  echo "  then the tests, about 23 min (three test binaries at a time: they mostly wait for the control plane, the node and Git)." >&2
 fi
 echo "  Each build is cached (in ${LINNET_CACHE}), so the next run starts with the $goal." >&2

@@ -39,7 +39,11 @@ pub async fn run(
         });
         // Each network call gives up at --git-timeout; two of them, and the reads.
         match tokio::time::timeout(config.timeout * 3, read).await {
-            Ok(Ok(Ok((r, snapshot)))) => {
+            Ok(Ok(Ok((r, None)))) => {
+                reader = Some(r);
+                said = None;
+            }
+            Ok(Ok(Ok((r, Some(snapshot))))) => {
                 reader = Some(r);
                 said = None;
                 if problem_said.as_ref() != Some(&snapshot.problem) {

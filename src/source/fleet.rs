@@ -1,8 +1,9 @@
 //! A fleet's read of Git (issue 73): the `Fleet` file at the followed branch's tip, and each
 //! cluster's `_cluster.yaml` and status files on the status branch, into a
 //! [`FleetSnapshot`]. Each branch has a shallow mirror of its own. Whoever can push may be
-//! hostile: files past [`MAX_FILE_BYTES`], clusters past [`MAX_CLUSTERS`] and status files
-//! past [`MAX_REPORTS`] are left out, and each parse is bounded by its size.
+//! hostile: a Fleet past [`MAX_FILE_BYTES`], status files past [`MAX_STATUS_FILE_BYTES`],
+//! clusters past [`MAX_CLUSTERS`], and status files past [`MAX_REPORTS`] or
+//! [`MAX_REPORT_BYTES`] in all are left out, and each parse has the loader's budget.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,6 +21,10 @@ pub const MAX_FILE_BYTES: usize = 256 * 1024;
 pub const MAX_CLUSTERS: usize = 500;
 /// Status files read in all.
 pub const MAX_REPORTS: usize = 100_000;
+/// The largest status or `_cluster.yaml` file read (linnet writes about 1 KiB).
+pub const MAX_STATUS_FILE_BYTES: usize = 64 * 1024;
+/// Bytes of status files read in all, at one read.
+pub const MAX_REPORT_BYTES: usize = 256 * 1024 * 1024;
 
 /// Where a fleet is read from.
 #[derive(Clone, Debug)]
@@ -40,6 +45,8 @@ pub struct FleetReader {
     spec: GitMirror,
     status: GitMirror,
     path: String,
+    /// The tips of the last read (the followed branch's, the status branch's if any).
+    read_at: Option<(Oid, Option<Oid>)>,
 }
 
 impl FleetReader {
@@ -58,31 +65,47 @@ impl FleetReader {
             spec,
             status,
             path: config.path.clone(),
+            read_at: None,
         })
     }
 
-    /// Fetches both branches and reads the snapshot (blocking: network and disk). No status
-    /// branch yet is no report yet.
-    pub fn read(&mut self, timeout: Duration) -> Result<FleetSnapshot, GitError> {
+    /// Reads the snapshot (blocking: network and disk); `None` when neither branch moved
+    /// since the last read, which then asked the remote for two tips and transferred and
+    /// parsed nothing. No status branch yet is no report yet.
+    pub fn read(&mut self, timeout: Duration) -> Result<Option<FleetSnapshot>, GitError> {
         self.spec.set_deadline(Some(timeout));
         self.status.set_deadline(Some(timeout));
-        let spec_tip = self.spec.fetch()?;
-        let status_tip = match self.status.fetch() {
+        let spec_tip = tip_of(&self.spec)?;
+        let status_tip = match tip_of(&self.status) {
             Ok(tip) => Some(tip),
             Err(GitError::NoSuchBranch { .. }) => None,
             Err(e) => return Err(e),
         };
+        if self.read_at == Some((spec_tip, status_tip)) {
+            return Ok(None);
+        }
         let spec_tree = self.spec.repo().find_commit(spec_tip)?.tree()?;
         let status_tree = match status_tip {
             Some(tip) => Some(self.status.repo().find_commit(tip)?.tree()?),
             None => None,
         };
-        Ok(snapshot(
+        let read = snapshot(
             (self.spec.repo(), &spec_tree),
             status_tree.as_ref().map(|t| (self.status.repo(), t)),
             &self.path,
-        ))
+        );
+        self.read_at = Some((spec_tip, status_tip));
+        Ok(Some(read))
     }
+}
+
+/// The branch's tip, fetched only when the mirror does not have it yet.
+fn tip_of(mirror: &GitMirror) -> Result<Oid, GitError> {
+    let tip = mirror.remote_tip()?;
+    if mirror.local_tip() == Some(tip) {
+        return Ok(tip);
+    }
+    mirror.fetch()
 }
 
 /// Why a Fleet file (or a status file) cannot be read; each names its file.
@@ -92,8 +115,12 @@ pub enum FleetFileError {
     Missing { path: String },
     #[error("{path}: not a file")]
     NotAFile { path: String },
-    #[error("{path}: {size} bytes, over the {MAX_FILE_BYTES} a fleet reads")]
-    TooLarge { path: String, size: usize },
+    #[error("{path}: {size} bytes, over the {limit} a fleet reads")]
+    TooLarge {
+        path: String,
+        size: usize,
+        limit: usize,
+    },
     #[error("{path}: not UTF-8")]
     NotUtf8 { path: String },
     #[error("{path}: {message}")]
@@ -111,7 +138,7 @@ pub fn snapshot(
     status: Option<(&Repository, &Tree<'_>)>,
     path: &str,
 ) -> FleetSnapshot {
-    let fleet = blob_text(spec_repo, spec, path)
+    let fleet = blob_text(spec_repo, spec, (path, MAX_FILE_BYTES))
         .and_then(|text| text.ok_or_else(|| FleetFileError::Missing { path: path.into() }))
         .and_then(|text| parse_fleet(path, &text));
     let mut snap = match fleet {
@@ -138,9 +165,11 @@ pub fn parse_fleet(path: &str, text: &str) -> Result<Fleet, FleetFileError> {
         return Err(FleetFileError::TooLarge {
             path,
             size: text.len(),
+            limit: MAX_FILE_BYTES,
         });
     }
-    let fleet: Fleet = serde_saphyr::from_str(text).map_err(|e| FleetFileError::Unreadable {
+    let parsed = serde_saphyr::from_str_with_options(text, crate::specs::bounded_parser_options());
+    let fleet: Fleet = parsed.map_err(|e| FleetFileError::Unreadable {
         path: path.clone(),
         message: e.to_string(),
     })?;
@@ -164,7 +193,7 @@ pub fn parse_fleet(path: &str, text: &str) -> Result<Fleet, FleetFileError> {
 fn blob_text(
     repo: &Repository,
     tree: &Tree<'_>,
-    path: &str,
+    (path, limit): (&str, usize),
 ) -> Result<Option<String>, FleetFileError> {
     let Ok(entry) = tree.get_path(Path::new(path)) else {
         return Ok(None);
@@ -172,11 +201,15 @@ fn blob_text(
     if entry.kind() != Some(ObjectType::Blob) {
         return Err(FleetFileError::NotAFile { path: path.into() });
     }
-    small_blob(repo, entry.id(), path).map(Some)
+    small_blob(repo, entry.id(), (path, limit)).map(Some)
 }
 
 /// A blob's text, refused from its size (read from the object's header) past the limit.
-fn small_blob(repo: &Repository, id: Oid, path: &str) -> Result<String, FleetFileError> {
+fn small_blob(
+    repo: &Repository,
+    id: Oid,
+    (path, limit): (&str, usize),
+) -> Result<String, FleetFileError> {
     let git = |e: git2::Error| FleetFileError::Unreadable {
         path: path.into(),
         message: e.message().to_string(),
@@ -185,10 +218,11 @@ fn small_blob(repo: &Repository, id: Oid, path: &str) -> Result<String, FleetFil
         .odb()
         .and_then(|odb| odb.read_header(id))
         .map_err(git)?;
-    if size > MAX_FILE_BYTES {
+    if size > limit {
         return Err(FleetFileError::TooLarge {
             path: path.into(),
             size,
+            limit,
         });
     }
     let blob = repo.find_blob(id).map_err(git)?;
@@ -225,7 +259,8 @@ fn read_reports(repo: &Repository, tree: &Tree<'_>, snap: &mut FleetSnapshot) {
     let Ok(clusters) = repo.find_tree(dir.id()) else {
         return;
     };
-    let mut reports = 0usize;
+    // Status files read, and their bytes.
+    let mut reports = (0usize, 0usize);
     for entry in clusters.iter().take(MAX_CLUSTERS * 4) {
         let (Some(name), Some(ObjectType::Tree)) = (entry.name().ok(), entry.kind()) else {
             continue;
@@ -250,8 +285,9 @@ fn read_reports(repo: &Repository, tree: &Tree<'_>, snap: &mut FleetSnapshot) {
 
 /// The cluster a directory's `_cluster.yaml` names, when it names the directory's own.
 fn cluster_identity(repo: &Repository, tree: &Tree<'_>, dir: &str) -> Option<ClusterIdentity> {
-    let text = blob_text(repo, tree, "_cluster.yaml").ok()??;
-    let doc: ClusterDocument = serde_saphyr::from_str(&text).ok()?;
+    let text = blob_text(repo, tree, ("_cluster.yaml", MAX_STATUS_FILE_BYTES)).ok()??;
+    let options = crate::specs::bounded_parser_options();
+    let doc: ClusterDocument = serde_saphyr::from_str_with_options(&text, options).ok()?;
     (doc.kind == CLUSTER_KIND && doc.cluster.name == dir).then_some(doc.cluster)
 }
 
@@ -261,7 +297,7 @@ fn walk_cluster(
     tree: &Tree<'_>,
     cluster: &str,
     snap: &mut FleetSnapshot,
-    reports: &mut usize,
+    reports: &mut (usize, usize),
 ) {
     let subtrees = |t: &Tree<'_>| -> Vec<(String, Oid)> {
         t.iter()
@@ -281,14 +317,17 @@ fn walk_cluster(
                 let Some(rollout) = file.name().ok().and_then(|n| n.strip_suffix(".yaml")) else {
                     continue;
                 };
-                if *reports >= MAX_REPORTS {
+                if reports.0 >= MAX_REPORTS || reports.1 >= MAX_REPORT_BYTES {
                     return;
                 }
-                *reports += 1;
-                let Ok(text) = small_blob(repo, file.id(), rollout) else {
+                reports.0 += 1;
+                let Ok(text) = small_blob(repo, file.id(), (rollout, MAX_STATUS_FILE_BYTES)) else {
                     continue;
                 };
-                let Ok(doc) = serde_saphyr::from_str::<StatusDocument>(&text) else {
+                reports.1 += text.len();
+                let options = crate::specs::bounded_parser_options();
+                let Ok(doc) = serde_saphyr::from_str_with_options::<StatusDocument>(&text, options)
+                else {
                     continue;
                 };
                 // A file copied to another place does not speak for that place's rollout.
@@ -421,6 +460,59 @@ mod tests {
         assert_eq!(reports["eu-1"].stable_image.as_deref(), Some("redis:2"));
         assert_eq!(reports["eu-1"].since, "2026-12-03T10:00:00Z".parse().ok());
         assert_eq!(snap.reports.len(), 1, "{:?}", snap.reports.keys());
+    }
+
+    /// A read with neither branch moved asks for the two tips and reads nothing; a status
+    /// file past its limit is left out; a push is read at the next look.
+    #[test]
+    fn an_unmoved_repository_is_not_read_again_and_a_large_status_file_is_left_out() {
+        let a = status("eu-1", "shop", "redis", "Stable", "redis:2");
+        let eu1 = cluster_file(ClusterIdentity {
+            name: "eu-1".into(),
+            labels: BTreeMap::new(),
+        });
+        let big = status("eu-1", "shop", "web", "Stable", "web:1");
+        let big = (
+            big.0,
+            format!("{}# {}\n", big.1, "x".repeat(MAX_STATUS_FILE_BYTES)),
+        );
+        let files = [("fleet.yaml".to_string(), FLEET.to_string()), eu1, a, big];
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        let (dir, repo) = repo_with(&files);
+        let branch = repo.head().unwrap().shorthand().unwrap().to_string();
+        let remote = GitRemote {
+            url: format!("file://{}", dir.path().display()),
+            branch: branch.clone(),
+            auth: crate::source::git::GitAuth::Anonymous,
+        };
+        let cache = tempfile::tempdir().unwrap();
+        let mut reader = FleetReader::open(&FleetConfig {
+            remote,
+            status_branch: branch,
+            path: "fleet.yaml".into(),
+            dir: cache.path().to_path_buf(),
+            timeout: Duration::from_secs(5),
+        })
+        .unwrap();
+        let first = reader.read(Duration::from_secs(5)).unwrap().unwrap();
+        let keys: Vec<&str> = first.reports.keys().map(|(_, _, n)| n.as_str()).collect();
+        assert_eq!(keys, ["redis"], "the large file is left out");
+        assert_eq!(reader.read(Duration::from_secs(5)).unwrap(), None);
+        let head = repo.head().unwrap().peel_to_commit().unwrap();
+        let sig = git2::Signature::now("t", "t@example.invalid").unwrap();
+        repo.commit(
+            Some("HEAD"),
+            &sig,
+            &sig,
+            "again",
+            &head.tree().unwrap(),
+            &[&head],
+        )
+        .unwrap();
+        assert!(reader.read(Duration::from_secs(5)).unwrap().is_some());
     }
 
     #[test]

@@ -150,10 +150,12 @@ fn left_out(
         );
         return Some(Err(vec![place.key(&["apiVersion"], message)]));
     }
-    let fleet: crate::api::Fleet = match serde_saphyr::from_str(&place.doc.text) {
-        Ok(f) => f,
-        Err(e) => return Some(Err(vec![yaml_error(place.file, place.doc, &e, "Fleet: ")])),
-    };
+    let options = crate::specs::bounded_parser_options();
+    let fleet: crate::api::Fleet =
+        match serde_saphyr::from_str_with_options(&place.doc.text, options) {
+            Ok(f) => f,
+            Err(e) => return Some(Err(vec![yaml_error(place.file, place.doc, &e, "Fleet: ")])),
+        };
     let problems: Vec<SpecError> = fleet
         .spec
         .problems()

@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build cluster-up cluster-down bench bench-large chaos soak clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo demo-fleet cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build cluster-up cluster-down bench bench-large chaos soak clean
 
 all: build
 
@@ -110,6 +110,14 @@ demo: plan-demo deps cluster-build node-build prometheus-build render-build gate
 	  LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" LINNET_HELM="$$(deploy/render-tools/build.sh)/helm" \
 	  target/debug/linnet validate --check-namespaces never examples/gitops-repo
 	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo'
+
+## demo-fleet: a fleet of three clusters (the local control plane and two more) and one
+## repository: a new image moves wave by wave, a manual wave waits for its approval in Git,
+## and an image that fails in the first wave starts nowhere else (see examples/demo_fleet.rs).
+demo-fleet: plan-demo deps cluster-build
+	@echo "building linnet and the fleet demo (the first time, a few minutes; cargo shows its progress)"
+	$(CARGO) build --bin linnet --example demo_fleet
+	tests/cluster/with-cluster.sh bash -c 'KUBECONFIG=$$LINNET_CLUSTER_DIR/admin.kubeconfig target/debug/examples/demo_fleet'
 
 ## bench: measurements, not pass/fail tests: the idle poll's cost, then linnet at 10, 100 and
 ## 1,000 rollouts on the local control plane (push latency, idle CPU and writes, initial sync,

@@ -37,6 +37,8 @@ mod prometheus;
 mod push_hook;
 #[path = "demo/real_pods.rs"]
 mod real_pods;
+#[path = "demo/setup.rs"]
+mod setup;
 #[path = "demo/traffic.rs"]
 mod traffic;
 
@@ -47,7 +49,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
 
@@ -55,51 +57,7 @@ const NS: &str = "demo";
 const SECRET: &str = "demo-webhook-secret";
 const GIT_TOKEN: &str = "demo-git-token";
 
-type Step<T> = Result<T, String>;
-
-fn git(dir: &Path, args: &[&str]) -> Step<String> {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Demo",
-            "-c",
-            "user.email=demo@example.invalid",
-        ])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn say(text: &str) {
-    println!("\n==> {text}");
-}
-
-/// Polls `check` every 200 ms until it gives `Some`, or fails naming `what`.
-async fn wait<T, F, Fut>(what: &str, secs: u64, mut check: F) -> Step<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{what} did not happen within {secs}s"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use setup::{Step, fresh_namespace, git, install_crds, say, service_account_kubeconfig, wait};
 
 struct Demo {
     client: Client,
@@ -392,171 +350,6 @@ impl Demo {
     }
 }
 
-async fn fresh_namespace(client: &Client) -> Step<()> {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    if namespaces
-        .get_opt(NS)
-        .await
-        .map_err(|e| e.to_string())?
-        .is_some()
-    {
-        println!("    removing namespace {NS} left by an earlier run");
-        // No agent runs for it now, so its rollouts' finalizers are taken off by hand.
-        release_finalizers(client).await;
-        let _ = namespaces.delete(NS, &DeleteParams::foreground()).await;
-        wait("the old namespace to go", 120, || async {
-            matches!(namespaces.get_opt(NS).await, Ok(None)).then_some(())
-        })
-        .await?;
-    }
-    // A tenant namespace as docs/security.md says: Pod Security `baseline`.
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": NS,
-        "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}}))
-    .map_err(|e| e.to_string())?;
-    namespaces
-        .create(&PostParams::default(), &ns)
-        .await
-        .map_err(|e| format!("cannot create namespace {NS}: {e}"))?;
-    Ok(())
-}
-
-/// Applies linnet's identity from `deploy/` (namespace, ServiceAccount, ClusterRole and its
-/// binding), and returns a kubeconfig that acts as that ServiceAccount, with a token from the
-/// TokenRequest API, as a pod running it would have.
-async fn service_account_kubeconfig(
-    client: &Client,
-    admin_kubeconfig: &str,
-    dir: &Path,
-) -> Step<PathBuf> {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
-    let read = |file: &str| {
-        let path = deploy.join(file);
-        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
-    };
-    let parse_err = |e: serde_saphyr::Error| e.to_string();
-    let ns: Namespace = serde_saphyr::from_str(&read("namespace.yaml")?).map_err(parse_err)?;
-    let sa: ServiceAccount =
-        serde_saphyr::from_str(&read("serviceaccount.yaml")?).map_err(parse_err)?;
-    let role: ClusterRole = serde_saphyr::from_str(&read("rbac.yaml")?).map_err(parse_err)?;
-    let binding: ClusterRoleBinding =
-        serde_saphyr::from_str(&read("rbac-binding.yaml")?).map_err(parse_err)?;
-    let sa_ns = sa.metadata.namespace.clone().unwrap_or_default();
-    let params = PatchParams::apply("linnet-demo").force();
-    let failed = |what: &'static str| move |e: kube::Error| format!("cannot apply {what}: {e}");
-    Api::<Namespace>::all(client.clone())
-        .patch(&sa_ns, &params, &Patch::Apply(&ns))
-        .await
-        .map_err(failed("the namespace"))?;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &sa_ns);
-    accounts
-        .patch("linnet", &params, &Patch::Apply(&sa))
-        .await
-        .map_err(failed("the ServiceAccount"))?;
-    Api::<ClusterRole>::all(client.clone())
-        .patch("linnet", &params, &Patch::Apply(&role))
-        .await
-        .map_err(failed("the ClusterRole"))?;
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .patch("linnet", &params, &Patch::Apply(&binding))
-        .await
-        .map_err(failed("the ClusterRoleBinding"))?;
-    // The inventory of what the source applied, in linnet's own namespace.
-    let state_role: k8s_openapi::api::rbac::v1::Role =
-        serde_saphyr::from_str(&read("state-rbac.yaml")?).map_err(parse_err)?;
-    let state_binding: k8s_openapi::api::rbac::v1::RoleBinding =
-        serde_saphyr::from_str(&read("state-rbac-binding.yaml")?).map_err(parse_err)?;
-    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &sa_ns)
-        .patch("linnet-state", &params, &Patch::Apply(&state_role))
-        .await
-        .map_err(failed("the Role linnet-state"))?;
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &sa_ns)
-        .patch("linnet-state", &params, &Patch::Apply(&state_binding))
-        .await
-        .map_err(failed("the RoleBinding linnet-state"))?;
-    // What the source may apply, granted in namespace demo only: linnet applies Git's objects
-    // as ServiceAccount linnet-default there, never with its own rights.
-    let source_role: ClusterRole =
-        serde_saphyr::from_str(&read("source-rbac.yaml")?).map_err(parse_err)?;
-    Api::<ClusterRole>::all(client.clone())
-        .patch("linnet-source", &params, &Patch::Apply(&source_role))
-        .await
-        .map_err(failed("the ClusterRole linnet-source"))?;
-    let grant: k8s_openapi::api::rbac::v1::RoleBinding =
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "linnet-source", "namespace": NS},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "linnet-source"},
-            "subjects": [{"kind": "ServiceAccount", "name": "linnet-default", "namespace": NS}],
-        }))
-        .map_err(|e| e.to_string())?;
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), NS)
-        .patch("linnet-source", &params, &Patch::Apply(&grant))
-        .await
-        .map_err(failed("the source's RoleBinding"))?;
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let token = accounts
-        .create_token_request("linnet", &PostParams::default(), &request)
-        .await
-        .map_err(|e| format!("cannot get a token for ServiceAccount linnet: {e}"))?
-        .status
-        .and_then(|s| s.token)
-        .ok_or("the TokenRequest returned no token")?;
-    let text = std::fs::read_to_string(admin_kubeconfig).map_err(|e| e.to_string())?;
-    let line = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("token:"))
-        .ok_or("the admin kubeconfig has no token")?;
-    let path = dir.join("linnet.kubeconfig");
-    std::fs::write(&path, text.replace(line, &format!("    token: {token}")))
-        .map_err(|e| e.to_string())?;
-    Ok(path)
-}
-
-/// Takes linnet's finalizer off the rollouts in the demo namespace (only when no agent runs).
-async fn release_finalizers(client: &Client) {
-    let api: Api<CanaryStatefulSet> = Api::namespaced(client.clone(), NS);
-    let Ok(list) = api.list(&ListParams::default()).await else {
-        return;
-    };
-    for r in list.items {
-        let name = r.metadata.name.unwrap_or_default();
-        let _ = api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-    }
-}
-
-async fn install_crds(client: &Client) -> Step<()> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in linnet::api::crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(
-            &name,
-            &PatchParams::apply("linnet-demo").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .map_err(|e| format!("cannot install CRD {name}: {e}"))?;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    Ok(())
-}
-
 /// The Git host's part: a bare repository seeded from the example, whose `post-receive` hook
 /// signs a GitHub push event and posts it to the agent.
 fn git_host(tmp: &Path, agent: &str) -> Step<(PathBuf, PathBuf)> {
@@ -606,7 +399,7 @@ async fn run() -> Step<()> {
     install_crds(&client).await?;
     // Before the agent starts, which watches HTTPRoutes only if the API server serves them.
     gateway::install_gateway_api(&client).await;
-    fresh_namespace(&client).await?;
+    fresh_namespace(&client, NS).await?;
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let port = ports::free_port();
     let base = format!("http://127.0.0.1:{port}");
@@ -619,7 +412,7 @@ async fn run() -> Step<()> {
     );
     let repo_url = format!("{server}/gitops.git");
     let dashboard_port = ports::free_port();
-    let agent_kubeconfig = service_account_kubeconfig(&client, &kubeconfig, tmp.path()).await?;
+    let agent_kubeconfig = service_account_kubeconfig(&client, NS, &kubeconfig, tmp.path()).await?;
     let log = tmp.path().join("agent.log");
     println!("    repository: {repo_url}  (token auth; post-receive hook -> {base}/hooks/github)");
 

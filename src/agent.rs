@@ -58,7 +58,7 @@ pub async fn run(
     // Without leader election the next holder is another pod: it need not wait for a lapse.
     held.claim = config.leader.is_none().then_some(source_claim);
     let mut ctx = controller_context(&config, &client, &kube_config, &metrics);
-    ctx = with_fleet(ctx, &config, wakes.another(), &mut tasks);
+    ctx = with_fleet(ctx, &config, wakes.another(), &metrics, &mut tasks);
     if let Some(leader) = &sharded {
         ctx = ctx.with_shards(held.shards.spawn(&client, leader, &mut tasks));
     }
@@ -177,6 +177,9 @@ fn controller_context(
     kube_config: &kube::Config,
     metrics: &Arc<Metrics>,
 ) -> controller::Context {
+    metrics
+        .fleet
+        .cluster(&config.cluster.name, &config.cluster.labels);
     controller::Context::new(
         client.clone(),
         &config.source_name,
@@ -198,13 +201,20 @@ fn with_fleet(
     ctx: controller::Context,
     config: &AgentConfig,
     wakes: source::hooks::WakeReceiver,
+    metrics: &Arc<Metrics>,
     tasks: &mut Tasks,
 ) -> controller::Context {
     let Some(fleet) = &config.fleet else {
         return ctx;
     };
     let (snapshots, read) = tokio::sync::watch::channel(None);
-    let run = crate::runtime::fleet::run(fleet.clone(), config.poll_interval, snapshots, wakes);
+    let run = crate::runtime::fleet::run(
+        fleet.clone(),
+        config.poll_interval,
+        snapshots,
+        wakes,
+        metrics.clone(),
+    );
     tasks.spawn("fleet", run);
     ctx.with_fleet(controller::fleet::FleetGates::new(
         config.cluster.clone(),

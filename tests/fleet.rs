@@ -14,111 +14,17 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kube::Client;
-use linnet::api::{CanaryDeployment, DeploymentPhase};
+use linnet::api::DeploymentPhase;
 use serde_json::json;
 use support::agent::{Agent, start_agent_env, wait_ready};
+use support::fleet::{
+    Member, completed_on, in_phase_for, message, start_clusters, three_members, web_of,
+};
 use support::{eventually, git, holds_for};
-
-/// Another control plane beside the test cluster, stopped (and its directory removed) when
-/// dropped.
-struct ExtraCluster {
-    dir: PathBuf,
-    ports: [u16; 3],
-}
-
-impl ExtraCluster {
-    fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("LINNET_CLUSTER_DIR", self.dir.display().to_string()),
-            ("CP_ETCD_PORT", self.ports[0].to_string()),
-            ("CP_ETCD_PEER_PORT", self.ports[1].to_string()),
-            ("CP_API_PORT", self.ports[2].to_string()),
-            ("CP_PV_COUNT", "2".into()),
-            ("CP_NO_NODE", "1".into()),
-        ]
-    }
-
-    fn script(&self, name: &str) -> Command {
-        let mut c = Command::new(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/cluster")
-                .join(name),
-        );
-        c.envs(self.env());
-        c
-    }
-
-    fn admin_kubeconfig(&self) -> PathBuf {
-        self.dir.join("admin.kubeconfig")
-    }
-}
-
-impl Drop for ExtraCluster {
-    fn drop(&mut self) {
-        let _ = self.script("down.sh").output();
-    }
-}
-
-/// Starts control planes `names` at once (each takes about 20 s).
-fn start_clusters(names: &[&str], base_port: u16) -> Vec<ExtraCluster> {
-    let clusters: Vec<ExtraCluster> = names
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let p = base_port + 10 * i as u16;
-            ExtraCluster {
-                dir: std::env::temp_dir()
-                    .join(format!("linnet-fleet-{name}-{}", std::process::id())),
-                ports: [p, p + 1, p + 2],
-            }
-        })
-        .collect();
-    let mut children: Vec<_> = clusters
-        .iter()
-        .map(|c| {
-            c.script("up.sh")
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for (c, child) in clusters.iter().zip(&mut children) {
-        assert!(
-            child.wait().unwrap().success(),
-            "control plane {} did not start",
-            c.dir.display()
-        );
-    }
-    clusters
-}
-
-async fn client_for(kubeconfig: &Path) -> Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
-/// What a cluster admin does in each cluster of the fleet: linnet's CRDs and RBAC, and the
-/// fleet's namespace with the source's grants.
-async fn prepare(client: &Client, ns: &str) {
-    support::install_linnet(client).await;
-    let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
-    let _ = namespaces
-        .create(
-            &Default::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-        )
-        .await;
-    support::grant_source(client, ns, support::SOURCE_ACCOUNT).await;
-    support::grant_state(client, ns).await;
-}
 
 const FLEET: &str = "\
 apiVersion: rollouts.linnet.dev/v1alpha1
@@ -158,14 +64,6 @@ fn push(work: &Path, files: &[(&str, &str)], message: &str) {
     git(work, &["push", "-q", "origin", "HEAD:main"]);
 }
 
-struct Member {
-    name: &'static str,
-    labels: &'static str,
-    kubeconfig: PathBuf,
-    client: Client,
-    dir: PathBuf,
-}
-
 fn start(m: &Member, bare: &Path, ns: &str) -> Agent {
     std::fs::create_dir_all(&m.dir).unwrap();
     let mut args = vec![
@@ -179,39 +77,6 @@ fn start(m: &Member, bare: &Path, ns: &str) -> Agent {
         args.push(format!("--cluster-label={}", m.labels));
     }
     start_agent_env(&m.dir, &args, ns, &m.kubeconfig, &[])
-}
-
-async fn web_of(m: &Member, ns: &str) -> Option<CanaryDeployment> {
-    kube::Api::<CanaryDeployment>::namespaced(m.client.clone(), ns)
-        .get_opt("web")
-        .await
-        .ok()
-        .flatten()
-}
-
-/// The image `web` is settled on in `m`'s cluster (Completed), or `None`.
-async fn completed_on(m: &Member, ns: &str) -> Option<String> {
-    let d = web_of(m, ns).await?;
-    let s = d.status?;
-    (s.phase == Some(DeploymentPhase::Completed))
-        .then_some(s.stable_image)
-        .flatten()
-}
-
-/// How long ago `web` entered its phase in `m`'s cluster (the time the fleet bakes from).
-async fn in_phase_for(m: &Member, ns: &str) -> Duration {
-    let since = web_of(m, ns)
-        .await
-        .and_then(|d| d.status?.phase_since)
-        .unwrap();
-    Duration::try_from(jiff::Timestamp::now().duration_since(since.0)).unwrap_or_default()
-}
-
-async fn message(m: &Member, ns: &str) -> String {
-    web_of(m, ns)
-        .await
-        .and_then(|d| d.status?.message)
-        .unwrap_or_default()
 }
 
 /// The agents' webhook addresses (a restarted agent listens on a new one).
@@ -244,25 +109,7 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
     support::install_linnet(&admin).await;
     let ns = support::TestNamespace::create(&admin, "fleet").await;
     let tmp = tempfile::tempdir().unwrap();
-    let members = [
-        ("eu-1", "region=eu", support::linnet_kubeconfig()),
-        ("eu-2", "region=eu", extra[0].admin_kubeconfig()),
-        ("us-1", "region=us", extra[1].admin_kubeconfig()),
-    ];
-    let mut fleet = Vec::new();
-    for (name, labels, kubeconfig) in members {
-        let client = client_for(&kubeconfig).await;
-        if name != "eu-1" {
-            prepare(&client, &ns.name).await;
-        }
-        fleet.push(Member {
-            name,
-            labels,
-            kubeconfig,
-            client,
-            dir: tmp.path().join(name),
-        });
-    }
+    let fleet = three_members(&extra, &ns.name, tmp.path()).await;
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     push(
         &work,

@@ -4,7 +4,7 @@
 # binaries at a time take about half as long as cargo's one after another. Each test already
 # works in namespaces of its own; what cannot share the cluster is kept apart:
 # - alone, after all the others: the binaries that stop the API server or freeze etcd
-#   (every other test's cluster would stop with it), the fleet test (it starts two more
+#   (every other test's cluster would stop with it), the fleet tests (each starts two more
 #   control planes), and the sharding test (a replica's Leases must be released within 3 s of
 #   its SIGTERM, which three binaries' load beside the fleet test's control planes exceeded);
 # - one at a time, beside the others: the binaries that install linnet itself into
@@ -18,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=${LINNET_TEST_JOBS:-3}
-alone=" apiserver_restart fencing fleet sharding "
+alone=" apiserver_restart fencing fleet fleet_git sharding "
 one_at_a_time=" deploy doctor node_install node_namespace_install "
 # Before any time is on record: the longest first, as measured three at a time.
 first="node_namespace_install soak chaos statefulset node_data node_install bench traffic gitea

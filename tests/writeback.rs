@@ -480,3 +480,110 @@ fn a_revert_puts_back_only_the_image_when_the_commit_was_more_than_its_config() 
         "unchanged since: it goes"
     );
 }
+
+/// Issue 73: the agents of a fleet push their clusters' status files to one branch at once.
+/// Three writers, one per cluster, push 100 times in all over smart HTTP, every file new
+/// each time: every push lands (its commit is on the branch), none is forced, and each
+/// cluster's files end as its last push left them. Before the fix, a push that lost the
+/// host's ref lock to another (receive-pack's "failed to update ref") was refused, not
+/// written again on the new tip.
+#[test]
+fn three_clusters_pushing_one_branch_at_once_lose_no_push() {
+    let r = repo();
+    let base = git_http::serve(r.tmp.path().to_path_buf(), Some(("git", "t0ken")));
+    let url = format!("{base}/remote.git");
+    let token = r.tmp.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let clusters = ["eu-1", "eu-2", "us-1"];
+    let writers: Vec<_> = clusters
+        .iter()
+        .enumerate()
+        .map(|(i, cluster)| {
+            let mut w = StatusWriter::open(
+                &r.tmp.path().join(format!("cache-{cluster}")),
+                GitRemote {
+                    url: url.clone(),
+                    branch: "linnet/status".into(),
+                    auth: GitAuth::Basic {
+                        username: "git".into(),
+                        password_file: token.clone(),
+                    },
+                },
+                "linnet",
+                "linnet@example.invalid",
+            )
+            .unwrap();
+            let (cluster, pushes) = (cluster.to_string(), if i == 0 { 34 } else { 33 });
+            std::thread::spawn(move || {
+                let (mut commits, mut retries) = (Vec::new(), 0);
+                for round in 0..pushes {
+                    let files: Vec<StatusFile> = ["web", "redis"]
+                        .iter()
+                        .map(|name| StatusFile {
+                            path: linnet::writeback::status_files::path(&cluster, "shop", name),
+                            replaces: Vec::new(),
+                            content: format!("cluster: {cluster}\nround: {round}\n"),
+                            summary: format!("{cluster} shop/{name} round {round}"),
+                        })
+                        .collect();
+                    // As the agent's write-back loop does: a write that lost every race of
+                    // its round is written again at the next interval.
+                    let mut rounds_lost = 0;
+                    loop {
+                        match w.write(&files) {
+                            Ok(Pushed::Committed { commit, retries: n }) => {
+                                commits.push(commit.to_string());
+                                retries += n;
+                                break;
+                            }
+                            Ok(Pushed::Unchanged) => {
+                                panic!("{cluster} round {round}: nothing pushed")
+                            }
+                            Err(linnet::writeback::push::WriteError::KeptMoving { tries }) => {
+                                retries += tries;
+                                rounds_lost += 1;
+                                eprintln!("{cluster} round {round}: every try of the round lost");
+                                assert!(rounds_lost < 5, "{cluster} round {round}: lost 5 rounds");
+                            }
+                            Err(e) => panic!("{cluster} round {round}: {e}"),
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                    }
+                    // The write-back interval (the tests' agents use 300 ms).
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                (commits, retries)
+            })
+        })
+        .collect();
+    let (mut pushed, mut retries) = (Vec::new(), 0);
+    for w in writers {
+        let (commits, n) = w.join().unwrap();
+        pushed.extend(commits);
+        retries += n;
+    }
+    assert_eq!(pushed.len(), 100);
+    // Each push's commit is on the branch: nothing was overwritten or forced away.
+    let on_branch: std::collections::BTreeSet<String> =
+        git(&r.bare, &["rev-list", "linnet/status"])
+            .lines()
+            .map(str::to_string)
+            .collect();
+    for c in &pushed {
+        assert!(on_branch.contains(c), "commit {c} is not on the branch");
+    }
+    assert_eq!(on_branch.len(), 100, "one commit per push, no more");
+    for (i, cluster) in clusters.iter().enumerate() {
+        let last = if i == 0 { 33 } else { 32 };
+        for name in ["web", "redis"] {
+            let path = linnet::writeback::status_files::path(cluster, "shop", name);
+            assert_eq!(
+                show(&r.bare, &format!("linnet/status:{path}")),
+                format!("cluster: {cluster}\nround: {last}")
+            );
+        }
+    }
+    // They raced: some pushes were redone on a new tip.
+    eprintln!("100 pushes, {retries} redone on a new tip");
+    assert!(retries > 0, "the three writers never raced");
+}

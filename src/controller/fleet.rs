@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures::Stream;
 use tokio::sync::watch;
 
-use crate::api::ClusterIdentity;
-use crate::plan::fleet::{FleetSnapshot, Gate, Hold, HoldReason};
+use crate::api::{ClusterIdentity, RolloutAnalysis};
+use crate::plan::fleet::{FleetSnapshot, Gate, Hold, HoldReason, with_wave_analysis};
 
 /// The latest snapshot, `None` until the first read of Git.
 pub type SnapshotReceiver = watch::Receiver<Option<Arc<FleetSnapshot>>>;
@@ -56,6 +56,26 @@ impl FleetGates {
         match snapshot.gate(&self.cluster, (kind, namespace, name), image, now) {
             Gate::Hold(h) => Some(h),
             Gate::Open { .. } | Gate::Free(_) => None,
+        }
+    }
+
+    /// Rollout analysis `own` with the analysis of this cluster's wave joined to it (to the
+    /// gate after step `last_gate`), when the fleet has one for rollout `key`; else `own`.
+    pub fn analysis<'a>(
+        &self,
+        key: (&str, &str, &str),
+        own: Option<&'a RolloutAnalysis>,
+        last_gate: Option<i32>,
+    ) -> Option<std::borrow::Cow<'a, RolloutAnalysis>> {
+        let snapshot = self.snapshot.as_ref().and_then(|s| s.borrow().clone());
+        let wave = snapshot
+            .as_ref()
+            .and_then(|s| s.wave_analysis(&self.cluster, key));
+        match wave {
+            Some(w) => Some(std::borrow::Cow::Owned(with_wave_analysis(
+                own, w, last_gate,
+            ))),
+            None => own.map(std::borrow::Cow::Borrowed),
         }
     }
 

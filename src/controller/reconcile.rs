@@ -182,9 +182,15 @@ where
     }
     observed.config = config.clone();
     let builtins = rollout.builtins(ns, &status);
+    let name = rollout.name_any();
+    let analysis = ctx.fleet.analysis(
+        (K::KIND, ns, &name),
+        rollout.analysis(),
+        rollout.last_gate(),
+    );
     let resolved = ctx
         .templates
-        .resolve(rollout.analysis(), ns, &builtins)
+        .resolve(analysis.as_deref(), ns, &builtins)
         .await;
     let measured = Measured {
         reference: &reference,
@@ -194,7 +200,6 @@ where
     };
     measure(ctx, measured, status.analysis_runs(), &resolved, now).await;
     let analysis = resolved.clone();
-    let name = rollout.name_any();
     let hold = ctx
         .fleet
         .hold((K::KIND, ns, &name), rollout.spec_image(), now);
@@ -214,13 +219,35 @@ where
         observed.config = config;
         planned = rollout.plan(reference.clone(), status, resolved, &observed, now, why);
     }
+    fleet_held(ctx, rollout, (ns, &name), hold, &mut planned, now);
+    Ok(Ok((planned, observed, reference)))
+}
+
+/// What a fleet's hold means beyond the plan: the held-rollout metric, and a requeue when
+/// the hold ends by itself.
+fn fleet_held<K: RolloutKind>(
+    ctx: &Context,
+    rollout: &K,
+    (ns, name): (&str, &str),
+    hold: Option<crate::plan::fleet::Hold>,
+    planned: &mut Planned<K::Status, K::Phase>,
+    now: jiff::Timestamp,
+) {
+    // Held: at rest on another image than the spec's, by the fleet's word.
+    let held = hold.as_ref().filter(|_| {
+        planned.status.phase().is_some_and(K::settled)
+            && K::stable_image(&planned.status) != Some(rollout.spec_image())
+    });
+    ctx.metrics.fleet.hold(
+        (K::KIND, ns, name),
+        held.map(|h| (h.wave.as_str(), h.reason.as_str())),
+    );
     // A bake ending or a deadline passing changes the fleet's answer with no new Git.
     if let Some(at) = hold.and_then(|h| h.recheck_at) {
         let wait =
             Duration::try_from(at.duration_since(now)).unwrap_or_default() + Duration::from_secs(1);
         planned.requeue_after = Some(planned.requeue_after.map_or(wait, |r| r.min(wait)));
     }
-    Ok(Ok((planned, observed, reference)))
 }
 
 /// Writes the planned status, unless it is a new rollout's first, which waits for its

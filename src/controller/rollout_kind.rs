@@ -53,6 +53,11 @@ pub(crate) trait RolloutKind:
     fn recorded_config(status: &Self::Status) -> &[VersionConfig];
     /// Whether `phase` is a rollout at rest, whose unused config copies may go.
     fn settled(phase: Self::Phase) -> bool;
+    /// The image the rollout serves at rest.
+    fn stable_image(status: &Self::Status) -> Option<&str>;
+    /// The step or batch whose gate comes last (a fleet wave's analysis joins it); `None`
+    /// for a rollout without gates.
+    fn last_gate(&self) -> Option<i32>;
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins;
     /// Whether analysis runs in `phase` (a canary under way).
     fn measures_in(phase: Self::Phase) -> bool;
@@ -108,6 +113,12 @@ impl RolloutKind for CanaryStatefulSet {
     fn settled(phase: Self::Phase) -> bool {
         use crate::api::StatefulSetPhase as P;
         matches!(phase, P::Stable | P::RolledBack)
+    }
+    fn stable_image(status: &Self::Status) -> Option<&str> {
+        status.stable_image.as_deref()
+    }
+    fn last_gate(&self) -> Option<i32> {
+        Some(self.spec.steps.as_ref().map_or(1, |s| s.len().max(1)) as i32)
     }
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
         statefulset::analysis_builtins(&self.name_any(), ns, &self.spec, status)
@@ -178,6 +189,13 @@ impl RolloutKind for CanaryDeployment {
     fn settled(phase: Self::Phase) -> bool {
         use crate::api::DeploymentPhase as P;
         matches!(phase, P::Completed | P::RolledBack)
+    }
+    fn stable_image(status: &Self::Status) -> Option<&str> {
+        status.stable_image.as_deref()
+    }
+    fn last_gate(&self) -> Option<i32> {
+        (self.spec.strategy.type_ == crate::api::DeploymentStrategyType::Batches)
+            .then_some(self.spec.batches.max(1))
     }
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
         deployment::analysis_builtins(&self.name_any(), ns, &self.spec, status)

@@ -20,13 +20,18 @@ pub async fn run(
     interval: Duration,
     snapshots: watch::Sender<Option<Arc<FleetSnapshot>>>,
     mut wakes: WakeReceiver,
+    metrics: Arc<crate::telemetry::Metrics>,
 ) {
     let heartbeat = crate::liveness::process().register("fleet");
     let mut reader: Option<FleetReader> = None;
     let mut said: Option<String> = None;
     // Said at the first read, then whenever the Fleet's problem changes.
     let mut problem_said: Option<Option<String>> = None;
+    // A failed read is tried again soon (not only at the next poll, which may be an hour
+    // away with webhooks), later and later up to the poll interval.
+    let mut retries = crate::retry::Retries::new(Duration::from_secs(1), interval);
     loop {
+        let mut wait = interval;
         heartbeat.beat();
         let (cfg, taken) = (config.clone(), reader.take());
         let read = tokio::task::spawn_blocking(move || {
@@ -40,10 +45,15 @@ pub async fn run(
         // Each network call gives up at --git-timeout; two of them, and the reads.
         match tokio::time::timeout(config.timeout * 3, read).await {
             Ok(Ok(Ok((r, None)))) => {
+                count(&metrics, "unchanged");
+                retries.reset();
                 reader = Some(r);
                 said = None;
             }
             Ok(Ok(Ok((r, Some(snapshot))))) => {
+                count(&metrics, "read");
+                retries.reset();
+                metrics.fleet.clusters.set(snapshot.clusters.len() as i64);
                 reader = Some(r);
                 said = None;
                 if problem_said.as_ref() != Some(&snapshot.problem) {
@@ -61,6 +71,8 @@ pub async fn run(
                 publish(&snapshots, snapshot);
             }
             outcome => {
+                count(&metrics, "error");
+                wait = retries.wait().min(interval);
                 let why = match outcome {
                     Ok(Ok(Err(e))) => crate::text::redact_credentials(&e.to_string()),
                     Ok(Err(e)) => format!("the read stopped: {e}"),
@@ -73,10 +85,10 @@ pub async fn run(
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(wait) => {}
             wake = wakes.next() => {
                 if wake.is_none() {
-                    tokio::time::sleep(interval).await;
+                    tokio::time::sleep(wait).await;
                 }
             }
         }
@@ -92,4 +104,14 @@ fn publish(snapshots: &watch::Sender<Option<Arc<FleetSnapshot>>>, snapshot: Flee
         *last = Some(Arc::new(snapshot));
         true
     });
+}
+
+fn count(metrics: &crate::telemetry::Metrics, result: &str) {
+    metrics
+        .fleet
+        .reads
+        .get_or_create(&crate::telemetry::ResultLabel {
+            result: result.into(),
+        })
+        .inc();
 }

@@ -56,6 +56,8 @@ pub struct Metrics {
     pub rollout_failed: Family<RolloutProblemLabels, Gauge>,
     /// Notifications by receiver and outcome (`sent`, or why not).
     pub notifications: Family<NotifyLabels, Counter>,
+    /// The cluster, its fleet reads and the rollouts the fleet holds (`--fleet`).
+    pub fleet: super::FleetMetrics,
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<Phases>,
     /// Held while the rollout problem series are refilled, so two scrapes do not interleave.
@@ -242,7 +244,9 @@ impl Default for Metrics {
                     .to_string(),
             })
             .set(1);
+        let fleet = super::FleetMetrics::register(&mut registry);
         Metrics {
+            fleet,
             registry,
             source_ready,
             source_last_success,

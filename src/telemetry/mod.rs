@@ -46,9 +46,11 @@ pub fn init(
 }
 
 pub mod classic;
+mod fleet_metrics;
 mod labels;
 pub mod memory;
 mod metrics;
 pub mod trace;
+pub use fleet_metrics::*;
 pub use labels::*;
 pub use metrics::*;

@@ -396,11 +396,18 @@ impl StatusWriter {
         let mut remote = repo.find_remote("origin").map_err(GitError::from)?;
         let result = remote.push(&[refspec], Some(&mut options));
         drop(options);
+        // Another pusher got in first: before the pack was sent (non-fast-forward), or while
+        // the host was updating the ref (git's receive-pack: "failed to update ref", "cannot
+        // lock ref", "incorrect old value provided").
         let stale = |reason: &str| {
             reason.contains("fast-forward")
                 || reason.contains("fetch first")
                 || reason.contains("stale")
                 || reason.contains("non-fast")
+                || reason.contains("failed to update ref")
+                || reason.contains("failed to lock")
+                || reason.contains("cannot lock ref")
+                || reason.contains("incorrect old value")
         };
         match result {
             Err(e) if e.code() == git2::ErrorCode::NotFastForward || stale(e.message()) => {

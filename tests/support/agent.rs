@@ -174,9 +174,12 @@ pub fn start_agent_env(
     let child = Command::new(bin)
         .arg("agent")
         .args(source_args)
+        .args(if has("--poll-interval") {
+            vec![]
+        } else {
+            vec!["--poll-interval", "1h"]
+        })
         .args([
-            "--poll-interval",
-            "1h",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--admin-listen",

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod bench;
 pub mod browser;
+pub mod fleet;
 pub mod gateway;
 pub mod git_http;
 pub mod gitea;

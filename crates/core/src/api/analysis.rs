@@ -206,7 +206,7 @@ pub struct RolloutAnalysis {
 }
 
 /// Templates to run together, with arguments of their own.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AnalysisRef {
     #[schemars(length(min = 1, max = 4))]
@@ -231,14 +231,14 @@ pub struct AnalysisGate {
 }
 
 /// An AnalysisTemplate in the rollout's namespace.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TemplateRef {
     pub template_name: String,
 }
 
 /// A value for `{{ args.NAME }}`.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct AnalysisArg {
     pub name: String,

@@ -93,6 +93,13 @@ pub struct Wave {
     /// `manual`: this wave starts an image only once `spec.approvals` has it for this wave.
     #[serde(default)]
     pub approval: WaveApprovalMode,
+    /// AnalysisTemplates run in each of this wave's clusters as a gate after the rollout's
+    /// last step or batch (beside a gate of its own there; a rolling CanaryDeployment runs
+    /// them in the background): the cluster completes the image only once they pass, so the
+    /// next wave starts only then. A failure rolls that cluster back, and the fleet's failure
+    /// policy keeps the image from every later wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<crate::api::AnalysisRef>,
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,6 +192,15 @@ impl FleetSpec {
                 if let Some(why) = cluster_name_problem(c) {
                     found.push((at("clusters"), why));
                 }
+            }
+            if w.analysis.as_ref().is_some_and(|a| a.templates.is_empty()) {
+                found.push((
+                    at("analysis"),
+                    format!(
+                        "wave {}'s analysis names no templates (`templates: [{{templateName: ...}}]`)",
+                        w.name
+                    ),
+                ));
             }
         }
         for (i, a) in self.approvals.iter().enumerate() {
@@ -280,7 +296,7 @@ mod tests {
     #[test]
     fn problems_name_the_field() {
         let s = spec(
-            "waves:\n- {name: a, clusters: [x, Bad_Name]}\n- {name: a, clusters: [x]}\n- {name: c}\napprovals:\n- {wave: d, image: 'r:1'}\n",
+            "waves:\n- {name: a, clusters: [x, Bad_Name]}\n- {name: a, clusters: [x]}\n- {name: c, analysis: {templates: []}}\napprovals:\n- {wave: d, image: 'r:1'}\n",
         );
         let found: Vec<String> = s
             .problems()
@@ -309,6 +325,13 @@ mod tests {
             found
                 .iter()
                 .any(|f| f.starts_with("spec.waves.2.name: wave c has no clusters")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|f| f
+                    .starts_with("spec.waves.2.analysis: wave c's analysis names no templates")),
             "{found:?}"
         );
         assert!(

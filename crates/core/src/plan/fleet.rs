@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::api::{ClusterIdentity, FleetSpec};
+use crate::api::{AnalysisGate, AnalysisRef, ClusterIdentity, FleetSpec, RolloutAnalysis};
 
 /// One cluster's status file of one rollout, as read from Git.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -345,7 +345,71 @@ pub struct FleetSnapshot {
     pub problem: Option<String>,
 }
 
+/// Rollout analysis `own` with `wave`'s templates joined to it: to the gate after the
+/// rollout's last step or batch (`last`), which must pass before it completes, or, for a
+/// rollout with no such gate (a rolling CanaryDeployment), to its background analysis. An
+/// argument both set keeps the rollout's value.
+pub fn with_wave_analysis(
+    own: Option<&RolloutAnalysis>,
+    wave: &AnalysisRef,
+    last: Option<i32>,
+) -> RolloutAnalysis {
+    let mut merged = own.cloned().unwrap_or_default();
+    let (templates, args) = match last {
+        Some(after) => {
+            let i = match merged.gates.iter().position(|g| g.after == after) {
+                Some(i) => i,
+                None => {
+                    merged.gates.push(AnalysisGate {
+                        after,
+                        templates: Vec::new(),
+                        args: Vec::new(),
+                    });
+                    merged.gates.len() - 1
+                }
+            };
+            let g = &mut merged.gates[i];
+            (&mut g.templates, &mut g.args)
+        }
+        None => {
+            let b = merged.background.get_or_insert_with(|| AnalysisRef {
+                templates: Vec::new(),
+                args: Vec::new(),
+            });
+            (&mut b.templates, &mut b.args)
+        }
+    };
+    for t in &wave.templates {
+        if !templates.contains(t) {
+            templates.push(t.clone());
+        }
+    }
+    for a in &wave.args {
+        if !args.iter().any(|x| x.name == a.name) {
+            args.push(a.clone());
+        }
+    }
+    merged
+}
+
 impl FleetSnapshot {
+    /// The analysis of the wave cluster `me` is in, for rollout `kind` `namespace/name`:
+    /// `None` when the fleet cannot be read, does not move the rollout, or the wave has none.
+    pub fn wave_analysis(
+        &self,
+        me: &ClusterIdentity,
+        (kind, namespace, name): (&str, &str, &str),
+    ) -> Option<&AnalysisRef> {
+        if self.problem.is_some() || !self.spec.moves(kind, namespace, name) {
+            return None;
+        }
+        self.spec
+            .waves
+            .get(self.spec.wave_of(me)?)?
+            .analysis
+            .as_ref()
+    }
+
     /// [`gate`] for rollout `kind` `namespace/name` of cluster `me`, whose spec asks for
     /// `image`.
     pub fn gate(

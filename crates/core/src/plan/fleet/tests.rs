@@ -334,3 +334,58 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_waves_analysis_gates_the_last_step_in_that_waves_clusters_only() {
+    let spec: FleetSpec = serde_saphyr::from_str(
+        "waves:\n\
+         - {name: canary, clusters: [eu-1]}\n\
+         - name: eu\n\
+         \x20 matchLabels: {region: eu}\n\
+         \x20 analysis: {templates: [{templateName: error-rate}], args: [{name: max, value: '0.01'}]}\n",
+    )
+    .unwrap();
+    let snapshot = FleetSnapshot {
+        name: "shop".into(),
+        spec,
+        ..Default::default()
+    };
+    assert_eq!(snapshot.wave_analysis(&me("eu-1", "eu"), KEY), None);
+    let wave = snapshot.wave_analysis(&me("eu-2", "eu"), KEY).unwrap();
+    // No analysis of its own: the wave's is the gate after its last step (3).
+    let merged = with_wave_analysis(None, wave, Some(3));
+    assert_eq!(merged.gates.len(), 1);
+    assert_eq!(merged.gates[0].after, 3);
+    assert_eq!(merged.gates[0].templates[0].template_name, "error-rate");
+    assert_eq!(merged.background, None);
+    // A gate of its own there keeps its templates and its value of an argument both set;
+    // its other gates and its background stay as they are.
+    let own: RolloutAnalysis = serde_saphyr::from_str(
+        "background: {templates: [{templateName: latency}]}\n\
+         gates:\n\
+         - {after: 1, templates: [{templateName: smoke}]}\n\
+         - {after: 3, templates: [{templateName: latency}], args: [{name: max, value: '0.5'}]}\n",
+    )
+    .unwrap();
+    let merged = with_wave_analysis(Some(&own), wave, Some(3));
+    assert_eq!(merged.gates[0], own.gates[0]);
+    assert_eq!(merged.background, own.background);
+    let last = &merged.gates[1];
+    let names: Vec<&str> = last
+        .templates
+        .iter()
+        .map(|t| t.template_name.as_str())
+        .collect();
+    assert_eq!(names, ["latency", "error-rate"]);
+    assert_eq!(last.args.len(), 1);
+    assert_eq!(last.args[0].value, "0.5");
+    // No last step to gate (a rolling CanaryDeployment): the background runs it.
+    let merged = with_wave_analysis(Some(&own), wave, None);
+    assert_eq!(merged.background.unwrap().templates.len(), 2);
+    // A Fleet with a mistake runs no wave's analysis (it holds every new image instead).
+    let broken = FleetSnapshot {
+        problem: Some("bad".into()),
+        ..snapshot
+    };
+    assert_eq!(broken.wave_analysis(&me("eu-2", "eu"), KEY), None);
+}

@@ -65,7 +65,7 @@ pub async fn run(
     let ctx = Arc::new(ctx);
     let edited = ctx.edited.clone();
     // Each consumer subscribes before the rollout watches start: none misses the first list.
-    let feeds = WriterFeeds::subscribe(&config, &rollouts);
+    let feeds = WriterFeeds::subscribe(&config, &rollouts, ctx.fleet.snapshots());
     spawn_controllers(&ctx, &rollouts, &mut tasks);
     tasks.spawn("CanaryStatefulSet watch", sts_watch.run());
     tasks.spawn("CanaryDeployment watch", deploy_watch.run());
@@ -335,15 +335,22 @@ struct WriterFeeds {
     writeback: Option<crate::watch::rollouts::Subscription>,
     reverts: Option<crate::watch::rollouts::Subscription>,
     notifications: Option<crate::watch::rollouts::Subscription>,
+    /// The fleet's snapshots (`--fleet`), for the reverts.
+    fleet: Option<writeback::revert_loop::FleetSnapshots>,
 }
 
 impl WriterFeeds {
-    fn subscribe(config: &AgentConfig, rollouts: &RolloutStores) -> WriterFeeds {
+    fn subscribe(
+        config: &AgentConfig,
+        rollouts: &RolloutStores,
+        fleet: Option<writeback::revert_loop::FleetSnapshots>,
+    ) -> WriterFeeds {
         WriterFeeds {
             commit_status: config.commit_status.as_ref().map(|_| rollouts.subscribe()),
             writeback: config.writeback.as_ref().map(|_| rollouts.subscribe()),
             reverts: config.reverts.as_ref().map(|_| rollouts.subscribe()),
             notifications: config.notifications.as_ref().map(|_| rollouts.subscribe()),
+            fleet,
         }
     }
 
@@ -380,7 +387,8 @@ impl WriterFeeds {
         if let (Some(cfg), Some(changes)) = (config.writeback.clone(), self.writeback) {
             tasks.spawn("write-back", writeback::run(changes, cfg, metrics.clone()));
         }
-        if let (Some(cfg), Some(changes)) = (config.reverts.clone(), self.reverts) {
+        if let (Some(mut cfg), Some(changes)) = (config.reverts.clone(), self.reverts) {
+            cfg.fleet = self.fleet;
             tasks.spawn(
                 "revert commits",
                 writeback::revert_loop::run(changes, cfg, metrics.clone(), events.clone()),

@@ -1,5 +1,7 @@
 //! Issue 73, the fleet against a real Git host: three local control planes, one Gitea
-//! repository over HTTPS (its own push webhooks wake every agent), three agents.
+//! repository over HTTPS (its own push webhooks wake every agent), three agents, each
+//! following its cluster's Kustomize overlay of one shared base (Flux's layout), so an image
+//! set once in the base moves through the waves.
 //! - Two pushes in a row: the second image overtakes the first in the first wave, and the
 //!   later waves take only the second, each after the wave before it baked it.
 //! - A manual gate by pull request: the last wave starts once a pull request that approves
@@ -7,8 +9,9 @@
 //! - Git unreachable for one cluster (its agent's connections to Gitea hang): the next wave
 //!   holds and names it as not reporting; once Git answers again it catches up.
 //! - A wave's analysis (run in the second wave's cluster only) fails: that cluster rolls back
-//!   and opens the revert pull request, and the last wave never starts the image; merging
-//!   the pull request puts the first wave back too.
+//!   and opens the revert pull request, which edits the shared base (`onFailure: revert`),
+//!   and the last wave never starts the image; merging the pull request puts the first wave
+//!   back too.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -50,6 +53,7 @@ spec:
     matchLabels: {}
     approval: manual
   reportDeadlineSeconds: 8
+  onFailure: revert
 "
     .to_string();
     if !approved.is_empty() {
@@ -111,7 +115,8 @@ fn start(m: &Member, url: &str, gitea: &Gitea, ca_file: &Path, ns: &str) -> Agen
         format!("--commit-status-repo={ADMIN}/{REPO}"),
         format!("--commit-status-token-file={}", token_file.display()),
         format!("--ca-file={}", ca_file.display()),
-        "--path=apps".into(),
+        // Its own overlay of the shared base, as in Flux's layout.
+        format!("--path=clusters/{}", m.name),
         "--fleet=fleet.yaml".into(),
         format!("--cluster={}", m.name),
         format!("--cluster-label={}", m.labels),
@@ -120,7 +125,12 @@ fn start(m: &Member, url: &str, gitea: &Gitea, ca_file: &Path, ns: &str) -> Agen
         "--poll-interval=3s".into(),
         "--git-timeout=3s".into(),
     ];
-    start_agent_env(&m.dir, &args, ns, &m.kubeconfig, &[])
+    let render = support::render_env();
+    let env: Vec<(&str, &str)> = render
+        .iter()
+        .map(|(k, v)| (*k, v.to_str().unwrap()))
+        .collect();
+    start_agent_env(&m.dir, &args, ns, &m.kubeconfig, &env)
 }
 
 /// Every image `web` ran as stable or canary in `m`'s cluster, sampled until the test ends.
@@ -225,6 +235,9 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
     for m in &fleet {
         completed_since(m, &ns.name, "web:1", 120).await;
     }
+    // Each cluster renders its own overlay.
+    let replicas = web_of(&fleet[2], &ns.name).await.unwrap().spec.replicas;
+    assert_eq!(replicas, 3, "us-1's overlay sets 3 replicas");
     let seen: Vec<Arc<Mutex<BTreeSet<String>>>> = fleet
         .iter()
         .map(|m| {
@@ -237,13 +250,13 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
     // 1. Two pushes in a row: web:3 follows web:2 while eu-1 bakes web:2.
     push(
         &work,
-        &[("apps/web.yaml", &web(&ns.name, "web:2"))],
+        &[("base/web.yaml", &web(&ns.name, "web:2"))],
         "web:2",
     );
     completed_since(&fleet[0], &ns.name, "web:2", 60).await;
     push(
         &work,
-        &[("apps/web.yaml", &web(&ns.name, "web:3"))],
+        &[("base/web.yaml", &web(&ns.name, "web:3"))],
         "web:3",
     );
     let eu1_done = completed_since(&fleet[0], &ns.name, "web:3", 60).await;
@@ -302,7 +315,7 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
     push(
         &work,
         &[
-            ("apps/web.yaml", &web(&ns.name, "web:4")),
+            ("base/web.yaml", &web(&ns.name, "web:4")),
             ("fleet.yaml", &fleet_yaml(&["web:3", "web:4", "web:5"])),
         ],
         "web:4",
@@ -337,7 +350,7 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
     health_ok.store(false, Ordering::Relaxed);
     push(
         &work,
-        &[("apps/web.yaml", &web(&ns.name, "web:5"))],
+        &[("base/web.yaml", &web(&ns.name, "web:5"))],
         "web:5",
     );
     completed_since(&fleet[0], &ns.name, "web:5", 60).await;
@@ -379,7 +392,16 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
         "us-1: {said}"
     );
     assert!(!seen[2].lock().unwrap().contains("web:5"));
-    // One pull request for the shared file puts every wave back on web:4.
+    // The image is set in the base every overlay shares (onFailure: revert lets the revert
+    // edit it): one pull request puts every wave back on web:4.
+    let files = gitea
+        .ok(
+            reqwest::Method::GET,
+            &format!("/repos/{ADMIN}/{REPO}/pulls/{}/files", revert.0),
+            None,
+        )
+        .await;
+    assert_eq!(files[0]["filename"], "base/web.yaml", "{files}");
     gitea
         .merge_open_pull_request(REPO, revert.0, "Revert web:5")
         .await;
@@ -395,13 +417,28 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
     eprintln!("stopped in {:?}", started.elapsed());
 }
 
+/// Each cluster's overlay of the shared base (us-1's runs 3 replicas).
+const OVERLAY: &str = "resources: [../../base]\n";
+const US_REPLICAS: &str = "patches:\n- target: {kind: CanaryDeployment, name: web}\n  patch: |-\n    - op: replace\n      path: /spec/replicas\n      value: 3\n";
+
 /// The first commit: the Fleet (web:1 needs no approval: a rollout's first image is never
-/// held), `web` on web:1 and the wave's AnalysisTemplate.
+/// held), and a Kustomize base with `web` on web:1 and the wave's AnalysisTemplate, which
+/// each cluster's overlay renders: one image change in the base moves through the waves.
 fn push_first(work: &Path, ns: &str, health_port: u16) {
     for (path, text) in [
         ("fleet.yaml", fleet_yaml(&[])),
-        ("apps/web.yaml", web(ns, "web:1")),
-        ("apps/wave-health.yaml", wave_health(ns, health_port)),
+        ("base/web.yaml", web(ns, "web:1")),
+        ("base/wave-health.yaml", wave_health(ns, health_port)),
+        (
+            "base/kustomization.yaml",
+            "resources: [web.yaml, wave-health.yaml]\n".into(),
+        ),
+        ("clusters/eu-1/kustomization.yaml", OVERLAY.into()),
+        ("clusters/eu-2/kustomization.yaml", OVERLAY.into()),
+        (
+            "clusters/us-1/kustomization.yaml",
+            format!("{OVERLAY}{US_REPLICAS}"),
+        ),
     ] {
         std::fs::create_dir_all(work.join(path).parent().unwrap()).unwrap();
         std::fs::write(work.join(path), text).unwrap();

@@ -268,6 +268,7 @@ fn redis_revert() -> linnet::writeback::revert::Revert {
         why: "aborted".into(),
         mode: linnet::api::RevertMode::Commit,
         revision: None,
+        shared_base: false,
     }
 }
 

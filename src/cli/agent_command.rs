@@ -271,6 +271,7 @@ fn revert_config(
             timeout: args.git_timeout,
             host,
             promotion_auto_merge: args.promotion_auto_merge,
+            fleet: None,
         })
 }
 

@@ -79,6 +79,11 @@ impl FleetGates {
         }
     }
 
+    /// The fleet's snapshots as they are read (`None` without a fleet), for the reverts.
+    pub fn snapshots(&self) -> Option<SnapshotReceiver> {
+        self.snapshot.clone()
+    }
+
     /// Fires on every new snapshot (never without a fleet).
     pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
         let rx = self.snapshot.clone();

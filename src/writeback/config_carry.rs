@@ -230,6 +230,7 @@ pub fn changes_with_the_image(
         why: String::new(),
         mode: RevertMode::None,
         revision: None,
+        shared_base: false,
     };
     let Some(change) = super::config_revert::change_that_brought(repo, tip, &rollout)? else {
         return Ok(Vec::new());

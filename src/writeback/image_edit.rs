@@ -63,12 +63,14 @@ pub fn image_edits(
     let one = |edited: Option<String>| edited.map(|t| vec![(revert.path.clone(), t)]);
     match rendered_edit::rendered(&revert.path) {
         None => Ok(one(set_image(&text, revert)?)),
-        Some(Rendered::Kustomization) => Ok(one(rendered_edit::set_kustomize_image(
-            &revert.path,
-            &text,
-            from,
-            &revert.good,
-        )?)),
+        Some(Rendered::Kustomization) => {
+            match rendered_edit::set_kustomize_image(&revert.path, &text, from, &revert.good) {
+                Err(e @ RevertError::Rendered { .. }) if revert.shared_base && from.is_some() => {
+                    base_edit(repo, tree, &revert.path, &text, revert, 0)?.ok_or(e.into())
+                }
+                edited => Ok(one(edited?)),
+            }
+        }
         Some(Rendered::HelmRelease) => {
             for source in rendered_edit::helm_value_sources(&revert.path, &text) {
                 let Some(values) = read(repo, tree, &source)? else {
@@ -95,5 +97,187 @@ pub fn image_edits(
                 .into()),
             }
         }
+    }
+}
+
+/// The files to write (path, new text), or `None` when Git no longer asks for the failed image.
+type Edits = Option<Vec<(String, String)>>;
+
+/// The kustomization files a base directory may have.
+const KUSTOMIZATION_NAMES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// Where the failed image is set below kustomization `path` (its text `text`) when its own
+/// `images:` does not set it: its `resources:`, depth first, each base's `images:` before its
+/// own resources, and each file whose rollout asks for the image. Only for a fleet with
+/// `onFailure: revert` ([`Revert::shared_base`]), since other overlays share the base.
+/// `None`: not found below (at most 8 levels); `Some(None)`: found, but Git moved on.
+fn base_edit(
+    repo: &Repository,
+    tree: &Tree<'_>,
+    path: &str,
+    text: &str,
+    revert: &Revert,
+    depth: usize,
+) -> Result<Option<Edits>, EditError> {
+    if depth >= 8 {
+        return Ok(None);
+    }
+    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    for resource in rendered_edit::kustomize_resources(text) {
+        let Some(joined) = rendered_edit::resource_path(dir, &resource) else {
+            continue;
+        };
+        let mut base = None;
+        for name in KUSTOMIZATION_NAMES {
+            let k = format!("{joined}/{name}");
+            if let Some(t) = read(repo, tree, &k)? {
+                base = Some((k, t));
+                break;
+            }
+        }
+        if let Some((k, t)) = base {
+            let from = Some(revert.failed.as_str());
+            match rendered_edit::set_kustomize_image(&k, &t, from, &revert.good) {
+                Ok(edited) => return Ok(Some(edited.map(|e| vec![(k, e)]))),
+                Err(RevertError::Rendered { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if let Some(found) = base_edit(repo, tree, &k, &t, revert, depth + 1)? {
+                return Ok(Some(found));
+            }
+            continue;
+        }
+        let Some(file_text) = read(repo, tree, &joined)? else {
+            continue;
+        };
+        let in_file = Revert {
+            path: joined.clone(),
+            ..revert.clone()
+        };
+        match set_image(&file_text, &in_file) {
+            Ok(edited) => return Ok(Some(edited.map(|e| vec![(joined, e)]))),
+            Err(RevertError::NotInFile { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::RevertMode;
+
+    /// A repository whose tree has `files`.
+    fn tree_of(dir: &Path, files: &[(&str, &str)]) -> (Repository, git2::Oid) {
+        let repo = Repository::init(dir).unwrap();
+        for (path, text) in files {
+            let p = dir.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let mut index = repo.index().unwrap();
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .unwrap();
+        let id = index.write_tree().unwrap();
+        (repo, id)
+    }
+
+    fn web_revert(path: &str, shared_base: bool) -> Revert {
+        Revert {
+            path: path.into(),
+            kind: "CanaryDeployment",
+            namespace: "shop".into(),
+            name: "web".into(),
+            failed: "web:5".into(),
+            good: "web:4".into(),
+            why: "analysis after-2 failed".into(),
+            mode: RevertMode::PullRequest,
+            revision: None,
+            shared_base,
+        }
+    }
+
+    const WEB: &str = "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryDeployment\nmetadata:\n  name: web\nspec:\n  image: web:5 # the canary\n";
+
+    #[test]
+    fn a_fleets_revert_finds_the_image_in_the_shared_base_and_no_other_revert_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, id) = tree_of(
+            dir.path(),
+            &[
+                (
+                    "base/kustomization.yaml",
+                    "resources: [web.yaml, other.yaml]\n",
+                ),
+                ("base/other.yaml", "kind: ConfigMap\nmetadata: {name: x}\n"),
+                ("base/web.yaml", WEB),
+                (
+                    "clusters/eu-2/kustomization.yaml",
+                    "resources: [../../base, https://example.invalid/x]\n",
+                ),
+            ],
+        );
+        let tree = repo.find_tree(id).unwrap();
+        let overlay = "clusters/eu-2/kustomization.yaml";
+        // Without the fleet's word, the shared base is not edited.
+        let refused = image_edits(&repo, &tree, &web_revert(overlay, false)).unwrap_err();
+        assert!(matches!(
+            refused,
+            EditError::Revert(RevertError::Rendered { .. })
+        ));
+        let edits = image_edits(&repo, &tree, &web_revert(overlay, true))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            edits,
+            [("base/web.yaml".to_string(), WEB.replace("web:5", "web:4"))]
+        );
+    }
+
+    #[test]
+    fn a_bases_images_entry_is_edited_before_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, id) = tree_of(
+            dir.path(),
+            &[
+                (
+                    "base/kustomization.yaml",
+                    "resources: [web.yaml]\nimages:\n- name: web\n  newTag: \"5\"\n",
+                ),
+                ("base/web.yaml", &WEB.replace("web:5", "web:1")),
+                (
+                    "clusters/us-1/kustomization.yaml",
+                    "resources:\n- ../../base\n",
+                ),
+            ],
+        );
+        let tree = repo.find_tree(id).unwrap();
+        let edits = image_edits(
+            &repo,
+            &tree,
+            &web_revert("clusters/us-1/kustomization.yaml", true),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(edits[0].0, "base/kustomization.yaml");
+        assert!(edits[0].1.contains("newTag: \"4\""), "{}", edits[0].1);
+    }
+
+    #[test]
+    fn a_resource_path_stays_in_the_repository() {
+        use rendered_edit::resource_path;
+        assert_eq!(
+            resource_path("clusters/eu-2", "../../base").as_deref(),
+            Some("base")
+        );
+        assert_eq!(
+            resource_path("apps", "./web.yaml").as_deref(),
+            Some("apps/web.yaml")
+        );
+        assert_eq!(resource_path("apps", "../../etc"), None);
+        assert_eq!(resource_path("apps", "https://example.invalid/x"), None);
+        assert_eq!(resource_path("apps", "/etc/passwd"), None);
     }
 }

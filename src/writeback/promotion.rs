@@ -256,6 +256,7 @@ pub fn next_edit<'a>(
             why: String::new(),
             mode: RevertMode::PullRequest,
             revision: None,
+            shared_base: false,
         }));
     }
     // Rendered: the overlay or Helm release at the path itself sets the image.
@@ -285,6 +286,7 @@ pub fn next_edit<'a>(
             why: String::new(),
             mode: RevertMode::PullRequest,
             revision: None,
+            shared_base: false,
         }));
     }
     Err(RevertError::NotInFile {

@@ -51,6 +51,40 @@ pub fn split_image(image: &str) -> (&str, Option<&str>) {
 struct Kustomization {
     #[serde(default)]
     images: Vec<ImageEntry>,
+    #[serde(default)]
+    resources: Vec<String>,
+}
+
+/// The `resources:` of kustomization `text` (empty when it does not parse).
+pub fn kustomize_resources(text: &str) -> Vec<String> {
+    serde_saphyr::from_str_with_options::<Kustomization>(
+        text,
+        crate::specs::bounded_parser_options(),
+    )
+    .map(|k| k.resources)
+    .unwrap_or_default()
+}
+
+/// `resource` of the kustomization in directory `dir`, as a path from the repository's root;
+/// `None` for a URL or a path that leaves the repository.
+pub fn resource_path(dir: &str, resource: &str) -> Option<String> {
+    if resource.contains("://") || resource.starts_with('/') || resource.contains('?') {
+        return None;
+    }
+    let mut parts: Vec<&str> = dir
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    for part in resource.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
 }
 
 #[derive(Deserialize)]

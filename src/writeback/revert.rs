@@ -34,6 +34,8 @@ pub struct Revert {
     pub mode: RevertMode,
     /// The Git commit that set the failed spec (it names the pull request's branch).
     pub revision: Option<String>,
+    /// A fleet with `onFailure: revert` lets it edit a Kustomize base its overlays share.
+    pub shared_base: bool,
 }
 
 /// The branches of revert pull requests start with this; then `<namespace>/<name>/`.
@@ -73,6 +75,12 @@ impl Revert {
 
     /// What failed and what merging does: the commit's body and the pull request's.
     pub fn body(&self) -> String {
+        let fleet = if self.shared_base {
+            "\n\nIts fleet has `onFailure: revert`: where the image is set in a base the \
+             fleet's overlays share, this puts every cluster that took it back.\n"
+        } else {
+            ""
+        };
         let how = match self.mode {
             RevertMode::PullRequest => "`onFailure.revert: pullRequest`. Merging it makes",
             _ => "`onFailure.revert: commit`. Once this commit is synced,",
@@ -80,7 +88,7 @@ impl Revert {
         format!(
             "{} {} was rolled back from {} to {}: {}\n\nWritten by linnet because the rollout \
              has {how} the rollout Stable again on {}; to try {} again, set it in Git. Its \
-             status file: `{}`.\n",
+             status file: `{}`.\n{fleet}",
             self.kind,
             self.name,
             self.failed,
@@ -192,6 +200,7 @@ fn revert(kind: &'static str, meta: &kube::api::ObjectMeta, f: Failure<'_>) -> O
         why: f.why,
         mode: f.mode,
         revision: f.revision,
+        shared_base: false,
     })
 }
 

@@ -43,6 +43,21 @@ pub struct RevertConfig {
     pub host: Option<CommitStatusConfig>,
     /// `--promotion-auto-merge`: promotions whose `promoteTo.autoMerge` is set are merged.
     pub promotion_auto_merge: bool,
+    /// The fleet as last read (`--fleet`): whether a revert may edit a shared base.
+    pub fleet: Option<FleetSnapshots>,
+}
+
+/// The fleet's snapshots as the fleet loop reads them.
+pub type FleetSnapshots =
+    tokio::sync::watch::Receiver<Option<Arc<crate::plan::fleet::FleetSnapshot>>>;
+
+/// `revert`, let edit a base the fleet's overlays share when the fleet says so.
+fn with_fleet(revert: Option<Revert>, fleet: Option<&FleetSnapshots>) -> Option<Revert> {
+    let mut r = revert?;
+    let snapshot = fleet.and_then(|f| f.borrow().clone());
+    r.shared_base = snapshot
+        .is_some_and(|s| s.reverts_shared_base((r.kind, r.namespace.as_str(), r.name.as_str())));
+    Some(r)
 }
 
 /// What a job is about: a rollout's revert, or its promotion to the next environment.
@@ -176,7 +191,8 @@ pub async fn run(
             change = changes.next() => {
                 let Some(w) = change else { return };
                 let now = Instant::now();
-                reverts.offer(w.key.clone(), w.revert, w.pull_requests, now);
+                let revert = with_fleet(w.revert, config.fleet.as_ref());
+                reverts.offer(w.key.clone(), revert, w.pull_requests, now);
                 reverts.offer_promotion(w.key.clone(), w.promotion, now);
                 // Only a rollout with a job needs its reference, for the job's event: one for
                 // every rollout was 0.4 MB of the heap at 1,000 (issue 51).
@@ -435,6 +451,7 @@ mod tests {
             why: "rolled back".into(),
             mode: crate::api::RevertMode::Commit,
             revision: None,
+            shared_base: false,
         }
     }
 

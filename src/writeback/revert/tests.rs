@@ -35,6 +35,7 @@ fn revert(kind: &'static str, name: &str, failed: &str, good: &str) -> Revert {
         why: "analysis error-rate failed: 0.2 > 0.05".into(),
         mode: RevertMode::Commit,
         revision: None,
+        shared_base: false,
     }
 }
 

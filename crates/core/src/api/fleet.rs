@@ -128,6 +128,11 @@ pub enum FleetFailurePolicy {
     /// says); the clusters that have it keep it.
     #[default]
     Stop,
+    /// As `stop`, and the failed cluster's revert (its rollout's `onFailure.revert`) may put
+    /// the good image back in a Kustomize base the fleet's overlays share, when that is where
+    /// the image is set: one commit or pull request then puts every wave back. Without it, a
+    /// revert edits only the cluster's own overlay.
+    Revert,
 }
 
 impl Wave {

@@ -393,6 +393,14 @@ pub fn with_wave_analysis(
 }
 
 impl FleetSnapshot {
+    /// Whether a revert of rollout `kind` `namespace/name` may edit a base the fleet's
+    /// overlays share (`onFailure: revert`, and the fleet moves the rollout).
+    pub fn reverts_shared_base(&self, (kind, namespace, name): (&str, &str, &str)) -> bool {
+        self.problem.is_none()
+            && self.spec.on_failure == crate::api::FleetFailurePolicy::Revert
+            && self.spec.moves(kind, namespace, name)
+    }
+
     /// The analysis of the wave cluster `me` is in, for rollout `kind` `namespace/name`:
     /// `None` when the fleet cannot be read, does not move the rollout, or the wave has none.
     pub fn wave_analysis(

@@ -389,3 +389,25 @@ fn a_waves_analysis_gates_the_last_step_in_that_waves_clusters_only() {
     };
     assert_eq!(broken.wave_analysis(&me("eu-2", "eu"), KEY), None);
 }
+
+#[test]
+fn only_a_revert_policy_lets_a_revert_edit_the_shared_base_of_the_fleets_rollouts() {
+    let snapshot = |yaml: &str| FleetSnapshot {
+        name: "shop".into(),
+        spec: serde_saphyr::from_str(yaml).unwrap(),
+        ..Default::default()
+    };
+    let waves = "waves:\n- {name: a, clusters: [eu-1]}\n";
+    assert!(!snapshot(waves).reverts_shared_base(KEY));
+    let revert = snapshot(&format!("{waves}onFailure: revert\n"));
+    assert!(revert.reverts_shared_base(KEY));
+    let other = snapshot(&format!(
+        "{waves}onFailure: revert\nrollouts:\n- {{namespace: shop, name: web}}\n"
+    ));
+    assert!(!other.reverts_shared_base(KEY));
+    let broken = FleetSnapshot {
+        problem: Some("bad".into()),
+        ..revert
+    };
+    assert!(!broken.reverts_shared_base(KEY));
+}

@@ -58,7 +58,7 @@ pub async fn run(
     // Without leader election the next holder is another pod: it need not wait for a lapse.
     held.claim = config.leader.is_none().then_some(source_claim);
     let mut ctx = controller_context(&config, &client, &kube_config, &metrics);
-    ctx = with_fleet(ctx, &config, wakes.another(), &metrics, &mut tasks);
+    ctx = with_fleet(ctx, &config, wakes.another(), &metrics, &state, &mut tasks);
     if let Some(leader) = &sharded {
         ctx = ctx.with_shards(held.shards.spawn(&client, leader, &mut tasks));
     }
@@ -202,16 +202,17 @@ fn with_fleet(
     config: &AgentConfig,
     wakes: source::hooks::WakeReceiver,
     metrics: &Arc<Metrics>,
+    state: &Arc<AgentState>,
     tasks: &mut Tasks,
 ) -> controller::Context {
     let Some(fleet) = &config.fleet else {
         return ctx;
     };
-    let (snapshots, read) = tokio::sync::watch::channel(None);
+    let read = state.fleet.subscribe();
     let run = crate::runtime::fleet::run(
         fleet.clone(),
         config.poll_interval,
-        snapshots,
+        state.clone(),
         wakes,
         metrics.clone(),
     );

@@ -76,7 +76,16 @@ fn start(m: &Member, bare: &Path, ns: &str) -> Agent {
     if !m.labels.is_empty() {
         args.push(format!("--cluster-label={}", m.labels));
     }
+    if m.name == "us-1" {
+        args.push(format!("--dashboard-listen=127.0.0.1:{}", us_dashboard()));
+    }
     start_agent_env(&m.dir, &args, ns, &m.kubeconfig, &[])
+}
+
+/// us-1's dashboard port, with the fleet's view.
+fn us_dashboard() -> u16 {
+    static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *PORT.get_or_init(support::ports::free_port)
 }
 
 /// The agents' webhook addresses (a restarted agent listens on a new one).
@@ -264,6 +273,14 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
         held.contains("web:broken failed in cluster eu-1"),
         "us-1: {held}"
     );
+    let metrics = agents[2].metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            r#"linnet_fleet_held_rollouts{{kind="CanaryDeployment",namespace="{}",name="web",wave="rest",reason="FailedInFleet"}} 1"#,
+            ns.name
+        )),
+        "{metrics}"
+    );
 
     // The fleet as `linnet fleet status` shows it, from a clone alone.
     git(
@@ -285,6 +302,49 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
     ] {
         assert!(table.contains(line), "no {line:?} in\n{table}");
     }
+    // us-1's dashboard shows the same, from its own read of Git, and live in the page.
+    let dashboard = format!("http://127.0.0.1:{}", us_dashboard());
+    let view: serde_json::Value = support::http()
+        .get(format!("{dashboard}/api/fleet"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["fleet"], "shop");
+    let states: Vec<&str> = view["rollouts"][0]["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states[0], "failed (RolledBack)", "{view}");
+    assert!(
+        states[2].contains("web:broken failed in cluster eu-1"),
+        "{view}"
+    );
+    let mut browser = support::browser::Browser::start().await;
+    browser.open(&format!("{dashboard}/#/fleet")).await;
+    browser
+        .wait_text(
+            &[
+                "Fleet shop",
+                "canary",
+                "eu-1",
+                "failed (RolledBack)",
+                "held",
+            ],
+            20,
+        )
+        .await;
+    browser.open(&format!("{dashboard}/")).await;
+    browser
+        .wait_text(
+            &["Fleet shop: 3 cluster(s) reporting", "Waves and clusters"],
+            20,
+        )
+        .await;
     // Each agent says which cluster it is.
     let status = agents[0].status().await;
     assert_eq!(

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use git2::{Repository, Tree};
-use serde_json::json;
 
-use crate::api::ClusterIdentity;
-use crate::plan::fleet::{ClusterState, FleetReports, FleetSnapshot, Gate, cluster_state};
+use crate::plan::fleet::FleetSnapshot;
+use crate::plan::fleet::view::{as_json, fleet_view};
 use crate::{Error, Result};
 
 #[derive(clap::Subcommand, Debug)]
@@ -93,101 +92,6 @@ fn branch_tree<'r>(repo: &'r Repository, branch: &str) -> Option<Tree<'r>> {
     .find_map(|r| repo.find_reference(r).ok()?.peel_to_tree().ok())
 }
 
-/// One rollout's row per cluster, wave by wave.
-struct RolloutView {
-    id: (String, String, String),
-    image: Option<String>,
-    rows: Vec<Row>,
-}
-
-struct Row {
-    wave: String,
-    cluster: String,
-    state: String,
-    phase: String,
-    stable: String,
-    canary: String,
-}
-
-/// Every rollout the fleet has reports of: the image it moves (the newest any cluster asks
-/// for) and each cluster's state for it.
-fn rollouts(snapshot: &FleetSnapshot, now: jiff::Timestamp) -> Vec<RolloutView> {
-    let mut views = Vec::new();
-    for (id, reports) in &snapshot.reports {
-        let image = reports
-            .values()
-            .filter(|r| r.wanted_image.is_some())
-            .max_by_key(|r| r.since)
-            .and_then(|r| r.wanted_image.clone());
-        let found = FleetReports {
-            clusters: snapshot.clusters.clone(),
-            reports: reports.clone(),
-        };
-        let mut rows = Vec::new();
-        for (k, clusters) in found.waves(&snapshot.spec).into_iter().enumerate() {
-            let wave = &snapshot.spec.waves[k];
-            for c in clusters {
-                let report = reports.get(&c);
-                let state = match &image {
-                    None => "no image reported".to_string(),
-                    Some(image) => {
-                        state_text(snapshot, &found, (id, &c, image), wave.bake_seconds, now)
-                    }
-                };
-                rows.push(Row {
-                    wave: wave.name.clone(),
-                    state,
-                    phase: report.map_or("-".into(), |r| r.phase.clone()),
-                    stable: report
-                        .and_then(|r| r.stable_image.clone())
-                        .unwrap_or("-".into()),
-                    canary: report
-                        .and_then(|r| r.canary_image.clone())
-                        .unwrap_or("-".into()),
-                    cluster: c,
-                });
-            }
-        }
-        views.push(RolloutView {
-            id: id.clone(),
-            image,
-            rows,
-        });
-    }
-    views
-}
-
-/// A cluster's state for `image`, and for one that waits, why (the fleet's own answer).
-fn state_text(
-    snapshot: &FleetSnapshot,
-    found: &FleetReports,
-    ((kind, ns, name), cluster, image): (&(String, String, String), &str, &str),
-    bake: i64,
-    now: jiff::Timestamp,
-) -> String {
-    match cluster_state(found.reports.get(cluster), image, bake, now) {
-        ClusterState::Done => "done".into(),
-        ClusterState::Baking(until) => format!("baking until {until}"),
-        ClusterState::Rolling(phase) => format!("rolling ({phase})"),
-        ClusterState::Failed(phase) => format!("failed ({phase})"),
-        ClusterState::Waiting | ClusterState::NotReported(_) => {
-            let me = snapshot
-                .clusters
-                .get(cluster)
-                .cloned()
-                .unwrap_or(ClusterIdentity {
-                    name: cluster.to_string(),
-                    ..Default::default()
-                });
-            match snapshot.gate(&me, (kind, ns, name), image, now) {
-                Gate::Hold(h) => format!("held: {}", h.message),
-                Gate::Open { .. } => "may start".into(),
-                Gate::Free(why) => why,
-            }
-        }
-    }
-}
-
 fn table(snapshot: &FleetSnapshot, has_status: bool, now: jiff::Timestamp) -> String {
     if let Some(problem) = &snapshot.problem {
         return format!("the Fleet cannot be read: {problem}");
@@ -201,7 +105,7 @@ fn table(snapshot: &FleetSnapshot, has_status: bool, now: jiff::Timestamp) -> St
     if !has_status {
         out.push_str("\nno status branch yet: no cluster has reported");
     }
-    for view in rollouts(snapshot, now) {
+    for view in fleet_view(snapshot, now) {
         let (kind, ns, name) = &view.id;
         out.push_str(&format!(
             "\n\n{ns}/{name} ({kind}): {}\n",
@@ -240,30 +144,10 @@ fn table(snapshot: &FleetSnapshot, has_status: bool, now: jiff::Timestamp) -> St
     out.trim_end().to_string()
 }
 
-fn as_json(snapshot: &FleetSnapshot, now: jiff::Timestamp) -> serde_json::Value {
-    let rollouts: Vec<serde_json::Value> = rollouts(snapshot, now)
-        .into_iter()
-        .map(|v| {
-            json!({
-                "kind": v.id.0, "namespace": v.id.1, "name": v.id.2, "image": v.image,
-                "clusters": v.rows.iter().map(|r| json!({
-                    "wave": r.wave, "cluster": r.cluster, "state": r.state,
-                    "phase": r.phase, "stable": r.stable, "canary": r.canary,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    json!({
-        "fleet": snapshot.name,
-        "problem": snapshot.problem,
-        "clusters": snapshot.clusters.keys().collect::<Vec<_>>(),
-        "rollouts": rollouts,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ClusterIdentity;
     use crate::plan::fleet::Report;
 
     fn t(s: &str) -> jiff::Timestamp {

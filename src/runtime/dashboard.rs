@@ -38,6 +38,25 @@ struct Shared {
     rollouts: RolloutStores,
     client: kube::Client,
     history: Option<StatusHistory>,
+    fleet: Option<FleetSnapshots>,
+}
+
+/// The fleet's snapshots as the fleet loop reads them from Git.
+pub type FleetSnapshots =
+    tokio::sync::watch::Receiver<Option<Arc<crate::plan::fleet::FleetSnapshot>>>;
+
+/// Where the fleet stands (`linnet fleet status --output json`, from this agent's last read
+/// of Git): `{"fleet": null}` without `--fleet`, `{"fleet": null, "reading": true}` before the
+/// first read.
+async fn fleet_view(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
+    let Some(fleet) = &shared.fleet else {
+        return axum::Json(json!({"fleet": null}));
+    };
+    let snapshot = fleet.borrow().clone();
+    axum::Json(match snapshot {
+        Some(s) => crate::plan::fleet::view::as_json(&s, jiff::Timestamp::now()),
+        None => json!({"fleet": null, "reading": true}),
+    })
 }
 
 /// The dashboard's routes over `rollouts`; `client` reads a rollout's Kubernetes events,
@@ -47,6 +66,7 @@ pub fn router(
     client: kube::Client,
     history: Option<StatusHistory>,
     trace_link: Option<String>,
+    fleet: Option<FleetSnapshots>,
 ) -> Router {
     if let Some(link) = trace_link {
         let _ = TRACE_LINK.set(link);
@@ -68,10 +88,12 @@ pub fn router(
             get(rollout_history),
         )
         .route("/api/events", get(events))
+        .route("/api/fleet", get(fleet_view))
         .with_state(Arc::new(Shared {
             rollouts,
             client,
             history,
+            fleet,
         }))
 }
 
@@ -284,7 +306,24 @@ fn change_event<K>(change: Change<K>, card: fn(&K) -> Value) -> Event {
     Event::default().event(name).data(data.to_string())
 }
 
-/// The whole list first, then each rollout as it changes.
+/// The fleet's view now and at each new read of Git (nothing without `--fleet`).
+fn fleet_events(fleet: Option<FleetSnapshots>) -> impl Stream<Item = Event> + Send {
+    futures::stream::unfold((fleet, true), |(rx, first)| async move {
+        let mut rx = rx?;
+        if !first {
+            rx.changed().await.ok()?;
+        }
+        let snapshot = rx.borrow_and_update().clone();
+        let view = match snapshot {
+            Some(s) => crate::plan::fleet::view::as_json(&s, jiff::Timestamp::now()),
+            None => json!({"fleet": null, "reading": true}),
+        };
+        let event = Event::default().event("fleet").data(view.to_string());
+        Some((event, (Some(rx), false)))
+    })
+}
+
+/// The whole list first, then each rollout as it changes (and the fleet, with `--fleet`).
 async fn events(
     State(shared): State<Arc<Shared>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -298,8 +337,12 @@ async fn events(
     let deploys = changes
         .deployments
         .map(|c| change_event(c, |o: &CanaryDeployment| deployment(o)));
+    let fleet = fleet_events(shared.fleet.clone());
     let stream = futures::stream::once(async move { first })
-        .chain(futures::stream::select(sets, deploys))
+        .chain(futures::stream::select(
+            futures::stream::select(sets, deploys),
+            fleet,
+        ))
         .map(Ok);
     Sse::new(stream).keep_alive(KeepAlive::default())
 }

@@ -18,7 +18,7 @@ use crate::source::hooks::WakeReceiver;
 pub async fn run(
     config: FleetConfig,
     interval: Duration,
-    snapshots: watch::Sender<Option<Arc<FleetSnapshot>>>,
+    state: Arc<super::state::AgentState>,
     mut wakes: WakeReceiver,
     metrics: Arc<crate::telemetry::Metrics>,
 ) {
@@ -68,7 +68,7 @@ pub async fn run(
                     problem_said = Some(snapshot.problem.clone());
                 }
                 tracing::debug!(clusters = snapshot.clusters.len(), reports = ?snapshot.reports, "fleet read");
-                publish(&snapshots, snapshot);
+                publish(&state.fleet, snapshot);
             }
             outcome => {
                 count(&metrics, "error");

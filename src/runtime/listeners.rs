@@ -83,6 +83,11 @@ pub async fn serve_all(
         metrics: metrics.clone(),
         cluster: config.cluster.clone(),
     });
+    // The dashboard's fleet view (`--fleet`).
+    let fleet = config
+        .fleet
+        .as_ref()
+        .map(|_| shared.state.fleet.subscribe());
     let probes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -119,24 +124,8 @@ pub async fn serve_all(
         listeners.push(("metrics", addr, metrics_app, None));
     }
     if let Some(addr) = config.dashboard_listen {
-        listeners.push((
-            "dashboard",
-            addr,
-            hosts.guard(super::dashboard::router(
-                rollouts,
-                client,
-                config
-                    .writeback
-                    .as_ref()
-                    .map(|w| super::dashboard::StatusHistory {
-                        clone_dir: w.cache_dir.clone(),
-                        branch: w.remote.branch.clone(),
-                        cluster: w.cluster.name.clone(),
-                    }),
-                config.trace_link.clone(),
-            )),
-            None,
-        ));
+        let app = dashboard(config, rollouts, client, fleet);
+        listeners.push(("dashboard", addr, hosts.guard(app), None));
     }
     for (what, addr, app, on_refused) in listeners {
         let listener = bind(addr, what).await?;
@@ -144,6 +133,25 @@ pub async fn serve_all(
         tasks.spawn(what, serve(listener, app, config.serve_limits, on_refused));
     }
     Ok(())
+}
+
+/// The dashboard's routes: the rollouts, their history in Git (with write-back) and the
+/// fleet's view (with `--fleet`).
+fn dashboard(
+    config: &AgentConfig,
+    rollouts: RolloutStores,
+    client: kube::Client,
+    fleet: Option<super::dashboard::FleetSnapshots>,
+) -> Router {
+    let history = config
+        .writeback
+        .as_ref()
+        .map(|w| super::dashboard::StatusHistory {
+            clone_dir: w.cache_dir.clone(),
+            branch: w.remote.branch.clone(),
+            cluster: w.cluster.name.clone(),
+        });
+    super::dashboard::router(rollouts, client, history, config.trace_link.clone(), fleet)
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {

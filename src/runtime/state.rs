@@ -150,6 +150,9 @@ pub struct AgentState {
     /// Told after every change of `status`, for the LinnetSource object.
     changed: tokio::sync::watch::Sender<()>,
     ready: AtomicBool,
+    /// The fleet as last read from Git (`--fleet`; `None` until then, and without one).
+    pub fleet:
+        tokio::sync::watch::Sender<Option<std::sync::Arc<crate::plan::fleet::FleetSnapshot>>>,
 }
 
 impl AgentState {
@@ -161,6 +164,7 @@ impl AgentState {
             }),
             changed: tokio::sync::watch::Sender::new(()),
             ready: AtomicBool::new(false),
+            fleet: tokio::sync::watch::Sender::new(None),
         }
     }
 

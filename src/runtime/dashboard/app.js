@@ -7,6 +7,7 @@ const rollouts = new Map();
 const eventsOf = new Map(); // key -> the rollout's Kubernetes events, newest first
 const historyOf = new Map(); // key -> its status file's commits on the status branch
 let listed = false;
+let fleet = null; // the fleet's view (with --fleet): /api/fleet, then "fleet" events
 window.linnetUpdates = 0;
 
 function key(r) { return r.short + "/" + r.namespace + "/" + r.name; }
@@ -240,10 +241,46 @@ function trace(r) {
   return r.traceUrl ? h("a", { href: r.traceUrl, rel: "noopener" }, id) : id;
 }
 
+// Where each wave and cluster stands for each rollout of the fleet, from this agent's last
+// read of Git (the other clusters' status files), as `linnet fleet status` shows it.
+function fleetSummary() {
+  if (!fleet || !fleet.fleet) return null;
+  return h("p", { class: "fleet-summary" }, "Fleet ", h("b", {}, fleet.fleet), ": ",
+    fleet.clusters.length + " cluster(s) reporting. ", h("a", { href: "#/fleet" }, "Waves and clusters →"));
+}
+
+function fleetTone(state) {
+  if (state === "done") return "ok";
+  if (state.startsWith("failed")) return "bad";
+  if (state.startsWith("held") || state.startsWith("baking")) return "wait";
+  return "run";
+}
+
+function fleetPage() {
+  const back = h("p", {}, h("a", { href: "#/" }, "← All rollouts"));
+  if (!fleet || fleet.reading) return h("section", {}, back, h("p", { class: "muted" }, "Reading the fleet from Git…"));
+  if (!fleet.fleet) return h("section", {}, back, h("p", { class: "muted" }, "This agent is in no fleet (--fleet)."));
+  if (fleet.problem) return h("section", {}, back, h("div", { class: "next bad" }, h("b", {}, "The Fleet cannot be read: every new image waits"), fleet.problem));
+  return h("section", { "data-fleet": fleet.fleet }, back,
+    h("h1", {}, "Fleet " + fleet.fleet),
+    h("p", { class: "muted" }, "From Git: the Fleet and every cluster's status files (" + fleet.clusters.join(", ") + "). Each cluster's agent decides from the same."),
+    fleet.rollouts.length === 0 ? h("p", { class: "muted" }, "No cluster has reported a rollout yet.") : null,
+    fleet.rollouts.map(r => [
+      h2(r.namespace + "/" + r.name + " (" + r.kind + "): " + (r.image || "no image reported")),
+      h("table", { class: "fleet" },
+        h("thead", {}, h("tr", {}, ["Wave", "Cluster", "Phase", "Stable", "Canary", "State"].map(t => h("th", {}, t)))),
+        h("tbody", {}, r.clusters.map(c => h("tr", { "data-cluster": c.cluster },
+          h("td", {}, c.wave), h("td", {}, c.cluster), h("td", {}, c.phase),
+          h("td", {}, c.stable), h("td", {}, c.canary),
+          h("td", {}, h("span", { class: "badge " + fleetTone(c.state) }, c.state.split(":")[0]),
+            c.state.includes(":") ? h("span", { class: "msg" }, " " + c.state.slice(c.state.indexOf(":") + 1)) : null)))))]));
+}
+
 function render() {
   const route = currentKey();
   const main = document.getElementById("main");
-  main.replaceChildren(route ? detail(route) : list());
+  if (route === "fleet") main.replaceChildren(fleetPage());
+  else main.replaceChildren(route ? detail(route) : h("div", {}, fleetSummary(), list()));
   document.title = route ? route + " · linnet" : "linnet";
 }
 
@@ -277,14 +314,25 @@ function connect() {
     window.linnetUpdates++;
     render();
   });
+  events.addEventListener("fleet", e => {
+    fleet = JSON.parse(e.data);
+    window.linnetUpdates++;
+    render();
+  });
   // EventSource reconnects by itself; the next snapshot replaces everything.
   events.onerror = () => live(false, "reconnecting…");
 }
 
+// A wave's bake ends with no new read of Git: the fleet's view is asked again as time passes.
+function loadFleet() {
+  fetch("/api/fleet").then(r => r.json()).then(f => { fleet = f; render(); }).catch(() => {});
+}
+
 window.addEventListener("hashchange", () => {
-  if (currentKey()) loadEvents(currentKey());
+  if (currentKey() === "fleet") loadFleet();
+  else if (currentKey()) loadEvents(currentKey());
   render();
 });
-if (currentKey()) loadEvents(currentKey());
-setInterval(render, 30000); // ages only; the data comes by events
+if (currentKey() && currentKey() !== "fleet") loadEvents(currentKey());
+setInterval(() => { if (fleet && fleet.fleet) loadFleet(); else render(); }, 30000); // ages and bakes; the data comes by events
 connect();

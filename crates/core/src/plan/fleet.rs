@@ -454,3 +454,4 @@ impl FleetSnapshot {
 
 #[cfg(test)]
 mod tests;
+pub mod view;

@@ -134,6 +134,7 @@ bench: cluster-build node-build render-build gateway-build deps
 	LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" tests/cluster/with-cluster.sh $(CARGO) bench --bench render
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench traffic
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench node
+	tests/cluster/with-cluster.sh $(CARGO) bench --bench fleet
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on

@@ -1,13 +1,16 @@
 //! A fleet's hold on this cluster's rollouts (issue 73): the latest [`FleetSnapshot`] the
 //! fleet loop read from Git (`runtime::fleet`), and this cluster's identity. A reconcile asks
-//! whether its rollout may start its spec's new image; each new snapshot wakes every rollout.
+//! whether its rollout may start its spec's new image; a new snapshot wakes the rollouts whose
+//! reports changed (every rollout when the Fleet itself did).
 
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
+use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
 use crate::api::{ClusterIdentity, RolloutAnalysis};
+use crate::plan::fleet::changes::{FleetChange, fleet_change};
 use crate::plan::fleet::{FleetSnapshot, Gate, Hold, HoldReason, with_wave_analysis};
 
 /// The latest snapshot, `None` until the first read of Git.
@@ -84,13 +87,43 @@ impl FleetGates {
         self.snapshot.clone()
     }
 
-    /// Fires on every new snapshot (never without a fleet).
-    pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
+    /// Each new snapshot's change from the one before (never without a fleet).
+    fn changes(&self) -> impl Stream<Item = FleetChange> + Send + 'static {
         let rx = self.snapshot.clone();
-        futures::stream::unfold(rx, |rx| async move {
+        futures::stream::unfold((rx, None), |(rx, last)| async move {
             let mut rx = rx?;
             rx.changed().await.ok()?;
-            Some(((), Some(rx)))
+            let now = rx.borrow_and_update().clone();
+            let change = match &now {
+                Some(s) => fleet_change(last.as_deref(), s),
+                None => FleetChange::All,
+            };
+            Some((change, (Some(rx), now)))
+        })
+    }
+
+    /// Fires when any rollout's answer may have changed: the Fleet itself, its clusters.
+    pub fn changed_all(&self) -> impl Stream<Item = ()> + Send + 'static {
+        self.changes()
+            .filter_map(|c| async move { (c == FleetChange::All).then_some(()) })
+    }
+
+    /// The rollouts of kind `K` whose reports changed in a new snapshot (a status commit of
+    /// some cluster): only these are looked at again.
+    pub fn changed_rollouts<K>(&self) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+    where
+        K: kube::Resource<DynamicType = ()> + 'static,
+    {
+        self.changes().flat_map(|c| {
+            let refs: Vec<ObjectRef<K>> = match c {
+                FleetChange::All => Vec::new(),
+                FleetChange::Rollouts(ids) => ids
+                    .into_iter()
+                    .filter(|(kind, _, _)| kind == K::kind(&()).as_ref())
+                    .map(|(_, ns, name)| ObjectRef::new(&name).within(&ns))
+                    .collect(),
+            };
+            futures::stream::iter(refs)
         })
     }
 }
@@ -129,5 +162,53 @@ mod tests {
             "{}",
             hold.message
         );
+    }
+
+    #[tokio::test]
+    async fn a_status_commit_wakes_the_rollouts_whose_reports_changed_and_the_fleet_wakes_all() {
+        use crate::api::CanaryDeployment;
+        use crate::plan::fleet::Report;
+        let (tx, rx) = watch::channel(None);
+        let gates = FleetGates::new(ClusterIdentity::default(), rx);
+        let mut rollouts = Box::pin(gates.changed_rollouts::<CanaryDeployment>());
+        let mut all = Box::pin(gates.changed_all());
+        let waves = "waves:\n- {name: a, clusters: [eu-1]}\n";
+        let mut first = snapshot(waves);
+        let id = |kind: &str, name: &str| (kind.to_string(), "shop".to_string(), name.to_string());
+        let report = |phase: &str| Report {
+            phase: phase.into(),
+            ..Default::default()
+        };
+        for name in ["web", "api"] {
+            first.reports.insert(
+                id("CanaryDeployment", name),
+                [("eu-1".into(), report("Completed"))].into(),
+            );
+        }
+        tx.send_replace(Some(Arc::new(first.clone())));
+        // The first read looks at every rollout (and is where the next change is told from).
+        all.next().await.unwrap();
+        let quiet = tokio::time::timeout(std::time::Duration::from_millis(200), rollouts.next());
+        assert!(quiet.await.is_err(), "the first read names no one rollout");
+        let mut second = first.clone();
+        second.reports.insert(
+            id("CanaryDeployment", "web"),
+            [("eu-1".into(), report("Progressing"))].into(),
+        );
+        second.reports.insert(
+            id("CanaryStatefulSet", "db"),
+            [("eu-1".into(), report("Stable"))].into(),
+        );
+        tx.send_replace(Some(Arc::new(second)));
+        let woken = rollouts.next().await.unwrap();
+        assert_eq!(
+            (woken.name.as_str(), woken.namespace.as_deref()),
+            ("web", Some("shop"))
+        );
+        // An approval in the Fleet: every rollout again.
+        let mut third = first;
+        third.spec.report_deadline_seconds = 30;
+        tx.send_replace(Some(Arc::new(third)));
+        all.next().await.unwrap();
     }
 }

@@ -52,8 +52,10 @@ where
         .trigger_backoff(crate::watch::backoff::NoTriggerBackoff)
         // A shard taken over (or given up) looks at every rollout again.
         .reconcile_all_on(ctx.shards.changes())
-        // A fleet's new read of Git may let a held rollout start (or hold a new image).
-        .reconcile_all_on(ctx.fleet.changes())
+        // A fleet's new read of Git may let a held rollout start (or hold a new image): every
+        // rollout when the Fleet changed, else those whose reports did.
+        .reconcile_all_on(ctx.fleet.changed_all())
+        .reconcile_on(ctx.fleet.changed_rollouts::<K>())
         .reconcile_on(traffic)
         .reconcile_on(config)
         .owns_stream(jobs)

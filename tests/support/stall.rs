@@ -7,7 +7,7 @@
 //! the decrypted request.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -30,6 +30,8 @@ pub struct StallProxy {
     pub addr: SocketAddr,
     mode: Arc<Mutex<Mode>>,
     stalled_connections: Arc<AtomicUsize>,
+    /// Bytes passed on, both ways, and connections made through the proxy.
+    forwarded: Arc<(AtomicU64, AtomicUsize)>,
 }
 
 impl StallProxy {
@@ -48,7 +50,8 @@ impl StallProxy {
         let (tx, rx) = std::sync::mpsc::channel();
         let mode = Arc::new(Mutex::new(Mode::Forward));
         let stalled_connections = Arc::new(AtomicUsize::new(0));
-        let (m, n) = (mode.clone(), stalled_connections.clone());
+        let forwarded = Arc::new((AtomicU64::new(0), AtomicUsize::new(0)));
+        let (m, n, f) = (mode.clone(), stalled_connections.clone(), forwarded.clone());
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -63,6 +66,8 @@ impl StallProxy {
                         continue;
                     };
                     let (m, n, acceptor) = (m.clone(), n.clone(), acceptor.clone());
+                    let f = f.clone();
+                    f.1.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
                         if *m.lock().unwrap() == Mode::StallAll {
                             return hold(client, &n).await;
@@ -70,10 +75,10 @@ impl StallProxy {
                         match acceptor {
                             Some(acceptor) => {
                                 if let Ok(tls) = acceptor.accept(client).await {
-                                    handle(tls, target, m, n).await;
+                                    handle(tls, target, m, n, f).await;
                                 }
                             }
-                            None => handle(client, target, m, n).await,
+                            None => handle(client, target, m, n, f).await,
                         }
                     });
                 }
@@ -83,7 +88,16 @@ impl StallProxy {
             addr: rx.recv().unwrap(),
             mode,
             stalled_connections,
+            forwarded,
         }
+    }
+
+    /// (bytes passed on both ways, connections accepted) so far.
+    pub fn traffic(&self) -> (u64, usize) {
+        (
+            self.forwarded.0.load(Ordering::SeqCst),
+            self.forwarded.1.load(Ordering::SeqCst),
+        )
     }
 
     pub fn set(&self, mode: Mode) {
@@ -106,8 +120,13 @@ impl StallProxy {
     }
 }
 
-async fn handle<S>(client: S, target: SocketAddr, mode: Arc<Mutex<Mode>>, stalled: Arc<AtomicUsize>)
-where
+async fn handle<S>(
+    client: S,
+    target: SocketAddr,
+    mode: Arc<Mutex<Mode>>,
+    stalled: Arc<AtomicUsize>,
+    forwarded: Arc<(AtomicU64, AtomicUsize)>,
+) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut client_read, client_write) = tokio::io::split(client);
@@ -133,11 +152,20 @@ where
     if n > 0 && server_write.write_all(&first[..n]).await.is_err() {
         return;
     }
+    forwarded.0.fetch_add(n as u64, Ordering::SeqCst);
+    let ways = (mode.clone(), stalled.clone(), forwarded.clone());
     tokio::join!(
-        pump(client_read, server_write, mode.clone(), stalled.clone()),
-        pump(server_read, client_write, mode, stalled),
+        pump(client_read, server_write, ways),
+        pump(server_read, client_write, (mode, stalled, forwarded)),
     );
 }
+
+/// The proxy's mode, its count of stalled connections, and its traffic.
+type Shared = (
+    Arc<Mutex<Mode>>,
+    Arc<AtomicUsize>,
+    Arc<(AtomicU64, AtomicUsize)>,
+);
 
 /// Keeps the connection open and says nothing, for as long as the test runs.
 async fn hold<C>(connection: C, stalled: &AtomicUsize) {
@@ -148,7 +176,7 @@ async fn hold<C>(connection: C, stalled: &AtomicUsize) {
 
 /// Copies `from` to `to` until either closes; when the proxy stalls everything, an open
 /// connection goes silent too (its bytes are read and never passed on).
-async fn pump<R, W>(mut from: R, mut to: W, mode: Arc<Mutex<Mode>>, stalled: Arc<AtomicUsize>)
+async fn pump<R, W>(mut from: R, mut to: W, (mode, stalled, forwarded): Shared)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -165,5 +193,6 @@ where
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
+        forwarded.0.fetch_add(n as u64, Ordering::SeqCst);
     }
 }

@@ -452,6 +452,7 @@ impl FleetSnapshot {
     }
 }
 
+pub mod changes;
 #[cfg(test)]
 mod tests;
 pub mod view;

@@ -19,13 +19,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use linnet::api::DeploymentPhase;
 use serde_json::json;
 use support::agent::{Agent, SECRET, start_agent_env, wait_ready};
 use support::bench::{env_or, sh};
-use support::fleet::{Member, start_clusters, three_members, web_of};
+use support::fleet::{Member, completed_since, push, start_clusters, three_members};
 use support::stall::StallProxy;
-use support::{git, git_http, push_hook};
+use support::{git_http, push_hook};
 
 const BAKE: i64 = 5;
 const FLEET: &str = "\
@@ -71,33 +70,6 @@ fn web(ns: &str, image: &str) -> String {
     let spec =
         support::rollout::batched_web(ns, json!({"image": image, "pause": "None", "replicas": 2}));
     serde_saphyr::to_string(&spec).unwrap()
-}
-
-fn push(work: &std::path::Path, files: &[(&str, &str)], message: &str) {
-    for (path, text) in files {
-        let p = work.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    git(work, &["add", "-A"]);
-    git(work, &["commit", "-qm", message]);
-    git(work, &["push", "-q", "origin", "HEAD:main"]);
-}
-
-/// When `web` Completed `image` in `m`'s cluster (its status's `since`, whole seconds, as
-/// its status file says and the fleet bakes from).
-async fn completed_since(m: &Member, ns: &str, image: &str) -> jiff::Timestamp {
-    support::eventually(
-        &format!("{} Completed on {image}", m.name),
-        Duration::from_secs(120),
-        || async {
-            let s = web_of(m, ns).await?.status?;
-            (s.phase == Some(DeploymentPhase::Completed)
-                && s.stable_image.as_deref() == Some(image))
-            .then_some(s.phase_since?.0)
-        },
-    )
-    .await
 }
 
 /// When the first pod of `image` showed in `m`'s cluster (polled every 50 ms).
@@ -178,7 +150,7 @@ async fn run(rounds: usize, idle: u64) -> String {
     // curl posts the same event to every URL it is given.
     push_hook::install_github_push_hook(&bare, SECRET, &hooks.join(" ")).unwrap();
     for m in &fleet {
-        completed_since(m, &ns.name, "web:1").await;
+        completed_since(m, &ns.name, "web:1", 120).await;
     }
 
     let mut rows = String::from(
@@ -190,14 +162,14 @@ async fn run(rounds: usize, idle: u64) -> String {
         push(&work, &[("apps/web.yaml", &web(&ns.name, &image))], &image);
         let mut cells = Vec::new();
         for k in 0..2 {
-            let done = completed_since(&fleet[k], &ns.name, &image).await;
+            let done = completed_since(&fleet[k], &ns.name, &image, 120).await;
             let bake_end = done + jiff::SignedDuration::from_secs(BAKE);
             let first = first_pod(&fleet[k + 1], &ns.name, &image).await;
             let took = first.duration_since(bake_end);
             all.push(ms(took));
             cells.push(format!("{} ms", ms(took)));
         }
-        completed_since(&fleet[2], &ns.name, &image).await;
+        completed_since(&fleet[2], &ns.name, &image, 120).await;
         rows += &format!("| {image} | {} | {} |\n", cells[0], cells[1]);
     }
     all.sort();

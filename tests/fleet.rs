@@ -22,7 +22,7 @@ use linnet::api::DeploymentPhase;
 use serde_json::json;
 use support::agent::{Agent, start_agent_env, wait_ready};
 use support::fleet::{
-    Member, completed_on, in_phase_for, message, start_clusters, three_members, web_of,
+    Member, completed_on, in_phase_for, message, push, start_clusters, three_members, web_of,
 };
 use support::{eventually, git, holds_for};
 
@@ -51,17 +51,6 @@ fn web(ns: &str, image: &str) -> String {
                "progressDeadlineSeconds": 12, "replicas": 2}),
     );
     serde_saphyr::to_string(&spec).unwrap()
-}
-
-fn push(work: &Path, files: &[(&str, &str)], message: &str) {
-    for (path, text) in files {
-        let p = work.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    git(work, &["add", "-A"]);
-    git(work, &["commit", "-qm", message]);
-    git(work, &["push", "-q", "origin", "HEAD:main"]);
 }
 
 fn start(m: &Member, bare: &Path, ns: &str) -> Agent {

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use linnet::api::{CanaryDeployment, DeploymentPhase};
 use serde_json::json;
 use support::agent::{Agent, SECRET, start_agent_env, wait_ready};
-use support::fleet::{Member, completed_on, message, start_clusters, three_members, web_of};
+use support::fleet::{
+    Member, completed_on, completed_since, message, push, start_clusters, three_members, web_of,
+};
 use support::gitea::{ADMIN, Gitea};
 use support::stall::{Mode, StallProxy};
 use support::tls::TestCa;
@@ -89,18 +91,6 @@ fn wave_health(ns: &str, port: u16) -> String {
     serde_saphyr::to_string(&t).unwrap()
 }
 
-fn push(work: &Path, files: &[(&str, &str)], message: &str) {
-    for (path, text) in files {
-        let p = work.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    git(work, &["add", "-A"]);
-    git(work, &["commit", "-qm", message]);
-    git(work, &["pull", "-q", "--rebase", "origin", "main"]);
-    git(work, &["push", "-q", "origin", "HEAD:main"]);
-}
-
 /// `m`'s agent, following the repository at `url` (Gitea, or a proxy in front of it).
 fn start(m: &Member, url: &str, gitea: &Gitea, ca_file: &Path, ns: &str) -> Agent {
     std::fs::create_dir_all(&m.dir).unwrap();
@@ -149,21 +139,6 @@ fn record_images(m: &Member, ns: &str, seen: Arc<Mutex<BTreeSet<String>>>) {
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
     });
-}
-
-/// When `web` entered its Completed phase on `image` in `m`'s cluster, once it has.
-async fn completed_since(m: &Member, ns: &str, image: &str, within: u64) -> jiff::Timestamp {
-    eventually(
-        &format!("{} Completed on {image}", m.name),
-        Duration::from_secs(within),
-        || async {
-            let s = web_of(m, ns).await?.status?;
-            (s.phase == Some(DeploymentPhase::Completed)
-                && s.stable_image.as_deref() == Some(image))
-            .then_some(s.phase_since?.0)
-        },
-    )
-    .await
 }
 
 async fn open_pull_requests(gitea: &Gitea) -> Vec<(i64, String)> {

@@ -66,7 +66,8 @@ pub fn image_edits(
         Some(Rendered::Kustomization) => {
             match rendered_edit::set_kustomize_image(&revert.path, &text, from, &revert.good) {
                 Err(e @ RevertError::Rendered { .. }) if revert.shared_base && from.is_some() => {
-                    base_edit(repo, tree, &revert.path, &text, revert, 0)?.ok_or(e.into())
+                    let mut seen = std::collections::BTreeSet::new();
+                    base_edit(repo, tree, &revert.path, &text, revert, &mut seen)?.ok_or(e.into())
                 }
                 edited => Ok(one(edited?)),
             }
@@ -103,6 +104,9 @@ pub fn image_edits(
 /// The files to write (path, new text), or `None` when Git no longer asks for the failed image.
 type Edits = Option<Vec<(String, String)>>;
 
+/// The most resources (directories and files) a revert follows below an overlay.
+const MAX_BASE_PATHS: usize = 64;
+
 /// The kustomization files a base directory may have.
 const KUSTOMIZATION_NAMES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
@@ -110,23 +114,26 @@ const KUSTOMIZATION_NAMES: [&str; 3] = ["kustomization.yaml", "kustomization.yml
 /// `images:` does not set it: its `resources:`, depth first, each base's `images:` before its
 /// own resources, and each file whose rollout asks for the image. Only for a fleet with
 /// `onFailure: revert` ([`Revert::shared_base`]), since other overlays share the base.
-/// `None`: not found below (at most 8 levels); `Some(None)`: found, but Git moved on.
+/// `None`: not found below (each path once, at most [`MAX_BASE_PATHS`]); `Some(None)`: found,
+/// but Git moved on.
 fn base_edit(
     repo: &Repository,
     tree: &Tree<'_>,
     path: &str,
     text: &str,
     revert: &Revert,
-    depth: usize,
+    seen: &mut std::collections::BTreeSet<String>,
 ) -> Result<Option<Edits>, EditError> {
-    if depth >= 8 {
-        return Ok(None);
-    }
     let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
     for resource in rendered_edit::kustomize_resources(text) {
         let Some(joined) = rendered_edit::resource_path(dir, &resource) else {
             continue;
         };
+        // The repository is the pusher's: a base that lists itself, or a wide tree of bases,
+        // is read once and only up to a budget.
+        if seen.len() >= MAX_BASE_PATHS || !seen.insert(joined.clone()) {
+            continue;
+        }
         let mut base = None;
         for name in KUSTOMIZATION_NAMES {
             let k = format!("{joined}/{name}");
@@ -142,7 +149,7 @@ fn base_edit(
                 Err(RevertError::Rendered { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            if let Some(found) = base_edit(repo, tree, &k, &t, revert, depth + 1)? {
+            if let Some(found) = base_edit(repo, tree, &k, &t, revert, seen)? {
                 return Ok(Some(found));
             }
             continue;
@@ -263,6 +270,30 @@ mod tests {
         .unwrap();
         assert_eq!(edits[0].0, "base/kustomization.yaml");
         assert!(edits[0].1.contains("newTag: \"4\""), "{}", edits[0].1);
+    }
+
+    #[test]
+    fn bases_that_list_each_other_are_read_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, id) = tree_of(
+            dir.path(),
+            &[
+                ("a/kustomization.yaml", "resources: [../b, ../a, ../b]\n"),
+                ("b/kustomization.yaml", "resources: [../a, ../b]\n"),
+                ("clusters/x/kustomization.yaml", "resources: [../../a]\n"),
+            ],
+        );
+        let tree = repo.find_tree(id).unwrap();
+        let refused = image_edits(
+            &repo,
+            &tree,
+            &web_revert("clusters/x/kustomization.yaml", true),
+        )
+        .unwrap_err();
+        assert!(matches!(
+            refused,
+            EditError::Revert(RevertError::Rendered { .. })
+        ));
     }
 
     #[test]

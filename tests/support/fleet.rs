@@ -174,3 +174,35 @@ pub async fn three_members(extra: &[ExtraCluster], ns: &str, dir: &Path) -> Vec<
     }
     fleet
 }
+
+/// Writes `files` in clone `work`, commits them and pushes to `main` (after any commit another
+/// pushed, as a person would).
+pub fn push(work: &Path, files: &[(&str, &str)], message: &str) {
+    for (path, text) in files {
+        let p = work.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    super::git(work, &["add", "-A"]);
+    super::git(work, &["commit", "-qm", message]);
+    if !super::git(work, &["ls-remote", "--heads", "origin", "main"]).is_empty() {
+        super::git(work, &["pull", "-q", "--rebase", "origin", "main"]);
+    }
+    super::git(work, &["push", "-q", "origin", "HEAD:main"]);
+}
+
+/// When `web` Completed `image` in `m`'s cluster (its status's `since`, whole seconds, as its
+/// status file says and the fleet bakes from), waiting up to `within` seconds.
+pub async fn completed_since(m: &Member, ns: &str, image: &str, within: u64) -> jiff::Timestamp {
+    super::eventually(
+        &format!("{} Completed on {image}", m.name),
+        Duration::from_secs(within),
+        || async {
+            let s = web_of(m, ns).await?.status?;
+            (s.phase == Some(DeploymentPhase::Completed)
+                && s.stable_image.as_deref() == Some(image))
+            .then_some(s.phase_since?.0)
+        },
+    )
+    .await
+}

@@ -104,16 +104,35 @@ impl EventRecorders {
             secondary: None,
         };
         if let Err(e) = self.publish(&event, object).await {
-            // The object's namespace is going away: nobody will read the event.
-            if matches!(&e, kube::Error::Api(s) if s.message.contains("is being terminated")) {
-                tracing::debug!(reason, "no event: its namespace is being deleted");
-                return;
+            log_unpublished(&e, reason);
+        }
+    }
+
+    /// Publishes an event exactly once, across restarts and replicas: its name comes from
+    /// `key`, what the event was decided from. The same decision made again (by the next
+    /// leader after a `kill -9` between publishing and writing the status) makes the same
+    /// name, and the API server refuses the second (409). The Recorder cannot: it names an
+    /// event by the time it is published. A failure to publish is logged, never fatal.
+    pub async fn publish_once(
+        &self,
+        regarding: &ObjectReference,
+        key: &[u8],
+        warning: bool,
+        reason: &str,
+        message: &str,
+    ) {
+        use kube::api::{Api, PostParams};
+        let event = decided_event(&self.reporter, regarding, key, warning, reason, message);
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(
+            self.client.clone(),
+            regarding.namespace.as_deref().unwrap_or("default"),
+        );
+        match api.create(&PostParams::default(), &event).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::debug!(reason, "event already published by an earlier reconcile");
             }
-            let error = crate::error::kube_message_hinted(
-                &e,
-                "; linnet's identity may not: grant events.k8s.io in its ClusterRole (deploy/rbac.yaml)",
-            );
-            tracing::warn!(%error, reason, "could not publish an event");
+            Err(e) => log_unpublished(&e, reason),
         }
     }
 
@@ -130,6 +149,73 @@ impl EventRecorders {
                 bucket.last_publish = None;
             }
         }
+    }
+}
+
+fn log_unpublished(e: &kube::Error, reason: &str) {
+    // The object's namespace is going away: nobody will read the event.
+    if matches!(e, kube::Error::Api(s) if s.message.contains("is being terminated")) {
+        tracing::debug!(reason, "no event: its namespace is being deleted");
+        return;
+    }
+    let error = crate::error::kube_message_hinted(
+        e,
+        "; linnet's identity may not: grant events.k8s.io in its ClusterRole (deploy/rbac.yaml)",
+    );
+    tracing::warn!(%error, reason, "could not publish an event");
+}
+
+/// The event [`EventRecorders::publish_once`] creates: named `<object>.<16 hex digits>` from
+/// the object's uid, `key` and `reason`, and otherwise as the Recorder makes one.
+fn decided_event(
+    reporter: &Reporter,
+    regarding: &ObjectReference,
+    key: &[u8],
+    warning: bool,
+    reason: &str,
+    message: &str,
+) -> k8s_openapi::api::events::v1::Event {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    for part in [
+        regarding.uid.as_deref().unwrap_or_default().as_bytes(),
+        key,
+        reason.as_bytes(),
+    ] {
+        digest.update((part.len() as u64).to_be_bytes());
+        digest.update(part);
+    }
+    let digest = digest.finalize();
+    // 253 characters at most: a long object name is cut (names are ASCII).
+    let object: String = regarding
+        .name
+        .as_deref()
+        .unwrap_or("linnet")
+        .chars()
+        .take(200)
+        .collect();
+    k8s_openapi::api::events::v1::Event {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{object}.{}", hex::encode(&digest[..8]))),
+            namespace: regarding.namespace.clone(),
+            ..Default::default()
+        },
+        action: Some(event_action(message)),
+        reason: Some(reason.to_string()),
+        note: Some(message.chars().take(1000).collect()),
+        event_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            jiff::Timestamp::now(),
+        )),
+        regarding: Some(regarding.clone()),
+        reporting_controller: Some(reporter.controller.clone()),
+        reporting_instance: Some(
+            reporter
+                .instance
+                .clone()
+                .unwrap_or_else(|| reporter.controller.clone()),
+        ),
+        type_: Some(if warning { "Warning" } else { "Normal" }.to_string()),
+        ..Default::default()
     }
 }
 
@@ -221,6 +307,30 @@ mod tests {
             "6 minutes: kept"
         );
         assert_eq!(at(3), None, "never published: left as it was");
+    }
+
+    #[test]
+    fn the_same_decision_names_the_same_event_and_another_a_new_one() {
+        let reporter = reporter();
+        let mut redis = rollout("shop", "redis");
+        redis.uid = Some("b1d4".into());
+        let name = |object: &ObjectReference, key: &[u8], reason: &str| {
+            decided_event(&reporter, object, key, false, reason, "m")
+                .metadata
+                .name
+                .unwrap_or_default()
+        };
+        let first = name(&redis, b"status 1", "CanaryStarted");
+        assert_eq!(first, name(&redis, b"status 1", "CanaryStarted"));
+        assert!(first.starts_with("redis.") && first.len() == "redis.".len() + 16);
+        assert_ne!(first, name(&redis, b"status 2", "CanaryStarted"));
+        assert_ne!(first, name(&redis, b"status 1", "Promoted"));
+        // The same name made again after the rollout was deleted and made anew is a new event.
+        let mut again = redis.clone();
+        again.uid = Some("c2e5".into());
+        assert_ne!(first, name(&again, b"status 1", "CanaryStarted"));
+        let long = rollout("shop", &"a".repeat(253));
+        assert!(name(&long, b"k", "CanaryStarted").len() <= 253);
     }
 
     #[test]

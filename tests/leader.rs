@@ -105,6 +105,21 @@ async fn the_standby_takes_over_mid_rollout_and_nothing_is_done_twice() {
         )
     })
     .await;
+    // Regression (CI, 2026-12-03): the leader wrote the new phase, was killed before it
+    // published StableScaledDown, and the standby, planning from the new phase, never did.
+    // A phase's events are now published before the status that records it.
+    let events = f
+        .api::<k8s_openapi::api::events::v1::Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    for reason in ["CanaryStarted", "StableScaledDown"] {
+        assert!(
+            events.iter().any(|e| e.reason.as_deref() == Some(reason)),
+            "{reason} is not published yet, though its phase is recorded"
+        );
+    }
     f.kill_agent();
     let killed = Instant::now();
     wait_ready(&standby).await;

@@ -74,9 +74,14 @@ where
             return Err(show_action_failure(ctx, rollout, K::KIND, status, action, e, now).await);
         }
     }
+    // A status written or deferred announced its events; an unchanged one may repeat a
+    // warning (a claim made again), which the Recorder counts up in a series.
     let object = rollout.object_ref(&());
-    let announced = written == StatusWrite::Repeated;
-    for e in planned.events.iter().filter(|_| !announced) {
+    for e in planned
+        .events
+        .iter()
+        .filter(|_| written == StatusWrite::Unchanged)
+    {
         tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
         ctx.publish(&object, e.warning, e.reason, &e.message).await;
     }
@@ -279,9 +284,14 @@ async fn write_first_status<K: RolloutKind>(
         Some(wait) => {
             tracing::debug!(rollout = %format!("{ns}/{name}"), ?wait, "new rollout initializing; its first status waits for its children to be ready");
             planned.requeue_after = Some(planned.requeue_after.map_or(wait, |r| r.min(wait)));
+            let old = rollout.status();
+            super::status_write::announce_once(ctx, rollout, old, &planned.events).await;
             StatusWrite::Deferred
         }
-        None => write_status(ctx, rollout, K::KIND, rollout.status(), &planned.status).await?,
+        None => {
+            let (old, events) = (rollout.status(), &planned.events);
+            write_status(ctx, rollout, K::KIND, old, &planned.status, events).await?
+        }
     })
 }
 

@@ -30,7 +30,7 @@ where
         failure.permanent(),
         now,
     );
-    match write_status(ctx, rollout, kind, Some(planned), &blocked).await {
+    match write_status(ctx, rollout, kind, Some(planned), &blocked, &[]).await {
         Ok(_) => failure,
         Err(e) => e,
     }
@@ -59,12 +59,14 @@ pub(crate) enum StatusWrite {
 /// `rollout` is the object the plan was made from. A reconcile woken by a child's event can
 /// start before the watch has delivered this agent's previous status write; it then plans the
 /// same transition again, and [`OwnStatusWrites`] keeps it from writing and announcing it twice.
+/// `events`, the plan's, are published just before the write, each once ([`announce_once`]).
 pub(crate) async fn write_status<K, S>(
     ctx: &Context,
     rollout: &K,
     kind: &str,
     old: Option<&S>,
     new: &S,
+    events: &[crate::plan::PlanEvent],
 ) -> Result<StatusWrite, ReconcileError>
 where
     K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -89,6 +91,7 @@ where
     let patch = whole_status_patch(new)
         .map_err(kube::Error::SerdeError)
         .doing(|| format!("serializing the status of {kind} {ns}/{name}"))?;
+    announce_once(ctx, rollout, old, events).await;
     let api: kube::Api<K> = kube::Api::namespaced(ctx.client.clone(), &ns);
     api.patch_status(
         &name,
@@ -102,6 +105,35 @@ where
     .doing(|| format!("writing the status of {kind} {ns}/{name}"))?;
     ctx.own_status_writes.record(&key, &planned_from, digest);
     Ok(StatusWrite::Written)
+}
+
+/// Publishes a plan's events (a phase change's) each exactly once, before the status that
+/// records the change is written: a `kill -9` after the write would lose them, and one
+/// before it has the next leader plan the same change from the same status again. Each is
+/// keyed by that status, which only a status write changes, so the second publish is refused.
+pub(crate) async fn announce_once<K, S>(
+    ctx: &Context,
+    rollout: &K,
+    old: Option<&S>,
+    events: &[crate::plan::PlanEvent],
+) where
+    K: kube::Resource<DynamicType = ()>,
+    S: serde::Serialize,
+{
+    if events.is_empty() {
+        return;
+    }
+    let object = rollout.object_ref(&());
+    let from = serde_json::to_vec(&old).unwrap_or_default();
+    let name = rollout.meta().name.as_deref().unwrap_or_default();
+    let ns = rollout.meta().namespace.as_deref().unwrap_or_default();
+    for (i, e) in events.iter().enumerate() {
+        tracing::info!(rollout = %format!("{ns}/{name}"), reason = e.reason, "{}", e.message);
+        let key = [from.as_slice(), &(i as u64).to_be_bytes()].concat();
+        ctx.recorder
+            .publish_once(&object, &key, e.warning, e.reason, &e.message)
+            .await;
+    }
 }
 
 /// Whether `rollout` (from the store) predates a status this agent has written: a reconcile

@@ -196,7 +196,7 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
     let proxy = StallProxy::start(gitea_addr);
     let eu2_url = format!("https://{}", proxy.addr);
     let urls = [gitea.base.clone(), eu2_url, gitea.base.clone()];
-    let agents: Vec<Agent> = fleet
+    let mut agents: Vec<Agent> = fleet
         .iter()
         .zip(&urls)
         .map(|(m, url)| start(m, url, &gitea, &ca_file, &ns.name))
@@ -377,6 +377,27 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
         )
         .await;
     assert_eq!(files[0]["filename"], "base/web.yaml", "{files}");
+    assert!(revert.1.starts_with("linnet/revert/@eu-2/"), "{}", revert.1);
+    // Regression: a restarted agent looks once for its rollout's revert pull requests that Git
+    // no longer needs, and closed eu-2's too (one branch prefix for every cluster).
+    agents[0].kill();
+    agents[0] = start(&fleet[0], &urls[0], &gitea, &ca_file, &ns.name);
+    eventually(
+        "eu-1's look for its own revert pull requests",
+        Duration::from_secs(60),
+        || {
+            let looked = agents[0]
+                .log_text()
+                .contains("looked for revert pull requests Git no longer needs");
+            async move { looked.then_some(()) }
+        },
+    )
+    .await;
+    let open = open_pull_requests(&gitea).await;
+    assert!(
+        open.iter().any(|(n, _)| *n == revert.0),
+        "eu-2's closed: {open:?}"
+    );
     gitea
         .merge_open_pull_request(REPO, revert.0, "Revert web:5")
         .await;

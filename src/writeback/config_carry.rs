@@ -231,6 +231,7 @@ pub fn changes_with_the_image(
         mode: RevertMode::None,
         revision: None,
         shared_base: false,
+        cluster: None,
     };
     let Some(change) = super::config_revert::change_that_brought(repo, tip, &rollout)? else {
         return Ok(Vec::new());

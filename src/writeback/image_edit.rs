@@ -203,6 +203,7 @@ mod tests {
             mode: RevertMode::PullRequest,
             revision: None,
             shared_base,
+            cluster: None,
         }
     }
 

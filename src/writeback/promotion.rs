@@ -257,6 +257,7 @@ pub fn next_edit<'a>(
             mode: RevertMode::PullRequest,
             revision: None,
             shared_base: false,
+            cluster: None,
         }));
     }
     // Rendered: the overlay or Helm release at the path itself sets the image.
@@ -287,6 +288,7 @@ pub fn next_edit<'a>(
             mode: RevertMode::PullRequest,
             revision: None,
             shared_base: false,
+            cluster: None,
         }));
     }
     Err(RevertError::NotInFile {

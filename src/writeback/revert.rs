@@ -36,6 +36,8 @@ pub struct Revert {
     pub revision: Option<String>,
     /// A fleet with `onFailure: revert` lets it edit a Kustomize base its overlays share.
     pub shared_base: bool,
+    /// This cluster, when it has a name (`--cluster`): its pull requests are its own.
+    pub cluster: Option<String>,
 }
 
 /// The branches of revert pull requests start with this; then `<namespace>/<name>/`.
@@ -52,14 +54,21 @@ impl Revert {
         format!("{}{failure}", self.branch_prefix())
     }
 
-    /// The start of every revert branch of this rollout.
+    /// The start of every revert branch of this rollout in this cluster.
     pub fn branch_prefix(&self) -> String {
-        format!("{BRANCH_PREFIX}{}/{}/", self.namespace, self.name)
+        branch_prefix(self.cluster.as_deref(), &self.namespace, &self.name)
     }
 
     /// The pull request's title.
     pub fn title(&self) -> String {
-        format!("Revert {}/{} to {}", self.namespace, self.name, self.good)
+        let r#in = match &self.cluster {
+            Some(c) => format!(" in {c}"),
+            None => String::new(),
+        };
+        format!(
+            "Revert {}/{}{in} to {}",
+            self.namespace, self.name, self.good
+        )
     }
 
     /// The commit message: a subject that says what, and a body that says why.
@@ -96,8 +105,26 @@ impl Revert {
             self.why,
             self.good,
             self.failed,
-            super::status_files::path("<cluster>", &self.namespace, &self.name)
+            super::status_files::path(
+                self.cluster.as_deref().unwrap_or(DEFAULT_CLUSTER),
+                &self.namespace,
+                &self.name
+            )
         )
+    }
+}
+
+/// The cluster name of an agent started without `--cluster`.
+pub const DEFAULT_CLUSTER: &str = "default";
+
+/// The start of every revert branch of rollout `namespace/name` in `cluster` (`None`: an
+/// agent without `--cluster`). Agents of several clusters open pull requests in one
+/// repository, and each closes those of its own rollouts once Git moved on: a cluster in the
+/// branch keeps one from closing another's. No namespace starts with `@`.
+pub fn branch_prefix(cluster: Option<&str>, namespace: &str, name: &str) -> String {
+    match cluster {
+        Some(c) => format!("{BRANCH_PREFIX}@{c}/{namespace}/{name}/"),
+        None => format!("{BRANCH_PREFIX}{namespace}/{name}/"),
     }
 }
 
@@ -201,6 +228,7 @@ fn revert(kind: &'static str, meta: &kube::api::ObjectMeta, f: Failure<'_>) -> O
         mode: f.mode,
         revision: f.revision,
         shared_base: false,
+        cluster: None,
     })
 }
 

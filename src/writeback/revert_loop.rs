@@ -45,19 +45,27 @@ pub struct RevertConfig {
     pub promotion_auto_merge: bool,
     /// The fleet as last read (`--fleet`): whether a revert may edit a shared base.
     pub fleet: Option<FleetSnapshots>,
+    /// This cluster's name (`--cluster`): in the branch of each of its pull requests.
+    pub cluster: String,
 }
 
 /// The fleet's snapshots as the fleet loop reads them.
 pub type FleetSnapshots =
     tokio::sync::watch::Receiver<Option<Arc<crate::plan::fleet::FleetSnapshot>>>;
 
-/// `revert`, let edit a base the fleet's overlays share when the fleet says so.
-fn with_fleet(revert: Option<Revert>, fleet: Option<&FleetSnapshots>) -> Option<Revert> {
+/// `revert` as this cluster's, let edit a base the fleet's overlays share when the fleet says so.
+fn for_this_cluster(revert: Option<Revert>, config: &RevertConfig) -> Option<Revert> {
     let mut r = revert?;
-    let snapshot = fleet.and_then(|f| f.borrow().clone());
+    r.cluster = named_cluster(&config.cluster);
+    let snapshot = config.fleet.as_ref().and_then(|f| f.borrow().clone());
     r.shared_base = snapshot
         .is_some_and(|s| s.reverts_shared_base((r.kind, r.namespace.as_str(), r.name.as_str())));
     Some(r)
+}
+
+/// `cluster` unless it is the name of an agent without `--cluster`.
+fn named_cluster(cluster: &str) -> Option<String> {
+    (cluster != revert::DEFAULT_CLUSTER).then(|| cluster.to_string())
 }
 
 /// What a job is about: a rollout's revert, or its promotion to the next environment.
@@ -191,7 +199,7 @@ pub async fn run(
             change = changes.next() => {
                 let Some(w) = change else { return };
                 let now = Instant::now();
-                let revert = with_fleet(w.revert, config.fleet.as_ref());
+                let revert = for_this_cluster(w.revert, &config);
                 reverts.offer(w.key.clone(), revert, w.pull_requests, now);
                 reverts.offer_promotion(w.key.clone(), w.promotion, now);
                 // Only a rollout with a job needs its reference, for the job's event: one for
@@ -254,6 +262,7 @@ fn reverter(config: &RevertConfig) -> Reverter {
         writer: None,
         host,
         auto_merge: config.promotion_auto_merge,
+        cluster: named_cluster(&config.cluster),
     }
 }
 
@@ -452,6 +461,7 @@ mod tests {
             mode: crate::api::RevertMode::Commit,
             revision: None,
             shared_base: false,
+            cluster: None,
         }
     }
 

@@ -8,7 +8,7 @@ use super::promotion::Promotion;
 use super::promotion_branch::PromotionPushed;
 use super::pull_request::PullRequests;
 use super::push::{BranchPushed, Pushed, StatusWriter, WriteError};
-use super::revert::{BRANCH_PREFIX, Revert};
+use super::revert::Revert;
 use crate::api::RevertMode;
 
 /// A rollout, by kind, namespace and name.
@@ -71,6 +71,8 @@ pub(super) struct Reverter {
     pub(super) host: Option<PullRequests>,
     /// `--promotion-auto-merge`: a promotion with `autoMerge` is merged once opened.
     pub(super) auto_merge: bool,
+    /// This cluster's name, unless it has none (`--cluster`): its revert branches carry it.
+    pub(super) cluster: Option<String>,
 }
 
 impl Reverter {
@@ -107,7 +109,8 @@ impl Reverter {
             Job::Promote(p) => self.promotion_pull_request(key, p).await,
             Job::Close => match &self.host {
                 Some(host) => {
-                    let prefix = format!("{BRANCH_PREFIX}{}/{}/", key.1, key.2);
+                    let prefix =
+                        super::revert::branch_prefix(self.cluster.as_deref(), &key.1, &key.2);
                     match host.open_with_prefix(&prefix).await {
                         Ok(open) => close_listed(host, &open, None).await,
                         Err(e) => pr_failed(e),

@@ -36,6 +36,7 @@ fn revert(kind: &'static str, name: &str, failed: &str, good: &str) -> Revert {
         mode: RevertMode::Commit,
         revision: None,
         shared_base: false,
+        cluster: None,
     }
 }
 
@@ -229,4 +230,38 @@ fn only_files_of_configmaps_and_secrets_count_as_config() {
     assert!(!holds_only_config(""), "nothing in it");
     assert!(!holds_only_config("kind: [unclosed\n"), "unreadable");
     assert!(!holds_only_config("data: {a: b}\n"), "no kind");
+}
+
+/// Regression: in a fleet, every cluster's agent has the same rollout, and one closing its
+/// revert pull requests (Git moved on, or looked for once after a start) closed the other
+/// clusters' too: they all started `linnet/revert/<namespace>/<name>/`.
+#[test]
+fn a_clusters_revert_branches_are_its_own() {
+    let mut r = revert("CanaryDeployment", "web", "web:2", "web:1");
+    r.namespace = "shop".into();
+    let unnamed = r.branch_prefix();
+    assert_eq!(unnamed, "linnet/revert/shop/web/");
+    r.cluster = Some("eu-1".into());
+    let eu1 = r.branch();
+    assert!(eu1.starts_with("linnet/revert/@eu-1/shop/web/"), "{eu1}");
+    assert_eq!(r.title(), "Revert shop/web in eu-1 to web:1");
+    assert!(
+        r.body().contains(".linnet/status/eu-1/shop/"),
+        "{}",
+        r.body()
+    );
+    for other in [
+        unnamed.clone(),
+        branch_prefix(Some("eu-2"), "shop", "web"),
+        branch_prefix(Some("eu"), "shop", "web"),
+        branch_prefix(Some("eu-1"), "shop", "we"),
+    ] {
+        assert!(!eu1.starts_with(&other), "{other} would close {eu1}");
+    }
+    // An unnamed agent's branches are not a named one's either.
+    r.cluster = None;
+    assert!(
+        !r.branch()
+            .starts_with(&branch_prefix(Some("eu-1"), "shop", "web"))
+    );
 }

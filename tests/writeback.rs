@@ -269,6 +269,7 @@ fn redis_revert() -> linnet::writeback::revert::Revert {
         mode: linnet::api::RevertMode::Commit,
         revision: None,
         shared_base: false,
+        cluster: None,
     }
 }
 

@@ -704,6 +704,12 @@ async fn a_new_rollout_that_starts_as_git_asks_writes_one_status_and_no_event() 
     assert_eq!(status.observed_generation, done.metadata.generation);
     let ready = linnet::api::find_condition(&status.conditions, "Ready");
     assert_eq!(ready.map(|c| c.status.as_str()), Some("True"));
+    // Regression (CI, under load): the recording watch showed the status after the GET above.
+    support::eventually("the status recorded", Duration::from_secs(10), || {
+        let n = statuses.lock().unwrap().len();
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
     support::holds_for(
         "one status: Completed",
         std::time::Duration::from_secs(2),

@@ -11,7 +11,10 @@
 //! - A wave's analysis (run in the second wave's cluster only) fails: that cluster rolls back
 //!   and opens the revert pull request, which edits the shared base (`onFailure: revert`),
 //!   and the last wave never starts the image; merging the pull request puts the first wave
-//!   back too.
+//!   back too. A restarted agent of another cluster leaves that pull request open.
+//! - Each overlay sets the image itself, and the image fails in the second wave: that cluster
+//!   reverts its own overlay, and the first wave's agent, which completed the image, opens a
+//!   pull request of its own that puts its overlay back (the Fleet's `onFailure: revert`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -400,6 +403,73 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
     );
     gitea
         .merge_open_pull_request(REPO, revert.0, "Revert web:5")
+        .await;
+    completed_since(&fleet[0], &ns.name, "web:4", 60).await;
+
+    // 5. Each overlay sets the image itself: web:6 passes eu-1 and fails eu-2's analysis.
+    //    eu-2 reverts its own overlay, and eu-1, which completed web:6, opens a pull request
+    //    of its own that puts web:4 back in its overlay (the Fleet's onFailure: revert).
+    let overlay_at = |tag: &str| format!("{OVERLAY}images:\n- name: web\n  newTag: \"{tag}\"\n");
+    let us1_overlay = format!("{}{US_REPLICAS}", overlay_at("6"));
+    push(
+        &work,
+        &[
+            ("clusters/eu-1/kustomization.yaml", &overlay_at("6")),
+            ("clusters/eu-2/kustomization.yaml", &overlay_at("6")),
+            ("clusters/us-1/kustomization.yaml", &us1_overlay),
+        ],
+        "web:6 in every overlay",
+    );
+    completed_since(&fleet[0], &ns.name, "web:6", 60).await;
+    eventually(
+        "eu-2 rolled back from web:6",
+        Duration::from_secs(60),
+        || async {
+            let s = web_of(&fleet[1], &ns.name).await?.status?;
+            let from = s.rollback.map(|r| r.from_image);
+            (s.phase == Some(DeploymentPhase::RolledBack) && from.as_deref() == Some("web:6"))
+                .then_some(())
+        },
+    )
+    .await;
+    let (own, theirs) = eventually(
+        "eu-2's revert and eu-1's fleet revert",
+        Duration::from_secs(60),
+        || async {
+            let open = open_pull_requests(&gitea).await;
+            let with = |prefix: &str| open.iter().find(|(_, h)| h.starts_with(prefix)).cloned();
+            Some((
+                with("linnet/revert/@eu-2/")?,
+                with("linnet/fleet-revert/@eu-1/")?,
+            ))
+        },
+    )
+    .await;
+    for (number, file) in [
+        (own.0, "clusters/eu-2/kustomization.yaml"),
+        (theirs.0, "clusters/eu-1/kustomization.yaml"),
+    ] {
+        let files = gitea
+            .ok(
+                reqwest::Method::GET,
+                &format!("/repos/{ADMIN}/{REPO}/pulls/{number}/files"),
+                None,
+            )
+            .await;
+        assert_eq!(files.as_array().map(Vec::len), Some(1), "{files}");
+        assert_eq!(files[0]["filename"], file, "{files}");
+    }
+    let open = open_pull_requests(&gitea).await;
+    assert!(
+        !open.iter().any(|(_, h)| h.contains("/@us-1/")),
+        "us-1 never took web:6: {open:?}"
+    );
+    assert_eq!(
+        completed_on(&fleet[2], &ns.name).await.as_deref(),
+        Some("web:4")
+    );
+    gitea
+        .merge_open_pull_request(REPO, theirs.0, "Revert web:6 in eu-1")
         .await;
     completed_since(&fleet[0], &ns.name, "web:4", 60).await;
     let metrics = agents[2].metrics().await;

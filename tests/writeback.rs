@@ -270,6 +270,7 @@ fn redis_revert() -> linnet::writeback::revert::Revert {
         revision: None,
         shared_base: false,
         cluster: None,
+        failed_in: None,
     }
 }
 

@@ -272,7 +272,7 @@ fn revert_config(
             host,
             promotion_auto_merge: args.promotion_auto_merge,
             fleet: None,
-            cluster: args.cluster_name.clone(),
+            cluster: args.cluster_identity(),
         })
 }
 

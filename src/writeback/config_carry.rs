@@ -232,6 +232,7 @@ pub fn changes_with_the_image(
         revision: None,
         shared_base: false,
         cluster: None,
+        failed_in: None,
     };
     let Some(change) = super::config_revert::change_that_brought(repo, tip, &rollout)? else {
         return Ok(Vec::new());

@@ -64,6 +64,14 @@ pub fn image_edits(
     match rendered_edit::rendered(&revert.path) {
         None => Ok(one(set_image(&text, revert)?)),
         Some(Rendered::Kustomization) => {
+            // A fleet's revert edits only an image this cluster's own overlay sets: one set
+            // in a base the overlays share is the failed cluster's revert's to put back.
+            let (failed_repo, _) = rendered_edit::split_image(&revert.failed);
+            if revert.failed_in.is_some()
+                && rendered_edit::kustomize_image(&text, failed_repo).is_none()
+            {
+                return Ok(None);
+            }
             match rendered_edit::set_kustomize_image(&revert.path, &text, from, &revert.good) {
                 Err(e @ RevertError::Rendered { .. }) if revert.shared_base && from.is_some() => {
                     let mut seen = std::collections::BTreeSet::new();
@@ -204,6 +212,7 @@ mod tests {
             revision: None,
             shared_base,
             cluster: None,
+            failed_in: None,
         }
     }
 

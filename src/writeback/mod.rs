@@ -11,6 +11,7 @@
 pub mod commit_status;
 pub mod config_carry;
 pub mod config_revert;
+pub mod fleet_revert;
 mod image_edit;
 pub mod promotion;
 pub mod promotion_branch;
@@ -18,6 +19,7 @@ pub mod pull_request;
 pub mod push;
 pub mod rendered_edit;
 pub mod revert;
+mod revert_jobs;
 pub mod revert_loop;
 mod reverter;
 pub mod status_files;

@@ -258,6 +258,7 @@ pub fn next_edit<'a>(
             revision: None,
             shared_base: false,
             cluster: None,
+            failed_in: None,
         }));
     }
     // Rendered: the overlay or Helm release at the path itself sets the image.
@@ -289,6 +290,7 @@ pub fn next_edit<'a>(
             revision: None,
             shared_base: false,
             cluster: None,
+            failed_in: None,
         }));
     }
     Err(RevertError::NotInFile {

@@ -38,6 +38,9 @@ pub struct Revert {
     pub shared_base: bool,
     /// This cluster, when it has a name (`--cluster`): its pull requests are its own.
     pub cluster: Option<String>,
+    /// A fleet's revert (`fleet_revert.rs`): the cluster the image failed in, when
+    /// this one, where it completed, puts it back too.
+    pub failed_in: Option<String>,
 }
 
 /// The branches of revert pull requests start with this; then `<namespace>/<name>/`.
@@ -56,6 +59,11 @@ impl Revert {
 
     /// The start of every revert branch of this rollout in this cluster.
     pub fn branch_prefix(&self) -> String {
+        if self.failed_in.is_some() {
+            let cluster = self.cluster.as_deref().unwrap_or(DEFAULT_CLUSTER);
+            let (ns, name) = (&self.namespace, &self.name);
+            return format!("{FLEET_BRANCH_PREFIX}@{cluster}/{ns}/{name}/");
+        }
         branch_prefix(self.cluster.as_deref(), &self.namespace, &self.name)
     }
 
@@ -84,6 +92,9 @@ impl Revert {
 
     /// What failed and what merging does: the commit's body and the pull request's.
     pub fn body(&self) -> String {
+        if let Some(failed_in) = &self.failed_in {
+            return fleet_body(self, failed_in);
+        }
         let fleet = if self.shared_base {
             "\n\nIts fleet has `onFailure: revert`: where the image is set in a base the \
              fleet's overlays share, this puts every cluster that took it back.\n"
@@ -112,6 +123,36 @@ impl Revert {
             )
         )
     }
+}
+
+/// The branches of a fleet's revert pull requests start with this; then
+/// `@<cluster>/<namespace>/<name>/`. Apart from a rollout's own reverts: a cluster closes
+/// those once Git moved on, but this one stays open until merged or closed by a person, even
+/// after the failed cluster's own revert is merged and its failure no longer shows.
+pub const FLEET_BRANCH_PREFIX: &str = "linnet/fleet-revert/";
+
+/// A fleet revert's commit and pull request body.
+fn fleet_body(r: &Revert, failed_in: &str) -> String {
+    format!(
+        "{} {} completed {} in cluster {}, but {}. Its Fleet has `onFailure: revert`: every \
+         cluster that took the image puts it back, each by a pull request of its own. Merging \
+         this one rolls {} here back to {}, as in {failed_in}; to keep {} here, close it.\n\n\
+         Written by linnet in cluster {}. Its status file: `{}`.\n",
+        r.kind,
+        r.name,
+        r.failed,
+        r.cluster.as_deref().unwrap_or_default(),
+        r.why,
+        r.name,
+        r.good,
+        r.failed,
+        r.cluster.as_deref().unwrap_or_default(),
+        super::status_files::path(
+            r.cluster.as_deref().unwrap_or(DEFAULT_CLUSTER),
+            &r.namespace,
+            &r.name
+        ),
+    )
 }
 
 /// The cluster name of an agent started without `--cluster`.
@@ -229,6 +270,7 @@ fn revert(kind: &'static str, meta: &kube::api::ObjectMeta, f: Failure<'_>) -> O
         revision: f.revision,
         shared_base: false,
         cluster: None,
+        failed_in: None,
     })
 }
 

@@ -10,7 +10,7 @@
 //! rollout is no longer rolled back from that commit (a person changed the image, or a later
 //! failure has its own pull request).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 use super::commit_status::CommitStatusConfig;
+use super::fleet_revert::{self, Settled};
 use super::promotion::{self, Promotion};
 use super::pull_request::PullRequests;
 use super::push::StatusWriter;
 use super::revert::{self, Revert};
+use super::revert_jobs::{Lane, Reverts};
 use super::reverter::{Job, Key, Outcome, Reverter};
 use crate::api::RevertMode;
 use crate::source::git::GitRemote;
@@ -45,8 +47,9 @@ pub struct RevertConfig {
     pub promotion_auto_merge: bool,
     /// The fleet as last read (`--fleet`): whether a revert may edit a shared base.
     pub fleet: Option<FleetSnapshots>,
-    /// This cluster's name (`--cluster`): in the branch of each of its pull requests.
-    pub cluster: String,
+    /// This cluster (`--cluster`, `--cluster-label`): in the branch of each of its pull
+    /// requests, and its wave in the fleet.
+    pub cluster: crate::api::ClusterIdentity,
 }
 
 /// The fleet's snapshots as the fleet loop reads them.
@@ -56,7 +59,7 @@ pub type FleetSnapshots =
 /// `revert` as this cluster's, let edit a base the fleet's overlays share when the fleet says so.
 fn for_this_cluster(revert: Option<Revert>, config: &RevertConfig) -> Option<Revert> {
     let mut r = revert?;
-    r.cluster = named_cluster(&config.cluster);
+    r.cluster = named_cluster(&config.cluster.name);
     let snapshot = config.fleet.as_ref().and_then(|f| f.borrow().clone());
     r.shared_base = snapshot
         .is_some_and(|s| s.reverts_shared_base((r.kind, r.namespace.as_str(), r.name.as_str())));
@@ -66,119 +69,6 @@ fn for_this_cluster(revert: Option<Revert>, config: &RevertConfig) -> Option<Rev
 /// `cluster` unless it is the name of an agent without `--cluster`.
 fn named_cluster(cluster: &str) -> Option<String> {
     (cluster != revert::DEFAULT_CLUSTER).then(|| cluster.to_string())
-}
-
-/// What a job is about: a rollout's revert, or its promotion to the next environment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Lane {
-    Revert,
-    Promote,
-}
-
-/// The first wait after a failure that may pass; it doubles up to [`MAX_RETRY`].
-const RETRY: Duration = Duration::from_secs(2);
-const MAX_RETRY: Duration = Duration::from_secs(120);
-
-/// Which reverts and promotions to make and which pull requests to close, and which were
-/// dealt with.
-struct Reverts {
-    pending: BTreeMap<(Key, Lane), Job>,
-    /// The last job dealt with per rollout and lane (made, not needed, or impossible): the
-    /// same one is not tried again.
-    settled: BTreeMap<(Key, Lane), Job>,
-    /// Rollouts whose revert pull requests were looked for since the start (found, opened or
-    /// closed): a rollout seen for the first time is looked for once.
-    looked: BTreeSet<Key>,
-    due: Option<Instant>,
-    retries: crate::retry::Retries,
-}
-
-impl Default for Reverts {
-    fn default() -> Self {
-        Reverts {
-            pending: BTreeMap::new(),
-            settled: BTreeMap::new(),
-            looked: BTreeSet::new(),
-            due: None,
-            retries: crate::retry::Retries::new(RETRY, MAX_RETRY),
-        }
-    }
-}
-
-impl Reverts {
-    /// The rollout `key` asks for revert `wanted` now; `pull_requests` when it uses them.
-    fn offer(&mut self, key: Key, wanted: Option<Revert>, pull_requests: bool, now: Instant) {
-        let lane = (key.clone(), Lane::Revert);
-        let job = match wanted.map(Job::Revert) {
-            Some(job) if self.settled.get(&lane) == Some(&job) => None,
-            Some(job) => Some(job),
-            None => {
-                let had_one = self.settled.remove(&lane).is_some_and(
-                    |j| matches!(j, Job::Revert(r) if r.mode == RevertMode::PullRequest),
-                );
-                // After a restart, an open pull request may be left from before: looked for once.
-                (pull_requests && (had_one || !self.looked.contains(&key))).then_some(Job::Close)
-            }
-        };
-        match job {
-            Some(job) => {
-                self.looked.insert(key);
-                self.pending.insert(lane, job);
-                self.due.get_or_insert(now);
-            }
-            None => {
-                if self
-                    .pending
-                    .get(&lane)
-                    .is_some_and(|j| matches!(j, Job::Revert(_)))
-                {
-                    self.pending.remove(&lane);
-                }
-            }
-        }
-    }
-
-    /// The rollout `key` asks for promotion `wanted` now. A rollout that no longer asks (a new
-    /// canary) leaves its pull request open: what it proposes still passed.
-    fn offer_promotion(&mut self, key: Key, wanted: Option<Promotion>, now: Instant) {
-        let lane = (key, Lane::Promote);
-        match wanted.map(Job::Promote) {
-            Some(job) if self.settled.get(&lane) != Some(&job) => {
-                self.pending.insert(lane, job);
-                self.due.get_or_insert(now);
-            }
-            Some(_) => {}
-            None => {
-                self.pending.remove(&lane);
-            }
-        }
-    }
-
-    /// Whether a revert, a promotion or a pull request's closing waits for `key`.
-    fn has_job(&self, key: &Key) -> bool {
-        let lanes = (key.clone(), Lane::Revert)..=(key.clone(), Lane::Promote);
-        self.pending.range(lanes).next().is_some()
-    }
-
-    fn take(&mut self) -> Vec<((Key, Lane), Job)> {
-        self.due = None;
-        std::mem::take(&mut self.pending).into_iter().collect()
-    }
-
-    fn settle(&mut self, lane: (Key, Lane), job: Job) {
-        self.retries.reset();
-        if !matches!(job, Job::Close) {
-            self.settled.insert(lane, job);
-        }
-    }
-
-    /// A failure that may pass: tried again after a backoff, unless the rollout asked for
-    /// something else meanwhile.
-    fn retry(&mut self, lane: (Key, Lane), job: Job, now: Instant) {
-        let wait = self.retries.wait();
-        self.pending.entry(lane).or_insert(job);
-        self.due = Some(self.due.map_or(now + wait, |d| d.max(now + wait)));
-    }
 }
 
 /// Follows this source's rollouts (`changes`) and makes their reverts, until the process ends.
@@ -193,6 +83,9 @@ pub async fn run(
     let mut reverts = Reverts::default();
     // Each rollout's reference, for its events.
     let mut regarding: BTreeMap<Key, k8s_openapi::api::core::v1::ObjectReference> = BTreeMap::new();
+    // With a fleet, the rollouts settled on their image: a failure elsewhere reverts them.
+    let mut settled: BTreeMap<Key, Settled> = BTreeMap::new();
+    let mut fleet = config.fleet.clone();
     loop {
         let wait = super::sleep_until_due(reverts.due);
         tokio::select! {
@@ -202,10 +95,27 @@ pub async fn run(
                 let revert = for_this_cluster(w.revert, &config);
                 reverts.offer(w.key.clone(), revert, w.pull_requests, now);
                 reverts.offer_promotion(w.key.clone(), w.promotion, now);
+                match w.settled.filter(|_| fleet.is_some()) {
+                    Some(s) => {
+                        let wanted = fleet_revert_of(&s, fleet.as_ref(), &config.cluster);
+                        reverts.offer_fleet_revert(w.key.clone(), wanted, now);
+                        settled.insert(w.key.clone(), s);
+                    }
+                    None => {
+                        settled.remove(&w.key);
+                    }
+                }
                 // Only a rollout with a job needs its reference, for the job's event: one for
                 // every rollout was 0.4 MB of the heap at 1,000 (issue 51).
                 if reverts.has_job(&w.key) || regarding.contains_key(&w.key) {
                     regarding.insert(w.key, w.regarding);
+                }
+            }
+            () = fleet_changed(&mut fleet) => {
+                let now = Instant::now();
+                for (key, s) in &settled {
+                    let wanted = fleet_revert_of(s, fleet.as_ref(), &config.cluster);
+                    reverts.offer_fleet_revert(key.clone(), wanted, now);
                 }
             }
             () = wait => {
@@ -215,7 +125,7 @@ pub async fn run(
                 for (lane, job) in reverts.take() {
                     let outcome = reverter.run(&lane.0, &job).await;
                     let result = match lane.1 {
-                        Lane::Revert => outcome.label().to_string(),
+                        Lane::Revert | Lane::FleetRevert => outcome.label().to_string(),
                         Lane::Promote => format!("promotion_{}", outcome.label()),
                     };
                     metrics.revert_commits.get_or_create(&ResultLabel { result }).inc();
@@ -234,6 +144,27 @@ pub async fn run(
             }
         }
     }
+}
+
+/// The fleet revert settled rollout `s` asks for in cluster `me` as the fleet reads now.
+fn fleet_revert_of(
+    s: &Settled,
+    fleet: Option<&FleetSnapshots>,
+    me: &crate::api::ClusterIdentity,
+) -> Option<Revert> {
+    let snapshot = fleet?.borrow().clone()?;
+    fleet_revert::fleet_revert(s, &snapshot, me)
+}
+
+/// Returns when the fleet is read again; never without a fleet (or once its reader ended).
+async fn fleet_changed(fleet: &mut Option<FleetSnapshots>) {
+    if let Some(f) = fleet.as_mut()
+        && f.changed().await.is_ok()
+    {
+        return;
+    }
+    *fleet = None;
+    std::future::pending::<()>().await;
 }
 
 /// The writer of reverts and promotions: its Git clone opened on first use, and its Git
@@ -262,7 +193,7 @@ fn reverter(config: &RevertConfig) -> Reverter {
         writer: None,
         host,
         auto_merge: config.promotion_auto_merge,
-        cluster: named_cluster(&config.cluster),
+        cluster: named_cluster(&config.cluster.name),
     }
 }
 
@@ -278,6 +209,7 @@ fn wanted(changes: Subscription) -> impl futures::Stream<Item = Wanted> + Unpin 
                 revert: revert::for_statefulset(o),
                 pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
                 promotion: promotion::for_statefulset(o),
+                settled: fleet_revert::settled_statefulset(o),
             }
         })
         .boxed();
@@ -291,6 +223,7 @@ fn wanted(changes: Subscription) -> impl futures::Stream<Item = Wanted> + Unpin 
                 revert: revert::for_deployment(o),
                 pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
                 promotion: promotion::for_deployment(o),
+                settled: fleet_revert::settled_deployment(o),
             }
         })
         .boxed();
@@ -304,6 +237,8 @@ struct Wanted {
     revert: Option<Revert>,
     pull_requests: bool,
     promotion: Option<Promotion>,
+    /// The rollout settled on its image, for a fleet's revert.
+    settled: Option<Settled>,
 }
 
 /// The event a job's outcome is worth on its rollout: (warning, reason, note). Retries and
@@ -443,98 +378,4 @@ fn key(kind: &'static str, meta: &kube::api::ObjectMeta) -> Key {
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn revert(failed: &str) -> Revert {
-        Revert {
-            path: "apps/redis.yaml".into(),
-            kind: "CanaryStatefulSet",
-            namespace: "demo".into(),
-            name: "redis".into(),
-            failed: failed.into(),
-            good: "redis:7.2".into(),
-            why: "rolled back".into(),
-            mode: crate::api::RevertMode::Commit,
-            revision: None,
-            shared_base: false,
-            cluster: None,
-        }
-    }
-
-    fn redis() -> Key {
-        ("CanaryStatefulSet", "demo".into(), "redis".into())
-    }
-
-    #[test]
-    fn only_a_rollout_with_a_job_has_one() {
-        let mut r = Reverts::default();
-        let now = Instant::now();
-        let other: Key = ("CanaryStatefulSet", "default".into(), "web".into());
-        assert!(!r.has_job(&redis()));
-        r.offer(redis(), Some(revert("redis:7.4")), false, now);
-        assert!(r.has_job(&redis()));
-        assert!(!r.has_job(&other));
-        r.offer(redis(), None, false, now);
-        assert!(!r.has_job(&redis()), "the revert is no longer asked for");
-    }
-
-    #[test]
-    fn a_revert_dealt_with_is_not_made_again_but_a_new_failure_is() {
-        let t0 = Instant::now();
-        let mut r = Reverts::default();
-        r.offer(redis(), Some(revert("redis:7.4")), false, t0);
-        assert_eq!(r.due, Some(t0));
-        let batch = r.take();
-        assert_eq!(batch.len(), 1);
-        r.settle((redis(), Lane::Revert), Job::Revert(revert("redis:7.4")));
-        // Every later change of the same rolled-back rollout: nothing to do.
-        r.offer(redis(), Some(revert("redis:7.4")), false, t0);
-        assert!(r.take().is_empty());
-        // The next image fails too: a new revert.
-        r.offer(redis(), Some(revert("redis:7.6")), false, t0);
-        assert_eq!(r.take().len(), 1);
-    }
-
-    #[test]
-    fn a_failed_push_is_retried_after_a_backoff_unless_the_rollout_moved_on() {
-        let t0 = Instant::now();
-        let mut r = Reverts::default();
-        r.offer(redis(), Some(revert("redis:7.4")), false, t0);
-        let (key, job) = r.take().remove(0);
-        r.retry(key, job, t0);
-        let due = r.due.map(|d| d - t0);
-        assert!(due >= Some(RETRY) && due <= Some(RETRY * 2), "{due:?}");
-        // The rollout is no longer rolled back (a person changed the image): dropped.
-        r.offer(redis(), None, false, t0);
-        assert!(r.take().is_empty());
-    }
-
-    #[test]
-    fn pull_requests_are_looked_for_once_after_a_start_and_closed_when_git_moves_on() {
-        let t0 = Instant::now();
-        let mut r = Reverts::default();
-        // A Stable rollout that uses pull requests, seen first after a start: one look, in
-        // case a pull request was left open while the agent was away.
-        r.offer(redis(), None, true, t0);
-        assert_eq!(r.take(), vec![((redis(), Lane::Revert), Job::Close)]);
-        r.offer(redis(), None, true, t0);
-        assert!(r.take().is_empty());
-        // It fails: a pull request; later it is no longer rolled back: closed.
-        let mut pr = revert("redis:7.4");
-        pr.mode = RevertMode::PullRequest;
-        r.offer(redis(), Some(pr.clone()), true, t0);
-        let (key, job) = r.take().remove(0);
-        r.settle(key, job);
-        r.offer(redis(), Some(pr), true, t0);
-        assert!(r.take().is_empty());
-        r.offer(redis(), None, true, t0);
-        assert_eq!(r.take(), vec![((redis(), Lane::Revert), Job::Close)]);
-        // Commit mode never closes anything.
-        r.offer(redis(), None, false, t0);
-        assert!(r.take().is_empty());
-    }
 }

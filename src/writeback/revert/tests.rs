@@ -37,6 +37,7 @@ fn revert(kind: &'static str, name: &str, failed: &str, good: &str) -> Revert {
         revision: None,
         shared_base: false,
         cluster: None,
+        failed_in: None,
     }
 }
 

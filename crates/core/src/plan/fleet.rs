@@ -328,6 +328,16 @@ fn earlier_waves(
     e
 }
 
+/// Where a fleet's rollout image failed, for the other clusters that took it to put back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetFailure {
+    pub cluster: String,
+    /// The phase it failed in there.
+    pub phase: String,
+    /// The image that cluster went back to.
+    pub good: String,
+}
+
 /// A rollout as a fleet names it: kind, namespace, name.
 pub type RolloutId = (String, String, String);
 
@@ -399,6 +409,33 @@ impl FleetSnapshot {
         self.problem.is_none()
             && self.spec.on_failure == crate::api::FleetFailurePolicy::Revert
             && self.spec.moves(kind, namespace, name)
+    }
+
+    /// With `onFailure: revert`, a failure of `image` of rollout `kind` `namespace/name` in a
+    /// cluster of the fleet other than `me` (in a wave), which went back to another image:
+    /// `me`, which took the image, puts that one back too.
+    pub fn failure_to_revert(
+        &self,
+        me: &ClusterIdentity,
+        id: (&str, &str, &str),
+        image: &str,
+    ) -> Option<FleetFailure> {
+        if !self.reverts_shared_base(id) || self.spec.wave_of(me).is_none() {
+            return None;
+        }
+        let key = (id.0.to_string(), id.1.to_string(), id.2.to_string());
+        let is = |i: &Option<String>| i.as_deref() == Some(image);
+        self.reports.get(&key)?.iter().find_map(|(c, r)| {
+            let failed = *c != me.name
+                && FAILED_PHASES.contains(&r.phase.as_str())
+                && (is(&r.canary_image) || is(&r.wanted_image));
+            let good = r.stable_image.clone().filter(|g| g != image)?;
+            failed.then(|| FleetFailure {
+                cluster: c.clone(),
+                phase: r.phase.clone(),
+                good,
+            })
+        })
     }
 
     /// The analysis of the wave cluster `me` is in, for rollout `kind` `namespace/name`:

@@ -411,3 +411,69 @@ fn only_a_revert_policy_lets_a_revert_edit_the_shared_base_of_the_fleets_rollout
     };
     assert!(!broken.reverts_shared_base(KEY));
 }
+
+#[test]
+fn every_other_cluster_that_took_a_failed_image_puts_back_the_one_the_failed_cluster_went_back_to()
+{
+    let mut snapshot = FleetSnapshot {
+        name: "shop".into(),
+        spec: fleet(),
+        ..Default::default()
+    };
+    let rolled_back = Report {
+        phase: "RolledBack".into(),
+        stable_image: Some(OLD.into()),
+        canary_image: Some(X.into()),
+        wanted_image: Some(X.into()),
+        since: Some(t(100)),
+    };
+    let id = |k: (&str, &str, &str)| (k.0.to_string(), k.1.to_string(), k.2.to_string());
+    let mut by_cluster = BTreeMap::new();
+    by_cluster.insert("eu-1".to_string(), stable(X, 0));
+    by_cluster.insert("eu-2".to_string(), rolled_back.clone());
+    snapshot.reports.insert(id(KEY), by_cluster);
+    let eu1 = me("eu-1", "eu");
+    // `stop`, the default: the clusters that took it keep it.
+    assert_eq!(snapshot.failure_to_revert(&eu1, KEY, X), None);
+    snapshot.spec.on_failure = crate::api::FleetFailurePolicy::Revert;
+    let want = FleetFailure {
+        cluster: "eu-2".into(),
+        phase: "RolledBack".into(),
+        good: OLD.into(),
+    };
+    assert_eq!(snapshot.failure_to_revert(&eu1, KEY, X), Some(want));
+    // Not the failed cluster itself (its own revert does), not another image, not another
+    // rollout, not a cluster in no wave.
+    assert_eq!(snapshot.failure_to_revert(&me("eu-2", "eu"), KEY, X), None);
+    assert_eq!(snapshot.failure_to_revert(&eu1, KEY, OLD), None);
+    let web = ("CanaryStatefulSet", "shop", "web");
+    assert_eq!(snapshot.failure_to_revert(&eu1, web, X), None);
+    let mut one_wave = snapshot.clone();
+    one_wave.spec.waves.truncate(1);
+    assert_eq!(one_wave.failure_to_revert(&me("us-1", "us"), KEY, X), None);
+    // Still rolling it out, or already back on X (a failed canary of X with X stable): no
+    // image to go back to.
+    for report in [
+        Report {
+            phase: "CanaryActive".into(),
+            ..rolled_back.clone()
+        },
+        Report {
+            stable_image: Some(X.into()),
+            ..rolled_back.clone()
+        },
+    ] {
+        let mut s = snapshot.clone();
+        s.reports
+            .get_mut(&id(KEY))
+            .unwrap()
+            .insert("eu-2".into(), report);
+        assert_eq!(s.failure_to_revert(&eu1, KEY, X), None);
+    }
+    // A Fleet with a mistake reverts nothing.
+    let broken = FleetSnapshot {
+        problem: Some("bad".into()),
+        ..snapshot
+    };
+    assert_eq!(broken.failure_to_revert(&eu1, KEY, X), None);
+}

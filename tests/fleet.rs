@@ -5,7 +5,9 @@
 //! A new image moves wave by wave: the first wave at once, the second (a manual wave) only
 //! once the first has baked and a person approved the image in the Fleet, the third once the
 //! second has baked. An agent killed (SIGKILL) mid-wave decides the same after its restart.
-//! An image that fails in the first wave never starts in the others.
+//! An image that fails in the first wave never starts in the others. The European clusters
+//! follow one spec file; us-1 renders `web` from a Helm chart with its own values file, which
+//! each image change sets too (a per-cluster Helm layout).
 //!
 //! Webhooks stand in for the Git host's: each push (to the followed branch or the status
 //! branch) is answered by a webhook to every agent, as a host with a hook on the repository
@@ -53,11 +55,53 @@ fn web(ns: &str, image: &str) -> String {
     serde_saphyr::to_string(&spec).unwrap()
 }
 
+/// us-1's Helm release of the chart `charts/web`, with its own values file.
+const US_RELEASE: &str = "releases/us-1";
+
+/// The chart that renders `web` from its values' `image`, and us-1's release of it.
+fn chart(ns: &str) -> Vec<(String, String)> {
+    vec![
+        (
+            "charts/web/Chart.yaml".into(),
+            "apiVersion: v2\nname: web\nversion: 0.1.0\n".into(),
+        ),
+        (
+            "charts/web/templates/web.yaml".into(),
+            web(ns, "IMAGE").replace("IMAGE", "{{ .Values.image }}"),
+        ),
+        (
+            format!("{US_RELEASE}/linnet-helm.yaml"),
+            "chart: ../../charts/web\nvaluesFiles: [values.yaml]\n".into(),
+        ),
+    ]
+}
+
+/// The files that ask every cluster for `image`: the European spec file and us-1's values.
+fn image_everywhere(ns: &str, image: &str) -> Vec<(String, String)> {
+    vec![
+        ("apps/web.yaml".into(), web(ns, image)),
+        (
+            format!("{US_RELEASE}/values.yaml"),
+            format!("image: {image}\n"),
+        ),
+    ]
+}
+
+fn push_files(work: &Path, files: &[(String, String)], message: &str) {
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    push(work, &files, message);
+}
+
 fn start(m: &Member, bare: &Path, ns: &str) -> Agent {
     std::fs::create_dir_all(&m.dir).unwrap();
+    let helm = m.name == "us-1";
+    let path = if helm { US_RELEASE } else { "apps" };
     let mut args = vec![
         format!("--repo-url=file://{}", bare.display()),
-        "--path=apps".into(),
+        format!("--path={path}"),
         "--fleet=fleet.yaml".into(),
         format!("--cluster={}", m.name),
         "--writeback-interval=300ms".into(),
@@ -68,7 +112,15 @@ fn start(m: &Member, bare: &Path, ns: &str) -> Agent {
     if m.name == "us-1" {
         args.push(format!("--dashboard-listen=127.0.0.1:{}", us_dashboard()));
     }
-    start_agent_env(&m.dir, &args, ns, &m.kubeconfig, &[])
+    let render = support::render_env();
+    let env: Vec<(&str, &str)> = match helm {
+        true => render
+            .iter()
+            .map(|(k, v)| (*k, v.to_str().unwrap()))
+            .collect(),
+        false => Vec::new(),
+    };
+    start_agent_env(&m.dir, &args, ns, &m.kubeconfig, &env)
 }
 
 /// us-1's dashboard port, with the fleet's view.
@@ -109,14 +161,10 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
     let tmp = tempfile::tempdir().unwrap();
     let fleet = three_members(&extra, &ns.name, tmp.path()).await;
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
-    push(
-        &work,
-        &[
-            ("fleet.yaml", FLEET),
-            ("apps/web.yaml", &web(&ns.name, "web:1")),
-        ],
-        "web:1 and the fleet",
-    );
+    let mut first = vec![("fleet.yaml".to_string(), FLEET.to_string())];
+    first.extend(chart(&ns.name));
+    first.extend(image_everywhere(&ns.name, "web:1"));
+    push_files(&work, &first, "web:1, its chart and the fleet");
     let mut agents: Vec<Agent> = fleet.iter().map(|m| start(m, &bare, &ns.name)).collect();
     for a in &agents {
         wait_ready(a).await;
@@ -135,13 +183,18 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
         )
         .await;
     }
+    let us1 = web_of(&fleet[2], &ns.name).await.unwrap();
+    let rendered_from = us1.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        rendered_from
+            .get(linnet::api::SOURCE_PATH_ANNOTATION)
+            .map(String::as_str),
+        Some("releases/us-1/linnet-helm.yaml"),
+        "us-1 renders its Helm release"
+    );
 
     // web:2: the first wave at once; the others held, and saying why.
-    push(
-        &work,
-        &[("apps/web.yaml", &web(&ns.name, "web:2"))],
-        "web:2",
-    );
+    push_files(&work, &image_everywhere(&ns.name, "web:2"), "web:2");
     let pushed = Instant::now();
     eventually(
         "eu-1 Completed on web:2",
@@ -232,9 +285,9 @@ async fn an_image_moves_wave_by_wave_through_three_clusters_and_a_failure_stops_
 
     // web:broken fails in the first wave (its pods never become Ready): rolled back there,
     // and never started in the others.
-    push(
+    push_files(
         &work,
-        &[("apps/web.yaml", &web(&ns.name, "web:broken"))],
+        &image_everywhere(&ns.name, "web:broken"),
         "web:broken",
     );
     eventually("eu-1 rolled back", Duration::from_secs(90), || async {

@@ -85,9 +85,13 @@ pub fn image_edits(
                 let Some(values) = read(repo, tree, &source)? else {
                     continue;
                 };
+                // A fleet's revert edits only values beside its own release: values the
+                // releases share are the failed cluster's revert's to put back.
+                let own = revert.failed_in.is_none()
+                    || crate::render::dir_of(&source) == crate::render::dir_of(&revert.path);
                 match rendered_edit::set_values_image(&values, from, &revert.good) {
-                    ValuesEdit::Edited(t) => return Ok(Some(vec![(source, t)])),
-                    ValuesEdit::Already => return Ok(None),
+                    ValuesEdit::Edited(t) if own => return Ok(Some(vec![(source, t)])),
+                    ValuesEdit::Edited(_) | ValuesEdit::Already => return Ok(None),
                     ValuesEdit::NotHere => {}
                 }
             }
@@ -251,6 +255,55 @@ mod tests {
             edits,
             [("base/web.yaml".to_string(), WEB.replace("web:5", "web:4"))]
         );
+    }
+
+    #[test]
+    fn a_fleets_revert_in_another_cluster_edits_only_what_that_cluster_sets_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = "resources: [../../base]\nimages:\n- name: web\n  newTag: \"5\"\n";
+        let (repo, id) = tree_of(
+            dir.path(),
+            &[
+                ("base/kustomization.yaml", "resources: [web.yaml]\n"),
+                ("base/web.yaml", WEB),
+                ("clusters/eu-1/kustomization.yaml", own),
+                (
+                    "clusters/eu-3/kustomization.yaml",
+                    "resources: [../../base]\n",
+                ),
+                (
+                    "releases/us-1/linnet-helm.yaml",
+                    "chart: ../../charts/web\nvaluesFiles: [../shared.yaml, values.yaml]\n",
+                ),
+                ("releases/us-1/values.yaml", "image: web:5\n"),
+                (
+                    "releases/us-2/linnet-helm.yaml",
+                    "chart: ../../charts/web\nvaluesFiles: [../shared.yaml]\n",
+                ),
+                ("releases/shared.yaml", "image: web:5\n"),
+            ],
+        );
+        let tree = repo.find_tree(id).unwrap();
+        let fleet = |path: &str| Revert {
+            failed_in: Some("eu-2".into()),
+            cluster: Some("eu-1".into()),
+            ..web_revert(path, false)
+        };
+        let edits = |path: &str| image_edits(&repo, &tree, &fleet(path)).unwrap();
+        let eu1 = edits("clusters/eu-1/kustomization.yaml").unwrap();
+        assert_eq!(eu1[0].0, "clusters/eu-1/kustomization.yaml");
+        assert!(eu1[0].1.contains("newTag: \"4\""), "{}", eu1[0].1);
+        let us1 = edits("releases/us-1/linnet-helm.yaml").unwrap();
+        assert_eq!(
+            us1,
+            [(
+                "releases/us-1/values.yaml".to_string(),
+                "image: web:4\n".to_string()
+            )]
+        );
+        // Set in what the clusters share: nothing of their own, and no error either.
+        assert_eq!(edits("clusters/eu-3/kustomization.yaml"), None);
+        assert_eq!(edits("releases/us-2/linnet-helm.yaml"), None);
     }
 
     #[test]

@@ -186,7 +186,8 @@ fn decided_event(
         digest.update(part);
     }
     let digest = digest.finalize();
-    // 253 characters at most: a long object name is cut (names are ASCII).
+    // 253 characters at most: a long object name is cut (names are ASCII), and a cut that
+    // ends in `-` or `.` is not a valid name's label.
     let object: String = regarding
         .name
         .as_deref()
@@ -194,6 +195,7 @@ fn decided_event(
         .chars()
         .take(200)
         .collect();
+    let object = object.trim_end_matches(['-', '.']);
     k8s_openapi::api::events::v1::Event {
         metadata: kube::api::ObjectMeta {
             name: Some(format!("{object}.{}", hex::encode(&digest[..8]))),
@@ -331,6 +333,19 @@ mod tests {
         assert_ne!(first, name(&again, b"status 1", "CanaryStarted"));
         let long = rollout("shop", &"a".repeat(253));
         assert!(name(&long, b"k", "CanaryStarted").len() <= 253);
+        // Cut just after a dot or a dash, the name would end a label in one (refused: 422).
+        for cut in [".", "-", ".-"] {
+            let long = rollout(
+                "shop",
+                &format!("{}{cut}{}", "a".repeat(200 - cut.len()), "b".repeat(40)),
+            );
+            let event = name(&long, b"k", "CanaryStarted");
+            assert!(
+                event.starts_with(&format!("{}.", "a".repeat(200 - cut.len()))),
+                "{event}"
+            );
+            assert!(!event.contains("..") && !event.contains("-."), "{event}");
+        }
     }
 
     #[test]

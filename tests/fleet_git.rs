@@ -459,6 +459,29 @@ async fn a_fleet_on_gitea_takes_two_pushes_a_pull_request_gate_a_cut_off_cluster
         assert_eq!(files.as_array().map(Vec::len), Some(1), "{files}");
         assert_eq!(files[0]["filename"], file, "{files}");
     }
+    // eu-1's rollout says so in an event (its reference kept for a job a fleet read made).
+    eventually(
+        "eu-1's event for its pull request",
+        Duration::from_secs(20),
+        || async {
+            let events = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+                fleet[0].client.clone(),
+                &ns.name,
+            )
+            .list(&Default::default())
+            .await
+            .ok()?;
+            events
+                .items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("RevertPullRequestOpened")
+                        && e.note.as_deref().is_some_and(|n| n.contains("web:4"))
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
     let open = open_pull_requests(&gitea).await;
     assert!(
         !open.iter().any(|(_, h)| h.contains("/@us-1/")),

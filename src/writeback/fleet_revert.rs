@@ -24,8 +24,6 @@ pub struct Settled {
     /// The spec file, from the repository's root.
     pub path: String,
     pub image: String,
-    /// The Git commit that last set the spec.
-    pub revision: Option<String>,
 }
 
 /// A CanaryStatefulSet Stable on its spec's image.
@@ -34,12 +32,7 @@ pub fn settled_statefulset(r: &CanaryStatefulSet) -> Option<Settled> {
     let on_spec = st.stable_image.as_deref() == Some(r.spec.image.as_str());
     (st.phase == Some(StatefulSetPhase::Stable) && on_spec).then_some(())?;
     let meta = crate::api::packed_meta::metadata(r);
-    settled(
-        "CanaryStatefulSet",
-        &meta,
-        &r.spec.image,
-        &st.source_revision,
-    )
+    settled("CanaryStatefulSet", &meta, &r.spec.image)
 }
 
 /// A CanaryDeployment Completed on its spec's image.
@@ -48,20 +41,10 @@ pub fn settled_deployment(r: &CanaryDeployment) -> Option<Settled> {
     let on_spec = st.stable_image.as_deref() == Some(r.spec.image.as_str());
     (st.phase == Some(DeploymentPhase::Completed) && on_spec).then_some(())?;
     let meta = crate::api::packed_meta::metadata(r);
-    settled(
-        "CanaryDeployment",
-        &meta,
-        &r.spec.image,
-        &st.source_revision,
-    )
+    settled("CanaryDeployment", &meta, &r.spec.image)
 }
 
-fn settled(
-    kind: &'static str,
-    meta: &kube::api::ObjectMeta,
-    image: &str,
-    revision: &Option<String>,
-) -> Option<Settled> {
+fn settled(kind: &'static str, meta: &kube::api::ObjectMeta, image: &str) -> Option<Settled> {
     Some(Settled {
         kind,
         namespace: meta.namespace.clone()?,
@@ -72,7 +55,6 @@ fn settled(
             .get(SOURCE_PATH_ANNOTATION)?
             .clone(),
         image: image.to_string(),
-        revision: revision.clone(),
     })
 }
 
@@ -93,7 +75,9 @@ pub fn fleet_revert(s: &Settled, fleet: &FleetSnapshot, me: &ClusterIdentity) ->
             failure.cluster, failure.phase, fleet.name
         ),
         mode: RevertMode::PullRequest,
-        revision: s.revision.clone(),
+        // Named by the failed image, not by this spec's commit: a later commit that leaves
+        // the image alone must not make a new pull request (nor reopen one a person closed).
+        revision: None,
         shared_base: false,
         cluster: Some(me.name.clone()),
         failed_in: Some(failure.cluster),
@@ -156,10 +140,18 @@ mod tests {
         assert_eq!((r.failed.as_str(), r.good.as_str()), ("web:5", "web:4"));
         assert_eq!(r.path, "clusters/eu-1/kustomization.yaml");
         assert_eq!(r.mode, RevertMode::PullRequest);
-        assert_eq!(
-            r.branch(),
-            "linnet/fleet-revert/@eu-1/shop/web/0123456789ab"
+        let branch = r.branch();
+        assert!(
+            branch.starts_with("linnet/fleet-revert/@eu-1/shop/web/"),
+            "{branch}"
         );
+        // The same failed image after another commit to the spec: the same pull request
+        // (one a person closed stays closed).
+        let mut later = web("Completed", "web:5", "web:5");
+        later.status.as_mut().unwrap().source_revision = Some("fedcba9876543210".into());
+        let later = settled_deployment(&later).unwrap();
+        let again = fleet_revert(&later, &fleet("revert", rolled_back()), &eu1);
+        assert_eq!(again.map(|a| a.branch()), Some(branch));
         assert_eq!(r.title(), "Revert shop/web in eu-1 to web:4");
         let body = r.body();
         assert!(

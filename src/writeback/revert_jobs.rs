@@ -116,6 +116,18 @@ impl Reverts {
         }
     }
 
+    /// The rollout `key` is no longer settled on the image a waiting fleet revert puts back
+    /// (`settled_on`: what it is settled on now, if anything): Git or a person moved on, or
+    /// it was deleted. A fleet revert is not made, nor tried again, for an image it left.
+    pub(super) fn withdraw_fleet_revert(&mut self, key: &Key, settled_on: Option<&str>) {
+        let lane = (key.clone(), Lane::FleetRevert);
+        if let Some(Job::Revert(r)) = self.pending.get(&lane)
+            && Some(r.failed.as_str()) != settled_on
+        {
+            self.pending.remove(&lane);
+        }
+    }
+
     /// Whether a revert, a promotion or a pull request's closing waits for `key`.
     pub(super) fn has_job(&self, key: &Key) -> bool {
         let lanes = (key.clone(), Lane::Revert)..=(key.clone(), Lane::FleetRevert);
@@ -196,6 +208,31 @@ mod tests {
         // The next image fails too: a new revert.
         r.offer(redis(), Some(revert("redis:7.6")), false, t0);
         assert_eq!(r.take().len(), 1);
+    }
+
+    /// Review: a fleet revert that failed in a way that passes was tried again for good,
+    /// even after the rollout left the image (or was deleted).
+    #[test]
+    fn a_fleet_revert_stays_once_asked_but_goes_when_the_rollout_leaves_the_image() {
+        let t0 = Instant::now();
+        let mut r = Reverts::default();
+        let fleet = || Revert {
+            failed_in: Some("eu-2".into()),
+            ..revert("redis:7.4")
+        };
+        r.offer_fleet_revert(redis(), Some(fleet()), t0);
+        // The failure no longer shows (the failed cluster's own revert merged): still made.
+        r.offer_fleet_revert(redis(), None, t0);
+        r.withdraw_fleet_revert(&redis(), Some("redis:7.4"));
+        let (lane, job) = r.take().remove(0);
+        assert_eq!(lane.1, Lane::FleetRevert);
+        r.retry(lane, job, t0);
+        // A person put another image in Git: not tried again.
+        r.withdraw_fleet_revert(&redis(), Some("redis:7.6"));
+        assert!(r.take().is_empty());
+        r.offer_fleet_revert(redis(), Some(fleet()), t0);
+        r.withdraw_fleet_revert(&redis(), None);
+        assert!(r.take().is_empty(), "deleted, or no longer settled");
     }
 
     #[test]

@@ -83,8 +83,10 @@ pub async fn run(
     let mut reverts = Reverts::default();
     // Each rollout's reference, for its events.
     let mut regarding: BTreeMap<Key, k8s_openapi::api::core::v1::ObjectReference> = BTreeMap::new();
-    // With a fleet, the rollouts settled on their image: a failure elsewhere reverts them.
-    let mut settled: BTreeMap<Key, Settled> = BTreeMap::new();
+    // With a fleet, the rollouts settled on their image (and their references, for the
+    // events): a failure elsewhere reverts them.
+    type Reference = k8s_openapi::api::core::v1::ObjectReference;
+    let mut settled: BTreeMap<Key, (Settled, Reference)> = BTreeMap::new();
     let mut fleet = config.fleet.clone();
     loop {
         let wait = super::sleep_until_due(reverts.due);
@@ -95,11 +97,13 @@ pub async fn run(
                 let revert = for_this_cluster(w.revert, &config);
                 reverts.offer(w.key.clone(), revert, w.pull_requests, now);
                 reverts.offer_promotion(w.key.clone(), w.promotion, now);
+                let on = w.settled.as_ref().map(|s| s.image.as_str());
+                reverts.withdraw_fleet_revert(&w.key, on);
                 match w.settled.filter(|_| fleet.is_some()) {
                     Some(s) => {
                         let wanted = fleet_revert_of(&s, fleet.as_ref(), &config.cluster);
                         reverts.offer_fleet_revert(w.key.clone(), wanted, now);
-                        settled.insert(w.key.clone(), s);
+                        settled.insert(w.key.clone(), (s, w.regarding.clone()));
                     }
                     None => {
                         settled.remove(&w.key);
@@ -113,9 +117,12 @@ pub async fn run(
             }
             () = fleet_changed(&mut fleet) => {
                 let now = Instant::now();
-                for (key, s) in &settled {
+                for (key, (s, object)) in &settled {
                     let wanted = fleet_revert_of(s, fleet.as_ref(), &config.cluster);
                     reverts.offer_fleet_revert(key.clone(), wanted, now);
+                    if reverts.has_job(key) {
+                        regarding.insert(key.clone(), object.clone());
+                    }
                 }
             }
             () = wait => {
@@ -209,7 +216,9 @@ fn wanted(changes: Subscription) -> impl futures::Stream<Item = Wanted> + Unpin 
                 revert: revert::for_statefulset(o),
                 pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
                 promotion: promotion::for_statefulset(o),
-                settled: fleet_revert::settled_statefulset(o),
+                settled: applied(&c)
+                    .then(|| fleet_revert::settled_statefulset(o))
+                    .flatten(),
             }
         })
         .boxed();
@@ -223,11 +232,18 @@ fn wanted(changes: Subscription) -> impl futures::Stream<Item = Wanted> + Unpin 
                 revert: revert::for_deployment(o),
                 pull_requests: uses_pull_requests(o.spec.on_failure.as_ref()),
                 promotion: promotion::for_deployment(o),
-                settled: fleet_revert::settled_deployment(o),
+                settled: applied(&c)
+                    .then(|| fleet_revert::settled_deployment(o))
+                    .flatten(),
             }
         })
         .boxed();
     futures::stream::select(sets, deploys)
+}
+
+/// Whether `change` leaves the rollout in the cluster (not a deletion).
+fn applied<K>(change: &crate::watch::rollouts::Change<K>) -> bool {
+    matches!(change, crate::watch::rollouts::Change::Applied(_))
 }
 
 /// What a rollout's change asks of Git.

@@ -24,7 +24,8 @@ use linnet::api::DeploymentPhase;
 use serde_json::json;
 use support::agent::{Agent, start_agent_env, wait_ready};
 use support::fleet::{
-    Member, completed_on, in_phase_for, message, push, start_clusters, three_members, web_of,
+    Hooks, Member, completed_on, in_phase_for, message, push, relay_webhooks, start_clusters,
+    three_members, web_of,
 };
 use support::{eventually, git, holds_for};
 
@@ -127,29 +128,6 @@ fn start(m: &Member, bare: &Path, ns: &str) -> Agent {
 fn us_dashboard() -> u16 {
     static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
     *PORT.get_or_init(support::ports::free_port)
-}
-
-/// The agents' webhook addresses (a restarted agent listens on a new one).
-type Hooks = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
-
-/// Every agent hears of every push, as from a Git host's webhook on the repository.
-fn relay_webhooks(hooks: Hooks) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let body = br#"{"ref":"refs/heads/linnet/status"}"#;
-        let sig = linnet::source::webhook::sign_hex(support::agent::SECRET.as_bytes(), body);
-        loop {
-            let now: Vec<String> = hooks.lock().unwrap().clone();
-            for h in &now {
-                let _ = support::http()
-                    .post(format!("{h}/hooks/generic"))
-                    .header("x-linnet-signature", format!("sha256={sig}"))
-                    .body(body.to_vec())
-                    .send()
-                    .await;
-            }
-            tokio::time::sleep(Duration::from_millis(700)).await;
-        }
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

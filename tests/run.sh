@@ -18,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=${LINNET_TEST_JOBS:-3}
-alone=" apiserver_restart fencing fleet fleet_git sharding "
+alone=" apiserver_restart fencing fleet fleet_git fleet_soak sharding "
 one_at_a_time=" deploy doctor node_install node_namespace_install "
 # Before any time is on record: the longest first, as measured three at a time.
 first="node_namespace_install soak chaos statefulset node_data node_install bench traffic gitea

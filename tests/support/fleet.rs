@@ -206,3 +206,27 @@ pub async fn completed_since(m: &Member, ns: &str, image: &str, within: u64) -> 
     )
     .await
 }
+
+/// The agents' webhook addresses (a restarted agent listens on a new one).
+pub type Hooks = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Every agent hears of every push, as from a Git host's webhook on the repository: a signed
+/// webhook to each of `hooks` every 700 ms.
+pub fn relay_webhooks(hooks: Hooks) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let body = br#"{"ref":"refs/heads/linnet/status"}"#;
+        let sig = linnet::source::webhook::sign_hex(super::agent::SECRET.as_bytes(), body);
+        loop {
+            let now: Vec<String> = hooks.lock().unwrap().clone();
+            for h in &now {
+                let _ = super::http()
+                    .post(format!("{h}/hooks/generic"))
+                    .header("x-linnet-signature", format!("sha256={sig}"))
+                    .body(body.to_vec())
+                    .send()
+                    .await;
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
+    })
+}

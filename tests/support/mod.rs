@@ -19,6 +19,7 @@ pub mod process;
 pub mod prometheus;
 pub mod push_hook;
 pub mod rollout;
+pub mod soak;
 pub mod stall;
 pub mod status_host;
 pub mod tls;

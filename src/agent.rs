@@ -327,6 +327,13 @@ fn spawn_status_writers(
             state.subscribe(),
         ),
     );
+    // Only once this replica holds the main Lease: one agent commits tags, not every replica.
+    if let Some(images) = &config.image_automation {
+        tasks.spawn(
+            "image automation",
+            crate::runtime::image_automation::run(images.clone()),
+        );
+    }
 }
 
 /// The rollout changes each writer to Git (and the notifier) follows, subscribed before the

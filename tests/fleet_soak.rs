@@ -252,14 +252,14 @@ fn record(
                     }
                 }
             }
-            if ticks % 4 == 0 {
+            if ticks.is_multiple_of(4) {
                 let tip = status_tip(&bare);
                 let mut r = rec.lock().unwrap();
                 if tip.is_some() && r.status_tips.last() != tip.as_ref() {
                     r.status_tips.extend(tip);
                 }
             }
-            if ticks % 20 == 0 {
+            if ticks.is_multiple_of(20) {
                 let mut r = rec.lock().unwrap();
                 for (i, pid) in pids.iter().enumerate() {
                     r.memory[i].extend(rss_kib(*pid));

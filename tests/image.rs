@@ -7,68 +7,9 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-fn run(program: &Path, args: &[&str]) -> Output {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{} {args:?} failed:\n{}{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// crane and the registry, built (once per machine) by tests/registry/build.sh.
-fn registry_tools() -> std::path::PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/registry/build.sh");
-    let out = run(&script, &[]);
-    stdout(&out).lines().last().unwrap().trim().into()
-}
-
-/// distribution's registry on `port`, storing in `dir`; killed when dropped.
-struct Registry(Child);
-
-impl Registry {
-    fn start(bin: &Path, dir: &Path, port: u16) -> Registry {
-        let config = dir.join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                dir.join("data").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(bin.join("registry"))
-            .args(["serve", config.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the registry did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Registry(child)
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use support::registry::{Registry, registry_tools, run, stdout};
 
 #[test]
 fn make_image_builds_an_image_that_a_registry_takes_and_that_runs() {

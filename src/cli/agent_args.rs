@@ -284,6 +284,16 @@ pub struct AgentArgs {
         env = "LINNET_FLEET"
     )]
     pub fleet: Option<String>,
+    /// Image automation (docs/image-automation.md): at each --image-scan-interval, read the
+    /// `ImagePolicy` documents in the repository, list each policy's tags in its registry,
+    /// and commit the newest allowed tag to the followed branch wherever a YAML line carries
+    /// the policy's marker (`# {"$imagepolicy": "NAME"}`, as Flux writes it). Needs --repo-url
+    /// and a token that may push to --branch.
+    #[arg(help_heading = "Image automation", long, default_value_t = false, action = clap::ArgAction::Set, env = "LINNET_IMAGE_AUTOMATION")]
+    pub image_automation: bool,
+    /// How often the image automation lists the registries' tags.
+    #[arg(help_heading = "Image automation", long, default_value = "1m", value_parser = parse_duration, env = "LINNET_IMAGE_SCAN_INTERVAL")]
+    pub image_scan_interval: Duration,
     /// Run only while holding a coordination.k8s.io Lease, so that two replicas never both
     /// act; the other waits (not ready) and takes over when the lease expires.
     #[arg(help_heading = "Leader election and sharding", long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_LEADER_ELECT")]

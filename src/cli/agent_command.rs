@@ -162,6 +162,7 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         claim_duration: args.lease_duration,
         cluster: args.cluster_identity(),
         fleet: fleet_config(args, &source)?,
+        image_automation: image_automation_config(args, &source)?,
         leader,
         source,
     })
@@ -195,6 +196,33 @@ fn fleet_config(
         dir: sibling_dir(cache_dir, "fleet"),
         timeout: args.git_timeout,
     }))
+}
+
+/// Where the image automation reads its policies and commits tags (`--image-automation`):
+/// the followed branch, from a clone of its own.
+fn image_automation_config(
+    args: &AgentArgs,
+    source: &crate::agent::SourceConfig,
+) -> Result<Option<crate::runtime::image_automation::ImageAutomationConfig>> {
+    if !args.image_automation {
+        return Ok(None);
+    }
+    let crate::agent::SourceConfig::Remote { remote, cache_dir } = source else {
+        return Err(Error::Usage(
+            "--image-automation needs --repo-url: it commits the new tags to the repository".into(),
+        ));
+    };
+    Ok(Some(
+        crate::runtime::image_automation::ImageAutomationConfig {
+            remote: remote.clone(),
+            cache_dir: sibling_dir(cache_dir, "images"),
+            author_name: args.git_author_name.clone(),
+            author_email: args.git_author_email.clone(),
+            timeout: args.git_timeout,
+            interval: args.image_scan_interval,
+            ca_file: args.ca_file.clone(),
+        },
+    ))
 }
 
 /// The webhook's secret and bounds, when it has a secret.

@@ -98,6 +98,8 @@ pub struct AgentConfig {
     pub cluster: crate::api::ClusterIdentity,
     /// The fleet this cluster's rollouts move in (`--fleet`).
     pub fleet: Option<crate::source::fleet::FleetConfig>,
+    /// Tags from registries committed to Git (`--image-automation`).
+    pub image_automation: Option<crate::runtime::image_automation::ImageAutomationConfig>,
 }
 
 /// The Lease that decides which replica acts.

@@ -25,6 +25,7 @@ pub mod config;
 pub mod dashboard;
 pub mod fleet;
 pub mod holder;
+pub mod image_automation;
 pub mod lease;
 pub mod listeners;
 pub mod look;

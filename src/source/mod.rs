@@ -6,6 +6,7 @@ pub mod fleet;
 pub mod git;
 pub mod hooks;
 pub mod local;
+pub mod registry;
 pub mod snapshot;
 pub mod verify;
 pub mod webhook;

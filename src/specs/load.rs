@@ -401,8 +401,11 @@ fn nested_controller_mark(value: &Value) -> Option<(String, String)> {
 
 mod document;
 mod local;
+mod place;
+mod read_from_git;
 
 use document::*;
+use place::Loaded;
 pub use local::{LocalFileKind, LocalSpecFile, list_local_spec_files, read_local_spec_file};
 
 #[cfg(test)]

@@ -13,6 +13,8 @@ pub mod config_carry;
 pub mod config_revert;
 pub mod fleet_revert;
 mod image_edit;
+pub mod image_markers;
+pub mod image_update;
 pub mod promotion;
 pub mod promotion_branch;
 pub mod pull_request;

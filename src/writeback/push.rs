@@ -97,7 +97,7 @@ impl WriteError {
 /// The one writer of status files to one branch of one repository.
 pub struct StatusWriter {
     pub(super) mirror: GitMirror,
-    author: (String, String),
+    pub(super) author: (String, String),
     /// How long one fetch-and-push may take (--git-timeout).
     pub(super) timeout: Option<Duration>,
 }
@@ -164,7 +164,7 @@ impl StatusWriter {
 
     /// Fetches the tip, builds a commit on it with `build` (`None`: nothing to write), and
     /// pushes it as a fast-forward; a rejected push starts again on the new tip.
-    fn push_on_tip(
+    pub(super) fn push_on_tip(
         &mut self,
         mut build: impl FnMut(&Self, Option<Oid>) -> Result<Option<Oid>, WriteError>,
         mut before_push: impl FnMut(),
@@ -428,7 +428,7 @@ impl StatusWriter {
 /// is kept by its id, and a tree left empty is dropped. A removal takes only a file at that
 /// path, never a directory or a file where the path wants a directory. Returns the tree and
 /// its entry count.
-fn tree_with(
+pub(super) fn tree_with(
     repo: &git2::Repository,
     base: Option<&git2::Tree<'_>>,
     edits: &[(&str, Option<Oid>)],

@@ -18,6 +18,7 @@ pub mod ports;
 pub mod process;
 pub mod prometheus;
 pub mod push_hook;
+pub mod registry;
 pub mod rollout;
 pub mod soak;
 pub mod stall;

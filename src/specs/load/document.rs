@@ -1,16 +1,8 @@
 //! One YAML document of a spec file: its kind checked, its fields checked against the schema
 //! (unknown fields located), and the object made from it.
 
+use super::place::{Loaded, Place};
 use super::*;
-
-/// What one document gives.
-pub(super) enum Loaded {
-    Object(LoadedObject),
-    /// An empty document.
-    Nothing,
-    /// A document left out on purpose, and why (at its start).
-    LeftOut(SpecError),
-}
 
 /// The annotation that makes an object an Argo CD hook, run by Argo CD's sync phases.
 const ARGO_CD_HOOK: &str = "argocd.argoproj.io/hook";
@@ -129,8 +121,8 @@ fn hook_left_out(map: &serde_json::Map<String, Value>) -> Option<String> {
     None
 }
 
-/// A document left out on purpose: a hook (below), or a Fleet (issue 73), checked here as the
-/// agents read it and never applied (agents given `--fleet` read it from Git).
+/// A document left out on purpose: a hook, or a kind the agent reads from Git and never
+/// applies ([`super::read_from_git`]).
 fn left_out(
     place: &Place<'_>,
     map: &serde_json::Map<String, Value>,
@@ -138,61 +130,7 @@ fn left_out(
     if let Some(why) = hook_left_out(map) {
         return Some(Ok(Loaded::LeftOut(place.start(why))));
     }
-    let field = |k: &str| map.get(k).and_then(Value::as_str).unwrap_or_default();
-    let group = field("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
-    if group != crate::api::GROUP || field("kind") != crate::api::FLEET_KIND {
-        return None;
-    }
-    if field("apiVersion") != API_VERSION {
-        let message = format!(
-            "unsupported apiVersion {:?}; expected {API_VERSION:?}",
-            field("apiVersion")
-        );
-        return Some(Err(vec![place.key(&["apiVersion"], message)]));
-    }
-    let options = crate::specs::bounded_parser_options();
-    let fleet: crate::api::Fleet =
-        match serde_saphyr::from_str_with_options(&place.doc.text, options) {
-            Ok(f) => f,
-            Err(e) => return Some(Err(vec![yaml_error(place.file, place.doc, &e, "Fleet: ")])),
-        };
-    let problems: Vec<SpecError> = fleet
-        .spec
-        .problems()
-        .into_iter()
-        .map(|(path, message)| {
-            let path: Vec<&str> = path.iter().map(String::as_str).collect();
-            place.key(&path, message)
-        })
-        .collect();
-    if !problems.is_empty() {
-        return Some(Err(problems));
-    }
-    Some(Ok(Loaded::LeftOut(place.start(format!(
-        "Fleet {} is read from Git by the agents given --fleet {}, never applied",
-        fleet.metadata.name, place.file
-    )))))
-}
-
-/// Where a document's errors point: its first line, or a key in it.
-struct Place<'a> {
-    file: &'a str,
-    doc: &'a Document,
-}
-
-impl Place<'_> {
-    fn start(&self, message: String) -> SpecError {
-        error_at(self.file, self.doc.first_line, 1, message)
-    }
-
-    fn key(&self, path: &[&str], message: String) -> SpecError {
-        match find_key(&self.doc.text, path) {
-            Some((line, column)) => {
-                error_at(self.file, self.doc.first_line + line - 1, column, message)
-            }
-            None => self.start(message),
-        }
-    }
+    super::read_from_git::left_out(place, map)
 }
 
 /// What names a document's object: its kind, apiVersion, name and namespace.

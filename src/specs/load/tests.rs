@@ -355,3 +355,31 @@ spec:
         "{e:?}"
     );
 }
+
+/// Issue 74: an ImagePolicy is checked and left out (agents read it with
+/// --image-automation); a bad range, pattern or image is located at its field.
+#[test]
+fn an_image_policy_is_checked_and_never_applied() {
+    let policy = "\
+apiVersion: rollouts.linnet.dev/v1alpha1
+kind: ImagePolicy
+metadata: {name: web}
+spec:
+  image: reg.example:5000/team/web
+  policy:
+    semver:
+      range: '>=1.0.0 <2.0.0'
+";
+    let specs = load(&format!("{policy}---\n{STS}"));
+    assert_eq!(specs.errors, vec![]);
+    assert_eq!(specs.objects.len(), 1, "only the rollout is applied");
+    assert!(specs.left_out[0].message.contains("--image-automation"));
+    let e = only_error(&policy.replace(">=1.0.0 <2.0.0", ">=one"));
+    assert_eq!((e.location.line, e.location.column), (8, 7), "{e:?}");
+    assert!(e.message.contains("does not parse"), "{e:?}");
+    let e = only_error(&policy.replace("team/web", "team/web:1.0"));
+    assert_eq!(e.location.line, 5, "{e:?}");
+    let e = only_error(&policy.replace("    semver:\n      range: '>=1.0.0 <2.0.0'\n", "    {}\n"));
+    assert_eq!(e.location.line, 6, "{e:?}");
+    assert!(e.message.contains("exactly one"), "{e:?}");
+}

@@ -22,6 +22,7 @@ pub mod deployment;
 pub mod first_status;
 pub mod fleet;
 pub mod handoff;
+pub mod image_tags;
 mod machine;
 pub mod objects;
 pub mod observed;

@@ -1,0 +1,242 @@
+//! Which tag an [`ImagePolicy`] picks from a repository's tags (issue 74), and what is wrong
+//! with a policy before any tag is read. Pure: the registry scanner hands the tags in.
+//!
+//! Tags come from a registry anyone who can push an image controls, so nothing here is more
+//! than linear in their size: the filter is a `regex` (no backtracking), with a compiled-size
+//! bound, and a tag longer than the OCI limit of 128 bytes is never considered.
+
+use std::cmp::Ordering;
+
+use crate::api::{Direction, ImagePolicySpec, TagFilter};
+
+/// The longest tag the OCI distribution spec allows.
+pub const MAX_TAG_BYTES: usize = 128;
+/// The largest compiled filter (the `regex` crate's own default is 10 MiB).
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Why a policy cannot order tags.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("set exactly one of semver, alphabetical and numerical (found {found})")]
+    Orders { found: usize },
+    #[error("semver range {range:?} does not parse: {reason}")]
+    Range { range: String, reason: String },
+    #[error("filterTags.pattern {pattern:?} does not compile: {reason}")]
+    Pattern { pattern: String, reason: String },
+    #[error("filterTags.extract {extract:?} names no capture group of the pattern")]
+    Extract { extract: String },
+}
+
+impl PolicyError {
+    /// The spec field the error is about, for `file:line:column`.
+    pub fn field(&self) -> &'static [&'static str] {
+        match self {
+            PolicyError::Orders { .. } => &["spec", "policy"],
+            PolicyError::Range { .. } => &["spec", "policy", "semver", "range"],
+            PolicyError::Pattern { .. } => &["spec", "filterTags", "pattern"],
+            PolicyError::Extract { .. } => &["spec", "filterTags", "extract"],
+        }
+    }
+}
+
+/// A tag as the OCI distribution spec allows it, `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`: a
+/// registry's answer that is anything else (a line break, a quote, a `#`) never reaches Git.
+pub fn is_tag(tag: &str) -> bool {
+    let mut chars = tag.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    first_ok
+        && tag.len() <= MAX_TAG_BYTES
+        && chars.all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+/// An image repository's registry host and path there, as Docker reads a name:
+/// `registry.example:5000/team/web` → (`registry.example:5000`, `team/web`); a name with no host
+/// is Docker Hub's (`web` → `library/web`). `None` when it is no repository name (a tag, a
+/// digest, an empty part or a character a reference cannot have).
+pub fn registry_and_path(image: &str) -> Option<(String, String)> {
+    let valid = |c: char| c.is_ascii_alphanumeric() || "._-/:".contains(c);
+    if image.is_empty() || image.len() > 255 || !image.chars().all(valid) {
+        return None;
+    }
+    let (host, path) = match image.split_once('/') {
+        Some((h, rest)) if h.contains(['.', ':']) || h == "localhost" => (h, rest.to_string()),
+        Some(_) => ("registry-1.docker.io", image.to_string()),
+        None => ("registry-1.docker.io", format!("library/{image}")),
+    };
+    // A tag after the last '/' is not a repository.
+    if host.is_empty() || path.contains(':') || path.split('/').any(str::is_empty) {
+        return None;
+    }
+    Some((host.to_string(), path))
+}
+
+/// A policy ready to order tags.
+pub struct TagPolicy {
+    order: Order,
+    filter: Option<(regex::Regex, String)>,
+}
+
+enum Order {
+    /// Any of the alternatives (`||`).
+    Semver(Vec<semver::VersionReq>),
+    Alphabetical(Direction),
+    Numerical(Direction),
+}
+
+impl TagPolicy {
+    pub fn new(spec: &ImagePolicySpec) -> Result<TagPolicy, PolicyError> {
+        let p = &spec.policy;
+        let found = [
+            p.semver.is_some(),
+            p.alphabetical.is_some(),
+            p.numerical.is_some(),
+        ]
+        .iter()
+        .filter(|s| **s)
+        .count();
+        let order = match (&p.semver, &p.alphabetical, &p.numerical) {
+            (Some(s), None, None) => Order::Semver(semver_range(&s.range)?),
+            (None, Some(a), None) => Order::Alphabetical(a.order),
+            (None, None, Some(n)) => Order::Numerical(n.order),
+            _ => return Err(PolicyError::Orders { found }),
+        };
+        let filter = spec.filter_tags.as_ref().map(compile_filter).transpose()?;
+        Ok(TagPolicy { order, filter })
+    }
+
+    /// The newest tag the policy allows, if any.
+    pub fn newest<'a>(&self, tags: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+        let mut best: Option<(&'a str, Key)> = None;
+        for tag in tags {
+            let Some(key) = self.key(tag) else { continue };
+            let better = best
+                .as_ref()
+                .is_none_or(|(held, k)| self.compare(&key, k).then_with(|| tag.cmp(held)).is_gt());
+            if better {
+                best = Some((tag, key));
+            }
+        }
+        best.map(|(tag, _)| tag)
+    }
+
+    /// What `tag` is ordered by, or `None` when the policy leaves it out.
+    fn key(&self, tag: &str) -> Option<Key> {
+        if !is_tag(tag) {
+            return None;
+        }
+        let value = match &self.filter {
+            None => tag.to_string(),
+            Some((pattern, extract)) => {
+                let caps = pattern.captures(tag)?;
+                if extract.is_empty() {
+                    tag.to_string()
+                } else {
+                    let mut out = String::new();
+                    caps.expand(extract, &mut out);
+                    out
+                }
+            }
+        };
+        match &self.order {
+            Order::Semver(alternatives) => {
+                let version =
+                    semver::Version::parse(value.strip_prefix('v').unwrap_or(&value)).ok()?;
+                alternatives
+                    .iter()
+                    .any(|r| r.matches(&version))
+                    .then_some(Key::Version(version))
+            }
+            Order::Alphabetical(_) => Some(Key::Text(value)),
+            Order::Numerical(_) => value
+                .parse::<f64>()
+                .ok()
+                .filter(|n| n.is_finite())
+                .map(Key::Number),
+        }
+    }
+
+    fn compare(&self, a: &Key, b: &Key) -> Ordering {
+        let natural = match (a, b) {
+            (Key::Version(a), Key::Version(b)) => a.cmp(b),
+            (Key::Text(a), Key::Text(b)) => a.cmp(b),
+            (Key::Number(a), Key::Number(b)) => a.total_cmp(b),
+            _ => Ordering::Equal,
+        };
+        match self.order {
+            Order::Alphabetical(Direction::Desc) | Order::Numerical(Direction::Desc) => {
+                natural.reverse()
+            }
+            _ => natural,
+        }
+    }
+}
+
+enum Key {
+    Version(semver::Version),
+    Text(String),
+    Number(f64),
+}
+
+/// A range as Flux writes it (`>=1.0.0 <2.0.0`, `^1.2 || ^2`) or as Cargo does
+/// (`>=1.0.0, <2.0.0`).
+fn semver_range(range: &str) -> Result<Vec<semver::VersionReq>, PolicyError> {
+    let error = |reason: String| PolicyError::Range {
+        range: range.to_string(),
+        reason,
+    };
+    let mut alternatives = Vec::new();
+    for alternative in range.split("||") {
+        // Comparators apart by spaces are joined by commas; an operator standing alone
+        // (`>= 1.0`) keeps its version.
+        let mut parts: Vec<String> = Vec::new();
+        for token in alternative
+            .split([' ', ',', '\t'])
+            .filter(|t| !t.is_empty())
+        {
+            match parts.last_mut() {
+                Some(last) if last.chars().all(|c| "<>=~^".contains(c)) => last.push_str(token),
+                _ => parts.push(token.to_string()),
+            }
+        }
+        if parts.is_empty() {
+            return Err(error("an alternative is empty".into()));
+        }
+        let req = semver::VersionReq::parse(&parts.join(", ")).map_err(|e| error(e.to_string()))?;
+        alternatives.push(req);
+    }
+    Ok(alternatives)
+}
+
+fn compile_filter(filter: &TagFilter) -> Result<(regex::Regex, String), PolicyError> {
+    let pattern = regex::RegexBuilder::new(&filter.pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| PolicyError::Pattern {
+            pattern: filter.pattern.clone(),
+            reason: e.to_string(),
+        })?;
+    let names: Vec<&str> = pattern.capture_names().flatten().collect();
+    let groups = pattern.captures_len();
+    let mut rest = filter.extract.as_str();
+    while let Some(at) = rest.find('$') {
+        rest = &rest[at + 1..];
+        let name: String = rest
+            .trim_start_matches('{')
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let known =
+            names.contains(&name.as_str()) || name.parse::<usize>().is_ok_and(|n| n < groups);
+        if !known {
+            return Err(PolicyError::Extract {
+                extract: filter.extract.clone(),
+            });
+        }
+    }
+    Ok((pattern, filter.extract.clone()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::api::{ImagePolicySpec, Ordered, SemverOrder, TagFilter, TagOrder};
+
+fn semver(range: &str) -> ImagePolicySpec {
+    ImagePolicySpec {
+        image: "r.example/web".into(),
+        policy: TagOrder {
+            semver: Some(SemverOrder {
+                range: range.into(),
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn numerical(order: Direction, filter: Option<(&str, &str)>) -> ImagePolicySpec {
+    ImagePolicySpec {
+        image: "r.example/web".into(),
+        policy: TagOrder {
+            numerical: Some(Ordered { order }),
+            ..Default::default()
+        },
+        filter_tags: filter.map(|(p, e)| TagFilter {
+            pattern: p.into(),
+            extract: e.into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn newest<'a>(spec: &ImagePolicySpec, tags: &[&'a str]) -> Option<&'a str> {
+    TagPolicy::new(spec).unwrap().newest(tags.iter().copied())
+}
+
+#[test]
+fn semver_picks_the_highest_version_in_the_range() {
+    let tags = [
+        "1.0.0",
+        "1.4.2",
+        "1.10.0",
+        "2.0.0",
+        "latest",
+        "1.11.0-rc.1",
+        "v1.9.9",
+    ];
+    assert_eq!(newest(&semver(">=1.0.0 <2.0.0"), &tags), Some("1.10.0"));
+    assert_eq!(newest(&semver(">=1.0.0, <2.0.0"), &tags), Some("1.10.0"));
+    assert_eq!(newest(&semver(">= 1.0.0 < 1.5"), &tags), Some("1.4.2"));
+    assert_eq!(newest(&semver("^1.9 || ^2"), &tags), Some("2.0.0"));
+    assert_eq!(newest(&semver("<1.0.0"), &tags), None);
+}
+
+#[test]
+fn semver_takes_a_v_prefix_and_a_prerelease_only_when_the_range_names_one() {
+    assert_eq!(newest(&semver("1.x"), &["v1.2.0", "1.1.0"]), Some("v1.2.0"));
+    let rc = ["1.10.0", "1.11.0-rc.1"];
+    assert_eq!(newest(&semver(">=1.0.0"), &rc), Some("1.10.0"));
+    assert_eq!(newest(&semver(">=1.11.0-rc.0"), &rc), Some("1.11.0-rc.1"));
+}
+
+#[test]
+fn numerical_and_alphabetical_order_by_what_the_filter_extracts() {
+    let tags = [
+        "main-abc123-100",
+        "main-def456-99",
+        "pr-7-5000",
+        "main-xyz-1e9x",
+    ];
+    let spec = numerical(
+        Direction::Asc,
+        Some((r"^main-[a-f0-9]+-(?P<ts>[0-9]+)$", "$ts")),
+    );
+    assert_eq!(newest(&spec, &tags), Some("main-abc123-100"));
+    let spec = numerical(
+        Direction::Desc,
+        Some((r"^main-[a-f0-9]+-(?P<ts>[0-9]+)$", "${ts}")),
+    );
+    assert_eq!(newest(&spec, &tags), Some("main-def456-99"));
+    let mut spec = numerical(Direction::Asc, None);
+    spec.policy = TagOrder {
+        alphabetical: Some(Ordered::default()),
+        ..Default::default()
+    };
+    assert_eq!(
+        newest(&spec, &["2026-12-01", "2026-12-04", "2026-11-30"]),
+        Some("2026-12-04")
+    );
+}
+
+#[test]
+fn a_policy_with_no_order_two_orders_a_bad_range_pattern_or_extract_is_refused() {
+    let mut none = semver("1.x");
+    none.policy = TagOrder::default();
+    assert!(matches!(
+        TagPolicy::new(&none),
+        Err(PolicyError::Orders { found: 0 })
+    ));
+    let mut two = semver("1.x");
+    two.policy.alphabetical = Some(Ordered::default());
+    assert!(matches!(
+        TagPolicy::new(&two),
+        Err(PolicyError::Orders { found: 2 })
+    ));
+    assert!(matches!(
+        TagPolicy::new(&semver(">=one")),
+        Err(PolicyError::Range { .. })
+    ));
+    assert!(matches!(
+        TagPolicy::new(&numerical(Direction::Asc, Some(("(", "")))),
+        Err(PolicyError::Pattern { .. })
+    ));
+    assert!(matches!(
+        TagPolicy::new(&numerical(
+            Direction::Asc,
+            Some(("(?P<ts>[0-9]+)", "$build"))
+        )),
+        Err(PolicyError::Extract { .. })
+    ));
+    // A pattern that would compile to more than the limit is refused, not built.
+    assert!(matches!(
+        TagPolicy::new(&numerical(
+            Direction::Asc,
+            Some((r"\w{1000}\w{1000}\w{1000}", ""))
+        )),
+        Err(PolicyError::Pattern { .. })
+    ));
+}
+
+#[test]
+fn a_tag_the_oci_grammar_does_not_allow_is_never_picked() {
+    let hostile = [
+        "1.9.0\nkind: Secret",
+        "1.8.0 # x",
+        "1.7.0\"",
+        ".1.6.0",
+        "-1.5.0",
+        "1.4.0:x",
+    ];
+    let mut tags: Vec<&str> = hostile.to_vec();
+    tags.push("1.0.0");
+    assert_eq!(newest(&semver(">=1.0.0"), &tags), Some("1.0.0"));
+    assert!(is_tag("_build.1-x") && !is_tag(""));
+}
+
+#[test]
+fn a_tag_longer_than_the_oci_limit_is_never_picked() {
+    let long = format!("9{}", "0".repeat(MAX_TAG_BYTES));
+    let tags = [long.as_str(), "5"];
+    assert_eq!(newest(&numerical(Direction::Asc, None), &tags), Some("5"));
+}
+
+proptest! {
+    /// The pick is an allowed tag, no allowed tag is newer, and the order of the list does
+    /// not matter.
+    #[test]
+    fn the_pick_is_the_newest_allowed_whatever_the_list_order(
+        versions in proptest::collection::vec((0u64..4, 0u64..12, 0u64..12, any::<bool>()), 0..40),
+        rotate in 0usize..40,
+    ) {
+        let tags: Vec<String> = versions
+            .iter()
+            .map(|(a, b, c, v)| format!("{}{a}.{b}.{c}", if *v { "v" } else { "" }))
+            .collect();
+        let spec = semver(">=1.0.0 <3.0.0");
+        let policy = TagPolicy::new(&spec).unwrap();
+        let picked = policy.newest(tags.iter().map(String::as_str));
+        let parse = |t: &str| semver::Version::parse(t.trim_start_matches('v')).unwrap();
+        let allowed: Vec<&String> = tags.iter().filter(|t| (1..3).contains(&parse(t).major)).collect();
+        match picked {
+            None => prop_assert!(allowed.is_empty()),
+            Some(p) => {
+                prop_assert!(allowed.iter().any(|t| t.as_str() == p));
+                prop_assert!(allowed.iter().all(|t| parse(t) <= parse(p)));
+            }
+        }
+        let mut rotated = tags.clone();
+        if !rotated.is_empty() {
+            let n = rotate % rotated.len();
+            rotated.rotate_left(n);
+        }
+        prop_assert_eq!(policy.newest(rotated.iter().map(String::as_str)), picked);
+    }
+}

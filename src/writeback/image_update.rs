@@ -1,0 +1,261 @@
+//! The image automation's Git side (issue 74): the `ImagePolicy` documents at the followed
+//! branch's tip, and one commit that sets every marked line to its policy's pick, pushed as
+//! the write-back pushes (rebuilt on the new tip when a human pushed in between, never
+//! forced). Every call blocks; the loop runs them on `spawn_blocking`.
+//!
+//! Whoever can push may be hostile: files past [`MAX_FILE_BYTES`] are not read, and the walk
+//! stops after [`MAX_FILES`] YAML files or [`MAX_BYTES`] read.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use git2::{ObjectType, Oid, Repository, Signature, Tree, TreeWalkMode, TreeWalkResult};
+use serde_json::Value;
+
+use super::image_markers::{Change, MARKER, Pick, set_marked_images};
+use super::push::{Pushed, StatusWriter, WriteError, tree_with};
+use crate::api::{API_VERSION, IMAGE_POLICY_KIND, ImagePolicy};
+use crate::source::git::GitError;
+
+/// The largest YAML file read for markers or policies.
+pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+/// YAML files read at one look.
+pub const MAX_FILES: usize = 20_000;
+/// Bytes read at one look.
+pub const MAX_BYTES: usize = 256 * 1024 * 1024;
+
+/// A policy and the file it is in.
+#[derive(Clone, Debug)]
+pub struct FoundPolicy {
+    pub path: String,
+    pub policy: ImagePolicy,
+}
+
+/// The policies at the tip, and what could not be read (`path: why`).
+#[derive(Clone, Debug, Default)]
+pub struct Policies {
+    pub found: Vec<FoundPolicy>,
+    pub problems: Vec<String>,
+}
+
+/// The lines one commit changes, by file.
+pub type Changes = Vec<(String, Change)>;
+
+/// Why a policy picked what it picked: for the commit message.
+#[derive(Clone, Debug)]
+pub struct Reason {
+    pub pick: Pick,
+    /// `sha256:…` when the registry said.
+    pub digest: Option<String>,
+    /// `ImagePolicy web (policies/web.yaml)`.
+    pub policy: String,
+}
+
+impl StatusWriter {
+    /// The `ImagePolicy` documents at the branch's tip (fetched now).
+    pub fn read_policies(&mut self) -> Result<Policies, WriteError> {
+        self.mirror.set_deadline(self.timeout);
+        let tip = match self.mirror.fetch() {
+            Ok(tip) => tip,
+            Err(GitError::NoSuchBranch { .. }) => return Ok(Policies::default()),
+            Err(e) => return Err(e.into()),
+        };
+        let repo = self.mirror.repo();
+        let tree = repo
+            .find_commit(tip)
+            .and_then(|c| c.tree())
+            .map_err(GitError::from)?;
+        let mut out = Policies::default();
+        for (path, text) in yaml_files(repo, &tree, IMAGE_POLICY_KIND) {
+            for (_, doc) in super::revert::documents(&text) {
+                if doc.contains(IMAGE_POLICY_KIND) {
+                    match policy_of(doc) {
+                        Ok(Some(policy)) => out.found.push(FoundPolicy {
+                            path: path.clone(),
+                            policy,
+                        }),
+                        Ok(None) => {}
+                        Err(why) => out.problems.push(format!("{path}: {why}")),
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets every marked line of the branch's tip to its pick in `reasons` (keyed by the
+    /// marker's policy name) in one commit, and pushes it; redone on a new tip when the push is
+    /// rejected. Returns the changes of the commit that landed, by file.
+    pub fn set_images(
+        &mut self,
+        reasons: &BTreeMap<String, Reason>,
+    ) -> Result<(Pushed, Changes), WriteError> {
+        let picks: BTreeMap<String, Pick> = reasons
+            .iter()
+            .map(|(k, r)| (k.clone(), r.pick.clone()))
+            .collect();
+        let mut landed = Vec::new();
+        let pushed = self.push_on_tip(
+            |w, tip| {
+                let Some(tip) = tip else { return Ok(None) };
+                let (commit, changes) = w.image_commit(tip, &picks, reasons)?;
+                landed = changes;
+                Ok(commit)
+            },
+            || {},
+        )?;
+        if pushed == Pushed::Unchanged {
+            landed.clear();
+        }
+        Ok((pushed, landed))
+    }
+
+    /// A commit on `tip` with every marked line set, or `None` when every line has its pick.
+    fn image_commit(
+        &self,
+        tip: Oid,
+        picks: &BTreeMap<String, Pick>,
+        reasons: &BTreeMap<String, Reason>,
+    ) -> Result<(Option<Oid>, Changes), WriteError> {
+        let repo = self.mirror.repo();
+        let parent = repo.find_commit(tip).map_err(GitError::from)?;
+        let base = parent.tree().map_err(GitError::from)?;
+        let mut blobs = Vec::new();
+        let mut changes = Vec::new();
+        for (path, text) in yaml_files(repo, &base, MARKER) {
+            if let Some((edited, changed)) = set_marked_images(&text, picks) {
+                blobs.push((
+                    path.clone(),
+                    repo.blob(edited.as_bytes()).map_err(GitError::from)?,
+                ));
+                changes.extend(changed.into_iter().map(|c| (path.clone(), c)));
+            }
+        }
+        if blobs.is_empty() {
+            return Ok((None, Vec::new()));
+        }
+        let edits: Vec<(&str, Option<Oid>)> = blobs
+            .iter()
+            .map(|(p, id)| (p.as_str(), Some(*id)))
+            .collect();
+        let (tree, _) = tree_with(repo, Some(&base), &edits).map_err(GitError::from)?;
+        let tree = repo.find_tree(tree).map_err(GitError::from)?;
+        let signature = Signature::now(&self.author.0, &self.author.1).map_err(GitError::from)?;
+        let message = commit_message(&changes, reasons);
+        let commit = repo
+            .commit(None, &signature, &signature, &message, &tree, &[&parent])
+            .map_err(GitError::from)?;
+        Ok((Some(commit), changes))
+    }
+}
+
+/// The commit's message: a subject naming each new image, then per policy its image, digest
+/// and rule, and each line changed. Trailers let a rollout's status link back to the policy.
+pub fn commit_message(changes: &[(String, Change)], reasons: &BTreeMap<String, Reason>) -> String {
+    let mut moved: Vec<String> = Vec::new();
+    for (_, c) in changes {
+        if let Some(r) = reasons.get(&c.policy) {
+            let image = format!("{}:{}", r.pick.image, r.pick.tag);
+            if !moved.contains(&image) {
+                moved.push(image);
+            }
+        }
+    }
+    let mut subject = format!("Update images: {}", moved.join(", "));
+    if subject.len() > 100 {
+        subject = format!("Update {} images", moved.len());
+    }
+    let mut body = Vec::new();
+    let mut trailers = Vec::new();
+    for (name, r) in reasons {
+        let lines: Vec<String> = changes
+            .iter()
+            .filter(|(_, c)| &c.policy == name)
+            .map(|(path, c)| format!("  {path}:{}: {} -> {}", c.line, c.from, c.to))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let digest = r.digest.as_deref().unwrap_or("digest unknown");
+        body.push(format!(
+            "{}:{} ({digest}), picked by {}:\n{}",
+            r.pick.image,
+            r.pick.tag,
+            r.policy,
+            lines.join("\n")
+        ));
+        trailers.push(format!("Linnet-Image-Policy: {name}"));
+        match &r.digest {
+            Some(d) => trailers.push(format!("Linnet-Image: {}:{}@{d}", r.pick.image, r.pick.tag)),
+            None => trailers.push(format!("Linnet-Image: {}:{}", r.pick.image, r.pick.tag)),
+        }
+    }
+    format!(
+        "{subject}\n\n{}\n\n{}\n",
+        body.join("\n\n"),
+        trailers.join("\n")
+    )
+}
+
+/// Why a document that is an `ImagePolicy` is not used.
+#[derive(Debug, thiserror::Error)]
+enum PolicyReadError {
+    #[error("unsupported apiVersion; expected {API_VERSION:?}")]
+    ApiVersion,
+    #[error("ImagePolicy: {0}")]
+    Yaml(#[from] serde_saphyr::Error),
+    #[error(transparent)]
+    Policy(#[from] crate::plan::image_tags::PolicyError),
+}
+
+/// A document's `ImagePolicy`, `None` when it is another kind.
+fn policy_of(doc: &str) -> Result<Option<ImagePolicy>, PolicyReadError> {
+    let options = crate::specs::bounded_parser_options();
+    let value: Value = match serde_saphyr::from_str_with_options(doc, options.clone()) {
+        Ok(v) => v,
+        Err(_) => return Ok(None),
+    };
+    let field = |k: &str| value.get(k).and_then(Value::as_str).unwrap_or_default();
+    if field("kind") != IMAGE_POLICY_KIND || !field("apiVersion").starts_with(crate::api::GROUP) {
+        return Ok(None);
+    }
+    if field("apiVersion") != API_VERSION {
+        return Err(PolicyReadError::ApiVersion);
+    }
+    let policy: ImagePolicy = serde_saphyr::from_str_with_options(doc, options)?;
+    crate::plan::image_tags::TagPolicy::new(&policy.spec)?;
+    Ok(Some(policy))
+}
+
+/// Every `.yaml`/`.yml` file of `tree` that contains `needle`, within the bounds above.
+fn yaml_files(repo: &Repository, tree: &Tree<'_>, needle: &str) -> Vec<(String, String)> {
+    let (mut files, mut bytes, mut out) = (0usize, 0usize, Vec::new());
+    let _ = tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        let Ok(name) = entry.name() else {
+            return TreeWalkResult::Skip;
+        };
+        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+        if entry.kind() != Some(ObjectType::Blob) || !yaml {
+            return TreeWalkResult::Ok;
+        }
+        files += 1;
+        if files > MAX_FILES || bytes > MAX_BYTES {
+            return TreeWalkResult::Abort;
+        }
+        let Ok(blob) = repo.find_blob(entry.id()) else {
+            return TreeWalkResult::Ok;
+        };
+        if blob.size() > MAX_FILE_BYTES {
+            return TreeWalkResult::Ok;
+        }
+        bytes += blob.size();
+        if let Ok(text) = std::str::from_utf8(blob.content())
+            && text.contains(needle)
+        {
+            let path = Path::new(dir).join(name);
+            out.push((path.to_string_lossy().into_owned(), text.to_string()));
+        }
+        TreeWalkResult::Ok
+    });
+    out
+}

@@ -1,0 +1,302 @@
+//! Image automation (issue 74) against a real registry: distribution's, over HTTPS with the
+//! test's own CA (`--ca-file`), images pushed by crane. The agent reads an `ImagePolicy` from
+//! Git, lists the registry's tags, and commits the newest allowed tag where the rollout's
+//! spec carries the policy's marker; the rollout then canaries it. A tag outside the range is
+//! ignored, a human pushing all the while loses nothing and nothing is forced, and a restart
+//! makes no second commit for a tag already in Git.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kube::Api;
+use linnet::api::CanaryDeployment;
+use support::agent::{Agent, start_agent, wait_ready};
+use support::registry::{Registry, push_image, registry_tools, tag_image};
+use support::tls::TestCa;
+use support::{TestNamespace, admin_client, git, install_linnet};
+
+/// The rollout, its image set by the policy `web` (the line Flux would mark the same way).
+/// Image updates during the human's pushes (the issue's race: 100 human pushes, 50 updates).
+const UPDATES: usize = 50;
+
+fn web_yaml(ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryDeployment
+metadata:
+  name: web
+  namespace: {ns}
+spec:
+  replicas: 2
+  image: {image} # {{"$imagepolicy": "web"}}
+  strategy:
+    type: Batches
+  batches: 2
+  pause: None
+  progressDeadlineSeconds: 60
+  template:
+    selector:
+      matchLabels:
+        app: web
+    template:
+      metadata:
+        labels:
+          app: web
+      spec:
+        containers:
+          - name: web
+            image: nginx:1.27
+"#
+    )
+}
+
+fn policy_yaml(repository: &str) -> String {
+    format!(
+        r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: ImagePolicy
+metadata:
+  name: web
+spec:
+  image: {repository}
+  policy:
+    semver:
+      range: ">=1.0.0 <2.0.0"
+"#
+    )
+}
+
+fn start(dir: &std::path::Path, bare: &std::path::Path, ns: &str, ca: &std::path::Path) -> Agent {
+    start_agent(
+        dir,
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--poll-interval=1s".into(),
+            "--image-automation=true".into(),
+            "--image-scan-interval=1s".into(),
+            format!("--ca-file={}", ca.display()),
+            "--writeback=false".into(),
+        ],
+        ns,
+    )
+}
+
+/// The spec's image on the remote's main.
+fn image_in_git(bare: &std::path::Path) -> String {
+    let text = git(bare, &["show", "main:apps/web.yaml"]);
+    let line = text.lines().find(|l| l.contains("$imagepolicy")).unwrap();
+    line.trim()
+        .trim_start_matches("image: ")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+fn image_commits(bare: &std::path::Path) -> Vec<String> {
+    git(bare, &["log", "--format=%s", "main"])
+        .lines()
+        .filter(|s| s.starts_with("Update images"))
+        .map(str::to_string)
+        .collect()
+}
+
+async fn canary_of(api: &Api<CanaryDeployment>) -> (String, String) {
+    let d = api.get_opt("web").await.unwrap();
+    let s = d.and_then(|d| d.status).unwrap_or_default();
+    (
+        s.canary_image.unwrap_or_default(),
+        s.stable_image.unwrap_or_default(),
+    )
+}
+
+#[tokio::test]
+async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_lost() {
+    let client = admin_client().await;
+    install_linnet(&client).await;
+    let ns = TestNamespace::create(&client, "images").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tools = registry_tools();
+    let ca = TestCa::new("registry CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
+    let port = support::ports::free_port();
+    let reg_dir = tmp.path().join("registry");
+    std::fs::create_dir_all(&reg_dir).unwrap();
+    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
+    let repository = format!("127.0.0.1:{port}/team/web");
+    let first = format!("{repository}:1.0.0");
+    push_image(&tools, tmp.path(), &first, "1.0.0");
+
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    std::fs::create_dir_all(work.join("policies")).unwrap();
+    std::fs::write(work.join("apps/web.yaml"), web_yaml(&ns.name, &first)).unwrap();
+    std::fs::write(work.join("policies/web.yaml"), policy_yaml(&repository)).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "web and its image policy"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    // The policy is read from Git and never applied; validate says so.
+    let (code, out, _) = support::validate_offline(&work, &[]);
+    assert_eq!(code, 0, "{out}");
+
+    let agent_dir = tmp.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    let mut agent = start(&agent_dir, &bare, &ns.name, &ca_file);
+    wait_ready(&agent).await;
+    let api: Api<CanaryDeployment> = Api::namespaced(client.clone(), &ns.name);
+    support::eventually("web stable on 1.0.0", Duration::from_secs(90), || {
+        let api = api.clone();
+        let first = first.clone();
+        async move { (canary_of(&api).await.1 == first).then_some(()) }
+    })
+    .await;
+
+    // A tag outside the range, and a pre-release, are never written.
+    tag_image(&tools, &first, "2.0.0");
+    tag_image(&tools, &first, "1.1.0-rc.1");
+    support::let_time_pass("three scans", Duration::from_secs(4)).await;
+    assert_eq!(image_in_git(&bare), first);
+    assert!(
+        image_commits(&bare).is_empty(),
+        "{:?}",
+        image_commits(&bare)
+    );
+
+    // A new tag in the range is in Git within a scan or two, and the rollout canaries it.
+    let second = format!("{repository}:1.1.0");
+    let digest = push_image(&tools, tmp.path(), &second, "1.1.0");
+    support::eventually("1.1.0 in Git", Duration::from_secs(30), || {
+        let bare = bare.clone();
+        let second = second.clone();
+        async move { (image_in_git(&bare) == second).then_some(()) }
+    })
+    .await;
+    let message = git(&bare, &["log", "-1", "--format=%B", "main"]);
+    assert!(
+        message.starts_with(&format!("Update images: {second}")),
+        "{message}"
+    );
+    assert!(
+        message.contains(&digest),
+        "the commit names the digest: {message}"
+    );
+    assert!(
+        message.contains("ImagePolicy web (policies/web.yaml)"),
+        "{message}"
+    );
+    assert!(message.contains("apps/web.yaml:8: "), "{message}");
+    support::eventually("web canaries 1.1.0", Duration::from_secs(60), || {
+        let api = api.clone();
+        let second = second.clone();
+        async move {
+            let (canary, stable) = canary_of(&api).await;
+            (canary == second || stable == second).then_some(())
+        }
+    })
+    .await;
+
+    // A human pushes to another file every 150 ms while 50 tags land one after another:
+    // every human commit stays in the history, and main only ever moves forward.
+    let stop = Arc::new(AtomicBool::new(false));
+    let human = {
+        let (work, stop) = (work.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut pushed = Vec::new();
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                git(&work, &["pull", "-q", "--rebase", "origin", "main"]);
+                std::fs::write(work.join("notes.txt"), format!("note {n}\n")).unwrap();
+                git(&work, &["add", "notes.txt"]);
+                git(&work, &["commit", "-qm", &format!("human note {n}")]);
+                let out = std::process::Command::new("git")
+                    .current_dir(&work)
+                    .args(["push", "-q", "origin", "HEAD:main"])
+                    .output()
+                    .unwrap();
+                if out.status.success() {
+                    pushed.push(git(&work, &["rev-parse", "HEAD"]));
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            pushed
+        })
+    };
+    let mut tips = vec![git(&bare, &["rev-parse", "main"])];
+    let mut took = Vec::new();
+    for minor in 2..(2 + UPDATES) {
+        let next = format!("{repository}:1.{minor}.0");
+        push_image(&tools, tmp.path(), &next, &next);
+        let pushed = std::time::Instant::now();
+        support::eventually(
+            &format!("1.{minor}.0 in Git"),
+            Duration::from_secs(30),
+            || {
+                let bare = bare.clone();
+                let next = next.clone();
+                async move { (image_in_git(&bare) == next).then_some(()) }
+            },
+        )
+        .await;
+        took.push(pushed.elapsed());
+        tips.push(git(&bare, &["rev-parse", "main"]));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let human_commits = human.join().unwrap();
+    let tip = git(&bare, &["rev-parse", "main"]);
+    assert!(
+        human_commits.len() >= 100,
+        "{} human pushes",
+        human_commits.len()
+    );
+    for c in human_commits.iter().chain(&tips) {
+        let ancestor = std::process::Command::new("git")
+            .current_dir(&bare)
+            .args(["merge-base", "--is-ancestor", c, &tip])
+            .status()
+            .unwrap();
+        assert!(ancestor.success(), "{c} is no longer in main's history");
+    }
+    let commits = image_commits(&bare);
+    assert_eq!(
+        commits.len(),
+        1 + UPDATES,
+        "one commit per new tag: {commits:?}"
+    );
+    took.sort();
+    eprintln!(
+        "image automation: {} human pushes during {UPDATES} image commits, none lost; registry \
+         push to Git at a 1 s scan: median {:?}, max {:?}",
+        human_commits.len(),
+        took[took.len() / 2],
+        took[took.len() - 1]
+    );
+
+    // kill -9 and a restart: the tag in Git is the newest, so no second commit.
+    agent.child.kill().unwrap();
+    agent.child.wait().unwrap();
+    agent = start(&agent_dir, &bare, &ns.name, &ca_file);
+    wait_ready(&agent).await;
+    support::let_time_pass("three scans after the restart", Duration::from_secs(4)).await;
+    assert_eq!(
+        image_commits(&bare).len(),
+        1 + UPDATES,
+        "{:?}",
+        image_commits(&bare)
+    );
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(
+        log.contains("image automation: every policy read and scanned"),
+        "the agent says the scan works"
+    );
+    let before = std::fs::read_to_string(agent_dir.join("agent.log")).unwrap();
+    assert!(
+        before.contains("image automation committed a new image"),
+        "the agent logs each commit"
+    );
+    let _ = agent.child.kill();
+}

@@ -1,0 +1,128 @@
+//! distribution's registry and crane, built from their Go modules (once per machine) by
+//! tests/registry/build.sh: a real OCI registry for the image and image automation tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `program` with `args`; panics with its output when it fails.
+pub fn run(program: &Path, args: &[&str]) -> Output {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} {args:?} failed:\n{}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The directory holding `crane` and `registry`.
+pub fn registry_tools() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/registry/build.sh");
+    let out = run(&script, &[]);
+    stdout(&out).lines().last().unwrap().trim().into()
+}
+
+/// distribution's registry on `port`, storing in `dir` (over HTTPS with `tls`, a certificate
+/// and key in PEM); killed when dropped.
+pub struct Registry(Child);
+
+impl Registry {
+    pub fn start(bin: &Path, dir: &Path, port: u16) -> Registry {
+        Registry::start_with(bin, dir, port, None)
+    }
+
+    pub fn start_with(
+        bin: &Path,
+        dir: &Path,
+        port: u16,
+        tls: Option<&super::tls::ServerCert>,
+    ) -> Registry {
+        let mut http = format!("http:\n  addr: 127.0.0.1:{port}\n");
+        if let Some(cert) = tls {
+            let (c, k) = (dir.join("registry.crt"), dir.join("registry.key"));
+            std::fs::write(&c, &cert.cert_pem).unwrap();
+            std::fs::write(&k, &cert.key_pem).unwrap();
+            http.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                c.display(),
+                k.display()
+            ));
+        }
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n{http}",
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(bin.join("registry"))
+            .args(["serve", config.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("registry.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the registry did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Registry(child)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Pushes a one-layer image holding `content` as `reference` (crane, TLS unchecked: the
+/// test's own registry) and returns its digest.
+pub fn push_image(tools: &Path, dir: &Path, reference: &str, content: &str) -> String {
+    let layer_dir = dir.join("layer");
+    let _ = std::fs::remove_dir_all(&layer_dir);
+    std::fs::create_dir_all(&layer_dir).unwrap();
+    std::fs::write(layer_dir.join("version"), content).unwrap();
+    let tar = dir.join("layer.tar");
+    let out = Command::new("tar")
+        .args([
+            "-cf",
+            tar.to_str().unwrap(),
+            "-C",
+            layer_dir.to_str().unwrap(),
+            "version",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tar failed");
+    let crane = tools.join("crane");
+    run(
+        &crane,
+        &[
+            "append",
+            "--insecure",
+            "-f",
+            tar.to_str().unwrap(),
+            "-t",
+            reference,
+        ],
+    );
+    stdout(&run(&crane, &["digest", "--insecure", reference]))
+        .trim()
+        .to_string()
+}
+
+/// Points `tag` (of the repository of `reference`) at `reference`'s manifest.
+pub fn tag_image(tools: &Path, reference: &str, tag: &str) {
+    run(&tools.join("crane"), &["tag", "--insecure", reference, tag]);
+}

@@ -293,6 +293,40 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
         log.contains("image automation: every policy read and scanned"),
         "the agent says the scan works"
     );
+
+    // A revert as linnet writes it (its trailer names the failed tag): the automation does not
+    // propose 1.51.0 again, and moves on once a newer tag is pushed.
+    let failed = format!("{repository}:1.{}.0", 1 + UPDATES);
+    let good = format!("{repository}:1.{}.0", UPDATES);
+    git(&work, &["pull", "-q", "--rebase", "origin", "main"]);
+    support::edit_file(&work, "apps/web.yaml", &failed, &good);
+    git(
+        &work,
+        &[
+            "commit",
+            "-qam",
+            &format!("linnet: revert web\n\nLinnet-Failed-Image: {failed}"),
+        ],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    support::let_time_pass("three scans after the revert", Duration::from_secs(4)).await;
+    assert_eq!(
+        image_in_git(&bare),
+        good,
+        "the failed tag was proposed again"
+    );
+    let newer = format!("{repository}:1.{}.0", 2 + UPDATES);
+    push_image(&tools, tmp.path(), &newer, "newer");
+    support::eventually(
+        "a newer tag after the revert",
+        Duration::from_secs(30),
+        || {
+            let bare = bare.clone();
+            let newer = newer.clone();
+            async move { (image_in_git(&bare) == newer).then_some(()) }
+        },
+    )
+    .await;
     let before = std::fs::read_to_string(agent_dir.join("agent.log")).unwrap();
     assert!(
         before.contains("image automation committed a new image"),

@@ -5,7 +5,7 @@
 //! followed branch like a human's, so the source loop applies it and the rollouts canary it.
 //! Never ends on an error: it says it once and tries again at the next scan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -87,6 +87,7 @@ async fn scan(
     let Policies {
         found,
         mut problems,
+        failed,
     } = policies;
     let mut reasons: BTreeMap<String, Reason> = BTreeMap::new();
     let duplicates = duplicate_names(&found);
@@ -99,7 +100,7 @@ async fn scan(
         .iter()
         .filter(|f| !duplicates.contains(&f.policy.metadata.name))
     {
-        match pick(registry, found, config.timeout).await {
+        match pick(registry, found, &failed, config.timeout).await {
             Ok(Some(reason)) => {
                 let meta = &found.policy.metadata;
                 if let Some(ns) = &meta.namespace {
@@ -125,10 +126,12 @@ async fn scan(
     Ok(problems)
 }
 
-/// The policy's newest tag and its digest (`None` when no tag is allowed).
+/// The policy's newest tag and its digest (`None` when no tag is allowed). A tag a rollout
+/// failed on (a revert named it) is never picked again: a newer one moves on.
 async fn pick(
     registry: &Registry,
     found: &FoundPolicy,
+    failed: &BTreeSet<String>,
     timeout: Duration,
 ) -> Result<Option<Reason>, crate::source::registry::RegistryError> {
     let spec = &found.policy.spec;
@@ -141,7 +144,8 @@ async fn pick(
     if cut {
         tracing::warn!(image = %spec.image, kept = tags.len(), "the repository has more tags than are read; the rest are not considered");
     }
-    let Some(tag) = order.newest(tags.iter().map(String::as_str)) else {
+    let tried = |t: &&str| !failed.contains(&format!("{}:{t}", spec.image));
+    let Some(tag) = order.newest(tags.iter().map(String::as_str).filter(tried)) else {
         return Ok(None);
     };
     let digest = registry.digest(&repo, tag).await.ok();

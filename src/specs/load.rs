@@ -405,8 +405,8 @@ mod place;
 mod read_from_git;
 
 use document::*;
-use place::Loaded;
 pub use local::{LocalFileKind, LocalSpecFile, list_local_spec_files, read_local_spec_file};
+use place::Loaded;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@
 //! Whoever can push may be hostile: files past [`MAX_FILE_BYTES`] are not read, and the walk
 //! stops after [`MAX_FILES`] YAML files or [`MAX_BYTES`] read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use git2::{ObjectType, Oid, Repository, Signature, Tree, TreeWalkMode, TreeWalkResult};
@@ -31,12 +31,17 @@ pub struct FoundPolicy {
     pub policy: ImagePolicy,
 }
 
-/// The policies at the tip, and what could not be read (`path: why`).
+/// The policies at the tip, what could not be read (`path: why`), and the images a rollout
+/// failed on (named by linnet's revert commits in the branch's recent history).
 #[derive(Clone, Debug, Default)]
 pub struct Policies {
     pub found: Vec<FoundPolicy>,
     pub problems: Vec<String>,
+    pub failed: BTreeSet<String>,
 }
+
+/// Commits of the branch's history read for revert trailers.
+pub const MAX_HISTORY: usize = 2000;
 
 /// The lines one commit changes, by file.
 pub type Changes = Vec<(String, Change)>;
@@ -65,7 +70,10 @@ impl StatusWriter {
             .find_commit(tip)
             .and_then(|c| c.tree())
             .map_err(GitError::from)?;
-        let mut out = Policies::default();
+        let mut out = Policies {
+            failed: failed_images(repo, tip),
+            ..Default::default()
+        };
         for (path, text) in yaml_files(repo, &tree, IMAGE_POLICY_KIND) {
             for (_, doc) in super::revert::documents(&text) {
                 if doc.contains(IMAGE_POLICY_KIND) {
@@ -225,6 +233,30 @@ fn policy_of(doc: &str) -> Result<Option<ImagePolicy>, PolicyReadError> {
     let policy: ImagePolicy = serde_saphyr::from_str_with_options(doc, options)?;
     crate::plan::image_tags::TagPolicy::new(&policy.spec)?;
     Ok(Some(policy))
+}
+
+/// The images linnet's revert commits among the last [`MAX_HISTORY`] commits name as failed.
+fn failed_images(repo: &Repository, tip: Oid) -> BTreeSet<String> {
+    let trailer = format!("{}: ", super::revert::FAILED_IMAGE_TRAILER);
+    let mut failed = BTreeSet::new();
+    let Ok(mut walk) = repo.revwalk() else {
+        return failed;
+    };
+    if walk.push(tip).is_err() {
+        return failed;
+    }
+    for id in walk.take(MAX_HISTORY).flatten() {
+        if let Ok(commit) = repo.find_commit(id) {
+            let message = String::from_utf8_lossy(commit.message_bytes());
+            failed.extend(
+                message
+                    .lines()
+                    .filter_map(|l| l.strip_prefix(trailer.as_str()))
+                    .map(|image| image.trim().to_string()),
+            );
+        }
+    }
+    failed
 }
 
 /// Every `.yaml`/`.yml` file of `tree` that contains `needle`, within the bounds above.

@@ -79,10 +79,17 @@ impl Revert {
         )
     }
 
-    /// The commit message: a subject that says what, and a body that says why.
+    /// The commit message: a subject that says what, a body that says why, and a trailer
+    /// naming the failed image, which the image automation reads so that it never proposes
+    /// that image again (a newer tag moves on).
     pub fn message(&self) -> String {
+        let trailer = if self.failed.is_empty() || self.failed.contains(char::is_whitespace) {
+            String::new()
+        } else {
+            format!("\n{FAILED_IMAGE_TRAILER}: {}\n", self.failed)
+        };
         format!(
-            "linnet: revert {}/{} to {}\n\n{}",
+            "linnet: revert {}/{} to {}\n\n{}{trailer}",
             self.namespace,
             self.name,
             self.good,
@@ -124,6 +131,9 @@ impl Revert {
         )
     }
 }
+
+/// The trailer of a revert commit that names the image that failed.
+pub const FAILED_IMAGE_TRAILER: &str = "Linnet-Failed-Image";
 
 /// The branches of a fleet's revert pull requests start with this; then
 /// `@<cluster>/<namespace>/<name>/`. Apart from a rollout's own reverts: a cluster closes

@@ -142,6 +142,13 @@ fn only_a_rolled_back_rollout_that_asks_for_it_is_reverted() {
         want.message()
             .starts_with("linnet: revert demo/redis to redis:7.2\n\n")
     );
+    // The image automation reads it: redis:7.4 is not proposed again.
+    assert!(
+        want.message()
+            .ends_with("\nLinnet-Failed-Image: redis:7.4\n"),
+        "{}",
+        want.message()
+    );
     assert!(for_statefulset(&rolled_back_redis("none")).is_none());
     // Any other phase: nothing to revert.
     let mut active = rolled_back_redis("commit");

@@ -331,7 +331,7 @@ fn spawn_status_writers(
     if let Some(images) = &config.image_automation {
         tasks.spawn(
             "image automation",
-            crate::runtime::image_automation::run(images.clone()),
+            crate::runtime::image_automation::run(images.clone(), state.image_scans.clone()),
         );
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use kube::Api;
 use linnet::api::CanaryDeployment;
-use support::agent::{Agent, start_agent, wait_ready};
+use support::agent::{Agent, SECRET, start_agent, wait_ready};
 use support::registry::{Registry, push_image, registry_tools, tag_image};
 use support::tls::TestCa;
 use support::{TestNamespace, admin_client, git, install_linnet};
@@ -69,14 +69,20 @@ spec:
     )
 }
 
-fn start(dir: &std::path::Path, bare: &std::path::Path, ns: &str, ca: &std::path::Path) -> Agent {
+fn start(
+    dir: &std::path::Path,
+    bare: &std::path::Path,
+    ns: &str,
+    ca: &std::path::Path,
+    scan_every: &str,
+) -> Agent {
     start_agent(
         dir,
         &[
             format!("--repo-url=file://{}", bare.display()),
             "--poll-interval=1s".into(),
             "--image-automation=true".into(),
-            "--image-scan-interval=1s".into(),
+            format!("--image-scan-interval={scan_every}"),
             format!("--ca-file={}", ca.display()),
             "--writeback=false".into(),
         ],
@@ -113,6 +119,18 @@ async fn canary_of(api: &Api<CanaryDeployment>) -> (String, String) {
     )
 }
 
+/// POSTs to the agent's `/hooks/registry` with `Authorization: Bearer <token>`; the status.
+async fn registry_hook(agent: &Agent, token: Option<&str>, body: &str) -> u16 {
+    let mut request = support::http()
+        .post(format!("{}/hooks/registry", agent.hooks))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(t) = token {
+        request = request.header("authorization", format!("Bearer {t}"));
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
 #[tokio::test]
 async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_lost() {
     let client = admin_client().await;
@@ -145,7 +163,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
 
     let agent_dir = tmp.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
-    let mut agent = start(&agent_dir, &bare, &ns.name, &ca_file);
+    let mut agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
     wait_ready(&agent).await;
     let api: Api<CanaryDeployment> = Api::namespaced(client.clone(), &ns.name);
     support::eventually("web stable on 1.0.0", Duration::from_secs(90), || {
@@ -276,10 +294,11 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
         took[took.len() - 1]
     );
 
-    // kill -9 and a restart: the tag in Git is the newest, so no second commit.
+    // kill -9 and a restart: the tag in Git is the newest, so no second commit. From here
+    // on the agent scans once at its start and then only when a registry's webhook says so.
     agent.child.kill().unwrap();
     agent.child.wait().unwrap();
-    agent = start(&agent_dir, &bare, &ns.name, &ca_file);
+    agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1h");
     wait_ready(&agent).await;
     support::let_time_pass("three scans after the restart", Duration::from_secs(4)).await;
     assert_eq!(
@@ -309,14 +328,38 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
         ],
     );
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    support::let_time_pass("three scans after the revert", Duration::from_secs(4)).await;
+    assert_eq!(registry_hook(&agent, Some(SECRET), "{}").await, 202);
+    support::let_time_pass("a scan after the revert", Duration::from_secs(3)).await;
     assert_eq!(
         image_in_git(&bare),
         good,
         "the failed tag was proposed again"
     );
+
+    // A registry's webhook: a caller without the token gets 401 and wakes nothing; a body
+    // over the limit 413; distribution's notification makes the scan at once.
     let newer = format!("{repository}:1.{}.0", 2 + UPDATES);
     push_image(&tools, tmp.path(), &newer, "newer");
+    assert_eq!(registry_hook(&agent, None, "{}").await, 401);
+    assert_eq!(
+        registry_hook(&agent, Some("wrong-secret-wrong"), "{}").await,
+        401
+    );
+    let huge = format!("{{\"x\":\"{}\"}}", "a".repeat(5 << 20));
+    assert_eq!(registry_hook(&agent, Some(SECRET), &huge).await, 413);
+    support::let_time_pass("no scan without a webhook", Duration::from_secs(2)).await;
+    assert_eq!(
+        image_in_git(&bare),
+        good,
+        "scanned without a verified webhook"
+    );
+    let notification = serde_json::json!({"events": [{"action": "push",
+        "target": {"repository": "team/web", "tag": newer.rsplit(':').next()}}]});
+    let hooked = std::time::Instant::now();
+    assert_eq!(
+        registry_hook(&agent, Some(SECRET), &notification.to_string()).await,
+        202
+    );
     support::eventually(
         "a newer tag after the revert",
         Duration::from_secs(30),
@@ -327,6 +370,10 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
         },
     )
     .await;
+    eprintln!(
+        "image automation: registry webhook to the tag in Git: {:?}",
+        hooked.elapsed()
+    );
     let before = std::fs::read_to_string(agent_dir.join("agent.log")).unwrap();
     assert!(
         before.contains("image automation committed a new image"),

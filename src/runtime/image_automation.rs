@@ -33,8 +33,9 @@ pub struct ImageAutomationConfig {
     pub ca_file: Option<PathBuf>,
 }
 
-/// Scans until the agent stops.
-pub async fn run(config: ImageAutomationConfig) {
+/// Scans until the agent stops: at each interval, and at once when `webhook` is told (a
+/// registry's webhook).
+pub async fn run(config: ImageAutomationConfig, webhook: std::sync::Arc<tokio::sync::Notify>) {
     let heartbeat = crate::liveness::process().register("image-automation");
     let client = match crate::net::http_client_no_redirects(
         config.ca_file.as_deref(),
@@ -58,6 +59,7 @@ pub async fn run(config: ImageAutomationConfig) {
         heartbeat.beat();
         tokio::select! {
             _ = every.tick() => {}
+            () = webhook.notified() => every.reset(),
             _ = idle.tick() => continue,
         }
         let problems = match scan(&config, &registry, &mut writer).await {

@@ -77,6 +77,7 @@ pub async fn serve_all(
     waker: Waker,
     tasks: &mut super::supervise::Tasks,
 ) -> Result<()> {
+    let image_scans = state.image_scans.clone();
     let shared = Arc::new(Shared {
         state,
         rollouts: rollouts.clone(),
@@ -94,7 +95,16 @@ pub async fn serve_all(
         .with_state(shared.clone());
     let mut hooks_app = probes.clone();
     if let Some(settings) = &config.webhook {
-        hooks_app = hooks_app.merge(hooks::router(settings.clone(), waker.clone(), metrics));
+        hooks_app = hooks_app.merge(hooks::router(
+            settings.clone(),
+            waker.clone(),
+            metrics.clone(),
+        ));
+        if config.image_automation.is_some() {
+            let registry =
+                crate::source::registry_hooks::router(settings.clone(), image_scans, metrics);
+            hooks_app = hooks_app.merge(registry);
+        }
     }
     let metrics_app = Router::new()
         .route("/metrics", get(metrics_text))

@@ -153,6 +153,8 @@ pub struct AgentState {
     /// The fleet as last read from Git (`--fleet`; `None` until then, and without one).
     pub fleet:
         tokio::sync::watch::Sender<Option<std::sync::Arc<crate::plan::fleet::FleetSnapshot>>>,
+    /// Told by a registry's webhook: the image automation scans now (`--image-automation`).
+    pub image_scans: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl AgentState {
@@ -165,6 +167,7 @@ impl AgentState {
             changed: tokio::sync::watch::Sender::new(()),
             ready: AtomicBool::new(false),
             fleet: tokio::sync::watch::Sender::new(None),
+            image_scans: Default::default(),
         }
     }
 

@@ -344,11 +344,11 @@ async fn respond(host: GitHost, state: &HookState, request: Request) -> Answer {
 }
 
 /// A webhook's answer: its status and body.
-type Answer = (StatusCode, String);
+pub(super) type Answer = (StatusCode, String);
 
 /// The webhook secret as the file holds it now (so that a rotated Secret is used at once),
 /// unless it cannot be read or is unusable: then every webhook is refused.
-async fn usable_secret(settings: &HookSettings) -> Result<Vec<u8>, Answer> {
+pub(super) async fn usable_secret(settings: &HookSettings) -> Result<Vec<u8>, Answer> {
     let secret = match tokio::fs::read(&settings.secret_file).await {
         Ok(s) => s,
         Err(e) => {
@@ -470,7 +470,7 @@ fn ignored(
     Some((StatusCode::ACCEPTED, answer))
 }
 
-fn content_length(headers: &HeaderMap) -> Option<u64> {
+pub(super) fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)?
         .to_str()

@@ -119,7 +119,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Constant-time check of a hex HMAC-SHA256 signature.
-fn hmac_matches(secret: &[u8], body: &[u8], hex_signature: &str) -> bool {
+pub(super) fn hmac_matches(secret: &[u8], body: &[u8], hex_signature: &str) -> bool {
     let Ok(given) = hex::decode(hex_signature) else {
         return false;
     };

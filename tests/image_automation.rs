@@ -374,6 +374,25 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
         "image automation: registry webhook to the tag in Git: {:?}",
         hooked.elapsed()
     );
+
+    // The same tag pushed again with other content (a moved tag): flagged, Git left alone.
+    let commits = image_commits(&bare).len();
+    push_image(&tools, tmp.path(), &newer, "moved under the same tag");
+    assert_eq!(registry_hook(&agent, Some(SECRET), "{}").await, 202);
+    support::eventually("the moved tag flagged", Duration::from_secs(15), || {
+        let log = agent.log.clone();
+        async move {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains("moved from sha256:").then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        image_commits(&bare).len(),
+        commits,
+        "a moved tag was committed"
+    );
+    assert_eq!(image_in_git(&bare), newer);
     let before = std::fs::read_to_string(agent_dir.join("agent.log")).unwrap();
     assert!(
         before.contains("image automation committed a new image"),

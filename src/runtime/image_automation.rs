@@ -90,7 +90,12 @@ async fn scan(
         found,
         mut problems,
         failed,
+        committed_digests,
     } = policies;
+    let history = History {
+        failed,
+        committed_digests,
+    };
     let mut reasons: BTreeMap<String, Reason> = BTreeMap::new();
     let duplicates = duplicate_names(&found);
     for name in &duplicates {
@@ -102,15 +107,20 @@ async fn scan(
         .iter()
         .filter(|f| !duplicates.contains(&f.policy.metadata.name))
     {
-        match pick(registry, found, &failed, config.timeout).await {
-            Ok(Some(reason)) => {
+        match pick(registry, found, &history, config.timeout).await {
+            Ok(Picked::Tag(reason)) => {
                 let meta = &found.policy.metadata;
                 if let Some(ns) = &meta.namespace {
                     reasons.insert(format!("{ns}:{}", meta.name), reason.clone());
                 }
                 reasons.insert(meta.name.clone(), reason);
             }
-            Ok(None) => tracing::debug!(policy = %found.policy.metadata.name, "no tag allowed"),
+            Ok(Picked::Nothing) => {
+                tracing::debug!(policy = %found.policy.metadata.name, "no tag allowed")
+            }
+            Ok(Picked::Refused(why)) => {
+                problems.push(format!("ImagePolicy {}: {why}", found.policy.metadata.name))
+            }
             Err(e) => problems.push(format!("ImagePolicy {}: {e}", found.policy.metadata.name)),
         }
     }
@@ -128,33 +138,67 @@ async fn scan(
     Ok(problems)
 }
 
-/// The policy's newest tag and its digest (`None` when no tag is allowed). A tag a rollout
-/// failed on (a revert named it) is never picked again: a newer one moves on.
+/// What the branch's history says about images.
+struct History {
+    /// Images a revert named as failed.
+    failed: BTreeSet<String>,
+    /// Each image's digest when the automation last committed it.
+    committed_digests: BTreeMap<String, String>,
+}
+
+/// What a policy picks.
+enum Picked {
+    Tag(Reason),
+    /// No tag is allowed.
+    Nothing,
+    /// The newest tag is not written, and why (a moved tag, no digest to pin).
+    Refused(String),
+}
+
+/// The policy's newest tag and its digest. A tag a rollout failed on (a revert named it) is
+/// never picked again: a newer one moves on. A tag whose digest is not the one committed
+/// before (pushed again: a moved tag) is refused unless the policy allows moved tags.
 async fn pick(
     registry: &Registry,
     found: &FoundPolicy,
-    failed: &BTreeSet<String>,
+    history: &History,
     timeout: Duration,
-) -> Result<Option<Reason>, crate::source::registry::RegistryError> {
+) -> Result<Picked, crate::source::registry::RegistryError> {
     let spec = &found.policy.spec;
     let repo = Repository::parse(&spec.image, spec.insecure)?;
     // Checked when read from Git.
     let Ok(order) = TagPolicy::new(spec) else {
-        return Ok(None);
+        return Ok(Picked::Nothing);
     };
     let (tags, cut) = registry.tags(&repo, timeout * 4).await?;
     if cut {
         tracing::warn!(image = %spec.image, kept = tags.len(), "the repository has more tags than are read; the rest are not considered");
     }
-    let tried = |t: &&str| !failed.contains(&format!("{}:{t}", spec.image));
+    let tried = |t: &&str| !history.failed.contains(&format!("{}:{t}", spec.image));
     let Some(tag) = order.newest(tags.iter().map(String::as_str).filter(tried)) else {
-        return Ok(None);
+        return Ok(Picked::Nothing);
     };
     let digest = registry.digest(&repo, tag).await.ok();
-    Ok(Some(Reason {
+    let reference = format!("{}:{tag}", spec.image);
+    if let (Some(before), Some(now)) = (history.committed_digests.get(&reference), &digest)
+        && before != now
+        && !spec.allow_moved_tags
+    {
+        return Ok(Picked::Refused(format!(
+            "tag {reference} moved from {before} to {now} since it was committed; left as Git \
+             has it (tags are meant to be immutable: push a new tag, or set allowMovedTags)"
+        )));
+    }
+    if spec.digest_pinning && digest.is_none() {
+        return Ok(Picked::Refused(format!(
+            "the registry gave no digest for {reference}, which digestPinning needs"
+        )));
+    }
+    Ok(Picked::Tag(Reason {
         pick: Pick {
             image: spec.image.clone(),
             tag: tag.to_string(),
+            pinned: digest.clone().filter(|_| spec.digest_pinning),
         },
         digest,
         policy: format!(

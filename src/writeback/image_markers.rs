@@ -47,6 +47,8 @@ pub struct Pick {
     /// The repository, as the policy's `spec.image` names it.
     pub image: String,
     pub tag: String,
+    /// Written after the tag on whole-reference markers (`digestPinning`).
+    pub pinned: Option<String>,
 }
 
 /// One line changed.
@@ -112,7 +114,10 @@ fn edited(body: &str, picks: &BTreeMap<String, Pick>) -> Option<(String, String,
     let wanted = match part {
         Part::Tag => pick.tag.clone(),
         Part::Name => pick.image.clone(),
-        Part::Whole => format!("{}:{}", pick.image, pick.tag),
+        Part::Whole => match &pick.pinned {
+            Some(digest) => format!("{}:{}@{digest}", pick.image, pick.tag),
+            None => format!("{}:{}", pick.image, pick.tag),
+        },
     };
     if value == wanted {
         return None;
@@ -138,6 +143,7 @@ mod tests {
         let pick = Pick {
             image: "reg.example:5000/team/web".into(),
             tag: "1.5.0".into(),
+            pinned: None,
         };
         [
             ("web".to_string(), pick.clone()),
@@ -185,6 +191,21 @@ mod tests {
         // A marker in a comment line of its own sets nothing.
         let comment = "# image: x:1 # {\"$imagepolicy\": \"web\"}\n";
         assert_eq!(set_marked_images(comment, &picks()), None);
+    }
+
+    #[test]
+    fn a_pinned_pick_writes_the_digest_on_whole_references_only() {
+        let mut picks = picks();
+        let digest = format!("sha256:{}", "a".repeat(64));
+        picks.get_mut("web").unwrap().pinned = Some(digest.clone());
+        let text = "image: x:1 # {\"$imagepolicy\": \"web\"}\nnewTag: 1 # {\"$imagepolicy\": \"web:tag\"}\n";
+        let (out, _) = set_marked_images(text, &picks).unwrap();
+        assert!(out.starts_with(&format!(
+            "image: reg.example:5000/team/web:1.5.0@{digest} #"
+        )));
+        assert!(out.contains("newTag: 1.5.0 #"));
+        // Once written, the same pick changes nothing.
+        assert_eq!(set_marked_images(&out, &picks), None);
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct Policies {
     pub found: Vec<FoundPolicy>,
     pub problems: Vec<String>,
     pub failed: BTreeSet<String>,
+    /// The digest each image (`image:tag`) had when the automation last committed it, from
+    /// the newest `Linnet-Image:` trailer naming it.
+    pub committed_digests: BTreeMap<String, String>,
 }
 
 /// Commits of the branch's history read for revert trailers.
@@ -70,8 +73,10 @@ impl StatusWriter {
             .find_commit(tip)
             .and_then(|c| c.tree())
             .map_err(GitError::from)?;
+        let (failed, committed_digests) = from_history(repo, tip);
         let mut out = Policies {
-            failed: failed_images(repo, tip),
+            failed,
+            committed_digests,
             ..Default::default()
         };
         for (path, text) in yaml_files(repo, &tree, IMAGE_POLICY_KIND) {
@@ -194,8 +199,11 @@ pub fn commit_message(changes: &[(String, Change)], reasons: &BTreeMap<String, R
         ));
         trailers.push(format!("Linnet-Image-Policy: {name}"));
         match &r.digest {
-            Some(d) => trailers.push(format!("Linnet-Image: {}:{}@{d}", r.pick.image, r.pick.tag)),
-            None => trailers.push(format!("Linnet-Image: {}:{}", r.pick.image, r.pick.tag)),
+            Some(d) => trailers.push(format!(
+                "{IMAGE_TRAILER}{}:{}@{d}",
+                r.pick.image, r.pick.tag
+            )),
+            None => trailers.push(format!("{IMAGE_TRAILER}{}:{}", r.pick.image, r.pick.tag)),
         }
     }
     format!(
@@ -235,29 +243,40 @@ fn policy_of(doc: &str) -> Result<Option<ImagePolicy>, PolicyReadError> {
     Ok(Some(policy))
 }
 
-/// The images linnet's revert commits among the last [`MAX_HISTORY`] commits name as failed.
-fn failed_images(repo: &Repository, tip: Oid) -> BTreeSet<String> {
-    let trailer = format!("{}: ", super::revert::FAILED_IMAGE_TRAILER);
-    let mut failed = BTreeSet::new();
+/// From the last [`MAX_HISTORY`] commits: the images linnet's reverts name as failed, and the
+/// digest each image had when the automation committed it (the newest such commit's).
+fn from_history(repo: &Repository, tip: Oid) -> (BTreeSet<String>, BTreeMap<String, String>) {
+    let failed_trailer = format!("{}: ", super::revert::FAILED_IMAGE_TRAILER);
+    let (mut failed, mut digests) = (BTreeSet::new(), BTreeMap::new());
     let Ok(mut walk) = repo.revwalk() else {
-        return failed;
+        return (failed, digests);
     };
     if walk.push(tip).is_err() {
-        return failed;
+        return (failed, digests);
     }
     for id in walk.take(MAX_HISTORY).flatten() {
-        if let Ok(commit) = repo.find_commit(id) {
-            let message = String::from_utf8_lossy(commit.message_bytes());
-            failed.extend(
-                message
-                    .lines()
-                    .filter_map(|l| l.strip_prefix(trailer.as_str()))
-                    .map(|image| image.trim().to_string()),
-            );
+        let Ok(commit) = repo.find_commit(id) else {
+            continue;
+        };
+        let message = String::from_utf8_lossy(commit.message_bytes());
+        for line in message.lines() {
+            if let Some(image) = line.strip_prefix(failed_trailer.as_str()) {
+                failed.insert(image.trim().to_string());
+            } else if let Some(pinned) = line.strip_prefix(IMAGE_TRAILER)
+                && let Some((image, digest)) = pinned.trim().split_once('@')
+            {
+                // The walk goes from the newest: the first seen is the last committed.
+                digests
+                    .entry(image.to_string())
+                    .or_insert_with(|| digest.to_string());
+            }
         }
     }
-    failed
+    (failed, digests)
 }
+
+/// The trailer naming each image an automation commit wrote, with its digest.
+const IMAGE_TRAILER: &str = "Linnet-Image: ";
 
 /// Every `.yaml`/`.yml` file of `tree` that contains `needle`, within the bounds above.
 fn yaml_files(repo: &Repository, tree: &Tree<'_>, needle: &str) -> Vec<(String, String)> {

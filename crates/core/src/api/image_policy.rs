@@ -53,6 +53,14 @@ pub struct ImagePolicySpec {
     /// otherwise, checked against the system's roots and `--ca-file`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
+    /// Write the digest with the tag (`image:tag@sha256:…`) on whole-reference markers, so
+    /// that what runs is what was picked even if the tag is pushed again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub digest_pinning: bool,
+    /// A tag pushed again with another digest (a moved tag) is flagged and left out unless
+    /// this is set: tags are meant to be immutable, and a moved one may be an attack.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_moved_tags: bool,
 }
 
 /// One ordering of tags (exactly one field set).

@@ -103,7 +103,7 @@ crds:
 ## demo: the main job on the local control plane: a Git repository with a push webhook, the
 ## agent, and the rollout story (see examples/demo.rs). Stops the control plane afterwards if
 ## it started it; exits non-zero if any step did not happen.
-demo: plan-demo deps cluster-build node-build prometheus-build render-build gateway-build
+demo: plan-demo deps cluster-build node-build prometheus-build render-build gateway-build image-tools
 	@echo "building linnet and the demo (the first time, a few minutes; cargo shows its progress)"
 	$(CARGO) build --bin linnet --example demo
 	@echo "\$$ linnet validate --check-namespaces never examples/gitops-repo"; \

@@ -16,7 +16,9 @@
 //!    and linnet rolls back, naming the metric and its measurements;
 //! 7. traffic shifting through a real gateway;
 //! 8. on the real node (where the machine can run one): a key-value store's canary and
-//!    promotion on pods that really run, and the keys each replica still holds.
+//!    promotion on pods that really run, and the keys each replica still holds;
+//! 9. image automation: a new tag pushed to a local registry (and its webhook) makes linnet
+//!    commit the tag to Git and canary it, with no edit of Git by hand.
 //!
 //! It exits non-zero, naming the step, if anything does not happen in time. It expects the
 //! control plane from `make cluster-up` and the binary from `cargo build`.
@@ -27,6 +29,8 @@
 mod gateway;
 #[path = "../tests/support/git_http.rs"]
 mod git_http;
+#[path = "demo/images.rs"]
+mod images;
 #[path = "../tests/support/ports.rs"]
 mod ports;
 #[path = "../tests/support/process.rs"]
@@ -69,6 +73,8 @@ struct Demo {
     bin: String,
     /// A scratch directory for `linnet get -w`'s output.
     scratch: PathBuf,
+    /// The agent's webhook address.
+    hooks: String,
 }
 
 impl Drop for Demo {
@@ -436,6 +442,8 @@ async fn run() -> Step<()> {
             "127.0.0.1:0",
             "--dashboard-listen",
             &format!("127.0.0.1:{dashboard_port}"),
+            // Step 9: tags from a registry committed to Git.
+            "--image-automation=true",
         ])
         .args([
             "--webhook-secret-file",
@@ -477,6 +485,7 @@ async fn run() -> Step<()> {
         started: Instant::now(),
         bin: bin.clone(),
         scratch: tmp.path().to_path_buf(),
+        hooks: base.clone(),
     };
     let result = story(&demo).await;
     if result.is_err() {
@@ -752,6 +761,10 @@ async fn story(d: &Demo) -> Step<()> {
 
     traffic::traffic_step(&d.client, &d.work, |m| d.push(m)).await?;
     real_pods::real_pods_step(&d.client, &d.work, |m| d.push(m)).await?;
+    images::images_step(&d.client, &d.work, &d.scratch, &d.hooks, SECRET, |m| {
+        d.push(m)
+    })
+    .await?;
 
     say("The repository's history (main: people's commits, and linnet's revert in step 4)");
     println!("{}", git(&d.work, &["log", "--oneline"])?);

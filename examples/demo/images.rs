@@ -166,9 +166,8 @@ pub async fn images_step(
     .await?;
     push_image(&tools, scratch, &format!("{repository}:1.1.0"), "1.1.0")?;
     // The registry's webhook, as distribution's notifications send it.
-    let body = format!(
-        r#"{{"events":[{{"action":"push","target":{{"repository":"demo/cart","tag":"1.1.0"}}}}]}}"#
-    );
+    let body =
+        r#"{"events":[{"action":"push","target":{"repository":"demo/cart","tag":"1.1.0"}}]}"#;
     linnet::net::install_crypto_provider();
     let answer = reqwest::Client::new()
         .post(format!("{hooks}/hooks/registry"))

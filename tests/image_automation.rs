@@ -54,6 +54,31 @@ spec:
     )
 }
 
+/// A plain Deployment (no rollout) whose container image the same policy sets.
+fn worker_yaml(ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: worker
+  namespace: {ns}
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: worker
+  template:
+    metadata:
+      labels:
+        app: worker
+    spec:
+      containers:
+        - name: worker
+          image: "{image}" # {{"$imagepolicy": "web"}}
+"#
+    )
+}
+
 fn policy_yaml(repository: &str) -> String {
     format!(
         r#"apiVersion: rollouts.linnet.dev/v1alpha1
@@ -153,6 +178,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     std::fs::create_dir_all(work.join("policies")).unwrap();
     std::fs::write(work.join("apps/web.yaml"), web_yaml(&ns.name, &first)).unwrap();
     std::fs::write(work.join("policies/web.yaml"), policy_yaml(&repository)).unwrap();
+    std::fs::write(work.join("apps/worker.yaml"), worker_yaml(&ns.name, &first)).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web and its image policy"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
@@ -207,6 +233,29 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
         "{message}"
     );
     assert!(message.contains("apps/web.yaml:8: "), "{message}");
+    // The plain Deployment's quoted line in the same commit, its quotes kept.
+    assert!(message.contains("apps/worker.yaml:18: "), "{message}");
+    let worker = git(&bare, &["show", "main:apps/worker.yaml"]);
+    assert!(
+        worker.contains(&format!("image: \"{second}\" # {{")),
+        "{worker}"
+    );
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &ns.name);
+    support::eventually(
+        "the worker Deployment on 1.1.0",
+        Duration::from_secs(30),
+        || {
+            let deployments = deployments.clone();
+            let second = second.clone();
+            async move {
+                let d = deployments.get_opt("worker").await.ok().flatten()?;
+                let image = d.spec?.template.spec?.containers.first()?.image.clone()?;
+                (image == second).then_some(())
+            }
+        },
+    )
+    .await;
     support::eventually("web canaries 1.1.0", Duration::from_secs(60), || {
         let api = api.clone();
         let second = second.clone();

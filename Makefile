@@ -128,13 +128,16 @@ demo-fleet: plan-demo deps cluster-build
 ## with routes through a real Traefik: step to route updated, route to the split at the
 ## gateway (bench/TRAFFIC.md); and on the real node, push to a canary pod serving its
 ## replica's old data and abort to the stable pod serving again, with the CPU and memory of
-## node, agent and control plane (bench/NODE.md). About 45 minutes.
-bench: cluster-build node-build render-build gateway-build deps
+## node, agent and control plane (bench/NODE.md); a fleet of three control planes
+## (bench/FLEET.md); and image automation, a registry push to the canary's first Ready pod
+## by webhook and by polling (bench/IMAGES.md). About 50 minutes.
+bench: cluster-build node-build render-build gateway-build image-tools deps
 	$(CARGO) bench --bench source
 	LINNET_KUSTOMIZE="$$(deploy/render-tools/build.sh)/kustomize" tests/cluster/with-cluster.sh $(CARGO) bench --bench render
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench traffic
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench node
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench fleet
+	tests/cluster/with-cluster.sh $(CARGO) bench --bench images
 	tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## bench-large: the same measurements at 10,000 rollouts only (10,000 StatefulSets and pods on

@@ -38,7 +38,7 @@ pub async fn run(
         state.clone(),
         rollouts.clone(),
         metrics.clone(),
-        waker,
+        waker.clone(),
         &mut tasks,
     )
     .await?;
@@ -72,7 +72,7 @@ pub async fn run(
     if let Some(leader) = &sharded {
         held.lease = Some(hold_lease(&client, leader, &metrics, &mut tasks).await?);
     }
-    spawn_status_writers(ctx, &config, &client, &state, &mut tasks);
+    spawn_status_writers(ctx, &config, &client, &state, &waker, &mut tasks);
     let events = crate::events::EventRecorders::new(client.clone(), crate::events::reporter());
     let spec_error_statuses = feeds.spawn(&config, &client, &metrics, &events, &mut tasks);
     let syncer = syncer(&config, &client, kube_config, &rollouts);
@@ -306,6 +306,7 @@ fn spawn_status_writers(
     config: &AgentConfig,
     client: &kube::Client,
     state: &Arc<AgentState>,
+    waker: &source::hooks::Waker,
     tasks: &mut Tasks,
 ) {
     tasks.spawn(
@@ -331,7 +332,11 @@ fn spawn_status_writers(
     if let Some(images) = &config.image_automation {
         tasks.spawn(
             "image automation",
-            crate::runtime::image_automation::run(images.clone(), state.image_scans.clone()),
+            crate::runtime::image_automation::run(
+                images.clone(),
+                state.image_scans.clone(),
+                waker.clone(),
+            ),
         );
     }
 }

@@ -15,44 +15,14 @@ use std::time::Duration;
 use kube::Api;
 use linnet::api::CanaryDeployment;
 use support::agent::{Agent, SECRET, start_agent, wait_ready};
-use support::registry::{Registry, push_image, registry_tools, tag_image};
+use support::registry::{
+    Registry, marked_web, push_image, registry_tools, semver_policy, tag_image,
+};
 use support::tls::TestCa;
 use support::{TestNamespace, admin_client, git, install_linnet};
 
-/// The rollout, its image set by the policy `web` (the line Flux would mark the same way).
 /// Image updates during the human's pushes (the issue's race: 100 human pushes, 50 updates).
 const UPDATES: usize = 50;
-
-fn web_yaml(ns: &str, image: &str) -> String {
-    format!(
-        r#"apiVersion: rollouts.linnet.dev/v1alpha1
-kind: CanaryDeployment
-metadata:
-  name: web
-  namespace: {ns}
-spec:
-  replicas: 2
-  image: {image} # {{"$imagepolicy": "web"}}
-  strategy:
-    type: Batches
-  batches: 2
-  pause: None
-  progressDeadlineSeconds: 60
-  template:
-    selector:
-      matchLabels:
-        app: web
-    template:
-      metadata:
-        labels:
-          app: web
-      spec:
-        containers:
-          - name: web
-            image: nginx:1.27
-"#
-    )
-}
 
 /// A plain Deployment (no rollout) whose container image the same policy sets.
 fn worker_yaml(ns: &str, image: &str) -> String {
@@ -75,21 +45,6 @@ spec:
       containers:
         - name: worker
           image: "{image}" # {{"$imagepolicy": "web"}}
-"#
-    )
-}
-
-fn policy_yaml(repository: &str) -> String {
-    format!(
-        r#"apiVersion: rollouts.linnet.dev/v1alpha1
-kind: ImagePolicy
-metadata:
-  name: web
-spec:
-  image: {repository}
-  policy:
-    semver:
-      range: ">=1.0.0 <2.0.0"
 "#
     )
 }
@@ -176,8 +131,8 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     std::fs::create_dir_all(work.join("apps")).unwrap();
     std::fs::create_dir_all(work.join("policies")).unwrap();
-    std::fs::write(work.join("apps/web.yaml"), web_yaml(&ns.name, &first)).unwrap();
-    std::fs::write(work.join("policies/web.yaml"), policy_yaml(&repository)).unwrap();
+    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
+    std::fs::write(work.join("policies/web.yaml"), semver_policy(&repository)).unwrap();
     std::fs::write(work.join("apps/worker.yaml"), worker_yaml(&ns.name, &first)).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web and its image policy"]);

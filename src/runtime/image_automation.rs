@@ -34,8 +34,13 @@ pub struct ImageAutomationConfig {
 }
 
 /// Scans until the agent stops: at each interval, and at once when `webhook` is told (a
-/// registry's webhook).
-pub async fn run(config: ImageAutomationConfig, webhook: std::sync::Arc<tokio::sync::Notify>) {
+/// registry's webhook). A commit wakes the source at once (`source`): it need not wait for
+/// the Git host's webhook or the next poll.
+pub async fn run(
+    config: ImageAutomationConfig,
+    webhook: std::sync::Arc<tokio::sync::Notify>,
+    source: crate::source::hooks::Waker,
+) {
     let heartbeat = crate::liveness::process().register("image-automation");
     let client = match crate::net::http_client_no_redirects(
         config.ca_file.as_deref(),
@@ -62,7 +67,7 @@ pub async fn run(config: ImageAutomationConfig, webhook: std::sync::Arc<tokio::s
             () = webhook.notified() => every.reset(),
             _ = idle.tick() => continue,
         }
-        let problems = match scan(&config, &registry, &mut writer).await {
+        let problems = match scan(&config, &registry, &mut writer, &source).await {
             Ok(problems) => problems,
             Err(e) => vec![crate::text::redact_credentials(&e.to_string())],
         };
@@ -83,6 +88,7 @@ async fn scan(
     config: &ImageAutomationConfig,
     registry: &Registry,
     writer: &mut Option<StatusWriter>,
+    source: &crate::source::hooks::Waker,
 ) -> Result<Vec<String>, WriteError> {
     let (w, policies) = blocking(config, writer.take(), |w| w.read_policies()).await?;
     *writer = Some(w);
@@ -131,6 +137,11 @@ async fn scan(
         blocking(config, writer.take(), move |w| w.set_images(&reasons)).await?;
     *writer = Some(w);
     if let Pushed::Committed { commit, retries } = pushed {
+        source.wake(crate::source::hooks::Wake {
+            host: None,
+            after: Some(commit.to_string()),
+            parent: None,
+        });
         for (path, c) in &changes {
             tracing::info!(%commit, retries, policy = %c.policy, file = %path, line = c.line, from = %c.from, to = %c.to, "image automation committed a new image");
         }

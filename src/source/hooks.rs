@@ -38,7 +38,8 @@ use crate::telemetry::Metrics;
 /// A reason for the source to look at the remote now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wake {
-    /// Who sent it; `None` for a look after callers were turned away ([`Waker::missed`]).
+    /// Who sent it; `None` for a look after callers were turned away ([`Waker::missed`]) or
+    /// for this agent's own commit to the branch (the image automation's).
     pub host: Option<GitHost>,
     /// The new tip the host announced, if it did.
     pub after: Option<String>,

@@ -126,3 +126,52 @@ pub fn push_image(tools: &Path, dir: &Path, reference: &str, content: &str) -> S
 pub fn tag_image(tools: &Path, reference: &str, tag: &str) {
     run(&tools.join("crane"), &["tag", "--insecure", reference, tag]);
 }
+
+/// CanaryDeployment `web` in `ns`, 2 replicas in 2 batches, its image line marked for the
+/// policy `web` (as Flux marks it).
+pub fn marked_web(ns: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: CanaryDeployment
+metadata:
+  name: web
+  namespace: {ns}
+spec:
+  replicas: 2
+  image: {image} # {{"$imagepolicy": "web"}}
+  strategy:
+    type: Batches
+  batches: 2
+  pause: None
+  progressDeadlineSeconds: 60
+  template:
+    selector:
+      matchLabels:
+        app: web
+    template:
+      metadata:
+        labels:
+          app: web
+      spec:
+        containers:
+          - name: web
+            image: nginx:1.27
+"#
+    )
+}
+
+/// ImagePolicy `web` on `repository`: `>=1.0.0 <2.0.0`.
+pub fn semver_policy(repository: &str) -> String {
+    format!(
+        r#"apiVersion: rollouts.linnet.dev/v1alpha1
+kind: ImagePolicy
+metadata:
+  name: web
+spec:
+  image: {repository}
+  policy:
+    semver:
+      range: ">=1.0.0 <2.0.0"
+"#
+    )
+}

@@ -82,9 +82,10 @@ impl Wakers {
                     parent.adopt(step);
                 }
                 trigger.announced = wake.after;
-                match wake.host {
-                    Some(host) => tracing::info!(host = host.name(), after = ?trigger.announced, "woken by webhook"),
-                    None => tracing::info!("webhook callers were turned away (busy); looking at the remote in case one was a push"),
+                match (wake.host, &trigger.announced) {
+                    (Some(host), _) => tracing::info!(host = host.name(), after = ?trigger.announced, "woken by webhook"),
+                    (None, Some(after)) => tracing::info!(%after, "woken by this agent's own commit (image automation)"),
+                    (None, None) => tracing::info!("webhook callers were turned away (busy); looking at the remote in case one was a push"),
                 }
             }
             Some(()) = self.changes.recv() => {

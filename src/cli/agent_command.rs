@@ -207,6 +207,12 @@ fn image_automation_config(
     if !args.image_automation {
         return Ok(None);
     }
+    if args.image_scan_interval < std::time::Duration::from_secs(1) {
+        return Err(Error::Usage(
+            "--image-scan-interval must be at least 1s (registries rate-limit their tag lists)"
+                .into(),
+        ));
+    }
     let crate::agent::SourceConfig::Remote { remote, cache_dir } = source else {
         return Err(Error::Usage(
             "--image-automation needs --repo-url: it commits the new tags to the repository".into(),

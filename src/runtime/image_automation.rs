@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::plan::image_tags::TagPolicy;
@@ -53,7 +54,7 @@ pub async fn run(
         }
     };
     let registry = Registry::new(client);
-    let mut writer: Option<StatusWriter> = None;
+    let writer: Slot = Default::default();
     let mut said: Option<String> = None;
     let mut every = tokio::time::interval(config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -67,7 +68,17 @@ pub async fn run(
             () = webhook.notified() => every.reset(),
             _ = idle.tick() => continue,
         }
-        let problems = match scan(&config, &registry, &mut writer, &source).await {
+        // Beating while it runs: every call in a scan has its own timeout, but several slow
+        // registries in a row may take longer than --liveness-deadline.
+        let scanning = scan(&config, &registry, &writer, &source);
+        tokio::pin!(scanning);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut scanning => break outcome,
+                _ = idle.tick() => heartbeat.beat(),
+            }
+        };
+        let problems = match outcome {
             Ok(problems) => problems,
             Err(e) => vec![crate::text::redact_credentials(&e.to_string())],
         };
@@ -87,11 +98,10 @@ pub async fn run(
 async fn scan(
     config: &ImageAutomationConfig,
     registry: &Registry,
-    writer: &mut Option<StatusWriter>,
+    writer: &Slot,
     source: &crate::source::hooks::Waker,
 ) -> Result<Vec<String>, WriteError> {
-    let (w, policies) = blocking(config, writer.take(), |w| w.read_policies()).await?;
-    *writer = Some(w);
+    let policies = blocking(config, writer, |w| w.read_policies()).await?;
     let Policies {
         found,
         mut problems,
@@ -109,33 +119,30 @@ async fn scan(
             "ImagePolicy {name} is in Git more than once; none of them is used"
         ));
     }
-    for found in found
-        .iter()
-        .filter(|f| !duplicates.contains(&f.policy.metadata.name))
-    {
-        match pick(registry, found, &history, config.timeout).await {
+    let mut by_name = BTreeMap::<&str, usize>::new();
+    for f in &found {
+        *by_name.entry(f.policy.metadata.name.as_str()).or_default() += 1;
+    }
+    for policy in found.iter().filter(|f| !duplicates.contains(&qualified(f))) {
+        let name = qualified(policy);
+        match pick(registry, policy, &history, config.timeout).await {
             Ok(Picked::Tag(reason)) => {
-                let meta = &found.policy.metadata;
-                if let Some(ns) = &meta.namespace {
-                    reasons.insert(format!("{ns}:{}", meta.name), reason.clone());
+                let meta = &policy.policy.metadata;
+                // A marker names `namespace:name`, or the bare name when one policy has it.
+                if by_name.get(meta.name.as_str()) == Some(&1) {
+                    reasons.insert(meta.name.clone(), reason.clone());
                 }
-                reasons.insert(meta.name.clone(), reason);
+                reasons.insert(name, reason);
             }
-            Ok(Picked::Nothing) => {
-                tracing::debug!(policy = %found.policy.metadata.name, "no tag allowed")
-            }
-            Ok(Picked::Refused(why)) => {
-                problems.push(format!("ImagePolicy {}: {why}", found.policy.metadata.name))
-            }
-            Err(e) => problems.push(format!("ImagePolicy {}: {e}", found.policy.metadata.name)),
+            Ok(Picked::Nothing) => tracing::debug!(policy = %name, "no tag allowed"),
+            Ok(Picked::Refused(why)) => problems.push(format!("ImagePolicy {name}: {why}")),
+            Err(e) => problems.push(format!("ImagePolicy {name}: {e}")),
         }
     }
     if reasons.is_empty() {
         return Ok(problems);
     }
-    let (w, (pushed, changes)) =
-        blocking(config, writer.take(), move |w| w.set_images(&reasons)).await?;
-    *writer = Some(w);
+    let (pushed, changes) = blocking(config, writer, move |w| w.set_images(&reasons)).await?;
     if let Pushed::Committed { commit, retries } = pushed {
         source.wake(crate::source::hooks::Wake {
             host: None,
@@ -185,10 +192,14 @@ async fn pick(
     if cut {
         tracing::warn!(image = %spec.image, kept = tags.len(), "the repository has more tags than are read; the rest are not considered");
     }
-    let tried = |t: &&str| !history.failed.contains(&format!("{}:{t}", spec.image));
-    let Some(tag) = order.newest(tags.iter().map(String::as_str).filter(tried)) else {
+    let Some(tag) = order.newest(tags.iter().map(String::as_str)) else {
         return Ok(Picked::Nothing);
     };
+    // The newest tag failed in a rollout (a revert named it): hold until a newer one comes,
+    // neither proposing it again nor moving anything back.
+    if history.failed.contains(&format!("{}:{tag}", spec.image)) {
+        return Ok(Picked::Nothing);
+    }
     let digest = registry.digest(&repo, tag).await.ok();
     let reference = format!("{}:{tag}", spec.image);
     if let (Some(before), Some(now)) = (history.committed_digests.get(&reference), &digest)
@@ -219,27 +230,44 @@ async fn pick(
     }))
 }
 
+/// `namespace:name`, or the name of a policy with no namespace.
+fn qualified(f: &FoundPolicy) -> String {
+    let meta = &f.policy.metadata;
+    match &meta.namespace {
+        Some(ns) => format!("{ns}:{}", meta.name),
+        None => meta.name.clone(),
+    }
+}
+
+/// Policies that are in Git more than once under one `namespace:name`.
 fn duplicate_names(found: &[FoundPolicy]) -> Vec<String> {
-    let mut seen = BTreeMap::<&str, usize>::new();
+    let mut seen = BTreeMap::<String, usize>::new();
     for f in found {
-        *seen.entry(f.policy.metadata.name.as_str()).or_default() += 1;
+        *seen.entry(qualified(f)).or_default() += 1;
     }
     seen.into_iter()
         .filter(|(_, n)| *n > 1)
-        .map(|(name, _)| name.to_string())
+        .map(|(name, _)| name)
         .collect()
 }
 
+/// The automation's Git clone, opened on first use; a job that outlived its timeout still
+/// holds it, so the next one waits for it instead of opening the clone a second time.
+type Slot = Arc<Mutex<Option<StatusWriter>>>;
+
 /// Runs `work` on the writer (opened on first use) off the async threads, within three
-/// timeouts (a fetch, a push and the reads).
+/// timeouts (a fetch, a push and the reads). The writer stays in `slot` whatever happens.
 async fn blocking<T: Send + 'static>(
     config: &ImageAutomationConfig,
-    writer: Option<StatusWriter>,
+    slot: &Slot,
     work: impl FnOnce(&mut StatusWriter) -> Result<T, WriteError> + Send + 'static,
-) -> Result<(StatusWriter, T), WriteError> {
-    let c = config.clone();
+) -> Result<T, WriteError> {
+    let (c, slot) = (config.clone(), slot.clone());
     let task = tokio::task::spawn_blocking(move || {
-        let mut w = match writer {
+        let mut held = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let writer = match held.take() {
             Some(w) => w,
             None => StatusWriter::open(
                 &c.cache_dir,
@@ -249,8 +277,8 @@ async fn blocking<T: Send + 'static>(
             )?
             .with_timeout(c.timeout),
         };
-        let out = work(&mut w)?;
-        Ok((w, out))
+        let writer = held.insert(writer);
+        work(writer)
     });
     match tokio::time::timeout(config.timeout * 3, task).await {
         Ok(Ok(result)) => result,

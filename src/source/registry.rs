@@ -125,15 +125,22 @@ impl Registry {
                     url: url.to_string(),
                     reason: e.to_string(),
                 })?;
+            // What the OCI grammar refuses is never kept: at most MAX_TAGS of 128 bytes.
+            let page: Vec<String> = list
+                .tags
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| crate::plan::image_tags::is_tag(t))
+                .collect();
             let room = MAX_TAGS - tags.len();
-            let more = list.tags.len() > room;
-            tags.extend(list.tags.into_iter().take(room));
+            let more = page.len() > room;
+            tags.extend(page.into_iter().take(room));
             if more {
                 return Ok((tags, true));
             }
             match next_page(&url, &headers) {
-                Some(next) => url = next,
-                None => return Ok((tags, false)),
+                Some(next) if next != url => url = next,
+                _ => return Ok((tags, false)),
             }
         }
         Ok((tags, true))
@@ -268,8 +275,9 @@ impl Registry {
 
 #[derive(serde::Deserialize)]
 struct TagList {
+    /// Some registries answer `null` for a repository with no tags.
     #[serde(default)]
-    tags: Vec<String>,
+    tags: Option<Vec<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -314,12 +322,16 @@ async fn bounded_body(
 /// The next page from a `Link: </v2/…?last=…>; rel="next"` header, on the same registry only.
 fn next_page(url: &Url, headers: &HeaderMap) -> Option<Url> {
     let link = headers.get(LINK)?.to_str().ok()?;
-    let (target, params) = link.split_once(';')?;
-    if !params.contains("rel=\"next\"") && !params.contains("rel=next") {
-        return None;
-    }
-    let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
-    let next = url.join(target).ok()?;
+    // `<a>; rel="prev", <b>; rel="next"`: each link is `<target>` and its parameters.
+    let target = link.split('<').skip(1).find_map(|entry| {
+        let (target, params) = entry.split_once('>')?;
+        let rel = params
+            .split(';')
+            .filter_map(|p| p.trim().strip_prefix("rel="))
+            .any(|r| r.trim_matches(|c| c == '"' || c == ',' || c == ' ') == "next");
+        rel.then_some(target)
+    })?;
+    let next = url.join(target.trim()).ok()?;
     (next.origin() == url.origin() && next.path() == url.path()).then_some(next)
 }
 
@@ -397,6 +409,11 @@ mod tests {
             next_page(&url, &headers("</v2/web/tags/list?last=1>; rel=\"prev\"")),
             None
         );
+        // Regression: with two links, the first one's target was taken whatever its rel.
+        let both =
+            "</v2/web/tags/list?last=a>; rel=\"prev\", </v2/web/tags/list?last=z>; rel=\"next\"";
+        let next = next_page(&url, &headers(both)).unwrap();
+        assert_eq!(next.query(), Some("last=z"));
     }
 
     #[test]

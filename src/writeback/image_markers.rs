@@ -18,7 +18,7 @@ pub const MARKER: &str = "$imagepolicy";
 #[allow(clippy::expect_used)] // a literal pattern, tested below
 static MARKED_LINE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(
-        r#"^(?P<lead>\s*(?:-\s+)?[^\s#:][^#]*?:\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s#"']+)(?P<gap>\s+)#\s*\{\s*"\$imagepolicy"\s*:\s*"(?P<marker>[^"\n]+)"\s*\}\s*$"#,
+        r#"^(?P<lead>\s*(?:-\s+)?[^\s#:][^#]*?:\s+)(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s#"',\[\]{}]+)(?P<gap>\s+)#\s*\{\s*"\$imagepolicy"\s*:\s*"(?P<marker>[^"\n]+)"\s*\}\s*$"#,
     )
     .expect("the marker pattern compiles")
 });
@@ -93,6 +93,22 @@ pub fn set_marked_images(
     (!changes.is_empty()).then_some((out, changes))
 }
 
+/// Whether YAML reads `value`, unquoted, as the string it is (not `1718000000`, `1.10`,
+/// `2026-12-04`, `on` or `null`).
+fn plain_string(value: &str) -> bool {
+    let number = value.parse::<f64>().is_ok()
+        || value.starts_with(|c: char| c.is_ascii_digit())
+            && value
+                .chars()
+                .all(|c| c.is_ascii_digit() || "._-".contains(c))
+            && value.contains('-');
+    let word = matches!(
+        value.to_ascii_lowercase().as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null" | "~" | ".inf" | ".nan"
+    );
+    !value.is_empty() && !number && !word
+}
+
 fn split_line_end(line: &str) -> (&str, &str) {
     let body = line.trim_end_matches(['\n', '\r']);
     (body, &line[body.len()..])
@@ -124,6 +140,8 @@ fn edited(body: &str, picks: &BTreeMap<String, Pick>) -> Option<(String, String,
     }
     let written = match quote {
         Some(q) => format!("{q}{wanted}{q}"),
+        // A tag YAML would read as a number, a date or a boolean stays a string.
+        None if !plain_string(&wanted) => format!("\"{wanted}\""),
         None => wanted.clone(),
     };
     let value_at = caps.name("value")?;
@@ -206,6 +224,28 @@ mod tests {
         assert!(out.contains("newTag: 1.5.0 #"));
         // Once written, the same pick changes nothing.
         assert_eq!(set_marked_images(&out, &picks), None);
+    }
+
+    /// Regression: a numerical tag was written bare and read back as a number.
+    #[test]
+    fn a_tag_yaml_would_read_as_no_string_is_quoted_and_a_flow_mapping_keeps_its_braces() {
+        let mut picks = picks();
+        for tag in ["1718000000", "1.10", "2026-12-04", "on"] {
+            picks.get_mut("web").unwrap().tag = tag.into();
+            let (out, _) =
+                set_marked_images("newTag: 1 # {\"$imagepolicy\": \"web:tag\"}\n", &picks).unwrap();
+            assert_eq!(
+                out,
+                format!("newTag: \"{tag}\" # {{\"$imagepolicy\": \"web:tag\"}}\n")
+            );
+        }
+        picks.get_mut("web").unwrap().tag = "1.5.0".into();
+        let (out, _) =
+            set_marked_images("newTag: 1.4 # {\"$imagepolicy\": \"web:tag\"}\n", &picks).unwrap();
+        assert_eq!(out, "newTag: 1.5.0 # {\"$imagepolicy\": \"web:tag\"}\n");
+        // A value inside a flow mapping is not read past its closing brace.
+        let flow = "c: [{name: web, image: x:1}] # {\"$imagepolicy\": \"web\"}\n";
+        assert_eq!(set_marked_images(flow, &picks), None);
     }
 
     #[test]

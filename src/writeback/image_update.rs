@@ -259,9 +259,16 @@ fn from_history(repo: &Repository, tip: Oid) -> (BTreeSet<String>, BTreeMap<Stri
             continue;
         };
         let message = String::from_utf8_lossy(commit.message_bytes());
-        for line in message.lines() {
+        // Trailers are the last paragraph only: a line in a body may quote anything.
+        let trimmed = message.trim_end();
+        let trailers = trimmed
+            .rsplit_once("\n\n")
+            .map_or(trimmed, |(_, last)| last);
+        for line in trailers.lines() {
             if let Some(image) = line.strip_prefix(failed_trailer.as_str()) {
-                failed.insert(image.trim().to_string());
+                // A pinned image failed as its tag: the digest is no part of the name.
+                let image = image.trim();
+                failed.insert(image.split_once('@').map_or(image, |(i, _)| i).to_string());
             } else if let Some(pinned) = line.strip_prefix(IMAGE_TRAILER)
                 && let Some((image, digest)) = pinned.trim().split_once('@')
             {
@@ -300,8 +307,13 @@ fn yaml_files(repo: &Repository, tree: &Tree<'_>, needle: &str) -> Vec<(String, 
             return TreeWalkResult::Ok;
         }
         bytes += blob.size();
+        // A path with a control character (a line break) would forge lines in the commit
+        // message that names it.
+        let odd = |s: &str| s.chars().any(char::is_control);
         if let Ok(text) = std::str::from_utf8(blob.content())
             && text.contains(needle)
+            && !odd(dir)
+            && !odd(name)
         {
             let path = Path::new(dir).join(name);
             out.push((path.to_string_lossy().into_owned(), text.to_string()));

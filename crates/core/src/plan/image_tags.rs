@@ -60,10 +60,16 @@ pub fn registry_and_path(image: &str) -> Option<(String, String)> {
     if image.is_empty() || image.len() > 255 || !image.chars().all(valid) {
         return None;
     }
+    const HUB: &str = "registry-1.docker.io";
     let (host, path) = match image.split_once('/') {
+        // Docker Hub's names for itself serve no registry API: its API host does.
+        Some(("docker.io" | "index.docker.io", rest)) if !rest.contains('/') => {
+            (HUB, format!("library/{rest}"))
+        }
+        Some(("docker.io" | "index.docker.io", rest)) => (HUB, rest.to_string()),
         Some((h, rest)) if h.contains(['.', ':']) || h == "localhost" => (h, rest.to_string()),
-        Some(_) => ("registry-1.docker.io", image.to_string()),
-        None => ("registry-1.docker.io", format!("library/{image}")),
+        Some(_) => (HUB, image.to_string()),
+        None => (HUB, format!("library/{image}")),
     };
     // A tag after the last '/' is not a repository.
     if host.is_empty() || path.contains(':') || path.split('/').any(str::is_empty) {
@@ -202,6 +208,18 @@ fn semver_range(range: &str) -> Result<Vec<semver::VersionReq>, PolicyError> {
         }
         if parts.is_empty() {
             return Err(error("an alternative is empty".into()));
+        }
+        for part in &mut parts {
+            // As Flux (Masterminds) reads them: a bare version is that version exactly
+            // (Cargo would read `^`), and a `v` after the operator is no part of it.
+            let op: String = part.chars().take_while(|c| "<>=~^".contains(*c)).collect();
+            let version = part[op.len()..].trim_start_matches('v').to_string();
+            let op = if op.is_empty() && version.starts_with(|c: char| c.is_ascii_digit()) {
+                "=".to_string()
+            } else {
+                op
+            };
+            *part = format!("{op}{version}");
         }
         let req = semver::VersionReq::parse(&parts.join(", ")).map_err(|e| error(e.to_string()))?;
         alternatives.push(req);

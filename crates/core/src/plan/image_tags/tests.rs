@@ -53,6 +53,31 @@ fn semver_picks_the_highest_version_in_the_range() {
     assert_eq!(newest(&semver("<1.0.0"), &tags), None);
 }
 
+/// Regression: Cargo reads a bare `1.4.2` as `^1.4.2`; Flux, whose ranges these are, reads it
+/// as that version exactly.
+#[test]
+fn a_bare_version_is_that_version_exactly_as_flux_reads_it() {
+    let tags = ["1.4.2", "1.9.0", "1.4.3"];
+    assert_eq!(newest(&semver("1.4.2"), &tags), Some("1.4.2"));
+    assert_eq!(newest(&semver(">=v1.4.3"), &tags), Some("1.9.0"));
+    assert_eq!(newest(&semver("1.4.x"), &tags), Some("1.4.3"));
+}
+
+#[test]
+fn docker_hubs_names_go_to_its_api_host() {
+    let hub = |i: &str| registry_and_path(i).unwrap();
+    assert_eq!(
+        hub("docker.io/nginx"),
+        ("registry-1.docker.io".into(), "library/nginx".into())
+    );
+    assert_eq!(hub("docker.io/library/nginx").1, "library/nginx");
+    assert_eq!(
+        hub("index.docker.io/me/web"),
+        ("registry-1.docker.io".into(), "me/web".into())
+    );
+    assert_eq!(hub("ghcr.io/me/web").0, "ghcr.io");
+}
+
 #[test]
 fn semver_takes_a_v_prefix_and_a_prerelease_only_when_the_range_names_one() {
     assert_eq!(newest(&semver("1.x"), &["v1.2.0", "1.1.0"]), Some("v1.2.0"));

@@ -110,14 +110,42 @@ async fn serve(f: &Fixture, name: &str) -> (Gateway, &'static PodServers) {
     (gateway, pods)
 }
 
-/// Waits until every one of a few requests through the gateway is answered by `image`.
+/// Waits until every one of a few requests through the gateway is answered by `image`. Every
+/// 10 s it is not, it touches the namespace's routes (an annotation): Traefik's Gateway
+/// provider was seen, under the load of three test binaries, to keep a route's first
+/// configuration back until some later event (see `support::gateway::Converger`).
 async fn wait_serving(gateway: &Gateway, image: &str) {
+    let admin = support::admin_client().await;
+    let routes = support::gateway::routes(&admin, &gateway.ns);
+    let started = std::time::Instant::now();
+    let mut nudges = 0u32;
     support::eventually(
         &format!("the gateway to serve {image}"),
-        Duration::from_secs(60),
-        || async {
-            let t = send(&gateway.url(), 20, &[]).await;
-            (t.count(image) == 20).then_some(())
+        Duration::from_secs(120),
+        || {
+            let routes = routes.clone();
+            let due = started.elapsed() > Duration::from_secs(10 * (u64::from(nudges) + 1));
+            if due {
+                nudges += 1;
+            }
+            let n = nudges;
+            async move {
+                let t = send(&gateway.url(), 20, &[]).await;
+                if t.count(image) == 20 {
+                    return Some(());
+                }
+                if due {
+                    eprintln!("gateway: not serving {image} yet; touching the routes (nudge {n})");
+                    let touch = json!({"metadata": {"annotations": {"linnet.dev/test-nudge": n.to_string()}}});
+                    for r in routes.list(&Default::default()).await.ok()?.items {
+                        let name = r.metadata.name.unwrap_or_default();
+                        let _ = routes
+                            .patch(&name, &Default::default(), &kube::api::Patch::Merge(&touch))
+                            .await;
+                    }
+                }
+                None
+            }
         },
     )
     .await;

@@ -157,6 +157,8 @@ pub struct Gateway {
     pub log: PathBuf,
     /// The test's own GatewayClass, deleted with the gateway.
     class: String,
+    /// The namespace of its Gateway and routes.
+    pub ns: String,
     _dir: tempfile::TempDir,
 }
 
@@ -226,6 +228,7 @@ impl Gateway {
             log,
             class,
             _dir: dir,
+            ns: ns.to_string(),
         };
         eventually(
             "the Gateway to be Programmed",

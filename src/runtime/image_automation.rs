@@ -7,10 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::plan::image_tags::TagPolicy;
+use crate::plan::image_tags::{Choice, DigestVerdict, TagPolicy, judge_digest};
 use crate::source::git::GitRemote;
 use crate::source::registry::{Registry, Repository};
 use crate::writeback::image_markers::Pick;
@@ -54,7 +53,7 @@ pub async fn run(
         }
     };
     let registry = Registry::new(client);
-    let writer: Slot = Default::default();
+    let mut clone = GitClone::default();
     let mut said: Option<String> = None;
     let mut every = tokio::time::interval(config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -70,7 +69,7 @@ pub async fn run(
         }
         // Beating while it runs: every call in a scan has its own timeout, but several slow
         // registries in a row may take longer than --liveness-deadline.
-        let scanning = scan(&config, &registry, &writer, &source);
+        let scanning = scan(&config, &registry, &mut clone, &source);
         tokio::pin!(scanning);
         let outcome = loop {
             tokio::select! {
@@ -98,10 +97,10 @@ pub async fn run(
 async fn scan(
     config: &ImageAutomationConfig,
     registry: &Registry,
-    writer: &Slot,
+    clone: &mut GitClone,
     source: &crate::source::hooks::Waker,
 ) -> Result<Vec<String>, WriteError> {
-    let policies = blocking(config, writer, |w| w.read_policies()).await?;
+    let (tip, policies) = read(config, clone).await?;
     let Policies {
         found,
         mut problems,
@@ -142,7 +141,20 @@ async fn scan(
     if reasons.is_empty() {
         return Ok(problems);
     }
-    let (pushed, changes) = blocking(config, writer, move |w| w.set_images(&reasons)).await?;
+    // Nothing to write when neither the tip nor any pick moved since the last write.
+    let picks: BTreeMap<String, Pick> = reasons
+        .iter()
+        .map(|(k, r)| (k.clone(), r.pick.clone()))
+        .collect();
+    let this_write = tip.map(|t| (t, picks));
+    if this_write.is_some() && clone.written == this_write {
+        return Ok(problems);
+    }
+    let (pushed, changes) = blocking(config, clone, move |w| w.set_images(&reasons)).await?;
+    clone.written = match pushed {
+        Pushed::Unchanged => this_write,
+        Pushed::Committed { .. } => None,
+    };
     if let Pushed::Committed { commit, retries } = pushed {
         source.wake(crate::source::hooks::Wake {
             host: None,
@@ -154,6 +166,29 @@ async fn scan(
         }
     }
     Ok(problems)
+}
+
+/// The tip and its policies: read again only when the tip moved since the last read.
+async fn read(
+    config: &ImageAutomationConfig,
+    clone: &mut GitClone,
+) -> Result<(Option<git2::Oid>, Policies), WriteError> {
+    let known = clone.read.as_ref().map(|(tip, _)| *tip);
+    let (tip, read) = blocking(config, clone, move |w| w.read_policies(known)).await?;
+    let policies = match (tip, read) {
+        (Some(tip), Some(policies)) => {
+            clone.read = Some((tip, policies.clone()));
+            policies
+        }
+        (None, Some(policies)) => policies,
+        // The tip has not moved: the policies and history are as last read.
+        (_, None) => clone
+            .read
+            .as_ref()
+            .map(|(_, p)| p.clone())
+            .unwrap_or_default(),
+    };
+    Ok((tip, policies))
 }
 
 /// What the branch's history says about images.
@@ -192,35 +227,37 @@ async fn pick(
     if cut {
         tracing::warn!(image = %spec.image, kept = tags.len(), "the repository has more tags than are read; the rest are not considered");
     }
-    let Some(tag) = order.newest(tags.iter().map(String::as_str)) else {
-        return Ok(Picked::Nothing);
+    let failed = |t: &str| history.failed.contains(&format!("{}:{t}", spec.image));
+    let tag = match order.choose(tags.iter().map(String::as_str), failed) {
+        Choice::Tag(tag) => tag,
+        Choice::Nothing | Choice::HoldFailed(_) => return Ok(Picked::Nothing),
     };
-    // The newest tag failed in a rollout (a revert named it): hold until a newer one comes,
-    // neither proposing it again nor moving anything back.
-    if history.failed.contains(&format!("{}:{tag}", spec.image)) {
-        return Ok(Picked::Nothing);
-    }
     let digest = registry.digest(&repo, tag).await.ok();
     let reference = format!("{}:{tag}", spec.image);
-    if let (Some(before), Some(now)) = (history.committed_digests.get(&reference), &digest)
-        && before != now
-        && !spec.allow_moved_tags
-    {
-        return Ok(Picked::Refused(format!(
-            "tag {reference} moved from {before} to {now} since it was committed; left as Git \
-             has it (tags are meant to be immutable: push a new tag, or set allowMovedTags)"
-        )));
-    }
-    if spec.digest_pinning && digest.is_none() {
-        return Ok(Picked::Refused(format!(
-            "the registry gave no digest for {reference}, which digestPinning needs"
-        )));
-    }
+    let committed = history
+        .committed_digests
+        .get(&reference)
+        .map(String::as_str);
+    let pinned = match judge_digest(spec, committed, digest.as_deref()) {
+        DigestVerdict::Write { pinned } => pinned,
+        DigestVerdict::Moved { before, now } => {
+            return Ok(Picked::Refused(format!(
+                "tag {reference} moved from {before} to {now} since it was committed; left as \
+                 Git has it (tags are meant to be immutable: push a new tag, or set \
+                 allowMovedTags)"
+            )));
+        }
+        DigestVerdict::NoDigestToPin => {
+            return Ok(Picked::Refused(format!(
+                "the registry gave no digest for {reference}, which digestPinning needs"
+            )));
+        }
+    };
     Ok(Picked::Tag(Reason {
         pick: Pick {
             image: spec.image.clone(),
             tag: tag.to_string(),
-            pinned: digest.clone().filter(|_| spec.digest_pinning),
+            pinned,
         },
         digest,
         policy: format!(
@@ -251,41 +288,63 @@ fn duplicate_names(found: &[FoundPolicy]) -> Vec<String> {
         .collect()
 }
 
-/// The automation's Git clone, opened on first use; a job that outlived its timeout still
-/// holds it, so the next one waits for it instead of opening the clone a second time.
-type Slot = Arc<Mutex<Option<StatusWriter>>>;
+/// The automation's Git clone (opened on first use), what was last read from it and last
+/// found written. A Git job that outlived its timeout hands the clone back when it ends; the
+/// next job waits for it rather than open the clone a second time (no lock is held across
+/// the network: the clone moves into the job and back).
+#[derive(Default)]
+struct GitClone {
+    writer: Option<StatusWriter>,
+    returning: Option<tokio::sync::oneshot::Receiver<Option<StatusWriter>>>,
+    /// The tip the policies were read at, and what was read.
+    read: Option<(git2::Oid, Policies)>,
+    /// The tip and picks of the last write that found every line on its pick.
+    written: Option<(git2::Oid, BTreeMap<String, Pick>)>,
+}
 
-/// Runs `work` on the writer (opened on first use) off the async threads, within three
-/// timeouts (a fetch, a push and the reads). The writer stays in `slot` whatever happens.
+/// Runs `work` on the clone's writer (opened on first use) off the async threads, within
+/// three timeouts (a fetch, a push and the reads).
 async fn blocking<T: Send + 'static>(
     config: &ImageAutomationConfig,
-    slot: &Slot,
+    clone: &mut GitClone,
     work: impl FnOnce(&mut StatusWriter) -> Result<T, WriteError> + Send + 'static,
 ) -> Result<T, WriteError> {
-    let (c, slot) = (config.clone(), slot.clone());
-    let task = tokio::task::spawn_blocking(move || {
-        let mut held = slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let writer = match held.take() {
+    if let Some(back) = clone.returning.take() {
+        clone.writer = back.await.ok().flatten();
+    }
+    let (c, writer) = (config.clone(), clone.writer.take());
+    let mut task = tokio::task::spawn_blocking(move || {
+        let mut writer = match writer {
             Some(w) => w,
-            None => StatusWriter::open(
+            None => match StatusWriter::open(
                 &c.cache_dir,
                 c.remote.clone(),
                 &c.author_name,
                 &c.author_email,
-            )?
-            .with_timeout(c.timeout),
+            ) {
+                Ok(w) => w.with_timeout(c.timeout),
+                Err(e) => return (None, Err(e.into())),
+            },
         };
-        let writer = held.insert(writer);
-        work(writer)
+        let out = work(&mut writer);
+        (Some(writer), out)
     });
-    match tokio::time::timeout(config.timeout * 3, task).await {
-        Ok(Ok(result)) => result,
+    match tokio::time::timeout(config.timeout * 3, &mut task).await {
+        Ok(Ok((writer, out))) => {
+            clone.writer = writer;
+            out
+        }
         Ok(Err(e)) => Err(WriteError::Panicked(e.to_string())),
-        Err(_) => Err(WriteError::Git(crate::source::git::GitError::Timeout {
-            url: crate::text::redact_credentials(&config.remote.url),
-            after: config.timeout * 3,
-        })),
+        Err(_) => {
+            let (back, returning) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let _ = back.send(task.await.ok().and_then(|(w, _)| w));
+            });
+            clone.returning = Some(returning);
+            Err(WriteError::Git(crate::source::git::GitError::Timeout {
+                url: crate::text::redact_credentials(&config.remote.url),
+                after: config.timeout * 3,
+            }))
+        }
     }
 }

@@ -60,12 +60,17 @@ pub struct Reason {
 }
 
 impl StatusWriter {
-    /// The `ImagePolicy` documents at the branch's tip (fetched now).
-    pub fn read_policies(&mut self) -> Result<Policies, WriteError> {
+    /// The branch's tip (fetched now) and the `ImagePolicy` documents there; `None` for the
+    /// documents when the tip is still `known`, whose read the caller kept.
+    pub fn read_policies(
+        &mut self,
+        known: Option<Oid>,
+    ) -> Result<(Option<Oid>, Option<Policies>), WriteError> {
         self.mirror.set_deadline(self.timeout);
         let tip = match self.mirror.fetch() {
+            Ok(tip) if Some(tip) == known => return Ok((known, None)),
             Ok(tip) => tip,
-            Err(GitError::NoSuchBranch { .. }) => return Ok(Policies::default()),
+            Err(GitError::NoSuchBranch { .. }) => return Ok((None, Some(Policies::default()))),
             Err(e) => return Err(e.into()),
         };
         let repo = self.mirror.repo();
@@ -93,7 +98,7 @@ impl StatusWriter {
                 }
             }
         }
-        Ok(out)
+        Ok((Some(tip), Some(out)))
     }
 
     /// Sets every marked line of the branch's tip to its pick in `reasons` (keyed by the
@@ -288,6 +293,9 @@ const IMAGE_TRAILER: &str = "Linnet-Image: ";
 /// Every `.yaml`/`.yml` file of `tree` that contains `needle`, within the bounds above.
 fn yaml_files(repo: &Repository, tree: &Tree<'_>, needle: &str) -> Vec<(String, String)> {
     let (mut files, mut bytes, mut out) = (0usize, 0usize, Vec::new());
+    let Ok(odb) = repo.odb() else {
+        return out;
+    };
     let _ = tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
         let Ok(name) = entry.name() else {
             return TreeWalkResult::Skip;
@@ -300,13 +308,14 @@ fn yaml_files(repo: &Repository, tree: &Tree<'_>, needle: &str) -> Vec<(String, 
         if files > MAX_FILES || bytes > MAX_BYTES {
             return TreeWalkResult::Abort;
         }
+        // The size from the object's header: a blob past the bound is never inflated.
+        match odb.read_header(entry.id()) {
+            Ok((size, _)) if size <= MAX_FILE_BYTES => bytes += size,
+            _ => return TreeWalkResult::Ok,
+        }
         let Ok(blob) = repo.find_blob(entry.id()) else {
             return TreeWalkResult::Ok;
         };
-        if blob.size() > MAX_FILE_BYTES {
-            return TreeWalkResult::Ok;
-        }
-        bytes += blob.size();
         // A path with a control character (a line break) would forge lines in the commit
         // message that names it.
         let odd = |s: &str| s.chars().any(char::is_control);

@@ -78,6 +78,54 @@ pub fn registry_and_path(image: &str) -> Option<(String, String)> {
     Some((host.to_string(), path))
 }
 
+/// What a policy does at one scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice<'a> {
+    /// Move the marked lines to this tag.
+    Tag(&'a str),
+    /// No tag is allowed.
+    Nothing,
+    /// The newest allowed tag failed in a rollout (a revert named it): nothing moves, neither
+    /// to it nor back to an older tag, until a newer one comes.
+    HoldFailed(&'a str),
+}
+
+/// Whether a picked tag may be written, by its digest now and when it was last committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DigestVerdict {
+    /// Write it; with the digest after the tag when `digestPinning` is on.
+    Write { pinned: Option<String> },
+    /// The tag points at another digest than the one committed before (pushed again).
+    Moved { before: String, now: String },
+    /// `digestPinning` needs a digest the registry did not give.
+    NoDigestToPin,
+}
+
+/// The verdict on a picked tag: a moved tag is refused unless `allowMovedTags`; a pinned one
+/// needs its digest.
+pub fn judge_digest(
+    spec: &ImagePolicySpec,
+    committed: Option<&str>,
+    now: Option<&str>,
+) -> DigestVerdict {
+    if let (Some(before), Some(now)) = (committed, now)
+        && before != now
+        && !spec.allow_moved_tags
+    {
+        return DigestVerdict::Moved {
+            before: before.to_string(),
+            now: now.to_string(),
+        };
+    }
+    match (spec.digest_pinning, now) {
+        (false, _) => DigestVerdict::Write { pinned: None },
+        (true, Some(d)) => DigestVerdict::Write {
+            pinned: Some(d.to_string()),
+        },
+        (true, None) => DigestVerdict::NoDigestToPin,
+    }
+}
+
 /// A policy ready to order tags.
 pub struct TagPolicy {
     order: Order,
@@ -125,6 +173,19 @@ impl TagPolicy {
             }
         }
         best.map(|(tag, _)| tag)
+    }
+
+    /// The scan's choice: the newest tag, unless `failed` says a rollout failed on it.
+    pub fn choose<'a>(
+        &self,
+        tags: impl IntoIterator<Item = &'a str>,
+        failed: impl Fn(&str) -> bool,
+    ) -> Choice<'a> {
+        match self.newest(tags) {
+            None => Choice::Nothing,
+            Some(tag) if failed(tag) => Choice::HoldFailed(tag),
+            Some(tag) => Choice::Tag(tag),
+        }
     }
 
     /// What `tag` is ordered by, or `None` when the policy leaves it out.

@@ -171,6 +171,58 @@ fn a_tag_the_oci_grammar_does_not_allow_is_never_picked() {
 }
 
 #[test]
+fn a_failed_newest_tag_holds_the_policy_until_a_newer_one_comes() {
+    let policy = TagPolicy::new(&semver(">=1.0.0")).unwrap();
+    let failed = |t: &str| t == "1.6.0";
+    assert_eq!(
+        policy.choose(["1.5.0", "1.6.0"], failed),
+        Choice::HoldFailed("1.6.0")
+    );
+    assert_eq!(
+        policy.choose(["1.5.0", "1.6.0", "1.7.0"], failed),
+        Choice::Tag("1.7.0")
+    );
+    assert_eq!(policy.choose(["0.9.0"], failed), Choice::Nothing);
+}
+
+#[test]
+fn a_moved_tag_is_refused_unless_allowed_and_pinning_needs_a_digest() {
+    let mut spec = semver(">=1.0.0");
+    let (a, b) = ("sha256:aa", "sha256:bb");
+    assert_eq!(
+        judge_digest(&spec, Some(a), Some(a)),
+        DigestVerdict::Write { pinned: None }
+    );
+    assert_eq!(
+        judge_digest(&spec, None, None),
+        DigestVerdict::Write { pinned: None }
+    );
+    assert_eq!(
+        judge_digest(&spec, Some(a), Some(b)),
+        DigestVerdict::Moved {
+            before: a.into(),
+            now: b.into()
+        }
+    );
+    spec.allow_moved_tags = true;
+    assert_eq!(
+        judge_digest(&spec, Some(a), Some(b)),
+        DigestVerdict::Write { pinned: None }
+    );
+    spec.digest_pinning = true;
+    assert_eq!(
+        judge_digest(&spec, Some(a), Some(b)),
+        DigestVerdict::Write {
+            pinned: Some(b.into())
+        }
+    );
+    assert_eq!(
+        judge_digest(&spec, None, None),
+        DigestVerdict::NoDigestToPin
+    );
+}
+
+#[test]
 fn a_tag_longer_than_the_oci_limit_is_never_picked() {
     let long = format!("9{}", "0".repeat(MAX_TAG_BYTES));
     let tags = [long.as_str(), "5"];

@@ -41,8 +41,13 @@ mod prometheus;
 mod push_hook;
 #[path = "demo/real_pods.rs"]
 mod real_pods;
+#[path = "../tests/support/registry.rs"]
+mod registry;
 #[path = "demo/setup.rs"]
 mod setup;
+#[path = "../tests/support/tls.rs"]
+#[allow(dead_code)]
+mod tls;
 #[path = "demo/traffic.rs"]
 mod traffic;
 

@@ -4,81 +4,12 @@
 //! linnet commit the tag to Git and canary it: no edit of Git by hand.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use kube::{Api, Client};
 use linnet::api::CanaryDeployment;
 
+use super::registry::{Registry, push_image, registry_tools};
 use super::{NS, Step, git, say, wait};
-
-/// The registry, killed when dropped.
-struct Registry(Child);
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn run(program: &Path, args: &[&str]) -> Step<String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} {args:?}: {}",
-            program.display(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn start_registry(tools: &Path, dir: &Path, port: u16) -> Step<Registry> {
-    let config = dir.join("registry.yml");
-    let text = format!(
-        "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-        dir.join("registry").display()
-    );
-    std::fs::write(&config, text).map_err(|e| e.to_string())?;
-    let child = Command::new(tools.join("registry"))
-        .args(["serve", &config.to_string_lossy()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start the registry: {e}"))?;
-    let registry = Registry(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err("the registry did not start".into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(registry)
-}
-
-/// Pushes a one-layer image holding `content` as `reference`.
-fn push_image(tools: &Path, dir: &Path, reference: &str, content: &str) -> Step<()> {
-    let layer = dir.join("layer");
-    std::fs::create_dir_all(&layer).map_err(|e| e.to_string())?;
-    std::fs::write(layer.join("version"), content).map_err(|e| e.to_string())?;
-    let tar = dir.join("layer.tar");
-    let (tar_s, layer_s) = (tar.to_string_lossy(), layer.to_string_lossy());
-    run(
-        Path::new("tar"),
-        &["-cf", &tar_s, "-C", &layer_s, "version"],
-    )?;
-    run(
-        &tools.join("crane"),
-        &["append", "--insecure", "-f", &tar_s, "-t", reference],
-    )?;
-    println!("    $ crane append -f layer.tar -t {reference}");
-    Ok(())
-}
 
 fn shop(repository: &str) -> String {
     format!(
@@ -143,16 +74,13 @@ pub async fn images_step(
     say(
         "9. Image automation: a new tag pushed to a registry is committed to Git by linnet and canaried, with no edit of Git by hand",
     );
-    let tools = run(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/registry/build.sh"),
-        &[],
-    )?;
-    let tools = Path::new(tools.lines().last().unwrap_or_default()).to_path_buf();
+    let tools = registry_tools();
     let port = super::ports::free_port();
-    let _registry = start_registry(&tools, scratch, port)?;
+    let _registry = Registry::start(&tools, scratch, port);
     let repository = format!("127.0.0.1:{port}/demo/cart");
     println!("    registry: http://127.0.0.1:{port} (distribution, built from its Go module)");
-    push_image(&tools, scratch, &format!("{repository}:1.0.0"), "1.0.0")?;
+    push_image(&tools, scratch, &format!("{repository}:1.0.0"), "1.0.0");
+    println!("    $ crane append -f layer.tar -t {repository}:1.0.0");
     std::fs::write(work.join("apps/cart.yaml"), shop(&repository)).map_err(|e| e.to_string())?;
     git(work, &["add", "apps/cart.yaml"])?;
     push("cart, its image set by ImagePolicy cart (semver >=1.0.0 <2.0.0)")?;
@@ -164,7 +92,8 @@ pub async fn images_step(
             .map(|_| ())
     })
     .await?;
-    push_image(&tools, scratch, &format!("{repository}:1.1.0"), "1.1.0")?;
+    push_image(&tools, scratch, &format!("{repository}:1.1.0"), "1.1.0");
+    println!("    $ crane append -f layer.tar -t {repository}:1.1.0");
     // The registry's webhook, as distribution's notifications send it.
     let body =
         r#"{"events":[{"action":"push","target":{"repository":"demo/cart","tag":"1.1.0"}}]}"#;

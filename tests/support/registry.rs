@@ -1,5 +1,7 @@
 //! distribution's registry and crane, built from their Go modules (once per machine) by
-//! tests/registry/build.sh: a real OCI registry for the image and image automation tests.
+//! tests/registry/build.sh: a real OCI registry for the image and image automation tests
+//! (and `make demo`'s step 9, which includes this file).
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

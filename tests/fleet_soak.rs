@@ -40,8 +40,8 @@ use support::agent::{Agent, start_agent_env, wait_ready};
 use support::fleet::{Hooks, Member, push, relay_webhooks, start_clusters, three_members, web_of};
 use support::gateway::{Converger, Gateway, http_route};
 use support::soak::{
-    Checks, Samples, Weighed, canary_share, failed_requests, listed, memory_flat,
-    requests_every_100ms, rss_kib, stretches_of,
+    Checks, Samples, Weighed, canary_share, failed_requests, gateway_answering, listed,
+    memory_flat, requests_every_100ms, rss_kib, stretches_of,
 };
 use support::{git, node};
 
@@ -431,16 +431,7 @@ async fn a_fleet_with_traffic_analysis_drift_and_write_back_holds_over_time() {
         all_settled(image("v1")),
     )
     .await;
-    support::eventually(
-        "the gateway answering the last 20 requests",
-        Duration::from_secs(120),
-        || {
-            let s = samples.lock().unwrap();
-            let ok = s.len() >= 20 && s.iter().rev().take(20).all(|(_, a)| a.is_ok());
-            async move { ok.then_some(()) }
-        },
-    )
-    .await;
+    gateway_answering(&samples).await;
     eprintln!(
         "fleet soak: settled on v1, the gateway answering, after {:.0} s",
         t0.elapsed().as_secs_f64()

@@ -39,8 +39,8 @@ use support::agent::{Agent, start_agent, wait_ready};
 use support::gateway::{Converger, Gateway, http_route};
 use support::prometheus::Prometheus;
 use support::soak::{
-    Checks, Samples, Weighed, canary_share, failed_requests, listed, memory_flat,
-    requests_every_100ms, rss_kib, stretches_of,
+    Checks, Samples, Weighed, canary_share, failed_requests, gateway_answering, listed,
+    memory_flat, requests_every_100ms, rss_kib, stretches_of,
 };
 use support::{TestNamespace, admin_client, git, install_linnet, node};
 
@@ -505,17 +505,7 @@ async fn soak_with_everything_on_holds_every_invariant() {
     .await;
     // Up also means the gateway has caught up: Traefik can lag the cluster by seconds at
     // its start, and a 503 then is Traefik's, not a rollout's.
-    support::eventually(
-        "the gateway answering the last 20 requests",
-        Duration::from_secs(120),
-        || {
-            let samples = samples.lock().unwrap();
-            let last = samples.iter().rev().take(20);
-            let ok = samples.len() >= 20 && last.clone().all(|(_, a)| a.is_ok());
-            async move { ok.then_some(()) }
-        },
-    )
-    .await;
+    gateway_answering(&samples).await;
     eprintln!(
         "soak: all settled on v1, the gateway answering, after {:.0} s",
         t0.elapsed().as_secs_f64()

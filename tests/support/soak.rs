@@ -199,3 +199,17 @@ impl Checks {
         )
     }
 }
+
+/// Waits (up to 120 s) until the last 20 requests through the gateway were all answered.
+pub async fn gateway_answering(samples: &Samples) {
+    super::eventually(
+        "the gateway answering the last 20 requests",
+        Duration::from_secs(120),
+        || {
+            let s = samples.lock().unwrap();
+            let ok = s.len() >= 20 && s.iter().rev().take(20).all(|(_, a)| a.is_ok());
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
+}

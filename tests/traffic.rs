@@ -135,7 +135,12 @@ async fn wait_serving(gateway: &Gateway, image: &str) {
                     return Some(());
                 }
                 if due {
-                    eprintln!("gateway: not serving {image} yet; touching the routes (nudge {n})");
+                    eprintln!(
+                        "gateway: not serving {image} yet ({t:?}); touching the routes (nudge {n})"
+                    );
+                    if n % 3 == 1 {
+                        eprintln!("traefik runs: {}", gateway.rawdata().await);
+                    }
                     let touch = json!({"metadata": {"annotations": {"linnet.dev/test-nudge": n.to_string()}}});
                     for r in routes.list(&Default::default()).await.ok()?.items {
                         let name = r.metadata.name.unwrap_or_default();

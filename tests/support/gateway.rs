@@ -431,8 +431,37 @@ pub fn routes(admin: &Client, ns: &str) -> Api<DynamicObject> {
 /// How long a deleted pod goes on answering (a preStop sleep's worth).
 const TERMINATION_GRACE: Duration = Duration::from_secs(5);
 
-/// Which pod (namespace/name/uid) has each address, and the image it answers with.
-type Addresses = Arc<Mutex<HashMap<IpAddr, (String, String)>>>;
+/// One pod as the pod servers know it.
+#[derive(Clone, Debug)]
+struct KnownPod {
+    /// namespace/name
+    name: String,
+    ip: IpAddr,
+    image: String,
+    created: String,
+    terminating: bool,
+    /// When it was deleted (it answers for TERMINATION_GRACE more).
+    gone: Option<std::time::Instant>,
+}
+
+/// Every pod with a kwok address, by uid. kwok reuses a deleted pod's address, so several
+/// pods may have had one: who answers on an address is decided when asked (see
+/// [`owner_of`]), never by the order the watch's events came in (a terminating pod's late
+/// update, or a relist, must not take an address back from the pod that has it now).
+type Addresses = Arc<Mutex<HashMap<String, KnownPod>>>;
+
+/// The pod that answers on `ip`: a running pod, the newest first; else a terminating one;
+/// else one deleted less than TERMINATION_GRACE ago.
+fn owner_of(pods: &HashMap<String, KnownPod>, ip: IpAddr) -> Option<&KnownPod> {
+    let now = std::time::Instant::now();
+    pods.values()
+        .filter(|p| p.ip == ip)
+        .filter(|p| {
+            p.gone
+                .is_none_or(|t| now.duration_since(t) < TERMINATION_GRACE)
+        })
+        .max_by_key(|p| (p.gone.is_none(), !p.terminating, p.created.clone()))
+}
 
 /// A server on the address of every pod of the cluster, on `port`, answering with the pod's
 /// image. Addresses are the cluster's (kwok reuses a deleted pod's), so one set serves every
@@ -462,79 +491,118 @@ impl PodServers {
 
     /// The images the pods of namespace `ns` answer with, by address.
     pub fn images(&self, ns: &str) -> BTreeMap<String, String> {
-        self.addresses
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, (pod, _))| pod.starts_with(&format!("{ns}/")))
-            .map(|(ip, (_, image))| (ip.to_string(), image.clone()))
+        let pods = self.addresses.lock().unwrap();
+        let ips: HashSet<IpAddr> = pods.values().map(|p| p.ip).collect();
+        ips.into_iter()
+            .filter_map(|ip| owner_of(&pods, ip))
+            .filter(|p| p.name.starts_with(&format!("{ns}/")))
+            .map(|p| (p.ip.to_string(), p.image.clone()))
             .collect()
     }
+}
+
+/// The pod's entry, if it has a kwok address (198.18.0.0/16): a pod on the real node
+/// (tests/node/) answers for itself.
+fn known_pod(pod: &Pod) -> Option<(String, KnownPod)> {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .and_then(|ip| ip.parse::<IpAddr>().ok())?;
+    if !matches!(ip, IpAddr::V4(v4) if v4.octets()[..2] == [198, 18]) {
+        return None;
+    }
+    let meta = &pod.metadata;
+    let image = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    let known = KnownPod {
+        name: format!(
+            "{}/{}",
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default()
+        ),
+        ip,
+        image,
+        created: meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        terminating: meta.deletion_timestamp.is_some(),
+        gone: None,
+    };
+    Some((meta.uid.clone().unwrap_or_default(), known))
 }
 
 async fn serve_pods(port: u16, addresses: Addresses) {
     let client = client().await;
     let pods = Api::<Pod>::all(client);
     let mut listening: HashSet<IpAddr> = HashSet::new();
+    // The uids a relist has listed so far: at its end, the pods it did not list are gone.
+    let mut relisted: Option<HashSet<String>> = None;
     let mut events = watcher(pods, watcher::Config::default())
         .default_backoff()
         .boxed();
     while let Some(event) = events.next().await {
         let Ok(event) = event else { continue };
-        let (pod, gone) = match event {
-            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
-            watcher::Event::Delete(p) => (p, true),
-            _ => continue,
-        };
-        // By uid: a StatefulSet's pod comes back under the same name, perhaps on the address
-        // of the one it replaces.
-        let name = format!(
-            "{}/{}/{}",
-            pod.metadata.namespace.clone().unwrap_or_default(),
-            pod.metadata.name.clone().unwrap_or_default(),
-            pod.metadata.uid.clone().unwrap_or_default()
-        );
-        let Some(ip) = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.as_deref())
-            .and_then(|ip| ip.parse::<IpAddr>().ok())
-        else {
-            continue;
-        };
-        // Only kwok's pods (198.18.0.0/16) need a stand-in: a pod on the real node
-        // (tests/node/) answers for itself.
-        if !matches!(ip, IpAddr::V4(v4) if v4.octets()[..2] == [198, 18]) {
-            continue;
-        }
-        let image = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.containers.first())
-            .and_then(|c| c.image.clone())
-            .unwrap_or_default();
-        if gone {
-            // A pod that is deleted answers for TERMINATION_GRACE more, as one with a preStop
-            // sleep does under a kubelet (kwok stops pods at once): the gateway takes a moment
-            // to drop it. Only if the address is still this pod's (kwok reuses addresses).
-            let addresses = addresses.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(TERMINATION_GRACE).await;
+        let now = std::time::Instant::now();
+        let pod = match event {
+            watcher::Event::Init => {
+                relisted = Some(HashSet::new());
+                continue;
+            }
+            watcher::Event::InitDone => {
+                let listed = relisted.take().unwrap_or_default();
                 let mut a = addresses.lock().unwrap();
-                if a.get(&ip).is_some_and(|(n, _)| *n == name) {
-                    a.remove(&ip);
+                for (uid, p) in a.iter_mut() {
+                    if !listed.contains(uid) && p.gone.is_none() {
+                        p.gone = Some(now);
+                    }
                 }
-            });
-        } else {
-            addresses.lock().unwrap().insert(ip, (name, image));
-        }
-        if !gone && listening.insert(ip) {
+                a.retain(|_, p| {
+                    p.gone
+                        .is_none_or(|t| now.duration_since(t) < TERMINATION_GRACE)
+                });
+                continue;
+            }
+            watcher::Event::Delete(p) => {
+                if let Some(uid) = p.metadata.uid.as_ref() {
+                    let mut a = addresses.lock().unwrap();
+                    if let Some(known) = a.get_mut(uid) {
+                        known.gone = Some(now);
+                    }
+                    a.retain(|_, p| {
+                        p.gone
+                            .is_none_or(|t| now.duration_since(t) < 2 * TERMINATION_GRACE)
+                    });
+                }
+                continue;
+            }
+            watcher::Event::Apply(p) => p,
+            watcher::Event::InitApply(p) => {
+                if let (Some(listed), Some(uid)) = (relisted.as_mut(), p.metadata.uid.as_ref()) {
+                    listed.insert(uid.clone());
+                }
+                p
+            }
+        };
+        let Some((uid, known)) = known_pod(&pod) else {
+            continue;
+        };
+        let ip = known.ip;
+        addresses.lock().unwrap().insert(uid, known);
+        if listening.insert(ip) {
             let listener = match tokio::net::TcpListener::bind((ip, port)).await {
                 Ok(l) => l,
                 Err(e) => {
                     eprintln!(
                         "cannot listen on pod address {ip}:{port} (is 198.18.0.0/16 routed to lo? run tests/deps.sh): {e}"
                     );
+                    listening.remove(&ip);
                     continue;
                 }
             };
@@ -551,7 +619,7 @@ async fn serve_pods(port: u16, addresses: Addresses) {
 async fn answer(
     axum::extract::State((ip, addresses)): axum::extract::State<(IpAddr, Addresses)>,
 ) -> (axum::http::StatusCode, String) {
-    let image = addresses.lock().unwrap().get(&ip).map(|(_, i)| i.clone());
+    let image = owner_of(&addresses.lock().unwrap(), ip).map(|p| p.image.clone());
     match image {
         // No pod has this address any more: as a connection refused would, through a gateway.
         None => (

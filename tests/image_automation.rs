@@ -424,3 +424,176 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     );
     let _ = agent.child.kill();
 }
+
+/// A hostile policy's registry, over HTTPS: it asks for a token at its own realm and then
+/// answers every tag list 429 with `Retry-After: 30`. It records each request's path and
+/// `Authorization`.
+async fn hostile_registry(ca: &TestCa) -> (u16, Arc<std::sync::Mutex<Vec<(String, String)>>>) {
+    use axum::http::{HeaderMap, StatusCode, Uri};
+    let seen: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let recorded = seen.clone();
+    let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+        let recorded = recorded.clone();
+        async move {
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            recorded
+                .lock()
+                .unwrap()
+                .push((uri.path().to_string(), auth.clone()));
+            if uri.path() == "/token" {
+                return (
+                    StatusCode::OK,
+                    HeaderMap::new(),
+                    r#"{"token":"t"}"#.to_string(),
+                );
+            }
+            let mut answer = HeaderMap::new();
+            if auth.is_empty() {
+                let challenge =
+                    format!("Bearer realm=\"https://127.0.0.1:{port}/token\",service=\"hostile\"");
+                answer.insert("www-authenticate", challenge.parse().unwrap());
+                return (StatusCode::UNAUTHORIZED, answer, String::new());
+            }
+            answer.insert("retry-after", "30".parse().unwrap());
+            (StatusCode::TOO_MANY_REQUESTS, answer, String::new())
+        }
+    });
+    tokio::spawn(support::tls::serve_https(listener, app, ca.server_config()));
+    (port, seen)
+}
+
+/// Issue 74: a private registry (distribution with htpasswd) is read with the credentials of
+/// `--registry-credentials`, a Docker config file the agent reads again at each scan (a
+/// rotated Secret is used without a restart; refused credentials are said). A policy naming
+/// another host never gets them, and a registry that answers 429 is left alone as long as it
+/// asks.
+#[tokio::test]
+async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_429_backs_off() {
+    use base64::Engine as _;
+    let client = admin_client().await;
+    install_linnet(&client).await;
+    let ns = TestNamespace::create(&client, "images-private").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tools = registry_tools();
+    let ca = TestCa::new("private registry CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
+    let port = support::ports::free_port();
+    let reg_dir = tmp.path().join("registry");
+    std::fs::create_dir_all(&reg_dir).unwrap();
+    let htpasswd = reg_dir.join("htpasswd");
+    let hash = bcrypt::hash("s3cret-pw", 4).unwrap();
+    std::fs::write(&htpasswd, format!("ci:{hash}\n")).unwrap();
+    let _registry = Registry::start_private(
+        &tools,
+        &reg_dir,
+        port,
+        Some(&ca.server_cert()),
+        Some(&htpasswd),
+    );
+    let docker_config = |password: &str| {
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"));
+        format!(r#"{{"auths": {{"127.0.0.1:{port}": {{"auth": "{auth}"}}}}}}"#)
+    };
+    // crane pushes with the right credentials; the agent starts with a wrong password.
+    let crane_config = tmp.path().join("docker");
+    std::fs::create_dir_all(&crane_config).unwrap();
+    std::fs::write(crane_config.join("config.json"), docker_config("s3cret-pw")).unwrap();
+    let credentials = tmp.path().join("registry-credentials.json");
+    std::fs::write(&credentials, docker_config("wrong")).unwrap();
+    let repository = format!("127.0.0.1:{port}/team/web");
+    let first = format!("{repository}:1.0.0");
+    support::registry::push_image_as(&tools, tmp.path(), &first, "1.0.0", Some(&crane_config));
+    let second = format!("{repository}:1.1.0");
+    support::registry::push_image_as(&tools, tmp.path(), &second, "1.1.0", Some(&crane_config));
+
+    let (hostile_port, seen) = hostile_registry(&ca).await;
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    std::fs::create_dir_all(work.join("policies")).unwrap();
+    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
+    std::fs::write(work.join("policies/web.yaml"), semver_policy(&repository)).unwrap();
+    let hostile = semver_policy(&format!("127.0.0.1:{hostile_port}/team/web"))
+        .replace("name: web", "name: mirror");
+    std::fs::write(work.join("policies/mirror.yaml"), hostile).unwrap();
+    git(&work, &["add", "-A"]);
+    git(
+        &work,
+        &[
+            "commit",
+            "-qm",
+            "web, its policy, and a policy on another registry",
+        ],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    let agent_dir = tmp.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    let agent = start_agent(
+        &agent_dir,
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--poll-interval=1s".into(),
+            "--image-automation=true".into(),
+            "--image-scan-interval=1s".into(),
+            format!("--ca-file={}", ca_file.display()),
+            format!("--registry-credentials={}", credentials.display()),
+            "--writeback=false".into(),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    support::eventually(
+        "the refused credentials said",
+        Duration::from_secs(30),
+        || {
+            let text = agent.log_text();
+            async move {
+                text.contains("in --registry-credentials were refused")
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(image_in_git(&bare), first);
+
+    // The Secret is rotated: the next scan uses it, and 1.1.0 is committed.
+    std::fs::write(&credentials, docker_config("s3cret-pw")).unwrap();
+    support::eventually("1.1.0 in Git", Duration::from_secs(30), || {
+        let (bare, second) = (bare.clone(), second.clone());
+        async move { (image_in_git(&bare) == second).then_some(()) }
+    })
+    .await;
+
+    // The other host: asked for a token anonymously, never given a credential, and its 429
+    // (Retry-After: 30) kept for 30 s although scans run every second.
+    support::let_time_pass(
+        "five scans beside the limited registry",
+        Duration::from_secs(5),
+    )
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    let secret = base64::engine::general_purpose::STANDARD.encode("ci:s3cret-pw");
+    assert!(
+        seen.iter()
+            .all(|(_, auth)| !auth.starts_with("Basic") && !auth.contains(&secret)),
+        "a credential reached another host: {seen:?}"
+    );
+    let limited = seen
+        .iter()
+        .filter(|(path, auth)| path.ends_with("/tags/list") && auth == "Bearer t")
+        .count();
+    assert_eq!(
+        limited, 1,
+        "the limited registry was asked again within its Retry-After: {seen:?}"
+    );
+    assert!(
+        agent.log_text().contains("backing off"),
+        "the backoff is logged"
+    );
+}

@@ -294,6 +294,21 @@ pub struct AgentArgs {
     /// How often the image automation lists the registries' tags.
     #[arg(help_heading = "Image automation", long, default_value = "1m", value_parser = parse_duration, env = "LINNET_IMAGE_SCAN_INTERVAL")]
     pub image_scan_interval: Duration,
+    /// Credentials for private registries: a Docker config file (`config.json`, or a
+    /// `kubernetes.io/dockerconfigjson` Secret mounted as a file), read again at each scan.
+    /// Each is sent only to the registry host its `auths` key names, and only over HTTPS.
+    #[arg(
+        help_heading = "Image automation",
+        long,
+        value_name = "FILE",
+        env = "LINNET_REGISTRY_CREDENTIALS"
+    )]
+    pub registry_credentials: Option<PathBuf>,
+    /// Requests per second to one registry, at most (tag list pages, digests, tokens). A
+    /// registry that answers 429, 5xx or not at all is left alone for longer each time (up to
+    /// 30 minutes), and at least as long as its `Retry-After`.
+    #[arg(help_heading = "Image automation", long, default_value_t = 10.0, value_parser = parse_rate, env = "LINNET_REGISTRY_RATE")]
+    pub registry_rate: f64,
     /// Run only while holding a coordination.k8s.io Lease, so that two replicas never both
     /// act; the other waits (not ready) and takes over when the lease expires.
     #[arg(help_heading = "Leader election and sharding", long, default_value_t = true, action = clap::ArgAction::Set, env = "LINNET_LEADER_ELECT")]

@@ -227,6 +227,8 @@ fn image_automation_config(
             timeout: args.git_timeout,
             interval: args.image_scan_interval,
             ca_file: args.ca_file.clone(),
+            credentials_file: args.registry_credentials.clone(),
+            registry_spacing: Duration::from_secs_f64(1.0 / args.registry_rate),
         },
     ))
 }

@@ -210,6 +210,18 @@ pub(super) fn parse_duration(text: &str) -> std::result::Result<Duration, FlagDu
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A flag's rate that is not a positive number of requests per second.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a rate like 10 or 0.5 (requests per second, more than 0, at most 1000)")]
+pub struct FlagRateError(String);
+
+pub(super) fn parse_rate(text: &str) -> std::result::Result<f64, FlagRateError> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 1000.0 => Ok(r),
+        _ => Err(FlagRateError(text.to_string())),
+    }
+}
+
 /// How `linnet validate` prints what it found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ValidateOutput {

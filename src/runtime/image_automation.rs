@@ -31,6 +31,10 @@ pub struct ImageAutomationConfig {
     pub interval: Duration,
     /// `--ca-file`: more roots for registries over HTTPS.
     pub ca_file: Option<PathBuf>,
+    /// `--registry-credentials`: a Docker config file, read at each scan.
+    pub credentials_file: Option<PathBuf>,
+    /// The least time between two requests to one registry (`--registry-rate`).
+    pub registry_spacing: Duration,
 }
 
 /// Scans until the agent stops: at each interval, and at once when `webhook` is told (a
@@ -52,8 +56,9 @@ pub async fn run(
             return;
         }
     };
-    let registry = Registry::new(client);
+    let registry = Registry::new(client, config.registry_spacing);
     let mut clone = GitClone::default();
+    let mut backoff = RegistryBackoff::default();
     let mut said: Option<String> = None;
     let mut every = tokio::time::interval(config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -69,7 +74,7 @@ pub async fn run(
         }
         // Beating while it runs: every call in a scan has its own timeout, but several slow
         // registries in a row may take longer than --liveness-deadline.
-        let scanning = scan(&config, &registry, &mut clone, &source);
+        let scanning = scan(&config, &registry, &mut clone, &mut backoff, &source);
         tokio::pin!(scanning);
         let outcome = loop {
             tokio::select! {
@@ -98,8 +103,10 @@ async fn scan(
     config: &ImageAutomationConfig,
     registry: &Registry,
     clone: &mut GitClone,
+    backoff: &mut RegistryBackoff,
     source: &crate::source::hooks::Waker,
 ) -> Result<Vec<String>, WriteError> {
+    let credentials_problem = refresh_credentials(config, registry);
     let (tip, policies) = read(config, clone).await?;
     let Policies {
         found,
@@ -107,37 +114,12 @@ async fn scan(
         failed,
         committed_digests,
     } = policies;
+    problems.extend(credentials_problem);
     let history = History {
         failed,
         committed_digests,
     };
-    let mut reasons: BTreeMap<String, Reason> = BTreeMap::new();
-    let duplicates = duplicate_names(&found);
-    for name in &duplicates {
-        problems.push(format!(
-            "ImagePolicy {name} is in Git more than once; none of them is used"
-        ));
-    }
-    let mut by_name = BTreeMap::<&str, usize>::new();
-    for f in &found {
-        *by_name.entry(f.policy.metadata.name.as_str()).or_default() += 1;
-    }
-    for policy in found.iter().filter(|f| !duplicates.contains(&qualified(f))) {
-        let name = qualified(policy);
-        match pick(registry, policy, &history, config.timeout).await {
-            Ok(Picked::Tag(reason)) => {
-                let meta = &policy.policy.metadata;
-                // A marker names `namespace:name`, or the bare name when one policy has it.
-                if by_name.get(meta.name.as_str()) == Some(&1) {
-                    reasons.insert(meta.name.clone(), reason.clone());
-                }
-                reasons.insert(name, reason);
-            }
-            Ok(Picked::Nothing) => tracing::debug!(policy = %name, "no tag allowed"),
-            Ok(Picked::Refused(why)) => problems.push(format!("ImagePolicy {name}: {why}")),
-            Err(e) => problems.push(format!("ImagePolicy {name}: {e}")),
-        }
-    }
+    let reasons = pick_each(config, registry, backoff, &found, &history, &mut problems).await;
     if reasons.is_empty() {
         return Ok(problems);
     }
@@ -168,6 +150,68 @@ async fn scan(
     Ok(problems)
 }
 
+/// Reads `--registry-credentials` again (a rotated Secret is used without a restart); a file
+/// that cannot be read leaves the last credentials in use, and is said.
+fn refresh_credentials(config: &ImageAutomationConfig, registry: &Registry) -> Option<String> {
+    let path = config.credentials_file.as_ref()?;
+    match crate::source::registry_auth::RegistryCredentials::read(path) {
+        Ok(c) => {
+            registry.set_credentials(c);
+            None
+        }
+        Err(e) => Some(format!("--registry-credentials: {e}")),
+    }
+}
+
+/// Each policy's pick, by the names its markers may use; what could not be picked goes to
+/// `problems`. A registry that is backed off is not asked.
+async fn pick_each(
+    config: &ImageAutomationConfig,
+    registry: &Registry,
+    backoff: &mut RegistryBackoff,
+    found: &[FoundPolicy],
+    history: &History,
+    problems: &mut Vec<String>,
+) -> BTreeMap<String, Reason> {
+    let mut reasons: BTreeMap<String, Reason> = BTreeMap::new();
+    let duplicates = duplicate_names(found);
+    for name in &duplicates {
+        problems.push(format!(
+            "ImagePolicy {name} is in Git more than once; none of them is used"
+        ));
+    }
+    let mut by_name = BTreeMap::<&str, usize>::new();
+    for f in found {
+        *by_name.entry(f.policy.metadata.name.as_str()).or_default() += 1;
+    }
+    for policy in found.iter().filter(|f| !duplicates.contains(&qualified(f))) {
+        let name = qualified(policy);
+        let host = Repository::parse(&policy.policy.spec.image, policy.policy.spec.insecure)
+            .map(|r| r.host())
+            .unwrap_or_default();
+        if let Some(why) = backoff.waiting(&host) {
+            problems.push(format!("ImagePolicy {name}: {why}"));
+            continue;
+        }
+        let picked = pick(registry, policy, history, config.timeout).await;
+        backoff.record(&host, picked.as_ref().err());
+        match picked {
+            Ok(Picked::Tag(reason)) => {
+                let meta = &policy.policy.metadata;
+                // A marker names `namespace:name`, or the bare name when one policy has it.
+                if by_name.get(meta.name.as_str()) == Some(&1) {
+                    reasons.insert(meta.name.clone(), reason.clone());
+                }
+                reasons.insert(name, reason);
+            }
+            Ok(Picked::Nothing) => tracing::debug!(policy = %name, "no tag allowed"),
+            Ok(Picked::Refused(why)) => problems.push(format!("ImagePolicy {name}: {why}")),
+            Err(e) => problems.push(format!("ImagePolicy {name}: {e}")),
+        }
+    }
+    reasons
+}
+
 /// The tip and its policies: read again only when the tip moved since the last read.
 async fn read(
     config: &ImageAutomationConfig,
@@ -189,6 +233,55 @@ async fn read(
             .unwrap_or_default(),
     };
     Ok((tip, policies))
+}
+
+/// Registries that failed or limited us, left alone for a while: longer after each failure in
+/// a row (2 s up to 30 min, with jitter), and at least as long as a 429's `Retry-After`.
+#[derive(Default)]
+struct RegistryBackoff {
+    by_host: BTreeMap<String, HostBackoff>,
+}
+
+struct HostBackoff {
+    until: std::time::Instant,
+    retries: crate::retry::Retries,
+    why: String,
+}
+
+impl RegistryBackoff {
+    /// Why `host` is not asked now, while it is backed off.
+    fn waiting(&self, host: &str) -> Option<String> {
+        // No time left in the text: a problem is logged again only when its text changes.
+        let b = self.by_host.get(host)?;
+        b.until.checked_duration_since(std::time::Instant::now())?;
+        Some(format!(
+            "registry {host} is left alone for a while (backing off) after: {}",
+            b.why
+        ))
+    }
+
+    /// A request's outcome: a registry fault backs the host off; any answer ends its backoff.
+    fn record(&mut self, host: &str, error: Option<&crate::source::registry::RegistryError>) {
+        let Some((e, asked)) = error.and_then(|e| e.registry_fault().map(|d| (e, d))) else {
+            self.by_host.remove(host);
+            return;
+        };
+        let b = self
+            .by_host
+            .entry(host.to_string())
+            .or_insert_with(|| HostBackoff {
+                until: std::time::Instant::now(),
+                retries: crate::retry::Retries::new(
+                    Duration::from_secs(2),
+                    Duration::from_secs(30 * 60),
+                ),
+                why: String::new(),
+            });
+        let wait = b.retries.wait().max(asked);
+        b.until = std::time::Instant::now() + wait;
+        b.why = e.to_string();
+        tracing::warn!(registry = %host, wait_secs = wait.as_secs(), error = %e, "registry failing or limiting; backing off");
+    }
 }
 
 /// What the branch's history says about images.

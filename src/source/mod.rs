@@ -7,6 +7,7 @@ pub mod git;
 pub mod hooks;
 pub mod local;
 pub mod registry;
+pub mod registry_auth;
 pub mod registry_hooks;
 pub mod snapshot;
 pub mod verify;

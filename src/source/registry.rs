@@ -3,10 +3,16 @@
 //! can push an image controls what comes back, so every answer is bounded: bytes per page
 //! ([`MAX_PAGE_BYTES`]), pages ([`MAX_PAGES`]) and tags ([`MAX_TAGS`]), each request by the
 //! client's timeout and the whole listing by a deadline. A `Link` to the next page is followed
-//! only on the same registry, and a token is asked for only from the realm a registry names
-//! (anonymously; the token is never sent anywhere but that registry).
+//! only on the same registry, and a token is asked for only from the realm a registry names.
+//! Credentials (`--registry-credentials`, [`super::registry_auth`]) go only to the registry
+//! host they are for, over HTTPS. Requests to one registry are spaced (`--registry-rate`), and
+//! a 429's `Retry-After` is kept for the caller's backoff.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use super::registry_auth::{Credential, RegistryCredentials};
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, LINK, WWW_AUTHENTICATE};
 use url::Url;
@@ -47,6 +53,11 @@ pub enum RegistryError {
     NoDigest { url: String },
     #[error("listing {image} took longer than {deadline:?}")]
     Deadline { image: String, deadline: Duration },
+    #[error("{url} answered 429 (rate limited){}", retry_after.map(|d| format!("; it asked to wait {}s", d.as_secs())).unwrap_or_default())]
+    RateLimited {
+        url: String,
+        retry_after: Option<Duration>,
+    },
 }
 
 impl RegistryError {
@@ -60,6 +71,18 @@ impl RegistryError {
             RegistryError::NotTags { .. } => "not_tags",
             RegistryError::NoDigest { .. } => "no_digest",
             RegistryError::Deadline { .. } => "deadline",
+            RegistryError::RateLimited { .. } => "rate_limited",
+        }
+    }
+
+    /// Whether the registry itself is failing or limiting us (not the policy's fault): its
+    /// requests then wait, longer each time ([`crate::retry`]), at least as long as it asked.
+    pub fn registry_fault(&self) -> Option<Duration> {
+        match self {
+            RegistryError::RateLimited { retry_after, .. } => Some(retry_after.unwrap_or_default()),
+            RegistryError::Http { .. } | RegistryError::Deadline { .. } => Some(Duration::ZERO),
+            RegistryError::Status { status, .. } if *status >= 500 => Some(Duration::ZERO),
+            _ => None,
         }
     }
 }
@@ -83,17 +106,74 @@ impl Repository {
         let base = Url::parse(&format!("{scheme}://{host}")).map_err(|_| bad())?;
         Ok(Repository { base, path })
     }
+
+    /// The registry's `host` or `host:port`: what credentials, spacing and backoff go by.
+    pub fn host(&self) -> String {
+        url_host(&self.base)
+    }
+}
+
+fn url_host(url: &Url) -> String {
+    let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+    match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    }
 }
 
 /// Reads tag lists and digests with one HTTP client (the agent's roots and `--ca-file`).
 pub struct Registry {
     client: reqwest::Client,
+    credentials: Mutex<Arc<RegistryCredentials>>,
+    /// The least time between two requests to one registry host.
+    spacing: Duration,
+    /// When each host may next be asked.
+    next_request: Mutex<HashMap<String, Instant>>,
 }
 
 impl Registry {
     /// `client` should follow no redirects: a `Link` or a realm is checked before it is used.
-    pub fn new(client: reqwest::Client) -> Registry {
-        Registry { client }
+    /// `spacing`: the least time between two requests to one registry.
+    pub fn new(client: reqwest::Client, spacing: Duration) -> Registry {
+        Registry {
+            client,
+            credentials: Mutex::default(),
+            spacing,
+            next_request: Mutex::default(),
+        }
+    }
+
+    /// The credentials used from now on (read again at each scan).
+    pub fn set_credentials(&self, credentials: RegistryCredentials) {
+        if let Ok(mut c) = self.credentials.lock() {
+            *c = Arc::new(credentials);
+        }
+    }
+
+    /// The credential for `url`'s host: never over plain HTTP.
+    fn credential(&self, url: &Url) -> Option<Credential> {
+        if url.scheme() != "https" {
+            return None;
+        }
+        let credentials = self.credentials.lock().ok()?.clone();
+        credentials.for_host(&url_host(url)).cloned()
+    }
+
+    /// Waits until `url`'s host may be asked again (no lock is held while waiting).
+    async fn pace(&self, url: &Url) {
+        let now = Instant::now();
+        let wait = {
+            let Ok(mut next) = self.next_request.lock() else {
+                return;
+            };
+            let slot = next.entry(url_host(url)).or_insert(now);
+            let at = (*slot).max(now);
+            *slot = at + self.spacing;
+            at - now
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
     }
 
     /// Every tag of `repo` (up to [`MAX_TAGS`]; the bool says whether more were left out),
@@ -109,16 +189,14 @@ impl Registry {
             deadline,
         };
         let mut url = self.url(repo, &format!("tags/list?n={PAGE_SIZE}"))?;
-        let mut token: Option<String> = None;
+        let mut auth: Option<String> = None;
         let mut tags = Vec::new();
         for _ in 0..MAX_PAGES {
             let left = deadline.checked_sub(start.elapsed()).ok_or_else(late)?;
-            let page = tokio::time::timeout(
-                left,
-                self.send(&url, reqwest::Method::GET, &mut token, repo),
-            )
-            .await
-            .map_err(|_| late())??;
+            let page =
+                tokio::time::timeout(left, self.send(&url, reqwest::Method::GET, &mut auth, repo))
+                    .await
+                    .map_err(|_| late())??;
             let (body, headers) = page;
             let list: TagList =
                 serde_json::from_slice(&body).map_err(|e| RegistryError::NotTags {
@@ -150,9 +228,9 @@ impl Registry {
     /// `Docker-Content-Digest`.
     pub async fn digest(&self, repo: &Repository, tag: &str) -> Result<String, RegistryError> {
         let url = self.url(repo, &format!("manifests/{tag}"))?;
-        let mut token = None;
+        let mut auth = None;
         let (_, headers) = self
-            .send(&url, reqwest::Method::HEAD, &mut token, repo)
+            .send(&url, reqwest::Method::HEAD, &mut auth, repo)
             .await?;
         headers
             .get("docker-content-digest")
@@ -175,59 +253,93 @@ impl Registry {
             })
     }
 
-    /// One request, and once more with a token when the registry asks for one.
+    /// One request, and once more with credentials or a token when the registry asks for
+    /// them. `auth` is the `Authorization` value that worked, kept for the next page.
     async fn send(
         &self,
         url: &Url,
         method: reqwest::Method,
-        token: &mut Option<String>,
+        auth: &mut Option<String>,
         repo: &Repository,
     ) -> Result<(Vec<u8>, HeaderMap), RegistryError> {
-        for _ in 0..2 {
+        let credential = self.credential(url);
+        if let (None, Some(c @ Credential::Bearer { .. })) = (auth.as_ref(), &credential) {
+            *auth = Some(c.header());
+        }
+        let mut asked = false;
+        loop {
+            self.pace(url).await;
             let mut request = self
                 .client
                 .request(method.clone(), url.clone())
                 .header(ACCEPT, MANIFEST_TYPES);
-            if let Some(t) = token.as_ref() {
-                request = request.header(AUTHORIZATION, format!("Bearer {t}"));
+            if let Some(a) = auth.as_ref() {
+                request = request.header(AUTHORIZATION, a);
             }
             let response = request.send().await.map_err(|e| http_error(url, &e))?;
-            let status = response.status();
-            if status.as_u16() == 401 && token.is_none() {
+            let status = response.status().as_u16();
+            if status == 401 && !asked {
+                asked = true;
                 let challenge = response
                     .headers()
                     .get(WWW_AUTHENTICATE)
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string);
-                if let Some(t) = self.token(url, challenge.as_deref(), repo).await? {
-                    *token = Some(t);
+                let answer = self
+                    .answer(url, challenge.as_deref(), repo, credential.as_ref())
+                    .await?;
+                if let Some(a) = answer {
+                    *auth = Some(a);
                     continue;
                 }
             }
-            if !status.is_success() {
+            if status == 429 {
+                return Err(RegistryError::RateLimited {
+                    url: url.to_string(),
+                    retry_after: retry_after(response.headers()),
+                });
+            }
+            if !response.status().is_success() {
                 return Err(RegistryError::Status {
                     url: url.to_string(),
-                    status: status.as_u16(),
-                    hint: hint(status.as_u16()),
+                    status,
+                    hint: hint(status, credential.is_some()),
                 });
             }
             let headers = response.headers().clone();
             let body = bounded_body(url, response).await?;
             return Ok((body, headers));
         }
-        Err(RegistryError::Status {
-            url: url.to_string(),
-            status: 401,
-            hint: hint(401),
-        })
     }
 
-    /// An anonymous pull token from the realm of a `Bearer` challenge, if there is one.
+    /// What answers a registry's 401: its credential for a `Basic` challenge, or a token from
+    /// the realm of a `Bearer` one (asked with the credential when there is one).
+    async fn answer(
+        &self,
+        url: &Url,
+        challenge: Option<&str>,
+        repo: &Repository,
+        credential: Option<&Credential>,
+    ) -> Result<Option<String>, RegistryError> {
+        let basic =
+            challenge.is_some_and(|c| c.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("basic ")));
+        match credential {
+            Some(c @ Credential::Basic { .. }) if basic => return Ok(Some(c.header())),
+            _ if basic => return Ok(None),
+            _ => {}
+        }
+        let token = self.token(url, challenge, repo, credential).await?;
+        Ok(token.map(|t| format!("Bearer {t}")))
+    }
+
+    /// A pull token from the realm of a `Bearer` challenge, if there is one: asked with the
+    /// registry's credential when there is one (over HTTPS only), else anonymously.
     async fn token(
         &self,
         url: &Url,
         challenge: Option<&str>,
         repo: &Repository,
+        credential: Option<&Credential>,
     ) -> Result<Option<String>, RegistryError> {
         let Some(params) = challenge.and_then(bearer_params) else {
             return Ok(None);
@@ -250,17 +362,22 @@ impl Registry {
             }
             query.append_pair("scope", &format!("repository:{}:pull", repo.path));
         }
-        let response = self
-            .client
-            .get(realm.clone())
-            .send()
-            .await
-            .map_err(|e| http_error(&realm, &e))?;
+        let mut request = self.client.get(realm.clone());
+        let basic = credential.filter(|c| matches!(c, Credential::Basic { .. }));
+        if let Some(c) = basic.filter(|_| realm.scheme() == "https") {
+            request = request.header(AUTHORIZATION, c.header());
+        }
+        self.pace(&realm).await;
+        let response = request.send().await.map_err(|e| http_error(&realm, &e))?;
         if !response.status().is_success() {
             return Err(RegistryError::Status {
                 url: realm.to_string(),
                 status: response.status().as_u16(),
-                hint: " (the registry's token service refused an anonymous pull token)",
+                hint: if basic.is_some() {
+                    " (the registry's token service refused the credentials of --registry-credentials)"
+                } else {
+                    " (the registry's token service refused an anonymous pull token: give credentials in --registry-credentials)"
+                },
             });
         }
         let body = bounded_body(&realm, response).await?;
@@ -286,13 +403,29 @@ struct TokenAnswer {
     access_token: Option<String>,
 }
 
-fn hint(status: u16) -> &'static str {
+fn hint(status: u16, had_credential: bool) -> &'static str {
     match status {
-        401 | 403 => " (the repository is private: credentials for registries are not built yet)",
+        401 | 403 if had_credential => {
+            " (the credentials for this registry in --registry-credentials were refused)"
+        }
+        401 | 403 => {
+            " (the repository is private: give credentials for its host in --registry-credentials)"
+        }
         404 => " (no such repository on the registry)",
-        429 => " (rate limited; the next scan tries again)",
         _ => "",
     }
+}
+
+/// A `Retry-After` in seconds (an HTTP date is not read), at most an hour.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs.min(3600)))
 }
 
 fn http_error(url: &Url, e: &reqwest::Error) -> RegistryError {
@@ -414,6 +547,40 @@ mod tests {
             "</v2/web/tags/list?last=a>; rel=\"prev\", </v2/web/tags/list?last=z>; rel=\"next\"";
         let next = next_page(&url, &headers(both)).unwrap();
         assert_eq!(next.query(), Some("last=z"));
+    }
+
+    #[test]
+    fn a_registry_that_fails_or_limits_us_is_backed_off_for_at_least_its_retry_after() {
+        let mut h = HeaderMap::new();
+        h.insert(reqwest::header::RETRY_AFTER, "30".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(30)));
+        h.insert(reqwest::header::RETRY_AFTER, "99999".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3600)));
+        h.insert(
+            reqwest::header::RETRY_AFTER,
+            "Wed, 21 Oct 2026 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h), None);
+        let limited = RegistryError::RateLimited {
+            url: "u".into(),
+            retry_after: Some(Duration::from_secs(30)),
+        };
+        assert_eq!(limited.registry_fault(), Some(Duration::from_secs(30)));
+        let status = |status| RegistryError::Status {
+            url: "u".into(),
+            status,
+            hint: "",
+        };
+        assert_eq!(status(503).registry_fault(), Some(Duration::ZERO));
+        // The policy's fault, not the registry's: the next scan asks again.
+        assert_eq!(status(404).registry_fault(), None);
+        assert_eq!(status(401).registry_fault(), None);
+    }
+
+    #[test]
+    fn a_refusal_says_whether_credentials_were_sent() {
+        assert!(hint(401, false).contains("give credentials"));
+        assert!(hint(403, true).contains("were refused"));
     }
 
     #[test]

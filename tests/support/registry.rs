@@ -46,6 +46,18 @@ impl Registry {
         port: u16,
         tls: Option<&super::tls::ServerCert>,
     ) -> Registry {
+        Registry::start_private(bin, dir, port, tls, None)
+    }
+
+    /// With `htpasswd` (a file of `user:bcrypt-hash` lines), every request needs Basic
+    /// credentials, as a private registry's do.
+    pub fn start_private(
+        bin: &Path,
+        dir: &Path,
+        port: u16,
+        tls: Option<&super::tls::ServerCert>,
+        htpasswd: Option<&Path>,
+    ) -> Registry {
         let mut http = format!("http:\n  addr: 127.0.0.1:{port}\n");
         if let Some(cert) = tls {
             let (c, k) = (dir.join("registry.crt"), dir.join("registry.key"));
@@ -55,6 +67,12 @@ impl Registry {
                 "  tls:\n    certificate: {}\n    key: {}\n",
                 c.display(),
                 k.display()
+            ));
+        }
+        if let Some(file) = htpasswd {
+            http.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}\n",
+                file.display()
             ));
         }
         let config = dir.join("config.yml");
@@ -91,6 +109,32 @@ impl Drop for Registry {
 /// Pushes a one-layer image holding `content` as `reference` (crane, TLS unchecked: the
 /// test's own registry) and returns its digest.
 pub fn push_image(tools: &Path, dir: &Path, reference: &str, content: &str) -> String {
+    push_image_as(tools, dir, reference, content, None)
+}
+
+/// As [`push_image`], with crane's credentials from the Docker config directory
+/// `docker_config` (`DOCKER_CONFIG`) when given.
+pub fn push_image_as(
+    tools: &Path,
+    dir: &Path,
+    reference: &str,
+    content: &str,
+    docker_config: Option<&Path>,
+) -> String {
+    let crane_run = |args: &[&str]| {
+        let mut command = Command::new(tools.join("crane"));
+        command.args(args);
+        if let Some(d) = docker_config {
+            command.env("DOCKER_CONFIG", d);
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "crane {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
     let layer_dir = dir.join("layer");
     let _ = std::fs::remove_dir_all(&layer_dir);
     std::fs::create_dir_all(&layer_dir).unwrap();
@@ -107,19 +151,15 @@ pub fn push_image(tools: &Path, dir: &Path, reference: &str, content: &str) -> S
         .output()
         .unwrap();
     assert!(out.status.success(), "tar failed");
-    let crane = tools.join("crane");
-    run(
-        &crane,
-        &[
-            "append",
-            "--insecure",
-            "-f",
-            tar.to_str().unwrap(),
-            "-t",
-            reference,
-        ],
-    );
-    stdout(&run(&crane, &["digest", "--insecure", reference]))
+    crane_run(&[
+        "append",
+        "--insecure",
+        "-f",
+        tar.to_str().unwrap(),
+        "-t",
+        reference,
+    ]);
+    stdout(&crane_run(&["digest", "--insecure", reference]))
         .trim()
         .to_string()
 }

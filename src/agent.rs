@@ -57,7 +57,7 @@ pub async fn run(
     tasks.spawn("source claim", source_claim.clone().keep());
     // Without leader election the next holder is another pod: it need not wait for a lapse.
     held.claim = config.leader.is_none().then_some(source_claim);
-    let mut ctx = controller_context(&config, &client, &kube_config, &metrics);
+    let mut ctx = controller_context(&config, &client, &kube_config, &metrics, &state);
     ctx = with_fleet(ctx, &config, wakes.another(), &metrics, &state, &mut tasks);
     if let Some(leader) = &sharded {
         ctx = ctx.with_shards(held.shards.spawn(&client, leader, &mut tasks));
@@ -176,6 +176,7 @@ fn controller_context(
     client: &kube::Client,
     kube_config: &kube::Config,
     metrics: &Arc<Metrics>,
+    state: &AgentState,
 ) -> controller::Context {
     metrics
         .fleet
@@ -193,6 +194,7 @@ fn controller_context(
         Some(kube_config.clone()),
     ))
     .with_first_status_wait(config.first_status_wait)
+    .with_image_origins(state.image_origins.clone())
 }
 
 /// With `--fleet`, the controllers ask the fleet before starting a new image, and the fleet
@@ -335,6 +337,7 @@ fn spawn_status_writers(
             crate::runtime::image_automation::run(
                 images.clone(),
                 state.image_scans.clone(),
+                state.image_origins.clone(),
                 waker.clone(),
             ),
         );

@@ -239,6 +239,24 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
         }
     })
     .await;
+    // The rollout links back to the image, its digest, the policy and the commit.
+    let image_commit = git(&bare, &["log", "-1", "--format=%H", "main"]);
+    let linked = format!(
+        "{second} ({digest}) from ImagePolicy web, commit {}",
+        &image_commit.trim()[..12]
+    );
+    support::eventually(
+        "web's status names its image's source",
+        Duration::from_secs(30),
+        || {
+            let (api, linked) = (api.clone(), linked.clone());
+            async move {
+                let status = api.get("web").await.ok()?.status?;
+                (status.image_source? == linked).then_some(())
+            }
+        },
+    )
+    .await;
 
     // A human pushes to another file every 150 ms while 50 tags land one after another:
     // every human commit stays in the history, and main only ever moves forward.

@@ -3,6 +3,10 @@
 
 use kube::Client;
 
+/// The image automation's [`crate::plan::image_tags::ImageOrigins`], read by the reconciles.
+pub type SharedImageOrigins =
+    std::sync::Arc<std::sync::RwLock<crate::plan::image_tags::ImageOrigins>>;
+
 /// Shared by all reconciles of all controllers, as an `Arc`.
 pub struct Context {
     pub client: Client,
@@ -48,6 +52,8 @@ pub struct Context {
     pub first_status_waiting: std::sync::Mutex<crate::plan::first_status::WaitingFirstStatus>,
     /// Whether a fleet lets this cluster start a rollout's new image (`--fleet`).
     pub fleet: std::sync::Arc<super::fleet::FleetGates>,
+    /// Where the images the image automation committed came from (it fills this in).
+    pub image_origins: SharedImageOrigins,
 }
 
 impl Context {
@@ -84,7 +90,14 @@ impl Context {
             first_status_wait: crate::plan::first_status::FIRST_STATUS_WAIT,
             first_status_waiting: Default::default(),
             fleet: std::sync::Arc::new(super::fleet::FleetGates::off(Default::default())),
+            image_origins: Default::default(),
         }
+    }
+
+    /// This context with the image automation's origins (`--image-automation`).
+    pub fn with_image_origins(mut self, origins: SharedImageOrigins) -> Context {
+        self.image_origins = origins;
+        self
     }
 
     /// This context with a fleet's gates (`--fleet`).

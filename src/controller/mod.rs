@@ -23,7 +23,7 @@ pub mod statefulset;
 pub mod traffic;
 pub mod unmanaged;
 
-pub use context::Context;
+pub use context::{Context, SharedImageOrigins};
 pub mod error;
 pub mod status_write;
 pub mod wakes;

@@ -208,21 +208,28 @@ where
     let hold = ctx
         .fleet
         .hold((K::KIND, ns, &name), rollout.spec_image(), now);
-    let why = hold.as_ref().map(|h| h.message.clone());
+    let outside = super::rollout_kind::Outside {
+        fleet_hold: hold.as_ref().map(|h| h.message.clone()),
+        image_source: ctx
+            .image_origins
+            .read()
+            .ok()
+            .and_then(|o| o.of(rollout.spec_image()).map(str::to_string)),
+    };
     let mut planned = rollout.plan(
         reference.clone(),
         status.clone(),
         analysis,
         &observed,
         now,
-        why.clone(),
+        outside.clone(),
     );
     if K::plans_again_with_pods(stored_phase, planned.status.phase()) {
         // The plan left a phase that goes by the sets alone: plan again with the pods (and
         // a fresh read of the rest, once per canary start).
         observed = observe(true).await?;
         observed.config = config;
-        planned = rollout.plan(reference.clone(), status, resolved, &observed, now, why);
+        planned = rollout.plan(reference.clone(), status, resolved, &observed, now, outside);
     }
     fleet_held(ctx, rollout, (ns, &name), hold, &mut planned, now);
     Ok(Ok((planned, observed, reference)))

@@ -68,8 +68,17 @@ pub(crate) trait RolloutKind:
         analysis: Resolved,
         observed: &Observed,
         now: jiff::Timestamp,
-        fleet_hold: Option<String>,
+        outside: Outside,
     ) -> Planned<Self::Status, Self::Phase>;
+}
+
+/// What a plan is told from outside its rollout and children.
+#[derive(Clone, Debug, Default)]
+pub struct Outside {
+    /// Why a fleet holds the spec's new image ([`crate::plan::fleet::gate`]).
+    pub fleet_hold: Option<String>,
+    /// Where the spec's image came from (the image automation's commit).
+    pub image_source: Option<String>,
 }
 
 fn annotation(rollout: &impl Resource, key: &str) -> Option<String> {
@@ -133,7 +142,7 @@ impl RolloutKind for CanaryStatefulSet {
         analysis: Resolved,
         observed: &Observed,
         now: jiff::Timestamp,
-        fleet_hold: Option<String>,
+        outside: Outside,
     ) -> Planned<Self::Status, Self::Phase> {
         let input = statefulset::Rollout {
             reference,
@@ -145,7 +154,8 @@ impl RolloutKind for CanaryStatefulSet {
             source_path: annotation(self, SOURCE_PATH_ANNOTATION),
             status,
             analysis,
-            fleet_hold,
+            fleet_hold: outside.fleet_hold,
+            image_source: outside.image_source,
         };
         statefulset::plan(&input, observed, now)
     }
@@ -210,7 +220,7 @@ impl RolloutKind for CanaryDeployment {
         analysis: Resolved,
         observed: &Observed,
         now: jiff::Timestamp,
-        fleet_hold: Option<String>,
+        outside: Outside,
     ) -> Planned<Self::Status, Self::Phase> {
         let input = deployment::DeployRollout {
             reference,
@@ -221,7 +231,8 @@ impl RolloutKind for CanaryDeployment {
             abort: annotation(self, ABORT_ANNOTATION),
             status,
             analysis,
-            fleet_hold,
+            fleet_hold: outside.fleet_hold,
+            image_source: outside.image_source,
         };
         deployment::plan(&input, observed, now)
     }

@@ -57,6 +57,8 @@ pub struct Snapshot {
     pub stable_image: Option<String>,
     /// The Git commit that last set the spec.
     pub revision: Option<String>,
+    /// Where the spec's image came from (the image automation's policy and commit).
+    pub image_source: Option<String>,
     /// The failed analysis runs, without their measurements.
     pub analysis: Vec<AnalysisRunStatus>,
 }
@@ -74,6 +76,7 @@ impl Snapshot {
             canary: o.canary_image().map(str::to_string),
             stable_image: o.stable_image().map(str::to_string),
             revision: o.source_revision().map(str::to_string),
+            image_source: o.image_source().map(str::to_string),
             // Only what an event reads: the failed runs, without their measurements (a
             // status change is not a reason to copy every measurement of every run).
             analysis: analysis
@@ -131,6 +134,9 @@ pub struct Notice {
     /// The status message, or the failed analysis run's.
     pub message: String,
     pub revision: Option<String>,
+    /// Where the image came from, when the image automation wrote it: `image:tag (digest) from
+    /// ImagePolicy web, commit …`.
+    pub image_source: Option<String>,
 }
 
 fn is_promotion(kind: &str, phase: &str, before: Option<&str>) -> bool {
@@ -190,6 +196,10 @@ pub fn happened(before: Option<&Seen>, now: &Snapshot, clock: Timestamp) -> (See
         },
         message: message.to_string(),
         revision: now.revision.clone(),
+        image_source: match event {
+            Event::RolledBack => None,
+            _ => now.image_source.clone(),
+        },
     };
     let mut notices = Vec::new();
     // A canary starts when the status names a canary image it did not name before: whatever
@@ -244,6 +254,7 @@ mod tests {
             canary: (phase != "Stable").then(|| "redis:7.4".into()),
             stable_image: Some("redis:7.2".into()),
             revision: Some("abc".into()),
+            image_source: None,
             analysis: Vec::new(),
         }
     }

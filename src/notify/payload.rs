@@ -54,6 +54,7 @@ pub fn text(receiver: &Receiver, n: &Notice) -> String {
                 "image" => &n.image,
                 "message" => &n.message,
                 "revision" => n.revision.as_deref().unwrap_or(""),
+                "imageSource" => n.image_source.as_deref().unwrap_or(""),
                 _ => return None,
             };
             Some((field, close))
@@ -70,6 +71,12 @@ pub fn text(receiver: &Receiver, n: &Notice) -> String {
         }
     }
     out.push_str(rest);
+    // The default sentence of a canary the image automation started says where it came from.
+    if let (None, Event::CanaryStarted, Some(source)) =
+        (&receiver.template, n.event, &n.image_source)
+    {
+        out.push_str(&format!("; written by the image automation: {source}"));
+    }
     cut(out.trim())
 }
 
@@ -132,6 +139,7 @@ pub fn body(receiver: &Receiver, n: &Notice, text: &str) -> Value {
             "image": n.image,
             "message": n.message,
             "revision": n.revision,
+            "imageSource": n.image_source,
             "text": text,
         }),
     }
@@ -177,6 +185,7 @@ mod tests {
             image: "redis:7.2".into(),
             message: message.into(),
             revision: Some("abc".into()),
+            image_source: Some("r.example/web:1.1.0 from ImagePolicy web, commit 1a2b".into()),
         }
     }
 
@@ -234,6 +243,10 @@ mod tests {
         assert_eq!(hook["event"], "RolledBack");
         assert_eq!(hook["namespace"], "shop");
         assert_eq!(hook["revision"], "abc");
+        assert_eq!(
+            hook["imageSource"],
+            "r.example/web:1.1.0 from ImagePolicy web, commit 1a2b"
+        );
         assert_eq!(hook["text"], "t");
     }
 }

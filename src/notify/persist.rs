@@ -39,6 +39,8 @@ struct Stored {
     message: String,
     #[serde(default)]
     revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    image_source: Option<String>,
 }
 
 fn config_map_name(source: &str) -> String {
@@ -60,6 +62,7 @@ pub fn encode(waiting: &Waiting) -> String {
                 image: n.image.clone(),
                 message: n.message.clone(),
                 revision: n.revision.clone(),
+                image_source: n.image_source.clone(),
             })
             .unwrap_or_default();
             if out.len() + line.len() + 1 > MAX_BYTES {
@@ -94,6 +97,7 @@ pub fn decode(text: &str) -> Waiting {
             image: s.image,
             message: s.message,
             revision: s.revision,
+            image_source: s.image_source,
         });
     }
     out
@@ -203,6 +207,7 @@ mod tests {
             image: "web:v2".into(),
             message: message.into(),
             revision: Some("abc".into()),
+            image_source: None,
         }
     }
 

@@ -394,6 +394,7 @@ mod tests {
             image: "redis:7.4".into(),
             message: String::new(),
             revision: None,
+            image_source: None,
         }
     }
 

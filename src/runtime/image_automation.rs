@@ -43,6 +43,7 @@ pub struct ImageAutomationConfig {
 pub async fn run(
     config: ImageAutomationConfig,
     webhook: std::sync::Arc<tokio::sync::Notify>,
+    origins: crate::controller::SharedImageOrigins,
     source: crate::source::hooks::Waker,
 ) {
     let heartbeat = crate::liveness::process().register("image-automation");
@@ -74,7 +75,13 @@ pub async fn run(
         }
         // Beating while it runs: every call in a scan has its own timeout, but several slow
         // registries in a row may take longer than --liveness-deadline.
-        let scanning = scan(&config, &registry, &mut clone, &mut backoff, &source);
+        let scanning = scan(
+            &config,
+            &registry,
+            &mut clone,
+            &mut backoff,
+            (&origins, &source),
+        );
         tokio::pin!(scanning);
         let outcome = loop {
             tokio::select! {
@@ -104,7 +111,10 @@ async fn scan(
     registry: &Registry,
     clone: &mut GitClone,
     backoff: &mut RegistryBackoff,
-    source: &crate::source::hooks::Waker,
+    (origins, source): (
+        &crate::controller::SharedImageOrigins,
+        &crate::source::hooks::Waker,
+    ),
 ) -> Result<Vec<String>, WriteError> {
     let credentials_problem = refresh_credentials(config, registry);
     let (tip, policies) = read(config, clone).await?;
@@ -113,7 +123,13 @@ async fn scan(
         mut problems,
         failed,
         committed_digests,
+        origins: from_history,
     } = policies;
+    // The history at the tip (read again whenever the tip moved, so with this agent's own
+    // commits): the origins as Git says them, after a restart too.
+    if let Ok(mut o) = origins.write() {
+        *o = from_history;
+    }
     problems.extend(credentials_problem);
     let history = History {
         failed,
@@ -132,12 +148,28 @@ async fn scan(
     if this_write.is_some() && clone.written == this_write {
         return Ok(problems);
     }
+    let reasons_by_policy = reasons.clone();
     let (pushed, changes) = blocking(config, clone, move |w| w.set_images(&reasons)).await?;
     clone.written = match pushed {
         Pushed::Unchanged => this_write,
         Pushed::Committed { .. } => None,
     };
     if let Pushed::Committed { commit, retries } = pushed {
+        // Known before the source applies the commit: the rollout's first status names it.
+        if let Ok(mut o) = origins.write() {
+            for (_, c) in &changes {
+                if let Some(r) = reasons_by_policy.get(&c.policy) {
+                    let image = format!("{}:{}", r.pick.image, r.pick.tag);
+                    o.record(
+                        &image,
+                        r.digest.as_deref(),
+                        &c.policy,
+                        &commit.to_string(),
+                        true,
+                    );
+                }
+            }
+        }
         source.wake(crate::source::hooks::Wake {
             host: None,
             after: Some(commit.to_string()),

@@ -155,6 +155,9 @@ pub struct AgentState {
         tokio::sync::watch::Sender<Option<std::sync::Arc<crate::plan::fleet::FleetSnapshot>>>,
     /// Told by a registry's webhook: the image automation scans now (`--image-automation`).
     pub image_scans: std::sync::Arc<tokio::sync::Notify>,
+    /// Where the images the image automation committed came from: it writes, the reconciles
+    /// read (a rollout's `imageSource`).
+    pub image_origins: crate::controller::SharedImageOrigins,
 }
 
 impl AgentState {
@@ -168,6 +171,7 @@ impl AgentState {
             ready: AtomicBool::new(false),
             fleet: tokio::sync::watch::Sender::new(None),
             image_scans: Default::default(),
+            image_origins: Default::default(),
         }
     }
 

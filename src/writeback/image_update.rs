@@ -41,6 +41,8 @@ pub struct Policies {
     /// The digest each image (`image:tag`) had when the automation last committed it, from
     /// the newest `Linnet-Image:` trailer naming it.
     pub committed_digests: BTreeMap<String, String>,
+    /// Where each image the automation committed came from (policy, digest, commit).
+    pub origins: crate::plan::image_tags::ImageOrigins,
 }
 
 /// Commits of the branch's history read for revert trailers.
@@ -78,10 +80,11 @@ impl StatusWriter {
             .find_commit(tip)
             .and_then(|c| c.tree())
             .map_err(GitError::from)?;
-        let (failed, committed_digests) = from_history(repo, tip);
+        let (failed, committed_digests, origins) = from_history(repo, tip);
         let mut out = Policies {
             failed,
             committed_digests,
+            origins,
             ..Default::default()
         };
         for (path, text) in yaml_files(repo, &tree, IMAGE_POLICY_KIND) {
@@ -202,7 +205,7 @@ pub fn commit_message(changes: &[(String, Change)], reasons: &BTreeMap<String, R
             r.policy,
             lines.join("\n")
         ));
-        trailers.push(format!("Linnet-Image-Policy: {name}"));
+        trailers.push(format!("{POLICY_TRAILER}{name}"));
         match &r.digest {
             Some(d) => trailers.push(format!(
                 "{IMAGE_TRAILER}{}:{}@{d}",
@@ -248,16 +251,26 @@ fn policy_of(doc: &str) -> Result<Option<ImagePolicy>, PolicyReadError> {
     Ok(Some(policy))
 }
 
+/// What the branch's recent history says of images: the images linnet's reverts name as
+/// failed, the digest each image had when the automation committed it, and where it came from.
+type FromHistory = (
+    BTreeSet<String>,
+    BTreeMap<String, String>,
+    crate::plan::image_tags::ImageOrigins,
+);
+
 /// From the last [`MAX_HISTORY`] commits: the images linnet's reverts name as failed, and the
-/// digest each image had when the automation committed it (the newest such commit's).
-fn from_history(repo: &Repository, tip: Oid) -> (BTreeSet<String>, BTreeMap<String, String>) {
+/// digest and policy each image had when the automation committed it (the newest such
+/// commit's).
+fn from_history(repo: &Repository, tip: Oid) -> FromHistory {
     let failed_trailer = format!("{}: ", super::revert::FAILED_IMAGE_TRAILER);
     let (mut failed, mut digests) = (BTreeSet::new(), BTreeMap::new());
+    let mut origins = crate::plan::image_tags::ImageOrigins::default();
     let Ok(mut walk) = repo.revwalk() else {
-        return (failed, digests);
+        return (failed, digests, origins);
     };
     if walk.push(tip).is_err() {
-        return (failed, digests);
+        return (failed, digests, origins);
     }
     for id in walk.take(MAX_HISTORY).flatten() {
         let Ok(commit) = repo.find_commit(id) else {
@@ -269,7 +282,20 @@ fn from_history(repo: &Repository, tip: Oid) -> (BTreeSet<String>, BTreeMap<Stri
         let trailers = trimmed
             .rsplit_once("\n\n")
             .map_or(trimmed, |(_, last)| last);
+        // Each image trailer follows the trailer of the policy that picked it.
+        let mut policy = "";
         for line in trailers.lines() {
+            if let Some(name) = line.strip_prefix(POLICY_TRAILER) {
+                policy = name.trim();
+                continue;
+            }
+            if let Some(reference) = line.strip_prefix(IMAGE_TRAILER) {
+                let reference = reference.trim();
+                let (image, digest) = reference
+                    .split_once('@')
+                    .map_or((reference, None), |(i, d)| (i, Some(d)));
+                origins.record(image, digest, policy, &id.to_string(), false);
+            }
             if let Some(image) = line.strip_prefix(failed_trailer.as_str()) {
                 // A pinned image failed as its tag: the digest is no part of the name.
                 let image = image.trim();
@@ -284,11 +310,13 @@ fn from_history(repo: &Repository, tip: Oid) -> (BTreeSet<String>, BTreeMap<Stri
             }
         }
     }
-    (failed, digests)
+    (failed, digests, origins)
 }
 
 /// The trailer naming each image an automation commit wrote, with its digest.
 const IMAGE_TRAILER: &str = "Linnet-Image: ";
+/// The trailer naming the policy that picked the image of the next [`IMAGE_TRAILER`].
+const POLICY_TRAILER: &str = "Linnet-Image-Policy: ";
 
 /// Every `.yaml`/`.yml` file of `tree` that contains `needle`, within the bounds above.
 fn yaml_files(repo: &Repository, tree: &Tree<'_>, needle: &str) -> Vec<(String, String)> {

@@ -13,6 +13,7 @@ fn notice(name: &str, event: Event, image: &str) -> Notice {
         image: image.into(),
         message: format!("{name} {image}"),
         revision: None,
+        image_source: None,
     }
 }
 

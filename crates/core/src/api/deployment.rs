@@ -279,6 +279,10 @@ pub struct CanaryDeploymentStatus {
     /// The Git commit that last set this spec (from the sync's revision annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_revision: Option<String>,
+    /// Where the spec's image came from when the image automation wrote it: the image, its
+    /// digest, the `ImagePolicy` and the commit (`--image-automation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_source: Option<String>,
     /// The analysis runs of the current (or last) rollout, with their measurements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub analysis: Vec<super::AnalysisRunStatus>,

@@ -273,6 +273,10 @@ pub struct CanaryStatefulSetStatus {
     /// The Git commit that last set this spec (from the sync's revision annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_revision: Option<String>,
+    /// Where the spec's image came from when the image automation wrote it: the image, its
+    /// digest, the `ImagePolicy` and the commit (`--image-automation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_source: Option<String>,
     /// The promote annotation's value when the current canary started. A `"true"` that was
     /// already there does not promote the new canary (it was meant for an earlier one).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -30,6 +30,8 @@ pub trait RolloutView {
     fn spec_image(&self) -> &str;
     /// The Git commit that last set the spec.
     fn source_revision(&self) -> Option<&str>;
+    /// Where the spec's image came from, when the image automation wrote it.
+    fn image_source(&self) -> Option<&str>;
     fn phase_since(&self) -> Option<&Time>;
     fn conditions(&self) -> &[Condition];
     fn desired_replicas(&self) -> i32;
@@ -111,6 +113,9 @@ macro_rules! same_in_both_kinds {
         }
         fn source_revision(&self) -> Option<&str> {
             self.status.as_ref()?.source_revision.as_deref()
+        }
+        fn image_source(&self) -> Option<&str> {
+            self.status.as_ref()?.image_source.as_deref()
         }
         fn phase_since(&self) -> Option<&Time> {
             self.status.as_ref()?.phase_since.as_ref()

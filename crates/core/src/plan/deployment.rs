@@ -51,6 +51,9 @@ pub struct DeployRollout<'a> {
     pub generation: Option<i64>,
     pub spec: &'a CanaryDeploymentSpec,
     pub source_revision: Option<String>,
+    /// Where the spec's image came from, when the image automation wrote it
+    /// ([`super::image_tags::ImageOrigins`]); `None` when not known now.
+    pub image_source: Option<String>,
     /// The `rollouts.linnet.dev/source-path` annotation: the rollout's file in Git.
     pub source_path: Option<String>,
     /// The `rollouts.linnet.dev/abort` annotation: `"true"` (set after the rollout started)

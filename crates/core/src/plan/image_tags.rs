@@ -317,5 +317,66 @@ fn compile_filter(filter: &TagFilter) -> Result<(regex::Regex, String), PolicyEr
     Ok((pattern, filter.extract.clone()))
 }
 
+/// Where each image the automation committed came from, by `image:tag`: `image:tag
+/// (sha256:…) from ImagePolicy web, commit 1a2b3c4d5e6f`. Read from the branch's history (the
+/// automation's trailers), so it is remade after a restart; a rollout's status shows it
+/// (`imageSource`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageOrigins(std::collections::BTreeMap<String, String>);
+
+impl ImageOrigins {
+    /// Records where `image` (`image:tag`, a digest left out) came from; `newer` replaces
+    /// what is recorded, an older one (a history walk from the newest) never does.
+    pub fn record(
+        &mut self,
+        image: &str,
+        digest: Option<&str>,
+        policy: &str,
+        commit: &str,
+        newer: bool,
+    ) {
+        let image = without_digest(image);
+        let short = commit.get(..12).unwrap_or(commit);
+        let text = match digest {
+            Some(d) => format!("{image} ({d}) from ImagePolicy {policy}, commit {short}"),
+            None => format!("{image} from ImagePolicy {policy}, commit {short}"),
+        };
+        if newer {
+            self.0.insert(image.to_string(), text);
+        } else {
+            self.0.entry(image.to_string()).or_insert(text);
+        }
+    }
+
+    /// Where `image` came from (a pinned `image:tag@digest` is looked up as `image:tag`).
+    pub fn of(&self, image: &str) -> Option<&str> {
+        self.0.get(without_digest(image)).map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn without_digest(image: &str) -> &str {
+    image.split_once('@').map_or(image, |(i, _)| i)
+}
+
+/// A status's `imageSource`: where the spec's image came from if that is known now, else what
+/// the status said if it is about the same image (the automation's history is read again
+/// after a restart), else nothing (a person wrote the image).
+pub fn image_source(
+    spec_image: &str,
+    known: Option<String>,
+    before: Option<String>,
+) -> Option<String> {
+    let same = |b: &String| b.starts_with(&format!("{} ", without_digest(spec_image)));
+    known.or_else(|| before.filter(same))
+}
+
 #[cfg(test)]
 mod tests;

@@ -42,6 +42,9 @@ pub struct Rollout<'a> {
     pub abort: Option<String>,
     /// The `rollouts.linnet.dev/revision` annotation set by sync.
     pub source_revision: Option<String>,
+    /// Where the spec's image came from, when the image automation wrote it
+    /// ([`super::image_tags::ImageOrigins`]); `None` when not known now.
+    pub image_source: Option<String>,
     /// The `rollouts.linnet.dev/source-path` annotation: the rollout's file in Git.
     pub source_path: Option<String>,
     /// The status as last written, with the measurements taken for this reconcile.

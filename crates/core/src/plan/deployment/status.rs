@@ -27,6 +27,11 @@ impl<'a> Planner<'a> {
         self.st.observed_generation = self.r.generation;
         self.settle_traffic();
         self.st.source_revision = self.r.source_revision.clone();
+        self.st.image_source = super::super::image_tags::image_source(
+            &self.r.spec.image,
+            self.r.image_source.clone(),
+            self.st.image_source.take(),
+        );
         self.st.message = Some(message.clone());
         let standing = self.standing(phase, available);
         Finished {

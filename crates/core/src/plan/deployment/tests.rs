@@ -104,6 +104,7 @@ impl Sim {
             generation: Some(1),
             spec: &self.spec,
             source_revision: None,
+            image_source: None,
             source_path: Some("web.yaml".into()),
             abort: self.abort.clone(),
             status: self.status.clone(),

@@ -36,6 +36,59 @@ fn newest<'a>(spec: &ImagePolicySpec, tags: &[&'a str]) -> Option<&'a str> {
 }
 
 #[test]
+fn a_rollouts_image_source_names_the_policy_and_commit_that_wrote_its_image() {
+    let mut origins = ImageOrigins::default();
+    // A history walk goes from the newest: an older commit of the same image does not win.
+    origins.record(
+        "r.example/web:1.1.0",
+        Some("sha256:ab"),
+        "web",
+        "1a2b3c4d5e6f7a8b",
+        false,
+    );
+    origins.record(
+        "r.example/web:1.1.0",
+        None,
+        "old",
+        "ffffffffffffffff",
+        false,
+    );
+    let text = "r.example/web:1.1.0 (sha256:ab) from ImagePolicy web, commit 1a2b3c4d5e6f";
+    assert_eq!(origins.of("r.example/web:1.1.0"), Some(text));
+    // A pinned reference is the same image.
+    assert_eq!(origins.of("r.example/web:1.1.0@sha256:ab"), Some(text));
+    // A commit made now replaces what history said.
+    origins.record("r.example/web:1.1.0", None, "web", "0123456789abcdef", true);
+    assert!(
+        origins
+            .of("r.example/web:1.1.0")
+            .unwrap()
+            .ends_with("0123456789ab")
+    );
+
+    // The status keeps what it said while the image is the same and nothing newer is known,
+    // and drops it for an image a person wrote.
+    let said = Some(text.to_string());
+    assert_eq!(
+        image_source("r.example/web:1.1.0", None, said.clone()),
+        said
+    );
+    assert_eq!(
+        image_source("r.example/web:1.1.0@sha256:ab", None, said.clone()),
+        said
+    );
+    assert_eq!(
+        image_source("r.example/web:1.2.0", None, said.clone()),
+        None
+    );
+    assert_eq!(image_source("r.example/web:1.1", None, said), None);
+    assert_eq!(
+        image_source("x:1", Some("x:1 from ImagePolicy x, commit 1".into()), None).as_deref(),
+        Some("x:1 from ImagePolicy x, commit 1")
+    );
+}
+
+#[test]
 fn semver_picks_the_highest_version_in_the_range() {
     let tags = [
         "1.0.0",

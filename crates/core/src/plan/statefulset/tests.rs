@@ -217,6 +217,7 @@ impl Sim {
             promote: self.promote.clone(),
             abort: self.abort.clone(),
             source_revision: Some("abc".into()),
+            image_source: None,
             source_path: Some("redis.yaml".into()),
             status: self.status.clone(),
             analysis: self.analysis.clone(),
@@ -224,9 +225,8 @@ impl Sim {
         }
     }
 
-    /// Plans as the controller does: without the pods from a phase that does not read them,
-    /// and again with them if that plan moves into one that does. A plan kept without the
-    /// pods must be the plan the pods would have given: no decision rests on them.
+    /// Plans as the controller does: without the pods in a phase that does not read them, and
+    /// again with them if that plan moves into one that does (no decision rests on them).
     fn plan(&self) -> Plan {
         let with_pods = plan(&self.rollout(), &self.observed(), self.now);
         if !reads_pods(self.status.phase) {

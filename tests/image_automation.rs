@@ -615,3 +615,98 @@ async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_42
         "the backoff is logged"
     );
 }
+
+/// Issue 74: with `digestPinning` the tag is written with its digest, and the rollout runs
+/// exactly that image (its status names it). A `kill -9` at any moment of a scan (before the
+/// registry is read, during the commit, or after the push) makes no second commit for a tag:
+/// the restarted agent finds the line on its pick, or writes it once.
+#[tokio::test]
+async fn a_pinned_digest_is_written_and_a_kill_9_mid_scan_makes_no_second_commit() {
+    let client = admin_client().await;
+    install_linnet(&client).await;
+    let ns = TestNamespace::create(&client, "images-pinned").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tools = registry_tools();
+    let ca = TestCa::new("pinned registry CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
+    let port = support::ports::free_port();
+    let reg_dir = tmp.path().join("registry");
+    std::fs::create_dir_all(&reg_dir).unwrap();
+    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
+    let repository = format!("127.0.0.1:{port}/team/web");
+    let first = format!("{repository}:1.0.0");
+    push_image(&tools, tmp.path(), &first, "1.0.0");
+
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    std::fs::create_dir_all(work.join("policies")).unwrap();
+    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
+    let pinned = format!("{}  digestPinning: true\n", semver_policy(&repository));
+    std::fs::write(work.join("policies/web.yaml"), pinned).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "web and its pinned policy"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    let agent_dir = tmp.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    let mut agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
+    wait_ready(&agent).await;
+    // The tag in Git is the newest, but not pinned yet: the first scan pins it.
+    let first_digest = stdout_digest(&tools, &first);
+    let first_pinned = format!("{first}@{first_digest}");
+    support::eventually("1.0.0 pinned in Git", Duration::from_secs(30), || {
+        let (bare, want) = (bare.clone(), first_pinned.clone());
+        async move { (image_in_git(&bare) == want).then_some(()) }
+    })
+    .await;
+
+    // Five tags; after each push the agent is killed at a different moment of its scans
+    // (0 to 1.6 s later) and started again.
+    let mut last = first_pinned.clone();
+    for (i, minor) in (1..=5).enumerate() {
+        let reference = format!("{repository}:1.{minor}.0");
+        let digest = push_image(&tools, tmp.path(), &reference, &format!("1.{minor}.0"));
+        tokio::time::sleep(Duration::from_millis(400 * i as u64)).await;
+        agent.kill();
+        agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
+        let want = format!("{reference}@{digest}");
+        support::eventually(&format!("{want} in Git"), Duration::from_secs(45), || {
+            let (bare, want) = (bare.clone(), want.clone());
+            async move { (image_in_git(&bare) == want).then_some(()) }
+        })
+        .await;
+        last = want;
+    }
+    support::let_time_pass("three more scans", Duration::from_secs(3)).await;
+    let commits = image_commits(&bare);
+    assert_eq!(
+        commits.len(),
+        6,
+        "one commit per tag (1.0.0 pinned, then five): {commits:?}"
+    );
+    assert_eq!(image_in_git(&bare), last);
+
+    // The rollout runs the pinned reference, and says where it came from.
+    let api: Api<CanaryDeployment> = Api::namespaced(client.clone(), &ns.name);
+    support::eventually("web on the pinned 1.5.0", Duration::from_secs(90), || {
+        let (api, last) = (api.clone(), last.clone());
+        async move {
+            let status = api.get("web").await.ok()?.status?;
+            let on_it = status.stable_image.as_deref() == Some(last.as_str())
+                || status.canary_image.as_deref() == Some(last.as_str());
+            let source = status.image_source.unwrap_or_default();
+            (on_it && source.contains("from ImagePolicy web, commit ")).then_some(())
+        }
+    })
+    .await;
+}
+
+/// The digest crane reads for `reference`.
+fn stdout_digest(tools: &std::path::Path, reference: &str) -> String {
+    support::registry::stdout(&support::registry::run(
+        &tools.join("crane"),
+        &["digest", "--insecure", reference],
+    ))
+    .trim()
+    .to_string()
+}

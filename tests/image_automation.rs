@@ -710,3 +710,66 @@ fn stdout_digest(tools: &std::path::Path, reference: &str) -> String {
     .trim()
     .to_string()
 }
+
+/// Issue 74: `newestBuild` picks the tag whose image was built last (its config's `created`),
+/// among the tags `filterTags` allows, whatever their names say.
+#[tokio::test]
+async fn newest_build_picks_the_image_built_last() {
+    use support::registry::set_created;
+    let client = admin_client().await;
+    install_linnet(&client).await;
+    let ns = TestNamespace::create(&client, "images-built").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tools = registry_tools();
+    let ca = TestCa::new("build time registry CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
+    let port = support::ports::free_port();
+    let reg_dir = tmp.path().join("registry");
+    std::fs::create_dir_all(&reg_dir).unwrap();
+    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
+    let repository = format!("127.0.0.1:{port}/team/web");
+    let push = |tag: &str, created: &str| {
+        let reference = format!("{repository}:{tag}");
+        push_image(&tools, tmp.path(), &reference, tag);
+        set_created(&tools, &reference, created);
+        reference
+    };
+    let first = push("main-aaa", "2026-12-04T10:00:00Z");
+    push("main-zzz", "2026-12-04T09:00:00Z");
+    let built_last = push("main-mmm", "2026-12-04T11:00:00Z");
+    // Newer, but not a tag the filter allows.
+    push("pr-1", "2026-12-04T12:00:00Z");
+
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
+    let policy = format!(
+        "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: ImagePolicy\nmetadata:\n  name: web\n\
+         spec:\n  image: {repository}\n  policy:\n    newestBuild: {{}}\n  filterTags:\n    \
+         pattern: \"^main-\"\n"
+    );
+    std::fs::write(work.join("apps/policy.yaml"), policy).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "web and its newestBuild policy"]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let (code, out, _) = support::validate_offline(&work, &[]);
+    assert_eq!(code, 0, "{out}");
+
+    let agent_dir = tmp.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    let agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
+    wait_ready(&agent).await;
+    support::eventually("main-mmm in Git", Duration::from_secs(30), || {
+        let (bare, want) = (bare.clone(), built_last.clone());
+        async move { (image_in_git(&bare) == want).then_some(()) }
+    })
+    .await;
+    // A tag built later still.
+    let newer = push("main-bbb", "2026-12-04T13:00:00Z");
+    support::eventually("main-bbb in Git", Duration::from_secs(30), || {
+        let (bare, want) = (bare.clone(), newer.clone());
+        async move { (image_in_git(&bare) == want).then_some(()) }
+    })
+    .await;
+    assert_eq!(image_commits(&bare).len(), 2, "{:?}", image_commits(&bare));
+}

@@ -59,7 +59,7 @@ pub async fn run(
     };
     let registry = Registry::new(client, config.registry_spacing);
     let mut clone = GitClone::default();
-    let mut backoff = RegistryBackoff::default();
+    let mut backoff = super::registry_backoff::RegistryBackoff::default();
     let mut said: Option<String> = None;
     let mut every = tokio::time::interval(config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -110,7 +110,7 @@ async fn scan(
     config: &ImageAutomationConfig,
     registry: &Registry,
     clone: &mut GitClone,
-    backoff: &mut RegistryBackoff,
+    backoff: &mut super::registry_backoff::RegistryBackoff,
     (origins, source): (
         &crate::controller::SharedImageOrigins,
         &crate::source::hooks::Waker,
@@ -200,7 +200,7 @@ fn refresh_credentials(config: &ImageAutomationConfig, registry: &Registry) -> O
 async fn pick_each(
     config: &ImageAutomationConfig,
     registry: &Registry,
-    backoff: &mut RegistryBackoff,
+    backoff: &mut super::registry_backoff::RegistryBackoff,
     found: &[FoundPolicy],
     history: &History,
     problems: &mut Vec<String>,
@@ -267,55 +267,6 @@ async fn read(
     Ok((tip, policies))
 }
 
-/// Registries that failed or limited us, left alone for a while: longer after each failure in
-/// a row (2 s up to 30 min, with jitter), and at least as long as a 429's `Retry-After`.
-#[derive(Default)]
-struct RegistryBackoff {
-    by_host: BTreeMap<String, HostBackoff>,
-}
-
-struct HostBackoff {
-    until: std::time::Instant,
-    retries: crate::retry::Retries,
-    why: String,
-}
-
-impl RegistryBackoff {
-    /// Why `host` is not asked now, while it is backed off.
-    fn waiting(&self, host: &str) -> Option<String> {
-        // No time left in the text: a problem is logged again only when its text changes.
-        let b = self.by_host.get(host)?;
-        b.until.checked_duration_since(std::time::Instant::now())?;
-        Some(format!(
-            "registry {host} is left alone for a while (backing off) after: {}",
-            b.why
-        ))
-    }
-
-    /// A request's outcome: a registry fault backs the host off; any answer ends its backoff.
-    fn record(&mut self, host: &str, error: Option<&crate::source::registry::RegistryError>) {
-        let Some((e, asked)) = error.and_then(|e| e.registry_fault().map(|d| (e, d))) else {
-            self.by_host.remove(host);
-            return;
-        };
-        let b = self
-            .by_host
-            .entry(host.to_string())
-            .or_insert_with(|| HostBackoff {
-                until: std::time::Instant::now(),
-                retries: crate::retry::Retries::new(
-                    Duration::from_secs(2),
-                    Duration::from_secs(30 * 60),
-                ),
-                why: String::new(),
-            });
-        let wait = b.retries.wait().max(asked);
-        b.until = std::time::Instant::now() + wait;
-        b.why = e.to_string();
-        tracing::warn!(registry = %host, wait_secs = wait.as_secs(), error = %e, "registry failing or limiting; backing off");
-    }
-}
-
 /// What the branch's history says about images.
 struct History {
     /// Images a revert named as failed.
@@ -353,7 +304,12 @@ async fn pick(
         tracing::warn!(image = %spec.image, kept = tags.len(), "the repository has more tags than are read; the rest are not considered");
     }
     let failed = |t: &str| history.failed.contains(&format!("{}:{t}", spec.image));
-    let tag = match order.choose(tags.iter().map(String::as_str), failed) {
+    let choice = if order.needs_build_times() {
+        choose_built(registry, &repo, &order, &tags, failed).await?
+    } else {
+        order.choose(tags.iter().map(String::as_str), failed)
+    };
+    let tag = match choice {
         Choice::Tag(tag) => tag,
         Choice::Nothing | Choice::HoldFailed(_) => return Ok(Picked::Nothing),
     };
@@ -390,6 +346,29 @@ async fn pick(
             found.policy.metadata.name, found.path
         ),
     }))
+}
+
+/// `newestBuild`: the build time of each candidate tag (at most
+/// [`crate::source::registry::MAX_BUILD_TIME_TAGS`], the greatest kept), and the tag built last.
+async fn choose_built<'a>(
+    registry: &Registry,
+    repo: &Repository,
+    order: &TagPolicy,
+    tags: &'a [String],
+    failed: impl Fn(&str) -> bool,
+) -> Result<Choice<'a>, crate::source::registry::RegistryError> {
+    use crate::source::registry::MAX_BUILD_TIME_TAGS;
+    let mut candidates = order.candidates(tags.iter().map(String::as_str));
+    if candidates.len() > MAX_BUILD_TIME_TAGS {
+        tracing::warn!(repository = %repo.path, candidates = candidates.len(), kept = MAX_BUILD_TIME_TAGS, "newestBuild reads the build time of the greatest tags only; narrow the tags with filterTags");
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        candidates.truncate(MAX_BUILD_TIME_TAGS);
+    }
+    let mut built = Vec::with_capacity(candidates.len());
+    for tag in candidates {
+        built.push((tag, registry.build_time(repo, tag).await?));
+    }
+    Ok(order.choose_built(built, failed))
 }
 
 /// `namespace:name`, or the name of a policy with no namespace.

@@ -29,6 +29,7 @@ pub mod image_automation;
 pub mod lease;
 pub mod listeners;
 pub mod look;
+pub mod registry_backoff;
 pub mod said;
 pub mod shards;
 pub mod source_loop;

@@ -217,3 +217,32 @@ spec:
 "#
     )
 }
+
+/// Sets the build time (`created`) of the image at `reference`, and pushes it under the same
+/// tag (crane edit config, the config on stdin).
+pub fn set_created(tools: &Path, reference: &str, created: &str) {
+    let crane = tools.join("crane");
+    let config = stdout(&run(&crane, &["config", "--insecure", reference]));
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config["created"] = serde_json::json!(created);
+    let mut child = Command::new(&crane)
+        .args(["edit", "config", "--insecure", reference, "-t", reference])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(config.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "crane edit config {reference}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

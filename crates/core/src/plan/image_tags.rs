@@ -17,7 +17,7 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// Why a policy cannot order tags.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
-    #[error("set exactly one of semver, alphabetical and numerical (found {found})")]
+    #[error("set exactly one of semver, alphabetical, numerical and newestBuild (found {found})")]
     Orders { found: usize },
     #[error("semver range {range:?} does not parse: {reason}")]
     Range { range: String, reason: String },
@@ -137,6 +137,8 @@ enum Order {
     Semver(Vec<semver::VersionReq>),
     Alphabetical(Direction),
     Numerical(Direction),
+    /// By the image's build time, which the scanner reads ([`TagPolicy::choose_built`]).
+    NewestBuild,
 }
 
 impl TagPolicy {
@@ -146,15 +148,19 @@ impl TagPolicy {
             p.semver.is_some(),
             p.alphabetical.is_some(),
             p.numerical.is_some(),
+            p.newest_build.is_some(),
         ]
         .iter()
         .filter(|s| **s)
         .count();
+        if found != 1 {
+            return Err(PolicyError::Orders { found });
+        }
         let order = match (&p.semver, &p.alphabetical, &p.numerical) {
-            (Some(s), None, None) => Order::Semver(semver_range(&s.range)?),
-            (None, Some(a), None) => Order::Alphabetical(a.order),
-            (None, None, Some(n)) => Order::Numerical(n.order),
-            _ => return Err(PolicyError::Orders { found }),
+            (Some(s), _, _) => Order::Semver(semver_range(&s.range)?),
+            (_, Some(a), _) => Order::Alphabetical(a.order),
+            (_, _, Some(n)) => Order::Numerical(n.order),
+            _ => Order::NewestBuild,
         };
         let filter = spec.filter_tags.as_ref().map(compile_filter).transpose()?;
         Ok(TagPolicy { order, filter })
@@ -188,6 +194,36 @@ impl TagPolicy {
         }
     }
 
+    /// Whether the order is the images' build times, which the scanner must read.
+    pub fn needs_build_times(&self) -> bool {
+        matches!(self.order, Order::NewestBuild)
+    }
+
+    /// The tags the policy considers (its filter, and its range), in no order.
+    pub fn candidates<'a>(&self, tags: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        tags.into_iter().filter(|t| self.key(t).is_some()).collect()
+    }
+
+    /// The scan's choice by build time (`newestBuild`): the tag built last (the greater tag
+    /// of two built at the same second), unless a rollout failed on it. A tag with no time
+    /// is left out.
+    pub fn choose_built<'a>(
+        &self,
+        built: impl IntoIterator<Item = (&'a str, Option<jiff::Timestamp>)>,
+        failed: impl Fn(&str) -> bool,
+    ) -> Choice<'a> {
+        let newest = built
+            .into_iter()
+            .filter(|(tag, _)| self.key(tag).is_some())
+            .filter_map(|(tag, at)| Some((at?, tag)))
+            .max();
+        match newest {
+            None => Choice::Nothing,
+            Some((_, tag)) if failed(tag) => Choice::HoldFailed(tag),
+            Some((_, tag)) => Choice::Tag(tag),
+        }
+    }
+
     /// What `tag` is ordered by, or `None` when the policy leaves it out.
     fn key(&self, tag: &str) -> Option<Key> {
         if !is_tag(tag) {
@@ -215,7 +251,7 @@ impl TagPolicy {
                     .any(|r| r.matches(&version))
                     .then_some(Key::Version(version))
             }
-            Order::Alphabetical(_) => Some(Key::Text(value)),
+            Order::Alphabetical(_) | Order::NewestBuild => Some(Key::Text(value)),
             Order::Numerical(_) => value
                 .parse::<f64>()
                 .ok()

@@ -36,6 +36,54 @@ fn newest<'a>(spec: &ImagePolicySpec, tags: &[&'a str]) -> Option<&'a str> {
 }
 
 #[test]
+fn newest_build_picks_the_tag_built_last_and_holds_a_failed_one() {
+    let spec = ImagePolicySpec {
+        image: "r.example/web".into(),
+        policy: TagOrder {
+            newest_build: Some(crate::api::NewestBuild {}),
+            ..Default::default()
+        },
+        filter_tags: Some(TagFilter {
+            pattern: "^main-".into(),
+            extract: String::new(),
+        }),
+        ..Default::default()
+    };
+    let policy = TagPolicy::new(&spec).unwrap();
+    assert!(policy.needs_build_times());
+    assert_eq!(
+        policy.candidates(["main-a1", "pr-7", "main-b2"]),
+        vec!["main-a1", "main-b2"]
+    );
+    let at = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
+    let built = [
+        ("main-b2", at("2026-12-04T10:00:00Z")),
+        ("main-a1", at("2026-12-04T11:00:00Z")),
+        ("main-zz", None),
+        ("pr-7", at("2026-12-04T12:00:00Z")),
+    ];
+    assert_eq!(
+        policy.choose_built(built, |_| false),
+        Choice::Tag("main-a1")
+    );
+    assert_eq!(
+        policy.choose_built(built, |t| t == "main-a1"),
+        Choice::HoldFailed("main-a1")
+    );
+    assert_eq!(
+        policy.choose_built([("main-x", None)], |_| false),
+        Choice::Nothing
+    );
+    // Two orders at once are refused.
+    let mut two = spec.clone();
+    two.policy.numerical = Some(Ordered::default());
+    assert!(matches!(
+        TagPolicy::new(&two),
+        Err(PolicyError::Orders { found: 2 })
+    ));
+}
+
+#[test]
 fn a_rollouts_image_source_names_the_policy_and_commit_that_wrote_its_image() {
     let mut origins = ImageOrigins::default();
     // A history walk goes from the newest: an older commit of the same image does not win.

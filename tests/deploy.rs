@@ -541,6 +541,62 @@ fn the_helm_chart_renders_what_deploy_installs() {
     );
 }
 
+/// Issue 74: `imageAutomation` turns the image automation on, and mounts a docker config
+/// Secret for `--registry-credentials`.
+#[test]
+fn the_helm_chart_turns_on_image_automation_with_a_registry_secret() {
+    let set = [
+        "repo.url=https://github.com/YOU/gitops.git".to_string(),
+        "git.token=t".into(),
+        "webhook.secret=0123456789abcdef0123".into(),
+        "imageAutomation.enabled=true".into(),
+        "imageAutomation.scanInterval=30s".into(),
+        "imageAutomation.registryCredentialsSecret=regcred".into(),
+    ];
+    let rendered = render_chart("linnet", "linnet-system", &set);
+    let deployment = rendered
+        .iter()
+        .find(|r| r["kind"] == "Deployment")
+        .expect("a Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let env: Vec<(String, String)> = pod["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let value = e["value"].as_str().unwrap_or_default().to_string();
+            (e["name"].as_str().unwrap().to_string(), value)
+        })
+        .collect();
+    for (name, value) in [
+        ("LINNET_IMAGE_AUTOMATION", "true"),
+        ("LINNET_IMAGE_SCAN_INTERVAL", "30s"),
+        (
+            "LINNET_REGISTRY_CREDENTIALS",
+            "/etc/linnet/registry/.dockerconfigjson",
+        ),
+    ] {
+        assert!(
+            env.contains(&(name.to_string(), value.to_string())),
+            "{name}={value} in {env:?}"
+        );
+    }
+    let volumes = pod["volumes"].as_array().unwrap();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v["name"] == "registry-credentials" && v["secret"]["secretName"] == "regcred"),
+        "{volumes:?}"
+    );
+    let mounts = pod["containers"][0]["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts.iter().any(
+            |m| m["name"] == "registry-credentials" && m["mountPath"] == "/etc/linnet/registry"
+        ),
+        "{mounts:?}"
+    );
+}
+
 /// Issue 24: the chart installed on the control plane (rendered by a real helm, applied by a
 /// real kubectl) runs an agent that syncs the example: another release, namespace and source
 /// name than deploy/'s, with the source's RoleBinding made by the chart.

@@ -773,3 +773,122 @@ async fn newest_build_picks_the_image_built_last() {
     .await;
     assert_eq!(image_commits(&bare).len(), 2, "{:?}", image_commits(&bare));
 }
+
+/// Issue 74: with `--git-signing-key` the automation's commits are SSH-signed, so an agent
+/// that applies only signed commits (`--signing-keys`, listing a person's key and its own)
+/// applies them and canaries the new tag; real `git verify-commit` (an allowed-signers file)
+/// accepts the signature too.
+#[tokio::test]
+async fn signed_automation_commits_pass_the_agents_own_signature_check() {
+    let client = admin_client().await;
+    install_linnet(&client).await;
+    let ns = TestNamespace::create(&client, "images-signed").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tools = registry_tools();
+    let ca = TestCa::new("signed registry CA");
+    let ca_file = ca.write(tmp.path(), "ca.pem");
+    let port = support::ports::free_port();
+    let reg_dir = tmp.path().join("registry");
+    std::fs::create_dir_all(&reg_dir).unwrap();
+    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
+    let repository = format!("127.0.0.1:{port}/team/web");
+    let first = format!("{repository}:1.0.0");
+    push_image(&tools, tmp.path(), &first, "1.0.0");
+
+    // A person's key and the agent's, both trusted.
+    let keys = tmp.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let (person, agent_key) = (tmp.path().join("person"), tmp.path().join("agent_key"));
+    for (key, comment) in [(&person, "dev"), (&agent_key, "linnet")] {
+        let out = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+            .arg(key)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    std::fs::copy(person.with_extension("pub"), keys.join("dev.pub")).unwrap();
+    std::fs::copy(agent_key.with_extension("pub"), keys.join("linnet.pub")).unwrap();
+
+    let (bare, work) = support::bare_remote_and_clone(tmp.path());
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
+    std::fs::write(work.join("apps/policy.yaml"), semver_policy(&repository)).unwrap();
+    git(&work, &["add", "-A"]);
+    let person_key = format!("user.signingkey={}", person.display());
+    git(
+        &work,
+        &[
+            "-c",
+            "gpg.format=ssh",
+            "-c",
+            &person_key,
+            "commit",
+            "-S",
+            "-qm",
+            "web, signed",
+        ],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+
+    let agent_dir = tmp.path().join("agent");
+    std::fs::create_dir_all(&agent_dir).unwrap();
+    let agent = start_agent(
+        &agent_dir,
+        &[
+            format!("--repo-url=file://{}", bare.display()),
+            "--poll-interval=1s".into(),
+            "--image-automation=true".into(),
+            "--image-scan-interval=1s".into(),
+            format!("--ca-file={}", ca_file.display()),
+            "--writeback=false".into(),
+            format!("--signing-keys={}", keys.display()),
+            format!("--git-signing-key={}", agent_key.display()),
+        ],
+        &ns.name,
+    );
+    wait_ready(&agent).await;
+    let api: Api<CanaryDeployment> = Api::namespaced(client.clone(), &ns.name);
+    support::eventually("web stable on 1.0.0", Duration::from_secs(90), || {
+        let (api, first) = (api.clone(), first.clone());
+        async move { (canary_of(&api).await.1 == first).then_some(()) }
+    })
+    .await;
+
+    let second = format!("{repository}:1.1.0");
+    push_image(&tools, tmp.path(), &second, "1.1.0");
+    support::eventually("1.1.0 in Git", Duration::from_secs(30), || {
+        let (bare, second) = (bare.clone(), second.clone());
+        async move { (image_in_git(&bare) == second).then_some(()) }
+    })
+    .await;
+    // Applied by the agent that checks signatures: the rollout canaries it.
+    support::eventually("web canaries 1.1.0", Duration::from_secs(60), || {
+        let (api, second) = (api.clone(), second.clone());
+        async move {
+            let (canary, stable) = canary_of(&api).await;
+            (canary == second || stable == second).then_some(())
+        }
+    })
+    .await;
+    // And real Git verifies the signature with the agent's key.
+    let allowed = tmp.path().join("allowed_signers");
+    let public = std::fs::read_to_string(agent_key.with_extension("pub")).unwrap();
+    std::fs::write(&allowed, format!("linnet@localhost {public}")).unwrap();
+    let allowed_file = format!("gpg.ssh.allowedSignersFile={}", allowed.display());
+    let out = std::process::Command::new("git")
+        .current_dir(&bare)
+        .args(["-c", &allowed_file, "verify-commit", "main"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git verify-commit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Good \"git\" signature"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

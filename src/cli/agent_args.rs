@@ -212,6 +212,17 @@ pub struct AgentArgs {
         env = "LINNET_GIT_AUTHOR_EMAIL"
     )]
     pub git_author_email: String,
+    /// Sign every commit the agent writes (write-back, reverts, image automation) with this
+    /// OpenSSH private key (unencrypted; ed25519, ECDSA or RSA), as `git commit -S` with
+    /// `gpg.format=ssh` does: for a repository that requires signed commits, and for
+    /// --signing-keys (list the key's public half there, and the agent applies its own commits).
+    #[arg(
+        help_heading = "Write-back",
+        long,
+        value_name = "FILE",
+        env = "LINNET_GIT_SIGNING_KEY"
+    )]
+    pub git_signing_key: Option<PathBuf>,
     /// Post each rollout's state as a commit status on this Git host (off when not given).
     #[arg(help_heading = "Write-back", long, value_enum, env = "LINNET_COMMIT_STATUS_PROVIDER", requires_all = ["commit_status_repo", "commit_status_token_file"])]
     pub commit_status_provider: Option<crate::writeback::commit_status::Provider>,

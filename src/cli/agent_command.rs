@@ -2,6 +2,7 @@
 //! run.
 
 use super::*;
+use std::sync::Arc;
 
 pub(super) async fn agent(args: AgentArgs) -> Result<ExitCode> {
     check_before_start(&args)?;
@@ -97,6 +98,13 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         .clone()
         .unwrap_or_else(|| args.lease_namespace.clone());
     let commit_status = commit_status_config(args)?;
+    let signer = match &args.git_signing_key {
+        Some(path) => Some(Arc::new(
+            crate::writeback::signing::CommitSigner::read(path)
+                .map_err(|e| Error::Usage(e.to_string()))?,
+        )),
+        None => None,
+    };
     let notifications = match &args.notifications_file {
         Some(file) => Some(
             crate::notify::NotifyConfig::load(
@@ -146,9 +154,9 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         prune: args.sync.prune,
         apply_as: args.sync.apply_as(args.specs.agent_namespace.as_deref()),
         adopt: args.sync.adopt,
-        writeback: writeback_config(args, &source),
+        writeback: writeback_config(args, &source, signer.clone()),
         // Revert pull requests go to the host, with the token, of commit statuses.
-        reverts: revert_config(args, &source, commit_status.clone()),
+        reverts: revert_config(args, &source, commit_status.clone(), signer.clone()),
         commit_status,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         notifications,
@@ -162,7 +170,7 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         claim_duration: args.lease_duration,
         cluster: args.cluster_identity(),
         fleet: fleet_config(args, &source)?,
-        image_automation: image_automation_config(args, &source)?,
+        image_automation: image_automation_config(args, &source, signer)?,
         leader,
         source,
     })
@@ -203,6 +211,7 @@ fn fleet_config(
 fn image_automation_config(
     args: &AgentArgs,
     source: &crate::agent::SourceConfig,
+    signer: Option<Arc<crate::writeback::signing::CommitSigner>>,
 ) -> Result<Option<crate::runtime::image_automation::ImageAutomationConfig>> {
     if !args.image_automation {
         return Ok(None);
@@ -228,6 +237,7 @@ fn image_automation_config(
             interval: args.image_scan_interval,
             ca_file: args.ca_file.clone(),
             credentials_file: args.registry_credentials.clone(),
+            signer,
             registry_spacing: Duration::from_secs_f64(1.0 / args.registry_rate),
         },
     ))
@@ -270,6 +280,7 @@ fn source_config(args: &AgentArgs) -> Result<crate::agent::SourceConfig> {
 fn writeback_config(
     args: &AgentArgs,
     source: &crate::agent::SourceConfig,
+    signer: Option<Arc<crate::writeback::signing::CommitSigner>>,
 ) -> Option<crate::writeback::WritebackConfig> {
     let crate::agent::SourceConfig::Remote { remote, cache_dir } = source else {
         return None;
@@ -282,6 +293,7 @@ fn writeback_config(
         cache_dir: sibling_dir(cache_dir, "writeback"),
         author_name: args.git_author_name.clone(),
         author_email: args.git_author_email.clone(),
+        signer,
         interval: args.writeback_interval,
         timeout: args.git_timeout,
         cluster: args.cluster_identity(),
@@ -293,6 +305,7 @@ fn revert_config(
     args: &AgentArgs,
     source: &crate::agent::SourceConfig,
     host: Option<crate::writeback::commit_status::CommitStatusConfig>,
+    signer: Option<Arc<crate::writeback::signing::CommitSigner>>,
 ) -> Option<crate::writeback::revert_loop::RevertConfig> {
     let crate::agent::SourceConfig::Remote { remote, cache_dir } = source else {
         return None;
@@ -304,6 +317,7 @@ fn revert_config(
             cache_dir: sibling_dir(cache_dir, "revert"),
             author_name: args.git_author_name.clone(),
             author_email: args.git_author_email.clone(),
+            signer,
             timeout: args.git_timeout,
             host,
             promotion_auto_merge: args.promotion_auto_merge,

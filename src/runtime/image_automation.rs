@@ -25,6 +25,8 @@ pub struct ImageAutomationConfig {
     pub cache_dir: PathBuf,
     pub author_name: String,
     pub author_email: String,
+    /// `--git-signing-key`: the commits are signed with it.
+    pub signer: Option<std::sync::Arc<crate::writeback::signing::CommitSigner>>,
     /// One fetch-and-push, and one registry request (`--git-timeout`).
     pub timeout: Duration,
     /// `--image-scan-interval`.
@@ -426,7 +428,7 @@ async fn blocking<T: Send + 'static>(
                 &c.author_name,
                 &c.author_email,
             ) {
-                Ok(w) => w.with_timeout(c.timeout),
+                Ok(w) => w.with_timeout(c.timeout).with_signer(c.signer.clone()),
                 Err(e) => return (None, Err(e.into())),
             },
         };

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use git2::{ObjectType, Oid, Repository, Signature, Tree, TreeWalkMode, TreeWalkResult};
+use git2::{ObjectType, Oid, Repository, Tree, TreeWalkMode, TreeWalkResult};
 use serde_json::Value;
 
 use super::image_markers::{Change, MARKER, Pick, set_marked_images};
@@ -161,10 +161,9 @@ impl StatusWriter {
             .collect();
         let (tree, _) = tree_with(repo, Some(&base), &edits).map_err(GitError::from)?;
         let tree = repo.find_tree(tree).map_err(GitError::from)?;
-        let signature = Signature::now(&self.author.0, &self.author.1).map_err(GitError::from)?;
         let message = commit_message(&changes, reasons);
-        let commit = repo
-            .commit(None, &signature, &signature, &message, &tree, &[&parent])
+        let commit = self
+            .new_commit(&message, &tree, &[&parent])
             .map_err(GitError::from)?;
         Ok((Some(commit), changes))
     }

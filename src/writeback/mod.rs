@@ -24,6 +24,7 @@ pub mod revert;
 mod revert_jobs;
 pub mod revert_loop;
 mod reverter;
+pub mod signing;
 pub mod status_files;
 
 use std::collections::BTreeMap;
@@ -48,6 +49,8 @@ pub struct WritebackConfig {
     pub cache_dir: PathBuf,
     pub author_name: String,
     pub author_email: String,
+    /// `--git-signing-key`: the commits are signed with it.
+    pub signer: Option<std::sync::Arc<crate::writeback::signing::CommitSigner>>,
     /// Changes within this window go into one commit.
     pub interval: Duration,
     /// How long one fetch-and-push may take.
@@ -132,7 +135,7 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
         let c = config.clone();
         move || {
             StatusWriter::open(&c.cache_dir, c.remote, &c.author_name, &c.author_email)
-                .map(|w| w.with_timeout(c.timeout))
+                .map(|w| w.with_timeout(c.timeout).with_signer(c.signer))
         }
     };
     let opened = tokio::task::spawn_blocking(open.clone()).await;

@@ -100,6 +100,8 @@ pub struct StatusWriter {
     pub(super) author: (String, String),
     /// How long one fetch-and-push may take (--git-timeout).
     pub(super) timeout: Option<Duration>,
+    /// Signs every commit (`--git-signing-key`).
+    pub(super) signer: Option<std::sync::Arc<super::signing::CommitSigner>>,
 }
 
 pub(super) enum PushResult {
@@ -120,7 +122,35 @@ impl StatusWriter {
             mirror: GitMirror::open(dir, remote)?.full_history(),
             author: (author_name.to_string(), author_email.to_string()),
             timeout: None,
+            signer: None,
         })
+    }
+
+    /// Signs every commit with `signer`, when given.
+    pub fn with_signer(
+        mut self,
+        signer: Option<std::sync::Arc<super::signing::CommitSigner>>,
+    ) -> Self {
+        self.signer = signer;
+        self
+    }
+
+    /// A commit of `tree` on `parents` by the writer's author, signed when it has a key.
+    pub(super) fn new_commit(
+        &self,
+        message: &str,
+        tree: &git2::Tree<'_>,
+        parents: &[&git2::Commit<'_>],
+    ) -> Result<Oid, git2::Error> {
+        let who = Signature::now(&self.author.0, &self.author.1)?;
+        super::signing::create_commit(
+            self.mirror.repo(),
+            self.signer.as_deref(),
+            &who,
+            message,
+            tree,
+            parents,
+        )
     }
 
     /// Each try (a fetch and a push) gives up after `timeout`.
@@ -264,9 +294,8 @@ impl StatusWriter {
         }
         let (tree, _) = tree_with(repo, Some(&base), &edits).map_err(GitError::from)?;
         let tree = repo.find_tree(tree).map_err(GitError::from)?;
-        let signature = Signature::now(&self.author.0, &self.author.1).map_err(GitError::from)?;
-        let commit = repo
-            .commit(None, &signature, &signature, &message, &tree, &[&parent])
+        let commit = self
+            .new_commit(&message, &tree, &[&parent])
             .map_err(GitError::from)?;
         Ok(Some(commit))
     }
@@ -311,16 +340,8 @@ impl StatusWriter {
             return Ok(None);
         }
         let tree = repo.find_tree(tree_with(repo, base.as_ref(), &edits)?.0)?;
-        let signature = Signature::now(&self.author.0, &self.author.1)?;
         let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-        let commit = repo.commit(
-            None,
-            &signature,
-            &signature,
-            &commit_message(&changed),
-            &tree,
-            &parents,
-        )?;
+        let commit = self.new_commit(&commit_message(&changed), &tree, &parents)?;
         Ok(Some(commit))
     }
 

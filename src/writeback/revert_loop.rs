@@ -39,6 +39,8 @@ pub struct RevertConfig {
     pub cache_dir: PathBuf,
     pub author_name: String,
     pub author_email: String,
+    /// `--git-signing-key`: the commits are signed with it.
+    pub signer: Option<std::sync::Arc<crate::writeback::signing::CommitSigner>>,
     /// How long one fetch-and-push may take.
     pub timeout: Duration,
     /// The Git host's API, for pull requests (the commit statuses' host and token).
@@ -194,7 +196,7 @@ fn reverter(config: &RevertConfig) -> Reverter {
                     &c.author_name,
                     &c.author_email,
                 )
-                .map(|w| w.with_timeout(c.timeout))
+                .map(|w| w.with_timeout(c.timeout).with_signer(c.signer.clone()))
             })
         },
         writer: None,

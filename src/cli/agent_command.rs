@@ -98,13 +98,7 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         .clone()
         .unwrap_or_else(|| args.lease_namespace.clone());
     let commit_status = commit_status_config(args)?;
-    let signer = match &args.git_signing_key {
-        Some(path) => Some(Arc::new(
-            crate::writeback::signing::CommitSigner::read(path)
-                .map_err(|e| Error::Usage(e.to_string()))?,
-        )),
-        None => None,
-    };
+    let signer = commit_signer(args)?;
     let notifications = match &args.notifications_file {
         Some(file) => Some(
             crate::notify::NotifyConfig::load(
@@ -204,6 +198,17 @@ fn fleet_config(
         dir: sibling_dir(cache_dir, "fleet"),
         timeout: args.git_timeout,
     }))
+}
+
+/// The key every commit the agent writes is signed with (`--git-signing-key`), read once.
+fn commit_signer(args: &AgentArgs) -> Result<Option<Arc<crate::writeback::signing::CommitSigner>>> {
+    let Some(path) = &args.git_signing_key else {
+        return Ok(None);
+    };
+    let signer = crate::writeback::signing::CommitSigner::read(path)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    tracing::info!(key = %signer.fingerprint(), "commits are signed");
+    Ok(Some(Arc::new(signer)))
 }
 
 /// Where the image automation reads its policies and commits tags (`--image-automation`):

@@ -56,18 +56,28 @@ fn start(
     ca: &std::path::Path,
     scan_every: &str,
 ) -> Agent {
-    start_agent(
-        dir,
-        &[
-            format!("--repo-url=file://{}", bare.display()),
-            "--poll-interval=1s".into(),
-            "--image-automation=true".into(),
-            format!("--image-scan-interval={scan_every}"),
-            format!("--ca-file={}", ca.display()),
-            "--writeback=false".into(),
-        ],
-        ns,
-    )
+    start_with(dir, bare, ns, ca, scan_every, &[])
+}
+
+/// [`start`] with more flags.
+fn start_with(
+    dir: &std::path::Path,
+    bare: &std::path::Path,
+    ns: &str,
+    ca: &std::path::Path,
+    scan_every: &str,
+    more: &[String],
+) -> Agent {
+    let mut flags = vec![
+        format!("--repo-url=file://{}", bare.display()),
+        "--poll-interval=1s".into(),
+        "--image-automation=true".into(),
+        format!("--image-scan-interval={scan_every}"),
+        format!("--ca-file={}", ca.display()),
+        "--writeback=false".into(),
+    ];
+    flags.extend_from_slice(more);
+    start_agent(dir, &flags, ns)
 }
 
 /// The spec's image on the remote's main.
@@ -130,28 +140,79 @@ async fn declared_too_large(agent: &Agent) -> String {
     String::from_utf8_lossy(&answer[..n]).into_owned()
 }
 
-#[tokio::test]
-async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_lost() {
+/// What every test here starts from: linnet's CRDs, a namespace, and distribution's registry
+/// over HTTPS with the test's own CA (needing Basic credentials `ci`/[`PASSWORD`] when
+/// `private`), its repository `127.0.0.1:<port>/team/web`.
+struct Setup {
+    client: kube::Client,
+    ns: TestNamespace,
+    tmp: tempfile::TempDir,
+    tools: std::path::PathBuf,
+    ca: TestCa,
+    ca_file: std::path::PathBuf,
+    port: u16,
+    repository: String,
+    _registry: Registry,
+}
+
+/// The private registry's password for user `ci`.
+const PASSWORD: &str = "s3cret-pw";
+
+async fn setup(ns_prefix: &str, private: bool) -> Setup {
     let client = admin_client().await;
     install_linnet(&client).await;
-    let ns = TestNamespace::create(&client, "images").await;
+    let ns = TestNamespace::create(&client, ns_prefix).await;
     let tmp = tempfile::tempdir().unwrap();
     let tools = registry_tools();
-    let ca = TestCa::new("registry CA");
+    let ca = TestCa::new(&format!("{ns_prefix} registry CA"));
     let ca_file = ca.write(tmp.path(), "ca.pem");
     let port = support::ports::free_port();
     let reg_dir = tmp.path().join("registry");
     std::fs::create_dir_all(&reg_dir).unwrap();
-    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
-    let repository = format!("127.0.0.1:{port}/team/web");
+    let htpasswd = reg_dir.join("htpasswd");
+    if private {
+        let hash = bcrypt::hash(PASSWORD, 4).unwrap();
+        std::fs::write(&htpasswd, format!("ci:{hash}\n")).unwrap();
+    }
+    let registry = Registry::start_private(
+        &tools,
+        &reg_dir,
+        port,
+        Some(&ca.server_cert()),
+        private.then_some(htpasswd.as_path()),
+    );
+    Setup {
+        client,
+        ns,
+        tools,
+        ca,
+        ca_file,
+        port,
+        repository: format!("127.0.0.1:{port}/team/web"),
+        _registry: registry,
+        tmp,
+    }
+}
+
+#[tokio::test]
+async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_lost() {
+    let Setup {
+        client,
+        ns,
+        tmp,
+        tools,
+        ca_file,
+        repository,
+        ..
+    } = &setup("images", false).await;
     let first = format!("{repository}:1.0.0");
-    push_image(&tools, tmp.path(), &first, "1.0.0");
+    push_image(tools, tmp.path(), &first, "1.0.0");
 
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     std::fs::create_dir_all(work.join("apps")).unwrap();
     std::fs::create_dir_all(work.join("policies")).unwrap();
     std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
-    std::fs::write(work.join("policies/web.yaml"), semver_policy(&repository)).unwrap();
+    std::fs::write(work.join("policies/web.yaml"), semver_policy(repository)).unwrap();
     std::fs::write(work.join("apps/worker.yaml"), worker_yaml(&ns.name, &first)).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web and its image policy"]);
@@ -163,7 +224,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
 
     let agent_dir = tmp.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
-    let mut agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
+    let mut agent = start(&agent_dir, &bare, &ns.name, ca_file, "1s");
     wait_ready(&agent).await;
     let api: Api<CanaryDeployment> = Api::namespaced(client.clone(), &ns.name);
     support::eventually("web stable on 1.0.0", Duration::from_secs(90), || {
@@ -174,8 +235,8 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     .await;
 
     // A tag outside the range, and a pre-release, are never written.
-    tag_image(&tools, &first, "2.0.0");
-    tag_image(&tools, &first, "1.1.0-rc.1");
+    tag_image(tools, &first, "2.0.0");
+    tag_image(tools, &first, "1.1.0-rc.1");
     support::let_time_pass("three scans", Duration::from_secs(4)).await;
     assert_eq!(image_in_git(&bare), first);
     assert!(
@@ -186,7 +247,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
 
     // A new tag in the range is in Git within a scan or two, and the rollout canaries it.
     let second = format!("{repository}:1.1.0");
-    let digest = push_image(&tools, tmp.path(), &second, "1.1.0");
+    let digest = push_image(tools, tmp.path(), &second, "1.1.0");
     support::eventually("1.1.0 in Git", Duration::from_secs(30), || {
         let bare = bare.clone();
         let second = second.clone();
@@ -289,7 +350,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     let mut took = Vec::new();
     for minor in 2..(2 + UPDATES) {
         let next = format!("{repository}:1.{minor}.0");
-        push_image(&tools, tmp.path(), &next, &next);
+        push_image(tools, tmp.path(), &next, &next);
         let pushed = std::time::Instant::now();
         support::eventually(
             &format!("1.{minor}.0 in Git"),
@@ -339,7 +400,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     // on the agent scans once at its start and then only when a registry's webhook says so.
     agent.child.kill().unwrap();
     agent.child.wait().unwrap();
-    agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1h");
+    agent = start(&agent_dir, &bare, &ns.name, ca_file, "1h");
     wait_ready(&agent).await;
     support::let_time_pass("three scans after the restart", Duration::from_secs(4)).await;
     assert_eq!(
@@ -380,7 +441,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     // A registry's webhook: a caller without the token gets 401 and wakes nothing; a body
     // over the limit 413; distribution's notification makes the scan at once.
     let newer = format!("{repository}:1.{}.0", 2 + UPDATES);
-    push_image(&tools, tmp.path(), &newer, "newer");
+    push_image(tools, tmp.path(), &newer, "newer");
     assert_eq!(registry_hook(&agent, None, "{}").await, 401);
     assert_eq!(
         registry_hook(&agent, Some("wrong-secret-wrong"), "{}").await,
@@ -419,7 +480,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
 
     // The same tag pushed again with other content (a moved tag): flagged, Git left alone.
     let commits = image_commits(&bare).len();
-    push_image(&tools, tmp.path(), &newer, "moved under the same tag");
+    push_image(tools, tmp.path(), &newer, "moved under the same tag");
     assert_eq!(registry_hook(&agent, Some(SECRET), "{}").await, 202);
     support::eventually("the moved tag flagged", Duration::from_secs(15), || {
         let log = agent.log.clone();
@@ -494,26 +555,16 @@ async fn hostile_registry(ca: &TestCa) -> (u16, Arc<std::sync::Mutex<Vec<(String
 #[tokio::test]
 async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_429_backs_off() {
     use base64::Engine as _;
-    let client = admin_client().await;
-    install_linnet(&client).await;
-    let ns = TestNamespace::create(&client, "images-private").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let tools = registry_tools();
-    let ca = TestCa::new("private registry CA");
-    let ca_file = ca.write(tmp.path(), "ca.pem");
-    let port = support::ports::free_port();
-    let reg_dir = tmp.path().join("registry");
-    std::fs::create_dir_all(&reg_dir).unwrap();
-    let htpasswd = reg_dir.join("htpasswd");
-    let hash = bcrypt::hash("s3cret-pw", 4).unwrap();
-    std::fs::write(&htpasswd, format!("ci:{hash}\n")).unwrap();
-    let _registry = Registry::start_private(
-        &tools,
-        &reg_dir,
+    let Setup {
+        ns,
+        tmp,
+        tools,
+        ca,
+        ca_file,
         port,
-        Some(&ca.server_cert()),
-        Some(&htpasswd),
-    );
+        repository,
+        ..
+    } = &setup("images-private", true).await;
     let docker_config = |password: &str| {
         let auth = base64::engine::general_purpose::STANDARD.encode(format!("ci:{password}"));
         format!(r#"{{"auths": {{"127.0.0.1:{port}": {{"auth": "{auth}"}}}}}}"#)
@@ -521,21 +572,20 @@ async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_42
     // crane pushes with the right credentials; the agent starts with a wrong password.
     let crane_config = tmp.path().join("docker");
     std::fs::create_dir_all(&crane_config).unwrap();
-    std::fs::write(crane_config.join("config.json"), docker_config("s3cret-pw")).unwrap();
+    std::fs::write(crane_config.join("config.json"), docker_config(PASSWORD)).unwrap();
     let credentials = tmp.path().join("registry-credentials.json");
     std::fs::write(&credentials, docker_config("wrong")).unwrap();
-    let repository = format!("127.0.0.1:{port}/team/web");
     let first = format!("{repository}:1.0.0");
-    support::registry::push_image_as(&tools, tmp.path(), &first, "1.0.0", Some(&crane_config));
+    support::registry::push_image_as(tools, tmp.path(), &first, "1.0.0", Some(&crane_config));
     let second = format!("{repository}:1.1.0");
-    support::registry::push_image_as(&tools, tmp.path(), &second, "1.1.0", Some(&crane_config));
+    support::registry::push_image_as(tools, tmp.path(), &second, "1.1.0", Some(&crane_config));
 
-    let (hostile_port, seen) = hostile_registry(&ca).await;
+    let (hostile_port, seen) = hostile_registry(ca).await;
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     std::fs::create_dir_all(work.join("apps")).unwrap();
     std::fs::create_dir_all(work.join("policies")).unwrap();
     std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
-    std::fs::write(work.join("policies/web.yaml"), semver_policy(&repository)).unwrap();
+    std::fs::write(work.join("policies/web.yaml"), semver_policy(repository)).unwrap();
     let hostile = semver_policy(&format!("127.0.0.1:{hostile_port}/team/web"))
         .replace("name: web", "name: mirror");
     std::fs::write(work.join("policies/mirror.yaml"), hostile).unwrap();
@@ -552,18 +602,13 @@ async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_42
 
     let agent_dir = tmp.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
-    let agent = start_agent(
+    let agent = start_with(
         &agent_dir,
-        &[
-            format!("--repo-url=file://{}", bare.display()),
-            "--poll-interval=1s".into(),
-            "--image-automation=true".into(),
-            "--image-scan-interval=1s".into(),
-            format!("--ca-file={}", ca_file.display()),
-            format!("--registry-credentials={}", credentials.display()),
-            "--writeback=false".into(),
-        ],
+        &bare,
         &ns.name,
+        ca_file,
+        "1s",
+        &[format!("--registry-credentials={}", credentials.display())],
     );
     wait_ready(&agent).await;
     support::eventually(
@@ -581,7 +626,7 @@ async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_42
     assert_eq!(image_in_git(&bare), first);
 
     // The Secret is rotated: the next scan uses it, and 1.1.0 is committed.
-    std::fs::write(&credentials, docker_config("s3cret-pw")).unwrap();
+    std::fs::write(&credentials, docker_config(PASSWORD)).unwrap();
     support::eventually("1.1.0 in Git", Duration::from_secs(30), || {
         let (bare, second) = (bare.clone(), second.clone());
         async move { (image_in_git(&bare) == second).then_some(()) }
@@ -596,7 +641,7 @@ async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_42
     )
     .await;
     let seen = seen.lock().unwrap().clone();
-    let secret = base64::engine::general_purpose::STANDARD.encode("ci:s3cret-pw");
+    let secret = base64::engine::general_purpose::STANDARD.encode(format!("ci:{PASSWORD}"));
     assert!(
         seen.iter()
             .all(|(_, auth)| !auth.starts_with("Basic") && !auth.contains(&secret)),
@@ -622,26 +667,23 @@ async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_42
 /// the restarted agent finds the line on its pick, or writes it once.
 #[tokio::test]
 async fn a_pinned_digest_is_written_and_a_kill_9_mid_scan_makes_no_second_commit() {
-    let client = admin_client().await;
-    install_linnet(&client).await;
-    let ns = TestNamespace::create(&client, "images-pinned").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let tools = registry_tools();
-    let ca = TestCa::new("pinned registry CA");
-    let ca_file = ca.write(tmp.path(), "ca.pem");
-    let port = support::ports::free_port();
-    let reg_dir = tmp.path().join("registry");
-    std::fs::create_dir_all(&reg_dir).unwrap();
-    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
-    let repository = format!("127.0.0.1:{port}/team/web");
+    let Setup {
+        client,
+        ns,
+        tmp,
+        tools,
+        ca_file,
+        repository,
+        ..
+    } = &setup("images-pinned", false).await;
     let first = format!("{repository}:1.0.0");
-    push_image(&tools, tmp.path(), &first, "1.0.0");
+    push_image(tools, tmp.path(), &first, "1.0.0");
 
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     std::fs::create_dir_all(work.join("apps")).unwrap();
     std::fs::create_dir_all(work.join("policies")).unwrap();
     std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
-    let pinned = format!("{}  digestPinning: true\n", semver_policy(&repository));
+    let pinned = format!("{}  digestPinning: true\n", semver_policy(repository));
     std::fs::write(work.join("policies/web.yaml"), pinned).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web and its pinned policy"]);
@@ -649,10 +691,10 @@ async fn a_pinned_digest_is_written_and_a_kill_9_mid_scan_makes_no_second_commit
 
     let agent_dir = tmp.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
-    let mut agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
+    let mut agent = start(&agent_dir, &bare, &ns.name, ca_file, "1s");
     wait_ready(&agent).await;
     // The tag in Git is the newest, but not pinned yet: the first scan pins it.
-    let first_digest = stdout_digest(&tools, &first);
+    let first_digest = stdout_digest(tools, &first);
     let first_pinned = format!("{first}@{first_digest}");
     support::eventually("1.0.0 pinned in Git", Duration::from_secs(30), || {
         let (bare, want) = (bare.clone(), first_pinned.clone());
@@ -665,10 +707,10 @@ async fn a_pinned_digest_is_written_and_a_kill_9_mid_scan_makes_no_second_commit
     let mut last = first_pinned.clone();
     for (i, minor) in (1..=5).enumerate() {
         let reference = format!("{repository}:1.{minor}.0");
-        let digest = push_image(&tools, tmp.path(), &reference, &format!("1.{minor}.0"));
+        let digest = push_image(tools, tmp.path(), &reference, &format!("1.{minor}.0"));
         tokio::time::sleep(Duration::from_millis(400 * i as u64)).await;
         agent.kill();
-        agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
+        agent = start(&agent_dir, &bare, &ns.name, ca_file, "1s");
         let want = format!("{reference}@{digest}");
         support::eventually(&format!("{want} in Git"), Duration::from_secs(45), || {
             let (bare, want) = (bare.clone(), want.clone());
@@ -716,22 +758,18 @@ fn stdout_digest(tools: &std::path::Path, reference: &str) -> String {
 #[tokio::test]
 async fn newest_build_picks_the_image_built_last() {
     use support::registry::set_created;
-    let client = admin_client().await;
-    install_linnet(&client).await;
-    let ns = TestNamespace::create(&client, "images-built").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let tools = registry_tools();
-    let ca = TestCa::new("build time registry CA");
-    let ca_file = ca.write(tmp.path(), "ca.pem");
-    let port = support::ports::free_port();
-    let reg_dir = tmp.path().join("registry");
-    std::fs::create_dir_all(&reg_dir).unwrap();
-    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
-    let repository = format!("127.0.0.1:{port}/team/web");
+    let Setup {
+        ns,
+        tmp,
+        tools,
+        ca_file,
+        repository,
+        ..
+    } = &setup("images-built", false).await;
     let push = |tag: &str, created: &str| {
         let reference = format!("{repository}:{tag}");
-        push_image(&tools, tmp.path(), &reference, tag);
-        set_created(&tools, &reference, created);
+        push_image(tools, tmp.path(), &reference, tag);
+        set_created(tools, &reference, created);
         reference
     };
     let first = push("main-aaa", "2026-12-04T10:00:00Z");
@@ -757,7 +795,7 @@ async fn newest_build_picks_the_image_built_last() {
 
     let agent_dir = tmp.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
-    let agent = start(&agent_dir, &bare, &ns.name, &ca_file, "1s");
+    let agent = start(&agent_dir, &bare, &ns.name, ca_file, "1s");
     wait_ready(&agent).await;
     support::eventually("main-mmm in Git", Duration::from_secs(30), || {
         let (bare, want) = (bare.clone(), built_last.clone());
@@ -780,20 +818,17 @@ async fn newest_build_picks_the_image_built_last() {
 /// accepts the signature too.
 #[tokio::test]
 async fn signed_automation_commits_pass_the_agents_own_signature_check() {
-    let client = admin_client().await;
-    install_linnet(&client).await;
-    let ns = TestNamespace::create(&client, "images-signed").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let tools = registry_tools();
-    let ca = TestCa::new("signed registry CA");
-    let ca_file = ca.write(tmp.path(), "ca.pem");
-    let port = support::ports::free_port();
-    let reg_dir = tmp.path().join("registry");
-    std::fs::create_dir_all(&reg_dir).unwrap();
-    let _registry = Registry::start_with(&tools, &reg_dir, port, Some(&ca.server_cert()));
-    let repository = format!("127.0.0.1:{port}/team/web");
+    let Setup {
+        client,
+        ns,
+        tmp,
+        tools,
+        ca_file,
+        repository,
+        ..
+    } = &setup("images-signed", false).await;
     let first = format!("{repository}:1.0.0");
-    push_image(&tools, tmp.path(), &first, "1.0.0");
+    push_image(tools, tmp.path(), &first, "1.0.0");
 
     // A person's key and the agent's, both trusted.
     let keys = tmp.path().join("keys");
@@ -813,7 +848,7 @@ async fn signed_automation_commits_pass_the_agents_own_signature_check() {
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
     std::fs::create_dir_all(work.join("apps")).unwrap();
     std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
-    std::fs::write(work.join("apps/policy.yaml"), semver_policy(&repository)).unwrap();
+    std::fs::write(work.join("apps/policy.yaml"), semver_policy(repository)).unwrap();
     git(&work, &["add", "-A"]);
     let person_key = format!("user.signingkey={}", person.display());
     git(
@@ -833,19 +868,16 @@ async fn signed_automation_commits_pass_the_agents_own_signature_check() {
 
     let agent_dir = tmp.path().join("agent");
     std::fs::create_dir_all(&agent_dir).unwrap();
-    let agent = start_agent(
+    let agent = start_with(
         &agent_dir,
+        &bare,
+        &ns.name,
+        ca_file,
+        "1s",
         &[
-            format!("--repo-url=file://{}", bare.display()),
-            "--poll-interval=1s".into(),
-            "--image-automation=true".into(),
-            "--image-scan-interval=1s".into(),
-            format!("--ca-file={}", ca_file.display()),
-            "--writeback=false".into(),
             format!("--signing-keys={}", keys.display()),
             format!("--git-signing-key={}", agent_key.display()),
         ],
-        &ns.name,
     );
     wait_ready(&agent).await;
     let api: Api<CanaryDeployment> = Api::namespaced(client.clone(), &ns.name);
@@ -856,7 +888,7 @@ async fn signed_automation_commits_pass_the_agents_own_signature_check() {
     .await;
 
     let second = format!("{repository}:1.1.0");
-    push_image(&tools, tmp.path(), &second, "1.1.0");
+    push_image(tools, tmp.path(), &second, "1.1.0");
     support::eventually("1.1.0 in Git", Duration::from_secs(30), || {
         let (bare, second) = (bare.clone(), second.clone());
         async move { (image_in_git(&bare) == second).then_some(()) }

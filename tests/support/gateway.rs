@@ -540,7 +540,24 @@ fn known_pod(pod: &Pod) -> Option<(String, KnownPod)> {
 
 async fn serve_pods(port: u16, addresses: Addresses) {
     let client = client().await;
-    let pods = Api::<Pod>::all(client);
+    // One listener for every address (198.18.0.0/16 is routed to lo): a pod is answered for
+    // from its first request, however late the watch tells of it. Per address only when the
+    // port is taken on this machine.
+    let per_address = match tokio::net::TcpListener::bind(("0.0.0.0", port)).await {
+        Ok(listener) => {
+            tokio::spawn(serve_every_address(
+                listener,
+                addresses.clone(),
+                client.clone(),
+            ));
+            false
+        }
+        Err(e) => {
+            eprintln!("cannot listen on 0.0.0.0:{port} ({e}); listening on each pod's address");
+            true
+        }
+    };
+    let pods = Api::<Pod>::all(client.clone());
     let mut listening: HashSet<IpAddr> = HashSet::new();
     // The uids a relist has listed so far: at its end, the pods it did not list are gone.
     let mut relisted: Option<HashSet<String>> = None;
@@ -595,7 +612,7 @@ async fn serve_pods(port: u16, addresses: Addresses) {
         };
         let ip = known.ip;
         addresses.lock().unwrap().insert(uid, known);
-        if listening.insert(ip) {
+        if per_address && listening.insert(ip) {
             let listener = match tokio::net::TcpListener::bind((ip, port)).await {
                 Ok(l) => l,
                 Err(e) => {
@@ -606,9 +623,11 @@ async fn serve_pods(port: u16, addresses: Addresses) {
                     continue;
                 }
             };
-            let app = axum::Router::new()
-                .fallback(answer)
-                .with_state((ip, addresses.clone()));
+            let app = axum::Router::new().fallback(answer).with_state((
+                ip,
+                addresses.clone(),
+                client.clone(),
+            ));
             tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;
             });
@@ -616,10 +635,62 @@ async fn serve_pods(port: u16, addresses: Addresses) {
     }
 }
 
+/// Answers each connection to any local address as the pod with that address would.
+async fn serve_every_address(
+    listener: tokio::net::TcpListener,
+    addresses: Addresses,
+    client: Client,
+) {
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let Ok(local) = stream.local_addr() else {
+            continue;
+        };
+        let app = axum::Router::new().fallback(answer).with_state((
+            local.ip(),
+            addresses.clone(),
+            client.clone(),
+        ));
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app))
+                .await;
+        });
+    }
+}
+
+/// The pods the API server says have `ip` now, recorded: for an address the watch has not
+/// told of yet.
+async fn look_up(client: &Client, ip: IpAddr, addresses: &Addresses) {
+    let params = kube::api::ListParams::default().fields(&format!("status.podIP={ip}"));
+    let Ok(list) = Api::<Pod>::all(client.clone()).list(&params).await else {
+        return;
+    };
+    let mut a = addresses.lock().unwrap();
+    for pod in &list.items {
+        if let Some((uid, known)) = known_pod(pod) {
+            a.entry(uid).or_insert(known);
+        }
+    }
+}
+
 async fn answer(
-    axum::extract::State((ip, addresses)): axum::extract::State<(IpAddr, Addresses)>,
+    axum::extract::State((ip, addresses, client)): axum::extract::State<(
+        IpAddr,
+        Addresses,
+        Client,
+    )>,
 ) -> (axum::http::StatusCode, String) {
-    let image = owner_of(&addresses.lock().unwrap(), ip).map(|p| p.image.clone());
+    let known = |a: &Addresses| owner_of(&a.lock().unwrap(), ip).map(|p| p.image.clone());
+    let mut image = known(&addresses);
+    if image.is_none() {
+        look_up(&client, ip, &addresses).await;
+        image = known(&addresses);
+    }
     match image {
         // No pod has this address any more: as a connection refused would, through a gateway.
         None => (

@@ -75,9 +75,8 @@ impl Registry {
         digest: &str,
     ) -> Result<Option<jiff::Timestamp>, RegistryError> {
         let mut auth = None;
-        let mut manifest: Manifest = self
-            .get_json(repo, &format!("manifests/{digest}"), &mut auth)
-            .await?;
+        let mut read_from = format!("manifests/{digest}");
+        let mut manifest: Manifest = self.get_json(repo, &read_from, &mut auth).await?;
         if let Some(entries) = &manifest.manifests {
             let linux_amd64 = entries.iter().find(|e| {
                 e.platform
@@ -87,13 +86,20 @@ impl Registry {
             let Some(entry) = linux_amd64.or(entries.first()) else {
                 return Ok(None);
             };
-            let path = format!("manifests/{}", checked_digest(&entry.digest)?);
+            let path = format!(
+                "manifests/{}",
+                checked_digest(&entry.digest, repo, &read_from)?
+            );
             manifest = self.get_json(repo, &path, &mut auth).await?;
+            read_from = path;
         }
         let Some(config) = manifest.config else {
             return Ok(None);
         };
-        let path = format!("blobs/{}", checked_digest(&config.digest)?);
+        let path = format!(
+            "blobs/{}",
+            checked_digest(&config.digest, repo, &read_from)?
+        );
         let config: ImageConfig = self.get_json(repo, &path, &mut auth).await?;
         Ok(config.created.and_then(|c| c.parse().ok()))
     }
@@ -147,14 +153,19 @@ impl Registry {
     }
 }
 
-/// `sha256:` and 64 hex digits: a digest from the registry's answer goes into a URL path.
-fn checked_digest(digest: &str) -> Result<&str, RegistryError> {
+/// `sha256:` and 64 hex digits: a digest from the registry's answer (at `read_from`, under
+/// the repository) goes into a URL path.
+fn checked_digest<'a>(
+    digest: &'a str,
+    repo: &Repository,
+    read_from: &str,
+) -> Result<&'a str, RegistryError> {
     let ok = digest
         .strip_prefix("sha256:")
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
     ok.then_some(digest)
         .ok_or_else(|| RegistryError::BadAnswer {
-            url: String::new(),
+            url: format!("{}v2/{}/{read_from}", repo.base, repo.path),
             reason: format!(
                 "{:?} is not a sha256 digest",
                 digest.get(..80).unwrap_or(digest)
@@ -169,14 +180,20 @@ mod tests {
     #[test]
     fn only_a_sha256_digest_goes_into_a_path() {
         let good = format!("sha256:{}", "a".repeat(64));
-        assert!(checked_digest(&good).is_ok());
+        let repo = Repository::parse("reg.example/web", false).unwrap();
+        assert!(checked_digest(&good, &repo, "manifests/1.0").is_ok());
         for bad in [
             "sha256:../../x",
             "md5:abc",
             "",
             &format!("sha256:{}/", "a".repeat(63)),
         ] {
-            assert!(checked_digest(bad).is_err(), "{bad}");
+            let e = checked_digest(bad, &repo, "manifests/1.0").unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("https://reg.example/v2/web/manifests/1.0: "),
+                "{e}"
+            );
         }
     }
 }

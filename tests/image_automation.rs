@@ -8,6 +8,9 @@
 
 mod support;
 
+#[path = "image_automation/pull_requests.rs"]
+mod pull_requests;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -305,6 +305,11 @@ pub struct AgentArgs {
     /// How often the image automation lists the registries' tags.
     #[arg(help_heading = "Image automation", long, default_value = "1m", value_parser = parse_duration, env = "LINNET_IMAGE_SCAN_INTERVAL")]
     pub image_scan_interval: Duration,
+    /// Let an `ImagePolicy` with `pullRequest.autoMerge` have its pull request merged by the
+    /// agent as soon as it is open (branch protection still applies). Off: every image pull
+    /// request waits for a person, and `autoMerge` is only logged.
+    #[arg(help_heading = "Image automation", long, default_value_t = false, action = clap::ArgAction::Set, env = "LINNET_IMAGE_AUTOMATION_AUTO_MERGE")]
+    pub image_automation_auto_merge: bool,
     /// Credentials for private registries: a Docker config file (`config.json`, or a
     /// `kubernetes.io/dockerconfigjson` Secret mounted as a file), read again at each scan.
     /// Each is sent only to the registry host its `auths` key names, and only over HTTPS.

@@ -149,9 +149,9 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         apply_as: args.sync.apply_as(args.specs.agent_namespace.as_deref()),
         adopt: args.sync.adopt,
         writeback: writeback_config(args, &source, signer.clone()),
-        // Revert pull requests go to the host, with the token, of commit statuses.
+        // Revert and image pull requests go to the same host, with the same token.
         reverts: revert_config(args, &source, commit_status.clone(), signer.clone()),
-        commit_status,
+        commit_status: commit_status.clone(),
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         notifications,
         first_status_wait: args.first_status_wait,
@@ -164,7 +164,7 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         claim_duration: args.lease_duration,
         cluster: args.cluster_identity(),
         fleet: fleet_config(args, &source)?,
-        image_automation: image_automation_config(args, &source, signer)?,
+        image_automation: image_automation_config(args, &source, signer, commit_status)?,
         leader,
         source,
     })
@@ -217,6 +217,7 @@ fn image_automation_config(
     args: &AgentArgs,
     source: &crate::agent::SourceConfig,
     signer: Option<Arc<crate::writeback::signing::CommitSigner>>,
+    host: Option<crate::writeback::commit_status::CommitStatusConfig>,
 ) -> Result<Option<crate::runtime::image_automation::ImageAutomationConfig>> {
     if !args.image_automation {
         return Ok(None);
@@ -244,6 +245,8 @@ fn image_automation_config(
             credentials_file: args.registry_credentials.clone(),
             signer,
             registry_spacing: Duration::from_secs_f64(1.0 / args.registry_rate),
+            host,
+            auto_merge: args.image_automation_auto_merge,
         },
     ))
 }

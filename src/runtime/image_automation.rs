@@ -5,16 +5,20 @@
 //! followed branch like a human's, so the source loop applies it and the rollouts canary it.
 //! Never ends on an error: it says it once and tries again at the next scan.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::plan::image_tags::{Choice, DigestVerdict, TagPolicy, judge_digest};
 use crate::source::git::GitRemote;
 use crate::source::registry::{Registry, Repository};
 use crate::writeback::image_markers::Pick;
+use crate::writeback::image_pull_request::{ProposeError, Proposed, propose};
 use crate::writeback::image_update::{FoundPolicy, Policies, Reason};
+use crate::writeback::pull_request::PullRequests;
 use crate::writeback::push::{Pushed, StatusWriter, WriteError};
+
+mod pick;
+use pick::{History, Picked, pick};
 
 /// Where the automation reads policies and writes commits.
 #[derive(Clone, Debug)]
@@ -37,6 +41,10 @@ pub struct ImageAutomationConfig {
     pub credentials_file: Option<PathBuf>,
     /// The least time between two requests to one registry (`--registry-rate`).
     pub registry_spacing: Duration,
+    /// The Git host's API for policies with `pullRequest` (that of commit statuses).
+    pub host: Option<crate::writeback::commit_status::CommitStatusConfig>,
+    /// `--image-automation-auto-merge`: a policy's `pullRequest.autoMerge` is honoured.
+    pub auto_merge: bool,
 }
 
 /// Scans until the agent stops: at each interval, and at once when `webhook` is told (a
@@ -59,7 +67,17 @@ pub async fn run(
             return;
         }
     };
-    let registry = Registry::new(client, config.registry_spacing);
+    let host = match config.host.clone().map(PullRequests::new).transpose() {
+        Ok(host) => host,
+        Err(e) => {
+            tracing::error!(error = %e, "image automation's pull requests are off");
+            None
+        }
+    };
+    let remotes = Remotes {
+        registry: Registry::new(client, config.registry_spacing),
+        host,
+    };
     let mut clone = GitClone::default();
     let mut backoff = super::registry_backoff::RegistryBackoff::default();
     let mut said: Option<String> = None;
@@ -79,7 +97,7 @@ pub async fn run(
         // registries in a row may take longer than --liveness-deadline.
         let scanning = scan(
             &config,
-            &registry,
+            &remotes,
             &mut clone,
             &mut backoff,
             (&origins, &source),
@@ -107,10 +125,17 @@ pub async fn run(
     }
 }
 
-/// One scan: read, list, pick, commit. Returns what it could not do for some policies.
+/// The registries, and the Git host's pull requests when configured.
+struct Remotes {
+    registry: Registry,
+    host: Option<PullRequests>,
+}
+
+/// One scan: read, list, pick, commit (or propose). Returns what it could not do for some
+/// policies.
 async fn scan(
     config: &ImageAutomationConfig,
-    registry: &Registry,
+    remotes: &Remotes,
     clone: &mut GitClone,
     backoff: &mut super::registry_backoff::RegistryBackoff,
     (origins, source): (
@@ -118,6 +143,7 @@ async fn scan(
         &crate::source::hooks::Waker,
     ),
 ) -> Result<Vec<String>, WriteError> {
+    let registry = &remotes.registry;
     let credentials_problem = refresh_credentials(config, registry);
     let (tip, policies) = read(config, clone).await?;
     let Policies {
@@ -137,10 +163,33 @@ async fn scan(
         failed,
         committed_digests,
     };
-    let reasons = pick_each(config, registry, backoff, &found, &history, &mut problems).await;
-    if reasons.is_empty() {
-        return Ok(problems);
+    let picked = pick_each(config, registry, backoff, &found, &history, &mut problems).await;
+    let (proposed, reasons): (BTreeMap<_, _>, BTreeMap<_, _>) = picked
+        .into_iter()
+        .partition(|(_, r)| r.pull_request.is_some());
+    if !proposed.is_empty() {
+        if let Err(why) = propose_each(config, remotes, clone, (tip, source), proposed).await {
+            problems.push(crate::text::redact_credentials(&why.to_string()));
+        }
     }
+    if !reasons.is_empty() {
+        commit_each(config, clone, tip, reasons, (origins, source)).await?;
+    }
+    Ok(problems)
+}
+
+/// The one commit of the policies that commit to the followed branch; the images' origins
+/// are known at once, and the source is woken to apply it.
+async fn commit_each(
+    config: &ImageAutomationConfig,
+    clone: &mut GitClone,
+    tip: Option<git2::Oid>,
+    reasons: BTreeMap<String, Reason>,
+    (origins, source): (
+        &crate::controller::SharedImageOrigins,
+        &crate::source::hooks::Waker,
+    ),
+) -> Result<(), WriteError> {
     // Nothing to write when neither the tip nor any pick moved since the last write.
     let picks: BTreeMap<String, Pick> = reasons
         .iter()
@@ -148,7 +197,7 @@ async fn scan(
         .collect();
     let this_write = tip.map(|t| (t, picks));
     if this_write.is_some() && clone.written == this_write {
-        return Ok(problems);
+        return Ok(());
     }
     let reasons_by_policy = reasons.clone();
     let (pushed, changes) = blocking(config, clone, move |w| w.set_images(&reasons)).await?;
@@ -181,7 +230,71 @@ async fn scan(
             tracing::info!(%commit, retries, policy = %c.policy, file = %path, line = c.line, from = %c.from, to = %c.to, "image automation committed a new image");
         }
     }
-    Ok(problems)
+    Ok(())
+}
+
+/// The pull request of the policies with `pullRequest`: their changes on a branch of their
+/// own, proposed to the followed branch, and merged when they all ask for it and the agent
+/// allows it. Not looked at again while neither the tip nor the picks moved.
+async fn propose_each(
+    config: &ImageAutomationConfig,
+    remotes: &Remotes,
+    clone: &mut GitClone,
+    (tip, source): (Option<git2::Oid>, &crate::source::hooks::Waker),
+    reasons: BTreeMap<String, Reason>,
+) -> Result<(), ProposeError> {
+    let Some(host) = &remotes.host else {
+        return Err(ProposeError::NoHost {
+            policies: reasons
+                .values()
+                .map(|r| r.policy.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    };
+    let picks: BTreeMap<String, Pick> = reasons
+        .iter()
+        .map(|(k, r)| (k.clone(), r.pick.clone()))
+        .collect();
+    let this_proposal = tip.map(|t| (t, picks));
+    if this_proposal.is_some() && clone.proposed == this_proposal {
+        return Ok(());
+    }
+    let asks_merge = reasons
+        .values()
+        .all(|r| r.pull_request.as_ref().is_some_and(|p| p.auto_merge));
+    let branch = blocking(config, clone, move |w| w.push_image_branch(&reasons)).await?;
+    let Some(branch) = branch else {
+        clone.proposed = this_proposal;
+        return Ok(());
+    };
+    if asks_merge && !config.auto_merge {
+        tracing::warn!(branch = %branch.branch, "pullRequest.autoMerge is set, but this agent runs without --image-automation-auto-merge: the pull request waits for a person");
+    }
+    let outcome = propose(host, &branch, asks_merge && config.auto_merge).await?;
+    clone.proposed = this_proposal;
+    match outcome {
+        Proposed::Opened { url, .. } => {
+            for (path, c) in &branch.changes {
+                tracing::info!(%url, policy = %c.policy, file = %path, line = c.line, from = %c.from, to = %c.to, "image automation opened a pull request");
+            }
+        }
+        Proposed::Found { url, .. } => {
+            tracing::debug!(%url, "image automation's pull request is still open");
+        }
+        Proposed::Merged { url } => {
+            tracing::info!(%url, branch = %branch.branch, "image automation merged its pull request (autoMerge)");
+            source.wake(crate::source::hooks::Wake {
+                host: None,
+                after: None,
+                parent: None,
+            });
+        }
+        Proposed::Declined => {
+            tracing::info!(branch = %branch.branch, "a person closed image automation's pull request: not opened again until a newer tag");
+        }
+    }
+    Ok(())
 }
 
 /// Reads `--registry-credentials` again (a rotated Secret is used without a restart); a file
@@ -269,110 +382,6 @@ async fn read(
     Ok((tip, policies))
 }
 
-/// What the branch's history says about images.
-struct History {
-    /// Images a revert named as failed.
-    failed: BTreeSet<String>,
-    /// Each image's digest when the automation last committed it.
-    committed_digests: BTreeMap<String, String>,
-}
-
-/// What a policy picks.
-enum Picked {
-    Tag(Reason),
-    /// No tag is allowed.
-    Nothing,
-    /// The newest tag is not written, and why (a moved tag, no digest to pin).
-    Refused(String),
-}
-
-/// The policy's newest tag and its digest. A tag a rollout failed on (a revert named it) is
-/// never picked again: a newer one moves on. A tag whose digest is not the one committed
-/// before (pushed again: a moved tag) is refused unless the policy allows moved tags.
-async fn pick(
-    registry: &Registry,
-    found: &FoundPolicy,
-    history: &History,
-    timeout: Duration,
-) -> Result<Picked, crate::source::registry::RegistryError> {
-    let spec = &found.policy.spec;
-    let repo = Repository::parse(&spec.image, spec.insecure)?;
-    // Checked when read from Git.
-    let Ok(order) = TagPolicy::new(spec) else {
-        return Ok(Picked::Nothing);
-    };
-    let (tags, cut) = registry.tags(&repo, timeout * 4).await?;
-    if cut {
-        tracing::warn!(image = %spec.image, kept = tags.len(), "the repository has more tags than are read; the rest are not considered");
-    }
-    let failed = |t: &str| history.failed.contains(&format!("{}:{t}", spec.image));
-    let choice = if order.needs_build_times() {
-        choose_built(registry, &repo, &order, &tags, failed).await?
-    } else {
-        order.choose(tags.iter().map(String::as_str), failed)
-    };
-    let tag = match choice {
-        Choice::Tag(tag) => tag,
-        Choice::Nothing | Choice::HoldFailed(_) => return Ok(Picked::Nothing),
-    };
-    let digest = registry.digest(&repo, tag).await.ok();
-    let reference = format!("{}:{tag}", spec.image);
-    let committed = history
-        .committed_digests
-        .get(&reference)
-        .map(String::as_str);
-    let pinned = match judge_digest(spec, committed, digest.as_deref()) {
-        DigestVerdict::Write { pinned } => pinned,
-        DigestVerdict::Moved { before, now } => {
-            return Ok(Picked::Refused(format!(
-                "tag {reference} moved from {before} to {now} since it was committed; left as \
-                 Git has it (tags are meant to be immutable: push a new tag, or set \
-                 allowMovedTags)"
-            )));
-        }
-        DigestVerdict::NoDigestToPin => {
-            return Ok(Picked::Refused(format!(
-                "the registry gave no digest for {reference}, which digestPinning needs"
-            )));
-        }
-    };
-    Ok(Picked::Tag(Reason {
-        pick: Pick {
-            image: spec.image.clone(),
-            tag: tag.to_string(),
-            pinned,
-        },
-        digest,
-        policy: format!(
-            "ImagePolicy {} ({})",
-            found.policy.metadata.name, found.path
-        ),
-    }))
-}
-
-/// `newestBuild`: the build time of each candidate tag (at most
-/// [`crate::source::registry::MAX_BUILD_TIME_TAGS`], the greatest kept), and the tag built last.
-async fn choose_built<'a>(
-    registry: &Registry,
-    repo: &Repository,
-    order: &TagPolicy,
-    tags: &'a [String],
-    failed: impl Fn(&str) -> bool,
-) -> Result<Choice<'a>, crate::source::registry::RegistryError> {
-    use crate::source::registry::MAX_BUILD_TIME_TAGS;
-    let mut candidates = order.candidates(tags.iter().map(String::as_str));
-    if candidates.len() > MAX_BUILD_TIME_TAGS {
-        tracing::warn!(repository = %repo.path, candidates = candidates.len(), kept = MAX_BUILD_TIME_TAGS, "newestBuild reads the build time of the greatest tags only; narrow the tags with filterTags");
-        candidates.sort_unstable_by(|a, b| b.cmp(a));
-        candidates.truncate(MAX_BUILD_TIME_TAGS);
-    }
-    let mut built = Vec::with_capacity(candidates.len());
-    for tag in candidates {
-        built.push((tag, registry.build_time(repo, tag).await?));
-    }
-    Ok(order.choose_built(built, failed))
-}
-
 /// `namespace:name`, or the name of a policy with no namespace.
 fn qualified(f: &FoundPolicy) -> String {
     let meta = &f.policy.metadata;
@@ -406,6 +415,8 @@ struct GitClone {
     read: Option<(git2::Oid, Policies)>,
     /// The tip and picks of the last write that found every line on its pick.
     written: Option<(git2::Oid, BTreeMap<String, Pick>)>,
+    /// The tip and picks of the last pull request proposed (or found not needed).
+    proposed: Option<(git2::Oid, BTreeMap<String, Pick>)>,
 }
 
 /// Runs `work` on the clone's writer (opened on first use) off the async threads, within

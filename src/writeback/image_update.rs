@@ -59,6 +59,8 @@ pub struct Reason {
     pub digest: Option<String>,
     /// `ImagePolicy web (policies/web.yaml)`.
     pub policy: String,
+    /// The policy proposes its pick in a pull request (`spec.pullRequest`).
+    pub pull_request: Option<crate::api::ImagePullRequest>,
 }
 
 impl StatusWriter {
@@ -132,7 +134,7 @@ impl StatusWriter {
     }
 
     /// A commit on `tip` with every marked line set, or `None` when every line has its pick.
-    fn image_commit(
+    pub(super) fn image_commit(
         &self,
         tip: Oid,
         picks: &BTreeMap<String, Pick>,

@@ -14,6 +14,7 @@ pub mod config_revert;
 pub mod fleet_revert;
 mod image_edit;
 pub mod image_markers;
+pub mod image_pull_request;
 pub mod image_update;
 pub mod promotion;
 pub mod promotion_branch;

@@ -239,16 +239,16 @@ fn no_host() -> Outcome {
 
 /// A pull request to have open: from `branch` into `base`; the others under `prefix` (the
 /// same rollout's, for an earlier failure or image) are closed.
-struct Proposal {
-    prefix: String,
-    branch: String,
-    base: String,
-    title: String,
-    body: String,
+pub(super) struct Proposal {
+    pub(super) prefix: String,
+    pub(super) branch: String,
+    pub(super) base: String,
+    pub(super) title: String,
+    pub(super) body: String,
 }
 
 /// Finds the open pull request of `change` or opens it; closes the rollout's others.
-async fn pull_request(host: &PullRequests, change: &Proposal) -> Outcome {
+pub(super) async fn pull_request(host: &PullRequests, change: &Proposal) -> Outcome {
     let branch = change.branch.as_str();
     let open = match host.open_with_prefix(&change.prefix).await {
         Ok(open) => open,
@@ -303,7 +303,7 @@ async fn close_listed(
         if let Err(e) = host.close(pr.number).await {
             return pr_failed(e);
         }
-        tracing::info!(url = %pr.url, %branch, "closed a revert pull request: Git moved on");
+        tracing::info!(url = %pr.url, %branch, "closed a pull request of linnet's: Git moved on");
         closed += 1;
     }
     Outcome::Closed(closed)

@@ -61,6 +61,22 @@ pub struct ImagePolicySpec {
     /// this is set: tags are meant to be immutable, and a moved one may be an attack.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_moved_tags: bool,
+    /// Propose the new tag in a pull request on the Git host (the host, API and token of
+    /// commit statuses) instead of committing it to the followed branch. One pull request
+    /// carries every such policy's change of a scan; a newer pick replaces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<ImagePullRequest>,
+}
+
+/// `pullRequest: {}` or `pullRequest: {autoMerge: true}`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImagePullRequest {
+    /// Merge the pull request as soon as it is open, when the agent allows it
+    /// (`--image-automation-auto-merge`; branch protection still applies). Otherwise it waits
+    /// for a person.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_merge: bool,
 }
 
 /// One ordering of tags (exactly one field set).

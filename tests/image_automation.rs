@@ -10,6 +10,8 @@ mod support;
 
 #[path = "image_automation/pull_requests.rs"]
 mod pull_requests;
+#[path = "image_automation/signatures.rs"]
+mod signatures;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

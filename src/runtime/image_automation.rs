@@ -167,10 +167,10 @@ async fn scan(
     let (proposed, reasons): (BTreeMap<_, _>, BTreeMap<_, _>) = picked
         .into_iter()
         .partition(|(_, r)| r.pull_request.is_some());
-    if !proposed.is_empty() {
-        if let Err(why) = propose_each(config, remotes, clone, (tip, source), proposed).await {
-            problems.push(crate::text::redact_credentials(&why.to_string()));
-        }
+    if !proposed.is_empty()
+        && let Err(why) = propose_each(config, remotes, clone, (tip, source), proposed).await
+    {
+        problems.push(crate::text::redact_credentials(&why.to_string()));
     }
     if !reasons.is_empty() {
         commit_each(config, clone, tip, reasons, (origins, source)).await?;

@@ -15,9 +15,13 @@ use std::time::{Duration, Instant};
 use super::registry_auth::{Credential, RegistryCredentials};
 
 mod build_time;
+mod headers;
+mod signatures;
 pub use build_time::MAX_BUILD_TIME_TAGS;
+use headers::{bearer_params, next_page};
+pub use signatures::{CosignKeys, KeyError, Signed};
 
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, LINK, WWW_AUTHENTICATE};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, WWW_AUTHENTICATE};
 use url::Url;
 
 /// The largest page of a tag list read (Docker Hub's pages of 1,000 tags are about 30 KiB).
@@ -137,6 +141,8 @@ pub struct Registry {
     next_request: Mutex<HashMap<String, Instant>>,
     /// Build times by manifest digest (`newestBuild`).
     built: Mutex<HashMap<String, Option<jiff::Timestamp>>>,
+    /// Digests found signed, with the keys' fingerprint (`verify.cosign`).
+    signed: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Registry {
@@ -149,6 +155,7 @@ impl Registry {
             spacing,
             next_request: Mutex::default(),
             built: Mutex::default(),
+            signed: Mutex::default(),
         }
     }
 
@@ -465,35 +472,6 @@ async fn bounded_body(
         body.extend_from_slice(&chunk);
     }
     Ok(body)
-}
-
-/// The next page from a `Link: </v2/…?last=…>; rel="next"` header, on the same registry only.
-fn next_page(url: &Url, headers: &HeaderMap) -> Option<Url> {
-    let link = headers.get(LINK)?.to_str().ok()?;
-    // `<a>; rel="prev", <b>; rel="next"`: each link is `<target>` and its parameters.
-    let target = link.split('<').skip(1).find_map(|entry| {
-        let (target, params) = entry.split_once('>')?;
-        let rel = params
-            .split(';')
-            .filter_map(|p| p.trim().strip_prefix("rel="))
-            .any(|r| r.trim_matches(|c| c == '"' || c == ',' || c == ' ') == "next");
-        rel.then_some(target)
-    })?;
-    let next = url.join(target.trim()).ok()?;
-    (next.origin() == url.origin() && next.path() == url.path()).then_some(next)
-}
-
-/// `Bearer realm="…",service="…",scope="…"` as (key, value) pairs.
-fn bearer_params(challenge: &str) -> Option<Vec<(String, String)>> {
-    let rest = challenge
-        .strip_prefix("Bearer ")
-        .or_else(|| challenge.strip_prefix("bearer "))?;
-    let mut out = Vec::new();
-    for part in rest.split(',') {
-        let (k, v) = part.split_once('=')?;
-        out.push((k.trim().to_string(), v.trim().trim_matches('"').to_string()));
-    }
-    Some(out)
 }
 
 #[cfg(test)]

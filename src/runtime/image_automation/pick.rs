@@ -76,6 +76,9 @@ pub(super) async fn pick(
             )));
         }
     };
+    if let Some(why) = unsigned(registry, &repo, spec, &reference, digest.as_deref()).await? {
+        return Ok(Picked::Refused(why));
+    }
     Ok(Picked::Tag(Reason {
         pick: Pick {
             image: spec.image.clone(),
@@ -112,4 +115,38 @@ async fn choose_built<'a>(
         built.push((tag, registry.build_time(repo, tag).await?));
     }
     Ok(order.choose_built(built, failed))
+}
+
+/// Why the picked image may not be written when the policy requires a signature
+/// (`verify.cosign`); `None` when it is signed or none is required.
+async fn unsigned(
+    registry: &Registry,
+    repo: &Repository,
+    spec: &crate::api::ImagePolicySpec,
+    reference: &str,
+    digest: Option<&str>,
+) -> Result<Option<String>, crate::source::registry::RegistryError> {
+    use crate::source::registry::{CosignKeys, Signed};
+    let Some(verify) = &spec.verify else {
+        return Ok(None);
+    };
+    let keys = match CosignKeys::parse(&verify.cosign.public_keys) {
+        Ok(keys) => keys,
+        Err(e) => return Ok(Some(e.to_string())),
+    };
+    let Some(digest) = digest else {
+        return Ok(Some(format!(
+            "the registry gave no digest for {reference}, whose signature the policy requires"
+        )));
+    };
+    Ok(match registry.cosign_signed(repo, digest, &keys).await? {
+        Signed::Yes => None,
+        Signed::NoSignature => Some(format!(
+            "{reference} ({digest}) has no cosign signature; not written (the policy's \
+             verify.cosign requires one: cosign sign --key)"
+        )),
+        Signed::NotByTheseKeys(why) => Some(format!(
+            "{reference} ({digest}) is not signed by a key of the policy ({why}); not written"
+        )),
+    })
 }

@@ -155,7 +155,7 @@ impl Registry {
 
 /// `sha256:` and 64 hex digits: a digest from the registry's answer (at `read_from`, under
 /// the repository) goes into a URL path.
-fn checked_digest<'a>(
+pub(super) fn checked_digest<'a>(
     digest: &'a str,
     repo: &Repository,
     read_from: &str,

@@ -1,4 +1,5 @@
 use super::*;
+use reqwest::header::LINK;
 
 #[test]
 fn a_repository_name_is_read_as_docker_reads_it() {

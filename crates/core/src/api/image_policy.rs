@@ -66,6 +66,28 @@ pub struct ImagePolicySpec {
     /// carries every such policy's change of a scan; a newer pick replaces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<ImagePullRequest>,
+    /// Write a tag only when its image is signed: the agent checks the signature itself
+    /// before anything reaches Git.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<ImageVerification>,
+}
+
+/// How a picked image's signature is checked.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageVerification {
+    pub cosign: CosignVerification,
+}
+
+/// cosign's key-based signatures: the `sha256-<digest>.sig` tag beside the image, whose
+/// payload names the image's digest and is signed by one of these keys.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CosignVerification {
+    /// PEM public keys (`cosign.pub`: ECDSA P-256, or Ed25519); one valid signature by any
+    /// of them is enough.
+    #[schemars(length(min = 1, max = 16))]
+    pub public_keys: Vec<String>,
 }
 
 /// `pullRequest: {}` or `pullRequest: {autoMerge: true}`.

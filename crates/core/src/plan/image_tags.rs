@@ -25,6 +25,11 @@ pub enum PolicyError {
     Pattern { pattern: String, reason: String },
     #[error("filterTags.extract {extract:?} names no capture group of the pattern")]
     Extract { extract: String },
+    #[error(
+        "verify.cosign.publicKeys needs 1 to 16 keys, each a PEM \"-----BEGIN PUBLIC KEY-----\" \
+         block (cosign.pub)"
+    )]
+    PublicKeys,
 }
 
 impl PolicyError {
@@ -35,8 +40,23 @@ impl PolicyError {
             PolicyError::Range { .. } => &["spec", "policy", "semver", "range"],
             PolicyError::Pattern { .. } => &["spec", "filterTags", "pattern"],
             PolicyError::Extract { .. } => &["spec", "filterTags", "extract"],
+            PolicyError::PublicKeys => &["spec", "verify", "cosign", "publicKeys"],
         }
     }
+}
+
+/// cosign's tags beside an image (`sha256-<hex>.sig`, `.att`, `.sbom`): never an image to
+/// deploy, though an alphabetical order would rank them first.
+pub fn is_signature_artifact(tag: &str) -> bool {
+    let Some(rest) = tag.strip_prefix("sha256-") else {
+        return false;
+    };
+    let Some((hex, kind)) = rest.split_once('.') else {
+        return false;
+    };
+    hex.len() == 64
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        && matches!(kind, "sig" | "att" | "sbom")
 }
 
 /// A tag as the OCI distribution spec allows it, `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`: a
@@ -163,6 +183,17 @@ impl TagPolicy {
             _ => Order::NewestBuild,
         };
         let filter = spec.filter_tags.as_ref().map(compile_filter).transpose()?;
+        if let Some(v) = &spec.verify {
+            let keys = &v.cosign.public_keys;
+            let armored = |k: &String| {
+                let k = k.trim();
+                k.starts_with("-----BEGIN PUBLIC KEY-----")
+                    && k.ends_with("-----END PUBLIC KEY-----")
+            };
+            if keys.is_empty() || keys.len() > 16 || !keys.iter().all(armored) {
+                return Err(PolicyError::PublicKeys);
+            }
+        }
         Ok(TagPolicy { order, filter })
     }
 
@@ -226,7 +257,7 @@ impl TagPolicy {
 
     /// What `tag` is ordered by, or `None` when the policy leaves it out.
     fn key(&self, tag: &str) -> Option<Key> {
-        if !is_tag(tag) {
+        if !is_tag(tag) || is_signature_artifact(tag) {
             return None;
         }
         let value = match &self.filter {

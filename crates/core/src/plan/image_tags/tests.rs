@@ -36,6 +36,53 @@ fn newest<'a>(spec: &ImagePolicySpec, tags: &[&'a str]) -> Option<&'a str> {
 }
 
 #[test]
+fn cosigns_signature_tags_are_never_picked_even_alphabetically() {
+    let sig = format!("sha256-{}.sig", "f".repeat(64));
+    let att = format!("sha256-{}.att", "e".repeat(64));
+    let spec = ImagePolicySpec {
+        image: "r.example/web".into(),
+        policy: TagOrder {
+            alphabetical: Some(Ordered {
+                order: Direction::Asc,
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert_eq!(
+        newest(&spec, &["2026-12-01", &sig, &att, "2026-12-04"]),
+        Some("2026-12-04")
+    );
+    assert!(is_signature_artifact(&sig));
+    assert!(!is_signature_artifact("sha256-abc.sig"));
+    assert!(!is_signature_artifact(&format!(
+        "sha256-{}.tar",
+        "f".repeat(64)
+    )));
+}
+
+#[test]
+fn verify_needs_pem_public_keys() {
+    let mut spec = semver("1.x");
+    let key = "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n".to_string();
+    spec.verify = Some(crate::api::ImageVerification {
+        cosign: crate::api::CosignVerification {
+            public_keys: vec![key.clone()],
+        },
+    });
+    assert!(TagPolicy::new(&spec).is_ok());
+    for keys in [vec![], vec!["AAAA".to_string()], vec![key; 17]] {
+        spec.verify = Some(crate::api::ImageVerification {
+            cosign: crate::api::CosignVerification { public_keys: keys },
+        });
+        let Err(e) = TagPolicy::new(&spec) else {
+            panic!("keys {:?} were taken", spec.verify);
+        };
+        assert_eq!(e.field(), ["spec", "verify", "cosign", "publicKeys"]);
+    }
+}
+
+#[test]
 fn newest_build_picks_the_tag_built_last_and_holds_a_failed_one() {
     let spec = ImagePolicySpec {
         image: "r.example/web".into(),

@@ -4,7 +4,9 @@
 //! versionedConfig, and a Partition one `kvp`; write-back with commit statuses; notifications
 //! to a signed webhook receiver that answers 503 to every third request; drift checks every
 //! `LINNET_SOAK_DRIFT` (10 s); a push every 30 s changing one rollout in turn; a request
-//! through the gateway every 100 ms. It runs `LINNET_SOAK_SECS` (180 in `make test`, 3600 in
+//! through the gateway every 100 ms. `web`'s turn is an image pushed to a registry, not a
+//! Git push: the image automation (an `ImagePolicy`, scans every 2 s) commits the new tag to
+//! Git, and the node's containerd pulls it from the registry. It runs `LINNET_SOAK_SECS` (180 in `make test`, 3600 in
 //! `make soak`) and writes its report to `LINNET_SOAK_REPORT` (bench/SOAK.md for `make soak`).
 //!
 //! Checked over the whole run, each a line of the report:
@@ -43,6 +45,10 @@ use support::soak::{
     memory_flat, requests_every_100ms, rss_kib, stretches_of,
 };
 use support::{TestNamespace, admin_client, git, install_linnet, node};
+
+#[path = "soak/web_images.rs"]
+mod web_images;
+use web_images::WebImages;
 
 const PORT: u16 = 8080;
 const PUSH_EVERY: Duration = Duration::from_secs(30);
@@ -83,14 +89,18 @@ fn real_pod(app: &str, volume: bool) -> Value {
     pod
 }
 
-fn web(ns: &str, tag: &str, prometheus: &str) -> Value {
+fn web(ns: &str, image: &str, prometheus: &str) -> Value {
+    let mut pod = real_pod("web", false);
+    // Pulled from the soak's registry by the node's containerd.
+    pod["spec"]["containers"][0]["image"] = json!(image);
+    pod["spec"]["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
     json!({
         "apiVersion": "rollouts.linnet.dev/v1alpha1",
         "kind": "CanaryDeployment",
         "metadata": {"name": "web", "namespace": ns},
         "spec": {
             "replicas": 3,
-            "image": format!("{}:{tag}", node::KV_IMAGE),
+            "image": image,
             "strategy": {"type": "Batches"},
             "batches": 2,
             "pause": "None",
@@ -107,7 +117,7 @@ fn web(ns: &str, tag: &str, prometheus: &str) -> Value {
             },
             "template": {
                 "selector": {"matchLabels": {"app": "web"}},
-                "template": real_pod("web", false),
+                "template": pod,
             }
         }
     })
@@ -152,6 +162,41 @@ fn write_yaml(work: &std::path::Path, file: &str, docs: &[Value]) {
     std::fs::write(work.join("soak").join(file), text.join("\n---\n")).unwrap();
 }
 
+/// Pushes `work`'s main, rebased on the remote's when the image automation committed in
+/// between.
+fn push_rebased(work: &std::path::Path) {
+    for _ in 0..10 {
+        let pushed = std::process::Command::new("git")
+            .args(["push", "-q", "origin", "HEAD:main"])
+            .current_dir(work)
+            .output()
+            .unwrap();
+        if pushed.status.success() {
+            return;
+        }
+        git(work, &["pull", "-q", "--rebase", "origin", "main"]);
+    }
+    panic!("could not push to main in 10 tries");
+}
+
+/// The image automation's commit that put `reference` in `soak/web.yaml` on main.
+async fn image_committed(bare: &std::path::Path, reference: &str) -> String {
+    support::eventually(
+        &format!("the image automation to commit {reference}"),
+        Duration::from_secs(60),
+        || async {
+            let text = support::show_on(bare, "main", "soak/web.yaml").unwrap_or_default();
+            text.contains(&format!("{reference} #")).then(|| {
+                git(
+                    bare,
+                    &["log", "-1", "--format=%H", "main", "--", "soak/web.yaml"],
+                )
+            })
+        },
+    )
+    .await
+}
+
 // ---- what the soak records -------------------------------------------------------------
 
 /// One rollout's status as sampled.
@@ -170,7 +215,8 @@ struct Record {
     statuses: Vec<(Instant, String, Seen)>,
     /// (time, app, "created"/"deleting", pod).
     pods: Vec<(Instant, String, &'static str, String)>,
-    /// (time, app, tag, commit) of each push.
+    /// (time, app, image, commit) of each push (web's: to the registry, and the image
+    /// automation's commit).
     pushes: Vec<(Instant, String, String, String)>,
     /// Agent RSS in KiB, every 5 s.
     memory: Vec<(Instant, u64)>,
@@ -310,18 +356,25 @@ async fn soak_with_everything_on_holds_every_invariant() {
     std::fs::create_dir_all(work.join("soak")).unwrap();
     let mut tags: BTreeMap<&str, usize> = APPS.iter().map(|a| (*a, 0)).collect();
     let mut mode = 0usize;
-    let write_specs = |tags: &BTreeMap<&str, usize>, mode: usize| {
-        write_yaml(
-            &work,
-            "web.yaml",
+    // `web.yaml` is written once: from then on only the image automation changes it.
+    let images = WebImages::start(tmp.path());
+    images.push(0);
+    std::fs::write(
+        work.join("soak/web.yaml"),
+        web_images::web_yaml(
             &[
                 http_route(&ns_name, "web", "web-stable", PORT),
                 // Six measurements 2 s apart: the first batch holds its weight about 14 s,
                 // long enough to check its share.
                 support::gateway::gateway_errors(&ns_name, Some(6)),
-                web(&ns_name, TAGS[tags["web"] % 3], &prometheus.address()),
+                web(&ns_name, &images.reference(0), &prometheus.address()),
             ],
-        );
+            &images.reference(0),
+        ),
+    )
+    .unwrap();
+    std::fs::write(work.join("soak/policy.yaml"), images.policy()).unwrap();
+    let write_specs = |tags: &BTreeMap<&str, usize>, mode: usize| {
         write_yaml(
             &work,
             "kv.yaml",
@@ -376,6 +429,8 @@ async fn soak_with_everything_on_holds_every_invariant() {
                 "--notifications-file={}",
                 dir.join("notifications.yaml").display()
             ),
+            "--image-automation=true".into(),
+            "--image-scan-interval=2s".into(),
         ],
         &ns_name,
     );
@@ -484,14 +539,17 @@ async fn soak_with_everything_on_holds_every_invariant() {
     );
 
     // Everything up on v1 first.
-    let image = |tag: &str| format!("{}:{tag}", node::KV_IMAGE);
+    let image_of = |app: &str, n: usize| match app {
+        "web" => images.reference(n),
+        _ => format!("{}:{}", node::KV_IMAGE, TAGS[n % 3]),
+    };
     let all_settled = |rec: &Record, tags: &BTreeMap<&str, usize>| {
         APPS.iter().all(|app| {
             rec.statuses
                 .iter()
                 .rev()
                 .find(|(_, a, _)| a == app)
-                .is_some_and(|(_, _, s)| settled(s, &image(TAGS[tags[app] % 3])))
+                .is_some_and(|(_, _, s)| settled(s, &image_of(app, tags[app])))
         })
     };
     support::eventually(
@@ -512,28 +570,40 @@ async fn soak_with_everything_on_holds_every_invariant() {
     );
     let started = Instant::now();
 
-    // A push every 30 s, each rollout in turn.
+    // A push every 30 s, each rollout in turn: web's to the registry, the others' to Git.
     let mut push = 0usize;
     while started.elapsed() < run_for {
         let app = APPS[push % APPS.len()];
         *tags.get_mut(app).unwrap() += 1;
-        if app == "kv" {
-            mode += 1;
+        if app == "web" {
+            let pushed_at = Instant::now();
+            let reference = images.push(tags["web"]);
+            let commit = image_committed(&bare, &reference).await;
+            record
+                .lock()
+                .unwrap()
+                .pushes
+                .push((pushed_at, app.to_string(), reference, commit));
+        } else {
+            if app == "kv" {
+                mode += 1;
+            }
+            // The image automation commits to main too: start from its tip.
+            git(&work, &["pull", "-q", "--rebase", "origin", "main"]);
+            write_specs(&tags, mode);
+            git(&work, &["add", "-A"]);
+            let tag = TAGS[tags[app] % 3];
+            git(&work, &["commit", "-qm", &format!("soak: {app} to {tag}")]);
+            push_rebased(&work);
+            let commit = git(&work, &["rev-parse", "HEAD"]);
+            record.lock().unwrap().pushes.push((
+                Instant::now(),
+                app.to_string(),
+                image_of(app, tags[app]),
+                commit,
+            ));
+            let _ = agent.push_webhook().await;
         }
-        write_specs(&tags, mode);
-        git(&work, &["add", "-A"]);
-        let tag = TAGS[tags[app] % 3];
-        git(&work, &["commit", "-qm", &format!("soak: {app} to {tag}")]);
-        // Write-back commits to its own branch, so the push never needs a rebase here.
-        git(&work, &["push", "-q", "origin", "HEAD:main"]);
-        let commit = git(&work, &["rev-parse", "HEAD"]);
-        record.lock().unwrap().pushes.push((
-            Instant::now(),
-            app.to_string(),
-            tag.to_string(),
-            commit,
-        ));
-        let _ = agent.push_webhook().await;
         push += 1;
         let next = started + PUSH_EVERY * push as u32;
         tokio::time::sleep_until(next.into()).await;
@@ -604,12 +674,13 @@ async fn soak_with_everything_on_holds_every_invariant() {
     // Each rollout's runs: from its push (or the start) until it settled on that image.
     let mut runs: Vec<(String, Instant, Instant)> = Vec::new();
     for app in APPS {
-        let mut starts: Vec<(Instant, String)> = vec![(t0 - Duration::from_secs(600), image("v1"))];
+        let mut starts: Vec<(Instant, String)> =
+            vec![(t0 - Duration::from_secs(600), image_of(app, 0))];
         starts.extend(
             rec.pushes
                 .iter()
                 .filter(|(_, a, _, _)| a == app)
-                .map(|(t, _, tag, _)| (*t, image(tag))),
+                .map(|(t, _, image, _)| (*t, image.clone())),
         );
         for (start, want) in starts {
             let end = rec
@@ -702,10 +773,10 @@ async fn soak_with_everything_on_holds_every_invariant() {
             .or_default() += 1;
     }
     let mut want: BTreeMap<(String, String, String), usize> = BTreeMap::new();
-    for (_, app, tag, _) in &rec.pushes {
+    for (_, app, image, _) in &rec.pushes {
         for event in ["CanaryStarted", "Promoted"] {
             *want
-                .entry((app.clone(), event.to_string(), image(tag)))
+                .entry((app.clone(), event.to_string(), image.clone()))
                 .or_default() += 1;
         }
     }
@@ -753,7 +824,7 @@ async fn soak_with_everything_on_holds_every_invariant() {
     let mut files_off = Vec::new();
     for app in APPS {
         let path = linnet::writeback::status_files::path("soak", &ns_name, app);
-        let want = image(TAGS[tags[app] % 3]);
+        let want = image_of(app, tags[app]);
         let text = support::show_on(&bare, "linnet/status", &path).unwrap_or_default();
         if !text.contains(&format!("stable: {want}")) {
             files_off.push(format!("{path} does not say stable: {want}"));
@@ -801,7 +872,8 @@ async fn soak_with_everything_on_holds_every_invariant() {
     let text = format!(
         "# Soak\n\n`LINNET_SOAK_SECS={} LINNET_SOAK_DRIFT={drift}` (`make soak` writes this file; \
          `make test` runs 180 s into target/soak.md). Pods on the real node; pushes every \
-         {} s, one rollout each in turn; {} pushes; {phases} status changes sampled. \
+         {} s, one rollout each in turn (web's an image to the registry, committed by the \
+         image automation); {} pushes; {phases} status changes sampled. \
          Written {}.\n\n{}",
         run_for.as_secs(),
         PUSH_EVERY.as_secs(),

@@ -85,6 +85,15 @@ fn start_with(
     start_agent(dir, &flags, ns)
 }
 
+/// `apps/web.yaml` (the rollout on `first`, marked) and `policies/web.yaml` (`policy`) in
+/// `work`.
+fn write_web_and_policy(work: &std::path::Path, ns: &str, first: &str, policy: &str) {
+    std::fs::create_dir_all(work.join("apps")).unwrap();
+    std::fs::create_dir_all(work.join("policies")).unwrap();
+    std::fs::write(work.join("apps/web.yaml"), marked_web(ns, first)).unwrap();
+    std::fs::write(work.join("policies/web.yaml"), policy).unwrap();
+}
+
 /// The spec's image on the remote's main.
 fn image_in_git(bare: &std::path::Path) -> String {
     let text = git(bare, &["show", "main:apps/web.yaml"]);
@@ -214,10 +223,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     push_image(tools, tmp.path(), &first, "1.0.0");
 
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
-    std::fs::create_dir_all(work.join("apps")).unwrap();
-    std::fs::create_dir_all(work.join("policies")).unwrap();
-    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
-    std::fs::write(work.join("policies/web.yaml"), semver_policy(repository)).unwrap();
+    write_web_and_policy(&work, &ns.name, &first, &semver_policy(repository));
     std::fs::write(work.join("apps/worker.yaml"), worker_yaml(&ns.name, &first)).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web and its image policy"]);
@@ -587,10 +593,7 @@ async fn a_private_registry_is_read_with_credentials_only_its_host_gets_and_a_42
 
     let (hostile_port, seen) = hostile_registry(ca).await;
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
-    std::fs::create_dir_all(work.join("apps")).unwrap();
-    std::fs::create_dir_all(work.join("policies")).unwrap();
-    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
-    std::fs::write(work.join("policies/web.yaml"), semver_policy(repository)).unwrap();
+    write_web_and_policy(&work, &ns.name, &first, &semver_policy(repository));
     let hostile = semver_policy(&format!("127.0.0.1:{hostile_port}/team/web"))
         .replace("name: web", "name: mirror");
     std::fs::write(work.join("policies/mirror.yaml"), hostile).unwrap();
@@ -685,11 +688,8 @@ async fn a_pinned_digest_is_written_and_a_kill_9_mid_scan_makes_no_second_commit
     push_image(tools, tmp.path(), &first, "1.0.0");
 
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
-    std::fs::create_dir_all(work.join("apps")).unwrap();
-    std::fs::create_dir_all(work.join("policies")).unwrap();
-    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
     let pinned = format!("{}  digestPinning: true\n", semver_policy(repository));
-    std::fs::write(work.join("policies/web.yaml"), pinned).unwrap();
+    write_web_and_policy(&work, &ns.name, &first, &pinned);
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web and its pinned policy"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);

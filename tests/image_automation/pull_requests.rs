@@ -11,9 +11,9 @@ use linnet::api::CanaryDeployment;
 
 use super::support::agent::{Agent, start_agent, wait_ready};
 use super::support::gitea::{ADMIN, Gitea};
-use super::support::registry::{marked_web, push_image, semver_policy};
+use super::support::registry::{push_image, semver_policy};
 use super::support::{self, git};
-use super::{Setup, canary_of, setup};
+use super::{Setup, canary_of, setup, write_web_and_policy};
 
 const REPO: &str = "images";
 
@@ -137,8 +137,8 @@ async fn a_new_tag_opens_one_pull_request_that_survives_a_kill_9_and_merging_it_
     let gitea = Gitea::start(&gitea_dir, ca).await;
     gitea.create_repo(REPO).await;
     let work = tmp.path().join("work");
-    std::fs::create_dir_all(work.join("apps")).unwrap();
-    std::fs::create_dir_all(work.join("policies")).unwrap();
+    let by_pull_request = format!("{}  pullRequest: {{}}\n", semver_policy(repository));
+    write_web_and_policy(&work, &ns.name, &first, &by_pull_request);
     git(&work, &["init", "-q", "-b", "main"]);
     git(
         &work,
@@ -148,9 +148,6 @@ async fn a_new_tag_opens_one_pull_request_that_survives_a_kill_9_and_merging_it_
         &work,
         &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
     );
-    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
-    let by_pull_request = format!("{}  pullRequest: {{}}\n", semver_policy(repository));
-    std::fs::write(work.join("policies/web.yaml"), &by_pull_request).unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web, by pull request"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);

@@ -9,9 +9,9 @@ use std::time::Duration;
 use base64::Engine;
 use sha2::Digest;
 
-use super::support::registry::{marked_web, push_image, semver_policy};
+use super::support::registry::{push_image, semver_policy};
 use super::support::{self, git};
-use super::{Setup, image_commits, image_in_git, setup, start};
+use super::{Setup, image_commits, image_in_git, setup, start, write_web_and_policy};
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("openssl")
@@ -152,7 +152,7 @@ async fn only_an_image_signed_by_a_policy_key_for_its_own_digest_is_written() {
         ca_file,
         repository,
         ..
-    } = &setup("images-signed", false).await;
+    } = &setup("images-cosign", false).await;
     let keys = tmp.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
     let public = key_pair(&keys, "cosign");
@@ -160,15 +160,12 @@ async fn only_an_image_signed_by_a_policy_key_for_its_own_digest_is_written() {
     let first = format!("{repository}:1.0.0");
     push_image(tools, tmp.path(), &first, "1.0.0");
     let (bare, work) = support::bare_remote_and_clone(tmp.path());
-    std::fs::create_dir_all(work.join("apps")).unwrap();
-    std::fs::create_dir_all(work.join("policies")).unwrap();
-    std::fs::write(work.join("apps/web.yaml"), marked_web(&ns.name, &first)).unwrap();
     let indented: String = public.lines().map(|l| format!("          {l}\n")).collect();
     let policy = format!(
         "{}  verify:\n    cosign:\n      publicKeys:\n        - |\n{indented}",
         semver_policy(repository)
     );
-    std::fs::write(work.join("policies/web.yaml"), policy).unwrap();
+    write_web_and_policy(&work, &ns.name, &first, &policy);
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "web, signed images only"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);

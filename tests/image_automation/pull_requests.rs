@@ -111,6 +111,16 @@ async fn one_pull_request_for(gitea: &Gitea, image: &str) -> (i64, String) {
     .await
 }
 
+/// The agent's log lines about pull requests.
+fn pull_request_lines(agent: &Agent) -> String {
+    agent
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("pull request") || l.contains("image automation"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn push_main(work: &std::path::Path, message: &str) {
     git(work, &["add", "-A"]);
     git(work, &["commit", "-qm", message]);
@@ -231,7 +241,12 @@ async fn a_new_tag_opens_one_pull_request_that_survives_a_kill_9_and_merging_it_
     })
     .await;
     support::let_time_pass("three scans after the merge", Duration::from_secs(3)).await;
-    assert!(image_pull_requests(&gitea).await.is_empty(), "reopened");
+    let open = image_pull_requests(&gitea).await;
+    assert!(
+        open.is_empty(),
+        "{open:?} reopened; the agent said:\n{}",
+        pull_request_lines(&agent)
+    );
 
     // autoMerge, allowed by the agent: the next tag is merged with no person.
     git(&work, &["pull", "-q", "--rebase", "origin", "main"]);
@@ -247,7 +262,19 @@ async fn a_new_tag_opens_one_pull_request_that_survives_a_kill_9_and_merging_it_
         (image_on_main(&gitea).await == fourth).then_some(())
     })
     .await;
-    assert!(image_pull_requests(&gitea).await.is_empty());
+    // Gitea marks a merged pull request closed a moment after main has the merge.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut closed = false;
+    while !closed && std::time::Instant::now() < deadline {
+        closed = image_pull_requests(&gitea).await.is_empty();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        closed,
+        "{:?} open after the merge; the agent said:\n{}",
+        image_pull_requests(&gitea).await,
+        pull_request_lines(&agent)
+    );
     support::eventually(
         "web on 1.3.0, linked to its policy",
         Duration::from_secs(90),

@@ -17,6 +17,7 @@
 pub mod actions;
 pub mod analysis;
 pub mod batch;
+pub mod compare;
 pub mod config;
 pub mod deployment;
 pub mod first_status;

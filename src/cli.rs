@@ -342,6 +342,9 @@ mod docs_tests {
         "--authorization-mode",
         // Argo Rollouts' controller
         "--namespaced",
+        // cosign (docs/image-automation.md)
+        "--key",
+        "--new-bundle-format",
     ];
 
     /// Regression (issue 72): docs/promotion.md told users to pass `--git-token-file`, which

@@ -477,3 +477,113 @@ async fn deployment_gates_replace_the_pauses_and_a_bad_version_rolls_back() {
         "{gate:#?}"
     );
 }
+
+/// Serves `/canary` and `/baseline`: each request a number around the center set in
+/// `centers` (canary, baseline), ±10 % in a fixed pattern, as an error rate from a metrics
+/// API would vary from one interval to the next.
+async fn error_rates(centers: Arc<std::sync::Mutex<(f64, f64)>>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answer = move |canary: bool| {
+        let (centers, served) = (centers.clone(), served.clone());
+        async move {
+            let n = served.fetch_add(1, Ordering::Relaxed);
+            let wobble = 1.0 + ((n * 37) % 21) as f64 / 100.0 - 0.1;
+            let (c, b) = *centers.lock().unwrap();
+            axum::Json(json!(if canary { c } else { b } * wobble))
+        }
+    };
+    let (canary, baseline) = (answer.clone(), answer);
+    let router = axum::Router::new()
+        .route("/canary", axum::routing::get(move || canary(true)))
+        .route("/baseline", axum::routing::get(move || baseline(false)));
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    port
+}
+
+/// Issue 75: a gate that compares the canary with a baseline. 2 % errors against 0.5 % rolls
+/// back with the numbers in the message; 0.6 % against 0.5 % passes and completes; with 3
+/// measurements (10 samples needed) the gate is "not enough data" and nothing is promoted.
+#[tokio::test]
+async fn a_gate_judges_the_canary_against_its_baseline_with_evidence() {
+    let centers = Arc::new(std::sync::Mutex::new((0.02, 0.005)));
+    let port = error_rates(centers.clone()).await;
+    let patch = json!({"pause": "None", "analysis": {
+        "gates": [{"after": 1, "templates": [{"templateName": "judged"}]}],
+    }});
+    let mut f = Fixture::start("an-judge", |ns| web(ns, patch)).await;
+    let ns = f.ns.name.clone();
+    let judged = |count: i32| {
+        template(
+            &ns,
+            "judged",
+            json!({"name": "error-rate", "interval": "1s", "count": count,
+                "provider": {"web": {"url": format!("http://127.0.0.1:{port}/canary")}},
+                "baseline": {"provider": {"web": {"url": format!("http://127.0.0.1:{port}/baseline")}},
+                    "worse": "Higher", "tolerancePercent": 25, "minSamples": 10}}),
+        )
+    };
+    f.write_file("templates.yaml", &[judged(12)]);
+    f.wait_for("Completed on nginx:1.27", 120, |d: &CanaryDeployment| {
+        completed_on(d, "nginx:1.27")
+    })
+    .await;
+
+    // 2 % against 0.5 %: rolled back, the gate naming both medians and the verdict.
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    let back = f
+        .wait_for("RolledBack from 1.28", 120, |d: &CanaryDeployment| {
+            deploy_phase(d) == Some(DeploymentPhase::RolledBack)
+        })
+        .await;
+    let status = back.status.unwrap();
+    assert_eq!(status.stable_image.as_deref(), Some("nginx:1.27"));
+    let gate = run(&status.analysis, "after-1");
+    let message = gate.message.as_deref().unwrap_or_default();
+    assert_eq!(gate.phase, AnalysisPhase::Failed, "{gate:#?}");
+    assert!(message.starts_with("error-rate canary 0.0"), "{message}");
+    assert!(message.contains("vs baseline 0.00"), "{message}");
+    assert!(message.ends_with("10 and 10 samples: Fail"), "{message}");
+    assert_eq!(gate.metrics[0].canary_samples.len(), 10, "{gate:#?}");
+
+    // 0.6 % against 0.5 %: within the tolerance, the gate passes and the canary completes.
+    *centers.lock().unwrap() = (0.006, 0.005);
+    f.patch_spec(json!({"image": "nginx:1.29"}));
+    let done = f
+        .wait_for("Completed on nginx:1.29", 120, |d: &CanaryDeployment| {
+            completed_on(d, "nginx:1.29")
+        })
+        .await;
+    let runs = done.status.unwrap().analysis;
+    let metric = &run(&runs, "after-1").metrics[0];
+    assert_eq!(metric.phase, AnalysisPhase::Successful, "{metric:#?}");
+    let evidence = metric.comparison.as_deref().unwrap_or_default();
+    assert!(evidence.ends_with("12 and 12 samples: Pass"), "{evidence}");
+
+    // 3 measurements, 10 samples needed: not enough data; the rollout holds on 1.29.
+    f.write_file("templates.yaml", &[judged(3)]);
+    support::let_time_pass("the template to reach the agent", Duration::from_secs(2)).await;
+    f.patch_spec(json!({"image": "nginx:1.30"}));
+    let held = f
+        .wait_for("Paused on the gate", 120, |d: &CanaryDeployment| {
+            deploy_phase(d) == Some(DeploymentPhase::Paused)
+        })
+        .await;
+    let status = held.status.unwrap();
+    assert_eq!(status.stable_image.as_deref(), Some("nginx:1.29"));
+    let gate = run(&status.analysis, "after-1");
+    assert_eq!(gate.phase, AnalysisPhase::Inconclusive, "{gate:#?}");
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("not enough data: 3 canary and 3 baseline samples, 10 needed"),
+        "{message}"
+    );
+    support::let_time_pass("the hold to last", Duration::from_secs(3)).await;
+    let still = f.api::<CanaryDeployment>().get("web").await.unwrap();
+    assert_eq!(
+        still.status.unwrap().stable_image.as_deref(),
+        Some("nginx:1.29"),
+        "promoted without enough data"
+    );
+}

@@ -236,7 +236,7 @@ pub async fn measure(
             } else {
                 // All of a reconcile's measurements together get one query's longest time,
                 // so many metrics cannot hold a reconcile for their timeouts' sum.
-                tokio::time::timeout_at(budget, query(ctx, m))
+                tokio::time::timeout_at(budget, measured(ctx, m))
                     .await
                     .unwrap_or_else(|_| {
                         Outcome::Error(format!(
@@ -361,7 +361,7 @@ async fn job_outcome(jobs: &Api<Job>, name: &str) -> Option<Outcome> {
 mod providers;
 
 pub use providers::prometheus_result;
-use providers::{MAX_ANSWER_BYTES, query};
+use providers::{MAX_ANSWER_BYTES, measured};
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,8 @@
 //! The analysis a rollout references, checked across the repository's objects: each
 //! AnalysisTemplate is there in the rollout's namespace, gets a value for each argument
 //! without a default and no value for an argument it does not have, no metric name is in two
-//! of one run's templates, and each gate follows a step or batch the rollout has.
+//! of one run's templates, each gate follows a step or batch the rollout has, and the least
+//! evidence asked for has a background run to count.
 
 use std::collections::BTreeMap;
 
@@ -86,6 +87,21 @@ fn problems(
                 gate.after
             )
         });
+    }
+    let wants_evidence = analysis.min_measurements.is_some() || analysis.min_duration.is_some();
+    if wants_evidence && analysis.background.is_none() {
+        problems.push(
+            "spec.analysis: minMeasurements and minDuration count the background analysis; add \
+             analysis.background"
+                .to_string(),
+        );
+    }
+    if let Some(Err(e)) = analysis
+        .min_duration
+        .as_deref()
+        .map(crate::plan::analysis::parse_duration)
+    {
+        problems.push(format!("spec.analysis.minDuration: {e}"));
     }
     let runs = analysis
         .background

@@ -31,6 +31,23 @@ pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) 
     }
 }
 
+/// A metric's measurement: its own query, or with a `baseline` the canary's and the
+/// baseline's together (a pair, or the first error).
+pub(super) async fn measured(ctx: &crate::controller::Context, m: &ResolvedMetric) -> Outcome {
+    let Some(b) = &m.metric.baseline else {
+        return query(ctx, m).await;
+    };
+    let mut base = m.clone();
+    base.metric.provider = b.provider.clone();
+    base.metric.baseline = None;
+    match tokio::join!(query(ctx, m), query(ctx, &base)) {
+        (Outcome::Value(canary), Outcome::Value(baseline)) => Outcome::Pair { canary, baseline },
+        (Outcome::Error(e), _) => Outcome::Error(e),
+        (_, Outcome::Error(e)) => Outcome::Error(format!("the baseline's query: {e}")),
+        _ => Outcome::Error("a query gave no single answer".into()),
+    }
+}
+
 /// Reads at most [`MAX_ANSWER_BYTES`] of a body; more is an error.
 async fn body(mut r: reqwest::Response, target: &str) -> Result<Vec<u8>, MeasureError> {
     let mut out = Vec::new();

@@ -90,6 +90,59 @@ pub struct Metric {
     #[schemars(range(min = 0))]
     pub consecutive_error_limit: i32,
     pub provider: MetricProvider,
+    /// Judge the canary against a baseline rather than each result alone: every measurement
+    /// also takes the baseline's sample, and the metric fails only when the canary is worse
+    /// with significance (Mann-Whitney U) and by more than `tolerancePercent`. No conditions
+    /// with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
+}
+
+/// How a metric's baseline is measured and compared.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Baseline {
+    /// The baseline's sample: `prometheus` or `web`, filled in like the metric's (a query
+    /// on the stable version's pods, say).
+    pub provider: MetricProvider,
+    /// Which way the metric gets worse.
+    #[serde(default)]
+    pub worse: WorseWhen,
+    /// How much worse than the baseline's median the canary's may be, in percent.
+    #[serde(default = "default_tolerance_percent")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub tolerance_percent: i32,
+    /// Samples needed on each side before the metric can pass or fail; until then it is
+    /// "not enough data" (inconclusive once its count is reached: nothing is promoted).
+    #[serde(default = "default_min_samples")]
+    #[schemars(range(min = 3, max = 200))]
+    pub min_samples: i32,
+    /// How sure the test must be that the canary is worse, in percent.
+    #[serde(default = "default_confidence_percent")]
+    #[schemars(range(min = 50, max = 99))]
+    pub confidence_percent: i32,
+}
+
+fn default_tolerance_percent() -> i32 {
+    25
+}
+
+fn default_min_samples() -> i32 {
+    10
+}
+
+fn default_confidence_percent() -> i32 {
+    95
+}
+
+/// Which way a compared metric gets worse.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorseWhen {
+    /// Error rates, latencies.
+    #[default]
+    Higher,
+    /// Throughput, success rates.
+    Lower,
 }
 
 fn default_interval() -> String {
@@ -203,6 +256,16 @@ pub struct RolloutAnalysis {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub gates: Vec<AnalysisGate>,
+    /// The least evidence before the canary is promoted: every metric of the background run
+    /// has at least this many measurements. Until then the rollout holds, and its message
+    /// counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub min_measurements: Option<i32>,
+    /// The least time the background run measures before the canary is promoted (`10m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub min_duration: Option<String>,
 }
 
 /// Templates to run together, with arguments of their own.
@@ -313,6 +376,15 @@ pub struct MetricStatus {
     /// The Job of a `job` measurement under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// With `baseline`: the canary's samples and the baseline's (the first 200 of each), and
+    /// the judge's evidence, e.g. `canary 0.02 vs baseline 0.005 (medians): 300 % worse,
+    /// tolerated 25 %; p 0.0001, needs below 0.05; 12 and 12 samples: Fail`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub canary_samples: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_samples: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<String>,
 }
 
 /// One analysis run of the current canary: `background`, or `after-N` for a gate.

@@ -45,12 +45,20 @@ pub fn record(
     gate: bool,
     now: Timestamp,
 ) {
-    let (phase, value, message) = match outcome {
-        Outcome::Value(v) => {
+    let (phase, value, message) = match (outcome, &m.metric.baseline) {
+        (Outcome::Pair { canary, baseline }, Some(b)) => {
+            baseline::record_pair(b, st, &canary, &baseline)
+        }
+        (Outcome::Value(_), Some(_)) | (Outcome::Pair { .. }, None) => (
+            MeasurementPhase::Error,
+            None,
+            Some("a baseline metric is measured in pairs, canary and baseline".into()),
+        ),
+        (Outcome::Value(v), None) => {
             let (phase, message) = judge(&m.metric, &v);
             (phase, Some(shown(&v)), message)
         }
-        Outcome::Error(e) => (MeasurementPhase::Error, None, Some(e)),
+        (Outcome::Error(e), _) => (MeasurementPhase::Error, None, Some(e)),
     };
     match phase {
         MeasurementPhase::Error => {
@@ -80,12 +88,15 @@ pub fn record(
 
 /// Measurements a metric takes: its count; without one, once in a gate and until the canary
 /// ends in the background.
-fn wanted(metric: &Metric, gate: bool) -> Option<i32> {
+pub(crate) fn wanted(metric: &Metric, gate: bool) -> Option<i32> {
     metric.count.or(gate.then_some(1))
 }
 
-/// A metric's phase from its counts.
+/// A metric's phase from its counts (with a baseline, from the judge's verdict).
 pub fn metric_phase(metric: &Metric, st: &MetricStatus, gate: bool) -> AnalysisPhase {
+    if let Some(b) = &metric.baseline {
+        return baseline::phase(metric, b, st, gate);
+    }
     if st.failed > metric.failure_limit.max(0) {
         AnalysisPhase::Failed
     } else if st.inconclusive > metric.inconclusive_limit.max(0) {
@@ -332,6 +343,14 @@ pub fn failure(runs: &[AnalysisRunStatus]) -> Option<String> {
 /// Which metric decided and how, e.g. `error-rate 0.31 failed result < 0.05 (2 failed,
 /// failureLimit 1)`.
 pub fn decided_by(metric: &Metric, st: &MetricStatus) -> String {
+    if metric.baseline.is_some()
+        && matches!(
+            st.phase,
+            AnalysisPhase::Failed | AnalysisPhase::Inconclusive
+        )
+    {
+        return format!("{} {}", st.name, st.comparison.as_deref().unwrap_or("?"));
+    }
     let last_of = |phase: MeasurementPhase| st.measurements.iter().rev().find(|m| m.phase == phase);
     match st.phase {
         AnalysisPhase::Failed => {
@@ -526,6 +545,8 @@ pub(crate) mod testing {
     }
 }
 
+pub mod baseline;
+pub mod evidence;
 mod judge;
 pub use judge::*;
 

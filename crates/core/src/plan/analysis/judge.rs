@@ -65,6 +65,9 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
             out.push((field.into(), e.to_string()));
         }
     }
+    if let Some(b) = &m.baseline {
+        out.extend(super::baseline::problems(m, b));
+    }
     if let Some(web) = &p.web
         && let Some(path) = &web.json_path
         && let Err(e) = jsonpath_rust::parser::parse_json_path(path)
@@ -180,6 +183,11 @@ pub fn judge(metric: &Metric, result: &Value) -> (MeasurementPhase, Option<Strin
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     Value(Value),
+    /// A metric with a baseline: the canary's sample and the baseline's.
+    Pair {
+        canary: Value,
+        baseline: Value,
+    },
     /// The measurement could not be taken.
     Error(String),
 }

@@ -208,6 +208,18 @@ pub(super) fn resolve_run(
                 })?;
             let mut metric = m.clone();
             metric.provider = serde_json::from_value(provider).map_err(encoding)?;
+            if let Some(b) = metric.baseline.as_mut() {
+                let filled = fill_strings(
+                    serde_json::to_value(&b.provider).map_err(encoding)?,
+                    &|text| fill(text, &args, builtins),
+                )
+                .map_err(|source| ResolveError::Fill {
+                    template: name.clone(),
+                    metric: m.name.clone(),
+                    source,
+                })?;
+                b.provider = serde_json::from_value(filled).map_err(encoding)?;
+            }
             metrics.push(timed(name, metric)?);
         }
     }

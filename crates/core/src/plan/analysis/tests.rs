@@ -66,6 +66,7 @@ fn analysis(app: Option<&str>) -> RolloutAnalysis {
             }],
             args: Vec::new(),
         }],
+        ..Default::default()
     }
 }
 
@@ -470,3 +471,5 @@ fn a_selector_not_known_yet_holds_the_run_instead_of_selecting_no_pod() {
     let e = fill("{{ rollout.stableImage }}", &args, &b).unwrap_err();
     assert_eq!(e, FillError::NotYetKnown("stableImage".into()));
 }
+
+mod comparisons;

@@ -65,6 +65,21 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// What the least evidence (`minMeasurements`, `minDuration`) still lacks before the
+    /// rollout completes; a timer for when its duration is met.
+    pub(super) fn evidence_hold(&mut self) -> Option<String> {
+        let spec = self.spec().analysis.as_deref();
+        let (why, left) = analysis::evidence::missing(&self.st.analysis, spec, self.now)?;
+        if let Some(left) = left {
+            let left = left + Duration::from_millis(100);
+            self.requeue = Some(self.requeue.map_or(left, |r| r.min(left)));
+        }
+        Some(format!(
+            "{why}. To go on without it, remove minMeasurements and minDuration from \
+             spec.analysis in Git"
+        ))
+    }
+
     pub(super) fn held(&self, run: &str, why: &str, n: i32) -> String {
         let go_on = if n < self.batches() {
             format!("set currentBatch to {} in Git", n + 1)
@@ -137,7 +152,7 @@ impl<'a> Planner<'a> {
                 d.map_or(0, |d| d.updated.min(d.available))
             ));
         }
-        if let Some(hold) = self.analysis_hold(1) {
+        if let Some(hold) = self.analysis_hold(1).or_else(|| self.evidence_hold()) {
             return Next::Stay(hold);
         }
         self.delete_others(&name);
@@ -308,6 +323,9 @@ impl<'a> Planner<'a> {
             };
         }
         if n >= m {
+            if let Some(wait) = self.evidence_hold() {
+                return Next::Stay(wait);
+            }
             self.delete_others(new_name);
             return self.finish_rollout();
         }

@@ -94,7 +94,7 @@ impl<'a> Planner<'a> {
         if let Some(first) = self.keep_canary_shape() {
             return Next::Stay(first);
         }
-        if let Some(hold) = self.analysis_hold() {
+        if let Some(hold) = self.analysis_hold().or_else(|| self.evidence_hold()) {
             return Next::Stay(hold);
         }
         let n = self.size(self.step_index());

@@ -69,6 +69,23 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// What the least evidence (`minMeasurements`, `minDuration`) still lacks before the
+    /// canary is promoted (unless a person promoted it); a timer for when its duration is met.
+    pub(super) fn evidence_hold(&mut self) -> Option<String> {
+        if self.promoted_by_hand() {
+            return None;
+        }
+        let spec = self.spec().analysis.as_deref();
+        let (why, left) = analysis::evidence::missing(&self.st.analysis, spec, self.now)?;
+        if let Some(left) = left {
+            self.timer(left);
+        }
+        Some(format!(
+            "{why}. To go on without it, set {}: \"true\" in Git",
+            crate::api::PROMOTE_ANNOTATION
+        ))
+    }
+
     pub(super) fn held(&self, run: &str, why: &str) -> String {
         format!(
             "analysis {run} holds the canary: {why}. To go on without it, set {}: \"true\" in Git; \

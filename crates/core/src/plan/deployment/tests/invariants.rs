@@ -344,6 +344,33 @@ fn a_rolling_update_holds_for_its_background_analysis_before_completing() {
 }
 
 #[test]
+fn a_rolling_update_waits_for_its_least_evidence_before_completing() {
+    let mut s = Sim::new(Strategy::Rolling, 1, PauseMode::Never);
+    s.analysis = analysis::testing::error_rate(true, None, None);
+    s.completed_on("web:1");
+    s.answer = analysis::Outcome::Value(serde_json::json!(0.0));
+    s.spec.analysis = Some(Box::new(
+        serde_json::from_value(serde_json::json!({
+            "background": {"templates": [{"templateName": "error-rate"}]},
+            "minMeasurements": 5,
+            "minDuration": "45s",
+        }))
+        .unwrap(),
+    ));
+    s.spec.image = "web:2".into();
+    s.run_until("a wait for evidence", |s| {
+        s.status.message.as_deref().is_some_and(|m| {
+            m.starts_with("waiting for evidence before promotion: error-rate 1 of 5 measurements")
+        })
+    });
+    let plan = s.reconcile();
+    assert!(plan.requeue_after.is_some(), "no timer for minDuration");
+    s.completed_on("web:2");
+    let run = &s.status.analysis[0];
+    assert!(run.metrics[0].count >= 5, "{run:?}");
+}
+
+#[test]
 fn a_rollout_cut_off_before_deleting_its_old_version_does_not_run_three() {
     // Issue 44 (found by the surge invariant): Completed was written, the agent stopped before
     // deleting the old version, and the next image started beside both: 3 + 6 + 1 for 6.

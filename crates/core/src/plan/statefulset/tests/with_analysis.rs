@@ -59,6 +59,33 @@ fn a_passing_gate_promotes_without_the_human_and_is_measured_count_times() {
 }
 
 #[test]
+fn an_auto_promotion_waits_for_the_least_evidence() {
+    let mut s = two_sets();
+    with_auto_promotion(&mut s, 0);
+    s.analysis = error_rate_analysis(true, None, None);
+    s.stabilise();
+    s.spec.analysis = Some(Box::new(
+        serde_json::from_value(serde_json::json!({
+            "background": {"templates": [{"templateName": "error-rate"}]},
+            "minMeasurements": 4,
+        }))
+        .unwrap(),
+    ));
+    s.spec.image = "redis:2".into();
+    s.run_until("a wait for evidence", |s| {
+        s.status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("waiting for evidence before promotion: error-rate"))
+    });
+    assert_eq!(s.phase(), Some(Phase::CanaryActive));
+    s.run_until("promoted", |s| {
+        s.phase() == Some(Phase::Stable) && s.status.stable_image.as_deref() == Some("redis:2")
+    });
+    assert!(s.measurements >= 4, "{}", s.measurements);
+}
+
+#[test]
 fn a_gate_does_not_count_against_the_progress_deadline() {
     let mut s = two_sets();
     s.spec.progress_deadline_seconds = 15;

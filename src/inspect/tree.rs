@@ -353,8 +353,14 @@ fn analysis_lines(runs: &[crate::api::AnalysisRunStatus]) -> Vec<(&'static str, 
                         ),
                         _ => String::new(),
                     };
+                    // A metric judged against a baseline: the judge's evidence, numbers and all.
+                    let judged = m
+                        .comparison
+                        .as_deref()
+                        .map(|c| format!(", judged: {c}"))
+                        .unwrap_or_default();
                     format!(
-                        "{} {}/{} ok, {} failed{} [{}]{last_error}",
+                        "{} {}/{} ok, {} failed{} [{}]{judged}{last_error}",
                         m.name,
                         m.successful,
                         m.count,

@@ -33,6 +33,24 @@ fn analysis_runs_show_counts_and_last_values() {
 }
 
 #[test]
+fn a_metric_judged_against_a_baseline_shows_the_evidence() {
+    let runs: Vec<crate::api::AnalysisRunStatus> = from(serde_json::json!([{
+        "name": "after-1", "phase": "Inconclusive", "startedAt": "2023-11-14T22:13:20Z",
+        "metrics": [{"name": "error-rate", "phase": "Inconclusive", "count": 3, "successful": 3,
+            "canarySamples": [0.02, 0.021, 0.019], "baselineSamples": [0.005, 0.005, 0.004],
+            "comparison": "not enough data: 3 canary and 3 baseline samples, 10 needed on each side",
+            "measurements": [
+                {"phase": "Successful", "value": "canary 0.02, baseline 0.005", "at": "2023-11-14T22:13:20Z"}]}]
+    }]));
+    let (_, line) = &analysis_lines(&runs)[0];
+    assert_eq!(
+        line,
+        "after-1 Inconclusive: error-rate 3/3 ok, 0 failed [canary 0.02, baseline 0.005], judged: \
+         not enough data: 3 canary and 3 baseline samples, 10 needed on each side"
+    );
+}
+
+#[test]
 fn a_canary_shows_each_set_its_pods_their_images_and_volumes() {
     let now = jiff::Timestamp::from_second(1_700_000_100).unwrap();
     let t = "2023-11-14T22:13:20Z";

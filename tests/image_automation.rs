@@ -331,10 +331,13 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     .await;
 
     // A human pushes to another file every 150 ms while 50 tags land one after another:
-    // every human commit stays in the history, and main only ever moves forward.
+    // every human commit stays in the history, and main only ever moves forward. Each tag
+    // waits for two more human pushes, so that at least 100 land during the 50 updates
+    // however slow the machine (the full suite's load once let only 88 through).
     let stop = Arc::new(AtomicBool::new(false));
+    let human_pushes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let human = {
-        let (work, stop) = (work.clone(), stop.clone());
+        let (work, stop, count) = (work.clone(), stop.clone(), human_pushes.clone());
         std::thread::spawn(move || {
             let mut pushed = Vec::new();
             let mut n = 0;
@@ -351,6 +354,7 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
                     .unwrap();
                 if out.status.success() {
                     pushed.push(git(&work, &["rev-parse", "HEAD"]));
+                    count.fetch_add(1, Ordering::SeqCst);
                 }
                 std::thread::sleep(Duration::from_millis(150));
             }
@@ -360,6 +364,16 @@ async fn a_pushed_image_in_the_policy_is_committed_and_canaried_and_nothing_is_l
     let mut tips = vec![git(&bare, &["rev-parse", "main"])];
     let mut took = Vec::new();
     for minor in 2..(2 + UPDATES) {
+        let wanted = 2 * (minor - 1);
+        support::eventually(
+            &format!("{wanted} human pushes"),
+            Duration::from_secs(60),
+            || {
+                let done = human_pushes.load(Ordering::SeqCst) >= wanted;
+                async move { done.then_some(()) }
+            },
+        )
+        .await;
         let next = format!("{repository}:1.{minor}.0");
         push_image(tools, tmp.path(), &next, &next);
         let pushed = std::time::Instant::now();

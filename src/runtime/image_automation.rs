@@ -263,7 +263,11 @@ async fn propose_each(
     let asks_merge = reasons
         .values()
         .all(|r| r.pull_request.as_ref().is_some_and(|p| p.auto_merge));
-    let branch = blocking(config, clone, move |w| w.push_image_branch(&reasons)).await?;
+    // The tip this scan read the policies at: the branch starts there, with no second fetch.
+    let Some(at) = tip else {
+        return Ok(());
+    };
+    let branch = blocking(config, clone, move |w| w.push_image_branch(at, &reasons)).await?;
     let Some(branch) = branch else {
         clone.proposed = this_proposal;
         return Ok(());

@@ -14,7 +14,6 @@ use super::image_update::{Changes, Reason, commit_message};
 use super::pull_request::PullRequests;
 use super::push::{PushResult, StatusWriter, WriteError};
 use super::reverter::{Outcome, Proposal, pull_request};
-use crate::source::git::GitError;
 
 /// Every image pull request's branch starts with this, then `<base>/`.
 pub const BRANCH_PREFIX: &str = "linnet/images/";
@@ -95,18 +94,15 @@ pub fn base_prefix(base: &str) -> String {
 }
 
 impl StatusWriter {
-    /// Sets every marked line of `reasons`' policies at the followed branch's tip (fetched
-    /// now) on a branch of its own; `None` when every line already has its pick.
+    /// Sets every marked line of `reasons`' policies at `tip` (the followed branch's, as this
+    /// scan fetched it: not fetched again) on a branch of its own; `None` when every line
+    /// already has its pick.
     pub fn push_image_branch(
         &mut self,
+        tip: git2::Oid,
         reasons: &BTreeMap<String, Reason>,
     ) -> Result<Option<ImageBranch>, WriteError> {
         self.mirror.set_deadline(self.timeout);
-        let tip = match self.mirror.fetch() {
-            Ok(tip) => tip,
-            Err(GitError::NoSuchBranch { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
         let picks = reasons
             .iter()
             .map(|(k, r)| (k.clone(), r.pick.clone()))

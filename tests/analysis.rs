@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use kube::api::ListParams;
 use linnet::api::{
-    AnalysisPhase, AnalysisRunStatus, CanaryDeployment, CanaryStatefulSet, DeploymentPhase,
-    MeasurementPhase, StatefulSetPhase,
+    AnalysisPhase, AnalysisRunStatus, AnalysisTemplate, CanaryDeployment, CanaryStatefulSet,
+    DeploymentPhase, MeasurementPhase, StatefulSetPhase,
 };
 use serde_json::{Value, json};
 use support::prometheus::{Exporter, Prometheus};
@@ -563,7 +563,21 @@ async fn a_gate_judges_the_canary_against_its_baseline_with_evidence() {
 
     // 3 measurements, 10 samples needed: not enough data; the rollout holds on 1.29.
     f.write_file("templates.yaml", &[judged(3)]);
-    support::let_time_pass("the template to reach the agent", Duration::from_secs(2)).await;
+    // The agent applies the template before it judges with it; under load that takes more
+    // than a fixed wait (a CI run judged 1.30 with the old 12 measurements and completed it).
+    let templates = f.api::<AnalysisTemplate>();
+    support::eventually(
+        "the 3-measurement template in the cluster",
+        Duration::from_secs(60),
+        || {
+            let templates = templates.clone();
+            async move {
+                let t = templates.get("judged").await.ok()?;
+                (t.spec.metrics[0].count == Some(3)).then_some(())
+            }
+        },
+    )
+    .await;
     f.patch_spec(json!({"image": "nginx:1.30"}));
     let held = f
         .wait_for("Paused on the gate", 120, |d: &CanaryDeployment| {

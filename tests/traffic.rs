@@ -19,7 +19,14 @@ use support::gateway::{
 use support::prometheus::Prometheus;
 use support::rollout::{Fixture, merge};
 
+/// The real node's key-value server listens on this port.
 const PORT: u16 = 8080;
+/// kwok pods are answered for by [`PodServers`], one listener on every 198.18.0.0/16
+/// address: a port no other process of the suite takes. On 8080 (the agent's default
+/// `--listen`), an agent a concurrent test binary started held it for a moment, these pod
+/// servers fell back to a listener per pod address, and the promotion got thousands of 502s
+/// from addresses not yet bound. Under 32768, so never an ephemeral port either.
+const KWOK_PORT: u16 = 18080;
 
 fn shop(ns: &str, patch: Value) -> Value {
     let mut spec = json!({
@@ -32,7 +39,7 @@ fn shop(ns: &str, patch: Value) -> Value {
             "image": "shop:v1",
             "progressDeadlineSeconds": 120,
             "trafficRouting": {
-                "gatewayAPI": {"httpRoutes": ["shop"], "port": PORT},
+                "gatewayAPI": {"httpRoutes": ["shop"], "port": KWOK_PORT},
                 "weights": [20],
                 "headerRoute": {"headers": [{"name": "x-canary", "value": "always"}]},
                 "settleSeconds": 5,
@@ -43,7 +50,7 @@ fn shop(ns: &str, patch: Value) -> Value {
                 "template": {
                     "metadata": {"labels": {"app": "shop"}},
                     "spec": {"containers": [{"name": "shop", "image": "shop:v1",
-                        "ports": [{"containerPort": PORT}]}]}
+                        "ports": [{"containerPort": KWOK_PORT}]}]}
                 }
             }
         }
@@ -70,7 +77,7 @@ fn web_with(ns: &str, patch: Value) -> Value {
             "currentBatch": 1,
             "progressDeadlineSeconds": 120,
             "trafficRouting": {
-                "gatewayAPI": {"httpRoutes": ["web"], "port": PORT},
+                "gatewayAPI": {"httpRoutes": ["web"], "port": KWOK_PORT},
                 "weights": [30, 100],
                 "headerRoute": {"headers": [{"name": "x-canary", "value": "always"}]},
                 "settleSeconds": 5,
@@ -80,7 +87,7 @@ fn web_with(ns: &str, patch: Value) -> Value {
                 "template": {
                     "metadata": {"labels": {"app": "web"}},
                     "spec": {"containers": [{"name": "web", "image": "web:v1",
-                        "ports": [{"containerPort": PORT}]}]}
+                        "ports": [{"containerPort": KWOK_PORT}]}]}
                 }
             }
         }
@@ -97,14 +104,14 @@ async fn gateway_api_first() {
 /// A gateway and pod servers for the fixture's namespace, and the route `name` in Git.
 async fn serve(f: &Fixture, name: &str) -> (Gateway, &'static PodServers) {
     let gateway = Gateway::start(&f.admin, &f.ns.name).await;
-    let pods = PodServers::start(PORT);
+    let pods = PodServers::start(KWOK_PORT);
     f.write_file(
         "route.yaml",
         &[http_route(
             &f.ns.name,
             name,
             &format!("{name}-stable"),
-            PORT,
+            KWOK_PORT,
         )],
     );
     (gateway, pods)
@@ -213,7 +220,12 @@ async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_withou
     wait_running(&gateway, &f, "shop", &[vec![1], vec![80, 20]]).await;
     let n = 2000;
     let t = send(&gateway.url(), n, &[]).await;
-    assert_eq!(t.total_failed(), 0, "{t:?}");
+    assert_eq!(
+        t.total_failed(),
+        0,
+        "{t:?}\n{}",
+        gateway.failed_requests(10)
+    );
     assert_eq!(t.total_ok(), n, "{t:?}");
     let canary = t.count("shop:v2");
     assert!(
@@ -234,7 +246,7 @@ async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_withou
         "shop",
         &PatchParams::default(),
         &Patch::Merge(
-            json!({"spec": {"rules": [{"backendRefs": [{"name": "shop-stable", "port": PORT}]}]}}),
+            json!({"spec": {"rules": [{"backendRefs": [{"name": "shop-stable", "port": KWOK_PORT}]}]}}),
         ),
     )
     .await
@@ -278,7 +290,8 @@ async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_withou
     assert_eq!(
         during.total_failed(),
         0,
-        "requests failed during promotion: {during:?}"
+        "requests failed during promotion: {during:?}\n{}",
+        gateway.failed_requests(10)
     );
     assert!(during.total_ok() > 100, "the load ran: {during:?}");
     let after = send(&gateway.url(), 300, &[]).await;
@@ -325,7 +338,12 @@ async fn batch_weight_and_rollback_story(
     wait_running(&gateway, &f, "web", &[vec![1], vec![70, 30]]).await;
     let n = 2000;
     let t = send(&gateway.url(), n, &[]).await;
-    assert_eq!(t.total_failed(), 0, "{t:?}");
+    assert_eq!(
+        t.total_failed(),
+        0,
+        "{t:?}\n{}",
+        gateway.failed_requests(10)
+    );
     let canary = t.count(new);
     assert!(
         within_binomial(canary, n, 30),
@@ -348,7 +366,8 @@ async fn batch_weight_and_rollback_story(
     assert_eq!(
         during.total_failed(),
         0,
-        "requests failed during the rollback: {during:?}"
+        "requests failed during the rollback: {during:?}\n{}",
+        gateway.failed_requests(10)
     );
     assert!(
         during.count(new) > 0,
@@ -405,7 +424,7 @@ async fn debug_state(f: &Fixture, route: &str) -> String {
             .collect::<Vec<_>>()
     }) {
         let body = match support::http()
-            .get(format!("http://{ip}:{PORT}/"))
+            .get(format!("http://{ip}:{KWOK_PORT}/"))
             .send()
             .await
         {
@@ -523,7 +542,12 @@ async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_tr
     wait_running(&gateway, &f, "shop", &[vec![1], vec![50, 50]]).await;
     let n = 2000;
     let t = send(&gateway.url(), n, &[]).await;
-    assert_eq!(t.total_failed(), 0, "{t:?}");
+    assert_eq!(
+        t.total_failed(),
+        0,
+        "{t:?}\n{}",
+        gateway.failed_requests(10)
+    );
     let canary = t.count("shop:v2");
     assert!(
         within_binomial(canary, n, 50),
@@ -543,9 +567,10 @@ async fn partition_canary_keeps_its_weight_across_a_kill_9_and_an_abort_moves_tr
     assert_eq!(
         during.total_failed(),
         0,
-        "requests failed during the rollback: {during:?}\n{}\npods: {:?}",
+        "requests failed during the rollback: {during:?}\n{}\npods: {:?}\n{}",
         debug_state(&f, "shop").await,
-        _pods.images(&f.ns.name)
+        _pods.images(&f.ns.name),
+        gateway.failed_requests(10)
     );
     assert!(
         during.count("shop:v2") > 0,
@@ -586,7 +611,8 @@ async fn on_the_real_node(
     let mut f = Fixture::prepare(prefix, |ns| {
         make(
             ns,
-            json!({"image": "linnet.test/kv:v1", "template": {"template": pod}}),
+            json!({"image": "linnet.test/kv:v1", "template": {"template": pod},
+                "trafficRouting": {"gatewayAPI": {"httpRoutes": [app], "port": PORT}}}),
         )
     })
     .await;
@@ -643,7 +669,12 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
     wait_running(&gateway, &f, "shop", &[vec![1], vec![80, 20]]).await;
     let n = 1000;
     let t = send(&gateway.url(), n, &[]).await;
-    assert_eq!(t.total_failed(), 0, "{t:?}");
+    assert_eq!(
+        t.total_failed(),
+        0,
+        "{t:?}\n{}",
+        gateway.failed_requests(10)
+    );
     let canary = t.count("linnet.test/kv:v2");
     assert!(
         within_binomial(canary, n, 20),
@@ -671,7 +702,8 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
     assert_eq!(
         during.total_failed(),
         0,
-        "requests failed during promotion: {during:?}"
+        "requests failed during promotion: {during:?}\n{}",
+        gateway.failed_requests(10)
     );
     assert!(during.total_ok() > 100, "the load ran: {during:?}");
 
@@ -695,7 +727,8 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
     assert_eq!(
         during.total_failed(),
         0,
-        "requests failed during the abort: {during:?}"
+        "requests failed during the abort: {during:?}\n{}",
+        gateway.failed_requests(10)
     );
     f.assert_no_drift_reverted();
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);

@@ -212,6 +212,10 @@ impl Gateway {
                 "--global.checkNewVersion=false".into(),
                 "--global.sendAnonymousUsage=false".into(),
                 "--log.level=INFO".into(),
+                // Failed requests only, with the backend they went to: a failure explains itself.
+                "--accesslog=true".into(),
+                "--accesslog.format=json".into(),
+                "--accesslog.filters.statuscodes=500-599".into(),
                 "--log.noColor=true".into(),
             ])
             .env("KUBECONFIG", kubeconfig())
@@ -257,6 +261,21 @@ impl Gateway {
     /// A handle on Traefik's API alone (for a task that outlives a borrow of the gateway).
     fn probe(api_port: u16) -> Probe {
         Probe { api_port }
+    }
+
+    /// Traefik's access log of failed requests (status, backend address, time): the first
+    /// `n` lines and how many there were, for a failure message.
+    pub fn failed_requests(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let failed: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("\"DownstreamStatus\""))
+            .collect();
+        format!(
+            "{} failed request(s) in Traefik's access log; the first {n}:\n{}",
+            failed.len(),
+            failed[..failed.len().min(n)].join("\n")
+        )
     }
 
     /// The HTTP services and routers Traefik runs now, as JSON text.
@@ -541,24 +560,15 @@ fn known_pod(pod: &Pod) -> Option<(String, KnownPod)> {
 async fn serve_pods(port: u16, addresses: Addresses) {
     let client = client().await;
     // One listener for every address (198.18.0.0/16 is routed to lo): a pod is answered for
-    // from its first request, however late the watch tells of it. Per address only when the
-    // port is taken on this machine.
-    let per_address = match tokio::net::TcpListener::bind(("0.0.0.0", port)).await {
-        Ok(listener) => {
-            tokio::spawn(serve_every_address(
-                listener,
-                addresses.clone(),
-                client.clone(),
-            ));
-            false
-        }
-        Err(e) => {
-            eprintln!("cannot listen on 0.0.0.0:{port} ({e}); listening on each pod's address");
-            true
-        }
-    };
+    // from its first request, however late the watch tells of it. Never one per address: an
+    // address not yet bound refuses, and Traefik turns that into 502s.
+    let listener = bind_every_address(port).await;
+    tokio::spawn(serve_every_address(
+        listener,
+        addresses.clone(),
+        client.clone(),
+    ));
     let pods = Api::<Pod>::all(client.clone());
-    let mut listening: HashSet<IpAddr> = HashSet::new();
     // The uids a relist has listed so far: at its end, the pods it did not list are gone.
     let mut relisted: Option<HashSet<String>> = None;
     let mut events = watcher(pods, watcher::Config::default())
@@ -607,30 +617,35 @@ async fn serve_pods(port: u16, addresses: Addresses) {
                 p
             }
         };
-        let Some((uid, known)) = known_pod(&pod) else {
-            continue;
-        };
-        let ip = known.ip;
-        addresses.lock().unwrap().insert(uid, known);
-        if per_address && listening.insert(ip) {
-            let listener = match tokio::net::TcpListener::bind((ip, port)).await {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!(
-                        "cannot listen on pod address {ip}:{port} (is 198.18.0.0/16 routed to lo? run tests/deps.sh): {e}"
-                    );
-                    listening.remove(&ip);
-                    continue;
+        if let Some((uid, known)) = known_pod(&pod) {
+            addresses.lock().unwrap().insert(uid, known);
+        }
+    }
+}
+
+/// `0.0.0.0:port`, waiting out another process that holds it for a moment (a test's agent
+/// started without `--listen`); a port held for a minute fails the test, naming it.
+async fn bind_every_address(port: u16) -> tokio::net::TcpListener {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        match tokio::net::TcpListener::bind(("0.0.0.0", port)).await {
+            Ok(listener) => {
+                if said {
+                    eprintln!("pod servers: listening after {:?}", started.elapsed());
                 }
-            };
-            let app = axum::Router::new().fallback(answer).with_state((
-                ip,
-                addresses.clone(),
-                client.clone(),
-            ));
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app).await;
-            });
+                return listener;
+            }
+            Err(e) if started.elapsed() < Duration::from_secs(60) => {
+                if !std::mem::replace(&mut said, true) {
+                    eprintln!("pod servers: cannot listen on 0.0.0.0:{port} yet ({e}); waiting");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!(
+                "pod servers: cannot listen on 0.0.0.0:{port} ({e}): another process holds \
+                 it (ss -ltnp 'sport = :{port}'); the kwok pods' addresses are answered there"
+            ),
         }
     }
 }

@@ -12,8 +12,9 @@
 //! 4. a push of a `…:broken` image: rolled back by itself at the deadline;
 //! 5. a push of a new web image: batch 1, a pause, then a `currentBatch` bump: done;
 //! 6. a push of another web image with an analysis gate: its pods are Ready, but a real
-//!    Prometheus (built from its Go module) sees 30% of its requests fail, so the gate fails
-//!    and linnet rolls back, naming the metric and its measurements;
+//!    Prometheus (built from its Go module) sees 30% of its requests fail against the stable
+//!    version's 0.5%, so the statistical judge (Mann-Whitney, as Kayenta) fails the gate and
+//!    linnet rolls back, its verdict naming both medians, the p-value and the samples;
 //! 7. traffic shifting through a real gateway;
 //! 8. on the real node (where the machine can run one): a key-value store's canary and
 //!    promotion on pods that really run, and the keys each replica still holds;
@@ -728,7 +729,7 @@ async fn story(d: &Demo) -> Step<()> {
     d.show_web_config().await;
 
     say(
-        "6. Analysis: a push of web nginx:1.29 with a gate after batch 1 that asks Prometheus for web's error rate (examples/analysis/error-rate.yaml, added as apps/web/analysis.yaml). Its pods become Ready, but 30% of its requests fail",
+        "6. Analysis: a push of web nginx:1.29 with a gate after batch 1 that judges web's error rate against the stable version's, from Prometheus (examples/analysis/error-rate-vs-stable.yaml, added as apps/web/analysis.yaml). Its pods become Ready, but 30% of its requests fail, against 0.5% of the stable version's",
     );
     let exporter = prometheus::Exporter::start("web").await;
     let prom = prometheus::Prometheus::start(&exporter).await;
@@ -739,7 +740,8 @@ async fn story(d: &Demo) -> Step<()> {
     exporter.set_error_ratio(0.3);
     // Let the 5 s rate window fill with the new version's errors.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/analysis/error-rate.yaml");
+    let template =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/analysis/error-rate-vs-stable.yaml");
     std::fs::copy(&template, d.work.join("apps/web/analysis.yaml"))
         .map_err(|e| format!("cannot copy {}: {e}", template.display()))?;
     git(&d.work, &["add", "apps/web/analysis.yaml"])?;
@@ -747,7 +749,7 @@ async fn story(d: &Demo) -> Step<()> {
         "apps/web/web.yaml",
         "  image: nginx:1.28",
         &format!(
-            "  image: nginx:1.29\n  analysis:\n    args:\n    - name: app\n      value: web\n    - name: prometheus\n      value: {}\n    - name: window\n      value: 5s\n    gates:\n    - after: 1\n      templates:\n      - templateName: error-rate",
+            "  image: nginx:1.29\n  analysis:\n    args:\n    - name: app\n      value: web\n    - name: prometheus\n      value: {}\n    - name: window\n      value: 5s\n    gates:\n    - after: 1\n      templates:\n      - templateName: error-rate-vs-stable",
             prom.address()
         ),
     )?;
@@ -756,13 +758,24 @@ async fn story(d: &Demo) -> Step<()> {
         "  currentBatch: 2",
         "  currentBatch: 1",
     )?;
-    d.push("web 1.29, gated by its error rate")?;
+    d.push("web 1.29, gated by its error rate against the stable version's")?;
     wait("web to roll back", 120, || {
         d.web_in(DeploymentPhase::RolledBack, Some("nginx:1.28"))
     })
     .await?;
     d.show().await;
     d.show_get("web")?;
+    let message = d
+        .web()
+        .await
+        .and_then(|w| w.status?.message)
+        .unwrap_or_default();
+    if !(message.contains("vs baseline") && message.contains(": Fail")) {
+        return Err(format!(
+            "step 6: the rollback does not carry the judge's verdict: {message}"
+        ));
+    }
+    println!("    the judge's verdict: {message}");
 
     traffic::traffic_step(&d.client, &d.work, |m| d.push(m)).await?;
     real_pods::real_pods_step(&d.client, &d.work, |m| d.push(m)).await?;

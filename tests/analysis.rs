@@ -240,6 +240,26 @@ async fn a_canary_whose_errors_rise_is_rolled_back_with_the_metric_named() {
         message.contains("failed result < 0.05 (2 failed, failureLimit 1)"),
         "{message}"
     );
+    // Issue 75: what decides the metric, the query with its arguments filled in, and a link
+    // to the query's graph on the Prometheus it asked, all in the status.
+    assert_eq!(
+        m.condition.as_deref(),
+        Some("success when result < 0.05; failureLimit 1"),
+        "{m:#?}"
+    );
+    let query = m.query.as_deref().unwrap_or_default();
+    assert!(
+        query.starts_with("sum(rate(app_errors_total{app=\"redis\"}[4s]))"),
+        "{m:#?}"
+    );
+    let graph = m.graph.as_deref().unwrap_or_default();
+    assert!(
+        graph.starts_with(&format!(
+            "{}/graph?g0.expr=sum%28rate%28",
+            prometheus.address()
+        )),
+        "{m:#?}"
+    );
     f.wait_event_reasons(&["AnalysisFailed", "RolledBack"], 30)
         .await;
     // The rate window (4 s) must first fill with failures; then interval x failureLimit
@@ -546,6 +566,19 @@ async fn a_gate_judges_the_canary_against_its_baseline_with_evidence() {
     assert!(message.contains("vs baseline 0.00"), "{message}");
     assert!(message.ends_with("10 and 10 samples: Fail"), "{message}");
     assert_eq!(gate.metrics[0].canary_samples.len(), 10, "{gate:#?}");
+    assert_eq!(
+        gate.metrics[0].query,
+        Some(format!(
+            "canary: GET http://127.0.0.1:{port}/canary; baseline: GET http://127.0.0.1:{port}/baseline"
+        )),
+    );
+    assert_eq!(
+        gate.metrics[0].condition.as_deref(),
+        Some(
+            "judged against the baseline (Mann-Whitney U): higher is worse, 25 % tolerated, \
+             95 % confidence, at least 10 samples a side"
+        ),
+    );
 
     // 0.6 % against 0.5 %: within the tolerance, the gate passes and the canary completes.
     *centers.lock().unwrap() = (0.006, 0.005);

@@ -109,7 +109,7 @@ fn validate_accepts_the_example_analysis_template() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(
-        stdout.contains("1 objects in 1 files, no errors"),
+        stdout.contains("2 objects in 2 files, no errors"),
         "{stdout}"
     );
 }

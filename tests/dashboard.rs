@@ -132,6 +132,16 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
     // The run shows with its first measurement; the chart needs a second (seen once in a
     // run where the page was read between the two).
     browser.wait_text(&["Analysis", "latency"], 30).await;
+    // Issue 75: what decides the metric and what it asks, under it.
+    browser
+        .wait_text(
+            &[
+                "success when result < 1000; failureLimit 0",
+                &format!("GET http://127.0.0.1:{health}/latency"),
+            ],
+            30,
+        )
+        .await;
     let mut points = Value::Null;
     for _ in 0..60 {
         points = browser

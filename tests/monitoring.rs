@@ -95,21 +95,21 @@ fn linnet_metrics_in(expr: &str) -> BTreeSet<String> {
 /// Every series name the agent's metrics can have: each family, with its type's suffixes.
 /// A family shows only once it has a series, so each labelled one is given one first.
 fn served_names() -> BTreeSet<String> {
-    use linnet::telemetry::{KindLabel, RolloutProblem};
+    use linnet::telemetry::{KindLabel, RolloutSeries};
     let m = linnet::agent::metrics();
     m.source_state("default", true, 0, 0, 1.0);
-    let _ = m.encode_with_problems([
+    let _ = m.encode_with_rollouts([
         (
             "CanaryStatefulSet",
             "a",
             "b",
-            RolloutProblem::Stalled("X".into()),
+            RolloutSeries::Stalled("X".into()),
         ),
         (
             "CanaryStatefulSet",
             "a",
             "b",
-            RolloutProblem::Failed("Failed".into()),
+            RolloutSeries::Failed("Failed".into()),
         ),
     ]);
     m.rollout_phase("CanaryStatefulSet", "a/b", Some("Stable"));
@@ -131,14 +131,14 @@ fn served_names() -> BTreeSet<String> {
 
 /// The metrics with a series of each family, as the agent encodes them (OpenMetrics).
 fn every_family() -> String {
-    use linnet::telemetry::{KindLabel, RolloutProblem};
+    use linnet::telemetry::{KindLabel, RolloutSeries};
     let m = linnet::agent::metrics();
     m.source_state("default", true, 0, 0, 1.0);
-    let _ = m.encode_with_problems([(
+    let _ = m.encode_with_rollouts([(
         "CanaryStatefulSet",
         "a",
         "b",
-        RolloutProblem::Stalled("X".into()),
+        RolloutSeries::Stalled("X".into()),
     )]);
     m.reconcile_duration
         .get_or_create(&KindLabel {

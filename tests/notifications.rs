@@ -299,6 +299,17 @@ async fn a_canarys_life_is_told_to_each_service_in_its_own_shape() {
         "{}",
         failed.body
     );
+    // Issue 75: the evidence comes with it: the metric, its values, condition and request.
+    let evidence = failed.body["evidence"].as_str().unwrap_or_default();
+    for part in [
+        "- analysis background: Failed",
+        "  - health: Failed, ",
+        "last false",
+        "success when result == true; failureLimit ",
+        "; query GET http://127.0.0.1:",
+    ] {
+        assert!(evidence.contains(part), "{part:?} not in: {evidence}");
+    }
     let back = hook
         .iter()
         .find(|g| g.body["event"] == "RolledBack")

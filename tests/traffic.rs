@@ -666,6 +666,13 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
         sts_in(StatefulSetPhase::CanaryActive, "", 20),
     )
     .await;
+    // Issue 75: the weight is a metric too (Flagger's flagger_canary_weight).
+    let metrics = f.agent.as_ref().unwrap().metrics().await;
+    let series = format!(
+        r#"linnet_rollout_canary_weight{{kind="CanaryStatefulSet",namespace="{}",name="shop"}} 20"#,
+        f.ns.name
+    );
+    assert!(metrics.contains(&series), "no {series} in:\n{metrics}");
     wait_running(&gateway, &f, "shop", &[vec![1], vec![80, 20]]).await;
     let n = 1000;
     let t = send(&gateway.url(), n, &[]).await;

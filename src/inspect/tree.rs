@@ -319,69 +319,6 @@ fn deploy_summary(r: &CanaryDeployment) -> Summary<'_> {
     summary(r, r.spec.strategy.type_.as_str(), middle)
 }
 
-/// The most recent measurements shown per metric.
-const MEASUREMENTS_SHOWN: usize = 5;
-
-/// One line per analysis run: its phase, then each metric's counts and last values (`err`
-/// for a measurement that could not be taken).
-fn analysis_lines(runs: &[crate::api::AnalysisRunStatus]) -> Vec<(&'static str, String)> {
-    runs.iter()
-        .map(|run| {
-            let metrics: Vec<String> = run
-                .metrics
-                .iter()
-                .map(|m| {
-                    let last: Vec<&str> = m
-                        .measurements
-                        .iter()
-                        .rev()
-                        .take(MEASUREMENTS_SHOWN)
-                        .rev()
-                        .map(|x| x.value.as_deref().unwrap_or("err"))
-                        .collect();
-                    // The run's message leaves the error's text out (it would change with
-                    // each attempt); here it is.
-                    let last_error = match m.measurements.last() {
-                        Some(x) if x.phase == crate::api::MeasurementPhase::Error => format!(
-                            ", last error: {}",
-                            x.message
-                                .as_deref()
-                                .unwrap_or("")
-                                .chars()
-                                .take(160)
-                                .collect::<String>()
-                        ),
-                        _ => String::new(),
-                    };
-                    // A metric judged against a baseline: the judge's evidence, numbers and all.
-                    let judged = m
-                        .comparison
-                        .as_deref()
-                        .map(|c| format!(", judged: {c}"))
-                        .unwrap_or_default();
-                    format!(
-                        "{} {}/{} ok, {} failed{} [{}]{judged}{last_error}",
-                        m.name,
-                        m.successful,
-                        m.count,
-                        m.failed,
-                        if m.errors > 0 {
-                            format!(", {} errors", m.errors)
-                        } else {
-                            String::new()
-                        },
-                        last.join(" ")
-                    )
-                })
-                .collect();
-            (
-                "Analysis",
-                format!("{} {}: {}", run.name, run.phase, metrics.join("; ")),
-            )
-        })
-        .collect()
-}
-
 /// The rolled-out container's image in a workload's pod template.
 fn template_image(template: Option<&PodTemplateSpec>, container: Option<&str>) -> String {
     crate::plan::observed::container_image(template.and_then(|t| t.spec.as_ref()), container)
@@ -479,6 +416,9 @@ pub(super) fn age(now: jiff::Timestamp, then: jiff::Timestamp) -> String {
         s => format!("{}d", s / 86_400),
     }
 }
+
+mod analysis;
+use analysis::analysis_lines;
 
 #[cfg(test)]
 mod tests;

@@ -61,6 +61,9 @@ pub struct Snapshot {
     pub image_source: Option<String>,
     /// The failed analysis runs, without their measurements.
     pub analysis: Vec<AnalysisRunStatus>,
+    /// Every run and metric of the canary in words (values, condition, query): what a failure,
+    /// a rollback or a promotion tells with it.
+    pub evidence: String,
 }
 
 impl Snapshot {
@@ -88,8 +91,10 @@ impl Snapshot {
                     started_at: r.started_at.clone(),
                     message: r.message.clone(),
                     metrics: Vec::new(),
+                    score: r.score,
                 })
                 .collect(),
+            evidence: evidence(analysis),
         })
     }
 
@@ -137,6 +142,40 @@ pub struct Notice {
     /// Where the image came from, when the image automation wrote it: `image:tag (digest) from
     /// ImagePolicy web, commit …`.
     pub image_source: Option<String>,
+    /// The analysis in words, for a failure, a rollback or a promotion (Markdown list items).
+    pub evidence: Option<String>,
+}
+
+/// The evidence a notice of `event` carries: a failure's, a rollback's or a promotion's.
+fn told_with_evidence(event: Event, now: &Snapshot) -> Option<String> {
+    let decided = matches!(
+        event,
+        Event::AnalysisFailed | Event::RolledBack | Event::Promoted
+    );
+    (decided && !now.evidence.is_empty()).then(|| now.evidence.clone())
+}
+
+/// What a notice carries of the evidence at most: the values of many metrics are long.
+const EVIDENCE_CHARS: usize = 4000;
+
+/// The runs in words, at most [`EVIDENCE_CHARS`], cut at a line.
+fn evidence(runs: &[AnalysisRunStatus]) -> String {
+    let mut out = String::new();
+    for line in runs
+        .iter()
+        .map(crate::plan::analysis::report::run_lines)
+        .flat_map(|r| r.lines().map(str::to_string).collect::<Vec<_>>())
+    {
+        if out.len() + line.len() + 1 > EVIDENCE_CHARS {
+            out.push_str("\n- (more in the rollout's status: linnet get)");
+            break;
+        }
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&line);
+    }
+    out
 }
 
 fn is_promotion(kind: &str, phase: &str, before: Option<&str>) -> bool {
@@ -196,6 +235,7 @@ pub fn happened(before: Option<&Seen>, now: &Snapshot, clock: Timestamp) -> (See
         },
         message: message.to_string(),
         revision: now.revision.clone(),
+        evidence: told_with_evidence(event, now),
         image_source: match event {
             Event::RolledBack => None,
             _ => now.image_source.clone(),
@@ -256,6 +296,7 @@ mod tests {
             revision: Some("abc".into()),
             image_source: None,
             analysis: Vec::new(),
+            evidence: String::new(),
         }
     }
 
@@ -309,6 +350,7 @@ mod tests {
             started_at: Time(at(15)),
             message: Some("error-rate 0.31 failed result < 0.05".into()),
             metrics: Vec::new(),
+            score: None,
         }];
         let mut rolling = sts("RollingBack", 30, "rolling back");
         rolling.analysis = failing.analysis.clone();

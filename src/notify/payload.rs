@@ -55,6 +55,7 @@ pub fn text(receiver: &Receiver, n: &Notice) -> String {
                 "message" => &n.message,
                 "revision" => n.revision.as_deref().unwrap_or(""),
                 "imageSource" => n.image_source.as_deref().unwrap_or(""),
+                "evidence" => n.evidence.as_deref().unwrap_or(""),
                 _ => return None,
             };
             Some((field, close))
@@ -140,15 +141,22 @@ pub fn body(receiver: &Receiver, n: &Notice, text: &str) -> Value {
             "message": n.message,
             "revision": n.revision,
             "imageSource": n.image_source,
+            "evidence": n.evidence,
             "text": text,
         }),
     }
 }
 
-/// The pull request comment: the text, with the rollout's identity beneath.
+/// The pull request comment: the text, with the rollout's identity beneath, then the
+/// analysis that decided (each metric's values, condition and query).
 pub fn comment(n: &Notice, text: &str) -> String {
+    let evidence = n
+        .evidence
+        .as_deref()
+        .map(|e| format!("\n\nThe analysis:\n\n{e}"))
+        .unwrap_or_default();
     format!(
-        "**linnet: {}** {}\n\n`{} {}/{}`, phase `{}`",
+        "**linnet: {}** {}\n\n`{} {}/{}`, phase `{}`{evidence}",
         n.event.as_str(),
         text,
         n.kind,
@@ -186,6 +194,7 @@ mod tests {
             message: message.into(),
             revision: Some("abc".into()),
             image_source: Some("r.example/web:1.1.0 from ImagePolicy web, commit 1a2b".into()),
+            evidence: None,
         }
     }
 
@@ -248,5 +257,23 @@ mod tests {
             "r.example/web:1.1.0 from ImagePolicy web, commit 1a2b"
         );
         assert_eq!(hook["text"], "t");
+    }
+
+    #[test]
+    fn the_evidence_goes_in_a_template_a_webhook_and_a_pull_request_comment() {
+        let mut n = notice("m");
+        let evidence = "- analysis background: Failed\n  - error-rate: Failed, last 0.31";
+        n.evidence = Some(evidence.into());
+        let r = receiver(ReceiverKind::Slack, Some("{name}: {evidence}"));
+        assert_eq!(text(&r, &n), format!("redis: {evidence}"));
+        let hook = body(&receiver(ReceiverKind::Webhook, None), &n, "t");
+        assert_eq!(hook["evidence"], evidence);
+        assert!(
+            comment(&n, "t").ends_with(&format!("\n\nThe analysis:\n\n{evidence}")),
+            "{}",
+            comment(&n, "t")
+        );
+        n.evidence = None;
+        assert!(!comment(&n, "t").contains("The analysis"));
     }
 }

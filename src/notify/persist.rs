@@ -41,6 +41,8 @@ struct Stored {
     revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     image_source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    evidence: Option<String>,
 }
 
 fn config_map_name(source: &str) -> String {
@@ -63,6 +65,7 @@ pub fn encode(waiting: &Waiting) -> String {
                 message: n.message.clone(),
                 revision: n.revision.clone(),
                 image_source: n.image_source.clone(),
+                evidence: n.evidence.clone(),
             })
             .unwrap_or_default();
             if out.len() + line.len() + 1 > MAX_BYTES {
@@ -98,6 +101,7 @@ pub fn decode(text: &str) -> Waiting {
             message: s.message,
             revision: s.revision,
             image_source: s.image_source,
+            evidence: s.evidence,
         });
     }
     out
@@ -208,6 +212,7 @@ mod tests {
             message: message.into(),
             revision: Some("abc".into()),
             image_source: None,
+            evidence: None,
         }
     }
 

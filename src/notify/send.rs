@@ -395,6 +395,7 @@ mod tests {
             message: String::new(),
             revision: None,
             image_source: None,
+            evidence: None,
         }
     }
 

@@ -23,7 +23,7 @@ use super::state::{AgentState, SourceStatus};
 use crate::api::RolloutView;
 use crate::serve::serve;
 use crate::source::hooks::{self, Waker};
-use crate::telemetry::{Metrics, RolloutProblem};
+use crate::telemetry::{Metrics, RolloutSeries};
 use crate::watch::rollouts::RolloutStores;
 use crate::{Error, Result};
 
@@ -216,7 +216,7 @@ async fn metrics_text(
     let deploys = shared.rollouts.deployments.store().state();
     let sets = sets.iter().flat_map(|o| problems_of(o.as_ref()));
     let deploys = deploys.iter().flat_map(|o| problems_of(o.as_ref()));
-    let text = shared.metrics.encode_with_problems(sets.chain(deploys));
+    let text = shared.metrics.encode_with_rollouts(sets.chain(deploys));
     let accept = headers
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok());
@@ -232,22 +232,24 @@ async fn metrics_text(
 /// Phases a rollout ends in when it did not get where Git asked.
 const FAILED_PHASES: [&str; 3] = ["Failed", "RolledBack", "MigrationFailed"];
 
-/// What `o` needs a person for: its Stalled condition, a phase it failed in, both or none.
+/// What `o` needs a person for (its Stalled condition, a phase it failed in, both or none),
+/// and its canary's weight when it routes traffic.
 fn problems_of<'a, R: RolloutView>(
     o: &'a R,
-) -> impl Iterator<Item = (&'static str, &'a str, &'a str, RolloutProblem)> + use<'a, R> {
+) -> impl Iterator<Item = (&'static str, &'a str, &'a str, RolloutSeries)> + use<'a, R> {
     let stalled = o
         .conditions()
         .iter()
         .find(|c| c.type_ == crate::api::condition::STALLED && c.status == "True")
-        .map(|c| RolloutProblem::Stalled(c.reason.clone()));
+        .map(|c| RolloutSeries::Stalled(c.reason.clone()));
     let failed = o
         .phase_name()
         .filter(|p| FAILED_PHASES.contains(p))
-        .map(|p| RolloutProblem::Failed(p.to_string()));
+        .map(|p| RolloutSeries::Failed(p.to_string()));
+    let weight = o.canary_weight().map(RolloutSeries::CanaryWeight);
     let meta = o.meta();
     let named = meta.namespace.as_deref().zip(meta.name.as_deref());
-    [stalled, failed]
+    [stalled, failed, weight]
         .into_iter()
         .flatten()
         .filter_map(move |p| named.map(|(ns, name)| (R::KIND, ns, name, p)))

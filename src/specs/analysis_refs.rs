@@ -103,6 +103,15 @@ fn problems(
     {
         problems.push(format!("spec.analysis.minDuration: {e}"));
     }
+    if let Some(s) = &analysis.scoring
+        && s.marginal > s.pass
+    {
+        problems.push(format!(
+            "spec.analysis.scoring: marginal {} is above pass {}; a score between them holds \
+             the canary, so marginal must be at most pass",
+            s.marginal, s.pass
+        ));
+    }
     let runs = analysis
         .background
         .iter()

@@ -54,20 +54,31 @@ pub struct SourceLabel {
 /// phase). Only such rollouts have a series, so the count stays with the problems, not with
 /// the number of rollouts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RolloutProblemLabels {
+pub struct RolloutReasonLabels {
     pub kind: String,
     pub namespace: String,
     pub name: String,
     pub reason: String,
 }
 
-/// What a rollout in the shared store needs a person for.
+/// One rollout, for the series of rollouts that have a weight (traffic routing).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// A series a rollout in the shared store has at a scrape: what it needs a person for, and
+/// its canary's weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RolloutProblem {
+pub enum RolloutSeries {
     /// Its Stalled condition is True, with this reason.
     Stalled(String),
     /// It ended in this phase: Failed, RolledBack or MigrationFailed.
     Failed(String),
+    /// The share of requests (0 to 100) its routes send to the canary.
+    CanaryWeight(i32),
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -51,9 +51,11 @@ pub struct Metrics {
     /// 1 while this replica holds the main Lease (or runs without election).
     pub leader: Gauge,
     /// 1 for each stalled rollout in this replica's store.
-    pub rollout_stalled: Family<RolloutProblemLabels, Gauge>,
+    pub rollout_stalled: Family<RolloutReasonLabels, Gauge>,
     /// 1 for each failed or rolled-back rollout in this replica's store.
-    pub rollout_failed: Family<RolloutProblemLabels, Gauge>,
+    pub rollout_failed: Family<RolloutReasonLabels, Gauge>,
+    /// The canary's weight of each rollout with traffic routing in this replica's store.
+    pub rollout_canary_weight: Family<RolloutLabels, Gauge>,
     /// Notifications by receiver and outcome (`sent`, or why not).
     pub notifications: Family<NotifyLabels, Counter>,
     /// The cluster, its fleet reads and the rollouts the fleet holds (`--fleet`).
@@ -61,7 +63,7 @@ pub struct Metrics {
     /// Each rollout's last phase, so the phase gauges stay exact.
     phases: std::sync::Mutex<Phases>,
     /// Held while the rollout problem series are refilled, so two scrapes do not interleave.
-    problems_refresh: std::sync::Mutex<()>,
+    pub(super) problems_refresh: std::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -211,17 +213,23 @@ impl Default for Metrics {
             "1 while this replica holds the main Lease and syncs Git (or runs without election)",
             leader.clone(),
         );
-        let rollout_stalled = Family::<RolloutProblemLabels, Gauge>::default();
+        let rollout_stalled = Family::<RolloutReasonLabels, Gauge>::default();
         registry.register(
             "rollout_stalled",
             "1 for each rollout whose Stalled condition is True (only those have a series)",
             rollout_stalled.clone(),
         );
-        let rollout_failed = Family::<RolloutProblemLabels, Gauge>::default();
+        let rollout_failed = Family::<RolloutReasonLabels, Gauge>::default();
         registry.register(
             "rollout_failed",
             "1 for each rollout in phase Failed, RolledBack or MigrationFailed (only those have a series)",
             rollout_failed.clone(),
+        );
+        let rollout_canary_weight = Family::<RolloutLabels, Gauge>::default();
+        registry.register(
+            "rollout_canary_weight",
+            "The share of requests (0 to 100) each rollout with trafficRouting sends to its canary, as its status says (only those have a series)",
+            rollout_canary_weight.clone(),
         );
         let notifications = Family::<NotifyLabels, Counter>::default();
         registry.register(
@@ -256,6 +264,7 @@ impl Default for Metrics {
             leader,
             rollout_stalled,
             rollout_failed,
+            rollout_canary_weight,
             notifications,
             problems_refresh: Default::default(),
             commit_status_posts,
@@ -387,37 +396,6 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text of every metric, with the rollout problem series replaced by
-    /// `problems` (kind, namespace, name, problem): the shared store's view at this scrape, so
-    /// a fixed rollout's series goes with it. Filled and encoded under one lock, so two
-    /// scrapes at once (the metrics and the admin port) never see each other's empty families.
-    pub fn encode_with_problems<'a>(
-        &self,
-        problems: impl IntoIterator<Item = (&'static str, &'a str, &'a str, RolloutProblem)>,
-    ) -> String {
-        let _refreshing = self
-            .problems_refresh
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.rollout_stalled.clear();
-        self.rollout_failed.clear();
-        for (kind, namespace, name, problem) in problems {
-            let (family, reason) = match problem {
-                RolloutProblem::Stalled(reason) => (&self.rollout_stalled, reason),
-                RolloutProblem::Failed(phase) => (&self.rollout_failed, phase),
-            };
-            family
-                .get_or_create(&RolloutProblemLabels {
-                    kind: kind.to_string(),
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
-                    reason,
-                })
-                .set(1);
-        }
-        self.encode()
-    }
-
     /// Counts one webhook request.
     pub fn webhook(&self, host: &str, result: &str) {
         self.webhook_requests
@@ -512,34 +490,6 @@ mod tests {
         ] {
             assert!(text.contains(series), "no {series} in:\n{text}");
         }
-    }
-
-    #[test]
-    fn a_fixed_rollouts_problem_series_goes_at_the_next_scrape() {
-        let m = Metrics::default();
-        let text = m.encode_with_problems([
-            (
-                "CanaryStatefulSet",
-                "a",
-                "redis",
-                RolloutProblem::Stalled("ActionFailed".into()),
-            ),
-            (
-                "CanaryDeployment",
-                "b",
-                "web",
-                RolloutProblem::Failed("RolledBack".into()),
-            ),
-        ]);
-        for series in [
-            r#"linnet_rollout_stalled{kind="CanaryStatefulSet",namespace="a",name="redis",reason="ActionFailed"} 1"#,
-            r#"linnet_rollout_failed{kind="CanaryDeployment",namespace="b",name="web",reason="RolledBack"} 1"#,
-        ] {
-            assert!(text.contains(series), "no {series} in:\n{text}");
-        }
-        let text = m.encode_with_problems([]);
-        assert!(!text.contains("namespace=\"a\""), "{text}");
-        assert!(!text.contains("namespace=\"b\""), "{text}");
     }
 
     #[test]

@@ -50,6 +50,7 @@ mod fleet_metrics;
 mod labels;
 pub mod memory;
 mod metrics;
+mod rollout_series;
 pub mod trace;
 pub use fleet_metrics::*;
 pub use labels::*;

@@ -122,23 +122,14 @@ impl Promotion {
     }
 }
 
-/// The analysis runs, one line each, or a line that says there were none.
+/// The analysis runs, a line each with a nested line per metric (its values, condition and
+/// query), or a line that says there were none.
 fn evidence(runs: &[AnalysisRunStatus]) -> String {
     if runs.is_empty() {
         return "- no analysis is configured; the rollout became Stable".into();
     }
     runs.iter()
-        .map(|r| {
-            format!(
-                "- analysis {}: {:?}{}",
-                r.name,
-                r.phase,
-                r.message
-                    .as_deref()
-                    .map(|m| format!(" ({m})"))
-                    .unwrap_or_default()
-            )
-        })
+        .map(crate::plan::analysis::report::run_lines)
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -250,11 +250,20 @@ pub fn for_deployment(r: &CanaryDeployment) -> Option<Revert> {
     revert("CanaryDeployment", &meta, failure)
 }
 
-/// Why a rollout was rolled back: its failed analysis, else its status message.
+/// Why a rollout was rolled back: its failed analysis, else its status message; then the
+/// analysis runs with each metric's values, condition and query (issue 75: the evidence).
 fn why(runs: &[crate::api::AnalysisRunStatus], message: Option<&str>) -> String {
-    crate::plan::analysis::failure(runs)
+    let why = crate::plan::analysis::failure(runs)
         .or_else(|| message.map(str::to_string))
-        .unwrap_or_else(|| "rolled back".into())
+        .unwrap_or_else(|| "rolled back".into());
+    if runs.is_empty() {
+        return why;
+    }
+    let evidence: Vec<String> = runs
+        .iter()
+        .map(crate::plan::analysis::report::run_lines)
+        .collect();
+    format!("{why}\n\nThe analysis:\n\n{}", evidence.join("\n"))
 }
 
 /// What failed, from a rollout's spec and status.

@@ -29,9 +29,13 @@ pub fn prometheus_bin() -> PathBuf {
 }
 
 /// An application's `/metrics`: `app_requests_total` and `app_errors_total` for label
-/// `app`, counting 100 requests a second, of which the error ratio the test sets fail. It
-/// runs on a thread of its own: a test's runtime may block for a moment (a `git` command),
-/// and a scrape missed then would look like no traffic.
+/// `app`, counting 100 requests a second, of which the error ratio the test sets fail; and
+/// the same for `<app>-stable`, the stable version's pods to judge against, of which 0.5 %
+/// fail. It runs on a thread of its own: a test's runtime may block for a moment (a `git`
+/// command), and a scrape missed then would look like no traffic.
+/// The share of the stable version's requests that fail (`<app>-stable`).
+pub const STABLE_ERROR_RATIO: f64 = 0.005;
+
 pub struct Exporter {
     pub port: u16,
     /// The error ratio, in millionths.
@@ -74,7 +78,8 @@ async fn serve_metrics(
 ) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     port.send(listener.local_addr().unwrap().port()).unwrap();
-    let counts = Arc::new(Mutex::new((0u64, 0f64)));
+    // (requests, errors) of the app, then of its stable version.
+    let counts = Arc::new(Mutex::new([(0u64, 0f64); 2]));
     let ticker_counts = counts.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(Duration::from_millis(100));
@@ -82,8 +87,10 @@ async fn serve_metrics(
             every.tick().await;
             let r = ratio.load(Ordering::Relaxed) as f64 / 1e6;
             let mut c = ticker_counts.lock().unwrap();
-            c.0 += 10;
-            c.1 += 10.0 * r;
+            for (i, r) in [r, STABLE_ERROR_RATIO].into_iter().enumerate() {
+                c[i].0 += 10;
+                c[i].1 += 10.0 * r;
+            }
         }
     });
     let router = axum::Router::new().route(
@@ -91,11 +98,17 @@ async fn serve_metrics(
         axum::routing::get(move || {
             let (counts, app) = (counts.clone(), app.clone());
             async move {
-                let (requests, errors) = *counts.lock().unwrap();
+                let [(requests, errors), (stable_requests, stable_errors)] =
+                    *counts.lock().unwrap();
                 format!(
-                    "# TYPE app_requests_total counter\napp_requests_total{{app=\"{app}\"}} {requests}\n\
-                     # TYPE app_errors_total counter\napp_errors_total{{app=\"{app}\"}} {}\n",
-                    errors.floor()
+                    "# TYPE app_requests_total counter\n\
+                     app_requests_total{{app=\"{app}\"}} {requests}\n\
+                     app_requests_total{{app=\"{app}-stable\"}} {stable_requests}\n\
+                     # TYPE app_errors_total counter\n\
+                     app_errors_total{{app=\"{app}\"}} {}\n\
+                     app_errors_total{{app=\"{app}-stable\"}} {}\n",
+                    errors.floor(),
+                    stable_errors.floor()
                 )
             }
         }),

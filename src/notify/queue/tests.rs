@@ -14,6 +14,7 @@ fn notice(name: &str, event: Event, image: &str) -> Notice {
         message: format!("{name} {image}"),
         revision: None,
         image_source: None,
+        evidence: None,
     }
 }
 

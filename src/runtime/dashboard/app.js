@@ -159,9 +159,21 @@ function analysis(r) {
     run.message ? h("div", { class: "muted" }, run.message) : null,
     (run.metrics || []).map(m => {
       const values = (m.measurements || []).map(x => Number(x.value)).filter(v => Number.isFinite(v));
-      return h("div", { class: "metric" }, h("span", {}, m.name), spark(values),
-        h("span", { class: "muted" }, (m.successful || 0) + " passed, " + (m.failed || 0) + " failed" + (values.length ? ", last " + values[values.length - 1] : "")));
+      const canary = (m.canarySamples || []).filter(v => Number.isFinite(v));
+      return h("div", { class: "metric" }, h("span", {}, m.name), spark(canary.length ? canary : values),
+        h("span", { class: "muted" }, (m.successful || 0) + " passed, " + (m.failed || 0) + " failed" + (values.length ? ", last " + values[values.length - 1] : "")),
+        evidence(m));
     })))];
+}
+
+// What decides a metric and what it measures (issue 75): the judge's evidence against the
+// baseline, the condition, the query, and its graph (a link only to http or https).
+function evidence(m) {
+  const graph = m.graph && /^https?:\/\//.test(m.graph) ? h("a", { href: m.graph, rel: "noreferrer" }, "graph") : null;
+  return h("div", { class: "evidence muted" },
+    m.comparison ? h("div", {}, m.comparison) : null,
+    m.condition ? h("div", {}, m.condition) : null,
+    m.query ? h("div", {}, h("code", {}, m.query), graph ? " " : null, graph) : null);
 }
 
 function conditions(r) {

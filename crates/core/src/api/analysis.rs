@@ -121,6 +121,19 @@ pub struct Baseline {
     #[serde(default = "default_confidence_percent")]
     #[schemars(range(min = 50, max = 99))]
     pub confidence_percent: i32,
+    /// The metric's share of its run's score (with `spec.analysis.scoring`), against the
+    /// other judged metrics' weights.
+    #[serde(default = "default_weight")]
+    #[schemars(range(min = 0, max = 100))]
+    pub weight: i32,
+    /// With `spec.analysis.scoring`: a failed verdict of this metric fails the run whatever
+    /// the score, at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub critical: bool,
+}
+
+fn default_weight() -> i32 {
+    1
 }
 
 fn default_tolerance_percent() -> i32 {
@@ -266,6 +279,34 @@ pub struct RolloutAnalysis {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub min_duration: Option<String>,
+    /// Judge each run's metrics with a `baseline` together, as Kayenta does: once each has
+    /// its verdict, the run's score (0 to 100, the weighted share that passed) at least
+    /// `pass` passes it, at least `marginal` holds it for a person, and below rolls back.
+    /// Without it, each judged metric passes or fails on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scoring: Option<Scoring>,
+}
+
+/// The bounds of a run's score.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scoring {
+    /// The least score that passes.
+    #[serde(default = "default_pass_score")]
+    #[schemars(range(min = 0, max = 100))]
+    pub pass: i32,
+    /// The least score that holds instead of rolling back; at most `pass`.
+    #[serde(default = "default_marginal_score")]
+    #[schemars(range(min = 0, max = 100))]
+    pub marginal: i32,
+}
+
+fn default_pass_score() -> i32 {
+    95
+}
+
+fn default_marginal_score() -> i32 {
+    75
 }
 
 /// Templates to run together, with arguments of their own.
@@ -385,6 +426,17 @@ pub struct MetricStatus {
     pub baseline_samples: Vec<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comparison: Option<String>,
+    /// What decides a measurement, e.g. `success when result < 0.05; failureLimit 1`, or the
+    /// judge's rule for a metric with a baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// What is measured: the PromQL with its arguments filled in, a web metric's method and
+    /// URL (no credentials, no query string), or the Job's template. Never a file's content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// A link to the query's graph on its provider, when it has one (Prometheus).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graph: Option<String>,
 }
 
 /// One analysis run of the current canary: `background`, or `after-N` for a gate.
@@ -400,4 +452,8 @@ pub struct AnalysisRunStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<MetricStatus>,
+    /// With `spec.analysis.scoring`: the score of the judged metrics (0 to 100), once each
+    /// has its verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<i32>,
 }

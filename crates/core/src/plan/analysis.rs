@@ -227,6 +227,7 @@ pub fn run_verdict(
                 started_at: Time(now),
                 message: None,
                 metrics: Vec::new(),
+                score: None,
             });
             runs.len() - 1
         }
@@ -245,11 +246,16 @@ pub fn run_verdict(
         for st in &mut run.metrics {
             if let Some(m) = metrics.iter().find(|m| m.metric.name == st.name) {
                 st.phase = metric_phase(&m.metric, st, gate);
+                if scoring::left_to_score(&m.metric, resolved.scoring.as_ref()) {
+                    st.phase = scoring::phase(&m.metric, st, gate, st.phase);
+                }
+                report::describe(st, m);
             }
         }
-        let (phase, message) = run_phase(&run.metrics, metrics);
+        let (phase, message, score) = run_phase(&run.metrics, metrics, resolved.scoring.as_ref());
         run.phase = phase;
         run.message = Some(message);
+        run.score = score;
     }
     verdict_of(run)
 }
@@ -285,33 +291,57 @@ pub fn failed(
     })
 }
 
-/// A run's phase from its metrics, worst first, and the words for it.
-fn run_phase(statuses: &[MetricStatus], metrics: &[ResolvedMetric]) -> (AnalysisPhase, String) {
+/// A run's phase from its metrics, worst first, the words for it, and its score (with
+/// `scoring`, once the score decided).
+fn run_phase(
+    statuses: &[MetricStatus],
+    metrics: &[ResolvedMetric],
+    scoring: Option<&crate::api::Scoring>,
+) -> (AnalysisPhase, String, Option<i32>) {
     let spec = |st: &MetricStatus| metrics.iter().find(|m| m.metric.name == st.name);
+    // A metric left to the score decides alone only when it cannot be measured.
+    let alone = |st: &MetricStatus, phase: AnalysisPhase| {
+        phase == AnalysisPhase::Error
+            || !spec(st).is_some_and(|m| scoring::left_to_score(&m.metric, scoring))
+    };
     for phase in [
         AnalysisPhase::Failed,
         AnalysisPhase::Inconclusive,
         AnalysisPhase::Error,
     ] {
-        if let Some(st) = statuses.iter().find(|s| s.phase == phase)
+        if let Some(st) = statuses
+            .iter()
+            .find(|s| s.phase == phase && alone(s, phase))
             && let Some(m) = spec(st)
         {
-            return (phase, decided_by(&m.metric, st));
+            return (phase, decided_by(&m.metric, st), None);
         }
     }
     let measuring: Vec<&MetricStatus> = statuses
         .iter()
         .filter(|s| s.phase == AnalysisPhase::Running)
         .collect();
+    let scored = scoring
+        .and_then(|scoring| scoring::decision(statuses, metrics, scoring, !measuring.is_empty()));
+    if let Some((phase, message, score)) = scored.clone()
+        && phase != AnalysisPhase::Successful
+    {
+        return (phase, message, Some(score));
+    }
     if measuring.is_empty() {
         let all = statuses
             .iter()
             .map(|s| format!("{} {}/{}", s.name, s.successful, s.count))
             .collect::<Vec<_>>()
             .join(", ");
+        let (score, words) = match scored {
+            Some((_, message, score)) => (Some(score), format!("; {message}")),
+            None => (None, String::new()),
+        };
         return (
             AnalysisPhase::Successful,
-            format!("passed: {all} successful"),
+            format!("passed: {all} successful{words}"),
+            score,
         );
     }
     // Names and wanted counts only: this text reaches the rollout's message, and a message
@@ -324,7 +354,7 @@ fn run_phase(statuses: &[MetricStatus], metrics: &[ResolvedMetric]) -> (Analysis
         })
         .collect::<Vec<_>>()
         .join(", ");
-    (AnalysisPhase::Running, format!("measuring {text}"))
+    (AnalysisPhase::Running, format!("measuring {text}"), None)
 }
 
 /// Why the canary's analysis failed, if a run did: `analysis NAME failed: WHY`.
@@ -338,51 +368,6 @@ pub fn failure(runs: &[AnalysisRunStatus]) -> Option<String> {
                 r.message.as_deref().unwrap_or("")
             )
         })
-}
-
-/// Which metric decided and how, e.g. `error-rate 0.31 failed result < 0.05 (2 failed,
-/// failureLimit 1)`.
-pub fn decided_by(metric: &Metric, st: &MetricStatus) -> String {
-    if metric.baseline.is_some()
-        && matches!(
-            st.phase,
-            AnalysisPhase::Failed | AnalysisPhase::Inconclusive
-        )
-    {
-        return format!("{} {}", st.name, st.comparison.as_deref().unwrap_or("?"));
-    }
-    let last_of = |phase: MeasurementPhase| st.measurements.iter().rev().find(|m| m.phase == phase);
-    match st.phase {
-        AnalysisPhase::Failed => {
-            let m = last_of(MeasurementPhase::Failed);
-            format!(
-                "{} {} {} ({} failed, failureLimit {})",
-                st.name,
-                m.and_then(|m| m.value.as_deref()).unwrap_or("?"),
-                m.and_then(|m| m.message.as_deref()).unwrap_or("failed"),
-                st.failed,
-                metric.failure_limit
-            )
-        }
-        AnalysisPhase::Inconclusive => {
-            let m = last_of(MeasurementPhase::Inconclusive);
-            format!(
-                "{} {} inconclusive: {} ({} inconclusive, inconclusiveLimit {})",
-                st.name,
-                m.and_then(|m| m.value.as_deref()).unwrap_or("?"),
-                m.and_then(|m| m.message.as_deref()).unwrap_or(""),
-                st.inconclusive,
-                metric.inconclusive_limit
-            )
-        }
-        // Not the error's own text: it can differ each time (a Job's name, a request id), and
-        // this message reaches status.message, whose every change is a write-back commit.
-        AnalysisPhase::Error => format!(
-            "{} could not be measured more than {} times in a row (its measurements say why: linnet get)",
-            st.name, metric.consecutive_error_limit,
-        ),
-        _ => st.name.clone(),
-    }
 }
 
 /// A new canary's runs: the last canary's go, and the background run starts now.
@@ -548,6 +533,8 @@ pub(crate) mod testing {
 pub mod baseline;
 pub mod evidence;
 mod judge;
+pub mod report;
+mod scoring;
 pub use judge::*;
 
 mod resolve;

@@ -201,3 +201,48 @@ pub(super) fn shown(value: &Value) -> String {
         text
     }
 }
+
+/// Which metric decided and how, e.g. `error-rate 0.31 failed result < 0.05 (2 failed,
+/// failureLimit 1)`.
+pub fn decided_by(metric: &Metric, st: &MetricStatus) -> String {
+    if metric.baseline.is_some()
+        && matches!(
+            st.phase,
+            AnalysisPhase::Failed | AnalysisPhase::Inconclusive
+        )
+    {
+        return format!("{} {}", st.name, st.comparison.as_deref().unwrap_or("?"));
+    }
+    let last_of = |phase: MeasurementPhase| st.measurements.iter().rev().find(|m| m.phase == phase);
+    match st.phase {
+        AnalysisPhase::Failed => {
+            let m = last_of(MeasurementPhase::Failed);
+            format!(
+                "{} {} {} ({} failed, failureLimit {})",
+                st.name,
+                m.and_then(|m| m.value.as_deref()).unwrap_or("?"),
+                m.and_then(|m| m.message.as_deref()).unwrap_or("failed"),
+                st.failed,
+                metric.failure_limit
+            )
+        }
+        AnalysisPhase::Inconclusive => {
+            let m = last_of(MeasurementPhase::Inconclusive);
+            format!(
+                "{} {} inconclusive: {} ({} inconclusive, inconclusiveLimit {})",
+                st.name,
+                m.and_then(|m| m.value.as_deref()).unwrap_or("?"),
+                m.and_then(|m| m.message.as_deref()).unwrap_or(""),
+                st.inconclusive,
+                metric.inconclusive_limit
+            )
+        }
+        // Not the error's own text: it can differ each time (a Job's name, a request id), and
+        // this message reaches status.message, whose every change is a write-back commit.
+        AnalysisPhase::Error => format!(
+            "{} could not be measured more than {} times in a row (its measurements say why: linnet get)",
+            st.name, metric.consecutive_error_limit,
+        ),
+        _ => st.name.clone(),
+    }
+}

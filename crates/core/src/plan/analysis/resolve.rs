@@ -119,6 +119,8 @@ pub struct DurationError(pub String);
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Resolved {
     pub runs: BTreeMap<String, Result<Vec<ResolvedMetric>, ResolveError>>,
+    /// `spec.analysis.scoring`: the judged metrics of a run are scored together.
+    pub scoring: Option<crate::api::Scoring>,
 }
 
 impl Resolved {
@@ -138,6 +140,7 @@ pub fn resolve(
     let Some(analysis) = analysis else {
         return out;
     };
+    out.scoring = analysis.scoring;
     if let Some(background) = &analysis.background {
         out.runs.insert(
             BACKGROUND.into(),

@@ -199,6 +199,7 @@ fn run_with(
 ) -> (Vec<AnalysisRunStatus>, Verdict) {
     let resolved = Resolved {
         runs: BTreeMap::from([(BACKGROUND.to_string(), Ok(vec![m.clone()]))]),
+        ..Default::default()
     };
     let mut runs = Vec::new();
     let mut verdict = run_verdict(&mut runs, BACKGROUND, &resolved, gate, t0());
@@ -279,6 +280,7 @@ fn a_finished_gate_is_never_measured_again() {
     stricter.metric.count = Some(10);
     let resolved = Resolved {
         runs: BTreeMap::from([(BACKGROUND.to_string(), Ok(vec![stricter]))]),
+        ..Default::default()
     };
     assert_eq!(
         run_verdict(&mut runs, BACKGROUND, &resolved, true, t0()),
@@ -292,6 +294,7 @@ fn measurements_are_due_by_interval_and_initial_delay() {
     m.initial_delay = Duration::from_secs(5);
     let resolved = Resolved {
         runs: BTreeMap::from([(BACKGROUND.to_string(), Ok(vec![m.clone()]))]),
+        ..Default::default()
     };
     let mut runs = Vec::new();
     run_verdict(&mut runs, BACKGROUND, &resolved, false, t0());
@@ -368,6 +371,7 @@ proptest! {
         let m = resolved_metric(spec);
         let resolved = Resolved {
             runs: BTreeMap::from([(BACKGROUND.to_string(), Ok(vec![m.clone()]))]),
+            ..Default::default()
         };
         let mut runs = Vec::new();
         run_verdict(&mut runs, BACKGROUND, &resolved, gate, t0());
@@ -410,6 +414,7 @@ fn a_finished_run_keeps_its_verdict_when_its_template_is_gone() {
             BACKGROUND.to_string(),
             Err(ResolveError::Unavailable("not listed yet".into())),
         )]),
+        ..Default::default()
     };
     assert_eq!(
         run_verdict(&mut runs, BACKGROUND, &gone, true, t0()),
@@ -473,3 +478,5 @@ fn a_selector_not_known_yet_holds_the_run_instead_of_selecting_no_pod() {
 }
 
 mod comparisons;
+mod report;
+mod scoring;

@@ -112,6 +112,7 @@ fn background_run(started: Timestamp, counts: &[(&str, i32)]) -> AnalysisRunStat
                 ..Default::default()
             })
             .collect(),
+        score: None,
     }
 }
 

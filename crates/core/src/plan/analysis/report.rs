@@ -1,0 +1,184 @@
+//! The evidence of a metric in words (issue 75): what decides it, what it measures (with a
+//! link to the provider's graph), and what its measurements showed. Set in the status when
+//! a run is brought up to date, so every reader (`linnet get`, the dashboard, notifications,
+//! promotion and revert pull requests) shows the same from the status alone. Only the
+//! template's text and the values measured appear: credentials are files the agent reads,
+//! never text, and a web metric's URL loses its user and query string.
+
+use super::*;
+use crate::api::{MetricProvider, WorseWhen};
+
+/// Measured values shown per metric, newest last.
+const VALUES_SHOWN: usize = 5;
+
+/// Sets what `m` decides by and measures on its status `st`.
+pub(super) fn describe(st: &mut MetricStatus, m: &ResolvedMetric) {
+    st.condition = Some(condition(&m.metric));
+    st.query = query(&m.metric.provider, &m.template);
+    st.graph = m.metric.provider.prometheus.as_ref().map(|p| {
+        format!(
+            "{}/graph?g0.expr={}&g0.tab=0",
+            without_credentials(&p.address).trim_end_matches('/'),
+            percent_encoded(&p.query)
+        )
+    });
+    if let (Some(b), Some(q)) = (&m.metric.baseline, &st.query)
+        && let Some(base) = query(&b.provider, &m.template)
+    {
+        st.query = Some(format!("canary: {q}; baseline: {base}"));
+    }
+}
+
+/// What decides a measurement of `m`, e.g. `success when result < 0.05; failureLimit 1`.
+fn condition(m: &Metric) -> String {
+    if let Some(b) = &m.baseline {
+        let worse = match b.worse {
+            WorseWhen::Higher => "higher",
+            WorseWhen::Lower => "lower",
+        };
+        return format!(
+            "judged against the baseline (Mann-Whitney U): {worse} is worse, {} % tolerated, \
+             {} % confidence, at least {} samples a side",
+            b.tolerance_percent,
+            b.confidence_percent.clamp(50, 99),
+            b.min_samples.max(1)
+        );
+    }
+    let mut parts = Vec::new();
+    if let Some(c) = &m.success_condition {
+        parts.push(format!("success when {c}"));
+    }
+    if let Some(c) = &m.failure_condition {
+        parts.push(format!("failure when {c}"));
+    }
+    if m.provider.job.is_some() && parts.is_empty() {
+        parts.push("success when the Job succeeds".into());
+    }
+    parts.push(format!("failureLimit {}", m.failure_limit));
+    parts.join("; ")
+}
+
+/// What `p` measures, without anything secret.
+fn query(p: &MetricProvider, template: &str) -> Option<String> {
+    if let Some(prom) = &p.prometheus {
+        return Some(prom.query.clone());
+    }
+    if let Some(web) = &p.web {
+        return Some(format!(
+            "{} {}",
+            format!("{:?}", web.method).to_uppercase(),
+            without_query(&without_credentials(&web.url))
+        ));
+    }
+    p.job
+        .as_ref()
+        .map(|_| format!("a Job from AnalysisTemplate {template}"))
+}
+
+/// `url` without `user:password@`.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(host_end);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}://{host}{path}")
+}
+
+/// `url` without its query string or fragment (where an API key may be).
+fn without_query(url: &str) -> String {
+    url.split(['?', '#']).next().unwrap_or(url).to_string()
+}
+
+/// `text` as a URL query value.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One metric's evidence in a line, e.g. `error-rate: Successful, 12 measurements (12
+/// successful, 0 failed, 0 inconclusive), last 0.004, 0.003; success when result < 0.05;
+/// failureLimit 1; query sum(rate(...)) (graph: http://...)`.
+pub fn metric_line(st: &MetricStatus) -> String {
+    let mut line = format!("{}: {:?}", st.name, st.phase);
+    if let Some(c) = &st.comparison {
+        line.push_str(&format!(", {c}"));
+    } else {
+        line.push_str(&format!(
+            ", {} measurements ({} successful, {} failed, {} inconclusive)",
+            st.count, st.successful, st.failed, st.inconclusive
+        ));
+        let values: Vec<&str> = st
+            .measurements
+            .iter()
+            .filter_map(|m| m.value.as_deref())
+            .collect();
+        if !values.is_empty() {
+            let shown = &values[values.len().saturating_sub(VALUES_SHOWN)..];
+            line.push_str(&format!(", last {}", shown.join(", ")));
+        }
+    }
+    if st.errors > 0 {
+        line.push_str(&format!(", {} could not be measured", st.errors));
+    }
+    if let Some(c) = &st.condition {
+        line.push_str(&format!("; {c}"));
+    }
+    if let Some(q) = &st.query {
+        line.push_str(&format!("; query {q}"));
+    }
+    if let Some(g) = &st.graph {
+        line.push_str(&format!(" (graph: {g})"));
+    }
+    line
+}
+
+/// A run and its metrics, as Markdown list items: the run's line, then a nested line per
+/// metric.
+pub fn run_lines(run: &AnalysisRunStatus) -> String {
+    let mut out = format!(
+        "- analysis {}: {:?}{}",
+        run.name,
+        run.phase,
+        run.message
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default()
+    );
+    for st in &run.metrics {
+        out.push_str(&format!("\n  - {}", metric_line(st)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_loses_its_credentials_and_query_string() {
+        assert_eq!(
+            without_query(&without_credentials(
+                "https://user:s3cret@api.example:8443/v1/query?api_key=abc#x"
+            )),
+            "https://api.example:8443/v1/query"
+        );
+        assert_eq!(without_credentials("http://prom:9090"), "http://prom:9090");
+        assert_eq!(without_credentials("not a url"), "not a url");
+    }
+
+    #[test]
+    fn a_query_is_percent_encoded_for_the_graph_link() {
+        assert_eq!(
+            percent_encoded("sum(rate(x{a=\"b\"}[1m]))"),
+            "sum%28rate%28x%7Ba%3D%22b%22%7D%5B1m%5D%29%29"
+        );
+    }
+}

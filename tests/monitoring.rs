@@ -285,23 +285,12 @@ async fn alerts(prometheus: &Prometheus) -> Vec<(String, String, Value)> {
         .collect()
 }
 
-fn percent_encoded(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The value of `query`'s first sample, if any.
 async fn query(prometheus: &Prometheus, query: &str) -> Option<f64> {
     let body: Value = support::http()
         .post(format!("{}/api/v1/query", prometheus.address()))
         .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("query={}", percent_encoded(query)))
+        .body(format!("query={}", linnet::text::percent_encoded(query)))
         .send()
         .await
         .ok()?

@@ -305,14 +305,7 @@ fn state_name(provider: Provider, state: State) -> &'static str {
 
 /// `s` percent-encoded as one path segment (a GitLab project's `group/name`).
 pub(crate) fn encode_path_segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    crate::text::percent_encoded(s)
 }
 
 /// Why a post failed for good.

@@ -95,9 +95,31 @@ pub fn redact_credentials(text: &str) -> String {
     out
 }
 
+/// `text` percent-encoded as one URL path segment or query value: everything but RFC 3986's
+/// unreserved characters.
+pub fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_query_is_percent_encoded_as_one_value() {
+        assert_eq!(
+            percent_encoded("sum(rate(x{a=\"b\"}[1m])) / 2"),
+            "sum%28rate%28x%7Ba%3D%22b%22%7D%5B1m%5D%29%29%20%2F%202"
+        );
+        assert_eq!(percent_encoded("group/name"), "group%2Fname");
+    }
 
     #[test]
     fn a_newline_cannot_forge_a_trailer() {

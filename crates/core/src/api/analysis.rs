@@ -431,7 +431,7 @@ pub struct MetricStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
     /// What is measured: the PromQL with its arguments filled in, a web metric's method and
-    /// URL (no credentials, no query string), or the Job's template. Never a file's content.
+    /// URL (its password or token as `***`, no query string), or the Job's template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
     /// A link to the query's graph on its provider, when it has one (Prometheus).

@@ -3,10 +3,12 @@
 //! a run is brought up to date, so every reader (`linnet get`, the dashboard, notifications,
 //! promotion and revert pull requests) shows the same from the status alone. Only the
 //! template's text and the values measured appear: credentials are files the agent reads,
-//! never text, and a web metric's URL loses its user and query string.
+//! never text, and a web metric's URL shows its password (or token) as `***` and loses its
+//! query string.
 
 use super::*;
 use crate::api::{MetricProvider, WorseWhen};
+use crate::text::redact_credentials;
 
 /// Measured values shown per metric, newest last.
 const VALUES_SHOWN: usize = 5;
@@ -18,8 +20,8 @@ pub(super) fn describe(st: &mut MetricStatus, m: &ResolvedMetric) {
     st.graph = m.metric.provider.prometheus.as_ref().map(|p| {
         format!(
             "{}/graph?g0.expr={}&g0.tab=0",
-            without_credentials(&p.address).trim_end_matches('/'),
-            percent_encoded(&p.query)
+            redact_credentials(&p.address).trim_end_matches('/'),
+            crate::text::percent_encoded(&p.query)
         )
     });
     if let (Some(b), Some(q)) = (&m.metric.baseline, &st.query)
@@ -67,7 +69,7 @@ fn query(p: &MetricProvider, template: &str) -> Option<String> {
         return Some(format!(
             "{} {}",
             format!("{:?}", web.method).to_uppercase(),
-            without_query(&without_credentials(&web.url))
+            without_query(&redact_credentials(&web.url))
         ));
     }
     p.job
@@ -75,32 +77,9 @@ fn query(p: &MetricProvider, template: &str) -> Option<String> {
         .map(|_| format!("a Job from AnalysisTemplate {template}"))
 }
 
-/// `url` without `user:password@`.
-fn without_credentials(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(host_end);
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    format!("{scheme}://{host}{path}")
-}
-
 /// `url` without its query string or fragment (where an API key may be).
 fn without_query(url: &str) -> String {
     url.split(['?', '#']).next().unwrap_or(url).to_string()
-}
-
-/// `text` as a URL query value.
-fn percent_encoded(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// One metric's evidence in a line, e.g. `error-rate: Successful, 12 measurements (12
@@ -165,20 +144,14 @@ mod tests {
     #[test]
     fn a_url_loses_its_credentials_and_query_string() {
         assert_eq!(
-            without_query(&without_credentials(
+            without_query(&redact_credentials(
                 "https://user:s3cret@api.example:8443/v1/query?api_key=abc#x"
             )),
-            "https://api.example:8443/v1/query"
+            "https://user:***@api.example:8443/v1/query"
         );
-        assert_eq!(without_credentials("http://prom:9090"), "http://prom:9090");
-        assert_eq!(without_credentials("not a url"), "not a url");
-    }
-
-    #[test]
-    fn a_query_is_percent_encoded_for_the_graph_link() {
         assert_eq!(
-            percent_encoded("sum(rate(x{a=\"b\"}[1m]))"),
-            "sum%28rate%28x%7Ba%3D%22b%22%7D%5B1m%5D%29%29"
+            without_query(&redact_credentials("https://t0k/en@api.example/q")),
+            "https://***@api.example/q"
         );
     }
 }

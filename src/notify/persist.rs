@@ -52,8 +52,13 @@ fn config_map_name(source: &str) -> String {
 /// The ConfigMap's text for `waiting`: deterministic, at most [`MAX_BYTES`].
 pub fn encode(waiting: &Waiting) -> String {
     let mut out = String::new();
+    // The evidence (up to 4,000 characters a notice) gets half: past it a notice is kept
+    // without its evidence, never left out for it.
+    let mut evidence_left = MAX_BYTES / 2;
     for (receiver, notices) in waiting {
         for n in notices {
+            let evidence = n.evidence.clone().filter(|e| e.len() <= evidence_left);
+            evidence_left -= evidence.as_ref().map_or(0, String::len);
             let line = serde_json::to_string(&Stored {
                 receiver: receiver.clone(),
                 event: n.event,
@@ -65,7 +70,7 @@ pub fn encode(waiting: &Waiting) -> String {
                 message: n.message.clone(),
                 revision: n.revision.clone(),
                 image_source: n.image_source.clone(),
-                evidence: n.evidence.clone(),
+                evidence,
             })
             .unwrap_or_default();
             if out.len() + line.len() + 1 > MAX_BYTES {
@@ -214,6 +219,32 @@ mod tests {
             image_source: None,
             evidence: None,
         }
+    }
+
+    /// Regression (issue 75): a notice's evidence is up to 4,000 characters; a hundred of them
+    /// for each of two receivers would have filled the ConfigMap, and notices would have been
+    /// left out. The evidence gets half of it; past that, notices are kept without.
+    #[test]
+    fn long_evidence_never_crowds_out_a_notice() {
+        let with_evidence = |i: usize| {
+            let mut n = notice(&format!("web-{i}"), "m");
+            n.evidence = Some("e".repeat(4000));
+            n
+        };
+        let waiting: Waiting = ["chat", "hook"]
+            .into_iter()
+            .map(|r| (r.to_string(), (0..100).map(with_evidence).collect()))
+            .collect();
+        let text = encode(&waiting);
+        assert!(text.len() <= MAX_BYTES);
+        let back = decode(&text);
+        assert_eq!(back.values().map(Vec::len).sum::<usize>(), 200);
+        let kept = back
+            .values()
+            .flatten()
+            .filter(|n| n.evidence.is_some())
+            .count();
+        assert_eq!(kept, MAX_BYTES / 2 / 4000);
     }
 
     #[test]

@@ -6,6 +6,9 @@
 
 mod support;
 
+#[path = "analysis/datadog.rs"]
+mod datadog;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

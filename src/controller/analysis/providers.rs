@@ -1,5 +1,5 @@
-//! The measurement providers: a Prometheus instant query and a web request, each bounded in
-//! time and answer size, with the token files and URLs the policy allows.
+//! The measurement providers: a Prometheus instant query, a web request and a Datadog query,
+//! each bounded in time and answer size, with the token files and URLs the policy allows.
 
 use std::time::Duration;
 
@@ -15,12 +15,16 @@ pub(super) const MAX_ANSWER_BYTES: usize = 256 * 1024;
 /// The most of a bearer token file read.
 const MAX_TOKEN_BYTES: u64 = 16 * 1024;
 
+mod datadog;
+
 pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) -> Outcome {
     let p = &m.metric.provider;
     let result = if let Some(prom) = &p.prometheus {
         prometheus(ctx, prom, m.timeout).await
     } else if let Some(web) = &p.web {
         web_request(ctx, web, m.timeout).await
+    } else if let Some(dd) = &p.datadog {
+        datadog::datadog(ctx, dd, m.timeout).await
     } else {
         Err(MeasureError::Answer("the metric has no provider".into()))
     };

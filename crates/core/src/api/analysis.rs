@@ -176,6 +176,8 @@ pub struct MetricProvider {
     pub web: Option<WebMetric>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<JobMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datadog: Option<super::DatadogMetric>,
 }
 
 /// An instant query; `result` is the number of a scalar or one-sample vector, else the list

@@ -4,6 +4,7 @@
 
 mod analysis;
 mod config;
+mod datadog;
 mod deployment;
 mod embedded;
 mod failure;
@@ -21,6 +22,7 @@ mod view;
 
 pub use analysis::*;
 pub use config::*;
+pub use datadog::*;
 pub use deployment::*;
 pub use embedded::Embedded;
 pub use failure::*;

@@ -345,7 +345,8 @@ fn a_template_with_bad_cel_names_its_line() {
         "    provider:\n      web: {url: http://x}\n",
     ));
     assert!(
-        e.message.contains("exactly one of prometheus, web or job"),
+        e.message
+            .contains("exactly one of prometheus, web, datadog or job"),
         "{e}"
     );
 }

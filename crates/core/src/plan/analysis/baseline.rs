@@ -125,7 +125,7 @@ pub fn evidence(b: &Baseline, v: &MetricVerdict) -> String {
 pub(super) fn problems(m: &Metric, b: &Baseline) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let p = &b.provider;
-    if [p.prometheus.is_some(), p.web.is_some()]
+    if [p.prometheus.is_some(), p.web.is_some(), p.datadog.is_some()]
         .iter()
         .filter(|x| **x)
         .count()
@@ -134,13 +134,14 @@ pub(super) fn problems(m: &Metric, b: &Baseline) -> Vec<(String, String)> {
     {
         out.push((
             "baseline.provider".into(),
-            "set exactly one of prometheus or web (a job has no number to compare)".into(),
+            "set exactly one of prometheus, web or datadog (a job has no number to compare)".into(),
         ));
     }
     if m.provider.job.is_some() {
         out.push((
             "provider".into(),
-            "a metric with a baseline needs prometheus or web: a job has no number to compare"
+            "a metric with a baseline needs prometheus, web or datadog: a job has no number \
+             to compare"
                 .into(),
         ));
     }

@@ -26,14 +26,19 @@ pub enum ConditionError {
 pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let p = &m.provider;
-    let providers = [p.prometheus.is_some(), p.web.is_some(), p.job.is_some()]
-        .iter()
-        .filter(|x| **x)
-        .count();
+    let providers = [
+        p.prometheus.is_some(),
+        p.web.is_some(),
+        p.job.is_some(),
+        p.datadog.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
     if providers != 1 {
         out.push((
             "provider".into(),
-            "set exactly one of prometheus, web or job".into(),
+            "set exactly one of prometheus, web, datadog or job".into(),
         ));
     }
     for (field, text) in [
@@ -46,6 +51,14 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
         (
             "provider.web.timeout",
             p.web.as_ref().and_then(|w| w.timeout.as_deref()),
+        ),
+        (
+            "provider.datadog.timeout",
+            p.datadog.as_ref().and_then(|d| d.timeout.as_deref()),
+        ),
+        (
+            "provider.datadog.window",
+            p.datadog.as_ref().and_then(|d| d.window.as_deref()),
         ),
     ] {
         if let Some(Err(e)) = text.map(parse_duration) {

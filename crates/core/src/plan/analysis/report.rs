@@ -72,6 +72,16 @@ fn query(p: &MetricProvider, template: &str) -> Option<String> {
             without_query(&redact_credentials(&web.url))
         ));
     }
+    if let Some(dd) = &p.datadog {
+        return Some(format!(
+            "Datadog {} over the last {} at {}",
+            dd.query,
+            dd.window
+                .as_deref()
+                .unwrap_or(crate::api::DATADOG_DEFAULT_WINDOW),
+            redact_credentials(dd.address())
+        ));
+    }
     p.job
         .as_ref()
         .map(|_| format!("a Job from AnalysisTemplate {template}"))

@@ -242,6 +242,11 @@ fn timed(template: &str, metric: Metric) -> Result<ResolvedMetric, ResolveError>
             .web
             .as_ref()
             .and_then(|w| w.timeout.as_deref()))
+        .or(metric
+            .provider
+            .datadog
+            .as_ref()
+            .and_then(|d| d.timeout.as_deref()))
         .map(parse_duration)
         .transpose()?
         .unwrap_or(DEFAULT_TIMEOUT)

@@ -13,22 +13,39 @@ use crate::text::redact_credentials;
 /// Measured values shown per metric, newest last.
 const VALUES_SHOWN: usize = 5;
 
+/// The most of a query kept in status: a provider's text may be 64 KiB once filled in, and
+/// every metric of every run carries its own in the rollout's status.
+const QUERY_CHARS: usize = 1024;
+/// The longest graph link kept (a longer one is left out: no browser takes it anyway).
+const GRAPH_CHARS: usize = 2048;
+
 /// Sets what `m` decides by and measures on its status `st`.
 pub(super) fn describe(st: &mut MetricStatus, m: &ResolvedMetric) {
     st.condition = Some(condition(&m.metric));
-    st.query = query(&m.metric.provider, &m.template);
-    st.graph = m.metric.provider.prometheus.as_ref().map(|p| {
-        format!(
-            "{}/graph?g0.expr={}&g0.tab=0",
-            redact_credentials(&p.address).trim_end_matches('/'),
-            crate::text::percent_encoded(&p.query)
-        )
-    });
-    if let (Some(b), Some(q)) = (&m.metric.baseline, &st.query)
-        && let Some(base) = query(&b.provider, &m.template)
-    {
-        st.query = Some(format!("canary: {q}; baseline: {base}"));
+    let canary = query(&m.metric.provider, &m.template);
+    let base = m
+        .metric
+        .baseline
+        .as_ref()
+        .and_then(|b| query(&b.provider, &m.template));
+    st.query = match (canary, base) {
+        (Some(q), Some(base)) => Some(format!("canary: {q}; baseline: {base}")),
+        (q, _) => q,
     }
+    .map(|q| crate::text::one_line(&q, QUERY_CHARS));
+    st.graph = m
+        .metric
+        .provider
+        .prometheus
+        .as_ref()
+        .map(|p| {
+            format!(
+                "{}/graph?g0.expr={}&g0.tab=0",
+                redact_credentials(&p.address).trim_end_matches('/'),
+                crate::text::percent_encoded(&p.query)
+            )
+        })
+        .filter(|g| g.len() <= GRAPH_CHARS);
 }
 
 /// What decides a measurement of `m`, e.g. `success when result < 0.05; failureLimit 1`.
@@ -163,5 +180,29 @@ mod tests {
             without_query(&redact_credentials("https://t0k/en@api.example/q")),
             "https://***@api.example/q"
         );
+    }
+
+    /// Regression: a provider's text from Git may be 64 KiB once filled in; the status keeps
+    /// a bounded line of it, and no graph link that long.
+    #[test]
+    fn a_long_query_is_cut_in_status_and_gets_no_graph() {
+        let m: Metric = serde_json::from_value(serde_json::json!({
+            "name": "long", "interval": "10s",
+            "provider": {"prometheus": {"address": "http://p:9090", "query": "x\n".repeat(30_000)}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let resolved = ResolvedMetric {
+            template: "t".into(),
+            interval: Duration::from_secs(10),
+            initial_delay: Duration::ZERO,
+            timeout: Duration::from_secs(10),
+            metric: m,
+        };
+        let mut st = MetricStatus::default();
+        describe(&mut st, &resolved);
+        let q = st.query.unwrap_or_default();
+        assert_eq!(q.chars().count(), QUERY_CHARS);
+        assert!(!q.contains('\n') && q.ends_with('…'), "{q}");
+        assert_eq!(st.graph, None);
     }
 }

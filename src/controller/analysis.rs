@@ -98,8 +98,9 @@ pub enum MeasureError {
     Unreachable { target: String, why: String },
     #[error("the answer is over {MAX_ANSWER_BYTES} bytes")]
     TooLarge,
-    #[error("cannot read bearerTokenFile {}: {}", path.display(), crate::error::io_reason(.source))]
+    #[error("cannot read {field} {}: {}", path.display(), crate::error::io_reason(.source))]
     Token {
+        field: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,

@@ -67,16 +67,35 @@ async fn body(mut r: reqwest::Response, target: &str) -> Result<Vec<u8>, Measure
     Ok(out)
 }
 
-fn read_token(path: &std::path::Path) -> Result<String, MeasureError> {
+/// A token or key from the file `field` names, `path` in the template (inside
+/// `--analysis-files-dir`), at most [`MAX_TOKEN_BYTES`], trimmed.
+fn read_token(
+    ctx: &crate::controller::Context,
+    field: &'static str,
+    path: &str,
+) -> Result<String, MeasureError> {
     use std::io::Read;
+    let path = ctx.analysis.file(field, path)?;
     let mut text = String::new();
-    std::fs::File::open(path)
+    std::fs::File::open(&path)
         .and_then(|f| f.take(MAX_TOKEN_BYTES).read_to_string(&mut text))
         .map_err(|source| MeasureError::Token {
-            path: path.to_path_buf(),
+            field,
+            path: path.clone(),
             source,
         })?;
     Ok(text.trim().to_string())
+}
+
+/// The HTTP client for a provider, trusting its `caFile` (inside `--analysis-files-dir`).
+fn client(
+    ctx: &crate::controller::Context,
+    ca_file: Option<&str>,
+) -> Result<reqwest::Client, MeasureError> {
+    let ca_file = ca_file
+        .map(|f| ctx.analysis.file("caFile", f))
+        .transpose()?;
+    ctx.http.get(ca_file.as_deref())
 }
 
 async fn prometheus(
@@ -84,11 +103,7 @@ async fn prometheus(
     p: &PrometheusMetric,
     timeout: Duration,
 ) -> Result<Value, MeasureError> {
-    let ca_file = match &p.ca_file {
-        Some(f) => Some(ctx.analysis.file("caFile", f)?),
-        None => None,
-    };
-    let client = ctx.http.get(ca_file.as_deref())?;
+    let client = client(ctx, p.ca_file.as_deref())?;
     let url = reqwest::Url::parse_with_params(
         &format!("{}/api/v1/query", p.address.trim_end_matches('/')),
         &[("query", p.query.as_str())],
@@ -108,8 +123,7 @@ async fn prometheus(
                     .into(),
             ));
         }
-        let file = ctx.analysis.file("bearerTokenFile", file)?;
-        request = request.bearer_auth(read_token(&file)?);
+        request = request.bearer_auth(read_token(ctx, "bearerTokenFile", file)?);
     }
     let target = format!("Prometheus {}", p.address);
     let answer = request
@@ -177,11 +191,7 @@ async fn web_request(
         why: e.to_string(),
     })?;
     ctx.analysis.url(&url)?;
-    let ca_file = match &w.ca_file {
-        Some(f) => Some(ctx.analysis.file("caFile", f)?),
-        None => None,
-    };
-    let client = ctx.http.get(ca_file.as_deref())?;
+    let client = client(ctx, w.ca_file.as_deref())?;
     let mut request = match w.method {
         WebMethod::Get => client.get(url),
         WebMethod::Post => client.post(url).body(w.body.clone().unwrap_or_default()),

@@ -4,7 +4,6 @@
 //! one. The keys are read from files under `--analysis-files-dir` and sent only under an
 //! `--analysis-url-prefix`, like a Prometheus bearer token.
 
-use std::io::Read;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -12,7 +11,7 @@ use serde_json::Value;
 use crate::api::{DATADOG_DEFAULT_WINDOW, DatadogMetric};
 
 use super::super::MeasureError;
-use super::{MAX_TOKEN_BYTES, body};
+use super::{body, client, read_token};
 
 /// The most of an error text from Datadog kept in status.
 const ERROR_CHARS: usize = 200;
@@ -51,13 +50,9 @@ pub(super) async fn datadog(
         why: e.to_string(),
     })?;
     ctx.analysis.url(&url)?;
-    let ca_file = match &d.ca_file {
-        Some(f) => Some(ctx.analysis.file("caFile", f)?),
-        None => None,
-    };
-    let client = ctx.http.get(ca_file.as_deref())?;
-    let api_key = key(ctx, "apiKeyFile", &d.api_key_file)?;
-    let application_key = key(ctx, "applicationKeyFile", &d.application_key_file)?;
+    let client = client(ctx, d.ca_file.as_deref())?;
+    let api_key = read_token(ctx, "apiKeyFile", &d.api_key_file)?;
+    let application_key = read_token(ctx, "applicationKeyFile", &d.application_key_file)?;
     let target = format!("Datadog {}", d.address());
     let answer = client
         .get(url)
@@ -79,24 +74,6 @@ pub(super) async fn datadog(
     let doc: Value = serde_json::from_slice(&bytes)
         .map_err(|_| MeasureError::Answer(format!("{target} answered {status} with no JSON")))?;
     datadog_result(&doc)
-}
-
-/// A key from `path` (under `--analysis-files-dir`), trimmed.
-fn key(
-    ctx: &crate::controller::Context,
-    field: &'static str,
-    path: &str,
-) -> Result<String, MeasureError> {
-    let file = ctx.analysis.file(field, path)?;
-    let mut text = String::new();
-    std::fs::File::open(&file)
-        .and_then(|f| f.take(MAX_TOKEN_BYTES).read_to_string(&mut text))
-        .map_err(|source| MeasureError::File {
-            field,
-            path: file.display().to_string(),
-            source,
-        })?;
-    Ok(text.trim().to_string())
 }
 
 /// `result` from a query answer: the last point of the first series that has one.

@@ -160,22 +160,7 @@ const EVIDENCE_CHARS: usize = 4000;
 
 /// The runs in words, at most [`EVIDENCE_CHARS`], cut at a line.
 fn evidence(runs: &[AnalysisRunStatus]) -> String {
-    let mut out = String::new();
-    for line in runs
-        .iter()
-        .map(crate::plan::analysis::report::run_lines)
-        .flat_map(|r| r.lines().map(str::to_string).collect::<Vec<_>>())
-    {
-        if out.len() + line.len() + 1 > EVIDENCE_CHARS {
-            out.push_str("\n- (more in the rollout's status: linnet get)");
-            break;
-        }
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&line);
-    }
-    out
+    crate::plan::analysis::report::runs_text(runs, EVIDENCE_CHARS)
 }
 
 fn is_promotion(kind: &str, phase: &str, before: Option<&str>) -> bool {

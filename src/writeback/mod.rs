@@ -328,6 +328,10 @@ pub struct StatusPoster {
 
 /// The first wait before a failed status is posted again; it doubles (with jitter) up to
 /// [`MAX_STATUS_RETRY`], so a host that answers again gets what it missed within two minutes.
+/// The most of the analysis a pull request body or a revert commit carries: the hosts cap a
+/// body (GitHub at 65,536 characters), and a template may have many metrics.
+const EVIDENCE_BYTES: usize = 16 * 1024;
+
 const STATUS_RETRY: Duration = Duration::from_secs(1);
 const MAX_STATUS_RETRY: Duration = Duration::from_secs(60);
 

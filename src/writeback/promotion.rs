@@ -128,10 +128,7 @@ fn evidence(runs: &[AnalysisRunStatus]) -> String {
     if runs.is_empty() {
         return "- no analysis is configured; the rollout became Stable".into();
     }
-    runs.iter()
-        .map(crate::plan::analysis::report::run_lines)
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::plan::analysis::report::runs_text(runs, super::EVIDENCE_BYTES)
 }
 
 /// What passed, where it came from, and what it reads.

@@ -259,11 +259,8 @@ fn why(runs: &[crate::api::AnalysisRunStatus], message: Option<&str>) -> String 
     if runs.is_empty() {
         return why;
     }
-    let evidence: Vec<String> = runs
-        .iter()
-        .map(crate::plan::analysis::report::run_lines)
-        .collect();
-    format!("{why}\n\nThe analysis:\n\n{}", evidence.join("\n"))
+    let evidence = crate::plan::analysis::report::runs_text(runs, super::EVIDENCE_BYTES);
+    format!("{why}\n\nThe analysis:\n\n{evidence}")
 }
 
 /// What failed, from a rollout's spec and status.

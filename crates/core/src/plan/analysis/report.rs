@@ -164,6 +164,32 @@ pub fn run_lines(run: &AnalysisRunStatus) -> String {
     out
 }
 
+/// The runs' lines ([`run_lines`]) joined, at most `max` bytes, cut at a line with a last
+/// line that says where the rest is: what a pull request body or a notification carries
+/// (each metric's text is bounded, but not the number of metrics a template may have).
+pub fn runs_text(runs: &[AnalysisRunStatus], max: usize) -> String {
+    const MORE: &str = "- (more in the rollout's status: linnet get)";
+    let mut out = String::new();
+    for line in runs
+        .iter()
+        .map(run_lines)
+        .flat_map(|r| r.lines().map(str::to_string).collect::<Vec<_>>())
+    {
+        if out.len() + line.len() + 1 + MORE.len() + 1 > max {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(MORE);
+            break;
+        }
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -109,3 +109,31 @@ fn the_rule_does_not_change_with_the_measurements() {
     };
     assert_eq!(rule(&one), rule(&two));
 }
+
+/// Regression: the runs' text a pull request or a notification carries is bounded whatever the
+/// number of metrics, cut at a line, and says where the rest is.
+#[test]
+fn the_runs_text_is_cut_at_a_line_and_says_where_the_rest_is() {
+    let m = resolved_metric(error_rate());
+    let (mut runs, _) = run_with(&[Outcome::Value(json!(0.01))], &m, false);
+    let one = runs[0].metrics[0].clone();
+    runs[0].metrics = (0..200)
+        .map(|i| MetricStatus {
+            name: format!("m{i}"),
+            ..one.clone()
+        })
+        .collect();
+    let whole = crate::plan::analysis::report::run_lines(&runs[0]);
+    let text = crate::plan::analysis::report::runs_text(&runs, 4000);
+    assert!(text.len() <= 4000, "{}", text.len());
+    assert!(text.ends_with("\n- (more in the rollout's status: linnet get)"));
+    let kept = text.lines().count() - 1;
+    assert_eq!(
+        text.lines().take(kept).collect::<Vec<_>>(),
+        whole.lines().take(kept).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        crate::plan::analysis::report::runs_text(&runs[..0], 4000),
+        ""
+    );
+}

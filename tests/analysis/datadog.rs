@@ -211,7 +211,7 @@ async fn a_datadog_query_passes_fails_errs_and_times_out_through_a_gate() {
     f.wait_for(
         "the gate erring on a timeout",
         120,
-        erring("no answer in time"),
+        erring("no answer within the metric's timeout"),
     )
     .await;
 

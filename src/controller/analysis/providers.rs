@@ -52,13 +52,27 @@ pub(super) async fn measured(ctx: &crate::controller::Context, m: &ResolvedMetri
     }
 }
 
+/// A request to `target` that got no (whole) answer. A timeout is the metric's own, not the
+/// agent's Git one that `net::explain_http` names.
+fn unreachable(target: &str, e: &reqwest::Error) -> MeasureError {
+    let why = if e.is_timeout() {
+        format!(
+            "no answer within the metric's timeout (its provider's `timeout`, 10s unless set): {}",
+            crate::error::error_chain(e)
+        )
+    } else {
+        crate::net::explain_http(e).1
+    };
+    MeasureError::Unreachable {
+        target: target.to_string(),
+        why,
+    }
+}
+
 /// Reads at most [`MAX_ANSWER_BYTES`] of a body; more is an error.
 async fn body(mut r: reqwest::Response, target: &str) -> Result<Vec<u8>, MeasureError> {
     let mut out = Vec::new();
-    while let Some(chunk) = r.chunk().await.map_err(|e| MeasureError::Unreachable {
-        target: target.to_string(),
-        why: crate::net::explain_http(&e).1,
-    })? {
+    while let Some(chunk) = r.chunk().await.map_err(|e| unreachable(target, &e))? {
         if out.len() + chunk.len() > MAX_ANSWER_BYTES {
             return Err(MeasureError::TooLarge);
         }
@@ -126,13 +140,7 @@ async fn prometheus(
         request = request.bearer_auth(read_token(ctx, "bearerTokenFile", file)?);
     }
     let target = format!("Prometheus {}", p.address);
-    let answer = request
-        .send()
-        .await
-        .map_err(|e| MeasureError::Unreachable {
-            target: target.clone(),
-            why: crate::net::explain_http(&e).1,
-        })?;
+    let answer = request.send().await.map_err(|e| unreachable(&target, &e))?;
     let status = answer.status();
     let bytes = body(answer, &target).await?;
     let doc: Value = serde_json::from_slice(&bytes)
@@ -200,13 +208,7 @@ async fn web_request(
     for h in &w.headers {
         request = request.header(&h.key, &h.value);
     }
-    let answer = request
-        .send()
-        .await
-        .map_err(|e| MeasureError::Unreachable {
-            target: w.url.clone(),
-            why: crate::net::explain_http(&e).1,
-        })?;
+    let answer = request.send().await.map_err(|e| unreachable(&w.url, &e))?;
     let status = answer.status();
     let bytes = body(answer, &w.url).await?;
     if !status.is_success() {

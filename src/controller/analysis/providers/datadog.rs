@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::api::{DATADOG_DEFAULT_WINDOW, DatadogMetric};
 
 use super::super::MeasureError;
-use super::{body, client, read_token};
+use super::{body, client, read_token, unreachable};
 
 /// The most of an error text from Datadog kept in status.
 const ERROR_CHARS: usize = 200;
@@ -61,10 +61,7 @@ pub(super) async fn datadog(
         .header("DD-APPLICATION-KEY", application_key)
         .send()
         .await
-        .map_err(|e| MeasureError::Unreachable {
-            target: target.clone(),
-            why: crate::net::explain_http(&e).1,
-        })?;
+        .map_err(|e| unreachable(&target, &e))?;
     let status = answer.status();
     let bytes = body(answer, &target).await?;
     // The status only: an answer's body is not for the rollout's status.

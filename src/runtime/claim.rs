@@ -135,6 +135,8 @@ pub async fn take(
         me: me.clone(),
         duration,
     };
+    let settle = holder::settle_time(duration);
+    let mut stamped_late = false;
     for _ in 0..WRITE_ATTEMPTS {
         let claims = list_claims(client, source, me).await?;
         let now = Timestamp::now();
@@ -153,14 +155,29 @@ pub async fn take(
             .as_ref()
             .and_then(seen)
             .filter(|c| c.holder == me.identity && c.is_live(now));
-        // A replica of a running installation keeps its acquisition time: it came first.
-        let acquired = mine_before.and_then(|c| c.acquired).unwrap_or(now);
+        // A replica of a running installation keeps its acquisition time: it came first. A
+        // claim this call wrote too late is not that: it is stamped again.
+        let acquired = match mine_before {
+            Some(c) if !stamped_late => c.acquired.unwrap_or(now),
+            _ => now,
+        };
         let written = claim
             .write(current.as_ref(), source, origin, acquired, now)
             .await?;
         if !written {
             continue;
         }
+        if !holder::written_in_time(now, Timestamp::now(), settle) {
+            tracing::info!(
+                claim = %format!("{}/{}", me.namespace, claim.name),
+                "the source claim's write took longer than {settle:?}; stamping it again"
+            );
+            stamped_late = true;
+            continue;
+        }
+        // Every claim stamped before this one is in the cluster by now.
+        let since = Timestamp::now().duration_since(now).unsigned_abs();
+        tokio::time::sleep(settle.saturating_sub(since)).await;
         let claims = list_claims(client, source, me).await?;
         if let Some(first) = holder::came_first(me, acquired, &claims, Timestamp::now()) {
             let why = holder::refusal(source, first);

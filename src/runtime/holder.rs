@@ -69,6 +69,24 @@ pub fn live_other<'a>(
     claims.iter().find(|c| !c.is_mine(me) && c.is_live(now))
 }
 
+/// How long a claim's write may take, and how long after stamping it the agent waits before
+/// it looks at the others' claims. Acquisition times are stamped before the write, so a write
+/// that lingered could land after an earlier-stamped agent had looked and found nobody: then
+/// both ran (the CI failure of `of_two_agents_of_one_source_started_together_one_runs`). A
+/// write must be answered within this time (else it is stamped and written again), and the
+/// look comes no sooner than this time after the stamp: every claim stamped earlier is then
+/// in the cluster when the later agent looks, and the later one yields. This holds while the
+/// agents' clocks agree to within this time.
+pub fn settle_time(duration: Duration) -> Duration {
+    (duration / 4).clamp(Duration::from_millis(500), Duration::from_secs(2))
+}
+
+/// Whether a claim stamped at `stamped` and answered at `answered` was written in time to be
+/// ordered by its stamp (see [`settle_time`]).
+pub fn written_in_time(stamped: Timestamp, answered: Timestamp, settle: Duration) -> bool {
+    answered.duration_since(stamped).unsigned_abs() < settle
+}
+
 /// After writing its own claim: whether another live claim came first, so that of two agents
 /// that started at the same moment in two namespaces (each seeing no other before it wrote)
 /// exactly one runs. Earlier acquisition wins; a tie goes to the namespace first in order.
@@ -227,5 +245,21 @@ mod tests {
         ];
         assert!(came_first(&me("ns-a"), now, &tied, now).is_none());
         assert!(came_first(&me("ns-b"), now, &tied, now).is_some());
+    }
+
+    #[test]
+    fn a_claim_whose_write_lingered_is_stamped_again() {
+        // Regression: B stamped its claim before A did, but B's write landed after A had
+        // looked and found nobody; A ran (nobody came first), and B ran (A came later). A
+        // write answered after the settle time is stamped and written again.
+        let settle = settle_time(4 * SECOND);
+        assert_eq!(settle, SECOND);
+        let stamped = Timestamp::now();
+        let prompt = stamped + jiff::SignedDuration::from_millis(300);
+        let lingered = stamped + jiff::SignedDuration::from_millis(1200);
+        assert!(written_in_time(stamped, prompt, settle));
+        assert!(!written_in_time(stamped, lingered, settle));
+        assert_eq!(settle_time(15 * SECOND), 2 * SECOND);
+        assert_eq!(settle_time(SECOND), Duration::from_millis(500));
     }
 }

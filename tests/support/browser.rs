@@ -47,6 +47,8 @@ impl Browser {
                 &format!("--user-data-dir={}", profile.path().display()),
                 "about:blank",
             ])
+            // Chromium's own temporary directories go with the profile, not left in /tmp.
+            .env("TMPDIR", profile.path())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -8,6 +8,10 @@ mod support;
 
 #[path = "analysis/datadog.rs"]
 mod datadog;
+#[path = "analysis/newrelic.rs"]
+mod newrelic;
+#[path = "analysis/provider_gate.rs"]
+mod provider_gate;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

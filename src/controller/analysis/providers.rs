@@ -1,5 +1,6 @@
-//! The measurement providers: a Prometheus instant query, a web request and a Datadog query,
-//! each bounded in time and answer size, with the token files and URLs the policy allows.
+//! The measurement providers: a Prometheus instant query, a web request, a Datadog query and
+//! a New Relic NRQL query, each bounded in time and answer size, with the token files and
+//! URLs the policy allows.
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ pub(super) const MAX_ANSWER_BYTES: usize = 256 * 1024;
 const MAX_TOKEN_BYTES: u64 = 16 * 1024;
 
 mod datadog;
+mod newrelic;
 
 pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) -> Outcome {
     let p = &m.metric.provider;
@@ -25,6 +27,8 @@ pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) 
         web_request(ctx, web, m.timeout).await
     } else if let Some(dd) = &p.datadog {
         datadog::datadog(ctx, dd, m.timeout).await
+    } else if let Some(nr) = &p.new_relic {
+        newrelic::new_relic(ctx, nr, m.timeout).await
     } else {
         Err(MeasureError::Answer("the metric has no provider".into()))
     };
@@ -99,6 +103,34 @@ fn read_token(
             source,
         })?;
     Ok(text.trim().to_string())
+}
+
+/// Sends `request` and reads its answer as JSON: an answer other than 2xx is an error named
+/// by its status only (an answer's body is not for the rollout's status).
+async fn json_answer(
+    request: reqwest::RequestBuilder,
+    target: &str,
+) -> Result<Value, MeasureError> {
+    let answer = request.send().await.map_err(|e| unreachable(target, &e))?;
+    let status = answer.status();
+    let bytes = body(answer, target).await?;
+    if !status.is_success() {
+        return Err(MeasureError::Answer(format!("{target} answered {status}")));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|_| MeasureError::Answer(format!("{target} answered {status} with no JSON")))
+}
+
+/// Keys go only where the operator said queries may go: refused without an
+/// `--analysis-url-prefix`.
+fn keys_allowed(ctx: &crate::controller::Context, provider: &str) -> Result<(), MeasureError> {
+    if ctx.analysis.url_prefixes.is_empty() {
+        return Err(MeasureError::Refused(format!(
+            "{provider} is refused: the agent sends API keys only under --analysis-url-prefix, \
+             and none is set"
+        )));
+    }
+    Ok(())
 }
 
 /// The HTTP client for a provider, trusting its `caFile` (inside `--analysis-files-dir`).
@@ -208,14 +240,7 @@ async fn web_request(
     for h in &w.headers {
         request = request.header(&h.key, &h.value);
     }
-    let answer = request.send().await.map_err(|e| unreachable(&w.url, &e))?;
-    let status = answer.status();
-    let bytes = body(answer, &w.url).await?;
-    if !status.is_success() {
-        return Err(MeasureError::Answer(format!("{} answered {status}", w.url)));
-    }
-    let doc: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| MeasureError::Answer(format!("{} answered no JSON: {e}", w.url)))?;
+    let doc = json_answer(request, &w.url).await?;
     match &w.json_path {
         None => Ok(doc),
         Some(path) => {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::api::{DATADOG_DEFAULT_WINDOW, DatadogMetric};
 
 use super::super::MeasureError;
-use super::{body, client, read_token, unreachable};
+use super::{client, json_answer, keys_allowed, read_token};
 
 /// The most of an error text from Datadog kept in status.
 const ERROR_CHARS: usize = 200;
@@ -21,14 +21,7 @@ pub(super) async fn datadog(
     d: &DatadogMetric,
     timeout: Duration,
 ) -> Result<Value, MeasureError> {
-    // API keys go only where the operator said queries may go.
-    if ctx.analysis.url_prefixes.is_empty() {
-        return Err(MeasureError::Refused(
-            "datadog is refused: the agent sends API keys only under --analysis-url-prefix, \
-             and none is set"
-                .into(),
-        ));
-    }
+    keys_allowed(ctx, "datadog")?;
     let window = crate::plan::analysis::parse_duration(
         d.window.as_deref().unwrap_or(DATADOG_DEFAULT_WINDOW),
     )
@@ -54,22 +47,12 @@ pub(super) async fn datadog(
     let api_key = read_token(ctx, "apiKeyFile", &d.api_key_file)?;
     let application_key = read_token(ctx, "applicationKeyFile", &d.application_key_file)?;
     let target = format!("Datadog {}", d.address());
-    let answer = client
+    let request = client
         .get(url)
         .timeout(timeout)
         .header("DD-API-KEY", api_key)
-        .header("DD-APPLICATION-KEY", application_key)
-        .send()
-        .await
-        .map_err(|e| unreachable(&target, &e))?;
-    let status = answer.status();
-    let bytes = body(answer, &target).await?;
-    // The status only: an answer's body is not for the rollout's status.
-    if !status.is_success() {
-        return Err(MeasureError::Answer(format!("{target} answered {status}")));
-    }
-    let doc: Value = serde_json::from_slice(&bytes)
-        .map_err(|_| MeasureError::Answer(format!("{target} answered {status} with no JSON")))?;
+        .header("DD-APPLICATION-KEY", application_key);
+    let doc = json_answer(request, &target).await?;
     datadog_result(&doc)
 }
 

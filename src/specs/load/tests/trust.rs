@@ -346,9 +346,26 @@ fn a_template_with_bad_cel_names_its_line() {
     ));
     assert!(
         e.message
-            .contains("exactly one of prometheus, web, datadog or job"),
+            .contains("exactly one of prometheus, web, datadog, newRelic or job"),
         "{e}"
     );
+}
+
+#[test]
+fn a_new_relic_template_loads_and_its_bad_timeout_names_its_line() {
+    let new_relic = TEMPLATE.replace(
+        "      prometheus:\n        address: http://prometheus:9090\n        query: errors{app=\"{{ args.app }}\"}\n",
+        "      newRelic:\n        accountId: 4242\n        query: SELECT count(*) FROM Transaction SINCE 5 minutes ago\n        apiKeyFile: /keys/nr\n        timeout: 10s\n",
+    );
+    assert!(new_relic.contains("newRelic"));
+    assert!(
+        load(&new_relic).errors.is_empty(),
+        "{:?}",
+        load(&new_relic).errors
+    );
+    let e = only_error(&new_relic.replace("timeout: 10s", "timeout: soon"));
+    assert_eq!((e.location.line, e.location.column), (17, 9), "{e}");
+    assert!(e.message.contains("not a duration"), "{e}");
 }
 
 #[test]

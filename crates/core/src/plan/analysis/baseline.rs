@@ -125,23 +125,19 @@ pub fn evidence(b: &Baseline, v: &MetricVerdict) -> String {
 pub(super) fn problems(m: &Metric, b: &Baseline) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let p = &b.provider;
-    if [p.prometheus.is_some(), p.web.is_some(), p.datadog.is_some()]
-        .iter()
-        .filter(|x| **x)
-        .count()
-        != 1
-        || p.job.is_some()
-    {
+    if p.named().len() != 1 || p.job.is_some() {
         out.push((
             "baseline.provider".into(),
-            "set exactly one of prometheus, web or datadog (a job has no number to compare)".into(),
+            "set exactly one of prometheus, web, datadog or newRelic (a job has no number to \
+             compare)"
+                .into(),
         ));
     }
     if m.provider.job.is_some() {
         out.push((
             "provider".into(),
-            "a metric with a baseline needs prometheus, web or datadog: a job has no number \
-             to compare"
+            "a metric with a baseline needs prometheus, web, datadog or newRelic: a job has no \
+             number to compare"
                 .into(),
         ));
     }

@@ -26,35 +26,19 @@ pub enum ConditionError {
 pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let p = &m.provider;
-    let providers = [
-        p.prometheus.is_some(),
-        p.web.is_some(),
-        p.job.is_some(),
-        p.datadog.is_some(),
-    ]
-    .iter()
-    .filter(|x| **x)
-    .count();
-    if providers != 1 {
+    if p.named().len() != 1 {
         out.push((
             "provider".into(),
-            "set exactly one of prometheus, web, datadog or job".into(),
+            "set exactly one of prometheus, web, datadog, newRelic or job".into(),
         ));
     }
+    let timeout = p.timeout();
     for (field, text) in [
         ("interval", Some(m.interval.as_str())),
         ("initialDelay", m.initial_delay.as_deref()),
         (
-            "provider.prometheus.timeout",
-            p.prometheus.as_ref().and_then(|p| p.timeout.as_deref()),
-        ),
-        (
-            "provider.web.timeout",
-            p.web.as_ref().and_then(|w| w.timeout.as_deref()),
-        ),
-        (
-            "provider.datadog.timeout",
-            p.datadog.as_ref().and_then(|d| d.timeout.as_deref()),
+            timeout.map_or("provider.timeout", |(field, _)| field),
+            timeout.map(|(_, t)| t),
         ),
         (
             "provider.datadog.window",

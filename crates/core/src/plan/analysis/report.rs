@@ -99,6 +99,18 @@ fn query(p: &MetricProvider, template: &str) -> Option<String> {
             redact_credentials(dd.address())
         ));
     }
+    if let Some(nr) = &p.new_relic {
+        return Some(format!(
+            "New Relic account {} {}{} at {}",
+            nr.account_id,
+            nr.query,
+            nr.field
+                .as_deref()
+                .map(|f| format!(" (field {f})"))
+                .unwrap_or_default(),
+            redact_credentials(nr.address())
+        ));
+    }
     p.job
         .as_ref()
         .map(|_| format!("a Job from AnalysisTemplate {template}"))

@@ -234,19 +234,8 @@ pub(super) fn resolve_run(
 fn timed(template: &str, metric: Metric) -> Result<ResolvedMetric, ResolveError> {
     let timeout = metric
         .provider
-        .prometheus
-        .as_ref()
-        .and_then(|p| p.timeout.as_deref())
-        .or(metric
-            .provider
-            .web
-            .as_ref()
-            .and_then(|w| w.timeout.as_deref()))
-        .or(metric
-            .provider
-            .datadog
-            .as_ref()
-            .and_then(|d| d.timeout.as_deref()))
+        .timeout()
+        .map(|(_, t)| t)
         .map(parse_duration)
         .transpose()?
         .unwrap_or(DEFAULT_TIMEOUT)

@@ -41,4 +41,4 @@ pub mod watch;
 pub mod writeback;
 
 pub use error::{Error, Result};
-pub use linnet_core::{api, hash, plan, text};
+pub use linnet_core::{api, hash, plan, sigv4, text};

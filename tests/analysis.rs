@@ -6,6 +6,8 @@
 
 mod support;
 
+#[path = "analysis/cloudwatch.rs"]
+mod cloudwatch;
 #[path = "analysis/datadog.rs"]
 mod datadog;
 #[path = "analysis/newrelic.rs"]

@@ -1,5 +1,5 @@
 //! The layers of docs/development.md, checked on the source. What the compiler can check, it
-//! does: the pure core (`api`, `plan`, `hash`, `text`) is the crate `linnet-core`, which
+//! does: the pure core (`api`, `plan`, `hash`, `text`, `sigv4`) is the crate `linnet-core`, which
 //! cannot name the agent's modules, and this test checks that its dependencies hold no
 //! Kubernetes client, Git or async runtime. The rest is read with a Rust parser
 //! (`layers/imports.rs`): no import cycle between modules, imports that run down the layers

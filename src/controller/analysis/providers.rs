@@ -1,6 +1,6 @@
-//! The measurement providers: a Prometheus instant query, a web request, a Datadog query and
-//! a New Relic NRQL query, each bounded in time and answer size, with the token files and
-//! URLs the policy allows.
+//! The measurement providers: a Prometheus instant query, a web request, a Datadog query, a
+//! New Relic NRQL query and a CloudWatch expression, each bounded in time and answer size,
+//! with the token files and URLs the policy allows.
 
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ pub(super) const MAX_ANSWER_BYTES: usize = 256 * 1024;
 /// The most of a bearer token file read.
 const MAX_TOKEN_BYTES: u64 = 16 * 1024;
 
+mod cloudwatch;
 mod datadog;
 mod newrelic;
 
@@ -29,6 +30,8 @@ pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) 
         datadog::datadog(ctx, dd, m.timeout).await
     } else if let Some(nr) = &p.new_relic {
         newrelic::new_relic(ctx, nr, m.timeout).await
+    } else if let Some(cw) = &p.cloud_watch {
+        cloudwatch::cloud_watch(ctx, cw, m.timeout).await
     } else {
         Err(MeasureError::Answer("the metric has no provider".into()))
     };
@@ -111,14 +114,32 @@ async fn json_answer(
     request: reqwest::RequestBuilder,
     target: &str,
 ) -> Result<Value, MeasureError> {
+    json_answer_explained(request, target, |_| None).await
+}
+
+/// As [`json_answer`], with what `explain` reads from a refusal's JSON (a documented error
+/// code, say) after its status.
+async fn json_answer_explained(
+    request: reqwest::RequestBuilder,
+    target: &str,
+    explain: impl Fn(&Value) -> Option<String>,
+) -> Result<Value, MeasureError> {
     let answer = request.send().await.map_err(|e| unreachable(target, &e))?;
     let status = answer.status();
     let bytes = body(answer, target).await?;
+    let doc = serde_json::from_slice::<Value>(&bytes);
     if !status.is_success() {
-        return Err(MeasureError::Answer(format!("{target} answered {status}")));
+        let why = doc
+            .ok()
+            .as_ref()
+            .and_then(explain)
+            .map(|why| format!(": {why}"))
+            .unwrap_or_default();
+        return Err(MeasureError::Answer(format!(
+            "{target} answered {status}{why}"
+        )));
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|_| MeasureError::Answer(format!("{target} answered {status} with no JSON")))
+    doc.map_err(|_| MeasureError::Answer(format!("{target} answered {status} with no JSON")))
 }
 
 /// Keys go only where the operator said queries may go: refused without an

@@ -1,5 +1,6 @@
 //! Where an analysis metric's measurements come from: the `provider` block and the built-in
-//! providers' specs (Prometheus, web, Job). Datadog and New Relic have their own modules.
+//! providers' specs (Prometheus, web, Job). Datadog, New Relic and CloudWatch have their own
+//! modules.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,8 @@ pub struct MetricProvider {
     pub datadog: Option<super::DatadogMetric>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_relic: Option<super::NewRelicMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_watch: Option<super::CloudWatchMetric>,
 }
 
 impl MetricProvider {
@@ -29,6 +32,7 @@ impl MetricProvider {
             ("job", self.job.is_some()),
             ("datadog", self.datadog.is_some()),
             ("newRelic", self.new_relic.is_some()),
+            ("cloudWatch", self.cloud_watch.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -53,6 +57,10 @@ impl MetricProvider {
             (
                 "provider.newRelic.timeout",
                 self.new_relic.as_ref().and_then(|n| n.timeout.as_deref()),
+            ),
+            (
+                "provider.cloudWatch.timeout",
+                self.cloud_watch.as_ref().and_then(|c| c.timeout.as_deref()),
             ),
         ]
         .into_iter()

@@ -3,6 +3,7 @@
 //! the CustomResourceDefinitions generated from these types; `deploy/crds/` holds the output.
 
 mod analysis;
+mod cloudwatch;
 mod config;
 mod datadog;
 mod deployment;
@@ -23,6 +24,7 @@ mod traffic;
 mod view;
 
 pub use analysis::*;
+pub use cloudwatch::*;
 pub use config::*;
 pub use datadog::*;
 pub use deployment::*;

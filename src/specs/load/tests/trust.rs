@@ -346,7 +346,7 @@ fn a_template_with_bad_cel_names_its_line() {
     ));
     assert!(
         e.message
-            .contains("exactly one of prometheus, web, datadog, newRelic or job"),
+            .contains("exactly one of prometheus, web, datadog, newRelic, cloudWatch or job"),
         "{e}"
     );
 }

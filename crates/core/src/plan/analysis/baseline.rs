@@ -128,16 +128,16 @@ pub(super) fn problems(m: &Metric, b: &Baseline) -> Vec<(String, String)> {
     if p.named().len() != 1 || p.job.is_some() {
         out.push((
             "baseline.provider".into(),
-            "set exactly one of prometheus, web, datadog or newRelic (a job has no number to \
-             compare)"
+            "set exactly one of prometheus, web, datadog, newRelic or cloudWatch (a job has no \
+             number to compare)"
                 .into(),
         ));
     }
     if m.provider.job.is_some() {
         out.push((
             "provider".into(),
-            "a metric with a baseline needs prometheus, web, datadog or newRelic: a job has no \
-             number to compare"
+            "a metric with a baseline needs prometheus, web, datadog, newRelic or cloudWatch: a job \
+             has no number to compare"
                 .into(),
         ));
     }

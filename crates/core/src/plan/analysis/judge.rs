@@ -29,7 +29,7 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
     if p.named().len() != 1 {
         out.push((
             "provider".into(),
-            "set exactly one of prometheus, web, datadog, newRelic or job".into(),
+            "set exactly one of prometheus, web, datadog, newRelic, cloudWatch or job".into(),
         ));
     }
     let timeout = p.timeout();
@@ -43,6 +43,10 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
         (
             "provider.datadog.window",
             p.datadog.as_ref().and_then(|d| d.window.as_deref()),
+        ),
+        (
+            "provider.cloudWatch.window",
+            p.cloud_watch.as_ref().and_then(|c| c.window.as_deref()),
         ),
     ] {
         if let Some(Err(e)) = text.map(parse_duration) {

@@ -111,6 +111,17 @@ fn query(p: &MetricProvider, template: &str) -> Option<String> {
             redact_credentials(nr.address())
         ));
     }
+    if let Some(cw) = &p.cloud_watch {
+        return Some(format!(
+            "CloudWatch {} over the last {} every {}s at {}",
+            cw.expression,
+            cw.window
+                .as_deref()
+                .unwrap_or(crate::api::CLOUDWATCH_DEFAULT_WINDOW),
+            cw.period.unwrap_or(crate::api::CLOUDWATCH_DEFAULT_PERIOD),
+            redact_credentials(&cw.address())
+        ));
+    }
     p.job
         .as_ref()
         .map(|_| format!("a Job from AnalysisTemplate {template}"))

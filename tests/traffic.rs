@@ -41,7 +41,9 @@ fn shop(ns: &str, patch: Value) -> Value {
             "trafficRouting": {
                 "gatewayAPI": {"httpRoutes": ["shop"], "port": KWOK_PORT},
                 "weights": [20],
-                "headerRoute": {"headers": [{"name": "x-canary", "value": "always"}]},
+                "headerRoute": {"headers": [{"name": "x-canary", "value": "always"}],
+                    "queryParams": [{"name": "beta", "value": "on"}],
+                    "cookie": {"name": "tier", "value": "gold"}},
                 "settleSeconds": 5,
             },
             "template": {
@@ -192,7 +194,7 @@ fn weight_of_sts(r: &CanaryStatefulSet) -> Option<i32> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_without_a_failed_request()
+async fn statefulset_canary_gets_its_weight_and_canary_route_and_promotes_without_a_failed_request()
 {
     gateway_api_first().await;
     let mut f = Fixture::start("traffic-sts", |ns| shop(ns, json!({}))).await;
@@ -237,8 +239,32 @@ async fn statefulset_canary_gets_its_weight_and_header_route_and_promotes_withou
     );
     // 1 canary pod of 4 would have taken about 25 % without traffic routing; the weight is
     // the route's, not the pods'.
-    let header = send(&gateway.url(), 200, &[("x-canary", "always")]).await;
-    assert_eq!(header.count("shop:v2"), 200, "header route: {header:?}");
+    // The canary route: the header, the query parameter and the cookie (among others), all
+    // three; without any one of them, the weight decides.
+    let beta = format!("{}?beta=on", gateway.url());
+    let cookies = ("cookie", "session=abc; tier=gold");
+    let routed = send(&beta, 200, &[("x-canary", "always"), cookies]).await;
+    assert_eq!(routed.count("shop:v2"), 200, "canary route: {routed:?}");
+    for (without, url, headers) in [
+        (
+            "the cookie",
+            &beta,
+            vec![("x-canary", "always"), ("cookie", "tier=golden")],
+        ),
+        (
+            "the query parameter",
+            &gateway.url(),
+            vec![("x-canary", "always"), cookies],
+        ),
+        ("the header", &beta, vec![cookies]),
+    ] {
+        let t = send(url, 400, &headers).await;
+        assert_eq!(t.total_ok(), 400, "{t:?}");
+        assert!(
+            within_binomial(t.count("shop:v2"), 400, 20),
+            "without {without}, the weight decides: {t:?}"
+        );
+    }
 
     // A route edited by hand is put back.
     let api = routes(&f.admin, &f.ns.name);

@@ -51,6 +51,8 @@ use super::Condition;
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || self.trafficRouting.weights.all(w, w >= 0 && w <= 100)").message("every weight must be a percent, 0 to 100").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || size(self.trafficRouting.weights) == self.batches").message("trafficRouting.weights needs one weight per batch").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.trafficRouting) || has(self.strategy) && has(self.strategy.type) && self.strategy.type != 'Rolling'").message("trafficRouting needs strategy Batches: a rolling update has no canary to weigh").field_path(".trafficRouting"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.headerRoute) || (has(self.trafficRouting.headerRoute.headers) && size(self.trafficRouting.headerRoute.headers) > 0) || (has(self.trafficRouting.headerRoute.queryParams) && size(self.trafficRouting.headerRoute.queryParams) > 0) || has(self.trafficRouting.headerRoute.cookie)").message("trafficRouting.headerRoute needs at least one header, query parameter or cookie").field_path(".trafficRouting.headerRoute"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.headerRoute) || !has(self.trafficRouting.headerRoute.cookie) || !has(self.trafficRouting.headerRoute.headers) || self.trafficRouting.headerRoute.headers.all(h, h.name.lowerAscii() != 'cookie')").message("trafficRouting.headerRoute: give a cookie as `cookie`, not also as a Cookie header").field_path(".trafficRouting.headerRoute"),
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryDeploymentSpec {

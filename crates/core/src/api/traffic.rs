@@ -47,16 +47,26 @@ pub struct GatewayApiRouting {
     pub port: i32,
 }
 
-/// Requests that go to the canary whatever the weight.
+/// Requests that go to the canary whatever the weight: those that carry every header, query
+/// parameter and cookie named here (at least one).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeaderRoute {
     /// Every header must be present with exactly this value.
-    #[schemars(length(min = 1, max = 8))]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub headers: Vec<HeaderMatch>,
+    /// Every query parameter must be present with exactly this value (`?beta=on`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub query_params: Vec<HeaderMatch>,
+    /// A cookie the request must carry with exactly this value, matched in its `Cookie`
+    /// header by a regular expression (the Gateway API has no cookie match).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<CookieMatch>,
 }
 
-/// One header a request must carry.
+/// One header or query parameter a request must carry.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeaderMatch {
@@ -67,6 +77,68 @@ pub struct HeaderMatch {
     pub name: String,
     #[schemars(length(min = 1, max = 4096))]
     pub value: String,
+}
+
+/// One cookie a request must carry.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CookieMatch {
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[A-Za-z0-9!#$%&'*+\-.^_|~`]+$")
+    )]
+    pub name: String,
+    /// The cookie's value: no `;`, `,`, space, quote or backslash (RFC 6265's cookie-octets).
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r#"^[^;,\s"\\]+$"#))]
+    pub value: String,
+}
+
+impl HeaderRoute {
+    /// The Gateway API match entries: the headers (the cookie as a `Cookie` header regular
+    /// expression) and the query parameters.
+    pub fn header_matches(&self) -> Vec<serde_json::Value> {
+        let mut out: Vec<serde_json::Value> = self
+            .headers
+            .iter()
+            .map(|x| serde_json::json!({"type": "Exact", "name": x.name, "value": x.value}))
+            .collect();
+        if let Some(c) = &self.cookie {
+            out.push(serde_json::json!({
+                "type": "RegularExpression",
+                "name": "Cookie",
+                "value": cookie_pattern(&c.name, &c.value),
+            }));
+        }
+        out
+    }
+
+    pub fn query_param_matches(&self) -> Vec<serde_json::Value> {
+        self.query_params
+            .iter()
+            .map(|x| serde_json::json!({"type": "Exact", "name": x.name, "value": x.value}))
+            .collect()
+    }
+}
+
+/// A regular expression (RE2 and POSIX alike) for a `Cookie` header holding `name=value`
+/// among its cookies.
+pub fn cookie_pattern(name: &str, value: &str) -> String {
+    format!(
+        "^(.*;[ ]*)?{}={}(;.*)?$",
+        regex_escaped(name),
+        regex_escaped(value)
+    )
+}
+
+fn regex_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if r"\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Annotation on an HTTPRoute whose rules a rollout weighs (`<Kind>/<name>`): the sync does

@@ -117,8 +117,9 @@ pub fn route_rules(
     Ok(Value::Array(out))
 }
 
-/// The rule that sends requests with the header route's headers to the canary alone: `rule`'s
-/// matches (or every path) with the headers added, and the canary as its one backend.
+/// The rule that sends requests with the header route's headers, query parameters and cookie
+/// to the canary alone: `rule`'s matches (or every path) with them added, and the canary as
+/// its one backend.
 fn header_rule(rule: &Value, h: &crate::api::HeaderRoute, canary_ref: &Value) -> Value {
     let mut header_rule = rule.clone();
     // A rule's name must be unique in its route (GEP-995).
@@ -134,17 +135,21 @@ fn header_rule(rule: &Value, h: &crate::api::HeaderRoute, canary_ref: &Value) ->
     let with_headers: Vec<Value> = matches
         .into_iter()
         .map(|mut m| {
-            let mut headers = m
-                .get("headers")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            headers.extend(
-                h.headers
-                    .iter()
-                    .map(|x| json!({"type": "Exact", "name": x.name, "value": x.value})),
-            );
-            m["headers"] = Value::Array(headers);
+            for (field, added) in [
+                ("headers", h.header_matches()),
+                ("queryParams", h.query_param_matches()),
+            ] {
+                if added.is_empty() {
+                    continue;
+                }
+                let mut all = m
+                    .get(field)
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                all.extend(added);
+                m[field] = Value::Array(all);
+            }
             m
         })
         .collect();

@@ -1,5 +1,5 @@
 use super::*;
-use crate::api::{GatewayApiRouting, HeaderMatch, HeaderRoute};
+use crate::api::{CookieMatch, GatewayApiRouting, HeaderMatch, HeaderRoute};
 use serde_json::json;
 
 fn routing(weights: Option<Vec<i32>>) -> TrafficRouting {
@@ -14,6 +14,8 @@ fn routing(weights: Option<Vec<i32>>) -> TrafficRouting {
                 name: "x-canary".into(),
                 value: "yes".into(),
             }],
+            query_params: Vec::new(),
+            cookie: None,
         }),
         settle_seconds: 10,
     }
@@ -385,4 +387,70 @@ fn a_header_rule_does_not_copy_the_rules_name() {
     let out = route_rules(&rules, "shop-stable", "shop-canary", 8080, 10, h.as_ref()).unwrap();
     assert_eq!(out[0].get("name"), None, "the header rule");
     assert_eq!(out[1]["name"], "main");
+}
+
+#[test]
+fn a_canary_route_matches_query_parameters_and_a_cookie_beside_the_headers() {
+    let mut h = routing(None).header_route.unwrap();
+    h.query_params = vec![HeaderMatch {
+        name: "beta".into(),
+        value: "on".into(),
+    }];
+    h.cookie = Some(CookieMatch {
+        name: "tier".into(),
+        value: "gold.1".into(),
+    });
+    let mut rules = user_rules();
+    rules[0]["matches"] = json!([{"path": {"type": "PathPrefix", "value": "/api"},
+        "queryParams": [{"type": "Exact", "name": "v", "value": "2"}]}]);
+    let out = route_rules(&rules, "shop-stable", "shop-canary", 8080, 10, Some(&h)).unwrap();
+    let m = &out[0]["matches"][0];
+    assert_eq!(m["path"]["value"], "/api", "{m}");
+    assert_eq!(
+        m["queryParams"],
+        json!([{"type": "Exact", "name": "v", "value": "2"},
+               {"type": "Exact", "name": "beta", "value": "on"}])
+    );
+    assert_eq!(
+        m["headers"],
+        json!([{"type": "Exact", "name": "x-canary", "value": "yes"},
+               {"type": "RegularExpression", "name": "Cookie",
+                "value": "^(.*;[ ]*)?tier=gold\\.1(;.*)?$"}])
+    );
+    assert_eq!(out[0]["backendRefs"][0]["name"], "shop-canary");
+    // Without headers, no empty `headers` list is written.
+    h.headers.clear();
+    h.cookie = None;
+    let out = route_rules(
+        &user_rules(),
+        "shop-stable",
+        "shop-canary",
+        8080,
+        10,
+        Some(&h),
+    )
+    .unwrap();
+    assert!(out[0]["matches"][0].get("headers").is_none(), "{}", out[0]);
+}
+
+#[test]
+fn the_cookie_pattern_matches_the_cookie_among_others_and_nothing_like_it() {
+    let pattern = regex::Regex::new(&crate::api::cookie_pattern("tier", "gold.1")).unwrap();
+    for yes in [
+        "tier=gold.1",
+        "a=b; tier=gold.1",
+        "tier=gold.1; a=b",
+        "a=b;tier=gold.1;c=d",
+    ] {
+        assert!(pattern.is_match(yes), "{yes}");
+    }
+    for no in [
+        "tier=goldx1",
+        "xtier=gold.1",
+        "tier=gold.12",
+        "a=tier=gold.1",
+        "tier=gold",
+    ] {
+        assert!(!pattern.is_match(no), "{no}");
+    }
 }

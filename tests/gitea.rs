@@ -672,8 +672,32 @@ async fn one_promotion_pull_request(gitea: &Gitea) -> Vec<(i64, String)> {
     prs
 }
 
+/// A web endpoint that answers `{"errors": 0.01}`: the error ratio staging's analysis reads.
+async fn error_ratio_endpoint() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let router = axum::Router::new().route(
+        "/errors",
+        axum::routing::get(|| async { axum::Json(serde_json::json!({"errors": 0.01})) }),
+    );
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    port
+}
+
+/// An AnalysisTemplate `errors` in `ns`: two measurements of the endpoint's ratio, a second
+/// apart, passing below 0.05.
+fn errors_template(ns: &str, port: u16) -> String {
+    format!(
+        "apiVersion: rollouts.linnet.dev/v1alpha1\nkind: AnalysisTemplate\nmetadata:\n  name: errors\n  \
+         namespace: {ns}\nspec:\n  metrics:\n  - name: errors\n    interval: 1s\n    count: 2\n    \
+         successCondition: result < 0.05\n    provider:\n      web:\n        url: \
+         http://127.0.0.1:{port}/errors\n        jsonPath: $.errors\n"
+    )
+}
+
 /// Issue 50: staging passes, and production gets exactly that image by pull request (one,
-/// found again after a `kill -9`); merging it starts production's own canary.
+/// found again after a `kill -9`); merging it starts production's own canary. Issue 75: the
+/// pull request shows staging's analysis, each metric's values, condition and query.
 #[tokio::test]
 async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_merging_it_starts_its_canary()
  {
@@ -682,6 +706,12 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     let ns = TestNamespace::create(&admin, "gitea-promote").await;
     let tmp = tempfile::tempdir().unwrap();
     let (gitea, ca_file, work) = gitea_with_example(tmp.path(), &ns.name).await;
+    let port = error_ratio_endpoint().await;
+    std::fs::write(
+        work.join("apps/redis/analysis.yaml"),
+        errors_template(&ns.name, port),
+    )
+    .unwrap();
     // Production: the same CanaryStatefulSet as `redis-prod` in `production/`.
     let staging = std::fs::read_to_string(work.join("apps/redis/redis.yaml")).unwrap();
     let production = as_production(&staging);
@@ -692,7 +722,8 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
         "apps/redis/redis.yaml",
         "  canaryReplicas: 1\n",
         // autoMerge without --promotion-auto-merge: the pull request waits for a person.
-        "  canaryReplicas: 1\n  promoteTo:\n    path: production\n    name: redis-prod\n    autoMerge: true\n",
+        "  canaryReplicas: 1\n  promoteTo:\n    path: production\n    name: redis-prod\n    autoMerge: true\n  \
+         analysis:\n    background:\n      templates: [{templateName: errors}]\n",
     );
     git(&work, &["add", "-A"]);
     commit_and_push(&work, "production, promoted to from staging");
@@ -751,9 +782,23 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
     )
     .await;
 
-    // Staging canaries 7.4 and is promoted.
+    // Staging canaries 7.4, its analysis passes, and it is promoted.
     set_redis_images(&work, "redis:7.2", "redis:7.4");
     commit_and_push(&work, "staging: redis 7.4");
+    eventually(
+        "staging's analysis Successful",
+        Duration::from_secs(60),
+        || async {
+            let o = api.get_opt("redis").await.ok()??;
+            let runs = o.status?.analysis;
+            runs.iter()
+                .any(|r| {
+                    r.name == "background" && r.phase == linnet::api::AnalysisPhase::Successful
+                })
+                .then_some(())
+        },
+    )
+    .await;
     promote_staging_once_its_canary_runs(&api, &work).await;
     wait(
         "redis",
@@ -783,6 +828,14 @@ async fn a_staging_rollout_that_passes_opens_a_production_pull_request_and_mergi
         "{body}"
     );
     assert!(body.contains("(it runs redis:7.2 now)"), "{body}");
+    // The evidence: the run, the metric's values, its condition and its query.
+    for said in [
+        "errors: Successful, 2 measurements (2 successful, 0 failed, 0 inconclusive), last 0.01, 0.01",
+        "success when result < 0.05",
+        &format!("GET http://127.0.0.1:{port}/errors"),
+    ] {
+        assert!(body.contains(said), "{said:?} in:\n{body}");
+    }
     let proposed = gitea
         .raw_file(REPO, &branch, "production/redis.yaml")
         .await

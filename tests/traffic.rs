@@ -713,11 +713,17 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
         within_binomial(canary, n, 20),
         "{canary} of {n} requests reached the real canary pod at weight 20: {t:?}"
     );
-    let header = send(&gateway.url(), 100, &[("x-canary", "always")]).await;
+    // The canary route (`shop`'s header, query parameter and cookie).
+    let header = send(
+        &format!("{}?beta=on", gateway.url()),
+        100,
+        &[("x-canary", "always"), ("cookie", "tier=gold")],
+    )
+    .await;
     assert_eq!(
         header.count("linnet.test/kv:v2"),
         100,
-        "header route: {header:?}"
+        "canary route: {header:?}"
     );
 
     // Promotion under steady load.

@@ -156,10 +156,12 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
     // The trace of the latest change offered: the next commit joins it.
     let mut latest_trace: Option<crate::telemetry::trace::Parent> = None;
     let mut pending = Coalescer::default();
-    // Who this cluster is, for a fleet's label selectors: written once, and again when the
-    // labels change (an unchanged file makes no commit).
+    // Who this cluster is, for a fleet's label selectors: in every write, so that a file
+    // another writer's commit lost comes back with this cluster's next one (an unchanged file
+    // makes no commit).
+    let cluster_file = status_files::cluster_file(&config.cluster);
     pending.offer(
-        status_files::cluster_file(&config.cluster),
+        cluster_file.clone(),
         std::time::Instant::now(),
         config.interval,
     );
@@ -177,7 +179,10 @@ pub async fn run(changes: Subscription, config: WritebackConfig, metrics: Arc<Me
                 pending.offer(file, std::time::Instant::now(), config.interval);
             }
             () = wait => {
-                let files = pending.take();
+                let mut files = pending.take();
+                if !files.iter().any(|f| f.path == cluster_file.path) {
+                    files.push(cluster_file.clone());
+                }
                 let attempted = files.clone();
                 let result = write_files(&mut writer, open.clone(), files, latest_trace.take()).await;
                 if let Some(backoff) = failures.record(result, &metrics) {

@@ -152,23 +152,18 @@ async fn cloudwatch_stand_in(signed: Arc<AtomicUsize>) -> u16 {
 async fn a_cloudwatch_query_passes_fails_errs_and_times_out_through_a_gate() {
     let signed = Arc::new(AtomicUsize::new(0));
     let port = cloudwatch_stand_in(signed.clone()).await;
-    let keys = tempfile::tempdir().unwrap();
-    std::fs::write(keys.path().join("id"), format!("{ACCESS_KEY}\n")).unwrap();
-    std::fs::write(keys.path().join("secret"), SECRET_KEY).unwrap();
-    std::fs::write(keys.path().join("token"), SESSION_TOKEN).unwrap();
-    let keys_dir = keys.path().display().to_string();
-    let provider = move |query: &str| {
+    let provider = move |query: &str, keys: &str| {
         json!({"cloudWatch": {"address": format!("http://127.0.0.1:{port}"),
             "region": REGION, "expression": query, "period": 60, "window": "5m",
             "timeout": "1s",
-            "accessKeyIdFile": format!("{keys_dir}/id"),
-            "secretAccessKeyFile": format!("{keys_dir}/secret"),
-            "sessionTokenFile": format!("{keys_dir}/token")}})
+            "accessKeyIdFile": format!("{keys}/id"),
+            "secretAccessKeyFile": format!("{keys}/secret"),
+            "sessionTokenFile": format!("{keys}/token")}})
     };
     passes_fails_errs_and_times_out(Provider {
         prefix: "an-cloudwatch",
         port,
-        files_dir: keys.path(),
+        key_files: &[("id", &format!("{ACCESS_KEY}\n")), ("secret", SECRET_KEY), ("token", SESSION_TOKEN)],
         provider: &provider,
         query_shown: "CloudWatch pass over the last 5m every 60s at http://127.0.0.1:",
         refusal: "answered 400 Bad Request: InvalidParameterValueException Invalid metrics insights query",

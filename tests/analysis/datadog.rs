@@ -83,20 +83,16 @@ async fn datadog_stand_in(authorized: Arc<AtomicUsize>) -> u16 {
 async fn a_datadog_query_passes_fails_errs_and_times_out_through_a_gate() {
     let authorized = Arc::new(AtomicUsize::new(0));
     let port = datadog_stand_in(authorized.clone()).await;
-    let keys = tempfile::tempdir().unwrap();
-    std::fs::write(keys.path().join("api"), "api-k3y\n").unwrap();
-    std::fs::write(keys.path().join("app"), "app-k3y").unwrap();
-    let keys_dir = keys.path().display().to_string();
-    let provider = move |query: &str| {
+    let provider = move |query: &str, keys: &str| {
         json!({"datadog": {"address": format!("http://127.0.0.1:{port}"),
             "query": query, "window": "5m", "timeout": "1s",
-            "apiKeyFile": format!("{keys_dir}/api"),
-            "applicationKeyFile": format!("{keys_dir}/app")}})
+            "apiKeyFile": format!("{keys}/api"),
+            "applicationKeyFile": format!("{keys}/app")}})
     };
     passes_fails_errs_and_times_out(Provider {
         prefix: "an-datadog",
         port,
-        files_dir: keys.path(),
+        key_files: &[("api", "api-k3y\n"), ("app", "app-k3y")],
         provider: &provider,
         query_shown: "Datadog pass over the last 5m at http://127.0.0.1:",
         refusal: "answered 400 Bad Request",

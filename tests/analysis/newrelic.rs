@@ -85,18 +85,15 @@ async fn nerdgraph_stand_in(authorized: Arc<AtomicUsize>) -> u16 {
 async fn a_new_relic_query_passes_fails_errs_and_times_out_through_a_gate() {
     let authorized = Arc::new(AtomicUsize::new(0));
     let port = nerdgraph_stand_in(authorized.clone()).await;
-    let keys = tempfile::tempdir().unwrap();
-    std::fs::write(keys.path().join("key"), "NRAK-t3st\n").unwrap();
-    let keys_dir = keys.path().display().to_string();
-    let provider = move |query: &str| {
+    let provider = move |query: &str, keys: &str| {
         json!({"newRelic": {"address": format!("http://127.0.0.1:{port}"),
             "accountId": ACCOUNT, "query": query, "field": "errors", "timeout": "1s",
-            "apiKeyFile": format!("{keys_dir}/key")}})
+            "apiKeyFile": format!("{keys}/key")}})
     };
     passes_fails_errs_and_times_out(Provider {
         prefix: "an-newrelic",
         port,
-        files_dir: keys.path(),
+        key_files: &[("key", "NRAK-t3st\n")],
         provider: &provider,
         query_shown: "New Relic account 4242 pass (field errors) at http://127.0.0.1:",
         refusal: "the query failed: NRQL Syntax Error",

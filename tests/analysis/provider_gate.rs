@@ -3,7 +3,6 @@
 //! of their documented APIs. The stand-in answers query `pass` with 0.01, `fail` with 0.3,
 //! `refused` with the API's error, and `slow` after 3 s.
 
-use std::path::Path;
 use std::time::Duration;
 
 use linnet::api::{AnalysisPhase, AnalysisTemplate, CanaryDeployment, DeploymentPhase};
@@ -18,10 +17,11 @@ pub struct Provider<'a> {
     pub prefix: &'static str,
     /// The stand-in's port on 127.0.0.1, allowed by `--analysis-url-prefix`.
     pub port: u16,
-    /// Where the key files are, the agent's `--analysis-files-dir`.
-    pub files_dir: &'a Path,
-    /// The `provider` of a metric querying `query`, with a 1 s timeout.
-    pub provider: &'a dyn Fn(&str) -> Value,
+    /// The key files (name, content), written to the agent's `--analysis-files-dir`.
+    pub key_files: &'a [(&'a str, &'a str)],
+    /// The `provider` of a metric querying `query` (the first argument) with the key files in
+    /// the directory (the second), with a 1 s timeout.
+    pub provider: &'a dyn Fn(&str, &str) -> Value,
     /// How status shows the `pass` query's provider: the start of `metric.query`.
     pub query_shown: &'static str,
     /// What a measurement of the `refused` query says.
@@ -38,14 +38,18 @@ pub async fn passes_fails_errs_and_times_out(p: Provider<'_>) {
     let mut f = Fixture::prepare(p.prefix, |ns| web(ns, patch)).await;
     let ns = f.ns.name.clone();
     let port = p.port;
-    let keys_dir = p.files_dir.display().to_string();
+    let keys = tempfile::tempdir().unwrap();
+    for (name, content) in p.key_files {
+        std::fs::write(keys.path().join(name), content).unwrap();
+    }
+    let keys_dir = keys.path().display().to_string();
     let gate_template = |query: &str| {
         template(
             &ns,
             "gate",
             json!({"name": "errors", "interval": "1s", "count": 2,
                 "successCondition": "result < 0.05", "consecutiveErrorLimit": 0,
-                "provider": (p.provider)(query)}),
+                "provider": (p.provider)(query, &keys_dir)}),
         )
     };
     f.write_file("templates.yaml", &[gate_template("pass")]);
@@ -82,16 +86,17 @@ pub async fn passes_fails_errs_and_times_out(p: Provider<'_>) {
     let templates = f.api::<AnalysisTemplate>();
     let with = |query: &'static str| {
         let api = templates.clone();
+        let want = (p.provider)(query, &keys_dir);
         async move {
             support::eventually(
                 &format!("the {query} template in the cluster"),
                 Duration::from_secs(60),
                 || {
-                    let api = api.clone();
+                    let (api, want) = (api.clone(), want.clone());
                     async move {
                         let t = api.get("gate").await.ok()?;
                         let provider = serde_json::to_value(&t.spec.metrics[0].provider).ok()?;
-                        (provider == (p.provider)(query)).then_some(())
+                        (provider == want).then_some(())
                     }
                 },
             )

@@ -6,6 +6,8 @@
 
 mod support;
 
+#[path = "analysis/baseline_pods.rs"]
+mod baseline_pods;
 #[path = "analysis/cloudwatch.rs"]
 mod cloudwatch;
 #[path = "analysis/datadog.rs"]

@@ -279,6 +279,11 @@ async fn observe(
         .collect();
     // The order a list gave (by name), which the planner's choices may follow.
     deployments.sort_by(|a, b| a.name.cmp(&b.name));
+    let baseline_name = crate::plan::deployment::baseline_name(&name);
+    let baseline = deployments
+        .iter()
+        .position(|d| d.name == baseline_name)
+        .map(|i| deployments.remove(i));
     let traffic = match rollout.spec.traffic_routing.as_deref() {
         Some(routing) => {
             super::traffic::observe_traffic(&shared.ctx.client, ns, &name, routing).await?
@@ -287,6 +292,7 @@ async fn observe(
     };
     Ok(Observed {
         deployments,
+        baseline,
         traffic,
         ..Observed::default()
     })

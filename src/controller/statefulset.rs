@@ -273,6 +273,7 @@ async fn observe(
         job,
         other_strategy_set,
         deployments: Vec::new(),
+        baseline: None,
         traffic: Default::default(),
         config: Default::default(),
     };

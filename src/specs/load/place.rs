@@ -24,8 +24,13 @@ impl Place<'_> {
         error_at(self.file, self.doc.first_line, 1, message)
     }
 
+    /// At the key, or, when the locator cannot see it (a flow mapping: `strategy: {a: b}`),
+    /// at its nearest ancestor it can.
     pub(super) fn key(&self, path: &[&str], message: String) -> SpecError {
-        match find_key(&self.doc.text, path) {
+        let found = (1..=path.len())
+            .rev()
+            .find_map(|n| find_key(&self.doc.text, &path[..n]));
+        match found {
             Some((line, column)) => {
                 error_at(self.file, self.doc.first_line + line - 1, column, message)
             }

@@ -84,7 +84,8 @@ fn unknown_field_in_linnet_kind_is_located_and_named() {
         "  canaryReplicas: 1\n",
         "  canaryReplicas: 1\n  canaryReplicaz: 2\n",
     ));
-    assert_eq!(e.location.line, 8, "{e}");
+    // In a flow mapping: at `strategy`, the nearest key the locator sees.
+    assert_eq!((e.location.line, e.location.column), (8, 3), "{e}");
     assert!(e.message.contains("canaryReplicaz"), "{e}");
 }
 
@@ -317,6 +318,39 @@ fn a_rollout_name_longer_than_its_objects_can_carry_is_refused_at_the_name() {
             "{what}: {e}"
         );
     }
+}
+
+/// Issue 75: baseline pods need a batched rollout, and are refused beside trafficRouting
+/// (its routes would send them nothing), at the field.
+#[test]
+fn a_baseline_needs_batches_and_no_traffic_routing() {
+    let batched = DEPLOY.replace(
+        "  image: web:2\n",
+        "  image: web:2\n  strategy: {type: Batches, baseline: true}\n  batches: 2\n",
+    );
+    assert_eq!(load(&batched).errors, vec![]);
+    let rolling = DEPLOY.replace(
+        "  image: web:2\n",
+        "  image: web:2\n  strategy: {baseline: true}\n",
+    );
+    let e = only_error(&rolling);
+    assert!(
+        e.message
+            .contains("strategy.baseline needs strategy Batches"),
+        "{e}"
+    );
+    // In a flow mapping: at `strategy`, the nearest key the locator sees.
+    assert_eq!((e.location.line, e.location.column), (8, 3), "{e}");
+    let routed = batched.replace(
+        "  batches: 2\n",
+        "  batches: 2\n  trafficRouting:\n    gatewayAPI:\n      httpRoutes: [web]\n      port: 8080\n",
+    );
+    let e = only_error(&routed);
+    assert!(
+        e.message
+            .contains("strategy.baseline does not work with trafficRouting yet"),
+        "{e}"
+    );
 }
 
 /// Issue 73: a Fleet beside the specs is checked and left out (agents read it with --fleet);

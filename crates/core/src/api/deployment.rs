@@ -51,6 +51,8 @@ use super::Condition;
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || self.trafficRouting.weights.all(w, w >= 0 && w <= 100)").message("every weight must be a percent, 0 to 100").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || size(self.trafficRouting.weights) == self.batches").message("trafficRouting.weights needs one weight per batch").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.trafficRouting) || has(self.strategy) && has(self.strategy.type) && self.strategy.type != 'Rolling'").message("trafficRouting needs strategy Batches: a rolling update has no canary to weigh").field_path(".trafficRouting"),
+    validation = Rule::new("!has(self.strategy) || !has(self.strategy.baseline) || !self.strategy.baseline || has(self.strategy.type) && self.strategy.type != 'Rolling'").message("strategy.baseline needs strategy Batches: a rolling update has no canary to compare").field_path(".strategy.baseline"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.strategy) || !has(self.strategy.baseline) || !self.strategy.baseline").message("strategy.baseline does not work with trafficRouting yet: the routes would send the baseline's pods no requests").field_path(".strategy.baseline"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.headerRoute) || (has(self.trafficRouting.headerRoute.headers) && size(self.trafficRouting.headerRoute.headers) > 0) || (has(self.trafficRouting.headerRoute.queryParams) && size(self.trafficRouting.headerRoute.queryParams) > 0) || has(self.trafficRouting.headerRoute.cookie)").message("trafficRouting.headerRoute needs at least one header, query parameter or cookie").field_path(".trafficRouting.headerRoute"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.headerRoute) || !has(self.trafficRouting.headerRoute.cookie) || !has(self.trafficRouting.headerRoute.headers) || self.trafficRouting.headerRoute.headers.all(h, h.name.lowerAscii() != 'cookie')").message("trafficRouting.headerRoute: give a cookie as `cookie`, not also as a Cookie header").field_path(".trafficRouting.headerRoute"),
 )]
@@ -143,6 +145,13 @@ fn one() -> i32 {
 pub struct DeploymentStrategy {
     #[serde(rename = "type", default)]
     pub type_: DeploymentStrategyType,
+    /// `Batches` only: also run the stable version's pods beside each batch's new ones, as
+    /// many and started with them, in the Deployment `<name>-baseline` (pods labelled
+    /// `rollouts.linnet.dev/version: baseline`), so an analysis compares two versions of one
+    /// age (`{{ rollout.baselineSelector }}`) rather than new pods with warm ones. They are
+    /// extra pods, and deleted when the rollout ends or rolls back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub baseline: bool,
 }
 
 /// How a CanaryDeployment rolls out.

@@ -41,6 +41,15 @@ use crate::hash::content_hash;
 /// Label that tells the two versions of a batched rollout apart.
 pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";
 
+/// The [`VERSION_LABEL`] of a baseline's pods (`strategy.baseline`).
+pub const BASELINE_VERSION: &str = "baseline";
+
+/// The name of a rollout's baseline Deployment: `<name>-baseline`, never a version's name
+/// (those end in 8 hex digits).
+pub fn baseline_name(rollout: &str) -> String {
+    format!("{rollout}-{BASELINE_VERSION}")
+}
+
 /// What a refused selector change says; the Failed phase it causes ends once it is put back.
 const SELECTOR_REFUSED: &str = "cannot change it on the live Deployment";
 
@@ -131,14 +140,28 @@ pub fn analysis_builtins(
         }
         s
     };
+    let stable_selector = stable.as_deref().map(selector);
+    let baseline_selector = if baseline_wanted(spec) {
+        Some(format!(
+            "{ROLLOUT_LABEL}={name},{VERSION_LABEL}={BASELINE_VERSION}"
+        ))
+    } else {
+        stable_selector.clone()
+    };
     super::analysis::Builtins {
         name: name.to_string(),
         namespace: namespace.to_string(),
         canary_selector: Some(selector(&canary)),
-        stable_selector: stable.as_deref().map(selector),
+        stable_selector,
+        baseline_selector,
         canary_image: canary,
         stable_image: stable,
     }
+}
+
+/// Whether the spec asks for baseline pods: `strategy.baseline` on a batched rollout.
+pub fn baseline_wanted(spec: &CanaryDeploymentSpec) -> bool {
+    spec.strategy.baseline && spec.strategy.type_ == Strategy::Batches
 }
 
 /// The CanaryDeployment planner: the shared [`machine::Planner`] with this kind's rollout and
@@ -210,6 +233,7 @@ impl Machine for Planner<'_> {
             .collect();
         super::config::retain(&mut versions, &keep);
         self.st.version_config = versions;
+        self.retire_baseline();
         Planner::finish(self, message)
     }
 }
@@ -253,8 +277,13 @@ impl<'a> Planner<'a> {
         self.st.current_batch.unwrap_or(1).clamp(1, self.batches())
     }
 
+    /// The observed Deployment `name`, the baseline's included.
     fn find(&self, name: &str) -> Option<&'a DeploymentView> {
-        self.o.deployments.iter().find(|d| d.name == name)
+        self.o
+            .deployments
+            .iter()
+            .chain(self.o.baseline.as_ref())
+            .find(|d| d.name == name)
     }
 
     /// The pod template for `image`, with the spec's resources on the rolled-out container.
@@ -469,6 +498,7 @@ pub fn reads_abort(phase: Phase) -> bool {
     matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed)
 }
 
+mod baseline;
 mod batches;
 mod rollback;
 mod starting;

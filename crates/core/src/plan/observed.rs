@@ -215,6 +215,9 @@ pub struct Observed {
     pub other_strategy_set: Option<String>,
     /// A CanaryDeployment's Deployments (owned by it).
     pub deployments: Vec<DeploymentView>,
+    /// A CanaryDeployment's baseline Deployment (`strategy.baseline`), kept apart from
+    /// `deployments`: it runs the stable image but never serves as the stable version.
+    pub baseline: Option<DeploymentView>,
     /// The Services and HTTPRoutes of a rollout with `trafficRouting` (empty without).
     pub traffic: crate::plan::traffic::TrafficView,
     /// The copies of the config the pod template names, as it is now (`versionedConfig`).

@@ -323,6 +323,8 @@ pub fn analysis_builtins(
             .unwrap_or_else(|| spec.image.clone()),
         stable_image: status.stable_image.clone(),
         canary_selector,
+        // No baseline pods for a StatefulSet (docs/analysis.md says why): its stable pods.
+        baseline_selector: stable_selector.clone(),
         stable_selector,
     }
 }

@@ -16,6 +16,9 @@ pub struct Builtins {
     pub canary_selector: Option<String>,
     /// A label selector of the stable pods; `None` as the canary's.
     pub stable_selector: Option<String>,
+    /// A label selector of the baseline's pods: a CanaryDeployment's with
+    /// `strategy.baseline`, else the stable pods'.
+    pub baseline_selector: Option<String>,
 }
 
 impl Builtins {
@@ -34,6 +37,7 @@ impl Builtins {
             "stableImage" => known(&self.stable_image, field)?,
             "canarySelector" => known(&self.canary_selector, field)?,
             "stableSelector" => known(&self.stable_selector, field)?,
+            "baselineSelector" => known(&self.baseline_selector, field)?,
             _ => return Err(FillError::UnknownBuiltin(field.to_string())),
         })
     }
@@ -96,7 +100,7 @@ pub enum FillError {
     #[error("{{{{ args.{0} }}}} is not an argument of the template; add it to spec.args")]
     NotAnArgument(String),
     #[error(
-        "{{{{ rollout.{0} }}}} is unknown; use name, namespace, canaryImage, stableImage, canarySelector or stableSelector"
+        "{{{{ rollout.{0} }}}} is unknown; use name, namespace, canaryImage, stableImage, canarySelector, stableSelector or baselineSelector"
     )]
     UnknownBuiltin(String),
     /// Known once the rollout's status records it; the run starts then.

@@ -211,6 +211,7 @@ impl<'a> Planner<'a> {
             .map_or(0, |d| d.available.min(t));
         let (serving_new, route_waiting) = self.batch_traffic(n, available);
         let (new, old_stopping) = self.scale_batch(&new_name, t, serving_new);
+        let baseline_waiting = self.baseline_for(t);
         let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         if !done {
             let stopping = old_stopping.map_or(String::new(), |(asked, pods)| {
@@ -220,6 +221,11 @@ impl<'a> Planner<'a> {
             });
             return Next::Stay(format!(
                 "batch {n} of {m}: {available}/{t} new replica(s) on {image} available{stopping}"
+            ));
+        }
+        if let Some(why) = baseline_waiting {
+            return Next::Stay(format!(
+                "batch {n} of {m}: {t} new replica(s) available; {why}"
             ));
         }
         if let Some(why) = route_waiting {

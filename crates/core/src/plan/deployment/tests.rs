@@ -114,8 +114,15 @@ impl Sim {
     }
 
     fn observed(&self) -> Observed {
+        // As the controller does: the baseline apart from the versions.
+        let (baseline, deployments): (Vec<_>, Vec<_>) = self
+            .deployments
+            .values()
+            .cloned()
+            .partition(|d| d.name == baseline_name("web"));
         Observed {
-            deployments: self.deployments.values().cloned().collect(),
+            deployments,
+            baseline: baseline.into_iter().next(),
             config: self.config.clone(),
             ..Observed::default()
         }
@@ -282,6 +289,17 @@ impl Sim {
     /// version runs `total - new.available`, so it shrinks only as new pods become available).
     fn surge_bound(&self) -> i32 {
         let (total, m) = (self.spec.replicas.max(0), self.spec.batches.max(1));
+        // The baseline's pods are extra: as many as the batch's new ones.
+        let baseline = if baseline_wanted(&self.spec) {
+            let n = self.status.current_batch.unwrap_or(m).clamp(1, m);
+            batch::target(total, m, n)
+        } else {
+            0
+        };
+        baseline + self.versions_bound(total, m)
+    }
+
+    fn versions_bound(&self, total: i32, m: i32) -> i32 {
         if self.status.phase == Some(Phase::RollingBack) {
             // The old version back to `replicas` before the new one stops: for a moment both,
             // the new one at most at its batch's target.
@@ -564,3 +582,5 @@ fn a_batch_grows_only_once_the_old_versions_pods_have_stopped() {
 mod versioned_config;
 
 mod rollback;
+
+mod baseline;

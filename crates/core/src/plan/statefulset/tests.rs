@@ -194,6 +194,7 @@ impl Sim {
                 .find(|n| !self.strategy_sets().contains(&n.as_str()))
                 .cloned(),
             deployments: Vec::new(),
+            baseline: None,
             traffic: Default::default(),
             config: self.config.clone(),
         };

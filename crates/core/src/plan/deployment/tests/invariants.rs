@@ -29,14 +29,17 @@ proptest! {
 
     /// Random Git changes and crashes: the new version is never asked for more than the batch
     /// recorded in status allows, a batched rollout serves at least `total - 1` available
-    /// replicas while it moves, and Git settling on one image always ends Completed on it.
+    /// replicas while it moves, and Git settling on one image always ends Completed on it (and
+    /// with no baseline left running).
     #[test]
     fn batches_never_overshoot_and_always_settle(
         events in proptest::collection::vec(event(), 1..60),
         stopped_per_tick in proptest::option::of(1i32..3),
+        baseline in proptest::bool::ANY,
     ) {
         let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
         s.spec.replicas = 6;
+        s.spec.strategy.baseline = baseline;
         s.completed_on("web:1");
         s.stopped_per_tick = stopped_per_tick;
         for e in events {

@@ -1,0 +1,41 @@
+//! Baseline pods (`strategy.baseline`): the stable version's pods started beside each batch's
+//! new ones, as many, in `<name>-baseline`, so an analysis compares pods of one age; deleted
+//! once the rollout is no longer under way.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    /// Asks for the baseline at `t` replicas of the stable image, when the spec wants one.
+    /// Returns what it still waits for: its pods not yet available.
+    pub(super) fn baseline_for(&mut self, t: i32) -> Option<String> {
+        if !baseline_wanted(self.spec()) {
+            return None;
+        }
+        let (name, image) = (baseline_name(self.name()), self.stable_image());
+        let observed = self.ensure(&name, &image, t);
+        let available = observed.map_or(0, |d| d.available.min(t));
+        let ready = observed.is_some_and(|d| d.status_fresh && d.available >= t);
+        (!ready).then(|| format!("baseline: {available}/{t} replica(s) on {image} available"))
+    }
+
+    /// Deletes the baseline, before anything else, unless the rollout is under way with one: a rollout that ended,
+    /// rolled back, or no longer asks for one.
+    pub(super) fn retire_baseline(&mut self) {
+        let Some(baseline) = self.o.baseline.as_ref() else {
+            return;
+        };
+        let under_way = matches!(self.st.phase, Some(Phase::Progressing | Phase::Paused))
+            && self.st.current_batch.is_some();
+        if under_way && baseline_wanted(self.spec()) {
+            return;
+        }
+        let delete = Action::DeleteDeployment {
+            name: baseline.name.clone(),
+        };
+        // First: its pods are extra, and a rollback's scale-up of the old version should not
+        // come on top of them.
+        if !self.actions.contains(&delete) {
+            self.actions.insert(0, delete);
+        }
+    }
+}

@@ -568,6 +568,64 @@ async fn a_batched_deployment_whose_canary_never_becomes_ready_rolls_back() {
     .await;
 }
 
+/// Issue 75: baseline pods on real pods. Paused after batch 1 of a rollout with
+/// `strategy.baseline`, the baseline's pods are Ready by their probes and answer the stable
+/// version, as many as the batch's new ones, beside the old version's full share; once the
+/// rollout completes only the new version's pods serve.
+#[tokio::test]
+async fn baseline_pods_serve_the_stable_version_beside_the_batch_and_go_at_the_end() {
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return;
+    }
+    let mut f = Fixture::start("node-baseline", |ns| {
+        batched_web(
+            ns,
+            json!({"replicas": 4, "batches": 2, "pause": "All",
+                "strategy": {"type": "Batches", "baseline": true}}),
+        )
+    })
+    .await;
+    f.wait_for("Completed on v1", 180, completed_on("v1")).await;
+    f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
+    let paused = f
+        .wait_for("Paused after batch 1", 180, |d: &CanaryDeployment| {
+            d.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Paused)
+        })
+        .await;
+    let target = paused
+        .status
+        .unwrap_or_default()
+        .batches
+        .first()
+        .map_or(0, |b| b.target) as usize;
+    assert!(target > 0);
+    let baseline = ListParams::default().labels("rollouts.linnet.dev/version=baseline");
+    support::eventually(
+        "the baseline serving v1",
+        Duration::from_secs(60),
+        || async {
+            let serving = serving_versions_of(&f, &baseline).await;
+            (serving == BTreeMap::from([("v1".to_string(), target)])).then_some(())
+        },
+    )
+    .await;
+    // Every old pod stays beside it: the baseline is extra, not taken from the stable share.
+    support::eventually("old, baseline and new", Duration::from_secs(60), || async {
+        let serving = serving_versions(&f).await;
+        let want = BTreeMap::from([("v1".to_string(), 4), ("v2".to_string(), target)]);
+        (serving == want).then_some(())
+    })
+    .await;
+    f.patch_spec(json!({"currentBatch": 2}));
+    f.wait_for("Completed on v2", 180, completed_on("v2")).await;
+    support::eventually("only v2 pods serving", Duration::from_secs(60), || async {
+        let serving = serving_versions(&f).await;
+        (serving == BTreeMap::from([("v2".to_string(), 4)])).then_some(())
+    })
+    .await;
+}
+
 /// A batched CanaryDeployment `web` in `ns` of the key-value server on the real node (image
 /// tag v1, an emptyDir for its data, no pause), with `patch` merged into its spec.
 fn batched_web(ns: &str, patch: Value) -> Value {
@@ -602,14 +660,13 @@ fn completed_on(tag: &'static str) -> impl Fn(&CanaryDeployment) -> bool {
 
 /// Ready pods of the namespace by the version they answer.
 async fn serving_versions(f: &Fixture) -> BTreeMap<String, usize> {
+    serving_versions_of(f, &ListParams::default()).await
+}
+
+/// Ready pods `which` selects by the version they answer.
+async fn serving_versions_of(f: &Fixture, which: &ListParams) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    for p in f
-        .api::<Pod>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-    {
+    for p in f.api::<Pod>().list(which).await.unwrap().items {
         if p.metadata.deletion_timestamp.is_some() {
             continue;
         }

@@ -5,6 +5,7 @@
 //! gone.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,23 +16,24 @@ use serde_json::json;
 use super::support::rollout::Fixture;
 use super::{completed_on, run, support, template, web};
 
-/// Serves `/errors?selector=S`: 0.5 % errors (±10 %) for the baseline's pods, 0.6 % for any
+/// Serves `/errors?selector=S`: 0.5 % errors (±10 %) for the baseline's pods, 0.55 % for any
 /// other selector; keeps every selector asked about.
 async fn errors_by_selector(asked: Arc<Mutex<Vec<String>>>) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let answer = move |query: axum::extract::Query<HashMap<String, String>>| {
+    let served = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let answer = move |uri: axum::http::Uri| {
         let (asked, served) = (asked.clone(), served.clone());
         async move {
+            let query: HashMap<String, String> = reqwest::Url::parse(&format!("http://x{uri}"))
+                .map(|u| u.query_pairs().into_owned().collect())
+                .unwrap_or_default();
             let selector = query.get("selector").cloned().unwrap_or_default();
-            let n = served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let baseline = selector.ends_with("rollouts.linnet.dev/version=baseline");
+            // Each side its own count, so both see the same wobble.
+            let n = served[usize::from(baseline)].fetch_add(1, Ordering::Relaxed);
             let wobble = 1.0 + ((n * 37) % 21) as f64 / 100.0 - 0.1;
-            let center = if selector.ends_with("rollouts.linnet.dev/version=baseline") {
-                0.005
-            } else {
-                0.006
-            };
+            let center = if baseline { 0.005 } else { 0.0055 };
             asked.lock().unwrap().push(selector);
             axum::Json(json!(center * wobble))
         }

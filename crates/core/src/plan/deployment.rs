@@ -41,15 +41,6 @@ use crate::hash::content_hash;
 /// Label that tells the two versions of a batched rollout apart.
 pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";
 
-/// The [`VERSION_LABEL`] of a baseline's pods (`strategy.baseline`).
-pub const BASELINE_VERSION: &str = "baseline";
-
-/// The name of a rollout's baseline Deployment: `<name>-baseline`, never a version's name
-/// (those end in 8 hex digits).
-pub fn baseline_name(rollout: &str) -> String {
-    format!("{rollout}-{BASELINE_VERSION}")
-}
-
 /// What a refused selector change says; the Failed phase it causes ends once it is put back.
 const SELECTOR_REFUSED: &str = "cannot change it on the live Deployment";
 
@@ -157,11 +148,6 @@ pub fn analysis_builtins(
         canary_image: canary,
         stable_image: stable,
     }
-}
-
-/// Whether the spec asks for baseline pods: `strategy.baseline` on a batched rollout.
-pub fn baseline_wanted(spec: &CanaryDeploymentSpec) -> bool {
-    spec.strategy.baseline && spec.strategy.type_ == Strategy::Batches
 }
 
 /// The CanaryDeployment planner: the shared [`machine::Planner`] with this kind's rollout and
@@ -499,6 +485,7 @@ pub fn reads_abort(phase: Phase) -> bool {
 }
 
 mod baseline;
+pub use baseline::{BASELINE_VERSION, baseline_name, baseline_wanted};
 mod batches;
 mod rollback;
 mod starting;

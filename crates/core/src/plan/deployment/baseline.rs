@@ -4,6 +4,20 @@
 
 use super::*;
 
+/// The [`VERSION_LABEL`] of a baseline's pods (`strategy.baseline`).
+pub const BASELINE_VERSION: &str = "baseline";
+
+/// The name of a rollout's baseline Deployment: `<name>-baseline`, never a version's name
+/// (those end in 8 hex digits).
+pub fn baseline_name(rollout: &str) -> String {
+    format!("{rollout}-{BASELINE_VERSION}")
+}
+
+/// Whether the spec asks for baseline pods: `strategy.baseline` on a batched rollout.
+pub fn baseline_wanted(spec: &CanaryDeploymentSpec) -> bool {
+    spec.strategy.baseline && spec.strategy.type_ == Strategy::Batches
+}
+
 impl<'a> Planner<'a> {
     /// Asks for the baseline at `t` replicas of the stable image, when the spec wants one.
     /// Returns what it still waits for: its pods not yet available.

@@ -185,6 +185,7 @@ impl<'a> Planner<'a> {
         if let Some(next) = self.interrupted() {
             return next;
         }
+        self.delete_leftovers();
         let n = self.current_batch();
         let total = self.total();
         // The deadline is for new pods that do not become available. Once the batch's are,
@@ -210,8 +211,17 @@ impl<'a> Planner<'a> {
             .filter(|d| d.image.as_deref() == Some(image.as_str()))
             .map_or(0, |d| d.available.min(t));
         let (serving_new, route_waiting) = self.batch_traffic(n, available);
+        // A baseline bigger than this batch's (one an earlier rollout cut off left) shrinks
+        // before anything grows.
+        let baseline_shrinks = self.o.baseline.as_ref().is_some_and(|b| b.replicas > t);
+        let mut baseline_waiting = None;
+        if baseline_shrinks {
+            baseline_waiting = self.baseline_for(t);
+        }
         let (new, old_stopping) = self.scale_batch(&new_name, t, serving_new);
-        let baseline_waiting = self.baseline_for(t);
+        if !baseline_shrinks {
+            baseline_waiting = self.baseline_for(t);
+        }
         let done = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         if !done {
             let stopping = old_stopping.map_or(String::new(), |(asked, pods)| {
@@ -234,6 +244,27 @@ impl<'a> Planner<'a> {
             ));
         }
         self.after_batch(n, phase, &new_name)
+    }
+
+    /// Deletes, first, every Deployment that is neither the new version nor the old one
+    /// serving beside it: what a completion cut off before its deletions left, when the next
+    /// plan was cut off too (found by the surge invariant: 3 + 6 + 1 for 6).
+    fn delete_leftovers(&mut self) {
+        let new_name = self.version_for(&self.canary_image());
+        let old_name = self.stable_deployment(&new_name).map(|d| d.name.clone());
+        let leftovers: Vec<String> = self
+            .o
+            .deployments
+            .iter()
+            .filter(|d| d.name != new_name && Some(&d.name) != old_name.as_ref())
+            .map(|d| d.name.clone())
+            .collect();
+        for name in leftovers {
+            let delete = Action::DeleteDeployment { name };
+            if !self.actions.contains(&delete) {
+                self.actions.push(delete);
+            }
+        }
     }
 
     /// How many of batch `n`'s new replicas serve (of `available`), and what the routes still
@@ -286,7 +317,15 @@ impl<'a> Planner<'a> {
         };
         // What shrinks is written first, then what grows: the other order asked for both at
         // once between the two writes (18 replicas for 10 at a batch start).
-        let new_now = self.find(new_name).map(|d| d.replicas);
+        // One this plan deletes (what a cut-off completion left under the same name) is not
+        // there to hold at its size.
+        let deleted = Action::DeleteDeployment {
+            name: new_name.to_string(),
+        };
+        let new_now = self
+            .find(new_name)
+            .filter(|_| !self.actions.contains(&deleted))
+            .map(|d| d.replicas);
         let new_shrinks = new_now.is_some_and(|r| r > t);
         let mut new = None;
         if new_shrinks {
@@ -302,12 +341,14 @@ impl<'a> Planner<'a> {
         if let Some(old_name) = old_name {
             self.ensure(&old_name, &stable_image, old_replicas);
         }
+        // Nor while a baseline bigger than this batch's (an earlier rollout's) stops.
+        let baseline_stopping = self.o.baseline.as_ref().is_some_and(|b| !b.shrunk_to(t));
         // Not made at all while the old one stops: an empty Deployment is a write for nothing.
-        match (old_stopping, new_now) {
+        match (old_stopping.is_some() || baseline_stopping, new_now) {
             _ if new_shrinks => {}
-            (None, _) => new = self.ensure(new_name, &image, t),
-            (Some(_), Some(now)) => new = self.ensure(new_name, &image, now.min(t)),
-            (Some(_), None) => {}
+            (false, _) => new = self.ensure(new_name, &image, t),
+            (true, Some(now)) => new = self.ensure(new_name, &image, now.min(t)),
+            (true, None) => {}
         }
         (new, old_stopping)
     }

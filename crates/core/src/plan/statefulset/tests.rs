@@ -193,10 +193,8 @@ impl Sim {
                 .keys()
                 .find(|n| !self.strategy_sets().contains(&n.as_str()))
                 .cloned(),
-            deployments: Vec::new(),
-            baseline: None,
-            traffic: Default::default(),
             config: self.config.clone(),
+            ..Observed::default()
         };
         // As the controller observes: no pod list without a set.
         if !has_pods(&observed) {

@@ -37,70 +37,104 @@ proptest! {
         stopped_per_tick in proptest::option::of(1i32..3),
         baseline in proptest::bool::ANY,
     ) {
-        let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
-        s.spec.replicas = 6;
-        s.spec.strategy.baseline = baseline;
-        s.completed_on("web:1");
-        s.stopped_per_tick = stopped_per_tick;
-        for e in events {
-            match e {
-                Event::Tick => {
-                    let p = s.reconcile();
-                    if s.status.phase == Some(Phase::Progressing) && s.spec.strategy.type_ == Strategy::Batches {
-                        let n = p.status.current_batch.unwrap_or(1);
-                        let t = batch::target(6, 3, n);
-                        let new = p.status.canary_image.clone().map(|i| {
-                            let planner = Planner { r: &s.rollout(), o: &Observed::default(), now: s.now, st: s.status.clone(), actions: vec![], requeue: None, want: None, events: vec![] };
-                            planner.version_for(&i)
-                        });
-                        for a in &p.actions {
-                            if let Action::ApplyDeployment(d) = a
-                                && Some(d.metadata.name.clone().unwrap()) == new
-                            {
-                                prop_assert!(d.spec.as_ref().unwrap().replicas.unwrap() <= t);
-                            }
+        replay(events, stopped_per_tick, baseline)?;
+    }
+}
+
+/// The property's run: `events` on a 6-replica, 3-batch rollout.
+fn replay(
+    events: Vec<Event>,
+    stopped_per_tick: Option<i32>,
+    baseline: bool,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
+    s.spec.replicas = 6;
+    s.spec.strategy.baseline = baseline;
+    s.completed_on("web:1");
+    s.stopped_per_tick = stopped_per_tick;
+    for e in events {
+        match e {
+            Event::Tick => {
+                let p = s.reconcile();
+                if s.status.phase == Some(Phase::Progressing)
+                    && s.spec.strategy.type_ == Strategy::Batches
+                {
+                    let n = p.status.current_batch.unwrap_or(1);
+                    let t = batch::target(6, 3, n);
+                    let new = p.status.canary_image.clone().map(|i| {
+                        let planner = Planner {
+                            r: &s.rollout(),
+                            o: &Observed::default(),
+                            now: s.now,
+                            st: s.status.clone(),
+                            actions: vec![],
+                            requeue: None,
+                            want: None,
+                            events: vec![],
+                        };
+                        planner.version_for(&i)
+                    });
+                    for a in &p.actions {
+                        if let Action::ApplyDeployment(d) = a
+                            && Some(d.metadata.name.clone().unwrap()) == new
+                        {
+                            prop_assert!(d.spec.as_ref().unwrap().replicas.unwrap() <= t);
                         }
-                        let available: i32 = s.deployments.values().map(|d| d.available).sum();
-                        prop_assert!(available >= 6 - 1 || s.deployments.values().any(|d| d.available < d.replicas));
                     }
-                    let canary = s.status.canary_image.clone();
-                    let canary_pods = |s: &Sim| -> i32 {
-                        s.deployments.values().filter(|d| d.image == canary).map(|d| d.pods).sum()
-                    };
-                    let canary_before = canary_pods(&s);
-                    s.tick();
-                    // The new version never grows past the bound counted in pods not being
-                    // deleted, not only in replicas asked for (old pods stop slower than new
-                    // ones start). The old version growing back (a rollback, one deleted by
-                    // hand) is not held for the new one's pods to stop: serving comes first.
-                    let pods: i32 = s.deployments.values().map(|d| d.pods).sum();
+                    let available: i32 = s.deployments.values().map(|d| d.available).sum();
                     prop_assert!(
-                        pods <= s.surge_bound() || canary_pods(&s) <= canary_before,
-                        "{} pods, bound {}: {:?}", pods, s.surge_bound(), s.deployments
+                        available >= 6 - 1
+                            || s.deployments.values().any(|d| d.available < d.replicas)
                     );
                 }
-                Event::Image(i) => s.spec.image = format!("web:{}", i + 1),
-                Event::Approve(n) => s.spec.current_batch = n,
-                // Not with slow-stopping pods: a Rollback strategy sets the image back on the
-                // canary's Deployment, and a rollout of that image again then finds its
-                // Deployment name running the old version's pods; the planner counts them as the
-                // new version's and the two ask for more than the bound (left open, issue 71's
-                // note).
-                Event::Strategy(_) if stopped_per_tick.is_some() => {}
-                Event::Strategy(k) => s.spec.strategy.type_ = [Strategy::Batches, Strategy::Rollback, Strategy::Batches][k as usize],
-                Event::Crash(n) => {
-                    s.reconcile_partial(Some(n));
-                    s.tick();
-                }
+                let canary = s.status.canary_image.clone();
+                let canary_pods = |s: &Sim| -> i32 {
+                    s.deployments
+                        .values()
+                        .filter(|d| d.image == canary)
+                        .map(|d| d.pods)
+                        .sum()
+                };
+                let canary_before = canary_pods(&s);
+                s.tick();
+                // The new version never grows past the bound counted in pods not being
+                // deleted, not only in replicas asked for (old pods stop slower than new
+                // ones start). The old version growing back (a rollback, one deleted by
+                // hand) is not held for the new one's pods to stop: serving comes first.
+                let pods: i32 = s.deployments.values().map(|d| d.pods).sum();
+                prop_assert!(
+                    pods <= s.surge_bound() || canary_pods(&s) <= canary_before,
+                    "{} pods, bound {}: {:?}",
+                    pods,
+                    s.surge_bound(),
+                    s.deployments
+                );
             }
-            prop_assert_eq!(s.plan(), s.plan());
+            Event::Image(i) => s.spec.image = format!("web:{}", i + 1),
+            Event::Approve(n) => s.spec.current_batch = n,
+            // Not with slow-stopping pods: a Rollback strategy sets the image back on the
+            // canary's Deployment, and a rollout of that image again then finds its
+            // Deployment name running the old version's pods; the planner counts them as the
+            // new version's and the two ask for more than the bound (left open, issue 71's
+            // note).
+            Event::Strategy(_) if stopped_per_tick.is_some() => {}
+            Event::Strategy(k) => {
+                s.spec.strategy.type_ =
+                    [Strategy::Batches, Strategy::Rollback, Strategy::Batches][k as usize]
+            }
+            Event::Crash(n) => {
+                s.reconcile_partial(Some(n));
+                s.tick();
+            }
         }
-        s.spec.strategy.type_ = Strategy::Batches;
-        s.spec.current_batch = 3;
-        s.spec.image = "web:9".into();
-        s.completed_on("web:9");
-        prop_assert_eq!(s.by_image(), BTreeMap::from([("web:9".to_string(), 6)]));
+        prop_assert_eq!(s.plan(), s.plan());
     }
+    s.spec.strategy.type_ = Strategy::Batches;
+    s.spec.current_batch = 3;
+    s.spec.image = "web:9".into();
+    s.completed_on("web:9");
+    prop_assert_eq!(s.by_image(), BTreeMap::from([("web:9".to_string(), 6)]));
+    Ok(())
 }
 
 #[test]
@@ -412,6 +446,74 @@ fn a_rollout_cut_off_before_deleting_its_old_version_does_not_run_three() {
 }
 
 #[test]
+fn a_rollout_started_by_a_cut_off_plan_after_a_cut_off_completion_does_not_run_three() {
+    // Found by the surge invariant: Completed on web:2 written and cut off before deleting
+    // web:1, then web:3's first plan (which carried that deletion) cut off too; its next
+    // plans, in Progressing, never deleted web:1: 3 + 6 + 1 for 6.
+    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
+    s.spec.replicas = 6;
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.reconcile_partial(Some(1));
+    s.tick();
+    s.spec.current_batch = 2;
+    for _ in 0..20 {
+        if s.plan().status.phase == Some(Phase::Completed) {
+            break;
+        }
+        s.reconcile();
+        s.tick();
+    }
+    s.reconcile_partial(Some(0));
+    s.tick();
+    s.spec.image = "web:3".into();
+    let p = s.reconcile_partial(Some(0));
+    assert_eq!(p.status.phase, Some(Phase::Progressing));
+    s.tick();
+    assert_eq!(s.deployments.len(), 2, "{:?}", s.by_image());
+    let p = s.reconcile(); // the surge bound is checked after every write
+    assert!(
+        matches!(p.actions.first(), Some(Action::DeleteDeployment { .. })),
+        "{:?}",
+        p.actions
+    );
+    s.tick();
+    s.spec.current_batch = 3;
+    s.completed_on("web:3");
+    assert_eq!(s.by_image(), BTreeMap::from([("web:3".to_string(), 6)]));
+}
+
+#[test]
+fn a_baseline_left_by_a_cut_off_completion_stops_before_the_next_rollout_grows() {
+    // Found by the surge invariant with slow-stopping pods: web:3 completed with its last
+    // batch's baseline (6 of web:1) and the old web:1 left by a cut-off plan; back to web:1,
+    // the plan deleted web:1's Deployment and made it again at once, beside the 6 stopping.
+    use Event::{Approve, Crash, Image, Tick};
+    let events = vec![
+        Image(1),
+        Tick,
+        Approve(2),
+        Tick,
+        Tick,
+        Image(2),
+        Crash(2),
+        Crash(1),
+        Tick,
+        Tick,
+        Tick,
+        Tick,
+        Tick,
+        Tick,
+        Tick,
+        Tick,
+        Crash(0),
+        Image(0),
+        Tick,
+    ];
+    replay(events, Some(1), true).unwrap();
+}
+
+#[test]
 fn a_completion_after_a_crashed_rollback_deletes_the_largest_old_version_first() {
     // Found by the surge invariant (seed in proptest-regressions): a rollback cut off after
     // scaling web:1 to 0 left it beside web:2 and web:3; the plan that completed web:3 deleted
@@ -440,7 +542,9 @@ fn a_completion_after_a_crashed_rollback_deletes_the_largest_old_version_first()
         s.reconcile();
         s.tick();
     }
-    assert_eq!(s.deployments.len(), 3, "{:?}", s.by_image());
+    // Since web:3's batches delete what is neither it nor the old version serving beside it,
+    // the empty web:1 may be gone already.
+    assert!(s.deployments.len() <= 3, "{:?}", s.by_image());
     let p = s.reconcile();
     assert_eq!(p.status.phase, Some(Phase::Completed));
     let first = p.actions.first().map(Action::describe);

@@ -240,7 +240,11 @@ async fn apply_deployment(
     let name = d.metadata.name.clone().unwrap_or_default();
     let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), ns);
     // One this rollout owns (observed by its uid) needs no second look.
-    let owned = observed.deployments.iter().any(|o| o.name == name);
+    let owned = observed
+        .deployments
+        .iter()
+        .chain(observed.baseline.as_ref())
+        .any(|o| o.name == name);
     let live = if owned {
         None
     } else {

@@ -381,7 +381,8 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn deadline_passed(&mut self) -> Option<Next<Phase>> {
+    /// `late`: which pods were late, when not the new version's.
+    fn deadline_passed(&mut self, late: Option<String>) -> Option<Next<Phase>> {
         let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
         let elapsed = elapsed(self.st.phase_since.as_ref(), self.now);
         if elapsed < deadline {
@@ -390,8 +391,9 @@ impl<'a> Planner<'a> {
             return None;
         }
         let image = self.canary_image();
+        let late = late.unwrap_or_else(|| format!("new pods on {image}"));
         let what = format!(
-            "new pods on {image} were not available within progressDeadlineSeconds ({}s)",
+            "{late} were not available within progressDeadlineSeconds ({}s)",
             deadline.as_secs()
         );
         if self.spec().rollback_on_failure {

@@ -28,12 +28,27 @@ impl<'a> Planner<'a> {
         let (name, image) = (baseline_name(self.name()), self.stable_image());
         let observed = self.ensure(&name, &image, t);
         let available = observed.map_or(0, |d| d.available.min(t));
-        let ready = observed.is_some_and(|d| d.status_fresh && d.available >= t);
-        (!ready).then(|| format!("baseline: {available}/{t} replica(s) on {image} available"))
+        (!self.baseline_ready(t))
+            .then(|| format!("baseline: {available}/{t} replica(s) on {image} available"))
     }
 
-    /// Deletes the baseline, before anything else, unless the rollout is under way with one: a rollout that ended,
-    /// rolled back, or no longer asks for one.
+    /// Whether the baseline is what batch target `t` needs, or none is wanted: `t` pods of
+    /// the stable image, all of its current template (not a template it is leaving).
+    pub(super) fn baseline_ready(&self, t: i32) -> bool {
+        if !baseline_wanted(self.spec()) {
+            return true;
+        }
+        let stable = self.stable_image();
+        self.o.baseline.as_ref().is_some_and(|d| {
+            d.status_fresh
+                && d.image.as_deref() == Some(stable.as_str())
+                && d.available >= t
+                && d.updated >= t
+        })
+    }
+
+    /// Deletes the baseline, before anything else, unless the rollout is under way with one:
+    /// a rollout that ended, rolled back, or no longer asks for one.
     pub(super) fn retire_baseline(&mut self) {
         let Some(baseline) = self.o.baseline.as_ref() else {
             return;

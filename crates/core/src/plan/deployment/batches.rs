@@ -142,7 +142,7 @@ impl<'a> Planner<'a> {
         let done = self
             .find(&name)
             .is_some_and(|d| d.complete(total) && d.image.as_deref() == Some(image.as_str()));
-        if !done && let Some(next) = self.deadline_passed() {
+        if !done && let Some(next) = self.deadline_passed(None) {
             return next;
         }
         let d = self.ensure(&name, &image, total);
@@ -188,19 +188,24 @@ impl<'a> Planner<'a> {
         self.delete_leftovers();
         let n = self.current_batch();
         let total = self.total();
-        // The deadline is for new pods that do not become available. Once the batch's are,
-        // what keeps it (a gate measuring, a held analysis) is not late pods.
-        let batch_ready = self
+        // The deadline is for new pods (and baseline pods) that do not become available. Once
+        // the batch's are, what keeps it (a gate measuring, a held analysis) is not late pods.
+        let t = batch::target(total, self.batches(), n);
+        let new_ready = self
             .find(&self.version_for(&self.canary_image()))
-            .is_some_and(|d| d.available >= batch::target(total, self.batches(), n));
+            .is_some_and(|d| d.available >= t);
+        let late = match (new_ready, self.baseline_ready(t)) {
+            (true, true) => None,
+            (true, false) => Some(Some(format!("baseline pods on {}", self.stable_image()))),
+            (false, _) => Some(None),
+        };
         if phase == Phase::Progressing
-            && !batch_ready
-            && let Some(next) = self.deadline_passed()
+            && let Some(late) = late
+            && let Some(next) = self.deadline_passed(late)
         {
             return next;
         }
         let m = self.batches();
-        let t = batch::target(total, m, n);
         let image = self.canary_image();
         let new_name = self.version_for(&image);
         // What the new version serves is what is observed, whether or not an apply of it (this
@@ -249,14 +254,22 @@ impl<'a> Planner<'a> {
     /// Deletes, first, every Deployment that is neither the new version nor the old one
     /// serving beside it: what a completion cut off before its deletions left, when the next
     /// plan was cut off too (found by the surge invariant: 3 + 6 + 1 for 6).
+    /// Only one on neither image, or empty: after a template change mid-rollout the canary's
+    /// and the old version's Deployments both have other names, and both still serve.
     fn delete_leftovers(&mut self) {
-        let new_name = self.version_for(&self.canary_image());
+        let (canary, stable) = (self.canary_image(), self.stable_image());
+        let new_name = self.version_for(&canary);
         let old_name = self.stable_deployment(&new_name).map(|d| d.name.clone());
         let leftovers: Vec<String> = self
             .o
             .deployments
             .iter()
             .filter(|d| d.name != new_name && Some(&d.name) != old_name.as_ref())
+            .filter(|d| {
+                let image = d.image.as_deref();
+                (image != Some(canary.as_str()) && image != Some(stable.as_str()))
+                    || (d.replicas == 0 && d.pods == 0)
+            })
             .map(|d| d.name.clone())
             .collect();
         for name in leftovers {

@@ -142,3 +142,39 @@ fn the_baseline_selector_selects_the_baseline_pods_or_else_the_stable_ones() {
     assert_eq!(b.baseline_selector, b.stable_selector);
     assert!(b.baseline_selector.is_some());
 }
+
+#[test]
+fn a_baseline_that_never_becomes_available_meets_the_deadline_by_its_name() {
+    let mut s = with_baseline();
+    s.spec.rollback_on_failure = true;
+    s.spec.image = "web:2".into();
+    s.run_until("the baseline made", |s| baseline(s).is_some());
+    // Its pods never come up (no room for them, say): the deadline, naming them, rolls back.
+    let mut message = String::new();
+    for _ in 0..700 {
+        if s.phase() != Some(Phase::Progressing) {
+            break;
+        }
+        s.now += jiff::SignedDuration::from_secs(1);
+        if let Some(d) = s.deployments.get_mut("web-baseline") {
+            d.available = 0;
+            d.status_fresh = true;
+        }
+        let p = s.reconcile();
+        if let Some(e) = p
+            .events
+            .iter()
+            .find(|e| e.reason == "ProgressDeadlineExceeded")
+        {
+            message = e.message.clone();
+        }
+    }
+    assert_eq!(s.phase(), Some(Phase::RollingBack), "{message}");
+    assert!(
+        message
+            .contains("baseline pods on web:1 were not available within progressDeadlineSeconds"),
+        "{message}"
+    );
+    s.run_until("RolledBack", |s| s.phase() == Some(Phase::RolledBack));
+    assert_eq!(baseline(&s), None);
+}

@@ -182,11 +182,15 @@ pub fn check_canary_deployment(o: &CanaryDeployment) -> Vec<Problem> {
         Some(&template.selector),
     );
     problems.extend(check_image(&o.spec.image));
-    let (longest, why) = if o.spec.traffic_routing.is_some() {
+    // Batched, each version's pods are labelled with what follows NAME- in its Deployment's
+    // name, which keeps only that many characters of NAME: past them, no version label, and
+    // the analysis selectors match no pod (an analysis of no pod passes).
+    let batched = o.spec.strategy.type_ == crate::api::DeploymentStrategyType::Batches;
+    let (longest, why) = if o.spec.traffic_routing.is_some() || batched {
         (
             crate::plan::deployment::VERSION_PREFIX_CHARS,
-            "its Services select a version by the Deployment's name past NAME-, and a \
-             version Deployment keeps only that many characters of NAME",
+            "a batched rollout's pods are told apart by the version Deployment's name past \
+             NAME-, and a version Deployment keeps only that many characters of NAME",
         )
     } else {
         (MAX_LABEL_CHARS, "NAME is the value of a label on its pods")

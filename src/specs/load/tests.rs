@@ -297,6 +297,10 @@ fn a_rollout_name_longer_than_its_objects_can_carry_is_refused_at_the_name() {
     };
     let traffic = "  image: web:2\n  strategy: {type: Batches}\n  batches: 2\n  trafficRouting:\n    gatewayAPI:\n      httpRoutes: [web]\n      port: 8080\n";
     let routed = DEPLOY.replace("  image: web:2\n", traffic);
+    let batched = DEPLOY.replace(
+        "  image: web:2\n",
+        "  image: web:2\n  strategy: {type: Batches}\n",
+    );
     let partition = STS.replace(
         "  image: redis:7.2\n",
         "  image: redis:7.2\n  strategy: {type: Partition}\n",
@@ -305,6 +309,7 @@ fn a_rollout_name_longer_than_its_objects_can_carry_is_refused_at_the_name() {
         ("TwoSets", STS.to_string(), 45),
         ("Partition", partition, 52),
         ("a Deployment with traffic", routed, 50),
+        ("a batched Deployment", batched, 50),
         ("a Deployment", DEPLOY.to_string(), 63),
     ] {
         let fits = load(&renamed(&text, longest));

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use kube::api::ListParams;
 use linnet::api::{
     AnalysisPhase, AnalysisRunStatus, AnalysisTemplate, CanaryDeployment, CanaryStatefulSet,
-    DeploymentPhase, MeasurementPhase, StatefulSetPhase,
+    DeploymentPhase, MeasurementPhase, MetricStatus, StatefulSetPhase,
 };
 use serde_json::{Value, json};
 use support::prometheus::{Exporter, Prometheus};
@@ -413,6 +413,19 @@ fn completed_on(d: &CanaryDeployment, image: &str) -> bool {
     s.phase == Some(DeploymentPhase::Completed) && s.stable_image.as_deref() == Some(image)
 }
 
+/// The web rollout's gate after batch 1, first metric, once it is Completed on `image`.
+async fn first_gate_metric_once_completed(f: &Fixture, image: &str) -> MetricStatus {
+    let done = f
+        .wait_for(
+            &format!("Completed on {image}"),
+            120,
+            |d: &CanaryDeployment| completed_on(d, image),
+        )
+        .await;
+    let runs = done.status.unwrap().analysis;
+    run(&runs, "after-1").metrics[0].clone()
+}
+
 #[tokio::test]
 async fn deployment_gates_replace_the_pauses_and_a_bad_version_rolls_back() {
     let exporter = Exporter::start("web").await;
@@ -594,13 +607,7 @@ async fn a_gate_judges_the_canary_against_its_baseline_with_evidence() {
     // 0.6 % against 0.5 %: within the tolerance, the gate passes and the canary completes.
     *centers.lock().unwrap() = (0.006, 0.005);
     f.patch_spec(json!({"image": "nginx:1.29"}));
-    let done = f
-        .wait_for("Completed on nginx:1.29", 120, |d: &CanaryDeployment| {
-            completed_on(d, "nginx:1.29")
-        })
-        .await;
-    let runs = done.status.unwrap().analysis;
-    let metric = &run(&runs, "after-1").metrics[0];
+    let metric = first_gate_metric_once_completed(&f, "nginx:1.29").await;
     assert_eq!(metric.phase, AnalysisPhase::Successful, "{metric:#?}");
     let evidence = metric.comparison.as_deref().unwrap_or_default();
     assert!(evidence.ends_with("12 and 12 samples: Pass"), "{evidence}");

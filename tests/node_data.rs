@@ -22,13 +22,24 @@ use serde_json::{Value, json};
 use support::node::{self, Ledger, check_one_process_per_replica, kv_container, on_node};
 use support::rollout::Fixture;
 
-/// The fixture on the real node, or `None` (having said why) where the machine cannot run it.
-async fn start(prefix: &str, patch: Value) -> Option<Fixture> {
+/// The fixture of `make`'s rollout on the real node, or `None` (having said why) where the
+/// machine cannot run it.
+async fn start_on_node(prefix: &str, make: impl FnOnce(&str) -> Value) -> Option<Fixture> {
     let admin = support::admin_client().await;
     if !node::require(&admin).await {
         return None;
     }
-    Some(Fixture::start(prefix, |ns| node::kv_rollout(ns, "v1", patch)).await)
+    Some(Fixture::start(prefix, make).await)
+}
+
+/// [`start_on_node`] for the key-value CanaryStatefulSet at v1.
+async fn start(prefix: &str, patch: Value) -> Option<Fixture> {
+    start_on_node(prefix, |ns| node::kv_rollout(ns, "v1", patch)).await
+}
+
+/// [`start_on_node`] for the batched CanaryDeployment [`batched_web`].
+async fn start_batched(prefix: &str, patch: Value) -> Option<Fixture> {
+    start_on_node(prefix, |ns| batched_web(ns, patch)).await
 }
 
 fn phase(r: &CanaryStatefulSet) -> Option<StatefulSetPhase> {
@@ -532,18 +543,15 @@ async fn a_replica_handed_an_empty_volume_fails_the_check() {
 /// the old version keeps serving.
 #[tokio::test]
 async fn a_batched_deployment_whose_canary_never_becomes_ready_rolls_back() {
-    let admin = support::admin_client().await;
-    if !node::require(&admin).await {
-        return;
-    }
-    let mut f = Fixture::start("node-batches", |ns| {
-        batched_web(
-            ns,
-            json!({"replicas": 4, "batches": 2, "progressDeadlineSeconds": 10,
+    let Some(mut f) = start_batched(
+        "node-batches",
+        json!({"replicas": 4, "batches": 2, "progressDeadlineSeconds": 10,
                 "rollbackOnFailure": true}),
-        )
-    })
-    .await;
+    )
+    .await
+    else {
+        return;
+    };
     f.wait_for("Completed on v1", 180, completed_on("v1")).await;
     // v2 through both batches, each batch Ready by its probes.
     f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
@@ -574,18 +582,15 @@ async fn a_batched_deployment_whose_canary_never_becomes_ready_rolls_back() {
 /// rollout completes only the new version's pods serve.
 #[tokio::test]
 async fn baseline_pods_serve_the_stable_version_beside_the_batch_and_go_at_the_end() {
-    let admin = support::admin_client().await;
-    if !node::require(&admin).await {
-        return;
-    }
-    let mut f = Fixture::start("node-baseline", |ns| {
-        batched_web(
-            ns,
-            json!({"replicas": 4, "batches": 2, "pause": "All",
+    let Some(mut f) = start_batched(
+        "node-baseline",
+        json!({"replicas": 4, "batches": 2, "pause": "All",
                 "strategy": {"type": "Batches", "baseline": true}}),
-        )
-    })
-    .await;
+    )
+    .await
+    else {
+        return;
+    };
     f.wait_for("Completed on v1", 180, completed_on("v1")).await;
     f.patch_spec(json!({"image": "linnet.test/kv:v2"}));
     let paused = f
@@ -693,14 +698,10 @@ async fn serving_versions_of(f: &Fixture, which: &ListParams) -> BTreeMap<String
 async fn a_batched_rollout_on_real_pods_keeps_its_surge_bound() {
     use futures::StreamExt;
     use kube::runtime::watcher::{self, Event};
-    let admin = support::admin_client().await;
-    if !node::require(&admin).await {
+    let Some(mut f) = start_batched("node-surge", json!({"replicas": 8, "batches": 4})).await
+    else {
         return;
-    }
-    let mut f = Fixture::start("node-surge", |ns| {
-        batched_web(ns, json!({"replicas": 8, "batches": 4}))
-    })
-    .await;
+    };
     f.wait_for("Completed on v1", 180, completed_on("v1")).await;
     // Every pod event from now: live (not being deleted) and all, at their peaks.
     let peaks = Arc::new(Mutex::new((0usize, 0usize, String::new())));

@@ -14,7 +14,7 @@ use linnet::api::{AnalysisPhase, CanaryDeployment};
 use serde_json::json;
 
 use super::support::rollout::Fixture;
-use super::{completed_on, run, support, template, web};
+use super::{completed_on, first_gate_metric_once_completed, support, template, web};
 
 /// Serves `/errors?selector=S`: 0.5 % errors (±10 %) for the baseline's pods, 0.55 % for any
 /// other selector; keeps every selector asked about.
@@ -119,13 +119,7 @@ async fn baseline_pods_start_with_the_canary_and_the_gate_judges_against_them() 
     );
     assert_eq!(pod_labels.get("app").map(String::as_str), Some("web"));
 
-    let done = f
-        .wait_for("Completed on nginx:1.28", 120, |d: &CanaryDeployment| {
-            completed_on(d, "nginx:1.28")
-        })
-        .await;
-    let runs = done.status.unwrap().analysis;
-    let metric = &run(&runs, "after-1").metrics[0];
+    let metric = first_gate_metric_once_completed(&f, "nginx:1.28").await;
     assert_eq!(metric.phase, AnalysisPhase::Successful, "{metric:#?}");
     let asked = asked.lock().unwrap().clone();
     assert!(

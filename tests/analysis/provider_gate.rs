@@ -8,7 +8,9 @@ use std::time::Duration;
 use linnet::api::{AnalysisPhase, AnalysisTemplate, CanaryDeployment, DeploymentPhase};
 use serde_json::{Value, json};
 
-use super::{completed_on, deploy_phase, run, support, template, web};
+use super::{
+    completed_on, deploy_phase, first_gate_metric_once_completed, run, support, template, web,
+};
 use support::rollout::Fixture;
 
 /// A provider under test.
@@ -65,13 +67,7 @@ pub async fn passes_fails_errs_and_times_out(p: Provider<'_>) {
 
     // Passing: the gate's two measurements are the last point, 0.01.
     f.patch_spec(json!({"image": "nginx:1.28"}));
-    let done = f
-        .wait_for("Completed on nginx:1.28", 120, |d: &CanaryDeployment| {
-            completed_on(d, "nginx:1.28")
-        })
-        .await;
-    let runs = done.status.unwrap().analysis;
-    let metric = &run(&runs, "after-1").metrics[0];
+    let metric = first_gate_metric_once_completed(&f, "nginx:1.28").await;
     assert_eq!(metric.successful, 2, "{metric:#?}");
     assert_eq!(metric.measurements[0].value.as_deref(), Some("0.01"));
     assert!(

@@ -408,10 +408,8 @@ fn a_rolling_update_waits_for_its_least_evidence_before_completing() {
     assert!(run.metrics[0].count >= 5, "{run:?}");
 }
 
-#[test]
-fn a_rollout_cut_off_before_deleting_its_old_version_does_not_run_three() {
-    // Issue 44 (found by the surge invariant): Completed was written, the agent stopped before
-    // deleting the old version, and the next image started beside both: 3 + 6 + 1 for 6.
+/// 6 replicas in 3 batches rolled from web:1 to web:2 up to the plan that writes Completed.
+fn web_2_about_to_complete() -> Sim {
     let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
     s.spec.replicas = 6;
     s.completed_on("web:1");
@@ -426,6 +424,14 @@ fn a_rollout_cut_off_before_deleting_its_old_version_does_not_run_three() {
         s.reconcile();
         s.tick();
     }
+    s
+}
+
+#[test]
+fn a_rollout_cut_off_before_deleting_its_old_version_does_not_run_three() {
+    // Issue 44 (found by the surge invariant): Completed was written, the agent stopped before
+    // deleting the old version, and the next image started beside both: 3 + 6 + 1 for 6.
+    let mut s = web_2_about_to_complete();
     // The plan that writes Completed, cut off before its deletion of the old version.
     let p = s.reconcile_partial(Some(0));
     assert_eq!(p.status.phase, Some(Phase::Completed));
@@ -451,20 +457,7 @@ fn a_rollout_started_by_a_cut_off_plan_after_a_cut_off_completion_does_not_run_t
     // Found by the surge invariant: Completed on web:2 written and cut off before deleting
     // web:1, then web:3's first plan (which carried that deletion) cut off too; its next
     // plans, in Progressing, never deleted web:1: 3 + 6 + 1 for 6.
-    let mut s = Sim::new(Strategy::Batches, 3, PauseMode::First);
-    s.spec.replicas = 6;
-    s.completed_on("web:1");
-    s.spec.image = "web:2".into();
-    s.reconcile_partial(Some(1));
-    s.tick();
-    s.spec.current_batch = 2;
-    for _ in 0..20 {
-        if s.plan().status.phase == Some(Phase::Completed) {
-            break;
-        }
-        s.reconcile();
-        s.tick();
-    }
+    let mut s = web_2_about_to_complete();
     s.reconcile_partial(Some(0));
     s.tick();
     s.spec.image = "web:3".into();

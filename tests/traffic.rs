@@ -784,6 +784,181 @@ async fn real_pods_of_a_batch_get_their_weight_and_an_abort_loses_no_request() {
     f.assert_no_drift_reverted();
 }
 
+/// `web` as a blue-green rollout (issue 75): the preview waits for approval (`pause: First`),
+/// and the old version outlives the switch by a long delay unless `patch` says otherwise.
+fn blue_green_web(ns: &str, patch: Value) -> Value {
+    let mut spec = web_with(
+        ns,
+        json!({"replicas": 2, "strategy": {"type": "BlueGreen",
+            "blueGreen": {"scaleDownDelaySeconds": 600}}}),
+    );
+    if let Some(routing) = spec["spec"]["trafficRouting"].as_object_mut() {
+        routing.remove("weights");
+    }
+    spec["spec"].as_object_mut().unwrap().remove("batches");
+    merge(&mut spec["spec"], patch);
+    spec
+}
+
+/// The names of the running pods of the rollout on `image`.
+async fn pods_on(f: &Fixture, image: &str) -> Vec<String> {
+    let pods = f.api::<k8s_openapi::api::core::v1::Pod>();
+    let list = pods.list(&Default::default()).await.unwrap();
+    let mut names: Vec<String> = list
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.spec.as_ref().is_some_and(|s| {
+                s.containers
+                    .iter()
+                    .any(|c| c.image.as_deref() == Some(image))
+            }) && p.metadata.deletion_timestamp.is_none()
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+fn message_of(r: &CanaryDeployment) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
+/// Issue 75: blue-green on pods that really run, through the real gateway. The new version
+/// runs whole beside the old one and answers only the header route (the preview); the
+/// approval in Git switches every request at once, and an abort switches them straight
+/// back to the old version's pods, which never stopped; a later image completes once the
+/// scale-down delay is over. No request fails across the switches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_request() {
+    let Some((mut f, gateway)) = on_the_real_node("traffic-node-bg", "web", blue_green_web).await
+    else {
+        return;
+    };
+    let (v1, v2, v3) = (
+        "linnet.test/kv:v1",
+        "linnet.test/kv:v2",
+        "linnet.test/kv:v3",
+    );
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "web",
+        &["web-stable", "web-canary"],
+    );
+    f.wait_for("Completed at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, v1).await;
+    let old_pods = pods_on(&f, v1).await;
+    assert_eq!(old_pods.len(), 2, "{old_pods:?}");
+
+    // The preview: the whole new version, reached only by the header route.
+    f.patch_spec(json!({"image": v2}));
+    f.wait_for("Paused before the switch", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Paused)
+            && message_of(r).contains("waiting for approval to switch")
+    })
+    .await;
+    assert_eq!(pods_on(&f, v2).await.len(), 2, "the preview is whole");
+    support::eventually(
+        "the gateway to run the header route",
+        Duration::from_secs(60),
+        || async {
+            let t = send(&gateway.url(), 20, &[("x-canary", "always")]).await;
+            (t.count(v2) == 20).then_some(())
+        },
+    )
+    .await;
+    let plain = send(&gateway.url(), 200, &[]).await;
+    assert_eq!(plain.count(v1), 200, "before the switch: {plain:?}");
+    let preview = send(&gateway.url(), 100, &[("x-canary", "always")]).await;
+    assert_eq!(preview.count(v2), 100, "the preview by header: {preview:?}");
+
+    // The switch, approved in Git, under steady load.
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.patch_spec(json!({"currentBatch": 2}));
+    f.wait_for(
+        "switched, the old version waiting",
+        180,
+        |r: &CanaryDeployment| {
+            weight_of_deploy(r) == Some(100) && message_of(r).contains("scaleDownDelaySeconds")
+        },
+    )
+    .await;
+    wait_serving(&gateway, v2).await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed during the switch: {during:?}\n{}",
+        gateway.failed_requests(10)
+    );
+    assert!(during.count(v1) > 0 && during.count(v2) > 0, "{during:?}");
+    assert_eq!(
+        pods_on(&f, v1).await,
+        old_pods,
+        "the old version kept its pods"
+    );
+
+    // Switching back: an abort puts every request on the old pods, which never stopped.
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, v1).await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed switching back: {during:?}\n{}",
+        gateway.failed_requests(10)
+    );
+    assert_eq!(pods_on(&f, v1).await, old_pods, "no old pod restarted");
+
+    // A later image, approved ahead (currentBatch stays 2), completes after a short delay.
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.patch_spec(json!({"image": v3, "strategy": {"blueGreen": {"scaleDownDelaySeconds": 5}}}));
+    f.wait_for(
+        "Completed on v3 at weight 0",
+        240,
+        |r: &CanaryDeployment| {
+            let s = r.status.clone().unwrap_or_default();
+            s.phase == Some(DeploymentPhase::Completed)
+                && s.stable_image.as_deref() == Some(v3)
+                && s.canary_weight == Some(0)
+        },
+    )
+    .await;
+    wait_serving(&gateway, v3).await;
+    let during = load.stop();
+    assert_eq!(
+        during.total_failed(),
+        0,
+        "requests failed during the completion: {during:?}\n{}",
+        gateway.failed_requests(10)
+    );
+    assert!(during.count(v3) > 0, "{during:?}");
+    support::eventually("the old version gone", Duration::from_secs(60), || async {
+        pods_on(&f, v1).await.is_empty().then_some(())
+    })
+    .await;
+    f.assert_no_drift_reverted();
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}
+
 /// Regression (issue 69): every drift check (every 3 minutes, and at start) put Git's rules
 /// back on a route a rollout weighs ("reverted changes made outside Git ... spec.rules"), and
 /// the rollout set its weights again: the canary share went 50 → 0 → 50, and the stable

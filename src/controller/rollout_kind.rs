@@ -204,8 +204,12 @@ impl RolloutKind for CanaryDeployment {
         status.stable_image.as_deref()
     }
     fn last_gate(&self) -> Option<i32> {
-        (self.spec.strategy.type_ == crate::api::DeploymentStrategyType::Batches)
-            .then_some(self.spec.batches.max(1))
+        use crate::api::DeploymentStrategyType as S;
+        match self.spec.strategy.type_ {
+            S::Batches => Some(self.spec.batches.max(1)),
+            S::BlueGreen => Some(2),
+            S::Rolling | S::Rollback => None,
+        }
     }
     fn builtins(&self, ns: &str, status: &Self::Status) -> Builtins {
         deployment::analysis_builtins(&self.name_any(), ns, &self.spec, status)

@@ -57,10 +57,17 @@ fn analysis_of(object: &LoadedObject) -> Option<(RolloutAnalysis, Points)> {
         }
         "CanaryDeployment" => {
             let o = object.spec.typed::<CanaryDeployment>()?;
-            // Gates follow batches; a Rolling update has none.
-            let batched = o.spec.strategy.type_ == crate::api::DeploymentStrategyType::Batches;
-            let batches = if batched { o.spec.batches } else { 0 };
-            (o.spec.analysis, batches, "batch")
+            // Gates follow batches; a Rolling update has none; blue-green has two stages.
+            use crate::api::DeploymentStrategyType as S;
+            match o.spec.strategy.type_ {
+                S::Batches => (o.spec.analysis, o.spec.batches, "batch"),
+                S::BlueGreen => (
+                    o.spec.analysis,
+                    2,
+                    "blue-green stage (1: the preview, 2: after the switch)",
+                ),
+                S::Rolling | S::Rollback => (o.spec.analysis, 0, "batch"),
+            }
         }
         _ => return None,
     };

@@ -185,7 +185,7 @@ pub fn check_canary_deployment(o: &CanaryDeployment) -> Vec<Problem> {
     // Batched, each version's pods are labelled with what follows NAME- in its Deployment's
     // name, which keeps only that many characters of NAME: past them, no version label, and
     // the analysis selectors match no pod (an analysis of no pod passes).
-    let batched = o.spec.strategy.type_ == crate::api::DeploymentStrategyType::Batches;
+    let batched = o.spec.strategy.type_.versioned();
     let (longest, why) = if o.spec.traffic_routing.is_some() || batched {
         (
             crate::plan::deployment::VERSION_PREFIX_CHARS,

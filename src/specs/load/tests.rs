@@ -358,6 +358,60 @@ fn a_baseline_needs_batches_and_no_traffic_routing() {
     );
 }
 
+/// Issue 75: blue-green switches through the routes, so it needs trafficRouting, and has
+/// no use for weights; `blueGreen` needs its strategy, and baseline pods are for batches.
+#[test]
+fn blue_green_needs_traffic_routing_without_weights() {
+    let routing = "  trafficRouting:\n    gatewayAPI:\n      httpRoutes: [web]\n      port: 8080\n";
+    let blue_green = DEPLOY.replace(
+        "  image: web:2\n",
+        &format!("  image: web:2\n  strategy:\n    type: BlueGreen\n    blueGreen: {{scaleDownDelaySeconds: 60}}\n{routing}"),
+    );
+    assert_eq!(load(&blue_green).errors, vec![]);
+    // The approval of the switch: stage 2 of 2, whatever `batches` says.
+    let approved = blue_green.replace("  image: web:2\n", "  image: web:2\n  currentBatch: 2\n");
+    assert_eq!(load(&approved).errors, vec![]);
+    for (what, text, says) in [
+        (
+            "stage 3",
+            approved.replace("currentBatch: 2", "currentBatch: 3"),
+            "currentBatch must be between 1 and batches",
+        ),
+        (
+            "no routes",
+            blue_green.replace(routing, ""),
+            "strategy BlueGreen needs trafficRouting",
+        ),
+        (
+            "weights",
+            blue_green.replace(
+                "      port: 8080\n",
+                "      port: 8080\n    weights: [100]\n",
+            ),
+            "trafficRouting.weights has no use with strategy BlueGreen",
+        ),
+        (
+            "blueGreen on Batches",
+            blue_green.replace("type: BlueGreen", "type: Batches"),
+            "strategy.blueGreen needs strategy type BlueGreen",
+        ),
+        (
+            "a baseline",
+            blue_green.replace(
+                "    type: BlueGreen\n",
+                "    type: BlueGreen\n    baseline: true\n",
+            ),
+            "strategy.baseline needs strategy Batches",
+        ),
+    ] {
+        let errors = load(&text).errors;
+        assert!(
+            errors.iter().any(|e| e.message.contains(says)),
+            "{what}: {errors:?}"
+        );
+    }
+}
+
 /// Issue 73: a Fleet beside the specs is checked and left out (agents read it with --fleet);
 /// a mistake in it is located and blocks only its file.
 #[test]

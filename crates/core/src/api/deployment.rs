@@ -47,11 +47,14 @@ use super::Condition;
 #[x_kube(
     validation = Rule::new("size(self.image) > 0").message("image must not be empty").field_path(".image"),
     validation = Rule::new("self.batches >= 1").message("batches must be at least 1").field_path(".batches"),
-    validation = Rule::new("self.currentBatch >= 1 && self.currentBatch <= self.batches").message("currentBatch must be between 1 and batches").field_path(".currentBatch"),
+    validation = Rule::new("self.currentBatch >= 1 && (self.currentBatch <= self.batches || self.currentBatch <= 2 && has(self.strategy) && has(self.strategy.type) && self.strategy.type == 'BlueGreen')").message("currentBatch must be between 1 and batches (with strategy BlueGreen, 1 for the preview, 2 to switch)").field_path(".currentBatch"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || self.trafficRouting.weights.all(w, w >= 0 && w <= 100)").message("every weight must be a percent, 0 to 100").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || size(self.trafficRouting.weights) == self.batches").message("trafficRouting.weights needs one weight per batch").field_path(".trafficRouting.weights"),
-    validation = Rule::new("!has(self.trafficRouting) || has(self.strategy) && has(self.strategy.type) && self.strategy.type != 'Rolling'").message("trafficRouting needs strategy Batches: a rolling update has no canary to weigh").field_path(".trafficRouting"),
-    validation = Rule::new("!has(self.strategy) || !has(self.strategy.baseline) || !self.strategy.baseline || has(self.strategy.type) && self.strategy.type != 'Rolling'").message("strategy.baseline needs strategy Batches: a rolling update has no canary to compare").field_path(".strategy.baseline"),
+    validation = Rule::new("!has(self.trafficRouting) || has(self.strategy) && has(self.strategy.type) && self.strategy.type != 'Rolling'").message("trafficRouting needs strategy Batches or BlueGreen: a rolling update has no canary to weigh").field_path(".trafficRouting"),
+    validation = Rule::new("!has(self.strategy) || !has(self.strategy.baseline) || !self.strategy.baseline || has(self.strategy.type) && self.strategy.type == 'Batches'").message("strategy.baseline needs strategy Batches: a rolling update has no canary to compare, and a blue-green one compares the whole new version").field_path(".strategy.baseline"),
+    validation = Rule::new("!has(self.strategy) || !has(self.strategy.type) || self.strategy.type != 'BlueGreen' || has(self.trafficRouting)").message("strategy BlueGreen needs trafficRouting: the switch moves the routes from the <name>-stable Service to <name>-canary, the preview").field_path(".strategy.type"),
+    validation = Rule::new("!has(self.strategy) || !has(self.strategy.type) || self.strategy.type != 'BlueGreen' || !has(self.trafficRouting) || !has(self.trafficRouting.weights)").message("trafficRouting.weights has no use with strategy BlueGreen: the switch moves every request at once").field_path(".trafficRouting.weights"),
+    validation = Rule::new("!has(self.strategy) || !has(self.strategy.blueGreen) || has(self.strategy.type) && self.strategy.type == 'BlueGreen'").message("strategy.blueGreen needs strategy type BlueGreen").field_path(".strategy.blueGreen"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.strategy) || !has(self.strategy.baseline) || !self.strategy.baseline").message("strategy.baseline does not work with trafficRouting yet: the routes would send the baseline's pods no requests").field_path(".strategy.baseline"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.headerRoute) || (has(self.trafficRouting.headerRoute.headers) && size(self.trafficRouting.headerRoute.headers) > 0) || (has(self.trafficRouting.headerRoute.queryParams) && size(self.trafficRouting.headerRoute.queryParams) > 0) || has(self.trafficRouting.headerRoute.cookie)").message("trafficRouting.headerRoute needs at least one header, query parameter or cookie").field_path(".trafficRouting.headerRoute"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.headerRoute) || !has(self.trafficRouting.headerRoute.cookie) || !has(self.trafficRouting.headerRoute.headers) || self.trafficRouting.headerRoute.headers.all(h, h.name.lowerAscii() != 'cookie')").message("trafficRouting.headerRoute: give a cookie as `cookie`, not also as a Cookie header").field_path(".trafficRouting.headerRoute"),
@@ -101,7 +104,8 @@ pub struct CanaryDeploymentSpec {
     // Boxed: most rollouts have none (96 bytes inline in each stored rollout).
     pub analysis: Option<Box<super::RolloutAnalysis>>,
     /// Traffic shifting through the Gateway API: the new version gets `weights` percent of
-    /// the requests at each batch, not its share of the pods. Needs strategy `Batches`.
+    /// the requests at each batch, not its share of the pods. Needs strategy `Batches` or
+    /// `BlueGreen`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_routing: Option<Box<super::TrafficRouting>>,
     /// What linnet does in Git once the rollout is rolled back (`revert: commit` puts the
@@ -141,7 +145,7 @@ fn one() -> i32 {
 }
 
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeploymentStrategy {
     #[serde(rename = "type", default)]
     pub type_: DeploymentStrategyType,
@@ -152,6 +156,38 @@ pub struct DeploymentStrategy {
     /// extra pods, and deleted when the rollout ends or rolls back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub baseline: bool,
+    /// `BlueGreen` only: the preview's size and how long the old version outlives the switch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue_green: Option<BlueGreen>,
+}
+
+/// A blue-green rollout's settings.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BlueGreen {
+    /// Replicas of the new version before the switch (the preview); the switch waits for all
+    /// of `replicas`. All of them when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub preview_replicas: Option<i32>,
+    /// How long the old version keeps every replica after the switch, while a failed
+    /// post-promotion analysis or an abort switches straight back to it.
+    #[serde(default = "default_scale_down_delay")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub scale_down_delay_seconds: i64,
+}
+
+impl Default for BlueGreen {
+    fn default() -> Self {
+        BlueGreen {
+            preview_replicas: None,
+            scale_down_delay_seconds: default_scale_down_delay(),
+        }
+    }
+}
+
+fn default_scale_down_delay() -> i64 {
+    30
 }
 
 /// How a CanaryDeployment rolls out.
@@ -162,8 +198,23 @@ pub enum DeploymentStrategyType {
     Rolling,
     /// In `batches`, pausing as `pause` says.
     Batches,
+    /// The new version started beside the old one, at full size, previewed through the
+    /// `<name>-canary` Service and the header route; then every request switched to it at
+    /// once (through the HTTPRoutes of `trafficRouting`); the old version stops
+    /// `blueGreen.scaleDownDelaySeconds` later. `pause` holds the switch for a human
+    /// (`currentBatch: 2`); analysis gate `after: 1` runs before the switch, `after: 2`
+    /// after it.
+    BlueGreen,
     /// Back to the previous image.
     Rollback,
+}
+
+impl DeploymentStrategyType {
+    /// Whether each version runs in a Deployment of its own (`<name>-<hash>`), its pods
+    /// labelled with their version.
+    pub fn versioned(self) -> bool {
+        matches!(self, Self::Batches | Self::BlueGreen)
+    }
 }
 
 /// Where a batched rollout pauses for a human (who bumps `currentBatch` in Git).

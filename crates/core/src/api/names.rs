@@ -88,6 +88,7 @@ wire_names! {
     DeploymentStrategyType {
         Rolling => "Rolling",
         Batches => "Batches",
+        BlueGreen => "BlueGreen",
         Rollback => "Rollback",
     }
     PromotionType {

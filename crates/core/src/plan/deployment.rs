@@ -7,6 +7,8 @@
 //!   `rollouts.linnet.dev/version` (both still match the application's Service). Each batch
 //!   scales the new one to its target ([`super::batch`]) and the old one to
 //!   `total - new.available`; the last batch deletes the old one.
+//! - `BlueGreen`: two such Deployments, the new one at full size beside the old one, and
+//!   every request switched at once ([`blue_green`]).
 //! - `Rollback`: back to the previous image: the old Deployment is scaled back up and the new
 //!   one drained and deleted, or, with one Deployment, its image is set back.
 //!
@@ -125,7 +127,7 @@ pub fn analysis_builtins(
     let stable = status.stable_image.clone();
     let selector = |image: &str| {
         let mut s = format!("{ROLLOUT_LABEL}={name}");
-        if spec.strategy.type_ == Strategy::Batches {
+        if spec.strategy.type_.versioned() {
             let hash = template_hash(spec, image);
             s.push_str(&format!(",{VERSION_LABEL}={}", &hash[..8.min(hash.len())]));
         }
@@ -238,7 +240,7 @@ impl<'a> Planner<'a> {
     }
 
     fn batched(&self) -> bool {
-        self.spec().strategy.type_ == Strategy::Batches
+        self.spec().strategy.type_.versioned()
     }
 
     fn stable_image(&self) -> String {
@@ -256,7 +258,11 @@ impl<'a> Planner<'a> {
     }
 
     fn batches(&self) -> i32 {
-        self.spec().batches.max(1)
+        if self.blue_green() {
+            2
+        } else {
+            self.spec().batches.max(1)
+        }
     }
 
     fn current_batch(&self) -> i32 {
@@ -381,39 +387,6 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// `late`: which pods were late, when not the new version's.
-    fn deadline_passed(&mut self, late: Option<String>) -> Option<Next<Phase>> {
-        let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
-        let elapsed = elapsed(self.st.phase_since.as_ref(), self.now);
-        if elapsed < deadline {
-            let left = deadline - elapsed + Duration::from_millis(100);
-            self.requeue = Some(self.requeue.map_or(left, |r| r.min(left)));
-            return None;
-        }
-        let image = self.canary_image();
-        let late = late.unwrap_or_else(|| format!("new pods on {image}"));
-        let what = format!(
-            "{late} were not available within progressDeadlineSeconds ({}s)",
-            deadline.as_secs()
-        );
-        if self.spec().rollback_on_failure {
-            self.start_rollback(&image, &self.stable_image());
-            return Some(go_warning(
-                Phase::RollingBack,
-                "ProgressDeadlineExceeded",
-                format!("{what}; rolling back"),
-            ));
-        }
-        Some(go_warning(
-            Phase::Failed,
-            "ProgressDeadlineExceeded",
-            format!(
-                "{what}; the rollout stopped and {} keeps serving. Fix the image in Git, or set strategy Rollback",
-                self.stable_image()
-            ),
-        ))
-    }
-
     fn step(&mut self, phase: Phase) -> Next<Phase> {
         match (self.selector_change(), phase) {
             (Some(problem), Phase::Failed) => return Next::Stay(problem),
@@ -437,7 +410,9 @@ impl<'a> Planner<'a> {
             Phase::Initializing => self.initializing(),
             Phase::Completed => self.completed(),
             Phase::Progressing | Phase::Paused => {
-                if self.batched() || self.st.current_batch.is_some() {
+                if self.blue_green() && self.st.current_batch.is_some() {
+                    self.blue_green_step(phase)
+                } else if self.batched() || self.st.current_batch.is_some() {
                     self.batch_step(phase)
                 } else {
                     self.rolling_step()
@@ -489,6 +464,7 @@ pub fn reads_abort(phase: Phase) -> bool {
 mod baseline;
 pub use baseline::{BASELINE_VERSION, baseline_name, baseline_wanted};
 mod batches;
+mod blue_green;
 mod rollback;
 mod starting;
 mod status;

@@ -80,6 +80,39 @@ impl<'a> Planner<'a> {
         ))
     }
 
+    /// `late`: which pods were late, when not the new version's.
+    pub(super) fn deadline_passed(&mut self, late: Option<String>) -> Option<Next<Phase>> {
+        let deadline = Duration::from_secs(self.spec().progress_deadline_seconds.max(1) as u64);
+        let elapsed = elapsed(self.st.phase_since.as_ref(), self.now);
+        if elapsed < deadline {
+            let left = deadline - elapsed + Duration::from_millis(100);
+            self.requeue = Some(self.requeue.map_or(left, |r| r.min(left)));
+            return None;
+        }
+        let image = self.canary_image();
+        let late = late.unwrap_or_else(|| format!("new pods on {image}"));
+        let what = format!(
+            "{late} were not available within progressDeadlineSeconds ({}s)",
+            deadline.as_secs()
+        );
+        if self.spec().rollback_on_failure {
+            self.start_rollback(&image, &self.stable_image());
+            return Some(go_warning(
+                Phase::RollingBack,
+                "ProgressDeadlineExceeded",
+                format!("{what}; rolling back"),
+            ));
+        }
+        Some(go_warning(
+            Phase::Failed,
+            "ProgressDeadlineExceeded",
+            format!(
+                "{what}; the rollout stopped and {} keeps serving. Fix the image in Git, or set strategy Rollback",
+                self.stable_image()
+            ),
+        ))
+    }
+
     pub(super) fn held(&self, run: &str, why: &str, n: i32) -> String {
         let go_on = if n < self.batches() {
             format!("set currentBatch to {} in Git", n + 1)
@@ -256,7 +289,7 @@ impl<'a> Planner<'a> {
     /// plan was cut off too (found by the surge invariant: 3 + 6 + 1 for 6).
     /// Only one on neither image, or empty: after a template change mid-rollout the canary's
     /// and the old version's Deployments both have other names, and both still serve.
-    fn delete_leftovers(&mut self) {
+    pub(super) fn delete_leftovers(&mut self) {
         let (canary, stable) = (self.canary_image(), self.stable_image());
         let new_name = self.version_for(&canary);
         let old_name = self.stable_deployment(&new_name).map(|d| d.name.clone());

@@ -99,6 +99,8 @@ impl<'a> Planner<'a> {
             None => self.home(&stable),
         };
         self.ensure(&name, &stable, total);
+        // Leftovers of a rollback cut off after its status was written, before its deletions.
+        self.delete_others(&name);
         Next::Stay(format!(
             "rolled back to {stable}; {} stays off until the image in Git changes{}",
             from.unwrap_or_default(),

@@ -58,6 +58,17 @@ impl<'a> Planner<'a> {
         self.st.rollback = None;
         self.st.abort_at_start = self.r.abort.clone();
         analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);
+        if self.blue_green() {
+            self.st.current_batch = Some(1);
+            return go(
+                Phase::Progressing,
+                "BatchStarted",
+                format!(
+                    "rolling out {image} (from {stable}) blue-green: a preview of {} replica(s) beside the old version",
+                    self.target(1)
+                ),
+            );
+        }
         if self.batched() {
             self.st.current_batch = Some(1);
             let t = batch::target(self.total(), self.batches(), 1);

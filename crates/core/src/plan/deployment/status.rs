@@ -81,7 +81,7 @@ impl<'a> Planner<'a> {
 
     /// Each batch's target and state, and the batch column (`2/4`); none for a rolling update.
     fn record_batches(&mut self, phase: Phase) {
-        let (total, m) = (self.total(), self.batches());
+        let m = self.batches();
         if !self.batched() {
             self.st.batches.clear();
             self.st.batch = None;
@@ -96,7 +96,7 @@ impl<'a> Planner<'a> {
         self.st.batches = (1..=m)
             .map(|b| BatchStatus {
                 batch: b,
-                target: batch::target(total, m, b),
+                target: self.target(b),
                 state: if all_done || b < n || (b == n && phase == Phase::Paused) {
                     BatchState::Finished
                 } else if b == n && in_rollout {

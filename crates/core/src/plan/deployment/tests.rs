@@ -56,6 +56,10 @@ struct Sim {
     /// Pods a scale-down stops per tick (`None`: all at once). New pods start at once: on a
     /// real node a pod takes longer to stop than to be created.
     stopped_per_tick: Option<i32>,
+    /// The rollout's Services and routes (trafficRouting), as the gateway model has them.
+    traffic: crate::plan::traffic::TrafficView,
+    /// Each Service's selector, as last applied.
+    service_selectors: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl Sim {
@@ -78,6 +82,8 @@ impl Sim {
             config: Default::default(),
             mounted: BTreeMap::new(),
             stopped_per_tick: None,
+            traffic: Default::default(),
+            service_selectors: BTreeMap::new(),
         }
     }
 
@@ -124,6 +130,7 @@ impl Sim {
             deployments,
             baseline: baseline.into_iter().next(),
             config: self.config.clone(),
+            traffic: self.traffic.clone(),
             ..Observed::default()
         }
     }
@@ -240,6 +247,30 @@ impl Sim {
                 view.replicas = *replicas;
                 view.status_fresh = false;
             }
+            Action::ApplyService(svc) => {
+                let name = svc.metadata.name.clone().unwrap();
+                let selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
+                self.service_selectors
+                    .insert(name.clone(), selector.unwrap_or_default());
+                let applied_hash = svc
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned());
+                let services = &mut self.traffic.services;
+                services.retain(|s| s.name != name);
+                services.push(crate::plan::traffic::ServiceView {
+                    name,
+                    applied_hash,
+                    ready_endpoints: 0,
+                });
+            }
+            Action::UpdateRoute { name, rules, .. } => {
+                let route = self.traffic.routes.iter_mut().find(|r| &r.name == name);
+                let route = route.unwrap();
+                route.rules = rules.clone();
+                route.generation += 1;
+            }
             other => panic!("a CanaryDeployment plan asked to {}", other.describe()),
         }
     }
@@ -255,6 +286,17 @@ impl Sim {
             d.updated = d.pods;
             d.available = if broken { 0 } else { d.pods };
             d.status_fresh = true;
+        }
+        // The gateway accepts every route; each Service's endpoints are the available pods
+        // of the version Deployment its selector names.
+        for r in &mut self.traffic.routes {
+            r.accepted_generation = Some(r.generation);
+        }
+        for svc in &mut self.traffic.services {
+            let version = self.service_selectors[&svc.name].get(VERSION_LABEL);
+            svc.ready_endpoints = version
+                .and_then(|v| self.deployments.get(&format!("web-{v}")))
+                .map_or(0, |d| d.available);
         }
     }
 
@@ -289,6 +331,10 @@ impl Sim {
     /// version runs `total - new.available`, so it shrinks only as new pods become available).
     fn surge_bound(&self) -> i32 {
         let (total, m) = (self.spec.replicas.max(0), self.spec.batches.max(1));
+        // Blue-green runs both versions whole.
+        if self.spec.strategy.type_ == Strategy::BlueGreen {
+            return 2 * total;
+        }
         // The baseline's pods are extra: as many as the batch's new ones.
         let baseline = if baseline_wanted(&self.spec) {
             let n = self.status.current_batch.unwrap_or(m).clamp(1, m);
@@ -584,3 +630,5 @@ mod versioned_config;
 mod rollback;
 
 mod baseline;
+
+mod blue_green;

@@ -151,3 +151,40 @@ fn a_fleet_hold_keeps_the_old_version_serving_until_the_wave_may_start() {
     s.fleet_hold = None;
     s.completed_on("web:4");
 }
+
+/// Regression (found by the blue-green proptest): the status is written before the actions,
+/// so a `kill -9` after a rollback wrote RolledBack and before it deleted the emptied new
+/// version left that Deployment (0 replicas) for good; RolledBack deletes it, as Completed
+/// deletes a rollout's leftovers.
+#[test]
+fn a_rollback_cut_off_before_its_deletion_deletes_the_emptied_version_later() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.abort = Some("true".into());
+    let mut cut_off = false;
+    for _ in 0..100 {
+        let p = s.plan();
+        let deletes = p
+            .actions
+            .iter()
+            .position(|a| matches!(a, Action::DeleteDeployment { .. }));
+        if p.status.phase == Some(Phase::RolledBack)
+            && let Some(at) = deletes
+        {
+            s.reconcile_partial(Some(at));
+            cut_off = true;
+            break;
+        }
+        s.reconcile();
+        s.tick();
+    }
+    assert!(cut_off, "the rollback's deletion was never planned");
+    s.tick();
+    assert_eq!(s.deployments.len(), 2, "the leftover: {:?}", s.by_image());
+    s.reconcile();
+    s.tick();
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    assert_eq!(s.deployments.len(), 1);
+}

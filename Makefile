@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo demo-fleet cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build cluster-up cluster-down bench bench-large chaos soak clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo demo-fleet cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build influxdb-build cluster-up cluster-down bench bench-large chaos soak clean
 
 all: build
 
@@ -65,11 +65,11 @@ plan-demo:
 TOOL_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n / 2 > 0 ? n / 2 : 1 )))
 test-tools:
 	@$(MAKE) --no-print-directory -j$(TOOL_JOBS) cluster-build node-build gitea-build tools-build \
-	  render-build gateway-build prometheus-build otel-build image-tools
+	  render-build gateway-build prometheus-build influxdb-build otel-build image-tools
 
 ## test: say what a first run builds (plan-test), install what the machine lacks (deps), build
 ## the tools whose caches are missing (test-tools: the control plane and the kubelet, Gitea,
-## kubectl and kstatus, kustomize and helm, Traefik, Prometheus, the OpenTelemetry Collector,
+## kubectl and kstatus, kustomize and helm, Traefik, Prometheus, InfluxDB, the OpenTelemetry Collector,
 ## crane and a registry), start the control plane, run every test (tests/run.sh: three test
 ## binaries at a time, LINNET_TEST_JOBS), stop it.
 test: plan-test deps test-tools
@@ -182,6 +182,11 @@ gateway-build:
 
 prometheus-build:
 	tests/prometheus/build.sh >/dev/null
+
+## influxdb-build: influxd (InfluxDB 1.8, from its Go module), the analysis tests' InfluxQL
+## server; cached.
+influxdb-build:
+	tests/influxdb/build.sh >/dev/null
 
 ## otel-build: the OpenTelemetry Collector the trace tests export to (tests/otel/), cached.
 otel-build:

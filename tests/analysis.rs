@@ -12,6 +12,8 @@ mod baseline_pods;
 mod cloudwatch;
 #[path = "analysis/datadog.rs"]
 mod datadog;
+#[path = "analysis/influxdb.rs"]
+mod influxdb;
 #[path = "analysis/newrelic.rs"]
 mod newrelic;
 #[path = "analysis/provider_gate.rs"]

@@ -26,6 +26,8 @@ cores=$(nproc 2>/dev/null || echo 2)
 . "$root/tests/gateway/env.sh"
 # shellcheck source=tests/prometheus/env.sh
 . "$root/tests/prometheus/env.sh"
+# shellcheck source=tests/influxdb/env.sh
+. "$root/tests/influxdb/env.sh"
 # shellcheck source=tests/otel/env.sh
 . "$root/tests/otel/env.sh"
 # shellcheck source=tests/registry/env.sh
@@ -40,6 +42,7 @@ parts=(
   "kustomize and helm|$RENDER_BIN/.complete|2|test demo"
   "Traefik (the gateway of the traffic tests)|$GATEWAY_DIR/.complete|8|test demo"
   "Prometheus (the analysis and monitoring tests)|$PROMETHEUS_BIN/.complete|7|test demo"
+  "InfluxDB (the analysis tests' InfluxQL provider)|$INFLUXDB_BIN/.complete|1|test"
   "the OpenTelemetry Collector (the trace tests)|$OTELCOL_BIN/.complete|1|test"
   "crane and a registry (the image tests)|$REGISTRY_TOOLS_BIN/.complete|1|test"
 )

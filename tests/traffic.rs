@@ -895,6 +895,7 @@ async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_req
     .await;
     wait_serving(&gateway, v2).await;
     let during = load.stop();
+    eprintln!("during the switch: {during:?}");
     assert_eq!(
         during.total_failed(),
         0,
@@ -919,6 +920,7 @@ async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_req
     .await;
     wait_serving(&gateway, v1).await;
     let during = load.stop();
+    eprintln!("switching back: {during:?}");
     assert_eq!(
         during.total_failed(),
         0,
@@ -944,6 +946,7 @@ async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_req
     .await;
     wait_serving(&gateway, v3).await;
     let during = load.stop();
+    eprintln!("during the completion: {during:?}");
     assert_eq!(
         during.total_failed(),
         0,

@@ -163,6 +163,7 @@ async fn a_cloudwatch_query_passes_fails_errs_and_times_out_through_a_gate() {
     passes_fails_errs_and_times_out(Provider {
         prefix: "an-cloudwatch",
         port,
+        scheme: "http",
         key_files: &[("id", &format!("{ACCESS_KEY}\n")), ("secret", SECRET_KEY), ("token", SESSION_TOKEN)],
         provider: &provider,
         query_shown: "CloudWatch pass over the last 5m every 60s at http://127.0.0.1:",

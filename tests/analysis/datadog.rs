@@ -92,6 +92,7 @@ async fn a_datadog_query_passes_fails_errs_and_times_out_through_a_gate() {
     passes_fails_errs_and_times_out(Provider {
         prefix: "an-datadog",
         port,
+        scheme: "http",
         key_files: &[("api", "api-k3y\n"), ("app", "app-k3y")],
         provider: &provider,
         query_shown: "Datadog pass over the last 5m at http://127.0.0.1:",

@@ -93,6 +93,7 @@ async fn a_new_relic_query_passes_fails_errs_and_times_out_through_a_gate() {
     passes_fails_errs_and_times_out(Provider {
         prefix: "an-newrelic",
         port,
+        scheme: "http",
         key_files: &[("key", "NRAK-t3st\n")],
         provider: &provider,
         query_shown: "New Relic account 4242 pass (field errors) at http://127.0.0.1:",

@@ -19,6 +19,8 @@ pub struct Provider<'a> {
     pub prefix: &'static str,
     /// The stand-in's port on 127.0.0.1, allowed by `--analysis-url-prefix`.
     pub port: u16,
+    /// `http` or `https`, as the server on `port` speaks.
+    pub scheme: &'static str,
     /// The key files (name, content), written to the agent's `--analysis-files-dir`.
     pub key_files: &'a [(&'a str, &'a str)],
     /// The `provider` of a metric querying `query` (the first argument) with the key files in
@@ -56,7 +58,7 @@ pub async fn passes_fails_errs_and_times_out(p: Provider<'_>) {
     };
     f.write_file("templates.yaml", &[gate_template("pass")]);
     f.start_agent_with(&[
-        format!("--analysis-url-prefix=http://127.0.0.1:{port}/"),
+        format!("--analysis-url-prefix={}://127.0.0.1:{port}/", p.scheme),
         format!("--analysis-files-dir={keys_dir}"),
     ])
     .await;

@@ -1,5 +1,5 @@
 //! The measurement providers: a Prometheus instant query, a web request, a Datadog query, a
-//! New Relic NRQL query and a CloudWatch expression, each bounded in time and answer size,
+//! New Relic NRQL query, a CloudWatch expression and an InfluxQL query, each bounded in time and answer size,
 //! with the token files and URLs the policy allows.
 
 use std::time::Duration;
@@ -18,6 +18,7 @@ const MAX_TOKEN_BYTES: u64 = 16 * 1024;
 
 mod cloudwatch;
 mod datadog;
+mod influxdb;
 mod newrelic;
 
 pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) -> Outcome {
@@ -32,6 +33,8 @@ pub(super) async fn query(ctx: &crate::controller::Context, m: &ResolvedMetric) 
         newrelic::new_relic(ctx, nr, m.timeout).await
     } else if let Some(cw) = &p.cloud_watch {
         cloudwatch::cloud_watch(ctx, cw, m.timeout).await
+    } else if let Some(influx) = &p.influxdb {
+        influxdb::influxdb(ctx, influx, m.timeout).await
     } else {
         Err(MeasureError::Answer("the metric has no provider".into()))
     };

@@ -1,6 +1,6 @@
 //! Where an analysis metric's measurements come from: the `provider` block and the built-in
-//! providers' specs (Prometheus, web, Job). Datadog, New Relic and CloudWatch have their own
-//! modules.
+//! providers' specs (Prometheus, web, Job). Datadog, New Relic, CloudWatch and InfluxDB have
+//! their own modules.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -21,6 +21,9 @@ pub struct MetricProvider {
     pub new_relic: Option<super::NewRelicMetric>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_watch: Option<super::CloudWatchMetric>,
+    /// InfluxQL, as Argo Rollouts and Flagger name this provider.
+    #[serde(default, rename = "influxdb", skip_serializing_if = "Option::is_none")]
+    pub influxdb: Option<super::InfluxDbMetric>,
 }
 
 impl MetricProvider {
@@ -33,6 +36,7 @@ impl MetricProvider {
             ("datadog", self.datadog.is_some()),
             ("newRelic", self.new_relic.is_some()),
             ("cloudWatch", self.cloud_watch.is_some()),
+            ("influxdb", self.influxdb.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -61,6 +65,10 @@ impl MetricProvider {
             (
                 "provider.cloudWatch.timeout",
                 self.cloud_watch.as_ref().and_then(|c| c.timeout.as_deref()),
+            ),
+            (
+                "provider.influxdb.timeout",
+                self.influxdb.as_ref().and_then(|i| i.timeout.as_deref()),
             ),
         ]
         .into_iter()

@@ -345,8 +345,9 @@ fn a_template_with_bad_cel_names_its_line() {
         "    provider:\n      web: {url: http://x}\n",
     ));
     assert!(
-        e.message
-            .contains("exactly one of prometheus, web, datadog, newRelic, cloudWatch or job"),
+        e.message.contains(
+            "exactly one of prometheus, web, datadog, newRelic, cloudWatch, influxdb or job"
+        ),
         "{e}"
     );
 }
@@ -366,6 +367,31 @@ fn a_new_relic_template_loads_and_its_bad_timeout_names_its_line() {
     let e = only_error(&new_relic.replace("timeout: 10s", "timeout: soon"));
     assert_eq!((e.location.line, e.location.column), (17, 9), "{e}");
     assert!(e.message.contains("not a duration"), "{e}");
+}
+
+/// Issue 75: InfluxDB 1.x runs a write sent by `GET /query` (found on the real server), so a
+/// template whose InfluxQL is not one SELECT or SHOW is an error at its query.
+#[test]
+fn an_influxdb_template_that_would_write_is_refused_at_its_query() {
+    let influx = TEMPLATE.replace(
+        "      prometheus:\n        address: http://prometheus:9090\n        query: errors{app=\"{{ args.app }}\"}\n",
+        "      influxdb:\n        address: https://influxdb:8086\n        database: app\n        query: SELECT last(rate) FROM errors WHERE app = '{{ args.app }}'\n        tokenFile: /keys/influx\n",
+    );
+    assert!(influx.contains("influxdb"));
+    assert_eq!(load(&influx).errors, vec![]);
+    for (query, says) in [
+        ("SELECT 1; DROP DATABASE app", "one statement only"),
+        ("DROP DATABASE app", "not DROP"),
+        ("SELECT * INTO copy FROM errors", "INTO writes"),
+    ] {
+        let bad = influx.replace(
+            "SELECT last(rate) FROM errors WHERE app = '{{ args.app }}'",
+            query,
+        );
+        let e = only_error(&bad);
+        assert!(e.message.contains(says), "{query}: {e}");
+        assert_eq!(e.location.line, 16, "{query}: {e}");
+    }
 }
 
 #[test]

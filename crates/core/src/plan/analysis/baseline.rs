@@ -128,7 +128,7 @@ pub(super) fn problems(m: &Metric, b: &Baseline) -> Vec<(String, String)> {
     if p.named().len() != 1 || p.job.is_some() {
         out.push((
             "baseline.provider".into(),
-            "set exactly one of prometheus, web, datadog, newRelic or cloudWatch (a job has no \
+            "set exactly one of prometheus, web, datadog, newRelic, cloudWatch or influxdb (a job has no \
              number to compare)"
                 .into(),
         ));
@@ -136,7 +136,7 @@ pub(super) fn problems(m: &Metric, b: &Baseline) -> Vec<(String, String)> {
     if m.provider.job.is_some() {
         out.push((
             "provider".into(),
-            "a metric with a baseline needs prometheus, web, datadog, newRelic or cloudWatch: a job \
+            "a metric with a baseline needs prometheus, web, datadog, newRelic, cloudWatch or influxdb: a job \
              has no number to compare"
                 .into(),
         ));

@@ -29,7 +29,8 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
     if p.named().len() != 1 {
         out.push((
             "provider".into(),
-            "set exactly one of prometheus, web, datadog, newRelic, cloudWatch or job".into(),
+            "set exactly one of prometheus, web, datadog, newRelic, cloudWatch, influxdb or job"
+                .into(),
         ));
     }
     let timeout = p.timeout();
@@ -68,6 +69,13 @@ pub fn metric_problems(m: &Metric) -> Vec<(String, String)> {
     }
     if let Some(b) = &m.baseline {
         out.extend(super::baseline::problems(m, b));
+    }
+    if let Some(Err(why)) = p
+        .influxdb
+        .as_ref()
+        .map(|i| crate::api::influxql_read_only(&i.query))
+    {
+        out.push(("provider.influxdb.query".into(), why.to_string()));
     }
     if let Some(web) = &p.web
         && let Some(path) = &web.json_path

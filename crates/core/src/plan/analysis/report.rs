@@ -122,6 +122,19 @@ fn query(p: &MetricProvider, template: &str) -> Option<String> {
             redact_credentials(&cw.address())
         ));
     }
+    if let Some(influx) = &p.influxdb {
+        return Some(format!(
+            "InfluxDB {}{} on database {} at {}",
+            influx.query,
+            influx
+                .field
+                .as_deref()
+                .map(|f| format!(" (field {f})"))
+                .unwrap_or_default(),
+            influx.database,
+            redact_credentials(influx.address())
+        ));
+    }
     p.job
         .as_ref()
         .map(|_| format!("a Job from AnalysisTemplate {template}"))

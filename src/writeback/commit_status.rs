@@ -173,14 +173,29 @@ pub fn wanted_for_statefulset(cfg: &CommitStatusConfig, o: &CanaryStatefulSet) -
 pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> Option<Wanted> {
     let s = o.status.as_ref()?;
     let image = o.rolling_out();
+    let blue_green = o.spec.strategy.type_ == crate::api::DeploymentStrategyType::BlueGreen;
     let state = match s.phase? {
         DeploymentPhase::Initializing => Some((State::Pending, "starting".to_string())),
+        DeploymentPhase::Progressing if blue_green => Some((
+            State::Pending,
+            match s.current_batch {
+                Some(2) => format!("blue-green switch to {image}{}", traffic_note(o)),
+                _ => format!("starting the preview of {image} beside the old version"),
+            },
+        )),
         DeploymentPhase::Progressing => Some((
             State::Pending,
             match s.batch.as_deref() {
                 Some(b) => format!("rolling out {image}: batch {b}{}", traffic_note(o)),
                 None => format!("rolling out {image}"),
             },
+        )),
+        DeploymentPhase::Paused if blue_green => Some((
+            State::Pending,
+            format!(
+                "preview of {image} ready{}; waiting for approval to switch (set currentBatch to 2)",
+                traffic_note(o)
+            ),
         )),
         DeploymentPhase::Paused => Some((
             State::Pending,
@@ -470,5 +485,62 @@ impl Poster {
             tries: self.tries,
             last,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{CanaryDeploymentStatus, DeploymentPhase};
+
+    const SHA: &str = "2222222222222222222222222222222222222222";
+
+    /// Issue 75: a blue-green rollout says preview, approval to switch, and switch, not
+    /// batches.
+    #[test]
+    fn a_blue_green_rollout_shows_its_preview_and_its_switch() {
+        let cfg = CommitStatusConfig {
+            provider: Provider::Github,
+            api_url: "https://api.github.com".into(),
+            repository: "acme/gitops".into(),
+            token_file: "/dev/null".into(),
+            cluster: "prod".into(),
+            target_url: None,
+            ca_file: None,
+            timeout: Duration::from_secs(10),
+        };
+        let mut d: CanaryDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "rollouts.linnet.dev/v1alpha1", "kind": "CanaryDeployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 4, "image": "web:2", "strategy": {"type": "BlueGreen"},
+                "template": {"selector": {"matchLabels": {"app": "web"}},
+                    "template": {"spec": {"containers": [{"name": "web"}]}}}}
+        }))
+        .unwrap();
+        let mut said = Vec::new();
+        for (phase, stage, weight) in [
+            (DeploymentPhase::Progressing, 1, 0),
+            (DeploymentPhase::Paused, 1, 0),
+            (DeploymentPhase::Progressing, 2, 100),
+        ] {
+            d.status = Some(CanaryDeploymentStatus {
+                phase: Some(phase),
+                current_batch: Some(stage),
+                canary_image: Some("web:2".into()),
+                stable_image: Some("web:1".into()),
+                canary_weight: Some(weight),
+                source_revision: Some(SHA.into()),
+                ..Default::default()
+            });
+            said.push(wanted_for_deployment(&cfg, &d).unwrap().description);
+        }
+        assert_eq!(
+            said,
+            [
+                "starting the preview of web:2 beside the old version",
+                "preview of web:2 ready, 0% of requests; waiting for approval to switch (set currentBatch to 2)",
+                "blue-green switch to web:2, 100% of requests",
+            ]
+        );
     }
 }

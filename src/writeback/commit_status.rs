@@ -190,6 +190,13 @@ pub fn wanted_for_deployment(cfg: &CommitStatusConfig, o: &CanaryDeployment) -> 
                 None => format!("rolling out {image}"),
             },
         )),
+        DeploymentPhase::Paused if blue_green && s.current_batch == Some(2) => Some((
+            State::Pending,
+            format!(
+                "blue-green switch to {image} held by its analysis{}",
+                traffic_note(o)
+            ),
+        )),
         DeploymentPhase::Paused if blue_green => Some((
             State::Pending,
             format!(
@@ -522,6 +529,7 @@ mod tests {
             (DeploymentPhase::Progressing, 1, 0),
             (DeploymentPhase::Paused, 1, 0),
             (DeploymentPhase::Progressing, 2, 100),
+            (DeploymentPhase::Paused, 2, 100),
         ] {
             d.status = Some(CanaryDeploymentStatus {
                 phase: Some(phase),
@@ -540,6 +548,7 @@ mod tests {
                 "starting the preview of web:2 beside the old version",
                 "preview of web:2 ready, 0% of requests; waiting for approval to switch (set currentBatch to 2)",
                 "blue-green switch to web:2, 100% of requests",
+                "blue-green switch to web:2 held by its analysis, 100% of requests",
             ]
         );
     }

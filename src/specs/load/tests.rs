@@ -371,10 +371,18 @@ fn blue_green_needs_traffic_routing_without_weights() {
     // The approval of the switch: stage 2 of 2, whatever `batches` says.
     let approved = blue_green.replace("  image: web:2\n", "  image: web:2\n  currentBatch: 2\n");
     assert_eq!(load(&approved).errors, vec![]);
+    // Rolled back as documented: only the type changes (found by review: refused before).
+    let rollback = approved.replace("type: BlueGreen", "type: Rollback");
+    assert_eq!(load(&rollback).errors, vec![]);
     for (what, text, says) in [
         (
             "stage 3",
             approved.replace("currentBatch: 2", "currentBatch: 3"),
+            "currentBatch must be between 1 and batches",
+        ),
+        (
+            "stage 3 of 3 batches",
+            approved.replace("currentBatch: 2", "currentBatch: 3\n  batches: 3"),
             "currentBatch must be between 1 and batches",
         ),
         (

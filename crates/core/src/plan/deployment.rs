@@ -410,7 +410,7 @@ impl<'a> Planner<'a> {
             Phase::Initializing => self.initializing(),
             Phase::Completed => self.completed(),
             Phase::Progressing | Phase::Paused => {
-                if self.blue_green() && self.st.current_batch.is_some() {
+                if self.blue_green() {
                     self.blue_green_step(phase)
                 } else if self.batched() || self.st.current_batch.is_some() {
                     self.batch_step(phase)

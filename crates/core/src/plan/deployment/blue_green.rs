@@ -61,9 +61,14 @@ impl<'a> Planner<'a> {
         let (image, stable_image) = (self.canary_image(), self.stable_image());
         let new_name = self.version_for(&image);
         // The old version keeps every replica until the end: it is what a rollback switches
-        // back to. One deleted by hand comes back.
+        // back to. It is the one on the stable image (not merely the biggest: a preview of an
+        // earlier template is as big). One deleted by hand comes back.
         let old_name = self
-            .stable_deployment(&new_name)
+            .o
+            .deployments
+            .iter()
+            .filter(|d| d.name != new_name && d.image.as_deref() == Some(stable_image.as_str()))
+            .max_by_key(|d| (d.replicas, d.available))
             .map_or_else(|| self.version_for(&stable_image), |d| d.name.clone());
         if old_name != new_name {
             self.ensure(&old_name, &stable_image, total);
@@ -148,14 +153,20 @@ impl<'a> Planner<'a> {
         }
         let delay = self.blue_green_settings().scale_down_delay_seconds.max(0) as u64;
         let delay = Duration::from_secs(delay);
-        let since = elapsed(self.st.phase_since.as_ref(), self.now);
+        // From the switch itself, when the gateways took it: not from the approval (a preview
+        // that grows to every replica first takes its time).
+        let switched = self.traffic_since(self.stage_want(SWITCHED));
+        let since = switched
+            .map(|t| self.now.duration_since(t))
+            .filter(|d| !d.is_negative())
+            .map_or(Duration::ZERO, |d| d.unsigned_abs());
         if since < delay {
             let left = delay - since + Duration::from_millis(100);
             self.requeue = Some(self.requeue.map_or(left, |r| r.min(left)));
             return Next::Stay(format!(
                 "every request switched to {}; the old version on {} keeps its replicas for \
-                 scaleDownDelaySeconds ({}s), while an abort or a failed analysis switches \
-                 straight back",
+                 scaleDownDelaySeconds ({}s) after the switch, while an abort or a failed \
+                 analysis switches straight back",
                 self.canary_image(),
                 self.stable_image(),
                 delay.as_secs()

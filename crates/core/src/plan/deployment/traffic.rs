@@ -79,6 +79,11 @@ impl<'a> Planner<'a> {
         step.waiting
     }
 
+    /// Since when every route has been as `want` asks, accepted by its gateway; None before.
+    pub(super) fn traffic_since(&self, want: Want) -> Option<jiff::Timestamp> {
+        self.traffic_step(want)?.now.since
+    }
+
     fn traffic_step(&self, want: Want) -> Option<TrafficStep> {
         let routing = self.r.spec.traffic_routing.as_deref()?;
         let recorded = self.st.recorded();

@@ -308,6 +308,42 @@ fn a_smaller_preview_grows_to_every_replica_before_the_switch() {
     assert_eq!(seen, vec![(0, 1), (0, 4), (100, 4), (0, 4)], "{seen:?}");
 }
 
+/// Found by review: the delay counted from the approval, so a preview that took longer than
+/// the delay to grow to every replica lost its old version as soon as the switch settled.
+#[test]
+fn the_scale_down_delay_counts_from_the_switch_not_from_the_approval() {
+    let mut s = blue_green(PauseMode::First);
+    s.spec
+        .strategy
+        .blue_green
+        .as_mut()
+        .unwrap()
+        .preview_replicas = Some(1);
+    s.spec.image = "web:2".into();
+    run_checked(&mut s, "Paused", |s| s.phase() == Some(Phase::Paused));
+    s.spec.current_batch = 2;
+    // The new version's other pods take 60 s to become available.
+    for _ in 0..60 {
+        s.reconcile();
+        s.tick();
+        for d in s.deployments.values_mut() {
+            if d.image.as_deref() == Some("web:2") {
+                d.available = d.available.min(1);
+            }
+        }
+        assert_lossless(&s);
+    }
+    assert_eq!(weight(&s), 0, "no switch before every new pod is up");
+    run_checked(&mut s, "the switch", |s| weight(s) == 100);
+    let switched_at = s.now;
+    run_checked(&mut s, "Completed", |s| s.phase() == Some(Phase::Completed));
+    let waited = s.now.duration_since(switched_at).as_secs();
+    assert!(
+        waited >= 30,
+        "the old version stopped {waited}s after the switch"
+    );
+}
+
 #[test]
 fn a_preview_that_never_becomes_available_fails_at_the_deadline_and_keeps_every_request() {
     let mut s = blue_green(PauseMode::Never);

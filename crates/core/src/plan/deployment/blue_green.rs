@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::api::BlueGreen;
-use crate::plan::traffic::Want;
+use crate::plan::traffic::{TrafficRecord as _, Want};
 
 /// The stage that switches every request to the new version.
 const SWITCHED: i32 = 2;
@@ -79,17 +79,22 @@ impl<'a> Planner<'a> {
             .map_or(0, |d| d.available.min(t));
         let ready = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         let stage = if n >= SWITCHED { "switch" } else { "preview" };
+        // Once the gateways took the switch, new pods that are late are a scale-up's (a
+        // HorizontalPodAutoscaler's, say), not the rollout's: no deadline, and the requests
+        // stay on the new version while it has ready pods.
+        let switched = n >= SWITCHED && self.st.recorded().weight == Some(100);
         if !ready {
             if phase == Phase::Progressing
+                && !switched
                 && let Some(next) = self.deadline_passed(None)
             {
                 return next;
             }
             // The routes stay where the last stage left them until this one's pods are up.
-            let before = if n >= SWITCHED {
-                self.stage_want(n - 1)
-            } else {
-                Want::stable()
+            let before = match n {
+                _ if switched => self.stage_want(n),
+                SWITCHED => self.stage_want(n - 1),
+                _ => Want::stable(),
             };
             self.traffic_at(before);
             return Next::Stay(format!(

@@ -344,6 +344,45 @@ fn the_scale_down_delay_counts_from_the_switch_not_from_the_approval() {
     );
 }
 
+/// Found by review: after the switch, more replicas (an autoscaler's) sent every request back
+/// to the old version until the new pods were up, and, past the progress deadline counted
+/// from the switch, rolled the rollout back.
+#[test]
+fn a_scale_up_after_the_switch_keeps_the_requests_on_the_new_version() {
+    let mut s = blue_green(PauseMode::Never);
+    s.spec.progress_deadline_seconds = 10;
+    s.spec
+        .strategy
+        .blue_green
+        .as_mut()
+        .unwrap()
+        .scale_down_delay_seconds = 120;
+    s.spec.image = "web:2".into();
+    run_checked(&mut s, "the switch", |s| weight(s) == 100);
+    for _ in 0..20 {
+        s.reconcile();
+        s.tick();
+    }
+    s.spec.replicas = 6;
+    // The two new pods of web:2 take 30 s to become available.
+    for _ in 0..30 {
+        s.reconcile();
+        s.tick();
+        for d in s.deployments.values_mut() {
+            if d.image.as_deref() == Some("web:2") {
+                d.available = d.available.min(4);
+            }
+        }
+        assert_lossless(&s);
+        assert_eq!(weight(&s), 100, "{}", message(&s));
+        assert_eq!(s.phase(), Some(Phase::Progressing), "{}", message(&s));
+    }
+    run_checked(&mut s, "Completed", |s| {
+        s.phase() == Some(Phase::Completed) && weight(s) == 0
+    });
+    assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 6)]));
+}
+
 #[test]
 fn a_preview_that_never_becomes_available_fails_at_the_deadline_and_keeps_every_request() {
     let mut s = blue_green(PauseMode::Never);

@@ -374,6 +374,9 @@ fn blue_green_needs_traffic_routing_without_weights() {
     // Rolled back as documented: only the type changes (found by review: refused before).
     let rollback = approved.replace("type: BlueGreen", "type: Rollback");
     assert_eq!(load(&rollback).errors, vec![]);
+    let without_block = rollback.replace("    blueGreen: {scaleDownDelaySeconds: 60}\n", "");
+    assert!(!without_block.contains("blueGreen"));
+    assert_eq!(load(&without_block).errors, vec![]);
     for (what, text, says) in [
         (
             "stage 3",

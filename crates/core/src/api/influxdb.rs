@@ -49,9 +49,15 @@ impl InfluxDbMetric {
 /// after a `;`, with a deprecation warning), so linnet sends nothing else, whoever wrote the
 /// template. The check is on the raw text, not on a reading of InfluxQL (whose regex
 /// literals, quotes and comments can hide a `;` from a reader that differs from InfluxDB's
-/// in one detail): no `;` but one at the end, no word `INTO` after a `SELECT`, even quoted,
-/// and a first keyword (after comments) of `SELECT` or `SHOW`.
+/// in one detail): no control character but tabs and line ends, no `;` but one at the end,
+/// no letters `INTO` after a `SELECT`, even quoted, and a first keyword (after blanks and
+/// comments) of `SELECT` or `SHOW`.
 pub fn influxql_read_only(query: &str) -> Result<(), NotReadOnly> {
+    // InfluxDB's scanner ends a `--` comment at a NUL as at a line end.
+    let control = |c: char| c.is_control() && !matches!(c, '\t' | '\n' | '\r');
+    if query.chars().any(control) {
+        return Err(NotReadOnly::ControlCharacter);
+    }
     let body = query.trim_end();
     let body = body.strip_suffix(';').unwrap_or(body);
     if body.contains(';') {
@@ -63,19 +69,19 @@ pub fn influxql_read_only(query: &str) -> Result<(), NotReadOnly> {
         "" => return Err(NotReadOnly::Empty),
         other => return Err(NotReadOnly::Statement(other.to_string())),
     }
-    let words = body.split(|c: char| !(c.is_alphanumeric() || c == '_'));
-    if first == "SELECT" && words.into_iter().any(|w| w.eq_ignore_ascii_case("INTO")) {
+    // The letters, not the word: InfluxDB reads `1.0INTO` as a number, then INTO.
+    if first == "SELECT" && body.to_ascii_uppercase().contains("INTO") {
         return Err(NotReadOnly::SelectInto);
     }
     Ok(())
 }
 
-/// The first word of `text` after blanks and comments (`--` to the end of a line, either of
-/// `\n` and `\r` ending it; `/* ... */`); empty if none.
+/// The first word of `text` after InfluxDB's blanks (space, tab, line ends) and comments
+/// (`--` to a line end, `\n` or `\r`; `/* ... */`); empty if none.
 fn first_keyword(text: &str) -> &str {
     let mut rest = text;
     loop {
-        rest = rest.trim_start();
+        rest = rest.trim_start_matches([' ', '\t', '\n', '\r']);
         if let Some(comment) = rest.strip_prefix("--") {
             rest = comment.find(['\n', '\r']).map_or("", |end| &comment[end..]);
         } else if let Some(comment) = rest.strip_prefix("/*") {
@@ -85,7 +91,7 @@ fn first_keyword(text: &str) -> &str {
         }
     }
     let end = rest
-        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .unwrap_or(rest.len());
     &rest[..end]
 }
@@ -97,14 +103,12 @@ pub enum NotReadOnly {
     Statement(String),
     #[error("the query is empty")]
     Empty,
-    #[error(
-        "one statement only: the query has a `;` before its end (even one in quotes is refused)"
-    )]
+    #[error("one statement only: the query has a `;` before its end (even quoted)")]
     TwoStatements,
-    #[error(
-        "SELECT ... INTO writes; a SELECT with the word INTO anywhere (even quoted) is not sent"
-    )]
+    #[error("SELECT ... INTO writes: a SELECT with the letters INTO anywhere is not sent")]
     SelectInto,
+    #[error("the query has a control character (only tabs and line ends are taken)")]
+    ControlCharacter,
 }
 
 #[cfg(test)]
@@ -154,6 +158,16 @@ mod tests {
             ("/* SELECT */ DROP DATABASE app", "not DROP"),
             ("SELECT * FROM \"into\"", "INTO"),
             ("SELECT * FROM m WHERE t = 'a;b'", "one statement only"),
+            // Found by the second review: a NUL ends a `--` comment for InfluxDB, and
+            // `1.0INTO` is a number, then INTO.
+            (
+                "-- \0DROP DATABASE app /*\nSELECT 1 */",
+                "control character",
+            ),
+            ("SELECT v*1.0INTO copy FROM m", "INTO"),
+            ("SELECT v*.5INTO copy FROM m", "INTO"),
+            ("\u{feff}DROP DATABASE app", "empty"),
+            ("\u{a0}DROP DATABASE app", "empty"),
         ] {
             let why = influxql_read_only(q).unwrap_err().to_string();
             assert!(why.contains(says), "{q}: {why}");

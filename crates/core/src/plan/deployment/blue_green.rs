@@ -79,13 +79,18 @@ impl<'a> Planner<'a> {
             .map_or(0, |d| d.available.min(t));
         let ready = new.is_some_and(|d| d.status_fresh && d.available >= t && d.updated >= t);
         let stage = if n >= SWITCHED { "switch" } else { "preview" };
-        // Once the gateways took the switch, new pods that are late are a scale-up's (a
-        // HorizontalPodAutoscaler's, say), not the rollout's: no deadline, and the requests
-        // stay on the new version while it has ready pods.
+        // Once the gateways took the switch, the requests stay on the new version while it
+        // has ready pods, and a resize (a HorizontalPodAutoscaler's, say) starts the
+        // deadline again: its pods are late from then, not from the switch. Pods that stop
+        // being ready and do not come back still meet the deadline, and switch back.
         let switched = n >= SWITCHED && self.st.recorded().weight == Some(100);
+        if switched && self.st.replicas != total {
+            self.st.phase_since = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                self.now,
+            ));
+        }
         if !ready {
             if phase == Phase::Progressing
-                && !switched
                 && let Some(next) = self.deadline_passed(None)
             {
                 return next;

@@ -350,7 +350,8 @@ fn the_scale_down_delay_counts_from_the_switch_not_from_the_approval() {
 #[test]
 fn a_scale_up_after_the_switch_keeps_the_requests_on_the_new_version() {
     let mut s = blue_green(PauseMode::Never);
-    s.spec.progress_deadline_seconds = 10;
+    // Longer than the scale-up's pods take (30 s), shorter than since the switch (50 s).
+    s.spec.progress_deadline_seconds = 40;
     s.spec
         .strategy
         .blue_green
@@ -381,6 +382,43 @@ fn a_scale_up_after_the_switch_keeps_the_requests_on_the_new_version() {
         s.phase() == Some(Phase::Completed) && weight(s) == 0
     });
     assert_eq!(s.by_image(), BTreeMap::from([("web:2".into(), 6)]));
+}
+
+/// Found by the second review: with no deadline after the switch, new pods that stopped being
+/// ready (one left) held the rollout in Progressing for good. They meet the deadline and the
+/// requests switch back to the old version, whole all along.
+#[test]
+fn new_pods_that_fail_after_the_switch_meet_the_deadline_and_switch_back() {
+    let mut s = blue_green(PauseMode::Never);
+    s.spec.progress_deadline_seconds = 30;
+    s.spec.rollback_on_failure = true;
+    s.spec
+        .strategy
+        .blue_green
+        .as_mut()
+        .unwrap()
+        .scale_down_delay_seconds = 600;
+    s.spec.image = "web:2".into();
+    run_checked(&mut s, "the switch", |s| weight(s) == 100);
+    for _ in 0..60 {
+        s.reconcile();
+        s.tick();
+        for d in s.deployments.values_mut() {
+            if d.image.as_deref() == Some("web:2") {
+                d.available = d.available.min(1);
+            }
+        }
+        assert_lossless(&s);
+        if s.phase() == Some(Phase::RollingBack) {
+            break;
+        }
+    }
+    assert_eq!(s.phase(), Some(Phase::RollingBack), "{}", message(&s));
+    run_checked(&mut s, "RolledBack", |s| {
+        s.phase() == Some(Phase::RolledBack)
+    });
+    assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+    assert_eq!(weight(&s), 0);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use linnet::api::{
 };
 use serde_json::{Value, json};
 use support::gateway::{
-    Converger, Gateway, Load, PodServers, http_route, routes, send, within_binomial,
+    Converger, Gateway, Load, PodServers, Tally, http_route, routes, send, within_binomial,
 };
 use support::prometheus::Prometheus;
 use support::rollout::{Fixture, merge};
@@ -117,6 +117,20 @@ async fn serve(f: &Fixture, name: &str) -> (Gateway, &'static PodServers) {
         )],
     );
     (gateway, pods)
+}
+
+/// Stops `load` and checks that none of its requests failed `during` what it names (the
+/// gateway's failed requests in the message if some did); returns the tally, also printed.
+fn stop_without_a_failed_request(load: Load, gateway: &Gateway, during: &str) -> Tally {
+    let tally = load.stop();
+    eprintln!("{during}: {tally:?}");
+    assert_eq!(
+        tally.total_failed(),
+        0,
+        "requests failed {during}: {tally:?}\n{}",
+        gateway.failed_requests(10)
+    );
+    tally
 }
 
 /// Waits until every one of a few requests through the gateway is answered by `image`. Every
@@ -312,13 +326,7 @@ async fn statefulset_canary_gets_its_weight_and_canary_route_and_promotes_withou
     )
     .await;
     wait_serving(&gateway, "shop:v2").await;
-    let during = load.stop();
-    assert_eq!(
-        during.total_failed(),
-        0,
-        "requests failed during promotion: {during:?}\n{}",
-        gateway.failed_requests(10)
-    );
+    let during = stop_without_a_failed_request(load, &gateway, "during promotion");
     assert!(during.total_ok() > 100, "the load ran: {during:?}");
     let after = send(&gateway.url(), 300, &[]).await;
     assert_eq!(after.count("shop:v2"), 300, "{after:?}");
@@ -388,13 +396,7 @@ async fn batch_weight_and_rollback_story(
     })
     .await;
     wait_serving(&gateway, old).await;
-    let during = load.stop();
-    assert_eq!(
-        during.total_failed(),
-        0,
-        "requests failed during the rollback: {during:?}\n{}",
-        gateway.failed_requests(10)
-    );
+    let during = stop_without_a_failed_request(load, &gateway, "during the rollback");
     assert!(
         during.count(new) > 0,
         "the load saw the canary before the abort: {during:?}"
@@ -737,13 +739,7 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
     )
     .await;
     wait_serving(&gateway, "linnet.test/kv:v2").await;
-    let during = load.stop();
-    assert_eq!(
-        during.total_failed(),
-        0,
-        "requests failed during promotion: {during:?}\n{}",
-        gateway.failed_requests(10)
-    );
+    let during = stop_without_a_failed_request(load, &gateway, "during promotion");
     assert!(during.total_ok() > 100, "the load ran: {during:?}");
 
     // An abort under steady load: traffic back to stable before the canary pod stops.
@@ -762,13 +758,7 @@ async fn real_pods_get_their_weight_and_promotion_and_abort_lose_no_request() {
     })
     .await;
     wait_serving(&gateway, "linnet.test/kv:v2").await;
-    let during = load.stop();
-    assert_eq!(
-        during.total_failed(),
-        0,
-        "requests failed during the abort: {during:?}\n{}",
-        gateway.failed_requests(10)
-    );
+    stop_without_a_failed_request(load, &gateway, "during the abort");
     f.assert_no_drift_reverted();
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }
@@ -894,14 +884,7 @@ async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_req
     )
     .await;
     wait_serving(&gateway, v2).await;
-    let during = load.stop();
-    eprintln!("during the switch: {during:?}");
-    assert_eq!(
-        during.total_failed(),
-        0,
-        "requests failed during the switch: {during:?}\n{}",
-        gateway.failed_requests(10)
-    );
+    let during = stop_without_a_failed_request(load, &gateway, "during the switch");
     assert!(during.count(v1) > 0 && during.count(v2) > 0, "{during:?}");
     assert_eq!(
         pods_on(&f, v1).await,
@@ -919,14 +902,7 @@ async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_req
     })
     .await;
     wait_serving(&gateway, v1).await;
-    let during = load.stop();
-    eprintln!("switching back: {during:?}");
-    assert_eq!(
-        during.total_failed(),
-        0,
-        "requests failed switching back: {during:?}\n{}",
-        gateway.failed_requests(10)
-    );
+    stop_without_a_failed_request(load, &gateway, "switching back");
     assert_eq!(pods_on(&f, v1).await, old_pods, "no old pod restarted");
 
     // A later image, approved ahead (currentBatch stays 2), completes after a short delay.
@@ -945,14 +921,7 @@ async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_req
     )
     .await;
     wait_serving(&gateway, v3).await;
-    let during = load.stop();
-    eprintln!("during the completion: {during:?}");
-    assert_eq!(
-        during.total_failed(),
-        0,
-        "requests failed during the completion: {during:?}\n{}",
-        gateway.failed_requests(10)
-    );
+    let during = stop_without_a_failed_request(load, &gateway, "during the completion");
     assert!(during.count(v3) > 0, "{during:?}");
     support::eventually("the old version gone", Duration::from_secs(60), || async {
         pods_on(&f, v1).await.is_empty().then_some(())

@@ -95,6 +95,19 @@ fn run_checked(s: &mut Sim, what: &str, done: impl Fn(&Sim) -> bool) {
     );
 }
 
+/// One plan and tick in which web:2's pods beyond `most` do not become available (slow to
+/// start, or failing); then the lossless check.
+fn tick_with_new_pods_available_at_most(s: &mut Sim, most: i32) {
+    s.reconcile();
+    s.tick();
+    for d in s.deployments.values_mut() {
+        if d.image.as_deref() == Some("web:2") {
+            d.available = d.available.min(most);
+        }
+    }
+    assert_lossless(s);
+}
+
 fn message(s: &Sim) -> String {
     s.status.message.clone().unwrap_or_default()
 }
@@ -324,14 +337,7 @@ fn the_scale_down_delay_counts_from_the_switch_not_from_the_approval() {
     s.spec.current_batch = 2;
     // The new version's other pods take 60 s to become available.
     for _ in 0..60 {
-        s.reconcile();
-        s.tick();
-        for d in s.deployments.values_mut() {
-            if d.image.as_deref() == Some("web:2") {
-                d.available = d.available.min(1);
-            }
-        }
-        assert_lossless(&s);
+        tick_with_new_pods_available_at_most(&mut s, 1);
     }
     assert_eq!(weight(&s), 0, "no switch before every new pod is up");
     run_checked(&mut s, "the switch", |s| weight(s) == 100);
@@ -367,14 +373,7 @@ fn a_scale_up_after_the_switch_keeps_the_requests_on_the_new_version() {
     s.spec.replicas = 6;
     // The two new pods of web:2 take 30 s to become available.
     for _ in 0..30 {
-        s.reconcile();
-        s.tick();
-        for d in s.deployments.values_mut() {
-            if d.image.as_deref() == Some("web:2") {
-                d.available = d.available.min(4);
-            }
-        }
-        assert_lossless(&s);
+        tick_with_new_pods_available_at_most(&mut s, 4);
         assert_eq!(weight(&s), 100, "{}", message(&s));
         assert_eq!(s.phase(), Some(Phase::Progressing), "{}", message(&s));
     }
@@ -401,14 +400,7 @@ fn new_pods_that_fail_after_the_switch_meet_the_deadline_and_switch_back() {
     s.spec.image = "web:2".into();
     run_checked(&mut s, "the switch", |s| weight(s) == 100);
     for _ in 0..60 {
-        s.reconcile();
-        s.tick();
-        for d in s.deployments.values_mut() {
-            if d.image.as_deref() == Some("web:2") {
-                d.available = d.available.min(1);
-            }
-        }
-        assert_lossless(&s);
+        tick_with_new_pods_available_at_most(&mut s, 1);
         if s.phase() == Some(Phase::RollingBack) {
             break;
         }

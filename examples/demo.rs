@@ -30,6 +30,9 @@
 mod gateway;
 #[path = "../tests/support/git_http.rs"]
 mod git_http;
+// gateway.rs's load of gRPC calls, unused by the demo.
+#[path = "../tests/support/grpc.rs"]
+mod grpc;
 #[path = "demo/images.rs"]
 mod images;
 #[path = "../tests/support/ports.rs"]

@@ -14,8 +14,10 @@ use linnet::api::{
 };
 use serde_json::{Value, json};
 use support::gateway::{
-    Converger, Gateway, Load, PodServers, Tally, http_route, routes, send, within_binomial,
+    Converger, Gateway, Load, PodServers, Protocol, Tally, grpc_route, http_route, routes, send,
+    within_binomial,
 };
+use support::grpc::send_grpc;
 use support::prometheus::Prometheus;
 use support::rollout::{Fixture, merge};
 
@@ -138,6 +140,11 @@ fn stop_without_a_failed_request(load: Load, gateway: &Gateway, during: &str) ->
 /// provider was seen, under the load of three test binaries, to keep a route's first
 /// configuration back until some later event (see `support::gateway::Converger`).
 async fn wait_serving(gateway: &Gateway, image: &str) {
+    wait_serving_by(gateway, image, Protocol::Http).await
+}
+
+/// [`wait_serving`], for requests or gRPC calls.
+async fn wait_serving_by(gateway: &Gateway, image: &str, protocol: Protocol) {
     let admin = support::admin_client().await;
     let routes = support::gateway::routes(&admin, &gateway.ns);
     let started = std::time::Instant::now();
@@ -153,7 +160,10 @@ async fn wait_serving(gateway: &Gateway, image: &str) {
             }
             let n = nudges;
             async move {
-                let t = send(&gateway.url(), 20, &[]).await;
+                let t = match protocol {
+                    Protocol::Http => send(&gateway.url(), 20, &[]).await,
+                    Protocol::Grpc => send_grpc(&gateway.url(), 20, &[]).await,
+                };
                 if t.count(image) == 20 {
                     return Some(());
                 }
@@ -1009,4 +1019,104 @@ async fn quiet_for(f: &Fixture, what: &str) {
         },
     )
     .await;
+}
+
+/// `web` weighed through a GRPCRoute alone (issue 75): the key-value server's gRPC service
+/// behind GRPCRoute `web-grpc`.
+fn web_grpc(ns: &str, patch: Value) -> Value {
+    let mut spec = web_with(ns, patch);
+    spec["spec"]["trafficRouting"]["gatewayAPI"] =
+        json!({"grpcRoutes": ["web-grpc"], "port": PORT});
+    spec
+}
+
+/// Issue 75: a GRPCRoute, with real gRPC calls (HTTP/2 without TLS, through Traefik, to the
+/// key-value server's grpc-go service on real pods). The first batch's weight is checked
+/// against the binomial and the header route exactly (gRPC metadata), and an abort under a
+/// steady stream of calls loses none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_route_gets_its_weight_and_canary_route_and_an_abort_loses_no_call() {
+    let Some((mut f, gateway)) = on_the_real_node("traffic-grpc", "web", web_grpc).await else {
+        return;
+    };
+    f.write_file(
+        "grpc-route.yaml",
+        &[grpc_route(&f.ns.name, "web-grpc", "web-stable", PORT)],
+    );
+    // Traefik keeps a Service's servers from before some changes until a later event (see
+    // Converger): touching the HTTPRoute `web` (to web-stable, not weighed here) makes its
+    // whole configuration current, the GRPCRoute's servers too.
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "web",
+        &["web-stable", "web-canary"],
+    );
+    let (old, new) = ("linnet.test/kv:v1", "linnet.test/kv:v2");
+    f.wait_for("Completed at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving_by(&gateway, old, Protocol::Grpc).await;
+
+    f.patch_spec(json!({"image": new}));
+    wait_paused_at_30(&f).await;
+    support::eventually(
+        "the gateway to run weight 30 and the canary route for GRPCRoute web-grpc, and the Services' endpoints",
+        Duration::from_secs(60),
+        || async {
+            let mut have = gateway.running_grpc_weights(&f.ns.name, "web-grpc").await;
+            have.sort();
+            let mut same = have == [vec![1], vec![70, 30]];
+            for svc in ["web-stable", "web-canary"] {
+                same &= gateway.runs_endpoints_of(&f.admin, &f.ns.name, svc).await;
+            }
+            same.then_some(())
+        },
+    )
+    .await;
+    let n = 1000;
+    let t = send_grpc(&gateway.url(), n, &[]).await;
+    assert_eq!(
+        t.total_failed(),
+        0,
+        "{t:?}\n{}",
+        gateway.failed_requests(10)
+    );
+    let canary = t.count(new);
+    assert!(
+        within_binomial(canary, n, 30),
+        "{canary} of {n} gRPC calls reached the new version at weight 30: {t:?}"
+    );
+    let header = send_grpc(&gateway.url(), 100, &[("x-canary", "always")]).await;
+    assert_eq!(header.count(new), 100, "canary route: {header:?}");
+
+    // Abort under a steady stream of calls: traffic back to the old version first.
+    let load = Load::start_with(&gateway.url(), Protocol::Grpc);
+    load.flowing().await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving_by(&gateway, old, Protocol::Grpc).await;
+    let during = stop_without_a_failed_request(load, &gateway, "gRPC calls during the rollback");
+    assert!(
+        during.count(new) > 0,
+        "the calls saw the canary before the abort: {during:?}"
+    );
+    // The route as linnet left it: its own rule, all to stable, and the canary beside it.
+    let route = support::gateway::grpc_routes(&f.admin, &f.ns.name)
+        .get("web-grpc")
+        .await
+        .unwrap();
+    let rules = route.data.pointer("/spec/rules").unwrap();
+    assert_eq!(rules.as_array().unwrap().len(), 1, "{rules}");
+    assert_eq!(rules[0]["matches"][0]["method"]["service"], "linnet.kv.Kv");
+    assert_eq!(support::gateway::route_weights(rules), [vec![100, 0]]);
+    f.assert_no_drift_reverted();
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }

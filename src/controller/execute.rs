@@ -187,13 +187,15 @@ pub(crate) async fn execute(
             super::traffic::apply_service(&client, ns, service, &what).await
         }
         Action::UpdateRoute {
+            kind,
             name,
             rules,
             resource_version,
             owner,
         } => {
             let version = resource_version.as_deref();
-            super::traffic::update_route(&client, ns, name, rules, version, owner, &what).await
+            let route = (*kind, name.as_str());
+            super::traffic::update_route(&client, ns, route, rules, version, owner, &what).await
         }
     }
 }

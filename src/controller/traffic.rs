@@ -1,5 +1,5 @@
 //! Traffic routing's I/O: reads a rollout's two Services, their EndpointSlices and its
-//! HTTPRoutes into a [`TrafficView`], and writes what the plan asks ([`apply_service`],
+//! HTTPRoutes and GRPCRoutes into a [`TrafficView`], and writes what the plan asks ([`apply_service`],
 //! [`update_route`]). The decisions are in [`crate::plan::traffic`].
 
 use k8s_openapi::api::core::v1::Service;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Doing, ReconcileError};
 use crate::api::{
-    CHILD_HASH_ANNOTATION, TRAFFIC_ANNOTATION, TrafficRouting, canary_service_name,
+    CHILD_HASH_ANNOTATION, RouteKind, TRAFFIC_ANNOTATION, TrafficRouting, canary_service_name,
     stable_service_name,
 };
 use crate::plan::traffic::{RouteView, ServiceView, TrafficView};
@@ -19,11 +19,11 @@ use crate::sync::FIELD_MANAGER;
 /// The label the EndpointSlice controller puts on each slice: its Service's name.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
-/// `gateway.networking.k8s.io/v1` HTTPRoute.
-pub fn http_route_resource() -> ApiResource {
+/// `gateway.networking.k8s.io/v1` HTTPRoute or GRPCRoute.
+pub fn route_resource(kind: RouteKind) -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "HTTPRoute"),
-        "httproutes",
+        &GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind.kind()),
+        kind.plural(),
     )
 }
 
@@ -76,22 +76,23 @@ pub async fn observe_traffic(
             ready_endpoints,
         });
     }
-    let routes = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &http_route_resource());
-    for name in &routing.gateway_api.http_routes {
+    for (kind, name) in routing.gateway_api.routes() {
+        let routes =
+            Api::<DynamicObject>::namespaced_with(client.clone(), ns, &route_resource(kind));
         match routes.get_opt(name).await {
-            Ok(Some(route)) => view.routes.push(route_view(&route)),
+            Ok(Some(route)) => view.routes.push(route_view(kind, &route)),
             Ok(None) => {}
             // No Gateway API in the cluster: the plan says the route is not found.
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => Err(e).doing(|| format!("reading HTTPRoute {ns}/{name}"))?,
+            Err(e) => Err(e).doing(|| format!("reading {} {ns}/{name}", kind.kind()))?,
         }
     }
     Ok(view)
 }
 
-/// An HTTPRoute as the planner reads it: its rules, and the oldest generation its parents
-/// (Gateways) have accepted.
-pub fn route_view(route: &DynamicObject) -> RouteView {
+/// An HTTPRoute or GRPCRoute as the planner reads it: its rules, and the oldest generation its
+/// parents (Gateways) have accepted.
+pub fn route_view(kind: RouteKind, route: &DynamicObject) -> RouteView {
     let parents = route
         .data
         .pointer("/status/parents")
@@ -129,6 +130,7 @@ pub fn route_view(route: &DynamicObject) -> RouteView {
         .collect::<Option<Vec<i64>>>()
         .and_then(|gens| gens.into_iter().min());
     RouteView {
+        kind,
         name: route.metadata.name.clone().unwrap_or_default(),
         rules: route
             .data
@@ -165,18 +167,18 @@ pub async fn apply_service(
         .doing(what)
 }
 
-/// Replaces an HTTPRoute's rules; with `resource_version`, only if nobody changed it since it
-/// was read (a conflict is retried from a fresh read).
+/// Replaces a route's rules; with `resource_version`, only if nobody changed it since it was
+/// read (a conflict is retried from a fresh read).
 pub async fn update_route(
     client: &Client,
     ns: &str,
-    name: &str,
+    (kind, name): (RouteKind, &str),
     rules: &Value,
     resource_version: Option<&str>,
     owner: &str,
     what: &impl Fn() -> String,
 ) -> Result<(), ReconcileError> {
-    let routes = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &http_route_resource());
+    let routes = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &route_resource(kind));
     let mut patch = json!({
         "metadata": {"annotations": {TRAFFIC_ANNOTATION: owner}},
         "spec": {"rules": rules},
@@ -195,7 +197,7 @@ pub async fn update_route(
         .doing(what)
 }
 
-/// The HTTPRoute watch's backoff: as every watch's, but up to a minute, since it also waits
+/// The route watches' backoff: as every watch's, but up to a minute, since it also waits
 /// for a Gateway API that is not installed yet.
 fn route_watch_backoff() -> kube::runtime::watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
@@ -226,8 +228,9 @@ pub async fn say_if_routes_are_not_served(client: &Client) {
 }
 
 /// Reconciles of rollouts with traffic routing that their Services' EndpointSlices (which
-/// carry the rollout's label, copied from the Service) and their HTTPRoutes (edited by hand,
-/// or accepted by the gateway) ask for. Only rollouts in `store` (this agent's) are woken.
+/// carry the rollout's label, copied from the Service) and their HTTPRoutes and GRPCRoutes
+/// (edited by hand, or accepted by the gateway) ask for. Only rollouts in `store` (this
+/// agent's) are woken.
 pub fn traffic_wakes<K>(
     client: Client,
     scope: &crate::watch::WatchScope,
@@ -258,11 +261,34 @@ where
         std::future::ready(woken)
     })
     .boxed();
-    // Watched whether or not the cluster serves HTTPRoutes now: a Gateway API installed after
+    let routes = futures::stream::select(
+        route_wakes(&client, scope, RouteKind::Http, store.clone(), routing),
+        route_wakes(&client, scope, RouteKind::Grpc, store, routing),
+    );
+    futures::stream::select(slices, routes).boxed()
+}
+
+/// Reconciles of the rollouts in `store` that name a route of `kind` that changed.
+fn route_wakes<K>(
+    client: &Client,
+    scope: &crate::watch::WatchScope,
+    kind: RouteKind,
+    store: kube::runtime::reflector::Store<K>,
+    routing: fn(&K) -> Option<&TrafficRouting>,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use kube::core::PartialObjectMeta;
+    use kube::runtime::reflector::ObjectRef;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    // Watched whether or not the cluster serves the kind now: a Gateway API installed after
     // the agent started is picked up at the next retry (at most a minute apart, so a cluster
     // without it costs one cheap 404 a minute).
-    let routes = crate::watch::backoff::hold_init(watcher(
-        scope.api_with::<PartialObjectMeta<DynamicObject>>(&client, &http_route_resource()),
+    crate::watch::backoff::hold_init(watcher(
+        scope.api_with::<PartialObjectMeta<DynamicObject>>(client, &route_resource(kind)),
         kube::runtime::watcher::Config::default(),
     ))
     .backoff(route_watch_backoff())
@@ -278,9 +304,8 @@ where
                     .filter(|k| {
                         routing(k).is_some_and(|r| {
                             r.gateway_api
-                                .http_routes
-                                .iter()
-                                .any(|n| Some(n) == name.as_ref())
+                                .routes()
+                                .any(|(of, n)| of == kind && Some(n) == name.as_ref())
                         })
                     })
                     .map(|k| ObjectRef::from_obj(k.as_ref()))
@@ -289,6 +314,5 @@ where
             Err(_) => Vec::new(),
         };
         futures::stream::iter(woken)
-    });
-    futures::stream::select(slices, routes).boxed()
+    })
 }

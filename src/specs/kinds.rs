@@ -340,6 +340,7 @@ mod tests {
             ("rollouts.linnet.dev/v1alpha1", "AnalysisTemplate"),
             ("cert-manager.io/v1", "Certificate"),
             ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+            ("gateway.networking.k8s.io/v1", "GRPCRoute"),
             ("argoproj.io/v1alpha1", "Rollout"),
         ] {
             assert_eq!(kind_problem(v, k), None, "{v} {k}");

@@ -1,22 +1,29 @@
-//! Offline checks of `trafficRouting`: every HTTPRoute a rollout names that is in the
-//! repository must have a rule whose only backend is the rollout's stable Service; a route
-//! name absent from a namespace whose routes are in the repository is a typo. A namespace
-//! with no HTTPRoute in the repository keeps its routes elsewhere: the agent checks those
-//! against the cluster. A rollout that fails blocks its file, as a broken analysis does.
+//! Offline checks of `trafficRouting`: every HTTPRoute and GRPCRoute a rollout names that is
+//! in the repository must have a rule whose only backend is the rollout's stable Service; a
+//! route name absent from a namespace whose routes of that kind are in the repository is a
+//! typo. A namespace with no route of a kind in the repository keeps those routes elsewhere:
+//! the agent checks them against the cluster. A rollout that fails blocks its file, as a broken analysis does.
 
 use std::collections::BTreeMap;
 
 use super::{SpecError, SpecSet};
 use crate::api::{
-    CanaryDeployment, CanaryStatefulSet, TrafficRouting, canary_service_name, stable_service_name,
+    CanaryDeployment, CanaryStatefulSet, RouteKind, TrafficRouting, canary_service_name,
+    stable_service_name,
 };
 use crate::plan::traffic::route_rules;
 
 impl SpecSet {
     pub(super) fn block_broken_routes(&mut self) {
-        // The routes in the repository, by namespace and name: their rules.
-        let mut routes: BTreeMap<String, BTreeMap<String, serde_json::Value>> = BTreeMap::new();
-        for o in self.objects.values().filter(|o| o.key.kind == "HTTPRoute") {
+        // The routes in the repository, by namespace and kind, then name: their rules.
+        type Rules = BTreeMap<String, serde_json::Value>;
+        let mut routes: BTreeMap<(String, RouteKind), Rules> = BTreeMap::new();
+        for o in self.objects.values() {
+            let kind = match o.key.kind.as_str() {
+                "HTTPRoute" => RouteKind::Http,
+                "GRPCRoute" => RouteKind::Grpc,
+                _ => continue,
+            };
             let rules = o
                 .spec
                 .to_json()
@@ -24,7 +31,7 @@ impl SpecSet {
                 .cloned()
                 .unwrap_or(serde_json::Value::Null);
             routes
-                .entry(o.key.namespace.clone())
+                .entry((o.key.namespace.clone(), kind))
                 .or_default()
                 .insert(o.key.name.clone(), rules);
         }
@@ -46,25 +53,29 @@ impl SpecSet {
                 _ => None,
             };
             let Some(routing) = routing else { continue };
-            let Some(in_repo) = routes.get(&object.key.namespace) else {
-                continue;
-            };
             let (stable, canary) = (
                 stable_service_name(&object.key.name),
                 canary_service_name(&object.key.name),
             );
-            for name in &routing.gateway_api.http_routes {
+            for (kind, name) in routing.gateway_api.routes() {
+                let Some(in_repo) = routes.get(&(object.key.namespace.clone(), kind)) else {
+                    continue;
+                };
+                let sides = (stable.as_str(), canary.as_str());
                 let problem = match in_repo.get(name) {
                     None => Some(format!(
-                        "HTTPRoute {name} is not in the repository in namespace {} (its routes \
-                         there are {}); fix the name in spec.trafficRouting.gatewayAPI.httpRoutes",
+                        "{} {name} is not in the repository in namespace {} (its {}s there are \
+                         {}); fix the name in spec.trafficRouting.gatewayAPI.{}",
+                        kind.kind(),
                         object.key.namespace,
-                        in_repo.keys().cloned().collect::<Vec<_>>().join(", ")
+                        kind.kind(),
+                        in_repo.keys().cloned().collect::<Vec<_>>().join(", "),
+                        kind.field(),
                     )),
                     Some(rules) => {
-                        route_rules(rules, &stable, &canary, routing.gateway_api.port, 0, None)
+                        route_rules(rules, kind, sides, routing.gateway_api.port, 0, None)
                             .err()
-                            .map(|e| format!("HTTPRoute {name}: {e}"))
+                            .map(|e| format!("{} {name}: {e}", kind.kind()))
                     }
                 };
                 if let Some(message) = problem {
@@ -159,5 +170,45 @@ spec:
     fn routes_kept_elsewhere_are_left_to_the_agent() {
         let s = set("web", None);
         assert!(s.errors.is_empty(), "{:?}", s.errors);
+    }
+
+    #[test]
+    fn a_grpc_route_is_checked_against_the_grpc_routes_in_the_repository() {
+        let grpc_route =
+            |backend: &str| route(backend).replace("kind: HTTPRoute", "kind: GRPCRoute");
+        let rollout = |routes: &str| {
+            let text = WEB.replace("httpRoutes: [ROUTE]", routes);
+            load_file("apps/web.yaml", text.as_bytes(), &LoadOptions::default())
+        };
+        let with = |routes: &str, route_file: String| {
+            let mut files = BTreeMap::new();
+            files.insert("apps/web.yaml".to_string(), rollout(routes));
+            files.insert(
+                "apps/route.yaml".to_string(),
+                load_file(
+                    "apps/route.yaml",
+                    route_file.as_bytes(),
+                    &LoadOptions::default(),
+                ),
+            );
+            SpecSet::from_files(files)
+        };
+        let s = with("grpcRoutes: [web]", grpc_route("web-stable"));
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        let s = with("grpcRoutes: [wbe]", grpc_route("web-stable"));
+        assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
+        let m = &s.errors[0].message;
+        assert!(m.contains("GRPCRoute wbe is not in the repository"), "{m}");
+        assert!(m.contains("gatewayAPI.grpcRoutes"), "{m}");
+        let s = with("grpcRoutes: [web]", grpc_route("web"));
+        let m = &s.errors[0].message;
+        assert!(m.contains("GRPCRoute web: no rule sends traffic"), "{m}");
+        // An HTTPRoute of the name does not stand in for the GRPCRoute, nor the other way.
+        let s = with("grpcRoutes: [web], httpRoutes: [web]", route("web-stable"));
+        assert!(
+            s.errors.is_empty(),
+            "the GRPCRoutes are kept elsewhere: {:?}",
+            s.errors
+        );
     }
 }

@@ -9,7 +9,7 @@ NODE_KUBELET_REV=1
 NODE_IMAGES_REV=1
 _node_kubelet_key=$( (cat "$_node_here/go.mod" "$_node_here/go.sum"; echo "$NODE_KUBELET_REV") |
   sha256sum | cut -c1-12)
-_node_images_key=$( (cat "$_node_here/go.mod" "$_node_here/kvserver/main.go" "$_node_here/images.py" \
+_node_images_key=$( (cat "$_node_here/go.mod" "$_node_here"/kvserver/*.go "$_node_here/images.py" \
   "$_node_here/../../deploy/image/build.py"; echo "$NODE_IMAGES_REV") | sha256sum | cut -c1-12)
 NODE_KUBELET=$LINNET_CACHE/node/kubelet-$K8S_VERSION-$_node_kubelet_key
 NODE_IMAGES=$LINNET_CACHE/node/images-$_node_images_key

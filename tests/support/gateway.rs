@@ -288,6 +288,16 @@ impl Gateway {
         Self::probe(self.api_port).running_weights(ns, route).await
     }
 
+    /// The weights Traefik runs for the GRPCRoute `route`'s rules, by rule.
+    pub async fn running_grpc_weights(&self, ns: &str, route: &str) -> Vec<Vec<i64>> {
+        let raw: Value =
+            serde_json::from_str(&Self::probe(self.api_port).rawdata().await).unwrap_or_default();
+        backends_of(&raw, "grpcroute", ns, route)
+            .into_iter()
+            .map(|rule| rule.into_iter().map(|(_, w)| w).collect())
+            .collect()
+    }
+
     /// The backends (Traefik's service names, which contain the Service's) and weights that
     /// Traefik runs for each of `routes`' rules, from one read of its configuration.
     pub async fn running_backends_of(
@@ -325,15 +335,26 @@ impl Probe {
         weights_in(&raw, ns, route)
     }
 
-    /// The server addresses Traefik runs for Service `svc`.
+    /// The server addresses Traefik runs for Service `svc`, for HTTPRoutes
+    /// (`<ns>-<svc>-http-<port>`) and GRPCRoutes (`<ns>-<svc>-<port>-grpc`).
     async fn running_servers(&self, ns: &str, svc: &str) -> std::collections::BTreeSet<String> {
         let raw: Value = serde_json::from_str(&self.rawdata().await).unwrap_or_default();
-        let name = format!("{ns}-{svc}-http-");
+        let prefix = format!("{ns}-{svc}-");
+        // Traefik's names end in the provider's (`@kubernetesgateway`).
+        let of_svc = |n: &str| {
+            let n = n.split('@').next().unwrap_or(n);
+            n.strip_prefix(&prefix).is_some_and(|rest| {
+                rest.starts_with("http-")
+                    || rest
+                        .strip_suffix("-grpc")
+                        .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit()))
+            })
+        };
         raw["services"]
             .as_object()
             .into_iter()
             .flatten()
-            .filter(|(n, _)| n.starts_with(&name))
+            .filter(|(n, _)| of_svc(n))
             .flat_map(|(_, s)| {
                 s["loadBalancer"]["servers"]
                     .as_array()
@@ -342,7 +363,9 @@ impl Probe {
             })
             .filter_map(|s| {
                 s["url"].as_str().map(|u| {
-                    u.trim_start_matches("http://")
+                    u.rsplit("://")
+                        .next()
+                        .unwrap_or("")
                         .split(':')
                         .next()
                         .unwrap_or("")
@@ -373,7 +396,12 @@ fn weights_in(raw: &Value, ns: &str, route: &str) -> Vec<Vec<i64>> {
 /// The backends (Traefik's service names) and weights that the configuration `raw` runs for
 /// the HTTPRoute `route`'s rules, by rule.
 fn backends_in(raw: &Value, ns: &str, route: &str) -> Vec<Vec<(String, i64)>> {
-    let prefix = format!("httproute-{ns}-{route}-");
+    backends_of(raw, "httproute", ns, route)
+}
+
+/// The same for a route of `kind` (Traefik's lower-case name of it: `httproute`, `grpcroute`).
+fn backends_of(raw: &Value, kind: &str, ns: &str, route: &str) -> Vec<Vec<(String, i64)>> {
+    let prefix = format!("{kind}-{ns}-{route}-");
     let mut rules: Vec<(String, Vec<(String, i64)>)> = raw["services"]
         .as_object()
         .into_iter()
@@ -429,6 +457,23 @@ impl Drop for Gateway {
     }
 }
 
+/// A GRPCRoute `name` on Gateway `gw` that sends every call of the key-value server's gRPC
+/// service (`linnet.kv.Kv`) to Service `backend`.
+pub fn grpc_route(ns: &str, name: &str, backend: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GRPCRoute",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "parentRefs": [{"name": "gw"}],
+            "rules": [{
+                "matches": [{"method": {"service": "linnet.kv.Kv"}}],
+                "backendRefs": [{"name": backend, "port": port}],
+            }],
+        },
+    })
+}
+
 /// An HTTPRoute `name` on Gateway `gw` that sends every request to Service `backend`.
 pub fn http_route(ns: &str, name: &str, backend: &str, port: u16) -> Value {
     json!({
@@ -445,6 +490,11 @@ pub fn http_route(ns: &str, name: &str, backend: &str, port: u16) -> Value {
 /// The HTTPRoute API of a namespace.
 pub fn routes(admin: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(admin.clone(), ns, &resource("HTTPRoute", "httproutes"))
+}
+
+/// The GRPCRoute API of a namespace.
+pub fn grpc_routes(admin: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(admin.clone(), ns, &resource("GRPCRoute", "grpcroutes"))
 }
 
 /// How long a deleted pod goes on answering (a preStop sleep's worth).
@@ -739,7 +789,7 @@ impl Tally {
         self.failed.values().sum()
     }
 
-    fn add(&mut self, outcome: Result<(u16, String), String>) {
+    pub fn add(&mut self, outcome: Result<(u16, String), String>) {
         match outcome {
             Ok((200, body)) => *self.ok.entry(body).or_default() += 1,
             Ok((code, body)) => *self.failed.entry(format!("{code} {body}")).or_default() += 1,
@@ -781,6 +831,14 @@ pub async fn send(url: &str, n: usize, headers: &[(&str, &str)]) -> Tally {
     t
 }
 
+/// What a [`Load`] sends: plain HTTP GETs, or gRPC calls of the key-value server's
+/// `linnet.kv.Kv/Image` over h2c ([`super::grpc`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Grpc,
+}
+
 /// Requests sent without a pause, 4 at a time, on a thread of their own, until stopped.
 pub struct Load {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -791,6 +849,10 @@ pub struct Load {
 
 impl Load {
     pub fn start(url: &str) -> Load {
+        Load::start_with(url, Protocol::Http)
+    }
+
+    pub fn start_with(url: &str, protocol: Protocol) -> Load {
         let url = url.to_string();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -802,11 +864,16 @@ impl Load {
                 .unwrap();
             rt.block_on(async move {
                 let client = http();
+                let grpc = super::grpc::GrpcClient::default();
+                let one = || async {
+                    match protocol {
+                        Protocol::Http => request(&client, &url, &[]).await,
+                        Protocol::Grpc => grpc.image(&url, &[]).await,
+                    }
+                };
                 let mut tally = Tally::default();
                 loop {
-                    let batch =
-                        futures::future::join_all((0..4).map(|_| request(&client, &url, &[])))
-                            .await;
+                    let batch = futures::future::join_all((0..4).map(|_| one())).await;
                     for o in batch {
                         tally.add(o);
                     }

@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod gateway;
 pub mod git_http;
 pub mod gitea;
+pub mod grpc;
 pub mod install;
 pub mod node;
 pub mod otel;

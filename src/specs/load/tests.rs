@@ -423,6 +423,47 @@ fn blue_green_needs_traffic_routing_without_weights() {
     }
 }
 
+/// Issue 75: GRPCRoutes beside or instead of HTTPRoutes; at least one route, and a header
+/// route a gRPC call can match.
+#[test]
+fn grpc_routes_need_a_route_and_a_header_route_grpc_can_match() {
+    let with = |gateway: &str, header: &str| {
+        DEPLOY.replace(
+            "  image: web:2\n",
+            &format!("  image: web:2\n  strategy: {{type: Batches}}\n  trafficRouting:\n    gatewayAPI: {gateway}\n{header}"),
+        )
+    };
+    let query = "    headerRoute: {queryParams: [{name: beta, value: 'on'}]}\n";
+    let header = "    headerRoute: {headers: [{name: x-canary, value: 'on'}]}\n";
+    for ok in [
+        with("{grpcRoutes: [web], port: 8080}", header),
+        with("{grpcRoutes: [web], httpRoutes: [web], port: 8080}", ""),
+        with("{httpRoutes: [web], port: 8080}", query),
+    ] {
+        assert_eq!(load(&ok).errors, vec![], "{ok}");
+    }
+    for (text, says) in [
+        (
+            with("{port: 8080}", ""),
+            "trafficRouting.gatewayAPI names no route",
+        ),
+        (
+            with("{httpRoutes: [], grpcRoutes: [], port: 8080}", ""),
+            "trafficRouting.gatewayAPI names no route",
+        ),
+        (
+            with("{grpcRoutes: [web], port: 8080}", query),
+            "a gRPC request has no query parameters",
+        ),
+    ] {
+        let errors = load(&text).errors;
+        assert!(
+            errors.iter().any(|e| e.message.contains(says)),
+            "{text}: {errors:?}"
+        );
+    }
+}
+
 /// Issue 73: a Fleet beside the specs is checked and left out (agents read it with --fleet);
 /// a mistake in it is located and blocks only its file.
 #[test]

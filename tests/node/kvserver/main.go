@@ -13,6 +13,9 @@
 //	GET  /           the image's name (KV_IMAGE), as the traffic tests count answers; 500 for
 //	                 an image built to fail its requests (KV_FAIL_REQUESTS)
 //
+// It answers the image's name over gRPC too, on the same port (grpc.go): it speaks HTTP/1.1
+// and plaintext HTTP/2.
+//
 // The volume is KV_DATA (default /data). On first start it records the hostname in
 // .owner, so a test can see a replica handed another's volume.
 package main
@@ -94,8 +97,12 @@ func main() {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	addr := ":" + env("KV_PORT", "8080")
-	log.Printf("kvserver %s on %s, data in %s (owner %s)", s.version, addr, dir, s.owner)
-	log.Fatal(http.ListenAndServe(addr, mux))
+	srv := &http.Server{Addr: addr, Handler: withGRPC(grpcServer(image, failRequests), mux)}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	log.Printf("kvserver %s on %s (HTTP/1.1, h2c, gRPC), data in %s (owner %s)", s.version, addr, dir, s.owner)
+	log.Fatal(srv.ListenAndServe())
 }
 
 func (s *server) kv(w http.ResponseWriter, r *http.Request) {

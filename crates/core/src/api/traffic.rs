@@ -34,17 +34,67 @@ fn default_settle_seconds() -> i64 {
     10
 }
 
-/// The HTTPRoutes (in the rollout's namespace) that linnet weighs. Each must send its
-/// traffic to the Service `<rollout>-stable`; linnet adds `<rollout>-canary` beside it.
+/// The HTTPRoutes and GRPCRoutes (in the rollout's namespace) that linnet weighs, at least
+/// one. Each must send its traffic to the Service `<rollout>-stable`; linnet adds
+/// `<rollout>-canary` beside it.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GatewayApiRouting {
     /// Names of HTTPRoutes in the rollout's namespace.
-    #[schemars(length(min = 1, max = 8))]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
     pub http_routes: Vec<String>,
+    /// Names of GRPCRoutes in the rollout's namespace. The gateway speaks HTTP/2 without TLS
+    /// (h2c) to the pods behind them, unless the port's `appProtocol` says otherwise; the
+    /// header route matches their headers and cookie (a gRPC request has no query).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub grpc_routes: Vec<String>,
     /// The port of the two Services, and of the pods behind them (`targetPort`).
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
+}
+
+impl GatewayApiRouting {
+    /// Every route named, HTTPRoutes first.
+    pub fn routes(&self) -> impl Iterator<Item = (RouteKind, &String)> {
+        let http = self.http_routes.iter().map(|n| (RouteKind::Http, n));
+        http.chain(self.grpc_routes.iter().map(|n| (RouteKind::Grpc, n)))
+    }
+}
+
+/// The two kinds of Gateway API route linnet weighs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteKind {
+    #[default]
+    Http,
+    Grpc,
+}
+
+impl RouteKind {
+    /// Its `kind`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            RouteKind::Http => "HTTPRoute",
+            RouteKind::Grpc => "GRPCRoute",
+        }
+    }
+
+    /// Its resource's plural.
+    pub fn plural(self) -> &'static str {
+        match self {
+            RouteKind::Http => "httproutes",
+            RouteKind::Grpc => "grpcroutes",
+        }
+    }
+
+    /// The `spec.trafficRouting.gatewayAPI` field that names routes of this kind.
+    pub fn field(self) -> &'static str {
+        match self {
+            RouteKind::Http => "httpRoutes",
+            RouteKind::Grpc => "grpcRoutes",
+        }
+    }
 }
 
 /// Requests that go to the canary whatever the weight: those that carry every header, query

@@ -47,9 +47,10 @@ pub enum Action {
     DeleteDeployment { name: String },
     /// Create or update one of a rollout's two Services (server-side apply).
     ApplyService(Box<Service>),
-    /// Replace an HTTPRoute's `spec.rules` (guarded by its resourceVersion when known), and
-    /// mark it as weighed by `owner` (`<Kind>/<name>`).
+    /// Replace an HTTPRoute's or GRPCRoute's `spec.rules` (guarded by its resourceVersion when
+    /// known), and mark it as weighed by `owner` (`<Kind>/<name>`).
     UpdateRoute {
+        kind: crate::api::RouteKind,
         name: String,
         rules: serde_json::Value,
         resource_version: Option<String>,
@@ -123,7 +124,9 @@ impl Action {
             ),
             Action::DeleteDeployment { name } => format!("delete Deployment {name}"),
             Action::ApplyService(s) => format!("apply Service {}", name(&s.metadata)),
-            Action::UpdateRoute { name, rules, .. } => {
+            Action::UpdateRoute {
+                kind, name, rules, ..
+            } => {
                 let weight = rules.as_array().and_then(|rules| {
                     rules.iter().find_map(|r| {
                         let refs = r.get("backendRefs")?.as_array()?;
@@ -131,8 +134,8 @@ impl Action {
                     })
                 });
                 match weight {
-                    Some(w) => format!("set HTTPRoute {name} to {w}% canary"),
-                    None => format!("update HTTPRoute {name}"),
+                    Some(w) => format!("set {} {name} to {w}% canary", kind.kind()),
+                    None => format!("update {} {name}", kind.kind()),
                 }
             }
         }

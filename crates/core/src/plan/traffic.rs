@@ -1,5 +1,5 @@
 //! Traffic shifting through the Gateway API, without I/O: the two Services of a rollout with
-//! `trafficRouting`, the HTTPRoute rules that weigh them, and whether the routes, as the
+//! `trafficRouting`, the HTTPRoute and GRPCRoute rules that weigh them, and whether the routes, as the
 //! gateway has accepted them, are at what a phase needs. The phase machines ask for a weight
 //! with [`traffic_step`] before any step that would take pods from the side serving traffic.
 
@@ -12,7 +12,9 @@ use serde_json::Value;
 
 use super::actions::Action;
 use super::objects::{RolloutRef, stamp};
-use crate::api::{CHILD_HASH_ANNOTATION, TrafficRouting, canary_service_name, stable_service_name};
+use crate::api::{
+    CHILD_HASH_ANNOTATION, RouteKind, TrafficRouting, canary_service_name, stable_service_name,
+};
 
 mod rules;
 use rules::has_header_rule;
@@ -28,9 +30,10 @@ pub struct ServiceView {
     pub ready_endpoints: i32,
 }
 
-/// An HTTPRoute the rollout weighs, as observed.
+/// An HTTPRoute or GRPCRoute the rollout weighs, as observed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteView {
+    pub kind: RouteKind,
     pub name: String,
     /// `spec.rules`.
     pub rules: Value,
@@ -238,26 +241,16 @@ pub fn traffic_step(
         return out;
     }
     let header = header_on.then_some(routing.header_route.as_ref()).flatten();
-    let owner = format!("{kind}/{}", rollout.name);
     let services = (stable_name.as_str(), canary_name.as_str());
-    let mut waiting = Vec::new();
-    for name in &routing.gateway_api.http_routes {
-        let Some(route) = view.routes.iter().find(|r| &r.name == name) else {
-            waiting.push(format!(
-                "HTTPRoute {name} not found in namespace {}",
-                rollout.namespace
-            ));
-            continue;
-        };
-        match route_update(route, services, port, (weight, header), &owner) {
-            RouteChange::Update(update) => {
-                waiting.push(format!("setting HTTPRoute {name} to {weight}% canary"));
-                out.actions.push(update);
-            }
-            RouteChange::AtWeight => {}
-            RouteChange::Waiting(why) => waiting.push(why),
-        }
-    }
+    let mut waiting = move_routes(
+        rollout,
+        kind,
+        routing,
+        view,
+        services,
+        (weight, header),
+        &mut out.actions,
+    );
     if let Some(why) = lost {
         waiting.insert(0, why);
     }
@@ -270,6 +263,48 @@ pub fn traffic_step(
     }
     out.waiting = (!waiting.is_empty()).then(|| waiting.join("; "));
     out
+}
+
+/// Asks every route the rollout names to be at `weight` (and the header rule); says what
+/// each one not there yet waits for.
+fn move_routes(
+    rollout: &RolloutRef,
+    kind: &str,
+    routing: &TrafficRouting,
+    view: &TrafficView,
+    services: (&str, &str),
+    (weight, header): (i32, Option<&crate::api::HeaderRoute>),
+    actions: &mut Vec<Action>,
+) -> Vec<String> {
+    let owner = format!("{kind}/{}", rollout.name);
+    let port = routing.gateway_api.port;
+    let mut waiting = Vec::new();
+    for (kind, name) in routing.gateway_api.routes() {
+        let Some(route) = view
+            .routes
+            .iter()
+            .find(|r| r.kind == kind && &r.name == name)
+        else {
+            waiting.push(format!(
+                "{} {name} not found in namespace {}",
+                kind.kind(),
+                rollout.namespace
+            ));
+            continue;
+        };
+        match route_update(route, services, port, (weight, header), &owner) {
+            RouteChange::Update(update) => {
+                waiting.push(format!(
+                    "setting {} {name} to {weight}% canary",
+                    kind.kind()
+                ));
+                actions.push(update);
+            }
+            RouteChange::AtWeight => {}
+            RouteChange::Waiting(why) => waiting.push(why),
+        }
+    }
+    waiting
 }
 
 /// The ready endpoints of the Service `desired` as it is applied; 0, and an apply, if it is
@@ -295,16 +330,19 @@ fn seen_now(
     recorded: Recorded,
     now: Timestamp,
 ) -> Recorded {
-    let first = view
-        .routes
-        .iter()
-        .find(|r| routing.gateway_api.http_routes.contains(&r.name));
+    let named = |r: &&RouteView| {
+        routing
+            .gateway_api
+            .routes()
+            .any(|(k, n)| (k, n) == (r.kind, &r.name))
+    };
+    let first = view.routes.iter().find(named);
     let weight = first.and_then(|r| current_weight(&r.rules, stable_name, canary_name));
     let header = first.is_some_and(|r| has_header_rule(&r.rules, canary_name));
-    let accepted = routing.gateway_api.http_routes.iter().all(|name| {
+    let accepted = routing.gateway_api.routes().all(|(kind, name)| {
         view.routes
             .iter()
-            .find(|r| &r.name == name)
+            .find(|r| r.kind == kind && &r.name == name)
             .is_some_and(|r| r.accepted_generation >= Some(r.generation))
     });
     let since = match recorded.since {
@@ -338,13 +376,15 @@ fn route_update(
     (weight, header): (i32, Option<&crate::api::HeaderRoute>),
     owner: &str,
 ) -> RouteChange {
-    let name = &route.name;
-    let rules = match route_rules(&route.rules, stable_name, canary_name, port, weight, header) {
+    let (kind, name) = (route.kind, &route.name);
+    let sides = (stable_name, canary_name);
+    let rules = match route_rules(&route.rules, kind, sides, port, weight, header) {
         Ok(rules) => rules,
-        Err(why) => return RouteChange::Waiting(format!("HTTPRoute {name}: {why}")),
+        Err(why) => return RouteChange::Waiting(format!("{} {name}: {why}", kind.kind())),
     };
     if rules != route.rules {
         return RouteChange::Update(Action::UpdateRoute {
+            kind,
             name: name.clone(),
             rules,
             resource_version: route.resource_version.clone(),
@@ -353,7 +393,8 @@ fn route_update(
     }
     if route.accepted_generation < Some(route.generation) {
         return RouteChange::Waiting(format!(
-            "waiting for the gateway to accept HTTPRoute {name} (generation {})",
+            "waiting for the gateway to accept {} {name} (generation {})",
+            kind.kind(),
             route.generation
         ));
     }

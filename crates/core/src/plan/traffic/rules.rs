@@ -1,7 +1,9 @@
-//! The HTTPRoute rules that weigh a rollout's two Services: the weight and header rule they
+//! The HTTPRoute and GRPCRoute rules that weigh a rollout's two Services: the weight and header rule they
 //! hold now, and the rules rewritten to a new weight, other rules kept as they are.
 
 use serde_json::{Value, json};
+
+use crate::api::{HeaderRoute, RouteKind};
 
 /// Whether `rules` has linnet's header rule (a rule whose only backend is the canary).
 pub(super) fn has_header_rule(rules: &Value, canary: &str) -> bool {
@@ -58,16 +60,17 @@ pub enum RouteError {
 
 /// `rules` with every rule that routes to the stable Service weighing it against the canary
 /// at `weight` percent, and, with `header`, a rule before each that sends requests carrying
-/// the headers to the canary. Rules that route only to the canary are linnet's header rules
-/// from before; they are rebuilt. A rule that mixes other backends with the stable Service is
-/// refused: its weights would not mean percents.
+/// the headers to the canary (in a GRPCRoute, only when the header route names a header or
+/// a cookie: a gRPC request has no query). Rules that route only to the canary are linnet's
+/// header rules from before; they are rebuilt. A rule that mixes other backends with the
+/// stable Service is refused: its weights would not mean percents.
 pub fn route_rules(
     rules: &Value,
-    stable: &str,
-    canary: &str,
+    kind: RouteKind,
+    (stable, canary): (&str, &str),
     port: i32,
     weight: i32,
-    header: Option<&crate::api::HeaderRoute>,
+    header: Option<&HeaderRoute>,
 ) -> Result<Value, RouteError> {
     let rules = rules.as_array().map_or(&[][..], Vec::as_slice);
     let mut out = Vec::with_capacity(rules.len() + 1);
@@ -102,8 +105,10 @@ pub fn route_rules(
         let mut canary_ref = stable_ref.clone();
         canary_ref["name"] = json!(canary);
         canary_ref["weight"] = json!(weight);
-        if let Some(h) = header {
-            out.push(header_rule(rule, h, &canary_ref));
+        if let Some(h) = header
+            && let Some(header_rule) = header_rule(rule, kind, h, &canary_ref)
+        {
+            out.push(header_rule);
         }
         let mut rule = rule.clone();
         rule["backendRefs"] = json!([stable_ref, canary_ref]);
@@ -118,9 +123,24 @@ pub fn route_rules(
 }
 
 /// The rule that sends requests with the header route's headers, query parameters and cookie
-/// to the canary alone: `rule`'s matches (or every path) with them added, and the canary as
-/// its one backend.
-fn header_rule(rule: &Value, h: &crate::api::HeaderRoute, canary_ref: &Value) -> Value {
+/// to the canary alone: `rule`'s matches (or every path, or every gRPC method) with them
+/// added, and the canary as its one backend. None for a GRPCRoute when the header route
+/// names only query parameters: the rule would match every request.
+fn header_rule(
+    rule: &Value,
+    kind: RouteKind,
+    h: &HeaderRoute,
+    canary_ref: &Value,
+) -> Option<Value> {
+    let mut added = vec![("headers", h.header_matches())];
+    let every_request = match kind {
+        RouteKind::Http => {
+            added.push(("queryParams", h.query_param_matches()));
+            json!({"path": {"type": "PathPrefix", "value": "/"}})
+        }
+        RouteKind::Grpc if added[0].1.is_empty() => return None,
+        RouteKind::Grpc => json!({}),
+    };
     let mut header_rule = rule.clone();
     // A rule's name must be unique in its route (GEP-995).
     if let Some(o) = header_rule.as_object_mut() {
@@ -131,14 +151,11 @@ fn header_rule(rule: &Value, h: &crate::api::HeaderRoute, canary_ref: &Value) ->
         .and_then(Value::as_array)
         .filter(|m| !m.is_empty())
         .cloned()
-        .unwrap_or_else(|| vec![json!({"path": {"type": "PathPrefix", "value": "/"}})]);
+        .unwrap_or_else(|| vec![every_request]);
     let with_headers: Vec<Value> = matches
         .into_iter()
         .map(|mut m| {
-            for (field, added) in [
-                ("headers", h.header_matches()),
-                ("queryParams", h.query_param_matches()),
-            ] {
+            for (field, added) in added.iter().cloned() {
                 if added.is_empty() {
                     continue;
                 }
@@ -157,5 +174,5 @@ fn header_rule(rule: &Value, h: &crate::api::HeaderRoute, canary_ref: &Value) ->
     let mut only_canary = canary_ref.clone();
     only_canary["weight"] = json!(1);
     header_rule["backendRefs"] = json!([only_canary]);
-    header_rule
+    Some(header_rule)
 }

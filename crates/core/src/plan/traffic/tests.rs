@@ -6,6 +6,7 @@ fn routing(weights: Option<Vec<i32>>) -> TrafficRouting {
     TrafficRouting {
         gateway_api: GatewayApiRouting {
             http_routes: vec!["web".into()],
+            grpc_routes: Vec::new(),
             port: 8080,
         },
         weights,
@@ -62,6 +63,7 @@ fn view(rules: Value, stable: i32, canary: i32, accepted: Option<i64>) -> Traffi
             svc("shop-canary", &sides().canary, canary),
         ],
         routes: vec![RouteView {
+            kind: RouteKind::Http,
             name: "web".into(),
             rules,
             generation: 3,
@@ -106,7 +108,15 @@ fn settled_step(r: &TrafficRouting, want: Want, v: &TrafficView) -> TrafficStep 
 
 #[test]
 fn a_weight_puts_the_canary_beside_the_stable_service() {
-    let rules = route_rules(&user_rules(), "shop-stable", "shop-canary", 8080, 10, None).unwrap();
+    let rules = route_rules(
+        &user_rules(),
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        10,
+        None,
+    )
+    .unwrap();
     let refs = rules[0]["backendRefs"].as_array().unwrap();
     assert_eq!(refs.len(), 2);
     assert_eq!(refs[0]["name"], "shop-stable");
@@ -129,8 +139,8 @@ fn rewriting_is_a_fixpoint_and_header_rules_come_and_go() {
     let h = routing(None).header_route;
     let once = route_rules(
         &user_rules(),
-        "shop-stable",
-        "shop-canary",
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
         8080,
         25,
         h.as_ref(),
@@ -146,10 +156,26 @@ fn rewriting_is_a_fixpoint_and_header_rules_come_and_go() {
     assert_eq!(header_rule["backendRefs"][0]["name"], "shop-canary");
     assert_eq!(header_rule["matches"][0]["headers"][0]["name"], "x-canary");
     assert_eq!(header_rule["matches"][0]["path"]["value"], "/");
-    let twice = route_rules(&once, "shop-stable", "shop-canary", 8080, 25, h.as_ref()).unwrap();
+    let twice = route_rules(
+        &once,
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        25,
+        h.as_ref(),
+    )
+    .unwrap();
     assert_eq!(once, twice);
     // Without the header route, linnet's header rule goes.
-    let back = route_rules(&once, "shop-stable", "shop-canary", 8080, 0, None).unwrap();
+    let back = route_rules(
+        &once,
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        0,
+        None,
+    )
+    .unwrap();
     assert_eq!(back.as_array().unwrap().len(), 1);
     assert_eq!(current_weight(&back, "shop-stable", "shop-canary"), Some(0));
 }
@@ -161,13 +187,37 @@ fn other_rules_are_kept_and_mixed_backends_refused() {
         "matches": [{"path": {"type": "PathPrefix", "value": "/static"}}],
         "backendRefs": [{"name": "cdn", "port": 80}]
     }));
-    let out = route_rules(&rules, "shop-stable", "shop-canary", 8080, 50, None).unwrap();
+    let out = route_rules(
+        &rules,
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        50,
+        None,
+    )
+    .unwrap();
     assert_eq!(out[1], rules[1]);
     let mixed = json!([{"backendRefs": [{"name": "shop-stable"}, {"name": "legacy"}]}]);
-    let err = route_rules(&mixed, "shop-stable", "shop-canary", 8080, 50, None).unwrap_err();
+    let err = route_rules(
+        &mixed,
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        50,
+        None,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("legacy"), "{err}");
     let none = json!([{"backendRefs": [{"name": "other"}]}]);
-    let err = route_rules(&none, "shop-stable", "shop-canary", 8080, 50, None).unwrap_err();
+    let err = route_rules(
+        &none,
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        50,
+        None,
+    )
+    .unwrap_err();
     assert!(
         err.to_string().contains("point a backendRef at it"),
         "{err}"
@@ -214,7 +264,15 @@ fn services_are_applied_first_and_traffic_waits_for_endpoints() {
 #[test]
 fn a_route_at_the_weight_waits_for_the_gateway_to_accept_it() {
     let r = routing(None);
-    let rules = route_rules(&user_rules(), "shop-stable", "shop-canary", 8080, 10, None).unwrap();
+    let rules = route_rules(
+        &user_rules(),
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        10,
+        None,
+    )
+    .unwrap();
     let v = view(rules.clone(), 3, 1, Some(2));
     let step = settled_step(&r, want(10, false, 1), &v);
     assert!(step.actions.is_empty());
@@ -253,7 +311,15 @@ fn weights_default_to_the_replica_share() {
 #[test]
 fn pods_losing_traffic_wait_for_the_settle_time_from_the_change_seen() {
     let r = routing(None);
-    let rules = route_rules(&user_rules(), "shop-stable", "shop-canary", 8080, 0, None).unwrap();
+    let rules = route_rules(
+        &user_rules(),
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        0,
+        None,
+    )
+    .unwrap();
     let v = view(rules, 3, 1, Some(3));
     let settle = Want {
         settle: true,
@@ -315,7 +381,15 @@ fn pods_losing_traffic_wait_for_the_settle_time_from_the_change_seen() {
 #[test]
 fn a_canary_with_no_ready_endpoint_gives_its_traffic_back_to_stable() {
     let r = routing(Some(vec![30]));
-    let at_30 = route_rules(&user_rules(), "shop-stable", "shop-canary", 8080, 30, None).unwrap();
+    let at_30 = route_rules(
+        &user_rules(),
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        30,
+        None,
+    )
+    .unwrap();
     let v = view(at_30.clone(), 3, 0, Some(3));
     let s = settled_step(&r, want(30, true, 1), &v);
     match &s.actions[..] {
@@ -336,7 +410,15 @@ fn a_canary_with_no_ready_endpoint_gives_its_traffic_back_to_stable() {
 #[test]
 fn the_settle_time_counts_from_the_gateways_acceptance() {
     let r = routing(None);
-    let rules = route_rules(&user_rules(), "shop-stable", "shop-canary", 8080, 0, None).unwrap();
+    let rules = route_rules(
+        &user_rules(),
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        0,
+        None,
+    )
+    .unwrap();
     let settle = Want {
         settle: true,
         ..Want::stable()
@@ -384,7 +466,15 @@ fn a_header_rule_does_not_copy_the_rules_name() {
     let mut rules = user_rules();
     rules[0]["name"] = json!("main");
     let h = routing(None).header_route;
-    let out = route_rules(&rules, "shop-stable", "shop-canary", 8080, 10, h.as_ref()).unwrap();
+    let out = route_rules(
+        &rules,
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        10,
+        h.as_ref(),
+    )
+    .unwrap();
     assert_eq!(out[0].get("name"), None, "the header rule");
     assert_eq!(out[1]["name"], "main");
 }
@@ -403,7 +493,15 @@ fn a_canary_route_matches_query_parameters_and_a_cookie_beside_the_headers() {
     let mut rules = user_rules();
     rules[0]["matches"] = json!([{"path": {"type": "PathPrefix", "value": "/api"},
         "queryParams": [{"type": "Exact", "name": "v", "value": "2"}]}]);
-    let out = route_rules(&rules, "shop-stable", "shop-canary", 8080, 10, Some(&h)).unwrap();
+    let out = route_rules(
+        &rules,
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
+        8080,
+        10,
+        Some(&h),
+    )
+    .unwrap();
     let m = &out[0]["matches"][0];
     assert_eq!(m["path"]["value"], "/api", "{m}");
     assert_eq!(
@@ -423,8 +521,8 @@ fn a_canary_route_matches_query_parameters_and_a_cookie_beside_the_headers() {
     h.cookie = None;
     let out = route_rules(
         &user_rules(),
-        "shop-stable",
-        "shop-canary",
+        RouteKind::Http,
+        ("shop-stable", "shop-canary"),
         8080,
         10,
         Some(&h),
@@ -454,3 +552,6 @@ fn the_cookie_pattern_matches_the_cookie_among_others_and_nothing_like_it() {
         assert!(!pattern.is_match(no), "{no}");
     }
 }
+
+/// GRPCRoutes (issue 75).
+mod grpc;

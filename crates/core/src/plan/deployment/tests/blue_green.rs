@@ -21,6 +21,7 @@ fn blue_green(pause: PauseMode) -> Sim {
         scale_down_delay_seconds: 30,
     });
     s.traffic.routes = vec![RouteView {
+        kind: crate::api::RouteKind::Http,
         name: "web".into(),
         rules: serde_json::json!([{
             "backendRefs": [{"group": "", "kind": "Service", "name": "web-stable",

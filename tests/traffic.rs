@@ -1117,6 +1117,14 @@ async fn a_grpc_route_gets_its_weight_and_canary_route_and_an_abort_loses_no_cal
     assert_eq!(rules.as_array().unwrap().len(), 1, "{rules}");
     assert_eq!(rules[0]["matches"][0]["method"]["service"], "linnet.kv.Kv");
     assert_eq!(support::gateway::route_weights(rules), [vec![100, 0]]);
+    // The Services say their port speaks cleartext HTTP/2, as a GRPCRoute's backend must.
+    let stable = f
+        .api::<k8s_openapi::api::core::v1::Service>()
+        .get("web-stable")
+        .await
+        .unwrap();
+    let port = &stable.spec.unwrap().ports.unwrap()[0];
+    assert_eq!(port.app_protocol.as_deref(), Some("kubernetes.io/h2c"));
     f.assert_no_drift_reverted();
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }

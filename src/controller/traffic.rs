@@ -216,7 +216,13 @@ pub async fn say_if_routes_are_not_served(client: &Client) {
         .list_api_group_resources("gateway.networking.k8s.io/v1")
         .await
     {
-        Ok(list) if list.resources.iter().any(|r| r.name == "httproutes") => {}
+        Ok(list) if list.resources.iter().any(|r| r.name == "httproutes") => {
+            if !list.resources.iter().any(|r| r.name == "grpcroutes") {
+                tracing::info!(
+                    "the cluster serves HTTPRoutes but no gateway.networking.k8s.io/v1 GRPCRoutes (a Gateway API before v1.1); rollouts with trafficRouting.gatewayAPI.grpcRoutes wait for them"
+                );
+            }
+        }
         Ok(_) | Err(kube::Error::Api(_)) => tracing::info!(
             "no Gateway API (gateway.networking.k8s.io/v1 HTTPRoutes) in the cluster yet; rollouts with trafficRouting wait for their HTTPRoutes, and the agent looks again at most a minute apart"
         ),

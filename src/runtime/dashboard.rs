@@ -258,7 +258,7 @@ fn common<R: RolloutView>(o: &R, spec: Value, status: Value) -> Value {
 }
 
 fn statefulset(o: &CanaryStatefulSet) -> Value {
-    common(
+    let mut v = common(
         o,
         json!({
             "replicas": o.spec.replicas,
@@ -267,11 +267,13 @@ fn statefulset(o: &CanaryStatefulSet) -> Value {
             "steps": o.spec.steps,
         }),
         serde_json::to_value(&o.status).unwrap_or(Value::Null),
-    )
+    );
+    v["approval"] = json!(crate::plan::approval::statefulset_approval(o));
+    v
 }
 
 fn deployment(o: &CanaryDeployment) -> Value {
-    common(
+    let mut v = common(
         o,
         json!({
             "replicas": o.spec.replicas,
@@ -279,7 +281,9 @@ fn deployment(o: &CanaryDeployment) -> Value {
             "strategy": o.spec.strategy,
         }),
         serde_json::to_value(&o.status).unwrap_or(Value::Null),
-    )
+    );
+    v["approval"] = json!(crate::plan::approval::deployment_approval(o));
+    v
 }
 
 /// Every rollout the store holds, and whether it is complete.

@@ -248,3 +248,6 @@ fn check_image(image: &str) -> Option<Problem> {
     };
     Some((vec!["spec", "image"], message))
 }
+
+#[cfg(test)]
+mod approval;

@@ -38,9 +38,9 @@ function tone(r) {
   return "run";
 }
 
-function awaitsApproval(r) {
-  return (r.message || "").includes("waiting for promotion") || r.phase === "Paused";
-}
+// The approval a person gives in Git, per kind and strategy (src/inspect/approval.rs): what
+// it does, the change, and how to stop instead; null when the rollout waits for nobody.
+function awaitsApproval(r) { return !!r.approval; }
 
 function badge(r) { return h("span", { class: "badge " + tone(r) }, r.phase || "no status"); }
 
@@ -95,7 +95,8 @@ function next(r) {
   else if (t === "ok") title = "Settled: nothing to do";
   else title = "Working: linnet is moving it, nothing to do";
   let todo = null;
-  if (awaitsApproval(r)) todo = h("span", {}, "To promote, merge a change that sets ", h("code", {}, 'rollouts.linnet.dev/promote: "true"'), " on this rollout; to stop, set ", h("code", {}, 'rollouts.linnet.dev/abort: "true"'), " or put the old image back.");
+  const a = r.approval;
+  if (a) todo = h("span", {}, "To " + a.what + ": " + a.how + " (the change: ", h("code", {}, JSON.stringify(a.change)), "); " + a.abort + ".");
   return h("div", { class: "next " + t }, h("b", {}, title), r.message || "", todo ? h("div", {}, todo) : null);
 }
 

@@ -8,7 +8,8 @@ pub const SYNC: &str = "linnet";
 /// sync's: the sync never applies those objects, and a new name would leave the fields the old
 /// name applied owned by it, so a field the controller drops later would never be removed.
 pub const ROLLOUT: &str = SYNC;
-/// Traffic routing: a rollout's weights and header rule on an HTTPRoute applied from Git.
+/// Traffic routing: a rollout's weights and header rule on an HTTPRoute or GRPCRoute applied
+/// from Git.
 pub const TRAFFIC: &str = "linnet-traffic";
 /// The per-version copies of ConfigMaps and Secrets (`versionedConfig`).
 pub const CONFIG_COPIES: &str = "linnet-config";

@@ -1,6 +1,7 @@
-//! `trafficRouting`, on both rollout kinds: the Gateway API HTTPRoutes whose backends linnet
-//! weighs between the rollout's stable and canary Services, the weight of each step or batch,
-//! and a header route that sends matching requests to the canary whatever the weight.
+//! `trafficRouting`, on both rollout kinds: the Gateway API HTTPRoutes and GRPCRoutes whose
+//! backends linnet weighs between the rollout's stable and canary Services, the weight of
+//! each step or batch, and a header route that sends matching requests to the canary
+//! whatever the weight.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -44,8 +45,8 @@ pub struct GatewayApiRouting {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     pub http_routes: Vec<String>,
-    /// Names of GRPCRoutes in the rollout's namespace. The gateway speaks HTTP/2 without TLS
-    /// (h2c) to the pods behind them, unless the port's `appProtocol` says otherwise; the
+    /// Names of GRPCRoutes in the rollout's namespace. With any, the Services' port says
+    /// `appProtocol: kubernetes.io/h2c` (the gateway speaks cleartext HTTP/2 to the pods); the
     /// header route matches their headers and cookie (a gRPC request has no query).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
@@ -191,7 +192,7 @@ fn regex_escaped(text: &str) -> String {
     out
 }
 
-/// Annotation on an HTTPRoute whose rules a rollout weighs (`<Kind>/<name>`): the sync does
+/// Annotation on an HTTPRoute or GRPCRoute whose rules a rollout weighs (`<Kind>/<name>`): the sync does
 /// not count its rules as drift from Git.
 pub const TRAFFIC_ANNOTATION: &str = "rollouts.linnet.dev/traffic-of";
 

@@ -461,6 +461,16 @@ pub fn reads_abort(phase: Phase) -> bool {
     matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed)
 }
 
+/// Whether batch `n` may start without a person's approval in Git: the pause mode lets it,
+/// or `spec.currentBatch` has reached it.
+pub fn batch_allowed(spec: &CanaryDeploymentSpec, n: i32) -> bool {
+    match spec.pause {
+        PauseMode::Never => true,
+        PauseMode::First => n > 2 || spec.current_batch >= n,
+        PauseMode::All => spec.current_batch >= n,
+    }
+}
+
 mod baseline;
 pub use baseline::{BASELINE_VERSION, baseline_name, baseline_wanted};
 mod batches;

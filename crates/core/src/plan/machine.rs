@@ -322,7 +322,7 @@ pub(crate) fn elapsed(since: Option<&Time>, now: Timestamp) -> std::time::Durati
 /// Whether a promote or abort annotation with `value` acts on the canary of `canary`: the
 /// canary's image always does; `"true"` does unless it was already there when the canary
 /// started (`at_start`), when it was meant for an earlier canary.
-pub(crate) fn annotation_acts(value: Option<&str>, at_start: Option<&str>, canary: &str) -> bool {
+pub fn annotation_acts(value: Option<&str>, at_start: Option<&str>, canary: &str) -> bool {
     match value {
         Some(v) if v == canary => true,
         Some("true") => at_start != Some("true"),

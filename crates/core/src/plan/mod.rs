@@ -16,6 +16,7 @@
 
 pub mod actions;
 pub mod analysis;
+pub mod approval;
 pub mod batch;
 pub mod compare;
 pub mod config;
@@ -33,7 +34,8 @@ pub mod unmanaged;
 
 pub use actions::{Action, PlanEvent};
 pub use machine::{
-    ACTION_FAILED, ACTION_RETRYING, RolloutStatus, acting_value, mark_action_failed, set_condition,
+    ACTION_FAILED, ACTION_RETRYING, RolloutStatus, acting_value, annotation_acts,
+    mark_action_failed, set_condition,
 };
 pub use observed::Observed;
 

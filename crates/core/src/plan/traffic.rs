@@ -162,12 +162,19 @@ pub fn step_weight(routing: &TrafficRouting, index: usize, size: i32, replicas: 
     }
 }
 
-/// A Service of the rollout selecting `selector`, on the routing's port.
+/// The `appProtocol` of the Services' port: cleartext HTTP/2 when GRPCRoutes send to them
+/// (the Gateway API's way to say so; without it some gateways speak HTTP/1.1 to the pods).
+pub fn app_protocol(routing: &TrafficRouting) -> Option<&'static str> {
+    (!routing.gateway_api.grpc_routes.is_empty()).then_some("kubernetes.io/h2c")
+}
+
+/// A Service of the rollout selecting `selector`, on the routing's port (with its
+/// `appProtocol`).
 pub fn service(
     rollout: &RolloutRef,
     kind: &str,
     name: &str,
-    port: i32,
+    (port, app_protocol): (i32, Option<&str>),
     selector: &BTreeMap<String, String>,
 ) -> Service {
     let mut s = Service {
@@ -179,6 +186,7 @@ pub fn service(
                 port,
                 target_port: Some(IntOrString::Int(port)),
                 protocol: Some("TCP".into()),
+                app_protocol: app_protocol.map(str::to_string),
                 ..ServicePort::default()
             }]),
             ..ServiceSpec::default()
@@ -211,6 +219,7 @@ pub fn traffic_step(
     let stable_name = stable_service_name(&rollout.name);
     let canary_name = canary_service_name(&rollout.name);
     let mut ready = |name: &str, selector: &BTreeMap<String, String>| {
+        let port = (port, app_protocol(routing));
         ready_endpoints(view, service(rollout, kind, name, port, selector), &mut out)
     };
     let stable_ready = ready(&stable_name, &sides.stable);

@@ -207,11 +207,7 @@ impl<'a> Planner<'a> {
 
     /// May batch `n` start without (more) approval?
     pub(super) fn allowed(&self, n: i32) -> bool {
-        match self.spec().pause {
-            PauseMode::Never => true,
-            PauseMode::First => n > 2 || self.spec().current_batch >= n,
-            PauseMode::All => self.spec().current_batch >= n,
-        }
+        batch_allowed(self.spec(), n)
     }
 
     pub(super) fn batch_step(&mut self, phase: Phase) -> Next<Phase> {

@@ -50,7 +50,7 @@ fn sides() -> Sides {
 fn view(rules: Value, stable: i32, canary: i32, accepted: Option<i64>) -> TrafficView {
     let r = rollout();
     let svc = |name: &str, sel: &BTreeMap<String, String>, ready| {
-        let s = service(&r, "CanaryStatefulSet", name, 8080, sel);
+        let s = service(&r, "CanaryStatefulSet", name, (8080, None), sel);
         ServiceView {
             name: name.into(),
             applied_hash: applied(&s).cloned(),

@@ -80,6 +80,17 @@ fn an_http_and_a_grpc_route_of_the_same_name_move_together_and_each_is_waited_fo
     let mut r = routing(None);
     r.gateway_api.grpc_routes = vec!["web".into()];
     let mut v = view(user_rules(), 3, 1, Some(3));
+    // The Services as applied for GRPCRoutes: their port speaks h2c.
+    for (svc, selector) in v.services.iter_mut().zip([sides().stable, sides().canary]) {
+        let desired = service(
+            &rollout(),
+            "CanaryStatefulSet",
+            &svc.name,
+            (8080, app_protocol(&r)),
+            &selector,
+        );
+        svc.applied_hash = applied(&desired).cloned();
+    }
     let step = settled_step(&r, want(10, false, 1), &v);
     // The GRPCRoute is not there yet: the HTTPRoute moves, and the step waits for the other.
     assert_eq!(step.actions.len(), 1, "{:?}", step.actions);
@@ -119,4 +130,27 @@ fn an_http_and_a_grpc_route_of_the_same_name_move_together_and_each_is_waited_fo
         waiting.contains("waiting for the gateway to accept GRPCRoute web (generation 2)"),
         "{waiting}"
     );
+}
+
+#[test]
+fn services_behind_grpc_routes_say_their_port_speaks_cleartext_http2() {
+    let mut r = routing(None);
+    let protocol = |r: &TrafficRouting| {
+        let step = settled_step(r, want(0, false, 0), &TrafficView::default());
+        step.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ApplyService(s) => Some(
+                    s.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+                        .app_protocol
+                        .clone(),
+                ),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(protocol(&r), [None, None]);
+    r.gateway_api.grpc_routes = vec!["web".into()];
+    let h2c = Some("kubernetes.io/h2c".to_string());
+    assert_eq!(protocol(&r), [h2c.clone(), h2c]);
 }

@@ -346,16 +346,13 @@ fn a_baseline_needs_batches_and_no_traffic_routing() {
     );
     // In a flow mapping: at `strategy`, the nearest key the locator sees.
     assert_eq!((e.location.line, e.location.column), (8, 3), "{e}");
+    // With traffic routing, the routes weigh the baseline's Service as the canary's.
     let routed = batched.replace(
         "  batches: 2\n",
         "  batches: 2\n  trafficRouting:\n    gatewayAPI:\n      httpRoutes: [web]\n      port: 8080\n",
     );
-    let e = only_error(&routed);
-    assert!(
-        e.message
-            .contains("strategy.baseline does not work with trafficRouting yet"),
-        "{e}"
-    );
+    assert!(routed.contains("baseline: true"));
+    assert_eq!(load(&routed).errors, vec![]);
 }
 
 /// Issue 75: blue-green switches through the routes, so it needs trafficRouting, and has

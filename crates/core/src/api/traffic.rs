@@ -205,3 +205,8 @@ pub fn stable_service_name(rollout: &str) -> String {
 pub fn canary_service_name(rollout: &str) -> String {
     format!("{rollout}-canary")
 }
+
+/// The Service linnet makes for a CanaryDeployment's baseline pods (`strategy.baseline`).
+pub fn baseline_service_name(rollout: &str) -> String {
+    format!("{rollout}-baseline")
+}

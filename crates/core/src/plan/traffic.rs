@@ -18,7 +18,7 @@ use crate::api::{
 
 mod rules;
 use rules::has_header_rule;
-pub use rules::{RouteError, current_weight, route_rules};
+pub use rules::{RouteError, Split, baseline_weight, current_weight, route_rules, weighed_rules};
 
 /// One of the rollout's two Services, as observed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -55,6 +55,9 @@ pub struct TrafficView {
 pub struct Sides {
     pub stable: BTreeMap<String, String>,
     pub canary: BTreeMap<String, String>,
+    /// A CanaryDeployment's baseline pods (`strategy.baseline`) while a rollout has them: the
+    /// routes give their Service the canary's share (at most half), taken from the stable one.
+    pub baseline: Option<BTreeMap<String, String>>,
 }
 
 /// What a phase wants of the routes.
@@ -224,6 +227,8 @@ pub fn traffic_step(
     };
     let stable_ready = ready(&stable_name, &sides.stable);
     let canary_ready = ready(&canary_name, &sides.canary);
+    let baseline_name = crate::api::baseline_service_name(&rollout.name);
+    let baseline_ready = sides.baseline.as_ref().map(|s| ready(&baseline_name, s));
     out.now = seen_now(routing, view, (&stable_name, &canary_name), recorded, now);
     let mut weight = want.weight.clamp(0, 100);
     let mut header_on = want.header;
@@ -251,13 +256,19 @@ pub fn traffic_step(
     }
     let header = header_on.then_some(routing.header_route.as_ref()).flatten();
     let services = (stable_name.as_str(), canary_name.as_str());
+    // The baseline gets the canary's share while it has a ready pod (its pods are waited for
+    // before a batch is done), never more than half.
+    let split = Split {
+        canary: weight,
+        baseline: baseline_ready.map(|r| if r > 0 { weight.min(100 - weight) } else { 0 }),
+    };
     let mut waiting = move_routes(
         rollout,
         kind,
         routing,
         view,
         services,
-        (weight, header),
+        (split, header),
         &mut out.actions,
     );
     if let Some(why) = lost {
@@ -282,9 +293,10 @@ fn move_routes(
     routing: &TrafficRouting,
     view: &TrafficView,
     services: (&str, &str),
-    (weight, header): (i32, Option<&crate::api::HeaderRoute>),
+    (split, header): (Split, Option<&crate::api::HeaderRoute>),
     actions: &mut Vec<Action>,
 ) -> Vec<String> {
+    let weight = split.canary;
     let owner = format!("{kind}/{}", rollout.name);
     let port = routing.gateway_api.port;
     let mut waiting = Vec::new();
@@ -301,7 +313,7 @@ fn move_routes(
             ));
             continue;
         };
-        match route_update(route, services, port, (weight, header), &owner) {
+        match route_update(route, services, port, (split, header), &owner) {
             RouteChange::Update(update) => {
                 waiting.push(format!(
                     "setting {} {name} to {weight}% canary",
@@ -382,12 +394,12 @@ fn route_update(
     route: &RouteView,
     (stable_name, canary_name): (&str, &str),
     port: i32,
-    (weight, header): (i32, Option<&crate::api::HeaderRoute>),
+    (split, header): (Split, Option<&crate::api::HeaderRoute>),
     owner: &str,
 ) -> RouteChange {
     let (kind, name) = (route.kind, &route.name);
     let sides = (stable_name, canary_name);
-    let rules = match route_rules(&route.rules, kind, sides, port, weight, header) {
+    let rules = match weighed_rules(&route.rules, kind, sides, port, split, header) {
         Ok(rules) => rules,
         Err(why) => return RouteChange::Waiting(format!("{} {name}: {why}", kind.kind())),
     };
@@ -408,6 +420,16 @@ fn route_update(
         ));
     }
     RouteChange::AtWeight
+}
+
+/// How long the gateway is still given to apply the routes changed at `since` (None: no
+/// time left, or no change seen accepted yet).
+pub fn settle_left(
+    routing: &TrafficRouting,
+    since: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<std::time::Duration> {
+    since.and_then(|since| settling(routing, Some(since), now).map(|(_, left)| left))
 }
 
 /// How long the gateway is still given to apply the routes, counted from `since`.

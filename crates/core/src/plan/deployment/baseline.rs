@@ -47,15 +47,22 @@ impl<'a> Planner<'a> {
         })
     }
 
+    /// Whether the rollout is under way with a baseline it asks for: its pods stay, and the
+    /// routes (with traffic routing) weigh them.
+    pub(super) fn baseline_under_way(&self) -> bool {
+        matches!(self.st.phase, Some(Phase::Progressing | Phase::Paused))
+            && self.st.current_batch.is_some()
+            && baseline_wanted(self.spec())
+    }
+
     /// Deletes the baseline, before anything else, unless the rollout is under way with one:
-    /// a rollout that ended, rolled back, or no longer asks for one.
+    /// a rollout that ended, rolled back, or no longer asks for one. With traffic routing,
+    /// only once no route gives its Service requests and the gateway had the settle time.
     pub(super) fn retire_baseline(&mut self) {
         let Some(baseline) = self.o.baseline.as_ref() else {
             return;
         };
-        let under_way = matches!(self.st.phase, Some(Phase::Progressing | Phase::Paused))
-            && self.st.current_batch.is_some();
-        if under_way && baseline_wanted(self.spec()) {
+        if self.baseline_under_way() || self.baseline_routed() {
             return;
         }
         let delete = Action::DeleteDeployment {
@@ -65,6 +72,35 @@ impl<'a> Planner<'a> {
         // come on top of them.
         if !self.actions.contains(&delete) {
             self.actions.insert(0, delete);
+        }
+    }
+
+    /// Whether the routes may still send the baseline requests: a route gives its Service a
+    /// share, or the last change of the routes is younger than the settle time (then a
+    /// recheck is asked for).
+    fn baseline_routed(&mut self) -> bool {
+        let Some(routing) = self.r.spec.traffic_routing.as_deref() else {
+            return false;
+        };
+        let name = self.name();
+        let (stable, canary) = (
+            crate::api::stable_service_name(name),
+            crate::api::canary_service_name(name),
+        );
+        let weighed = self.o.traffic.routes.iter().any(|r| {
+            crate::plan::traffic::baseline_weight(&r.rules, &stable, &canary).unwrap_or(0) > 0
+        });
+        if weighed {
+            return true;
+        }
+        use crate::plan::traffic::TrafficRecord as _;
+        match crate::plan::traffic::settle_left(routing, self.st.recorded().since, self.now) {
+            Some(left) => {
+                let after = left + std::time::Duration::from_millis(100);
+                self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+                true
+            }
+            None => false,
         }
     }
 }

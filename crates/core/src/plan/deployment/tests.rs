@@ -559,4 +559,6 @@ mod rollback;
 
 mod baseline;
 
+mod baseline_traffic;
+
 mod blue_green;

@@ -38,6 +38,12 @@ impl<'a> Planner<'a> {
         Sides {
             stable: self.version_pods(&stable),
             canary: self.version_pods(&canary),
+            baseline: self.baseline_under_way().then(|| {
+                BTreeMap::from([
+                    (ROLLOUT_LABEL.to_string(), self.name().to_string()),
+                    (VERSION_LABEL.to_string(), BASELINE_VERSION.to_string()),
+                ])
+            }),
         }
     }
 

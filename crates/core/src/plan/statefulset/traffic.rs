@@ -27,6 +27,7 @@ impl<'a> Planner<'a> {
             return Sides {
                 stable: pods(Role::Stable),
                 canary: pods(Role::Canary),
+                baseline: None,
             };
         }
         let set = self.o.stable.as_ref();
@@ -40,6 +41,7 @@ impl<'a> Planner<'a> {
         Sides {
             stable: of(set.and_then(|s| s.current_revision.as_ref())),
             canary: of(set.and_then(|s| s.update_revision.as_ref())),
+            baseline: None,
         }
     }
 

@@ -22,24 +22,46 @@ fn is_service(backend: &Value, name: &str) -> bool {
         && s("kind").unwrap_or("Service") == "Service"
 }
 
+/// The baseline Service of the rollout whose stable Service is `stable`
+/// (`<rollout>-stable` → `<rollout>-baseline`): linnet's own backend, never another's.
+fn baseline_of(stable: &str) -> String {
+    let rollout = stable.strip_suffix("-stable").unwrap_or(stable);
+    crate::api::baseline_service_name(rollout)
+}
+
 fn backends(rule: &Value) -> &[Value] {
     rule.get("backendRefs")
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
 }
 
-/// The canary's weight in `rules`: its share in the first rule that weighs the two.
+/// The canary's weight in `rules`: its share in the first rule that weighs it against the
+/// stable Service (and the baseline's, when it has that backend too).
 pub fn current_weight(rules: &Value, stable: &str, canary: &str) -> Option<i32> {
+    share_of(rules, (stable, canary), canary)
+}
+
+/// The baseline Service's share in the same rule; 0 without a baseline backend.
+pub fn baseline_weight(rules: &Value, stable: &str, canary: &str) -> Option<i32> {
+    share_of(rules, (stable, canary), &baseline_of(stable))
+}
+
+/// The share of Service `of` among the rollout's own backends in the first rule that sends to
+/// its stable Service.
+fn share_of(rules: &Value, (stable, canary): (&str, &str), of: &str) -> Option<i32> {
     let weight = |b: &Value| b.get("weight").and_then(Value::as_i64).unwrap_or(1);
+    let baseline = baseline_of(stable);
     rules.as_array()?.iter().find_map(|rule| {
         let refs = backends(rule);
-        let s = refs.iter().find(|b| is_service(b, stable))?;
-        let c = refs
-            .iter()
-            .find(|b| is_service(b, canary))
-            .map_or(0, weight);
-        let total = weight(s) + c;
-        (total > 0).then(|| ((c * 100 + total / 2) / total) as i32)
+        refs.iter().find(|b| is_service(b, stable))?;
+        let ours = |b: &&Value| {
+            [stable, canary, baseline.as_str()]
+                .iter()
+                .any(|n| is_service(b, n))
+        };
+        let total: i64 = refs.iter().filter(ours).map(weight).sum();
+        let part: i64 = refs.iter().filter(|b| is_service(b, of)).map(weight).sum();
+        (total > 0).then(|| ((part * 100 + total / 2) / total) as i32)
     })
 }
 
@@ -67,11 +89,39 @@ pub enum RouteError {
 pub fn route_rules(
     rules: &Value,
     kind: RouteKind,
-    (stable, canary): (&str, &str),
+    names: (&str, &str),
     port: i32,
     weight: i32,
     header: Option<&HeaderRoute>,
 ) -> Result<Value, RouteError> {
+    let split = Split {
+        canary: weight,
+        baseline: None,
+    };
+    weighed_rules(rules, kind, names, port, split, header)
+}
+
+/// What a weighed rule sends where, in percent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    pub canary: i32,
+    /// The baseline Service's share (`strategy.baseline`), taken from the stable one's; None
+    /// leaves the baseline out of the rules (and takes out a baseline backend left there).
+    pub baseline: Option<i32>,
+}
+
+/// [`route_rules`] with a [`Split`]: the stable Service gets what the canary and the
+/// baseline do not.
+pub fn weighed_rules(
+    rules: &Value,
+    kind: RouteKind,
+    (stable, canary): (&str, &str),
+    port: i32,
+    split: Split,
+    header: Option<&HeaderRoute>,
+) -> Result<Value, RouteError> {
+    let baseline = baseline_of(stable);
+    let weight = split.canary;
     let rules = rules.as_array().map_or(&[][..], Vec::as_slice);
     let mut out = Vec::with_capacity(rules.len() + 1);
     let mut weighed = 0;
@@ -86,7 +136,7 @@ pub fn route_rules(
         };
         if let Some(other) = refs
             .iter()
-            .find(|b| !is_service(b, stable) && !is_service(b, canary))
+            .find(|b| !is_service(b, stable) && !is_service(b, canary) && !is_service(b, &baseline))
         {
             return Err(RouteError::MixedBackends {
                 rule: i + 1,
@@ -101,17 +151,26 @@ pub fn route_rules(
         weighed += 1;
         let mut stable_ref = base.clone();
         stable_ref["port"] = json!(port);
-        stable_ref["weight"] = json!(100 - weight);
+        let baseline_weight = split.baseline.unwrap_or(0);
+        stable_ref["weight"] = json!((100 - weight - baseline_weight).max(0));
         let mut canary_ref = stable_ref.clone();
         canary_ref["name"] = json!(canary);
         canary_ref["weight"] = json!(weight);
+        let baseline_ref = split.baseline.map(|w| {
+            let mut b = canary_ref.clone();
+            b["name"] = json!(baseline);
+            b["weight"] = json!(w);
+            b
+        });
         if let Some(h) = header
             && let Some(header_rule) = header_rule(rule, kind, h, &canary_ref)
         {
             out.push(header_rule);
         }
         let mut rule = rule.clone();
-        rule["backendRefs"] = json!([stable_ref, canary_ref]);
+        let mut refs = vec![stable_ref, canary_ref];
+        refs.extend(baseline_ref);
+        rule["backendRefs"] = Value::Array(refs);
         out.push(rule);
     }
     if weighed == 0 {

@@ -43,6 +43,7 @@ fn sides() -> Sides {
     Sides {
         stable: BTreeMap::from([("v".into(), "1".into())]),
         canary: BTreeMap::from([("v".into(), "2".into())]),
+        baseline: None,
     }
 }
 

@@ -1128,3 +1128,108 @@ async fn a_grpc_route_gets_its_weight_and_canary_route_and_an_abort_loses_no_cal
     f.assert_no_drift_reverted();
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }
+
+/// `web` with baseline pods (issue 75).
+fn web_baseline(ns: &str, patch: Value) -> Value {
+    let mut spec = web_with(ns, patch);
+    spec["spec"]["strategy"]["baseline"] = json!(true);
+    spec
+}
+
+/// Issue 75: baseline pods with traffic routing, on the real node. At batch 1 (weight 30)
+/// the route sends 30 % to the canary's pods, 30 % to the baseline's (pods of the stable
+/// image, started with the batch) and the rest to the stable version's, each counted by the
+/// pod that answered; an abort under load loses no request and the baseline's pods go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baseline_pods_get_the_canarys_share_and_an_abort_loses_no_request() {
+    let Some((mut f, gateway)) = on_the_real_node("traffic-baseline", "web", web_baseline).await
+    else {
+        return;
+    };
+    let converger = Converger::start(
+        &gateway,
+        &f.admin,
+        &f.ns.name,
+        "web",
+        &["web-stable", "web-canary", "web-baseline"],
+    );
+    let (old, new) = ("linnet.test/kv:v1", "linnet.test/kv:v2");
+    f.wait_for("Completed at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, old).await;
+
+    f.patch_spec(json!({"image": new}));
+    wait_paused_at_30(&f).await;
+    wait_running(&gateway, &f, "web", &[vec![1], vec![40, 30, 30]]).await;
+    assert!(
+        gateway
+            .runs_endpoints_of(&f.admin, &f.ns.name, "web-baseline")
+            .await,
+        "the gateway runs the baseline's pods"
+    );
+    let deployments = f
+        .api::<k8s_openapi::api::apps::v1::Deployment>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let canary = deployments
+        .items
+        .iter()
+        .find(|d| {
+            let image = d.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+            image.is_some_and(|p| p.containers[0].image.as_deref() == Some(new))
+        })
+        .and_then(|d| d.metadata.name.clone())
+        .unwrap();
+    // Who answered: /id is the pod's name (and its volume's first owner).
+    let n = 1200;
+    let t = send(&format!("{}id", gateway.url()), n, &[]).await;
+    assert_eq!(
+        t.total_failed(),
+        0,
+        "{t:?}\n{}",
+        gateway.failed_requests(10)
+    );
+    let by = |prefix: &str| -> usize {
+        t.ok.iter()
+            .filter(|(pod, _)| pod.starts_with(prefix))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    let (to_canary, to_baseline) = (by(&format!("{canary}-")), by("web-baseline-"));
+    assert!(
+        within_binomial(to_canary, n, 30) && within_binomial(to_baseline, n, 30),
+        "{to_canary} of {n} to the canary and {to_baseline} to the baseline at 30 % each: {t:?}"
+    );
+
+    // Abort under load: the canary's and the baseline's shares back to stable before their
+    // pods stop.
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, old).await;
+    support::eventually(
+        "the baseline's Deployment deleted",
+        Duration::from_secs(60),
+        || async {
+            let d = f.api::<k8s_openapi::api::apps::v1::Deployment>();
+            d.get_opt("web-baseline")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    stop_without_a_failed_request(load, &gateway, "during the rollback with a baseline");
+    f.assert_no_drift_reverted();
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}

@@ -286,7 +286,9 @@ async fn observe(
         .map(|i| deployments.remove(i));
     let traffic = match rollout.spec.traffic_routing.as_deref() {
         Some(routing) => {
-            super::traffic::observe_traffic(&shared.ctx.client, ns, &name, routing).await?
+            let with_baseline = rollout.spec.strategy.baseline;
+            super::traffic::observe_traffic(&shared.ctx.client, ns, &name, routing, with_baseline)
+                .await?
         }
         None => Default::default(),
     };

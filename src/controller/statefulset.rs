@@ -278,7 +278,8 @@ async fn observe(
         config: Default::default(),
     };
     if let Some(routing) = rollout.spec.traffic_routing.as_deref() {
-        observed.traffic = super::traffic::observe_traffic(client, ns, &name, routing).await?;
+        observed.traffic =
+            super::traffic::observe_traffic(client, ns, &name, routing, false).await?;
     }
     if with_pods && crate::plan::statefulset::has_pods(&observed) {
         let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));

@@ -33,14 +33,19 @@ pub async fn observe_traffic(
     ns: &str,
     rollout: &str,
     routing: &TrafficRouting,
+    with_baseline: bool,
 ) -> Result<TrafficView, ReconcileError> {
-    let names = [stable_service_name(rollout), canary_service_name(rollout)];
+    // The baseline's Service too, for a CanaryDeployment with `strategy.baseline`.
+    let mut names = vec![stable_service_name(rollout), canary_service_name(rollout)];
+    if with_baseline {
+        names.push(crate::api::baseline_service_name(rollout));
+    }
     let services = Api::<Service>::namespaced(client.clone(), ns);
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!(
-            "{SERVICE_NAME_LABEL} in ({},{})",
-            names[0], names[1]
-        )))
+        .list(
+            &ListParams::default()
+                .labels(&format!("{SERVICE_NAME_LABEL} in ({})", names.join(","))),
+        )
         .await
         .doing(|| format!("listing the EndpointSlices of {ns}/{rollout}'s Services"))?;
     let mut view = TrafficView::default();

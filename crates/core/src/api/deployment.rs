@@ -356,8 +356,12 @@ pub struct CanaryDeploymentStatus {
     /// Whether the routes send requests matching `trafficRouting.headerRoute` to the canary.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub header_routed: bool,
-    /// When the routes last changed (weight or header route), as observed: pods that lose
-    /// their traffic are stopped only `settleSeconds` after it.
+    /// Percent of the routes' requests the baseline's Service gets (`strategy.baseline` with
+    /// `trafficRouting`), as the routes say now; absent when they give it none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_weight: Option<i32>,
+    /// When the routes last changed (weight, baseline share or header route), as observed:
+    /// pods that lose their traffic are stopped only `settleSeconds` after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_since: Option<Time>,
     /// With `versionedConfig`: the ConfigMap and Secret copies each image's pods mount.

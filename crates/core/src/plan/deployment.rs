@@ -221,7 +221,6 @@ impl Machine for Planner<'_> {
             .collect();
         super::config::retain(&mut versions, &keep);
         self.st.version_config = versions;
-        self.retire_baseline();
         Planner::finish(self, message)
     }
 }

@@ -58,6 +58,10 @@ pub struct Sides {
     /// A CanaryDeployment's baseline pods (`strategy.baseline`) while a rollout has them: the
     /// routes give their Service the canary's share (at most half), taken from the stable one.
     pub baseline: Option<BTreeMap<String, String>>,
+    /// Whether the kind has a baseline Service (a CanaryDeployment): a `<name>-baseline`
+    /// backend in a rule is then linnet's, taken out when `baseline` is None. For the other
+    /// kind it is someone else's backend, and the rule is not weighed.
+    pub baseline_service: bool,
 }
 
 /// What a phase wants of the routes.
@@ -86,42 +90,8 @@ impl Want {
     }
 }
 
-/// What the rollout's status recorded of the routes.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Recorded {
-    pub weight: Option<i32>,
-    pub header: bool,
-    pub since: Option<Timestamp>,
-}
-
-/// A rollout status's record of its routes: both kinds keep the same three fields.
-pub trait TrafficRecord {
-    fn recorded(&self) -> Recorded;
-    fn record(&mut self, now: Recorded);
-}
-
-macro_rules! traffic_record {
-    ($status:ty) => {
-        impl TrafficRecord for $status {
-            fn recorded(&self) -> Recorded {
-                Recorded {
-                    weight: self.canary_weight,
-                    header: self.header_routed,
-                    since: self.traffic_since.as_ref().map(|t| t.0),
-                }
-            }
-            fn record(&mut self, now: Recorded) {
-                self.canary_weight = now.weight;
-                self.header_routed = now.header;
-                self.traffic_since = now
-                    .since
-                    .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
-            }
-        }
-    };
-}
-traffic_record!(crate::api::CanaryStatefulSetStatus);
-traffic_record!(crate::api::CanaryDeploymentStatus);
+mod record;
+pub use record::{Recorded, TrafficRecord};
 
 /// Finishes a plan's traffic, for both kinds: the traffic actions of phases the plan left
 /// behind give way to `step`'s (the routes moved to what the phase it stopped in asks), and
@@ -229,7 +199,9 @@ pub fn traffic_step(
     let canary_ready = ready(&canary_name, &sides.canary);
     let baseline_name = crate::api::baseline_service_name(&rollout.name);
     let baseline_ready = sides.baseline.as_ref().map(|s| ready(&baseline_name, s));
-    out.now = seen_now(routing, view, (&stable_name, &canary_name), recorded, now);
+    let with_baseline = sides.baseline_service;
+    let names = (stable_name.as_str(), canary_name.as_str(), with_baseline);
+    out.now = seen_now(routing, view, names, recorded, now);
     let mut weight = want.weight.clamp(0, 100);
     let mut header_on = want.header;
     let to_canary = weight > 0 || header_on;
@@ -256,11 +228,11 @@ pub fn traffic_step(
     }
     let header = header_on.then_some(routing.header_route.as_ref()).flatten();
     let services = (stable_name.as_str(), canary_name.as_str());
-    // The baseline gets the canary's share while it has a ready pod (its pods are waited for
-    // before a batch is done), never more than half.
+    let baseline =
+        with_baseline.then(|| baseline_ready.map(|r| baseline_share(weight, r, need_canary)));
     let split = Split {
         canary: weight,
-        baseline: baseline_ready.map(|r| if r > 0 { weight.min(100 - weight) } else { 0 }),
+        baseline,
     };
     let mut waiting = move_routes(
         rollout,
@@ -328,6 +300,16 @@ fn move_routes(
     waiting
 }
 
+/// The baseline's share at canary weight `weight`: the canary's (never more than half) once
+/// it has as many ready pods as the canary needs (`need`); until then, none.
+fn baseline_share(weight: i32, ready: i32, need: i32) -> i32 {
+    if ready >= need {
+        weight.min(100 - weight)
+    } else {
+        0
+    }
+}
+
 /// The ready endpoints of the Service `desired` as it is applied; 0, and an apply, if it is
 /// not yet as desired.
 fn ready_endpoints(view: &TrafficView, desired: Service, out: &mut TrafficStep) -> i32 {
@@ -347,7 +329,7 @@ fn ready_endpoints(view: &TrafficView, desired: Service, out: &mut TrafficStep) 
 fn seen_now(
     routing: &TrafficRouting,
     view: &TrafficView,
-    (stable_name, canary_name): (&str, &str),
+    (stable_name, canary_name, with_baseline): (&str, &str, bool),
     recorded: Recorded,
     now: Timestamp,
 ) -> Recorded {
@@ -360,6 +342,15 @@ fn seen_now(
     let first = view.routes.iter().find(named);
     let weight = first.and_then(|r| current_weight(&r.rules, stable_name, canary_name));
     let header = first.is_some_and(|r| has_header_rule(&r.rules, canary_name));
+    // Any route's baseline share (most): removing it restarts the settle clock as well.
+    let baseline = view
+        .routes
+        .iter()
+        .filter(|_| with_baseline)
+        .filter(named)
+        .filter_map(|r| rules::baseline_weight(&r.rules, stable_name, canary_name))
+        .max()
+        .filter(|w| *w > 0);
     let accepted = routing.gateway_api.routes().all(|(kind, name)| {
         view.routes
             .iter()
@@ -368,12 +359,18 @@ fn seen_now(
     });
     let since = match recorded.since {
         _ if !accepted => None,
-        Some(t) if (weight, header) == (recorded.weight, recorded.header) => Some(t),
+        Some(t)
+            if (weight, header, baseline)
+                == (recorded.weight, recorded.header, recorded.baseline) =>
+        {
+            Some(t)
+        }
         _ => Some(now),
     };
     Recorded {
         weight,
         header,
+        baseline,
         since,
     }
 }

@@ -75,9 +75,10 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Whether the routes may still send the baseline requests: a route gives its Service a
-    /// share, or the last change of the routes is younger than the settle time (then a
-    /// recheck is asked for).
+    /// Whether the routes may still send the baseline requests: a route (as observed before
+    /// this plan's writes) gives its Service a share, the gateway has not accepted the routes
+    /// as they are, or their last change (the baseline's share counts) is younger than the
+    /// settle time (then a recheck is asked for). Runs after the plan recorded the routes.
     fn baseline_routed(&mut self) -> bool {
         let Some(routing) = self.r.spec.traffic_routing.as_deref() else {
             return false;
@@ -93,8 +94,16 @@ impl<'a> Planner<'a> {
         if weighed {
             return true;
         }
+        if self.o.traffic.routes.is_empty() {
+            // No route of the rollout's is there to send it anything.
+            return false;
+        }
         use crate::plan::traffic::TrafficRecord as _;
-        match crate::plan::traffic::settle_left(routing, self.st.recorded().since, self.now) {
+        let Some(since) = self.st.recorded().since else {
+            // Not accepted as they are yet: the settle time has not begun.
+            return true;
+        };
+        match crate::plan::traffic::settle_left(routing, Some(since), self.now) {
             Some(left) => {
                 let after = left + std::time::Duration::from_millis(100);
                 self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));

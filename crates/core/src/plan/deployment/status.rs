@@ -26,6 +26,9 @@ impl<'a> Planner<'a> {
         }
         self.st.observed_generation = self.r.generation;
         self.settle_traffic();
+        // After the routes are recorded as seen now: the baseline's retirement counts the
+        // settle time from them.
+        self.retire_baseline();
         self.st.source_revision = self.r.source_revision.clone();
         self.st.image_source = super::super::image_tags::image_source(
             &self.r.spec.image,

@@ -335,12 +335,15 @@ impl Sim {
         if self.spec.strategy.type_ == Strategy::BlueGreen {
             return 2 * total;
         }
-        // The baseline's pods are extra: as many as the batch's new ones.
+        // The baseline's pods are extra: as many as the batch's new ones; one no longer asked
+        // for stays (with traffic routing) until the gateway had the settle time.
         let baseline = if baseline_wanted(&self.spec) {
             let n = self.status.current_batch.unwrap_or(m).clamp(1, m);
             batch::target(total, m, n)
         } else {
-            0
+            self.deployments
+                .get("web-baseline")
+                .map_or(0, |d| d.replicas)
         };
         baseline + self.versions_bound(total, m)
     }

@@ -44,6 +44,7 @@ impl<'a> Planner<'a> {
                     (VERSION_LABEL.to_string(), BASELINE_VERSION.to_string()),
                 ])
             }),
+            baseline_service: true,
         }
     }
 

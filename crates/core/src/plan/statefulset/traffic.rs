@@ -28,6 +28,7 @@ impl<'a> Planner<'a> {
                 stable: pods(Role::Stable),
                 canary: pods(Role::Canary),
                 baseline: None,
+                baseline_service: false,
             };
         }
         let set = self.o.stable.as_ref();
@@ -42,6 +43,7 @@ impl<'a> Planner<'a> {
             stable: of(set.and_then(|s| s.current_revision.as_ref())),
             canary: of(set.and_then(|s| s.update_revision.as_ref())),
             baseline: None,
+            baseline_service: false,
         }
     }
 

@@ -105,9 +105,11 @@ pub fn route_rules(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Split {
     pub canary: i32,
-    /// The baseline Service's share (`strategy.baseline`), taken from the stable one's; None
-    /// leaves the baseline out of the rules (and takes out a baseline backend left there).
-    pub baseline: Option<i32>,
+    /// For a kind with a baseline Service (a CanaryDeployment): `Some(Some(share))` weighs it,
+    /// taken from the stable Service's share; `Some(None)` leaves it out (and takes out a
+    /// baseline backend left there). `None`: the kind has none, and a `<name>-baseline`
+    /// backend is someone else's.
+    pub baseline: Option<Option<i32>>,
 }
 
 /// [`route_rules`] with a [`Split`]: the stable Service gets what the canary and the
@@ -120,7 +122,11 @@ pub fn weighed_rules(
     split: Split,
     header: Option<&HeaderRoute>,
 ) -> Result<Value, RouteError> {
-    let baseline = baseline_of(stable);
+    // A name no Service has: nothing matches it.
+    let baseline = match split.baseline {
+        Some(_) => baseline_of(stable),
+        None => String::new(),
+    };
     let weight = split.canary;
     let rules = rules.as_array().map_or(&[][..], Vec::as_slice);
     let mut out = Vec::with_capacity(rules.len() + 1);
@@ -151,12 +157,12 @@ pub fn weighed_rules(
         weighed += 1;
         let mut stable_ref = base.clone();
         stable_ref["port"] = json!(port);
-        let baseline_weight = split.baseline.unwrap_or(0);
+        let baseline_weight = split.baseline.flatten().unwrap_or(0);
         stable_ref["weight"] = json!((100 - weight - baseline_weight).max(0));
         let mut canary_ref = stable_ref.clone();
         canary_ref["name"] = json!(canary);
         canary_ref["weight"] = json!(weight);
-        let baseline_ref = split.baseline.map(|w| {
+        let baseline_ref = split.baseline.flatten().map(|w| {
             let mut b = canary_ref.clone();
             b["name"] = json!(baseline);
             b["weight"] = json!(w);

@@ -44,6 +44,7 @@ fn sides() -> Sides {
         stable: BTreeMap::from([("v".into(), "1".into())]),
         canary: BTreeMap::from([("v".into(), "2".into())]),
         baseline: None,
+        baseline_service: false,
     }
 }
 
@@ -93,6 +94,7 @@ fn settled_step(r: &TrafficRouting, want: Want, v: &TrafficView) -> TrafficStep 
     let recorded = Recorded {
         weight: first.and_then(|r| current_weight(&r.rules, "shop-stable", "shop-canary")),
         header: first.is_some_and(|r| has_header_rule(&r.rules, "shop-canary")),
+        baseline: None,
         since: Some("2026-11-27T09:00:00Z".parse().unwrap()),
     };
     traffic_step(
@@ -330,6 +332,7 @@ fn pods_losing_traffic_wait_for_the_settle_time_from_the_change_seen() {
     let recorded = Recorded {
         weight: Some(20),
         header: false,
+        baseline: None,
         since: Some("2026-11-27T09:00:00Z".parse().unwrap()),
     };
     let s = traffic_step(
@@ -427,6 +430,7 @@ fn the_settle_time_counts_from_the_gateways_acceptance() {
     let recorded = Recorded {
         weight: Some(20),
         header: false,
+        baseline: None,
         since: Some("2026-11-27T09:00:00Z".parse().unwrap()),
     };
     // Written, not accepted yet: no start.
@@ -556,3 +560,6 @@ fn the_cookie_pattern_matches_the_cookie_among_others_and_nothing_like_it() {
 
 /// GRPCRoutes (issue 75).
 mod grpc;
+
+/// The baseline's Service (issue 75).
+mod baseline;

@@ -50,6 +50,12 @@ fn endpoints(s: &Sim, service: &str) -> i32 {
 /// Runs until `done`, checking at every tick that each Service the route gives requests to has
 /// ready pods, and that the baseline's pods outlive their last share by the settle time.
 fn run_checked(s: &mut Sim, what: &str, done: impl Fn(&Sim) -> bool) {
+    run_gateway(s, what, false, done)
+}
+
+/// [`run_checked`], with a gateway that accepts each route change a tick after it is written
+/// (`slow`).
+fn run_gateway(s: &mut Sim, what: &str, slow: bool, done: impl Fn(&Sim) -> bool) {
     let mut last_share = None;
     for _ in 0..300 {
         if done(s) {
@@ -59,6 +65,7 @@ fn run_checked(s: &mut Sim, what: &str, done: impl Fn(&Sim) -> bool) {
         if split(s).1 > 0 {
             last_share = Some(s.now);
         }
+        let before = s.traffic.routes[0].generation;
         s.reconcile();
         let (canary, baseline) = split(s);
         if !s.deployments.contains_key("web-baseline")
@@ -71,7 +78,11 @@ fn run_checked(s: &mut Sim, what: &str, done: impl Fn(&Sim) -> bool) {
             );
             last_share = None;
         }
+        let written = s.traffic.routes[0].generation;
         s.tick();
+        if slow && written > before {
+            s.traffic.routes[0].accepted_generation = Some(before);
+        }
         for (service, share) in [("web-canary", canary), ("web-baseline", baseline)] {
             if share > 0 {
                 assert!(
@@ -154,4 +165,49 @@ fn an_abort_takes_the_baseline_s_share_back_before_its_pods_go() {
     });
     assert_eq!(split(&s), (0, 0));
     assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
+}
+
+/// Found by review: an abort long after the last route change, and a gateway slow to accept
+/// the change, deleted the baseline as the routes took its share away.
+#[test]
+fn an_abort_long_after_the_pause_still_gives_the_gateway_its_settle_time() {
+    for slow in [false, true] {
+        let mut s = routed_baseline();
+        s.spec.image = "web:2".into();
+        run_checked(&mut s, "Paused after batch 1", |s| {
+            s.phase() == Some(Phase::Paused) && split(s) == (30, 30)
+        });
+        for _ in 0..20 {
+            s.reconcile();
+            s.tick();
+        }
+        s.abort = Some("true".into());
+        run_gateway(&mut s, "the baseline gone", slow, |s| {
+            !s.deployments.contains_key("web-baseline")
+        });
+        assert_eq!(split(&s), (0, 0));
+    }
+}
+
+/// Found by review: Git turning the baseline off mid-rollout takes only its share away (the
+/// canary's stays); its pods still wait for the settle time.
+#[test]
+fn a_baseline_turned_off_mid_rollout_waits_for_the_settle_time_too() {
+    for slow in [false, true] {
+        let mut s = routed_baseline();
+        s.spec.image = "web:2".into();
+        run_checked(&mut s, "Paused after batch 1", |s| {
+            s.phase() == Some(Phase::Paused) && split(s) == (30, 30)
+        });
+        for _ in 0..20 {
+            s.reconcile();
+            s.tick();
+        }
+        s.spec.strategy.baseline = false;
+        run_gateway(&mut s, "the baseline gone", slow, |s| {
+            !s.deployments.contains_key("web-baseline")
+        });
+        assert_eq!(split(&s), (30, 0), "the canary keeps its share");
+        assert_eq!(s.phase(), Some(Phase::Paused));
+    }
 }

@@ -167,20 +167,27 @@ fn an_abort_takes_the_baseline_s_share_back_before_its_pods_go() {
     assert_eq!(s.by_image(), BTreeMap::from([("web:1".into(), 4)]));
 }
 
+/// A rollout paused after batch 1 (30 % to the canary and to the baseline) for 20 s more,
+/// longer than the settle time: the routes' last change is old.
+fn paused_long_at_batch_1() -> Sim {
+    let mut s = routed_baseline();
+    s.spec.image = "web:2".into();
+    run_checked(&mut s, "Paused after batch 1", |s| {
+        s.phase() == Some(Phase::Paused) && split(s) == (30, 30)
+    });
+    for _ in 0..20 {
+        s.reconcile();
+        s.tick();
+    }
+    s
+}
+
 /// Found by review: an abort long after the last route change, and a gateway slow to accept
 /// the change, deleted the baseline as the routes took its share away.
 #[test]
 fn an_abort_long_after_the_pause_still_gives_the_gateway_its_settle_time() {
     for slow in [false, true] {
-        let mut s = routed_baseline();
-        s.spec.image = "web:2".into();
-        run_checked(&mut s, "Paused after batch 1", |s| {
-            s.phase() == Some(Phase::Paused) && split(s) == (30, 30)
-        });
-        for _ in 0..20 {
-            s.reconcile();
-            s.tick();
-        }
+        let mut s = paused_long_at_batch_1();
         s.abort = Some("true".into());
         run_gateway(&mut s, "the baseline gone", slow, |s| {
             !s.deployments.contains_key("web-baseline")
@@ -194,15 +201,7 @@ fn an_abort_long_after_the_pause_still_gives_the_gateway_its_settle_time() {
 #[test]
 fn a_baseline_turned_off_mid_rollout_waits_for_the_settle_time_too() {
     for slow in [false, true] {
-        let mut s = routed_baseline();
-        s.spec.image = "web:2".into();
-        run_checked(&mut s, "Paused after batch 1", |s| {
-            s.phase() == Some(Phase::Paused) && split(s) == (30, 30)
-        });
-        for _ in 0..20 {
-            s.reconcile();
-            s.tick();
-        }
+        let mut s = paused_long_at_batch_1();
         s.spec.strategy.baseline = false;
         run_gateway(&mut s, "the baseline gone", slow, |s| {
             !s.deployments.contains_key("web-baseline")

@@ -1233,3 +1233,168 @@ async fn baseline_pods_get_the_canarys_share_and_an_abort_loses_no_request() {
     f.assert_no_drift_reverted();
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }
+
+/// The user's Service `name` for `web`'s pods (all versions: linnet adds the version).
+fn web_service(ns: &str, name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": PORT}]},
+    })
+}
+
+/// The version label Service `name` selects.
+async fn selected_version(f: &Fixture, name: &str) -> Option<String> {
+    let svc = f
+        .api::<k8s_openapi::api::core::v1::Service>()
+        .get(name)
+        .await
+        .ok()?;
+    svc.spec?
+        .selector?
+        .get("rollouts.linnet.dev/version")
+        .cloned()
+}
+
+/// Issue 75: blue-green without a gateway of linnet's (`blueGreen.activeService`), on pods that
+/// really run. The user's own Services, in Git, are switched by their selector: `web` (the
+/// active one) selects the old version until the approval, then the new one; `web-preview`
+/// the new one. The user's route (to those Services) only carries the requests, as a
+/// kube-proxy would. Neither the switch nor the abort under load fails a request; a Git change
+/// to the Service keeps the version linnet set (its selector is an atomic map); drift checks
+/// every 2 s never undo it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blue_green_by_service_selector_switches_and_switches_back_without_a_failed_request() {
+    let admin = support::admin_client().await;
+    if !support::node::require(&admin).await {
+        return;
+    }
+    gateway_api_first().await;
+    let (v1, v2) = ("linnet.test/kv:v1", "linnet.test/kv:v2");
+    let mut f = Fixture::prepare("traffic-node-bgsvc", |ns| {
+        let mut spec = blue_green_web(
+            ns,
+            json!({"image": v1, "template": {"template": real_pod("web")},
+                "strategy": {"blueGreen": {"activeService": "web",
+                    "previewService": "web-preview"}}}),
+        );
+        spec["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("trafficRouting");
+        spec
+    })
+    .await;
+    let ns = f.ns.name.clone();
+    let gateway = Gateway::start(&f.admin, &ns).await;
+    let mut route = http_route(&ns, "web", "web", PORT);
+    route["spec"]["rules"] = json!([
+        {"matches": [{"headers": [{"name": "x-preview", "value": "yes"}]}],
+         "backendRefs": [{"name": "web-preview", "port": PORT}]},
+        {"backendRefs": [{"name": "web", "port": PORT}]},
+    ]);
+    let services = |tier: &str| {
+        vec![
+            web_service(&ns, "web", json!({"tier": tier})),
+            web_service(&ns, "web-preview", json!({})),
+            route.clone(),
+        ]
+    };
+    f.write_file("route.yaml", &services("front"));
+    f.start_agent_with(&["--drift-interval=2s".to_string()])
+        .await;
+    let converger = Converger::start(&gateway, &f.admin, &ns, "web", &["web", "web-preview"]);
+    f.wait_for("Completed", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Completed)
+    })
+    .await;
+    let v1_version = selected_version(&f, "web").await;
+    assert!(
+        v1_version.is_some(),
+        "the active Service points at v1's version"
+    );
+    wait_serving(&gateway, v1).await;
+    let old_pods = pods_on(&f, v1).await;
+    assert_eq!(old_pods.len(), 2, "{old_pods:?}");
+
+    // The preview: the new version whole, through the preview Service only.
+    f.patch_spec(json!({"image": v2}));
+    f.wait_for("Paused before the switch", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::Paused)
+            && message_of(r).contains("waiting for approval to switch")
+    })
+    .await;
+    support::eventually(
+        "the preview through its Service",
+        Duration::from_secs(60),
+        || async {
+            let t = send(&gateway.url(), 20, &[("x-preview", "yes")]).await;
+            (t.count(v2) == 20).then_some(())
+        },
+    )
+    .await;
+    let plain = send(&gateway.url(), 200, &[]).await;
+    assert_eq!(plain.count(v1), 200, "before the switch: {plain:?}");
+
+    // A Git change to the active Service keeps its version key.
+    f.write_file("route.yaml", &services("web"));
+    support::eventually(
+        "Git's label on the Service",
+        Duration::from_secs(60),
+        || async {
+            let svc = f
+                .api::<k8s_openapi::api::core::v1::Service>()
+                .get("web")
+                .await
+                .ok()?;
+            (svc.metadata.labels?.get("tier")? == "web").then_some(())
+        },
+    )
+    .await;
+    assert_eq!(selected_version(&f, "web").await, v1_version);
+    let plain = send(&gateway.url(), 100, &[]).await;
+    assert_eq!(
+        plain.count(v1),
+        100,
+        "after Git changed the Service: {plain:?}"
+    );
+
+    // The switch, approved in Git, under steady load.
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.patch_spec(json!({"currentBatch": 2}));
+    f.wait_for(
+        "switched, the old version waiting",
+        180,
+        |r: &CanaryDeployment| {
+            weight_of_deploy(r) == Some(100) && message_of(r).contains("scaleDownDelaySeconds")
+        },
+    )
+    .await;
+    wait_serving(&gateway, v2).await;
+    let during = stop_without_a_failed_request(load, &gateway, "during the switch");
+    assert!(during.count(v1) > 0 && during.count(v2) > 0, "{during:?}");
+    assert_ne!(selected_version(&f, "web").await, v1_version);
+    assert_eq!(
+        pods_on(&f, v1).await,
+        old_pods,
+        "the old version kept its pods"
+    );
+
+    // Switching back: an abort points the Service at the old pods, which never stopped.
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(&gateway, v1).await;
+    stop_without_a_failed_request(load, &gateway, "switching back");
+    assert_eq!(selected_version(&f, "web").await, v1_version);
+    assert_eq!(pods_on(&f, v1).await, old_pods, "no old pod restarted");
+    f.assert_no_drift_reverted();
+    eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
+}

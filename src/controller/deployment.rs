@@ -248,6 +248,20 @@ async fn reconcile_inner(
     reconcile::plan_and_act(ctx, rollout, &ns, observe).await
 }
 
+/// The user's Services a blue-green rollout switches by their selector, and the ones it
+/// switched before and must hand back.
+fn switched_services(rollout: &CanaryDeployment) -> Vec<String> {
+    let bg = rollout.spec.strategy.blue_green.as_ref();
+    let named = bg
+        .into_iter()
+        .flat_map(|b| [&b.active_service, &b.preview_service]);
+    let before = rollout.status.iter().flat_map(|s| &s.switched_services);
+    let mut names: Vec<String> = named.flatten().chain(before).cloned().collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// The rollout's Deployments: labelled with its name, in its namespace, owned by its uid.
 async fn observe(
     rollout: &CanaryDeployment,
@@ -284,13 +298,15 @@ async fn observe(
         .iter()
         .position(|d| d.name == baseline_name)
         .map(|i| deployments.remove(i));
-    let traffic = match rollout.spec.traffic_routing.as_deref() {
-        Some(routing) => {
-            let with_baseline = rollout.spec.strategy.baseline;
-            super::traffic::observe_traffic(&shared.ctx.client, ns, &name, routing, with_baseline)
-                .await?
-        }
-        None => Default::default(),
+    let routing = rollout.spec.traffic_routing.as_deref();
+    let switched = switched_services(rollout);
+    let traffic = if routing.is_some() || !switched.is_empty() {
+        let with_baseline = rollout.spec.strategy.baseline;
+        let client = &shared.ctx.client;
+        super::traffic::observe_traffic(client, ns, &name, routing, with_baseline, &switched)
+            .await?
+    } else {
+        Default::default()
     };
     Ok(Observed {
         deployments,

@@ -186,16 +186,8 @@ pub(crate) async fn execute(
         Action::ApplyService(service) => {
             super::traffic::apply_service(&client, ns, service, &what).await
         }
-        Action::UpdateRoute {
-            kind,
-            name,
-            rules,
-            resource_version,
-            owner,
-        } => {
-            let version = resource_version.as_deref();
-            let route = (*kind, name.as_str());
-            super::traffic::update_route(&client, ns, route, rules, version, owner, &what).await
+        route @ (Action::UpdateRoute { .. } | Action::SwitchService { .. }) => {
+            super::traffic::write_route(&client, ns, rollout, route, &what).await
         }
     }
 }

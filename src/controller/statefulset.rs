@@ -279,7 +279,7 @@ async fn observe(
     };
     if let Some(routing) = rollout.spec.traffic_routing.as_deref() {
         observed.traffic =
-            super::traffic::observe_traffic(client, ns, &name, routing, false).await?;
+            super::traffic::observe_traffic(client, ns, &name, Some(routing), false, &[]).await?;
     }
     if with_pods && crate::plan::statefulset::has_pods(&observed) {
         let own = ListParams::default().labels(&format!("{ROLLOUT_LABEL}={name}"));

@@ -9,10 +9,13 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::{Doing, ReconcileError};
+use crate::api::ROLLOUT_LABEL;
+use crate::api::VERSION_LABEL;
 use crate::api::{
     CHILD_HASH_ANNOTATION, RouteKind, TRAFFIC_ANNOTATION, TrafficRouting, canary_service_name,
     stable_service_name,
 };
+use crate::plan::traffic::service_switch::pod_version;
 use crate::plan::traffic::{RouteView, ServiceView, TrafficView};
 use crate::sync::FIELD_MANAGER;
 
@@ -27,25 +30,31 @@ pub fn route_resource(kind: RouteKind) -> ApiResource {
     )
 }
 
-/// Reads what [`crate::plan::traffic::traffic_step`] decides from.
+/// Reads what [`crate::plan::traffic::traffic_step`] (with `routing`) and
+/// [`crate::plan::traffic::service_switch`] (the user's Services in `switched`) decide from.
 pub async fn observe_traffic(
     client: &Client,
     ns: &str,
     rollout: &str,
-    routing: &TrafficRouting,
+    routing: Option<&TrafficRouting>,
     with_baseline: bool,
+    switched: &[String],
 ) -> Result<TrafficView, ReconcileError> {
-    // The baseline's Service too, for a CanaryDeployment with `strategy.baseline`.
-    let mut names = vec![stable_service_name(rollout), canary_service_name(rollout)];
-    if with_baseline {
-        names.push(crate::api::baseline_service_name(rollout));
+    let mut names = Vec::new();
+    if routing.is_some() {
+        names.extend([stable_service_name(rollout), canary_service_name(rollout)]);
+        // The baseline's Service too, for a CanaryDeployment with `strategy.baseline`.
+        if with_baseline {
+            names.push(crate::api::baseline_service_name(rollout));
+        }
     }
     let services = Api::<Service>::namespaced(client.clone(), ns);
+    let all: Vec<&String> = names.iter().chain(switched).collect();
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns)
-        .list(
-            &ListParams::default()
-                .labels(&format!("{SERVICE_NAME_LABEL} in ({})", names.join(","))),
-        )
+        .list(&ListParams::default().labels(&format!(
+            "{SERVICE_NAME_LABEL} in ({})",
+            all.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(",")
+        )))
         .await
         .doing(|| format!("listing the EndpointSlices of {ns}/{rollout}'s Services"))?;
     let mut view = TrafficView::default();
@@ -57,20 +66,7 @@ pub async fn observe_traffic(
         else {
             continue;
         };
-        let ready_endpoints = slices
-            .items
-            .iter()
-            .filter(|s| {
-                s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                    == Some(name)
-            })
-            .flat_map(|s| s.endpoints.iter().flatten())
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
-            .map(|e| e.addresses.len() as i32)
-            .sum();
+        let (ready_endpoints, endpoint_versions) = endpoints(&slices.items, name, rollout);
         view.services.push(ServiceView {
             name: name.clone(),
             applied_hash: svc
@@ -79,9 +75,16 @@ pub async fn observe_traffic(
                 .as_ref()
                 .and_then(|a| a.get(CHILD_HASH_ANNOTATION).cloned()),
             ready_endpoints,
+            endpoint_versions,
+            ..ServiceView::default()
         });
     }
-    for (kind, name) in routing.gateway_api.routes() {
+    for name in switched {
+        if let Some(view_of) = switched_view(&services, &slices.items, name, rollout).await? {
+            view.services.push(view_of);
+        }
+    }
+    for (kind, name) in routing.into_iter().flat_map(|r| r.gateway_api.routes()) {
         let routes =
             Api::<DynamicObject>::namespaced_with(client.clone(), ns, &route_resource(kind));
         match routes.get_opt(name).await {
@@ -93,6 +96,100 @@ pub async fn observe_traffic(
         }
     }
     Ok(view)
+}
+
+/// A Service of the user's that a blue-green rollout switches, as the planner reads it.
+async fn switched_view(
+    services: &Api<Service>,
+    slices: &[EndpointSlice],
+    name: &str,
+    rollout: &str,
+) -> Result<Option<ServiceView>, ReconcileError> {
+    let ns = services.namespace().unwrap_or_default().to_string();
+    let Some(svc) = services
+        .get_opt(name)
+        .await
+        .doing(|| format!("reading Service {ns}/{name}"))?
+    else {
+        return Ok(None);
+    };
+    let (ready_endpoints, endpoint_versions) = endpoints(slices, name, rollout);
+    let selector = svc.spec.as_ref().and_then(|s| s.selector.as_ref());
+    let labels = svc.metadata.labels.as_ref();
+    Ok(Some(ServiceView {
+        name: name.to_string(),
+        ready_endpoints,
+        endpoint_versions,
+        selector_version: selector.and_then(|s| s.get(VERSION_LABEL).cloned()),
+        labelled: labels
+            .and_then(|l| l.get(ROLLOUT_LABEL))
+            .is_some_and(|r| r == rollout),
+        ..ServiceView::default()
+    }))
+}
+
+/// Service `name`'s ready endpoints in `slices`: how many, and how many of each version of
+/// `rollout`'s pods (by their name).
+fn endpoints(
+    slices: &[EndpointSlice],
+    name: &str,
+    rollout: &str,
+) -> (i32, std::collections::BTreeMap<String, i32>) {
+    let mut versions = std::collections::BTreeMap::new();
+    let ready = slices
+        .iter()
+        .filter(|s| {
+            s.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                .is_some_and(|n| n == name)
+        })
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false));
+    let mut count = 0;
+    for e in ready {
+        let n = e.addresses.len() as i32;
+        count += n;
+        let pod = e
+            .target_ref
+            .as_ref()
+            .and_then(|r| r.name.as_deref())
+            .unwrap_or("");
+        *versions
+            .entry(pod_version(rollout, pod).to_string())
+            .or_insert(0) += n;
+    }
+    (count, versions)
+}
+
+/// Points a Service of the user's at `version` by its selector (JSON merge patch: the rest of
+/// the selector and the Service stay the user's), labelled with the rollout so that its
+/// EndpointSlices wake it; with no version, takes both out again.
+pub async fn switch_service(
+    client: &Client,
+    ns: &str,
+    (rollout, name): (&str, &str),
+    version: Option<&str>,
+    owner: &str,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    let patch = json!({
+        "metadata": {
+            "labels": {ROLLOUT_LABEL: version.map(|_| rollout)},
+            "annotations": {TRAFFIC_ANNOTATION: version.map(|_| owner)},
+        },
+        "spec": {"selector": {VERSION_LABEL: version}},
+    });
+    Api::<Service>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &crate::kube_client::patch_as(crate::api::field_managers::TRAFFIC),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map(|_| ())
+        .doing(what)
 }
 
 /// An HTTPRoute or GRPCRoute as the planner reads it: its rules, and the oldest generation its
@@ -170,6 +267,36 @@ pub async fn apply_service(
         .await
         .map(|_| ())
         .doing(what)
+}
+
+/// Writes what a plan asks of a route or a switched Service ([`update_route`],
+/// [`switch_service`]).
+pub async fn write_route(
+    client: &Client,
+    ns: &str,
+    rollout: &str,
+    action: &crate::plan::Action,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError> {
+    use crate::plan::Action;
+    match action {
+        Action::UpdateRoute {
+            kind,
+            name,
+            rules,
+            resource_version,
+            owner,
+        } => {
+            let version = resource_version.as_deref();
+            update_route(client, ns, (*kind, name), rules, version, owner, what).await
+        }
+        Action::SwitchService {
+            name,
+            version,
+            owner,
+        } => switch_service(client, ns, (rollout, name), version.as_deref(), owner, what).await,
+        _ => Ok(()),
+    }
 }
 
 /// Replaces a route's rules; with `resource_version`, only if nobody changed it since it was

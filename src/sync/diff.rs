@@ -376,6 +376,7 @@ pub fn project_owned(want: &Value, have: &Value) -> Value {
             }
         }
     }
+    super::ownership::keep_switched_version(&mut kept, have); // a Git change keeps it
     kept
 }
 

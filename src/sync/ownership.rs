@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use super::desired::{APPLIED_HASH_ANNOTATION, DesiredObject};
 use crate::api::TRAFFIC_ANNOTATION;
+use crate::api::VERSION_LABEL;
 use crate::api::field_managers::ON_GIT_OBJECTS;
 
 /// One step of a field path, as `managedFields` (FieldsV1) names it.
@@ -125,8 +126,33 @@ pub fn to_apply(desired: &DesiredObject, live: Option<&Value>) -> Value {
         if live_hash == Some(desired.hash.as_str()) {
             without(&mut object, &controller_owned(live));
         }
+        keep_switched_version(&mut object, live);
     }
     object
+}
+
+/// The version a blue-green rollout pointed a Service of Git's at (`blueGreen.activeService`):
+/// the key it added to the Service's selector, which carries the rollout's annotation.
+pub fn switched_version(live: &Value) -> Option<&Value> {
+    live.pointer("/metadata/annotations")?
+        .get(TRAFFIC_ANNOTATION)?;
+    live.get("spec")?.get("selector")?.get(VERSION_LABEL)
+}
+
+/// A Service's selector is an atomic map: Git's, applied whole, would drop the version key a
+/// blue-green rollout set, and the Service would select every version until the rollout
+/// set it again. The key stays in what is applied.
+pub fn keep_switched_version(object: &mut Value, live: &Value) {
+    let Some(version) = switched_version(live) else {
+        return;
+    };
+    if let Some(Value::Object(selector)) =
+        object.get_mut("spec").and_then(|s| s.get_mut("selector"))
+    {
+        selector
+            .entry(VERSION_LABEL)
+            .or_insert_with(|| version.clone());
+    }
 }
 
 /// `object` without the fields at `paths`: what the sync compares and puts back of it.

@@ -420,6 +420,56 @@ fn blue_green_needs_traffic_routing_without_weights() {
     }
 }
 
+/// Issue 75: blue-green without a gateway switches a Service of the user's by its selector
+/// (`activeService`), not both ways at once; a preview Service needs an active one.
+#[test]
+fn blue_green_by_service_selector_names_an_active_service_not_routes_too() {
+    let with = |blue_green: &str, routing: &str| {
+        DEPLOY.replace(
+            "  image: web:2\n",
+            &format!("  image: web:2\n  strategy:\n    type: BlueGreen\n    blueGreen: {blue_green}\n{routing}"),
+        )
+    };
+    let routing = "  trafficRouting:\n    gatewayAPI:\n      httpRoutes: [web]\n      port: 8080\n";
+    for ok in [
+        with("{activeService: web}", ""),
+        with("{activeService: web, previewService: web-preview}", ""),
+        with("{scaleDownDelaySeconds: 5}", routing),
+    ] {
+        assert_eq!(load(&ok).errors, vec![], "{ok}");
+    }
+    let rollback = with("{activeService: web}", "").replace("type: BlueGreen", "type: Rollback");
+    assert_eq!(load(&rollback).errors, vec![]);
+    for (what, text, says) in [
+        (
+            "neither",
+            with("{scaleDownDelaySeconds: 5}", ""),
+            "or strategy.blueGreen.activeService",
+        ),
+        (
+            "both",
+            with("{activeService: web}", routing),
+            "activeService and previewService are for a blue-green rollout without trafficRouting",
+        ),
+        (
+            "a preview alone",
+            with("{previewService: web-preview}", routing),
+            "previewService needs an activeService",
+        ),
+        (
+            "one Service for both",
+            with("{activeService: web, previewService: web}", ""),
+            "previewService needs an activeService, and another Service than it",
+        ),
+    ] {
+        let errors = load(&text).errors;
+        assert!(
+            errors.iter().any(|e| e.message.contains(says)),
+            "{what}: {errors:?}"
+        );
+    }
+}
+
 /// Issue 75: GRPCRoutes beside or instead of HTTPRoutes; at least one route, and a header
 /// route a gRPC call can match.
 #[test]

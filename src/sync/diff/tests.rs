@@ -85,6 +85,27 @@ fn projection_keeps_what_ownership_needs() {
     assert!(kept["metadata"]["labels"].get("other").is_none());
 }
 
+/// What a Git change to a Service a blue-green rollout switches applies keeps the rollout's
+/// version key (the projection is what the apply is built from).
+#[test]
+fn projection_keeps_a_switched_services_version_key() {
+    let version = crate::api::VERSION_LABEL;
+    let want = json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}}});
+    let mut have = want.clone();
+    have["spec"]["selector"][version] = json!("abcd1234");
+    assert!(
+        project_owned(&want, &have)["spec"]["selector"]
+            .get(version)
+            .is_none()
+    );
+    have["metadata"]["annotations"] =
+        json!({crate::api::TRAFFIC_ANNOTATION: "CanaryDeployment/web"});
+    assert_eq!(
+        project_owned(&want, &have)["spec"]["selector"][version],
+        "abcd1234"
+    );
+}
+
 fn live_of(d: &DesiredObject, revision: &str) -> Value {
     let mut l = d.value();
     l["metadata"]["annotations"][REVISION_ANNOTATION] = json!(revision);

@@ -103,3 +103,28 @@ fn malformed_fields_are_ignored() {
         vec![vec![Step::Field("spec".into())]]
     );
 }
+
+/// Blue-green by Service selector: a Git change to the Service applied its selector whole (an
+/// atomic map), dropping the rollout's version key, so the Service selected every version.
+#[test]
+fn a_git_change_to_a_switched_service_keeps_the_rollouts_version_key() {
+    let version = crate::api::VERSION_LABEL;
+    let live = json!({
+        "metadata": {"name": "web", "annotations": {TRAFFIC_ANNOTATION: "CanaryDeployment/web"}},
+        "spec": {"selector": {"app": "web", version: "abcd1234"}},
+    });
+    let git =
+        json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web", "tier": "front"}}});
+    let mut applied = git.clone();
+    keep_switched_version(&mut applied, &live);
+    assert_eq!(
+        applied["spec"]["selector"],
+        json!({"app": "web", "tier": "front", version: "abcd1234"})
+    );
+    // A Service no rollout switches keeps Git's selector as it is.
+    let plain =
+        json!({"metadata": {"name": "web"}, "spec": {"selector": {"app": "web", version: "x"}}});
+    let mut applied = git.clone();
+    keep_switched_version(&mut applied, &plain);
+    assert_eq!(applied, git);
+}

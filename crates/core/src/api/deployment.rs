@@ -52,7 +52,9 @@ use super::Condition;
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.weights) || size(self.trafficRouting.weights) == self.batches").message("trafficRouting.weights needs one weight per batch").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.trafficRouting) || has(self.strategy) && has(self.strategy.type) && self.strategy.type != 'Rolling'").message("trafficRouting needs strategy Batches or BlueGreen: a rolling update has no canary to weigh").field_path(".trafficRouting"),
     validation = Rule::new("!has(self.strategy) || !has(self.strategy.baseline) || !self.strategy.baseline || has(self.strategy.type) && self.strategy.type == 'Batches'").message("strategy.baseline needs strategy Batches: a rolling update has no canary to compare, and a blue-green one compares the whole new version").field_path(".strategy.baseline"),
-    validation = Rule::new("!has(self.strategy) || !has(self.strategy.type) || self.strategy.type != 'BlueGreen' || has(self.trafficRouting)").message("strategy BlueGreen needs trafficRouting: the switch moves the routes from the <name>-stable Service to <name>-canary, the preview").field_path(".strategy.type"),
+    validation = Rule::new("!has(self.strategy) || !has(self.strategy.type) || self.strategy.type != 'BlueGreen' || has(self.trafficRouting) || has(self.strategy.blueGreen) && has(self.strategy.blueGreen.activeService)").message("strategy BlueGreen needs trafficRouting (the switch moves the routes from the <name>-stable Service to <name>-canary, the preview) or strategy.blueGreen.activeService (the switch points that Service's selector at the new version)").field_path(".strategy.type"),
+    validation = Rule::new("!has(self.trafficRouting) || !has(self.strategy) || !has(self.strategy.blueGreen) || !has(self.strategy.blueGreen.activeService) && !has(self.strategy.blueGreen.previewService)").message("strategy.blueGreen.activeService and previewService are for a blue-green rollout without trafficRouting: with it, the switch moves the routes, and <name>-canary is the preview").field_path(".strategy.blueGreen"),
+    validation = Rule::new("!has(self.strategy) || !has(self.strategy.blueGreen) || !has(self.strategy.blueGreen.previewService) || has(self.strategy.blueGreen.activeService) && self.strategy.blueGreen.previewService != self.strategy.blueGreen.activeService").message("strategy.blueGreen.previewService needs an activeService, and another Service than it").field_path(".strategy.blueGreen.previewService"),
     validation = Rule::new("!has(self.strategy) || !has(self.strategy.type) || self.strategy.type != 'BlueGreen' || !has(self.trafficRouting) || !has(self.trafficRouting.weights)").message("trafficRouting.weights has no use with strategy BlueGreen: the switch moves every request at once").field_path(".trafficRouting.weights"),
     validation = Rule::new("!has(self.strategy) || !has(self.strategy.blueGreen) || has(self.strategy.type) && (self.strategy.type == 'BlueGreen' || self.strategy.type == 'Rollback')").message("strategy.blueGreen needs strategy type BlueGreen (or Rollback, to roll a blue-green rollout back)").field_path(".strategy.blueGreen"),
     validation = Rule::new("!has(self.trafficRouting) || !has(self.trafficRouting.headerRoute) || (has(self.trafficRouting.headerRoute.headers) && size(self.trafficRouting.headerRoute.headers) > 0) || (has(self.trafficRouting.headerRoute.queryParams) && size(self.trafficRouting.headerRoute.queryParams) > 0) || has(self.trafficRouting.headerRoute.cookie)").message("trafficRouting.headerRoute needs at least one header, query parameter or cookie").field_path(".trafficRouting.headerRoute"),
@@ -176,6 +178,18 @@ pub struct BlueGreen {
     #[serde(default = "default_scale_down_delay")]
     #[schemars(range(min = 0, max = 86400))]
     pub scale_down_delay_seconds: i64,
+    /// Without `trafficRouting`: a Service of yours, in the rollout's namespace, that clients
+    /// use. linnet adds `rollouts.linnet.dev/version` to its selector, so that it selects the
+    /// version that serves; the switch points it at the new version, and a rollback points it
+    /// back (Argo Rollouts' `activeService`). The rest of its selector stays yours.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub active_service: Option<String>,
+    /// With `activeService`: a Service of yours whose selector linnet points at the new
+    /// version while it is previewed (at the serving version otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub preview_service: Option<String>,
 }
 
 impl Default for BlueGreen {
@@ -183,6 +197,8 @@ impl Default for BlueGreen {
         BlueGreen {
             preview_replicas: None,
             scale_down_delay_seconds: default_scale_down_delay(),
+            active_service: None,
+            preview_service: None,
         }
     }
 }
@@ -364,6 +380,10 @@ pub struct CanaryDeploymentStatus {
     /// pods that lose their traffic are stopped only `settleSeconds` after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_since: Option<Time>,
+    /// Services of yours whose selector linnet points at a version (`blueGreen.activeService`
+    /// and `previewService`): one no longer named gets its selector back as it was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub switched_services: Vec<String>,
     /// With `versionedConfig`: the ConfigMap and Secret copies each image's pods mount.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub version_config: Vec<super::VersionConfig>,

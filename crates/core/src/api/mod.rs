@@ -112,6 +112,8 @@ pub fn stamp_counts_replicas(stamp: Option<&str>) -> bool {
 /// Label on every object a rollout creates (sets, claims, Jobs, and the volumes it hands
 /// over), naming the rollout; StatefulSets put it on their claims too.
 pub const ROLLOUT_LABEL: &str = "rollouts.linnet.dev/rollout";
+/// Label that tells the two versions of a batched rollout apart.
+pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";
 /// The label selector of every pod of rollout `name` (stable and canary), as the `/scale`
 /// subresource gives it to a HorizontalPodAutoscaler.
 pub fn pods_selector(name: &str) -> String {

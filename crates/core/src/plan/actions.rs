@@ -56,6 +56,13 @@ pub enum Action {
         resource_version: Option<String>,
         owner: String,
     },
+    /// Point a Service of the user's at one version (its selector's version label), marked as
+    /// switched by `owner`; with no version, hand it back (the label taken out).
+    SwitchService {
+        name: String,
+        version: Option<String>,
+        owner: String,
+    },
 }
 
 /// What a phase machine decided: the status to write, then the actions to take, the events
@@ -138,11 +145,22 @@ impl Action {
                     None => format!("update {} {name}", kind.kind()),
                 }
             }
+            Action::SwitchService {
+                name,
+                version: Some(v),
+                ..
+            } => format!("point Service {name} at version {v}"),
+            Action::SwitchService { name, .. } => {
+                format!("hand Service {name}'s selector back (no version)")
+            }
         }
     }
 
     /// Whether the action is one of traffic routing's (a Service or a route).
     pub fn is_traffic(&self) -> bool {
-        matches!(self, Action::ApplyService(_) | Action::UpdateRoute { .. })
+        matches!(
+            self,
+            Action::ApplyService(_) | Action::UpdateRoute { .. } | Action::SwitchService { .. }
+        )
     }
 }

@@ -40,8 +40,7 @@ use crate::api::{
 };
 use crate::hash::content_hash;
 
-/// Label that tells the two versions of a batched rollout apart.
-pub const VERSION_LABEL: &str = "rollouts.linnet.dev/version";
+pub use crate::api::VERSION_LABEL;
 
 /// What a refused selector change says; the Failed phase it causes ends once it is put back.
 const SELECTOR_REFUSED: &str = "cannot change it on the live Deployment";

@@ -17,6 +17,7 @@ use crate::api::{
 };
 
 mod rules;
+pub mod service_switch;
 use rules::has_header_rule;
 pub use rules::{RouteError, Split, baseline_weight, current_weight, route_rules, weighed_rules};
 
@@ -28,6 +29,12 @@ pub struct ServiceView {
     pub applied_hash: Option<String>,
     /// Ready endpoints in its EndpointSlices.
     pub ready_endpoints: i32,
+    /// A Service of the user's (`blueGreen.activeService`): the version its selector names.
+    pub selector_version: Option<String>,
+    /// Whether it carries the rollout's label (a Service of the user's that linnet switches).
+    pub labelled: bool,
+    /// Its ready endpoints by the version of their pod ([`service_switch::pod_version`]).
+    pub endpoint_versions: BTreeMap<String, i32>,
 }
 
 /// An HTTPRoute or GRPCRoute the rollout weighs, as observed.

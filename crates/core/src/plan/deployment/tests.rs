@@ -262,8 +262,19 @@ impl Sim {
                 services.push(crate::plan::traffic::ServiceView {
                     name,
                     applied_hash,
-                    ready_endpoints: 0,
+                    ..Default::default()
                 });
+            }
+            Action::SwitchService { name, version, .. } => {
+                let selector = self.service_selectors.entry(name.clone()).or_default();
+                match version {
+                    Some(v) => selector.insert(VERSION_LABEL.into(), v.clone()),
+                    None => selector.remove(VERSION_LABEL),
+                };
+                let svc = self.traffic.services.iter_mut().find(|s| &s.name == name);
+                let svc = svc.expect("a switched Service that exists");
+                svc.selector_version = version.clone();
+                svc.labelled = version.is_some();
             }
             Action::UpdateRoute { name, rules, .. } => {
                 let route = self.traffic.routes.iter_mut().find(|r| &r.name == name);
@@ -294,9 +305,14 @@ impl Sim {
         }
         for svc in &mut self.traffic.services {
             let version = self.service_selectors[&svc.name].get(VERSION_LABEL);
-            svc.ready_endpoints = version
-                .and_then(|v| self.deployments.get(&format!("web-{v}")))
-                .map_or(0, |d| d.available);
+            // A Service without the version label selects every version's pods.
+            svc.endpoint_versions = self
+                .deployments
+                .values()
+                .filter_map(|d| Some((d.name.strip_prefix("web-")?.to_string(), d.available)))
+                .filter(|(v, n)| version.is_none_or(|want| want == v) && *n > 0)
+                .collect();
+            svc.ready_endpoints = svc.endpoint_versions.values().sum();
         }
     }
 
@@ -565,3 +581,5 @@ mod baseline;
 mod baseline_traffic;
 
 mod blue_green;
+
+mod blue_green_service;

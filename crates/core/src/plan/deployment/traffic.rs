@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::plan::traffic::service_switch::{self, SideReady, Switched};
 use crate::plan::traffic::{
-    Sides, TrafficRecord as _, TrafficStep, Want, step_weight, traffic_step,
+    Recorded, Sides, TrafficRecord as _, TrafficStep, Want, step_weight, traffic_step,
 };
 
 impl<'a> Planner<'a> {
@@ -76,7 +77,9 @@ impl<'a> Planner<'a> {
     /// Asks the routes for `want`: what they are not yet at (None without traffic routing,
     /// or when every route is there, accepted by its gateway, and settled if `want` says so).
     pub(super) fn traffic_at(&mut self, want: Want) -> Option<String> {
-        self.r.spec.traffic_routing.as_deref()?;
+        if self.r.spec.traffic_routing.is_none() && self.switched_services().is_none() {
+            return None;
+        }
         self.want = Some(want);
         let step = self.traffic_step(want)?;
         if let Some(after) = step.recheck_after {
@@ -92,8 +95,10 @@ impl<'a> Planner<'a> {
     }
 
     fn traffic_step(&self, want: Want) -> Option<TrafficStep> {
-        let routing = self.r.spec.traffic_routing.as_deref()?;
         let recorded = self.st.recorded();
+        let Some(routing) = self.r.spec.traffic_routing.as_deref() else {
+            return self.service_switch_step(want, recorded);
+        };
         Some(traffic_step(
             &self.r.reference,
             "CanaryDeployment",
@@ -112,5 +117,68 @@ impl<'a> Planner<'a> {
         let want = self.want.unwrap_or_else(Want::stable);
         let step = self.traffic_step(want);
         crate::plan::traffic::settle(&mut self.actions, &mut self.st, step);
+        self.st.switched_services = service_switch::still_switched(
+            self.switched_services(),
+            &self.released(),
+            &self.o.traffic,
+        );
+    }
+
+    /// A blue-green rollout's Services switched by their selector
+    /// (`blueGreen.activeService`, without traffic routing).
+    pub(super) fn switched_services(&self) -> Option<Switched<'_>> {
+        let strategy = &self.spec().strategy;
+        if self.r.spec.traffic_routing.is_some()
+            || !matches!(strategy.type_, Strategy::BlueGreen | Strategy::Rollback)
+        {
+            return None;
+        }
+        let bg = strategy.blue_green.as_ref()?;
+        Some(Switched {
+            active: bg.active_service.as_deref()?,
+            preview: bg.preview_service.as_deref(),
+        })
+    }
+
+    /// Services the status says linnet switched that the spec no longer names.
+    fn released(&self) -> Vec<String> {
+        let named = self.switched_services();
+        self.st
+            .switched_services
+            .iter()
+            .filter(|n| named.is_none_or(|s| s.active != *n && s.preview != Some(n.as_str())))
+            .cloned()
+            .collect()
+    }
+
+    fn service_switch_step(&self, want: Want, recorded: Recorded) -> Option<TrafficStep> {
+        let switched = self.switched_services();
+        let released = self.released();
+        if switched.is_none() && released.is_empty() {
+            return None;
+        }
+        let sides = self.sides();
+        let available = |side: &BTreeMap<String, String>| {
+            let name = format!("{}-{}", self.name(), side.get(VERSION_LABEL)?);
+            self.o
+                .deployments
+                .iter()
+                .find(|d| d.name == name)
+                .map(|d| d.available)
+        };
+        let ready = SideReady {
+            stable: available(&sides.stable).unwrap_or(0),
+            canary: available(&sides.canary).unwrap_or(0),
+        };
+        Some(service_switch::service_switch_step(
+            (self.name(), &self.r.reference.namespace),
+            switched,
+            &released,
+            &sides,
+            (want, ready),
+            &self.o.traffic,
+            recorded,
+            self.now,
+        ))
     }
 }

@@ -57,6 +57,7 @@ fn view(rules: Value, stable: i32, canary: i32, accepted: Option<i64>) -> Traffi
             name: name.into(),
             applied_hash: applied(&s).cloned(),
             ready_endpoints: ready,
+            ..ServiceView::default()
         }
     };
     TrafficView {

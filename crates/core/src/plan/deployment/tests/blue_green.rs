@@ -19,6 +19,7 @@ fn blue_green(pause: PauseMode) -> Sim {
     s.spec.strategy.blue_green = Some(crate::api::BlueGreen {
         preview_replicas: None,
         scale_down_delay_seconds: 30,
+        ..crate::api::BlueGreen::default()
     });
     s.traffic.routes = vec![RouteView {
         kind: crate::api::RouteKind::Http,

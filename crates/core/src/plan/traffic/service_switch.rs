@@ -1,0 +1,265 @@
+//! Blue-green without a gateway (`strategy.blueGreen.activeService`): the switch points a
+//! Service of the user's at one version by the version label in its selector, rather than
+//! weighing routes. The Service is the user's: linnet owns only that key of its selector (and
+//! its rollout label, so that its EndpointSlices wake the rollout), and hands it back as it
+//! was once the rollout no longer names it.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use super::{Recorded, Sides, TrafficStep, Want};
+use crate::api::VERSION_LABEL;
+use crate::plan::actions::Action;
+
+/// How long after the active Service's endpoints are all the switched version's pods linnet
+/// waits before it stops pods that lost their traffic: kube-proxy (or a gateway following
+/// the EndpointSlices) applies them a moment later. As `trafficRouting.settleSeconds`' default.
+pub const SWITCH_SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The Services a blue-green rollout switches by their selector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switched<'a> {
+    pub active: &'a str,
+    pub preview: Option<&'a str>,
+}
+
+/// Ready pods of each side, from their Deployments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SideReady {
+    pub stable: i32,
+    pub canary: i32,
+}
+
+fn version(side: &BTreeMap<String, String>) -> &str {
+    side.get(VERSION_LABEL).map_or("", String::as_str)
+}
+
+/// Points the active Service at the version `want` sends every request to (the canary at
+/// weight 100, else the stable one), the preview Service at the canary, and hands back the
+/// Services in `released`; says what it waits for.
+#[allow(clippy::too_many_arguments)]
+pub fn service_switch_step(
+    (rollout, namespace): (&str, &str),
+    switched: Option<Switched>,
+    released: &[String],
+    sides: &Sides,
+    (want, ready): (Want, SideReady),
+    view: &super::TrafficView,
+    recorded: Recorded,
+    now: Timestamp,
+) -> TrafficStep {
+    let mut out = TrafficStep::default();
+    let owner = format!("CanaryDeployment/{rollout}");
+    hand_back(released, view, &owner, &mut out.actions);
+    let Some(switched) = switched else {
+        return out;
+    };
+    let (stable, canary) = (version(&sides.stable), version(&sides.canary));
+    let active = view.services.iter().find(|s| s.name == switched.active);
+    out.now = seen_now(active, (stable, canary), recorded, now);
+    let (target, lost) = match switch_target((want, ready), (stable, canary), switched.active) {
+        Target::Select(target, lost) => (target, lost),
+        Target::Hold(why) => {
+            out.waiting = Some(why);
+            return out;
+        }
+    };
+    let mut waiting: Vec<String> = lost.into_iter().collect();
+    let mut point = |name: &str, version: &str, waiting: &mut Vec<String>| {
+        let Some(s) = view.services.iter().find(|s| s.name == name) else {
+            waiting.push(format!(
+                "Service {name} (strategy.blueGreen) not found in namespace {namespace}: create \
+                 it, with the pods' labels as its selector; linnet adds {VERSION_LABEL} to it"
+            ));
+            return None;
+        };
+        if s.selector_version.as_deref() != Some(version) || !s.labelled {
+            waiting.push(format!("pointing Service {name} at version {version}"));
+            out.actions.push(Action::SwitchService {
+                name: name.to_string(),
+                version: Some(version.to_string()),
+                owner: owner.clone(),
+            });
+            return None;
+        }
+        Some(s)
+    };
+    if let Some(s) = point(switched.active, target, &mut waiting)
+        && !all_of(s, target)
+    {
+        waiting.push(endpoints_behind(s, target));
+    }
+    if let Some(preview) = switched.preview {
+        let mut preview_waits = Vec::new();
+        point(preview, canary, &mut preview_waits);
+        // Only the preview stage waits for it.
+        if want.header {
+            waiting.extend(preview_waits);
+        }
+    }
+    if waiting.is_empty() && want.settle {
+        let passed = out
+            .now
+            .since
+            .map(|t| now.duration_since(t))
+            .filter(|d| !d.is_negative())
+            .map_or(std::time::Duration::ZERO, |d| d.unsigned_abs());
+        if let Some(left) = SWITCH_SETTLE.checked_sub(passed).filter(|l| !l.is_zero()) {
+            waiting.push(format!(
+                "letting kube-proxy apply Service {}'s endpoints ({}s more)",
+                switched.active,
+                left.as_secs_f64().ceil()
+            ));
+            out.recheck_after = Some(left);
+        }
+    }
+    out.waiting = (!waiting.is_empty()).then(|| waiting.join("; "));
+    out
+}
+
+/// What the active Service is to select.
+enum Target<'v> {
+    /// This version (the stable one when the new version lost every ready pod: and why).
+    Select(&'v str, Option<String>),
+    /// What it selects now, until what this says.
+    Hold(String),
+}
+
+fn switch_target<'v>(
+    (want, ready): (Want, SideReady),
+    (stable, canary): (&'v str, &'v str),
+    active: &str,
+) -> Target<'v> {
+    let mut target = if want.weight >= 100 { canary } else { stable };
+    let mut lost = None;
+    let need = want.canary_endpoints.max(1);
+    if target == canary && stable != canary && ready.canary < need {
+        let why = format!(
+            "waiting for {need} ready pod(s) of version {canary} ({}) before Service {active} selects it",
+            ready.canary
+        );
+        if ready.canary > 0 {
+            return Target::Hold(why);
+        }
+        // None is ready: whatever the new version had goes back to the old one.
+        target = stable;
+        lost = Some(why);
+    }
+    if target == stable && ready.stable < 1 && stable != canary {
+        return Target::Hold(format!(
+            "waiting for a ready pod of version {stable} before Service {active} selects it"
+        ));
+    }
+    Target::Select(target, lost)
+}
+
+/// Hands back the `released` Services that still carry linnet's marks.
+fn hand_back(
+    released: &[String],
+    view: &super::TrafficView,
+    owner: &str,
+    actions: &mut Vec<Action>,
+) {
+    for name in released {
+        let Some(s) = view.services.iter().find(|s| &s.name == name) else {
+            continue;
+        };
+        if s.selector_version.is_some() || s.labelled {
+            actions.push(Action::SwitchService {
+                name: name.clone(),
+                version: None,
+                owner: owner.to_string(),
+            });
+        }
+    }
+}
+
+/// Why the switch to `target` is not done: the Service's endpoints are not all its pods yet.
+fn endpoints_behind(s: &super::ServiceView, target: &str) -> String {
+    let others: i32 = s
+        .endpoint_versions
+        .iter()
+        .filter(|(v, _)| v.as_str() != target)
+        .map(|(_, n)| n)
+        .sum();
+    format!(
+        "waiting for Service {}'s endpoints to be version {target}'s pods ({} ready of {target}, {others} of other versions)",
+        s.name,
+        s.endpoint_versions.get(target).copied().unwrap_or(0),
+    )
+}
+
+/// Whether every ready endpoint of `s` is a pod of `version`, and one is.
+fn all_of(s: &super::ServiceView, version: &str) -> bool {
+    let of = s.endpoint_versions.get(version).copied().unwrap_or(0);
+    of > 0
+        && s.endpoint_versions
+            .iter()
+            .all(|(v, n)| v == version || *n == 0)
+}
+
+/// The active Service as seen now: 100 when it selects the new version, 0 the old one; since
+/// when its endpoints are all of the version it selects (the settle clock).
+fn seen_now(
+    active: Option<&super::ServiceView>,
+    (stable, canary): (&str, &str),
+    recorded: Recorded,
+    now: Timestamp,
+) -> Recorded {
+    let selected = active.and_then(|s| s.selector_version.as_deref());
+    let weight = match selected {
+        Some(v) if v == stable => Some(0),
+        Some(v) if v == canary => Some(100),
+        _ => None,
+    };
+    let accepted = active.is_some_and(|s| selected.is_some_and(|v| all_of(s, v)));
+    let since = match recorded.since {
+        _ if !accepted => None,
+        Some(t) if weight == recorded.weight => Some(t),
+        _ => Some(now),
+    };
+    Recorded {
+        weight,
+        header: false,
+        baseline: None,
+        since,
+    }
+}
+
+/// The Services linnet has switched after this plan's writes: the ones named, and the ones
+/// released that still carry its marks.
+pub fn still_switched(
+    switched: Option<Switched>,
+    released: &[String],
+    view: &super::TrafficView,
+) -> Vec<String> {
+    let mut names: Vec<String> = switched
+        .into_iter()
+        .flat_map(|s| std::iter::once(s.active).chain(s.preview))
+        .map(str::to_string)
+        .collect();
+    names.extend(
+        released
+            .iter()
+            .filter(|n| {
+                view.services
+                    .iter()
+                    .any(|s| &&s.name == n && (s.selector_version.is_some() || s.labelled))
+            })
+            .cloned(),
+    );
+    names
+}
+
+/// The version of a Deployment's pod from its name (`<rollout>-<version>-<replicaset>-<pod>`);
+/// "" for a pod of none.
+pub fn pod_version<'a>(rollout: &str, pod: &'a str) -> &'a str {
+    pod.strip_prefix(rollout)
+        .and_then(|p| p.strip_prefix('-'))
+        .and_then(|p| p.split('-').next())
+        .unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests;

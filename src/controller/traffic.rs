@@ -121,6 +121,7 @@ async fn switched_view(
         ready_endpoints,
         endpoint_versions,
         selector_version: selector.and_then(|s| s.get(VERSION_LABEL).cloned()),
+        selector: selector.cloned(),
         labelled: labels
             .and_then(|l| l.get(ROLLOUT_LABEL))
             .is_some_and(|r| r == rollout),

@@ -29,7 +29,9 @@ pub struct ServiceView {
     pub applied_hash: Option<String>,
     /// Ready endpoints in its EndpointSlices.
     pub ready_endpoints: i32,
-    /// A Service of the user's (`blueGreen.activeService`): the version its selector names.
+    /// A Service of the user's (`blueGreen.activeService`): its selector (None: it has none)
+    /// and the version that names.
+    pub selector: Option<BTreeMap<String, String>>,
     pub selector_version: Option<String>,
     /// Whether it carries the rollout's label (a Service of the user's that linnet switches).
     pub labelled: bool,

@@ -274,6 +274,7 @@ impl Sim {
                 let svc = self.traffic.services.iter_mut().find(|s| &s.name == name);
                 let svc = svc.expect("a switched Service that exists");
                 svc.selector_version = version.clone();
+                svc.selector = Some(self.service_selectors[name].clone());
                 svc.labelled = version.is_some();
             }
             Action::UpdateRoute { name, rules, .. } => {
@@ -309,7 +310,10 @@ impl Sim {
             svc.endpoint_versions = self
                 .deployments
                 .values()
-                .filter_map(|d| Some((d.name.strip_prefix("web-")?.to_string(), d.available)))
+                .map(|d| {
+                    let version = d.name.strip_prefix("web-").unwrap_or("");
+                    (version.to_string(), d.available)
+                })
                 .filter(|(v, n)| version.is_none_or(|want| want == v) && *n > 0)
                 .collect();
             svc.ready_endpoints = svc.endpoint_versions.values().sum();

@@ -20,7 +20,9 @@ impl<'a> Planner<'a> {
             .max_by_key(|d| (d.replicas, d.available))
             .map_or_else(|| self.version_for(image), |d| d.name.clone());
         let prefix = format!("{}-", self.name());
-        let version = name.strip_prefix(&prefix).unwrap_or("none");
+        let version = name
+            .strip_prefix(&prefix)
+            .unwrap_or(service_switch::UNVERSIONED);
         BTreeMap::from([
             (ROLLOUT_LABEL.to_string(), self.name().to_string()),
             (VERSION_LABEL.to_string(), version.to_string()),
@@ -117,11 +119,14 @@ impl<'a> Planner<'a> {
         let want = self.want.unwrap_or_else(Want::stable);
         let step = self.traffic_step(want);
         crate::plan::traffic::settle(&mut self.actions, &mut self.st, step);
-        self.st.switched_services = service_switch::still_switched(
-            self.switched_services(),
-            &self.released(),
-            &self.o.traffic,
-        );
+        let released = self.released();
+        if self.r.spec.traffic_routing.is_some() {
+            // Routes now: the Services switched before are handed back all the same.
+            let owner = format!("CanaryDeployment/{}", self.name());
+            service_switch::hand_back(&released, &self.o.traffic, &owner, &mut self.actions);
+        }
+        self.st.switched_services =
+            service_switch::still_switched(self.switched_services(), &released, &self.o.traffic);
     }
 
     /// A blue-green rollout's Services switched by their selector
@@ -133,7 +138,17 @@ impl<'a> Planner<'a> {
         {
             return None;
         }
-        let bg = strategy.blue_green.as_ref()?;
+        let Some(bg) = strategy.blue_green.as_ref() else {
+            // A rollback whose spec dropped the block: the Service switched last (the active
+            // one comes first) still goes back to the old version, not to every version.
+            let last = self.st.switched_services.first();
+            return last
+                .filter(|_| strategy.type_ == Strategy::Rollback)
+                .map(|active| Switched {
+                    active,
+                    preview: None,
+                });
+        };
         Some(Switched {
             active: bg.active_service.as_deref()?,
             preview: bg.preview_service.as_deref(),
@@ -166,9 +181,15 @@ impl<'a> Planner<'a> {
                 .find(|d| d.name == name)
                 .map(|d| d.available)
         };
+        // The new version's pods carry its template's labels and the selector's.
+        let template = self.pod_template(&self.canary_image()).metadata;
+        let mut canary_labels = template.and_then(|m| m.labels).unwrap_or_default();
+        let selector = self.spec().template.get().selector.match_labels;
+        canary_labels.extend(selector.unwrap_or_default());
         let ready = SideReady {
             stable: available(&sides.stable).unwrap_or(0),
             canary: available(&sides.canary).unwrap_or(0),
+            canary_labels,
         };
         Some(service_switch::service_switch_step(
             (self.name(), &self.r.reference.namespace),

@@ -24,12 +24,17 @@ pub struct Switched<'a> {
     pub preview: Option<&'a str>,
 }
 
-/// Ready pods of each side, from their Deployments.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Ready pods of each side, from their Deployments, and the labels of the new version's pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SideReady {
     pub stable: i32,
     pub canary: i32,
+    pub canary_labels: BTreeMap<String, String>,
 }
+
+/// How often a rollout looks again for a Service it names that is not there (nothing else
+/// wakes it: an unlabelled Service's EndpointSlices are not watched).
+pub const MISSING_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn version(side: &BTreeMap<String, String>) -> &str {
     side.get(VERSION_LABEL).map_or("", String::as_str)
@@ -58,7 +63,7 @@ pub fn service_switch_step(
     let (stable, canary) = (version(&sides.stable), version(&sides.canary));
     let active = view.services.iter().find(|s| s.name == switched.active);
     out.now = seen_now(active, (stable, canary), recorded, now);
-    let (target, lost) = match switch_target((want, ready), (stable, canary), switched.active) {
+    let (target, lost) = match switch_target((want, &ready), (stable, canary), switched.active) {
         Target::Select(target, lost) => (target, lost),
         Target::Hold(why) => {
             out.waiting = Some(why);
@@ -66,36 +71,24 @@ pub fn service_switch_step(
         }
     };
     let mut waiting: Vec<String> = lost.into_iter().collect();
-    let mut point = |name: &str, version: &str, waiting: &mut Vec<String>| {
-        let Some(s) = view.services.iter().find(|s| s.name == name) else {
-            waiting.push(format!(
-                "Service {name} (strategy.blueGreen) not found in namespace {namespace}: create \
-                 it, with the pods' labels as its selector; linnet adds {VERSION_LABEL} to it"
-            ));
-            return None;
-        };
-        if s.selector_version.as_deref() != Some(version) || !s.labelled {
-            waiting.push(format!("pointing Service {name} at version {version}"));
-            out.actions.push(Action::SwitchService {
-                name: name.to_string(),
-                version: Some(version.to_string()),
-                owner: owner.clone(),
-            });
-            return None;
+    let new_pods = (target == canary && canary != stable).then_some(&ready.canary_labels);
+    let active = (switched.active, target, new_pods);
+    // The old version of a rollout that was Rolling has no version label: the Service keeps
+    // its own selector (every version's pods) until the switch.
+    if target != UNVERSIONED {
+        match point(view, active, (namespace, &owner), &mut out) {
+            Pointed::At(s) if !all_of(s, target) => waiting.push(endpoints_behind(s, target)),
+            Pointed::At(_) => {}
+            Pointed::Waiting(why) => waiting.push(why),
         }
-        Some(s)
-    };
-    if let Some(s) = point(switched.active, target, &mut waiting)
-        && !all_of(s, target)
-    {
-        waiting.push(endpoints_behind(s, target));
     }
     if let Some(preview) = switched.preview {
-        let mut preview_waits = Vec::new();
-        point(preview, canary, &mut preview_waits);
+        let preview = (preview, canary, Some(&ready.canary_labels));
         // Only the preview stage waits for it.
-        if want.header {
-            waiting.extend(preview_waits);
+        if let Pointed::Waiting(why) = point(view, preview, (namespace, &owner), &mut out)
+            && want.header
+        {
+            waiting.push(why);
         }
     }
     if waiting.is_empty() && want.settle {
@@ -118,6 +111,64 @@ pub fn service_switch_step(
     out
 }
 
+/// Whether a Service is pointed at a version.
+enum Pointed<'v> {
+    /// It is: the Service.
+    At(&'v super::ServiceView),
+    /// Not yet: why.
+    Waiting(String),
+}
+
+/// Points Service `name` at `version`, whose pods carry `labels` (when known): the Service
+/// when it is there, selects those pods, and is so already; else why not (a missing Service
+/// is looked for again, and one whose own selector does not match the pods is left alone).
+fn point<'v>(
+    view: &'v super::TrafficView,
+    (name, version, labels): (&str, &str, Option<&BTreeMap<String, String>>),
+    (namespace, owner): (&str, &str),
+    out: &mut TrafficStep,
+) -> Pointed<'v> {
+    let Some(s) = view.services.iter().find(|s| s.name == name) else {
+        let again = out
+            .recheck_after
+            .map_or(MISSING_RECHECK, |r| r.min(MISSING_RECHECK));
+        out.recheck_after = Some(again);
+        return Pointed::Waiting(format!(
+            "Service {name} (strategy.blueGreen) not found in namespace {namespace}: create \
+             it, with the pods' labels as its selector; linnet adds {VERSION_LABEL} to it"
+        ));
+    };
+    let Some(selector) = &s.selector else {
+        return Pointed::Waiting(format!(
+            "Service {name} has no selector: linnet switches a Service by adding \
+             {VERSION_LABEL} to the selector it has; give it the pods' labels"
+        ));
+    };
+    let foreign: Vec<String> = selector
+        .iter()
+        .filter(|(k, v)| {
+            k.as_str() != VERSION_LABEL && labels.is_some_and(|l| l.get(*k) != Some(v))
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !foreign.is_empty() {
+        return Pointed::Waiting(format!(
+            "Service {name} selects {} as well, which version {version}'s pods do not carry: \
+             add it to the pod template's labels, or take it out of the Service's selector",
+            foreign.join(",")
+        ));
+    }
+    if s.selector_version.as_deref() != Some(version) || !s.labelled {
+        out.actions.push(Action::SwitchService {
+            name: name.to_string(),
+            version: Some(version.to_string()),
+            owner: owner.to_string(),
+        });
+        return Pointed::Waiting(format!("pointing Service {name} at version {version}"));
+    }
+    Pointed::At(s)
+}
+
 /// What the active Service is to select.
 enum Target<'v> {
     /// This version (the stable one when the new version lost every ready pod: and why).
@@ -127,7 +178,7 @@ enum Target<'v> {
 }
 
 fn switch_target<'v>(
-    (want, ready): (Want, SideReady),
+    (want, ready): (Want, &SideReady),
     (stable, canary): (&'v str, &'v str),
     active: &str,
 ) -> Target<'v> {
@@ -146,7 +197,8 @@ fn switch_target<'v>(
         target = stable;
         lost = Some(why);
     }
-    if target == stable && ready.stable < 1 && stable != canary {
+    // Never a version without a ready pod.
+    if target == stable && ready.stable < 1 && stable != UNVERSIONED {
         return Target::Hold(format!(
             "waiting for a ready pod of version {stable} before Service {active} selects it"
         ));
@@ -155,7 +207,7 @@ fn switch_target<'v>(
 }
 
 /// Hands back the `released` Services that still carry linnet's marks.
-fn hand_back(
+pub fn hand_back(
     released: &[String],
     view: &super::TrafficView,
     owner: &str,
@@ -180,23 +232,31 @@ fn endpoints_behind(s: &super::ServiceView, target: &str) -> String {
     let others: i32 = s
         .endpoint_versions
         .iter()
-        .filter(|(v, _)| v.as_str() != target)
+        .filter(|(v, _)| !same_version(v, target))
         .map(|(_, n)| n)
         .sum();
     format!(
         "waiting for Service {}'s endpoints to be version {target}'s pods ({} ready of {target}, {others} of other versions)",
         s.name,
-        s.endpoint_versions.get(target).copied().unwrap_or(0),
+        ready_of(s, target),
     )
 }
 
 /// Whether every ready endpoint of `s` is a pod of `version`, and one is.
 fn all_of(s: &super::ServiceView, version: &str) -> bool {
-    let of = s.endpoint_versions.get(version).copied().unwrap_or(0);
+    let of = ready_of(s, version);
     of > 0
         && s.endpoint_versions
             .iter()
-            .all(|(v, n)| v == version || *n == 0)
+            .all(|(v, n)| same_version(v, version) || *n == 0)
+}
+
+fn ready_of(s: &super::ServiceView, version: &str) -> i32 {
+    let of = s
+        .endpoint_versions
+        .iter()
+        .filter(|(v, _)| same_version(v, version));
+    of.map(|(_, n)| n).sum()
 }
 
 /// The active Service as seen now: 100 when it selects the new version, 0 the old one; since
@@ -253,12 +313,27 @@ pub fn still_switched(
 }
 
 /// The version of a Deployment's pod from its name (`<rollout>-<version>-<replicaset>-<pod>`);
-/// "" for a pod of none.
+/// "" for a pod of none. Kubernetes cuts a pod's generated prefix at 58 characters, so for a
+/// rollout name of 49 or 50 characters the version runs into the random suffix or is cut:
+/// the first 8 characters at most, and [`same_version`] accepts a cut one.
 pub fn pod_version<'a>(rollout: &str, pod: &'a str) -> &'a str {
-    pod.strip_prefix(rollout)
+    let rest = pod
+        .strip_prefix(rollout)
         .and_then(|p| p.strip_prefix('-'))
-        .and_then(|p| p.split('-').next())
-        .unwrap_or("")
+        .unwrap_or("");
+    let end = rest.find('-').unwrap_or(rest.len()).min(VERSION_LEN);
+    rest.get(..end).unwrap_or("")
+}
+
+/// The version of a Deployment without one (a rollout that was Rolling: `<name>`).
+pub const UNVERSIONED: &str = "none";
+
+/// The length of a version (its hash's first 8 characters, or `baseline`).
+const VERSION_LEN: usize = 8;
+
+/// Whether an endpoint's version, read from its pod's name, is `version`.
+fn same_version(of_endpoint: &str, version: &str) -> bool {
+    !of_endpoint.is_empty() && version.starts_with(of_endpoint)
 }
 
 #[cfg(test)]

@@ -13,15 +13,29 @@ fn service_blue_green(pause: PauseMode) -> Sim {
         ..crate::api::BlueGreen::default()
     });
     for name in ["web", "web-preview"] {
-        s.traffic.services.push(ServiceView {
-            name: name.into(),
-            ..ServiceView::default()
-        });
-        s.service_selectors
-            .insert(name.into(), BTreeMap::from([("app".into(), "web".into())]));
+        user_service(&mut s, name, &[("app", "web")]);
     }
     s.completed_on("web:1");
     s
+}
+
+/// A Service of the user's, selecting `selector`.
+fn user_service(s: &mut Sim, name: &str, selector: &[(&str, &str)]) {
+    let selector: BTreeMap<String, String> = selector
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    s.traffic.services.retain(|x| x.name != name);
+    s.traffic.services.push(ServiceView {
+        name: name.into(),
+        selector: Some(selector.clone()),
+        ..ServiceView::default()
+    });
+    s.service_selectors.insert(name.into(), selector);
+}
+
+fn message(s: &Sim) -> String {
+    s.status.message.clone().unwrap_or_default()
 }
 
 /// The image of the version the Service `name` selects.
@@ -193,4 +207,117 @@ fn a_replanned_switch_keeps_the_service_where_it_is() {
         "{:?}",
         again.actions
     );
+}
+
+/// Found by review: a rollout that was Rolling has one Deployment of no version; turned
+/// blue-green, the Service was pointed at version "none" and selected no pod. It keeps its
+/// own selector until a version has ready pods, then the next rollout switches it.
+#[test]
+fn a_rollout_that_was_rolling_keeps_the_services_own_selector_until_a_version_runs() {
+    let mut s = Sim::new(Strategy::Rolling, 1, PauseMode::Never);
+    user_service(&mut s, "web", &[("app", "web")]);
+    s.completed_on("web:1");
+    s.spec.strategy.type_ = Strategy::BlueGreen;
+    s.spec.strategy.blue_green = Some(crate::api::BlueGreen {
+        active_service: Some("web".into()),
+        ..crate::api::BlueGreen::default()
+    });
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+        assert_eq!(s.service_selectors["web"].get(VERSION_LABEL), None);
+        assert!(active_endpoints(&s) > 0);
+    }
+    s.spec.image = "web:2".into();
+    run_checked(&mut s, "Completed on web:2", |s| {
+        s.phase() == Some(Phase::Completed) && s.status.stable_image.as_deref() == Some("web:2")
+    });
+    assert_eq!(selects(&s, "web").as_deref(), Some("web:2"));
+}
+
+/// Found by review: a Service whose own selector asks for a label the new pods lack would
+/// select no pod once switched; it is not switched, and the message says why.
+#[test]
+fn a_service_selecting_a_label_the_new_pods_lack_is_not_switched() {
+    let mut s = service_blue_green(PauseMode::Never);
+    let version = s.service_selectors["web"][VERSION_LABEL].clone();
+    user_service(
+        &mut s,
+        "web",
+        &[("app", "web"), ("tier", "front"), (VERSION_LABEL, &version)],
+    );
+    s.traffic.services[1].labelled = true;
+    s.traffic.services[1].selector_version = Some(version);
+    s.spec.image = "web:2".into();
+    for _ in 0..40 {
+        s.reconcile();
+        s.tick();
+        assert_eq!(selects(&s, "web").as_deref(), Some("web:1"));
+    }
+    assert!(
+        message(&s).contains("Service web selects tier=front as well, which version"),
+        "{}",
+        message(&s)
+    );
+}
+
+/// Found by review: nothing woke a rollout waiting for a Service that was not there yet.
+#[test]
+fn a_missing_service_is_looked_for_again() {
+    let mut s = service_blue_green(PauseMode::Never);
+    s.traffic.services.retain(|x| x.name != "web");
+    s.spec.image = "web:2".into();
+    for _ in 0..10 {
+        s.reconcile();
+        s.tick();
+    }
+    let p = s.plan();
+    assert!(
+        p.requeue_after
+            .is_some_and(|r| r <= Duration::from_secs(31)),
+        "{:?}",
+        p.requeue_after
+    );
+}
+
+/// Found by review: turning to traffic routing left the Service pinned to a version whose pods
+/// would go.
+#[test]
+fn a_rollout_turned_to_traffic_routing_hands_its_service_back() {
+    let mut s = service_blue_green(PauseMode::Never);
+    s.spec.strategy.blue_green = Some(crate::api::BlueGreen::default());
+    s.spec.traffic_routing = Some(Box::new(
+        serde_json::from_value(serde_json::json!({
+            "gatewayAPI": {"httpRoutes": ["web"], "port": 8080},
+        }))
+        .unwrap(),
+    ));
+    s.reconcile();
+    s.tick();
+    assert_eq!(s.service_selectors["web"].get(VERSION_LABEL), None);
+    s.reconcile();
+    assert_eq!(s.status.switched_services, Vec::<String>::new());
+}
+
+/// Found by review: a rollback whose spec dropped the `blueGreen` block (only the type is
+/// needed) handed the Service back mid-rollback, and it selected both versions.
+#[test]
+fn a_rollback_without_the_block_still_points_the_service_back() {
+    let mut s = service_blue_green(PauseMode::Never);
+    s.spec.image = "web:2".into();
+    s.spec
+        .strategy
+        .blue_green
+        .as_mut()
+        .unwrap()
+        .scale_down_delay_seconds = 600;
+    run_checked(&mut s, "the switch", |s| {
+        s.status.canary_weight == Some(100)
+    });
+    s.spec.strategy.type_ = Strategy::Rollback;
+    s.spec.strategy.blue_green = None;
+    run_checked(&mut s, "RolledBack", |s| {
+        s.phase() == Some(Phase::RolledBack)
+    });
+    assert_eq!(selects(&s, "web").as_deref(), Some("web:1"));
 }

@@ -14,6 +14,7 @@ fn active(version: Option<&str>, endpoints: &[(&str, i32)]) -> TrafficView {
     TrafficView {
         services: vec![ServiceView {
             name: "web".into(),
+            selector: Some(BTreeMap::from([("app".into(), "web".into())])),
             selector_version: version.map(str::to_string),
             labelled: version.is_some(),
             endpoint_versions: endpoints.iter().map(|(v, n)| (v.to_string(), *n)).collect(),
@@ -38,6 +39,7 @@ fn step(view: &TrafficView, weight: i32, recorded: Recorded, now: Timestamp) -> 
     let ready = SideReady {
         stable: 4,
         canary: 4,
+        canary_labels: BTreeMap::from([("app".into(), "web".into())]),
     };
     service_switch_step(
         ("web", "ns"),
@@ -57,6 +59,16 @@ fn a_pods_version_is_the_segment_after_the_rollouts_name() {
     assert_eq!(pod_version("web", "web-baseline-5d8f7c-x2x4z"), "baseline");
     assert_eq!(pod_version("web", "webapp-1234-5d8f7c-x2x4z"), "");
     assert_eq!(pod_version("web", ""), "");
+    // Kubernetes cuts a generated pod name's prefix at 58 characters: with a rollout name of
+    // 49 or 50, the version runs into the random suffix, or loses its last character.
+    let name49 = "a".repeat(49);
+    let pod = format!("{name49}-bbbb2222x2x4z");
+    assert_eq!(pod_version(&name49, &pod), "bbbb2222");
+    let name50 = "a".repeat(50);
+    let pod = format!("{name50}-bbbb222x2x4z");
+    assert_eq!(pod_version(&name50, &pod), "bbbb222x");
+    assert!(same_version("bbbb222", "bbbb2222"));
+    assert!(!same_version("", "bbbb2222"));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Issue 69, the soak: every feature on at once, over time, on pods that really run. A
-//! batched CanaryDeployment `web` behind the real gateway (Traefik) with an analysis gate on
+//! batched CanaryDeployment `web` with baseline pods behind the real gateway (Traefik) with an analysis gate on
 //! the gateway's metrics through Prometheus, a TwoSets CanaryStatefulSet `kv` with
 //! versionedConfig, and a Partition one `kvp`; write-back with commit statuses; notifications
 //! to a signed webhook receiver that answers 503 to every third request; drift checks every
@@ -101,7 +101,9 @@ fn web(ns: &str, image: &str, prometheus: &str) -> Value {
         "spec": {
             "replicas": 3,
             "image": image,
-            "strategy": {"type": "Batches"},
+            // Baseline pods beside each batch (issue 75): they get the canary's share of the
+            // routes, answer with the stable image, and go once the routes settle.
+            "strategy": {"type": "Batches", "baseline": true},
             "batches": 2,
             "pause": "None",
             "progressDeadlineSeconds": 120,
@@ -713,6 +715,21 @@ async fn soak_with_everything_on_holds_every_invariant() {
             stray.len(),
             listed(": ", &stray, ", ")
         ),
+    );
+
+    // 2b. Baseline pods ran beside web's batches, and none is left.
+    let baseline_pods = |what: &str| {
+        rec.pods
+            .iter()
+            .filter(|(_, _, w, pod)| *w == what && pod.starts_with("web-baseline-"))
+            .count()
+    };
+    let web_pushed = rec.pushes.iter().any(|(_, app, _, _)| app == "web");
+    let (made, gone) = (baseline_pods("created"), baseline_pods("deleting"));
+    check(
+        "web's baseline pods ran beside its batches and went with them",
+        !web_pushed || (made > 0 && made == gone),
+        format!("{made} baseline pods made, {gone} deleted"),
     );
 
     // 3. No API write while everything is settled.

@@ -222,6 +222,40 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         .await
         .unwrap();
     assert_eq!(post.status(), 405);
+
+    // Issue 76: the pull request linnet opened (its event, as the revert loop records it) is
+    // linked on the rollout's page; nothing but an http(s) address becomes a link.
+    let url = "https://git.example/acme/gitops/pull/7";
+    let event: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "redis.revert-pr", "namespace": ns},
+        "eventTime": "2026-12-05T12:00:00.000000Z",
+        "reportingController": "rollouts.linnet.dev/linnet",
+        "reportingInstance": "linnet-test",
+        "action": "Revert",
+        "reason": "RevertPullRequestOpened",
+        "type": "Normal",
+        "regarding": {"apiVersion": "rollouts.linnet.dev/v1alpha1",
+            "kind": "CanaryStatefulSet", "name": "redis", "namespace": ns},
+        "note": format!("{url} puts redis:7.2 back in specs/rollout.yaml; merging it makes the rollout Stable (not javascript:alert(1))"),
+    }))
+    .unwrap();
+    f.api::<k8s_openapi::api::events::v1::Event>()
+        .create(&Default::default(), &event)
+        .await
+        .unwrap();
+    browser.eval("location.hash = '#/'").await;
+    browser
+        .eval(&format!("location.hash = '#/csts/{ns}/redis'"))
+        .await;
+    browser.wait_text(&["Revert pull request", url], 20).await;
+    let links = browser
+        .eval("JSON.stringify([...document.querySelectorAll('a')].map(a => a.getAttribute('href')).filter(h => h.includes('git.example') || h.startsWith('javascript')))")
+        .await;
+    assert_eq!(
+        links.as_str().unwrap(),
+        format!("[\"{url}\",\"{url}\"]"),
+        "the fact and the event's message link the pull request, nothing else"
+    );
     for shot in [
         "1-list-stable",
         "2-rollout-awaiting-approval",

@@ -208,7 +208,45 @@ function events(k) {
   if (list.length === 0) return [h("h2", {}, "Events"), h("p", { class: "muted" }, "None yet.")];
   return [h("h2", {}, "Events"), h("table", { class: "events" }, h("tbody", {}, list.map(e =>
     h("tr", {}, h("td", {}, age(e.time) + " ago"), h("td", {}, e.type), h("td", {}, e.reason),
-      h("td", { class: "msg" }, e.note + (e.count > 1 ? " (×" + e.count + ")" : ""))))))];
+      h("td", { class: "msg" }, linked(e.note || ""), e.count > 1 ? " (×" + e.count + ")" : "")))))];
+}
+
+// http(s) addresses in a message as links (the pull requests linnet opened, in its events);
+// the rest stays text.
+const URL_IN_TEXT = /https?:\/\/[^\s"'<>]+/g;
+function linked(text) {
+  const out = [];
+  let last = 0;
+  for (const m of text.matchAll(URL_IN_TEXT)) {
+    const url = m[0].replace(/[.,;:)]+$/, "");
+    out.push(text.slice(last, m.index), h("a", { href: url, rel: "noopener" }, url));
+    last = m.index + url.length;
+  }
+  out.push(text.slice(last));
+  return out;
+}
+
+// The pull requests linnet opened for a rollout, the newest of each kind, from its events.
+const PULL_REQUESTS = {
+  RevertPullRequestOpened: "Revert pull request",
+  PromotionPullRequestOpened: "Promotion pull request",
+  PromotionPullRequestMerged: "Promotion merged",
+};
+function pullRequests(k) {
+  const list = eventsOf.get(k);
+  if (!Array.isArray(list)) return [];
+  const shown = new Set();
+  const out = [];
+  for (const e of list) {
+    const label = PULL_REQUESTS[e.reason];
+    const url = label && !shown.has(e.reason) && (e.note || "").match(URL_IN_TEXT);
+    if (!url) continue;
+    shown.add(e.reason);
+    out.push(h("dt", {}, label), h("dd", {},
+      h("a", { href: url[0].replace(/[.,;:)]+$/, ""), rel: "noopener", class: "pull-request" }, url[0].replace(/[.,;:)]+$/, "")),
+      " (" + age(e.time) + " ago)"));
+  }
+  return out;
 }
 
 function history(k) {
@@ -243,6 +281,7 @@ function detail(k) {
       h("dt", {}, "In this phase for"), h("dd", {}, age(r.phaseSince)),
       h("dt", {}, "Git commit"), h("dd", {}, h("code", {}, r.revision || "-")),
       h("dt", {}, "Trace"), h("dd", {}, trace(r)),
+      pullRequests(k),
       h("dt", {}, "Age"), h("dd", {}, age(r.created))),
     steps(r), replicas(r), analysis(r), conditions(r), events(k), history(k));
 }

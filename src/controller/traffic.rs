@@ -122,6 +122,11 @@ async fn switched_view(
         endpoint_versions,
         selector_version: selector.and_then(|s| s.get(VERSION_LABEL).cloned()),
         selector: selector.cloned(),
+        switched_by: svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TRAFFIC_ANNOTATION).cloned()),
         labelled: labels
             .and_then(|l| l.get(ROLLOUT_LABEL))
             .is_some_and(|r| r == rollout),

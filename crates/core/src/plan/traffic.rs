@@ -35,6 +35,8 @@ pub struct ServiceView {
     pub selector_version: Option<String>,
     /// Whether it carries the rollout's label (a Service of the user's that linnet switches).
     pub labelled: bool,
+    /// The rollout that switches it (`<Kind>/<name>`, its traffic annotation), if one does.
+    pub switched_by: Option<String>,
     /// Its ready endpoints by the version of their pod ([`service_switch::pod_version`]).
     pub endpoint_versions: BTreeMap<String, i32>,
 }

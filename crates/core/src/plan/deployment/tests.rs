@@ -276,6 +276,7 @@ impl Sim {
                 svc.selector_version = version.clone();
                 svc.selector = Some(self.service_selectors[name].clone());
                 svc.labelled = version.is_some();
+                svc.switched_by = version.as_ref().map(|_| "CanaryDeployment/web".to_string());
             }
             Action::UpdateRoute { name, rules, .. } => {
                 let route = self.traffic.routes.iter_mut().find(|r| &r.name == name);

@@ -138,6 +138,12 @@ fn point<'v>(
              it, with the pods' labels as its selector; linnet adds {VERSION_LABEL} to it"
         ));
     };
+    if let Some(other) = s.switched_by.as_deref().filter(|o| *o != owner) {
+        return Pointed::Waiting(format!(
+            "Service {name} is switched by {other}: two rollouts cannot switch one Service; \
+             name another in strategy.blueGreen"
+        ));
+    }
     let Some(selector) = &s.selector else {
         return Pointed::Waiting(format!(
             "Service {name} has no selector: linnet switches a Service by adding \

@@ -124,3 +124,17 @@ fn a_service_of_no_version_is_pointed_at_the_stable_one_and_recorded_as_none() {
         [Action::SwitchService { version: Some(v), .. }] if v == "aaaa1111"
     ));
 }
+
+#[test]
+fn a_service_another_rollout_switches_is_left_to_it() {
+    let now = Timestamp::from_second(1_700_000_000).unwrap();
+    let mut view = active(Some("aaaa1111"), &[("aaaa1111", 4)]);
+    view.services[0].switched_by = Some("CanaryDeployment/shop".into());
+    let s = step(&view, 100, Recorded::default(), now);
+    assert!(s.actions.is_empty(), "{:?}", s.actions);
+    assert!(
+        s.waiting
+            .unwrap()
+            .contains("Service web is switched by CanaryDeployment/shop"),
+    );
+}

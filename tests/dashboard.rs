@@ -333,3 +333,58 @@ async fn a_rollouts_page_shows_its_status_commits_from_git() {
         .await;
     drop(agent);
 }
+
+/// Issue 76: a batched CanaryDeployment's page shows its batches on a timeline (state,
+/// when each started and how long it took, from the status), asks for the approval this kind
+/// takes (`currentBatch`), and follows the approval live.
+#[tokio::test]
+async fn a_batched_canarys_page_shows_its_batches_on_a_timeline() {
+    let mut f = Fixture::prepare("dash-batches", |ns| {
+        support::rollout::batched_web(ns, json!({}))
+    })
+    .await;
+    let ns = f.ns.name.clone();
+    let port = free_port();
+    f.start_agent_with(&[format!("--dashboard-listen=127.0.0.1:{port}")])
+        .await;
+    let mut browser = Browser::start().await;
+    browser
+        .open(&format!("http://127.0.0.1:{port}/#/cdeploy/{ns}/web"))
+        .await;
+    browser.wait_text(&["Completed", "nginx:1.27"], 90).await;
+    f.patch_spec(json!({"image": "nginx:1.28"}));
+    let paused = browser
+        .wait_text(
+            &["Paused", "Batches", "batch 1 · 1 new · Finished", "took"],
+            90,
+        )
+        .await;
+    assert!(paused.contains("batch 2 · 4 new · Pending"), "{paused}");
+    assert!(
+        paused.contains("currentBatch"),
+        "the approval this kind takes:\n{paused}"
+    );
+    assert!(!paused.contains("rollouts.linnet.dev/promote"), "{paused}");
+    let states = browser
+        .eval("[...document.querySelectorAll('[data-batch]')].map(li => li.dataset.state + ':' + li.className).join(' ')")
+        .await;
+    assert_eq!(states, "Finished:done Pending:");
+    browser
+        .screenshot(&screenshots().join("6-batches-paused.png"))
+        .await;
+    f.patch_spec(json!({"currentBatch": 2}));
+    browser.wait_text(&["Completed", "nginx:1.28"], 90).await;
+    let states = browser
+        .eval(
+            "[...document.querySelectorAll('[data-batch]')].map(li => li.dataset.state).join(' ')",
+        )
+        .await;
+    assert_eq!(states, "Finished Finished");
+    let took = browser
+        .eval("[...document.querySelectorAll('[data-batch] .when')].filter(w => w.textContent.includes('took')).length")
+        .await;
+    assert_eq!(took, 2, "both batches say how long they took");
+    browser
+        .screenshot(&screenshots().join("7-batches-completed.png"))
+        .await;
+}

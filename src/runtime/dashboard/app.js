@@ -132,10 +132,24 @@ function steps(r) {
   }
   const batches = r.status && r.status.batches;
   if (batches && batches.length) {
-    return [h("h2", {}, "Batches"), h("ol", { class: "steps" }, batches.map((b, i) =>
-      h("li", { class: b.state === "Completed" ? "done" : b.state === "InProgress" ? "now" : "" }, "batch " + (i + 1) + ": " + (b.state || "")))) ];
+    // A blue-green rollout's two stages are its preview and its switch.
+    const blueGreen = r.spec.strategy && r.spec.strategy.type === "BlueGreen";
+    const label = b => blueGreen ? (b.batch === 1 ? "preview" : "switch") : "batch " + b.batch;
+    return [h("h2", {}, blueGreen ? "Stages" : "Batches"), h("ol", { class: "steps timeline" }, batches.map(b =>
+      h("li", { class: b.state === "Finished" ? "done" : b.state === "InProgress" ? "now" : "", "data-batch": b.batch, "data-state": b.state },
+        h("b", {}, label(b)), " · " + b.target + " new · " + (b.state || ""),
+        b.startedAt ? h("div", { class: "when" }, "started " + age(b.startedAt) + " ago" +
+          (b.finishedAt ? ", took " + took(b.startedAt, b.finishedAt) : "")) : null)))];
   }
   return null;
+}
+
+// How long from `from` to `to` (timestamps), in the units `age` uses.
+function took(from, to) {
+  const s = Math.max(0, (Date.parse(to) - Date.parse(from)) / 1000);
+  if (s < 120) return Math.round(s) + "s";
+  if (s < 7200) return Math.round(s / 60) + "m";
+  return Math.round(s / 3600) + "h";
 }
 
 function spark(values) {

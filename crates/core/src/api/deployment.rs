@@ -276,6 +276,12 @@ pub struct BatchStatus {
     /// New-image replicas this batch brings the rollout to.
     pub target: i32,
     pub state: BatchState,
+    /// When the batch started (its new pods asked for), in this rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// When it finished (its pods available, its gate passed): the dashboard's timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
 }
 
 /// How many available replicas run an image.

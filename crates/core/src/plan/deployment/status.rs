@@ -2,6 +2,7 @@
 //! the machine stopped.
 
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 impl<'a> Planner<'a> {
     pub(super) fn finish(mut self, message: String) -> Finished<CanaryDeploymentStatus> {
@@ -96,17 +97,26 @@ impl<'a> Planner<'a> {
         let n = self.current_batch();
         let all_done = phase == Phase::Completed;
         let in_rollout = matches!(phase, Phase::Progressing | Phase::Paused | Phase::Failed);
+        let before = std::mem::take(&mut self.st.batches);
+        let now = Time(self.now);
         self.st.batches = (1..=m)
-            .map(|b| BatchStatus {
-                batch: b,
-                target: self.target(b),
-                state: if all_done || b < n || (b == n && phase == Phase::Paused) {
+            .map(|b| {
+                let state = if all_done || b < n || (b == n && phase == Phase::Paused) {
                     BatchState::Finished
                 } else if b == n && in_rollout {
                     BatchState::InProgress
                 } else {
                     BatchState::Pending
-                },
+                };
+                let (started_at, finished_at) =
+                    batch_times(before.iter().find(|p| p.batch == b), state, &now);
+                BatchStatus {
+                    batch: b,
+                    target: self.target(b),
+                    state,
+                    started_at,
+                    finished_at,
+                }
             })
             .collect();
         self.st.batch = Some(format!("{}/{m}", if all_done { m } else { n }));
@@ -144,4 +154,27 @@ impl<'a> Planner<'a> {
             _ => Standing::Working,
         }
     }
+}
+
+/// When a batch in `state` started and finished: as `before` (its last status) recorded them,
+/// or now for a move seen now. A finished batch that is not finished any more is one of a new
+/// rollout, whose times start again.
+fn batch_times(
+    before: Option<&BatchStatus>,
+    state: BatchState,
+    now: &Time,
+) -> (Option<Time>, Option<Time>) {
+    let carried =
+        before.filter(|p| !(p.state == BatchState::Finished && state != BatchState::Finished));
+    let started = (state != BatchState::Pending).then(|| {
+        carried
+            .and_then(|p| p.started_at.clone())
+            .unwrap_or_else(|| now.clone())
+    });
+    let finished = (state == BatchState::Finished).then(|| {
+        carried
+            .and_then(|p| p.finished_at.clone())
+            .unwrap_or_else(|| now.clone())
+    });
+    (started, finished)
 }

@@ -588,3 +588,5 @@ mod baseline_traffic;
 mod blue_green;
 
 mod blue_green_service;
+
+mod batch_times;

@@ -1,0 +1,58 @@
+//! Each batch's start and finish in status (the dashboard's timeline): set when the move is
+//! seen, kept while the batch stays so, started again by the next rollout.
+
+use super::*;
+
+fn times(s: &Sim) -> Vec<(BatchState, Option<Timestamp>, Option<Timestamp>)> {
+    s.status
+        .batches
+        .iter()
+        .map(|b| {
+            let t = |x: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+                x.as_ref().map(|t| t.0)
+            };
+            (b.state, t(&b.started_at), t(&b.finished_at))
+        })
+        .collect()
+}
+
+#[test]
+fn each_batch_records_when_it_started_and_finished_and_the_next_rollout_starts_again() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    let t0 = s.now;
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    let paused_at = s.now;
+    let [(first, started, finished), (second, None, None)] = times(&s)[..] else {
+        panic!("{:?}", times(&s));
+    };
+    assert_eq!((first, second), (BatchState::Finished, BatchState::Pending));
+    let (started, finished) = (started.unwrap(), finished.unwrap());
+    assert!(t0 <= started && started < finished && finished <= paused_at);
+    // Paused a while: nothing moves.
+    for _ in 0..5 {
+        s.reconcile();
+        s.tick();
+    }
+    assert_eq!(times(&s)[0], (first, Some(started), Some(finished)));
+    s.spec.current_batch = 2;
+    s.run_until("Completed", |s| s.phase() == Some(Phase::Completed));
+    let done = times(&s);
+    assert_eq!(
+        done[0],
+        (BatchState::Finished, Some(started), Some(finished))
+    );
+    let (state, second_started, second_finished) = done[1];
+    assert_eq!(state, BatchState::Finished);
+    assert!(second_started.unwrap() > paused_at, "{done:?}");
+    assert!(second_finished.unwrap() >= second_started.unwrap());
+    // The next rollout's first batch starts again.
+    s.spec.image = "web:3".into();
+    s.spec.current_batch = 1;
+    s.reconcile();
+    let next = times(&s);
+    assert_eq!(next[0].0, BatchState::InProgress, "{next:?}");
+    assert!(next[0].1.unwrap() > second_finished.unwrap());
+    assert_eq!((next[1].1, next[1].2), (None, None));
+}

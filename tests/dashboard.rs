@@ -229,7 +229,7 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
     let event: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
         "metadata": {"name": "redis.revert-pr", "namespace": ns},
         "eventTime": "2026-12-05T12:00:00.000000Z",
-        "reportingController": "rollouts.linnet.dev/linnet",
+        "reportingController": "linnet",
         "reportingInstance": "linnet-test",
         "action": "Revert",
         "reason": "RevertPullRequestOpened",
@@ -239,22 +239,34 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         "note": format!("{url} puts redis:7.2 back in specs/rollout.yaml; merging it makes the rollout Stable (not javascript:alert(1))"),
     }))
     .unwrap();
-    f.api::<k8s_openapi::api::events::v1::Event>()
-        .create(&Default::default(), &event)
-        .await
-        .unwrap();
+    let events = f.api::<k8s_openapi::api::events::v1::Event>();
+    events.create(&Default::default(), &event).await.unwrap();
+    // The same reason from another controller (anyone who may create events) is no fact.
+    let mut forged = event.clone();
+    forged.metadata.name = Some("redis.forged-pr".into());
+    forged.reporting_controller = Some("someone-else".into());
+    forged.note = Some("https://evil.example/pull/1 puts a fake link here".into());
+    events.create(&Default::default(), &forged).await.unwrap();
     browser.eval("location.hash = '#/'").await;
     browser
         .eval(&format!("location.hash = '#/csts/{ns}/redis'"))
         .await;
     browser.wait_text(&["Revert pull request", url], 20).await;
     let links = browser
-        .eval("JSON.stringify([...document.querySelectorAll('a')].map(a => a.getAttribute('href')).filter(h => h.includes('git.example') || h.startsWith('javascript')))")
+        .eval("JSON.stringify([...document.querySelectorAll('a.pull-request')].map(a => a.getAttribute('href')))")
         .await;
     assert_eq!(
         links.as_str().unwrap(),
-        format!("[\"{url}\",\"{url}\"]"),
-        "the fact and the event's message link the pull request, nothing else"
+        format!("[\"{url}\"]"),
+        "linnet's event gives the fact, not the forged one"
+    );
+    let in_messages = browser
+        .eval("JSON.stringify([...document.querySelectorAll('td.msg a')].map(a => a.getAttribute('href')).sort())")
+        .await;
+    assert_eq!(
+        in_messages.as_str().unwrap(),
+        format!("[\"https://evil.example/pull/1\",\"{url}\"]"),
+        "addresses in messages are links, and nothing else is"
     );
     for shot in [
         "1-list-stable",

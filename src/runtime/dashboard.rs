@@ -197,6 +197,7 @@ async fn rollout_events(
                 "type": e.type_,
                 "reason": e.reason,
                 "note": e.note,
+                "controller": e.reporting_controller,
                 "count": e.series.as_ref().map_or(1, |s| s.count),
             });
             (at, row)

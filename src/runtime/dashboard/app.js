@@ -149,7 +149,8 @@ function took(from, to) {
   const s = Math.max(0, (Date.parse(to) - Date.parse(from)) / 1000);
   if (s < 120) return Math.round(s) + "s";
   if (s < 7200) return Math.round(s / 60) + "m";
-  return Math.round(s / 3600) + "h";
+  if (s < 172800) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
 }
 
 function spark(values) {
@@ -228,19 +229,22 @@ function events(k) {
 // http(s) addresses in a message as links (the pull requests linnet opened, in its events);
 // the rest stays text.
 const URL_IN_TEXT = /https?:\/\/[^\s"'<>]+/g;
+// An address as found in text, without the punctuation that ends the sentence around it.
+function trimmed(url) { return url.replace(/[.,;:!?\])]+$/, ""); }
 function linked(text) {
   const out = [];
   let last = 0;
   for (const m of text.matchAll(URL_IN_TEXT)) {
-    const url = m[0].replace(/[.,;:)]+$/, "");
-    out.push(text.slice(last, m.index), h("a", { href: url, rel: "noopener" }, url));
+    const url = trimmed(m[0]);
+    out.push(text.slice(last, m.index), h("a", { href: url, rel: "noreferrer" }, url));
     last = m.index + url.length;
   }
   out.push(text.slice(last));
   return out;
 }
 
-// The pull requests linnet opened for a rollout, the newest of each kind, from its events.
+// The pull requests linnet opened for a rollout, the newest of each kind, from its events
+// (linnet's own: anyone who may create events could post one with the same reason).
 const PULL_REQUESTS = {
   RevertPullRequestOpened: "Revert pull request",
   PromotionPullRequestOpened: "Promotion pull request",
@@ -252,12 +256,12 @@ function pullRequests(k) {
   const shown = new Set();
   const out = [];
   for (const e of list) {
-    const label = PULL_REQUESTS[e.reason];
+    const label = e.controller === "linnet" && PULL_REQUESTS[e.reason];
     const url = label && !shown.has(e.reason) && (e.note || "").match(URL_IN_TEXT);
     if (!url) continue;
     shown.add(e.reason);
     out.push(h("dt", {}, label), h("dd", {},
-      h("a", { href: url[0].replace(/[.,;:)]+$/, ""), rel: "noopener", class: "pull-request" }, url[0].replace(/[.,;:)]+$/, "")),
+      h("a", { href: trimmed(url[0]), rel: "noreferrer", class: "pull-request" }, trimmed(url[0])),
       " (" + age(e.time) + " ago)"));
   }
   return out;

@@ -56,6 +56,9 @@ impl<'a> Planner<'a> {
         let stable = self.stable_image();
         self.st.canary_image = Some(image.clone());
         self.st.rollback = None;
+        // A new rollout's batches: none of the last one's times (one superseded mid-batch
+        // goes from InProgress to InProgress in a single plan).
+        self.st.batches.clear();
         self.st.abort_at_start = self.r.abort.clone();
         analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);
         if self.blue_green() {

@@ -156,25 +156,24 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// When a batch in `state` started and finished: as `before` (its last status) recorded them,
-/// or now for a move seen now. A finished batch that is not finished any more is one of a new
-/// rollout, whose times start again.
+/// When a batch in `state` started and finished: as `before` (its last status) recorded them
+/// while its state stays (even without times: an older agent's, or a CRD without the fields,
+/// is not rewritten at every reconcile), or now for a move seen now. A finished batch that is
+/// not finished any more is one of a new rollout, whose times start again.
 fn batch_times(
     before: Option<&BatchStatus>,
     state: BatchState,
     now: &Time,
 ) -> (Option<Time>, Option<Time>) {
-    let carried =
-        before.filter(|p| !(p.state == BatchState::Finished && state != BatchState::Finished));
+    if let Some(p) = before.filter(|p| p.state == state) {
+        return (p.started_at.clone(), p.finished_at.clone());
+    }
+    let carried = before.filter(|p| p.state != BatchState::Finished);
     let started = (state != BatchState::Pending).then(|| {
         carried
             .and_then(|p| p.started_at.clone())
             .unwrap_or_else(|| now.clone())
     });
-    let finished = (state == BatchState::Finished).then(|| {
-        carried
-            .and_then(|p| p.finished_at.clone())
-            .unwrap_or_else(|| now.clone())
-    });
+    let finished = (state == BatchState::Finished).then(|| now.clone());
     (started, finished)
 }

@@ -56,3 +56,49 @@ fn each_batch_records_when_it_started_and_finished_and_the_next_rollout_starts_a
     assert!(next[0].1.unwrap() > second_finished.unwrap());
     assert_eq!((next[1].1, next[1].2), (None, None));
 }
+
+/// Found by review: a rollout that failed at batch 1 with no new pod (a webhook refused them)
+/// and a new image: superseded, rolled back and started again in one plan, batch 1 went from
+/// InProgress to InProgress and kept the failed rollout's start.
+#[test]
+fn a_superseded_rollouts_batch_starts_again() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.spec.progress_deadline_seconds = 5;
+    s.completed_on("web:1");
+    s.spec.image = "web:broken".into();
+    s.run_until("Failed", |s| s.phase() == Some(Phase::Failed));
+    let first = times(&s)[0];
+    assert_eq!(first.0, BatchState::InProgress, "{:?}", times(&s));
+    // Its pods were never made.
+    for d in s.deployments.values_mut() {
+        if d.image.as_deref() == Some("web:broken") {
+            d.pods = 0;
+        }
+    }
+    s.spec.image = "web:3".into();
+    s.now += jiff::SignedDuration::from_secs(1);
+    s.reconcile();
+    assert_eq!(
+        s.status.canary_image.as_deref(),
+        Some("web:3"),
+        "{:?}",
+        s.phases
+    );
+    assert!(times(&s)[0].1 > first.1, "{:?} then {:?}", first, times(&s));
+}
+
+/// Found by review: a batch read back without times (an older agent's status, or a CRD
+/// without the fields) got `now` at every plan, so its status was written at every reconcile.
+#[test]
+fn a_batch_without_times_is_not_given_new_ones_while_its_state_stays() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    for b in &mut s.status.batches {
+        (b.started_at, b.finished_at) = (None, None);
+    }
+    let before = s.status.batches.clone();
+    s.reconcile();
+    assert_eq!(s.status.batches, before);
+}

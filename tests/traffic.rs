@@ -881,39 +881,8 @@ async fn blue_green_on_real_pods_switches_and_switches_back_without_a_failed_req
     let preview = send(&gateway.url(), 100, &[("x-canary", "always")]).await;
     assert_eq!(preview.count(v2), 100, "the preview by header: {preview:?}");
 
-    // The switch, approved in Git, under steady load.
-    let load = Load::start(&gateway.url());
-    load.flowing().await;
-    f.patch_spec(json!({"currentBatch": 2}));
-    f.wait_for(
-        "switched, the old version waiting",
-        180,
-        |r: &CanaryDeployment| {
-            weight_of_deploy(r) == Some(100) && message_of(r).contains("scaleDownDelaySeconds")
-        },
-    )
-    .await;
-    wait_serving(&gateway, v2).await;
-    let during = stop_without_a_failed_request(load, &gateway, "during the switch");
-    assert!(during.count(v1) > 0 && during.count(v2) > 0, "{during:?}");
-    assert_eq!(
-        pods_on(&f, v1).await,
-        old_pods,
-        "the old version kept its pods"
-    );
-
-    // Switching back: an abort puts every request on the old pods, which never stopped.
-    let load = Load::start(&gateway.url());
-    load.flowing().await;
-    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
-    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
-        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
-            && weight_of_deploy(r) == Some(0)
-    })
-    .await;
-    wait_serving(&gateway, v1).await;
-    stop_without_a_failed_request(load, &gateway, "switching back");
-    assert_eq!(pods_on(&f, v1).await, old_pods, "no old pod restarted");
+    switch_under_load(&mut f, &gateway, (v1, v2), &old_pods).await;
+    abort_under_load(&mut f, &gateway, v1, &old_pods).await;
 
     // A later image, approved ahead (currentBatch stays 2), completes after a short delay.
     let load = Load::start(&gateway.url());
@@ -1234,6 +1203,47 @@ async fn baseline_pods_get_the_canarys_share_and_an_abort_loses_no_request() {
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }
 
+/// A blue-green rollout paused at its preview of `v2` (`old` the pods of `v1`): the approval in
+/// Git switches every request under steady load, and no request fails; the old pods stay.
+async fn switch_under_load(
+    f: &mut Fixture,
+    gateway: &Gateway,
+    (v1, v2): (&str, &str),
+    old: &[String],
+) {
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.patch_spec(json!({"currentBatch": 2}));
+    f.wait_for(
+        "switched, the old version waiting",
+        180,
+        |r: &CanaryDeployment| {
+            weight_of_deploy(r) == Some(100) && message_of(r).contains("scaleDownDelaySeconds")
+        },
+    )
+    .await;
+    wait_serving(gateway, v2).await;
+    let during = stop_without_a_failed_request(load, gateway, "during the switch");
+    assert!(during.count(v1) > 0 && during.count(v2) > 0, "{during:?}");
+    assert_eq!(pods_on(f, v1).await, old, "the old version kept its pods");
+}
+
+/// Switching back: an abort puts every request on the old pods of `v1` (`old`), which never
+/// stopped, under steady load, and no request fails.
+async fn abort_under_load(f: &mut Fixture, gateway: &Gateway, v1: &str, old: &[String]) {
+    let load = Load::start(&gateway.url());
+    load.flowing().await;
+    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
+    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
+            && weight_of_deploy(r) == Some(0)
+    })
+    .await;
+    wait_serving(gateway, v1).await;
+    stop_without_a_failed_request(load, gateway, "switching back");
+    assert_eq!(pods_on(f, v1).await, old, "no old pod restarted");
+}
+
 /// The user's Service `name` for `web`'s pods (all versions: linnet adds the version).
 fn web_service(ns: &str, name: &str, labels: Value) -> Value {
     json!({
@@ -1360,41 +1370,10 @@ async fn blue_green_by_service_selector_switches_and_switches_back_without_a_fai
         "after Git changed the Service: {plain:?}"
     );
 
-    // The switch, approved in Git, under steady load.
-    let load = Load::start(&gateway.url());
-    load.flowing().await;
-    f.patch_spec(json!({"currentBatch": 2}));
-    f.wait_for(
-        "switched, the old version waiting",
-        180,
-        |r: &CanaryDeployment| {
-            weight_of_deploy(r) == Some(100) && message_of(r).contains("scaleDownDelaySeconds")
-        },
-    )
-    .await;
-    wait_serving(&gateway, v2).await;
-    let during = stop_without_a_failed_request(load, &gateway, "during the switch");
-    assert!(during.count(v1) > 0 && during.count(v2) > 0, "{during:?}");
+    switch_under_load(&mut f, &gateway, (v1, v2), &old_pods).await;
     assert_ne!(selected_version(&f, "web").await, v1_version);
-    assert_eq!(
-        pods_on(&f, v1).await,
-        old_pods,
-        "the old version kept its pods"
-    );
-
-    // Switching back: an abort points the Service at the old pods, which never stopped.
-    let load = Load::start(&gateway.url());
-    load.flowing().await;
-    f.annotate(linnet::api::ABORT_ANNOTATION, "true");
-    f.wait_for("RolledBack at weight 0", 180, |r: &CanaryDeployment| {
-        r.status.as_ref().and_then(|s| s.phase) == Some(DeploymentPhase::RolledBack)
-            && weight_of_deploy(r) == Some(0)
-    })
-    .await;
-    wait_serving(&gateway, v1).await;
-    stop_without_a_failed_request(load, &gateway, "switching back");
+    abort_under_load(&mut f, &gateway, v1, &old_pods).await;
     assert_eq!(selected_version(&f, "web").await, v1_version);
-    assert_eq!(pods_on(&f, v1).await, old_pods, "no old pod restarted");
     f.assert_no_drift_reverted();
     eprintln!("the gateway needed {} nudge(s)", converger.stop().await);
 }

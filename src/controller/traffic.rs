@@ -187,15 +187,29 @@ pub async fn switch_service(
         },
         "spec": {"selector": {VERSION_LABEL: version}},
     });
-    Api::<Service>::namespaced(client.clone(), ns)
-        .patch(
-            name,
-            &crate::kube_client::patch_as(crate::api::field_managers::TRAFFIC),
-            &Patch::Merge(patch),
-        )
-        .await
-        .map(|_| ())
-        .doing(what)
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    merge_as_traffic(&services, name, patch, what).await
+}
+
+/// A JSON merge patch of `name` by traffic routing's own field manager (the sync's drift
+/// check leaves the fields it owns alone).
+async fn merge_as_traffic<K>(
+    api: &Api<K>,
+    name: &str,
+    patch: Value,
+    what: &impl Fn() -> String,
+) -> Result<(), ReconcileError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &crate::kube_client::patch_as(crate::api::field_managers::TRAFFIC),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map(|_| ())
+    .doing(what)
 }
 
 /// An HTTPRoute or GRPCRoute as the planner reads it: its rules, and the oldest generation its
@@ -324,15 +338,7 @@ pub async fn update_route(
     if let Some(rv) = resource_version {
         patch["metadata"]["resourceVersion"] = json!(rv);
     }
-    routes
-        .patch(
-            name,
-            &crate::kube_client::patch_as(crate::api::field_managers::TRAFFIC),
-            &Patch::Merge(patch),
-        )
-        .await
-        .map(|_| ())
-        .doing(what)
+    merge_as_traffic(&routes, name, patch, what).await
 }
 
 /// The route watches' backoff: as every watch's, but up to a minute, since it also waits

@@ -41,6 +41,14 @@ pub struct ServiceView {
     pub endpoint_versions: BTreeMap<String, i32>,
 }
 
+impl ServiceView {
+    /// Whether a Service of the user's still carries what a switch put on it (the version key
+    /// or the rollout label): one to hand back.
+    pub fn switch_marked(&self) -> bool {
+        self.selector_version.is_some() || self.labelled
+    }
+}
+
 /// An HTTPRoute or GRPCRoute the rollout weighs, as observed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RouteView {
@@ -368,16 +376,9 @@ fn seen_now(
             .find(|r| r.kind == kind && &r.name == name)
             .is_some_and(|r| r.accepted_generation >= Some(r.generation))
     });
-    let since = match recorded.since {
-        _ if !accepted => None,
-        Some(t)
-            if (weight, header, baseline)
-                == (recorded.weight, recorded.header, recorded.baseline) =>
-        {
-            Some(t)
-        }
-        _ => Some(now),
-    };
+    let as_recorded =
+        (weight, header, baseline) == (recorded.weight, recorded.header, recorded.baseline);
+    let since = settle_since(accepted, as_recorded, recorded, now);
     Recorded {
         weight,
         header,
@@ -440,6 +441,38 @@ pub fn settle_left(
     since.and_then(|since| settling(routing, Some(since), now).map(|(_, left)| left))
 }
 
+/// What is left of `settle` counted from `since` (all of it before there is a `since`); None
+/// once it is over. Both ways of switching (routes, a Service's selector) wait so.
+fn settle_remaining(
+    settle: std::time::Duration,
+    since: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<std::time::Duration> {
+    let d = now.duration_since(since.unwrap_or(now));
+    let passed = if d.is_negative() {
+        std::time::Duration::ZERO
+    } else {
+        d.unsigned_abs()
+    };
+    settle.checked_sub(passed).filter(|left| !left.is_zero())
+}
+
+/// Since when the traffic has been as seen now, for the settle clock: none before it is
+/// accepted (by the gateways, or the EndpointSlices), the recorded start while it is as
+/// recorded, else now.
+fn settle_since(
+    accepted: bool,
+    as_recorded: bool,
+    recorded: Recorded,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    match recorded.since {
+        _ if !accepted => None,
+        Some(t) if as_recorded => Some(t),
+        _ => Some(now),
+    }
+}
+
 /// How long the gateway is still given to apply the routes, counted from `since`.
 fn settling(
     routing: &TrafficRouting,
@@ -447,13 +480,7 @@ fn settling(
     now: Timestamp,
 ) -> Option<(String, std::time::Duration)> {
     let settle = std::time::Duration::from_secs(routing.settle_seconds.max(0) as u64);
-    let d = now.duration_since(since.unwrap_or(now));
-    let passed = if d.is_negative() {
-        std::time::Duration::ZERO
-    } else {
-        d.unsigned_abs()
-    };
-    let left = settle.checked_sub(passed).filter(|left| !left.is_zero())?;
+    let left = settle_remaining(settle, since, now)?;
     let why = format!(
         "letting the gateway apply the routes ({}s more)",
         left.as_secs_f64().ceil()

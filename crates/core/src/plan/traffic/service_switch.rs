@@ -91,21 +91,16 @@ pub fn service_switch_step(
             waiting.push(why);
         }
     }
-    if waiting.is_empty() && want.settle {
-        let passed = out
-            .now
-            .since
-            .map(|t| now.duration_since(t))
-            .filter(|d| !d.is_negative())
-            .map_or(std::time::Duration::ZERO, |d| d.unsigned_abs());
-        if let Some(left) = SWITCH_SETTLE.checked_sub(passed).filter(|l| !l.is_zero()) {
-            waiting.push(format!(
-                "letting kube-proxy apply Service {}'s endpoints ({}s more)",
-                switched.active,
-                left.as_secs_f64().ceil()
-            ));
-            out.recheck_after = Some(left);
-        }
+    if waiting.is_empty()
+        && want.settle
+        && let Some(left) = super::settle_remaining(SWITCH_SETTLE, out.now.since, now)
+    {
+        waiting.push(format!(
+            "letting kube-proxy apply Service {}'s endpoints ({}s more)",
+            switched.active,
+            left.as_secs_f64().ceil()
+        ));
+        out.recheck_after = Some(left);
     }
     out.waiting = (!waiting.is_empty()).then(|| waiting.join("; "));
     out
@@ -223,7 +218,7 @@ pub fn hand_back(
         let Some(s) = view.services.iter().find(|s| &s.name == name) else {
             continue;
         };
-        if s.selector_version.is_some() || s.labelled {
+        if s.switch_marked() {
             actions.push(Action::SwitchService {
                 name: name.clone(),
                 version: None,
@@ -280,16 +275,11 @@ fn seen_now(
         _ => None,
     };
     let accepted = active.is_some_and(|s| selected.is_some_and(|v| all_of(s, v)));
-    let since = match recorded.since {
-        _ if !accepted => None,
-        Some(t) if weight == recorded.weight => Some(t),
-        _ => Some(now),
-    };
     Recorded {
         weight,
         header: false,
         baseline: None,
-        since,
+        since: super::settle_since(accepted, weight == recorded.weight, recorded, now),
     }
 }
 
@@ -311,7 +301,7 @@ pub fn still_switched(
             .filter(|n| {
                 view.services
                     .iter()
-                    .any(|s| &&s.name == n && (s.selector_version.is_some() || s.labelled))
+                    .any(|s| &&s.name == n && s.switch_marked())
             })
             .cloned(),
     );

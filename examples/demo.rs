@@ -84,6 +84,8 @@ struct Demo {
     scratch: PathBuf,
     /// The agent's webhook address.
     hooks: String,
+    /// The dashboard's address.
+    dashboard: String,
 }
 
 impl Drop for Demo {
@@ -495,6 +497,7 @@ async fn run() -> Step<()> {
         bin: bin.clone(),
         scratch: tmp.path().to_path_buf(),
         hooks: base.clone(),
+        dashboard: format!("http://127.0.0.1:{dashboard_port}"),
     };
     let result = story(&demo).await;
     if result.is_err() {
@@ -781,7 +784,7 @@ async fn story(d: &Demo) -> Step<()> {
     println!("    the judge's verdict: {message}");
 
     traffic::traffic_step(&d.client, &d.work, |m| d.push(m)).await?;
-    real_pods::real_pods_step(&d.client, &d.work, |m| d.push(m)).await?;
+    real_pods::real_pods_step(&d.client, &d.work, &d.dashboard, |m| d.push(m)).await?;
     images::images_step(&d.client, &d.work, &d.scratch, &d.hooks, SECRET, |m| {
         d.push(m)
     })

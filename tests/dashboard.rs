@@ -161,6 +161,7 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
     }
     // Its events and history loaded (history is off: no write-back here).
     browser.wait_text(&["write-back is off", " ago"], 20).await;
+    wait_eval(&mut browser, NO_SLIDE, "true", 10).await;
     browser
         .screenshot(&screenshots().join("2-rollout-awaiting-approval.png"))
         .await;
@@ -399,4 +400,184 @@ async fn a_batched_canarys_page_shows_its_batches_on_a_timeline() {
     browser
         .screenshot(&screenshots().join("7-batches-completed.png"))
         .await;
+}
+
+/// The volume of claim `claim`, as the API server has it.
+async fn volume_of(f: &Fixture, claim: &str) -> String {
+    let claims = f.api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>();
+    let c = claims.get(claim).await.unwrap();
+    c.spec.and_then(|s| s.volume_name).unwrap()
+}
+
+/// Where the page draws each ordinal's volume: `ordinal:volume:held-by:moving-to`.
+const PLACES: &str = "[...document.querySelectorAll('.map-row[data-ordinal]')].map(r => r.dataset.ordinal + ':' + [...r.querySelectorAll('.volume')].map(v => v.dataset.volume + ':' + v.dataset.heldBy + ':' + v.dataset.movingTo).join(',')).join(' ')";
+
+/// Whether the page shows pod kv-canary-2 ready.
+const CANARY_READY: &str =
+    "(document.querySelector('[data-pod=\"kv-canary-2\"]') || {dataset: {}}).dataset.ready || ''";
+
+/// Whether no volume is sliding on the page (for a still screenshot).
+const NO_SLIDE: &str = "String(!document.getAnimations().some(a => (a.animationName || '').startsWith('from-') && a.playState === 'running'))";
+
+/// Waits until `expression` gives `want` in the page.
+async fn wait_eval(browser: &mut Browser, expression: &str, want: &str, secs: u64) {
+    let mut got = Value::Null;
+    for _ in 0..secs * 4 {
+        got = browser.eval(expression).await;
+        if got == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    panic!("{expression} is {got}, not {want}");
+}
+
+/// Issue 76, on the real node: a CanaryStatefulSet's page maps each ordinal's pods (set,
+/// version, readiness, restarts as the kubelet counts them) and its volume as the API server
+/// has it, and draws the handoff: the PersistentVolume of ordinal 2 slides from the stable
+/// set's claim to the canary's, and back when a canary that keeps restarting is rolled back.
+#[tokio::test]
+async fn the_replica_map_shows_each_pod_and_its_volume_moving_on_the_real_node() {
+    use support::node;
+    let admin = support::admin_client().await;
+    if !node::require(&admin).await {
+        return;
+    }
+    let mut f = Fixture::prepare("dash-node", |ns| {
+        let mut spec = node::kv_rollout(ns, "v1", json!({"progressDeadlineSeconds": 40}));
+        // `broken` never passes /ready: with this probe the kubelet restarts it.
+        spec["spec"]["template"]["template"]["spec"]["containers"][0]["livenessProbe"] = json!({
+            "httpGet": {"path": "/ready", "port": 8080},
+            "initialDelaySeconds": 2, "periodSeconds": 1, "failureThreshold": 2
+        });
+        spec
+    })
+    .await;
+    let ns = f.ns.name.clone();
+    let port = free_port();
+    f.start_agent_with(&[format!("--dashboard-listen=127.0.0.1:{port}")])
+        .await;
+    let mut browser = Browser::start().await;
+    browser
+        .open(&format!("http://127.0.0.1:{port}/#/csts/{ns}/kv"))
+        .await;
+    browser
+        .wait_text(
+            &[
+                "Settled: nothing to do",
+                "kv-stable-2",
+                "ready · 0 restarts",
+            ],
+            180,
+        )
+        .await;
+    let mut volumes = Vec::new();
+    for k in 0..3 {
+        volumes.push(volume_of(&f, &format!("data-kv-stable-{k}")).await);
+    }
+    let stable_places = volumes
+        .iter()
+        .enumerate()
+        .map(|(k, v)| format!("{k}:{v}:stable:"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(browser.eval(PLACES).await, stable_places.as_str());
+    // Every 100 ms, how ordinal 2's volume is drawn, to see it slide.
+    browser
+        .eval("window.slides = new Set(); setInterval(() => { const v = document.querySelector('.map-row[data-ordinal=\"2\"] .volume'); if (v) window.slides.add(v.dataset.volume + ':' + v.className); }, 100)")
+        .await;
+
+    // The canary takes ordinal 2 on its volume: the page shows it held by the canary's claim.
+    f.patch_spec(json!({"image": format!("{}:v2", node::KV_IMAGE)}));
+    browser
+        .wait_text(
+            &[
+                "Waiting for you: approve in Git",
+                "kv-canary-2",
+                "canary · linnet.test/kv:v2",
+            ],
+            180,
+        )
+        .await;
+    let pv2 = &volumes[2];
+    let handed = format!("{}:{}:{}:", 0, volumes[0], "stable");
+    browser
+        .wait_text(&[pv2.as_str(), "data: data-kv-canary-2"], 30)
+        .await;
+    let places = browser.eval(PLACES).await;
+    assert!(
+        places.as_str().unwrap().starts_with(&handed)
+            && places
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("2:{pv2}:canary:")),
+        "{places}"
+    );
+    assert_eq!(volume_of(&f, "data-kv-canary-2").await, *pv2);
+    wait_eval(&mut browser, CANARY_READY, "true", 30).await;
+    wait_eval(&mut browser, NO_SLIDE, "true", 10).await;
+    browser
+        .screenshot(&screenshots().join("8-replica-map-canary.png"))
+        .await;
+
+    // A canary that never becomes ready: the page counts its restarts as the kubelet does.
+    f.patch_spec(json!({"image": format!("{}:broken", node::KV_IMAGE)}));
+    let pods = f.api::<k8s_openapi::api::core::v1::Pod>();
+    let mut agreed = None;
+    for _ in 0..120 {
+        let shown = browser
+            .eval("(document.querySelector('[data-pod=\"kv-canary-2\"]') || {dataset: {}}).dataset.restarts || ''")
+            .await;
+        let pod = pods.get_opt("kv-canary-2").await.unwrap();
+        let counted: i32 = pod
+            .iter()
+            .flat_map(|p| {
+                p.status
+                    .iter()
+                    .flat_map(|s| s.container_statuses.iter().flatten())
+            })
+            .map(|c| c.restart_count)
+            .sum();
+        if counted >= 1 && shown.as_str() == Some(counted.to_string().as_str()) {
+            agreed = Some(counted);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(
+        agreed.is_some(),
+        "the page never showed the canary's restarts"
+    );
+    wait_eval(&mut browser, CANARY_READY, "false", 30).await;
+    browser
+        .screenshot(&screenshots().join("9-replica-map-restarting.png"))
+        .await;
+
+    // Rolled back at the deadline: the same volume is back with the stable set.
+    f.wait_for("RolledBack", 180, |r: &linnet::api::CanaryStatefulSet| {
+        r.status.as_ref().and_then(|s| s.phase) == Some(linnet::api::StatefulSetPhase::RolledBack)
+    })
+    .await;
+    let mut places = Value::Null;
+    for _ in 0..60 {
+        places = browser.eval(PLACES).await;
+        if places == stable_places.as_str() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        places,
+        stable_places.as_str(),
+        "ordinal 2's volume went back to the stable claim"
+    );
+    let slides = browser
+        .eval("JSON.stringify([...window.slides].sort())")
+        .await;
+    let slides = slides.as_str().unwrap();
+    assert!(
+        slides.contains(&format!("{pv2}:volume from-stable"))
+            && slides.contains(&format!("{pv2}:volume from-canary")),
+        "the volume did not slide both ways: {slides}"
+    );
 }

@@ -132,9 +132,62 @@ async fn node_missing(client: &Client) -> Option<String> {
     (!ready).then(|| format!("node {NODE} is not Ready"))
 }
 
+/// The dashboard's replica map of kv, as its page draws it: ordinal 2's volume must be held
+/// by the canary's claim.
+async fn dashboard_map(dashboard: &str) -> Step<()> {
+    let url = format!("{dashboard}/api/rollouts/csts/{NS}/kv/replicas");
+    println!("    the dashboard's replica map ({dashboard}/#/csts/{NS}/kv):");
+    let map: serde_json::Value = http()
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let mut canary_holds_two = false;
+    for row in map["replicas"].as_array().into_iter().flatten() {
+        let pods: Vec<String> = row["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let ready = if p["ready"] == true {
+                    "ready"
+                } else {
+                    "not ready"
+                };
+                format!(
+                    "{} ({ready}, {} restarts)",
+                    p["name"].as_str().unwrap_or("?"),
+                    p["restarts"]
+                )
+            })
+            .collect();
+        for v in row["volumes"].as_array().into_iter().flatten() {
+            let held = v["heldBy"].as_str().unwrap_or("no claim yet");
+            println!(
+                "      kv-{}: {} on {}, held by the {held} set's claim {}",
+                row["ordinal"],
+                pods.join(", "),
+                v["volume"].as_str().unwrap_or("?"),
+                v["claim"].as_str().unwrap_or("-")
+            );
+            canary_holds_two |= row["ordinal"] == 2 && held == "canary";
+        }
+    }
+    if !canary_holds_two {
+        return Err(format!(
+            "the dashboard's map does not show ordinal 2's volume with the canary: {map}"
+        ));
+    }
+    Ok(())
+}
+
 pub async fn real_pods_step(
     client: &Client,
     work: &Path,
+    dashboard: &str,
     push: impl Fn(&str) -> Step<()>,
 ) -> Step<()> {
     say(
@@ -197,6 +250,7 @@ pub async fn real_pods_step(
             written[&2]
         ));
     }
+    dashboard_map(dashboard).await?;
 
     edit(
         "  name: kv\n  namespace: demo\n",

@@ -19,6 +19,7 @@ use crate::api::{CanaryDeployment, CanaryStatefulSet, RolloutView};
 use crate::watch::rollouts::{Change, RolloutStores};
 
 mod history;
+mod replicas;
 
 const PAGE: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
@@ -86,6 +87,10 @@ pub fn router(
         .route(
             "/api/rollouts/{short}/{namespace}/{name}/history",
             get(rollout_history),
+        )
+        .route(
+            "/api/rollouts/csts/{namespace}/{name}/replicas",
+            get(replicas::rollout_replicas),
         )
         .route("/api/events", get(events))
         .route("/api/fleet", get(fleet_view))

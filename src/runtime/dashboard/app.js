@@ -100,28 +100,100 @@ function next(r) {
   return h("div", { class: "next " + t }, h("b", {}, title), r.message || "", todo ? h("div", {}, todo) : null);
 }
 
-function ordinalOf(claim) { const m = /-(\d+)$/.exec(claim); return m ? Number(m[1]) : null; }
+// A CanaryStatefulSet's replicas by ordinal, from its pods and claims as the API server has
+// them (/api/rollouts/csts/…/replicas): each ordinal's stable and canary pod, and its volume
+// between them, held by one set's claim or moving from one to the other.
+const replicasOf = new Map(); // key -> the replica map, or {error}
+const placeOf = new Map(); // key/ordinal/template -> {place, from, at}: where a volume was drawn
+const SIDE_WORDS = { stable: "stable", canary: "canary", single: "its set" };
+
+function podCard(r, p) {
+  const version = p.canary ? "canary" : "stable";
+  const state = p.deleting ? "going" : p.ready ? "ready" : "not ready";
+  return h("div", { class: "pod " + version + (p.ready ? " ready" : " unready") + (p.deleting ? " deleting" : ""),
+      "data-pod": p.name, "data-ready": String(p.ready), "data-restarts": String(p.restarts) },
+    h("div", { class: "ord" }, p.name),
+    h("div", {}, version + " · " + (p.image || (p.canary ? r.canaryImage : r.stableImage) || "?")),
+    h("div", { class: "state" }, h("span", { class: "dot" }), state,
+      " · " + p.restarts + (p.restarts === 1 ? " restart" : " restarts"),
+      p.waiting ? " · " + p.waiting : null));
+}
+
+// Where a volume is drawn: under the set whose claim holds it, or between the two.
+function placeOfVolume(v) {
+  if (v.movingTo) return "moving-to-" + v.movingTo;
+  return v.heldBy ? "at-" + v.heldBy : "unclaimed";
+}
+
+function volumeChip(k, ordinal, v) {
+  const place = placeOfVolume(v);
+  const id = k + "/" + ordinal + "/" + v.template;
+  const was = placeOf.get(id);
+  const now = Date.now();
+  let seen = was;
+  if (!was || was.place !== place) {
+    seen = { place, from: was ? was.place : null, at: was ? now : 0 };
+    placeOf.set(id, seen);
+  }
+  // A change of place slides the volume across; a render during the slide carries it on.
+  const sliding = seen.from && now - seen.at < 1500;
+  const from = sliding ? (seen.from.endsWith("canary") ? "from-canary" : "from-stable") : "";
+  const words = v.movingTo
+    ? "moving to the " + SIDE_WORDS[v.movingTo] + (v.heldBy ? " (still on the " + SIDE_WORDS[v.heldBy] + "'s claim)" : "")
+    : v.claim;
+  return h("div", { class: "track " + place },
+    h("div", { class: "volume " + from, "data-volume": v.volume, "data-held-by": v.heldBy || "", "data-moving-to": v.movingTo || "",
+        style: sliding ? "animation-delay: -" + (now - seen.at) + "ms" : null },
+      h("b", {}, "⛁ " + v.volume), h("div", { class: "claim" }, v.template + ": " + words)));
+}
 
 function replicas(r) {
   if (r.kind !== "CanaryStatefulSet") return null;
-  const n = r.spec.replicas;
-  const handed = new Map();
-  for (const [claim, pv] of Object.entries(r.status && r.status.replicaVolumes || {})) {
-    const o = ordinalOf(claim);
-    if (o !== null) handed.set(o, [claim, pv]);
+  const k = key(r);
+  const got = replicasOf.get(k);
+  const title = h("h2", {}, "Replicas by ordinal");
+  if (got === undefined) return [title, h("p", { class: "muted" }, "Loading…")];
+  if (got.error) return [title, h("p", { class: "muted" }, "Cannot read the pods: " + got.error)];
+  const twoSets = !(r.spec.strategy && r.spec.strategy.type === "Partition");
+  const head = h("div", { class: "map-row head" }, h("div", {}, "ordinal"),
+    h("div", {}, twoSets ? r.name + "-stable" : "stable revision"),
+    h("div", {}, "volume"), h("div", {}, twoSets ? r.name + "-canary" : "canary revision"));
+  return [title, h("div", { class: "replica-map" }, head, got.replicas.map(row => {
+    const lane = canary => {
+      const pods = row.pods.filter(p => p.canary === canary).map(p => podCard(r, p));
+      return pods.length || canary || row.pods.length ? pods : h("span", { class: "muted" }, "no pod");
+    };
+    return h("div", { class: "map-row", "data-ordinal": row.ordinal },
+      h("div", { class: "ord" }, r.name + "-" + row.ordinal),
+      h("div", { class: "lane stable" }, lane(false)),
+      h("div", { class: "tracks" }, row.volumes.length ? row.volumes.map(v => volumeChip(k, row.ordinal, v)) : h("span", { class: "muted" }, "no volume")),
+      h("div", { class: "lane canary" }, lane(true)));
+  }))];
+}
+
+// Whether the map is in motion: a pod not ready or going, or a volume between claims.
+function unsettled(map) {
+  return (map.replicas || []).some(row => row.pods.some(p => !p.ready || p.deleting) ||
+    row.volumes.some(v => v.movingTo || !v.heldBy));
+}
+
+// Read when the page opens and when the rollout changes; asked again every 3 s only while
+// something moves (a restart does not change the rollout), and only for the open page.
+let replicasTimer = null;
+async function loadReplicas(k) {
+  clearTimeout(replicasTimer);
+  if (!k.startsWith("csts/")) return;
+  let map;
+  try {
+    const r = await fetch("/api/rollouts/" + k + "/replicas");
+    map = r.ok ? await r.json() : { error: await r.text() };
+  } catch (e) {
+    map = { error: String(e) };
   }
-  const canaries = r.canaryImage ? (r.status.canaryReadyReplicas || handed.size || r.spec.canaryReplicas) : 0;
-  const boxes = [];
-  for (let i = 0; i < n; i++) {
-    const canary = handed.has(i) || (r.canaryImage && i >= n - canaries);
-    const vol = handed.get(i);
-    boxes.push(h("div", { class: "replica" + (canary ? " canary" : ""), "data-ordinal": i },
-      h("div", { class: "ord" }, r.name + "-" + i),
-      h("div", {}, canary ? "canary · " + r.canaryImage : "stable · " + (r.stableImage || r.specImage)),
-      vol ? h("div", { class: "handoff" }, "⇢ volume handed to the canary") : null,
-      h("div", { class: "vol" }, vol ? vol[0] + " → " + vol[1] : "its own claim")));
-  }
-  return [h("h2", {}, "Replicas by ordinal"), h("div", { class: "replicas" }, boxes)];
+  replicasOf.set(k, map);
+  if (currentKey() !== k) return;
+  render();
+  if (!map.error && unsettled(map)) replicasTimer = setTimeout(() => { if (currentKey() === k) loadReplicas(k); }, 3000);
 }
 
 function steps(r) {
@@ -213,6 +285,7 @@ function loadEvents(k) {
       }
     }
     if (currentKey() === k) render();
+    loadReplicas(k);
   }, 300);
 }
 

@@ -28,6 +28,7 @@ pub mod image_tags;
 mod machine;
 pub mod objects;
 pub mod observed;
+pub mod replica_map;
 pub mod statefulset;
 pub mod traffic;
 pub mod unmanaged;

@@ -102,9 +102,7 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         .wait_text(&[&format!("{ns}/redis"), "Stable", "redis:7.2", "live"], 90)
         .await;
     assert!(list.contains("CanaryStatefulSet"), "{list}");
-    browser
-        .screenshot(&screenshots().join("1-list-stable.png"))
-        .await;
+    shot(&mut browser, "1-list-stable.png").await;
     // The same document from here on: a reload or a new page would lose this mark.
     browser.eval("window.linnetMark = 'same page'").await;
 
@@ -161,10 +159,7 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
     }
     // Its events and history loaded (history is off: no write-back here).
     browser.wait_text(&["write-back is off", " ago"], 20).await;
-    wait_eval(&mut browser, NO_SLIDE, "true", 10).await;
-    browser
-        .screenshot(&screenshots().join("2-rollout-awaiting-approval.png"))
-        .await;
+    shot(&mut browser, "2-rollout-awaiting-approval.png").await;
 
     // Promoted in Git: the page settles by itself.
     f.annotate("rollouts.linnet.dev/promote", "true");
@@ -172,6 +167,14 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         .wait_text(&["Settled: nothing to do", "stable · redis:7.4"], 90)
         .await;
     assert!(!settled.contains("canary · "), "{settled}");
+    // The canary's timeline: the step the commit opened, and the promotion the annotation did.
+    browser
+        .wait_text(
+            &["Timeline", "CanaryStarted", "PromotionStarted", "Promoted"],
+            30,
+        )
+        .await;
+    assert_eq!(browser.eval(STAGES).await, "Step 1:done Promotion:done");
     // The rollout's Kubernetes events, as the API server has them, on its page.
     let reasons = f.event_reasons_of("CanaryStatefulSet").await;
     assert!(!reasons.is_empty(), "the rollout recorded no event");
@@ -180,14 +183,10 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         reasons.iter().any(|r| shown.contains(r.as_str())),
         "none of {reasons:?} on the page:\n{shown}"
     );
-    browser
-        .screenshot(&screenshots().join("3-rollout-promoted.png"))
-        .await;
+    shot(&mut browser, "3-rollout-promoted.png").await;
     browser.eval("location.hash = '#/'").await;
     browser.wait_text(&["redis:7.4", "Stable"], 10).await;
-    browser
-        .screenshot(&screenshots().join("4-list-promoted.png"))
-        .await;
+    shot(&mut browser, "4-list-promoted.png").await;
 
     assert_eq!(browser.eval("window.linnetMark").await, "same page");
     let updates = browser.eval("window.linnetUpdates").await.as_i64().unwrap();
@@ -299,6 +298,7 @@ async fn a_rollouts_page_shows_its_status_commits_from_git() {
         &[
             format!("--repo-url=file://{}", bare.display()),
             "--writeback-interval=500ms".into(),
+            "--commit-link=https://git.example/acme/gitops/commit/{commit}".into(),
             format!("--dashboard-listen=127.0.0.1:{port}"),
         ],
         &ns.name,
@@ -341,9 +341,22 @@ async fn a_rollouts_page_shows_its_status_commits_from_git() {
     browser
         .wait_text(&["History in Git (status branch)", commit], 30)
         .await;
-    browser
-        .screenshot(&screenshots().join("5-rollout-history.png"))
+    // Commits link to the Git host (--commit-link): the rollout's own and the status branch's.
+    let links = browser
+        .eval("JSON.stringify([...document.querySelectorAll('a.commit')].map(a => a.getAttribute('href')))")
         .await;
+    let links: Vec<String> = serde_json::from_str(links.as_str().unwrap()).unwrap();
+    let synced = git(&bare, &["rev-parse", "HEAD"]);
+    for want in [synced.trim(), commit] {
+        assert!(
+            links
+                .iter()
+                .any(|l| l.starts_with("https://git.example/acme/gitops/commit/")
+                    && l.ends_with(want)),
+            "no link to {want}: {links:?}"
+        );
+    }
+    shot(&mut browser, "5-rollout-history.png").await;
     drop(agent);
 }
 
@@ -382,9 +395,7 @@ async fn a_batched_canarys_page_shows_its_batches_on_a_timeline() {
         .eval("[...document.querySelectorAll('[data-batch]')].map(li => li.dataset.state + ':' + li.className).join(' ')")
         .await;
     assert_eq!(states, "Finished:done Pending:");
-    browser
-        .screenshot(&screenshots().join("6-batches-paused.png"))
-        .await;
+    shot(&mut browser, "6-batches-paused.png").await;
     f.patch_spec(json!({"currentBatch": 2}));
     browser.wait_text(&["Completed", "nginx:1.28"], 90).await;
     let states = browser
@@ -397,9 +408,7 @@ async fn a_batched_canarys_page_shows_its_batches_on_a_timeline() {
         .eval("[...document.querySelectorAll('[data-batch] .when')].filter(w => w.textContent.includes('took')).length")
         .await;
     assert_eq!(took, 2, "both batches say how long they took");
-    browser
-        .screenshot(&screenshots().join("7-batches-completed.png"))
-        .await;
+    shot(&mut browser, "7-batches-completed.png").await;
 }
 
 /// The volume of claim `claim`, as the API server has it.
@@ -416,8 +425,17 @@ const PLACES: &str = "[...document.querySelectorAll('.map-row[data-ordinal]')].m
 const CANARY_READY: &str =
     "(document.querySelector('[data-pod=\"kv-canary-2\"]') || {dataset: {}}).dataset.ready || ''";
 
+/// The timeline's rows: `stage:class`.
+const STAGES: &str = "[...document.querySelectorAll('table.stages tr[data-stage]')].map(t => t.dataset.stage + ':' + t.className).join(' ')";
+
 /// Whether no volume is sliding on the page (for a still screenshot).
 const NO_SLIDE: &str = "String(!document.getAnimations().some(a => (a.animationName || '').startsWith('from-') && a.playState === 'running'))";
+
+/// A screenshot under target/dashboard-screenshots/ once no volume is sliding.
+async fn shot(browser: &mut Browser, name: &str) {
+    wait_eval(browser, NO_SLIDE, "true", 10).await;
+    browser.screenshot(&screenshots().join(name)).await;
+}
 
 /// Waits until `expression` gives `want` in the page.
 async fn wait_eval(browser: &mut Browser, expression: &str, want: &str, secs: u64) {
@@ -515,10 +533,7 @@ async fn the_replica_map_shows_each_pod_and_its_volume_moving_on_the_real_node()
     );
     assert_eq!(volume_of(&f, "data-kv-canary-2").await, *pv2);
     wait_eval(&mut browser, CANARY_READY, "true", 30).await;
-    wait_eval(&mut browser, NO_SLIDE, "true", 10).await;
-    browser
-        .screenshot(&screenshots().join("8-replica-map-canary.png"))
-        .await;
+    shot(&mut browser, "8-replica-map-canary.png").await;
 
     // A canary that never becomes ready: the page counts its restarts as the kubelet does.
     f.patch_spec(json!({"image": format!("{}:broken", node::KV_IMAGE)}));
@@ -549,9 +564,7 @@ async fn the_replica_map_shows_each_pod_and_its_volume_moving_on_the_real_node()
         "the page never showed the canary's restarts"
     );
     wait_eval(&mut browser, CANARY_READY, "false", 30).await;
-    browser
-        .screenshot(&screenshots().join("9-replica-map-restarting.png"))
-        .await;
+    shot(&mut browser, "9-replica-map-restarting.png").await;
 
     // Rolled back at the deadline: the same volume is back with the stable set.
     f.wait_for("RolledBack", 180, |r: &linnet::api::CanaryStatefulSet| {

@@ -143,6 +143,13 @@ pub struct AgentArgs {
     /// status `traceId` with it.
     #[arg(help_heading = "Listeners", long, env = "LINNET_TRACE_LINK")]
     pub trace_link: Option<String>,
+    /// The link to a commit on your Git host, `{commit}` filled in (e.g.
+    /// https://github.com/acme/gitops/commit/{commit}). The dashboard links each rollout's
+    /// commit and its timeline's commits with it. Made from an http(s) --repo-url when not
+    /// given (without its credentials; GitLab's and Bitbucket's forms by
+    /// --commit-status-provider or the host's name).
+    #[arg(help_heading = "Listeners", long, env = "LINNET_COMMIT_LINK")]
+    pub commit_link: Option<String>,
     /// A name (repeat, or comma-separated) the metrics, status and dashboard listeners
     /// answer to besides IP addresses and localhost, e.g. the dashboard's name behind your
     /// proxy. Any other `Host` gets 403: a page on another site cannot rebind its name to the

@@ -125,7 +125,14 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         liveness_deadline: args.liveness_deadline,
         metrics_listen: args.metrics_listen,
         dashboard_listen: args.dashboard_listen,
-        trace_link: args.trace_link.clone(),
+        links: crate::runtime::dashboard::Links {
+            trace: args.trace_link.clone(),
+            commit: crate::runtime::dashboard::commit_link(
+                args.commit_link.as_deref(),
+                args.repo_url.as_deref(),
+                args.commit_status_provider,
+            ),
+        },
         allowed_host_names: crate::serve::host_names::HostNames::new(
             args.allowed_host_names.clone(),
         ),

@@ -54,8 +54,8 @@ pub struct AgentConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The read-only dashboard, when given.
     pub dashboard_listen: Option<SocketAddr>,
-    /// The dashboard's link to a trace, `{traceId}` filled in.
-    pub trace_link: Option<String>,
+    /// The dashboard's links to a trace and to a commit.
+    pub links: super::dashboard::Links,
     /// The `Host` names the metrics, status and dashboard listeners answer to besides IP
     /// addresses and localhost.
     pub allowed_host_names: crate::serve::host_names::HostNames,

@@ -18,7 +18,10 @@ use serde_json::{Value, json};
 use crate::api::{CanaryDeployment, CanaryStatefulSet, RolloutView};
 use crate::watch::rollouts::{Change, RolloutStores};
 
+pub use links::{Links, commit_link};
+
 mod history;
+mod links;
 mod replicas;
 
 const PAGE: &str = include_str!("dashboard/index.html");
@@ -66,12 +69,10 @@ pub fn router(
     rollouts: RolloutStores,
     client: kube::Client,
     history: Option<StatusHistory>,
-    trace_link: Option<String>,
+    links: Links,
     fleet: Option<FleetSnapshots>,
 ) -> Router {
-    if let Some(link) = trace_link {
-        let _ = TRACE_LINK.set(link);
-    }
+    let _ = LINKS.set(links);
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route(
@@ -228,14 +229,15 @@ fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
 }
 
 /// What the page shows of any rollout.
-/// `--trace-link`: one per process, like the dashboard.
-static TRACE_LINK: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// `--trace-link` and `--commit-link`: one per process, like the dashboard.
+static LINKS: std::sync::OnceLock<Links> = std::sync::OnceLock::new();
 
 fn common<R: RolloutView>(o: &R, spec: Value, status: Value) -> Value {
     let meta = o.meta();
+    let links = LINKS.get();
     let trace_url = o
         .trace_id()
-        .zip(TRACE_LINK.get())
+        .zip(links.and_then(|l| l.trace.as_ref()))
         .map(|(id, link)| link.replace("{traceId}", id));
     json!({
         "kind": R::KIND,
@@ -258,6 +260,7 @@ fn common<R: RolloutView>(o: &R, spec: Value, status: Value) -> Value {
         "batch": o.batch(),
         "traceId": o.trace_id(),
         "traceUrl": trace_url,
+        "commitLink": links.and_then(|l| l.commit.as_ref()),
         "spec": spec,
         "status": status,
     })

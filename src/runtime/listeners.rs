@@ -161,7 +161,7 @@ fn dashboard(
             branch: w.remote.branch.clone(),
             cluster: w.cluster.name.clone(),
         });
-    super::dashboard::router(rollouts, client, history, config.trace_link.clone(), fleet)
+    super::dashboard::router(rollouts, client, history, config.links.clone(), fleet)
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {

@@ -196,7 +196,44 @@ async function loadReplicas(k) {
   if (!map.error && unsettled(map)) replicasTimer = setTimeout(() => { if (currentKey() === k) loadReplicas(k); }, 3000);
 }
 
+// A commit as a link to the Git host (--commit-link, or made from the repository address),
+// else as text; only a commit id is put in the address.
+function commitRef(r, sha) {
+  const id = h("code", {}, sha);
+  const ok = r.commitLink && /^https?:\/\//.test(r.commitLink) && /^[0-9a-f]{7,64}$/i.test(sha);
+  return ok ? h("a", { href: r.commitLink.replace("{commit}", sha), rel: "noreferrer", class: "commit" }, id) : id;
+}
+
+// A CanaryStatefulSet's canary as it happened (status.stages): each step, the migration, the
+// promotion or the rollback, with the move that opened it (and the commit then), when it
+// started, how long it took and what ended it; then the steps still to come.
+function stages(r) {
+  const list = r.status && r.status.stages || [];
+  if (list.length === 0) return null;
+  const label = s => s.stage === "Step" ? "step " + s.step + " · " + s.canaryReplicas + " canary" : s.stage.toLowerCase();
+  const rows = list.map(s => h("tr", { class: s.finishedAt ? (s.stage === "Rollback" ? "done bad" : "done") : "now",
+      "data-stage": s.stage + (s.step ? " " + s.step : "") },
+    h("td", {}, h("b", {}, label(s))),
+    h("td", {}, h("div", {}, s.openedBy, s.commit ? [" at ", commitRef(r, s.commit)] : null),
+      s.detail ? h("div", { class: "msg" }, s.detail) : null),
+    h("td", {}, age(s.startedAt) + " ago"),
+    h("td", {}, s.finishedAt ? took(s.startedAt, s.finishedAt) : "running " + took(s.startedAt, new Date().toISOString())),
+    h("td", {}, s.closedBy || "")));
+  const last = list[list.length - 1];
+  const planned = r.spec.steps || [];
+  if (last.stage === "Step" && !last.finishedAt) {
+    for (let i = last.step; i < planned.length; i++) {
+      rows.push(h("tr", { class: "pending", "data-stage": "Step " + (i + 1) },
+        h("td", {}, h("b", {}, "step " + (i + 1) + " · " + planned[i] + " canary")), h("td", { class: "muted" }, "to come"), h("td", {}), h("td", {}), h("td", {})));
+    }
+  }
+  return [h("h2", {}, "Timeline"), h("table", { class: "stages" },
+    h("thead", {}, h("tr", {}, ["Stage", "Opened by", "Started", "Took", "Ended by"].map(t => h("th", {}, t)))),
+    h("tbody", {}, rows))];
+}
+
 function steps(r) {
+  if (r.kind === "CanaryStatefulSet" && r.status && (r.status.stages || []).length) return stages(r);
   if (r.kind === "CanaryStatefulSet" && r.spec.steps && r.spec.steps.length) {
     const now = r.step;
     return [h("h2", {}, "Steps"), h("ol", { class: "steps" }, r.spec.steps.map((count, i) =>
@@ -348,7 +385,7 @@ function history(k) {
   if (hist.off) return [title, h("p", { class: "muted" }, hist.off)];
   if (hist.history.length === 0) return [title, h("p", { class: "muted" }, "No status commit yet.")];
   return [title, h("table", { class: "history" }, h("tbody", {}, hist.history.map(c =>
-    h("tr", {}, h("td", {}, age(c.time) + " ago"), h("td", {}, h("code", {}, c.commit)),
+    h("tr", {}, h("td", {}, age(c.time) + " ago"), h("td", {}, commitRef(rollouts.get(k) || {}, c.commit)),
       h("td", {}, c.phase || ""), h("td", { class: "msg" }, c.summary)))))];
 }
 
@@ -370,7 +407,7 @@ function detail(k) {
       h("dt", {}, "Ready"), h("dd", {}, r.ready || "-"),
       h("dt", {}, "Traffic"), h("dd", {}, r.traffic || "no traffic routing"),
       h("dt", {}, "In this phase for"), h("dd", {}, age(r.phaseSince)),
-      h("dt", {}, "Git commit"), h("dd", {}, h("code", {}, r.revision || "-")),
+      h("dt", {}, "Git commit"), h("dd", {}, r.revision ? commitRef(r, r.revision) : "-"),
       h("dt", {}, "Trace"), h("dd", {}, trace(r)),
       pullRequests(k),
       h("dt", {}, "Age"), h("dd", {}, age(r.created))),

@@ -316,4 +316,50 @@ pub struct CanaryStatefulSetStatus {
     /// With `versionedConfig`: the ConfigMap and Secret copies each image's pods mount.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub version_config: Vec<super::VersionConfig>,
+    /// The current (or last) canary's stages as they happened: each step, the migration, the
+    /// promotion or the rollback, with the move that opened and closed each, for the
+    /// dashboard's timeline. A new canary starts a new list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStatus>,
+}
+
+/// What a stage of a canary is.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// `spec.steps[step - 1]` canary replicas, from their start until the next step (the
+    /// last step lasts until the promotion or the rollback).
+    Step,
+    /// The migration Job before the promotion.
+    Migration,
+    Promotion,
+    Rollback,
+}
+
+/// One stage of a canary on the timeline.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StageStatus {
+    pub stage: Stage,
+    /// The 1-based step, for a Step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i32>,
+    /// The canary replicas of a Step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_replicas: Option<i32>,
+    /// The move that opened it, as its event's reason: `CanaryStarted` (a commit),
+    /// `StepComplete` (the step before Ready and its analysis gate passed),
+    /// `PromotionStarted` (the promote annotation), `Aborted`, `AnalysisFailed`…
+    pub opened_by: String,
+    /// What that move said, within 300 characters.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+    /// The Git commit the rollout had been synced from when the stage opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    pub started_at: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// The move that closed it (`StepComplete`, `Promoted`, `RolledBack`, `Aborted`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_by: Option<String>,
 }

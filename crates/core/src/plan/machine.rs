@@ -202,6 +202,9 @@ pub(crate) trait Machine {
     fn moved_on(&mut self, mark: usize, keep: bool);
     /// Before the first step, what a new status lacks besides its phase.
     fn start(&mut self) {}
+    /// The machine entered `to` by the move `reason` (`message`): a kind that keeps a
+    /// timeline records it.
+    fn moved(&mut self, _to: Phase<Self>, _reason: &'static str, _message: &str) {}
     /// After the last step, given the message of the phase it stopped in: the status's other
     /// fields, the actions, the timer and how the rollout stands.
     fn finish(self, message: String) -> Finished<Self::Status>;
@@ -292,6 +295,7 @@ where
             } => {
                 m.moved_on(mark, keep);
                 m.enter(phase, &message);
+                m.moved(phase, reason, &message);
                 if announce {
                     out.events.push(PlanEvent {
                         warning,

@@ -85,6 +85,19 @@ impl Machine for Planner<'_> {
         self.want = None;
     }
 
+    fn moved(&mut self, to: Phase, reason: &'static str, message: &str) {
+        let step = self.step_index();
+        let to = stages::stage_of(to, step, self.size(step));
+        let moved = stages::Moved {
+            to,
+            reason,
+            message,
+            commit: self.r.source_revision.as_deref(),
+            now: self.now,
+        };
+        stages::record(&mut self.st.stages, moved);
+    }
+
     /// A new status (or a CR created over existing sets): the stable image is what the
     /// stable set runs, else (no set yet) the spec's. A set whose container cannot be read
     /// leaves it unknown, and `spec_problem` stops the rollout.
@@ -404,6 +417,7 @@ pub fn plan_cleanup(observed: &Observed) -> (Vec<Action>, Option<String>) {
 mod canary;
 mod gates;
 mod partition;
+mod stages;
 mod starting;
 mod status;
 mod two_sets;

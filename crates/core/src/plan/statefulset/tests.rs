@@ -596,4 +596,6 @@ mod status_counts;
 mod kstatus;
 
 mod every_plan;
+
+mod stage_timeline;
 use every_plan::check_plan;

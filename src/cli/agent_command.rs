@@ -89,6 +89,18 @@ fn check_watch_namespace(watched: &str, specs: &SpecArgs) -> Result<()> {
 }
 
 /// The flags made into the agent's configuration.
+/// The dashboard's links: `--trace-link`, and `--commit-link` or one made from `--repo-url`.
+fn dashboard_links(args: &AgentArgs) -> crate::runtime::dashboard::Links {
+    crate::runtime::dashboard::Links {
+        trace: args.trace_link.clone(),
+        commit: crate::runtime::dashboard::commit_link(
+            args.commit_link.as_deref(),
+            args.repo_url.as_deref(),
+            args.commit_status_provider,
+        ),
+    }
+}
+
 fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
     let source = source_config(args)?;
     let leader = leader_config(args)?;
@@ -125,14 +137,7 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         liveness_deadline: args.liveness_deadline,
         metrics_listen: args.metrics_listen,
         dashboard_listen: args.dashboard_listen,
-        links: crate::runtime::dashboard::Links {
-            trace: args.trace_link.clone(),
-            commit: crate::runtime::dashboard::commit_link(
-                args.commit_link.as_deref(),
-                args.repo_url.as_deref(),
-                args.commit_status_provider,
-            ),
-        },
+        links: dashboard_links(args),
         allowed_host_names: crate::serve::host_names::HostNames::new(
             args.allowed_host_names.clone(),
         ),

@@ -581,21 +581,13 @@ fn partition() -> Sim {
     Sim::new(StatefulSetStrategyType::Partition)
 }
 
-mod with_analysis;
-
-mod invariants;
-
-mod walkthroughs;
-
-mod fleet_hold;
-
-mod versioned_config;
-
-mod status_counts;
-
-mod kstatus;
-
 mod every_plan;
-
+mod fleet_hold;
+mod invariants;
+mod kstatus;
 mod stage_timeline;
+mod status_counts;
+mod versioned_config;
+mod walkthroughs;
+mod with_analysis;
 use every_plan::check_plan;

@@ -154,6 +154,17 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         points.as_str().is_some_and(|p| p.split(' ').count() >= 2),
         "no chart of two measurements or more: {points}"
     );
+    // The metric's threshold (`result < 1000`) is drawn as a rule on its chart.
+    wait_eval(
+        &mut browser,
+        "String(document.querySelectorAll('svg.spark line.rule').length)",
+        "1",
+        10,
+    )
+    .await;
+    // Ready pods per version over time, as the cluster has them now: 1 on the canary, 2 stable.
+    wait_eval(&mut browser, &last_ready("redis:7.4"), "1", 30).await;
+    wait_eval(&mut browser, &last_ready("redis:7.2"), "2", 30).await;
     for ordinal in ["redis-0", "redis-1", "redis-2"] {
         assert!(waiting.contains(ordinal), "{ordinal} not shown:\n{waiting}");
     }
@@ -175,6 +186,8 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         )
         .await;
     assert_eq!(browser.eval(STAGES).await, "Step 1:done Promotion:done");
+    wait_eval(&mut browser, &last_ready("redis:7.4"), "3", 30).await;
+    wait_eval(&mut browser, &last_ready("redis:7.2"), "0", 30).await;
     // The rollout's Kubernetes events, as the API server has them, on its page.
     let reasons = f.event_reasons_of("CanaryStatefulSet").await;
     assert!(!reasons.is_empty(), "the rollout recorded no event");
@@ -424,6 +437,13 @@ const PLACES: &str = "[...document.querySelectorAll('.map-row[data-ordinal]')].m
 /// Whether the page shows pod kv-canary-2 ready.
 const CANARY_READY: &str =
     "(document.querySelector('[data-pod=\"kv-canary-2\"]') || {dataset: {}}).dataset.ready || ''";
+
+/// The newest value of `image`'s line on the ready-pods chart.
+fn last_ready(image: &str) -> String {
+    format!(
+        "((document.querySelector('[data-chart=\"pods\"] polyline[data-series=\"{image}\"]') || {{dataset: {{values: ''}}}}).dataset.values || '').split(',').pop()"
+    )
+}
 
 /// The timeline's rows: `stage:class`.
 const STAGES: &str = "[...document.querySelectorAll('table.stages tr[data-stage]')].map(t => t.dataset.stage + ':' + t.className).join(' ')";

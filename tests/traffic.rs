@@ -350,9 +350,33 @@ fn weight_of_deploy(r: &CanaryDeployment) -> Option<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployment_batch_gets_its_weight_and_rollback_moves_traffic_back_first() {
     gateway_api_first().await;
-    let f = Fixture::start("traffic-deploy", web).await;
+    let mut f = Fixture::prepare("traffic-deploy", web).await;
+    let port = support::ports::free_port();
+    f.start_agent_with(&[format!("--dashboard-listen=127.0.0.1:{port}")])
+        .await;
     let (gateway, _pods) = serve(&f, "web").await;
-    batch_weight_and_rollback_story(f, gateway, "web:v1", "web:v2").await;
+    let f = batch_weight_and_rollback_story(f, gateway, "web:v1", "web:v2").await;
+    // Issue 76: the rollout's page charts the share the routes gave the canary over time.
+    let mut browser = support::browser::Browser::start().await;
+    browser
+        .open(&format!(
+            "http://127.0.0.1:{port}/#/cdeploy/{}/web",
+            f.ns.name
+        ))
+        .await;
+    browser
+        .wait_text(&["Over time", "Traffic to the canary (%)"], 30)
+        .await;
+    let values = browser
+        .eval("document.querySelector('[data-chart=\"traffic\"] polyline[data-series=\"canary\"]').dataset.values")
+        .await;
+    let values: Vec<&str> = values.as_str().unwrap().split(',').collect();
+    assert_eq!(
+        (values.first(), values.last()),
+        (Some(&"0"), Some(&"0")),
+        "{values:?}"
+    );
+    assert!(values.contains(&"30"), "the batch's 30 %: {values:?}");
 }
 
 /// A batched CanaryDeployment whose first batch gets weight 30 (checked against the binomial

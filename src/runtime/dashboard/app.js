@@ -262,18 +262,105 @@ function took(from, to) {
   return Math.round(s / 86400) + "d";
 }
 
-function spark(values) {
-  const w = 120, hgt = 28;
-  if (values.length === 0) return h("span", { class: "muted" }, "no values");
-  const min = Math.min(...values), max = Math.max(...values);
-  const span = max - min || 1;
-  const pts = values.map((v, i) => ((values.length === 1 ? w / 2 : i * w / (values.length - 1)).toFixed(1)) + "," + (hgt - 3 - (v - min) / span * (hgt - 6)).toFixed(1)).join(" ");
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("class", "spark"); svg.setAttribute("width", w); svg.setAttribute("height", hgt);
-  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  line.setAttribute("points", pts); line.setAttribute("fill", "none"); line.setAttribute("stroke", "#0969da"); line.setAttribute("stroke-width", "2");
-  svg.append(line);
+// A small SVG chart: `lines` of [x, y] points (x in ms) as steps or as a line, with dashed
+// `rules` (thresholds) and dots; every coordinate is computed here, no text from the API is
+// put in it but through textContent.
+const SVG = "http://www.w3.org/2000/svg";
+function svgEl(tag, attrs) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  return el;
+}
+function chart({ lines, rules = [], dots = [], x0, x1, yMax, yMin = 0, unit = "", cls = "chart" }) {
+  const w = 420, hgt = 110, left = 34, bottom = 16, top = 6;
+  const all = lines.flatMap(l => l.points.map(p => p[1])).concat(rules.map(r => r.y), dots.map(d => d[1]));
+  const hi = yMax !== undefined ? yMax : Math.max(1, ...all);
+  const lo = Math.min(yMin, ...all);
+  const X = x => left + (x1 === x0 ? 0 : (x - x0) / (x1 - x0) * (w - left - 4));
+  const Y = y => top + (hi === lo ? 0 : (hi - y) / (hi - lo)) * (hgt - top - bottom);
+  const svg = svgEl("svg", { class: cls, width: w, height: hgt, viewBox: "0 0 " + w + " " + hgt });
+  svg.append(svgEl("line", { x1: left, y1: Y(lo), x2: w - 4, y2: Y(lo), stroke: "#dde3ea" }));
+  for (const [y, anchor] of [[hi, "start"], [lo, "start"]]) {
+    const t = svgEl("text", { x: 2, y: Y(y) + 4, "font-size": 10, fill: "#667485", "text-anchor": anchor });
+    t.textContent = (Math.round(y * 100) / 100) + unit;
+    svg.append(t);
+  }
+  for (const r of rules) {
+    svg.append(svgEl("line", { x1: left, y1: Y(r.y), x2: w - 4, y2: Y(r.y), stroke: "#cf222e", "stroke-dasharray": "4 3", class: "rule" }));
+  }
+  for (const l of lines) {
+    if (l.points.length === 0) continue;
+    let pts = [];
+    l.points.forEach((p, i) => {
+      if (l.steps && i > 0) pts.push([p[0], l.points[i - 1][1]]);
+      pts.push(p);
+    });
+    if (l.steps) pts.push([x1, l.points[l.points.length - 1][1]]);
+    svg.append(svgEl("polyline", { points: pts.map(p => X(p[0]).toFixed(1) + "," + Y(p[1]).toFixed(1)).join(" "),
+      fill: "none", stroke: l.color, "stroke-width": 2, class: "series", "data-series": l.name,
+      "data-values": l.points.map(p => p[1]).join(",") }));
+  }
+  for (const d of dots) svg.append(svgEl("circle", { cx: X(d[0]), cy: Y(d[1]), r: 3, fill: d[2], class: "dot-" + d[3] }));
+  const span = svgEl("text", { x: w - 4, y: hgt - 3, "font-size": 10, fill: "#667485", "text-anchor": "end" });
+  span.textContent = took(new Date(x0).toISOString(), new Date(x1).toISOString()) + " shown";
+  svg.append(span);
   return svg;
+}
+
+const PALETTE = ["#0969da", "#1a7f37", "#9a6700", "#8250df", "#cf222e", "#57606a"];
+
+// The traffic share and the ready pods per version over time (status.series: a point each time
+// they changed), up to now while the rollout works.
+function overTime(r) {
+  const series = r.status && r.status.series || [];
+  if (series.length === 0) return null;
+  const t = p => Date.parse(p.at);
+  const x0 = t(series[0]);
+  const settled = ["ok", "bad"].includes(tone(r));
+  const x1 = Math.max(settled ? t(series[series.length - 1]) : Date.now(), x0 + 1000);
+  const out = [h("h2", {}, "Over time")];
+  if (series.some(p => p.weight !== undefined && p.weight !== null)) {
+    const lines = [{ name: "canary", color: PALETTE[0], steps: true, points: series.map(p => [t(p), p.weight || 0]) }];
+    if (series.some(p => p.baselineWeight)) lines.push({ name: "baseline", color: PALETTE[5], steps: true, points: series.map(p => [t(p), p.baselineWeight || 0]) });
+    out.push(h("div", { class: "chart-box", "data-chart": "traffic" }, h("div", {}, "Traffic to the canary (%)"),
+      chart({ lines, x0, x1, yMax: 100, unit: "%" }), legend(lines)));
+  }
+  const images = [...new Set(series.flatMap(p => (p.ready || []).map(x => x.image)))];
+  const lines = images.map((image, i) => ({ name: image, color: PALETTE[i % PALETTE.length], steps: true,
+    points: series.map(p => [t(p), ((p.ready || []).find(x => x.image === image) || { replicas: 0 }).replicas]) }));
+  out.push(h("div", { class: "chart-box", "data-chart": "pods" }, h("div", {}, "Ready pods per version"),
+    chart({ lines, x0, x1, yMax: Math.max(1, r.spec.replicas || 1, ...lines.flatMap(l => l.points.map(p => p[1]))) }), legend(lines)));
+  return out;
+}
+
+function legend(lines) {
+  return h("div", { class: "legend" }, lines.map(l => h("span", {}, h("i", { style: "background:" + l.color }), l.name)));
+}
+
+// The threshold a simple condition sets (`result < 0.05`), to draw as a rule.
+function threshold(condition) {
+  const m = /result\s*(?:<=|<|>=|>)\s*(-?\d+(?:\.\d+)?)(?![\w.])/.exec(condition || "");
+  return m ? Number(m[1]) : null;
+}
+
+// A metric's measurements against its threshold (dots red where one failed), or with a
+// baseline the canary's samples beside the baseline's.
+function metricChart(m) {
+  const ms = (m.measurements || []).filter(x => Number.isFinite(Number(x.value)));
+  const canary = (m.canarySamples || []).filter(v => Number.isFinite(v));
+  const baseline = (m.baselineSamples || []).filter(v => Number.isFinite(v));
+  if (canary.length || baseline.length) {
+    const lines = [{ name: "canary", color: PALETTE[0], points: canary.map((v, i) => [i, v]) },
+      { name: "baseline", color: PALETTE[5], points: baseline.map((v, i) => [i, v]) }];
+    const n = Math.max(canary.length, baseline.length, 2) - 1;
+    return h("div", { class: "chart-box", "data-chart": "samples" }, chart({ lines, x0: 0, x1: n, yMin: Math.min(0, ...canary, ...baseline), cls: "chart spark" }), legend(lines));
+  }
+  if (ms.length === 0) return h("span", { class: "muted" }, "no values");
+  const points = ms.map(x => [Date.parse(x.at), Number(x.value)]);
+  const rule = threshold(m.condition);
+  const dots = ms.map((x, i) => [points[i][0], points[i][1], x.phase === "Failed" ? "#cf222e" : "#0969da", x.phase === "Failed" ? "failed" : "ok"]);
+  const x0 = points[0][0], x1 = Math.max(points[points.length - 1][0], x0 + 1000);
+  return chart({ lines: [{ name: m.name, color: PALETTE[0], points }], rules: rule === null ? [] : [{ y: rule }], dots, x0, x1, yMin: Math.min(0, ...points.map(p => p[1])), cls: "chart spark" });
 }
 
 function analysis(r) {
@@ -284,8 +371,7 @@ function analysis(r) {
     run.message ? h("div", { class: "muted" }, run.message) : null,
     (run.metrics || []).map(m => {
       const values = (m.measurements || []).map(x => Number(x.value)).filter(v => Number.isFinite(v));
-      const canary = (m.canarySamples || []).filter(v => Number.isFinite(v));
-      return h("div", { class: "metric" }, h("span", {}, m.name), spark(canary.length ? canary : values),
+      return h("div", { class: "metric" }, h("span", {}, m.name), metricChart(m),
         h("span", { class: "muted" }, (m.successful || 0) + " passed, " + (m.failed || 0) + " failed" + (values.length ? ", last " + values[values.length - 1] : "")),
         evidence(m));
     })))];
@@ -411,7 +497,7 @@ function detail(k) {
       h("dt", {}, "Trace"), h("dd", {}, trace(r)),
       pullRequests(k),
       h("dt", {}, "Age"), h("dd", {}, age(r.created))),
-    steps(r), replicas(r), analysis(r), conditions(r), events(k), history(k));
+    steps(r), replicas(r), overTime(r), analysis(r), conditions(r), events(k), history(k));
 }
 
 // The push's trace (with --otlp-endpoint), linked when --trace-link names the tracing UI.

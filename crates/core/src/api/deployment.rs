@@ -292,6 +292,20 @@ pub struct ImageReplicas {
     pub replicas: i32,
 }
 
+/// One point of a rollout's charts (`status.series`): what the routes gave the canary (and
+/// the baseline) and the ready pods of each image, from when they changed to that.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SeriesPoint {
+    pub at: Time,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_weight: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<ImageReplicas>,
+}
+
 /// Progress of a rollback.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -393,4 +407,9 @@ pub struct CanaryDeploymentStatus {
     /// With `versionedConfig`: the ConfigMap and Secret copies each image's pods mount.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub version_config: Vec<super::VersionConfig>,
+    /// The current (or last) rollout's canary weight and available pods per image over
+    /// time, a point each time they changed (at most 60: the first and the newest), for the
+    /// dashboard's charts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<SeriesPoint>,
 }

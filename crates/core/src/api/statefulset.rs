@@ -321,6 +321,10 @@ pub struct CanaryStatefulSetStatus {
     /// dashboard's timeline. A new canary starts a new list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageStatus>,
+    /// The current (or last) canary's weight and ready pods per image over time, a point each
+    /// time they changed (at most 60: the first and the newest), for the dashboard's charts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<super::SeriesPoint>,
 }
 
 /// What a stage of a canary is.

@@ -29,6 +29,7 @@ mod machine;
 pub mod objects;
 pub mod observed;
 pub mod replica_map;
+pub mod series;
 pub mod statefulset;
 pub mod traffic;
 pub mod unmanaged;

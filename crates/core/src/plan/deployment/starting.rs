@@ -59,6 +59,7 @@ impl<'a> Planner<'a> {
         // A new rollout's batches: none of the last one's times (one superseded mid-batch
         // goes from InProgress to InProgress in a single plan).
         self.st.batches.clear();
+        self.st.series.clear();
         self.st.abort_at_start = self.r.abort.clone();
         analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);
         if self.blue_green() {

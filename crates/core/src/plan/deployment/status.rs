@@ -2,6 +2,7 @@
 //! the machine stopped.
 
 use super::*;
+use crate::plan::series;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 impl<'a> Planner<'a> {
@@ -30,6 +31,12 @@ impl<'a> Planner<'a> {
         // After the routes are recorded as seen now: the baseline's retirement counts the
         // settle time from them.
         self.retire_baseline();
+        let reading = series::Reading {
+            weight: self.st.canary_weight,
+            baseline_weight: self.st.baseline_weight,
+            ready: &self.st.available_by_image,
+        };
+        series::record(&mut self.st.series, self.now, reading);
         self.st.source_revision = self.r.source_revision.clone();
         self.st.image_source = super::super::image_tags::image_source(
             &self.r.spec.image,

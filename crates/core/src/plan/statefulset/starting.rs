@@ -258,6 +258,8 @@ impl<'a> Planner<'a> {
         let image = self.spec().image.clone();
         self.st.canary_image = Some(image.clone());
         self.st.current_step = Some(0);
+        // The charts of a new canary start with it.
+        self.st.series.clear();
         self.st.promote_at_start = self.r.promote.clone();
         self.st.abort_at_start = self.r.abort.clone();
         analysis::start(&mut self.st.analysis, &self.r.analysis, self.now);

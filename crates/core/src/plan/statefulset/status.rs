@@ -2,6 +2,7 @@
 //! machine stopped.
 
 use super::*;
+use crate::plan::series;
 
 impl<'a> Planner<'a> {
     pub(super) fn finish(mut self, message: String) -> Finished<CanaryStatefulSetStatus> {
@@ -36,6 +37,12 @@ impl<'a> Planner<'a> {
         self.st.ready = Some(format!("{ready}/{r}"));
         self.st.observed_generation = self.r.generation;
         self.settle_traffic();
+        let reading = series::Reading {
+            weight: self.st.canary_weight,
+            baseline_weight: None,
+            ready: &self.st.ready_by_image,
+        };
+        series::record(&mut self.st.series, self.now, reading);
         self.st.source_revision = self.r.source_revision.clone();
         self.st.image_source = super::super::image_tags::image_source(
             &self.r.spec.image,

@@ -102,3 +102,38 @@ fn a_batch_without_times_is_not_given_new_ones_while_its_state_stays() {
     s.reconcile();
     assert_eq!(s.status.batches, before);
 }
+
+/// The charts' points: the available pods of each image as the batches moved them, from the
+/// rollout's start; the next rollout starts a new series.
+#[test]
+fn the_series_follows_the_available_pods_of_each_image_through_the_batches() {
+    let mut s = Sim::new(Strategy::Batches, 2, PauseMode::First);
+    s.completed_on("web:1");
+    s.spec.image = "web:2".into();
+    s.run_until("Paused", |s| s.phase() == Some(Phase::Paused));
+    s.spec.current_batch = 2;
+    s.run_until("Completed", |s| s.phase() == Some(Phase::Completed));
+    let new: Vec<i32> = s
+        .status
+        .series
+        .iter()
+        .map(|p| {
+            p.ready
+                .iter()
+                .find(|r| r.image == "web:2")
+                .map_or(0, |r| r.replicas)
+        })
+        .collect();
+    assert_eq!(new.first(), Some(&0), "{:?}", s.status.series);
+    assert_eq!(new.last(), Some(&s.spec.replicas), "{:?}", s.status.series);
+    assert!(new.windows(2).any(|w| w[0] < w[1]), "{new:?}");
+    let done = s.status.series.last().unwrap().at.0;
+    s.spec.image = "web:3".into();
+    s.spec.current_batch = 1;
+    s.reconcile();
+    assert!(
+        s.status.series.iter().all(|p| p.at.0 > done),
+        "{:?}",
+        s.status.series
+    );
+}

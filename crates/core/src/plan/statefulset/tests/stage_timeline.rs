@@ -108,3 +108,63 @@ fn a_migration_is_its_own_stage() {
     assert_eq!(stages, [Stage::Step, Stage::Migration, Stage::Promotion]);
     assert!(s.status.stages.iter().all(|st| st.finished_at.is_some()));
 }
+
+/// The charts' points: the ready pods of each image as they changed, from the canary's start.
+#[test]
+fn the_series_follows_the_ready_pods_of_each_image_from_the_canarys_start() {
+    let mut s = two_sets();
+    s.spec.canary_replicas = 2;
+    s.spec.steps = Some(vec![1, 2]);
+    s.stabilise();
+    s.spec.image = "redis:2".into();
+    s.run_until("CanaryActive", |s| s.phase() == Some(Phase::CanaryActive));
+    let canary_ready: Vec<i32> = s
+        .status
+        .series
+        .iter()
+        .map(|p| {
+            p.ready
+                .iter()
+                .find(|r| r.image == "redis:2")
+                .map_or(0, |r| r.replicas)
+        })
+        .collect();
+    assert_eq!(canary_ready.first(), Some(&0), "{:?}", s.status.series);
+    assert_eq!(canary_ready.last(), Some(&2), "{:?}", s.status.series);
+    assert!(
+        canary_ready.contains(&1),
+        "step 1 is a point: {canary_ready:?}"
+    );
+    assert!(
+        s.status
+            .series
+            .windows(2)
+            .all(|w| w[0] != w[1] && w[0].at.0 <= w[1].at.0),
+        "a point per change, in order"
+    );
+    assert!(s.status.series[0].at.0 >= s.status.stages[0].started_at.0);
+    s.promote = Some("true".into());
+    s.stabilise();
+    let last = s.status.series.last().unwrap();
+    assert_eq!(
+        last.ready,
+        vec![crate::api::ImageReplicas {
+            image: "redis:2".into(),
+            replicas: 3
+        }]
+    );
+    // A stable rollout adds nothing; a new canary starts a new series.
+    let kept = s.status.series.clone();
+    s.reconcile();
+    assert_eq!(s.status.series, kept);
+    s.spec.image = "redis:3".into();
+    s.run_until("CanaryActive on 3", |s| {
+        s.phase() == Some(Phase::CanaryActive)
+    });
+    assert!(
+        s.status
+            .series
+            .iter()
+            .all(|p| p.at.0 >= s.status.stages[0].started_at.0)
+    );
+}

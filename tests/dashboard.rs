@@ -281,6 +281,19 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         format!("[\"https://evil.example/pull/1\",\"{url}\"]"),
         "addresses in messages are links, and nothing else is"
     );
+    // Everything the page loaded came from the agent: no CDN, no other host (the browser
+    // reaches none: see support::browser).
+    let asked = browser.requests().await;
+    assert!(asked.iter().any(|u| u.ends_with("/app.js")), "{asked:?}");
+    let elsewhere: Vec<&String> = asked
+        .iter()
+        .filter(|u| !u.starts_with(&format!("{base}/")))
+        .collect();
+    assert!(elsewhere.is_empty(), "asked other hosts: {elsewhere:?}");
+    let other = browser
+        .eval("fetch('http://192.0.2.1/').then(() => 'reached', () => 'blocked')")
+        .await;
+    assert_eq!(other, "blocked", "the browser must reach no other host");
     for shot in [
         "1-list-stable",
         "2-rollout-awaiting-approval",

@@ -1,6 +1,8 @@
 //! A real browser for the dashboard's test: Debian's `chromium`, headless, driven over the
 //! Chrome DevTools Protocol (a WebSocket): open a page, read what it shows, run a line of
-//! script, take a screenshot. Killed when dropped.
+//! script, take a screenshot. Killed when dropped. It reaches no host but this machine's
+//! loopback (every other request goes to a proxy that is not there), and records every
+//! request the page makes, so a test can check the page needs nothing but the agent.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
@@ -19,6 +21,8 @@ pub struct Browser {
     child: Child,
     page: Socket,
     next_id: u64,
+    /// Every URL the page asked for, in order (`Network.requestWillBeSent`).
+    requests: Vec<String>,
     _profile: tempfile::TempDir,
 }
 
@@ -44,6 +48,9 @@ impl Browser {
                 "--no-first-run",
                 "--remote-debugging-port=0",
                 "--window-size=1280,900",
+                // No network but loopback (bypassed by default): port 9 on loopback is
+                // closed, so any other host, a CDN or an IP address alike, fails.
+                "--proxy-server=http://127.0.0.1:9",
                 &format!("--user-data-dir={}", profile.path().display()),
                 "about:blank",
             ])
@@ -92,9 +99,11 @@ impl Browser {
             child,
             page,
             next_id: 1,
+            requests: Vec::new(),
             _profile: profile,
         };
         b.call("Page.enable", json!({})).await;
+        b.call("Network.enable", json!({})).await;
         b
     }
 
@@ -112,11 +121,23 @@ impl Browser {
                 continue;
             };
             let v: Value = serde_json::from_str(&text).unwrap();
+            if v["method"] == "Network.requestWillBeSent"
+                && let Some(url) = v["params"]["request"]["url"].as_str()
+            {
+                self.requests.push(url.to_string());
+            }
             if v["id"] == id {
                 assert!(v.get("error").is_none(), "{method}: {v}");
                 return v["result"].clone();
             }
         }
+    }
+
+    /// Every URL the page has asked for so far.
+    pub async fn requests(&mut self) -> Vec<String> {
+        // A round trip reads the events sent before it.
+        self.eval("1").await;
+        self.requests.clone()
     }
 
     pub async fn open(&mut self, url: &str) {
@@ -128,7 +149,7 @@ impl Browser {
         let r = self
             .call(
                 "Runtime.evaluate",
-                json!({"expression": expression, "returnByValue": true}),
+                json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
             )
             .await;
         r["result"]["value"].clone()

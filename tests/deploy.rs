@@ -1130,3 +1130,143 @@ fn the_namespace_scoped_install_renders_roles_only() {
         "{env:?}"
     );
 }
+
+/// Issue 76, reach it safely: examples/dashboard/{ingress,gateway} put the dashboard behind
+/// oauth2-proxy and TLS. The dashboard stays on loopback, answers only to its public name,
+/// the proxy is the one way in and the only port the NetworkPolicy adds; the Ingress and
+/// the HTTPRoute reach the proxy's Service by that name over TLS; and the API server accepts
+/// every object they add (server-side dry run, Gateway API's CRDs installed).
+#[tokio::test]
+async fn the_dashboard_examples_put_it_behind_a_signing_in_proxy_and_tls() {
+    let _one = CLUSTER.lock().await;
+    let client = admin_client().await;
+    support::gateway::install_gateway_api(&client).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "linnet-system"}})).unwrap();
+    let _ = namespaces.create(&Default::default(), &ns).await;
+    let host = "linnet.example.com";
+    for (overlay, route_kind) in [("ingress", "Ingress"), ("gateway", "HTTPRoute")] {
+        let dir = format!(
+            "{}/examples/dashboard/{overlay}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let built = run_tool("kustomize", &["build", &dir]);
+        let docs: Vec<Value> = built
+            .split("\n---\n")
+            .filter_map(|part| serde_saphyr::from_str::<Value>(part).ok())
+            .filter(|d| d.get("kind").is_some())
+            .collect();
+        let find = |kind: &str, name: &str| {
+            docs.iter()
+                .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("{overlay}: no {kind} {name}"))
+                .clone()
+        };
+        let pod = find("Deployment", "linnet")["spec"]["template"]["spec"].clone();
+        let container = |name: &str| {
+            pod["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap_or_else(|| panic!("{overlay}: no container {name}"))
+                .clone()
+        };
+        let env = |c: &Value, key: &str| {
+            c["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == key)
+                .map(|e| e["value"].as_str().unwrap_or_default().to_string())
+        };
+        let agent = container("linnet");
+        let listen = env(&agent, "LINNET_DASHBOARD_LISTEN").expect("the dashboard is on");
+        assert!(
+            listen.starts_with("127.0.0.1:"),
+            "{overlay}: on loopback, not {listen}"
+        );
+        assert_eq!(
+            env(&agent, "LINNET_ALLOWED_HOST_NAMES").as_deref(),
+            Some(host)
+        );
+        let proxy = container("oauth2-proxy");
+        let args: Vec<&str> = proxy["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let port = listen.rsplit(':').next().unwrap();
+        assert!(
+            args.contains(&format!("--upstream=http://127.0.0.1:{port}/").as_str()),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--cookie-secure=true"), "{args:?}");
+        let service = find("Service", "linnet-dashboard");
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "dashboard");
+        assert_eq!(proxy["ports"][0]["name"], "dashboard");
+        let policy = find("NetworkPolicy", "linnet-dashboard");
+        assert_eq!(
+            policy["spec"]["ingress"][0]["ports"][0]["port"],
+            "dashboard"
+        );
+        let route = find(route_kind, "linnet-dashboard");
+        match route_kind {
+            "Ingress" => {
+                assert_eq!(route["spec"]["tls"][0]["hosts"][0], host);
+                assert_eq!(route["spec"]["rules"][0]["host"], host);
+                let backend = &route["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"];
+                assert_eq!(backend["name"], "linnet-dashboard");
+            }
+            _ => {
+                assert_eq!(route["spec"]["hostnames"][0], host);
+                assert_eq!(
+                    route["spec"]["rules"][0]["backendRefs"][0]["name"],
+                    "linnet-dashboard"
+                );
+                // The listener it names terminates TLS for the same name.
+                let gateway: Value = serde_saphyr::from_str(
+                    &std::fs::read_to_string(format!("{dir}/gateway.yaml")).unwrap(),
+                )
+                .unwrap();
+                let listener = gateway["spec"]["listeners"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|l| l["name"] == route["spec"]["parentRefs"][0]["sectionName"])
+                    .expect("the listener the route names")
+                    .clone();
+                assert_eq!(
+                    (listener["protocol"].as_str(), listener["hostname"].as_str()),
+                    (Some("HTTPS"), Some(host))
+                );
+                assert_eq!(listener["tls"]["mode"], "Terminate");
+            }
+        }
+        // What the example adds, as the API server validates it.
+        let added: Vec<String> = [find("Deployment", "linnet"), service, policy, route]
+            .iter()
+            .map(|d| serde_json::to_string(d).unwrap())
+            .collect();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), added.join("\n")).unwrap();
+        let applied = run_tool(
+            "kubectl",
+            &[
+                "apply",
+                "--dry-run=server",
+                "--server-side",
+                "--field-manager=linnet-test",
+                "-f",
+                file.path().to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            applied.matches("(server dry run)").count(),
+            4,
+            "{overlay}: {applied}"
+        );
+    }
+}

@@ -157,8 +157,8 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
     // The metric's threshold (`result < 1000`) is drawn as a rule on its chart.
     wait_eval(
         &mut browser,
-        "String(document.querySelectorAll('svg.spark line.rule').length)",
-        "1",
+        "[...document.querySelectorAll('svg.spark line.rule')].map(l => l.dataset.y).join(' ')",
+        "1000",
         10,
     )
     .await;
@@ -185,7 +185,7 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
             30,
         )
         .await;
-    assert_eq!(browser.eval(STAGES).await, "Step 1:done Promotion:done");
+    wait_eval(&mut browser, STAGES, "Step 1:done Promotion:done", 30).await;
     wait_eval(&mut browser, &last_ready("redis:7.4"), "3", 30).await;
     wait_eval(&mut browser, &last_ready("redis:7.2"), "0", 30).await;
     // The rollout's Kubernetes events, as the API server has them, on its page.
@@ -200,6 +200,28 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
     browser.eval("location.hash = '#/'").await;
     browser.wait_text(&["redis:7.4", "Stable"], 10).await;
     shot(&mut browser, "4-list-promoted.png").await;
+
+    // The source at the top of the list: a spec with an error is named by file:line:column,
+    // and the rest of the revision still syncs.
+    std::fs::write(
+        f.dir.path().join("specs/broken.yaml"),
+        format!("apiVersion: rollouts.linnet.dev/v1alpha1\nkind: CanaryStatefulSet\nmetadata:\n  name: broken\n  namespace: {ns}\nspec:\n  replicas: three\n"),
+    )
+    .unwrap();
+    let source = browser
+        .wait_text(&["part of it is not applied", "broken.yaml:7:"], 60)
+        .await;
+    assert!(source.contains("revision "), "{source}");
+    shot(&mut browser, "4-list-spec-error.png").await;
+    let api: Value = support::http()
+        .get(format!("{base}/api/source"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(api["specErrorCount"], 1, "{api}");
 
     assert_eq!(browser.eval("window.linnetMark").await, "same page");
     let updates = browser.eval("window.linnetUpdates").await.as_i64().unwrap();
@@ -290,10 +312,17 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         .filter(|u| !u.starts_with(&format!("{base}/")))
         .collect();
     assert!(elsewhere.is_empty(), "asked other hosts: {elsewhere:?}");
-    let other = browser
-        .eval("fetch('http://192.0.2.1/').then(() => 'reached', () => 'blocked')")
+    // And it could not have: a request elsewhere fails at the proxy that is not there.
+    browser
+        .eval(
+            "fetch('http://example.com/', {mode: 'no-cors'}).then(() => 'reached', () => 'failed')",
+        )
         .await;
-    assert_eq!(other, "blocked", "the browser must reach no other host");
+    assert_eq!(
+        browser.failures_of("http://example.com/").await,
+        ["net::ERR_PROXY_CONNECTION_FAILED"],
+        "the browser must reach no other host"
+    );
     for shot in [
         "1-list-stable",
         "2-rollout-awaiting-approval",
@@ -447,6 +476,12 @@ async fn volume_of(f: &Fixture, claim: &str) -> String {
 /// Where the page draws each ordinal's volume: `ordinal:volume:held-by:moving-to`.
 const PLACES: &str = "[...document.querySelectorAll('.map-row[data-ordinal]')].map(r => r.dataset.ordinal + ':' + [...r.querySelectorAll('.volume')].map(v => v.dataset.volume + ':' + v.dataset.heldBy + ':' + v.dataset.movingTo).join(',')).join(' ')";
 
+/// Ordinal 2's slides seen so far, in order: `volume:from>to`.
+async fn slides(browser: &mut Browser) -> Vec<String> {
+    let seen = browser.eval("JSON.stringify(window.slides)").await;
+    serde_json::from_str(seen.as_str().unwrap()).unwrap()
+}
+
 /// Whether the page shows pod kv-canary-2 ready.
 const CANARY_READY: &str =
     "(document.querySelector('[data-pod=\"kv-canary-2\"]') || {dataset: {}}).dataset.ready || ''";
@@ -462,7 +497,7 @@ fn last_ready(image: &str) -> String {
 const STAGES: &str = "[...document.querySelectorAll('table.stages tr[data-stage]')].map(t => t.dataset.stage + ':' + t.className).join(' ')";
 
 /// Whether no volume is sliding on the page (for a still screenshot).
-const NO_SLIDE: &str = "String(!document.getAnimations().some(a => (a.animationName || '').startsWith('from-') && a.playState === 'running'))";
+const NO_SLIDE: &str = "String(!document.getAnimations().some(a => a.animationName === 'slide' && a.playState === 'running'))";
 
 /// A screenshot under target/dashboard-screenshots/ once no volume is sliding.
 async fn shot(browser: &mut Browser, name: &str) {
@@ -535,7 +570,7 @@ async fn the_replica_map_shows_each_pod_and_its_volume_moving_on_the_real_node()
     assert_eq!(browser.eval(PLACES).await, stable_places.as_str());
     // Every 100 ms, how ordinal 2's volume is drawn, to see it slide.
     browser
-        .eval("window.slides = new Set(); setInterval(() => { const v = document.querySelector('.map-row[data-ordinal=\"2\"] .volume'); if (v) window.slides.add(v.dataset.volume + ':' + v.className); }, 100)")
+        .eval("window.slides = []; setInterval(() => { const v = document.querySelector('.map-row[data-ordinal=\"2\"] .volume[data-slid]'); const seen = v && v.dataset.volume + ':' + v.dataset.slid; if (seen && window.slides[window.slides.length - 1] !== seen) window.slides.push(seen); }, 100)")
         .await;
 
     // The canary takes ordinal 2 on its volume: the page shows it held by the canary's claim.
@@ -566,6 +601,14 @@ async fn the_replica_map_shows_each_pod_and_its_volume_moving_on_the_real_node()
     );
     assert_eq!(volume_of(&f, "data-kv-canary-2").await, *pv2);
     wait_eval(&mut browser, CANARY_READY, "true", 30).await;
+    // It slid from the stable side toward the canary's.
+    let forward = slides(&mut browser).await;
+    assert!(
+        forward
+            .iter()
+            .any(|s| s.starts_with(&format!("{pv2}:at-stable>"))),
+        "the volume did not slide from the stable side: {forward:?}"
+    );
     shot(&mut browser, "8-replica-map-canary.png").await;
 
     // A canary that never becomes ready: the page counts its restarts as the kubelet does.
@@ -617,13 +660,17 @@ async fn the_replica_map_shows_each_pod_and_its_volume_moving_on_the_real_node()
         stable_places.as_str(),
         "ordinal 2's volume went back to the stable claim"
     );
-    let slides = browser
-        .eval("JSON.stringify([...window.slides].sort())")
+    // Why, on the timeline: the deadline closed the step and opened the rollback.
+    browser
+        .wait_text(&["ProgressDeadlineExceeded", "RolledBack"], 30)
         .await;
-    let slides = slides.as_str().unwrap();
+    wait_eval(&mut browser, STAGES, "Step 1:done Rollback:done bad", 30).await;
+    // And the volume slid back, after the canary took it: toward the stable side.
+    let all = slides(&mut browser).await;
     assert!(
-        slides.contains(&format!("{pv2}:volume from-stable"))
-            && slides.contains(&format!("{pv2}:volume from-canary")),
-        "the volume did not slide both ways: {slides}"
+        all[forward.len()..]
+            .iter()
+            .any(|s| s.starts_with(&format!("{pv2}:")) && s.ends_with(">at-stable")),
+        "the volume did not slide back to the stable side: {all:?}"
     );
 }

@@ -88,7 +88,6 @@ fn check_watch_namespace(watched: &str, specs: &SpecArgs) -> Result<()> {
     Ok(())
 }
 
-/// The flags made into the agent's configuration.
 /// The dashboard's links: `--trace-link`, and `--commit-link` or one made from `--repo-url`.
 fn dashboard_links(args: &AgentArgs) -> crate::runtime::dashboard::Links {
     crate::runtime::dashboard::Links {
@@ -101,6 +100,7 @@ fn dashboard_links(args: &AgentArgs) -> crate::runtime::dashboard::Links {
     }
 }
 
+/// The flags made into the agent's configuration.
 fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
     let source = source_config(args)?;
     let leader = leader_config(args)?;

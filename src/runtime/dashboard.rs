@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 use crate::api::{CanaryDeployment, CanaryStatefulSet, RolloutView};
 use crate::watch::rollouts::{Change, RolloutStores};
 
+use super::state::AgentState;
+
 pub use links::{Links, commit_link};
 
 mod history;
@@ -43,6 +45,14 @@ struct Shared {
     client: kube::Client,
     history: Option<StatusHistory>,
     fleet: Option<FleetSnapshots>,
+    source: Arc<AgentState>,
+}
+
+/// What the page follows besides the rollouts: the fleet's view (with `--fleet`) and the
+/// source's state (its revision, its last sync, the errors in its specs).
+pub struct Feeds {
+    pub fleet: Option<FleetSnapshots>,
+    pub source: Arc<AgentState>,
 }
 
 /// The fleet's snapshots as the fleet loop reads them from Git.
@@ -70,7 +80,7 @@ pub fn router(
     client: kube::Client,
     history: Option<StatusHistory>,
     links: Links,
-    fleet: Option<FleetSnapshots>,
+    feeds: Feeds,
 ) -> Router {
     let _ = LINKS.set(links);
     Router::new()
@@ -95,11 +105,13 @@ pub fn router(
         )
         .route("/api/events", get(events))
         .route("/api/fleet", get(fleet_view))
+        .route("/api/source", get(source_view))
         .with_state(Arc::new(Shared {
             rollouts,
             client,
             history,
-            fleet,
+            fleet: feeds.fleet,
+            source: feeds.source,
         }))
 }
 
@@ -336,6 +348,37 @@ fn fleet_events(fleet: Option<FleetSnapshots>) -> impl Stream<Item = Event> + Se
     })
 }
 
+/// The source as the page shows it: `/status`'s source part (its name, the revision synced,
+/// when, the last error, the located errors in its specs and the objects not applied), and
+/// the commit link.
+fn source_json(state: &AgentState) -> Value {
+    let mut v = serde_json::to_value(state.status()).unwrap_or(Value::Null);
+    v["commitLink"] = json!(LINKS.get().and_then(|l| l.commit.as_ref()));
+    v
+}
+
+async fn source_view(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
+    axum::Json(source_json(&shared.source))
+}
+
+/// The source now and each time its state changes (a change that shows the same is not sent).
+fn source_events(state: Arc<AgentState>) -> impl Stream<Item = Event> + Send {
+    let rx = state.subscribe();
+    futures::stream::unfold(
+        (state, rx, None::<String>),
+        |(state, mut rx, last)| async move {
+            loop {
+                let now = source_json(&state).to_string();
+                if last.as_deref() != Some(now.as_str()) {
+                    let event = Event::default().event("source").data(&now);
+                    return Some((event, (state, rx, Some(now))));
+                }
+                rx.changed().await.ok()?;
+            }
+        },
+    )
+}
+
 /// The whole list first, then each rollout as it changes (and the fleet, with `--fleet`).
 async fn events(
     State(shared): State<Arc<Shared>>,
@@ -351,10 +394,11 @@ async fn events(
         .deployments
         .map(|c| change_event(c, |o: &CanaryDeployment| deployment(o)));
     let fleet = fleet_events(shared.fleet.clone());
+    let source = source_events(shared.source.clone());
     let stream = futures::stream::once(async move { first })
         .chain(futures::stream::select(
             futures::stream::select(sets, deploys),
-            fleet,
+            futures::stream::select(fleet, source),
         ))
         .map(Ok);
     Sse::new(stream).keep_alive(KeepAlive::default())

@@ -78,6 +78,7 @@ pub async fn serve_all(
     tasks: &mut super::supervise::Tasks,
 ) -> Result<()> {
     let image_scans = state.image_scans.clone();
+    let source = state.clone();
     let shared = Arc::new(Shared {
         state,
         rollouts: rollouts.clone(),
@@ -134,7 +135,7 @@ pub async fn serve_all(
         listeners.push(("metrics", addr, metrics_app, None));
     }
     if let Some(addr) = config.dashboard_listen {
-        let app = dashboard(config, rollouts, client, fleet);
+        let app = dashboard(config, rollouts, client, fleet, source);
         listeners.push(("dashboard", addr, hosts.guard(app), None));
     }
     for (what, addr, app, on_refused) in listeners {
@@ -152,6 +153,7 @@ fn dashboard(
     rollouts: RolloutStores,
     client: kube::Client,
     fleet: Option<super::dashboard::FleetSnapshots>,
+    source: Arc<AgentState>,
 ) -> Router {
     let history = config
         .writeback
@@ -161,7 +163,8 @@ fn dashboard(
             branch: w.remote.branch.clone(),
             cluster: w.cluster.name.clone(),
         });
-    super::dashboard::router(rollouts, client, history, config.links.clone(), fleet)
+    let feeds = super::dashboard::Feeds { fleet, source };
+    super::dashboard::router(rollouts, client, history, config.links.clone(), feeds)
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {

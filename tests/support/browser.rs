@@ -21,8 +21,10 @@ pub struct Browser {
     child: Child,
     page: Socket,
     next_id: u64,
-    /// Every URL the page asked for, in order (`Network.requestWillBeSent`).
-    requests: Vec<String>,
+    /// Every URL the page asked for, in order (`Network.requestWillBeSent`), with its id.
+    requests: Vec<(String, String)>,
+    /// The requests that failed: their id and why (`Network.loadingFailed`).
+    failures: Vec<(String, String)>,
     _profile: tempfile::TempDir,
 }
 
@@ -100,6 +102,7 @@ impl Browser {
             page,
             next_id: 1,
             requests: Vec::new(),
+            failures: Vec::new(),
             _profile: profile,
         };
         b.call("Page.enable", json!({})).await;
@@ -121,10 +124,15 @@ impl Browser {
                 continue;
             };
             let v: Value = serde_json::from_str(&text).unwrap();
+            let params = &v["params"];
+            let request = params["requestId"].as_str().unwrap_or_default().to_string();
             if v["method"] == "Network.requestWillBeSent"
-                && let Some(url) = v["params"]["request"]["url"].as_str()
+                && let Some(url) = params["request"]["url"].as_str()
             {
-                self.requests.push(url.to_string());
+                self.requests.push((request, url.to_string()));
+            } else if v["method"] == "Network.loadingFailed" {
+                let why = params["errorText"].as_str().unwrap_or_default();
+                self.failures.push((request, why.to_string()));
             }
             if v["id"] == id {
                 assert!(v.get("error").is_none(), "{method}: {v}");
@@ -137,7 +145,23 @@ impl Browser {
     pub async fn requests(&mut self) -> Vec<String> {
         // A round trip reads the events sent before it.
         self.eval("1").await;
-        self.requests.clone()
+        self.requests.iter().map(|(_, url)| url.clone()).collect()
+    }
+
+    /// Why each request to `url` failed, so far.
+    pub async fn failures_of(&mut self, url: &str) -> Vec<String> {
+        self.eval("1").await;
+        let ids: Vec<&String> = self
+            .requests
+            .iter()
+            .filter(|(_, u)| u == url)
+            .map(|(id, _)| id)
+            .collect();
+        self.failures
+            .iter()
+            .filter(|(id, _)| ids.contains(&id))
+            .map(|(_, why)| why.clone())
+            .collect()
     }
 
     pub async fn open(&mut self, url: &str) {

@@ -8,6 +8,7 @@ const eventsOf = new Map(); // key -> the rollout's Kubernetes events, newest fi
 const historyOf = new Map(); // key -> its status file's commits on the status branch
 let listed = false;
 let fleet = null; // the fleet's view (with --fleet): /api/fleet, then "fleet" events
+let source = null; // the source's state (/api/source's, by "source" events)
 window.linnetUpdates = 0;
 
 function key(r) { return r.short + "/" + r.namespace + "/" + r.name; }
@@ -119,11 +120,14 @@ function podCard(r, p) {
       p.waiting ? " · " + p.waiting : null));
 }
 
-// Where a volume is drawn: under the set whose claim holds it, or between the two.
+// Where a volume is drawn: under the set whose claim holds it, or between the two; and
+// that place across the track (-1 the stable side, 0 the middle, 1 the canary side).
 function placeOfVolume(v) {
   if (v.movingTo) return "moving-to-" + v.movingTo;
   return v.heldBy ? "at-" + v.heldBy : "unclaimed";
 }
+const ACROSS = { "at-stable": -1, "at-canary": 1 };
+const SLIDE_MS = 1500;
 
 function volumeChip(k, ordinal, v) {
   const place = placeOfVolume(v);
@@ -135,16 +139,19 @@ function volumeChip(k, ordinal, v) {
     seen = { place, from: was ? was.place : null, at: was ? now : 0 };
     placeOf.set(id, seen);
   }
-  // A change of place slides the volume across; a render during the slide carries it on.
-  const sliding = seen.from && now - seen.at < 1500;
-  const from = sliding ? (seen.from.endsWith("canary") ? "from-canary" : "from-stable") : "";
+  // A change of place slides the volume from where it was; a render during the slide
+  // carries it on.
+  const sliding = seen.from && now - seen.at < SLIDE_MS;
+  const offset = sliding ? ((ACROSS[seen.from] || 0) - (ACROSS[place] || 0)) * 9 : 0;
   const words = v.movingTo
     ? "moving to the " + SIDE_WORDS[v.movingTo] + (v.heldBy ? " (still on the " + SIDE_WORDS[v.heldBy] + "'s claim)" : "")
     : v.claim;
-  return h("div", { class: "track " + place },
-    h("div", { class: "volume " + from, "data-volume": v.volume, "data-held-by": v.heldBy || "", "data-moving-to": v.movingTo || "",
-        style: sliding ? "animation-delay: -" + (now - seen.at) + "ms" : null },
-      h("b", {}, "⛁ " + v.volume), h("div", { class: "claim" }, v.template + ": " + words)));
+  return h("div", { class: "track " + place + (v.conflict ? " conflict" : "") },
+    h("div", { class: "volume" + (sliding ? " sliding" : ""), "data-volume": v.volume, "data-held-by": v.heldBy || "",
+        "data-moving-to": v.movingTo || "", "data-slid": sliding ? seen.from + ">" + place : null,
+        style: sliding ? "--from: " + offset + "em; animation-delay: -" + (now - seen.at) + "ms" : null },
+      h("b", {}, "⛁ " + v.volume), h("div", { class: "claim" }, v.template + ": " + words),
+      v.conflict ? h("div", { class: "warn" }, "two volumes for this replica") : null));
 }
 
 function replicas(r) {
@@ -153,36 +160,43 @@ function replicas(r) {
   const got = replicasOf.get(k);
   const title = h("h2", {}, "Replicas by ordinal");
   if (got === undefined) return [title, h("p", { class: "muted" }, "Loading…")];
-  if (got.error) return [title, h("p", { class: "muted" }, "Cannot read the pods: " + got.error)];
+  if (!got.replicas) return [title, h("p", { class: "muted" }, "Cannot read the pods: " + got.error)];
   const twoSets = !(r.spec.strategy && r.spec.strategy.type === "Partition");
   const head = h("div", { class: "map-row head" }, h("div", {}, "ordinal"),
     h("div", {}, twoSets ? r.name + "-stable" : "stable revision"),
     h("div", {}, "volume"), h("div", {}, twoSets ? r.name + "-canary" : "canary revision"));
-  return [title, h("div", { class: "replica-map" }, head, got.replicas.map(row => {
-    const lane = canary => {
-      const pods = row.pods.filter(p => p.canary === canary).map(p => podCard(r, p));
-      return pods.length || canary || row.pods.length ? pods : h("span", { class: "muted" }, "no pod");
-    };
-    return h("div", { class: "map-row", "data-ordinal": row.ordinal },
-      h("div", { class: "ord" }, r.name + "-" + row.ordinal),
-      h("div", { class: "lane stable" }, lane(false)),
-      h("div", { class: "tracks" }, row.volumes.length ? row.volumes.map(v => volumeChip(k, row.ordinal, v)) : h("span", { class: "muted" }, "no volume")),
-      h("div", { class: "lane canary" }, lane(true)));
-  }))];
+  return [title, got.error ? h("p", { class: "muted" }, "Cannot read the pods now (" + got.error + "); as last read:") : null,
+    got.truncated ? h("p", { class: "muted" }, "Over 1,000 pods or claims: the first 1,000 are shown.") : null,
+    h("div", { class: "replica-map" }, head, got.replicas.map(row => {
+      const lane = canary => {
+        const pods = row.pods.filter(p => p.canary === canary).map(p => podCard(r, p));
+        return pods.length || canary || row.pods.length ? pods : h("span", { class: "muted" }, "no pod");
+      };
+      return h("div", { class: "map-row", "data-ordinal": row.ordinal },
+        h("div", { class: "ord" }, r.name + "-" + row.ordinal),
+        h("div", { class: "lane stable" }, lane(false)),
+        h("div", { class: "tracks" }, row.volumes.length ? row.volumes.map(v => volumeChip(k, row.ordinal, v)) : h("span", { class: "muted" }, "no volume")),
+        h("div", { class: "lane canary" }, lane(true)));
+    }))];
 }
 
-// Whether the map is in motion: a pod not ready or going, or a volume between claims.
-function unsettled(map) {
-  return (map.replicas || []).some(row => row.pods.some(p => !p.ready || p.deleting) ||
-    row.volumes.some(v => v.movingTo || !v.heldBy));
+// Whether the map is in motion: a pod not ready or going, an ordinal with no pod or beyond
+// the replicas (a handoff or a scale under way), or a volume between claims.
+function unsettled(map, replicas) {
+  return (map.replicas || []).some(row => row.pods.length === 0 || row.ordinal >= replicas ||
+    row.pods.some(p => !p.ready || p.deleting) || row.volumes.some(v => v.movingTo || !v.heldBy));
 }
 
-// Read when the page opens and when the rollout changes; asked again every 3 s only while
-// something moves (a restart does not change the rollout), and only for the open page.
+// Read when the page opens and when the rollout changes; asked again while something moves
+// (a restart does not change the rollout), only for the open page and while it is shown:
+// every 3 s, then every 30 s once five answers in a row changed nothing (a pod that keeps
+// crashing). An answer older than the newest asked is dropped.
 let replicasTimer = null;
+let replicasAsked = 0;
+let replicasSame = 0;
 async function loadReplicas(k) {
-  clearTimeout(replicasTimer);
   if (!k.startsWith("csts/")) return;
+  const asked = ++replicasAsked;
   let map;
   try {
     const r = await fetch("/api/rollouts/" + k + "/replicas");
@@ -190,10 +204,28 @@ async function loadReplicas(k) {
   } catch (e) {
     map = { error: String(e) };
   }
+  if (asked !== replicasAsked || currentKey() !== k) return;
+  const before = replicasOf.get(k);
+  if (map.error && before && before.replicas) map = { error: map.error, replicas: before.replicas };
+  replicasSame = before && JSON.stringify(before) === JSON.stringify(map) ? replicasSame + 1 : 0;
   replicasOf.set(k, map);
-  if (currentKey() !== k) return;
   render();
-  if (!map.error && unsettled(map)) replicasTimer = setTimeout(() => { if (currentKey() === k) loadReplicas(k); }, 3000);
+  clearTimeout(replicasTimer);
+  const r = rollouts.get(k);
+  if (map.error || unsettled(map, r ? r.spec.replicas : 0)) {
+    replicasTimer = setTimeout(() => {
+      if (currentKey() !== k) return;
+      if (document.hidden) document.addEventListener("visibilitychange", () => loadReplicas(k), { once: true });
+      else loadReplicas(k);
+    }, replicasSame >= 5 ? 30000 : 3000);
+  }
+}
+
+// A rollout's page opened: its map is read afresh, and its volumes slide only from then on.
+function forgetReplicas(k) {
+  replicasOf.delete(k);
+  for (const id of [...placeOf.keys()]) if (id.startsWith(k + "/")) placeOf.delete(id);
+  replicasSame = 0;
 }
 
 // A commit as a link to the Git host (--commit-link, or made from the repository address),
@@ -271,22 +303,27 @@ function svgEl(tag, attrs) {
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
   return el;
 }
-function chart({ lines, rules = [], dots = [], x0, x1, yMax, yMin = 0, unit = "", cls = "chart" }) {
+// A number for an axis label: three significant digits at most (0.001, 0.25, 1000).
+function short(y) { return String(Number(y.toPrecision(3))); }
+
+function chart({ lines, rules = [], dots = [], x0, x1, yMax, yMin = 0, unit = "", cls = "chart", span = true }) {
   const w = 420, hgt = 110, left = 34, bottom = 16, top = 6;
   const all = lines.flatMap(l => l.points.map(p => p[1])).concat(rules.map(r => r.y), dots.map(d => d[1]));
-  const hi = yMax !== undefined ? yMax : Math.max(1, ...all);
   const lo = Math.min(yMin, ...all);
+  const top_ = Math.max(...all, lo);
+  // A ratio (0.02 against 0.05) fills the chart as a count does: 10 % above the highest.
+  const hi = yMax !== undefined ? yMax : top_ > lo ? top_ + (top_ - lo) * 0.1 : lo + 1;
   const X = x => left + (x1 === x0 ? 0 : (x - x0) / (x1 - x0) * (w - left - 4));
   const Y = y => top + (hi === lo ? 0 : (hi - y) / (hi - lo)) * (hgt - top - bottom);
   const svg = svgEl("svg", { class: cls, width: w, height: hgt, viewBox: "0 0 " + w + " " + hgt });
   svg.append(svgEl("line", { x1: left, y1: Y(lo), x2: w - 4, y2: Y(lo), stroke: "#dde3ea" }));
   for (const [y, anchor] of [[hi, "start"], [lo, "start"]]) {
     const t = svgEl("text", { x: 2, y: Y(y) + 4, "font-size": 10, fill: "#667485", "text-anchor": anchor });
-    t.textContent = (Math.round(y * 100) / 100) + unit;
+    t.textContent = short(y) + unit;
     svg.append(t);
   }
   for (const r of rules) {
-    svg.append(svgEl("line", { x1: left, y1: Y(r.y), x2: w - 4, y2: Y(r.y), stroke: "#cf222e", "stroke-dasharray": "4 3", class: "rule" }));
+    svg.append(svgEl("line", { x1: left, y1: Y(r.y), x2: w - 4, y2: Y(r.y), stroke: "#cf222e", "stroke-dasharray": "4 3", class: "rule", "data-y": r.y }));
   }
   for (const l of lines) {
     if (l.points.length === 0) continue;
@@ -301,9 +338,11 @@ function chart({ lines, rules = [], dots = [], x0, x1, yMax, yMin = 0, unit = ""
       "data-values": l.points.map(p => p[1]).join(",") }));
   }
   for (const d of dots) svg.append(svgEl("circle", { cx: X(d[0]), cy: Y(d[1]), r: 3, fill: d[2], class: "dot-" + d[3] }));
-  const span = svgEl("text", { x: w - 4, y: hgt - 3, "font-size": 10, fill: "#667485", "text-anchor": "end" });
-  span.textContent = took(new Date(x0).toISOString(), new Date(x1).toISOString()) + " shown";
-  svg.append(span);
+  if (span) {
+    const shown = svgEl("text", { x: w - 4, y: hgt - 3, "font-size": 10, fill: "#667485", "text-anchor": "end" });
+    shown.textContent = took(new Date(x0).toISOString(), new Date(x1).toISOString()) + " shown";
+    svg.append(shown);
+  }
   return svg;
 }
 
@@ -317,11 +356,15 @@ function overTime(r) {
   const t = p => Date.parse(p.at);
   const x0 = t(series[0]);
   const settled = ["ok", "bad"].includes(tone(r));
-  const x1 = Math.max(settled ? t(series[series.length - 1]) : Date.now(), x0 + 1000);
+  const last = t(series[series.length - 1]);
+  // The agent's clock may be ahead of the browser's: never end before the last point.
+  const x1 = Math.max(settled ? last : Date.now(), last, x0 + 1000);
   const out = [h("h2", {}, "Over time")];
-  if (series.some(p => p.weight !== undefined && p.weight !== null)) {
-    const lines = [{ name: "canary", color: PALETTE[0], steps: true, points: series.map(p => [t(p), p.weight || 0]) }];
-    if (series.some(p => p.baselineWeight)) lines.push({ name: "baseline", color: PALETTE[5], steps: true, points: series.map(p => [t(p), p.baselineWeight || 0]) });
+  const known = v => v !== undefined && v !== null;
+  if (series.some(p => known(p.weight))) {
+    // Points with no weight (routes not read then) are left out, not drawn as 0.
+    const lines = [{ name: "canary", color: PALETTE[0], steps: true, points: series.filter(p => known(p.weight)).map(p => [t(p), p.weight]) }];
+    if (series.some(p => known(p.baselineWeight))) lines.push({ name: "baseline", color: PALETTE[5], steps: true, points: series.filter(p => known(p.baselineWeight)).map(p => [t(p), p.baselineWeight]) });
     out.push(h("div", { class: "chart-box", "data-chart": "traffic" }, h("div", {}, "Traffic to the canary (%)"),
       chart({ lines, x0, x1, yMax: 100, unit: "%" }), legend(lines)));
   }
@@ -337,10 +380,12 @@ function legend(lines) {
   return h("div", { class: "legend" }, lines.map(l => h("span", {}, h("i", { style: "background:" + l.color }), l.name)));
 }
 
-// The threshold a simple condition sets (`result < 0.05`), to draw as a rule.
-function threshold(condition) {
-  const m = /result\s*(?:<=|<|>=|>)\s*(-?\d+(?:\.\d+)?)(?![\w.])/.exec(condition || "");
-  return m ? Number(m[1]) : null;
+// The bounds a condition sets on `result` itself, to draw as rules: `result < 0.05`,
+// `result >= 0.9 && result <= 1.1`; nothing for `result[0] < 5`, `len(result) > 2` or
+// `result < 5 * 2`.
+const BOUND = /(?:^|[^\w.\]])result\s*(?:<=|<|>=|>)\s*(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*(?=$|&&|\|\||\)|;)/gi;
+function thresholds(condition) {
+  return [...(condition || "").matchAll(BOUND)].map(m => Number(m[1])).filter(Number.isFinite);
 }
 
 // A metric's measurements against its threshold (dots red where one failed), or with a
@@ -353,14 +398,14 @@ function metricChart(m) {
     const lines = [{ name: "canary", color: PALETTE[0], points: canary.map((v, i) => [i, v]) },
       { name: "baseline", color: PALETTE[5], points: baseline.map((v, i) => [i, v]) }];
     const n = Math.max(canary.length, baseline.length, 2) - 1;
-    return h("div", { class: "chart-box", "data-chart": "samples" }, chart({ lines, x0: 0, x1: n, yMin: Math.min(0, ...canary, ...baseline), cls: "chart spark" }), legend(lines));
+    return h("div", { class: "chart-box", "data-chart": "samples" }, chart({ lines, x0: 0, x1: n, yMin: Math.min(0, ...canary, ...baseline), cls: "chart spark", span: false }), legend(lines));
   }
   if (ms.length === 0) return h("span", { class: "muted" }, "no values");
   const points = ms.map(x => [Date.parse(x.at), Number(x.value)]);
-  const rule = threshold(m.condition);
+  const rules = thresholds(m.condition).map(y => ({ y }));
   const dots = ms.map((x, i) => [points[i][0], points[i][1], x.phase === "Failed" ? "#cf222e" : "#0969da", x.phase === "Failed" ? "failed" : "ok"]);
   const x0 = points[0][0], x1 = Math.max(points[points.length - 1][0], x0 + 1000);
-  return chart({ lines: [{ name: m.name, color: PALETTE[0], points }], rules: rule === null ? [] : [{ y: rule }], dots, x0, x1, yMin: Math.min(0, ...points.map(p => p[1])), cls: "chart spark" });
+  return chart({ lines: [{ name: m.name, color: PALETTE[0], points }], rules, dots, x0, x1, yMin: Math.min(0, ...points.map(p => p[1])), cls: "chart spark" });
 }
 
 function analysis(r) {
@@ -542,11 +587,29 @@ function fleetPage() {
             c.state.includes(":") ? h("span", { class: "msg" }, " " + c.state.slice(c.state.indexOf(":") + 1)) : null)))))]));
 }
 
+// The source this agent syncs: the revision, when, and what in it is not applied (each spec
+// error and refused object located in its file), from its "source" events.
+const SHOWN_ERRORS = 20;
+function sourcePanel() {
+  if (!source) return null;
+  const degraded = (source.conditions || []).find(c => c.type === "Degraded" && c.status === "True");
+  const problems = (source.specErrors || []).concat(source.syncErrors || []);
+  const count = (source.specErrorCount || 0) + (source.syncErrorCount || 0);
+  const t = source.lastError || degraded ? "bad" : "ok";
+  return h("div", { class: "source next " + t, "data-source": source.source },
+    h("b", {}, "Source " + source.source + ": " + (source.lastError ? "cannot sync" : degraded ? "part of it is not applied" : source.revision ? "synced" : "not synced yet")),
+    h("div", {}, source.revision ? ["revision ", commitRef({ commitLink: source.commitLink }, source.revision)] : null,
+      source.lastSync ? ", " + age(source.lastSync) + " ago" : null, ", " + (source.objects || 0) + " objects"),
+    source.lastError ? h("div", { class: "msg" }, source.lastError) : null,
+    problems.length ? h("ul", { class: "problems" }, problems.slice(0, SHOWN_ERRORS).map(e => h("li", {}, h("code", {}, e)))) : null,
+    count > Math.min(problems.length, SHOWN_ERRORS) ? h("div", { class: "muted" }, "and " + (count - Math.min(problems.length, SHOWN_ERRORS)) + " more (linnet status lists them)") : null);
+}
+
 function render() {
   const route = currentKey();
   const main = document.getElementById("main");
   if (route === "fleet") main.replaceChildren(fleetPage());
-  else main.replaceChildren(route ? detail(route) : h("div", {}, fleetSummary(), list()));
+  else main.replaceChildren(route ? detail(route) : h("div", {}, sourcePanel(), fleetSummary(), list()));
   document.title = route ? route + " · linnet" : "linnet";
 }
 
@@ -580,6 +643,11 @@ function connect() {
     window.linnetUpdates++;
     render();
   });
+  events.addEventListener("source", e => {
+    source = JSON.parse(e.data);
+    window.linnetUpdates++;
+    if (!currentKey()) render();
+  });
   events.addEventListener("fleet", e => {
     fleet = JSON.parse(e.data);
     window.linnetUpdates++;
@@ -596,7 +664,10 @@ function loadFleet() {
 
 window.addEventListener("hashchange", () => {
   if (currentKey() === "fleet") loadFleet();
-  else if (currentKey()) loadEvents(currentKey());
+  else if (currentKey()) {
+    forgetReplicas(currentKey());
+    loadEvents(currentKey());
+  }
   render();
 });
 if (currentKey() && currentKey() !== "fleet") loadEvents(currentKey());

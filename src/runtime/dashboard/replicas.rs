@@ -59,6 +59,17 @@ pub(super) async fn rollout_replicas(
                 .into_response();
         }
     };
+    // More than LISTED of either: the map shows the first, and says so.
+    let truncated = pods
+        .metadata
+        .continue_
+        .as_deref()
+        .is_some_and(|c| !c.is_empty())
+        || claims
+            .metadata
+            .continue_
+            .as_deref()
+            .is_some_and(|c| !c.is_empty());
     let container = rollout.spec.container.as_deref();
     let pods: Vec<PodFacts> = pods
         .items
@@ -72,9 +83,11 @@ pub(super) async fn rollout_replicas(
         rollout: &name,
         replicas: rollout.spec.replicas,
         templates: &templates,
+        canary_image: status.and_then(|s| s.canary_image.as_deref()),
+        stable_image: status.and_then(|s| s.stable_image.as_deref()),
         canary_revision: status.and_then(|s| s.canary_revision.as_deref()),
         pods: &pods,
         claims: &claims,
     });
-    axum::Json(json!({"replicas": rows})).into_response()
+    axum::Json(json!({"replicas": rows, "truncated": truncated})).into_response()
 }

@@ -52,7 +52,7 @@ pub struct ReplicaPod {
     pub canary: bool,
     pub image: Option<String>,
     pub ready: bool,
-    /// Restarts of all its containers, as the kubelet counts them.
+    /// Restarts of all its containers (init containers too), as the kubelet counts them.
     pub restarts: i32,
     /// Why a container is not running (`CrashLoopBackOff`, `ImagePullBackOff`), if one waits.
     pub waiting: Option<String>,
@@ -71,14 +71,14 @@ impl PodFacts {
     /// `None` for a pod no StatefulSet owns.
     pub fn from_object(pod: &Pod, container: Option<&str>) -> Option<PodFacts> {
         let view = PodView::from_object(pod, container)?;
-        let statuses = pod
-            .status
-            .iter()
-            .flat_map(|s| s.container_statuses.iter().flatten());
-        let mut restarts = 0;
+        let statuses = pod.status.iter().flat_map(|s| {
+            let init = s.init_container_statuses.iter().flatten();
+            init.chain(s.container_statuses.iter().flatten())
+        });
+        let mut restarts: i32 = 0;
         let mut waiting = None;
         for c in statuses {
-            restarts += c.restart_count;
+            restarts = restarts.saturating_add(c.restart_count.max(0));
             let reason = c.state.as_ref().and_then(|s| s.waiting.as_ref());
             if waiting.is_none() {
                 waiting = reason.and_then(|w| w.reason.clone());
@@ -106,6 +106,10 @@ pub struct ReplicaVolume {
     pub claim: Option<String>,
     /// The side whose claim names it but is not bound yet: the handoff is moving it there.
     pub moving_to: Option<Side>,
+    /// Another claim of the same replica holds another volume: two volumes for one replica
+    /// (a claim made again on a new, empty volume), what stops a rollout (VolumeSwapped).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub conflict: bool,
 }
 
 /// One ordinal of the map.
@@ -117,22 +121,30 @@ pub struct ReplicaRow {
     pub volumes: Vec<ReplicaVolume>,
 }
 
+/// The most ordinals drawn from `spec.replicas` (anyone who may scale the rollout sets it).
+pub const MAX_ORDINALS: i32 = 1000;
+
 /// What the map is drawn from.
 pub struct MapInput<'a> {
     pub rollout: &'a str,
     pub replicas: i32,
     /// The spec's claim templates.
     pub templates: &'a [String],
-    /// `status.canaryRevision`: which of a Partition's pods run the canary.
+    /// `status.canaryImage` and `status.stableImage`: which of a Partition's pods run the
+    /// canary (its image, while the two differ), in every phase, Failed and a rollback too.
+    pub canary_image: Option<&'a str>,
+    pub stable_image: Option<&'a str>,
+    /// `status.canaryRevision`: which run the canary when the two images are the same (a
+    /// template change).
     pub canary_revision: Option<&'a str>,
     pub pods: &'a [PodFacts],
     pub claims: &'a [ClaimView],
 }
 
-/// The ordinals `0..replicas`, and any other one a pod or claim still has (a scale-down
-/// under way), in order.
+/// The ordinals `0..replicas` (at most [`MAX_ORDINALS`]), and any other one a pod or a moving
+/// claim still has (a scale-down under way), in order.
 pub fn replica_map(input: &MapInput) -> Vec<ReplicaRow> {
-    let mut ordinals: Vec<i32> = (0..input.replicas.max(0)).collect();
+    let mut ordinals: Vec<i32> = (0..input.replicas.clamp(0, MAX_ORDINALS)).collect();
     ordinals.extend(
         input
             .pods
@@ -140,10 +152,13 @@ pub fn replica_map(input: &MapInput) -> Vec<ReplicaRow> {
             .filter(|p| Side::of_set(input.rollout, &p.view.set).is_some())
             .map(|p| p.view.ordinal),
     );
+    // A claim of an ordinal scaled away stays (the sets retain them): only one still moving
+    // (unbound, or going) shows its ordinal.
     ordinals.extend(
         input
             .claims
             .iter()
+            .filter(|c| !c.bound || c.deleting)
             .filter_map(|c| claim_ordinal(input, &c.name)),
     );
     ordinals.sort_unstable();
@@ -156,7 +171,7 @@ pub fn replica_map(input: &MapInput) -> Vec<ReplicaRow> {
             volumes: input
                 .templates
                 .iter()
-                .filter_map(|t| volume_at(input, t, ordinal))
+                .flat_map(|t| volumes_at(input, t, ordinal))
                 .collect(),
         })
         .collect()
@@ -172,10 +187,15 @@ fn pods_at(input: &MapInput, ordinal: i32) -> Vec<ReplicaPod> {
             let canary = match side {
                 Side::Canary => true,
                 Side::Stable => false,
-                Side::Single => {
-                    input.canary_revision.is_some()
-                        && p.view.revision.as_deref() == input.canary_revision
-                }
+                Side::Single => match (input.canary_image, input.stable_image) {
+                    (Some(canary), stable) if Some(canary) != stable => {
+                        p.view.image.as_deref() == Some(canary)
+                    }
+                    _ => {
+                        input.canary_revision.is_some()
+                            && p.view.revision.as_deref() == input.canary_revision
+                    }
+                },
             };
             Some(ReplicaPod {
                 name: p.view.name.clone(),
@@ -204,9 +224,10 @@ fn claim_ordinal(input: &MapInput, name: &str) -> Option<i32> {
     })
 }
 
-/// Template `template`'s volume at `ordinal`: held by the side whose claim is bound to it,
-/// moving to the side whose claim names it unbound.
-fn volume_at(input: &MapInput, template: &str, ordinal: i32) -> Option<ReplicaVolume> {
+/// Template `template`'s volumes at `ordinal`: the replica's (held by the side whose claim is
+/// bound to it, moving to the side whose claim names it unbound), then any other volume a
+/// claim of the other side is bound to, marked as a conflict.
+fn volumes_at(input: &MapInput, template: &str, ordinal: i32) -> Vec<ReplicaVolume> {
     let claims: Vec<(Side, &ClaimView)> = Side::ALL
         .into_iter()
         .filter_map(|side| {
@@ -216,32 +237,49 @@ fn volume_at(input: &MapInput, template: &str, ordinal: i32) -> Option<ReplicaVo
         })
         .filter(|(_, c)| !c.deleting || c.bound)
         .collect();
-    // The volume a handoff is moving (named by an unbound claim) wins: it is the replica's
-    // data. Otherwise the one bound claim's.
-    let moving = claims.iter().find(|(_, c)| !c.bound && c.volume.is_some());
-    let bound = |v: &str| {
+    let held = |v: &str| {
         claims
             .iter()
             .find(|(_, c)| c.bound && c.volume.as_deref() == Some(v))
     };
-    let (volume, moving_to) = match moving {
-        Some((side, c)) => (c.volume.clone()?, Some(*side)),
-        None => (
-            claims
-                .iter()
-                .find(|(_, c)| c.bound)
-                .and_then(|(_, c)| c.volume.clone())?,
-            None,
-        ),
+    // The volume a handoff is moving (named by an unbound claim) is the replica's data;
+    // otherwise the first bound claim's.
+    let moving = claims.iter().find(|(_, c)| !c.bound && c.volume.is_some());
+    let first = match moving {
+        Some((side, c)) => c.volume.clone().map(|v| (v, Some(*side))),
+        None => claims
+            .iter()
+            .find(|(_, c)| c.bound)
+            .and_then(|(_, c)| c.volume.clone())
+            .map(|v| (v, None)),
     };
-    let holder = bound(&volume);
-    Some(ReplicaVolume {
+    let Some((volume, moving_to)) = first else {
+        return Vec::new();
+    };
+    let others: Vec<(Side, &ClaimView)> = claims
+        .iter()
+        .filter(|(_, c)| c.bound && c.volume.as_deref().is_some_and(|v| v != volume))
+        .copied()
+        .collect();
+    let conflict = !others.is_empty();
+    let holder = held(&volume);
+    let mut out = vec![ReplicaVolume {
         template: template.to_string(),
         held_by: holder.map(|(s, _)| *s),
         claim: holder.map(|(_, c)| c.name.clone()),
         volume,
         moving_to,
-    })
+        conflict,
+    }];
+    out.extend(others.into_iter().map(|(side, c)| ReplicaVolume {
+        template: template.to_string(),
+        volume: c.volume.clone().unwrap_or_default(),
+        held_by: Some(side),
+        claim: Some(c.name.clone()),
+        moving_to: None,
+        conflict: true,
+    }));
+    out
 }
 
 #[cfg(test)]

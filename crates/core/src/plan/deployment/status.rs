@@ -31,12 +31,25 @@ impl<'a> Planner<'a> {
         // After the routes are recorded as seen now: the baseline's retirement counts the
         // settle time from them.
         self.retire_baseline();
-        let reading = series::Reading {
-            weight: self.st.canary_weight,
-            baseline_weight: self.st.baseline_weight,
-            ready: &self.st.available_by_image,
-        };
-        series::record(&mut self.st.series, self.now, reading);
+        // During a rollout, and the point of the move that ended it: a settled rollout's
+        // pods (an autoscaler's, a restart) are not the rollout's chart.
+        let entered = self
+            .st
+            .phase_since
+            .as_ref()
+            .is_some_and(|t| t.0 == self.now);
+        let rolling = matches!(
+            phase,
+            Phase::Progressing | Phase::Paused | Phase::RollingBack
+        );
+        if rolling || entered {
+            let reading = series::Reading {
+                weight: self.st.canary_weight,
+                baseline_weight: self.st.baseline_weight,
+                ready: &self.st.available_by_image,
+            };
+            series::record(&mut self.st.series, self.now, reading);
+        }
         self.st.source_revision = self.r.source_revision.clone();
         self.st.image_source = super::super::image_tags::image_source(
             &self.r.spec.image,

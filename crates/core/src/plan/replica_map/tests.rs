@@ -45,6 +45,8 @@ fn map(pods: &[PodFacts], claims: &[ClaimView]) -> Vec<ReplicaRow> {
         rollout: "kv",
         replicas: 3,
         templates: &["data".to_string()],
+        canary_image: None,
+        stable_image: None,
         canary_revision: None,
         pods,
         claims,
@@ -85,6 +87,7 @@ fn a_stable_rollout_shows_each_ordinal_on_its_own_volume() {
                 held_by: Some(Side::Stable),
                 claim: Some(format!("data-kv-stable-{k}")),
                 moving_to: None,
+                conflict: false,
             }]
         );
     }
@@ -178,6 +181,8 @@ fn a_partitions_canary_is_told_by_its_revision() {
         rollout: "kv",
         replicas: 3,
         templates: &["data".to_string()],
+        canary_image: None,
+        stable_image: None,
         canary_revision: Some("kv-new"),
         pods: &pods,
         claims: &claims,
@@ -197,6 +202,9 @@ fn ordinals_beyond_the_replicas_show_while_they_go_and_others_pods_do_not() {
     ]);
     let mut claims = stable_claims();
     claims.push(claim("data-kv-stable-5", Some("pv-5"), true));
+    claims.last_mut().unwrap().deleting = true;
+    // A claim the set retained for an ordinal scaled away long ago: no row of its own.
+    claims.push(claim("data-kv-stable-7", Some("pv-7"), true));
     claims.push(claim("logs-kv-stable-0", Some("pv-logs"), true));
     // A claim being made, no volume yet: nothing to draw.
     claims.push(claim("data-kv-canary-1", None, false));
@@ -217,4 +225,81 @@ fn the_map_serializes_in_the_apis_words() {
     assert_eq!(v["pods"][0]["side"], "canary");
     assert_eq!(v["pods"][0]["restarts"], 1);
     assert!(v.get("volumes").is_some());
+}
+
+/// Found by review: a Partition's canary pods stay the canary when the status's canary
+/// revision is gone (Failed, a rollback): they run the canary's image.
+#[test]
+fn a_partitions_canary_is_told_by_its_image_in_every_phase() {
+    let mut canary = pod("kv", 2, true, 0, None);
+    canary.spec.as_mut().unwrap().containers[0].image = Some("kv:2".into());
+    let mut stable = pod("kv", 0, true, 0, None);
+    stable.spec.as_mut().unwrap().containers[0].image = Some("kv:1".into());
+    let pods = facts(&[stable, canary]);
+    let rows = replica_map(&MapInput {
+        rollout: "kv",
+        replicas: 3,
+        templates: &["data".to_string()],
+        canary_image: Some("kv:2"),
+        stable_image: Some("kv:1"),
+        canary_revision: None,
+        pods: &pods,
+        claims: &[],
+    });
+    assert!(!rows[0].pods[0].canary);
+    assert!(rows[2].pods[0].canary);
+}
+
+/// Found by review: two volumes for one replica (the StatefulSet controller made the stable
+/// claim again on a new volume while the canary's holds the replica's) both show.
+#[test]
+fn two_volumes_for_one_replica_both_show_as_a_conflict() {
+    let mut claims = stable_claims();
+    claims.retain(|c| c.name != "data-kv-stable-2");
+    claims.push(claim("data-kv-canary-2", Some("pv-2"), true));
+    claims.push(claim("data-kv-stable-2", Some("pv-new"), true));
+    let vs = &map(&[], &claims)[2].volumes;
+    let shown: Vec<(&str, Option<Side>, bool)> = vs
+        .iter()
+        .map(|v| (v.volume.as_str(), v.held_by, v.conflict))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("pv-new", Some(Side::Stable), true),
+            ("pv-2", Some(Side::Canary), true)
+        ]
+    );
+}
+
+/// Found by review: `spec.replicas` is anyone's who may scale the rollout; the map is bounded.
+#[test]
+fn a_huge_replica_count_draws_a_bounded_map() {
+    let rows = replica_map(&MapInput {
+        rollout: "kv",
+        replicas: i32::MAX,
+        templates: &[],
+        canary_image: None,
+        stable_image: None,
+        canary_revision: None,
+        pods: &[],
+        claims: &[],
+    });
+    assert_eq!(rows.len(), MAX_ORDINALS as usize);
+}
+
+#[test]
+fn restarts_count_init_containers_and_never_overflow() {
+    let mut p = pod("kv-stable", 0, false, i32::MAX, None);
+    let status = p.status.as_mut().unwrap();
+    status.init_container_statuses = Some(vec![
+        serde_json::from_value(serde_json::json!({
+            "name": "init", "image": "i", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}}
+        }))
+        .unwrap(),
+    ]);
+    let f = PodFacts::from_object(&p, None).unwrap();
+    assert_eq!(f.restarts, i32::MAX);
+    assert_eq!(f.waiting.as_deref(), Some("CrashLoopBackOff"));
 }

@@ -11,6 +11,8 @@ use crate::api::{Stage, StageStatus, StatefulSetPhase as Phase};
 const KEPT: usize = 32;
 /// The most characters of a move's message kept in a stage.
 const DETAIL: usize = 300;
+/// The most characters of a commit kept (a SHA-256 id is 64): the annotation is anyone's.
+const COMMIT: usize = 64;
 
 /// Which stage a phase is in, with the 1-based step and its canary replicas for a Step;
 /// `None` outside a canary.
@@ -21,13 +23,13 @@ pub(super) fn stage_of(
 ) -> Option<(Stage, Option<i32>, Option<i32>)> {
     match phase {
         Phase::ScalingDownStable | Phase::DeployingCanary | Phase::CanaryActive => {
-            Some((Stage::Step, Some(step as i32 + 1), Some(canary)))
+            let step = i32::try_from(step).unwrap_or(i32::MAX).saturating_add(1);
+            Some((Stage::Step, Some(step), Some(canary)))
         }
-        Phase::AwaitingMigration | Phase::MigratingData | Phase::MigrationFailed => {
-            Some((Stage::Migration, None, None))
-        }
+        Phase::AwaitingMigration | Phase::MigratingData => Some((Stage::Migration, None, None)),
         Phase::Promoting => Some((Stage::Promotion, None, None)),
-        Phase::RollingBack => Some((Stage::Rollback, None, None)),
+        // A failed migration rolls the canary back.
+        Phase::RollingBack | Phase::MigrationFailed => Some((Stage::Rollback, None, None)),
         Phase::Initializing | Phase::Stable | Phase::RolledBack | Phase::Failed => None,
     }
 }
@@ -78,7 +80,7 @@ pub(super) fn record(stages: &mut Vec<StageStatus>, moved: Moved) {
         canary_replicas,
         opened_by: reason.to_string(),
         detail: moved.message.chars().take(DETAIL).collect(),
-        commit: moved.commit.map(str::to_string),
+        commit: moved.commit.map(|c| c.chars().take(COMMIT).collect()),
         started_at: Time(moved.now),
         finished_at: None,
         closed_by: None,

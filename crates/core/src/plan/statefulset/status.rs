@@ -37,12 +37,21 @@ impl<'a> Planner<'a> {
         self.st.ready = Some(format!("{ready}/{r}"));
         self.st.observed_generation = self.r.generation;
         self.settle_traffic();
-        let reading = series::Reading {
-            weight: self.st.canary_weight,
-            baseline_weight: None,
-            ready: &self.st.ready_by_image,
-        };
-        series::record(&mut self.st.series, self.now, reading);
+        // During a canary, and the point of the move that ended it: a settled rollout's
+        // pods (an autoscaler's, a restart) are not the canary's chart.
+        let entered = self
+            .st
+            .phase_since
+            .as_ref()
+            .is_some_and(|t| t.0 == self.now);
+        if progressing_phase(phase) || entered {
+            let reading = series::Reading {
+                weight: self.st.canary_weight,
+                baseline_weight: None,
+                ready: &self.st.ready_by_image,
+            };
+            series::record(&mut self.st.series, self.now, reading);
+        }
         self.st.source_revision = self.r.source_revision.clone();
         self.st.image_source = super::super::image_tags::image_source(
             &self.r.spec.image,

@@ -76,6 +76,20 @@ fn a_first_step_starts_a_new_list_and_the_list_is_bounded() {
 }
 
 #[test]
+fn a_long_commit_is_cut() {
+    let mut stages = Vec::new();
+    let long = "a".repeat(100_000);
+    record(
+        &mut stages,
+        Moved {
+            commit: Some(&long),
+            ..moved(STEP1, "CanaryStarted", 0)
+        },
+    );
+    assert_eq!(stages[0].commit.as_ref().map(String::len), Some(COMMIT));
+}
+
+#[test]
 fn a_long_message_is_cut() {
     let mut stages = Vec::new();
     let long = "é".repeat(1000);
@@ -95,17 +109,19 @@ fn every_canary_phase_has_a_stage_and_no_other_does() {
     for p in [ScalingDownStable, DeployingCanary, CanaryActive] {
         assert_eq!(stage_of(p, 1, 3), Some((Stage::Step, Some(2), Some(3))));
     }
-    for p in [AwaitingMigration, MigratingData, MigrationFailed] {
+    for p in [AwaitingMigration, MigratingData] {
         assert_eq!(stage_of(p, 0, 1), Some((Stage::Migration, None, None)));
     }
     assert_eq!(
         stage_of(Promoting, 0, 1),
         Some((Stage::Promotion, None, None))
     );
-    assert_eq!(
-        stage_of(RollingBack, 0, 1),
-        Some((Stage::Rollback, None, None))
-    );
+    // A failed migration rolls the canary back.
+    for p in [RollingBack, MigrationFailed] {
+        assert_eq!(stage_of(p, 0, 1), Some((Stage::Rollback, None, None)));
+    }
+    let far = stage_of(DeployingCanary, usize::MAX, 1).and_then(|s| s.1);
+    assert_eq!(far, Some(i32::MAX));
     for p in [Initializing, Stable, RolledBack, Failed] {
         assert_eq!(stage_of(p, 0, 1), None);
     }

@@ -153,10 +153,18 @@ fn the_series_follows_the_ready_pods_of_each_image_from_the_canarys_start() {
             replicas: 3
         }]
     );
-    // A stable rollout adds nothing; a new canary starts a new series.
+    // A stable rollout adds nothing, scaled or not; a new canary starts a new series.
     let kept = s.status.series.clone();
     s.reconcile();
     assert_eq!(s.status.series, kept);
+    s.spec.replicas = 4;
+    s.stabilise();
+    assert_eq!(
+        s.status.series, kept,
+        "a scale of a settled rollout is no canary's point"
+    );
+    s.spec.replicas = 3;
+    s.stabilise();
     s.spec.image = "redis:3".into();
     s.run_until("CanaryActive on 3", |s| {
         s.phase() == Some(Phase::CanaryActive)

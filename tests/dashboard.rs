@@ -424,14 +424,7 @@ async fn a_batched_canarys_page_shows_its_batches_on_a_timeline() {
         support::rollout::batched_web(ns, json!({}))
     })
     .await;
-    let ns = f.ns.name.clone();
-    let port = free_port();
-    f.start_agent_with(&[format!("--dashboard-listen=127.0.0.1:{port}")])
-        .await;
-    let mut browser = Browser::start().await;
-    browser
-        .open(&format!("http://127.0.0.1:{port}/#/cdeploy/{ns}/web"))
-        .await;
+    let mut browser = dashboard_at(&mut f, "cdeploy", "web").await;
     browser.wait_text(&["Completed", "nginx:1.27"], 90).await;
     f.patch_spec(json!({"image": "nginx:1.28"}));
     let paused = browser
@@ -475,6 +468,19 @@ async fn volume_of(f: &Fixture, claim: &str) -> String {
 
 /// Where the page draws each ordinal's volume: `ordinal:volume:held-by:moving-to`.
 const PLACES: &str = "[...document.querySelectorAll('.map-row[data-ordinal]')].map(r => r.dataset.ordinal + ':' + [...r.querySelectorAll('.volume')].map(v => v.dataset.volume + ':' + v.dataset.heldBy + ':' + v.dataset.movingTo).join(',')).join(' ')";
+
+/// Starts the fixture's agent with the dashboard, and opens rollout `short`/`name`'s page.
+async fn dashboard_at(f: &mut Fixture, short: &str, name: &str) -> Browser {
+    let port = free_port();
+    f.start_agent_with(&[format!("--dashboard-listen=127.0.0.1:{port}")])
+        .await;
+    let mut browser = Browser::start().await;
+    let ns = &f.ns.name;
+    browser
+        .open(&format!("http://127.0.0.1:{port}/#/{short}/{ns}/{name}"))
+        .await;
+    browser
+}
 
 /// Ordinal 2's slides seen so far, in order: `volume:from>to`.
 async fn slides(browser: &mut Browser) -> Vec<String> {
@@ -539,14 +545,7 @@ async fn the_replica_map_shows_each_pod_and_its_volume_moving_on_the_real_node()
         spec
     })
     .await;
-    let ns = f.ns.name.clone();
-    let port = free_port();
-    f.start_agent_with(&[format!("--dashboard-listen=127.0.0.1:{port}")])
-        .await;
-    let mut browser = Browser::start().await;
-    browser
-        .open(&format!("http://127.0.0.1:{port}/#/csts/{ns}/kv"))
-        .await;
+    let mut browser = dashboard_at(&mut f, "csts", "kv").await;
     browser
         .wait_text(
             &[

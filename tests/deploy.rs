@@ -1258,6 +1258,9 @@ async fn the_dashboard_examples_put_it_behind_a_signing_in_proxy_and_tls() {
                 "apply",
                 "--dry-run=server",
                 "--server-side",
+                // deploy/'s Deployment may be installed already (by `kubectl`): a dry run
+                // takes its fields over without changing it.
+                "--force-conflicts",
                 "--field-manager=linnet-test",
                 "-f",
                 file.path().to_str().unwrap(),

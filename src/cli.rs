@@ -226,6 +226,8 @@ use validate::*;
 mod agent_command;
 use agent_command::*;
 
+mod dashboard_config;
+
 mod agent_args;
 pub use agent_args::AgentArgs;
 

@@ -66,11 +66,7 @@ async fn health_endpoint() -> u16 {
 }
 
 fn screenshots() -> PathBuf {
-    // target/tmp's parent is the target directory, wherever CARGO_TARGET_DIR puts it.
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .unwrap()
-        .join("dashboard-screenshots")
+    support::screenshots_dir()
 }
 
 #[tokio::test]
@@ -257,6 +253,14 @@ async fn the_dashboard_follows_a_canary_live_in_a_real_browser() {
         .await
         .unwrap();
     assert_eq!(post.status(), 405);
+    // Without --dashboard-actions there is no sign-in and no action.
+    for path in [
+        "/api/session".to_string(),
+        format!("/api/rollouts/csts/{ns}/redis/actions/promote"),
+    ] {
+        let post = support::http().post(format!("{base}{path}"));
+        assert_eq!(post.send().await.unwrap().status(), 404, "{path}");
+    }
 
     // Issue 76: the pull request linnet opened (its event, as the revert loop records it) is
     // linked on the rollout's page; nothing but an http(s) address becomes a link.

@@ -6,19 +6,21 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kube::Api;
 use linnet::api::{CanaryDeployment, CanaryStatefulSet, StatefulSetPhase};
 use support::agent::{Agent, SECRET, start_agent, wait_ready};
-use support::gitea::{ADMIN, Gitea};
+use support::gitea::{
+    ADMIN, Gitea, agent_args, set_redis_images, with_example as gitea_with_example,
+};
 use support::tls::TestCa;
 use support::{
     TestNamespace, admin_client, eventually, first_seen, git, install_linnet, metric, watch_named,
 };
 
-const REPO: &str = "gitops";
+const REPO: &str = support::gitea::EXAMPLE_REPO;
 
 /// Commits everything in `work` and pushes it to `main`; returns the commit and the moment
 /// `git push` returned.
@@ -75,48 +77,6 @@ async fn wait_commit_status(
 
 async fn metrics(agent: &Agent) -> String {
     agent.metrics().await
-}
-
-/// A Gitea in `dir/gitea` serving HTTPS with a certificate from a fresh test CA, repository
-/// `REPO` created through its API, and the example (in namespace `ns`) pushed to it over
-/// HTTPS from `dir/work`. Returns Gitea, the CA's file, and the work tree.
-async fn gitea_with_example(dir: &Path, ns: &str) -> (Gitea, PathBuf, PathBuf) {
-    std::fs::create_dir_all(dir.join("gitea")).unwrap();
-    let ca = TestCa::new("linnet test CA");
-    let ca_file = ca.write(dir, "ca.pem");
-    let gitea = Gitea::start(&dir.join("gitea"), &ca).await;
-    gitea.create_repo(REPO).await;
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    git(&work, &["init", "-q", "-b", "main"]);
-    git(
-        &work,
-        &["config", "http.sslCAInfo", ca_file.to_str().unwrap()],
-    );
-    support::commit_example(&work, ns);
-    git(
-        &work,
-        &["remote", "add", "origin", &gitea.authed_clone_url(REPO)],
-    );
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    (gitea, ca_file, work)
-}
-
-/// The agent's flags for Gitea: the repository over HTTPS with the admin's token (written to
-/// `dir/gitea-token`), Gitea commit statuses, and `ca_file` as the CA it trusts.
-fn agent_args(dir: &Path, gitea: &Gitea, ca_file: &Path) -> Vec<String> {
-    let token_file = dir.join("gitea-token");
-    std::fs::write(&token_file, &gitea.token).unwrap();
-    vec![
-        format!("--repo-url={}", gitea.clone_url(REPO)),
-        format!("--git-username={ADMIN}"),
-        format!("--git-password-file={}", token_file.display()),
-        "--commit-status-provider=gitea".into(),
-        format!("--commit-status-api-url={}/api/v1", gitea.base),
-        format!("--commit-status-repo={ADMIN}/{REPO}"),
-        format!("--commit-status-token-file={}", token_file.display()),
-        format!("--ca-file={}", ca_file.display()),
-    ]
 }
 
 fn median_and_max(mut v: Vec<Duration>) -> (Duration, Duration) {
@@ -442,15 +402,6 @@ async fn a_gitea_certificate_from_another_ca_is_refused_clearly_and_changes_noth
         .await;
     assert_eq!(status, 404, "a status branch was written");
     assert!(agent.log_text().contains("certificate"));
-}
-
-/// Sets every `image: <from>` of redis's spec (its own and its container's) to `to`.
-fn set_redis_images(work: &Path, from: &str, to: &str) {
-    let file = work.join("apps/redis/redis.yaml");
-    let text = std::fs::read_to_string(&file).unwrap();
-    let edited = text.replace(&format!("image: {from}\n"), &format!("image: {to}\n"));
-    assert_ne!(text, edited, "no image {from} in {text}");
-    std::fs::write(&file, edited).unwrap();
 }
 
 /// Linnet's open pull requests on Gitea whose branch starts with `prefix`: (number, branch).

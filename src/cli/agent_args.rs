@@ -138,6 +138,18 @@ pub struct AgentArgs {
     /// authentication proxy. It shows no Secret and no pod template.
     #[arg(help_heading = "Listeners", long, env = "LINNET_DASHBOARD_LISTEN")]
     pub dashboard_listen: Option<std::net::SocketAddr>,
+    /// Lets a person signed in to the dashboard with a Kubernetes token (TokenReview)
+    /// promote, advance a batch or abort a rollout they may `patch` (SubjectAccessReview).
+    /// Each click is a pull request in Git, authored as them, never a change to the cluster.
+    /// Needs --repo-url and the Git host's API (--commit-status-provider and the rest), and
+    /// linnet's identity must create tokenreviews and subjectaccessreviews (deploy/rbac.yaml).
+    #[arg(help_heading = "Listeners", long, env = "LINNET_DASHBOARD_ACTIONS")]
+    pub dashboard_actions: bool,
+    /// With --dashboard-actions: the agent merges an action's pull request at once when the
+    /// person may also `merge` the rollout (a custom RBAC verb on canarystatefulsets or
+    /// canarydeployments). Without it, every action waits for a review on the Git host.
+    #[arg(help_heading = "Listeners", long, env = "LINNET_DASHBOARD_MERGE")]
+    pub dashboard_merge: bool,
     /// With --otlp-endpoint: the link to a trace in your tracing UI, `{traceId}` filled in
     /// (e.g. https://jaeger.example/trace/{traceId}). The dashboard links each rollout's
     /// status `traceId` with it.

@@ -88,18 +88,6 @@ fn check_watch_namespace(watched: &str, specs: &SpecArgs) -> Result<()> {
     Ok(())
 }
 
-/// The dashboard's links: `--trace-link`, and `--commit-link` or one made from `--repo-url`.
-fn dashboard_links(args: &AgentArgs) -> crate::runtime::dashboard::Links {
-    crate::runtime::dashboard::Links {
-        trace: args.trace_link.clone(),
-        commit: crate::runtime::dashboard::commit_link(
-            args.commit_link.as_deref(),
-            args.repo_url.as_deref(),
-            args.commit_status_provider,
-        ),
-    }
-}
-
 /// The flags made into the agent's configuration.
 fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
     let source = source_config(args)?;
@@ -136,8 +124,7 @@ fn agent_config(args: &AgentArgs) -> Result<crate::agent::AgentConfig> {
         probe_listen: args.probe_listen,
         liveness_deadline: args.liveness_deadline,
         metrics_listen: args.metrics_listen,
-        dashboard_listen: args.dashboard_listen,
-        links: dashboard_links(args),
+        dashboard: super::dashboard_config::dashboard(args, &source, &signer, &commit_status)?,
         allowed_host_names: crate::serve::host_names::HostNames::new(
             args.allowed_host_names.clone(),
         ),
@@ -207,7 +194,7 @@ fn fleet_config(
         remote: remote.clone(),
         status_branch: args.writeback_branch.clone(),
         path: path.trim_start_matches("./").to_string(),
-        dir: sibling_dir(cache_dir, "fleet"),
+        dir: crate::runtime::config::sibling_dir(cache_dir, "fleet"),
         timeout: args.git_timeout,
     }))
 }
@@ -248,7 +235,7 @@ fn image_automation_config(
     Ok(Some(
         crate::runtime::image_automation::ImageAutomationConfig {
             remote: remote.clone(),
-            cache_dir: sibling_dir(cache_dir, "images"),
+            cache_dir: crate::runtime::config::sibling_dir(cache_dir, "images"),
             author_name: args.git_author_name.clone(),
             author_email: args.git_author_email.clone(),
             timeout: args.git_timeout,
@@ -310,7 +297,7 @@ fn writeback_config(
             branch: args.writeback_branch.clone(),
             ..remote.clone()
         },
-        cache_dir: sibling_dir(cache_dir, "writeback"),
+        cache_dir: crate::runtime::config::sibling_dir(cache_dir, "writeback"),
         author_name: args.git_author_name.clone(),
         author_email: args.git_author_email.clone(),
         signer,
@@ -334,7 +321,7 @@ fn revert_config(
         .then(|| crate::writeback::revert_loop::RevertConfig {
             // The followed branch: a revert changes the spec itself.
             remote: remote.clone(),
-            cache_dir: sibling_dir(cache_dir, "revert"),
+            cache_dir: crate::runtime::config::sibling_dir(cache_dir, "revert"),
             author_name: args.git_author_name.clone(),
             author_email: args.git_author_email.clone(),
             signer,
@@ -454,15 +441,6 @@ fn leader_config(args: &AgentArgs) -> Result<Option<crate::agent::LeaderConfig>>
         shards: args.shards,
         home_shard,
     }))
-}
-
-/// The directory beside `cache_dir` named `<its name>-<suffix>`: a writer's own clone.
-fn sibling_dir(cache_dir: &std::path::Path, suffix: &str) -> std::path::PathBuf {
-    let name = cache_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "repo".into());
-    cache_dir.with_file_name(format!("{name}-{suffix}"))
 }
 
 #[cfg(test)]

@@ -52,10 +52,8 @@ pub struct AgentConfig {
     pub liveness_deadline: std::time::Duration,
     /// `/metrics` alone, for a scraper in another pod.
     pub metrics_listen: Option<SocketAddr>,
-    /// The read-only dashboard, when given.
-    pub dashboard_listen: Option<SocketAddr>,
-    /// The dashboard's links to a trace and to a commit.
-    pub links: super::dashboard::Links,
+    /// The dashboard: where it listens, its links and its actions.
+    pub dashboard: super::dashboard::DashboardConfig,
     /// The `Host` names the metrics, status and dashboard listeners answer to besides IP
     /// addresses and localhost.
     pub allowed_host_names: crate::serve::host_names::HostNames,
@@ -113,4 +111,13 @@ pub struct LeaderConfig {
     pub shards: u32,
     /// The shard this replica holds first.
     pub home_shard: u32,
+}
+
+/// The directory beside `cache_dir` named `<its name>-<suffix>`: a writer's own clone.
+pub fn sibling_dir(cache_dir: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let name = cache_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "repo".into());
+    cache_dir.with_file_name(format!("{name}-{suffix}"))
 }

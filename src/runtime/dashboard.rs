@@ -3,6 +3,8 @@
 //! events (no polling). The page, its script and its style are built into the binary; no
 //! framework. It shows what the status says and a few spec fields (replicas, strategy,
 //! steps, image), never a pod template, so nothing from a Secret or an env value is shown.
+//! With `--dashboard-actions`, a person signed in with a Kubernetes token may promote, advance
+//! or abort a rollout: each click becomes a pull request in Git ([`actions`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,13 +24,30 @@ use super::state::AgentState;
 
 pub use links::{Links, commit_link};
 
+pub use actions::ActionsConfig;
+
+mod access;
+mod actions;
 mod history;
 mod links;
 mod replicas;
+mod session;
+mod sign_in;
 
 const PAGE: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
 const STYLE: &str = include_str!("dashboard/style.css");
+
+/// What the flags say of the dashboard.
+#[derive(Clone, Debug, Default)]
+pub struct DashboardConfig {
+    /// `--dashboard-listen`: off when not given.
+    pub listen: Option<std::net::SocketAddr>,
+    /// Its links to a trace and to a commit.
+    pub links: Links,
+    /// `--dashboard-actions`: sign-in, and actions as pull requests.
+    pub actions: Option<ActionsConfig>,
+}
 
 /// Where the status branch's history is read: the write-back clone and its branch.
 #[derive(Clone, Debug)]
@@ -46,6 +65,7 @@ struct Shared {
     history: Option<StatusHistory>,
     fleet: Option<FleetSnapshots>,
     source: Arc<AgentState>,
+    actions: Option<actions::Actions>,
 }
 
 /// What the page follows besides the rollouts: the fleet's view (with `--fleet`) and the
@@ -53,6 +73,8 @@ struct Shared {
 pub struct Feeds {
     pub fleet: Option<FleetSnapshots>,
     pub source: Arc<AgentState>,
+    /// `--dashboard-actions`: sign-in and actions as pull requests.
+    pub actions: Option<ActionsConfig>,
 }
 
 /// The fleet's snapshots as the fleet loop reads them from Git.
@@ -83,6 +105,12 @@ pub fn router(
     feeds: Feeds,
 ) -> Router {
     let _ = LINKS.set(links);
+    let actions = feeds.actions.and_then(|config| {
+        actions::Actions::start(config, client.clone())
+            .inspect_err(|e| tracing::error!(error = %e, "dashboard actions are off"))
+            .ok()
+    });
+    let _ = ACTIONS_ON.set(actions.is_some());
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route(
@@ -106,14 +134,32 @@ pub fn router(
         .route("/api/events", get(events))
         .route("/api/fleet", get(fleet_view))
         .route("/api/source", get(source_view))
+        .route(
+            "/api/session",
+            get(sign_in::whoami)
+                .post(sign_in::sign_in)
+                .delete(sign_in::sign_out)
+                .layer(axum::extract::DefaultBodyLimit::max(SIGN_IN_BYTES)),
+        )
+        .route(
+            "/api/rollouts/{short}/{namespace}/{name}/actions/{action}",
+            axum::routing::post(actions::act),
+        )
         .with_state(Arc::new(Shared {
             rollouts,
             client,
             history,
             fleet: feeds.fleet,
             source: feeds.source,
+            actions,
         }))
 }
+
+/// The most a sign-in's body may be: a token is a few kilobytes.
+const SIGN_IN_BYTES: usize = 16 * 1024;
+
+/// Whether the actions are on: the page offers their buttons.
+static ACTIONS_ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// The most events shown for a rollout, newest first.
 const EVENTS_SHOWN: usize = 20;
@@ -290,7 +336,22 @@ fn statefulset(o: &CanaryStatefulSet) -> Value {
         serde_json::to_value(&o.status).unwrap_or(Value::Null),
     );
     v["approval"] = json!(crate::plan::approval::statefulset_approval(o));
+    v["actions"] = offered(|a| crate::plan::approval::statefulset_action(o, a).is_ok());
     v
+}
+
+/// The actions that apply to a rollout now (none while actions are off).
+fn offered(applies: impl Fn(crate::plan::approval::DashboardAction) -> bool) -> Value {
+    use crate::plan::approval::DashboardAction as A;
+    if !ACTIONS_ON.get().copied().unwrap_or(false) {
+        return json!([]);
+    }
+    let names: Vec<&str> = [A::Promote, A::Advance, A::Abort]
+        .into_iter()
+        .filter(|a| applies(*a))
+        .map(A::name)
+        .collect();
+    json!(names)
 }
 
 fn deployment(o: &CanaryDeployment) -> Value {
@@ -304,6 +365,7 @@ fn deployment(o: &CanaryDeployment) -> Value {
         serde_json::to_value(&o.status).unwrap_or(Value::Null),
     );
     v["approval"] = json!(crate::plan::approval::deployment_approval(o));
+    v["actions"] = offered(|a| crate::plan::approval::deployment_action(o, a).is_ok());
     v
 }
 

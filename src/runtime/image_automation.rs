@@ -17,6 +17,8 @@ use crate::writeback::image_update::{FoundPolicy, Policies, Reason};
 use crate::writeback::pull_request::PullRequests;
 use crate::writeback::push::{Pushed, StatusWriter, WriteError};
 
+use super::writer_slot::{WriterSettings, WriterSlot};
+
 mod pick;
 use pick::{History, Picked, pick};
 
@@ -407,14 +409,11 @@ fn duplicate_names(found: &[FoundPolicy]) -> Vec<String> {
         .collect()
 }
 
-/// The automation's Git clone (opened on first use), what was last read from it and last
-/// found written. A Git job that outlived its timeout hands the clone back when it ends; the
-/// next job waits for it rather than open the clone a second time (no lock is held across
-/// the network: the clone moves into the job and back).
+/// The automation's Git clone ([`WriterSlot`]), what was last read from it and last found
+/// written.
 #[derive(Default)]
 struct GitClone {
-    writer: Option<StatusWriter>,
-    returning: Option<tokio::sync::oneshot::Receiver<Option<StatusWriter>>>,
+    slot: WriterSlot,
     /// The tip the policies were read at, and what was read.
     read: Option<(git2::Oid, Policies)>,
     /// The tip and picks of the last write that found every line on its pick.
@@ -423,49 +422,19 @@ struct GitClone {
     proposed: Option<(git2::Oid, BTreeMap<String, Pick>)>,
 }
 
-/// Runs `work` on the clone's writer (opened on first use) off the async threads, within
-/// three timeouts (a fetch, a push and the reads).
+/// Runs `work` on the clone's writer, as [`WriterSlot::run`] does.
 async fn blocking<T: Send + 'static>(
     config: &ImageAutomationConfig,
     clone: &mut GitClone,
     work: impl FnOnce(&mut StatusWriter) -> Result<T, WriteError> + Send + 'static,
 ) -> Result<T, WriteError> {
-    if let Some(back) = clone.returning.take() {
-        clone.writer = back.await.ok().flatten();
-    }
-    let (c, writer) = (config.clone(), clone.writer.take());
-    let mut task = tokio::task::spawn_blocking(move || {
-        let mut writer = match writer {
-            Some(w) => w,
-            None => match StatusWriter::open(
-                &c.cache_dir,
-                c.remote.clone(),
-                &c.author_name,
-                &c.author_email,
-            ) {
-                Ok(w) => w.with_timeout(c.timeout).with_signer(c.signer.clone()),
-                Err(e) => return (None, Err(e.into())),
-            },
-        };
-        let out = work(&mut writer);
-        (Some(writer), out)
-    });
-    match tokio::time::timeout(config.timeout * 3, &mut task).await {
-        Ok(Ok((writer, out))) => {
-            clone.writer = writer;
-            out
-        }
-        Ok(Err(e)) => Err(WriteError::Panicked(e.to_string())),
-        Err(_) => {
-            let (back, returning) = tokio::sync::oneshot::channel();
-            tokio::spawn(async move {
-                let _ = back.send(task.await.ok().and_then(|(w, _)| w));
-            });
-            clone.returning = Some(returning);
-            Err(WriteError::Git(crate::source::git::GitError::Timeout {
-                url: crate::text::redact_credentials(&config.remote.url),
-                after: config.timeout * 3,
-            }))
-        }
-    }
+    let settings = WriterSettings {
+        remote: config.remote.clone(),
+        cache_dir: config.cache_dir.clone(),
+        author_name: config.author_name.clone(),
+        author_email: config.author_email.clone(),
+        signer: config.signer.clone(),
+        timeout: config.timeout,
+    };
+    clone.slot.run(&settings, work).await
 }

@@ -134,7 +134,7 @@ pub async fn serve_all(
     if let Some(addr) = config.metrics_listen {
         listeners.push(("metrics", addr, metrics_app, None));
     }
-    if let Some(addr) = config.dashboard_listen {
+    if let Some(addr) = config.dashboard.listen {
         let app = dashboard(config, rollouts, client, fleet, source);
         listeners.push(("dashboard", addr, hosts.guard(app), None));
     }
@@ -163,8 +163,18 @@ fn dashboard(
             branch: w.remote.branch.clone(),
             cluster: w.cluster.name.clone(),
         });
-    let feeds = super::dashboard::Feeds { fleet, source };
-    super::dashboard::router(rollouts, client, history, config.links.clone(), feeds)
+    let feeds = super::dashboard::Feeds {
+        fleet,
+        source,
+        actions: config.dashboard.actions.clone(),
+    };
+    super::dashboard::router(
+        rollouts,
+        client,
+        history,
+        config.dashboard.links.clone(),
+        feeds,
+    )
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<tokio::net::TcpListener> {

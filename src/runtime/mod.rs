@@ -12,6 +12,7 @@
 //! - [`spec_errors`]: error statuses for rollouts whose files have errors;
 //! - [`source_object`]: that state published on the source's `LinnetSource` object;
 //! - [`config`]: what the flags say;
+//! - [`writer_slot`]: a Git writer's own clone, used off the async threads;
 //! - [`supervise`]: every task above held by name (and those [`crate::liveness::spawn`]
 //!   hands over); one that dies stops the agent.
 //!
@@ -37,6 +38,7 @@ pub mod source_object;
 pub mod spec_errors;
 pub mod state;
 pub mod supervise;
+pub mod writer_slot;
 
 /// Resolves on SIGTERM or SIGINT, and marks the agent as shutting down
 /// ([`supervise::shutting_down`]): its tasks may end now.

@@ -24,7 +24,11 @@ impl From<RevertError> for EditError {
 }
 
 /// The text of `path` in `tree`, within the size a spec file may have; `None`: no such file.
-fn read(repo: &Repository, tree: &Tree<'_>, path: &str) -> Result<Option<String>, EditError> {
+pub(super) fn read(
+    repo: &Repository,
+    tree: &Tree<'_>,
+    path: &str,
+) -> Result<Option<String>, EditError> {
     let Some(entry) = tree
         .get_path(Path::new(path))
         .ok()

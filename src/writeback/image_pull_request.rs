@@ -60,9 +60,9 @@ pub enum ProposeError {
          --commit-status-token-file"
     )]
     NoHost { policies: String },
-    #[error("image pull request: {0}")]
+    #[error("pull request: {0}")]
     Git(#[from] WriteError),
-    #[error("image pull request: {0}")]
+    #[error("pull request: {0}")]
     Host(String),
     #[error("cannot merge {url}: {source}")]
     Merge {
@@ -139,7 +139,6 @@ pub async fn propose(
     branch: &ImageBranch,
     merge: bool,
 ) -> Result<Proposed, ProposeError> {
-    host.forget_lists();
     let proposal = Proposal {
         prefix: base_prefix(&branch.base),
         branch: branch.branch.clone(),
@@ -147,7 +146,18 @@ pub async fn propose(
         title: branch.title.clone(),
         body: branch.body.clone(),
     };
-    let (url, number, opened) = match pull_request(host, &proposal).await {
+    propose_branch(host, &proposal, merge).await
+}
+
+/// Finds or opens the pull request of a pushed branch (closing linnet's older ones under the
+/// same prefix), and merges it when `merge`: an image pick's or a dashboard action's.
+pub async fn propose_branch(
+    host: &PullRequests,
+    proposal: &Proposal,
+    merge: bool,
+) -> Result<Proposed, ProposeError> {
+    host.forget_lists();
+    let (url, number, opened) = match pull_request(host, proposal).await {
         Outcome::PullRequest {
             url,
             number,
@@ -163,7 +173,7 @@ pub async fn propose(
         }
     };
     if merge {
-        return match host.merge(number, &branch.title).await {
+        return match host.merge(number, &proposal.title).await {
             Ok(()) => Ok(Proposed::Merged { url }),
             Err(source) => Err(ProposeError::Merge { url, source }),
         };

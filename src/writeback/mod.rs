@@ -8,6 +8,8 @@
 //! - [`revert`], [`pull_request`] and [`revert_loop`]: revert commits and pull requests that
 //!   put a rolled-back rollout's good image back in its spec file (`onFailure.revert`).
 
+pub mod action_branch;
+pub mod action_edit;
 pub mod commit_status;
 pub mod config_carry;
 pub mod config_revert;
@@ -27,6 +29,8 @@ pub mod revert_loop;
 mod reverter;
 pub mod signing;
 pub mod status_files;
+
+pub use reverter::Proposal;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -67,6 +67,8 @@ pub enum WriteError {
     Revert(#[from] RevertError),
     #[error("the write stopped on a panic ({0}); it is tried again with the next change")]
     Panicked(String),
+    #[error(transparent)]
+    Action(#[from] super::action_edit::ActionEditError),
 }
 
 impl From<super::image_edit::EditError> for WriteError {
@@ -80,7 +82,8 @@ impl From<super::image_edit::EditError> for WriteError {
 
 impl WriteError {
     /// Every label [`WriteError::label`] gives, besides those of [`GitError`].
-    pub const LABELS: &'static [&'static str] = &["kept_moving", "refused", "revert", "panic"];
+    pub const LABELS: &'static [&'static str] =
+        &["kept_moving", "refused", "revert", "panic", "action_edit"];
 
     /// A stable metric label.
     pub fn label(&self) -> &'static str {
@@ -90,6 +93,7 @@ impl WriteError {
             WriteError::Refused { .. } => "refused",
             WriteError::Revert(_) => "revert",
             WriteError::Panicked(_) => "panic",
+            WriteError::Action(_) => "action_edit",
         }
     }
 }

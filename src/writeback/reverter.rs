@@ -239,12 +239,13 @@ fn no_host() -> Outcome {
 
 /// A pull request to have open: from `branch` into `base`; the others under `prefix` (the
 /// same rollout's, for an earlier failure or image) are closed.
-pub(super) struct Proposal {
-    pub(super) prefix: String,
-    pub(super) branch: String,
-    pub(super) base: String,
-    pub(super) title: String,
-    pub(super) body: String,
+pub struct Proposal {
+    /// linnet's other pull requests from branches with this prefix are closed.
+    pub prefix: String,
+    pub branch: String,
+    pub base: String,
+    pub title: String,
+    pub body: String,
 }
 
 /// Finds the open pull request of `change` or opens it; closes the rollout's others.

@@ -82,10 +82,23 @@ pub fn create_commit(
     tree: &Tree<'_>,
     parents: &[&Commit<'_>],
 ) -> Result<Oid, git2::Error> {
+    create_commit_for(repo, signer, (author, author), message, tree, parents)
+}
+
+/// [`create_commit`] with an author other than the committer: a person's change that the
+/// agent commits for them (a dashboard action).
+pub fn create_commit_for(
+    repo: &Repository,
+    signer: Option<&CommitSigner>,
+    (author, committer): (&Signature<'_>, &Signature<'_>),
+    message: &str,
+    tree: &Tree<'_>,
+    parents: &[&Commit<'_>],
+) -> Result<Oid, git2::Error> {
     let Some(signer) = signer else {
-        return repo.commit(None, author, author, message, tree, parents);
+        return repo.commit(None, author, committer, message, tree, parents);
     };
-    let content = repo.commit_create_buffer(author, author, message, tree, parents)?;
+    let content = repo.commit_create_buffer(author, committer, message, tree, parents)?;
     let signature = signer.sign(&content)?;
     let text = std::str::from_utf8(&content)
         .map_err(|_| git2::Error::from_str("a commit's text is not UTF-8"))?;

@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::git;
+
 pub const ADMIN: &str = "linnet-admin";
+/// The repository [`with_example`] makes.
+pub const EXAMPLE_REPO: &str = "gitops";
 const PASSWORD: &str = "linnet-admin-password";
 
 /// Where the built Gitea lives: `LINNET_GITEA_HOME`, or what `tests/gitea/build.sh` prints
@@ -451,4 +455,60 @@ ROOT_PATH = {d}/log
         .cloned()
         .unwrap_or_default()
     }
+}
+
+/// A Gitea in `dir/gitea` serving HTTPS with a certificate from a fresh test CA, repository
+/// `EXAMPLE_REPO` created through its API, and the example (in namespace `ns`) pushed to it over
+/// HTTPS from `dir/work`. Returns Gitea, the CA's file, and the work tree.
+pub async fn with_example(dir: &Path, ns: &str) -> (Gitea, PathBuf, PathBuf) {
+    std::fs::create_dir_all(dir.join("gitea")).unwrap();
+    let ca = super::tls::TestCa::new("linnet test CA");
+    let ca_file = ca.write(dir, "ca.pem");
+    let gitea = Gitea::start(&dir.join("gitea"), &ca).await;
+    gitea.create_repo(EXAMPLE_REPO).await;
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    git(
+        &work,
+        &["config", "http.sslCAInfo", ca_file.to_str().unwrap()],
+    );
+    super::commit_example(&work, ns);
+    git(
+        &work,
+        &[
+            "remote",
+            "add",
+            "origin",
+            &gitea.authed_clone_url(EXAMPLE_REPO),
+        ],
+    );
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    (gitea, ca_file, work)
+}
+
+/// The agent's flags for Gitea: the repository over HTTPS with the admin's token (written to
+/// `dir/gitea-token`), Gitea commit statuses, and `ca_file` as the CA it trusts.
+pub fn agent_args(dir: &Path, gitea: &Gitea, ca_file: &Path) -> Vec<String> {
+    let token_file = dir.join("gitea-token");
+    std::fs::write(&token_file, &gitea.token).unwrap();
+    vec![
+        format!("--repo-url={}", gitea.clone_url(EXAMPLE_REPO)),
+        format!("--git-username={ADMIN}"),
+        format!("--git-password-file={}", token_file.display()),
+        "--commit-status-provider=gitea".into(),
+        format!("--commit-status-api-url={}/api/v1", gitea.base),
+        format!("--commit-status-repo={ADMIN}/{EXAMPLE_REPO}"),
+        format!("--commit-status-token-file={}", token_file.display()),
+        format!("--ca-file={}", ca_file.display()),
+    ]
+}
+
+/// Sets every `image: <from>` of redis's spec (its own and its container's) to `to`.
+pub fn set_redis_images(work: &Path, from: &str, to: &str) {
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let edited = text.replace(&format!("image: {from}\n"), &format!("image: {to}\n"));
+    assert_ne!(text, edited, "no image {from} in {text}");
+    std::fs::write(&file, edited).unwrap();
 }

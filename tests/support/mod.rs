@@ -950,3 +950,12 @@ pub fn validate_offline(dir: &std::path::Path, extra: &[&str]) -> (i32, String, 
     );
     (out.status.code().unwrap_or(-1), text, started.elapsed())
 }
+
+/// Where the browser tests save screenshots (docs/dashboard.md shows them):
+/// `<target>/dashboard-screenshots`, wherever CARGO_TARGET_DIR puts the target directory.
+pub fn screenshots_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .join("dashboard-screenshots")
+}

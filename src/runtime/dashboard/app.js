@@ -522,6 +522,90 @@ function history(k) {
 
 function h2(text) { return h("h2", {}, text); }
 
+// Sign-in and actions (--dashboard-actions). A click asks the agent for a pull request in Git,
+// authored as the signed-in person; the page never changes the cluster. The session is an
+// HttpOnly cookie; each request that changes something carries its CSRF token.
+let session = { actions: false, user: null, csrf: null };
+let sessionError = null;
+const actionResult = new Map(); // key -> {action, pending} | the agent's answer | {error}
+const ACTION_WORDS = { promote: "Promote", advance: "Start the next batch", abort: "Abort" };
+
+function loadSession() {
+  fetch("/api/session").then(r => r.json()).then(s => { session = s; renderSession(); render(); }).catch(() => {});
+}
+
+function renderSession() {
+  const el = document.getElementById("session");
+  if (!session.actions) { el.replaceChildren(); return; }
+  if (session.user) {
+    const out = h("button", { type: "button", id: "sign-out" }, "Sign out");
+    out.onclick = signOut;
+    el.replaceChildren("Signed in as ", h("b", { id: "user" }, session.user.username), " ", out);
+    return;
+  }
+  const input = h("input", { type: "password", id: "token", placeholder: "kubectl create token …", autocomplete: "off" });
+  const form = h("form", { id: "sign-in" }, input, h("button", { type: "submit" }, "Sign in"),
+    sessionError ? h("span", { class: "action-result error", id: "sign-in-error" }, sessionError) : null);
+  form.onsubmit = e => { e.preventDefault(); signIn(input.value); };
+  el.replaceChildren(form);
+}
+
+async function signIn(token) {
+  const res = await fetch("/api/session", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ token }) });
+  const body = await res.json().catch(() => ({}));
+  sessionError = res.ok ? null : (body.error || "sign-in failed (" + res.status + ")");
+  if (res.ok) session = { actions: true, merge: body.merge, user: body.user, csrf: body.csrf };
+  renderSession();
+  render();
+}
+
+async function signOut() {
+  await fetch("/api/session", { method: "DELETE", headers: { "x-linnet-csrf": session.csrf || "" } }).catch(() => {});
+  session = { actions: true, user: null, csrf: null };
+  renderSession();
+  render();
+}
+
+async function act(k, action) {
+  actionResult.set(k, { action, pending: true });
+  render();
+  try {
+    const res = await fetch("/api/rollouts/" + k + "/actions/" + action, { method: "POST", headers: { "x-linnet-csrf": session.csrf || "" } });
+    const body = await res.json().catch(() => ({}));
+    actionResult.set(k, res.ok ? Object.assign({ action }, body) : { action, status: res.status, error: body.error || "refused (" + res.status + ")" });
+    if (res.status === 401) { session.user = null; renderSession(); }
+  } catch (e) {
+    actionResult.set(k, { action, error: String(e) });
+  }
+  render();
+}
+
+function actionOutcome(done) {
+  if (!done) return null;
+  if (done.pending) return h("span", { class: "action-result" }, "Asking Git to " + done.action + "…");
+  if (done.error) return h("span", { class: "action-result error" }, done.error);
+  if (!done.pullRequest) return h("span", { class: "action-result" }, "Git asks for this already: nothing to open.");
+  const words = { opened: "Opened", found: "Already open:", merged: "Merged" }[done.state] || done.state;
+  return h("span", { class: "action-result", "data-state": done.state }, words + " ",
+    h("a", { href: done.pullRequest, rel: "noopener", id: "action-pr" }, done.pullRequest),
+    done.state === "merged" ? "; the rollout follows at the next sync." : "; merge it to " + done.action + ".");
+}
+
+// The buttons that apply to this rollout now, as the agent says (its kind, strategy, phase).
+function actionsPanel(r) {
+  if (!session.actions || !(r.actions || []).length) return null;
+  const k = key(r);
+  const busy = (actionResult.get(k) || {}).pending;
+  const buttons = r.actions.map(a => {
+    const b = h("button", { type: "button", "data-action": a, disabled: !session.user || busy }, ACTION_WORDS[a] || a);
+    b.onclick = () => act(k, a);
+    return b;
+  });
+  const hint = session.user ? "Each opens a pull request in Git, authored as you" + (session.merge ? " (merged at once if you may merge this rollout)." : ".")
+    : "Sign in to act: each opens a pull request in Git, authored as you.";
+  return h("div", { class: "actions" }, buttons, h("span", { class: "muted" }, hint), actionOutcome(actionResult.get(k)));
+}
+
 function currentKey() { return location.hash.replace(/^#\/?/, ""); }
 
 function detail(k) {
@@ -531,6 +615,7 @@ function detail(k) {
     h("p", {}, h("a", { href: "#/" }, "← All rollouts")),
     h("h1", {}, r.namespace + "/" + r.name, " ", badge(r)),
     next(r),
+    actionsPanel(r),
     h("dl", { class: "facts" },
       h("dt", {}, "Kind"), h("dd", {}, r.kind + " (" + (r.spec.strategy && r.spec.strategy.type || "default") + ")"),
       h("dt", {}, "Images"), h("dd", {}, images(r)),
@@ -672,4 +757,5 @@ window.addEventListener("hashchange", () => {
 });
 if (currentKey() && currentKey() !== "fleet") loadEvents(currentKey());
 setInterval(() => { if (fleet && fleet.fleet) loadFleet(); else render(); }, 30000); // ages and bakes; the data comes by events
+loadSession();
 connect();

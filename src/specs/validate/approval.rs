@@ -232,3 +232,82 @@ fn the_abort_named_acts_on_the_canary_for_both_kinds() {
     );
     assert!(annotation_acts(Some("true"), None, "web:2"));
 }
+
+/// The file as the dashboard's `action` would leave it: the CRD must take it.
+fn acted<K: serde::Serialize>(kind: &str, rollout: &K, change: &Value) -> Value {
+    let mut file = serde_json::to_value(rollout).unwrap();
+    file.as_object_mut().unwrap().remove("status");
+    json_patch::merge(&mut file, change);
+    let errors = crd_errors(kind, &file);
+    assert!(errors.is_empty(), "the CRD refuses {change}: {errors:?}");
+    file
+}
+
+#[test]
+fn each_dashboard_button_asks_for_a_change_the_crd_takes_and_the_planner_acts_on() {
+    use crate::plan::approval::{DashboardAction as A, deployment_action, statefulset_action};
+    let paused = deployment(json!({}), paused_at(1));
+    let advanced = acted(
+        "CanaryDeployment",
+        &paused,
+        &deployment_action(&paused, A::Advance).unwrap(),
+    );
+    assert_eq!(advanced["spec"]["currentBatch"], 2);
+    let aborted = acted(
+        "CanaryDeployment",
+        &paused,
+        &deployment_action(&paused, A::Abort).unwrap(),
+    );
+    assert_eq!(aborted["metadata"]["annotations"][ABORT_ANNOTATION], "true");
+    let err = deployment_action(&paused, A::Promote).unwrap_err();
+    assert!(err.0.contains("advance it instead"), "{err}");
+
+    for at_start in [None, Some("true")] {
+        let mut status = waiting_canary(at_start);
+        status["abortAtStart"] = json!(at_start);
+        let waiting = statefulset("Manual", status);
+        let promoted = acted(
+            "CanaryStatefulSet",
+            &waiting,
+            &statefulset_action(&waiting, A::Promote).unwrap(),
+        );
+        let set = promoted["metadata"]["annotations"][PROMOTE_ANNOTATION].as_str();
+        assert!(
+            annotation_acts(set, at_start, "web:2"),
+            "{at_start:?}: {set:?}"
+        );
+        let aborted = acted(
+            "CanaryStatefulSet",
+            &waiting,
+            &statefulset_action(&waiting, A::Abort).unwrap(),
+        );
+        let set = aborted["metadata"]["annotations"][ABORT_ANNOTATION].as_str();
+        assert!(
+            annotation_acts(set, at_start, "web:2"),
+            "{at_start:?}: {set:?}"
+        );
+        assert!(statefulset_action(&waiting, A::Advance).is_err());
+    }
+}
+
+#[test]
+fn a_dashboard_button_that_does_not_apply_now_says_why() {
+    use crate::plan::approval::{DashboardAction as A, deployment_action, statefulset_action};
+    let stable = statefulset("Manual", json!({"phase": "Stable", "stableImage": "web:2"}));
+    for action in [A::Promote, A::Abort] {
+        assert!(statefulset_action(&stable, action).is_err(), "{action:?}");
+    }
+    let auto = statefulset("Auto", waiting_canary(None));
+    assert!(statefulset_action(&auto, A::Promote).is_err());
+    let done = deployment(
+        json!({}),
+        json!({"phase": "Completed", "currentBatch": 3, "stableImage": "web:2"}),
+    );
+    for action in [A::Advance, A::Abort] {
+        assert!(deployment_action(&done, action).is_err(), "{action:?}");
+    }
+    for name in ["promote", "advance", "abort"] {
+        assert_eq!(A::parse(name).map(A::name), Some(name));
+    }
+    assert_eq!(A::parse("delete"), None);
+}

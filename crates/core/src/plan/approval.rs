@@ -6,11 +6,14 @@
 //! A CanaryStatefulSet with `promotion: Manual` is promoted by its promote annotation; a
 //! CanaryDeployment by raising `spec.currentBatch` (the annotation does not apply to it).
 //! Both are aborted by their abort annotation, or by putting the old image back.
+//!
+//! The dashboard's buttons ([`DashboardAction`]) ask for the same changes, as pull requests.
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{WAITING_FOR_PROMOTION, acting_value, batch, deployment::batch_allowed};
+use super::{deployment::reads_abort as deployment_reads_abort, statefulset::reads_abort};
 use crate::api::{
     ABORT_ANNOTATION, CanaryDeployment, CanaryStatefulSet, DeploymentPhase, DeploymentStrategyType,
     PROMOTE_ANNOTATION, PromotionType, StatefulSetPhase,
@@ -99,4 +102,100 @@ pub fn deployment_approval(r: &CanaryDeployment) -> Option<Approval> {
             st.stable_image.as_deref(),
         ),
     })
+}
+
+/// Why a dashboard action does not apply to a rollout now (said to the person who clicked).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotNow(pub String);
+
+/// A button on a rollout's dashboard page: the change it asks for in Git.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DashboardAction {
+    /// A CanaryStatefulSet's promote annotation.
+    Promote,
+    /// A CanaryDeployment's `spec.currentBatch`, one higher.
+    Advance,
+    /// Either kind's abort annotation.
+    Abort,
+}
+
+impl DashboardAction {
+    /// The action named `name` in a URL (`promote`, `advance`, `abort`).
+    pub fn parse(name: &str) -> Option<DashboardAction> {
+        match name {
+            "promote" => Some(DashboardAction::Promote),
+            "advance" => Some(DashboardAction::Advance),
+            "abort" => Some(DashboardAction::Abort),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DashboardAction::Promote => "promote",
+            DashboardAction::Advance => "advance",
+            DashboardAction::Abort => "abort",
+        }
+    }
+}
+
+/// The merge patch of a CanaryStatefulSet's file that `action` asks for now, or why it does
+/// not apply (said to the person who clicked).
+pub fn statefulset_action(r: &CanaryStatefulSet, action: DashboardAction) -> Result<Value, NotNow> {
+    match action {
+        DashboardAction::Promote => statefulset_approval(r)
+            .map(|a| a.change)
+            .ok_or_else(|| NotNow("its canary is not waiting for a promotion".into())),
+        DashboardAction::Advance => Err(NotNow(
+            "a CanaryStatefulSet has no batches to advance: promote it instead".into(),
+        )),
+        DashboardAction::Abort => {
+            let st = r.status.as_ref();
+            let running = st
+                .and_then(|s| s.phase)
+                .is_some_and(reads_abort)
+                .then(|| st.and_then(|s| s.canary_image.as_deref()))
+                .flatten();
+            let canary = running.ok_or_else(|| NotNow("it has no canary to abort".into()))?;
+            Ok(abort_change(
+                st.and_then(|s| s.abort_at_start.as_deref()),
+                canary,
+            ))
+        }
+    }
+}
+
+/// [`statefulset_action`] for a CanaryDeployment.
+pub fn deployment_action(r: &CanaryDeployment, action: DashboardAction) -> Result<Value, NotNow> {
+    match action {
+        DashboardAction::Advance => deployment_approval(r)
+            .map(|a| a.change)
+            .ok_or_else(|| NotNow("it is not paused before a batch".into())),
+        DashboardAction::Promote => Err(NotNow(
+            "a CanaryDeployment is promoted batch by batch: advance it instead (the promote \
+             annotation does not apply to it)"
+                .into(),
+        )),
+        DashboardAction::Abort => {
+            let st = r.status.as_ref();
+            let running = st
+                .and_then(|s| s.phase)
+                .is_some_and(deployment_reads_abort)
+                .then(|| st.and_then(|s| s.canary_image.as_deref()))
+                .flatten();
+            let canary =
+                running.ok_or_else(|| NotNow("it has no rollout under way to abort".into()))?;
+            Ok(abort_change(
+                st.and_then(|s| s.abort_at_start.as_deref()),
+                canary,
+            ))
+        }
+    }
+}
+
+fn abort_change(abort_at_start: Option<&str>, canary: &str) -> Value {
+    let value = acting_value(abort_at_start, canary);
+    json!({"metadata": {"annotations": {ABORT_ANNOTATION: value}}})
 }

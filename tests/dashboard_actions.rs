@@ -3,7 +3,9 @@
 //! Gitea, authored as them, whose diff is exactly the promote annotation; merging it promotes.
 //! Refused: no session (401), a token the cluster does not know (401), a person without
 //! `patch` on the rollout (403, SubjectAccessReview), a request without the session's CSRF
-//! token or from another origin (403). Every action is an event on the rollout.
+//! token or from another origin (403). Every action is an event on the rollout. With
+//! `--dashboard-merge`, a person who may also `merge` the rollout gets the pull request merged
+//! at once: a CanaryDeployment's next batch, its diff exactly `currentBatch`.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod support;
@@ -15,7 +17,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::PostParams;
-use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
+use linnet::api::{CanaryDeployment, CanaryStatefulSet, DeploymentPhase, StatefulSetPhase};
 use serde_json::{Value, json};
 use support::agent::{SECRET, start_agent, wait_ready};
 use support::browser::Browser;
@@ -25,16 +27,21 @@ use support::gitea::{
 use support::ports::free_port;
 use support::{TestNamespace, admin_client, eventually, git, install_linnet};
 
-/// A ServiceAccount `name` in `ns` that may do `verbs` on canarystatefulsets there, and a
+/// A ServiceAccount `name` in `ns` that may do `verbs` on `resource` there, and a
 /// token for it from the API server (TokenRequest).
-async fn person(admin: &kube::Client, ns: &str, name: &str, verbs: &[&str]) -> String {
+async fn person(
+    admin: &kube::Client,
+    ns: &str,
+    name: &str,
+    (resource, verbs): (&str, &[&str]),
+) -> String {
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
     let pp = PostParams::default();
     let account = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     accounts.create(&pp, &account).await.unwrap();
     let role: Role = serde_json::from_value(json!({
         "metadata": {"name": name},
-        "rules": [{"apiGroups": ["rollouts.linnet.dev"], "resources": ["canarystatefulsets"], "verbs": verbs}],
+        "rules": [{"apiGroups": ["rollouts.linnet.dev"], "resources": [resource], "verbs": verbs}],
     }))
     .unwrap();
     Api::<Role>::namespaced(admin.clone(), ns)
@@ -105,12 +112,16 @@ impl Visitor {
         status
     }
 
-    /// Clicks `action` on redis: the status and the answer.
-    async fn act(&self, ns: &str, action: &str, origin: Option<&str>, csrf: bool) -> (u16, Value) {
-        let mut req = self.http.post(format!(
-            "{}/api/rollouts/csts/{ns}/redis/actions/{action}",
-            self.base
-        ));
+    /// Clicks `action` on `rollout` (`csts/<ns>/<name>`): the status and the answer.
+    async fn act(
+        &self,
+        rollout: &str,
+        action: &str,
+        origin: Option<&str>,
+        csrf: bool,
+    ) -> (u16, Value) {
+        let url = format!("{}/api/rollouts/{rollout}/actions/{action}", self.base);
+        let mut req = self.http.post(url);
         if let Some(c) = &self.cookie {
             req = req.header("cookie", c);
         }
@@ -164,6 +175,7 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
     args.extend([
         format!("--dashboard-listen=127.0.0.1:{port}"),
         "--dashboard-actions".into(),
+        "--dashboard-merge".into(),
     ]);
     let agent = start_agent(tmp.path(), &args, &ns.name);
     wait_ready(&agent).await;
@@ -188,8 +200,18 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
         phase_is(StatefulSetPhase::Stable, "redis:7.2"),
     )
     .await;
+    let web: Api<CanaryDeployment> = Api::namespaced(admin.clone(), &ns.name);
+    web_in(&web, DeploymentPhase::Completed, "nginx:1.27").await;
     set_redis_images(&work, "redis:7.2", "redis:7.4");
-    git(&work, &["commit", "-qam", "redis 7.4"]);
+    for _ in 0..2 {
+        support::edit_file(
+            &work,
+            "apps/web/web.yaml",
+            "image: nginx:1.27\n",
+            "image: nginx:1.28\n",
+        );
+    }
+    git(&work, &["commit", "-qam", "redis 7.4, web 1.28"]);
     git(&work, &["push", "-q", "origin", "HEAD:main"]);
     eventually(
         "redis's canary waiting for its promotion",
@@ -205,19 +227,21 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
     )
     .await;
 
-    let alice = person(&admin, &ns.name, "alice", &["get", "patch"]).await;
-    let bob = person(&admin, &ns.name, "bob", &["get"]).await;
+    let sets = "canarystatefulsets";
+    let alice = person(&admin, &ns.name, "alice", (sets, &["get", "patch"])).await;
+    let bob = person(&admin, &ns.name, "bob", (sets, &["get"])).await;
     let base = format!("http://127.0.0.1:{port}");
+    let redis_page = format!("csts/{}/redis", ns.name);
 
     // Refused: no session, a token the cluster does not know, no right to patch.
     let mut nobody = Visitor::new(&base);
-    assert_eq!(nobody.act(&ns.name, "promote", None, true).await.0, 401);
+    assert_eq!(nobody.act(&redis_page, "promote", None, true).await.0, 401);
     assert_eq!(nobody.sign_in("not-a-token").await, 401);
     assert_eq!(nobody.sign_in(&"x".repeat(20 * 1024)).await, 413);
-    assert_eq!(nobody.act(&ns.name, "promote", None, true).await.0, 401);
+    assert_eq!(nobody.act(&redis_page, "promote", None, true).await.0, 401);
     let mut bob_visits = Visitor::new(&base);
     assert_eq!(bob_visits.sign_in(&bob).await, 200);
-    let (status, body) = bob_visits.act(&ns.name, "promote", None, true).await;
+    let (status, body) = bob_visits.act(&redis_page, "promote", None, true).await;
     assert_eq!(status, 403, "{body}");
     assert!(
         body["error"].as_str().unwrap().contains("may not patch"),
@@ -227,16 +251,19 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
     let mut alice_visits = Visitor::new(&base);
     assert_eq!(alice_visits.sign_in(&alice).await, 200);
     assert_eq!(
-        alice_visits.act(&ns.name, "promote", None, false).await.0,
+        alice_visits
+            .act(&redis_page, "promote", None, false)
+            .await
+            .0,
         403
     );
     let evil = Some("https://evil.example");
     assert_eq!(
-        alice_visits.act(&ns.name, "promote", evil, true).await.0,
+        alice_visits.act(&redis_page, "promote", evil, true).await.0,
         403
     );
     // Not a CanaryStatefulSet's action: said why.
-    let (status, body) = alice_visits.act(&ns.name, "advance", None, true).await;
+    let (status, body) = alice_visits.act(&redis_page, "advance", None, true).await;
     assert_eq!(status, 409, "{body}");
     assert!(action_pull_requests(&gitea).await.is_empty());
 
@@ -317,7 +344,7 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
     let who = format!("system:serviceaccount:{}:alice", ns.name);
     assert_eq!(commit["commit"]["author"]["name"], who.as_str(), "{commit}");
     // A second click finds the same pull request.
-    let (status, again) = alice_visits.act(&ns.name, "promote", None, true).await;
+    let (status, again) = alice_visits.act(&redis_page, "promote", None, true).await;
     assert_eq!(
         (status, again["state"].as_str()),
         (200, Some("found")),
@@ -352,6 +379,52 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
         phase_is(StatefulSetPhase::Stable, "redis:7.4"),
     )
     .await;
-    let (status, body) = alice_visits.act(&ns.name, "promote", None, true).await;
+    let (status, body) = alice_visits.act(&redis_page, "promote", None, true).await;
     assert_eq!(status, 409, "{body}");
+
+    // With --dashboard-merge, a person who may also `merge` the rollout gets the pull request
+    // merged at once (alice, without that right, got hers opened): carol starts web's second
+    // batch, and web finishes on nginx:1.28.
+    web_in(&web, DeploymentPhase::Paused, "nginx:1.28").await;
+    let deployments = "canarydeployments";
+    let carol = person(
+        &admin,
+        &ns.name,
+        "carol",
+        (deployments, &["patch", "merge"]),
+    )
+    .await;
+    let mut carol_visits = Visitor::new(&base);
+    assert_eq!(carol_visits.sign_in(&carol).await, 200);
+    let web_page = format!("cdeploy/{}/web", ns.name);
+    let (status, body) = carol_visits.act(&web_page, "promote", None, true).await;
+    assert_eq!(status, 409, "{body}");
+    let (status, merged) = carol_visits.act(&web_page, "advance", None, true).await;
+    assert_eq!(
+        (status, merged["state"].as_str()),
+        (200, Some("merged")),
+        "{merged}"
+    );
+    let url = merged["pullRequest"].as_str().unwrap();
+    let number = url.rsplit('/').next().unwrap();
+    let diff_path = format!("/repos/{ADMIN}/{REPO}/pulls/{number}.diff");
+    let (_, diff) = gitea.call(reqwest::Method::GET, &diff_path, None).await;
+    let diff = diff.as_str().unwrap().to_string();
+    assert_eq!(
+        changed_lines(&diff),
+        vec!["-  currentBatch: 1", "+  currentBatch: 2"],
+        "{diff}"
+    );
+    web_in(&web, DeploymentPhase::Completed, "nginx:1.28").await;
+}
+
+/// Waits for web in `phase` on `image`.
+async fn web_in(web: &Api<CanaryDeployment>, phase: DeploymentPhase, image: &str) {
+    let what = format!("web {phase:?} on {image}");
+    eventually(&what, Duration::from_secs(120), || async {
+        let o = web.get("web").await.ok()?;
+        let st = o.status.as_ref()?;
+        (st.phase == Some(phase) && o.spec.image == image).then_some(())
+    })
+    .await;
 }

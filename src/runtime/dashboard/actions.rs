@@ -179,7 +179,7 @@ fn found(
                 resource: "canarystatefulsets",
                 kind: CanaryStatefulSet::KIND,
                 change: statefulset_action(&r, action).map_err(|w| not_now(action, w.0))?,
-                meta: r.metadata.clone(),
+                meta: crate::api::packed_meta::metadata(&*r).into_owned(),
                 object: r.object_ref(&()),
                 canary: canary(r.status.as_ref().and_then(|s| s.canary_image.as_ref())),
             })
@@ -192,7 +192,7 @@ fn found(
                 resource: "canarydeployments",
                 kind: CanaryDeployment::KIND,
                 change: deployment_action(&r, action).map_err(|w| not_now(action, w.0))?,
-                meta: r.metadata.clone(),
+                meta: crate::api::packed_meta::metadata(&*r).into_owned(),
                 object: r.object_ref(&()),
                 canary: canary(r.status.as_ref().and_then(|s| s.canary_image.as_ref())),
             })

@@ -266,6 +266,27 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
     let (status, body) = alice_visits.act(&redis_page, "advance", None, true).await;
     assert_eq!(status, 409, "{body}");
     assert!(action_pull_requests(&gitea).await.is_empty());
+    // Abort, by the same route: its pull request sets the abort annotation alone. Closed
+    // here, to promote instead.
+    let (status, abort) = alice_visits.act(&redis_page, "abort", None, true).await;
+    assert_eq!(
+        (status, abort["state"].as_str()),
+        (200, Some("opened")),
+        "{abort}"
+    );
+    let url = abort["pullRequest"].as_str().unwrap();
+    let number = url.rsplit('/').next().unwrap();
+    assert_eq!(
+        changed_lines(&gitea.pull_request_diff(REPO, number).await),
+        vec![
+            "+  annotations:",
+            "+    rollouts.linnet.dev/abort: \"true\""
+        ]
+    );
+    let close = format!("/repos/{ADMIN}/{REPO}/pulls/{number}");
+    let closed = Some(json!({"state": "closed"}));
+    gitea.ok(reqwest::Method::PATCH, &close, closed).await;
+    assert!(action_pull_requests(&gitea).await.is_empty());
 
     // In the browser: alice signs in with her token and clicks Promote.
     let mut browser = Browser::start().await;
@@ -310,14 +331,7 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
             .ends_with(&format!("/pulls/{number}")),
         "{pr_url}"
     );
-    let (_, diff) = gitea
-        .call(
-            reqwest::Method::GET,
-            &format!("/repos/{ADMIN}/{REPO}/pulls/{number}.diff"),
-            None,
-        )
-        .await;
-    let diff = diff.as_str().unwrap().to_string();
+    let diff = gitea.pull_request_diff(REPO, number).await;
     assert_eq!(
         changed_lines(&diff),
         vec![
@@ -326,13 +340,7 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
         ],
         "{diff}"
     );
-    let pr = gitea
-        .ok(
-            reqwest::Method::GET,
-            &format!("/repos/{ADMIN}/{REPO}/pulls/{number}"),
-            None,
-        )
-        .await;
+    let pr = gitea.pull_request(REPO, number).await;
     let sha = pr["head"]["sha"].as_str().unwrap();
     let commit = gitea
         .ok(
@@ -357,13 +365,14 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
         let events = events.clone();
         async move {
             let list = events.list(&Default::default()).await.ok()?;
-            list.items
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some("DashboardAction"))
+            list.items.into_iter().find_map(|e| {
+                let note = e.note.filter(|n| n.contains("asked to promote"))?;
+                (e.reason.as_deref() == Some("DashboardAction")).then_some(note)
+            })
         }
     })
     .await;
-    let note = noted.note.unwrap_or_default();
+    let note = noted;
     assert!(
         note.contains(&who) && note.contains(&format!("/pulls/{number}")),
         "{note}"
@@ -407,9 +416,7 @@ async fn a_signed_in_person_with_rights_promotes_by_a_pull_request_and_others_ar
     );
     let url = merged["pullRequest"].as_str().unwrap();
     let number = url.rsplit('/').next().unwrap();
-    let diff_path = format!("/repos/{ADMIN}/{REPO}/pulls/{number}.diff");
-    let (_, diff) = gitea.call(reqwest::Method::GET, &diff_path, None).await;
-    let diff = diff.as_str().unwrap().to_string();
+    let diff = gitea.pull_request_diff(REPO, number).await;
     assert_eq!(
         changed_lines(&diff),
         vec!["-  currentBatch: 1", "+  currentBatch: 2"],

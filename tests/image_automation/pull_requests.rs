@@ -186,13 +186,7 @@ async fn a_new_tag_opens_one_pull_request_that_survives_a_kill_9_and_merging_it_
         proposed.contains(&format!("image: {second} #")),
         "{proposed}"
     );
-    let pr = gitea
-        .ok(
-            reqwest::Method::GET,
-            &format!("/repos/{ADMIN}/{REPO}/pulls/{number}"),
-            None,
-        )
-        .await;
+    let pr = gitea.pull_request(REPO, number).await;
     let body = pr["body"].as_str().unwrap_or_default();
     assert!(
         body.contains(&digest),

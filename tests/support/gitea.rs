@@ -443,6 +443,20 @@ ROOT_PATH = {d}/log
             .to_string()
     }
 
+    /// Pull request `number` of `repo`.
+    pub async fn pull_request(&self, repo: &str, number: impl std::fmt::Display) -> Value {
+        let path = format!("/repos/{ADMIN}/{repo}/pulls/{number}");
+        self.ok(reqwest::Method::GET, &path, None).await
+    }
+
+    /// Pull request `number`'s unified diff.
+    pub async fn pull_request_diff(&self, repo: &str, number: impl std::fmt::Display) -> String {
+        let path = format!("/repos/{ADMIN}/{repo}/pulls/{number}.diff");
+        let (status, diff) = self.call(reqwest::Method::GET, &path, None).await;
+        assert_eq!(status, 200, "{path}: {diff}");
+        diff.as_str().unwrap_or_default().to_string()
+    }
+
     /// The open pull requests of `repo`.
     pub async fn open_pull_requests(&self, repo: &str) -> Vec<Value> {
         self.ok(

@@ -658,3 +658,95 @@ fn a_tree_bomb_is_one_blocked_directory_and_its_neighbours_are_listed() {
     assert_eq!((under("z/"), under("a/")), (10, 600));
     assert!(listing.len() <= 1000 + blocked.len());
 }
+
+/// The commits a shallow mirror holds as boundaries (their parents not fetched).
+fn shallow_boundary(cache: &Path) -> Vec<String> {
+    std::fs::read_to_string(cache.join("shallow"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 77: push to update doubled because every push was fetched twice over HTTP: the tip at
+/// depth 1, then 64 commits deeper to tell a fast-forward from a rewrite, since the shallow
+/// tip's parents are hidden from the graph. One commit, or a pull request's merge, on top of
+/// the last tip is now told from the tip's own object; the mirror fetches once. Two commits,
+/// and any push with range verification, still fetch deeper; a rewrite is still a rewrite.
+#[test]
+fn a_commit_or_a_merge_on_the_last_tip_is_read_with_one_fetch() {
+    let f = Fixture::new();
+    for i in 0..20 {
+        f.commit(&format!("notes/{i}.txt"), "x", &format!("note {i}"));
+    }
+    let server = git_http::serve(f._tmp.path().to_path_buf(), None);
+    let remote = GitRemote {
+        url: format!("{server}/remote.git"),
+        ..f.remote()
+    };
+    let mirror = GitMirror::open(&f.cache, remote).unwrap();
+    let mut previous = mirror.fetch().unwrap();
+    let mut fast_forward = |mirror: &GitMirror, whole_range: bool| {
+        let started = std::time::Instant::now();
+        let tip = mirror.fetch().unwrap();
+        let fetched = started.elapsed();
+        let told = mirror.descends_from(tip, previous, whole_range).unwrap();
+        println!(
+            "fetch {fetched:?}, then told in {:?}",
+            started.elapsed() - fetched
+        );
+        assert_eq!(told, Some(true));
+        previous = tip;
+        tip.to_string()
+    };
+
+    let one = f.commit("apps/one.txt", "1", "one");
+    assert_eq!(fast_forward(&mirror, false), one);
+    assert!(shallow_boundary(&f.cache).contains(&one), "fetched deeper");
+
+    git(&f.work, &["checkout", "-qb", "feature"]);
+    std::fs::write(f.work.join("apps/two.txt"), "2").unwrap();
+    git(&f.work, &["add", "-A"]);
+    git(&f.work, &["commit", "-qm", "two on a branch"]);
+    git(&f.work, &["checkout", "-q", "-"]);
+    git(
+        &f.work,
+        &["merge", "-q", "--no-ff", "-m", "Merge feature", "feature"],
+    );
+    git(&f.work, &["push", "-q", "origin", "HEAD:main"]);
+    let merge = git(&f.work, &["rev-parse", "HEAD"]);
+    assert_eq!(fast_forward(&mirror, false), merge);
+    assert!(
+        shallow_boundary(&f.cache).contains(&merge),
+        "fetched deeper"
+    );
+
+    // Range verification reads every new commit: the graph must hold them.
+    let three = f.commit("apps/three.txt", "3", "three");
+    assert_eq!(fast_forward(&mirror, true), three);
+    assert!(
+        !shallow_boundary(&f.cache).contains(&three),
+        "not fetched deeper"
+    );
+    f.commit("apps/four.txt", "4", "four");
+    let five = f.commit("apps/five.txt", "5", "five");
+    assert_eq!(fast_forward(&mirror, false), five);
+    assert!(
+        !shallow_boundary(&f.cache).contains(&five),
+        "not fetched deeper"
+    );
+
+    // A force push on top of an older commit is no fast-forward.
+    git(&f.work, &["reset", "-q", "--hard", &one]);
+    std::fs::write(f.work.join("apps/other.txt"), "o").unwrap();
+    git(&f.work, &["add", "-A"]);
+    git(&f.work, &["commit", "-qm", "another history"]);
+    git(&f.work, &["push", "-qf", "origin", "HEAD:main"]);
+    let rewritten = git(&f.work, &["rev-parse", "HEAD"]);
+    let tip = mirror.fetch().unwrap();
+    assert_eq!(tip.to_string(), rewritten);
+    assert_eq!(
+        mirror.descends_from(tip, previous, false).unwrap(),
+        Some(false)
+    );
+}

@@ -227,6 +227,8 @@ async fn ask_remote(
     announced: Option<String>,
 ) -> Result<RemoteTip, SourceError> {
     let timeout = config.git_timeout;
+    let whole_range =
+        config.signing_keys.is_some() && config.verify_commits == VerifyCommits::Range;
     let (dir, git_remote, previous, announced_is_new) = {
         let s = remote.state.lock().map_err(|_| SourceError::Poisoned)?;
         let announced = announced.and_then(|a| git2::Oid::from_str(&a).ok());
@@ -260,7 +262,7 @@ async fn ask_remote(
             mirror.fetch()?
         };
         let history = match previous.filter(|p| *p != tip) {
-            Some(previous) => match mirror.descends_from(tip, previous) {
+            Some(previous) => match mirror.descends_from(tip, previous, whole_range) {
                 Ok(Some(true)) => Some(History::FastForward),
                 Ok(Some(false)) => Some(History::Rewritten { previous }),
                 Ok(None) => Some(History::Unknown { previous }),

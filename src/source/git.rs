@@ -29,6 +29,7 @@ pub use crate::specs::BLOCKED;
 
 mod diff;
 mod error;
+mod history;
 mod tree;
 
 pub use diff::FileChange;
@@ -359,67 +360,6 @@ impl GitMirror {
             url: crate::text::redact_credentials(&self.remote.url),
             branch: self.remote.branch.clone(),
         })
-    }
-
-    /// Whether `tip` descends from `previous` (the revision synced before): `Some(true)` for a
-    /// fast-forward, `Some(false)` for a rewritten history (a force push), `None` when the
-    /// history fetched cannot tell. A full mirror knows; a shallow one fetches deeper, from
-    /// [`HISTORY_DEPTH`] up to [`MAX_HISTORY_DEPTH`] commits, until it finds `previous`
-    /// (network: call it where a fetch may be made).
-    pub fn descends_from(&self, tip: Oid, previous: Oid) -> Result<Option<bool>, GitError> {
-        if tip == previous || self.repo.graph_descendant_of(tip, previous)? {
-            return Ok(Some(true));
-        }
-        if !self.shallow || is_local(&self.remote.url) {
-            // The whole history is here: not among the ancestors is not a descendant (issue
-            // 70: 300 commits of an orphan history were "cannot tell", and applied).
-            return Ok(Some(false));
-        }
-        let mut depth = HISTORY_DEPTH;
-        loop {
-            self.fetch_to_depth(depth)?;
-            if self.repo.graph_descendant_of(tip, previous)? {
-                return Ok(Some(true));
-            }
-            if depth >= MAX_HISTORY_DEPTH || !self.is_shallow_now() {
-                break;
-            }
-            depth = (depth * 8).min(MAX_HISTORY_DEPTH);
-        }
-        // Not found among the ancestors fetched: rewritten if they reach a root, or reach
-        // back past the time `previous` was committed (an ancestor is older than its
-        // descendants, give or take a clock); else too far back to tell.
-        let shallow: std::collections::HashSet<Oid> =
-            std::fs::read_to_string(self.repo.path().join("shallow"))
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| Oid::from_str(l.trim()).ok())
-                .collect();
-        let previous_time = match self.repo.find_commit(previous) {
-            Ok(c) => c.time().seconds(),
-            Err(_) => return Ok(None),
-        };
-        let mut walk = self.repo.revwalk()?;
-        walk.push(tip)?;
-        let mut oldest = i64::MAX;
-        let mut at_boundary = false;
-        for (seen, id) in walk.enumerate() {
-            let id = id?;
-            if seen > MAX_HISTORY_DEPTH as usize * 2 {
-                at_boundary = true;
-                break;
-            }
-            oldest = oldest.min(self.repo.find_commit(id)?.time().seconds());
-            at_boundary |= shallow.contains(&id);
-        }
-        Ok((!at_boundary || previous_time >= oldest).then_some(false))
-    }
-
-    /// Whether the mirror still has a shallow boundary (a fetch deep enough to reach the
-    /// first commit leaves none).
-    fn is_shallow_now(&self) -> bool {
-        std::fs::read_to_string(self.repo.path().join("shallow"))
-            .is_ok_and(|s| !s.trim().is_empty())
     }
 
     /// Where the mirror lives.

@@ -65,9 +65,13 @@ pub async fn sign_in(
     };
     let user = match super::access::review_token(&shared.client, &token).await {
         Ok(user) => user,
-        Err(why) => {
+        Err(why @ super::access::AccessError::NotAuthenticated(_)) => {
             tracing::info!(%why, "dashboard: a sign-in was refused");
             return refuse(StatusCode::UNAUTHORIZED, format!("not signed in: {why}"));
+        }
+        Err(why) => {
+            tracing::warn!(%why, "dashboard: cannot check a sign-in's token");
+            return refuse(StatusCode::BAD_GATEWAY, format!("not signed in: {why}"));
         }
     };
     let (id, s) = match actions.sessions.create(user, Instant::now()) {

@@ -1035,10 +1035,14 @@ fn grants(docs: &[Value], kind: &str, name: &str) -> std::collections::BTreeSet<
 #[test]
 fn the_namespace_scoped_roles_grant_what_the_cluster_roles_do_in_one_namespace() {
     let dir = "examples/namespace-install";
+    // Reviews are cluster-scoped too: the dashboard's actions in a namespace-scoped install
+    // need a ClusterRole for them (docs/dashboard.md#actions).
     let cluster_scoped = [
         "/persistentvolumes ",
         "/namespaces ",
         "/customresourcedefinitions ",
+        "/tokenreviews ",
+        "/subjectaccessreviews ",
     ];
     let agent: std::collections::BTreeSet<String> =
         grants(&documents("deploy/rbac.yaml"), "ClusterRole", "linnet")

@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo demo-fleet cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build influxdb-build cluster-up cluster-down bench bench-large chaos soak clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo demo-fleet cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build influxdb-build cluster-up cluster-down bench bench-large bench-sittings chaos soak clean
 
 all: build
 
@@ -148,6 +148,14 @@ bench-large: cluster-build
 	LINNET_BENCH_SIZES=$${LINNET_BENCH_SIZES:-10000} LINNET_BENCH_IDLE_SECS=$${LINNET_BENCH_IDLE_SECS:-60} \
 	  LINNET_BENCH_SHARDS=$${LINNET_BENCH_SHARDS:-3} \
 	  LINNET_BENCH_ANALYSIS=$${LINNET_BENCH_ANALYSIS:-0} LINNET_BENCH_RESULTS=$${LINNET_BENCH_RESULTS:-bench/RESULTS-large.md} \
+	  tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
+
+## bench-sittings: the first sync against the floor alone (issue 77): three alternating
+## sittings at 1,000 rollouts, linnet then the same sets created directly, with ten pushes in
+## each linnet sitting (webhook -> revision read beside git fetch of the same push); writes its
+## own section of bench/RESULTS.md. About 12 minutes. `make bench` measures the same.
+bench-sittings: cluster-build
+	LINNET_BENCH_ONLY=sittings LINNET_BENCH_SIZES=$${LINNET_BENCH_SIZES:-1000} \
 	  tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## soak: every feature on at once for SOAK_SECS (an hour) on the real node, drift checks every

@@ -26,6 +26,9 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         floor_max: 10,
         // Issue 51: three replicas splitting the rollouts, beside the one agent.
         shards: 3,
+        // Issue 77: two (linnet, floor) sittings, with two pushes each.
+        sittings: 2,
+        sitting_pushes: 2,
     };
     let rows = run::run(&cfg).await.expect("the benchmark completes");
     let table = run::table(&rows);
@@ -65,6 +68,20 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
             "{sharded} was not measured:\n{table}"
         );
     }
+    // Issue 77: webhook -> revision read beside git fetch, in the pushes of figure 1 and of
+    // the sittings; the sittings' first sync over the floor.
+    for figure in run::fetch::FETCH.iter().chain(&run::sittings::SITTINGS) {
+        let measured = rows
+            .iter()
+            .filter(|r| r.figure == *figure && r.samples > 0 && !r.median.is_nan())
+            .count();
+        assert!(measured >= 1, "{figure} was not measured:\n{table}");
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r.figure == run::fetch::FETCH[0] && r.samples == 3),
+        "every push of figure 1 has its webhook -> revision read:\n{table}"
+    );
     // A new set's status is written at least once by the StatefulSet controller: a count of 0
     // means the API server's request counts were not matched.
     let status_writes = rows.iter().find(|r| r.figure == run::FLOOR[1]);

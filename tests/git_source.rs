@@ -668,6 +668,92 @@ fn shallow_boundary(cache: &Path) -> Vec<String> {
         .collect()
 }
 
+/// `git-upload-pack` requests the server at `root` has had: a fetch's rounds of negotiation.
+fn upload_pack_posts(root: &Path) -> usize {
+    std::fs::read_to_string(root.join("requests.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("POST ") && l.ends_with("/git-upload-pack"))
+        .count()
+}
+
+/// Issue 77: libgit2 negotiates a shallow fetch in a round of its own, so each push cost two
+/// upload-pack requests (each a process on the host, and a delayed ACK) where `git fetch`
+/// needs one. A push on the last tip is now fetched without depth, with the mirror's ref tips
+/// as its only `have`s: one request, also after more commits than the 20 `have`s of a round.
+/// A rewritten history too large for one round is stopped at the pack's header and fetched
+/// shallow; range verification keeps the shallow fetch.
+#[test]
+fn a_push_on_the_last_tip_is_fetched_in_one_round() {
+    let f = Fixture::new();
+    let root = f._tmp.path().to_path_buf();
+    let server = git_http::serve(root.clone(), None);
+    let remote = GitRemote {
+        url: format!("{server}/remote.git"),
+        ..f.remote()
+    };
+    let mirror = GitMirror::open(&f.cache, remote).unwrap();
+    // The first fetch is shallow: nothing to build on.
+    let before = upload_pack_posts(&root);
+    let mut previous = mirror.fetch_new_tip(false).unwrap();
+    assert_eq!(upload_pack_posts(&root) - before, 2, "the first fetch is shallow");
+    let mut one_round = |mirror: &GitMirror, expected: &str, what: &str| {
+        let before = upload_pack_posts(&root);
+        let tip = mirror.fetch_new_tip(false).unwrap();
+        assert_eq!(tip.to_string(), expected, "{what}");
+        assert_eq!(upload_pack_posts(&root) - before, 1, "{what}: one round");
+        assert_eq!(
+            mirror.descends_from(tip, previous, false).unwrap(),
+            Some(true),
+            "{what}"
+        );
+        previous = tip;
+    };
+    for i in 0..25 {
+        let commit = f.commit(&format!("apps/n{i}.txt"), "x", &format!("n{i}"));
+        one_round(&mirror, &commit, &format!("push {i}"));
+    }
+    git(&f.work, &["checkout", "-qb", "feature"]);
+    std::fs::write(f.work.join("apps/feature.txt"), "f").unwrap();
+    git(&f.work, &["add", "-A"]);
+    git(&f.work, &["commit", "-qm", "on a branch"]);
+    git(&f.work, &["checkout", "-q", "-"]);
+    f.commit("apps/main.txt", "m", "on main meanwhile");
+    one_round(&mirror, &git(&f.work, &["rev-parse", "HEAD"]), "main");
+    git(&f.work, &["merge", "-q", "--no-ff", "-m", "Merge", "feature"]);
+    git(&f.work, &["push", "-q", "origin", "HEAD:main"]);
+    one_round(&mirror, &git(&f.work, &["rev-parse", "HEAD"]), "a merge");
+
+    // Another history of 1,100 files: more than one round takes.
+    git(&f.work, &["checkout", "-q", "--orphan", "other"]);
+    for i in 0..1100 {
+        std::fs::write(f.work.join(format!("apps/big-{i}.txt")), i.to_string()).unwrap();
+    }
+    git(&f.work, &["add", "-A"]);
+    git(&f.work, &["commit", "-qm", "another history"]);
+    git(&f.work, &["push", "-qf", "origin", "HEAD:main"]);
+    let rewritten = git(&f.work, &["rev-parse", "HEAD"]);
+    let before = upload_pack_posts(&root);
+    let tip = mirror.fetch_new_tip(false).unwrap();
+    assert_eq!(tip.to_string(), rewritten);
+    assert_eq!(
+        upload_pack_posts(&root) - before,
+        3,
+        "stopped after one round, then fetched shallow (two)"
+    );
+    assert!(shallow_boundary(&f.cache).contains(&rewritten));
+    assert_eq!(
+        mirror.descends_from(tip, previous, false).unwrap(),
+        Some(false)
+    );
+
+    // Range verification: shallow, as before (descends_from then fetches deeper).
+    let next = f.commit("apps/after.txt", "a", "after");
+    let before = upload_pack_posts(&root);
+    assert_eq!(mirror.fetch_new_tip(true).unwrap().to_string(), next);
+    assert_eq!(upload_pack_posts(&root) - before, 2);
+}
+
 /// Issue 77: push to update doubled because every push was fetched twice over HTTP: the tip at
 /// depth 1, then 64 commits deeper to tell a fast-forward from a rewrite, since the shallow
 /// tip's parents are hidden from the graph. One commit, or a pull request's merge, on top of

@@ -14,7 +14,9 @@
 //! without linnet too, its stable sets created straight through the API), and
 //! `LINNET_BENCH_SHARDS` (0; `k` > 1: a first sync by `k` replicas with `--shards k` too),
 //! and `LINNET_BENCH_ONLY` (`analysis`: figures 9 and 10 alone; `sharded`: the sharded first
-//! sync alone).
+//! sync alone; `sittings`: the alternating first-sync sittings alone), and
+//! `LINNET_BENCH_SITTINGS` (3: linnet, floor, linnet, floor, ... pairs at the largest size up
+//! to the floor's, 0 for none) with `LINNET_BENCH_SITTING_PUSHES` (10 per linnet sitting).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 #[path = "../../tests/support/mod.rs"]
@@ -77,6 +79,8 @@ fn main() {
         files_per_dir: env_or("LINNET_BENCH_FILES_PER_DIR", 0),
         floor_max: env_or("LINNET_BENCH_FLOOR_MAX", 1000),
         shards: env_or("LINNET_BENCH_SHARDS", 0),
+        sittings: env_or("LINNET_BENCH_SITTINGS", 3),
+        sitting_pushes: env_or("LINNET_BENCH_SITTING_PUSHES", 10),
     };
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let rows = match rt.block_on(run::run(&cfg)) {
@@ -106,6 +110,19 @@ fn main() {
     } else {
         " (with local changes)"
     };
+    if std::env::var("LINNET_BENCH_ONLY").as_deref() == Ok("sittings") {
+        let section = format!(
+            "<!-- bench:sittings:begin (written by `make bench-sittings`; edit outside the markers) -->\n\
+             Machine: {}. Commit `{commit}`{dirty}. Run {}. Size {}, {} sittings (linnet, then the floor), {} pushes per linnet sitting.\n\n{table}<!-- bench:sittings:end -->",
+            machine(),
+            sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            cfg.sizes.iter().filter(|n| **n <= cfg.floor_max).max().unwrap_or(&0),
+            cfg.sittings,
+            cfg.sitting_pushes,
+        );
+        support::bench::write_marked(&results, "Benchmark results", "bench:sittings", &section);
+        return;
+    }
     let section = format!(
         "<!-- bench:begin (written by `make bench`; edit outside the markers) -->\n\
          Machine: {}. Commit `{commit}`{dirty}. Run {}. Sizes {:?}, {}, {} pushes per size, idle window {} s, churn {} s, {} repeat(s).\n\n{table}<!-- bench:end -->",

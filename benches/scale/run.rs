@@ -22,6 +22,12 @@ use linnet::api::{CanaryStatefulSet, StatefulSetPhase};
 #[path = "sharded.rs"]
 pub mod sharded;
 
+#[path = "fetch.rs"]
+pub mod fetch;
+
+#[path = "sittings.rs"]
+pub mod sittings;
+
 use crate::support::{self, git};
 
 const SECRET: &str = "bench-webhook-secret";
@@ -48,6 +54,10 @@ pub struct Config {
     /// Replicas splitting the rollouts (`--shards`) in the sharded first sync; below 2 it is
     /// not run.
     pub shards: usize,
+    /// Alternating (linnet, floor) first-sync sittings at the largest size up to
+    /// `floor_max`, and the pushes in each linnet sitting.
+    pub sittings: usize,
+    pub sitting_pushes: usize,
 }
 
 /// One line of the results table.
@@ -84,6 +94,9 @@ pub const FIGURES: [&str; 13] = [
 #[derive(Default)]
 struct Samples {
     push_to_write_ms: Vec<f64>,
+    /// Per push: webhook sent -> the agent read the revision; `git fetch` of the same push.
+    webhook_to_read_ms: Vec<f64>,
+    git_fetch_ms: Vec<f64>,
     idle_cpu_per_poll_ms: Vec<f64>,
     idle_polls: u64,
     idle_writes: u64,
@@ -624,6 +637,8 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
     // 1 and 5. Pushes, each changing one rollout's image: push -> CR write; canary pods Ready ->
     // linnet's next action (the CanaryActive status).
     log(&format!("size {n}: {} pushes", cfg.pushes));
+    let reader = fetch::Reader::clone(&host.url, GIT_TOKEN, tmp.path());
+    let mut fetched = Vec::new();
     let push_cpu_before = usage(agent.pid()).1;
     let mut images = vec![1usize; n];
     for k in 0..cfg.pushes {
@@ -682,6 +697,9 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
             .map_err(|_| format!("push {k}: {name} never got {new}"))?
             .map_err(|e| e.to_string())?;
         s.push_to_write_ms.push(since_ms(written, pushed));
+        // After the agent read it (it wrote the CR): the same fetch by git, under the
+        // rollout's canary work as the agent's was under the last one's.
+        fetched.push((git(&host.work, &["rev-parse", "HEAD"]), reader.fetch_ms()));
         let both = async { (ready.await, active.await) };
         let (ready, active) = tokio::time::timeout(Duration::from_secs(60), both)
             .await
@@ -693,6 +711,13 @@ async fn one_size(cfg: &Config, admin: &Client, n: usize) -> Result<Samples, Str
         s.step_latency_ms.push(since_ms(active, ready).max(0.0));
     }
     settle(&agent, Duration::from_secs(3), slow).await;
+    (s.webhook_to_read_ms, s.git_fetch_ms) =
+        fetch::paired(&host.bare, &tmp.path().join("agent.log"), &fetched);
+    log(&format!(
+        "size {n}: webhook -> revision read {:.0} ms, git fetch {:.0} ms (medians)",
+        stats(s.webhook_to_read_ms.clone()).0,
+        stats(s.git_fetch_ms.clone()).0
+    ));
     let (rss, cpu) = usage(agent.pid());
     s.rss_mib.push(rss);
     s.push_cpu_ms = (cpu - push_cpu_before) * 1000.0 / cfg.pushes.max(1) as f64;
@@ -1275,6 +1300,11 @@ fn rows_for(size: usize, runs: &[Samples]) -> Vec<Row> {
         },
     ]
     .into_iter()
+    .chain(fetch::rows(
+        size,
+        all(&|s| s.webhook_to_read_ms.clone()),
+        all(&|s| s.git_fetch_ms.clone()),
+    ))
     // The floor runs only up to `Config::floor_max`.
     .filter(|r| r.samples > 0 || !FLOOR.contains(&r.figure))
     .collect()
@@ -1408,6 +1438,12 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
     // first sync alone (with LINNET_BENCH_SHARDS).
     let only = std::env::var("LINNET_BENCH_ONLY").unwrap_or_default();
     let (only_analysis, only_sharded) = (only == "analysis", only == "sharded");
+    let only_sittings = only == "sittings";
+    let sittings_at = cfg.sizes.iter().copied().filter(|n| *n <= cfg.floor_max).max();
+    if only_sittings {
+        let n = sittings_at.ok_or("LINNET_BENCH_ONLY=sittings: no size up to the floor's")?;
+        return sittings::alternating(cfg, &admin, n, cfg.sittings, cfg.sitting_pushes).await;
+    }
     if !only_analysis && !only_sharded {
         log("volume canary: TwoSets, one volume per replica");
         let volume = volume_canary(cfg, &admin).await?;
@@ -1429,6 +1465,12 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
                 runs.push(one_size(cfg, &admin, n).await?);
             }
             rows.extend(rows_for(n, &runs));
+            if Some(n) == sittings_at && cfg.sittings > 0 {
+                rows.extend(
+                    sittings::alternating(cfg, &admin, n, cfg.sittings, cfg.sitting_pushes)
+                        .await?,
+                );
+            }
             if cfg.shards > 1 {
                 log(&format!("size {n}: {} shards", cfg.shards));
                 rows.extend(sharded::first_sync(cfg, &admin, n, cfg.shards).await?);

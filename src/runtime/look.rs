@@ -250,7 +250,7 @@ async fn ask_remote(
         let mut mirror = GitMirror::open_existing(&dir, git_remote)?;
         mirror.set_deadline(Some(timeout));
         let tip = if announced_is_new {
-            mirror.fetch()?
+            mirror.fetch_new_tip(whole_range)?
         } else {
             let tip = mirror.remote_tip()?;
             if Some(tip) == previous && synced.as_deref() == Some(&tip.to_string()) {
@@ -259,7 +259,7 @@ async fn ask_remote(
             if Some(tip) == previous {
                 return Ok(RemoteTip::At(tip, None));
             }
-            mirror.fetch()?
+            mirror.fetch_new_tip(whole_range)?
         };
         let history = match previous.filter(|p| *p != tip) {
             Some(previous) => match mirror.descends_from(tip, previous, whole_range) {

@@ -30,6 +30,7 @@ pub use crate::specs::BLOCKED;
 mod diff;
 mod error;
 mod history;
+mod one_round;
 mod tree;
 
 pub use diff::FileChange;

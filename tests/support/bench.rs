@@ -34,13 +34,19 @@ pub fn spec_file(i: usize, per_dir: usize) -> String {
 /// results file at `path` in place of the one there, keeping the notes around it; a file
 /// without the markers becomes `# <title>` and the section.
 pub fn write_section(path: &str, title: &str, section: &str) {
+    write_marked(path, title, "bench", section);
+}
+
+/// [`write_section`] between `<!-- {marker}:begin` and `<!-- {marker}:end -->` (which
+/// `section` carries); a file without them gets the section appended.
+pub fn write_marked(path: &str, title: &str, marker: &str, section: &str) {
     let old = std::fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find("<!-- bench:begin"), old.find("<!-- bench:end -->")) {
-        (Some(a), Some(b)) if a < b => format!(
-            "{}{section}{}",
-            &old[..a],
-            &old[b + "<!-- bench:end -->".len()..]
-        ),
+    let (begin, end) = (format!("<!-- {marker}:begin"), format!("<!-- {marker}:end -->"));
+    let new = match (old.find(&begin), old.find(&end)) {
+        (Some(a), Some(b)) if a < b => {
+            format!("{}{section}{}", &old[..a], &old[b + end.len()..])
+        }
+        _ if marker != "bench" && !old.is_empty() => format!("{}\n\n{section}\n", old.trim_end()),
         _ => format!("# {title}\n\n{section}\n"),
     };
     std::fs::write(path, new).expect("write the results");

@@ -1,5 +1,6 @@
 //! A smart-HTTP Git server for tests: `git http-backend` (the real one, as CGI) behind a small
 //! axum server, with optional Basic authentication, as a Git host would serve a repository.
+//! Each authorized request is logged as `<method> <path>` to `requests.log` in the root.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -69,6 +70,15 @@ async fn handle(State(backend): State<Backend>, request: Request) -> Response<Bo
             .body(Body::empty())
             .unwrap();
     };
+    // What was asked, in order (`<root>/requests.log`): a test counts a fetch's round trips.
+    if let Ok(mut log) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(backend.root.join("requests.log"))
+    {
+        use std::io::Write as _;
+        let _ = writeln!(log, "{} {}", parts.method, parts.uri.path());
+    }
     let body: Bytes = axum::body::to_bytes(body, 64 << 20).await.unwrap();
     let header = |name: &str| {
         parts

@@ -1,6 +1,8 @@
 //! The Git host's part, for a bare repository: a `post-receive` hook that signs each pushed
 //! ref as a GitHub push event (`X-Hub-Signature-256`) and posts it in the background, as a host
 //! delivers webhooks after it has accepted the push. Used by the tests, the demo and the bench.
+//! Each send is logged as `<commit> <unix seconds>` to `webhooks-sent.log` in the repository
+//! (the bench's webhook to revision read starts there).
 
 use std::path::Path;
 
@@ -15,6 +17,7 @@ pub fn install_github_push_hook(bare: &Path, secret: &str, url: &str) -> std::io
 while read old new ref; do
   body=$(printf '{{"ref":"%s","before":"%s","after":"%s"}}' "$ref" "$old" "$new")
   sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac '{secret}' | sed 's/^.*= //')
+  echo "$new $(date +%s.%N)" >> webhooks-sent.log
   curl -s -o /dev/null -X POST -H 'X-GitHub-Event: push' -H "X-Hub-Signature-256: sha256=$sig" \
     -H 'Content-Type: application/json' --data "$body" {url} >/dev/null 2>&1 &
 done

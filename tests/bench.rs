@@ -70,7 +70,11 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
     }
     // Issue 77: webhook -> revision read beside git fetch, in the pushes of figure 1 and of
     // the sittings; the sittings' first sync over the floor.
-    for figure in run::fetch::FETCH.iter().chain(&run::sittings::SITTINGS) {
+    for figure in run::fetch::FETCH
+        .iter()
+        .chain(&run::sittings::SITTINGS)
+        .chain(&run::sittings::MILESTONES)
+    {
         let measured = rows
             .iter()
             .filter(|r| r.figure == *figure && r.samples > 0 && !r.median.is_nan())

@@ -696,7 +696,11 @@ fn a_push_on_the_last_tip_is_fetched_in_one_round() {
     // The first fetch is shallow: nothing to build on.
     let before = upload_pack_posts(&root);
     let mut previous = mirror.fetch_new_tip(false).unwrap();
-    assert_eq!(upload_pack_posts(&root) - before, 2, "the first fetch is shallow");
+    assert_eq!(
+        upload_pack_posts(&root) - before,
+        2,
+        "the first fetch is shallow"
+    );
     let mut one_round = |mirror: &GitMirror, expected: &str, what: &str| {
         let before = upload_pack_posts(&root);
         let tip = mirror.fetch_new_tip(false).unwrap();
@@ -720,7 +724,10 @@ fn a_push_on_the_last_tip_is_fetched_in_one_round() {
     git(&f.work, &["checkout", "-q", "-"]);
     f.commit("apps/main.txt", "m", "on main meanwhile");
     one_round(&mirror, &git(&f.work, &["rev-parse", "HEAD"]), "main");
-    git(&f.work, &["merge", "-q", "--no-ff", "-m", "Merge", "feature"]);
+    git(
+        &f.work,
+        &["merge", "-q", "--no-ff", "-m", "Merge", "feature"],
+    );
     git(&f.work, &["push", "-q", "origin", "HEAD:main"]);
     one_round(&mirror, &git(&f.work, &["rev-parse", "HEAD"]), "a merge");
 

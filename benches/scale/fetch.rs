@@ -35,7 +35,14 @@ impl Reader {
     pub fn fetch_ms(&self) -> f64 {
         let started = Instant::now();
         let status = Command::new("git")
-            .args(["-C", self.dir.to_str().unwrap_or("."), "fetch", "-q", "origin", "main"])
+            .args([
+                "-C",
+                self.dir.to_str().unwrap_or("."),
+                "fetch",
+                "-q",
+                "origin",
+                "main",
+            ])
             .env_remove("GIT_SSL_CAINFO")
             .status();
         let took = started.elapsed().as_secs_f64() * 1000.0;
@@ -69,8 +76,7 @@ fn read_at(agent_log: &Path) -> HashMap<String, f64> {
         let commit: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
         let stamp = line.split_whitespace().next().unwrap_or_default();
         if let Ok(t) = stamp.parse::<jiff::Timestamp>() {
-            read.entry(commit)
-                .or_insert(t.as_nanosecond() as f64 / 1e9);
+            read.entry(commit).or_insert(t.as_nanosecond() as f64 / 1e9);
         }
     }
     read

@@ -116,7 +116,11 @@ fn main() {
              Machine: {}. Commit `{commit}`{dirty}. Run {}. Size {}, {} sittings (linnet, then the floor), {} pushes per linnet sitting.\n\n{table}<!-- bench:sittings:end -->",
             machine(),
             sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-            cfg.sizes.iter().filter(|n| **n <= cfg.floor_max).max().unwrap_or(&0),
+            cfg.sizes
+                .iter()
+                .filter(|n| **n <= cfg.floor_max)
+                .max()
+                .unwrap_or(&0),
             cfg.sittings,
             cfg.sitting_pushes,
         );

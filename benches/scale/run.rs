@@ -1439,7 +1439,12 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
     let only = std::env::var("LINNET_BENCH_ONLY").unwrap_or_default();
     let (only_analysis, only_sharded) = (only == "analysis", only == "sharded");
     let only_sittings = only == "sittings";
-    let sittings_at = cfg.sizes.iter().copied().filter(|n| *n <= cfg.floor_max).max();
+    let sittings_at = cfg
+        .sizes
+        .iter()
+        .copied()
+        .filter(|n| *n <= cfg.floor_max)
+        .max();
     if only_sittings {
         let n = sittings_at.ok_or("LINNET_BENCH_ONLY=sittings: no size up to the floor's")?;
         return sittings::alternating(cfg, &admin, n, cfg.sittings, cfg.sitting_pushes).await;
@@ -1467,8 +1472,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
             rows.extend(rows_for(n, &runs));
             if Some(n) == sittings_at && cfg.sittings > 0 {
                 rows.extend(
-                    sittings::alternating(cfg, &admin, n, cfg.sittings, cfg.sitting_pushes)
-                        .await?,
+                    sittings::alternating(cfg, &admin, n, cfg.sittings, cfg.sitting_pushes).await?,
                 );
             }
             if cfg.shards > 1 {

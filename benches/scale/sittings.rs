@@ -8,16 +8,28 @@
 
 use super::*;
 
-/// Row labels, in the order [`alternating`] gives them (after the fetch rows).
+/// Row labels, in the order [`alternating`] gives them (after the fetch rows, before the
+/// [`MILESTONES`]).
 pub const SITTINGS: [&str; 3] = [
     "   13 sittings: linnet, start -> every rollout Stable",
     "   13 sittings: the floor, its sets created directly -> every one Ready",
     "   13 sittings: linnet over the floor, per sitting (ratio)",
 ];
 
+/// Where the time goes, beside [`SITTINGS`]: the same sittings' milestones.
+pub const MILESTONES: [&str; 4] = [
+    "   13 sittings: linnet, start -> every stable set created",
+    "   13 sittings: linnet, start -> every stable set Ready",
+    "   13 sittings: the floor, start -> every set created",
+    "   13 sittings: linnet, start -> every CR applied",
+];
+
 /// What one linnet sitting measured.
 struct Sitting {
     stable_s: f64,
+    crs_s: f64,
+    created_s: f64,
+    ready_s: f64,
     /// Rollout 0's stable set, as linnet made it: the floor's template.
     template: StatefulSet,
     read_ms: Vec<f64>,
@@ -34,14 +46,21 @@ pub async fn alternating(
 ) -> Result<Vec<Row>, String> {
     let slow = Duration::from_secs(60 + n as u64 / 2);
     let (mut linnet, mut floor) = (Vec::new(), Vec::new());
+    let mut milestones: [Vec<f64>; 4] = Default::default();
     let (mut read_ms, mut fetch_ms) = (Vec::new(), Vec::new());
     for k in 0..sittings {
-        log(&format!("size {n}: sitting {} of {sittings}: linnet", k + 1));
+        log(&format!(
+            "size {n}: sitting {} of {sittings}: linnet",
+            k + 1
+        ));
         let sitting = linnet_sitting(cfg, admin, n, pushes).await?;
         log(&format!(
-            "size {n}: sitting {}: linnet {:.1} s; the floor",
+            "size {n}: sitting {}: linnet {:.1} s (CRs applied {:.1} s, sets created {:.1} s, Ready {:.1} s); the floor",
             k + 1,
-            sitting.stable_s
+            sitting.stable_s,
+            sitting.crs_s,
+            sitting.created_s,
+            sitting.ready_s
         ));
         let direct = direct_sets_ready(admin, &sitting.template, n, slow * 3).await?;
         log(&format!(
@@ -52,6 +71,10 @@ pub async fn alternating(
         ));
         linnet.push(sitting.stable_s);
         floor.push(direct.ready_s);
+        milestones[0].push(sitting.created_s);
+        milestones[1].push(sitting.ready_s);
+        milestones[2].push(direct.created_s);
+        milestones[3].push(sitting.crs_s);
         read_ms.extend(sitting.read_ms);
         fetch_ms.extend(sitting.fetch_ms);
     }
@@ -79,6 +102,12 @@ pub async fn alternating(
             )
         },
     ]);
+    for (label, v) in MILESTONES.into_iter().zip(milestones) {
+        rows.push(Row {
+            figure: label,
+            ..row(n, 13, "s", v, "-", None)
+        });
+    }
     Ok(rows)
 }
 
@@ -99,11 +128,25 @@ async fn linnet_sitting(
     let slow = Duration::from_secs(60 + n as u64 / 2);
     let started = Instant::now();
     let agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, ("1h", "1h"));
-    let stable = count_seen(rollouts.clone(), n, slow * 3, |o| {
-        phase(o) == Some(StatefulSetPhase::Stable)
-    })
-    .await?;
-    let stable_s = (stable - started).as_secs_f64();
+    let stable_set = |o: &StatefulSet| {
+        o.metadata
+            .name
+            .as_deref()
+            .is_some_and(|x| x.ends_with("-stable"))
+    };
+    let (crs, created, ready, stable) = tokio::join!(
+        count_seen(rollouts.clone(), n, slow * 3, |_| true),
+        count_seen(sets.clone(), n, slow * 3, stable_set),
+        count_seen(sets.clone(), n, slow * 3, move |o: &StatefulSet| {
+            stable_set(o) && o.status.as_ref().and_then(|st| st.ready_replicas) == Some(1)
+        }),
+        count_seen(rollouts.clone(), n, slow * 3, |o| {
+            phase(o) == Some(StatefulSetPhase::Stable)
+        }),
+    );
+    let since = |at: Instant| (at - started).as_secs_f64();
+    let (crs_s, created_s, ready_s, stable_s) =
+        (since(crs?), since(created?), since(ready?), since(stable?));
     let template = sets
         .get(&format!("{}-stable", rollout_name(0)))
         .await
@@ -142,6 +185,9 @@ async fn linnet_sitting(
     deleted(admin, ns).await;
     Ok(Sitting {
         stable_s,
+        crs_s,
+        created_s,
+        ready_s,
         template,
         read_ms,
         fetch_ms,

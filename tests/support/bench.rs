@@ -41,7 +41,10 @@ pub fn write_section(path: &str, title: &str, section: &str) {
 /// `section` carries); a file without them gets the section appended.
 pub fn write_marked(path: &str, title: &str, marker: &str, section: &str) {
     let old = std::fs::read_to_string(path).unwrap_or_default();
-    let (begin, end) = (format!("<!-- {marker}:begin"), format!("<!-- {marker}:end -->"));
+    let (begin, end) = (
+        format!("<!-- {marker}:begin"),
+        format!("<!-- {marker}:end -->"),
+    );
     let new = match (old.find(&begin), old.find(&end)) {
         (Some(a), Some(b)) if a < b => {
             format!("{}{section}{}", &old[..a], &old[b + end.len()..])

@@ -38,7 +38,9 @@ impl GitMirror {
         match self.fetch_one_round() {
             Ok(Some(tip)) => Ok(tip),
             Ok(None) => {
-                tracing::debug!("the new tip brings more than one round may take; fetching it shallow");
+                tracing::debug!(
+                    "the new tip brings more than one round may take; fetching it shallow"
+                );
                 self.fetch()
             }
             Err(e) => Err(e),

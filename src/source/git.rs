@@ -345,15 +345,20 @@ impl GitMirror {
                 .reference(&self.tracking_ref(), tip, true, "linnet: read in place")?;
             return Ok(tip);
         }
-        let refspec = format!("+refs/heads/{}:{}", self.remote.branch, self.tracking_ref());
-        let mut remote = self.repo.find_remote("origin")?;
-        let local = is_local(&self.remote.url);
         let mut options = FetchOptions::new();
         options.remote_callbacks(self.callbacks());
-        options.download_tags(AutotagOption::None);
-        if !local && self.shallow {
+        if self.shallow {
             options.depth(depth);
         }
+        self.fetch_branch(options)
+    }
+
+    /// Fetches the branch (never its tags) into its tracking ref with `options`, and returns
+    /// the tip fetched.
+    fn fetch_branch(&self, mut options: FetchOptions<'_>) -> Result<Oid, GitError> {
+        let refspec = format!("+refs/heads/{}:{}", self.remote.branch, self.tracking_ref());
+        let mut remote = self.repo.find_remote("origin")?;
+        options.download_tags(AutotagOption::None);
         remote
             .fetch(&[refspec.as_str()], Some(&mut options), None)
             .map_err(|e| self.classify(e))?;

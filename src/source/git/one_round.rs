@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use git2::{AutotagOption, FetchOptions, Oid};
+use git2::{FetchOptions, Oid};
 
 use super::{GitError, GitMirror, is_local};
 
@@ -63,13 +63,19 @@ impl GitMirror {
         if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
             return Ok(());
         }
-        std::fs::write(&path, text).map_err(|source| GitError::Io { path, source })
+        // Whole or not at all: a `kill -9` mid-write must not leave a boundary libgit2 cannot
+        // read (every later fetch would fail on it).
+        let io = |path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| GitError::Io { path, source }
+        };
+        let written = self.repo.path().join("shallow.linnet-new");
+        std::fs::write(&written, text).map_err(io(&written))?;
+        std::fs::rename(&written, &path).map_err(io(&path))
     }
 
     /// The fetch without depth; `None` when it was stopped at the bound.
     fn fetch_one_round(&self) -> Result<Option<Oid>, GitError> {
-        let refspec = format!("+refs/heads/{}:{}", self.remote.branch, self.tracking_ref());
-        let mut remote = self.repo.find_remote("origin")?;
         let too_much = Arc::new(AtomicBool::new(false));
         let mut callbacks = self.callbacks();
         let deadline = self.deadline.map(|(at, _)| at);
@@ -85,17 +91,10 @@ impl GitMirror {
         });
         let mut options = FetchOptions::new();
         options.remote_callbacks(callbacks);
-        options.download_tags(AutotagOption::None);
-        match remote.fetch(&[refspec.as_str()], Some(&mut options), None) {
-            Ok(()) => {}
-            Err(_) if too_much.load(Ordering::Relaxed) => return Ok(None),
-            Err(e) => return Err(self.classify(e)),
+        match self.fetch_branch(options) {
+            Ok(tip) => Ok(Some(tip)),
+            Err(_) if too_much.load(Ordering::Relaxed) => Ok(None),
+            Err(e) => Err(e),
         }
-        self.local_tip()
-            .map(Some)
-            .ok_or_else(|| GitError::NoSuchBranch {
-                url: crate::text::redact_credentials(&self.remote.url),
-                branch: self.remote.branch.clone(),
-            })
     }
 }

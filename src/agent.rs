@@ -43,6 +43,15 @@ pub async fn run(
     )
     .await?;
     let source = open_source(&config).await?;
+    // The fetch and the parse, read only, under the waits for the Lease and the claim.
+    let read_ahead = match &source {
+        Source::Remote(remote) => Some(tokio::spawn(look::read_ahead(
+            remote.clone(),
+            config.clone(),
+            metrics.clone(),
+        ))),
+        Source::Local { .. } => None,
+    };
     // Sharded (`--shards`), every replica runs the rollouts of the shards it holds at once;
     // only Git sync, write-back and commit statuses wait for the main Lease.
     let sharded = config.leader.clone().filter(|l| l.shards > 1);
@@ -76,6 +85,10 @@ pub async fn run(
     let events = crate::events::EventRecorders::new(client.clone(), crate::events::reporter());
     let spec_error_statuses = feeds.spawn(&config, &client, &metrics, &events, &mut tasks);
     let syncer = syncer(&config, &client, kube_config, &rollouts);
+    // The first look must not find the remote busy with the read ahead.
+    if let Some(read_ahead) = read_ahead {
+        let _ = read_ahead.await;
+    }
     let source_loop = SourceLoop {
         config,
         client,

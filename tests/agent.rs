@@ -1693,6 +1693,62 @@ async fn a_force_push_is_an_event_and_a_condition_and_can_be_refused() {
     );
 }
 
+/// The read ahead (issue 77: the tip is fetched and parsed while the source claim settles)
+/// must not swallow what the first look says: a force push made while the agent was down is
+/// still a `HistoryRewritten` condition after the restart, and its specs are applied.
+#[tokio::test]
+async fn a_rewrite_while_the_agent_was_down_is_still_said_after_the_read_ahead() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-rewrite-down").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_bare, work) = seeded_remote(tmp.path(), &ns.name);
+    for i in 0..3 {
+        std::fs::write(work.join(format!("notes-{i}.txt")), "x").unwrap();
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "notes"]);
+    }
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    let server = support::git_http::serve(tmp.path().to_path_buf(), None);
+    let args = [
+        format!("--repo-url={server}/remote.git"),
+        "--path=apps".into(),
+    ];
+    let mut agent = start_agent(tmp.path(), &args, &ns.name);
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    commit_image(&work, "redis:7.4", &[], &[]);
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    assert_eq!(agent.push_webhook().await, 202);
+    wait_image(&admin, &ns.name, "redis:7.4").await;
+    agent.kill();
+
+    let file = work.join("apps/redis/redis.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("redis:7.4", "redis:6.0")).unwrap();
+    git(
+        &work,
+        &["commit", "-q", "--amend", "-am", "rewritten while down"],
+    );
+    git(&work, &["push", "-q", "--force", "origin", "HEAD:main"]);
+    let agent = start_agent(tmp.path(), &args, &ns.name);
+    wait_ready(&agent).await;
+    wait_image(&admin, &ns.name, "redis:6.0").await;
+    let status = wait_status(&agent, "the rewrite said after a restart", |s| {
+        s["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "HistoryRewritten"))
+    })
+    .await;
+    let condition = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "HistoryRewritten")
+        .unwrap();
+    assert_eq!(condition["status"], "True", "{status}");
+}
+
 /// Regression (issue 70): a force push of an orphan history of 300 commits was applied with
 /// `--refuse-history-rewrites` ("cannot tell whether the new tip descends from the last one"
 /// was taken for "no rewrite"); over smart HTTP, 65 commits did it (the shallow boundary). A

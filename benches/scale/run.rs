@@ -380,7 +380,11 @@ fn start_agent_with(
                 .split_whitespace(),
         )
         .env("KUBECONFIG", support::linnet_kubeconfig())
-        .env("RUST_LOG", "linnet=info")
+        // LINNET_BENCH_RUST_LOG="linnet=debug" for a timeline of one run.
+        .env(
+            "RUST_LOG",
+            std::env::var("LINNET_BENCH_RUST_LOG").unwrap_or_else(|_| "linnet=info".into()),
+        )
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

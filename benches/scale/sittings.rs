@@ -64,10 +64,11 @@ pub async fn alternating(
         ));
         let direct = direct_sets_ready(admin, &sitting.template, n, slow * 3).await?;
         log(&format!(
-            "size {n}: sitting {}: the floor {:.1} s ({:.2} x)",
+            "size {n}: sitting {}: the floor {:.1} s ({:.2} x), kube-apiserver CPU {:.1} s",
             k + 1,
             direct.ready_s,
-            sitting.stable_s / direct.ready_s
+            sitting.stable_s / direct.ready_s,
+            direct.apiserver_cpu_s
         ));
         linnet.push(sitting.stable_s);
         floor.push(direct.ready_s);
@@ -127,6 +128,7 @@ async fn linnet_sitting(
     let sets: Api<StatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let slow = Duration::from_secs(60 + n as u64 / 2);
     let started = Instant::now();
+    let apiserver_before = apiserver_cpu();
     let agent = start_agent(cfg, tmp.path(), &host.url, &ns.name, port, ("1h", "1h"));
     let stable_set = |o: &StatefulSet| {
         o.metadata
@@ -147,6 +149,12 @@ async fn linnet_sitting(
     let since = |at: Instant| (at - started).as_secs_f64();
     let (crs_s, created_s, ready_s, stable_s) =
         (since(crs?), since(created?), since(ready?), since(stable?));
+    // Both share the two cores with the StatefulSet controller's pods: said per sitting.
+    log(&format!(
+        "size {n}: linnet sitting: agent CPU {:.1} s, kube-apiserver CPU {:.1} s until every rollout was Stable",
+        usage(agent.pid()).1,
+        apiserver_cpu() - apiserver_before
+    ));
     let template = sets
         .get(&format!("{}-stable", rollout_name(0)))
         .await
@@ -182,6 +190,12 @@ async fn linnet_sitting(
     }
     let (read_ms, fetch_ms) = fetch::paired(&host.bare, &tmp.path().join("agent.log"), &fetched);
     drop(agent);
+    // LINNET_BENCH_KEEP_LOGS=<dir> keeps each sitting's agent log there, to read its timeline.
+    if let Ok(dir) = std::env::var("LINNET_BENCH_KEEP_LOGS") {
+        let kept = Path::new(&dir).join(format!("sitting-{n}-{}.log", ns.name));
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::copy(tmp.path().join("agent.log"), kept);
+    }
     deleted(admin, ns).await;
     Ok(Sitting {
         stable_s,

@@ -183,22 +183,8 @@ pub(super) async fn look_at_remote(
             match refused {
                 Some(e) => Err(e),
                 None => {
-                    let load = config.load.clone();
-                    let keys = config.signing_keys.clone();
-                    let verify_commits = config.verify_commits;
-                    let remote = remote.clone();
-                    // Local work: the objects are in the mirror already. Only a chart from a
-                    // host --render-allow-host names is fetched here, within --render-timeout
-                    // plus --git-timeout; only this loop takes the state's lock, so nothing
-                    // waits on it meanwhile.
                     let span = tracing::info_span!("read", revision = %tip);
-                    tokio::task::spawn_blocking(move || {
-                        let _in = span.enter();
-                        read_revision(&remote, tip, &load, keys.as_deref(), verify_commits, synced)
-                    })
-                    .await
-                    .map_err(SourceError::Task)
-                    .and_then(|r| r.map_err(SourceError::Git))
+                    read_tip(&remote, config, tip, synced, span).await
                 }
             }
         }
@@ -215,6 +201,62 @@ pub(super) async fn look_at_remote(
     Looked {
         found,
         history: seen,
+    }
+}
+
+/// Reads the specs at `tip` (in the mirror already) into the snapshot. Local work: only a
+/// chart from a host --render-allow-host names is fetched here, within --render-timeout plus
+/// --git-timeout; only the source loop (or the read ahead, before it starts) takes the
+/// state's lock, so nothing waits on it meanwhile.
+async fn read_tip(
+    remote: &Arc<Remote>,
+    config: &AgentConfig,
+    tip: git2::Oid,
+    synced: Option<String>,
+    span: tracing::Span,
+) -> Result<Found, SourceError> {
+    let load = config.load.clone();
+    let keys = config.signing_keys.clone();
+    let verify_commits = config.verify_commits;
+    let remote = remote.clone();
+    tokio::task::spawn_blocking(move || {
+        let _in = span.enter();
+        read_revision(&remote, tip, &load, keys.as_deref(), verify_commits, synced)
+    })
+    .await
+    .map_err(SourceError::Task)
+    .and_then(|r| r.map_err(SourceError::Git))
+}
+
+/// Fetches and reads the remote's tip before the first sync, while the agent waits for its
+/// source claim to settle (2 s at the default claim duration): nothing is written to the
+/// cluster or to Git, so it may run before the source is this agent's, and the first sync
+/// then finds the tip fetched and parsed. A tip whose history the first look must report (a
+/// rewrite, or one it cannot tell) is left unread for that look, and so is any failure: the
+/// first look tries again and says why.
+pub async fn read_ahead(remote: Arc<Remote>, config: AgentConfig, metrics: Arc<Metrics>) {
+    let started = Instant::now();
+    let asked = ask_remote(&remote, &config, None, None).await;
+    metrics
+        .fetch_duration
+        .observe(started.elapsed().as_secs_f64());
+    let outcome = match asked {
+        Ok(RemoteTip::At(tip, None | Some(History::FastForward))) => {
+            let span = tracing::info_span!("read_ahead", revision = %tip);
+            read_tip(&remote, &config, tip, None, span)
+                .await
+                .map(|_| ())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(()) => {
+            tracing::debug!(took = ?started.elapsed(), "read the source ahead of the first sync")
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the source ahead; the first sync looks again")
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResourceExt;
-use kube::core::cel::Validator;
+use kube::core::cel::{CompiledSchema, Validator, compile_schema};
 use serde_json::Value;
 
 use crate::api::{CanaryDeployment, CanaryStatefulSet};
@@ -53,12 +53,35 @@ pub fn crd_errors(kind: &str, object: &Value) -> Vec<(String, String)> {
     if !structural.is_empty() {
         return structural;
     }
-    cel_errors(schema, object)
+    cel_errors(kind, schema, object)
+}
+
+/// The CEL rules of `kind`'s CRD, compiled once: compiling them for every file was a fifth
+/// of the agent's CPU in a 1,000-rollout first sync (issue 77).
+fn compiled_rules(kind: &str, schema: &Value) -> Option<&'static CompiledSchema> {
+    static STS: OnceLock<CompiledSchema> = OnceLock::new();
+    static DEPLOY: OnceLock<CompiledSchema> = OnceLock::new();
+    static TEMPLATE: OnceLock<CompiledSchema> = OnceLock::new();
+    let cell = match kind {
+        "AnalysisTemplate" => &TEMPLATE,
+        "CanaryStatefulSet" => &STS,
+        "CanaryDeployment" => &DEPLOY,
+        _ => return None,
+    };
+    Some(cell.get_or_init(|| compile_schema(schema)))
+}
+
+thread_local! {
+    /// The CEL functions Kubernetes registers, once per thread (a validator is not `Sync`).
+    static VALIDATOR: Validator = Validator::new();
 }
 
 /// Evaluates the CRD's CEL validation rules against `object`.
-fn cel_errors(schema: &Value, object: &Value) -> Vec<(String, String)> {
-    match Validator::new().validate(schema, object, None) {
+fn cel_errors(kind: &str, schema: &Value, object: &Value) -> Vec<(String, String)> {
+    let Some(rules) = compiled_rules(kind, schema) else {
+        return Vec::new();
+    };
+    match VALIDATOR.with(|v| v.validate_compiled(rules, object, None)) {
         Ok(()) => Vec::new(),
         Err(errors) => errors
             .into_vec()

@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 pub use crate::runtime::config::{AgentConfig, LeaderConfig, SourceConfig};
 pub use crate::runtime::listeners::{RolloutRow, StatusReport};
+use crate::runtime::look::ReadAhead;
 use crate::runtime::source_loop::{Source, SourceLoop};
 pub use crate::runtime::state::{DEGRADED, SourceCondition, SourceStatus};
 use crate::runtime::supervise::Tasks;
@@ -42,16 +43,7 @@ pub async fn run(
         &mut tasks,
     )
     .await?;
-    let source = open_source(&config).await?;
-    // The fetch and the parse, read only, under the waits for the Lease and the claim.
-    let read_ahead = match &source {
-        Source::Remote(remote) => Some(tokio::spawn(look::read_ahead(
-            remote.clone(),
-            config.clone(),
-            metrics.clone(),
-        ))),
-        Source::Local { .. } => None,
-    };
+    let (source, read_ahead) = open_source(&config, &metrics).await?;
     // Sharded (`--shards`), every replica runs the rollouts of the shards it holds at once;
     // only Git sync, write-back and commit statuses wait for the main Lease.
     let sharded = config.leader.clone().filter(|l| l.shards > 1);
@@ -62,10 +54,7 @@ pub async fn run(
         metrics.leader.set(1);
     }
     // Before this replica applies, prunes or reconciles anything: the source is its own.
-    let source_claim = take_source_claim(&client, &config).await?;
-    tasks.spawn("source claim", source_claim.clone().keep());
-    // Without leader election the next holder is another pod: it need not wait for a lapse.
-    held.claim = config.leader.is_none().then_some(source_claim);
+    held.claim = take_source_claim(&client, &config, &mut tasks).await?;
     let mut ctx = controller_context(&config, &client, &kube_config, &metrics, &state);
     ctx = with_fleet(ctx, &config, wakes.another(), &metrics, &state, &mut tasks);
     if let Some(leader) = &sharded {
@@ -85,10 +74,7 @@ pub async fn run(
     let events = crate::events::EventRecorders::new(client.clone(), crate::events::reporter());
     let spec_error_statuses = feeds.spawn(&config, &client, &metrics, &events, &mut tasks);
     let syncer = syncer(&config, &client, kube_config, &rollouts);
-    // The first look must not find the remote busy with the read ahead.
-    if let Some(read_ahead) = read_ahead {
-        let _ = read_ahead.await;
-    }
+    read_ahead.finished().await;
     let source_loop = SourceLoop {
         config,
         client,
@@ -131,8 +117,20 @@ impl Held {
     }
 }
 
-/// The Git repository (a mirror of the remote) or the directory the specs come from.
-async fn open_source(config: &AgentConfig) -> Result<Source> {
+/// The Git repository (a mirror of the remote) or the directory the specs come from, and
+/// the read ahead of a remote's tip.
+async fn open_source(config: &AgentConfig, metrics: &Arc<Metrics>) -> Result<(Source, ReadAhead)> {
+    let source = open_source_only(config).await?;
+    let remote = match &source {
+        Source::Remote(remote) => Some(remote),
+        Source::Local { .. } => None,
+    };
+    let read_ahead = ReadAhead::start(remote, config, metrics);
+    Ok((source, read_ahead))
+}
+
+/// The mirror of the remote (cloned the first time), or the watched directory.
+async fn open_source_only(config: &AgentConfig) -> Result<Source> {
     Ok(match &config.source {
         SourceConfig::Remote { remote, cache_dir } => Source::Remote(
             look::open_remote(remote.clone(), cache_dir.clone(), config.render.clone()).await?,
@@ -163,24 +161,29 @@ async fn hold_lease(
     Ok(held)
 }
 
-/// Takes the claim on this agent's source name, or says which agent holds it.
+/// Takes the claim on this agent's source name, or says which agent holds it, and keeps it
+/// renewed; returns it when this replica releases it at shutdown: without leader election
+/// the next holder is another pod, which need not wait for a lapse.
 async fn take_source_claim(
     client: &kube::Client,
     config: &AgentConfig,
-) -> Result<claim::SourceClaim> {
+    tasks: &mut Tasks,
+) -> Result<Option<claim::SourceClaim>> {
     let spec = crate::runtime::source_object::spec_of(config);
     let origin = claim::Origin {
         url: spec.url,
         branch: spec.branch,
     };
-    claim::take(
+    let source_claim = claim::take(
         client,
         &config.source_name,
         &config.installation,
         config.claim_duration,
         &origin,
     )
-    .await
+    .await?;
+    tasks.spawn("source claim", source_claim.clone().keep());
+    Ok(config.leader.is_none().then_some(source_claim))
 }
 
 /// What the controllers share: the client, the source's name and account, the limits.

@@ -14,6 +14,9 @@ use crate::specs::{LoadOptions, SpecSet};
 use crate::telemetry::{Metrics, ReasonLabel};
 use crate::{Error, Result};
 
+mod read_ahead;
+pub use read_ahead::ReadAhead;
+
 /// Why a look at the source or a sync failed; the cluster keeps the last good state, and the
 /// loop tries again. Each has a stable label for `linnet_git_fetch_errors_total`.
 #[derive(Debug, thiserror::Error)]
@@ -226,38 +229,6 @@ async fn read_tip(
     .await
     .map_err(SourceError::Task)
     .and_then(|r| r.map_err(SourceError::Git))
-}
-
-/// Fetches and reads the remote's tip before the first sync, while the agent waits for its
-/// source claim to settle (2 s at the default claim duration): nothing is written to the
-/// cluster or to Git, so it may run before the source is this agent's, and the first sync
-/// then finds the tip fetched and parsed. A tip whose history the first look must report (a
-/// rewrite, or one it cannot tell) is left unread for that look, and so is any failure: the
-/// first look tries again and says why.
-pub async fn read_ahead(remote: Arc<Remote>, config: AgentConfig, metrics: Arc<Metrics>) {
-    let started = Instant::now();
-    let asked = ask_remote(&remote, &config, None, None).await;
-    metrics
-        .fetch_duration
-        .observe(started.elapsed().as_secs_f64());
-    let outcome = match asked {
-        Ok(RemoteTip::At(tip, None | Some(History::FastForward))) => {
-            let span = tracing::info_span!("read_ahead", revision = %tip);
-            read_tip(&remote, &config, tip, None, span)
-                .await
-                .map(|_| ())
-        }
-        Ok(_) => Ok(()),
-        Err(e) => Err(e),
-    };
-    match outcome {
-        Ok(()) => {
-            tracing::debug!(took = ?started.elapsed(), "read the source ahead of the first sync")
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "could not read the source ahead; the first sync looks again")
-        }
-    }
 }
 
 /// Asks the remote for its tip and fetches it when it is new, within --git-timeout, holding

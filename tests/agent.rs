@@ -1579,6 +1579,19 @@ async fn range_verification_refuses_unsigned_commits_below_and_revoked_or_expire
     .await;
 }
 
+/// A seeded remote with three more commits on its branch, served over smart HTTP (a shallow
+/// mirror, which fetches more history to judge a rewrite): the work tree and the server.
+fn served_remote_with_history(dir: &Path, ns: &str) -> (PathBuf, String) {
+    let (_bare, work) = seeded_remote(dir, ns);
+    for i in 0..3 {
+        std::fs::write(work.join(format!("notes-{i}.txt")), "x").unwrap();
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "notes"]);
+    }
+    git(&work, &["push", "-q", "origin", "HEAD:main"]);
+    (work, support::git_http::serve(dir.to_path_buf(), None))
+}
+
 /// Issue 45: the tracked branch force-pushed to another history was followed with no log
 /// line, event or condition. Over smart HTTP (a shallow mirror, which fetches more history to
 /// tell): a rewrite is a Warning event and a `HistoryRewritten` condition, and with
@@ -1589,14 +1602,7 @@ async fn a_force_push_is_an_event_and_a_condition_and_can_be_refused() {
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-rewrite").await;
     let tmp = tempfile::tempdir().unwrap();
-    let (_bare, work) = seeded_remote(tmp.path(), &ns.name);
-    for i in 0..3 {
-        std::fs::write(work.join(format!("notes-{i}.txt")), "x").unwrap();
-        git(&work, &["add", "-A"]);
-        git(&work, &["commit", "-qm", "notes"]);
-    }
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    let server = support::git_http::serve(tmp.path().to_path_buf(), None);
+    let (work, server) = served_remote_with_history(tmp.path(), &ns.name);
     let agent = start_agent(
         tmp.path(),
         &[
@@ -1702,14 +1708,7 @@ async fn a_rewrite_while_the_agent_was_down_is_still_said_after_the_read_ahead()
     install_linnet(&admin).await;
     let ns = TestNamespace::create(&admin, "agent-rewrite-down").await;
     let tmp = tempfile::tempdir().unwrap();
-    let (_bare, work) = seeded_remote(tmp.path(), &ns.name);
-    for i in 0..3 {
-        std::fs::write(work.join(format!("notes-{i}.txt")), "x").unwrap();
-        git(&work, &["add", "-A"]);
-        git(&work, &["commit", "-qm", "notes"]);
-    }
-    git(&work, &["push", "-q", "origin", "HEAD:main"]);
-    let server = support::git_http::serve(tmp.path().to_path_buf(), None);
+    let (work, server) = served_remote_with_history(tmp.path(), &ns.name);
     let args = [
         format!("--repo-url={server}/remote.git"),
         "--path=apps".into(),

@@ -347,6 +347,8 @@ mod docs_tests {
         // cosign (docs/image-automation.md)
         "--key",
         "--new-bundle-format",
+        // perf, profiling a bench's agent (docs/development.md)
+        "--call-graph",
     ];
 
     /// Regression (issue 72): docs/promotion.md told users to pass `--git-token-file`, which

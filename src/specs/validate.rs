@@ -13,24 +13,34 @@ use serde_json::Value;
 
 use crate::api::{CanaryDeployment, CanaryStatefulSet};
 
-fn crd_schema<K: CustomResourceExt>(cell: &'static OnceLock<Value>) -> &'static Value {
+/// A linnet kind's CRD schema, as the API server has it, and its CEL rules compiled once:
+/// compiling them for every file was a fifth of the agent's CPU in a 1,000-rollout first
+/// sync (issue 77).
+struct KindSchema {
+    schema: Value,
+    rules: CompiledSchema,
+}
+
+fn crd_schema<K: CustomResourceExt>(cell: &'static OnceLock<KindSchema>) -> &'static KindSchema {
     cell.get_or_init(|| {
-        K::crd()
+        let schema = K::crd()
             .spec
             .versions
             .first()
             .and_then(|v| v.schema.as_ref())
             .and_then(|s| s.open_api_v3_schema.as_ref())
             .and_then(|s| serde_json::to_value(s).ok())
-            .unwrap_or(Value::Null)
+            .unwrap_or(Value::Null);
+        let rules = compile_schema(&schema);
+        KindSchema { schema, rules }
     })
 }
 
-/// The OpenAPI schema of a linnet kind's CRD, as the API server has it.
-fn schema_of(kind: &str) -> Option<&'static Value> {
-    static STS: OnceLock<Value> = OnceLock::new();
-    static DEPLOY: OnceLock<Value> = OnceLock::new();
-    static TEMPLATE: OnceLock<Value> = OnceLock::new();
+/// The schema of a linnet kind's CRD.
+fn schema_of(kind: &str) -> Option<&'static KindSchema> {
+    static STS: OnceLock<KindSchema> = OnceLock::new();
+    static DEPLOY: OnceLock<KindSchema> = OnceLock::new();
+    static TEMPLATE: OnceLock<KindSchema> = OnceLock::new();
     match kind {
         "AnalysisTemplate" => Some(crd_schema::<crate::api::AnalysisTemplate>(&TEMPLATE)),
         "CanaryStatefulSet" => Some(crd_schema::<CanaryStatefulSet>(&STS)),
@@ -43,7 +53,7 @@ fn schema_of(kind: &str) -> Option<&'static Value> {
 /// structural schema (types, bounds, enums, required fields), then, if that passed, the CEL
 /// rules. Returns `(field path, message)`.
 pub fn crd_errors(kind: &str, object: &Value) -> Vec<(String, String)> {
-    let Some(schema) = schema_of(kind) else {
+    let Some(KindSchema { schema, rules }) = schema_of(kind) else {
         return Vec::new();
     };
     let structural: Vec<(String, String)> = super::schema::schema_errors(schema, object)
@@ -53,35 +63,18 @@ pub fn crd_errors(kind: &str, object: &Value) -> Vec<(String, String)> {
     if !structural.is_empty() {
         return structural;
     }
-    cel_errors(kind, schema, object)
+    cel_errors(rules, object)
 }
 
-/// The CEL rules of `kind`'s CRD, compiled once: compiling them for every file was a fifth
-/// of the agent's CPU in a 1,000-rollout first sync (issue 77).
-fn compiled_rules(kind: &str, schema: &Value) -> Option<&'static CompiledSchema> {
-    static STS: OnceLock<CompiledSchema> = OnceLock::new();
-    static DEPLOY: OnceLock<CompiledSchema> = OnceLock::new();
-    static TEMPLATE: OnceLock<CompiledSchema> = OnceLock::new();
-    let cell = match kind {
-        "AnalysisTemplate" => &TEMPLATE,
-        "CanaryStatefulSet" => &STS,
-        "CanaryDeployment" => &DEPLOY,
-        _ => return None,
-    };
-    Some(cell.get_or_init(|| compile_schema(schema)))
-}
-
-thread_local! {
-    /// The CEL functions Kubernetes registers, once per thread (a validator is not `Sync`).
-    static VALIDATOR: Validator = Validator::new();
-}
+/// The CEL functions Kubernetes registers, made once.
+static VALIDATOR: OnceLock<Validator> = OnceLock::new();
 
 /// Evaluates the CRD's CEL validation rules against `object`.
-fn cel_errors(kind: &str, schema: &Value, object: &Value) -> Vec<(String, String)> {
-    let Some(rules) = compiled_rules(kind, schema) else {
-        return Vec::new();
-    };
-    match VALIDATOR.with(|v| v.validate_compiled(rules, object, None)) {
+fn cel_errors(rules: &CompiledSchema, object: &Value) -> Vec<(String, String)> {
+    match VALIDATOR
+        .get_or_init(Validator::new)
+        .validate_compiled(rules, object, None)
+    {
         Ok(()) => Vec::new(),
         Err(errors) => errors
             .into_vec()

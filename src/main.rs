@@ -10,6 +10,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    linnet::telemetry::memory::tune_allocator();
     let cli = linnet::cli::Cli::parse_as_invoked();
     linnet::cli::run(cli)
 }

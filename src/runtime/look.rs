@@ -224,7 +224,9 @@ async fn read_tip(
     let remote = remote.clone();
     tokio::task::spawn_blocking(move || {
         let _in = span.enter();
-        read_revision(&remote, tip, &load, keys.as_deref(), verify_commits, synced)
+        let read = read_revision(&remote, tip, &load, keys.as_deref(), verify_commits, synced);
+        crate::telemetry::memory::collect_freed();
+        read
     })
     .await
     .map_err(SourceError::Task)

@@ -1,4 +1,5 @@
-//! Gives the memory a worker thread freed back to the system when the thread goes idle.
+//! Gives the memory a worker thread freed back to the system when the thread goes idle, and
+//! sets how soon mimalloc gives back freed pages at all ([`tune_allocator`]).
 //!
 //! mimalloc keeps a thread's freed pages until that thread allocates again. An agent that
 //! caught up after a restart went idle with the peak of its catch-up still resident (at 1,000
@@ -76,9 +77,34 @@ pub fn on_worker_park() {
     }
 }
 
-/// Frees this thread's empty pages and returns every arena's free memory to the system.
+/// mimalloc's delay before a freed page goes back to the system: 2 ms, not its 1 s. A burst
+/// (a revision's parse, a first sync) is shorter than a second, so nothing it freed went back
+/// before it ended and the pages it freed could not all be reused: reading the
+/// repository-shape bombs of `tests/hostile.rs` peaked at 100–117 MiB (release build; 68 MiB
+/// of it anonymous), at 2 ms at 52 (17). `MIMALLOC_PURGE_DELAY` in the environment still wins.
+pub const PURGE_DELAY_MS: std::ffi::c_long = 2;
+
+/// `mi_option_purge_delay` in the mimalloc (v3) that libmimalloc-sys builds, which does not
+/// name it (`include/mimalloc.h`, `mi_option_e`; 15 in v2 too).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Sets mimalloc's options, before the first thread starts.
 #[allow(unsafe_code)]
-fn collect_freed() {
+pub fn tune_allocator() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // SAFETY: takes no pointer; sets one word of mimalloc's option table, which it reads
+    // atomically.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
+}
+
+/// Frees this thread's empty pages and returns every arena's free memory to the system.
+/// Also for a blocking-pool thread after a burst (reading a revision): its freed pages would
+/// otherwise stay resident until it allocates again or exits, and two such threads (the read
+/// ahead and the first look) held 25 MiB each at start (issue 77, `tests/hostile.rs`).
+#[allow(unsafe_code)]
+pub fn collect_freed() {
     // SAFETY: mi_collect takes no pointer and only walks the calling thread's own heap and
     // the arenas' free lists, under mimalloc's locks; it is safe from any thread at any time,
     // also when mimalloc is not the global allocator (as in tests): then its heaps are empty.
@@ -130,6 +156,24 @@ mod tests {
     fn a_park_without_an_unpark_counts_no_work() {
         let mut w = Worker::default();
         assert!(!w.parks(Instant::now()));
+    }
+
+    #[allow(unsafe_code)]
+    #[test]
+    fn the_purge_delay_is_mimallocs_option_15() {
+        // SAFETY: reads one option; no pointer.
+        let get = || unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(
+                get(),
+                1000,
+                "v3's default purge delay: another option at 15?"
+            );
+        }
+        tune_allocator();
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(get(), PURGE_DELAY_MS);
+        }
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub fn on_worker_park() {
 /// mimalloc's delay before a freed page goes back to the system: 2 ms, not its 1 s. A burst
 /// (a revision's parse, a first sync) is shorter than a second, so nothing it freed went back
 /// before it ended and the pages it freed could not all be reused: reading the
-/// repository-shape bombs of `tests/hostile.rs` peaked at 100–117 MiB (release build; 68 MiB
+/// repository-shape bombs of `tests/hostile.rs` peaked at 95–117 MiB (release build; 68 MiB
 /// of it anonymous), at 2 ms at 52 (17). `MIMALLOC_PURGE_DELAY` in the environment still wins.
 pub const PURGE_DELAY_MS: std::ffi::c_long = 2;
 

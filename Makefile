@@ -4,7 +4,7 @@ CARGO ?= cargo
 
 PREFIX ?= $(HOME)/.cargo
 
-.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo demo-fleet cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build influxdb-build cluster-up cluster-down bench bench-large bench-sittings chaos soak clean
+.PHONY: all build install image image-push image-tools render-build gateway-build deps plan-test plan-demo test-tools test test-unit fuzz lint fmt crds demo demo-fleet cluster-build node-build node-up node-down gitea-build tools-build prometheus-build otel-build influxdb-build cluster-up cluster-down bench bench-large bench-sittings bench-shards chaos soak clean
 
 all: build
 
@@ -156,6 +156,18 @@ bench-large: cluster-build
 ## own section of bench/RESULTS.md. About 12 minutes. `make bench` measures the same.
 bench-sittings: cluster-build
 	LINNET_BENCH_ONLY=sittings LINNET_BENCH_SIZES=$${LINNET_BENCH_SIZES:-1000} \
+	  tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
+
+## bench-shards: the first sync of 100,000 rollouts by 10 replicas (`--shards 10`) started
+## together, per shard (issue 77): the syncing replica's source read and applies, each shard's
+## stable sets created, its sampled rollouts Stable and its replica's peak memory. One rollout
+## in 100 runs its pod (the others' pods are created, never scheduled). Keeps its namespace:
+## run it on a cluster of its own (`tests/cluster/with-cluster.sh` takes it down after). Writes
+## its own section of bench/RESULTS.md. About 45 minutes and 22 GB of memory on 2 cores.
+bench-shards: cluster-build
+	LINNET_BENCH_ONLY=shards LINNET_BENCH_SIZES=$${LINNET_BENCH_SIZES:-100000} \
+	  LINNET_BENCH_SHARDS=$${LINNET_BENCH_SHARDS:-10} LINNET_BENCH_POD_SAMPLE=$${LINNET_BENCH_POD_SAMPLE:-100} \
+	  LINNET_BENCH_FILES_PER_DIR=$${LINNET_BENCH_FILES_PER_DIR:-1000} LINNET_KEEP_NAMESPACES=1 \
 	  tests/cluster/with-cluster.sh $(CARGO) bench --bench scale
 
 ## soak: every feature on at once for SOAK_SECS (an hour) on the real node, drift checks every

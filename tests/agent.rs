@@ -1748,6 +1748,63 @@ async fn a_rewrite_while_the_agent_was_down_is_still_said_after_the_read_ahead()
     assert_eq!(condition["status"], "True", "{status}");
 }
 
+/// Regression (issue 77, the sharded bench at 100,000 rollouts): every replica read the
+/// source ahead, standbys too, so ten shards cloned and parsed the whole repository at once.
+/// Only a replica that holds the Lease reads ahead now; a standby reads once it leads.
+#[tokio::test]
+async fn a_standby_does_not_read_the_source_ahead() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-standby-read").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_work, server) = served_remote_with_history(tmp.path(), &ns.name);
+    let args = |identity: &str| {
+        [
+            format!("--repo-url={server}/remote.git"),
+            "--path=apps".into(),
+            format!("--lease-identity={identity}"),
+        ]
+    };
+    let (leader_dir, standby_dir) = (tmp.path().join("leader"), tmp.path().join("standby"));
+    std::fs::create_dir_all(&leader_dir).unwrap();
+    std::fs::create_dir_all(&standby_dir).unwrap();
+    let mut leader = start_agent(&leader_dir, &args("leader"), &ns.name);
+    wait_ready(&leader).await;
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    let standby = start_agent(&standby_dir, &args("standby"), &ns.name);
+    support::eventually(
+        "the standby waiting for the lease",
+        Duration::from_secs(30),
+        || {
+            let waiting = standby.log_text().contains("waiting to hold the lease");
+            async move { waiting.then_some(()) }
+        },
+    )
+    .await;
+    // Far longer than a read ahead of this small repository takes (tens of milliseconds).
+    support::holds_for(
+        "the standby leaving the source unread",
+        Duration::from_secs(3),
+        || {
+            let text = standby.log_text();
+            let read = text.contains("new revision") || text.contains("read the source ahead");
+            async move { if read { Err(text) } else { Ok(()) } }
+        },
+    )
+    .await;
+    leader.kill();
+    wait_ready(&standby).await;
+    support::eventually(
+        "the new leader reading the source",
+        Duration::from_secs(30),
+        || {
+            let read = standby.log_text().contains("new revision");
+            async move { read.then_some(()) }
+        },
+    )
+    .await;
+}
+
 /// Regression (issue 70): a force push of an orphan history of 300 commits was applied with
 /// `--refuse-history-rewrites` ("cannot tell whether the new tip descends from the last one"
 /// was taken for "no rewrite"); over smart HTTP, 65 commits did it (the shallow boundary). A

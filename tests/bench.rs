@@ -29,6 +29,7 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         // Issue 77: two (linnet, floor) sittings, with two pushes each.
         sittings: 2,
         sitting_pushes: 2,
+        pod_sample: 1,
     };
     let rows = run::run(&cfg).await.expect("the benchmark completes");
     let table = run::table(&rows);
@@ -93,6 +94,48 @@ async fn the_scale_benchmark_runs_at_ten_rollouts_and_reports_every_figure() {
         status_writes.is_some_and(|r| r.median >= 1.0),
         "the StatefulSet controller's status writes were not counted:\n{table}"
     );
+}
+
+/// `make bench-shards` at 24 rollouts over 3 shards, one pod in 4 run: every shard's rows
+/// are measured, and the rollouts whose pods never run do not hold it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_shard_first_sync_runs_with_sampled_pods() {
+    let cfg = run::Config {
+        sizes: vec![24],
+        pushes: 0,
+        idle: Duration::ZERO,
+        churn: Duration::ZERO,
+        repeats: 1,
+        analysis_window: Duration::ZERO,
+        linnet_bin: PathBuf::from(env!("CARGO_BIN_EXE_linnet")),
+        files_per_dir: 8,
+        floor_max: 0,
+        shards: 3,
+        sittings: 0,
+        sitting_pushes: 0,
+        pod_sample: 4,
+    };
+    let admin = support::admin_client().await;
+    support::install_linnet(&admin).await;
+    let rows = run::sharded::per_shard(&cfg, &admin, 24, 3)
+        .await
+        .expect("the per-shard first sync completes");
+    let table = run::table(&rows);
+    println!("{table}");
+    for figure in run::sharded::SHARDS {
+        assert!(
+            rows.iter().any(|r| r.figure == figure && r.median > 0.0),
+            "{figure} was not measured:\n{table}"
+        );
+    }
+    for k in 0..3 {
+        let shard = format!("shard {k}");
+        let measured = rows
+            .iter()
+            .filter(|r| r.figure.contains(&shard) && !r.median.is_nan())
+            .count();
+        assert_eq!(measured, 3, "shard {k}'s rows:\n{table}");
+    }
 }
 
 #[path = "../benches/traffic/run.rs"]

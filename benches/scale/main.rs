@@ -14,7 +14,9 @@
 //! without linnet too, its stable sets created straight through the API), and
 //! `LINNET_BENCH_SHARDS` (0; `k` > 1: a first sync by `k` replicas with `--shards k` too),
 //! and `LINNET_BENCH_ONLY` (`analysis`: figures 9 and 10 alone; `sharded`: the sharded first
-//! sync alone; `sittings`: the alternating first-sync sittings alone), and
+//! sync alone; `sittings`: the alternating first-sync sittings alone; `shards`: the sharded
+//! first sync alone, per shard, with `LINNET_BENCH_POD_SAMPLE` (1: every rollout's pod runs;
+//! `k`: one in `k`, the others' pods created but never scheduled)), and
 //! `LINNET_BENCH_SITTINGS` (3: linnet, floor, linnet, floor, ... pairs at the largest size up
 //! to the floor's, 0 for none) with `LINNET_BENCH_SITTING_PUSHES` (10 per linnet sitting).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -81,6 +83,7 @@ fn main() {
         shards: env_or("LINNET_BENCH_SHARDS", 0),
         sittings: env_or("LINNET_BENCH_SITTINGS", 3),
         sitting_pushes: env_or("LINNET_BENCH_SITTING_PUSHES", 10),
+        pod_sample: env_or("LINNET_BENCH_POD_SAMPLE", 1),
     };
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let rows = match rt.block_on(run::run(&cfg)) {
@@ -125,6 +128,19 @@ fn main() {
             cfg.sitting_pushes,
         );
         support::bench::write_marked(&results, "Benchmark results", "bench:sittings", &section);
+        return;
+    }
+    if std::env::var("LINNET_BENCH_ONLY").as_deref() == Ok("shards") {
+        let section = format!(
+            "<!-- bench:shards:begin (written by `make bench-shards`; edit outside the markers) -->\n\
+             Machine: {}. Commit `{commit}`{dirty}. Run {}. Sizes {:?} over {} shards (one replica each, started together); one rollout in {} runs its pod, the others' pods are created but never scheduled.\n\n{table}<!-- bench:shards:end -->",
+            machine(),
+            sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            cfg.sizes,
+            cfg.shards.max(2),
+            cfg.pod_sample.max(1),
+        );
+        support::bench::write_marked(&results, "Benchmark results", "bench:shards", &section);
         return;
     }
     let section = format!(

@@ -7,7 +7,7 @@
 //! Timings come from the benchmark's own watches (an object's new version arriving), so they
 //! include the API server's watch delivery, as a user's `kubectl get -w` would.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,6 +58,9 @@ pub struct Config {
     /// `floor_max`, and the pushes in each linnet sitting.
     pub sittings: usize,
     pub sitting_pushes: usize,
+    /// One rollout in `pod_sample` runs its pod; the others' pods are created but never
+    /// scheduled (1: every pod runs).
+    pub pod_sample: usize,
 }
 
 /// One line of the results table.
@@ -164,7 +167,14 @@ fn usage(pid: u32) -> (f64, f64) {
     support::process::usage(pid).unwrap_or((0.0, 0.0))
 }
 
-fn spec(name: &str, ns: &str, image: &str) -> String {
+/// Rollout `name`'s spec. `scheduled` false: its pod names a scheduler that does not exist,
+/// so it is created but never runs (the sampled pods of `LINNET_BENCH_POD_SAMPLE`).
+fn spec(name: &str, ns: &str, image: &str, scheduled: bool) -> String {
+    let scheduler = if scheduled {
+        ""
+    } else {
+        "\n        schedulerName: linnet-bench-unscheduled"
+    };
     format!(
         r#"apiVersion: rollouts.linnet.dev/v1alpha1
 kind: CanaryStatefulSet
@@ -186,7 +196,7 @@ spec:
       metadata:
         labels:
           app: {name}
-      spec:
+      spec:{scheduler}
         containers:
         - name: app
           image: {image}
@@ -228,7 +238,8 @@ fn git_host(cfg: &Config, dir: &Path, ns: &str, n: usize, agent_base: &str) -> G
     for i in 0..n {
         let file = work.join(spec_file(cfg, i));
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(file, spec(&rollout_name(i), ns, "bench:1")).unwrap();
+        let scheduled = i % cfg.pod_sample.max(1) == 0;
+        std::fs::write(file, spec(&rollout_name(i), ns, "bench:1", scheduled)).unwrap();
     }
     git(&work, &["add", "-A"]);
     git(
@@ -998,6 +1009,10 @@ async fn direct_sets_ready(
 async fn deleted(admin: &Client, ns: support::TestNamespace) {
     let name = ns.name.clone();
     drop(ns);
+    // Kept (at 100,000 rollouts, taking the cluster down is quicker than the deletion).
+    if std::env::var_os("LINNET_KEEP_NAMESPACES").is_some() {
+        return;
+    }
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     let deadline = Instant::now() + Duration::from_secs(600);
     while namespaces.get_opt(&name).await.ok().flatten().is_some() && Instant::now() < deadline {
@@ -1443,6 +1458,14 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>, String> {
     let only = std::env::var("LINNET_BENCH_ONLY").unwrap_or_default();
     let (only_analysis, only_sharded) = (only == "analysis", only == "sharded");
     let only_sittings = only == "sittings";
+    if only == "shards" {
+        let mut rows = Vec::new();
+        for &n in &cfg.sizes {
+            log(&format!("size {n}: {} shards, per shard", cfg.shards));
+            rows.extend(sharded::per_shard(cfg, &admin, n, cfg.shards.max(2)).await?);
+        }
+        return Ok(rows);
+    }
     let sittings_at = cfg
         .sizes
         .iter()

@@ -1,5 +1,5 @@
 //! The read ahead: the source's tip fetched and parsed before the first sync, while the
-//! agent waits for its Lease and its source claim (issue 77).
+//! agent that holds its Lease (or runs without one) waits for its source claim (issue 77).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,15 +12,15 @@ use crate::telemetry::Metrics;
 pub struct ReadAhead(Option<tokio::task::JoinHandle<()>>);
 
 impl ReadAhead {
-    /// Starts it for a remote (a directory has nothing to fetch).
-    pub fn start(
-        remote: Option<&Arc<Remote>>,
-        config: &AgentConfig,
-        metrics: &Arc<Metrics>,
-    ) -> Self {
-        ReadAhead(remote.map(|remote| {
-            tokio::spawn(read_ahead(remote.clone(), config.clone(), metrics.clone()))
-        }))
+    /// Starts it for a remote.
+    pub fn start(remote: &Arc<Remote>, config: &AgentConfig, metrics: &Arc<Metrics>) -> Self {
+        let task = tokio::spawn(read_ahead(remote.clone(), config.clone(), metrics.clone()));
+        ReadAhead(Some(task))
+    }
+
+    /// None: a directory has nothing to fetch, and a standby would read for nothing.
+    pub fn none() -> Self {
+        ReadAhead(None)
     }
 
     /// Waits for it to end: the first look must not find the remote busy with it.
@@ -55,7 +55,7 @@ async fn read_ahead(remote: Arc<Remote>, config: AgentConfig, metrics: Arc<Metri
     };
     match outcome {
         Ok(()) => {
-            tracing::debug!(took = ?started.elapsed(), "read the source ahead of the first sync")
+            tracing::info!(took = ?started.elapsed(), "read the source ahead of the first sync")
         }
         Err(e) => {
             tracing::debug!(error = %e, "could not read the source ahead; the first sync looks again")

@@ -1772,15 +1772,12 @@ async fn a_standby_does_not_read_the_source_ahead() {
     wait_ready(&leader).await;
     wait_image(&admin, &ns.name, "redis:7.2").await;
     let standby = start_agent(&standby_dir, &args("standby"), &ns.name);
-    support::eventually(
-        "the standby waiting for the lease",
-        Duration::from_secs(30),
-        || {
-            let waiting = standby.log_text().contains("waiting to hold the lease");
-            async move { waiting.then_some(()) }
-        },
-    )
-    .await;
+    standby
+        .wait_for_log(
+            "the standby waiting for the lease",
+            "waiting to hold the lease",
+        )
+        .await;
     // Far longer than a read ahead of this small repository takes (tens of milliseconds).
     support::holds_for(
         "the standby leaving the source unread",
@@ -1794,15 +1791,9 @@ async fn a_standby_does_not_read_the_source_ahead() {
     .await;
     leader.kill();
     wait_ready(&standby).await;
-    support::eventually(
-        "the new leader reading the source",
-        Duration::from_secs(30),
-        || {
-            let read = standby.log_text().contains("new revision");
-            async move { read.then_some(()) }
-        },
-    )
-    .await;
+    standby
+        .wait_for_log("the new leader reading the source", "new revision")
+        .await;
 }
 
 /// Regression (issue 70): a force push of an orphan history of 300 commits was applied with

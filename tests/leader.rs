@@ -84,15 +84,12 @@ async fn the_standby_takes_over_mid_rollout_and_nothing_is_done_twice() {
 
     // A second replica waits for the lease and is not ready, so it gets no webhooks.
     let standby = f.spawn_agent("standby", &["--lease-identity=standby".to_string()]);
-    support::eventually(
-        "the standby waiting for the lease",
-        Duration::from_secs(30),
-        || {
-            let waiting = standby.log_text().contains("waiting to hold the lease");
-            async move { waiting.then_some(()) }
-        },
-    )
-    .await;
+    standby
+        .wait_for_log(
+            "the standby waiting for the lease",
+            "waiting to hold the lease",
+        )
+        .await;
     assert!(!ready(&standby.base).await, "the standby must not be ready");
     assert!(ready(&f.agent.as_ref().unwrap().base).await);
 

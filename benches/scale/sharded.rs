@@ -39,35 +39,7 @@ pub async fn first_sync(
     let rollouts: Api<CanaryStatefulSet> = Api::namespaced(admin.clone(), &ns.name);
     let slow = Duration::from_secs(60 + n as u64 / 2);
     let started = Instant::now();
-    let mut agents = Vec::new();
-    for k in 0..shards {
-        let dir = tmp.path().join(format!("replica-{k}"));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let extra = if shards > 1 {
-            vec![
-                format!("--shards={shards}"),
-                format!("--shard-index={k}"),
-                format!("--lease-identity=bench-{k}"),
-            ]
-        } else {
-            Vec::new()
-        };
-        // Replica 0 gets the port the repository's webhook names.
-        let port = if k == 0 {
-            port
-        } else {
-            support::ports::free_port()
-        };
-        agents.push(start_agent_with(
-            cfg,
-            &dir,
-            &host.url,
-            &ns.name,
-            port,
-            ("1h", "1h"),
-            &extra,
-        ));
-    }
+    let agents = start_replicas(cfg, tmp.path(), (&host.url, &ns.name, port), shards, &[])?;
     let stable = count_seen(rollouts.clone(), n, slow * 3, |o| {
         phase(o) == Some(StatefulSetPhase::Stable)
     })
@@ -163,33 +135,18 @@ pub async fn per_shard(
     let apiserver_before = apiserver_cpu();
     let started = Instant::now();
     let started_unix = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-    let mut agents = Vec::new();
-    for k in 0..shards {
-        let dir = tmp.path().join(format!("replica-{k}"));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let extra = vec![
-            format!("--shards={shards}"),
-            format!("--shard-index={k}"),
-            format!("--lease-identity=bench-{k}"),
-            // Past the default 10,000 files a revision may list.
-            format!("--max-files={}", n.max(10_000)),
-            format!("--max-total-bytes={}", (n * 1024).max(64 << 20)),
-        ];
-        let port = if k == 0 {
-            port
-        } else {
-            support::ports::free_port()
-        };
-        agents.push(start_agent_with(
-            cfg,
-            &dir,
-            &host.url,
-            &ns.name,
-            port,
-            ("1h", "1h"),
-            &extra,
-        ));
-    }
+    // Past the default 10,000 files and 64 MiB a revision may hold.
+    let limits = [
+        format!("--max-files={}", n.max(10_000)),
+        format!("--max-total-bytes={}", (n * 1024).max(64 << 20)),
+    ];
+    let mut agents = start_replicas(
+        cfg,
+        tmp.path(),
+        (&host.url, &ns.name, port),
+        shards,
+        &limits,
+    )?;
     log(&format!(
         "size {n}: {shards} replicas started; rollouts per shard {rollouts_in:?}, sampled {sampled_in:?}"
     ));
@@ -302,6 +259,47 @@ pub async fn per_shard(
     }
     deleted(admin, ns).await;
     Ok(rows)
+}
+
+/// Starts `shards` replicas (1: one agent without `--shards`) in `dir/replica-k`, each with
+/// `more` flags; replica 0 listens on `port`, the one the repository's webhook names.
+fn start_replicas(
+    cfg: &Config,
+    dir: &Path,
+    (url, ns, port): (&str, &str, u16),
+    shards: usize,
+    more: &[String],
+) -> Result<Vec<Agent>, String> {
+    let mut agents = Vec::new();
+    for k in 0..shards {
+        let own = dir.join(format!("replica-{k}"));
+        std::fs::create_dir_all(&own).map_err(|e| e.to_string())?;
+        let mut extra = if shards > 1 {
+            vec![
+                format!("--shards={shards}"),
+                format!("--shard-index={k}"),
+                format!("--lease-identity=bench-{k}"),
+            ]
+        } else {
+            Vec::new()
+        };
+        extra.extend_from_slice(more);
+        let port = if k == 0 {
+            port
+        } else {
+            support::ports::free_port()
+        };
+        agents.push(start_agent_with(
+            cfg,
+            &own,
+            url,
+            ns,
+            port,
+            ("1h", "1h"),
+            &extra,
+        ));
+    }
+    Ok(agents)
 }
 
 /// Rows of [`per_shard`] before its per-shard rows.

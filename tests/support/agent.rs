@@ -110,6 +110,15 @@ impl Agent {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Waits (30 s at most) for `needle` in the agent's log; `what` names it in a failure.
+    pub async fn wait_for_log(&self, what: &str, needle: &str) {
+        super::eventually(what, Duration::from_secs(30), || {
+            let found = self.log_text().contains(needle);
+            async move { found.then_some(()) }
+        })
+        .await;
+    }
 }
 
 impl Drop for Agent {

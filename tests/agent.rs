@@ -1778,22 +1778,69 @@ async fn a_standby_does_not_read_the_source_ahead() {
             "waiting to hold the lease",
         )
         .await;
-    // Far longer than a read ahead of this small repository takes (tens of milliseconds).
-    support::holds_for(
-        "the standby leaving the source unread",
-        Duration::from_secs(3),
-        || {
-            let text = standby.log_text();
-            let read = text.contains("new revision") || text.contains("read the source ahead");
-            async move { if read { Err(text) } else { Ok(()) } }
-        },
-    )
-    .await;
+    leaves_the_source_unread(&standby, "the standby").await;
     leader.kill();
     wait_ready(&standby).await;
     standby
         .wait_for_log("the new leader reading the source", "new revision")
         .await;
+}
+
+/// The same with `--shards`: only the replica that holds the main Lease reads Git; another
+/// runs its shard's rollouts from the cluster and never fetches or parses the source.
+#[tokio::test]
+async fn a_shard_replica_that_does_not_sync_git_does_not_read_the_source() {
+    let admin = admin_client().await;
+    install_linnet(&admin).await;
+    let ns = TestNamespace::create(&admin, "agent-shard-read").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_work, server) = served_remote_with_history(tmp.path(), &ns.name);
+    let replicas: Vec<Agent> = (0..2)
+        .map(|k| {
+            let dir = tmp.path().join(format!("replica-{k}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let args = [
+                format!("--repo-url={server}/remote.git"),
+                "--path=apps".into(),
+                "--shards=2".into(),
+                format!("--shard-index={k}"),
+                format!("--lease-identity=replica-{k}"),
+            ];
+            start_agent(&dir, &args, &ns.name)
+        })
+        .collect();
+    wait_image(&admin, &ns.name, "redis:7.2").await;
+    // The replica that syncs Git is the only ready one.
+    let syncing = support::eventually("a replica syncing Git", Duration::from_secs(30), || {
+        let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+        async move {
+            for (k, base) in bases.iter().enumerate() {
+                let ready = support::http().get(format!("{base}/readyz")).send().await;
+                if ready.is_ok_and(|r| r.status() == 200) {
+                    return Some(k);
+                }
+            }
+            None
+        }
+    })
+    .await;
+    assert!(replicas[syncing].log_text().contains("new revision"));
+    leaves_the_source_unread(&replicas[1 - syncing], "the other replica").await;
+}
+
+/// Checks for 3 s, far longer than a read ahead of the tests' small repository takes (tens
+/// of milliseconds), that `agent` read no revision of its source.
+async fn leaves_the_source_unread(agent: &Agent, who: &str) {
+    support::holds_for(
+        &format!("{who} leaving the source unread"),
+        Duration::from_secs(3),
+        || {
+            let text = agent.log_text();
+            let read = text.contains("new revision") || text.contains("read the source ahead");
+            async move { if read { Err(text) } else { Ok(()) } }
+        },
+    )
+    .await;
 }
 
 /// Regression (issue 70): a force push of an orphan history of 300 commits was applied with

@@ -48,14 +48,7 @@ pub async fn first_sync(
     for agent in &agents {
         settle(agent, Duration::from_secs(3), slow).await;
     }
-    // The replica that syncs Git is the only ready one (it holds the main Lease).
-    let mut syncing = None;
-    for (k, agent) in agents.iter().enumerate() {
-        let ready = reqwest::get(format!("{}/readyz", agent.base)).await;
-        if ready.is_ok_and(|r| r.status() == 200) {
-            syncing = Some(k);
-        }
-    }
+    let syncing = syncing_replica(&agents).await;
     let peaks: Vec<f64> = agents.iter().map(|a| take_peak(a.pid())).collect();
     let syncer_peak = syncing.map_or(f64::NAN, |k| peaks[k]);
     let others = peaks
@@ -172,14 +165,7 @@ pub async fn per_shard(
     let since = |at: Instant| (at - started).as_secs_f64();
     let (crs_s, created, stable) = (since(crs?), created?, stable?);
     let apiserver_s = apiserver_cpu() - apiserver_before;
-    // The replica that syncs Git is the only ready one (it holds the main Lease).
-    let mut syncing = None;
-    for (k, agent) in agents.iter().enumerate() {
-        let ready = reqwest::get(format!("{}/readyz", agent.base)).await;
-        if ready.is_ok_and(|r| r.status() == 200) {
-            syncing = Some(k);
-        }
-    }
+    let syncing = syncing_replica(&agents).await;
     let peaks: Vec<f64> = agents.iter().map(|a| take_peak(a.pid())).collect();
     let cpu: Vec<f64> = agents.iter().map(|a| usage(a.pid()).1).collect();
     let read_s = syncing
@@ -300,6 +286,18 @@ fn start_replicas(
         ));
     }
     Ok(agents)
+}
+
+/// The replica that syncs Git: the only ready one (it holds the main Lease).
+async fn syncing_replica(agents: &[Agent]) -> Option<usize> {
+    let mut syncing = None;
+    for (k, agent) in agents.iter().enumerate() {
+        let ready = reqwest::get(format!("{}/readyz", agent.base)).await;
+        if ready.is_ok_and(|r| r.status() == 200) {
+            syncing = Some(k);
+        }
+    }
+    syncing
 }
 
 /// Rows of [`per_shard`] before its per-shard rows.

@@ -55,7 +55,7 @@ async fn read_ahead(remote: Arc<Remote>, config: AgentConfig, metrics: Arc<Metri
     };
     match outcome {
         Ok(()) => {
-            tracing::info!(took = ?started.elapsed(), "read the source ahead of the first sync")
+            tracing::debug!(took = ?started.elapsed(), "read the source ahead of the first sync")
         }
         Err(e) => {
             tracing::debug!(error = %e, "could not read the source ahead; the first sync looks again")

@@ -822,7 +822,13 @@ async fn a_restart_with_prune_mid_canary_deletes_no_child_and_restarts_no_pod() 
 #[tokio::test]
 async fn a_stable_set_scaled_by_hand_is_put_back() {
     let f = start("sts-drift", json!({})).await;
+    let created = support::audit_offset();
     f.wait_stable_on("redis:7.2", 90).await;
+    let ns = f.ns.name.as_str();
+    let looks = |from| support::audit_requests(from, "get", "statefulsets", (ns, "redis-stable"));
+    // The audit log shows the agent's GETs: the one before the set was made.
+    assert!(looks(created) >= 1, "no look before the set was made");
+    let put_back = support::audit_offset();
     f.api::<StatefulSet>()
         .patch(
             "redis-stable",
@@ -841,6 +847,8 @@ async fn a_stable_set_scaled_by_hand_is_put_back() {
         r.status.as_ref().and_then(|s| s.ready.as_deref()) == Some("3/3")
     })
     .await;
+    // The set it put back was its own as it saw it: applied without a GET first.
+    assert_eq!(looks(put_back), 0, "a GET before re-applying its own set");
 }
 
 /// Issue 18: Partition to TwoSets made redis-stable on new volumes beside redis (8 pods for 4).
@@ -937,6 +945,43 @@ async fn a_refused_apply_shows_as_stalled_with_the_servers_message() {
         .find(|c| c.type_ == "Ready")
         .unwrap();
     assert_eq!(ready.status, "False");
+}
+
+/// A rollout named after a StatefulSet someone made is refused with the set named, and the
+/// set is left as it was: the look before an apply stays for every set the rollout has not
+/// been seen to control (issue 77 skips it only for those it has).
+#[tokio::test]
+async fn a_rollout_named_after_a_hand_made_set_is_refused_and_the_set_left_alone() {
+    let mut f = Fixture::prepare("sts-foreign", |ns| redis(ns, json!({}))).await;
+    let hand_made: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "redis-stable", "labels": {"app": "by-hand"}},
+        "spec": {"replicas": 0, "serviceName": "by-hand",
+            "selector": {"matchLabels": {"app": "by-hand"}},
+            "template": {"metadata": {"labels": {"app": "by-hand"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}}
+    }))
+    .unwrap();
+    let sets = f.api::<StatefulSet>();
+    sets.create(&Default::default(), &hand_made).await.unwrap();
+    f.start_agent().await;
+    let refused = "apply StatefulSet redis-stable: refused: redis-stable already exists and \
+                   this rollout did not make it";
+    f.wait_for("Stalled, naming the set", 60, |r: &CanaryStatefulSet| {
+        r.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Stalled" && c.status == "True" && c.message.starts_with(refused)
+            })
+        })
+    })
+    .await;
+    let set = sets.get("redis-stable").await.unwrap();
+    assert_eq!(set.metadata.owner_references, None, "taken over");
+    assert_eq!(set.spec.and_then(|s| s.replicas), Some(0), "scaled");
+    let managers: Vec<_> = (set.metadata.managed_fields.unwrap_or_default().into_iter())
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(!managers.iter().any(|m| m == "linnet"), "{managers:?}");
 }
 
 /// Issue 18: `CanaryStarted (x4) canary of redis:7.4.1` when the newest canary was redis:7.5.

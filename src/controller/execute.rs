@@ -132,7 +132,7 @@ pub(crate) async fn execute(
     let client = ctx.client.clone();
     let what = || action.describe();
     match action {
-        Action::ApplySet(set) => apply_set(ctx, set, ns, rollout, &what).await,
+        Action::ApplySet(set) => apply_set(ctx, set, (ns, rollout), observed, &what).await,
         Action::ScaleSet { name, replicas } => Api::<StatefulSet>::namespaced(client, ns)
             .merge(name, json!({"spec": {"replicas": replicas}}))
             .await
@@ -197,13 +197,18 @@ pub(crate) async fn execute(
 async fn apply_set(
     ctx: &Context,
     set: &StatefulSet,
-    ns: &str,
-    rollout: &str,
+    (ns, rollout): (&str, &str),
+    observed: &Observed,
     what: &impl Fn() -> String,
 ) -> Result<(), ReconcileError> {
     let name = set.metadata.name.clone().unwrap_or_default();
     let sets = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns);
-    let live = sets.get_metadata_opt(&name).await.doing(what)?;
+    // One the plan saw under this rollout's control needs no second look (as a Deployment).
+    let live = if super::wakes::observed_as_ours(observed_sets(observed, &name), &set.metadata) {
+        None
+    } else {
+        sets.get_metadata_opt(&name).await.doing(what)?
+    };
     if let Some(why) = super::foreign_child(live.as_ref().map(|l| &l.metadata), &set.metadata) {
         return Err(ReconcileError::NotOurs { doing: what(), why });
     }
@@ -220,6 +225,16 @@ async fn apply_set(
     let versions = (before, written.metadata.resource_version);
     expect_seen(ctx, kinds, ns, rollout, &name, versions);
     Ok(())
+}
+
+/// The controlling owner's uid of the set named `name` as the plan saw it, if it saw one.
+fn observed_sets<'a>(observed: &'a Observed, name: &str) -> Option<&'a str> {
+    observed
+        .stable
+        .iter()
+        .chain(&observed.canary)
+        .find(|s| s.name == name)
+        .and_then(|s| s.controller_uid.as_deref())
 }
 
 /// Applies one of a rollout's Deployments, unless another owner has it.

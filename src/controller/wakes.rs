@@ -118,6 +118,24 @@ fn own_status_writes_filtered<K: crate::api::PacksMeta>() -> impl kube::runtime:
         .combine(|k: &K| Some(u64::from(k.meta().deletion_timestamp.is_some())))
 }
 
+/// Whether the plan saw a child of this name controlled by the rollout that applies `desired`
+/// (`observed_controller`, the watched child's controlling owner uid): then it was the
+/// rollout's a moment ago, and a uid is never reused, so the apply needs no GET first.
+pub(crate) fn observed_as_ours(
+    observed_controller: Option<&str>,
+    desired: &kube::api::ObjectMeta,
+) -> bool {
+    observed_controller.is_some() && observed_controller == controller_uid(desired).as_deref()
+}
+
+fn controller_uid(m: &kube::api::ObjectMeta) -> Option<String> {
+    m.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
 /// Why a child the controller is about to apply may not be: an object of its name exists that
 /// this rollout did not make (no controller owner reference with the rollout's uid). A rollout
 /// named after someone's StatefulSet or Deployment must not take it over with the agent's
@@ -126,13 +144,6 @@ pub(crate) fn foreign_child(
     live: Option<&kube::api::ObjectMeta>,
     desired: &kube::api::ObjectMeta,
 ) -> Option<String> {
-    let controller_uid = |m: &kube::api::ObjectMeta| {
-        m.owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true))
-            .map(|r| r.uid.clone())
-    };
     let live = live?;
     let ours = controller_uid(desired);
     if ours.is_some() && controller_uid(live) == ours {
@@ -173,6 +184,24 @@ mod tests {
         assert!(
             foreign_child(Some(&meta(Some("r2"))), &desired).is_some(),
             "another rollout's (a deleted and recreated one has a new uid)"
+        );
+    }
+
+    #[test]
+    fn only_a_child_seen_under_this_rollouts_control_skips_the_look_before_its_apply() {
+        let desired = meta(Some("r1"));
+        assert!(observed_as_ours(Some("r1"), &desired));
+        assert!(
+            !observed_as_ours(None, &desired),
+            "not seen, or seen without a controller"
+        );
+        assert!(
+            !observed_as_ours(Some("r2"), &desired),
+            "another rollout's of the same name"
+        );
+        assert!(
+            !observed_as_ours(None, &meta(None)),
+            "no uid on either side"
         );
     }
 

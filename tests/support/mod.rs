@@ -67,6 +67,29 @@ pub fn audit_lists(from: u64, resource: &str, source: &str) -> Vec<String> {
         .collect()
 }
 
+/// How many `verb` requests linnet made since `from` (an [`audit_offset`]) of the object
+/// `resource` `namespace`/`name`.
+pub fn audit_requests(
+    from: u64,
+    verb: &str,
+    resource: &str,
+    (namespace, name): (&str, &str),
+) -> usize {
+    let log = std::fs::read(cluster_dir().join("logs/audit.log")).unwrap_or_default();
+    String::from_utf8_lossy(log.get(from as usize..).unwrap_or_default())
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            let o = &e["objectRef"];
+            e["verb"] == verb
+                && e["stage"] == "ResponseComplete"
+                && o["resource"] == resource
+                && o["namespace"] == namespace
+                && o["name"] == name
+        })
+        .count()
+}
+
 /// The run directory of the local control plane, as `tests/cluster/env.sh` chooses it.
 pub fn cluster_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("LINNET_CLUSTER_DIR") {

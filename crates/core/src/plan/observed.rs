@@ -38,6 +38,9 @@ pub struct SetView {
     pub partition: i32,
     /// What Kubernetes never lets change on the set (None when not known).
     pub fixed: Option<FixedSetFields>,
+    /// The uid of the set's controlling owner: a set its rollout controls is applied again
+    /// without first reading it to check that no one else made it.
+    pub controller_uid: Option<String>,
 }
 
 /// The fields of a StatefulSet's spec that the API server refuses to change (422): a rollout

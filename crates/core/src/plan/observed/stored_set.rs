@@ -175,6 +175,13 @@ impl SetView {
                     &set.spec.volume_claim_templates,
                 )
             }),
+            controller_uid: set
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.clone()),
         }
     }
 }
@@ -241,6 +248,7 @@ mod tests {
                     ..ClaimTemplateView::default()
                 }],
             }),
+            controller_uid: Some("u1".into()),
         };
         assert_eq!(SetView::from_stored(&set, None), view(Some("proxy:1")));
         assert_eq!(SetView::from_stored(&set, Some("db")), view(Some("db:2")));

@@ -170,6 +170,7 @@ impl Sim {
                     image: Some(s.image.clone()),
                     partition: s.partition,
                     fixed: Some(s.fixed.clone()),
+                    controller_uid: None,
                 }
             })
         };

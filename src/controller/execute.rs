@@ -204,11 +204,12 @@ async fn apply_set(
     let name = set.metadata.name.clone().unwrap_or_default();
     let sets = Api::<StatefulSet>::namespaced(ctx.client.clone(), ns);
     // One the plan saw under this rollout's control needs no second look (as a Deployment).
-    let live = if super::wakes::observed_as_ours(observed_sets(observed, &name), &set.metadata) {
-        None
-    } else {
-        sets.get_metadata_opt(&name).await.doing(what)?
-    };
+    let live =
+        if super::wakes::observed_as_ours(observed_controller_of(observed, &name), &set.metadata) {
+            None
+        } else {
+            sets.get_metadata_opt(&name).await.doing(what)?
+        };
     if let Some(why) = super::foreign_child(live.as_ref().map(|l| &l.metadata), &set.metadata) {
         return Err(ReconcileError::NotOurs { doing: what(), why });
     }
@@ -228,7 +229,7 @@ async fn apply_set(
 }
 
 /// The controlling owner's uid of the set named `name` as the plan saw it, if it saw one.
-fn observed_sets<'a>(observed: &'a Observed, name: &str) -> Option<&'a str> {
+fn observed_controller_of<'a>(observed: &'a Observed, name: &str) -> Option<&'a str> {
     observed
         .stable
         .iter()

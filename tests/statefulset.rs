@@ -821,8 +821,9 @@ async fn a_restart_with_prune_mid_canary_deletes_no_child_and_restarts_no_pod() 
 /// Issue 18: a stable set scaled by hand from 3 to 1 stayed at 1 with phase Stable.
 #[tokio::test]
 async fn a_stable_set_scaled_by_hand_is_put_back() {
-    let f = start("sts-drift", json!({})).await;
+    let mut f = Fixture::prepare("sts-drift", |ns| redis(ns, json!({}))).await;
     let created = support::audit_offset();
+    f.start_agent().await;
     f.wait_stable_on("redis:7.2", 90).await;
     let ns = f.ns.name.as_str();
     let looks = |from| support::audit_requests(from, "get", "statefulsets", (ns, "redis-stable"));

@@ -979,7 +979,11 @@ async fn a_rollout_named_after_a_hand_made_set_is_refused_and_the_set_left_alone
     let set = sets.get("redis-stable").await.unwrap();
     assert_eq!(set.metadata.owner_references, None, "taken over");
     assert_eq!(set.spec.and_then(|s| s.replicas), Some(0), "scaled");
-    let managers: Vec<_> = (set.metadata.managed_fields.unwrap_or_default().into_iter())
+    let managers: Vec<_> = set
+        .metadata
+        .managed_fields
+        .into_iter()
+        .flatten()
         .filter_map(|m| m.manager)
         .collect();
     assert!(!managers.iter().any(|m| m == "linnet"), "{managers:?}");

@@ -8,6 +8,7 @@ use kube::runtime::watcher;
 use std::hash::BuildHasher as _;
 
 use super::own_writes;
+use crate::plan::observed::controller_uid;
 
 /// What wakes a controller's reconciles, from its kind's shared store
 /// ([`crate::watch::rollouts`]): every rollout applied, but of changes only those of what
@@ -118,22 +119,14 @@ fn own_status_writes_filtered<K: crate::api::PacksMeta>() -> impl kube::runtime:
         .combine(|k: &K| Some(u64::from(k.meta().deletion_timestamp.is_some())))
 }
 
-/// Whether the plan saw a child of this name controlled by the rollout that applies `desired`
-/// (`observed_controller`, the watched child's controlling owner uid): then it was the
-/// rollout's a moment ago, and a uid is never reused, so the apply needs no GET first.
+/// Whether a child whose controlling owner is `observed_controller` (as its watch or a GET
+/// showed it) is the rollout's that applies `desired`. A uid is never reused, so a child the
+/// plan saw this way needs no GET before its apply.
 pub(crate) fn observed_as_ours(
     observed_controller: Option<&str>,
     desired: &kube::api::ObjectMeta,
 ) -> bool {
-    observed_controller.is_some() && observed_controller == controller_uid(desired).as_deref()
-}
-
-fn controller_uid(m: &kube::api::ObjectMeta) -> Option<String> {
-    m.owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.clone())
+    observed_controller.is_some() && observed_controller == controller_uid(desired)
 }
 
 /// Why a child the controller is about to apply may not be: an object of its name exists that
@@ -145,8 +138,7 @@ pub(crate) fn foreign_child(
     desired: &kube::api::ObjectMeta,
 ) -> Option<String> {
     let live = live?;
-    let ours = controller_uid(desired);
-    if ours.is_some() && controller_uid(live) == ours {
+    if observed_as_ours(controller_uid(live), desired) {
         return None;
     }
     Some(format!(

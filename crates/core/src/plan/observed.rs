@@ -18,6 +18,17 @@ pub use stored_set::{
 
 use crate::api::{BIND_REQUESTED_ANNOTATION, HANDOFF_TO_ANNOTATION};
 
+/// The uid of the object's controlling owner, if it has one.
+pub fn controller_uid(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
 /// A StatefulSet as the planner needs it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SetView {

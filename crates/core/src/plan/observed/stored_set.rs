@@ -175,13 +175,7 @@ impl SetView {
                     &set.spec.volume_claim_templates,
                 )
             }),
-            controller_uid: set
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.controller == Some(true))
-                .map(|o| o.uid.clone()),
+            controller_uid: super::controller_uid(&set.metadata).map(String::from),
         }
     }
 }
